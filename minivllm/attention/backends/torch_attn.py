@@ -1,0 +1,84 @@
+"""Torch reference attention over the paged KV cache: the oracle every kernel is checked against.
+
+Plain tensor ops, runs anywhere. Decodes are batched (gather each request's blocks, mask past its
+length); each prefill chunk attends causally to its cached context plus itself.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from minivllm.attention.backends.abstract import AttentionBackend, AttentionImpl, AttentionMetadata
+
+
+def reshape_and_cache_torch(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor,
+                            slot_mapping: torch.Tensor) -> None:
+    """Write key/value [T, Hkv, D] into the paged cache at slot_mapping; slot -1 means skip."""
+    num_kv_heads, head_size = kv_cache.shape[-2:]
+    valid = slot_mapping >= 0
+    slots = slot_mapping[valid] if not bool(valid.all()) else slot_mapping
+    k_cache = kv_cache[0].view(-1, num_kv_heads, head_size)
+    v_cache = kv_cache[1].view(-1, num_kv_heads, head_size)
+    if slots.numel() != slot_mapping.numel():
+        key, value = key[valid], value[valid]
+    k_cache.index_copy_(0, slots, key.to(k_cache.dtype))
+    v_cache.index_copy_(0, slots, value.to(v_cache.dtype))
+
+
+def gather_kv(kv_cache: torch.Tensor, block_table: torch.Tensor, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Contiguous K and V [num_reqs, max_len, Hkv, D] read through each request's block table."""
+    block_size = kv_cache.shape[2]
+    num_blocks = -(max_len // -block_size)
+    ids = block_table[:, :num_blocks].long()
+    k = kv_cache[0][ids].flatten(1, 2)[:, :max_len]
+    v = kv_cache[1][ids].flatten(1, 2)[:, :max_len]
+    return k, v
+
+
+def paged_attention_ref(query: torch.Tensor, kv_cache: torch.Tensor, md: AttentionMetadata,
+                        scale: float) -> torch.Tensor:
+    """Attention for every query token in the flat batch, assuming the cache already holds its K/V."""
+    num_heads = query.shape[1]
+    num_kv_heads = kv_cache.shape[3]
+    group = num_heads // num_kv_heads
+    out = torch.empty_like(query)
+    qsl = (md.query_start_loc_cpu if md.query_start_loc_cpu is not None else md.query_start_loc).tolist()
+    seq_lens = (md.seq_lens_cpu if md.seq_lens_cpu is not None else md.seq_lens).tolist()
+    nd = md.num_decodes
+    if nd:
+        max_len = max(seq_lens[:nd])
+        k, v = gather_kv(kv_cache, md.block_table[:nd], max_len)           # [B, L, Hkv, D]
+        q = query[:nd].view(nd, num_kv_heads, group, -1).float()
+        scores = torch.einsum("bkgd,blkd->bkgl", q, k.float()) * scale
+        pos = torch.arange(max_len, device=query.device)
+        lens = md.seq_lens[:nd].to(query.device).long()
+        scores.masked_fill_((pos[None, :] >= lens[:, None])[:, None, None, :], float("-inf"))
+        o = torch.einsum("bkgl,blkd->bkgd", scores.softmax(-1), v.float())
+        out[:nd] = o.reshape(nd, num_heads, -1).to(query.dtype)
+    for i in range(nd, len(seq_lens)):
+        start, end, seq_len = qsl[i], qsl[i + 1], seq_lens[i]
+        q_len = end - start
+        k, v = gather_kv(kv_cache, md.block_table[i:i + 1], seq_len)
+        q = query[start:end].transpose(0, 1)                                 # [H, q, D]
+        k = k[0].transpose(0, 1).repeat_interleave(group, 0).to(q.dtype)   # [H, L, D]
+        v = v[0].transpose(0, 1).repeat_interleave(group, 0).to(q.dtype)
+        q_pos = torch.arange(seq_len - q_len, seq_len, device=query.device)
+        mask = torch.arange(seq_len, device=query.device)[None, :] <= q_pos[:, None]
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+        out[start:end] = o.transpose(0, 1)
+    return out
+
+
+class TorchAttentionImpl(AttentionImpl):
+    def forward(self, query, key, value, kv_cache, attn_metadata):
+        n = attn_metadata.num_actual_tokens
+        reshape_and_cache_torch(key[:n], value[:n], kv_cache, attn_metadata.slot_mapping[:n])
+        return paged_attention_ref(query[:n], kv_cache, attn_metadata, self.scale)
+
+
+class TorchAttentionBackend(AttentionBackend):
+    name = "TORCH"
+
+    @staticmethod
+    def get_impl_cls() -> type[AttentionImpl]:
+        return TorchAttentionImpl
