@@ -1,0 +1,40 @@
+# Quick start: `make demo` runs the engine on the shipped model; `make test` runs the test suite.
+# Each target creates .venv on first use (torch==2.13.0 first: an open torch range may pull a CUDA build).
+PY := .venv/bin/python
+PIP_QUIET := -q --disable-pip-version-check
+
+.PHONY: venv demo test test-fast lab notebooks lint bench clean
+
+venv: .venv/.installed
+
+.venv/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install $(PIP_QUIET) torch==2.13.0 2>&1 | grep -v "is ignored: it is neither" || true
+	$(PY) -m pip install $(PIP_QUIET) -e ".[triton,course,dev]" 2>&1 | grep -v "is ignored: it is neither" || true
+	$(PY) -c "import minivllm, torch, triton, nbgrader, transformers"
+	touch $@
+
+demo: venv
+	$(PY) -m minivllm.entrypoints.cli generate --prompt "ROMEO:" --max-tokens 64
+
+test: venv
+	$(PY) -m pytest -q -p no:cacheprovider
+
+test-fast: venv
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"
+
+lab: venv
+	$(PY) -m jupyter lab --notebook-dir=notebooks --allow-root
+
+notebooks: venv
+	$(PY) -m autograder build
+
+lint: venv
+	$(PY) -m ruff check minivllm autograder tests benchmarks
+
+bench: venv
+	$(PY) benchmarks/scheduler_overhead.py
+	$(PY) benchmarks/throughput.py
+
+clean:
+	rm -rf .venv .pytest_cache build *.egg-info

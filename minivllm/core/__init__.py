@@ -1,0 +1,1 @@
+"""EngineCore's CPU-side state: the KV block ledger and the scheduler."""

@@ -1,0 +1,18 @@
+"""ModelRunnerOutput: the only message from the worker back to the scheduler (vLLM: v1/outputs.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ModelRunnerOutput:
+    """Sampled tokens per request of one step; a partial prefill gets an empty list."""
+
+    req_ids: list[str]
+    req_id_to_index: dict[str, int]
+    sampled_token_ids: list[list[int]]
+    logprobs: list[list[dict[int, float]] | None] | None = None  # per request, one dict per token
+    num_nans_in_logits: dict[str, int] = field(default_factory=dict)
+
+
+EMPTY_MODEL_RUNNER_OUTPUT = ModelRunnerOutput([], {}, [])
