@@ -1,0 +1,184 @@
+"""Bandwidth of the Triton paged decode-attention kernel (minivllm/attention/ops/triton_decode_attention.py).
+
+Decode attention reads every cached K/V byte of every sequence once per step, so its speed limit is
+memory bandwidth. For each (batch, context) this times the kernel with triton.testing.do_bench,
+reports the bytes it must read (K/V plus q) per second, and divides by the bandwidth of a plain
+device-to-device copy measured in the same run. A torch baseline (gather the blocks into contiguous
+K/V, then scaled_dot_product_attention) runs on the same inputs and is checked against the kernel.
+
+    python benchmarks/paged_attention.py                   # needs a CUDA GPU; exits 0 with a note on CPU
+    python benchmarks/paged_attention.py --interpret-smoke # one tiny shape under TRITON_INTERPRET=1 (CPU)
+
+Goal on an H200: >= 70% of copy bandwidth at long context. The kernel runs one program per
+(sequence, kv head), so batch x num_kv_heads programs must cover the SMs to reach it: small batches at
+long context are what split-KV ("flash decoding") would fix, which this kernel does not do.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout without installing
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32, 128])
+    p.add_argument("--context-lens", type=int, nargs="+", default=[512, 2048, 8192, 32768])
+    p.add_argument("--num-heads", type=int, default=32)
+    p.add_argument("--num-kv-heads", type=int, default=8)
+    p.add_argument("--head-size", type=int, default=128)
+    p.add_argument("--block-size", type=int, default=16, choices=[16, 32])
+    p.add_argument("--dtype", default="bfloat16", choices=["float16", "bfloat16", "float32"])
+    p.add_argument("--max-cache-gib", type=float, default=32.0, help="skip shapes whose K/V cache is larger")
+    p.add_argument("--max-baseline-gib", type=float, default=8.0,
+                   help="skip the torch baseline above this K/V size (it copies the whole cache first)")
+    p.add_argument("--copy-mib", type=int, default=1024, help="size of the reference device-to-device copy")
+    p.add_argument("--interpret-smoke", action="store_true",
+                   help="run one tiny shape on CPU under TRITON_INTERPRET=1 to check this script's code path")
+    return p.parse_args(argv)
+
+
+def make_inputs(batch: int, context: int, args: argparse.Namespace, device: str, dtype, seed: int = 0):
+    """A paged cache holding `batch` sequences of `context` tokens in shuffled physical blocks."""
+    import torch
+
+    g = torch.Generator(device=device).manual_seed(seed)
+    blocks_per_seq = -(context // -args.block_size)
+    num_blocks = batch * blocks_per_seq
+    block_table = torch.randperm(num_blocks, generator=g, device=device).view(batch, blocks_per_seq)
+    block_table = block_table.to(torch.int32)
+    seq_lens = torch.full((batch,), context, dtype=torch.int32, device=device)
+    kv_cache = torch.randn(2, num_blocks, args.block_size, args.num_kv_heads, args.head_size,
+                           generator=g, device=device, dtype=dtype)
+    query = torch.randn(batch, args.num_heads, args.head_size, generator=g, device=device, dtype=dtype)
+    return query, kv_cache, block_table, seq_lens
+
+
+def torch_gather_sdpa(query, kv_cache, block_table, context: int, scale: float):
+    """Baseline: copy each sequence's blocks into contiguous K/V, then SDPA (all sequences are `context` long)."""
+    import torch.nn.functional as F
+
+    from minivllm.attention.backends.torch_attn import gather_kv
+
+    k, v = gather_kv(kv_cache, block_table, context)                 # [B, L, Hkv, D]
+    q = query.unsqueeze(2)                                           # [B, H, 1, D]
+    k, v = k.transpose(1, 2), v.transpose(1, 2)                      # [B, Hkv, L, D]
+    if k.shape[1] == q.shape[1]:
+        return F.scaled_dot_product_attention(q, k, v, scale=scale).squeeze(2)
+    try:                                                             # torch >= 2.5 shares kv heads itself
+        return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True).squeeze(2)
+    except TypeError:
+        group = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        return F.scaled_dot_product_attention(q, k, v, scale=scale).squeeze(2)
+
+
+def bench_ms(fn, on_cuda: bool) -> float:
+    """Median milliseconds of fn(): do_bench on CUDA, one wall-clock call under the interpreter."""
+    if on_cuda:
+        import triton.testing
+        return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+    fn()
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1e3
+
+
+def copy_bandwidth_gbs(num_bytes: int, device: str, on_cuda: bool) -> float:
+    """GB/s of dst.copy_(src): the practical ceiling for a kernel that streams memory (read + write)."""
+    import torch
+
+    src = torch.empty(num_bytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    ms = bench_ms(lambda: dst.copy_(src), on_cuda)
+    return 2 * num_bytes / (ms * 1e-3) / 1e9
+
+
+def run(args: argparse.Namespace, device: str) -> list[dict]:
+    import torch
+
+    from minivllm.attention.ops.triton_decode_attention import paged_decode_attention
+
+    on_cuda = device.startswith("cuda")
+    dtype = getattr(torch, args.dtype)
+    elt = torch.finfo(dtype).bits // 8
+    scale = args.head_size ** -0.5
+    copy_gbs = copy_bandwidth_gbs(args.copy_mib << 20, device, on_cuda)
+    print(f"device: {torch.cuda.get_device_name() if on_cuda else 'cpu (TRITON_INTERPRET=1)'}; "
+          f"heads {args.num_heads}/{args.num_kv_heads} kv, head_size {args.head_size}, block_size "
+          f"{args.block_size}, {args.dtype}; device-to-device copy: {copy_gbs:.0f} GB/s")
+    print(f"{'batch':>6} {'context':>8} {'KV MiB':>8} {'triton us':>10} {'GB/s':>8} {'% copy':>7} "
+          f"{'torch us':>10} {'speedup':>8} {'max err':>8}")
+    rows = []
+    for batch in args.batch_sizes:
+        for context in args.context_lens:
+            kv_bytes = 2 * batch * context * args.num_kv_heads * args.head_size * elt
+            if kv_bytes > args.max_cache_gib * (1 << 30):
+                continue
+            query, kv_cache, block_table, seq_lens = make_inputs(batch, context, args, device, dtype)
+            out = torch.empty_like(query)
+            k_cache, v_cache = kv_cache[0], kv_cache[1]
+
+            def triton_fn(out=out, query=query, k_cache=k_cache, v_cache=v_cache, block_table=block_table,
+                          seq_lens=seq_lens):
+                paged_decode_attention(out, query, k_cache, v_cache, block_table, seq_lens, scale)
+
+            def torch_fn(query=query, kv_cache=kv_cache, block_table=block_table, context=context):
+                return torch_gather_sdpa(query, kv_cache, block_table, context, scale)
+
+            triton_fn()
+            triton_ms = bench_ms(triton_fn, on_cuda)
+            torch_ms = err = float("nan")
+            if kv_bytes <= args.max_baseline_gib * (1 << 30):
+                err = (out.float() - torch_fn().float()).abs().max().item()
+                torch_ms = bench_ms(torch_fn, on_cuda)
+            read_bytes = kv_bytes + query.numel() * elt
+            gbs = read_bytes / (triton_ms * 1e-3) / 1e9
+            row = dict(batch=batch, context=context, kv_mib=kv_bytes / (1 << 20), triton_us=triton_ms * 1e3,
+                       gbs=gbs, frac_copy=gbs / copy_gbs, torch_us=torch_ms * 1e3,
+                       speedup=torch_ms / triton_ms, max_err=err)
+            rows.append(row)
+            print(f"{batch:>6} {context:>8} {row['kv_mib']:>8.1f} {row['triton_us']:>10.1f} {gbs:>8.0f} "
+                  f"{100 * row['frac_copy']:>6.1f}% {row['torch_us']:>10.1f} {row['speedup']:>7.2f}x {err:>8.1e}")
+            del query, kv_cache, block_table, seq_lens, out, k_cache, v_cache
+            if on_cuda:
+                torch.cuda.empty_cache()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.interpret_smoke:
+        os.environ["TRITON_INTERPRET"] = "1"          # before triton is first imported
+        args.batch_sizes, args.context_lens = [2], [40]
+        args.num_heads, args.num_kv_heads, args.head_size, args.dtype = 4, 2, 64, "float32"
+        args.copy_mib = 16
+        rows = run(args, "cpu")
+        assert rows and rows[0]["max_err"] < 1e-4, rows
+        print("smoke ok (interpreter timings say nothing about a GPU)")
+        return 0
+
+    import torch
+    if not torch.cuda.is_available():
+        print("benchmarks/paged_attention.py needs a CUDA GPU: it measures the decode kernel's memory "
+              "bandwidth. Nothing to measure on CPU; --interpret-smoke checks the script under the "
+              "Triton interpreter.")
+        return 0
+    rows = run(args, "cuda")
+    if not rows:
+        print("every shape was over --max-cache-gib; nothing measured")
+        return 0
+    longest = max(r["context"] for r in rows)
+    best = max((r for r in rows if r["context"] == longest), key=lambda r: r["frac_copy"])
+    verdict = "meets" if best["frac_copy"] >= 0.7 else "misses"
+    print(f"\nlong context ({longest} tokens): best {100 * best['frac_copy']:.1f}% of copy bandwidth at batch "
+          f"{best['batch']} ({verdict} the >= 70% goal)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""Triton paged-attention kernels against the torch reference (minivllm/attention/backends/torch_attn.py).
+
+On CPU the kernels run under TRITON_INTERPRET=1 (set by conftest before triton is imported), so shapes
+stay small: a few sequences whose lengths cross block boundaries, scattered non-monotone physical blocks.
+The reference runs in fp32 on the same (rounded) cache and query values, so the tolerance only covers the
+kernel's own arithmetic and the rounding of its output to the cache dtype.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from minivllm.attention.backends.abstract import AttentionMetadata
+from minivllm.attention.backends.torch_attn import (
+    TorchAttentionImpl,
+    paged_attention_ref,
+    reshape_and_cache_torch,
+)
+from minivllm.attention.backends.triton_attn import TritonAttentionBackend, TritonAttentionImpl
+from minivllm.attention.ops.triton_decode_attention import paged_decode_attention
+from minivllm.attention.ops.triton_prefill_attention import chunked_prefill_paged_attention
+from minivllm.attention.ops.triton_reshape_and_cache import reshape_and_cache
+from minivllm.attention.selector import get_attn_backend
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+REPO = Path(__file__).resolve().parents[1]
+# Max abs error. fp32: exact products and fp32 sums. fp16: output rounding (half an ulp is 2.4e-4 at
+# |o| < 1) plus the fp16 probabilities fed to P@V on GPU. bf16 (8 mantissa bits) is checked relative to
+# the output instead, see assert_close.
+ATOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 4e-3}
+# The interpreter casts fp32 -> bf16 by truncation (measured: up to one ulp, 2**-7 relative, where a GPU
+# rounds to nearest), so bf16 allows one ulp of |ref| on top of ATOL (the bf16 probabilities on GPU).
+BF16_RTOL = 2.0 ** -7
+
+
+def make_batch(q_lens: list[int], seq_lens: list[int], *, num_heads: int, num_kv_heads: int, head_size: int,
+               block_size: int, dtype: torch.dtype, seed: int = 0):
+    """A random paged cache, queries and AttentionMetadata; every request's blocks are scattered."""
+    g = torch.Generator().manual_seed(seed)
+    blocks_per_req = [-(s // -block_size) for s in seq_lens]
+    num_blocks = sum(blocks_per_req) + 3                     # a few blocks nobody owns
+    perm = torch.randperm(num_blocks, generator=g)
+    max_blocks = max(blocks_per_req)
+    block_table = torch.zeros(len(seq_lens), max_blocks, dtype=torch.int32)
+    start = 0
+    for i, n in enumerate(blocks_per_req):
+        block_table[i, :n] = perm[start:start + n]
+        start += n
+    slots = []
+    for i, (q_len, seq_len) in enumerate(zip(q_lens, seq_lens, strict=True)):
+        for pos in range(seq_len - q_len, seq_len):
+            slots.append(int(block_table[i, pos // block_size]) * block_size + pos % block_size)
+    num_tokens = sum(q_lens)
+    qsl = torch.tensor([0] + q_lens, dtype=torch.int32).cumsum(0).to(torch.int32)
+    num_decodes = 0
+    while num_decodes < len(q_lens) and q_lens[num_decodes] == 1:
+        num_decodes += 1
+    md = AttentionMetadata(
+        num_actual_tokens=num_tokens, max_query_len=max(q_lens), query_start_loc=qsl.to(DEVICE),
+        max_seq_len=max(seq_lens), seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE),
+        block_table=block_table.to(DEVICE), slot_mapping=torch.tensor(slots, dtype=torch.int64, device=DEVICE),
+        num_decodes=num_decodes, num_decode_tokens=num_decodes, num_prefills=len(q_lens) - num_decodes,
+        query_start_loc_cpu=qsl, seq_lens_cpu=torch.tensor(seq_lens, dtype=torch.int32))
+    kv_cache = torch.randn(2, num_blocks, block_size, num_kv_heads, head_size, generator=g).to(DEVICE, dtype)
+    query = torch.randn(num_tokens, num_heads, head_size, generator=g).to(DEVICE, dtype)
+    key = torch.randn(num_tokens, num_kv_heads, head_size, generator=g).to(DEVICE, dtype)
+    value = torch.randn(num_tokens, num_kv_heads, head_size, generator=g).to(DEVICE, dtype)
+    return query, key, value, kv_cache, md
+
+
+def reference(query, kv_cache, md, scale):
+    """The torch oracle in fp32 on the same rounded values."""
+    return paged_attention_ref(query.float(), kv_cache.float(), md, scale)
+
+
+def assert_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> None:
+    """Max abs error within ATOL[dtype] (bf16: within ATOL plus one ulp of the reference value)."""
+    err = (out.float() - ref.float()).abs()
+    if dtype == torch.bfloat16:
+        err = err - BF16_RTOL * ref.float().abs()
+    assert err.max().item() <= ATOL[dtype], f"{dtype}: max error {err.max().item():.3g} > {ATOL[dtype]}"
+
+
+# ---------------------------------------------------------------- reshape_and_cache
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("num_kv_heads,head_size,block_size", [(1, 64, 16), (2, 80, 32), (3, 128, 16)])
+def test_reshape_and_cache_matches_torch(dtype, num_kv_heads, head_size, block_size):
+    _, key, value, kv_cache, md = make_batch([1, 7, 20], [9, 7, 33], num_heads=num_kv_heads,
+                                             num_kv_heads=num_kv_heads, head_size=head_size,
+                                             block_size=block_size, dtype=dtype)
+    slots = md.slot_mapping.clone()
+    slots[[2, 5, 11]] = -1                                   # padding tokens: must leave the cache alone
+    expected, got = kv_cache.clone(), kv_cache.clone()
+    reshape_and_cache_torch(key, value, expected, slots)
+    reshape_and_cache(key, value, got[0], got[1], slots)
+    assert torch.equal(got, expected)
+
+
+def test_reshape_and_cache_upcasts_into_wider_cache_and_ignores_all_padding():
+    _, key, value, kv_cache, md = make_batch([5], [21], num_heads=2, num_kv_heads=2, head_size=64,
+                                             block_size=16, dtype=torch.float16)
+    cache32 = kv_cache.float()
+    expected, got = cache32.clone(), cache32.clone()
+    reshape_and_cache_torch(key, value, expected, md.slot_mapping)
+    reshape_and_cache(key, value, got[0], got[1], md.slot_mapping)
+    assert torch.equal(got, expected)
+    untouched = cache32.clone()
+    reshape_and_cache(key, value, untouched[0], untouched[1], torch.full_like(md.slot_mapping, -1))
+    assert torch.equal(untouched, cache32)
+
+
+# ---------------------------------------------------------------- decode
+
+@pytest.mark.parametrize("block_size", [16, 32])
+@pytest.mark.parametrize("head_size", [64, 80, 128])
+@pytest.mark.parametrize("queries_per_kv", [1, 2, 4, 8])
+def test_decode_fp32_grid(queries_per_kv, head_size, block_size):
+    num_kv_heads = 2
+    seq_lens = [1, block_size + 1, 2 * block_size + 8]       # 1 token, just over a block, 3 blocks
+    query, _, _, kv_cache, md = make_batch([1, 1, 1], seq_lens, num_heads=num_kv_heads * queries_per_kv,
+                                           num_kv_heads=num_kv_heads, head_size=head_size,
+                                           block_size=block_size, dtype=torch.float32, seed=queries_per_kv)
+    scale = head_size ** -0.5
+    out = torch.full_like(query, float("nan"))
+    paged_decode_attention(out, query, kv_cache[0], kv_cache[1], md.block_table, md.seq_lens, scale)
+    assert_close(out, reference(query, kv_cache, md, scale), torch.float32)
+
+
+@pytest.mark.parametrize("dtype,queries_per_kv,head_size,block_size", [
+    (torch.float16, 4, 80, 16), (torch.float16, 1, 128, 32), (torch.bfloat16, 2, 64, 16),
+    (torch.bfloat16, 8, 96, 32)])
+def test_decode_half_precision(dtype, queries_per_kv, head_size, block_size):
+    query, _, _, kv_cache, md = make_batch([1, 1, 1, 1], [3, 16, 40, 65], num_heads=2 * queries_per_kv,
+                                           num_kv_heads=2, head_size=head_size, block_size=block_size,
+                                           dtype=dtype)
+    scale = head_size ** -0.5
+    out = torch.empty_like(query)
+    paged_decode_attention(out, query, kv_cache[0], kv_cache[1], md.block_table, md.seq_lens, scale)
+    assert out.dtype == dtype
+    assert_close(out, reference(query, kv_cache, md, scale), dtype)
+
+
+def test_decode_empty_sequence_gives_zeros_and_stays_in_bounds():
+    query, _, _, kv_cache, md = make_batch([1, 1], [5, 18], num_heads=4, num_kv_heads=2, head_size=64,
+                                           block_size=16, dtype=torch.float32)
+    seq_lens = md.seq_lens.clone()
+    seq_lens[0] = 0                                           # a padded batch row (e.g. CUDA-graph padding)
+    out = torch.full_like(query, float("nan"))
+    paged_decode_attention(out, query, kv_cache[0], kv_cache[1], md.block_table, seq_lens, 0.125)
+    assert torch.equal(out[0], torch.zeros_like(out[0]))
+    assert_close(out[1:], reference(query, kv_cache, md, 0.125)[1:], torch.float32)
+
+
+# ---------------------------------------------------------------- prefill / chunked prefill
+
+@pytest.mark.parametrize("queries_per_kv,head_size,block_size", [
+    (1, 64, 16), (2, 80, 32), (4, 128, 16), (8, 64, 16), (3, 80, 16)])
+def test_chunked_prefill_fp32(queries_per_kv, head_size, block_size):
+    # A fresh prompt, a chunk after 23 cached tokens, a 1-token chunk after 16, and a chunk ending mid-block.
+    q_lens, seq_lens = [13, 17, 1, 20], [13, 40, 17, 2 * block_size + 5]
+    query, _, _, kv_cache, md = make_batch(q_lens, seq_lens, num_heads=2 * queries_per_kv, num_kv_heads=2,
+                                           head_size=head_size, block_size=block_size, dtype=torch.float32,
+                                           seed=queries_per_kv)
+    scale = head_size ** -0.5
+    out = torch.full_like(query, float("nan"))
+    chunked_prefill_paged_attention(out, query, kv_cache[0], kv_cache[1], md.block_table, md.seq_lens,
+                                    md.query_start_loc, md.max_query_len, scale, block_m=32)
+    assert_close(out, reference(query, kv_cache, md, scale), torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_chunked_prefill_half_precision(dtype):
+    query, _, _, kv_cache, md = make_batch([9, 24], [30, 24], num_heads=8, num_kv_heads=2, head_size=96,
+                                           block_size=16, dtype=dtype)
+    scale = 96 ** -0.5
+    out = torch.empty_like(query)
+    chunked_prefill_paged_attention(out, query, kv_cache[0], kv_cache[1], md.block_table, md.seq_lens,
+                                    md.query_start_loc, md.max_query_len, scale)
+    assert_close(out, reference(query, kv_cache, md, scale), dtype)
+
+
+def test_chunked_prefill_skips_requests_before_first_req():
+    query, _, _, kv_cache, md = make_batch([1, 1, 6, 11], [4, 20, 6, 30], num_heads=4, num_kv_heads=2,
+                                           head_size=64, block_size=16, dtype=torch.float32)
+    out = torch.full_like(query, float("nan"))
+    chunked_prefill_paged_attention(out, query, kv_cache[0], kv_cache[1], md.block_table, md.seq_lens,
+                                    md.query_start_loc, md.max_query_len, 0.125, first_req=2, num_reqs=2)
+    assert torch.isnan(out[:2]).all()                        # the decode rows are the decode kernel's
+    assert_close(out[2:], reference(query, kv_cache, md, 0.125)[2:], torch.float32)
+
+
+# ---------------------------------------------------------------- the backend
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_backend_matches_torch_backend_on_mixed_batch(dtype):
+    # Two decodes, then a chunked prefill over cached context and a fresh prompt.
+    q_lens, seq_lens = [1, 1, 10, 19], [17, 33, 26, 19]
+    query, key, value, kv_cache, md = make_batch(q_lens, seq_lens, num_heads=8, num_kv_heads=2, head_size=80,
+                                                 block_size=16, dtype=dtype)
+    # Pad the flat batch with two tokens past num_actual_tokens (as a CUDA-graph runner would).
+    pad = lambda t: torch.cat([t, torch.randn_like(t[:2])])  # noqa: E731
+    query, key, value = pad(query), pad(key), pad(value)
+    md.slot_mapping = torch.cat([md.slot_mapping, torch.full((2,), -1, dtype=torch.int64, device=DEVICE)])
+    scale = 80 ** -0.5
+    ref_cache, tri_cache = kv_cache.clone(), kv_cache.clone()
+    expected = TorchAttentionImpl(8, 80, scale, 2).forward(query.float(), key, value, ref_cache, md)
+    got = TritonAttentionImpl(8, 80, scale, 2).forward(query, key, value, tri_cache, md)
+    assert torch.equal(tri_cache, ref_cache)
+    assert got.shape == (md.num_actual_tokens, 8, 80) and got.dtype == dtype
+    assert_close(got, expected, dtype)
+
+
+def test_selector_returns_triton_backend():
+    backend = get_attn_backend("triton", DEVICE)
+    assert backend is TritonAttentionBackend and backend.name == "TRITON"
+    assert backend.get_impl_cls() is TritonAttentionImpl
+
+
+# ---------------------------------------------------------------- the benchmark script
+
+def _run_bench(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, str(REPO / "benchmarks" / "paged_attention.py"), *args],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="the CPU message is for machines without a GPU")
+def test_benchmark_says_it_needs_a_gpu_on_cpu():
+    proc = _run_bench()
+    assert proc.returncode == 0, proc.stderr
+    assert "needs a CUDA GPU" in proc.stdout
+
+
+def test_benchmark_interpret_smoke_runs():
+    proc = _run_bench("--interpret-smoke")
+    assert proc.returncode == 0, proc.stderr
+    assert "smoke ok" in proc.stdout
