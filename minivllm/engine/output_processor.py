@@ -1,0 +1,115 @@
+"""OutputProcessor (vLLM: v1/engine/output_processor.py): EngineCoreOutputs -> RequestOutputs.
+
+The frontend's half of a request: it owns detokenization, stop strings and the per-request stream.
+When a stop string matches, the request is finished here and its id returned, so the caller aborts
+it in the core (the core cannot see text).
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from minivllm.engine import EngineCoreOutput, EngineCoreRequest, FinishReason
+from minivllm.engine.detokenizer import IncrementalDetokenizer
+from minivllm.outputs import CompletionOutput, RequestOutput
+
+
+@dataclass
+class RequestState:
+    """Frontend-side state of one request."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    detokenizer: IncrementalDetokenizer
+    stream_delta: bool = False
+    queue: asyncio.Queue | None = None
+    output_token_ids: list[int] = field(default_factory=list)
+    logprobs: list[dict[int, float]] | None = None
+    cumulative_logprob: float | None = None
+    num_cached_tokens: int = 0
+    sent_tokens: int = 0
+    arrival_time: float = 0.0
+    first_token_time: float | None = None
+    last_token_time: float | None = None
+    token_times: list[float] = field(default_factory=list)
+
+
+@dataclass
+class OutputProcessorOutput:
+    request_outputs: list[RequestOutput]
+    reqs_to_abort: list[str]
+
+
+class OutputProcessor:
+    """Tracks every live request of the frontend and turns core outputs into user outputs."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.request_states: dict[str, RequestState] = {}
+
+    def add_request(self, request: EngineCoreRequest, prompt: str | None, stream_delta: bool = False,
+                    queue: asyncio.Queue | None = None) -> None:
+        if request.request_id in self.request_states:
+            raise ValueError(f"request id {request.request_id!r} is already in use")
+        params = request.sampling_params
+        self.request_states[request.request_id] = RequestState(
+            request.request_id, prompt, request.prompt_token_ids,
+            IncrementalDetokenizer(self.tokenizer, params, request.prompt_token_ids), stream_delta, queue,
+            logprobs=[] if params.logprobs is not None else None,
+            cumulative_logprob=0.0 if params.logprobs is not None else None,
+            arrival_time=request.arrival_time)
+
+    def abort_requests(self, request_ids) -> list[str]:
+        return [r for r in request_ids if self.request_states.pop(r, None) is not None]
+
+    def get_num_unfinished_requests(self) -> int:
+        return len(self.request_states)
+
+    def process_outputs(self, outputs: list[EngineCoreOutput], now: float | None = None) -> OutputProcessorOutput:
+        request_outputs: list[RequestOutput] = []
+        reqs_to_abort: list[str] = []
+        for out in outputs:
+            state = self.request_states.get(out.request_id)
+            if state is None:
+                continue  # aborted in the frontend already
+            if now is not None:
+                if state.first_token_time is None:
+                    state.first_token_time = now
+                state.last_token_time = now
+                state.token_times.append(now)
+            finish_reason, stop_reason = out.finish_reason, out.stop_reason
+            state.output_token_ids.extend(out.new_token_ids)
+            state.num_cached_tokens = out.num_cached_tokens
+            if out.new_logprobs is not None and state.logprobs is not None:
+                for tok, lp in zip(out.new_token_ids, out.new_logprobs, strict=False):
+                    state.logprobs.append(lp)
+                    state.cumulative_logprob += lp[tok]
+            # A token that stopped the request (EOS / stop_token_ids) is not part of the text.
+            stop_str = state.detokenizer.update(out.new_token_ids, finish_reason == FinishReason.STOP)
+            if stop_str is not None and finish_reason is None:
+                finish_reason, stop_reason = FinishReason.STOP, stop_str
+                reqs_to_abort.append(out.request_id)
+            ro = self._make_request_output(state, finish_reason, stop_reason)
+            if finish_reason is not None:
+                del self.request_states[out.request_id]
+            if state.queue is not None:
+                state.queue.put_nowait(ro)
+            else:
+                request_outputs.append(ro)
+        return OutputProcessorOutput(request_outputs, reqs_to_abort)
+
+    def _make_request_output(self, state: RequestState, finish_reason, stop_reason) -> RequestOutput:
+        finished = finish_reason is not None
+        delta = state.stream_delta
+        text = state.detokenizer.get_next_output_text(finished, delta)
+        token_ids = state.output_token_ids[state.sent_tokens:] if delta else list(state.output_token_ids)
+        logprobs = None
+        if state.logprobs is not None:
+            logprobs = state.logprobs[state.sent_tokens:] if delta else list(state.logprobs)
+        if delta:
+            state.sent_tokens = len(state.output_token_ids)
+        completion = CompletionOutput(0, text, token_ids, state.cumulative_logprob, logprobs,
+                                      str(finish_reason) if finished else None, stop_reason)
+        return RequestOutput(state.request_id, state.prompt, state.prompt_token_ids, [completion], finished,
+                             state.num_cached_tokens)

@@ -1,0 +1,83 @@
+"""LLM (vLLM: vllm/entrypoints/llm.py): offline batched generation with a progress bar."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tqdm.auto import tqdm
+
+from minivllm.config import EngineArgs
+from minivllm.engine.llm_engine import LLMEngine
+from minivllm.engine.processor import PromptType
+from minivllm.outputs import RequestOutput
+from minivllm.sampling_params import SamplingParams
+
+
+class LLM:
+    """LLM(model=..., **engine args).generate(prompts, sampling_params) -> list[RequestOutput].
+
+    Defaults to the tiny Shakespeare model shipped in data/.
+    """
+
+    def __init__(self, model: str | None = None, **kwargs) -> None:
+        if model is not None:
+            kwargs["model"] = model
+        step_fn = kwargs.pop("step_fn", None)
+        self.engine_args = EngineArgs.from_kwargs(**kwargs)
+        self.llm_engine = LLMEngine.from_engine_args(self.engine_args, step_fn=step_fn)
+        self._profiler = None
+
+    def get_tokenizer(self):
+        return self.llm_engine.tokenizer
+
+    def generate(self, prompts: PromptType | Sequence[PromptType],
+                 sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+                 use_tqdm: bool = True) -> list[RequestOutput]:
+        if isinstance(prompts, (str, dict)) or (isinstance(prompts, list) and prompts
+                                                  and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        prompts = list(prompts)
+        if sampling_params is None:
+            sampling_params = SamplingParams()
+        params = list(sampling_params) if isinstance(sampling_params, Sequence) else [sampling_params] * len(prompts)
+        if len(params) != len(prompts):
+            raise ValueError(f"got {len(prompts)} prompts but {len(params)} sampling params")
+        engine = self.llm_engine
+        order: dict[str, int] = {}
+        for i, (prompt, sp) in enumerate(zip(prompts, params, strict=True)):
+            try:
+                order[engine.add_request(None, prompt, sp)] = i
+            except ValueError:
+                engine.abort_request(list(order))
+                raise
+        results: list[RequestOutput | None] = [None] * len(prompts)
+        with tqdm(total=len(prompts), desc="Processed prompts", disable=not use_tqdm) as bar:
+            while engine.has_unfinished_requests():
+                for out in engine.step():
+                    if out.finished and out.request_id in order:
+                        results[order[out.request_id]] = out
+                        bar.update(1)
+        return results
+
+    def start_profile(self, path: str = "minivllm_profile.json") -> None:
+        """Start a torch.profiler run; stop_profile() writes a Chrome trace to path."""
+        import torch.profiler as tp
+        self._profile_path = path
+        self._profiler = tp.profile(activities=[tp.ProfilerActivity.CPU]
+                                    + ([tp.ProfilerActivity.CUDA] if _cuda() else []), record_shapes=True)
+        self._profiler.__enter__()
+
+    def stop_profile(self) -> str:
+        if self._profiler is None:
+            raise RuntimeError("stop_profile() called without start_profile()")
+        self._profiler.__exit__(None, None, None)
+        self._profiler.export_chrome_trace(self._profile_path)
+        self._profiler = None
+        return self._profile_path
+
+    def reset_prefix_cache(self) -> bool:
+        return self.llm_engine.engine_core.reset_prefix_cache()
+
+
+def _cuda() -> bool:
+    import torch
+    return torch.cuda.is_available()

@@ -1,0 +1,1 @@
+"""Executors: how EngineCore reaches its worker(s)."""

@@ -1,0 +1,1 @@
+"""Sampling: turn logits into tokens (and logprobs)."""

@@ -1,0 +1,100 @@
+"""Sampler (vLLM: v1/sample/sampler.py): logprobs from raw logits, then greedy or random per row.
+
+Random rows use the exponential-race trick (argmax p/q with q ~ Exp(1) is a draw from p), so a seeded
+request draws from its own generator exactly once per token, whatever batch it shares.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from minivllm.sample.metadata import SamplingMetadata
+
+
+@dataclass
+class SamplerOutput:
+    """sampled_token_ids [n]; logprobs per row (top-k plus the sampled token) or None."""
+
+    sampled_token_ids: torch.Tensor
+    logprobs: list[dict[int, float] | None] | None
+
+
+def apply_top_k_top_p(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None) -> torch.Tensor:
+    """Mask logits outside each row's top-k and nucleus top-p (k = 0 or p = 1 turns a filter off)."""
+    if k is None and p is None:
+        return logits
+    logits_sort, logits_idx = logits.sort(dim=-1, descending=False)
+    vocab = logits.shape[-1]
+    if k is not None:
+        k_eff = torch.where(k > 0, k, torch.full_like(k, vocab)).clamp(max=vocab)
+        kth = logits_sort.gather(1, (vocab - k_eff).unsqueeze(1).long())
+        logits_sort.masked_fill_(logits_sort < kth, float("-inf"))
+    if p is not None:
+        probs_sort = logits_sort.softmax(dim=-1)
+        cum = probs_sort.cumsum(dim=-1)
+        mask = cum <= (1 - p.unsqueeze(1))
+        mask[:, -1] = False  # always keep the most likely token
+        logits_sort.masked_fill_(mask, float("-inf"))
+    return logits.scatter(1, logits_idx, logits_sort)
+
+
+def apply_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """Drop tokens whose probability is below min_p times the top token's."""
+    probs = logits.softmax(dim=-1)
+    threshold = probs.amax(dim=-1, keepdim=True) * min_p.unsqueeze(1)
+    return logits.masked_fill(probs < threshold, float("-inf"))
+
+
+def random_sample(probs: torch.Tensor, generators: dict[int, torch.Generator]) -> torch.Tensor:
+    q = torch.empty_like(probs)
+    if len(generators) != probs.shape[0]:
+        q.exponential_()
+    for i, gen in generators.items():
+        q[i].exponential_(generator=gen)
+    return probs.div(q).argmax(dim=-1)
+
+
+def gather_logprobs(logprobs: torch.Tensor, sampled: torch.Tensor,
+                    num_logprobs: list[int | None]) -> list[dict[int, float] | None]:
+    """Per row: the top-n tokens' logprobs plus the sampled token's (dict in rank order)."""
+    max_n = max(n for n in num_logprobs if n is not None)
+    top_vals, top_ids = logprobs.topk(max_n, dim=-1) if max_n > 0 else (None, None)
+    sampled_lp = logprobs.gather(1, sampled.unsqueeze(1)).squeeze(1).tolist()
+    sampled_ids = sampled.tolist()
+    out: list[dict[int, float] | None] = []
+    for i, n in enumerate(num_logprobs):
+        if n is None:
+            out.append(None)
+            continue
+        d = {sampled_ids[i]: sampled_lp[i]}
+        if n > 0:
+            for tok, lp in zip(top_ids[i, :n].tolist(), top_vals[i, :n].tolist(), strict=True):
+                d.setdefault(tok, lp)
+        out.append(d)
+    return out
+
+
+class Sampler(nn.Module):
+    """Greedy and random requests in one batch; optional logprobs of the raw distribution."""
+
+    def forward(self, logits: torch.Tensor, md: SamplingMetadata) -> SamplerOutput:
+        logits = logits.float()
+        raw_logprobs = logits.log_softmax(dim=-1) if md.max_num_logprobs is not None else None
+        greedy = logits.argmax(dim=-1) if not md.all_random else None
+        if md.all_greedy:
+            sampled = greedy
+        else:
+            temp = md.temperature.clamp(min=1e-5).unsqueeze(1)
+            x = logits / temp
+            if md.min_p is not None:
+                x = apply_min_p(x, md.min_p)
+            x = apply_top_k_top_p(x, md.top_k, md.top_p)
+            sampled = random_sample(x.softmax(dim=-1), md.generators)
+            if greedy is not None:
+                sampled = torch.where(md.temperature < 1e-5, greedy, sampled)
+        logprobs = None
+        if raw_logprobs is not None:
+            logprobs = gather_logprobs(raw_logprobs, sampled, md.num_logprobs)
+        return SamplerOutput(sampled, logprobs)

@@ -1,0 +1,133 @@
+"""InputBatch: the persistent batch (vLLM: v1/worker/gpu_input_batch.py).
+
+Rows persist across steps, so a decode step only writes what changed (one token, maybe a block id)
+instead of rebuilding every request's state. The runner is its only writer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from minivllm.sampling_params import SamplingParams
+
+
+@dataclass
+class CachedRequestState:
+    """The worker's own copy of a request: enough to rebuild its row after preemption."""
+
+    req_id: str
+    prompt_token_ids: list[int]
+    sampling_params: SamplingParams
+    generator: torch.Generator | None
+    block_ids: list[int]
+    num_computed_tokens: int
+    output_token_ids: list[int] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+
+class InputBatch:
+    """Fixed-capacity rows of token ids, block tables and sampling params; holes are condensed away."""
+
+    def __init__(self, max_num_reqs: int, max_model_len: int, block_size: int) -> None:
+        self.max_num_reqs = max_num_reqs
+        self.max_model_len = max_model_len
+        self.max_num_blocks_per_req = -(max_model_len // -block_size)
+        self.req_ids: list[str | None] = []
+        self.req_id_to_index: dict[str, int] = {}
+        self.token_ids_cpu = np.zeros((max_num_reqs, max_model_len), dtype=np.int64)
+        self.num_tokens = np.zeros(max_num_reqs, dtype=np.int64)
+        self.num_computed_tokens_cpu = np.zeros(max_num_reqs, dtype=np.int64)
+        self.block_table = np.zeros((max_num_reqs, self.max_num_blocks_per_req), dtype=np.int32)
+        self.num_blocks = np.zeros(max_num_reqs, dtype=np.int64)
+        self.temperature = np.ones(max_num_reqs, dtype=np.float32)
+        self.top_p = np.ones(max_num_reqs, dtype=np.float32)
+        self.top_k = np.zeros(max_num_reqs, dtype=np.int64)
+        self.min_p = np.zeros(max_num_reqs, dtype=np.float32)
+        self.num_logprobs: list[int | None] = [None] * max_num_reqs
+        self.generators: dict[int, torch.Generator] = {}
+
+    @property
+    def num_reqs(self) -> int:
+        return len(self.req_id_to_index)
+
+    def add_request(self, state: CachedRequestState) -> int:
+        if None in self.req_ids:
+            idx = self.req_ids.index(None)
+            self.req_ids[idx] = state.req_id
+        else:
+            idx = len(self.req_ids)
+            if idx >= self.max_num_reqs:
+                raise RuntimeError(f"InputBatch is full ({self.max_num_reqs} rows)")
+            self.req_ids.append(state.req_id)
+        self.req_id_to_index[state.req_id] = idx
+        n_prompt = len(state.prompt_token_ids)
+        self.token_ids_cpu[idx, :n_prompt] = state.prompt_token_ids
+        self.token_ids_cpu[idx, n_prompt:state.num_tokens] = state.output_token_ids
+        self.num_tokens[idx] = state.num_tokens
+        self.num_computed_tokens_cpu[idx] = state.num_computed_tokens
+        self.num_blocks[idx] = 0
+        self.append_block_ids(idx, state.block_ids)
+        sp = state.sampling_params
+        self.temperature[idx] = sp.temperature
+        self.top_p[idx] = sp.top_p
+        self.top_k[idx] = sp.top_k
+        self.min_p[idx] = sp.min_p
+        self.num_logprobs[idx] = sp.logprobs
+        if state.generator is not None:
+            self.generators[idx] = state.generator
+        return idx
+
+    def append_block_ids(self, idx: int, block_ids: list[int]) -> None:
+        start = self.num_blocks[idx]
+        self.block_table[idx, start:start + len(block_ids)] = block_ids
+        self.num_blocks[idx] = start + len(block_ids)
+
+    def append_token(self, idx: int, token_id: int) -> None:
+        n = self.num_tokens[idx]
+        if n < self.max_model_len:
+            self.token_ids_cpu[idx, n] = token_id
+        self.num_tokens[idx] = n + 1
+
+    def remove_request(self, req_id: str) -> int | None:
+        idx = self.req_id_to_index.pop(req_id, None)
+        if idx is None:
+            return None
+        self.req_ids[idx] = None
+        self.generators.pop(idx, None)
+        self.num_logprobs[idx] = None
+        return idx
+
+    def swap_states(self, i: int, j: int) -> None:
+        ri, rj = self.req_ids[i], self.req_ids[j]
+        self.req_ids[i], self.req_ids[j] = rj, ri
+        if ri is not None:
+            self.req_id_to_index[ri] = j
+        if rj is not None:
+            self.req_id_to_index[rj] = i
+        for arr in (self.token_ids_cpu, self.num_tokens, self.num_computed_tokens_cpu, self.block_table,
+                    self.num_blocks, self.temperature, self.top_p, self.top_k, self.min_p):
+            arr[[i, j]] = arr[[j, i]]
+        self.num_logprobs[i], self.num_logprobs[j] = self.num_logprobs[j], self.num_logprobs[i]
+        gi, gj = self.generators.pop(i, None), self.generators.pop(j, None)
+        if gj is not None:
+            self.generators[i] = gj
+        if gi is not None:
+            self.generators[j] = gi
+
+    def condense(self) -> None:
+        """Move the last rows into holes so rows [0, num_reqs) are all live."""
+        holes = [i for i, r in enumerate(self.req_ids) if r is None]
+        for hole in holes:
+            while self.req_ids and self.req_ids[-1] is None:
+                self.req_ids.pop()
+            if hole >= len(self.req_ids):
+                break
+            self.swap_states(hole, len(self.req_ids) - 1)
+            self.req_ids.pop()
+        while self.req_ids and self.req_ids[-1] is None:
+            self.req_ids.pop()

@@ -1,0 +1,66 @@
+"""Worker (vLLM: v1/worker/gpu_worker.py): one device, its model runner, and KV cache sizing."""
+from __future__ import annotations
+
+import torch
+
+from minivllm.config import VllmConfig
+from minivllm.core.sched.output import SchedulerOutput
+from minivllm.tracing import Tracer
+from minivllm.utils import cdiv
+from minivllm.worker.gpu_model_runner import GPUModelRunner
+from minivllm.worker.outputs import ModelRunnerOutput
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} asked for, but torch sees no CUDA device")
+    return torch.device(device)
+
+
+class Worker:
+    """Owns the device: loads the model, sizes and allocates the KV cache, runs steps."""
+
+    def __init__(self, vllm_config: VllmConfig, tracer: Tracer | None = None) -> None:
+        self.vllm_config = vllm_config
+        self.device = resolve_device(vllm_config.device)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        torch.manual_seed(vllm_config.model_config.seed)
+        self.model_runner = GPUModelRunner(vllm_config, self.device, tracer)
+
+    def load_model(self) -> None:
+        self.model_runner.load_model()
+
+    def determine_num_available_blocks(self) -> int:
+        """How many KV blocks fit: a byte budget on CPU, a share of free memory on CUDA.
+
+        Capped at what max_num_seqs requests of max_model_len tokens could ever use (+ the null block).
+        """
+        cc, sc = self.vllm_config.cache_config, self.vllm_config.scheduler_config
+        if cc.num_gpu_blocks is not None:
+            return cc.num_gpu_blocks
+        runner = self.model_runner
+        per_block = runner.get_kv_cache_bytes_per_block()
+        if self.device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(self.device)
+            cfg = runner.hf_config
+            activations = 4 * sc.max_num_batched_tokens * (cfg.vocab_size + 4 * cfg.intermediate_size) * 4
+            budget = int(total * cc.gpu_memory_utilization) - (total - free) - activations
+        else:
+            budget = cc.kv_cache_memory_bytes
+        needed = sc.max_num_seqs * cdiv(sc.max_model_len, cc.block_size) + 1
+        num_blocks = min(budget // per_block, needed)
+        if num_blocks < 2:
+            raise ValueError(f"the KV cache budget ({budget} bytes) holds fewer than 2 blocks of {per_block} bytes")
+        return int(num_blocks)
+
+    def initialize_cache(self, num_gpu_blocks: int) -> None:
+        self.model_runner.initialize_kv_cache(num_gpu_blocks)
+
+    def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput | None:
+        return self.model_runner.execute_model(scheduler_output)
+
+    def sample_tokens(self, grammar_output) -> ModelRunnerOutput:
+        return self.model_runner.sample_tokens(grammar_output)
