@@ -1,0 +1,111 @@
+"""minivllm's Llama / Qwen2 / Qwen3 against transformers on tiny random checkpoints (fp32, atol 1e-4).
+
+Each model runs over the paged KV cache as the runner drives it: one full prefill, a prefill split into
+two chunks (the second reads the first's cached K/V), then single-token decodes.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+from tiny_models import DEFAULT_MODEL, TINY_VARIANTS, make_tiny_model
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from minivllm.attention.backends.abstract import AttentionMetadata
+from minivllm.attention.backends.torch_attn import TorchAttentionBackend
+from minivllm.model_executor import get_model, load_hf_config
+from minivllm.model_executor.models import get_model_architecture
+
+BLOCK_SIZE = 16
+PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks? It is the east, and Juliet"
+ATOL = 1e-4
+
+
+def one_request_metadata(start: int, end: int, num_blocks: int) -> AttentionMetadata:
+    """Tokens [start, end) of one request whose blocks are 1..num_blocks (block 0 left unused)."""
+    block_table = torch.arange(1, num_blocks + 1, dtype=torch.int32)[None]
+    pos = torch.arange(start, end)
+    slot_mapping = block_table[0, pos // BLOCK_SIZE].long() * BLOCK_SIZE + pos % BLOCK_SIZE
+    is_decode = end - start == 1 and start > 0
+    qsl = torch.tensor([0, end - start], dtype=torch.int32)
+    seq_lens = torch.tensor([end], dtype=torch.int32)
+    return AttentionMetadata(
+        num_actual_tokens=end - start, max_query_len=end - start, query_start_loc=qsl, max_seq_len=end,
+        seq_lens=seq_lens, block_table=block_table, slot_mapping=slot_mapping, num_decodes=int(is_decode),
+        num_decode_tokens=int(is_decode), num_prefills=int(not is_decode), query_start_loc_cpu=qsl,
+        seq_lens_cpu=seq_lens)
+
+
+class PagedRunner:
+    """Drives a minivllm model over one request's token chunks with its own KV cache."""
+
+    def __init__(self, model, num_blocks: int) -> None:
+        cfg = model.config
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        shape = TorchAttentionBackend.get_kv_cache_shape(num_blocks + 1, BLOCK_SIZE, cfg.num_key_value_heads,
+                                                         head_dim)
+        self.model, self.num_blocks = model, num_blocks
+        self.kv_caches = [torch.zeros(shape) for _ in range(cfg.num_hidden_layers)]
+
+    @torch.no_grad()
+    def __call__(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        end = start + len(ids)
+        md = one_request_metadata(start, end, self.num_blocks)
+        hidden = self.model(ids, torch.arange(start, end), self.kv_caches, md)
+        return self.model.compute_logits(hidden)
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny")
+    dirs = {v: make_tiny_model(v, root / v) for v in TINY_VARIANTS}
+    return dirs | {"default": str(DEFAULT_MODEL)}
+
+
+@pytest.mark.parametrize("variant", [*TINY_VARIANTS, "default"])
+def test_matches_hf(model_dirs, variant):
+    path = model_dirs[variant]
+    ids = AutoTokenizer.from_pretrained(path)(PROMPT, return_tensors="pt").input_ids[0]
+    assert 15 <= len(ids) <= 30
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model = get_model(path, torch.float32, "cpu", TorchAttentionBackend)
+    num_decode, n = 4, len(ids)
+    num_blocks = -(-(n + num_decode) // BLOCK_SIZE)
+    with torch.no_grad():
+        expected = hf(ids[None]).logits[0]
+
+    full = PagedRunner(model, num_blocks)(ids, 0)
+    torch.testing.assert_close(full, expected, atol=ATOL, rtol=0)
+
+    chunked = PagedRunner(model, num_blocks)
+    logits = torch.cat([chunked(ids[:13], 0), chunked(ids[13:], 13)])
+    torch.testing.assert_close(logits, expected, atol=ATOL, rtol=0)
+
+    seq = ids
+    for _ in range(num_decode):
+        nxt = logits[-1].argmax()[None]
+        logits = chunked(nxt, len(seq))
+        seq = torch.cat([seq, nxt])
+        with torch.no_grad():
+            expected = hf(seq[None]).logits[0, -1:]
+        torch.testing.assert_close(logits, expected, atol=ATOL, rtol=0)
+
+
+def test_missing_folder_fails_fast_offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for name in ["/no/such/model/folder", "no-such-org/no-such-model"]:
+        t0 = time.monotonic()
+        with pytest.raises(ValueError, match="unreachable"):
+            get_model(name, torch.float32, "cpu", TorchAttentionBackend)
+        assert time.monotonic() - t0 < 5
+
+
+def test_unsupported_architecture(model_dirs, tmp_path):
+    cfg = json.loads((DEFAULT_MODEL / "config.json").read_text()) | {"architectures": ["GPT2LMHeadModel"]}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="LlamaForCausalLM"):
+        get_model_architecture(load_hf_config(str(tmp_path)))
+    with pytest.raises(ValueError, match="GPT2LMHeadModel"):
+        get_model(str(tmp_path), torch.float32, "cpu", TorchAttentionBackend)
