@@ -59,7 +59,7 @@ class GPUModelRunner:
         path = resolve_model_path(self.vllm_config.model_config.model)
         hf_config = load_hf_config(path)
         self.dtype = resolve_dtype(self.vllm_config.model_config.dtype,
-                                   getattr(hf_config, "torch_dtype", None) or getattr(hf_config, "dtype", None),
+                                   getattr(hf_config, "dtype", None) or getattr(hf_config, "torch_dtype", None),
                                    self.device)
         self.model = get_model(path, self.dtype, self.device, self.attn_backend)
         self.hf_config = self.model.config

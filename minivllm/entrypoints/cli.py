@@ -1,0 +1,77 @@
+"""The `minivllm` command: generate (offline), serve (OpenAI server), bench (serving benchmark)."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from minivllm.config import EngineArgs
+
+
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    """Engine flags shared by every subcommand (names follow vLLM's CLI)."""
+    d = EngineArgs()
+    p.add_argument("--device", default=d.device, help="auto | cpu | cuda")
+    p.add_argument("--attention-backend", default=d.attention_backend, help="auto | torch | triton")
+    p.add_argument("--dtype", default=d.dtype)
+    p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs)
+    p.add_argument("--max-num-batched-tokens", type=int, default=None)
+    p.add_argument("--block-size", type=int, default=d.block_size)
+    p.add_argument("--no-enable-prefix-caching", dest="enable_prefix_caching", action="store_false")
+    p.add_argument("--seed", type=int, default=d.seed)
+
+
+def engine_kwargs(args: argparse.Namespace) -> dict:
+    keys = ("device", "attention_backend", "dtype", "max_model_len", "max_num_seqs", "max_num_batched_tokens",
+            "block_size", "enable_prefix_caching", "seed")
+    kw = {k: getattr(args, k) for k in keys}
+    if getattr(args, "model", None):
+        kw["model"] = args.model
+    return kw
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from minivllm.entrypoints.llm import LLM
+    from minivllm.sampling_params import SamplingParams
+    llm = LLM(**engine_kwargs(args))
+    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
+                            top_k=args.top_k, seed=args.sample_seed)
+    prompts = args.prompt or ["ROMEO:"]
+    t0 = time.perf_counter()
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    dt = time.perf_counter() - t0
+    n = sum(len(o.outputs[0].token_ids) for o in outputs)
+    for o in outputs:
+        print(f"--- prompt: {o.prompt!r}\n{o.prompt}{o.outputs[0].text}\n")
+    print(f"[{len(outputs)} request(s), {n} tokens in {dt:.2f} s: {n / dt:.1f} tok/s]", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="minivllm", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate", help="generate text offline with the LLM API")
+    g.add_argument("--model", default=None, help="HF model folder (default: the model in data/)")
+    g.add_argument("--prompt", action="append", help="a prompt (repeat for a batch)")
+    g.add_argument("--max-tokens", type=int, default=64)
+    g.add_argument("--temperature", type=float, default=0.8)
+    g.add_argument("--top-p", type=float, default=0.95)
+    g.add_argument("--top-k", type=int, default=0)
+    g.add_argument("--sample-seed", type=int, default=0, help="per-request sampling seed")
+    add_engine_args(g)
+    g.set_defaults(func=cmd_generate)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ValueError as e:
+        print(f"minivllm: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
