@@ -103,6 +103,20 @@ def dot_config(cache_dtype: torch.dtype, device: torch.device) -> tuple[tl.dtype
     return _TL_DTYPES[cache_dtype], "tf32"
 
 
+def check_kv_cache(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+    """The layout every kernel here assumes; a clear error beats a wrong pointer."""
+    block_size = k_cache.shape[1]
+    if block_size & (block_size - 1) or (k_cache.is_cuda and block_size < 16):
+        raise ValueError(f"block_size must be a power of two (>= 16 on CUDA, for tl.dot), got {block_size}")
+    assert v_cache.shape == k_cache.shape and v_cache.stride() == k_cache.stride()
+    assert k_cache.stride(-1) == 1, "the head dimension of the KV cache must be contiguous"
+
+
+def head_dim_pad(head_size: int) -> int:
+    """head_size rounded up to a power of two, and to 16 at least (tl.dot's smallest K on GPU)."""
+    return max(16, triton.next_power_of_2(head_size))
+
+
 def paged_decode_attention(out: torch.Tensor, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_table: torch.Tensor, seq_lens: torch.Tensor, scale: float,
                            num_warps: int = 4) -> torch.Tensor:
@@ -114,9 +128,9 @@ def paged_decode_attention(out: torch.Tensor, query: torch.Tensor, k_cache: torc
     num_seqs, num_heads, head_size = query.shape
     _, block_size, num_kv_heads, cache_head_size = k_cache.shape
     assert cache_head_size == head_size and num_heads % num_kv_heads == 0
-    assert out.shape == query.shape and v_cache.shape == k_cache.shape and v_cache.stride() == k_cache.stride()
-    assert block_table.shape[0] >= num_seqs and seq_lens.shape[0] >= num_seqs
-    assert query.stride(-1) == 1 and out.stride(-1) == 1 and k_cache.stride(-1) == 1 and block_table.stride(-1) == 1
+    check_kv_cache(k_cache, v_cache)
+    assert out.shape == query.shape and block_table.shape[0] >= num_seqs and seq_lens.shape[0] >= num_seqs
+    assert query.stride(-1) == 1 and out.stride(-1) == 1 and block_table.stride(-1) == 1
     if num_seqs == 0:
         return out
     queries_per_kv = num_heads // num_kv_heads
@@ -130,7 +144,7 @@ def paged_decode_attention(out: torch.Tensor, query: torch.Tensor, k_cache: torc
         head_size,
         QUERIES_PER_KV=queries_per_kv,
         GROUP_PAD=max(16, triton.next_power_of_2(queries_per_kv)),
-        HEAD_DIM_PAD=triton.next_power_of_2(head_size),
+        HEAD_DIM_PAD=head_dim_pad(head_size),
         BLOCK_SIZE=block_size,
         COMPUTE_DTYPE=compute_dtype,
         DOT_PRECISION=dot_precision,

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from minivllm.attention.ops.triton_decode_attention import dot_config
+from minivllm.attention.ops.triton_decode_attention import check_kv_cache, dot_config, head_dim_pad
 
 
 @triton.jit
@@ -117,8 +117,9 @@ def chunked_prefill_paged_attention(out: torch.Tensor, query: torch.Tensor, k_ca
     num_tokens, num_heads, head_size = query.shape
     _, block_size, num_kv_heads, cache_head_size = k_cache.shape
     assert cache_head_size == head_size and num_heads % num_kv_heads == 0
-    assert out.shape == query.shape and v_cache.shape == k_cache.shape and v_cache.stride() == k_cache.stride()
-    assert query.stride(-1) == 1 and out.stride(-1) == 1 and k_cache.stride(-1) == 1 and block_table.stride(-1) == 1
+    check_kv_cache(k_cache, v_cache)
+    assert out.shape == query.shape
+    assert query.stride(-1) == 1 and out.stride(-1) == 1 and block_table.stride(-1) == 1
     if num_reqs is None:
         num_reqs = seq_lens.shape[0] - first_req
     if num_reqs == 0 or max_query_len == 0:
@@ -138,7 +139,7 @@ def chunked_prefill_paged_attention(out: torch.Tensor, query: torch.Tensor, k_ca
         QUERIES_PER_KV=queries_per_kv,
         BLOCK_Q=block_q,
         BLOCK_M=block_m,
-        HEAD_DIM_PAD=triton.next_power_of_2(head_size),
+        HEAD_DIM_PAD=head_dim_pad(head_size),
         BLOCK_SIZE=block_size,
         COMPUTE_DTYPE=compute_dtype,
         DOT_PRECISION=dot_precision,
