@@ -173,7 +173,8 @@ class Scheduler(SchedulerInterface):
         req_id_to_index = model_runner_output.req_id_to_index
         requests = self.requests
         outputs: list[EngineCoreOutput] = []
-        stopped: set[Request] = set()
+        stopped_running: set[Request] = set()
+        stopped_preempted: set[Request] = set()
         for req_id in scheduler_output.num_scheduled_tokens:
             request = requests.get(req_id)
             if request is None or request.is_finished():
@@ -182,6 +183,7 @@ class Scheduler(SchedulerInterface):
             generated = sampled_token_ids[req_index] if req_index is not None else ()
             if not generated:
                 continue  # a partial prefill produces no token
+            was_running = request.status == RequestStatus.RUNNING
             new_token_ids = []
             finished = False
             for token_id in generated:
@@ -194,14 +196,17 @@ class Scheduler(SchedulerInterface):
             if logprobs is not None and logprobs[req_index] is not None:
                 new_logprobs = logprobs[req_index][:len(new_token_ids)]
             if finished:
-                stopped.add(request)
+                (stopped_running if was_running else stopped_preempted).add(request)
                 self._free_request(request)
             outputs.append(EngineCoreOutput(
                 req_id, new_token_ids, new_logprobs,
                 request.get_finished_reason() if finished else None,
                 request.stop_reason, max(request.num_cached_tokens, 0)))
-        if stopped:
-            self.running = [r for r in self.running if r not in stopped]
+        if stopped_running:
+            self.running = [r for r in self.running if r not in stopped_running]
+        if stopped_preempted:
+            # Rare: preempted while its step ran, then finished by that step's late token.
+            self.waiting = deque(r for r in self.waiting if r not in stopped_preempted)
         return EngineCoreOutputs(outputs=outputs,
                                  scheduler_stats=self.make_stats() if self.log_stats else None)
 
