@@ -236,8 +236,10 @@ def test_selector_returns_triton_backend():
 # ---------------------------------------------------------------- compiling for a real GPU
 
 # The interpreter runs numpy, so it cannot see what only the GPU compiler checks (tl.dot shapes and
-# dtypes, layouts, register pressure). Compile every kernel ahead of time for sm_90 (H100/H200) with the
-# ptxas bundled in the triton wheel: no GPU needed. In a subprocess, since TRITON_INTERPRET is set here.
+# dtypes, layouts, vector widths). Compile every kernel ahead of time for sm_90 (H100/H200) with the
+# ptxas bundled in the triton wheel: no GPU needed. Pointers and the int arguments that are multiples of
+# 16 in a real launch get the divisibility hint the JIT would give them. In a subprocess, since
+# TRITON_INTERPRET is set here.
 _AOT_SCRIPT = """
 import triton, triton.language as tl
 from triton.backends.compiler import GPUTarget
@@ -246,22 +248,28 @@ from minivllm.attention.ops import triton_decode_attention as D, triton_prefill_
 from minivllm.attention.ops import triton_reshape_and_cache as R
 
 def compile_for_sm90(kernel, ptr_dtype, constexprs):
-    ptrs = {"block_table_ptr": "*i32", "seq_lens_ptr": "*i32", "query_start_loc_ptr": "*i32",
-            "slot_mapping_ptr": "*i64", "scale": "fp32"}
-    sig = {n: "constexpr" if n in constexprs else ptrs.get(n, "*" + ptr_dtype if n.endswith("_ptr") else "i32")
-           for n in kernel.arg_names}
-    consts = {(kernel.arg_names.index(k),): v for k, v in constexprs.items()}
-    triton.compile(ASTSource(kernel, sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
-                   options={"num_warps": 4})
+    types = {"block_table_ptr": "*i32", "seq_lens_ptr": "*i32", "query_start_loc_ptr": "*i32",
+             "slot_mapping_ptr": "*i64", "scale": "fp32", "first_req": "i32"}
+    names = kernel.arg_names
+    sig = {n: "constexpr" if n in constexprs else types.get(n, "*" + ptr_dtype if n.endswith("_ptr") else "i32")
+           for n in names}
+    div16 = [n for n in names if sig[n] != "constexpr" and (n.endswith("_ptr") or sig[n] == "i32")
+             and n not in ("first_req", "num_kv_heads")]
+    src = ASTSource(kernel, sig, constexprs={(names.index(k),): v for k, v in constexprs.items()},
+                    attrs={(names.index(n),): [["tt.divisibility", 16]] for n in div16})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
 
 for ptr_dtype, tl_dtype in [("fp32", tl.float32), ("fp16", tl.float16), ("bf16", tl.bfloat16)]:
     compute = dict(COMPUTE_DTYPE=tl.float32 if ptr_dtype == "fp32" else tl_dtype,
                    DOT_PRECISION="ieee" if ptr_dtype == "fp32" else "tf32")
-    compile_for_sm90(D._paged_decode_attention_kernel, ptr_dtype, dict(
+    decode = compile_for_sm90(D._paged_decode_attention_kernel, ptr_dtype, dict(
         QUERIES_PER_KV=4, GROUP_PAD=16, HEAD_DIM_PAD=128, BLOCK_SIZE=16, **compute))
     compile_for_sm90(P._chunked_prefill_paged_attention_kernel, ptr_dtype, dict(
         QUERIES_PER_KV=2, BLOCK_Q=32, BLOCK_M=64, HEAD_DIM_PAD=128, BLOCK_SIZE=32, **compute))
     compile_for_sm90(R._reshape_and_cache_kernel, ptr_dtype, dict(BLOCK_SIZE=16, HEADS_PAD=8, HEAD_DIM_PAD=128))
+    if ptr_dtype == "bf16":   # decode streams K/V: 16-byte vectors, prefetched by cp.async, on tensor cores
+        ptx = decode.asm["ptx"]
+        assert "cp.async.cg.shared.global" in ptx and "mma.sync" in ptx, "decode lost its streaming loads"
 print("compiled")
 """
 
