@@ -1,0 +1,58 @@
+"""python -m autograder {build,check,grade,feedback} — the course's one command line."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="solutions/*.py -> solutions/*.ipynb and notebooks/ (nbgrader release)")
+    b.add_argument("lessons", nargs="*", help="lesson ids (default: every solutions/lessonNN/)")
+    b.add_argument("--check", action="store_true", help="write nothing; exit 1 if a generated file is stale")
+    c = sub.add_parser("check", help="self-check a notebook without nbgrader (e.g. in Colab)")
+    c.add_argument("lesson", help="lesson id, e.g. lesson01")
+    c.add_argument("notebook", type=Path, help="the student's .ipynb")
+    g = sub.add_parser("grade", help="autograde every submission with nbgrader; CSV + table")
+    g.add_argument("submissions", type=Path, help="folder of <student>/<lessonNN>/<lessonNN>.ipynb")
+    g.add_argument("--lesson", action="append", help="only these lessons (repeatable)")
+    g.add_argument("--course", type=Path, default=Path("minivllm-course"), help="course folder to build/use")
+    g.add_argument("--csv", type=Path, default=Path("grades.csv"))
+    f = sub.add_parser("feedback", help="nbgrader HTML feedback for a course folder that `grade` built")
+    f.add_argument("--course", type=Path, default=Path("minivllm-course"))
+    f.add_argument("--lesson", action="append")
+    args = ap.parse_args(argv)
+
+    if args.cmd == "build":
+        from autograder.build import build
+
+        stale = build(check=args.check, lessons=args.lessons or None)
+        verb = "stale" if args.check else "written"
+        for rel in stale:
+            print(f"{verb}: {rel}")
+        if args.check and stale:
+            print("notebooks are stale: run `python -m autograder build`", file=sys.stderr)
+            return 1
+        if not stale:
+            print("up to date")
+        return 0
+    if args.cmd == "check":
+        from autograder.common import self_check
+
+        return 0 if self_check(args.lesson, notebook=args.notebook) else 1
+    if args.cmd == "grade":
+        from autograder.grading import grade
+
+        grade(args.submissions, args.course.resolve(), args.csv, args.lesson)
+        return 0
+    if args.cmd == "feedback":
+        from autograder.grading import feedback
+
+        return 0 if feedback(args.course.resolve(), args.lesson) else 1
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""What every lesson's checks share: the blank, the parts of a score, and running them on a notebook.
+
+A lesson module (autograder/lessonNN.py) defines ``LESSON = Lesson(...)``; its grade cells call the
+same check functions the self-check calls, so nbgrader and ``python -m autograder check`` agree.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import json
+import re
+import traceback
+import unicodedata
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SOLUTIONS = REPO / "solutions"
+NOTEBOOKS = REPO / "notebooks"
+LESSON_RE = re.compile(r"^lesson\d\d$")
+
+
+class BlankNotFilled(NotImplementedError):
+    """Raised when code touches a ``______`` the student has not filled in."""
+
+
+class _Blank:
+    """The value of ``______`` in a student notebook: any use of it says which blank is still empty."""
+
+    _MSG = "还有空 ______ 没有填写：把它换成正确的表达式后再运行。"
+
+    def _fail(self, *args, **kwargs):
+        raise BlankNotFilled(self._MSG)
+
+    __call__ = __getitem__ = __iter__ = __bool__ = __len__ = _fail
+    __add__ = __radd__ = __lt__ = __gt__ = __le__ = __ge__ = _fail
+
+    def __repr__(self) -> str:
+        return "______"
+
+
+______ = _Blank()
+
+
+class CheckFailed(AssertionError):
+    """A check's verdict: what was expected, what came, and where. Never a stack trace from our plumbing."""
+
+
+def expect(cond: bool, msg: str) -> None:
+    if not cond:
+        raise CheckFailed(msg)
+
+
+@dataclass
+class Part:
+    """One graded part. ``check`` takes the objects named in ``needs`` and raises CheckFailed on a wrong answer;
+    ``check is None`` marks a manually graded part (a task cell in the notebook)."""
+
+    grade_id: str
+    title: str
+    points: int
+    check: Callable | None = None
+    needs: tuple[str, ...] = ()
+    group: str = "code"
+
+    @property
+    def manual(self) -> bool:
+        return self.check is None
+
+
+@dataclass
+class Lesson:
+    """A lesson's graded parts and its pass mark; ``lesson_id`` matches solutions/<lesson_id>/."""
+
+    lesson_id: str
+    title: str
+    parts: list[Part]
+    pass_mark: int = 8
+    total: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.total = sum(p.points for p in self.parts)
+
+    def part(self, grade_id: str) -> Part:
+        return next(p for p in self.parts if p.grade_id == grade_id)
+
+
+@dataclass
+class PartResult:
+    part: Part
+    score: float | None  # None: manual, pending
+    message: str = ""
+
+
+def discover_lessons(root: Path = REPO) -> list[str]:
+    """Lesson ids, found by folder: solutions/lessonNN/lessonNN.py."""
+    sol = root / "solutions"
+    return sorted(p.name for p in sol.iterdir() if LESSON_RE.match(p.name) and (p / f"{p.name}.py").exists())
+
+
+def load_lesson(lesson_id: str) -> Lesson:
+    if not LESSON_RE.match(lesson_id):
+        raise SystemExit(f"unknown lesson {lesson_id!r}: expected lessonNN, e.g. lesson01")
+    return importlib.import_module(f"autograder.{lesson_id}").LESSON
+
+
+def run_part(part: Part, namespace: dict) -> PartResult:
+    """Run one automatic part on a namespace; any exception is a failed part, reported in one line."""
+    missing = [n for n in part.needs if n not in namespace]
+    if missing:
+        return PartResult(part, 0, f"笔记本里没有定义 {', '.join(missing)}（对应单元格没有运行或出错）")
+    sink = io.StringIO()
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            warnings.simplefilter("ignore")
+            part.check(*(namespace[n] for n in part.needs))
+    except CheckFailed as e:
+        return PartResult(part, 0, str(e))
+    except BlankNotFilled as e:
+        return PartResult(part, 0, str(e))
+    except AssertionError as e:
+        return PartResult(part, 0, f"断言失败：{e}" if str(e) else "断言失败")
+    except Exception as e:  # the student's code raised: show its last frame, not ours
+        tb = traceback.extract_tb(e.__traceback__)
+        where = next((f"（{f.name}，第 {f.lineno} 行）" for f in reversed(tb) if f.filename.startswith("<cell")), "")
+        return PartResult(part, 0, f"{type(e).__name__}: {e}{where}")
+    return PartResult(part, part.points, "通过")
+
+
+def grade_namespace(lesson: Lesson, namespace: dict) -> list[PartResult]:
+    return [PartResult(p, None, "待人工评分") if p.manual else run_part(p, namespace) for p in lesson.parts]
+
+
+def _to_python(source: str) -> str:
+    """IPython syntax (magics, !shell) to plain Python, when IPython is there to do it."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+    except ImportError:
+        return source
+    return TransformerManager().transform_cell(source)
+
+
+def student_namespace(nb_path: Path) -> tuple[dict, list[str]]:
+    """Execute the notebook's answer cells (nbgrader solution cells) in a fresh namespace.
+
+    Only answer cells run: demos and figures are skipped, so the self-check takes seconds.
+    Returns the namespace and one line per cell that raised.
+    """
+    nb = json.loads(Path(nb_path).read_text(encoding="utf-8"))
+    ns: dict = {"__name__": "__student__", "______": ______}
+    errors = []
+    for i, cell in enumerate(nb["cells"]):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell["cell_type"] != "code" or not meta.get("solution"):
+            continue
+        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        try:
+            code = compile(_to_python(src), f"<cell {meta.get('grade_id', i)}>", "exec")
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                exec(code, ns)
+        except Exception as e:
+            errors.append(f"单元格 {meta.get('grade_id', i)} 运行出错：{type(e).__name__}: {e}")
+    return ns, errors
+
+
+def pad(text: str, width: int) -> str:
+    """Left-justify counting CJK characters as two columns."""
+    cols = sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+    return text + " " * max(1, width - cols)
+
+
+def format_report(lesson: Lesson, results: list[PartResult]) -> tuple[str, bool]:
+    """A table of points per part out of the lesson's total, and the pass verdict at the pass mark."""
+    lines = [f"{lesson.lesson_id} 自检：{lesson.title}", f"{pad('部分', 18)}{pad('得分', 6)}说明"]
+    for r in results:
+        score = "-" if r.score is None else f"{r.score:g}"
+        lines.append(f"{pad(r.part.title, 18)}{pad(score + '/' + str(r.part.points), 6)}{r.message}")
+    code = [r for r in results if not r.part.manual]
+    got = sum(r.score for r in code)
+    code_max = sum(r.part.points for r in code)
+    pending = sum(r.part.points for r in results if r.score is None)
+    best = got + pending
+    lines.append(f"代码 {got:g}/{code_max}；人工评分 {pending} 分待评；通过线 {lesson.pass_mark}/{lesson.total}。")
+    if best < lesson.pass_mark:
+        lines.append(f"结论：未通过（即使人工部分满分，最多 {best:g}/{lesson.total}）。")
+    else:
+        need = lesson.pass_mark - got
+        lines.append(f"结论：代码部分已达标；人工部分（Q1–Q3）至少还需 {need:g} 分才能通过。")
+    return "\n".join(lines), all(r.score == r.part.points for r in code)
+
+
+def self_check(lesson_id: str, namespace: dict | None = None, notebook: str | Path | None = None) -> bool:
+    """Print the self-check table for a live namespace (inside the notebook) or a notebook file."""
+    lesson = load_lesson(lesson_id)
+    errors: list[str] = []
+    if namespace is None:
+        namespace, errors = student_namespace(Path(notebook))
+    text, ok = format_report(lesson, grade_namespace(lesson, namespace))
+    print("\n".join(errors + [text]))
+    return ok

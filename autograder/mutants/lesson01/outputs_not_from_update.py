@@ -1,0 +1,23 @@
+"""Wrong: calls update() but builds the outputs itself from the raw model output."""
+
+
+def engine_core_step(has_requests, schedule, execute_async,
+                     get_grammar, process_aborts, update):
+    trace = []
+    if not has_requests:
+        return {}, False, trace
+
+    plan = schedule()
+    trace.append("schedule")
+    future = execute_async(plan)
+    trace.append("execute")
+    grammar = get_grammar(plan)
+    trace.append("grammar")
+    model_output = future()
+    trace.append("wait")
+    process_aborts()
+    trace.append("aborts")
+    update(plan, model_output)
+    outputs = {"r0": model_output["tokens"]}
+    trace.append("update")
+    return outputs, plan["scheduled_tokens"] > 0, trace

@@ -1,0 +1,22 @@
+"""Wrong: calls schedule() a second time to get the plan it passes to the executor."""
+
+
+def engine_core_step(has_requests, schedule, execute_async,
+                     get_grammar, process_aborts, update):
+    trace = []
+    if not has_requests:
+        return {}, False, trace
+
+    plan = schedule()
+    trace.append("schedule")
+    future = execute_async(schedule())
+    trace.append("execute")
+    grammar = get_grammar(plan)
+    trace.append("grammar")
+    model_output = future()
+    trace.append("wait")
+    process_aborts()
+    trace.append("aborts")
+    outputs = update(plan, model_output)
+    trace.append("update")
+    return outputs, plan["scheduled_tokens"] > 0, trace

@@ -1,0 +1,22 @@
+"""Wrong: reports ran=True for a step that scheduled zero tokens (>= instead of >)."""
+
+
+def engine_core_step(has_requests, schedule, execute_async,
+                     get_grammar, process_aborts, update):
+    trace = []
+    if not has_requests:
+        return {}, False, trace
+
+    plan = schedule()
+    trace.append("schedule")
+    future = execute_async(plan)
+    trace.append("execute")
+    grammar = get_grammar(plan)
+    trace.append("grammar")
+    model_output = future()
+    trace.append("wait")
+    process_aborts()
+    trace.append("aborts")
+    outputs = update(plan, model_output)
+    trace.append("update")
+    return outputs, plan["scheduled_tokens"] >= 0, trace

@@ -1,0 +1,49 @@
+# nbgrader configuration for the minivllm course.
+#
+# `python -m autograder grade` copies this file into the root of the course folder it builds; an
+# instructor running nbgrader by hand does the same (see autograder/README.md). Every path below is
+# relative to the folder this file sits in, so the course folder can live anywhere writable.
+import os
+
+from nbgrader.preprocessors import (
+    CheckCellMetadata,
+    ClearHiddenTests,
+    ClearMarkScheme,
+    ClearOutput,
+    ComputeChecksums,
+    IncludeHeaderFooter,
+    InstantiateTests,
+    LockCells,
+    SaveCells,
+)
+
+from autograder.preprocessors import BlankSolutions
+
+c = get_config()  # noqa: F821  (provided by traitlets when it loads this file)
+here = os.path.dirname(os.path.abspath(__file__))
+
+c.CourseDirectory.course_id = "minivllm-v1"
+c.CourseDirectory.root = here
+# Exchange: a folder inside the course, never /srv (not writable for most users).
+c.Exchange.root = os.path.join(here, "exchange")
+c.Exchange.path_includes_course = True
+
+# Executing a lesson: CPU-only machines are slow; 300 s per cell at least.
+c.Execute.timeout = 600
+c.Execute.kernel_name = "python3"
+c.Execute.interrupt_on_timeout = True
+
+# Student copies show blanks as the seed does (`plan = ______`) and answers as a short prompt.
+c.ClearSolutions.code_stub = {"python": "# 在这里写你的代码\nraise NotImplementedError()"}
+c.ClearSolutions.text_stub = "（在这里写你的答案）"
+c.GenerateAssignment.preprocessors = [
+    IncludeHeaderFooter, InstantiateTests, LockCells, BlankSolutions, ClearOutput, CheckCellMetadata,
+    ComputeChecksums, SaveCells, ClearHiddenTests, ClearMarkScheme, ComputeChecksums, CheckCellMetadata,
+]
+
+# A grade cell that writes to stderr scores 0 in nbgrader: drop harmless warnings before grading.
+c.IgnorePattern.enabled = True
+c.IgnorePattern.pattern = (
+    r"(UserWarning|DeprecationWarning|FutureWarning|RuntimeWarning|ResourceWarning"
+    r"|Matplotlib is building the font cache|Glyph \d+ .*missing from|warnings\.warn\()"
+)
