@@ -254,7 +254,7 @@ def compile_for_sm90(kernel, ptr_dtype, constexprs):
     sig = {n: "constexpr" if n in constexprs else types.get(n, "*" + ptr_dtype if n.endswith("_ptr") else "i32")
            for n in names}
     div16 = [n for n in names if sig[n] != "constexpr" and (n.endswith("_ptr") or sig[n] == "i32")
-             and n not in ("first_req", "num_kv_heads")]
+             and n not in ("first_req", "num_kv_heads", "num_tokens")]
     src = ASTSource(kernel, sig, constexprs={(names.index(k),): v for k, v in constexprs.items()},
                     attrs={(names.index(n),): [["tt.divisibility", 16]] for n in div16})
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
@@ -266,7 +266,7 @@ for ptr_dtype, tl_dtype in [("fp32", tl.float32), ("fp16", tl.float16), ("bf16",
         QUERIES_PER_KV=4, GROUP_PAD=16, HEAD_DIM_PAD=128, BLOCK_SIZE=16, **compute))
     compile_for_sm90(P._chunked_prefill_paged_attention_kernel, ptr_dtype, dict(
         QUERIES_PER_KV=2, BLOCK_Q=32, BLOCK_M=64, HEAD_DIM_PAD=128, BLOCK_SIZE=32, **compute))
-    compile_for_sm90(R._reshape_and_cache_kernel, ptr_dtype, dict(BLOCK_SIZE=16, HEADS_PAD=8, HEAD_DIM_PAD=128))
+    compile_for_sm90(R._reshape_and_cache_kernel, ptr_dtype, dict(BLOCK_SIZE=16, TOKENS=1, HEADS_PAD=8, HEAD_DIM_PAD=128))
     if ptr_dtype == "bf16":   # decode streams K/V: 16-byte vectors, prefetched by cp.async, on tensor cores
         ptx = decode.asm["ptx"]
         assert "cp.async.cg.shared.global" in ptx and "mma.sync" in ptx, "decode lost its streaming loads"
@@ -274,6 +274,7 @@ print("compiled")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(DEVICE == "cuda", reason="a GPU run compiles the kernels for real")
 def test_kernels_compile_for_sm90_without_a_gpu():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

@@ -1,4 +1,8 @@
-"""Paged decode attention: one query token per sequence (vLLM: attention/ops/triton_decode_attention.py).
+"""Paged decode attention: one query token per sequence.
+
+vLLM: kernel_paged_attention_2d in attention/ops/chunked_prefill_paged_decode.py has this shape; its
+attention/ops/triton_decode_attention.py splits each sequence's blocks over several programs and merges
+the partial softmaxes in a second kernel (split-KV), which this one does not do.
 
 One program per (sequence, kv head). It loads the query heads that share the kv head (GQA: the whole
 group at once, padded to 16 rows so tl.dot has a legal shape), then walks the sequence's logical blocks:
@@ -28,7 +32,7 @@ def _paged_decode_attention_kernel(
     head_size,
     QUERIES_PER_KV: tl.constexpr,    # query heads per kv head (GQA ratio)
     GROUP_PAD: tl.constexpr,         # QUERIES_PER_KV padded to a power of two >= 16
-    HEAD_DIM_PAD: tl.constexpr,      # head_size padded to a power of two
+    HEAD_DIM_PAD: tl.constexpr,      # head_size padded to a power of two >= 16
     BLOCK_SIZE: tl.constexpr,        # tokens per cache block
     COMPUTE_DTYPE: tl.constexpr,     # dtype fed to tl.dot (fp32 under the interpreter: bf16 dot is wrong there)
     DOT_PRECISION: tl.constexpr,     # "ieee" for fp32 inputs (no tf32 rounding), else "tf32" (ignored)
