@@ -10,8 +10,9 @@ K/V, then scaled_dot_product_attention) runs on the same inputs and is checked a
     python benchmarks/paged_attention.py --interpret-smoke # one tiny shape under TRITON_INTERPRET=1 (CPU)
 
 Goal on an H200: >= 70% of copy bandwidth at long context. The kernel runs one program per
-(sequence, kv head), so batch x num_kv_heads programs must cover the SMs to reach it: small batches at
-long context are what split-KV ("flash decoding") would fix, which this kernel does not do.
+(sequence, kv head), so its `programs` column (batch x num_kv_heads) must cover the SMs several times
+over to reach it: small batches at long context are what split-KV ("flash decoding") would fix, which
+this kernel does not do.
 """
 from __future__ import annotations
 
@@ -108,10 +109,15 @@ def run(args: argparse.Namespace, device: str) -> list[dict]:
     elt = torch.finfo(dtype).bits // 8
     scale = args.head_size ** -0.5
     copy_gbs = copy_bandwidth_gbs(args.copy_mib << 20, device, on_cuda)
-    print(f"device: {torch.cuda.get_device_name() if on_cuda else 'cpu (TRITON_INTERPRET=1)'}; "
+    if on_cuda:
+        props = torch.cuda.get_device_properties(device)
+        device_name = f"{props.name} ({props.multi_processor_count} SMs)"
+    else:
+        device_name = "cpu (TRITON_INTERPRET=1)"
+    print(f"device: {device_name}; "
           f"heads {args.num_heads}/{args.num_kv_heads} kv, head_size {args.head_size}, block_size "
           f"{args.block_size}, {args.dtype}; device-to-device copy: {copy_gbs:.0f} GB/s")
-    print(f"{'batch':>6} {'context':>8} {'KV MiB':>8} {'triton us':>10} {'GB/s':>8} {'% copy':>7} "
+    print(f"{'batch':>6} {'context':>8} {'programs':>8} {'KV MiB':>8} {'triton us':>10} {'GB/s':>8} {'% copy':>7} "
           f"{'torch us':>10} {'speedup':>8} {'max err':>8}")
     rows = []
     for batch in args.batch_sizes:
@@ -142,7 +148,7 @@ def run(args: argparse.Namespace, device: str) -> list[dict]:
                        gbs=gbs, frac_copy=gbs / copy_gbs, torch_us=torch_ms * 1e3,
                        speedup=torch_ms / triton_ms, max_err=err)
             rows.append(row)
-            print(f"{batch:>6} {context:>8} {row['kv_mib']:>8.1f} {row['triton_us']:>10.1f} {gbs:>8.0f} "
+            print(f"{batch:>6} {context:>8} {batch * args.num_kv_heads:>8} {row['kv_mib']:>8.1f} {row['triton_us']:>10.1f} {gbs:>8.0f} "
                   f"{100 * row['frac_copy']:>6.1f}% {row['torch_us']:>10.1f} {row['speedup']:>7.2f}x {err:>8.1e}")
             del query, kv_cache, block_table, seq_lens, out, k_cache, v_cache
             if on_cuda:
