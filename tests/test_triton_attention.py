@@ -227,6 +227,38 @@ def test_backend_matches_torch_backend_on_mixed_batch(dtype):
     assert_close(got, expected, dtype)
 
 
+def test_backend_matches_torch_backend_over_steps():
+    """Two prompts: chunked prefill (8 + 12 tokens) and a one-shot prefill, then decodes past a block
+    boundary, each step writing the cache the next step reads."""
+    num_heads, num_kv_heads, head_size, block_size = 4, 1, 64, 16
+    g = torch.Generator().manual_seed(3)
+    block_table = torch.tensor([[6, 1], [3, 4]], dtype=torch.int32, device=DEVICE)
+    caches = [torch.zeros(2, 8, block_size, num_kv_heads, head_size, device=DEVICE) for _ in range(2)]
+    impls = [TorchAttentionImpl(num_heads, head_size, 0.125, num_kv_heads),
+             TritonAttentionImpl(num_heads, head_size, 0.125, num_kv_heads)]
+    # (query lengths, context lengths after the step) per step; decodes first as the runner orders them.
+    steps = [([8], [8]), ([12, 14], [20, 14]), ([1, 1], [21, 15]), ([1, 1], [22, 16]), ([1, 1], [23, 17])]
+    for q_lens, seq_lens in steps:
+        reqs = list(range(len(q_lens)))                   # request 1 arrives in step 2
+        slots = [int(block_table[r, p // block_size]) * block_size + p % block_size
+                 for r, q_len, seq_len in zip(reqs, q_lens, seq_lens, strict=True)
+                 for p in range(seq_len - q_len, seq_len)]
+        qsl = torch.tensor([0] + q_lens).cumsum(0).to(torch.int32)
+        num_decodes = sum(1 for q in q_lens if q == 1)
+        md = AttentionMetadata(
+            num_actual_tokens=sum(q_lens), max_query_len=max(q_lens), query_start_loc=qsl.to(DEVICE),
+            max_seq_len=max(seq_lens), seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE),
+            block_table=block_table[reqs], slot_mapping=torch.tensor(slots, device=DEVICE),
+            num_decodes=num_decodes, num_decode_tokens=num_decodes, num_prefills=len(q_lens) - num_decodes,
+            query_start_loc_cpu=qsl, seq_lens_cpu=torch.tensor(seq_lens, dtype=torch.int32))
+        t = sum(q_lens)
+        q, k, v = (torch.randn(t, h, head_size, generator=g).to(DEVICE)
+                   for h in (num_heads, num_kv_heads, num_kv_heads))
+        expected, got = (impl.forward(q, k, v, cache, md) for impl, cache in zip(impls, caches, strict=True))
+        assert torch.equal(caches[1], caches[0])
+        assert_close(got, expected, torch.float32)
+
+
 def test_selector_returns_triton_backend():
     backend = get_attn_backend("triton", DEVICE)
     assert backend is TritonAttentionBackend and backend.name == "TRITON"
