@@ -52,6 +52,7 @@ class GPUModelRunner:
         self.kv_caches: list[torch.Tensor] = []
         self.model = None
         self._pending: tuple | None = None
+        self._step = 0
 
     # ------------------------------------------------------------------ setup
     def load_model(self) -> None:
@@ -187,11 +188,13 @@ class GPUModelRunner:
         self._update_states(so)
         if so.total_num_scheduled_tokens == 0:
             return EMPTY_MODEL_RUNNER_OUTPUT
-        with self.tracer.span("forward", so.step, list(so.num_scheduled_tokens)):
+        with self.tracer.span("prepare_inputs", so.step):
             input_ids, positions, md, emit, logits_indices = self._prepare_inputs(so)
+        with self.tracer.span("forward", so.step, list(so.num_scheduled_tokens)):
             hidden = self.model(input_ids, positions, self.kv_caches, md)
             logits = self.model.compute_logits(hidden[logits_indices]) if len(emit) else None
         self._pending = (emit, logits)
+        self._step = so.step
         if so.structured_output_request_ids:
             return None
         return self.sample_tokens(None)
@@ -209,7 +212,8 @@ class GPUModelRunner:
         if logits is not None:
             if grammar_output is not None:
                 logits = grammar_output.apply(logits, [req_ids[i] for i in emit])
-            out = self.sampler(logits, self._sampling_metadata(emit))
+            with self.tracer.span("sample", self._step):
+                out = self.sampler(logits, self._sampling_metadata(emit))
             tokens = out.sampled_token_ids.tolist()
             if out.logprobs is not None:
                 logprobs = [None] * num_reqs
