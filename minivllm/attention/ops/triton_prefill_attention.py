@@ -33,12 +33,12 @@ def _chunked_prefill_paged_attention_kernel(
     stride_cache_block, stride_cache_slot, stride_cache_head,
     stride_block_table_req,
     head_size,
-    QUERIES_PER_KV: tl.constexpr,
+    QUERIES_PER_KV: tl.constexpr,    # query heads per kv head (GQA ratio)
     BLOCK_Q: tl.constexpr,           # query tokens per program: BLOCK_M // QUERIES_PER_KV
     BLOCK_M: tl.constexpr,           # rows per program (tokens x group heads), power of two >= 16
-    HEAD_DIM_PAD: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr,
-    COMPUTE_DTYPE: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,      # head_size padded to a power of two >= 16
+    BLOCK_SIZE: tl.constexpr,        # tokens per cache block: one block per loop iteration
+    COMPUTE_DTYPE: tl.constexpr,     # as in the decode kernel (dot_config)
     DOT_PRECISION: tl.constexpr,
 ):
     req = first_req + tl.program_id(0)
