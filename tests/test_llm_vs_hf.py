@@ -74,7 +74,7 @@ def test_greedy_batch_equals_hf(tiny_models, name):
 def test_chunked_prefill_small_budget(tiny_models):
     path = tiny_models["llama"]
     prompts = make_prompts(8, vocab_of(path), seed=1, lo=20, hi=90)
-    llm = LLM(path, device="cpu", attention_backend="torch", max_num_batched_tokens=24,
+    llm = LLM(path, device="cpu", attention_backend="torch", max_num_batched_tokens=24, multiprocess=False,
               long_prefill_token_threshold=10)
     sched = llm.llm_engine.engine_core.scheduler
     seen_partial = []

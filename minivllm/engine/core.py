@@ -10,13 +10,29 @@ in with EngineCore(step_fn=...), and every phase is recorded by the tracer.
 """
 from __future__ import annotations
 
+import os
 import queue
+import signal
+import sys
+import threading
+import time
+import traceback
 from collections.abc import Callable, Iterable
+
+import msgspec
+import zmq
 
 from minivllm.config import EngineArgs, VllmConfig
 from minivllm.core.sched.output import SchedulerOutput
 from minivllm.core.sched.scheduler import Scheduler
-from minivllm.engine import EngineCoreOutputs, EngineCoreRequest
+from minivllm.engine import (
+    EngineCoreOutput,
+    EngineCoreOutputs,
+    EngineCoreRequest,
+    EngineCoreRequestType,
+    FinishReason,
+    UtilityOutput,
+)
 from minivllm.executor.uniproc_executor import UniProcExecutor
 from minivllm.request import Request, RequestStatus
 from minivllm.structured_output import StructuredOutputManager
@@ -41,6 +57,13 @@ def engine_core_step(has_requests, schedule, execute_async, get_grammar, process
     outputs = update(plan, model_output)
     trace.append("update")
     return outputs, plan["scheduled_tokens"] > 0, trace
+
+
+def make_vllm_config(engine_args: EngineArgs) -> VllmConfig:
+    """EngineArgs -> VllmConfig, capped by the checkpoint's max_position_embeddings."""
+    from minivllm.model_executor.model_loader import load_hf_config, resolve_model_path
+    hf_config = load_hf_config(resolve_model_path(engine_args.model))
+    return engine_args.create_engine_config(getattr(hf_config, "max_position_embeddings", None))
 
 
 class StepPlan(dict):
@@ -71,11 +94,7 @@ class EngineCore:
 
     @classmethod
     def from_engine_args(cls, engine_args: EngineArgs | None = None, **kwargs) -> EngineCore:
-        from minivllm.model_executor.model_loader import load_hf_config, resolve_model_path
-        engine_args = engine_args or EngineArgs()
-        hf_config = load_hf_config(resolve_model_path(engine_args.model))
-        config = engine_args.create_engine_config(getattr(hf_config, "max_position_embeddings", None))
-        return cls(config, **kwargs)
+        return cls(make_vllm_config(engine_args or EngineArgs()), **kwargs)
 
     # ------------------------------------------------------------------ requests
     def add_request(self, request: EngineCoreRequest) -> None:
@@ -148,5 +167,186 @@ class EngineCore:
     def reset_prefix_cache(self) -> bool:
         return self.scheduler.reset_prefix_cache()
 
+    def profile(self, is_start: bool = True, path: str = "minivllm_core_profile.json") -> str | None:
+        """torch.profiler around the steps of this process (a utility call when the core runs apart)."""
+        import torch.profiler as tp
+        if is_start:
+            self._profiler = tp.profile(activities=[tp.ProfilerActivity.CPU], record_shapes=True)
+            self._profiler.__enter__()
+            return None
+        self._profiler.__exit__(None, None, None)
+        self._profiler.export_chrome_trace(path)
+        self._profiler = None
+        return path
+
     def shutdown(self) -> None:
         self.model_executor.shutdown()
+
+
+# ====================================================================== the EngineCore process
+# Frames core -> client on the handshake (input) socket, and the output-socket marker of a dead core.
+HANDSHAKE_READY = b"READY"
+HANDSHAKE_FAILED = b"FAILED"
+ENGINE_CORE_DEAD = b"ENGINE_CORE_DEAD"
+ENGINE_IDENTITY = b"\x00\x00"  # engine index 0 as 2 little-endian bytes, the ROUTER's routing id for us
+
+
+class EngineCoreProc(EngineCore):
+    """EngineCore in its own process (vLLM: EngineCoreProc): the busy loop on the main thread, ZMQ on two IO threads.
+
+    input:  client ROUTER --(type, msgpack)--> our DEALER --process_input_sockets--> input_queue
+    output: output_queue --process_output_sockets--> our PUSH --msgpack--> client PULL
+    The IO threads only (de)serialize and move bytes, so socket work overlaps the model's forward pass.
+    """
+
+    def __init__(self, vllm_config: VllmConfig, input_address: str, output_address: str,
+                 executor_class=UniProcExecutor, log_stats: bool = True) -> None:
+        self.input_queue: queue.Queue[tuple[EngineCoreRequestType, object]] = queue.Queue()
+        self.output_queue: queue.Queue[EngineCoreOutputs | bytes] = queue.Queue()
+        self.ctx = zmq.Context()
+        input_socket = self.ctx.socket(zmq.DEALER)
+        input_socket.setsockopt(zmq.ROUTING_ID, ENGINE_IDENTITY)
+        input_socket.setsockopt(zmq.LINGER, 2000)
+        input_socket.connect(input_address)
+        try:
+            super().__init__(vllm_config, executor_class, log_stats)
+        except BaseException:
+            # Start-up handshake, failure branch: the client raises with our traceback instead of waiting.
+            input_socket.send_multipart([HANDSHAKE_FAILED, traceback.format_exc().encode()])
+            input_socket.close()
+            raise
+        self.engines_running = False
+        ready = {"num_gpu_blocks": vllm_config.cache_config.num_gpu_blocks,
+                 "max_model_len": vllm_config.scheduler_config.max_model_len, "pid": os.getpid()}
+        input_socket.send_multipart([HANDSHAKE_READY, msgspec.msgpack.encode(ready)])
+        # The socket moves to its IO thread now; thread start is the memory barrier zmq asks for.
+        threading.Thread(target=self.process_input_sockets, args=(input_socket,), daemon=True,
+                         name="EngineCoreInputIO").start()
+        self.output_thread = threading.Thread(target=self.process_output_sockets, args=(output_address,),
+                                              daemon=True, name="EngineCoreOutputIO")
+        self.output_thread.start()
+
+    # ------------------------------------------------------------------ process entry point
+    @staticmethod
+    def run_engine_core(vllm_config: VllmConfig, input_address: str, output_address: str, parent_pid: int,
+                        executor_class=UniProcExecutor, log_stats: bool = True) -> None:
+        """Target of the spawned process: build the core, handshake, run the busy loop until SIGTERM."""
+
+        def signal_handler(signum, frame):
+            raise SystemExit(0)
+        signal.signal(signal.SIGTERM, signal_handler)
+        signal.signal(signal.SIGINT, signal_handler)
+        threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="ParentWatch").start()
+        engine: EngineCoreProc | None = None
+        try:
+            engine = EngineCoreProc(vllm_config, input_address, output_address, executor_class, log_stats)
+            engine.run_busy_loop()
+        except SystemExit:
+            pass
+        except BaseException:
+            traceback.print_exc()
+            print("EngineCore hit a fatal error; telling the client it is dead.", file=sys.stderr)
+            if engine is not None:
+                engine._send_engine_dead()
+            sys.exit(1)
+        finally:
+            if engine is not None:
+                engine.shutdown()
+
+    # ------------------------------------------------------------------ the busy loop
+    def run_busy_loop(self) -> None:
+        """Forever: take in what the client sent (blocking while idle), then run one step."""
+        while True:
+            self._process_input_queue()
+            self._process_engine_step()
+
+    def _process_input_queue(self) -> None:
+        # Idle: sleep on the queue instead of spinning. Busy: drain whatever arrived during the step.
+        while not self.engines_running and not self.scheduler.has_requests():
+            self._handle_client_request(*self.input_queue.get())
+        while not self.input_queue.empty():
+            self._handle_client_request(*self.input_queue.get_nowait())
+
+    def _process_engine_step(self) -> bool:
+        outputs, model_executed = self.step()
+        if outputs.outputs or outputs.scheduler_stats is not None:
+            self.output_queue.put_nowait(outputs)
+        return model_executed
+
+    def _handle_client_request(self, request_type: EngineCoreRequestType, request) -> None:
+        if request_type == EngineCoreRequestType.ADD:
+            try:
+                self.add_request(request)
+            except ValueError as e:  # the frontend validates, so this is rare; never leave its stream hanging
+                self.output_queue.put_nowait(EngineCoreOutputs(outputs=[EngineCoreOutput(
+                    request.request_id, [], finish_reason=FinishReason.ABORT, stop_reason=str(e))]))
+        elif request_type == EngineCoreRequestType.ABORT:
+            self.abort_requests(request)
+        elif request_type == EngineCoreRequestType.UTILITY:
+            call_id, method_name, args = request
+            try:
+                if method_name.startswith("_") or method_name not in UTILITY_METHODS:
+                    raise ValueError(f"{method_name!r} is not a utility method; choose from {UTILITY_METHODS}")
+                result = getattr(self, method_name)(*args)
+                output = UtilityOutput(call_id, result=result)
+            except Exception as e:
+                output = UtilityOutput(call_id, failure_message=f"{type(e).__name__}: {e}")
+            self.output_queue.put_nowait(EngineCoreOutputs(utility_output=output))
+
+    # ------------------------------------------------------------------ IO threads
+    def process_input_sockets(self, input_socket: zmq.Socket) -> None:
+        """Input IO thread: recv (type, payload) frames, decode, feed input_queue."""
+        add_decoder = msgspec.msgpack.Decoder(EngineCoreRequest)
+        generic_decoder = msgspec.msgpack.Decoder()
+        while True:
+            type_frame, data = input_socket.recv_multipart(copy=False)
+            request_type = EngineCoreRequestType(bytes(type_frame.buffer))
+            decoder = add_decoder if request_type == EngineCoreRequestType.ADD else generic_decoder
+            self.input_queue.put_nowait((request_type, decoder.decode(data.buffer)))
+
+    def process_output_sockets(self, output_address: str) -> None:
+        """Output IO thread: drain output_queue, encode, push to the client."""
+        encoder = msgspec.msgpack.Encoder()
+        socket = self.ctx.socket(zmq.PUSH)
+        socket.setsockopt(zmq.SNDHWM, 0)
+        socket.setsockopt(zmq.LINGER, 2000)
+        socket.connect(output_address)
+        try:
+            while True:
+                outputs = self.output_queue.get()
+                if outputs is ENGINE_CORE_DEAD:
+                    socket.send(ENGINE_CORE_DEAD)
+                    return
+                socket.send(encoder.encode(outputs), copy=False)
+        finally:
+            socket.close()
+
+    def _send_engine_dead(self) -> None:
+        """Tell the client we are dying (before exiting), so no request waits forever."""
+        self.output_queue.put_nowait(ENGINE_CORE_DEAD)
+        self.output_thread.join(timeout=5.0)
+
+    # ------------------------------------------------------------------ utilities (called by name)
+    def sleep_for_test(self, seconds: float) -> bool:
+        """Block the busy loop (tests use it to stack requests up, or to time a utility round trip)."""
+        time.sleep(seconds)
+        return True
+
+    def raise_for_test(self, message: str) -> None:
+        """Crash the busy loop on purpose: tests check that the client learns of a dead core."""
+        raise _InjectedFatalError(message)
+
+
+class _InjectedFatalError(BaseException):
+    """Escapes the utility handler's `except Exception`, so it kills the busy loop like a real bug would."""
+
+
+UTILITY_METHODS = ("get_stats", "reset_prefix_cache", "sleep_for_test", "raise_for_test", "profile")
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Die with the client: an orphaned EngineCore must not outlive a killed frontend."""
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent_pid:
+            os._exit(1)

@@ -1,13 +1,17 @@
 """LLMEngine (vLLM: v1/engine/llm_engine.py): the synchronous frontend behind LLM.
 
-Processor (tokenize, validate) -> EngineCore client -> OutputProcessor (detokenize, stop strings).
+Processor (tokenize, validate) -> EngineCoreClient -> OutputProcessor (detokenize, stop strings).
+By default the EngineCore runs in its own process (SyncMPClient); multiprocess_mode=False keeps it
+in this one (InprocClient), where its scheduler and tracer can be read directly.
 """
 from __future__ import annotations
 
 import itertools
+import os
 import time
 
 from minivllm.config import EngineArgs, VllmConfig
+from minivllm.engine.core_client import EngineCoreClient
 from minivllm.engine.output_processor import OutputProcessor
 from minivllm.engine.processor import Processor, PromptType
 from minivllm.outputs import RequestOutput
@@ -15,10 +19,15 @@ from minivllm.sampling_params import SamplingParams
 from minivllm.tokenizer import get_tokenizer
 
 
+def multiprocessing_default() -> bool:
+    """MINIVLLM_ENABLE_MULTIPROCESSING=0 (vLLM: VLLM_ENABLE_V1_MULTIPROCESSING) keeps the core in-process."""
+    return os.environ.get("MINIVLLM_ENABLE_MULTIPROCESSING", "1").lower() not in ("0", "false", "no")
+
+
 class LLMEngine:
     """add_request / step / has_unfinished_requests over an EngineCore."""
 
-    def __init__(self, vllm_config: VllmConfig, engine_core) -> None:
+    def __init__(self, vllm_config: VllmConfig, engine_core: EngineCoreClient) -> None:
         self.vllm_config = vllm_config
         self.tokenizer = get_tokenizer(vllm_config.model_config.tokenizer)
         self.processor = Processor(vllm_config, self.tokenizer)
@@ -27,10 +36,16 @@ class LLMEngine:
         self._ids = itertools.count()
 
     @classmethod
-    def from_engine_args(cls, engine_args: EngineArgs, **core_kwargs) -> LLMEngine:
-        from minivllm.engine.core import EngineCore
-        core = EngineCore.from_engine_args(engine_args, **core_kwargs)
-        return cls(core.vllm_config, core)
+    def from_engine_args(cls, engine_args: EngineArgs, multiprocess_mode: bool | None = None,
+                         **core_kwargs) -> LLMEngine:
+        """core_kwargs go to EngineCore (executor_class, log_stats, step_fn; step_fn forces in-process)."""
+        from minivllm.engine.core import make_vllm_config
+        if core_kwargs.get("step_fn") is None:
+            core_kwargs.pop("step_fn", None)
+        if multiprocess_mode is None:
+            multiprocess_mode = multiprocessing_default() and "step_fn" not in core_kwargs
+        config = make_vllm_config(engine_args)
+        return cls(config, EngineCoreClient.make_client(multiprocess_mode, False, config, **core_kwargs))
 
     def add_request(self, request_id: str | None, prompt: PromptType, params: SamplingParams) -> str:
         request_id = request_id if request_id is not None else str(next(self._ids))
@@ -48,8 +63,8 @@ class LLMEngine:
         self.engine_core.abort_requests(request_ids)
 
     def step(self) -> list[RequestOutput]:
-        outputs, _ = self.engine_core.step()
-        processed = self.output_processor.process_outputs(outputs.outputs, time.monotonic())
+        outputs = self.engine_core.get_output()
+        processed = self.output_processor.process_outputs(outputs.outputs, time.time())
         if processed.reqs_to_abort:
             self.engine_core.abort_requests(processed.reqs_to_abort)
         return processed.request_outputs

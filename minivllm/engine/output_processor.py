@@ -2,7 +2,8 @@
 
 The frontend's half of a request: it owns detokenization, stop strings and the per-request stream.
 When a stop string matches, the request is finished here and its id returned, so the caller aborts
-it in the core (the core cannot see text).
+it in the core (the core cannot see text). For AsyncLLM each request has a RequestOutputCollector, the
+mailbox its generate() reads; for metrics, process_outputs fills an IterationStats.
 """
 from __future__ import annotations
 
@@ -14,6 +15,66 @@ from minivllm.engine.detokenizer import IncrementalDetokenizer
 from minivllm.outputs import CompletionOutput, RequestOutput
 
 
+class RequestOutputCollector:
+    """One request's mailbox between the output handler and its generate(): holds at most one output.
+
+    If the reader lags, new deltas are merged into the waiting one (vLLM does the same), so a slow
+    stream costs one merged message rather than a growing queue.
+    """
+
+    def __init__(self, delta: bool) -> None:
+        self.delta = delta
+        self.output: RequestOutput | BaseException | None = None
+        self.ready = asyncio.Event()
+
+    def put(self, output: RequestOutput | BaseException) -> None:
+        if self.output is None or isinstance(output, BaseException):
+            self.output = output
+            self.ready.set()
+        elif isinstance(self.output, RequestOutput):
+            if self.delta:
+                _merge_delta(self.output, output)
+            else:
+                self.output = output
+
+    async def get(self) -> RequestOutput:
+        while self.output is None:
+            await self.ready.wait()
+        return self._take()
+
+    def get_nowait(self) -> RequestOutput | None:
+        return None if self.output is None else self._take()
+
+    def _take(self) -> RequestOutput:
+        output, self.output = self.output, None
+        self.ready.clear()
+        if isinstance(output, BaseException):
+            raise output
+        return output
+
+
+def _merge_delta(into: RequestOutput, new: RequestOutput) -> None:
+    a, b = into.outputs[0], new.outputs[0]
+    a.text += b.text
+    a.token_ids = a.token_ids + b.token_ids
+    if a.logprobs is not None and b.logprobs is not None:
+        a.logprobs = a.logprobs + b.logprobs
+    a.cumulative_logprob, a.finish_reason, a.stop_reason = b.cumulative_logprob, b.finish_reason, b.stop_reason
+    into.finished, into.num_cached_tokens, into.metrics = new.finished, new.num_cached_tokens, new.metrics
+
+
+@dataclass
+class IterationStats:
+    """What one batch of core outputs did, for the metrics (vLLM: v1/metrics/stats.py IterationStats)."""
+
+    num_prompt_tokens: int = 0
+    num_generation_tokens: int = 0
+    time_to_first_tokens: list[float] = field(default_factory=list)
+    inter_token_latencies: list[float] = field(default_factory=list)
+    e2e_latencies: list[float] = field(default_factory=list)
+    finished_reasons: list[str] = field(default_factory=list)
+
+
 @dataclass
 class RequestState:
     """Frontend-side state of one request."""
@@ -23,7 +84,7 @@ class RequestState:
     prompt_token_ids: list[int]
     detokenizer: IncrementalDetokenizer
     stream_delta: bool = False
-    queue: asyncio.Queue | None = None
+    queue: RequestOutputCollector | None = None
     output_token_ids: list[int] = field(default_factory=list)
     logprobs: list[dict[int, float]] | None = None
     cumulative_logprob: float | None = None
@@ -49,7 +110,7 @@ class OutputProcessor:
         self.request_states: dict[str, RequestState] = {}
 
     def add_request(self, request: EngineCoreRequest, prompt: str | None, stream_delta: bool = False,
-                    queue: asyncio.Queue | None = None) -> None:
+                    queue: RequestOutputCollector | None = None) -> None:
         if request.request_id in self.request_states:
             raise ValueError(f"request id {request.request_id!r} is already in use")
         params = request.sampling_params
@@ -61,19 +122,44 @@ class OutputProcessor:
             arrival_time=request.arrival_time)
 
     def abort_requests(self, request_ids) -> list[str]:
-        return [r for r in request_ids if self.request_states.pop(r, None) is not None]
+        """Forget requests; a stream still being read gets a final output with finish_reason "abort"."""
+        aborted = []
+        for request_id in request_ids:
+            state = self.request_states.pop(request_id, None)
+            if state is None:
+                continue
+            aborted.append(request_id)
+            if state.queue is not None:
+                state.queue.put(self._make_request_output(state, FinishReason.ABORT, None))
+        return aborted
+
+    def propagate_error(self, error: BaseException) -> None:
+        """The engine died: every waiting stream raises error; nothing is left tracked."""
+        for state in self.request_states.values():
+            if state.queue is not None:
+                state.queue.put(error)
+        self.request_states.clear()
 
     def get_num_unfinished_requests(self) -> int:
         return len(self.request_states)
 
-    def process_outputs(self, outputs: list[EngineCoreOutput], now: float | None = None) -> OutputProcessorOutput:
+    def process_outputs(self, outputs: list[EngineCoreOutput], now: float | None = None,
+                        iteration_stats: IterationStats | None = None) -> OutputProcessorOutput:
+        """now: time.time() (the clock of arrival_time) when the outputs arrived; enables the timings."""
         request_outputs: list[RequestOutput] = []
         reqs_to_abort: list[str] = []
         for out in outputs:
             state = self.request_states.get(out.request_id)
             if state is None:
                 continue  # aborted in the frontend already
-            if now is not None:
+            if now is not None and out.new_token_ids:
+                if iteration_stats is not None:
+                    iteration_stats.num_generation_tokens += len(out.new_token_ids)
+                    if state.first_token_time is None:
+                        iteration_stats.num_prompt_tokens += len(state.prompt_token_ids)
+                        iteration_stats.time_to_first_tokens.append(now - state.arrival_time)
+                    else:
+                        iteration_stats.inter_token_latencies.append(now - state.last_token_time)
                 if state.first_token_time is None:
                     state.first_token_time = now
                 state.last_token_time = now
@@ -93,8 +179,11 @@ class OutputProcessor:
             ro = self._make_request_output(state, finish_reason, stop_reason)
             if finish_reason is not None:
                 del self.request_states[out.request_id]
+                if iteration_stats is not None and now is not None:
+                    iteration_stats.e2e_latencies.append(now - state.arrival_time)
+                    iteration_stats.finished_reasons.append(str(finish_reason))
             if state.queue is not None:
-                state.queue.put_nowait(ro)
+                state.queue.put(ro)
             else:
                 request_outputs.append(ro)
         return OutputProcessorOutput(request_outputs, reqs_to_abort)

@@ -1,4 +1,5 @@
-"""Processor (vLLM: v1/engine/processor.py): prompt + params -> a validated EngineCoreRequest.
+"""InputProcessor (vLLM: v1/engine/processor.py, later input_processor.py): prompt + params -> a validated
+EngineCoreRequest.
 
 Runs in the frontend, so a bad request fails there with a ValueError and never reaches the core.
 """
@@ -13,7 +14,7 @@ from minivllm.sampling_params import SamplingParams
 PromptType = str | list[int] | dict
 
 
-class Processor:
+class InputProcessor:
     """Tokenizes and validates requests against the model (vocab, max_model_len)."""
 
     def __init__(self, vllm_config: VllmConfig, tokenizer) -> None:
@@ -48,10 +49,18 @@ class Processor:
         bad = [t for t in token_ids if not 0 <= t < self.vocab_size]
         if bad:
             raise ValueError(f"token id {bad[0]} is out of vocabulary (size {self.vocab_size})")
+        bad = [t for t in params.stop_token_ids or () if t >= self.vocab_size]
+        if bad:
+            raise ValueError(f"stop_token_ids: token id {bad[0]} is out of vocabulary (size {self.vocab_size})")
+        if params.logprobs is not None and params.logprobs > min(20, self.vocab_size):
+            raise ValueError(f"logprobs must be at most {min(20, self.vocab_size)}, got {params.logprobs}")
         if params.max_tokens is None:
             params = SamplingParams(**{**_fields(params), "max_tokens": self.max_model_len - len(token_ids)})
         return text, EngineCoreRequest(request_id, token_ids, params, self.tokenizer.eos_token_id,
                                        arrival_time or time.time())
+
+
+Processor = InputProcessor  # the older vLLM name
 
 
 def _fields(params: SamplingParams) -> dict:

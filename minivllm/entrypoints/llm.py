@@ -15,15 +15,21 @@ from minivllm.sampling_params import SamplingParams
 class LLM:
     """LLM(model=..., **engine args).generate(prompts, sampling_params) -> list[RequestOutput].
 
-    Defaults to the tiny Shakespeare model shipped in data/.
+    Defaults to the tiny Shakespeare model shipped in data/. The EngineCore runs in its own process
+    (as in vLLM); multiprocess=False keeps it in this process, so llm.llm_engine.engine_core.scheduler
+    and .tracer can be read (notebooks, tests). A step_fn always runs in-process.
     """
 
-    def __init__(self, model: str | None = None, **kwargs) -> None:
+    def __init__(self, model: str | None = None, multiprocess: bool | None = None, **kwargs) -> None:
         if model is not None:
             kwargs["model"] = model
         step_fn = kwargs.pop("step_fn", None)
+        if step_fn is not None:
+            if multiprocess:
+                raise ValueError("step_fn needs the in-process EngineCore: drop multiprocess=True")
+            multiprocess = False
         self.engine_args = EngineArgs.from_kwargs(**kwargs)
-        self.llm_engine = LLMEngine.from_engine_args(self.engine_args, step_fn=step_fn)
+        self.llm_engine = LLMEngine.from_engine_args(self.engine_args, multiprocess, step_fn=step_fn)
         self._profiler = None
 
     def get_tokenizer(self):

@@ -1,0 +1,110 @@
+"""IncrementalDetokenizer / OutputProcessor: streamed text is exact for multi-byte UTF-8, stop strings cut right.
+
+The default model's tokenizer is byte-level BPE, so accented letters, CJK and emoji span several tokens:
+a naive per-token decode would emit U+FFFD halves. No engine runs here; outputs are hand-made.
+"""
+from __future__ import annotations
+
+import pytest
+
+from minivllm.engine import EngineCoreOutput, EngineCoreRequest, FinishReason
+from minivllm.engine.detokenizer import IncrementalDetokenizer
+from minivllm.engine.output_processor import IterationStats, OutputProcessor, RequestOutputCollector
+from minivllm.sampling_params import SamplingParams
+from minivllm.tokenizer import get_tokenizer
+from tiny_models import DEFAULT_MODEL
+
+TEXT = "héllo wörld — 你好 🎉 naïve café, ROMEO: ½ ∑ ok"
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return get_tokenizer(str(DEFAULT_MODEL))
+
+
+def test_multibyte_chars_span_tokens(tok):
+    ids = tok.encode(TEXT, add_special_tokens=False)
+    pieces = [tok.decode([i]) for i in ids]
+    assert any("\ufffd" in p for p in pieces), "the fixture must split a character across tokens"
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7])
+def test_streamed_deltas_equal_full_decode(tok, chunk):
+    ids = tok.encode(TEXT, add_special_tokens=False)
+    detok = IncrementalDetokenizer(tok, SamplingParams(), [1])
+    deltas = []
+    for i in range(0, len(ids), chunk):
+        assert detok.update(ids[i:i + chunk], False) is None
+        deltas.append(detok.get_next_output_text(False, delta=True))
+    deltas.append(detok.get_next_output_text(True, delta=True))
+    assert all("\ufffd" not in d for d in deltas), deltas
+    assert "".join(deltas) == TEXT == detok.output_text
+
+
+@pytest.mark.parametrize("include", [False, True])
+def test_stop_string_across_tokens(tok, include):
+    ids = tok.encode(TEXT, add_special_tokens=False)
+    detok = IncrementalDetokenizer(tok, SamplingParams(stop=["你好"], include_stop_str_in_output=include), [1])
+    hit, streamed = None, ""
+    for t in ids:
+        hit = detok.update([t], False)
+        streamed += detok.get_next_output_text(hit is not None, delta=True)
+        if hit:
+            break
+    assert hit == "你好"
+    expected = TEXT[:TEXT.index("你好")] + ("你好" if include else "")
+    assert detok.output_text == expected and streamed == expected
+
+
+def test_stop_string_held_back_while_streaming(tok):
+    """A prefix of a stop string must not be streamed before we know whether the stop completes."""
+    detok = IncrementalDetokenizer(tok, SamplingParams(stop=["wörld!"]), [1])
+    ids = tok.encode("héllo wörld", add_special_tokens=False)
+    detok.update(ids, False)
+    streamed = detok.get_next_output_text(False, delta=True)
+    assert "wörld"[:3] not in streamed and TEXT.startswith(streamed)
+    assert detok.get_next_output_text(True, delta=True) == "héllo wörld"[len(streamed):]
+
+
+def _request(tok, rid: str, params: SamplingParams) -> EngineCoreRequest:
+    return EngineCoreRequest(rid, tok.encode("ROMEO:"), params, tok.eos_token_id, 100.0)
+
+
+def test_output_processor_stop_string_aborts_and_collector_merges(tok):
+    op = OutputProcessor(tok)
+    collector = RequestOutputCollector(delta=True)
+    op.add_request(_request(tok, "a", SamplingParams(stop=["🎉"])), "ROMEO:", True, collector)
+    ids = tok.encode(TEXT, add_special_tokens=False)
+    stats = IterationStats()
+    aborts = []
+    for k, t in enumerate(ids):  # the reader lags: nothing is read until the end, deltas merge
+        res = op.process_outputs([EngineCoreOutput("a", [t])], now=101.0 + k, iteration_stats=stats)
+        aborts += res.reqs_to_abort
+        if "a" not in op.request_states:
+            break
+    assert aborts == ["a"], "a stop string must ask the caller to abort the request in the core"
+    out = collector.get_nowait()
+    assert out.finished and out.outputs[0].finish_reason == "stop" and out.outputs[0].stop_reason == "🎉"
+    assert out.outputs[0].text == TEXT[:TEXT.index("🎉")]
+    assert out.outputs[0].token_ids == ids[:len(out.outputs[0].token_ids)]
+    assert collector.get_nowait() is None
+    assert stats.time_to_first_tokens == [1.0] and stats.e2e_latencies == [float(len(out.outputs[0].token_ids))]
+    assert stats.inter_token_latencies == [1.0] * (len(out.outputs[0].token_ids) - 1)
+
+
+def test_eos_token_adds_no_text_and_abort_notifies_stream(tok):
+    op = OutputProcessor(tok)
+    c1, c2 = RequestOutputCollector(False), RequestOutputCollector(False)
+    op.add_request(_request(tok, "x", SamplingParams()), None, False, c1)
+    op.add_request(_request(tok, "y", SamplingParams()), None, False, c2)
+    hi = tok.encode("hi", add_special_tokens=False)
+    op.process_outputs([EngineCoreOutput("x", hi + [tok.eos_token_id], finish_reason=FinishReason.STOP)])
+    out = c1.get_nowait()
+    assert out.finished and out.outputs[0].text == "hi"
+    assert op.abort_requests(["y", "nope"]) == ["y"]
+    assert c2.get_nowait().outputs[0].finish_reason == "abort"
+    op.add_request(_request(tok, "z", SamplingParams()), None, False, c1)
+    op.propagate_error(RuntimeError("dead"))
+    with pytest.raises(RuntimeError, match="dead"):
+        c1.get_nowait()
+    assert op.get_num_unfinished_requests() == 0
