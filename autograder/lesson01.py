@@ -273,19 +273,24 @@ def plot_timeline(run: EngineRun, steps: list[int] | None = None):
     evs = [e for e in run.events if e.step in steps]
     t0 = min(e.start for e in evs)
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(11, 4.4), gridspec_kw={"height_ratios": [3, 1.3]})
+    engine_thread = next(e.thread for e in evs if e.phase == "schedule")
+    extra = iter(["#937860", "#DA8BC3", "#8C8C8C", "#17BECF", "#BCBD22"])
+    colors = dict(PHASE_COLORS)
     for e in evs:
-        y = 0 if e.phase == "forward" else 1
+        if e.phase not in colors:  # worker phases the engine may add (input preparation, sampling, ...)
+            colors[e.phase] = next(extra, "#BBBBBB")
+        y = 1 if e.thread == engine_thread else 0
         width = max((e.end - e.start) * 1e3, 0.08)  # sub-0.1 ms phases stay visible
-        ax.barh(y, width, left=(e.start - t0) * 1e3, color=PHASE_COLORS[e.phase], height=0.6,
+        ax.barh(y, width, left=(e.start - t0) * 1e3, color=colors[e.phase], height=0.6,
                 edgecolor="black", linewidth=0.3)
     x = (run.abort_time - t0) * 1e3
     ax.axvline(x, color="red", linestyle="--")
     ax.text(x, 1.45, f" abort(r0) arrives (step {run.abort_step})", color="red", fontsize=8)
-    ax.set_yticks([0, 1], ["worker: forward", "EngineCore thread"])
-    ax.set_ylim(-0.6, 1.8)
+    ax.set_yticks([0, 1], ["worker thread", "EngineCore thread"])
+    ax.set_ylim(-0.6, 2.4)
     ax.set_xlabel("time (ms)")
-    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in PHASE_COLORS.values()],
-              labels=list(PHASE_COLORS), ncol=7, fontsize=7, loc="lower right", bbox_to_anchor=(1, 1.02))
+    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()],
+              labels=list(colors), ncol=5, fontsize=7, loc="upper right")
     ax.set_title(f"minivllm trace, steps {steps[0]}-{steps[-1]}", fontsize=9, loc="left")
     phases = sorted((e for e in run.events if e.step == run.abort_step and e.phase in TRACE), key=lambda e: e.start)
     for i, e in enumerate(phases):

@@ -17,6 +17,9 @@ from nbgrader.preprocessors import (
     SaveCells,
 )
 
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+from nbgrader.preprocessors import GetGrades
+
 from autograder.preprocessors import BlankSolutions
 
 c = get_config()  # noqa: F821  (provided by traitlets when it loads this file)
@@ -47,3 +50,7 @@ c.IgnorePattern.pattern = (
     r"(UserWarning|DeprecationWarning|FutureWarning|RuntimeWarning|ResourceWarning"
     r"|Matplotlib is building the font cache|Glyph \d+ .*missing from|warnings\.warn\()"
 )
+
+# Feedback shows scores, outputs and errors, but not the mark schemes (reference answers) or hidden tests:
+# instructors see those in formgrader; students of later sections may not have submitted yet.
+c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, ClearMarkScheme, CSSHTMLHeaderPreprocessor]

@@ -1,0 +1,120 @@
+"""The course pipeline: blanks, the build, notebook/lesson consistency and the self-check CLI."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autograder.build import build_files
+from autograder.common import REPO, discover_lessons, load_lesson
+from autograder.preprocessors import blank_line, blank_source
+
+SEED_STUB = '''def engine_core_step(has_requests, schedule, execute_async,
+                     get_grammar, process_aborts, update):
+    trace = []
+    if not has_requests:
+        return {}, False, trace
+
+    # TODO：保持 schedule → async execute/grammar → wait → aborts → update。
+    plan = ______
+    trace.append("schedule")
+    future = ______
+    trace.append("execute")
+    grammar = ______
+    trace.append("grammar")
+    model_output = ______
+    trace.append("wait")
+    ______
+    trace.append("aborts")
+    outputs = ______
+    trace.append("update")
+    return outputs, plan["scheduled_tokens"] > 0, trace'''
+
+
+def cells(path):
+    return json.loads(Path(path).read_text(encoding="utf-8"))["cells"]
+
+
+def src(cell):
+    return "".join(cell["source"])
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("    plan = schedule()  ### BLANK", "    plan = ______"),
+    ("    process_aborts()  ### BLANK", "    ______"),
+    ('    "plan": "scheduler.schedule",  ### BLANK', '    "plan": ______,'),
+    ('    "outputs": "x.y"  ### BLANK', '    "outputs": ______'),
+    ("    x += f(a=1)  ### BLANK", "    x += ______"),
+    ("    f(a=1)  ### BLANK", "    ______"),
+    ("    y == 3  ### BLANK", "    ______"),
+])
+def test_blank_line(line, expected):
+    assert blank_line(line) == expected
+
+
+def test_unmarked_lines_are_kept():
+    text = "a = 1\nb = f(a)  # a comment\n"
+    assert blank_source(text) == (text, False)
+    assert blank_line("a = 1") is None
+
+
+def test_lessons_are_discovered_by_folder():
+    assert "lesson01" in discover_lessons()
+    assert all(load_lesson(lid).lesson_id == lid for lid in discover_lessons())
+
+
+@pytest.mark.slow
+def test_generated_notebooks_are_fresh():
+    """notebooks/ and solutions/*.ipynb equal a fresh `python -m autograder build`."""
+    stale = [str(rel) for rel, text in build_files().items()
+             if not (REPO / rel).exists() or (REPO / rel).read_text(encoding="utf-8") != text]
+    assert not stale, f"stale generated notebooks (run `python -m autograder build`): {stale}"
+
+
+@pytest.mark.parametrize("lesson_id", discover_lessons())
+def test_grade_cells_match_the_lesson_parts(lesson_id):
+    lesson = load_lesson(lesson_id)
+    graded = {}
+    for c in cells(REPO / "solutions" / lesson_id / f"{lesson_id}.ipynb"):
+        meta = c["metadata"].get("nbgrader", {})
+        if meta.get("grade") or meta.get("task"):
+            graded[meta["grade_id"]] = meta["points"]
+    assert graded == {p.grade_id: p.points for p in lesson.parts}
+    assert lesson.total == 10 and lesson.pass_mark == 8
+    assert sum(p.points for p in lesson.parts if not p.manual) == 4
+
+
+@pytest.mark.parametrize("lesson_id", discover_lessons())
+def test_release_holds_no_answers(lesson_id):
+    text = (REPO / "notebooks" / lesson_id / f"{lesson_id}.ipynb").read_text(encoding="utf-8")
+    for leak in ("### BLANK", "BEGIN SOLUTION", "MARK SCHEME", "HIDDEN TESTS", "参考答案**", "NotImplementedError"):
+        assert leak not in text, leak
+    assert "/tmp/" not in text and str(REPO) not in text
+    for c in cells(REPO / "notebooks" / lesson_id / f"{lesson_id}.ipynb"):
+        assert c.get("outputs", []) == [] and c.get("execution_count") is None
+
+
+def test_lesson01_student_copy_shows_the_seed_blanks():
+    by_id = {c["id"]: c for c in cells(REPO / "notebooks/lesson01/lesson01.ipynb")}
+    assert src(by_id["l01_engine_core_step"]) == SEED_STUB
+    assert src(by_id["l01_source_map_answer"]).count(": ______,") == 6
+    sol = {c["id"]: c for c in cells(REPO / "solutions/lesson01/lesson01.ipynb")}
+    assert "future.result" in src(sol["l01_source_map_answer"])
+    assert "参考答案" in src(sol["l01_q1"]) and "参考答案" not in src(by_id["l01_q1"])
+
+
+def run_check(nb):
+    return subprocess.run([sys.executable, "-m", "autograder", "check", "lesson01", str(nb)],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_check_cli_on_the_solution_and_the_release():
+    good = run_check(REPO / "solutions/lesson01/lesson01.ipynb")
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "代码 4/4" in good.stdout and "待人工评分" in good.stdout
+    blank = run_check(REPO / "notebooks/lesson01/lesson01.ipynb")
+    assert blank.returncode == 1, blank.stdout + blank.stderr
+    assert "代码 0/4" in blank.stdout and "未通过" in blank.stdout
+    assert "Traceback" not in blank.stdout + blank.stderr

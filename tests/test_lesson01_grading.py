@@ -1,0 +1,146 @@
+"""Lesson 1's grader: the solution earns 4/4 code points, the unfilled release 0, every mutant loses points;
+the real engine shows the bug each order mistake causes; the notebook runs; nbgrader agrees end to end."""
+import json
+import runpy
+import time
+from pathlib import Path
+
+import pytest
+
+from autograder.common import REPO, grade_namespace, student_namespace
+from autograder.lesson01 import LESSON, check_source_map, run_engine
+
+MUTANTS = REPO / "autograder" / "mutants" / "lesson01"
+# The parts each mutant must fail (it may fail more).
+MUST_FAIL = {
+    "update_before_aborts": {"l01_main_path", "l01_real_engine"},
+    "wait_before_grammar": {"l01_main_path", "l01_real_engine"},
+    "aborts_skipped": {"l01_main_path", "l01_real_engine"},
+    "scheduled_tokens_boundary": {"l01_boundary"},
+    "schedule_twice": {"l01_main_path", "l01_real_engine"},
+    "outputs_not_from_update": {"l01_main_path", "l01_real_engine"},
+    "no_early_return": {"l01_boundary"},
+}
+
+
+def code_scores(namespace):
+    return {r.part.grade_id: r.score for r in grade_namespace(LESSON, namespace) if not r.part.manual}
+
+
+@pytest.fixture(scope="module")
+def solution_ns():
+    ns, errors = student_namespace(REPO / "solutions/lesson01/lesson01.ipynb")
+    assert not errors
+    return ns
+
+
+def test_every_required_mutant_is_there():
+    assert {p.stem for p in MUTANTS.glob("*.py")} == set(MUST_FAIL)
+
+
+def test_solution_gets_all_code_points(solution_ns):
+    assert code_scores(solution_ns) == {"l01_main_path": 1, "l01_real_engine": 1, "l01_boundary": 1,
+                                        "l01_source_map": 1}
+
+
+def test_unfilled_release_gets_zero_and_does_not_crash():
+    ns, errors = student_namespace(REPO / "notebooks/lesson01/lesson01.ipynb")
+    assert not errors  # `______` is defined: the cells run, the checks fail
+    results = [r for r in grade_namespace(LESSON, ns) if not r.part.manual]
+    assert [r.score for r in results] == [0, 0, 0, 0]
+    assert all("______" in r.message for r in results), [r.message for r in results]
+
+
+@pytest.mark.parametrize("mutant", sorted(MUST_FAIL))
+def test_mutant_loses_code_points(mutant, solution_ns):
+    ns = dict(solution_ns, engine_core_step=runpy.run_path(str(MUTANTS / f"{mutant}.py"))["engine_core_step"])
+    scores = code_scores(ns)
+    failed = {k for k, v in scores.items() if v == 0}
+    assert MUST_FAIL[mutant] <= failed, scores
+    assert sum(scores.values()) < 4
+
+
+def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
+    good = solution_ns["SOURCE_MAP"]
+    check_source_map({k: f"self.{v}()" for k, v in good.items()})
+    check_source_map(dict(good, grammar="self.structured_output_manager.grammar_bitmask(scheduler_output)"))
+    for bad in (dict(good, plan=good["outputs"], outputs=good["plan"]), dict(good, aborts="abort_requests"),
+                {k: v for k, v in good.items() if k != "future"}, dict(good, model_output=None)):
+        with pytest.raises(AssertionError):
+            check_source_map(bad)
+
+
+def mutant(name):
+    return runpy.run_path(str(MUTANTS / f"{name}.py"))["engine_core_step"]
+
+
+def test_real_engine_shows_each_order_bug():
+    """Independent of the exact-order rule: the engine's own outputs and timings show the damage."""
+    ok = run_engine()
+    assert not [o for s, outs in ok.outputs.items() if s >= ok.abort_step for o in outs
+                if o.request_id == "r0" and o.new_token_ids]
+    leak = run_engine(mutant("update_before_aborts"))
+    assert [o for o in leak.outputs[leak.abort_step] if o.request_id == "r0" and o.new_token_ids]
+    never = run_engine(mutant("aborts_skipped"))
+    assert [o for s, outs in never.outputs.items() if s > never.abort_step for o in outs
+            if o.request_id == "r0" and o.new_token_ids]
+    serial = run_engine(mutant("wait_before_grammar"))
+    for e in serial.events:
+        if e.phase == "forward":
+            grammar = next(g for g in serial.events if g.step == e.step and g.phase == "grammar")
+            assert grammar.start >= e.end
+
+
+@pytest.mark.slow
+def test_solution_notebook_runs_on_cpu_with_all_grade_cells_passing(tmp_path):
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(REPO / "solutions/lesson01/lesson01.ipynb", as_version=4)
+    t = time.perf_counter()
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    elapsed = time.perf_counter() - t
+    assert elapsed < 60, f"lesson 1 took {elapsed:.0f} s"
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        for out in cell.get("outputs", []):
+            assert out.output_type != "error", (cell.id, out.get("evalue"))
+            if meta.get("grade"):
+                assert not (out.output_type == "stream" and out.name == "stderr"), (cell.id, out.text)
+
+
+def make_submission(root: Path, student: str, replace: dict[str, str]) -> None:
+    nb = json.loads((REPO / "notebooks/lesson01/lesson01.ipynb").read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        if cell["id"] in replace:
+            cell["source"] = replace[cell["id"]]
+    dest = root / student / "lesson01"
+    dest.mkdir(parents=True)
+    (dest / "lesson01.ipynb").write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_nbgrader_end_to_end(tmp_path):
+    """generate_assignment -> submissions (solution, blank, mutant) -> autograde -> export -> feedback."""
+    from autograder.grading import feedback, grade
+
+    sol = {c["id"]: "".join(c["source"]).replace("  ### BLANK", "")
+           for c in json.loads((REPO / "solutions/lesson01/lesson01.ipynb").read_text(encoding="utf-8"))["cells"]}
+    answers = {k: sol[k] for k in ("l01_engine_core_step", "l01_source_map_answer")}
+    subs = tmp_path / "submissions"
+    make_submission(subs, "solution_student", answers)
+    make_submission(subs, "blank_student", {})
+    make_submission(subs, "mutant_student",
+                    dict(answers, l01_engine_core_step=(MUTANTS / "update_before_aborts.py").read_text()))
+    csv_path = tmp_path / "grades.csv"
+    results = grade(subs, tmp_path / "course", csv_path, ["lesson01"])["lesson01"]
+    code = {s: sum(v or 0 for k, v in got.items() if k in ("l01_main_path", "l01_real_engine", "l01_boundary",
+                                                             "l01_source_map")) for s, got in results.items()}
+    assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 1}
+    assert all(got["l01_q1"] is None for got in results.values())  # manual: pending
+    rows = {line.split(",")[3]: line.split(",")[-2:] for line in csv_path.read_text().splitlines()[1:]}
+    assert rows == {"solution_student": ["4.0", "10.0"], "blank_student": ["0.0", "10.0"],
+                    "mutant_student": ["1.0", "10.0"]}
+    html = feedback(tmp_path / "course", ["lesson01"])
+    assert len(html) == 3
+    assert all("MARK SCHEME" not in p.read_text(encoding="utf-8") for p in html)
