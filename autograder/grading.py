@@ -9,7 +9,7 @@ import csv
 import shutil
 from pathlib import Path
 
-from autograder.build import dumps, new_course, nbgrader, solution_notebook
+from autograder.build import dumps, nbgrader, new_course, solution_notebook
 from autograder.common import discover_lessons, load_lesson
 
 
@@ -73,7 +73,7 @@ def table(lesson_id: str, results: dict[str, dict[str, float | None]]) -> str:
         cells = ["-" if got.get(p.grade_id) is None else f"{got[p.grade_id]:g}" for p in lesson.parts]
         rows.append([student, *cells, f"{code:g}/{code_max}", str(pending), verdict])
     widths = [max(len(r[i]) for r in rows) for i in range(len(head) + 3)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows)
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
 
 
 def grade(submissions: Path, course: Path, csv_path: Path, lessons: list[str] | None = None) -> dict:

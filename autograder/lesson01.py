@@ -65,7 +65,7 @@ class Probe:
 
 
 def _order_msg(got: list[str], where: str) -> str:
-    i = next((k for k, (a, b) in enumerate(zip(TRACE, got)) if a != b), min(len(got), len(TRACE)))
+    i = next((k for k, (a, b) in enumerate(zip(TRACE, got, strict=False)) if a != b), min(len(got), len(TRACE)))
     detail = (f"第 {i + 1} 个应是 {TRACE[i]!r}，实际是 {got[i]!r}" if i < len(got) and i < len(TRACE)
               else f"共 {len(got)} 次，应为 {len(TRACE)} 次")
     return f"{where}的顺序应为 {TRACE}，实际为 {got}：{detail}。"

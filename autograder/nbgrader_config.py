@@ -5,20 +5,19 @@
 # relative to the folder this file sits in, so the course folder can live anywhere writable.
 import os
 
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
 from nbgrader.preprocessors import (
     CheckCellMetadata,
     ClearHiddenTests,
     ClearMarkScheme,
     ClearOutput,
     ComputeChecksums,
+    GetGrades,
     IncludeHeaderFooter,
     InstantiateTests,
     LockCells,
     SaveCells,
 )
-
-from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
-from nbgrader.preprocessors import GetGrades
 
 from autograder.preprocessors import BlankSolutions
 

@@ -118,3 +118,18 @@ def test_check_cli_on_the_solution_and_the_release():
     assert blank.returncode == 1, blank.stdout + blank.stderr
     assert "代码 0/4" in blank.stdout and "未通过" in blank.stdout
     assert "Traceback" not in blank.stdout + blank.stderr
+
+
+@pytest.mark.parametrize("lesson_id", discover_lessons())
+def test_reading_table_names_exist_in_minivllm(lesson_id):
+    """Every `minivllm/...py`：`Name`、`name` in a lesson's reading table is a real file holding those names."""
+    import re
+
+    text = "".join(src(c) for c in cells(REPO / "solutions" / lesson_id / f"{lesson_id}.ipynb"))
+    refs = re.findall(r"`(minivllm/[\w/]+\.py)`(?:：((?:`[\w.]+`、?)+))?", text)
+    assert refs
+    for path, names in refs:
+        code = (REPO / path).read_text(encoding="utf-8")
+        for name in re.findall(r"`([\w.]+)`", names or ""):
+            for part in name.split("."):
+                assert re.search(rf"\b(class|def|async def)\s+{part}\b", code), f"{path}: {name}"

@@ -46,11 +46,11 @@ if "google.colab" in sys.modules:
 #
 # | 顺序 | vLLM 文件与入口（8e958902eee5） | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | [`vllm/v1/engine/async_llm.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/async_llm.py)：`AsyncLLM.generate`、`_add_request`、`_run_output_handler` | `minivllm/engine/async_llm.py`：`AsyncLLM` | 谁负责 tokenization、请求流和客户端取消？ |
+# | 1 | [`vllm/v1/engine/async_llm.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/async_llm.py)：`AsyncLLM.generate`、`_add_request`、`_run_output_handler` | `minivllm/engine/async_llm.py`：`AsyncLLM.generate`、`_run_output_handler` | 谁负责 tokenization、请求流和客户端取消？ |
 # | 2 | [`vllm/v1/engine/core.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py)：`EngineCore.step` | `minivllm/engine/core.py`：`EngineCore.step`、`engine_core_step` | 一次迭代为何是 schedule → execute → update？ |
-# | 3 | `core.py`：`EngineCoreProc.run_busy_loop`、`_process_engine_step` | `minivllm/engine/core.py`：`EngineCoreProc` | frontend 与 engine core 为什么分进程？ |
-# | 4 | [`vllm/v1/core/sched/interface.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/interface.py)：`SchedulerInterface` | `minivllm/core/sched/interface.py` | scheduler 的输入输出合同是什么？ |
-# | 5 | [`vllm/v1/worker/gpu_model_runner.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_model_runner.py) | `minivllm/worker/gpu_model_runner.py` | 哪些状态必须在 GPU worker 内，哪些不能由 frontend 猜？ |
+# | 3 | `core.py`：`EngineCoreProc.run_busy_loop`、`_process_engine_step` | `minivllm/engine/core.py`：`EngineCoreProc.run_busy_loop`、`_process_engine_step` | frontend 与 engine core 为什么分进程？ |
+# | 4 | [`vllm/v1/core/sched/interface.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/interface.py)：`SchedulerInterface` | `minivllm/core/sched/interface.py`：`SchedulerInterface` | scheduler 的输入输出合同是什么？ |
+# | 5 | [`vllm/v1/worker/gpu_model_runner.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_model_runner.py) | `minivllm/worker/gpu_model_runner.py`：`GPUModelRunner` | 哪些状态必须在 GPU worker 内，哪些不能由 frontend 猜？ |
 #
 # 源码快照：vLLM 8e958902eee5。方法会继续演进，面试回答应先声明所读版本。
 

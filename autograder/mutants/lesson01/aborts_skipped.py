@@ -1,3 +1,4 @@
+# ruff: noqa: F841, B018  (a deliberately wrong answer: the lint findings are the point)
 """Wrong: never drains the abort queue (the aborts blank filled with a no-op)."""
 
 

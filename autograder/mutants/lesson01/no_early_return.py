@@ -1,3 +1,4 @@
+# ruff: noqa: F841, B018  (a deliberately wrong answer: the lint findings are the point)
 """Wrong: runs a step even when there are no requests (the has_requests guard forgotten)."""
 
 

@@ -1,3 +1,4 @@
+# ruff: noqa: F841, B018  (a deliberately wrong answer: the lint findings are the point)
 """Wrong: calls update() but builds the outputs itself from the raw model output."""
 
 

@@ -1,3 +1,4 @@
+# ruff: noqa: F841, B018  (a deliberately wrong answer: the lint findings are the point)
 """Wrong: calls schedule() a second time to get the plan it passes to the executor."""
 
 

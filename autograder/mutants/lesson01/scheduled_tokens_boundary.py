@@ -1,3 +1,4 @@
+# ruff: noqa: F841, B018  (a deliberately wrong answer: the lint findings are the point)
 """Wrong: reports ran=True for a step that scheduled zero tokens (>= instead of >)."""
 
 

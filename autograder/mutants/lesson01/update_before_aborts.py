@@ -1,3 +1,4 @@
+# ruff: noqa: F841, B018  (a deliberately wrong answer: the lint findings are the point)
 """Wrong: applies the model output before draining the abort queue (trace lines kept in place)."""
 
 

@@ -1,3 +1,4 @@
+# ruff: noqa: F841, B018  (a deliberately wrong answer: the lint findings are the point)
 """Wrong: blocks on the future before preparing the grammar, so nothing overlaps the forward pass."""
 
 
