@@ -48,7 +48,7 @@ def engine_core_step(has_requests, schedule, execute_async, get_grammar, process
     trace.append("schedule")
     future = execute_async(plan)
     trace.append("execute")
-    grammar = get_grammar(plan)
+    grammar = get_grammar(plan)  # noqa: F841  (kept as in lesson 1: the worker reads it in sample_tokens)
     trace.append("grammar")
     model_output = future()
     trace.append("wait")
@@ -168,16 +168,8 @@ class EngineCore:
         return self.scheduler.reset_prefix_cache()
 
     def profile(self, is_start: bool = True, path: str = "minivllm_core_profile.json") -> str | None:
-        """torch.profiler around the steps of this process (a utility call when the core runs apart)."""
-        import torch.profiler as tp
-        if is_start:
-            self._profiler = tp.profile(activities=[tp.ProfilerActivity.CPU], record_shapes=True)
-            self._profiler.__enter__()
-            return None
-        self._profiler.__exit__(None, None, None)
-        self._profiler.export_chrome_trace(path)
-        self._profiler = None
-        return path
+        """torch.profiler around the worker's steps (a utility call when the core runs apart)."""
+        return self.model_executor.profile(is_start, path)
 
     def shutdown(self) -> None:
         self.model_executor.shutdown()

@@ -65,25 +65,16 @@ class LLM:
         return results
 
     def start_profile(self, path: str = "minivllm_profile.json") -> None:
-        """Start a torch.profiler run; stop_profile() writes a Chrome trace to path."""
-        import torch.profiler as tp
+        """Start torch.profiler on the worker; stop_profile() writes a Chrome trace to path."""
         self._profile_path = path
-        self._profiler = tp.profile(activities=[tp.ProfilerActivity.CPU]
-                                    + ([tp.ProfilerActivity.CUDA] if _cuda() else []), record_shapes=True)
-        self._profiler.__enter__()
+        self.llm_engine.engine_core.profile(True, path)
+        self._profiler = path
 
     def stop_profile(self) -> str:
         if self._profiler is None:
             raise RuntimeError("stop_profile() called without start_profile()")
-        self._profiler.__exit__(None, None, None)
-        self._profiler.export_chrome_trace(self._profile_path)
         self._profiler = None
-        return self._profile_path
+        return self.llm_engine.engine_core.profile(False, self._profile_path)
 
     def reset_prefix_cache(self) -> bool:
         return self.llm_engine.engine_core.reset_prefix_cache()
-
-
-def _cuda() -> bool:
-    import torch
-    return torch.cuda.is_available()

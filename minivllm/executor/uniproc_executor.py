@@ -37,6 +37,10 @@ class UniProcExecutor:
     def sample_tokens(self, grammar_output) -> ModelRunnerOutput:
         return self._thread.submit(self.driver_worker.sample_tokens, grammar_output).result()
 
+    def profile(self, is_start: bool, path: str) -> str | None:
+        """Runs on the worker thread: torch.profiler only sees the thread that started it."""
+        return self._thread.submit(self.driver_worker.profile, is_start, path).result()
+
     def collective_rpc(self, method: str, args: tuple = ()):
         return [self._thread.submit(getattr(self.driver_worker, method), *args).result()]
 

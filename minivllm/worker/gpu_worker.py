@@ -59,6 +59,21 @@ class Worker:
     def initialize_cache(self, num_gpu_blocks: int) -> None:
         self.model_runner.initialize_kv_cache(num_gpu_blocks)
 
+    def profile(self, is_start: bool, path: str) -> str | None:
+        """Start, or stop and write a Chrome trace of, a torch.profiler run (CPU + CUDA activity)."""
+        import torch.profiler as tp
+        if is_start:
+            activities = [tp.ProfilerActivity.CPU] + ([tp.ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+            self._profiler = tp.profile(activities=activities, record_shapes=True)
+            self._profiler.__enter__()
+            return None
+        if getattr(self, "_profiler", None) is None:
+            raise RuntimeError("profile(is_start=False) without a running profile")
+        self._profiler.__exit__(None, None, None)
+        self._profiler.export_chrome_trace(path)
+        self._profiler = None
+        return path
+
     def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput | None:
         return self.model_runner.execute_model(scheduler_output)
 
