@@ -10,6 +10,7 @@ def get_tokenizer(path: str):
     """A fast HF tokenizer from a local model folder (the hub only when a network exists)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from transformers import AutoTokenizer
+
     from minivllm.model_executor.model_loader import resolve_model_path
     tok = AutoTokenizer.from_pretrained(resolve_model_path(path))
     if not tok.is_fast:

@@ -11,10 +11,10 @@ import random
 import pytest
 import torch
 import transformers
+from tiny_models import DEFAULT_MODEL, make_tiny_model
 
 from minivllm.entrypoints.llm import LLM
 from minivllm.sampling_params import SamplingParams
-from tiny_models import DEFAULT_MODEL, make_tiny_model
 
 MAX_TOKENS = 12
 

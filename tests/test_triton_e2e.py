@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 
 import pytest
+from tiny_models import make_tiny_model
 
 from minivllm.entrypoints.llm import LLM
 from minivllm.sampling_params import SamplingParams
-from tiny_models import make_tiny_model
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" and not __import__("torch").cuda.is_available(),
