@@ -22,7 +22,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from autograder.common import CheckFailed, expect
+from autograder.common import CheckFailed, Lesson, Part, expect
 
 BLANKS = ["token_budget", "threshold", "num_computed", "allocate", "victim", "no_admission"]
 
@@ -91,17 +91,19 @@ def policy_schedule(sched, schedule_step):
     total = sum(scheduled.values())
     expect(total <= budget, f"第 {step} 步一共调度了 {total} 个 token，超过 token budget {budget}：{scheduled}。")
     victim_ids = [r.request_id for r in victims]
+    running_ids = {r.request_id for r in sched.running}
+    back = sorted(set(victim_ids) & set(scheduled) & running_ids)
+    expect(not back, f"第 {step} 步：刚抢占了 {back}，又在同一步把它接纳回来（抢占说明 KV 块不够，本步不应再接纳新请求）。")
     both = sorted(set(victim_ids) & set(scheduled))
     expect(not both, f"第 {step} 步：请求 {both} 已经拿到了本步的 token，又被抢占了（应抢占尚未调度、"
                      "优先级最低的 running 请求）。")
-    running_ids = {r.request_id for r in sched.running}
     lost = [rid for rid in scheduled if rid not in running_ids]
     expect(not lost, f"第 {step} 步：请求 {lost} 被调度了却不在 running 里（接纳时要把它从 waiting 移到 running）。")
     expect(len(sched.running) <= sched.max_num_running_reqs,
            f"第 {step} 步：running 里有 {len(sched.running)} 个请求，超过 max_num_seqs={sched.max_num_running_reqs}。")
 
     running_rows, new_reqs, resumed = [], [], []
-    for rid, n in scheduled.items():
+    for rid in scheduled:
         req = sched.requests[rid]
         if req.status == RequestStatus.RUNNING:
             running_rows.append(req)
@@ -281,7 +283,7 @@ BOUNDARY_SCENARIOS = [
 ]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _reference_scenario(index: int, boundary: bool):
     title, kw = (BOUNDARY_SCENARIOS if boundary else MAIN_SCENARIOS)[index]
     log: list = []
@@ -297,7 +299,7 @@ def _compare_scenario(schedule_step, index: int, boundary: bool) -> None:
         got = run_scenario(schedule_step, log=log, **kw)
     except CheckFailed as e:
         raise CheckFailed(f"场景「{title}」：{e}") from None
-    for k, (g, w) in enumerate(zip(got, want)):
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
         gp, ga = sorted(log[k].preempted), log[k].admitted
         wp, wa = want_meta[k]
         expect(g == w and gp == wp,
@@ -425,7 +427,7 @@ class EngineRun:
         return self.token_times[rid][0] - self.arrival[rid]
 
     def itl(self, rids) -> list[float]:
-        return [b - a for r in rids for a, b in zip(self.token_times[r], self.token_times[r][1:])]
+        return [b - a for r in rids for a, b in zip(self.token_times[r], self.token_times[r][1:], strict=False)]
 
 
 def _prompt(seed: int, n: int) -> list[int]:
@@ -433,36 +435,67 @@ def _prompt(seed: int, n: int) -> list[int]:
     return [rng.randrange(4, 4000) for _ in range(n)]
 
 
-# The graded workload: (arrival step, request id, prompt, max_tokens). Decodes and chunked prefills share
-# steps; b1 shares a1's first 64 tokens (prefix cache); 21 usable KV blocks of 16 force preemptions.
-CHECK_WORKLOAD = [
-    (0, "a0", _prompt(0, 40), 24), (0, "a1", _prompt(1, 120), 16), (0, "a2", _prompt(2, 30), 24),
-    (3, "b0", _prompt(3, 150), 8), (3, "b1", _prompt(1, 64) + _prompt(4, 40), 20),
-    (6, "c0", _prompt(5, 90), 12), (9, "c1", _prompt(6, 12), 16),
+# The graded workloads: (arrival step, request id, prompt, max_tokens) and the engine args they run under.
+# W1: decodes and chunked prefills share steps; b1 shares a1's first 64 tokens (prefix cache); 21 usable KV
+# blocks of 16 force preemptions. W2: no threshold, no prefix cache, 13 usable blocks: a long prompt that
+# arrives while two requests decode is preempted again and again (recompute) until one of them finishes.
+CHECK_WORKLOADS = [
+    ([(0, "a0", _prompt(0, 40), 24), (0, "a1", _prompt(1, 120), 16), (0, "a2", _prompt(2, 30), 24),
+      (3, "b0", _prompt(3, 150), 8), (3, "b1", _prompt(1, 64) + _prompt(4, 40), 20),
+      (6, "c0", _prompt(5, 90), 12), (9, "c1", _prompt(6, 12), 16)],
+     dict(max_num_batched_tokens=96, long_prefill_token_threshold=48, num_gpu_blocks=22, max_num_seqs=6,
+          max_model_len=512)),
+    ([(0, "d0", _prompt(30, 30), 40), (0, "d1", _prompt(31, 30), 40), (2, "L0", _prompt(32, 160), 4),
+      (3, "L1", _prompt(33, 40), 8)],
+     dict(max_num_batched_tokens=48, long_prefill_token_threshold=0, num_gpu_blocks=14, max_num_seqs=4,
+          max_model_len=256, enable_prefix_caching=False)),
 ]
-CHECK_ARGS = dict(max_num_batched_tokens=96, long_prefill_token_threshold=48, num_gpu_blocks=22, max_num_seqs=6,
-                  max_model_len=512)
 
 
-def run_engine(schedule_step=None, workload=CHECK_WORKLOAD, max_steps=400, **engine_args) -> EngineRun:
-    """Run a workload on an in-process EngineCore (default model, CPU). schedule_step=None: minivllm's own
-    Scheduler.schedule (the reference); else the student's loop plugged into this scheduler instance."""
+def make_core(**engine_args):
+    """An in-process EngineCore on the default model (CPU, torch attention)."""
     import logging
     import os
 
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     logging.getLogger("transformers").setLevel(logging.ERROR)
     from minivllm.config import EngineArgs
-    from minivllm.engine import EngineCoreRequest
     from minivllm.engine.core import EngineCore
+
+    return EngineCore.from_engine_args(EngineArgs(**{**ENGINE_DEFAULTS, **engine_args}))
+
+
+def fresh_scheduler(core, **scheduler_args) -> None:
+    """Give an idle EngineCore a new, empty Scheduler with some SchedulerConfig fields changed (the worker and
+    its KV tensors stay; the new block pool starts all free). Saves loading the model again per configuration."""
+    import dataclasses
+
+    from minivllm.core.sched.scheduler import Scheduler
+
+    vc = core.vllm_config
+    scheduler_args = {"long_prefill_token_threshold": 0, "enable_chunked_prefill": True, **scheduler_args}
+    vc.scheduler_config = dataclasses.replace(vc.scheduler_config, **scheduler_args)
+    core.scheduler = Scheduler(vc.scheduler_config, vc.cache_config, vc.cache_config.num_gpu_blocks)
+
+
+def run_engine(schedule_step=None, workload=CHECK_WORKLOADS[0][0], max_steps=400, log: list | None = None,
+               core=None, **engine_args) -> EngineRun:
+    """Run a workload on an in-process EngineCore (default model, CPU). schedule_step=None: minivllm's own
+    Scheduler.schedule (the reference); else the student's loop plugged into this scheduler instance.
+    `log` (optional) receives the StepRecords as they happen, so a caller still has them if a step raises.
+    With `core`, that idle engine is reused with a fresh Scheduler built from `engine_args` (scheduler fields)."""
+    from minivllm.engine import EngineCoreRequest
     from minivllm.sampling_params import SamplingParams
 
-    args = {**ENGINE_DEFAULTS, **engine_args}
-    core = EngineCore.from_engine_args(EngineArgs(**args))
+    own = core is None
+    if own:
+        core = make_core(**engine_args)
+    else:
+        fresh_scheduler(core, **engine_args)
     sched = core.scheduler
     if schedule_step is not None:
         plug(sched, schedule_step)
-    log: list = []
+    log = [] if log is None else log
     record(sched, log)
     pending = sorted(workload, key=lambda w: w[0])
     tokens, arrival, token_times = {}, {}, {}
@@ -488,44 +521,62 @@ def run_engine(schedule_step=None, workload=CHECK_WORKLOAD, max_steps=400, **eng
                 token_times[o.request_id].extend([t1] * len(o.new_token_ids))
             step += 1
     finally:
-        core.shutdown()
-    return EngineRun(log, tokens, arrival, token_times, args, sched.num_preemptions)
+        if own:
+            core.shutdown()
+    return EngineRun(log, tokens, arrival, token_times, dict(engine_args), sched.num_preemptions)
 
 
 @functools.lru_cache(maxsize=1)
-def reference_run() -> EngineRun:
-    return run_engine(None, **CHECK_ARGS)
+def reference_runs() -> tuple[EngineRun, ...]:
+    """minivllm's own Scheduler on the graded workloads (once per process)."""
+    return tuple(run_engine(None, workload=w, **a) for w, a in CHECK_WORKLOADS)
 
 
-def judge_engine_run(run: EngineRun, ref: EngineRun) -> None:
-    """Per-step SchedulerOutputs (budget, threshold, decodes never starved, no admission after a preemption,
-    same tokens as the reference Scheduler) and the final greedy outputs."""
-    budget, threshold = CHECK_ARGS["max_num_batched_tokens"], CHECK_ARGS["long_prefill_token_threshold"]
-    for r in run.steps:
+def judge_steps(steps: list, args: dict, name: str = "") -> None:
+    """The per-step invariants: budget, threshold, decodes never starved, no admission after a preemption."""
+    budget = args["max_num_batched_tokens"]
+    threshold = args.get("long_prefill_token_threshold") or budget
+    where = f"真实引擎{name}第"
+    for r in steps:
         total = sum(r.scheduled.values())
-        expect(total <= budget, f"真实引擎第 {r.step} 步调度了 {total} 个 token，超过 budget {budget}：{r.scheduled}。")
+        expect(total <= budget, f"{where} {r.step} 步调度了 {total} 个 token，超过 budget {budget}：{r.scheduled}。")
         big = {rid: n for rid, n in r.scheduled.items() if n > threshold}
-        expect(not big, f"真实引擎第 {r.step} 步：{big} 超过了 long_prefill_token_threshold={threshold}。")
+        expect(not big, f"{where} {r.step} 步：{big} 超过了 long_prefill_token_threshold={threshold}。")
         starved = [rid for rid in r.decoding if rid not in r.scheduled and rid not in r.preempted]
-        expect(not starved, f"真实引擎第 {r.step} 步：正在 decode 的 {starved} 没有拿到 token（running 请求应先于 "
+        expect(not starved, f"{where} {r.step} 步：正在 decode 的 {starved} 没有拿到 token（running 请求应先于 "
                             f"waiting 请求分预算），本步调度 {r.scheduled}。")
         expect(not (r.preempted and r.admitted),
-               f"真实引擎第 {r.step} 步抢占了 {sorted(r.preempted)}，却又接纳了 {r.admitted}。")
-    for g, w in zip(run.steps, ref.steps):
+               f"{where} {r.step} 步抢占了 {sorted(r.preempted)}，却又接纳了 {r.admitted}。")
+
+
+def judge_engine_run(run: EngineRun, ref: EngineRun, name: str = "") -> None:
+    """Every step's invariants, every step equal to the reference Scheduler's, the same greedy outputs."""
+    judge_steps(run.steps, run.engine_args, name)
+    where = f"真实引擎{name}第"
+    for g, w in zip(run.steps, ref.steps, strict=False):
         expect(g.scheduled == w.scheduled and g.preempted == w.preempted,
-               f"真实引擎第 {g.step} 步与 minivllm 自带调度器不同：应调度 {w.scheduled}（抢占 {sorted(w.preempted)}），"
+               f"{where} {g.step} 步与 minivllm 自带调度器不同：应调度 {w.scheduled}（抢占 {sorted(w.preempted)}），"
                f"实际 {g.scheduled}（抢占 {sorted(g.preempted)}）。")
-    expect(len(run.steps) == len(ref.steps), f"真实引擎应运行 {len(ref.steps)} 步，实际 {len(run.steps)} 步。")
+    expect(len(run.steps) == len(ref.steps), f"真实引擎{name}应运行 {len(ref.steps)} 步，实际 {len(run.steps)} 步。")
     diff = [rid for rid in ref.tokens if run.tokens.get(rid) != ref.tokens[rid]]
-    expect(not diff, f"请求 {diff} 的贪心输出与参考引擎不同。")
+    expect(not diff, f"真实引擎{name}：请求 {diff} 的贪心输出与参考引擎不同。")
 
 
-def check_real_engine(schedule_step) -> EngineRun:
-    """Plug the student's loop into EngineCore's Scheduler on the default model; judge every step."""
-    ref = reference_run()
-    run = run_engine(schedule_step, **CHECK_ARGS)
-    judge_engine_run(run, ref)
-    return run
+def check_real_engine(schedule_step) -> list[EngineRun]:
+    """Plug the student's loop into EngineCore's Scheduler on the default model; judge every step of both
+    graded workloads against minivllm's own Scheduler."""
+    refs = reference_runs()
+    runs = []
+    for i, ((workload, args), ref) in enumerate(zip(CHECK_WORKLOADS, refs, strict=True)):
+        log: list = []
+        try:
+            run = run_engine(schedule_step, workload=workload, log=log, **args)
+        except CheckFailed as e:  # a broken contract stopped the run: first report a broken invariant before it
+            judge_steps(log, args, f"（负载 W{i + 1}）")
+            raise CheckFailed(f"真实引擎（负载 W{i + 1}）：{e}") from None
+        judge_engine_run(run, ref, f"（负载 W{i + 1}）")
+        runs.append(run)
+    return runs
 
 
 def print_steps(run: EngineRun, first: int = 1, last: int | None = None) -> None:
@@ -537,22 +588,29 @@ def print_steps(run: EngineRun, first: int = 1, last: int | None = None) -> None
 
 
 # ---------------------------------------------------------------------------- the chunked-prefill demo
-# Four short requests are decoding when a 768-token prompt arrives (step 4) and another at step 12.
-DEMO_WORKLOAD = ([(0, f"d{i}", _prompt(10 + i, 16), 48) for i in range(4)]
-                 + [(4, "long0", _prompt(20, 768), 4), (12, "long1", _prompt(21, 640), 4)])
+# Four short requests are decoding when a 480-token prompt arrives (step 4), and another at step 16.
+DEMO_WORKLOAD = ([(0, f"d{i}", _prompt(10 + i, 16), 40) for i in range(4)]
+                 + [(4, "long0", _prompt(20, 480), 4), (16, "long1", _prompt(21, 480), 4)])
 DEMO_CONFIGS = {  # label -> engine args; 'off' = chunked prefill disabled (the budget must cover max_model_len)
-    "off": dict(enable_chunked_prefill=False, max_num_batched_tokens=1024),
-    "512": dict(max_num_batched_tokens=1024, long_prefill_token_threshold=512),
-    "256": dict(max_num_batched_tokens=1024, long_prefill_token_threshold=256),
-    "128": dict(max_num_batched_tokens=1024, long_prefill_token_threshold=128),
-    "64": dict(max_num_batched_tokens=1024, long_prefill_token_threshold=64),
+    "off": dict(enable_chunked_prefill=False, max_num_batched_tokens=512),
+    "256": dict(max_num_batched_tokens=512, long_prefill_token_threshold=256),
+    "128": dict(max_num_batched_tokens=512, long_prefill_token_threshold=128),
+    "64": dict(max_num_batched_tokens=512, long_prefill_token_threshold=64),
 }
 
 
 def run_demo(labels=tuple(DEMO_CONFIGS)) -> dict[str, EngineRun]:
-    """The demo workload under each configuration (reference Scheduler, default model, CPU)."""
-    run_engine(None, workload=DEMO_WORKLOAD[:1], max_model_len=1024, **DEMO_CONFIGS["off"])  # warm-up
-    return {k: run_engine(None, workload=DEMO_WORKLOAD, max_model_len=1024, **DEMO_CONFIGS[k]) for k in labels}
+    """The demo workload under each configuration (reference Scheduler, default model, CPU), on one engine.
+    A first, discarded pass over every configuration warms up the kernels for these shapes, so that no
+    configuration pays for that alone."""
+    core = make_core(max_model_len=512, max_num_batched_tokens=512)
+    try:
+        warm = DEMO_WORKLOAD[:1] + [(1, "long0", DEMO_WORKLOAD[4][2], 1)]
+        for k in labels:
+            run_engine(None, workload=warm, core=core, **DEMO_CONFIGS[k])
+        return {k: run_engine(None, workload=DEMO_WORKLOAD, core=core, **DEMO_CONFIGS[k]) for k in labels}
+    finally:
+        core.shutdown()
 
 
 def latency_table(runs: dict[str, EngineRun]) -> list[dict]:
@@ -562,16 +620,20 @@ def latency_table(runs: dict[str, EngineRun]) -> list[dict]:
     rows = []
     for label, run in runs.items():
         itl = sorted(run.itl([f"d{i}" for i in range(4)]))
+        first = [next(k for k, r in enumerate(run.steps) if rid in r.scheduled) for rid in ("long0", "long1")]
+        done = [next(k for k, r in enumerate(run.steps) if rid in r.decoding) for rid in ("long0", "long1")]
         rows.append(dict(threshold=label, steps=len(run.steps),
+                         prefill_steps=max(d - f for f, d in zip(first, done, strict=True)),
                          ttft_ms=statistics.mean(run.ttft(r) for r in ("long0", "long1")) * 1e3,
                          itl_p50_ms=statistics.median(itl) * 1e3, itl_max_ms=itl[-1] * 1e3))
     return rows
 
 
 def print_latency_table(rows: list[dict]) -> None:
-    print(f"{'threshold':>9} {'steps':>6} {'long TTFT (ms)':>15} {'decode ITL p50':>15} {'decode ITL max':>15}")
+    print(f"{'threshold':>9} {'prefill steps':>14} {'long TTFT (ms)':>15} {'decode ITL p50':>15} {'ITL max (ms)':>13}")
     for r in rows:
-        print(f"{r['threshold']:>9} {r['steps']:>6} {r['ttft_ms']:>15.1f} {r['itl_p50_ms']:>15.1f} {r['itl_max_ms']:>15.1f}")
+        print(f"{r['threshold']:>9} {r['prefill_steps']:>14} {r['ttft_ms']:>15.1f} {r['itl_p50_ms']:>15.1f} "
+              f"{r['itl_max_ms']:>13.1f}")
 
 
 # ---------------------------------------------------------------------------- figures
@@ -607,7 +669,8 @@ def fig_prefill_decode(runs: dict[str, EngineRun], labels=("off", "128")):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(len(labels), 1, figsize=(10, 2.6 * len(labels)), sharex=True)
-    for ax, label in zip(axes, labels):
+    top = max(r.seconds for label in labels for r in runs[label].steps) * 1e3 * 1.1
+    for ax, label in zip(axes, labels, strict=True):
         run = runs[label]
         x = [r.step for r in run.steps]
         dec = [r.decode_tokens for r in run.steps]
@@ -620,6 +683,7 @@ def fig_prefill_decode(runs: dict[str, EngineRun], labels=("off", "128")):
         ax2.plot(x, [r.seconds * 1e3 for r in run.steps], color="black", marker=".", linewidth=0.8,
                  label="step wall time")
         ax2.set_ylabel("ms / step")
+        ax2.set_ylim(0, top)
         name = "chunked prefill off" if label == "off" else f"chunked prefill, long_prefill_token_threshold={label}"
         ax.set_title(f"{name} (budget {run.steps[0].budget})", fontsize=9, loc="left")
         h1, l1 = ax.get_legend_handles_labels()
@@ -654,4 +718,16 @@ def fig_tradeoff(rows: list[dict]):
     return fig
 
 
-LESSON = None  # set below, after the imports of autograder.common are in place
+LESSON = Lesson(
+    lesson_id="lesson02",
+    title="统一调度器与 KVCacheManager：token budget 与 chunked prefill",
+    parts=[
+        Part("l02_main_path", "主路径·调度器场景", 1, check_main_path, ("schedule_step",)),
+        Part("l02_real_engine", "主路径·真实引擎", 1, check_real_engine, ("schedule_step",)),
+        Part("l02_boundary", "边界·抢占", 1, check_boundary, ("schedule_step",)),
+        Part("l02_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
+        Part("l02_q1", "Q1 running 优先", 2, group="manual"),
+        Part("l02_q2", "Q2 抢占后不接纳", 2, group="manual"),
+        Part("l02_q3", "Q3 chunked prefill 取舍", 2, group="manual"),
+    ],
+)
