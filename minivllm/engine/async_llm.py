@@ -95,6 +95,9 @@ class AsyncLLM:
         aborted = self.output_processor.abort_requests(ids)
         if aborted and not self.errored:
             self.engine_core.abort_requests(aborted)
+        for logger in self.stat_loggers:
+            if aborted and hasattr(logger, "record_abort"):
+                logger.record_abort(len(aborted))
 
     # ------------------------------------------------------------------ the output handler
     def _run_output_handler(self) -> None:

@@ -48,6 +48,20 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from minivllm.entrypoints.openai.api_server import run_server
+    kw = engine_kwargs(args)
+    if args.model_tag:
+        kw["model"] = args.model_tag
+    run_server(args, EngineArgs.from_kwargs(**kw))
+    return 0
+
+
+def cmd_bench_serve(args: argparse.Namespace) -> int:
+    from minivllm.benchmarks.serve import main as bench_main
+    return bench_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="minivllm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -61,6 +75,24 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--sample-seed", type=int, default=0, help="per-request sampling seed")
     add_engine_args(g)
     g.set_defaults(func=cmd_generate)
+
+    s = sub.add_parser("serve", help="run the OpenAI-compatible server (EngineCore in its own process)")
+    s.add_argument("model_tag", nargs="?", default=None, help="HF model folder (default: the model in data/)")
+    s.add_argument("--model", default=None, help="same as the positional MODEL")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
+    s.add_argument("--served-model-name", default=None, help="the model id clients send (default: folder name)")
+    s.add_argument("--uvicorn-log-level", default="warning")
+    add_engine_args(s)
+    s.set_defaults(func=cmd_serve)
+
+    b = sub.add_parser("bench", help="benchmarks")
+    bsub = b.add_subparsers(dest="bench_command", required=True)
+    bs = bsub.add_parser("serve", help="load-test a running server (vLLM: vllm bench serve)")
+    from minivllm.benchmarks.serve import add_cli_args
+    add_cli_args(bs)
+    bs.set_defaults(func=cmd_bench_serve)
     return parser
 
 

@@ -1,0 +1,482 @@
+"""OpenAI-compatible server (vLLM: entrypoints/openai/api_server.py + serving_*.py), FastAPI over AsyncLLM.
+
+Routes: /v1/completions, /v1/chat/completions (streaming as SSE `data: {...}` ... `data: [DONE]`),
+/v1/models, /health (503 once the core is dead), /metrics (Prometheus text), /tokenize, /detokenize.
+Every error is OpenAI-shaped, {"error": {"message", "type", "param", "code"}}; bad input gets a 4xx.
+A client that disconnects has its request aborted in the core (streaming or not).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hmac
+import json
+import os
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from http import HTTPStatus
+
+import anyio
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from minivllm.config import EngineArgs
+from minivllm.engine.async_llm import AsyncLLM
+from minivllm.engine.exceptions import EngineDeadError
+from minivllm.entrypoints.openai.metrics import PrometheusStatLogger
+from minivllm.entrypoints.openai.protocol import (
+    ChatCompletionRequest,
+    ChatMessage,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
+    now,
+    random_id,
+)
+from minivllm.outputs import RequestOutput
+
+DEFAULT_CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}assistant:{% endif %}")
+
+
+# ---------------------------------------------------------------------------- errors
+def error_response(status: int, message: str, err_type: str | None = None, param: str | None = None) -> JSONResponse:
+    err_type = err_type or HTTPStatus(status).phrase.replace(" ", "") + "Error"
+    return JSONResponse({"error": {"message": message, "type": err_type, "param": param, "code": status}}, status)
+
+
+def _param_of(message: str) -> str | None:
+    word = message.split(" ", 1)[0].rstrip(":")
+    return word if word.isidentifier() and word.islower() else None
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_, exc: RequestValidationError):
+        errs = exc.errors()
+        first = errs[0] if errs else {}
+        loc = [x for x in first.get("loc", ()) if isinstance(x, str) and x != "body"]
+        msg = "; ".join(f"{'.'.join(str(x) for x in e.get('loc', ()) if x != 'body') or 'body'}: {e.get('msg')}"
+                        for e in errs[:5]) or "invalid request"
+        return error_response(400, msg, "BadRequestError", loc[0] if loc else None)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_, exc: StarletteHTTPException):
+        return error_response(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(ValueError)
+    async def value_error(_, exc: ValueError):
+        return error_response(400, str(exc), "BadRequestError", _param_of(str(exc)))
+
+    @app.exception_handler(EngineDeadError)
+    async def engine_dead(_, exc: EngineDeadError):
+        return error_response(503, str(exc), "EngineDeadError")
+
+
+# ---------------------------------------------------------------------------- streaming helpers
+class CancellableStreamingResponse(StreamingResponse):
+    """Always watch for http.disconnect and cancel the body iterator (so generate() aborts at once).
+
+    Starlette skips the watcher for ASGI spec >= 2.4 and notices a gone client only at the next send.
+    """
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            async with anyio.create_task_group() as tg:
+                async def wrap(func) -> None:
+                    await func()
+                    tg.cancel_scope.cancel()
+                tg.start_soon(wrap, partial(self.stream_response, send))
+                await wrap(partial(self.listen_for_disconnect, receive))
+        except OSError:
+            pass
+        finally:
+            if hasattr(self.body_iterator, "aclose"):
+                await self.body_iterator.aclose()
+
+
+async def with_cancellation(request: Request, coro):
+    """Run a non-streaming handler; if the client disconnects first, cancel it (aborting its requests)."""
+    handler = asyncio.ensure_future(coro)
+
+    async def listen() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+    listener = asyncio.ensure_future(listen())
+    done, _ = await asyncio.wait([handler, listener], return_when=asyncio.FIRST_COMPLETED)
+    if handler in done:
+        listener.cancel()
+        return handler.result()
+    handler.cancel()
+    return Response(status_code=499)
+
+
+async def merge_async_iterators(*iterators: AsyncIterator) -> AsyncGenerator[tuple[int, object], None]:
+    """(index, item) from several async iterators as items arrive; closing this cancels them all."""
+    if len(iterators) == 1:
+        async for item in iterators[0]:
+            yield 0, item
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+    done = object()
+
+    async def drain(i: int, it: AsyncIterator) -> None:
+        try:
+            async for item in it:
+                await queue.put((i, item))
+        except BaseException as e:
+            await queue.put((i, e))
+        finally:
+            await queue.put((i, done))
+    tasks = [asyncio.ensure_future(drain(i, it)) for i, it in enumerate(iterators)]
+    try:
+        remaining = len(tasks)
+        while remaining:
+            i, item = await queue.get()
+            if item is done:
+                remaining -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield i, item
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def sse(obj) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+# ---------------------------------------------------------------------------- the server state
+class OpenAIServing:
+    """What every handler needs: the engine, the tokenizer, served names, metrics."""
+
+    def __init__(self, engine: AsyncLLM, served_model_name: str) -> None:
+        self.engine = engine
+        self.tokenizer = engine.get_tokenizer()
+        self.model_name = served_model_name
+        self.max_model_len = engine.vllm_config.scheduler_config.max_model_len
+        self.stat_logger = PrometheusStatLogger(served_model_name)
+        engine.stat_loggers.append(self.stat_logger)
+
+    def check_model(self, model: str | None) -> None:
+        if model is not None and model != self.model_name:
+            raise StarletteHTTPException(404, f"The model `{model}` does not exist.")
+
+    def token_str(self, token_id: int) -> str:
+        return self.tokenizer.decode([token_id])
+
+    def chat_prompt(self, messages: list[ChatMessage], add_generation_prompt: bool = True) -> dict:
+        msgs = []
+        for m in messages:
+            content = m.content or ""
+            if isinstance(content, list):
+                if any(p.get("type") != "text" for p in content):
+                    raise ValueError("messages: only text content parts are supported")
+                content = "".join(str(p.get("text", "")) for p in content)
+            msgs.append({"role": m.role, "content": content})
+        template = None if getattr(self.tokenizer, "chat_template", None) else DEFAULT_CHAT_TEMPLATE
+        text = self.tokenizer.apply_chat_template(msgs, chat_template=template, tokenize=False,
+                                                  add_generation_prompt=add_generation_prompt)
+        return {"prompt": text, "prompt_token_ids": self.tokenizer.encode(text, add_special_tokens=False)}
+
+    def completion_logprobs(self, output, offset: int, num: int) -> dict | None:
+        c = output.outputs[0]
+        if c.logprobs is None:
+            return None
+        tokens, token_lps, tops, offsets = [], [], [], []
+        for tok, lps in zip(c.token_ids, c.logprobs, strict=False):
+            s = self.token_str(tok)
+            tokens.append(s)
+            token_lps.append(lps.get(tok))
+            tops.append({self.token_str(t): lp for t, lp in list(lps.items())[:num]} if num else None)
+            offsets.append(offset)
+            offset += len(s)
+        return {"tokens": tokens, "token_logprobs": token_lps, "top_logprobs": tops, "text_offset": offsets}
+
+    def chat_logprobs(self, output, num: int) -> dict | None:
+        c = output.outputs[0]
+        if c.logprobs is None:
+            return None
+        content = []
+        for tok, lps in zip(c.token_ids, c.logprobs, strict=False):
+            s = self.token_str(tok)
+            content.append({"token": s, "logprob": lps.get(tok), "bytes": list(s.encode()),
+                            "top_logprobs": [{"token": self.token_str(t), "logprob": lp,
+                                              "bytes": list(self.token_str(t).encode())}
+                                             for t, lp in list(lps.items())[:num]]})
+        return {"content": content}
+
+
+def _prompts(prompt) -> list:
+    if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and isinstance(prompt[0], int)):
+        return [prompt]
+    if isinstance(prompt, list) and not prompt:
+        raise ValueError("prompt must not be empty")
+    return list(prompt)
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+# ---------------------------------------------------------------------------- completions
+async def create_completion(serving: OpenAIServing, req: CompletionRequest, raw: Request):
+    serving.check_model(req.model)
+    if req.suffix:
+        raise ValueError("suffix is not supported")
+    params = req.to_sampling_params(req.max_tokens, req.logprobs)
+    prompts = _prompts(req.prompt)
+    rid, created = random_id("cmpl"), now()
+    engine = serving.engine
+    # Validate and register every prompt before streaming starts, so bad input is a 400, not a broken stream.
+    gens: list[PrimedGenerate] = []
+    try:
+        for i, p in enumerate(prompts):
+            gens.append(PrimedGenerate(engine.generate(p, params, f"{rid}-{i}", delta=req.stream)))
+            await gens[-1].start()
+    except BaseException:
+        for g in gens:
+            await g.aclose()
+        raise
+    echo_texts = [(p if isinstance(p, str) else serving.tokenizer.decode(p)) if req.echo else "" for p in prompts]
+    if req.stream:
+        return CancellableStreamingResponse(_completion_stream(serving, req, gens, rid, created, echo_texts),
+                                            media_type="text/event-stream")
+
+    async def run():
+        finals: list[RequestOutput | None] = [None] * len(gens)
+        try:
+            async for i, out in merge_async_iterators(*[g.iterate() for g in gens]):
+                finals[i] = out
+        finally:
+            for g in gens:
+                await g.aclose()
+        choices, n_prompt, n_gen = [], 0, 0
+        for i, out in enumerate(finals):
+            c = out.outputs[0]
+            n_prompt += len(out.prompt_token_ids)
+            n_gen += len(c.token_ids)
+            choices.append({"index": i, "text": echo_texts[i] + c.text,
+                            "logprobs": serving.completion_logprobs(out, len(echo_texts[i]), req.logprobs or 0),
+                            "finish_reason": c.finish_reason, "stop_reason": c.stop_reason})
+        return JSONResponse({"id": rid, "object": "text_completion", "created": created,
+                             "model": serving.model_name, "choices": choices, "usage": _usage(n_prompt, n_gen)})
+    return await with_cancellation(raw, run())
+
+
+class PrimedGenerate:
+    """A generate() run up to its first wait, so InputProcessor's ValueError raises before a stream starts."""
+
+    def __init__(self, gen: AsyncGenerator) -> None:
+        self.gen = gen
+        self.first: asyncio.Future | None = None
+
+    async def start(self) -> PrimedGenerate:
+        self.first = asyncio.ensure_future(self.gen.__anext__())
+        await asyncio.sleep(0)  # add_request runs synchronously up to the first output wait
+        if self.first.done():
+            self.first.result()
+        return self
+
+    async def iterate(self) -> AsyncGenerator[RequestOutput, None]:
+        try:
+            item = await self.first
+        except StopAsyncIteration:
+            return
+        yield item
+        async for item in self.gen:
+            yield item
+
+    async def aclose(self) -> None:
+        if self.first is not None and not self.first.done():
+            self.first.cancel()
+            await asyncio.gather(self.first, return_exceptions=True)
+        await self.gen.aclose()
+
+
+async def _completion_stream(serving, req, gens, rid, created, echo_texts):
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    n_prompt, n_gen = 0, 0
+    offsets = [len(t) for t in echo_texts]
+    first = [True] * len(gens)
+    try:
+        async for i, out in merge_async_iterators(*[g.iterate() for g in gens]):
+            c = out.outputs[0]
+            text = c.text
+            if first[i]:
+                first[i] = False
+                n_prompt += len(out.prompt_token_ids)
+                text = echo_texts[i] + text
+            n_gen += len(c.token_ids)
+            if not text and not c.finish_reason:
+                continue  # text held back (a stop string may be forming) and nothing else to say
+            lp = serving.completion_logprobs(out, offsets[i], req.logprobs or 0)
+            offsets[i] += len(c.text)
+            yield sse({"id": rid, "object": "text_completion", "created": created, "model": serving.model_name,
+                       "choices": [{"index": i, "text": text, "logprobs": lp, "finish_reason": c.finish_reason,
+                                    "stop_reason": c.stop_reason}]})
+        if include_usage:
+            yield sse({"id": rid, "object": "text_completion", "created": created, "model": serving.model_name,
+                       "choices": [], "usage": _usage(n_prompt, n_gen)})
+    except EngineDeadError as e:
+        yield sse({"error": {"message": str(e), "type": "EngineDeadError", "param": None, "code": 503}})
+    finally:
+        for g in gens:
+            await g.aclose()
+    yield "data: [DONE]\n\n"
+
+
+# ---------------------------------------------------------------------------- chat
+async def create_chat_completion(serving: OpenAIServing, req: ChatCompletionRequest, raw: Request):
+    serving.check_model(req.model)
+    if req.top_logprobs is not None and not req.logprobs:
+        raise ValueError("top_logprobs needs logprobs=true")
+    num_lp = (req.top_logprobs or 0) if req.logprobs else None
+    params = req.to_sampling_params(req.max_completion_tokens or req.max_tokens, num_lp)
+    prompt = serving.chat_prompt(req.messages, req.add_generation_prompt)
+    rid, created = random_id("chatcmpl"), now()
+    gen = await PrimedGenerate(serving.engine.generate(prompt, params, rid, delta=req.stream)).start()
+    if req.stream:
+        return CancellableStreamingResponse(_chat_stream(serving, req, gen, rid, created, num_lp or 0),
+                                            media_type="text/event-stream")
+
+    async def run():
+        try:
+            async for final in gen.iterate():
+                out = final
+        finally:
+            await gen.aclose()
+        c = out.outputs[0]
+        choice = {"index": 0, "message": {"role": "assistant", "content": c.text},
+                  "logprobs": serving.chat_logprobs(out, num_lp or 0), "finish_reason": c.finish_reason,
+                  "stop_reason": c.stop_reason}
+        return JSONResponse({"id": rid, "object": "chat.completion", "created": created, "model": serving.model_name,
+                             "choices": [choice], "usage": _usage(len(out.prompt_token_ids), len(c.token_ids))})
+    return await with_cancellation(raw, run())
+
+
+async def _chat_stream(serving, req, gen, rid, created, num_lp):
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    head = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": serving.model_name}
+    n_prompt, n_gen = 0, 0
+    try:
+        yield sse(head | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                       "logprobs": None, "finish_reason": None}]})
+        async for out in gen.iterate():
+            c = out.outputs[0]
+            n_prompt = len(out.prompt_token_ids)
+            n_gen += len(c.token_ids)
+            if not c.text and not c.finish_reason:
+                continue
+            yield sse(head | {"choices": [{"index": 0, "delta": {"content": c.text} if c.text else {},
+                                           "logprobs": serving.chat_logprobs(out, num_lp),
+                                           "finish_reason": c.finish_reason, "stop_reason": c.stop_reason}]})
+        if include_usage:
+            yield sse(head | {"choices": [], "usage": _usage(n_prompt, n_gen)})
+    except EngineDeadError as e:
+        yield sse({"error": {"message": str(e), "type": "EngineDeadError", "param": None, "code": 503}})
+    finally:
+        await gen.aclose()
+    yield "data: [DONE]\n\n"
+
+
+# ---------------------------------------------------------------------------- the app
+def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api_key: str | None = None,
+              engine: AsyncLLM | None = None) -> FastAPI:
+    """The FastAPI app; the AsyncLLM (and its EngineCore process) starts in the app's lifespan."""
+    name = served_model_name or os.path.basename(os.path.normpath(engine_args.model))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        eng = engine or AsyncLLM.from_engine_args(engine_args)
+        app.state.serving = OpenAIServing(eng, name)
+        try:
+            yield
+        finally:
+            if engine is None:
+                eng.shutdown()
+
+    app = FastAPI(title="minivllm OpenAI-compatible server", lifespan=lifespan)
+    install_error_handlers(app)
+
+    if api_key:
+        @app.middleware("http")
+        async def authentication(request: Request, call_next):
+            if request.url.path.startswith("/v1"):
+                auth = request.headers.get("Authorization", "")
+                if not hmac.compare_digest(auth.encode(), f"Bearer {api_key}".encode()):
+                    return error_response(401, "Invalid or missing API key (send 'Authorization: Bearer <key>')",
+                                          "AuthenticationError")
+            return await call_next(request)
+
+    def serving(request: Request) -> OpenAIServing:
+        return request.app.state.serving
+
+    @app.get("/health")
+    async def health(request: Request):
+        if serving(request).engine.errored:
+            return error_response(503, "EngineCore is dead", "EngineDeadError")
+        return Response(status_code=200)
+
+    @app.get("/v1/models")
+    async def models(request: Request):
+        s = serving(request)
+        return {"object": "list", "data": [{"id": s.model_name, "object": "model", "created": now(),
+                                            "owned_by": "minivllm", "root": engine_args.model,
+                                            "max_model_len": s.max_model_len}]}
+
+    @app.post("/v1/completions")
+    async def completions(req: CompletionRequest, request: Request):
+        return await create_completion(serving(request), req, request)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(req: ChatCompletionRequest, request: Request):
+        return await create_chat_completion(serving(request), req, request)
+
+    @app.post("/tokenize")
+    async def tokenize(req: TokenizeRequest, request: Request):
+        s = serving(request)
+        s.check_model(req.model)
+        if (req.prompt is None) == (req.messages is None):
+            raise ValueError("give exactly one of prompt or messages")
+        if req.messages is not None:
+            tokens = s.chat_prompt(req.messages)["prompt_token_ids"]
+        else:
+            tokens = s.tokenizer.encode(req.prompt, add_special_tokens=req.add_special_tokens)
+        return {"tokens": tokens, "count": len(tokens), "max_model_len": s.max_model_len}
+
+    @app.post("/detokenize")
+    async def detokenize(req: DetokenizeRequest, request: Request):
+        s = serving(request)
+        s.check_model(req.model)
+        bad = [t for t in req.tokens if not 0 <= t < len(s.tokenizer)]
+        if bad:
+            raise ValueError(f"tokens: token id {bad[0]} is out of vocabulary (size {len(s.tokenizer)})")
+        return {"prompt": s.tokenizer.decode(req.tokens)}
+
+    @app.get("/metrics")
+    async def metrics(request: Request):
+        s = serving(request)
+        stats = None
+        if not s.engine.errored:
+            try:
+                stats = await asyncio.wait_for(s.engine.get_stats(), 2.0)
+            except (asyncio.TimeoutError, EngineDeadError):
+                stats = None
+        return PlainTextResponse(s.stat_logger.render(stats), media_type="text/plain; version=0.0.4")
+
+    return app
+
+
+def run_server(args: argparse.Namespace, engine_args: EngineArgs) -> None:
+    import uvicorn
+    app = build_app(engine_args, args.served_model_name, args.api_key)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.uvicorn_log_level,
+                timeout_graceful_shutdown=5)

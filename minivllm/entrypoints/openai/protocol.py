@@ -1,0 +1,112 @@
+"""Request and response shapes of the OpenAI API subset we serve (vLLM: entrypoints/openai/protocol.py).
+
+Requests are pydantic models, so FastAPI rejects wrong types before any handler runs; the handler then
+turns them into SamplingParams, whose own checks give the value errors. Extras beyond OpenAI (top_k,
+min_p, ignore_eos, ...) are plain fields, as in vLLM; the openai client sends them via extra_body.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from minivllm.sampling_params import SamplingParams
+
+
+class OpenAIBaseModel(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # unknown fields are ignored, as vLLM does
+
+
+class ErrorInfo(OpenAIBaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: int
+
+
+class ErrorResponse(OpenAIBaseModel):
+    error: ErrorInfo
+
+
+class StreamOptions(OpenAIBaseModel):
+    include_usage: bool = False
+
+
+class SamplingRequest(OpenAIBaseModel):
+    """Fields shared by /v1/completions and /v1/chat/completions."""
+
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    n: int = 1
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    user: str | None = None
+    # extras (vLLM's sampling params)
+    top_k: int | None = None
+    min_p: float | None = None
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+
+    def to_sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
+        if self.presence_penalty or self.frequency_penalty:
+            raise ValueError("presence_penalty and frequency_penalty are not supported (must be 0)")
+        kw = dict(n=self.n, max_tokens=max_tokens, seed=self.seed, stop=self.stop, ignore_eos=self.ignore_eos,
+                  min_tokens=self.min_tokens, stop_token_ids=self.stop_token_ids, logprobs=logprobs,
+                  include_stop_str_in_output=self.include_stop_str_in_output,
+                  skip_special_tokens=self.skip_special_tokens)
+        for name in ("temperature", "top_p", "top_k", "min_p"):
+            if getattr(self, name) is not None:
+                kw[name] = getattr(self, name)
+        return SamplingParams(**kw)
+
+
+class CompletionRequest(SamplingRequest):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = 16
+    logprobs: int | None = None
+    echo: bool = False
+    suffix: str | None = None
+
+
+class ChatMessage(OpenAIBaseModel):
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: str | list[dict] | None = None
+
+
+class ChatCompletionRequest(SamplingRequest):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    add_generation_prompt: bool = True
+
+
+class TokenizeRequest(OpenAIBaseModel):
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_special_tokens: bool = True
+
+
+class DetokenizeRequest(OpenAIBaseModel):
+    model: str | None = None
+    tokens: list[int]
+
+
+def random_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def now() -> int:
+    return int(time.time())

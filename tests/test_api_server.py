@@ -1,0 +1,316 @@
+"""The OpenAI-compatible server, driven by the real openai client over loopback.
+
+One `minivllm serve` subprocess (with its EngineCore grandchild) on a tiny random model serves the
+module; the last test kills its EngineCore and checks that streams fail fast and /health says 503.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from tiny_models import make_tiny_model
+
+from minivllm.entrypoints.llm import LLM
+from minivllm.entrypoints.openai.metrics import parse_prometheus
+from minivllm.sampling_params import SamplingParams
+
+API_KEY = "sk-minivllm-test"
+NAME = "tiny"
+ENGINE = dict(device="cpu", attention_backend="torch", max_num_seqs=64)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    # Long context: a request of 4000 tokens cannot finish by itself while the abort test watches.
+    return make_tiny_model("llama", tmp_path_factory.mktemp("tiny") / "llama", max_position_embeddings=4096)
+
+
+@pytest.fixture(scope="module")
+def server(model, tmp_path_factory):
+    port = free_port()
+    log = open(tmp_path_factory.mktemp("log") / "server.log", "w+")
+    cmd = [sys.executable, "-m", "minivllm.entrypoints.cli", "serve", model, "--host", "127.0.0.1", "--port",
+           str(port), "--api-key", API_KEY, "--served-model-name", NAME, "--device", "cpu",
+           "--attention-backend", "torch", "--max-num-seqs", "64"]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parent.parent)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, f"server exited: {Path(log.name).read_text()[-3000:]}"
+            assert time.monotonic() < deadline, "server did not become healthy in 120 s"
+            try:
+                if httpx.get(base + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        yield proc, base
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server[1] + "/v1", api_key=API_KEY, max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def offline(model):
+    return LLM(model, multiprocess=False, **ENGINE)
+
+
+def greedy_text(offline, prompts, n=16) -> list[str]:
+    outs = offline.generate(prompts, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True), use_tqdm=False)
+    return [o.outputs[0].text for o in outs]
+
+
+def metrics(base) -> dict[str, float]:
+    text = httpx.get(base + "/metrics", timeout=10).text
+    return {k.split("{")[0].removeprefix("minivllm:") + ("{" + k.split("{")[1] if "finished_reason" in k else ""): v
+            for k, v in parse_prometheus(text).items()}
+
+
+GREEDY = dict(temperature=0.0, extra_body={"ignore_eos": True})
+
+
+def test_models_and_health(server, client):
+    assert [m.id for m in client.models.list().data] == [NAME]
+    assert httpx.get(server[1] + "/health").status_code == 200  # no key needed outside /v1
+
+
+def test_completion_stream_and_not(client, offline, server):
+    [ref] = greedy_text(offline, ["ROMEO: wherefore"])
+    full = client.completions.create(model=NAME, prompt="ROMEO: wherefore", max_tokens=16, **GREEDY)
+    assert full.choices[0].text == ref and full.choices[0].finish_reason == "length"
+    assert full.usage.completion_tokens == 16 and full.usage.prompt_tokens > 0
+    chunks = list(client.completions.create(model=NAME, prompt="ROMEO: wherefore", max_tokens=16, stream=True,
+                                            stream_options={"include_usage": True}, **GREEDY))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == ref
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 16
+    # the raw SSE framing
+    body = httpx.post(server[1] + "/v1/completions", headers={"Authorization": f"Bearer {API_KEY}"},
+                      json={"prompt": "x", "max_tokens": 3, "stream": True}).text
+    events = [e for e in body.split("\n\n") if e]
+    assert all(e.startswith("data: ") for e in events) and events[-1] == "data: [DONE]"
+    assert all("choices" in json.loads(e[6:]) for e in events[:-1])
+
+
+def test_batch_prompts_and_token_ids(client, offline):
+    refs = greedy_text(offline, ["a", "b c", [5, 6, 7, 8]], 8)
+    out = client.completions.create(model=NAME, prompt=["a", "b c"], max_tokens=8, **GREEDY)
+    assert [c.text for c in sorted(out.choices, key=lambda c: c.index)] == refs[:2]
+    assert client.completions.create(model=NAME, prompt=[5, 6, 7, 8], max_tokens=8, **GREEDY).choices[0].text == refs[2]
+
+
+def test_chat_stream_and_not(client, server):
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Speak, Horatio."}]
+    full = client.chat.completions.create(model=NAME, messages=msgs, max_tokens=12, **GREEDY)
+    assert full.choices[0].message.role == "assistant" and full.usage.completion_tokens == 12
+    chunks = list(client.chat.completions.create(model=NAME, messages=msgs, max_tokens=12, stream=True,
+                                                 stream_options={"include_usage": True}, **GREEDY))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == full.choices[0].message.content
+    assert chunks[-1].usage.total_tokens == full.usage.total_tokens
+    tok = httpx.post(server[1] + "/tokenize", json={"messages": msgs}).json()
+    assert tok["count"] == full.usage.prompt_tokens
+
+
+def test_sampling_options(client):
+    kw = dict(model=NAME, prompt="KING:", max_tokens=12, temperature=1.0)
+    a = client.completions.create(seed=7, **kw).choices[0].text
+    assert a == client.completions.create(seed=7, **kw).choices[0].text
+    texts = {client.completions.create(seed=s, **kw).choices[0].text for s in range(4)}
+    assert len(texts) > 1, "different seeds should sample differently"
+    lp = client.completions.create(model=NAME, prompt="KING:", max_tokens=4, logprobs=3, **GREEDY).choices[0].logprobs
+    assert len(lp.tokens) == 4 and all(len(t) == 3 for t in lp.top_logprobs)
+    assert all(t <= 0 and abs(t - max(top.values())) < 1e-5 for t, top in zip(lp.token_logprobs, lp.top_logprobs, strict=True))
+    chat = client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "hi"}], max_tokens=3,
+                                          logprobs=True, top_logprobs=2, **GREEDY)
+    assert len(chat.choices[0].logprobs.content) == 3 and len(chat.choices[0].logprobs.content[0].top_logprobs) == 2
+    base = client.completions.create(model=NAME, prompt="KING:", max_tokens=20, **GREEDY).choices[0].text
+    stop = base[6:9]
+    cut = client.completions.create(model=NAME, prompt="KING:", max_tokens=20, stop=[stop], **GREEDY).choices[0]
+    assert cut.text == base[:base.index(stop)] and cut.finish_reason == "stop"
+    k1 = client.completions.create(model=NAME, prompt="KING:", max_tokens=8, temperature=5.0, seed=1,
+                                   extra_body={"top_k": 1, "min_p": 0.0, "ignore_eos": True}).choices[0].text
+    assert k1 == client.completions.create(model=NAME, prompt="KING:", max_tokens=8, **GREEDY).choices[0].text
+
+
+def test_concurrent_streams_equal_offline(server, offline):
+    prompts = [f"Scene {i}: enter {'the king ' * (i % 5)}and {i} lords" for i in range(64)]
+    refs = greedy_text(offline, prompts, 16)
+    aclient = openai.AsyncOpenAI(base_url=server[1] + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
+
+    async def one(p):
+        text = ""
+        async for c in await aclient.completions.create(model=NAME, prompt=p, max_tokens=16, stream=True, **GREEDY):
+            text += c.choices[0].text if c.choices else ""
+        return text
+
+    async def main():
+        try:
+            return await asyncio.gather(*(one(p) for p in prompts))
+        finally:
+            await aclient.close()
+    assert asyncio.run(main()) == refs
+
+
+def test_disconnect_aborts_and_frees_kv(server, client):
+    base = server[1]
+    before = metrics(base)
+    stream = client.completions.create(model=NAME, prompt="A long speech:", max_tokens=4000, stream=True, **GREEDY)
+    for i, _ in enumerate(stream):
+        if i == 3:
+            break
+    busy = metrics(base)
+    assert busy["num_requests_running"] == 1 and busy["kv_cache_usage_perc"] > 0
+    stream.close()  # the client goes away mid-stream
+    t0 = time.monotonic()
+    while (m := metrics(base))["num_requests_running"] or m["kv_cache_usage_perc"]:
+        assert time.monotonic() - t0 < 5, f"request not aborted in the core: {m}"
+        time.sleep(0.05)
+    assert m["num_free_kv_blocks"] == before["num_free_kv_blocks"] == m["num_total_kv_blocks"]
+    assert m['request_success_total{model_name="tiny",finished_reason="abort"}'] >= 1
+    assert m["generation_tokens_total"] - busy["generation_tokens_total"] < 3000
+
+
+BAD_REQUESTS = [  # (path, json body or raw bytes, expected status)
+    ("/v1/completions", {"model": NAME}, 400),                                   # no prompt
+    ("/v1/completions", {"model": NAME, "prompt": "x", "max_tokens": 0}, 400),
+    ("/v1/completions", {"model": NAME, "prompt": "x", "max_tokens": -5}, 400),
+    ("/v1/completions", {"model": NAME, "prompt": "x", "temperature": -1}, 400),
+    ("/v1/completions", {"model": NAME, "prompt": "x", "top_p": 0}, 400),
+    ("/v1/completions", {"model": NAME, "prompt": "x", "top_p": 1.5}, 400),
+    ("/v1/completions", {"model": NAME, "prompt": "x", "top_k": -7}, 400),
+    ("/v1/completions", {"model": NAME, "prompt": "x", "min_p": 2}, 400),
+    ("/v1/completions", {"model": NAME, "prompt": "x", "n": 3}, 400),
+    ("/v1/completions", {"model": NAME, "prompt": "x", "logprobs": 999}, 400),
+    ("/v1/completions", {"model": NAME, "prompt": "x", "stop": [""]}, 400),
+    ("/v1/completions", {"model": NAME, "prompt": "x", "temperature": "hot"}, 400),
+    ("/v1/completions", {"model": NAME, "prompt": [], "max_tokens": 2}, 400),
+    ("/v1/completions", {"model": NAME, "prompt": [1, 10 ** 7]}, 400),          # out of vocabulary
+    ("/v1/completions", {"model": NAME, "prompt": list(range(10, 4200))}, 400),  # longer than max_model_len
+    ("/v1/completions", {"model": NAME, "prompt": "x", "presence_penalty": 1}, 400),
+    ("/v1/completions", {"model": NAME, "prompt": "x", "min_tokens": 9, "max_tokens": 2}, 400),
+    ("/v1/completions", {"model": "gpt-9", "prompt": "x"}, 404),
+    ("/v1/completions", {"model": NAME, "prompt": "x", "stream": True, "temperature": -2}, 400),
+    ("/v1/completions", b"{not json", 400),
+    ("/v1/completions", b"[1, 2]", 400),
+    ("/v1/chat/completions", {"model": NAME, "messages": []}, 400),
+    ("/v1/chat/completions", {"model": NAME, "messages": [{"role": "wizard", "content": "x"}]}, 400),
+    ("/v1/chat/completions", {"model": NAME, "messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, 400),
+    ("/v1/chat/completions", {"model": NAME, "messages": [{"role": "user",
+                              "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, 400),
+    ("/v1/chat/completions", {"model": NAME, "messages": "hello"}, 400),
+    ("/detokenize", {"tokens": [10 ** 8]}, 400),
+    ("/tokenize", {}, 400),
+    ("/v1/nothing-here", {}, 404),
+]
+
+
+def test_malformed_requests_get_4xx(server, client, offline):
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    for path, body, status in BAD_REQUESTS:
+        kw = {"content": body, "headers": headers | {"Content-Type": "application/json"}} if isinstance(body, bytes) \
+            else {"json": body, "headers": headers}
+        r = httpx.post(server[1] + path, timeout=30, **kw)
+        assert r.status_code == status, (path, body, r.status_code, r.text)
+        err = r.json()["error"]
+        assert set(err) == {"message", "type", "param", "code"} and err["code"] == status and err["message"], err
+    assert httpx.get(server[1] + "/health").status_code == 200
+    [ref] = greedy_text(offline, ["still serving"], 4)
+    assert client.completions.create(model=NAME, prompt="still serving", max_tokens=4, **GREEDY).choices[0].text == ref
+    with pytest.raises(openai.BadRequestError) as e:  # the openai client sees the same shape
+        client.completions.create(model=NAME, prompt="x", temperature=-1)
+    assert e.value.body["param"] == "temperature"
+
+
+def test_api_key(server):
+    for key in ("wrong-key", ""):
+        c = openai.OpenAI(base_url=server[1] + "/v1", api_key=key or "x", max_retries=0)
+        with pytest.raises(openai.AuthenticationError):
+            c.completions.create(model=NAME, prompt="x", max_tokens=2)
+    r = httpx.post(server[1] + "/v1/completions", json={"model": NAME, "prompt": "x"})  # no header at all
+    assert r.status_code == 401 and r.json()["error"]["type"] == "AuthenticationError"
+    assert httpx.get(server[1] + "/v1/models").status_code == 401
+
+
+def test_tokenize_detokenize(server):
+    tok = httpx.post(server[1] + "/tokenize", json={"prompt": "héllo wörld"}).json()
+    assert tok["count"] == len(tok["tokens"]) and tok["max_model_len"] == 4096
+    assert httpx.post(server[1] + "/detokenize", json={"tokens": tok["tokens"]}).json()["prompt"].endswith("héllo wörld")
+
+
+def test_metrics_prometheus(server):
+    text = httpx.get(server[1] + "/metrics").text
+    for name in ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "prefix_cache_hit_rate",
+                 "prompt_tokens_total", "generation_tokens_total", "time_to_first_token_seconds_bucket",
+                 "inter_token_latency_seconds_bucket", "e2e_request_latency_seconds_count"):
+        assert f"minivllm:{name}" in text, name
+    m = metrics(server[1])
+    assert m["time_to_first_token_seconds_count"] >= 64 and m["generation_tokens_total"] >= 64 * 16
+    assert m["prefix_cache_queries_total"] > 0
+
+
+def _engine_core_pid(server_pid: int) -> int:
+    for child in Path(f"/proc/{server_pid}/task/{server_pid}/children").read_text().split():
+        if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+            return int(child)
+    raise AssertionError("no EngineCore child process found")
+
+
+def test_killed_engine_core_fails_fast(server, client):
+    """Last: SIGKILL the EngineCore with streams in flight."""
+    proc, base = server
+    aclient = openai.AsyncOpenAI(base_url=base + "/v1", api_key=API_KEY, max_retries=0, timeout=60)
+
+    async def one(i, started):
+        try:
+            async for _ in await aclient.completions.create(model=NAME, prompt=f"p{i}", max_tokens=4000, stream=True,
+                                                            **GREEDY):
+                started.add(i)
+        except openai.APIError:
+            return time.monotonic()
+        return "completed"
+
+    async def main():
+        started: set[int] = set()
+        tasks = [asyncio.create_task(one(i, started)) for i in range(3)]
+        while len(started) < 3:
+            await asyncio.sleep(0.02)
+        t0 = time.monotonic()
+        os.kill(_engine_core_pid(proc.pid), signal.SIGKILL)
+        try:
+            return t0, await asyncio.wait_for(asyncio.gather(*tasks), 10)
+        finally:
+            await aclient.close()
+    t0, ends = asyncio.run(main())
+    assert all(isinstance(t, float) and t - t0 < 5 for t in ends), ends
+    assert httpx.get(base + "/health").status_code == 503
+    r = httpx.post(base + "/v1/completions", json={"model": NAME, "prompt": "x"},
+                   headers={"Authorization": f"Bearer {API_KEY}"})
+    assert r.status_code == 503 and r.json()["error"]["type"] == "EngineDeadError"
+    assert proc.poll() is None, "the server keeps answering (503) after its core died"
