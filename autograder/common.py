@@ -144,9 +144,8 @@ def _to_python(source: str) -> str:
 
 
 def student_namespace(nb_path: Path) -> tuple[dict, list[str]]:
-    """Execute the notebook's answer cells (nbgrader solution cells) in a fresh namespace.
-
-    Only answer cells run: demos and figures are skipped, so the self-check takes seconds.
+    """Execute the notebook's setup cell (grade_id ``*_setup``) and answer cells (nbgrader solution cells) in
+    a fresh namespace. Demos and figures are skipped, so the self-check takes seconds.
     Returns the namespace and one line per cell that raised.
     """
     nb = json.loads(Path(nb_path).read_text(encoding="utf-8"))
@@ -154,7 +153,8 @@ def student_namespace(nb_path: Path) -> tuple[dict, list[str]]:
     errors = []
     for i, cell in enumerate(nb["cells"]):
         meta = cell.get("metadata", {}).get("nbgrader", {})
-        if cell["cell_type"] != "code" or not meta.get("solution"):
+        setup = str(meta.get("grade_id", "")).endswith("_setup")
+        if cell["cell_type"] != "code" or not (meta.get("solution") or setup):
             continue
         src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
         try:

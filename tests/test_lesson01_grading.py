@@ -2,7 +2,6 @@
 the real engine shows the bug each order mistake causes; the notebook runs; nbgrader agrees end to end."""
 import json
 import runpy
-import time
 from pathlib import Path
 
 import pytest
@@ -91,24 +90,6 @@ def test_real_engine_shows_each_order_bug():
             assert grammar.start >= e.end
 
 
-@pytest.mark.slow
-def test_solution_notebook_runs_on_cpu_with_all_grade_cells_passing(tmp_path):
-    import nbformat
-    from nbclient import NotebookClient
-
-    nb = nbformat.read(REPO / "solutions/lesson01/lesson01.ipynb", as_version=4)
-    t = time.perf_counter()
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
-    elapsed = time.perf_counter() - t
-    assert elapsed < 60, f"lesson 1 took {elapsed:.0f} s"
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        for out in cell.get("outputs", []):
-            assert out.output_type != "error", (cell.id, out.get("evalue"))
-            if meta.get("grade"):
-                assert not (out.output_type == "stream" and out.name == "stderr"), (cell.id, out.text)
-
-
 def make_submission(root: Path, student: str, replace: dict[str, str]) -> None:
     nb = json.loads((REPO / "notebooks/lesson01/lesson01.ipynb").read_text(encoding="utf-8"))
     for cell in nb["cells"]:
@@ -138,6 +119,9 @@ def test_nbgrader_end_to_end(tmp_path):
                                                              "l01_source_map")) for s, got in results.items()}
     assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 1}
     assert all(got["l01_q1"] is None for got in results.values())  # manual: pending
+    for student, got in results.items():  # the Colab self-check gives the same points per part
+        ns, _ = student_namespace(subs / student / "lesson01" / "lesson01.ipynb")
+        assert code_scores(ns) == {k: v for k, v in got.items() if k in code_scores(ns)}, student
     rows = {line.split(",")[3]: line.split(",")[-2:] for line in csv_path.read_text().splitlines()[1:]}
     assert rows == {"solution_student": ["4.0", "10.0"], "blank_student": ["0.0", "10.0"],
                     "mutant_student": ["1.0", "10.0"]}
