@@ -9,6 +9,7 @@ import contextlib
 import importlib
 import io
 import json
+import logging
 import re
 import traceback
 import unicodedata
@@ -150,7 +151,15 @@ def student_namespace(nb_path: Path) -> tuple[dict, list[str]]:
     """
     nb = json.loads(Path(nb_path).read_text(encoding="utf-8"))
     ns: dict = {"__name__": "__student__", "______": ______}
-    errors = []
+    errors: list[str] = []
+    logging_disabled = logging.root.manager.disable  # the setup cell silences logging: undo it after
+    with warnings.catch_warnings():
+        _exec_cells(nb, ns, errors)
+    logging.disable(logging_disabled)
+    return ns, errors
+
+
+def _exec_cells(nb: dict, ns: dict, errors: list[str]) -> None:
     for i, cell in enumerate(nb["cells"]):
         meta = cell.get("metadata", {}).get("nbgrader", {})
         setup = str(meta.get("grade_id", "")).endswith("_setup")
@@ -163,7 +172,6 @@ def student_namespace(nb_path: Path) -> tuple[dict, list[str]]:
                 exec(code, ns)
         except Exception as e:
             errors.append(f"单元格 {meta.get('grade_id', i)} 运行出错：{type(e).__name__}: {e}")
-    return ns, errors
 
 
 def pad(text: str, width: int) -> str:
