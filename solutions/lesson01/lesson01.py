@@ -151,7 +151,7 @@ L01.fig_request_flow();
 #
 # 断言 trace 序列严格保持：`["schedule", "execute", "grammar", "wait", "aborts", "update"]`，完整闭环。
 #
-# 下面在真实的 minivllm `EngineCore` 上跑这个场景：两个贪心请求 r0、r1；第 3 步 `execute_async` 刚返回、worker 线程上的 forward 还在进行时，另一个线程调用 `core.abort_requests(["r0"])`（就像 AsyncLLM 收到客户端断开）。`EngineCore(trace=True)` 记录每一步每个阶段的起止时间，甘特图直接由这些 trace 事件画出（`core.tracer.to_chrome_trace(path)` 可导出给 Perfetto 查看）。
+# 下面在真实的 minivllm `EngineCore` 上跑这个场景：两个贪心请求 r0、r1；第 3 步 `execute_async` 刚返回、worker 线程上的 forward 还在进行时，调用 `core.abort_requests(["r0"])`（就像 AsyncLLM 收到客户端断开：这个调用线程安全，只把请求 id 放进 `aborts_queue`，真正的取消要等本步的 aborts 阶段）。`EngineCore(trace=True)` 记录每一步每个阶段的起止时间，甘特图直接由这些 trace 事件画出（`core.tracer.to_chrome_trace(path)` 可导出给 Perfetto 查看）。
 
 # %%
 run = L01.run_engine()  # minivllm 自带的 engine_core_step；r0 在第 3 步 forward 期间被取消
