@@ -105,7 +105,12 @@ def discover_lessons(root: Path = REPO) -> list[str]:
 def load_lesson(lesson_id: str) -> Lesson:
     if not LESSON_RE.match(lesson_id):
         raise SystemExit(f"unknown lesson {lesson_id!r}: expected lessonNN, e.g. lesson01")
-    return importlib.import_module(f"autograder.{lesson_id}").LESSON
+    try:
+        return importlib.import_module(f"autograder.{lesson_id}").LESSON
+    except ModuleNotFoundError as e:
+        if e.name != f"autograder.{lesson_id}":
+            raise
+        raise SystemExit(f"no lesson {lesson_id!r}; the course has {', '.join(discover_lessons())}") from None
 
 
 def run_part(part: Part, namespace: dict) -> PartResult:
@@ -205,6 +210,8 @@ def self_check(lesson_id: str, namespace: dict | None = None, notebook: str | Pa
     lesson = load_lesson(lesson_id)
     errors: list[str] = []
     if namespace is None:
+        if not Path(notebook).is_file():
+            raise SystemExit(f"no notebook at {notebook}")
         namespace, errors = student_namespace(Path(notebook))
     text, ok = format_report(lesson, grade_namespace(lesson, namespace))
     print("\n".join(errors + [text]))
