@@ -57,8 +57,9 @@ class Request:
         self.max_tokens = sampling_params.max_tokens
         self.prompt_token_ids = list(prompt_token_ids)
         self.num_prompt_tokens = len(self.prompt_token_ids)
-        self._output_token_ids: list[int] = []
-        self._all_token_ids: list[int] = list(self.prompt_token_ids)
+        # Plain lists, not properties: they are read per request per step on the scheduler's hot path.
+        self.output_token_ids: list[int] = []
+        self.all_token_ids: list[int] = list(self.prompt_token_ids)
         self.num_computed_tokens = 0
         self.num_cached_tokens = -1
         self.num_preemptions = 0
@@ -76,33 +77,27 @@ class Request:
 
     def append_output_token_ids(self, token_ids: int | list[int]) -> None:
         if isinstance(token_ids, int):
-            self._output_token_ids.append(token_ids)
-            self._all_token_ids.append(token_ids)
+            self.output_token_ids.append(token_ids)
+            self.all_token_ids.append(token_ids)
         else:
-            self._output_token_ids.extend(token_ids)
-            self._all_token_ids.extend(token_ids)
+            self.output_token_ids.extend(token_ids)
+            self.all_token_ids.extend(token_ids)
         if self._block_hasher is not None:
-            self.block_hashes.extend(self._block_hasher(self))
-
-    @property
-    def output_token_ids(self) -> list[int]:
-        return self._output_token_ids
-
-    @property
-    def all_token_ids(self) -> list[int]:
-        return self._all_token_ids
+            new_hashes = self._block_hasher(self)
+            if new_hashes:
+                self.block_hashes.extend(new_hashes)
 
     @property
     def num_tokens(self) -> int:
-        return len(self._all_token_ids)
+        return len(self.all_token_ids)
 
     @property
     def num_tokens_with_spec(self) -> int:
-        return len(self._all_token_ids) + len(self.spec_token_ids)
+        return len(self.all_token_ids) + len(self.spec_token_ids)
 
     @property
     def num_output_tokens(self) -> int:
-        return len(self._output_token_ids)
+        return len(self.output_token_ids)
 
     def is_finished(self) -> bool:
         return RequestStatus.is_finished(self.status)

@@ -98,34 +98,44 @@ class KVCacheManager:
         """
         if num_new_tokens == 0 and num_new_computed_tokens == 0:
             raise ValueError("num_new_tokens must be greater than 0")
-        new_computed = new_computed_blocks.blocks if new_computed_blocks is not None else []
+        block_size = self.block_size
         req_blocks = self.req_to_blocks.get(request.request_id)
-        if req_blocks is None:
-            req_blocks = []
         num_computed_tokens = request.num_computed_tokens + num_new_computed_tokens
-        num_tokens_need_slot = min(num_computed_tokens + num_new_tokens + num_lookahead_tokens,
-                                   self.max_model_len)
-        num_new_blocks = cdiv(num_tokens_need_slot, self.block_size) - len(req_blocks) - len(new_computed)
-        if num_new_blocks > 0 or new_computed:
+        num_tokens_need_slot = num_computed_tokens + num_new_tokens + num_lookahead_tokens
+        if num_tokens_need_slot > self.max_model_len:
+            num_tokens_need_slot = self.max_model_len
+
+        if (req_blocks is not None and new_computed_blocks is None
+                and num_tokens_need_slot <= len(req_blocks) * block_size):
+            # Fast path, most decode steps: the tokens fit in the blocks the request already holds.
+            new_blocks = []
+        else:
+            if req_blocks is None:
+                req_blocks = []
+            new_computed = new_computed_blocks.blocks if new_computed_blocks is not None else []
+            num_new_blocks = cdiv(num_tokens_need_slot, block_size) - len(req_blocks) - len(new_computed)
+            # Free prefix-hit blocks leave the free queue when touched: they cannot also be new blocks.
             num_evictable_computed = sum(1 for b in new_computed if b.ref_cnt == 0 and not b.is_null)
             if num_new_blocks > self.block_pool.get_num_free_blocks() - num_evictable_computed:
                 return None
-            if not req_blocks:
-                self.req_to_blocks[request.request_id] = req_blocks
             if new_computed:
                 assert self.enable_caching
                 self.block_pool.touch(new_computed)
                 req_blocks.extend(new_computed)
             new_blocks = self.block_pool.get_new_blocks(num_new_blocks) if num_new_blocks > 0 else []
             req_blocks.extend(new_blocks)
-        else:
-            new_blocks = []
+            self.req_to_blocks[request.request_id] = req_blocks
+
         if self.enable_caching:
-            num_full = min(num_computed_tokens + num_new_tokens, request.num_tokens) // self.block_size
+            # Cache the blocks this step fills. Tokens past request.num_tokens are unverified
+            # speculative ones: never cache them (checked only when a block may have filled).
+            num_full = (num_computed_tokens + num_new_tokens) // block_size
             num_cached = self.num_cached_block.get(request.request_id, 0)
             if num_full > num_cached:
-                self.block_pool.cache_full_blocks(request, req_blocks, num_cached, num_full)
-                self.num_cached_block[request.request_id] = num_full
+                num_full = min(num_full, request.num_tokens // block_size)
+                if num_full > num_cached:
+                    self.block_pool.cache_full_blocks(request, req_blocks, num_cached, num_full)
+                    self.num_cached_block[request.request_id] = num_full
         return KVCacheBlocks(new_blocks) if new_blocks else _EMPTY
 
     def free(self, request: Request) -> None:

@@ -58,14 +58,20 @@ class Scheduler(SchedulerInterface):
         preempted_reqs: list[Request] = []
 
         # 1. Running requests first: each advances by min(remaining, threshold, budget left).
+        running = self.running
+        max_model_len = self.max_model_len
         req_index = 0
-        while req_index < len(self.running) and token_budget > 0:
-            request = self.running[req_index]
+        while req_index < len(running) and token_budget > 0:
+            request = running[req_index]
             num_new_tokens = request.num_tokens_with_spec - request.num_computed_tokens
             if 0 < threshold < num_new_tokens:
                 num_new_tokens = threshold
-            num_new_tokens = min(num_new_tokens, token_budget,
-                                 self.max_model_len - 1 - request.num_computed_tokens)
+            # The budget and max_model_len cap it too (plain ifs: this loop runs per request per step,
+            # and min() costs several times more).
+            if num_new_tokens > token_budget:
+                num_new_tokens = token_budget
+            if num_new_tokens > max_model_len - 1 - request.num_computed_tokens:
+                num_new_tokens = max_model_len - 1 - request.num_computed_tokens
             if num_new_tokens <= 0:
                 req_index += 1
                 continue
@@ -74,7 +80,7 @@ class Scheduler(SchedulerInterface):
                 if new_blocks is not None:
                     break
                 # Out of blocks: preempt the lowest-priority (last admitted) request by recompute.
-                preempted = self.running.pop()
+                preempted = running.pop()
                 self._preempt(preempted)
                 preempted_reqs.append(preempted)
                 if preempted is request:
@@ -123,11 +129,15 @@ class Scheduler(SchedulerInterface):
         assert total <= self.max_num_scheduled_tokens
         assert len(self.running) <= self.max_num_running_reqs
 
-        cached = CachedRequestData()
-        for request, resumed in ((r, False) for r in scheduled_running_reqs):
-            self._add_cached(cached, request, req_to_new_block_ids, resumed)
-        for request in scheduled_resumed_reqs:
-            self._add_cached(cached, request, req_to_new_block_ids, True)
+        # Requests the worker already holds travel as deltas: running ones, then resumed ones.
+        cached_reqs = scheduled_running_reqs + scheduled_resumed_reqs
+        cached = CachedRequestData(
+            req_ids=[r.request_id for r in cached_reqs],
+            resumed_from_preemption=[False] * len(scheduled_running_reqs) + [True] * len(scheduled_resumed_reqs),
+            new_token_ids=[[] for _ in cached_reqs],
+            new_block_ids=[req_to_new_block_ids[r.request_id] for r in cached_reqs],
+            num_computed_tokens=[r.num_computed_tokens for r in cached_reqs],
+        )
         self.step_id += 1
         output = SchedulerOutput(
             scheduled_new_reqs=[NewRequestData.from_request(r, req_to_new_block_ids[r.request_id])
@@ -146,15 +156,6 @@ class Scheduler(SchedulerInterface):
         for req_id, n in num_scheduled_tokens.items():
             requests[req_id].num_computed_tokens += n
         return output
-
-    @staticmethod
-    def _add_cached(cached: CachedRequestData, request: Request,
-                    req_to_new_block_ids: dict[str, list[int] | None], resumed: bool) -> None:
-        cached.req_ids.append(request.request_id)
-        cached.resumed_from_preemption.append(resumed)
-        cached.new_token_ids.append([])
-        cached.new_block_ids.append(req_to_new_block_ids[request.request_id])
-        cached.num_computed_tokens.append(request.num_computed_tokens)
 
     def _preempt(self, request: Request) -> None:
         """Preemption by recompute: drop the KV, forget progress, go back to the front of waiting."""
@@ -177,13 +178,13 @@ class Scheduler(SchedulerInterface):
         stopped_preempted: set[Request] = set()
         for req_id in scheduler_output.num_scheduled_tokens:
             request = requests.get(req_id)
-            if request is None or request.is_finished():
-                continue  # finished or aborted while the step ran: its output is dropped
+            if request is None:
+                continue  # finished or aborted while the step ran (it left self.requests): dropped
             req_index = req_id_to_index.get(req_id)
             generated = sampled_token_ids[req_index] if req_index is not None else ()
             if not generated:
                 continue  # a partial prefill produces no token
-            was_running = request.status == RequestStatus.RUNNING
+            status_before = request.status
             new_token_ids = []
             finished = False
             for token_id in generated:
@@ -196,12 +197,15 @@ class Scheduler(SchedulerInterface):
             if logprobs is not None and logprobs[req_index] is not None:
                 new_logprobs = logprobs[req_index][:len(new_token_ids)]
             if finished:
-                (stopped_running if was_running else stopped_preempted).add(request)
+                if status_before == RequestStatus.RUNNING:
+                    stopped_running.add(request)
+                else:
+                    stopped_preempted.add(request)
                 self._free_request(request)
             outputs.append(EngineCoreOutput(
                 req_id, new_token_ids, new_logprobs,
                 request.get_finished_reason() if finished else None,
-                request.stop_reason, max(request.num_cached_tokens, 0)))
+                request.stop_reason, request.num_cached_tokens if request.num_cached_tokens > 0 else 0))
         if stopped_running:
             self.running = [r for r in self.running if r not in stopped_running]
         if stopped_preempted:
@@ -212,12 +216,13 @@ class Scheduler(SchedulerInterface):
 
     def _check_stop(self, request: Request) -> bool:
         """vLLM's check_stop: length caps first, then (past min_tokens) EOS and stop token ids."""
-        if request.num_tokens >= self.max_model_len or (
-                request.max_tokens is not None and request.num_output_tokens >= request.max_tokens):
+        num_output_tokens = len(request.output_token_ids)  # runs per token: plain len(), no properties
+        if len(request.all_token_ids) >= self.max_model_len or (
+                request.max_tokens is not None and num_output_tokens >= request.max_tokens):
             request.status = RequestStatus.FINISHED_LENGTH_CAPPED
             return True
         params = request.sampling_params
-        if request.num_output_tokens < params.min_tokens:
+        if num_output_tokens < params.min_tokens:
             return False
         last = request.output_token_ids[-1]
         if not params.ignore_eos and last == request.eos_token_id:
