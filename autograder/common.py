@@ -51,6 +51,7 @@ class CheckFailed(AssertionError):
 
 
 def expect(cond: bool, msg: str) -> None:
+    __tracebackhide__ = True  # IPython and pytest leave our frames out of the student's traceback
     if not cond:
         raise CheckFailed(msg)
 

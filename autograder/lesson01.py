@@ -72,6 +72,7 @@ def _order_msg(got: list[str], where: str) -> str:
 
 
 def _check_contract(fn, scheduled_tokens: int) -> tuple:
+    __tracebackhide__ = True
     p = Probe(scheduled_tokens)
     out, ran, trace = p.run(fn)
     expect(p.calls == TRACE, _order_msg(p.calls, "对六个阶段函数的实际调用"))
@@ -86,6 +87,7 @@ def _check_contract(fn, scheduled_tokens: int) -> tuple:
 # ---------------------------------------------------------------------------- part checks
 def check_main_path(engine_core_step) -> None:
     """Main path: the seed's assertions, verbatim, then the call order the trace list only claims."""
+    __tracebackhide__ = True
     events = []
     schedule = lambda: {"scheduled_tokens": 4}  # noqa: E731
     execute = lambda plan: (lambda: {"tokens": [7]})  # noqa: E731
@@ -103,6 +105,7 @@ def check_main_path(engine_core_step) -> None:
 
 def check_boundary(engine_core_step) -> None:
     """Boundary: no requests -> nothing runs; scheduled_tokens=0 -> full control path but ran=False."""
+    __tracebackhide__ = True
     p = Probe()
     got = p.run(engine_core_step, has_requests=False)
     expect(got == ({}, False, []), f"has_requests=False 时应返回 ({{}}, False, [])，实际 {got!r}。")
@@ -139,6 +142,7 @@ def normalize_name(name: str) -> str:
 
 def check_source_map(source_map) -> None:
     """Source mapping: each blank -> the vLLM object or method it stands for in EngineCore.step."""
+    __tracebackhide__ = True
     expect(isinstance(source_map, dict), f"SOURCE_MAP 应是 dict，实际是 {type(source_map).__name__}。")
     expect(set(source_map) == set(BLANKS), f"SOURCE_MAP 的键应恰好是 {BLANKS}，实际 {sorted(source_map)}。")
     wrong = []
@@ -214,6 +218,7 @@ def _span(run: EngineRun, step: int, phase: str):
 
 
 def judge_engine_run(run: EngineRun, max_tokens: int = 6) -> None:
+    __tracebackhide__ = True
     steps = sorted({e.step for e in run.events if e.phase in TRACE})
     expect(steps, "真实引擎一步也没有运行：engine_core_step 没有调用任何阶段函数。")
     expect(run.abort_step is not None, "r0 的取消没有发出：你的 engine_core_step 没有调用 execute_async。")
@@ -239,6 +244,7 @@ def judge_engine_run(run: EngineRun, max_tokens: int = 6) -> None:
 
 def check_real_engine(engine_core_step) -> EngineRun:
     """Plug the student's step into EngineCore; judge its trace. A timing-only miss is retried once."""
+    __tracebackhide__ = True
     run = run_engine(engine_core_step)
     try:
         judge_engine_run(run)
