@@ -161,7 +161,7 @@ L01.print_outputs(run)
 L01.plot_timeline(run);
 
 # %% [markdown]
-# 读图：红色虚线是取消到达的时刻，它落在 worker 的 forward 条之内；EngineCore 线程上 grammar 紧跟 execute 开始，与 forward 重叠；wait 结束后先 aborts 再 update，所以 r0 在第 3 步虽然算出了 token，却没有任何输出——它在 update 之前已被标记为 `FINISHED_ABORTED`，而 r1 照常生成到 `max_tokens`。
+# 读图：红色虚线是取消到达的时刻：第 3 步的 execute_model 已经发射，worker 线程上的 forward 还没有结束；EngineCore 线程上 grammar 紧跟 execute 开始，早在 forward 结束之前（CPU 工作与 forward 重叠）；wait 结束后先 aborts 再 update，所以 r0 在第 3 步虽然算出了 token，却没有任何输出——它在 update 之前已被标记为 `FINISHED_ABORTED`，而 r1 照常生成到 `max_tokens`。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
