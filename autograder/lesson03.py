@@ -1,0 +1,697 @@
+"""Lesson 3 — BlockPool 与 Prefix Caching: the checks behind the grade cells, the live demos and the figures.
+
+The student writes four small pieces (the exercise cell of solutions/lesson03):
+    hash_block_tokens(hash_function, parent_block_hash, curr_block_token_ids, extra_keys=None)
+    request_block_hasher(request, block_size=16, hash_function=hash)      # Request.block_hashes
+    get_computed_blocks(self, request)                                    # a KVCacheManager method
+    get_new_blocks(self, num_blocks)                                      # a BlockPool method
+
+Grade cells and `python -m autograder check lesson03 ...` call the same functions here:
+    check_main_path(*funcs)    vLLM's test_prefill / test_evict / hash scenarios on a KVCacheManager
+    check_real_engine(*funcs)  the four pieces plugged into minivllm's EngineCore: a shared-prefix batch,
+                               the eviction-order scenario and a workload under eviction pressure, judged
+                               by the engine's prefix-cache stats and by outputs equal to caching off
+    check_boundary(*funcs)     the n-1 cap, partial blocks, same tokens at two positions, extra keys
+    check_source_map(SOURCE_MAP)
+
+How the pieces plug into the engine (no edit to minivllm): `plugged(core, funcs)` patches
+minivllm.core.kv_cache_utils.hash_block_tokens for its duration, sets the scheduler's block_hasher (which
+Scheduler.add_request hands to every Request), and binds get_computed_blocks / get_new_blocks on the
+engine's KVCacheManager / BlockPool instances (types.MethodType). Prefix-cache stats are recorded around
+the student's get_computed_blocks from what it returns, exactly as KVCacheManager's own method records them.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import random
+import re
+import time
+import types
+from dataclasses import dataclass, field
+
+from autograder.common import CheckFailed, Lesson, Part, expect
+
+BLOCK = 16
+FUNCS = ("hash_block_tokens", "request_block_hasher", "get_computed_blocks", "get_new_blocks")
+COMMON = [i for i in range(3) for _ in range(BLOCK)]  # vLLM test_prefill: three full blocks of 16
+
+
+# ---------------------------------------------------------------------------- building blocks
+def make_request(request_id: str, prompt: list[int], request_block_hasher=None, block_size: int = BLOCK,
+                 hash_function=hash):
+    """A minivllm Request whose block_hashes come from the given hasher (the student's, or minivllm's)."""
+    from minivllm.core.kv_cache_utils import get_request_block_hasher
+    from minivllm.request import Request
+    from minivllm.sampling_params import SamplingParams
+
+    if request_block_hasher is None:
+        hasher = get_request_block_hasher(block_size, hash_function)
+    else:
+        hasher = functools.partial(request_block_hasher, block_size=block_size, hash_function=hash_function)
+    return Request(request_id, list(prompt), SamplingParams(max_tokens=17), eos_token_id=100,
+                   block_hasher=hasher)
+
+
+def make_manager(num_blocks: int, get_computed_blocks=None, get_new_blocks=None, block_size: int = BLOCK,
+                 enable_caching: bool = True):
+    """minivllm's KVCacheManager, with the student's two methods bound on this instance only."""
+    from minivllm.core.kv_cache_manager import KVCacheManager
+
+    manager = KVCacheManager(num_blocks, block_size, 8192, enable_caching)
+    if get_computed_blocks is not None:
+        manager.get_computed_blocks = types.MethodType(get_computed_blocks, manager)
+    if get_new_blocks is not None:
+        manager.block_pool.get_new_blocks = types.MethodType(get_new_blocks, manager.block_pool)
+    return manager
+
+
+def free_ids(manager) -> list[int]:
+    """The free queue from the LRU head (evicted first) to the tail."""
+    return [b.block_id for b in manager.block_pool.free_block_queue.get_all_free_blocks()]
+
+
+def _ids(blocks) -> list[int]:
+    return blocks.get_block_ids() if blocks is not None else None
+
+
+def _computed_blocks(manager, request):
+    """get_computed_blocks(request), its shape checked: (KVCacheBlocks, number of hit tokens)."""
+    from minivllm.core.kv_cache_manager import KVCacheBlocks
+
+    got = manager.get_computed_blocks(request)
+    expect(isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], KVCacheBlocks),
+           f"get_computed_blocks 应返回 (KVCacheBlocks, 命中 token 数)，实际返回 {got!r}。")
+    expect(isinstance(got[1], int), f"命中 token 数应是 int，实际 {got[1]!r}。")
+    return got
+
+
+def _computed(manager, request) -> tuple[list[int], int]:
+    blocks, n = _computed_blocks(manager, request)
+    return blocks.get_block_ids(), n
+
+
+# ---------------------------------------------------------------------------- part checks
+def _require_filled(*funcs) -> None:
+    """A function that still names `______` fails here, with the blank's message, before it runs."""
+    for fn in funcs:
+        code = getattr(fn, "__code__", None)
+        expect(callable(fn), f"{fn!r} 应是一个函数。")
+        if code is not None and "______" in code.co_names:
+            raise CheckFailed(f"{fn.__name__} 里还有空 ______ 没有填写：把它换成正确的表达式后再运行。")
+
+
+def check_main_path(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks) -> None:
+    """Main path: vLLM's test_prefill, then the hash chain's contract and test_evict/test_hash_block_correct_reuse."""
+    _require_filled(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks)
+    # The visible assertions, verbatim.
+    manager = make_manager(11, get_computed_blocks, get_new_blocks)
+    req0 = make_request("0", COMMON + [3] * 7, request_block_hasher)
+    expect(len(req0.block_hashes) == 3, f"55 个 token = 3 个满块 + 7 个 token：应有 3 个块哈希，实际 {len(req0.block_hashes)} 个。")
+    computed, n = _computed_blocks(manager, req0)
+    expect(computed.blocks == [] and n == 0, f"空缓存上不应命中，实际命中块 {computed.get_block_ids()}、{n} 个 token。")
+    got = _ids(manager.allocate_slots(req0, 55, n, computed))
+    expect(got == [1, 2, 3, 4], f"req0 应从 LRU 队头拿到块 [1, 2, 3, 4]，实际 {got}。")
+    req1 = make_request("1", COMMON + [3] * 5, request_block_hasher)
+    computed, n = _computed_blocks(manager, req1)
+    expect(computed.get_block_ids() == [1, 2, 3] and n == 48,
+           f"同样 3 个满块 + 5 个 token：应命中块 [1, 2, 3]、48 个 token，实际 {computed.get_block_ids()}、{n}。")
+    got = _ids(manager.allocate_slots(req1, 53 - 48, n, computed))
+    expect(got == [5], f"命中 48 个 token 后只需再分配 1 个块 [5]，实际 {got}。")
+    expect([b.ref_cnt for b in computed.blocks] == [2, 2, 2],
+           f"共享块的 ref_cnt 应为 [2, 2, 2]，实际 {[b.ref_cnt for b in computed.blocks]}。")
+
+    # The rest of vLLM's test_prefill: free order, a hit on free (cached) blocks, eviction in queue order.
+    manager.free(req0)
+    manager.free(req1)
+    expect(free_ids(manager) == [6, 7, 8, 9, 10, 4, 5, 3, 2, 1],
+           f"释放后空闲队列应为 [6, 7, 8, 9, 10, 4, 5, 3, 2, 1]，实际 {free_ids(manager)}。")
+    req2 = make_request("2", COMMON + [3] * 6, request_block_hasher)
+    computed, n = _computed_blocks(manager, req2)
+    expect(computed.get_block_ids() == [1, 2, 3] and n == 48,
+           f"块已空闲但哈希还在：仍应命中 [1, 2, 3]、48 个 token，实际 {computed.get_block_ids()}、{n}。")
+    got = _ids(manager.allocate_slots(req2, 53 - 48, n, computed))
+    expect(got == [6], f"命中空闲块后新块应取自 LRU 队头 [6]，实际 {got}。")
+    manager.free(req2)
+    req3 = make_request("3", [99] * 160, request_block_hasher)
+    computed, n = _computed_blocks(manager, req3)
+    expect(n == 0, f"全新的 prompt 不应命中，实际命中 {n} 个 token。")
+    got = _ids(manager.allocate_slots(req3, 160, n, computed))
+    expect(got == [7, 8, 9, 10, 4, 5, 6, 3, 2, 1],
+           f"要用光所有块时，应按空闲队列从头到尾驱逐 [7, 8, 9, 10, 4, 5, 6, 3, 2, 1]，实际 {got}。")
+    expect(not any(manager.block_pool.get_cached_block(h) is not None for h in req0.block_hashes),
+           "块被重新分配时必须把它旧的哈希从缓存表里驱逐（_maybe_evict_cached_block），否则旧哈希会命中新内容。")
+
+    _check_chain(hash_block_tokens, request_block_hasher)
+    check_eviction_order(get_computed_blocks, get_new_blocks, request_block_hasher)
+    _check_stale_hash_evicted(request_block_hasher, get_computed_blocks, get_new_blocks)
+    _check_hit_stops_at_first_miss(request_block_hasher, get_computed_blocks, get_new_blocks)
+
+
+def _check_chain(hash_block_tokens, request_block_hasher) -> None:
+    from minivllm.core import kv_cache_utils
+
+    a, b = list(range(16)), list(range(16, 32))
+    h = hash_block_tokens(hash, None, a)
+    expect(h == hash_block_tokens(hash, None, tuple(a)), "同样的 token（list 或 tuple）必须得到同样的哈希。")
+    expect(h == hash_block_tokens(hash, kv_cache_utils.NONE_HASH, a),
+           "第一个块（parent_block_hash=None）应以 NONE_HASH 作为父哈希。")
+    expect(hash_block_tokens(hash, h, a) != h, "父哈希不同，同样的 token 必须得到不同的哈希（哈希要链起来）。")
+    expect(hash_block_tokens(hash, None, b) != h, "token 不同，哈希必须不同。")
+    expect(hash_block_tokens(hash, None, a, ("lora-1",)) != h,
+           "extra_keys 不同（LoRA、cache_salt、多模态），哈希必须不同。")
+    # sha256 needs a picklable, deterministic key: the same inputs must give the same bytes.
+    expect(hash_block_tokens(kv_cache_utils.sha256, h, a) == hash_block_tokens(kv_cache_utils.sha256, h, list(a)),
+           "用 sha256 时同样的输入也必须得到同样的哈希。")
+    tokens = [7] * 40
+    req = make_request("chain", tokens, request_block_hasher)
+    expect(len(req.block_hashes) == 2, f"40 个 token 只有 2 个满块，应有 2 个哈希，实际 {len(req.block_hashes)}。")
+    h0 = hash_block_tokens(hash, None, tokens[:16])
+    h1 = hash_block_tokens(hash, h0, tokens[16:32])
+    expect(req.block_hashes == [h0, h1], "request_block_hasher 应把每个块的哈希链到前一个块的哈希上。")
+
+
+def check_eviction_order(get_computed_blocks, get_new_blocks, request_block_hasher=None) -> list[int]:
+    """vLLM test_evict: blocks freed tail-first give the free order [10, 6, 5, 4, 3, 2, 1, 9, 8, 7]; a request
+    that hits blocks 1 and 2 takes its new block from the LRU head: block 10. Returns the free order."""
+    manager = make_manager(11, get_computed_blocks, get_new_blocks)
+    last = 5 * 16 + 7
+    req0 = make_request("0", list(range(last)), request_block_hasher)
+    computed, n = _computed_blocks(manager, req0)
+    got = _ids(manager.allocate_slots(req0, last, n, computed))
+    expect(got == [1, 2, 3, 4, 5, 6], f"test_evict：req0 应拿到 [1, 2, 3, 4, 5, 6]，实际 {got}。")
+    req1 = make_request("1", list(range(last, last + 3 * 16)), request_block_hasher)
+    computed, n = _computed_blocks(manager, req1)
+    got = _ids(manager.allocate_slots(req1, 3 * 16, n, computed))
+    expect(got == [7, 8, 9], f"test_evict：req1 应拿到 [7, 8, 9]，实际 {got}。")
+    manager.free(req0)
+    manager.free(req1)
+    order = free_ids(manager)
+    expect(order == [10, 6, 5, 4, 3, 2, 1, 9, 8, 7],
+           f"test_evict：释放后空闲队列应为 [10, 6, 5, 4, 3, 2, 1, 9, 8, 7]，实际 {order}。")
+    req2 = make_request("2", list(range(2 * 16 + 3)), request_block_hasher)
+    computed, n = _computed_blocks(manager, req2)
+    expect(computed.get_block_ids() == [1, 2] and n == 32,
+           f"test_evict：req2 应命中 [1, 2]、32 个 token，实际 {computed.get_block_ids()}、{n}。")
+    got = _ids(manager.allocate_slots(req2, 3, n, computed))
+    expect(got == [10], f"test_evict：新块应从 LRU 队头驱逐，得到 [10]；实际 {got}（从队尾取会拿到 7）。")
+    expect(manager.block_pool.get_num_free_blocks() == 7,
+           f"test_evict：最后应剩 7 个空闲块，实际 {manager.block_pool.get_num_free_blocks()}。")
+    return order
+
+
+def _check_stale_hash_evicted(request_block_hasher, get_computed_blocks, get_new_blocks) -> None:
+    """vLLM test_hash_block_correct_reuse: a cached block reused for new content loses its old hash."""
+    manager = make_manager(2, get_computed_blocks, get_new_blocks)
+    req = make_request("0", list(range(16)), request_block_hasher)
+    manager.allocate_slots(req, 16)
+    old = manager.block_pool.blocks[1].block_hash
+    manager.free(req)
+    req = make_request("1", list(range(15)), request_block_hasher)
+    manager.allocate_slots(req, 15)
+    expect(manager.block_pool.get_cached_block(old) is None and manager.block_pool.blocks[1].block_hash is None,
+           "块 1 被重新分配装新内容时，它旧的哈希必须被驱逐；否则之后的请求会“命中”已被覆盖的 KV。")
+
+
+def _check_hit_stops_at_first_miss(request_block_hasher, get_computed_blocks, get_new_blocks) -> None:
+    manager = make_manager(11, get_computed_blocks, get_new_blocks)
+    req = make_request("0", list(range(4 * 16 + 1)), request_block_hasher)
+    manager.allocate_slots(req, 4 * 16 + 1)
+    manager.free(req)
+    pool = manager.block_pool
+    middle = pool.get_cached_block(req.block_hashes[1])
+    pool._maybe_evict_cached_block(middle)  # block 2 of the chain is gone
+    again = make_request("1", list(range(4 * 16 + 1)), request_block_hasher)
+    ids, n = _computed(manager, again)
+    expect(n == 16 and len(ids) == 1,
+           f"第 2 个块已被驱逐：命中必须在第一次未命中处停下（只剩第 1 块，16 个 token），实际命中 {ids}、{n}。")
+
+
+def check_boundary(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks) -> None:
+    """Boundaries: the n-1 cap, prompts shorter than a block, partial blocks, positions, growing requests."""
+    _require_filled(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks)
+    manager = make_manager(11, get_computed_blocks, get_new_blocks)
+    full = make_request("full", COMMON, request_block_hasher)
+    manager.allocate_slots(full, 48)
+    again = make_request("again", COMMON, request_block_hasher)
+    ids, n = _computed(manager, again)
+    expect(n == 32 and ids == [1, 2],
+           f"prompt 恰好是 3 个满块（48 个 token）且全部已缓存：命中上限是 47，只能命中 [1, 2]、32 个 token，"
+           f"实际 {ids}、{n}（最后一个 token 必须重算，才能得到采样下一个 token 的 logits）。")
+    short = make_request("short", [5] * 15, request_block_hasher)
+    expect(short.block_hashes == [], f"15 个 token 装不满一个块，不应有哈希，实际 {short.block_hashes}。")
+    expect(_computed(manager, short)[1] == 0, "不足一个块的 prompt 不可能命中。")
+    same = make_request("same", [7] * 32 + [1], request_block_hasher)
+    expect(len(set(same.block_hashes)) == 2,
+           "同样的 16 个 token 出现在两个位置：两个块的哈希必须不同（父哈希不同）。")
+
+    # Hidden: the cap at every length around a block boundary, on a warm cache.
+    manager = make_manager(20, get_computed_blocks, get_new_blocks)
+    base = list(range(100, 100 + 64))
+    warm = make_request("warm", base, request_block_hasher)
+    manager.allocate_slots(warm, 64)
+    for length, want in ((1, 0), (16, 0), (17, 16), (32, 16), (33, 32), (48, 32), (49, 48), (64, 48)):
+        req = make_request(f"len{length}", base[:length], request_block_hasher)
+        _, n = _computed(manager, req)
+        expect(n == want, f"已缓存 64 个 token 的前缀，长 {length} 的 prompt 应命中 {want} 个 token（上限 {length - 1}，"
+                          f"按整块取），实际 {n}。")
+    off = make_manager(11, get_computed_blocks, get_new_blocks, enable_caching=False)
+    ids, n = _computed(off, make_request("off", COMMON, request_block_hasher))
+    expect(ids == [] and n == 0, f"关闭 prefix caching 时不应查缓存，实际命中 {ids}、{n}。")
+
+    # Hidden: hashes grow one block at a time as a request decodes, and equal hashing it all at once.
+    req = make_request("grow", list(range(30)), request_block_hasher)
+    expect(len(req.block_hashes) == 1, f"30 个 token 应有 1 个块哈希，实际 {len(req.block_hashes)}。")
+    req.append_output_token_ids([1, 2])
+    expect(len(req.block_hashes) == 2, f"长到 32 个 token 时第 2 个块满了，应有 2 个哈希，实际 {len(req.block_hashes)}。")
+    req.append_output_token_ids([3])
+    at_once = make_request("at-once", list(range(30)) + [1, 2, 3], request_block_hasher)
+    expect(req.block_hashes == at_once.block_hashes,
+           "逐 token 增长时追加的哈希，应与一次性哈希同样 token 的结果相同（从已有的最后一个哈希接着链）。")
+    expect(hash_block_tokens(hash, None, [7] * 16, None) != hash_block_tokens(hash, None, [7] * 16, ("salt",)),
+           "extra_keys 必须进入哈希：不同租户的 cache_salt 不能共享块。")
+
+
+# The accepted names, as sha256 prefixes of the lower-cased last dotted component (so `BlockPool.touch`,
+# `self.block_pool.touch()` and `touch` are the same answer). Checked against vLLM's vllm/v1/core/
+# kv_cache_utils.py, block_pool.py, kv_cache_manager.py and single_type_kv_cache_manager.py.
+SOURCE_KEYS = ["chain_seed", "block_hasher", "longest_hit", "hash_to_block", "evict_stale_hash", "lru_pop"]
+SOURCE_HASHES = {
+    "chain_seed": {"9e5e1be5bae44c30"},
+    "block_hasher": {"835fcb569ef958c0", "28feb98714fffaf3"},
+    "longest_hit": {"6678c6a3b41bc13d"},
+    "hash_to_block": {"b4af50615ef0b616", "2559615d45506d25"},
+    "evict_stale_hash": {"2b4549f47b0e0b2a"},
+    "lru_pop": {"86effa643f588b26", "2875164eea05dd2b"},
+}
+
+
+def normalize_name(name: str) -> str:
+    """'self.block_pool.touch()' / 'vllm.v1.core.block_pool.BlockPool.touch' -> 'touch'."""
+    s = re.sub(r"\(.*\)", "", str(name)).strip().strip("`").replace(" ", "")
+    return s.rsplit(".", 1)[-1].lower()
+
+
+def name_hash(name: str) -> str:
+    return hashlib.sha256(normalize_name(name).encode()).hexdigest()[:16]
+
+
+def check_source_map(source_map) -> None:
+    """Source mapping: each concept -> the vLLM name that implements it."""
+    expect(isinstance(source_map, dict), f"SOURCE_MAP 应是 dict，实际是 {type(source_map).__name__}。")
+    expect(set(source_map) == set(SOURCE_KEYS), f"SOURCE_MAP 的键应恰好是 {SOURCE_KEYS}，实际 {sorted(source_map)}。")
+    wrong = []
+    for key in SOURCE_KEYS:
+        value = source_map[key]
+        expect(isinstance(value, str), f"SOURCE_MAP[{key!r}] 还没有填写（应是字符串，实际 {value!r}）。")
+        if name_hash(value) not in SOURCE_HASHES[key]:
+            wrong.append(f"{key} -> {value!r}")
+    expect(not wrong, "这些概念没有对应到 vLLM 源码中实现它的名字：" + "；".join(wrong) + "。")
+
+
+# ---------------------------------------------------------------------------- the real engine
+def make_core(enable_prefix_caching: bool = True, num_gpu_blocks: int = 128, max_num_seqs: int = 16,
+              trace: bool = False):
+    """An in-process minivllm EngineCore on the CPU (torch attention), the default model."""
+    import logging
+    import os
+
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    from minivllm.config import EngineArgs
+    from minivllm.engine.core import EngineCore
+
+    args = EngineArgs(device="cpu", attention_backend="torch", block_size=BLOCK, num_gpu_blocks=num_gpu_blocks,
+                      enable_prefix_caching=enable_prefix_caching, max_num_seqs=max_num_seqs, trace=trace)
+    return EngineCore.from_engine_args(args)
+
+
+@contextlib.contextmanager
+def plugged(core, hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks):
+    """The student's four pieces inside a real EngineCore, for the duration of the block."""
+    from minivllm.core import kv_cache_utils
+    from minivllm.core.kv_cache_manager import KVCacheBlocks
+
+    kv = core.scheduler.kv_cache_manager
+    pool = kv.block_pool
+    bs = kv.block_size
+    original_hash = kv_cache_utils.hash_block_tokens
+
+    def counted_get_computed_blocks(self, request):
+        got = get_computed_blocks(self, request)
+        expect(isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], KVCacheBlocks),
+               f"get_computed_blocks 应返回 (KVCacheBlocks, int)，实际 {got!r}。")
+        if self.enable_caching:  # what KVCacheManager.get_computed_blocks records, from the student's answer
+            stats = self.prefix_cache_stats
+            stats.requests += 1
+            stats.queries += request.num_tokens
+            stats.hits += got[1]
+        return got
+
+    kv_cache_utils.hash_block_tokens = hash_block_tokens
+    core.scheduler.block_hasher = functools.partial(request_block_hasher, block_size=bs, hash_function=hash)
+    kv.get_computed_blocks = types.MethodType(counted_get_computed_blocks, kv)
+    pool.get_new_blocks = types.MethodType(get_new_blocks, pool)
+    try:
+        yield core
+    finally:
+        kv_cache_utils.hash_block_tokens = original_hash
+        for obj, name in ((kv, "get_computed_blocks"), (pool, "get_new_blocks")):
+            obj.__dict__.pop(name, None)
+
+
+@dataclass
+class EngineRun:
+    """What a workload produced: per request its tokens, logprobs and cached tokens; the prefix-cache stats."""
+
+    tokens: dict = field(default_factory=dict)
+    logprobs: dict = field(default_factory=dict)
+    cached: dict = field(default_factory=dict)
+    queries: int = 0
+    hits: int = 0
+    steps: int = 0
+    after_step: list = field(default_factory=list)  # (stats queries, stats hits) after each request (sequential)
+    ttft_ms: dict = field(default_factory=dict)
+    snapshot: dict | None = None  # block tables after the first step (see block_table_snapshot)
+    new_block_ids: list = field(default_factory=list)
+    free_order: list | None = None
+
+
+def _drive(core, run: EngineRun, max_steps: int, until: str | None = None) -> None:
+    """Step until every request (or request `until` has its first token) is done; record outputs."""
+    for _ in range(max_steps):
+        if not core.scheduler.has_requests():
+            return
+        try:
+            out, _ = core.step()
+        except CheckFailed:
+            raise
+        except Exception as e:  # the student's pieces broke the engine: say where, not a stack trace
+            raise CheckFailed(f"真实引擎在第 {run.steps + 1} 步出错：{type(e).__name__}: {e}") from None
+        run.steps += 1
+        for o in out.outputs:
+            run.tokens.setdefault(o.request_id, []).extend(o.new_token_ids)
+            for d in o.new_logprobs or []:
+                run.logprobs.setdefault(o.request_id, []).append(max(d.values()) if d else 0.0)
+            if o.new_token_ids:
+                run.cached.setdefault(o.request_id, o.num_cached_tokens)
+        if until is not None and run.tokens.get(until):
+            return
+    if until is None and core.scheduler.has_requests():
+        raise CheckFailed(f"{max_steps} 步之后仍有请求没完成：有请求一直没有 token 可算"
+                          "（是不是命中了整个 prompt，没有留下最后一个 token 重算？）")
+
+
+def _add(core, rid: str, prompt: list[int], max_tokens: int) -> None:
+    from minivllm.engine import EngineCoreRequest
+    from minivllm.sampling_params import SamplingParams
+
+    core.add_request(EngineCoreRequest(rid, list(prompt), SamplingParams(max_tokens=max_tokens, temperature=0.0,
+                                                                         logprobs=0)))
+
+
+def _finish(core, run: EngineRun) -> EngineRun:
+    stats = core.get_stats()
+    run.queries, run.hits = stats.prefix_cache_queries, stats.prefix_cache_hits
+    core.shutdown()
+    return run
+
+
+def _tokens(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(4, 4000) for _ in range(n)]
+
+
+def shared_prefix_prompts(num_requests: int = 8, seed: int = 3) -> list[list[int]]:
+    """A 64-token system prompt X + X (its blocks 2-3 repeat blocks 0-1: same tokens, other positions) and a
+    question of varied length per request; one request is the system prompt alone (a full hit, capped)."""
+    rng = random.Random(seed)
+    x = _tokens(rng, 32)
+    system = x + x
+    lengths = [7, 16, 0, 23, 5, 33, 1, 12, 9, 40, 3, 18, 27, 2, 11, 6]
+    return [system + _tokens(rng, lengths[i % len(lengths)]) for i in range(num_requests)]
+
+
+def run_batch(funcs=None, enable_prefix_caching: bool = True, prompts=None, max_tokens: int = 4,
+              num_gpu_blocks: int = 128) -> EngineRun:
+    """All prompts at once (one schedule admits them all); funcs=None runs minivllm's own pieces."""
+    prompts = prompts or shared_prefix_prompts()
+    core = make_core(enable_prefix_caching, num_gpu_blocks)
+    run = EngineRun()
+    with plugged(core, *funcs) if funcs else contextlib.nullcontext():
+        for i, p in enumerate(prompts):
+            _add(core, f"r{i}", p, max_tokens)
+        _drive(core, run, max_steps=8 * max_tokens + 8)
+    return _finish(core, run)
+
+
+def pressure_prompts(seed: int = 5) -> list:
+    """Sequential (prompt, max_tokens) on 9 usable blocks. A's answer fills its partial block, so A2 (the next
+    chat turn: A + A's answer + a new message) hits 4 blocks, one of them hashed from generated tokens; B and D
+    push A's blocks out of the LRU queue; C repeats B's prefix; E asks for A's prefix after its eviction."""
+    rng = random.Random(seed)
+    a, b, d = _tokens(rng, 55), _tokens(rng, 100), _tokens(rng, 60)
+    turn2, c_tail, e_tail = _tokens(rng, 10), _tokens(rng, 9), _tokens(rng, 5)
+    return [(a, 12), (lambda run: a + run.tokens["r0"] + turn2, 4), (b, 4), (b[:64] + c_tail, 4), (d, 4),
+            (a[:32] + e_tail, 4)]
+
+
+def run_sequential(funcs=None, enable_prefix_caching: bool = True, prompts=None, max_tokens: int = 4,
+                   num_gpu_blocks: int = 10, measure_ttft: bool = False) -> EngineRun:
+    """One request at a time, each finished before the next arrives; stats recorded after each. A prompt may be
+    (prompt, max_tokens), and a prompt may be a function of the run so far (a chat turn that quotes an answer)."""
+    prompts = prompts or pressure_prompts()
+    core = make_core(enable_prefix_caching, num_gpu_blocks)
+    run = EngineRun()
+    with plugged(core, *funcs) if funcs else contextlib.nullcontext():
+        for i, item in enumerate(prompts):
+            prompt, n_out = item if isinstance(item, tuple) else (item, max_tokens)
+            prompt = prompt(run) if callable(prompt) else prompt
+            rid = f"r{i}"
+            t0 = time.perf_counter()
+            _add(core, rid, prompt, n_out)
+            _drive(core, run, max_steps=4 * n_out + 8, until=rid if measure_ttft else None)
+            run.ttft_ms[rid] = (time.perf_counter() - t0) * 1e3
+            _drive(core, run, max_steps=4 * n_out + 8)
+            stats = core.get_stats()
+            run.after_step.append((stats.prefix_cache_queries, stats.prefix_cache_hits))
+    return _finish(core, run)
+
+
+def run_eviction_order(funcs=None) -> EngineRun:
+    """vLLM test_evict on the engine: req0 (87 tokens) and req1 (48) in one step, both finish and are freed
+    tail-first; then req2 (35 tokens, 2 blocks shared with req0) takes one new block from the LRU head."""
+    core = make_core(True, num_gpu_blocks=11)
+    run = EngineRun()
+    with plugged(core, *funcs) if funcs else contextlib.nullcontext():
+        pool = core.scheduler.kv_cache_manager.block_pool
+        inner = pool.get_new_blocks
+
+        def recording_get_new_blocks(num_blocks):
+            blocks = inner(num_blocks)
+            run.new_block_ids.append([b.block_id for b in blocks])
+            return blocks
+
+        pool.get_new_blocks = recording_get_new_blocks
+        _add(core, "r0", list(range(87)), 1)
+        _add(core, "r1", list(range(87, 87 + 48)), 1)
+        _drive(core, run, max_steps=6)
+        run.free_order = [b.block_id for b in pool.free_block_queue.get_all_free_blocks()]
+        _add(core, "r2", list(range(35)), 1)
+        _drive(core, run, max_steps=6)
+        pool.__dict__.pop("get_new_blocks", None)
+    return _finish(core, run)
+
+
+@functools.cache
+def reference_runs() -> dict:
+    """minivllm's own pieces (caching on) and caching off, on the same workloads: what the student must match."""
+    return {"batch": run_batch(None, True), "batch_off": run_batch(None, False),
+            "pressure": run_sequential(None, True), "pressure_off": run_sequential(None, False)}
+
+
+def _same_outputs(got: EngineRun, off: EngineRun, what: str) -> None:
+    for rid, want in off.tokens.items():
+        expect(got.tokens.get(rid) == want,
+               f"{what}：请求 {rid} 开启 prefix caching 的输出 {got.tokens.get(rid)} 与关闭时 {want} 不同"
+               "——命中的块里装的不是这个前缀的 KV。")
+        worst = max(abs(a - b) for a, b in zip(got.logprobs.get(rid, []), off.logprobs[rid], strict=False)) \
+            if got.logprobs.get(rid) else 0.0
+        expect(len(got.logprobs.get(rid, [])) == len(off.logprobs[rid]) and worst < 1e-3,
+               f"{what}：请求 {rid} 的 logprob 与关闭 prefix caching 时相差 {worst:.2e}（应 < 1e-3）"
+               "——命中的块里装的不是这个前缀的 KV。")
+
+
+def check_real_engine(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks) -> dict:
+    """The four pieces in minivllm's EngineCore: stats equal minivllm's own, outputs equal caching off."""
+    funcs = (hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks)
+    _require_filled(*funcs)
+    ref = reference_runs()
+    batch = run_batch(funcs)
+    want = ref["batch"]
+    expect(batch.hits > 0, "共享 system prompt 的 8 个请求一个 token 也没有命中：引擎里的前缀缓存没有工作。")
+    expect((batch.queries, batch.hits) == (want.queries, want.hits),
+           f"共享前缀负载：引擎统计的 prefix cache 查询/命中应为 {want.queries}/{want.hits} 个 token，"
+           f"实际 {batch.queries}/{batch.hits}。")
+    expect(batch.cached == want.cached, f"每个请求命中的 token 数应为 {want.cached}，实际 {batch.cached}。")
+    _same_outputs(batch, ref["batch_off"], "共享前缀负载")
+
+    order = run_eviction_order(funcs)
+    expect(order.free_order == [10, 6, 5, 4, 3, 2, 1, 9, 8, 7],
+           f"真实引擎上的 test_evict：两个请求结束后空闲队列应为 [10, 6, 5, 4, 3, 2, 1, 9, 8, 7]，实际 {order.free_order}。")
+    expect(order.new_block_ids[-1:] == [[10]] and order.cached.get("r2") == 32,
+           f"真实引擎上的 test_evict：r2 应命中 32 个 token 并从 LRU 队头拿到块 [10]，"
+           f"实际命中 {order.cached.get('r2')}、新块 {order.new_block_ids[-1:]}。")
+
+    pressure = run_sequential(funcs)
+    want = ref["pressure"]
+    expect(pressure.after_step == want.after_step,
+           f"驱逐压力下的顺序负载：每个请求之后的累计查询/命中应为 {want.after_step}，实际 {pressure.after_step}。")
+    _same_outputs(pressure, ref["pressure_off"], "驱逐压力下的顺序负载")
+    return {"batch": batch, "eviction": order, "pressure": pressure}
+
+
+# ---------------------------------------------------------------------------- demos
+def block_table_snapshot(num_requests: int = 3, system_tokens: int = 40, seed: int = 11) -> dict:
+    """Three requests sharing a 40-token system prompt, run to the end of their first step; returns each one's
+    block table (ids, ref counts, hashed or not) as the KVCacheManager holds it, and its hit."""
+    rng = random.Random(seed)
+    system = _tokens(rng, system_tokens)
+    prompts = [system + _tokens(rng, n) for n in (10, 27, 3)][:num_requests]
+    core = make_core(True, num_gpu_blocks=32)
+    run = EngineRun()
+    for i, p in enumerate(prompts):
+        _add(core, f"r{i}", p, 4)
+    _drive(core, run, max_steps=1, until="r0")
+    kv = core.scheduler.kv_cache_manager
+    table = {rid: [(b.block_id, b.ref_cnt, b.block_hash is not None) for b in blocks]
+             for rid, blocks in kv.req_to_blocks.items()}
+    lengths = {f"r{i}": len(p) for i, p in enumerate(prompts)}
+    core.shutdown()
+    return {"table": table, "cached": dict(run.cached), "lengths": lengths, "system": system_tokens}
+
+
+def print_block_table(snap: dict) -> None:
+    print(f"{'request':<8}{'prompt':>7}{'hit':>5}  block table (id:ref_cnt, * = full block with a hash)")
+    for rid, row in snap["table"].items():
+        cells = " ".join(f"{bid}:{ref}{'*' if hashed else ' '}" for bid, ref, hashed in row)
+        print(f"{rid:<8}{snap['lengths'][rid]:>7}{snap['cached'].get(rid, 0):>5}  {cells}")
+
+
+def plot_block_tables(snap: dict):
+    """Figure 3-1: each request's block table after one step; shared blocks (ref_cnt > 1) in one color."""
+    import matplotlib.pyplot as plt
+
+    rows = list(snap["table"].items())
+    fig, ax = plt.subplots(figsize=(8, 1.1 + 0.7 * len(rows)))
+    for y, (rid, row) in enumerate(reversed(rows)):
+        for x, (bid, ref, hashed) in enumerate(row):
+            color = "#DD8452" if ref > 1 else ("#4C72B0" if hashed else "#CCCCCC")
+            ax.add_patch(plt.Rectangle((x, y + 0.1), 0.92, 0.8, facecolor=color, edgecolor="black",
+                                       hatch=None if hashed else "//", linewidth=0.6))
+            ax.text(x + 0.46, y + 0.5, f"block {bid}\nref={ref}", ha="center", va="center", fontsize=8,
+                    bbox=None if hashed else dict(facecolor="white", edgecolor="none", pad=1))
+        n, hit = snap["lengths"][rid], snap["cached"].get(rid, 0)
+        ax.text(-0.15, y + 0.5, f"{rid}: {n} tokens\nhit {hit}", ha="right", va="center", fontsize=8)
+    width = max(len(r) for _, r in rows)
+    ax.set_xlim(-1.6, width + 0.2)
+    ax.set_ylim(0, len(rows))
+    ax.axis("off")
+    handles = [plt.Rectangle((0, 0), 1, 1, facecolor=c, edgecolor="black", hatch=h) for c, h in
+               (("#DD8452", None), ("#4C72B0", None), ("#CCCCCC", "//"))]
+    ax.legend(handles, ["shared (ref_cnt > 1)", "own full block (hashed)", "partial block (no hash)"],
+              fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, frameon=False)
+    ax.set_title(f"Figure 3-1  block tables after step 1 ({snap['system']}-token shared system prompt, "
+                 f"block_size={BLOCK})", fontsize=9, loc="left")
+    fig.tight_layout()
+    return fig
+
+
+def ttft_runs(num_requests: int = 8, system_tokens: int = 768, question_tokens: int = 16, seed: int = 7) -> dict:
+    """Requests sharing a long system prompt, one at a time, caching on and off: TTFT and stats per request."""
+    rng = random.Random(seed)
+    system = _tokens(rng, system_tokens)
+    prompts = [system + _tokens(rng, question_tokens) for _ in range(num_requests)]
+    out = {}
+    for on in (True, False):
+        out[on] = run_sequential(None, on, prompts, max_tokens=1, num_gpu_blocks=256, measure_ttft=True)
+    out["prompt_tokens"] = system_tokens + question_tokens
+    return out
+
+
+def plot_hit_rate(runs: dict):
+    """Figure 3-2: cumulative hit rate and prefill tokens saved vs number of requests (engine stats)."""
+    import matplotlib.pyplot as plt
+
+    on = runs[True].after_step
+    n = list(range(1, len(on) + 1))
+    rate = [h / q if q else 0 for q, h in on]
+    saved = [h for _, h in on]
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    ax.plot(n, [r * 100 for r in rate], "o-", color="#4C72B0", label="hit rate (hits / queries)")
+    ax.set_xlabel("requests served (same system prompt)")
+    ax.set_ylabel("prefix-cache hit rate (%)", color="#4C72B0")
+    ax.set_ylim(0, 100)
+    ax2 = ax.twinx()
+    ax2.bar(n, saved, alpha=0.3, color="#DD8452", label="prefill tokens saved (cumulative hits)")
+    ax2.set_ylabel("prefill tokens saved", color="#DD8452")
+    fig.legend(fontsize=7, loc="lower right", bbox_to_anchor=(0.88, 0.18))
+    ax.set_title(f"Figure 3-2  minivllm SchedulerStats: {runs['prompt_tokens']}-token prompts sharing a system "
+                 "prompt", fontsize=9, loc="left")
+    fig.tight_layout()
+    return fig
+
+
+def plot_ttft(runs: dict):
+    """Figure 3-3: measured TTFT per request, prefix caching on vs off."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    for on, color in ((False, "#C44E52"), (True, "#55A868")):
+        t = list(runs[on].ttft_ms.values())
+        ax.plot(range(1, len(t) + 1), t, "o-", color=color, label=f"prefix caching {'on' if on else 'off'}")
+    ax.set_xlabel("request (arrives after the previous one finished)")
+    ax.set_ylabel("TTFT (ms, wall clock)")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    ax.set_title(f"Figure 3-3  TTFT, {runs['prompt_tokens']}-token prompts, CPU (request 1 includes warm-up)",
+                 fontsize=9, loc="left")
+    fig.tight_layout()
+    return fig
+
+
+def ttft_summary(runs: dict) -> str:
+    on = list(runs[True].ttft_ms.values())[1:]
+    off = list(runs[False].ttft_ms.values())[1:]
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    return (f"TTFT 中位数（去掉第 1 个请求）：关闭 {med(off):.1f} ms，开启 {med(on):.1f} ms，"
+            f"约 {med(off) / med(on):.1f} 倍；开启时共命中 {runs[True].hits} 个 token（查询 {runs[True].queries}）。")
+
+
+def full_hit_demo(request_block_hasher=None, get_computed_blocks=None, get_new_blocks=None) -> dict:
+    """检查方法: the same 48-token prompt (3 full blocks) twice on a KVCacheManager; what the second one gets."""
+    manager = make_manager(11, get_computed_blocks, get_new_blocks)
+    first = make_request("first", COMMON, request_block_hasher)
+    computed, n = _computed_blocks(manager, first)
+    manager.allocate_slots(first, 48, n, computed)
+    second = make_request("second", COMMON, request_block_hasher)
+    computed, n = _computed_blocks(manager, second)
+    new = manager.allocate_slots(second, 48 - n, n, computed)
+    return {"first": manager.get_block_ids("first"), "hit_blocks": computed.get_block_ids(), "hit_tokens": n,
+            "to_compute": 48 - n, "new_blocks": new.get_block_ids() if new else None,
+            "second": manager.get_block_ids("second"), "cached_hashes": len(manager.cached_hashes())}
+
+
+LESSON = Lesson(
+    lesson_id="lesson03",
+    title="BlockPool 与 Prefix Caching：块哈希链、命中与 LRU 驱逐",
+    parts=[
+        Part("l03_main_path", "主路径·vLLM 场景", 1, check_main_path, FUNCS),
+        Part("l03_real_engine", "主路径·真实引擎", 1, check_real_engine, FUNCS),
+        Part("l03_boundary", "边界条件", 1, check_boundary, FUNCS),
+        Part("l03_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
+        Part("l03_q1", "Q1 哈希为何成链", 2, group="manual"),
+        Part("l03_q2", "Q2 命中为何封顶 n-1", 2, group="manual"),
+        Part("l03_q3", "Q3 逆序释放与驱逐", 2, group="manual"),
+    ],
+)

@@ -1,0 +1,385 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %%
+# 在 Colab 中运行时安装 minivllm（含 autograder）；本地（make lab）什么也不做。
+import os
+import subprocess
+import sys
+
+if "google.colab" in sys.modules:
+    REPO_URL = os.environ.get("MINIVLLM_REPO_URL", "https://github.com/minivllm/minivllm.git")
+    if not os.path.isdir("/content/minivllm"):
+        subprocess.run(["git", "clone", "--depth", "1", REPO_URL, "/content/minivllm"], check=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/minivllm"], check=True)
+    sys.path.insert(0, "/content/minivllm")
+
+# %% [markdown]
+# # 第 3 课：BlockPool 与 Prefix Caching：块哈希链、命中与 LRU 驱逐
+#
+# ## 本课目标与通过标准
+#
+# 本课产出：能说清一个请求的 KV 块如何被哈希、登记、命中、共享、释放和驱逐；亲手补齐块哈希链、`get_computed_blocks` 的命中规则和 `get_new_blocks` 的驱逐端，并把它们接进真实的 minivllm 引擎，用引擎自己的 prefix-cache 统计和“与关闭缓存时输出一致”来证明它们是对的。
+#
+# 通过要求：唯一代码填空题通过全部断言；Q1～Q3 都能沿源码对象给出因果链；能指出一个正确性不变量（开启 prefix caching 不改变任何输出）、一个性能边界（命中按整块计、封顶在 n-1，最后一块总要重算）和一个需要 benchmark 才能确认的结论（TTFT 节省多少取决于前缀长度、硬件和负载）；总分至少 8/10。
+#
+# | 部分 | 分值 | 评分方式 |
+# |---|---|---|
+# | 代码·主路径（vLLM prefix-cache 场景 1 分 + 接入真实 EngineCore 1 分） | 2 | 自动 |
+# | 代码·边界条件（n-1 封顶、不满的块、同样的 token 在不同位置、extra keys） | 1 | 自动 |
+# | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
+# | Q1～Q3 | 各 2 | 人工，按评分规则 |
+#
+# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson03 lesson03.ipynb`，得分与教师用 nbgrader 评出的自动部分一致。
+
+# %% [markdown]
+# ## 源码版本与阅读方法
+#
+# 本课程使用固定 commit 的永久链接保证行号可复现，同时链接 current docs 供核对最新变化。阅读时先画出“一个块的一生”（分配 → 满 → 登记哈希 → 被命中/共享 → 释放进空闲队列 → 被驱逐或再次命中），再进入分支；不要从 `kv_cache_utils.py` 第一行机械顺读（它的大半是 KV cache 容量规划，与本课无关）。
+#
+# | 顺序 | vLLM 文件与入口（8e958902eee5） | minivllm 对应文件 | 带着什么问题读 |
+# |---|---|---|---|
+# | 1 | [`vllm/v1/core/kv_cache_utils.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/kv_cache_utils.py)：`hash_block_tokens`、`get_request_block_hasher`、`init_none_hash`（`NONE_HASH`）、`generate_block_hash_extra_keys` | `minivllm/core/kv_cache_utils.py`：`hash_block_tokens`、`get_request_block_hasher`、`NONE_HASH` | 一个块的哈希里装了什么？为什么要带上父块的哈希？哪些块有哈希？ |
+# | 2 | `kv_cache_utils.py`：`KVCacheBlock`、`FreeKVCacheBlockQueue`（`popleft_n`、`remove`、`append_n`） | `minivllm/core/block_pool.py`：`KVCacheBlock`、`FreeKVCacheBlockQueue.popleft_n`、`remove`、`append` | 空闲队列的头和尾各代表什么？为什么要 O(1) 地从中间删除？ |
+# | 3 | [`vllm/v1/core/block_pool.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/block_pool.py)：`BlockPool.get_cached_block`、`cache_full_blocks`、`get_new_blocks`、`_maybe_evict_cached_block`、`touch`、`free_blocks` | `minivllm/core/block_pool.py`：`BlockPool.get_cached_block`、`cache_full_blocks`、`get_new_blocks`、`_maybe_evict_cached_block`、`touch`、`free_blocks` | 一个块什么时候进入 `cached_block_hash_to_block`，什么时候离开？ |
+# | 4 | [`vllm/v1/core/kv_cache_manager.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/kv_cache_manager.py)：`KVCacheManager.get_computed_blocks`、`allocate_slots`、`free` | `minivllm/core/kv_cache_manager.py`：`KVCacheManager.get_computed_blocks`、`allocate_slots`、`free` | 命中为什么封顶在 `num_tokens - 1`？命中的块怎样变成请求的块表？ |
+# | 5 | [`vllm/v1/core/single_type_kv_cache_manager.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/single_type_kv_cache_manager.py)：`FullAttentionManager.find_longest_cache_hit`、`SingleTypeKVCacheManager.free` | `minivllm/core/kv_cache_manager.py`：`get_computed_blocks`、`free` | 为什么在第一次未命中处就停？为什么逆序释放？ |
+# | 6 | [`vllm/v1/core/sched/scheduler.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/scheduler.py)：`Scheduler.schedule`（waiting 队列分支） | `minivllm/core/sched/scheduler.py`：`Scheduler.schedule`、`add_request`、`block_hasher` | 命中的 token 怎样从本步的 token budget 里省出来？ |
+#
+# 源码快照：vLLM 8e958902eee5。方法会继续演进，面试回答应先声明所读版本。本课核对名字时读到的较新 vLLM 与 minivllm 有两处差别，读源码时不要被绊住：`get_computed_blocks` 多返回一个 `shared_prefix_boundary`（混合模型用），查找委托给 `coordinator.find_longest_cache_hit`；`free_blocks` 把没有哈希的块（例如请求最后那个不满的块）用 `prepend_n` 放到空闲队列**队头**、有哈希的块照旧 `append_n` 到队尾。minivllm 保留的是更早、更简单的规则：释放的块一律按给定顺序追加到队尾。下面的驱逐顺序 `[10, 6, 5, 4, 3, 2, 1, 9, 8, 7]` 是这个规则下 vLLM `test_evict` 的结果；在“无哈希块放队头”的版本里它变成 `[6, 10, 5, 4, 3, 2, 1, 9, 8, 7]`——有哈希的块之间的 LRU 顺序不变。
+
+# %% nbgrader={"grade": false, "grade_id": "l03_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的图、演示与检查。
+import logging
+import os
+import warnings
+
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+warnings.filterwarnings("ignore")
+logging.disable(logging.WARNING)
+
+import matplotlib.pyplot as plt  # noqa: E402
+
+from autograder import lesson03 as L03  # noqa: E402
+from autograder.common import ______, self_check  # noqa: E402,F401
+
+# %% [markdown]
+# ## 核心心智模型
+#
+# ### 1. 它是什么，解决什么问题
+#
+# 线上负载里大量请求共享同一段前缀：同一个 system prompt、同一组 few-shot 示例、同一篇 RAG 文档，或者多轮对话里上一轮的全部历史。没有前缀缓存时，每个请求都要把这段前缀重新 prefill 一遍：prefill 受算力限制（第 1 课图 1-1），重复的前缀直接变成重复的 GEMM，推高首 token 延迟（TTFT）；每个请求还各自持有一份内容完全相同的 KV，挤占本可以多跑几个请求的显存。
+#
+# vLLM V1 的自动前缀缓存（Automatic Prefix Caching）把 KV cache 变成**按块内容寻址**：
+#
+# - 每个**装满**的块（`block_size` 个 token）得到一个哈希，这个哈希代表“从第一个 token 到这个块末尾的整段前缀”；
+# - `BlockPool.cached_block_hash_to_block` 把哈希映射到持有这段 KV 的物理块；
+# - 新请求到来时，`KVCacheManager.get_computed_blocks` 从头沿着它的块哈希查表，命中的块直接挂进它的块表（`ref_cnt` 加一，多个请求共享同一个物理块），scheduler 只为剩下的 token 安排计算；
+# - 请求结束时块被释放，但**哈希留着**：块进入空闲队列，既是可分配的空闲显存，也是还能被命中的缓存。只有当显存真的不够、它被 `get_new_blocks` 从 LRU 队头取走时，旧哈希才被驱逐。
+#
+# 所以缓存不额外占显存：它就住在“空闲”的块里，代价只是哈希计算和查表。V1 中前缀缓存默认开启（默认值随版本和模型类型变化，部署前按目标版本核对）。
+#
+# ### 2. 它如何工作
+#
+# 1. **块哈希链**（`kv_cache_utils.hash_block_tokens`）：`hash(block_i) = H(hash(block_{i-1}), tokens_i, extra_keys_i)`，第一个块的父哈希是 `NONE_HASH`（vLLM 的 `init_none_hash`：设置了 `PYTHONHASHSEED` 就由它决定，否则每个进程随机）。`extra_keys` 装的是“同样的 token 却不是同样的 KV”的因素：LoRA 名、多模态输入的哈希与偏移、`cache_salt`（只进第一个块）、prompt embeds。
+# 2. **只哈希满块，随 token 增长**：`Request` 创建时由 `get_request_block_hasher` 返回的函数算出所有满块的哈希，之后每次 `append_output_token_ids` 再接着最后一个哈希往后算新满的块——decode 生成的 token 也会进缓存，下一轮对话可以命中上一轮的回答。
+# 3. **查找**（`KVCacheManager.get_computed_blocks` → `find_longest_cache_hit`）：命中上限 `max_cache_hit_length = request.num_tokens - 1`；沿 `block_hashes[:max_cache_hit_length // block_size]` 逐个查 `cached_block_hash_to_block`，**第一次未命中就停**；命中 token 数 = 命中块数 × `block_size`。
+# 4. **分配与登记**（`allocate_slots`）：命中的块经 `BlockPool.touch` 加引用（若它正躺在空闲队列里，就从队列中间 O(1) 删掉）；其余需要的块由 `get_new_blocks` 从空闲队列**队头**取出（顺手 `_maybe_evict_cached_block` 驱逐它残留的旧哈希）；本步算完会变满的块立刻由 `cache_full_blocks` 登记到哈希表。
+# 5. **释放**（`KVCacheManager.free`）：把请求的块**逆序**交给 `BlockPool.free_blocks`，`ref_cnt` 降到 0 的块追加到空闲队列队尾。队头是最久没用的（LRU），队尾是刚释放的。
+#
+# 下面不是手画的示意图：三个共享 40 个 token system prompt 的请求（`block_size=16`）一起进入真实的 minivllm 引擎，跑完第一步后直接读 `KVCacheManager.req_to_blocks` 和每个块的 `ref_cnt`、哈希画出来。
+
+# %%
+snap = L03.block_table_snapshot()
+L03.print_block_table(snap)
+L03.plot_block_tables(snap);
+
+# %% [markdown]
+# 图 3-1：第一步之后三个请求的块表。40 个 token 的 system prompt 占满前两个块（32 个 token），剩下 8 个 token 与各自的问题挤在第三个块里——所以只有前两个块能共享（橙色，`ref_cnt=3`），第三个块起每个请求各用各的。三个请求在同一次 `schedule()` 里被接纳：r0 的 `allocate_slots` 一分配就把它的满块登记进哈希表，r1、r2 随即命中（同一步里命中是安全的：forward 在任何一层的 attention 读 KV 之前先写入本步所有 token 的 K/V）。灰色斜线是不满的块：没有哈希，不能被命中。
+#
+# ### 3. 正确性条件与常见误区
+#
+# - **正确性不变量：开启前缀缓存不改变任何输出。** 命中只是“跳过重算”，greedy 下每个 token 和 logprob 都应与关闭缓存时一致（浮点误差以内）。本课的真实引擎检查就用这条判你的代码。
+# - **哈希必须覆盖整个前缀。** 如果只哈希本块的 16 个 token，同样的 16 个 token 出现在另一个位置或另一段上文之后就会撞到同一个块；而块里存的 K 已经带着原来位置的 RoPE、V 来自原来的上文。结果不是崩溃，而是输出悄悄变错——这是最危险的一类 bug。
+# - **extra keys 不能漏。** 同一串 token 在不同 LoRA、不同图片、不同租户（`cache_salt`）下对应不同的 KV（或不该被别人探测到），必须哈希成不同的块。
+# - **只有满块有哈希。** 不满的块还会被 decode 继续写入，内容未定；给它哈希等于承诺了一段还不存在的前缀。
+# - **命中封顶在 n-1，而且按整块取。** 采样下一个 token 需要最后一个 token 的 logits，而 logits 只在本步被计算的 token 上产生；全部命中就没有任何 token 可算。命中又必须块对齐，所以一个恰好整块的 prompt 全部命中时，要重算整个最后一块。
+# - **命中必须是前缀。** 查找在第一次未命中处停下：后面的块即使哈希还在，它们的 KV 依赖于缺失那一块的上文。
+# - **块被重新分配前必须驱逐旧哈希。** 否则哈希表仍指向这个块，而它的 KV 已被新内容覆盖。
+# - **共享块靠 `ref_cnt`。** 只有降到 0 才进入空闲队列；命中一个躺在空闲队列里的块必须先把它移出队列（`touch`），否则它可能在使用中被驱逐。
+#
+# ### 4. 性能与工程取舍
+#
+# - **省下的是 prefill 计算和重复的 KV 显存**：命中多少 token 就少算多少 token（TTFT 下降），共享块让同样的显存容纳更多请求。代价是每个满块一次哈希（vLLM 可选 sha256 一类抗碰撞哈希或更快的非加密哈希，默认值随版本变化；minivllm 默认用 Python 内建 `hash`，只求快）和每块一次查表。
+# - **块大小是粒度**：`block_size` 越大，不满的尾块越长，n-1 封顶时重算得越多；越小，块表和哈希越多。
+# - **命中率取决于负载**：共享前缀的长度、请求到达的时间局部性、显存压力。LRU 加逆序释放让公共前缀最后被驱逐（Q3）。
+# - **需要 benchmark 才能确认的结论**：下面的 TTFT 是在 2 核 CPU 上测的；GPU 上 prefill 快得多，缓存省下的绝对时间、相对比例都不同，而且要和批处理、chunked prefill 的影响分开测。论文或博客里的加速比不能当作普遍结论。
+
+# %% [markdown]
+# ## 具体演示：共享 system prompt 的负载，命中率与 TTFT
+#
+# 8 个请求共用一段 768 个 token 的 system prompt，各带 16 个 token 的问题，一个接一个到达（前一个结束后下一个才来）。同样的负载分别在开启、关闭前缀缓存的 minivllm 引擎上跑：图 3-2 的命中率与省下的 prefill token 来自引擎的 `SchedulerStats`（`prefix_cache_queries`、`prefix_cache_hits`），图 3-3 的 TTFT 是墙钟时间：从 `add_request` 到这个请求拿到第一个 token。
+
+# %%
+runs = L03.ttft_runs()
+print(L03.ttft_summary(runs))
+L03.plot_hit_rate(runs);
+
+# %% [markdown]
+# 图 3-2：第 1 个请求全部未命中（缓存是空的）；从第 2 个起每个请求命中 768 个 token（48 个整块，上限 783 按整块取），只算 16 个问题 token。累计命中率是 (N−1)·768 / (N·784)：8 个请求时约 86%，请求越多越接近单个请求的 768/784 ≈ 98%；省下的 prefill token 随请求数线性增长。
+
+# %%
+L03.plot_ttft(runs);
+
+# %% [markdown]
+# 图 3-3：关闭缓存时每个请求都要 prefill 784 个 token；开启后只 prefill 16 个，TTFT 降了一个数量级左右（对数纵轴）。第 1 个请求两边都要完整 prefill，还包含首次运行的预热。这些数字只属于这台 CPU、这个模型、这个负载：要在 GPU 上下结论，就得在 GPU 上重新测。
+
+# %% [markdown]
+# ## 实践任务：唯一代码填空题
+#
+# 补齐前缀缓存的四个决策点：块哈希里装什么、哪些块有哈希且如何成链、命中到哪里为止、新块从空闲队列的哪一端取。四个函数与 minivllm（和 vLLM）的同名函数签名一致：`get_computed_blocks` 是 `KVCacheManager` 的方法，`get_new_blocks` 是 `BlockPool` 的方法（第一个参数 `self`）。
+#
+# 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
+
+# %% nbgrader={"grade": false, "grade_id": "l03_prefix_cache", "locked": false, "schema_version": 3, "solution": true, "task": false}
+from minivllm.core import kv_cache_utils
+from minivllm.core.kv_cache_manager import KVCacheBlocks
+
+
+def hash_block_tokens(hash_function, parent_block_hash, curr_block_token_ids, extra_keys=None):
+    """One full block's hash, chained to its parent (vLLM: kv_cache_utils.hash_block_tokens)."""
+    if parent_block_hash is None:
+        parent_block_hash = kv_cache_utils.NONE_HASH  # the first block's parent: a fixed seed
+    # TODO：块的哈希要同时覆盖父块哈希、本块 token 和 extra keys。
+    key = (parent_block_hash, tuple(curr_block_token_ids), extra_keys)  ### BLANK
+    return hash_function(key)
+
+
+def request_block_hasher(request, block_size=16, hash_function=hash):
+    """Hashes of the request's newly full blocks, chained onto request.block_hashes."""
+    parent_hash = request.block_hashes[-1] if request.block_hashes else None
+    # TODO：哪些块有哈希？新哈希链在谁后面？
+    num_full_blocks = request.num_tokens // block_size  ### BLANK
+    new_hashes = []
+    for i in range(len(request.block_hashes), num_full_blocks):
+        block_tokens = request.all_token_ids[i * block_size:(i + 1) * block_size]
+        parent_hash = hash_block_tokens(hash_function, parent_hash, block_tokens)  ### BLANK
+        new_hashes.append(parent_hash)
+    return new_hashes
+
+
+def get_computed_blocks(self, request):
+    """KVCacheManager.get_computed_blocks: the longest run of cached full blocks from the start."""
+    if not self.enable_caching:
+        return KVCacheBlocks([]), 0
+    # TODO：命中最多到哪里？命中的 token 数是多少？
+    max_cache_hit_length = request.num_tokens - 1  ### BLANK
+    computed_blocks = []
+    for block_hash in request.block_hashes[:max_cache_hit_length // self.block_size]:
+        block = self.block_pool.get_cached_block(block_hash)
+        if block is None:
+            break  # the chain breaks at the first miss
+        computed_blocks.append(block)
+    num_computed_tokens = len(computed_blocks) * self.block_size  ### BLANK
+    return KVCacheBlocks(computed_blocks), num_computed_tokens
+
+
+def get_new_blocks(self, num_blocks):
+    """BlockPool.get_new_blocks: reuse free blocks, evicting any stale cached hash they still carry."""
+    # TODO：从空闲队列的哪一端取块？
+    blocks = self.free_block_queue.popleft_n(num_blocks)  ### BLANK
+    for block in blocks:
+        if block.block_hash is not None:
+            self._maybe_evict_cached_block(block)  # its old KV is about to be overwritten
+        assert block.ref_cnt == 0, block
+        block.ref_cnt = 1
+    return blocks
+
+
+# %% [markdown]
+# 下面的断言来自 vLLM `tests/v1/core/test_prefix_caching.py` 的 `test_prefill`（换成 minivllm 的单组 API：块号是普通列表）。`L03.make_manager` 建一个真实的 minivllm `KVCacheManager`（11 个块，块 0 是 null block），只把它的 `get_computed_blocks` 和它 `BlockPool` 的 `get_new_blocks` 换成你的；`L03.make_request` 用你的 `request_block_hasher` 建 `Request`。
+
+# %% nbgrader={"grade": true, "grade_id": "l03_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+common = [i for i in range(3) for _ in range(16)]  # 3 full blocks, 48 tokens
+manager = L03.make_manager(11, get_computed_blocks, get_new_blocks)
+
+req0 = L03.make_request("0", common + [3] * 7, request_block_hasher)  # 3 full blocks + 7 tokens
+assert len(req0.block_hashes) == 3
+computed, n = manager.get_computed_blocks(req0)
+assert computed.blocks == [] and n == 0
+assert manager.allocate_slots(req0, 55, n, computed).get_block_ids() == [1, 2, 3, 4]
+
+req1 = L03.make_request("1", common + [3] * 5, request_block_hasher)  # the same prefix + 5 tokens
+computed, n = manager.get_computed_blocks(req1)
+assert computed.get_block_ids() == [1, 2, 3] and n == 48
+assert manager.allocate_slots(req1, 53 - 48, n, computed).get_block_ids() == [5]
+assert [b.ref_cnt for b in computed.blocks] == [2, 2, 2]
+### BEGIN HIDDEN TESTS
+L03.check_main_path(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# 第二项检查：把你的四个函数接进真实的 minivllm `EngineCore`（`L03.plugged`：在检查期间把 `minivllm.core.kv_cache_utils.hash_block_tokens` 换成你的，把你的 `request_block_hasher` 设为 scheduler 交给每个 `Request` 的 `block_hasher`，把 `get_computed_blocks`、`get_new_blocks` 绑定到引擎的 `KVCacheManager`、`BlockPool` 实例上），跑三个负载：
+#
+# 1. **共享前缀**：8 个请求一起到达，system prompt 是 `X + X`（第 3、4 块与第 1、2 块 token 相同、位置不同），其中一个请求就是 system prompt 本身（全部命中，要封顶）。引擎统计的 `prefix_cache_queries/hits` 与每个请求的命中数必须等于 minivllm 自己的实现；每个请求的 token 和 logprob 必须等于关闭缓存时的结果。
+# 2. **驱逐顺序**（vLLM `test_evict`，在引擎上跑）：87 个 token 和 48 个 token 的两个请求结束后，空闲队列必须是 `[10, 6, 5, 4, 3, 2, 1, 9, 8, 7]`；随后命中前两块的请求必须从 LRU 队头拿到块 10。
+# 3. **驱逐压力**：只有 9 个可用块，6 个请求依次到达（其中一个是多轮对话的下一轮，命中上一轮回答里生成的 token），每个请求之后的累计统计必须等于 minivllm 自己的实现，输出必须等于关闭缓存时的结果。
+
+# %% nbgrader={"grade": true, "grade_id": "l03_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+engine_runs = L03.check_real_engine(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks)
+batch = engine_runs["batch"]
+print(f"共享前缀：命中 {batch.hits}/{batch.queries} 个 token，每个请求命中 {batch.cached}；输出与关闭缓存时一致。")
+print("驱逐顺序：", engine_runs["eviction"].free_order, "→ 新块", engine_runs["eviction"].new_block_ids[-1])
+
+# %% [markdown]
+# ## 检查方法
+#
+# 运行断言；再把同一个恰好 3 个满块（48 个 token）的 prompt 提交两次：第二次命中多少个 token？本步要算多少个？第二个请求的块表是什么？为什么块 3 明明在缓存里、内容也完全一样，却没有被复用？
+
+# %%
+demo = L03.full_hit_demo(request_block_hasher, get_computed_blocks, get_new_blocks)
+print(demo)
+
+# %% [markdown]
+# 你的解释：
+
+# %% nbgrader={"grade": true, "grade_id": "l03_boundary", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+manager = L03.make_manager(11, get_computed_blocks, get_new_blocks)
+full = L03.make_request("full", common, request_block_hasher)  # exactly 3 full blocks
+manager.allocate_slots(full, 48)
+computed, n = manager.get_computed_blocks(L03.make_request("again", common, request_block_hasher))
+assert computed.get_block_ids() == [1, 2] and n == 32  # capped at 47 tokens: the last block is recomputed
+short = L03.make_request("short", [5] * 15, request_block_hasher)
+assert short.block_hashes == [] and manager.get_computed_blocks(short)[1] == 0
+same = L03.make_request("same", [7] * 32 + [1], request_block_hasher)
+assert len(set(same.block_hashes)) == 2  # the same 16 tokens at two positions: two hashes
+### BEGIN HIDDEN TESTS
+L03.check_boundary(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 映射回源码对象
+#
+# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：在 vLLM 8e958902eee5 的 `vllm/v1/core/` 下（`kv_cache_utils.py`、`block_pool.py`、`kv_cache_manager.py`、`single_type_kv_cache_manager.py`）找到实现每个概念的名字（函数、方法或字段，字符串；可以带类名或 `self.`，参数可省略）。
+
+# %% nbgrader={"grade": false, "grade_id": "l03_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+SOURCE_MAP = {
+    "chain_seed": "NONE_HASH",  ### BLANK
+    "block_hasher": "get_request_block_hasher",  ### BLANK
+    "longest_hit": "FullAttentionManager.find_longest_cache_hit",  ### BLANK
+    "hash_to_block": "BlockPool.cached_block_hash_to_block",  ### BLANK
+    "evict_stale_hash": "BlockPool._maybe_evict_cached_block",  ### BLANK
+    "lru_pop": "FreeKVCacheBlockQueue.popleft_n",  ### BLANK
+}
+
+# %% [markdown]
+# 各键的含义：`chain_seed` 第一个块的父哈希；`block_hasher` 为请求逐块计算哈希的函数（的工厂）；`longest_hit` 沿块哈希查找、在第一次未命中处停下的方法；`hash_to_block` 从块哈希到缓存块的映射；`evict_stale_hash` 块被重新分配前清除其旧哈希的方法；`lru_pop` 从空闲队列 LRU 端批量取块的方法。
+
+# %% nbgrader={"grade": true, "grade_id": "l03_source_map", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+L03.check_source_map(SOURCE_MAP)
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "l03_q1", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
+# ## Q1（2 分）
+#
+# 为什么 `hash_block_tokens` 要把父块的哈希算进当前块的哈希？如果只哈希本块的 token，会在什么负载下出什么错？`extra_keys` 又防住了什么？
+#
+# 评分要求：必须包含对象、状态变化、正确性或成本链。
+#
+# === BEGIN MARK SCHEME ===
+#
+# **评分要点**：2 分 = 说清链式哈希让“哈希相等”等价于“从开头到本块末尾的整段前缀相等”（位置与上文都被确定），因此命中的块里的 KV（带 RoPE 位置、依赖全部上文）可以原样复用；并给出不链的后果：同样的 token 出现在不同位置或不同上文之后撞到同一个块，复用了错误位置/错误上文的 KV，输出悄悄变错（不是崩溃）；再说出 extra keys 隔离 LoRA、多模态输入、`cache_salt` 租户等“同 token 不同 KV”的情况。1 分 = 只说“避免碰撞/区分位置”而没有落到 KV 内容与输出正确性，或漏掉 extra keys；0 分 = 把链式哈希说成性能优化或去重手段，混淆算法正确性与性能（一票否决）。
+#
+# **参考答案**
+#
+# 1. 块里存的不是“这 16 个 token”的某种特征，而是这 16 个 token 在**这段完整上文之后、这些位置上**的 K/V：K 已经乘过对应位置的 RoPE，V（以及更深层的 K）经过注意力混入了前面所有 token 的信息。能否复用一个块，取决于整段前缀是否相同，而不只是本块相同。
+# 2. `hash(block_i) = H(hash(block_{i-1}), tokens_i, extra_keys_i)`，第一块的父哈希是 `NONE_HASH`。归纳可得：块 i 的哈希相同 ⇔（在哈希不碰撞的前提下）前 i 块的所有 token 和 extra keys 都相同。于是 `cached_block_hash_to_block` 里一次 O(1) 查表就等于比较了整段前缀；`get_computed_blocks` 沿 `block_hashes` 逐块查、第一次未命中就停，得到的正是最长公共前缀。
+# 3. 不链的后果：本课真实引擎检查里 system prompt 是 `X + X`，第 3、4 块与第 1、2 块 token 相同。只哈希本块时，它们与第 1、2 块同哈希，后来的请求会把第 1、2 块的物理块当成第 3、4 块挂进块表：位置 32–63 读到的是位置 0–31 的 KV，logprob 与关闭缓存时不同。现实里的重复段落、模板化的 prompt、多轮对话中相同的话都会触发；这种错误不报错，只是输出变了。
+# 4. extra keys：同一串 token 在不同 LoRA 适配器下 KV 不同；多模态的占位 token 相同但图片不同；`cache_salt` 让不同租户即使 prompt 相同也不共享块（防止通过 TTFT 探测别人的 prompt）。vLLM 的 `generate_block_hash_extra_keys` 把这些放进 `extra_keys`（`cache_salt` 只进第一块——因为链会把它传给后面所有块）。
+#
+# === END MARK SCHEME ===
+
+# %% [markdown]
+# 你的答案：
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "l03_q2", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
+# ## Q2（2 分）
+#
+# 为什么 `get_computed_blocks` 把命中上限设为 `request.num_tokens - 1`？一个恰好整块的 prompt 全部在缓存里时，实际命中多少、代价是什么？如果不封顶会发生什么？
+#
+# 评分要求：必须包含对象、状态变化、正确性或成本链。
+#
+# === BEGIN MARK SCHEME ===
+#
+# **评分要点**：2 分 = 说清采样下一个 token 需要最后一个 token 的 logits，而 logits 只在本步被调度计算的 token 上产生，所以至少要重算最后一个 token；命中按整块计（`allocate_slots` 要求块对齐），因此整块 prompt 全命中时只命中到前一块、重算整个最后一块（16 个 token），且重算出的块因哈希已在表中而不再登记（重复块）；不封顶时 `num_new_tokens = 0`，请求本步没有 token 可算、没有属于它的 logits，首 token 出错或请求卡住。1 分 = 只说出“需要 logits”而没有块对齐的代价，或反之；0 分 = 认为封顶是为了节省显存或提高命中率（混淆正确性与性能，一票否决）。
+#
+# **参考答案**
+#
+# 1. 请求进入 running 的前提是本步有 token 要算：scheduler 用 `num_new_tokens = request.num_tokens - num_computed_tokens` 决定本步为它安排多少 token，model runner 只对这些 token 做 forward，最后一个被调度 token 的 logits 才被采样成下一个 token。命中等于“把这些 token 记为已计算”，若命中全部 prompt，`num_new_tokens = 0`：本步不为它算任何东西，也就没有属于它的 logits。在 minivllm 里可以直接看到后果：这个请求被调度了 0 个 token，model runner 在它的位置取到的是批里前一个请求最后一个 token 的 logits，首 token 的 logprob 悄悄变了（真实引擎检查的共享前缀负载里，恰好等于 system prompt 的那个请求就会这样）。所以 `max_cache_hit_length = num_tokens - 1`：最后一个 token 必须重算。
+# 2. 命中又只能按整块算（`find_longest_cache_hit` 只看 `max_length // block_size` 个块，`allocate_slots` 假设 `num_computed_tokens` 块对齐）。48 个 token 的 prompt 上限 47，只能命中 2 个块（32 个 token），本步重算 16 个。检查方法里可以看到：第二个请求的块表是 `[1, 2, 4]`，块 3 的内容与新块 4 完全一样，但 `cache_full_blocks` 发现哈希已在表中，新块 4 就不再登记（表里保留第一个）。
+# 3. 代价最多是一整块的 prefill（`block_size` 个 token），对长 prompt 可以忽略，对很短的 prompt 或很大的 `block_size` 较明显；vLLM 源码注释也承认这是可以进一步优化的地方。这是为正确性付的性能代价，不能反过来为性能去掉它。
+#
+# **附：检查方法的参考解释**（不单独计分，供批改时核对学生在“检查方法”下写的解释）：第二次提交命中 `[1, 2]`、32 个 token，本步算 16 个；它的块表是 `[1, 2, 4]`：块 1、2 共享（`ref_cnt=2`），第三块必须重算，而重算要写进一个新分配的块（不能写进块 3——块 3 正被第一个请求持有，且命中块是只读共享的），写完后它和块 3 同哈希，表里保留块 3，新块 4 不登记；缓存中仍只有 3 个哈希。
+#
+# === END MARK SCHEME ===
+
+# %% [markdown]
+# 你的答案：
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "l03_q3", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
+# ## Q3（2 分）
+#
+# `KVCacheManager.free` 为什么把请求的块**逆序**交给 `BlockPool.free_blocks`？这对驱逐顺序有什么影响？用 vLLM `test_evict` 的空闲队列 `[10, 6, 5, 4, 3, 2, 1, 9, 8, 7]` 说明：下一个需要新块的请求会拿到哪个块，为什么？
+#
+# 评分要求：必须包含对象、状态变化、正确性或成本链。
+#
+# === BEGIN MARK SCHEME ===
+#
+# **评分要点**：2 分 = 说清空闲队列是 LRU（队头最先被 `get_new_blocks` 取走并驱逐哈希，`free_blocks` 追加到队尾），同一个请求的块“同时”变为空闲，逆序释放让链尾（最具体、最不可能被别人共享）排在前面、链头（被最多请求共享的公共前缀）排在最后，于是驱逐总是从链的末端往前削，幸存的缓存块始终是一段前缀，而查找在第一次未命中处停下，正好还能命中最长的幸存前缀；再用例子说明 10（从未分配）最先，然后 req0 的 6→1，req1 的 9→8→7，命中 1、2 的请求 `touch` 把它们移出队列，新块从队头取得 10。1 分 = 只说出 LRU 或逆序之一，没有推到“保住前缀、避免孤儿块”；0 分 = 认为逆序是为了速度，或说队尾先被驱逐。
+#
+# **参考答案**
+#
+# 1. `FreeKVCacheBlockQueue` 是双向链表：`get_new_blocks` 用 `popleft_n` 从队头取块（队头 = 最久未用，LRU），取到的块若还带哈希就 `_maybe_evict_cached_block`；`free_blocks` 把 `ref_cnt` 降到 0 的块 `append` 到队尾。一个请求结束时它的所有块同时变空闲，“最近使用时间”相同，队列里它们之间的顺序就由释放顺序决定。
+# 2. `KVCacheManager.free` 传入 `reversed(blocks)`：链尾先进队列、链头最后进。链尾块的哈希依赖整段前缀，最不可能被别的请求命中；链头块（system prompt 的开头）被最多请求共享。这样驱逐总是先削掉链的末端，幸存的缓存块始终是某段前缀。反过来，如果先驱逐链头，它后面所有块的哈希虽然还在表里，却再也命中不到——查找在第一次未命中处就停了——这些“孤儿块”白白占着空闲队列的位置，等着被驱逐。
+# 3. 例子（11 个块，块 0 是 null block）：req0 有 87 个 token（5 个满块 + 1 个不满的块）拿到块 1–6，req1 有 48 个 token 拿到块 7–9，队列里只剩从未分配的 10。先释放 req0：逆序追加 6、5、4、3、2、1；再释放 req1：9、8、7。队列 `[10, 6, 5, 4, 3, 2, 1, 9, 8, 7]`。req2 是 req0 的前 35 个 token：命中块 1、2（32 个 token），`touch` 把它们从队列中间摘掉；还需 1 个新块，从队头取——块 10，没有哈希可驱逐。req0 的链从尾部（6、5…）开始被驱逐，req1 的块最晚被驱逐，因为它更晚释放。
+# 4. 版本差异：较新的 vLLM 在 `free_blocks` 里把没有哈希的块（如 req0 不满的块 6）`prepend_n` 到队头，队列变成 `[6, 10, 5, 4, 3, 2, 1, 9, 8, 7]`——没有缓存价值的块最先被复用，有哈希的块之间的 LRU 与逆序规则不变。
+#
+# === END MARK SCHEME ===
+
+# %% [markdown]
+# 你的答案：
+
+# %% [markdown]
+# ## 评分规则
+#
+# - 代码 4 分：主路径 2 分（vLLM prefix-cache 场景 1 分、接入真实 EngineCore 的统计与输出检查 1 分）、边界条件 1 分、能映射回源码对象 1 分；
+# - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
+# - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
+#
+# 总分 10 分，至少 8 分通过。参考答案与参考代码只在教师分支（solutions/）中：先独立完成；核对后请更换一个 batch、cache 或硬件条件重新推演，不能只复制。
+#
+# ### 自检
+#
+# 下面的单元格用与 nbgrader 相同的检查函数给代码部分打分（Q1～Q3 显示为待人工评分）。
+
+# %%
+self_check("lesson03", globals());
+
+# %% [markdown]
+# ## 参考资料
+#
+# - [vLLM kv_cache_utils.py（hash_block_tokens、get_request_block_hasher、FreeKVCacheBlockQueue）](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/kv_cache_utils.py)
+# - [vLLM block_pool.py（BlockPool）](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/block_pool.py)
+# - [vLLM kv_cache_manager.py（KVCacheManager.get_computed_blocks、allocate_slots）](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/kv_cache_manager.py)
+# - [vLLM single_type_kv_cache_manager.py（find_longest_cache_hit、free）](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/single_type_kv_cache_manager.py)
+# - [vLLM tests/v1/core/test_prefix_caching.py（test_prefill、test_evict）](https://github.com/vllm-project/vllm/blob/8e958902eee5/tests/v1/core/test_prefix_caching.py)
+# - [vLLM Automatic Prefix Caching design](https://docs.vllm.ai/en/latest/design/prefix_caching.html)
+#
+# 源码链接固定到本课审阅 commit；current docs、支持矩阵和默认参数（是否默认开启、默认哈希函数、空闲队列对无哈希块的处理）会变化，面试或部署前必须按目标版本重新核对。
+#
+# ← 上一课：第 2 课：统一调度器与 KVCacheManager：token budget 与 chunked prefill　｜　下一课 →：第 4 课：抢占、取消与请求生命周期

@@ -1,0 +1,164 @@
+"""Lesson 3's grader: the solution earns 4/4 code points, the unfilled release 0, every mutant loses points;
+the real engine shows the damage each wrong answer does; nbgrader agrees end to end."""
+import json
+import runpy
+from pathlib import Path
+
+import pytest
+
+from autograder.common import REPO, grade_namespace, run_part, student_namespace
+from autograder.lesson03 import (
+    FUNCS,
+    LESSON,
+    check_source_map,
+    pressure_prompts,
+    reference_runs,
+    run_batch,
+    run_eviction_order,
+    run_sequential,
+)
+
+MUTANTS = REPO / "autograder" / "mutants" / "lesson03"
+# The parts each mutant must fail (it may fail more). extra_keys_ignored and partial/skip-misses mistakes the
+# engine's workloads cannot all reach (minivllm requests carry no extra keys) are caught by the unit parts.
+MUST_FAIL = {
+    "hash_without_parent": {"l03_main_path", "l03_boundary", "l03_real_engine"},
+    "hasher_not_chained": {"l03_main_path", "l03_boundary", "l03_real_engine"},
+    "extra_keys_ignored": {"l03_main_path", "l03_boundary"},
+    "partial_blocks_hashed": {"l03_main_path", "l03_boundary", "l03_real_engine"},
+    "no_cap": {"l03_boundary", "l03_real_engine"},
+    "cap_a_whole_block": {"l03_main_path", "l03_boundary", "l03_real_engine"},
+    "hit_skips_misses": {"l03_main_path"},
+    "hit_counts_blocks": {"l03_main_path", "l03_boundary", "l03_real_engine"},
+    "evict_from_tail": {"l03_main_path", "l03_real_engine"},
+    "stale_hash_kept": {"l03_main_path", "l03_real_engine"},
+}
+UNIT_PARTS = ("l03_main_path", "l03_boundary", "l03_source_map")
+
+
+def code_scores(namespace, parts=None):
+    if parts is None:
+        return {r.part.grade_id: r.score for r in grade_namespace(LESSON, namespace) if not r.part.manual}
+    return {p.grade_id: run_part(p, namespace).score for p in LESSON.parts if p.grade_id in parts}
+
+
+def mutant(name):
+    ns = runpy.run_path(str(MUTANTS / f"{name}.py"))
+    return {k: ns[k] for k in FUNCS}
+
+
+def funcs(ns):
+    return [ns[k] for k in FUNCS]
+
+
+@pytest.fixture(scope="module")
+def solution_ns():
+    ns, errors = student_namespace(REPO / "solutions/lesson03/lesson03.ipynb")
+    assert not errors
+    return ns
+
+
+def test_every_required_mutant_is_there():
+    assert {p.stem for p in MUTANTS.glob("*.py")} == set(MUST_FAIL)
+
+
+def test_solution_gets_all_code_points(solution_ns):
+    assert code_scores(solution_ns) == {"l03_main_path": 1, "l03_real_engine": 1, "l03_boundary": 1,
+                                        "l03_source_map": 1}
+
+
+def test_unfilled_release_gets_zero_and_does_not_crash():
+    ns, errors = student_namespace(REPO / "notebooks/lesson03/lesson03.ipynb")
+    assert not errors  # `______` is defined: the cells run, the checks fail
+    results = [r for r in grade_namespace(LESSON, ns) if not r.part.manual]
+    assert [r.score for r in results] == [0, 0, 0, 0]
+    assert all("______" in r.message for r in results), [r.message for r in results]
+
+
+@pytest.mark.parametrize("name", sorted(MUST_FAIL))
+def test_mutant_loses_unit_points(name, solution_ns):
+    """Fast: the parts that need no engine."""
+    scores = code_scores(dict(solution_ns, **mutant(name)), UNIT_PARTS)
+    failed = {k for k, v in scores.items() if v == 0}
+    assert MUST_FAIL[name] & set(UNIT_PARTS) <= failed, scores
+    assert failed, scores
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(MUST_FAIL))
+def test_mutant_loses_code_points(name, solution_ns):
+    """Every part, the real engine included."""
+    scores = code_scores(dict(solution_ns, **mutant(name)))
+    failed = {k for k, v in scores.items() if v == 0}
+    assert MUST_FAIL[name] <= failed, scores
+    assert sum(scores.values()) < 4
+
+
+def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
+    good = solution_ns["SOURCE_MAP"]
+    check_source_map({k: f"self.{v}()" for k, v in good.items()})
+    check_source_map(dict(good, longest_hit="self.coordinator.find_longest_cache_hit(request.block_hashes, n)",
+                          lru_pop="free_block_queue.popleft", chain_seed="kv_cache_utils.NONE_HASH"))
+    for bad in (dict(good, longest_hit=good["evict_stale_hash"], evict_stale_hash=good["longest_hit"]),
+                dict(good, lru_pop="append_n"), dict(good, hash_to_block="block_hashes"),
+                {k: v for k, v in good.items() if k != "chain_seed"}, dict(good, block_hasher=None)):
+        with pytest.raises(AssertionError):
+            check_source_map(bad)
+
+
+@pytest.mark.slow
+def test_real_engine_shows_each_bug():
+    """Independent of the exact-stats rule: the engine's own outputs, hits and block ids show the damage."""
+    ref = reference_runs()
+    assert ref["batch"].tokens == ref["batch_off"].tokens and ref["batch"].hits > 0  # the invariant holds
+    assert ref["pressure"].tokens == ref["pressure_off"].tokens
+    # Same tokens at another position share a hash: the wrong KV is reused, logprobs move.
+    collide = run_batch(funcs(mutant("hash_without_parent")))
+    assert any(abs(a - b) > 1e-3 for rid in collide.logprobs
+               for a, b in zip(collide.logprobs[rid], ref["batch_off"].logprobs[rid], strict=True))
+    # A full hit with no cap schedules 0 tokens: the request's first token comes from someone else's logits.
+    nocap = run_batch(funcs(mutant("no_cap")))
+    assert nocap.cached["r2"] == 64 and abs(nocap.logprobs["r2"][0] - ref["batch_off"].logprobs["r2"][0]) > 1e-3
+    # Tail eviction hands out the most recently freed blocks first.
+    assert run_eviction_order(funcs(mutant("evict_from_tail"))).free_order != [10, 6, 5, 4, 3, 2, 1, 9, 8, 7]
+    assert run_eviction_order().new_block_ids[-1] == [10]
+    # A reused block that keeps its hash is "hit" after its KV was overwritten.
+    stale = run_sequential(funcs(mutant("stale_hash_kept")))
+    assert stale.hits > ref["pressure"].hits
+    assert stale.cached["r5"] > 0 and ref["pressure"].cached["r5"] == 0
+    # Hashing the partial block loses the next chat turn's hit on the previous answer.
+    partial = run_sequential(funcs(mutant("partial_blocks_hashed")), prompts=pressure_prompts())
+    assert partial.cached["r1"] < ref["pressure"].cached["r1"] == 64
+
+
+def make_submission(root: Path, student: str, replace: dict[str, str]) -> None:
+    nb = json.loads((REPO / "notebooks/lesson03/lesson03.ipynb").read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        if cell["id"] in replace:
+            cell["source"] = replace[cell["id"]]
+    dest = root / student / "lesson03"
+    dest.mkdir(parents=True)
+    (dest / "lesson03.ipynb").write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_nbgrader_end_to_end(tmp_path):
+    """generate_assignment -> submissions (solution, blank, mutant) -> autograde -> export."""
+    from autograder.grading import grade
+
+    sol = {c["id"]: "".join(c["source"]).replace("  ### BLANK", "")
+           for c in json.loads((REPO / "solutions/lesson03/lesson03.ipynb").read_text(encoding="utf-8"))["cells"]}
+    answers = {k: sol[k] for k in ("l03_prefix_cache", "l03_source_map_answer")}
+    subs = tmp_path / "submissions"
+    make_submission(subs, "solution_student", answers)
+    make_submission(subs, "blank_student", {})
+    make_submission(subs, "mutant_student",
+                    dict(answers, l03_prefix_cache=(MUTANTS / "no_cap.py").read_text()))
+    results = grade(subs, tmp_path / "course", tmp_path / "grades.csv", ["lesson03"])["lesson03"]
+    parts = ("l03_main_path", "l03_real_engine", "l03_boundary", "l03_source_map")
+    code = {s: sum(v or 0 for k, v in got.items() if k in parts) for s, got in results.items()}
+    assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 2}
+    assert all(got["l03_q1"] is None for got in results.values())  # manual: pending
+    for student, got in results.items():  # the Colab self-check gives the same points per part
+        ns, _ = student_namespace(subs / student / "lesson03" / "lesson03.ipynb")
+        assert code_scores(ns) == {k: v for k, v in got.items() if k in parts}, student
