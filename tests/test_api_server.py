@@ -197,6 +197,17 @@ def test_disconnect_aborts_and_frees_kv(server, client):
     assert m["generation_tokens_total"] - busy["generation_tokens_total"] < 3000
 
 
+def test_disconnect_non_streaming_aborts(server):
+    base = server[1]
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up while the server is still generating
+        httpx.post(base + "/v1/completions", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=1.0,
+                   json={"model": NAME, "prompt": "Another long speech:", "max_tokens": 4000, "ignore_eos": True})
+    t0 = time.monotonic()
+    while (m := metrics(base))["num_requests_running"] or m["kv_cache_usage_perc"]:
+        assert time.monotonic() - t0 < 5, f"request not aborted in the core: {m}"
+        time.sleep(0.05)
+
+
 BAD_REQUESTS = [  # (path, json body or raw bytes, expected status)
     ("/v1/completions", {"model": NAME}, 400),                                   # no prompt
     ("/v1/completions", {"model": NAME, "prompt": "x", "max_tokens": 0}, 400),

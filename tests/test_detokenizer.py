@@ -6,13 +6,13 @@ a naive per-token decode would emit U+FFFD halves. No engine runs here; outputs 
 from __future__ import annotations
 
 import pytest
+from tiny_models import DEFAULT_MODEL
 
 from minivllm.engine import EngineCoreOutput, EngineCoreRequest, FinishReason
 from minivllm.engine.detokenizer import IncrementalDetokenizer
 from minivllm.engine.output_processor import IterationStats, OutputProcessor, RequestOutputCollector
 from minivllm.sampling_params import SamplingParams
 from minivllm.tokenizer import get_tokenizer
-from tiny_models import DEFAULT_MODEL
 
 TEXT = "héllo wörld — 你好 🎉 naïve café, ROMEO: ½ ∑ ok"
 

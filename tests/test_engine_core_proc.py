@@ -9,6 +9,7 @@ import random
 import time
 
 import pytest
+from tiny_models import make_tiny_model
 
 from minivllm.config import EngineArgs, ModelConfig, VllmConfig
 from minivllm.engine import EngineCoreRequest
@@ -17,7 +18,6 @@ from minivllm.engine.core_client import EngineCoreClient, InprocClient, SyncMPCl
 from minivllm.engine.exceptions import EngineDeadError
 from minivllm.entrypoints.llm import LLM
 from minivllm.sampling_params import SamplingParams
-from tiny_models import make_tiny_model
 
 ARGS = dict(device="cpu", attention_backend="torch", max_num_seqs=8)
 
