@@ -1,0 +1,235 @@
+"""Lesson 6's grader: the solution earns 4/4 code points, the unfilled release 0 without crashing, every mutant
+loses points (the bounds-checked launcher turns a wild pointer into a failed check); the engine plug restores
+the backend; the profiler paths (interpreter counts, the GPU bandwidth code) run; the notebook runs in 60 s;
+nbgrader agrees end to end. Under TRITON_INTERPRET=1 (conftest) on CPU."""
+import json
+import runpy
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from autograder.common import REPO, grade_namespace, student_namespace
+from autograder.lesson06 import (
+    LESSON,
+    OpCounter,
+    check_source_map,
+    interpreter_profile,
+    make_case,
+    measure_bandwidth,
+    plot_roofline,
+    reference,
+    run_decode,
+    run_engine,
+)
+
+MUTANTS = REPO / "autograder" / "mutants" / "lesson06"
+CODE_PARTS = ("l06_main_path", "l06_real_engine", "l06_boundary", "l06_source_map")
+# The parts each mutant must fail (it may fail more).
+MUST_FAIL = {
+    "logical_block_index": {"l06_main_path", "l06_real_engine", "l06_boundary"},
+    "block_table_row_of_seq0": {"l06_main_path", "l06_real_engine"},
+    "block_table_wrong_stride": {"l06_main_path", "l06_real_engine", "l06_boundary"},
+    "no_mask_last_block": {"l06_main_path", "l06_real_engine", "l06_boundary"},
+    "mask_off_by_one": {"l06_main_path", "l06_real_engine", "l06_boundary"},
+    "no_max_subtraction": {"l06_boundary"},
+    "no_acc_rescale": {"l06_main_path", "l06_real_engine", "l06_boundary"},
+    "no_sum_rescale": {"l06_main_path", "l06_real_engine", "l06_boundary"},
+    "probs_use_block_max": {"l06_main_path", "l06_real_engine", "l06_boundary"},
+    "wrong_gqa_head": {"l06_main_path", "l06_real_engine", "l06_boundary"},
+}
+
+pytestmark = pytest.mark.skipif(__import__("os").environ.get("TRITON_INTERPRET") != "1"
+                                and not torch.cuda.is_available(), reason="Triton needs CUDA or TRITON_INTERPRET=1")
+
+
+def code_scores(namespace):
+    return {r.part.grade_id: r.score for r in grade_namespace(LESSON, namespace) if not r.part.manual}
+
+
+def mutant(name):
+    return runpy.run_path(str(MUTANTS / f"{name}.py"))["paged_decode_kernel"]
+
+
+@pytest.fixture(scope="module")
+def solution_ns():
+    ns, errors = student_namespace(REPO / "solutions/lesson06/lesson06.ipynb")
+    assert not errors
+    return ns
+
+
+def test_every_required_mutant_is_there():
+    assert {p.stem for p in MUTANTS.glob("*.py")} == set(MUST_FAIL)
+
+
+def test_mutants_change_only_blank_lines():
+    """A mutant is a wrong answer a student could give: it differs from the solution only on blank lines."""
+    sol = json.loads((REPO / "solutions/lesson06/lesson06.ipynb").read_text(encoding="utf-8"))
+    kernel = next("".join(c["source"]) for c in sol["cells"] if c["id"] == "l06_kernel")
+    blank_lines = {line.split("  ### BLANK")[0] for line in kernel.splitlines() if "### BLANK" in line}
+    given = {line.split("#")[0].rstrip() for line in kernel.splitlines() if "### BLANK" not in line} - {""}
+    for path in MUTANTS.glob("*.py"):
+        body = {line.split("#")[0].rstrip() for line in path.read_text().splitlines()[2:]} - {""}
+        changed = body - given - {b.split("#")[0].rstrip() for b in blank_lines}
+        assert 1 <= len(changed) <= 4, (path.stem, changed)
+        assert all(any(c.split("=")[0].strip() == b.split("=")[0].strip() for b in blank_lines) for c in changed), \
+            (path.stem, changed)
+
+
+def test_solution_gets_all_code_points(solution_ns):
+    assert code_scores(solution_ns) == dict.fromkeys(CODE_PARTS, 1)
+
+
+def test_unfilled_release_gets_zero_and_does_not_crash():
+    ns, errors = student_namespace(REPO / "notebooks/lesson06/lesson06.ipynb")
+    assert not errors  # `______` is defined: the cells run, the checks fail
+    results = [r for r in grade_namespace(LESSON, ns) if not r.part.manual]
+    assert [r.score for r in results] == [0, 0, 0, 0]
+    assert all("______" in r.message for r in results), [r.message for r in results]
+
+
+@pytest.mark.parametrize("name", sorted(MUST_FAIL))
+def test_mutant_loses_code_points(name, solution_ns):
+    scores = code_scores(dict(solution_ns, paged_decode_kernel=mutant(name)))
+    failed = {k for k, v in scores.items() if v == 0}
+    assert MUST_FAIL[name] <= failed, scores
+    assert sum(scores.values()) < 4
+
+
+def test_no_max_subtraction_is_exact_on_small_scores_and_nan_on_big_ones():
+    """Why the boundary check needs big logits: the missing max is invisible on ordinary inputs."""
+    k = mutant("no_max_subtraction")
+    small = make_case([20, 37], seed=6)
+    assert (run_decode(k, small) - reference(small)).abs().max() < 1e-4
+    hot = make_case([20, 37], q_scale=200.0, seed=6)
+    assert torch.isnan(run_decode(k, hot)).any()
+
+
+def test_wild_pointer_fails_cleanly_in_a_fresh_process():
+    """The launcher's bounds check turns an out-of-bounds load into a CheckFailed: the process survives."""
+    code = ("import runpy\nfrom autograder import lesson06 as L\n"
+            f"k = runpy.run_path({str(MUTANTS / 'block_table_wrong_stride.py')!r})['paged_decode_kernel']\n"
+            "try:\n    L.run_decode(k, L.make_case([5, 40]))\nexcept AssertionError as e:\n    print('CAUGHT', e)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO,
+                          env=dict(__import__("os").environ, TRITON_INTERPRET="1"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "CAUGHT 内核访问越界" in proc.stdout, proc.stdout
+
+
+def test_engine_plug_restores_the_backend_and_logs_every_decode_call():
+    import minivllm.attention.backends.triton_attn as backend
+
+    original = backend.paged_decode_attention
+    with pytest.raises(AssertionError):
+        run_engine(mutant("block_table_wrong_stride"))
+    assert backend.paged_decode_attention is original
+    run = run_engine(mutant("no_acc_rescale"))
+    assert backend.paged_decode_attention is original
+    assert len(run.calls) == 4 * 5                       # 4 layers x 5 decode steps (6 tokens, 1 from prefill)
+    assert [c.seq_lens for c in run.calls[::4]] == [[15, 7], [16, 8], [17, 9], [18, 10], [19, 11]]
+    assert max(c.max_err for c in run.calls[:8]) < 1e-4  # one block: no rescale needed yet
+    assert max(c.max_err for c in run.calls[8:]) > 1e-4  # r0 crosses into its second block at seq_len 17
+
+
+def test_interpreter_counts_show_reads_once_and_the_gqa_saving():
+    from minivllm.attention.ops.triton_decode_attention import _paged_decode_attention_kernel
+
+    case, grouped, per_head, minimum = interpreter_profile(_paged_decode_attention_kernel)
+    kv = lambda c: c.load_bytes["k_cache"] + c.load_bytes["v_cache"]  # noqa: E731
+    assert kv(grouped) == minimum and kv(per_head) == 4 * minimum
+    assert grouped.load_bytes["k_cache"] == grouped.load_bytes["v_cache"]
+    assert grouped.programs == 4 and per_head.programs == 16 and grouped.stores["out"] == case.query.numel()
+    masked = OpCounter()
+    run_decode(mutant("no_mask_last_block"), case, masked)   # 40 = 2.5 blocks: the tail of block 3 is read
+    assert kv(masked) == minimum * 48 // 40
+
+
+def test_gpu_bandwidth_code_path_runs_on_cpu():
+    """measure_bandwidth / plot_roofline are what a GPU run executes; here with a wall-clock bench, tiny shapes."""
+    from minivllm.attention.ops.triton_decode_attention import _paged_decode_attention_kernel
+
+    def wall(fn):
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e3
+    res = measure_bandwidth(_paged_decode_attention_kernel, batch_sizes=(1,), context=20, num_heads=4,
+                            num_kv_heads=2, head_size=32, dtype=torch.float32, bench=wall)
+    (row,) = res["rows"]
+    assert row["gbs"] > 0 and row["ai"] == pytest.approx(4 * 2 / (2 * 4), rel=0.05)
+    fig = plot_roofline([("B=1", row["ai"], row["tflops"])], res["peak_tflops"], res["copy_gbs"] / 1e3, "cpu")
+    assert fig.axes[0].get_title(loc="left").endswith("(measured points in red)")
+
+
+def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
+    good = solution_ns["SOURCE_MAP"]
+    check_source_map({k: f"`{v}`" for k, v in good.items()})
+    check_source_map(dict(good, physical_block="physical_block_idx", token_mask="tile_mask", kv_offsets="v_offset",
+                          probs="P", running_sum="kernel_paged_attention_2d.L"))
+    for bad in (dict(good, new_max=good["rescale"], rescale=good["new_max"]), dict(good, running_sum="M"),
+                {k: v for k, v in good.items() if k != "acc"}, dict(good, probs=None)):
+        with pytest.raises(AssertionError):
+            check_source_map(bad)
+
+
+def test_student_copy_shows_the_blanks():
+    cells = {c["id"]: "".join(c["source"])
+             for c in json.loads((REPO / "notebooks/lesson06/lesson06.ipynb").read_text(encoding="utf-8"))["cells"]}
+    kernel = cells["l06_kernel"]
+    assert kernel.count("= ______\n") == 8 and "### BLANK" not in kernel
+    assert "physical_block = ______\n        physical_block = physical_block.to(tl.int64)" in kernel
+    assert "tl.store(out_ptr + out_offsets" in kernel and "mask=head_mask[:, None] & dim_mask[None, :])" in kernel
+    assert cells["l06_source_map_answer"].count(": ______,") == 8
+    assert "assert torch.allclose(out, ref, atol=1e-4)" in cells["l06_main_path"]
+
+
+@pytest.mark.slow
+def test_solution_notebook_runs_on_cpu_in_60s_with_all_grade_cells_passing(tmp_path):
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(REPO / "solutions/lesson06/lesson06.ipynb", as_version=4)
+    t = time.perf_counter()
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    elapsed = time.perf_counter() - t
+    assert elapsed < 60, f"lesson 6 took {elapsed:.0f} s"
+    text = ""
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        for out in cell.get("outputs", []):
+            assert out.output_type != "error", (cell.id, out.get("evalue"))
+            if meta.get("grade"):
+                assert not (out.output_type == "stream" and out.name == "stderr"), (cell.id, out.text)
+            text += out.get("text", "")
+    assert "代码 4/4" in text and "真实引擎检查通过" in text
+
+
+def make_submission(root: Path, student: str, replace: dict[str, str]) -> None:
+    nb = json.loads((REPO / "notebooks/lesson06/lesson06.ipynb").read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        if cell["id"] in replace:
+            cell["source"] = replace[cell["id"]]
+    dest = root / student / "lesson06"
+    dest.mkdir(parents=True)
+    (dest / "lesson06.ipynb").write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_nbgrader_end_to_end(tmp_path):
+    """generate_assignment -> submissions (solution, blank, mutant) -> autograde -> export."""
+    from autograder.grading import grade
+
+    sol = {c["id"]: "".join(c["source"]).replace("  ### BLANK", "")
+           for c in json.loads((REPO / "solutions/lesson06/lesson06.ipynb").read_text(encoding="utf-8"))["cells"]}
+    answers = {k: sol[k] for k in ("l06_kernel", "l06_source_map_answer")}
+    subs = tmp_path / "submissions"
+    make_submission(subs, "solution_student", answers)
+    make_submission(subs, "blank_student", {})
+    make_submission(subs, "mutant_student",
+                    dict(answers, l06_kernel=(MUTANTS / "no_acc_rescale.py").read_text().split('"""', 2)[2].lstrip()))
+    results = grade(subs, tmp_path / "course", tmp_path / "grades.csv", ["lesson06"])["lesson06"]
+    code = {s: sum(v or 0 for k, v in got.items() if k in CODE_PARTS) for s, got in results.items()}
+    assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 1}
+    assert all(got["l06_q1"] is None for got in results.values())  # manual: pending
