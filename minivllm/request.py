@@ -65,15 +65,21 @@ class Request:
         self.num_preemptions = 0
         self.spec_token_ids: list[int] = []
         self.block_hashes: list = []
-        self._block_hasher = block_hasher
-        if block_hasher is not None:
-            self.block_hashes.extend(block_hasher(self))
+        self.set_block_hasher(block_hasher)
 
     @classmethod
     def from_engine_core_request(cls, request: EngineCoreRequest,
                                  block_hasher: Callable[[Request], list] | None = None) -> Request:
         return cls(request.request_id, request.prompt_token_ids, request.sampling_params,
                    request.eos_token_id, request.arrival_time or None, block_hasher)
+
+    def set_block_hasher(self, block_hasher: Callable[[Request], list] | None) -> None:
+        """Install the function that keeps block_hashes current, and hash the blocks already full."""
+        self._block_hasher = block_hasher
+        # A hasher from get_request_block_hasher states its block size, so appends skip the call until
+        # another block is full; any other callable (block size unknown: 1) is asked on every append.
+        self._hash_block_size = getattr(block_hasher, "block_size", 1)
+        self.block_hashes = block_hasher(self) if block_hasher is not None else []
 
     def append_output_token_ids(self, token_ids: int | list[int]) -> None:
         if isinstance(token_ids, int):
@@ -82,10 +88,9 @@ class Request:
         else:
             self.output_token_ids.extend(token_ids)
             self.all_token_ids.extend(token_ids)
-        if self._block_hasher is not None:
-            new_hashes = self._block_hasher(self)
-            if new_hashes:
-                self.block_hashes.extend(new_hashes)
+        if (self._block_hasher is not None
+                and len(self.all_token_ids) >= (len(self.block_hashes) + 1) * self._hash_block_size):
+            self.block_hashes.extend(self._block_hasher(self))
 
     @property
     def num_tokens(self) -> int:

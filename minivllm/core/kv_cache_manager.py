@@ -96,8 +96,6 @@ class KVCacheManager:
         Full blocks among them are cached at once: the forward pass writes every layer's K/V before any
         layer's attention reads it, so a hit in the same step is safe.
         """
-        if num_new_tokens == 0 and num_new_computed_tokens == 0:
-            raise ValueError("num_new_tokens must be greater than 0")
         block_size = self.block_size
         req_blocks = self.req_to_blocks.get(request.request_id)
         num_computed_tokens = request.num_computed_tokens + num_new_computed_tokens
@@ -106,10 +104,12 @@ class KVCacheManager:
             num_tokens_need_slot = self.max_model_len
 
         if (req_blocks is not None and new_computed_blocks is None
-                and num_tokens_need_slot <= len(req_blocks) * block_size):
+                and num_tokens_need_slot <= len(req_blocks) * block_size and num_new_tokens > 0):
             # Fast path, most decode steps: the tokens fit in the blocks the request already holds.
-            new_blocks = []
+            new_blocks = None
         else:
+            if num_new_tokens == 0 and num_new_computed_tokens == 0:
+                raise ValueError("num_new_tokens must be greater than 0")
             if req_blocks is None:
                 req_blocks = []
             new_computed = new_computed_blocks.blocks if new_computed_blocks is not None else []

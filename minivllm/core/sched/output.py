@@ -33,7 +33,7 @@ class CachedRequestData:
 
     req_ids: list[str] = field(default_factory=list)
     resumed_from_preemption: list[bool] = field(default_factory=list)
-    new_token_ids: list[list[int]] = field(default_factory=list)
+    new_token_ids: list[list[int]] = field(default_factory=list)  # vLLM fills it only under pipeline parallelism
     new_block_ids: list[list[int] | None] = field(default_factory=list)
     num_computed_tokens: list[int] = field(default_factory=list)
 

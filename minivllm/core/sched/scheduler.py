@@ -53,6 +53,7 @@ class Scheduler(SchedulerInterface):
         num_scheduled_tokens: dict[str, int] = {}
         req_to_new_block_ids: dict[str, list[int] | None] = {}
         scheduled_running_reqs: list[Request] = []
+        running_new_block_ids: list[list[int] | None] = []  # one row per scheduled running request
         scheduled_new_reqs: list[Request] = []
         scheduled_resumed_reqs: list[Request] = []
         preempted_reqs: list[Request] = []
@@ -88,7 +89,7 @@ class Scheduler(SchedulerInterface):
             if new_blocks is None:
                 break
             scheduled_running_reqs.append(request)
-            req_to_new_block_ids[request.request_id] = new_blocks.get_block_ids() if new_blocks.blocks else None
+            running_new_block_ids.append(new_blocks.get_block_ids() if new_blocks.blocks else None)
             num_scheduled_tokens[request.request_id] = num_new_tokens
             token_budget -= num_new_tokens
             req_index += 1
@@ -134,8 +135,8 @@ class Scheduler(SchedulerInterface):
         cached = CachedRequestData(
             req_ids=[r.request_id for r in cached_reqs],
             resumed_from_preemption=[False] * len(scheduled_running_reqs) + [True] * len(scheduled_resumed_reqs),
-            new_token_ids=[[] for _ in cached_reqs],
-            new_block_ids=[req_to_new_block_ids[r.request_id] for r in cached_reqs],
+            new_block_ids=running_new_block_ids + [req_to_new_block_ids[r.request_id]
+                                                   for r in scheduled_resumed_reqs],
             num_computed_tokens=[r.num_computed_tokens for r in cached_reqs],
         )
         self.step_id += 1
@@ -239,8 +240,7 @@ class Scheduler(SchedulerInterface):
         if request.request_id in self.requests:
             raise ValueError(f"request id {request.request_id!r} is already in the engine")
         if self.block_hasher is not None and request._block_hasher is None:
-            request._block_hasher = self.block_hasher
-            request.block_hashes = self.block_hasher(request)
+            request.set_block_hasher(self.block_hasher)
         self.waiting.append(request)
         self.requests[request.request_id] = request
 
