@@ -1,0 +1,184 @@
+"""Lesson 2's grader: the solution earns 4/4 code points, the unfilled release 0, every mutant loses points;
+the plug builds the same SchedulerOutputs as minivllm's own Scheduler; the real engine shows the damage each
+wrong policy does; nbgrader agrees end to end."""
+import json
+import runpy
+from pathlib import Path
+
+import pytest
+
+from autograder import lesson02 as L02
+from autograder.common import REPO, CheckFailed, grade_namespace, student_namespace
+from autograder.lesson02 import LESSON, check_source_map
+
+MUTANTS = REPO / "autograder" / "mutants" / "lesson02"
+CODE_PARTS = ("l02_main_path", "l02_real_engine", "l02_boundary", "l02_source_map")
+# The parts each mutant must fail (it may fail more).
+MUST_FAIL = {
+    "waiting_before_running": {"l02_main_path", "l02_real_engine", "l02_boundary"},
+    "threshold_ignored": {"l02_main_path", "l02_real_engine", "l02_boundary"},
+    "waiting_ignores_threshold": {"l02_main_path", "l02_real_engine", "l02_boundary"},
+    "budget_not_decremented": {"l02_main_path", "l02_real_engine", "l02_boundary"},
+    "admission_after_preemption": {"l02_real_engine", "l02_boundary"},
+    "preempt_oldest": {"l02_real_engine", "l02_boundary"},
+    "skip_instead_of_preempt": {"l02_real_engine", "l02_boundary"},
+}
+
+
+def mutant(name):
+    return runpy.run_path(str(MUTANTS / f"{name}.py"))["schedule_step"]
+
+
+def code_scores(namespace):
+    return {r.part.grade_id: r.score for r in grade_namespace(LESSON, namespace) if not r.part.manual}
+
+
+@pytest.fixture(scope="module")
+def solution_ns():
+    ns, errors = student_namespace(REPO / "solutions/lesson02/lesson02.ipynb")
+    assert not errors
+    return ns
+
+
+def test_every_required_mutant_is_there():
+    assert {p.stem for p in MUTANTS.glob("*.py")} == set(MUST_FAIL)
+
+
+def test_solution_gets_all_code_points(solution_ns):
+    assert code_scores(solution_ns) == dict.fromkeys(CODE_PARTS, 1)
+
+
+def test_unfilled_release_gets_zero_and_does_not_crash():
+    ns, errors = student_namespace(REPO / "notebooks/lesson02/lesson02.ipynb")
+    assert not errors  # `______` is defined: the cells run, the checks fail
+    results = [r for r in grade_namespace(LESSON, ns) if not r.part.manual]
+    assert [r.score for r in results] == [0, 0, 0, 0]
+    assert all("______" in r.message for r in results), [r.message for r in results]
+
+
+@pytest.mark.parametrize("name", sorted(MUST_FAIL))
+def test_mutant_loses_code_points(name, solution_ns):
+    scores = code_scores(dict(solution_ns, schedule_step=mutant(name)))
+    failed = {k for k, v in scores.items() if v == 0}
+    assert MUST_FAIL[name] <= failed, scores
+    assert sum(scores.values()) < 4
+
+
+def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
+    good = solution_ns["SOURCE_MAP"]
+    check_source_map(dict(good, token_budget="scheduler_config.max_num_batched_tokens", allocate="allocate_slots",
+                          victim="running.pop", no_admission="not preempted_reqs",
+                          threshold="self.scheduler_config.long_prefill_token_threshold"))
+    for bad in (dict(good, token_budget=good["threshold"], threshold=good["token_budget"]),
+                dict(good, victim="self.running.pop(0)"), dict(good, allocate="get_computed_blocks"),
+                {k: v for k, v in good.items() if k != "victim"}, dict(good, no_admission=None)):
+        with pytest.raises(AssertionError):
+            check_source_map(bad)
+
+
+# ---------------------------------------------------------------------------- the plug itself
+def _summary(out):
+    c = out.scheduled_cached_reqs
+    return dict(new=[(r.req_id, r.prompt_token_ids, r.block_ids, r.num_computed_tokens) for r in out.scheduled_new_reqs],
+                cached=(c.req_ids, c.resumed_from_preemption, c.new_block_ids, c.num_computed_tokens),
+                tokens=list(out.num_scheduled_tokens.items()), total=out.total_num_scheduled_tokens,
+                finished=sorted(out.finished_req_ids), preempted=sorted(out.preempted_req_ids), step=out.step)
+
+
+@pytest.mark.parametrize("scenario", L02.MAIN_SCENARIOS + L02.BOUNDARY_SCENARIOS, ids=lambda s: s[0][:24])
+def test_plugged_solution_builds_the_reference_scheduler_output(scenario, solution_ns):
+    """Field by field (new requests, cached deltas with block ids, order, finished, preempted), step by step."""
+    from minivllm.worker.outputs import ModelRunnerOutput
+
+    _, kw = scenario
+    kw = dict(kw)
+    arrivals, prompts, max_tokens = kw.pop("arrivals", {}), kw.pop("prompts", None), kw.pop("max_tokens", None)
+    lens, num_steps = kw.pop("prompt_lens"), kw.pop("num_steps")
+    ref, got = L02.make_scheduler(**kw), L02.make_scheduler(**kw)
+    L02.plug(got, solution_ns["schedule_step"])
+    names = iter(range(100))
+
+    def add(lengths):
+        for n in lengths:
+            rid = str(next(names))
+            prompt = prompts[int(rid)] if prompts else [int(rid) + 10] * n
+            for s in (ref, got):
+                s.add_request(L02._request(rid, prompt, max_tokens))
+
+    add(lens)
+    for k in range(num_steps):
+        add(arrivals.get(k, ()))
+        outs = [s.schedule() for s in (ref, got)]
+        assert _summary(outs[1]) == _summary(outs[0]), k
+        for s, out in zip((ref, got), outs, strict=True):
+            ids = list(out.num_scheduled_tokens)
+            done = [s.requests[r].num_computed_tokens >= s.requests[r].num_tokens for r in ids]
+            s.update_from_output(out, ModelRunnerOutput(ids, {r: i for i, r in enumerate(ids)},
+                                                        [[7] if d else [] for d in done]))
+        assert [r.request_id for r in got.running] == [r.request_id for r in ref.running]
+        assert [r.request_id for r in got.waiting] == [r.request_id for r in ref.waiting]
+        assert (got.kv_cache_manager.block_pool.get_num_free_blocks()
+                == ref.kv_cache_manager.block_pool.get_num_free_blocks())
+
+
+# ---------------------------------------------------------------------------- the real engine's evidence
+def test_real_engine_shows_what_each_wrong_policy_does():
+    """Independent of the equal-to-reference rule: the engine's own per-step plans show the damage."""
+    (w1_args, w2_args) = (a for _, a in L02.CHECK_WORKLOADS)
+    w1, w2 = L02.reference_runs()
+    for run, args in ((w1, w1_args), (w2, w2_args)):
+        L02.judge_steps(run.steps, args)  # the reference keeps every invariant
+        assert run.num_preemptions > 0 and any(r.admitted for r in run.steps)
+    assert any(0 < n < 48 for r in w1.steps for rid, n in r.scheduled.items() if rid == "b1" and r.admitted)
+
+    log: list = []
+    with pytest.raises(CheckFailed):
+        L02.run_engine(mutant("waiting_before_running"), workload=L02.CHECK_WORKLOADS[1][0], log=log, **w2_args)
+    starved = [r for r in log if [d for d in r.decoding if d not in r.scheduled]]
+    assert starved and starved[0].scheduled == {"L0": 48}  # the long prompt took the whole budget
+
+    with pytest.raises(CheckFailed, match="又在同一步把它接纳回来"):
+        L02.run_engine(mutant("admission_after_preemption"), workload=L02.CHECK_WORKLOADS[1][0], **w2_args)
+    with pytest.raises(CheckFailed, match="超过 token budget"):
+        L02.run_engine(mutant("budget_not_decremented"), workload=L02.CHECK_WORKLOADS[0][0], **w1_args)
+    loose = L02.run_engine(mutant("threshold_ignored"), workload=L02.CHECK_WORKLOADS[0][0], **w1_args)
+    assert max(n for r in loose.steps for n in r.scheduled.values()) > w1_args["long_prefill_token_threshold"]
+
+
+def test_demo_latencies_come_from_the_engine_steps():
+    """The demo's deterministic part: how many steps each long prompt's prefill takes per threshold."""
+    runs = L02.run_demo(("off", "64"), repeats=1)
+    rows = {r["threshold"]: r for r in L02.latency_table(runs)}
+    assert rows["off"]["prefill_steps"] == 1 and rows["64"]["prefill_steps"] == 8
+    off = runs["off"].steps
+    assert max(r.prefill_tokens for r in off) == 480 and all(r.decode_tokens >= 4 for r in off[1:28])
+    assert all(r.seconds > 0 for r in off)
+
+
+# ---------------------------------------------------------------------------- nbgrader
+def make_submission(root: Path, student: str, replace: dict[str, str]) -> None:
+    nb = json.loads((REPO / "notebooks/lesson02/lesson02.ipynb").read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        if cell["id"] in replace:
+            cell["source"] = replace[cell["id"]]
+    dest = root / student / "lesson02"
+    dest.mkdir(parents=True)
+    (dest / "lesson02.ipynb").write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_nbgrader_end_to_end(tmp_path):
+    """generate_assignment -> submissions (solution, blank, mutant) -> autograde -> export."""
+    from autograder.grading import grade
+
+    sol = {c["id"]: "".join(c["source"]).replace("  ### BLANK", "")
+           for c in json.loads((REPO / "solutions/lesson02/lesson02.ipynb").read_text(encoding="utf-8"))["cells"]}
+    answers = {k: sol[k] for k in ("l02_schedule_step", "l02_source_map_answer")}
+    subs = tmp_path / "submissions"
+    make_submission(subs, "solution_student", answers)
+    make_submission(subs, "blank_student", {})
+    make_submission(subs, "mutant_student",
+                    dict(answers, l02_schedule_step=(MUTANTS / "admission_after_preemption.py").read_text()))
+    results = grade(subs, tmp_path / "course", tmp_path / "grades.csv", ["lesson02"])["lesson02"]
+    code = {s: sum(v or 0 for k, v in got.items() if k in CODE_PARTS) for s, got in results.items()}
+    assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 2}
