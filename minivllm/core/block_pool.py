@@ -142,7 +142,7 @@ class BlockPool:
                 continue
             block_hash = hashes[i]
             if block_hash not in cache:
-                block.block_hash = block_hash
+                block._block_hash = block_hash  # checked None just above
                 cache[block_hash] = block
 
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:

@@ -100,8 +100,6 @@ class KVCacheManager:
         req_blocks = self.req_to_blocks.get(request.request_id)
         num_computed_tokens = request.num_computed_tokens + num_new_computed_tokens
         num_tokens_need_slot = num_computed_tokens + num_new_tokens + num_lookahead_tokens
-        if num_tokens_need_slot > self.max_model_len:
-            num_tokens_need_slot = self.max_model_len
 
         if (req_blocks is not None and new_computed_blocks is None
                 and num_tokens_need_slot <= len(req_blocks) * block_size and num_new_tokens > 0):
@@ -110,12 +108,15 @@ class KVCacheManager:
         else:
             if num_new_tokens == 0 and num_new_computed_tokens == 0:
                 raise ValueError("num_new_tokens must be greater than 0")
+            if num_tokens_need_slot > self.max_model_len:
+                num_tokens_need_slot = self.max_model_len
             if req_blocks is None:
                 req_blocks = []
             new_computed = new_computed_blocks.blocks if new_computed_blocks is not None else []
             num_new_blocks = cdiv(num_tokens_need_slot, block_size) - len(req_blocks) - len(new_computed)
             # Free prefix-hit blocks leave the free queue when touched: they cannot also be new blocks.
-            num_evictable_computed = sum(1 for b in new_computed if b.ref_cnt == 0 and not b.is_null)
+            num_evictable_computed = (sum(1 for b in new_computed if b.ref_cnt == 0 and not b.is_null)
+                                      if new_computed else 0)
             if num_new_blocks > self.block_pool.get_num_free_blocks() - num_evictable_computed:
                 return None
             if new_computed:
@@ -132,7 +133,8 @@ class KVCacheManager:
             num_full = (num_computed_tokens + num_new_tokens) // block_size
             num_cached = self.num_cached_block.get(request.request_id, 0)
             if num_full > num_cached:
-                num_full = min(num_full, request.num_tokens // block_size)
+                if num_full > request.num_tokens // block_size:
+                    num_full = request.num_tokens // block_size
                 if num_full > num_cached:
                     self.block_pool.cache_full_blocks(request, req_blocks, num_cached, num_full)
                     self.num_cached_block[request.request_id] = num_full
