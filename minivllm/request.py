@@ -7,6 +7,7 @@ caching never rehashes a prompt.
 from __future__ import annotations
 
 import enum
+import sys
 import time
 from collections.abc import Callable
 
@@ -76,10 +77,17 @@ class Request:
     def set_block_hasher(self, block_hasher: Callable[[Request], list] | None) -> None:
         """Install the function that keeps block_hashes current, and hash the blocks already full."""
         self._block_hasher = block_hasher
+        self.block_hashes = block_hasher(self) if block_hasher is not None else []
         # A hasher from get_request_block_hasher states its block size, so appends skip the call until
         # another block is full; any other callable (block size unknown: 1) is asked on every append.
         self._hash_block_size = getattr(block_hasher, "block_size", 1)
-        self.block_hashes = block_hasher(self) if block_hasher is not None else []
+        self._next_hash_at = self._num_tokens_next_block_full()
+
+    def _num_tokens_next_block_full(self) -> int:
+        """How many tokens the request has when its next block fills (never, without a hasher)."""
+        if self._block_hasher is None:
+            return sys.maxsize
+        return (len(self.block_hashes) + 1) * self._hash_block_size
 
     def append_output_token_ids(self, token_ids: int | list[int]) -> None:
         if isinstance(token_ids, int):
@@ -88,9 +96,9 @@ class Request:
         else:
             self.output_token_ids.extend(token_ids)
             self.all_token_ids.extend(token_ids)
-        if (self._block_hasher is not None
-                and len(self.all_token_ids) >= (len(self.block_hashes) + 1) * self._hash_block_size):
+        if len(self.all_token_ids) >= self._next_hash_at:
             self.block_hashes.extend(self._block_hasher(self))
+            self._next_hash_at = self._num_tokens_next_block_full()
 
     @property
     def num_tokens(self) -> int:
