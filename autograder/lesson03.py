@@ -607,7 +607,7 @@ def plot_block_tables(snap: dict):
     return fig
 
 
-def ttft_runs(num_requests: int = 8, system_tokens: int = 768, question_tokens: int = 16, seed: int = 7) -> dict:
+def ttft_runs(num_requests: int = 8, system_tokens: int = 512, question_tokens: int = 16, seed: int = 7) -> dict:
     """Requests sharing a long system prompt, one at a time, caching on and off: TTFT and stats per request."""
     rng = random.Random(seed)
     system = _tokens(rng, system_tokens)

@@ -101,7 +101,7 @@ L03.print_block_table(snap)
 L03.plot_block_tables(snap);
 
 # %% [markdown]
-# 图 3-1：第一步之后三个请求的块表。40 个 token 的 system prompt 占满前两个块（32 个 token），剩下 8 个 token 与各自的问题挤在第三个块里——所以只有前两个块能共享（橙色，`ref_cnt=3`），第三个块起每个请求各用各的。三个请求在同一次 `schedule()` 里被接纳：r0 的 `allocate_slots` 一分配就把它的满块登记进哈希表，r1、r2 随即命中（同一步里命中是安全的：forward 在任何一层的 attention 读 KV 之前先写入本步所有 token 的 K/V）。灰色斜线是不满的块：没有哈希，不能被命中。
+# 图 3-1：第一步之后三个请求的块表。40 个 token 的 system prompt 占满前两个块（32 个 token），剩下 8 个 token 与各自的问题挤在第三个块里——所以只有前两个块能共享（橙色，`ref_cnt=3`），第三个块起每个请求各用各的。三个请求在同一次 `schedule()` 里被接纳：r0 的 `allocate_slots` 一分配就把它的满块登记进哈希表，r1、r2 随即命中（同一步里命中是安全的：每一层都先把本步所有 token 的 K/V 写进缓存，再做 attention）。灰色斜线是不满的块：没有哈希，不能被命中。
 #
 # ### 3. 正确性条件与常见误区
 #
@@ -124,7 +124,7 @@ L03.plot_block_tables(snap);
 # %% [markdown]
 # ## 具体演示：共享 system prompt 的负载，命中率与 TTFT
 #
-# 8 个请求共用一段 768 个 token 的 system prompt，各带 16 个 token 的问题，一个接一个到达（前一个结束后下一个才来）。同样的负载分别在开启、关闭前缀缓存的 minivllm 引擎上跑：图 3-2 的命中率与省下的 prefill token 来自引擎的 `SchedulerStats`（`prefix_cache_queries`、`prefix_cache_hits`），图 3-3 的 TTFT 是墙钟时间：从 `add_request` 到这个请求拿到第一个 token。
+# 8 个请求共用一段 512 个 token 的 system prompt，各带 16 个 token 的问题，一个接一个到达（前一个结束后下一个才来）。同样的负载分别在开启、关闭前缀缓存的 minivllm 引擎上跑：图 3-2 的命中率与省下的 prefill token 来自引擎的 `SchedulerStats`（`prefix_cache_queries`、`prefix_cache_hits`），图 3-3 的 TTFT 是墙钟时间：从 `add_request` 到这个请求拿到第一个 token。
 
 # %%
 runs = L03.ttft_runs()
@@ -132,13 +132,13 @@ print(L03.ttft_summary(runs))
 L03.plot_hit_rate(runs);
 
 # %% [markdown]
-# 图 3-2：第 1 个请求全部未命中（缓存是空的）；从第 2 个起每个请求命中 768 个 token（48 个整块，上限 783 按整块取），只算 16 个问题 token。累计命中率是 (N−1)·768 / (N·784)：8 个请求时约 86%，请求越多越接近单个请求的 768/784 ≈ 98%；省下的 prefill token 随请求数线性增长。
+# 图 3-2：第 1 个请求全部未命中（缓存是空的）；从第 2 个起每个请求命中 512 个 token（32 个整块，上限 527 按整块取），只算 16 个问题 token。累计命中率是 (N−1)·512 / (N·528)：8 个请求时约 85%，请求越多越接近单个请求的 512/528 ≈ 97%；省下的 prefill token 随请求数线性增长。
 
 # %%
 L03.plot_ttft(runs);
 
 # %% [markdown]
-# 图 3-3：关闭缓存时每个请求都要 prefill 784 个 token；开启后只 prefill 16 个，TTFT 降了一个数量级左右（对数纵轴）。第 1 个请求两边都要完整 prefill，还包含首次运行的预热。这些数字只属于这台 CPU、这个模型、这个负载：要在 GPU 上下结论，就得在 GPU 上重新测。
+# 图 3-3：关闭缓存时每个请求都要 prefill 528 个 token；开启后只 prefill 16 个，TTFT 随之大幅下降（对数纵轴；具体倍数看上面打印的实测中位数——在 2 核 CPU 上我们测到过 5～50 倍，机器越忙、波动越大）。第 1 个请求两边都要完整 prefill，还包含首次运行的预热。这些数字只属于这台 CPU、这个模型、这个负载：要在 GPU 上下结论，就得在 GPU 上重新测。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
@@ -378,7 +378,7 @@ self_check("lesson03", globals());
 # - [vLLM kv_cache_manager.py（KVCacheManager.get_computed_blocks、allocate_slots）](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/kv_cache_manager.py)
 # - [vLLM single_type_kv_cache_manager.py（find_longest_cache_hit、free）](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/single_type_kv_cache_manager.py)
 # - [vLLM tests/v1/core/test_prefix_caching.py（test_prefill、test_evict）](https://github.com/vllm-project/vllm/blob/8e958902eee5/tests/v1/core/test_prefix_caching.py)
-# - [vLLM Automatic Prefix Caching design](https://docs.vllm.ai/en/latest/design/prefix_caching.html)
+# - [vLLM Automatic Prefix Caching design](https://docs.vllm.ai/en/latest/design/prefix_caching/)
 #
 # 源码链接固定到本课审阅 commit；current docs、支持矩阵和默认参数（是否默认开启、默认哈希函数、空闲队列对无哈希块的处理）会变化，面试或部署前必须按目标版本重新核对。
 #
