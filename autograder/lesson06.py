@@ -52,7 +52,7 @@ class OutOfBounds(Exception):
 
 
 @contextlib.contextmanager
-def bounds_checked(tensors, counter: "OpCounter | None" = None):
+def bounds_checked(tensors, counter: OpCounter | None = None):
     """Under TRITON_INTERPRET=1: every unmasked address a load/store touches must lie inside one of `tensors`.
 
     The interpreter reads raw addresses, so a wrong pointer would read garbage or crash the process; here it
@@ -75,7 +75,7 @@ def bounds_checked(tensors, counter: "OpCounter | None" = None):
         if live.size == 0:
             return None, live
         lo, hi = int(live.min()), int(live.max())
-        for name, start, end, elt in ranges:
+        for name, start, end, _ in ranges:
             if start <= lo and hi < end:
                 return name, live
         raise OutOfBounds(f"{live.size} 个地址落在 [{lo:#x}, {hi:#x}]，不在传给内核的任何一个张量之内")
@@ -582,8 +582,10 @@ def plot_online_softmax(call: DecodeCall, seq: int = 0, head: int | None = None)
         ax.scatter(list(x), scores[r["block"] * bs:r["block"] * bs + r["tokens"]].tolist(), s=12,
                    color=colors[r["block"] % 4], label=f"block {r['block']} (phys {r['physical']})")
         ax.hlines(r["running_max"], r["block"] * bs, r["block"] * bs + r["tokens"] - 1, color="black", lw=2)
+        last = r["block"] == rows[-1]["block"] and len(rows) > 1
         ax.annotate(f"after block {r['block']}: m={r['running_max']:.3f}, rescale={r['rescale']:.3f}",
-                    (r["block"] * bs, r["running_max"]), xytext=(0, 4), textcoords="offset points", fontsize=7)
+                    (r["block"] * bs + (r["tokens"] - 1 if last else 0), r["running_max"]), xytext=(0, 4),
+                    textcoords="offset points", fontsize=7, ha="right" if last else "left")
     lo, hi = float(scores.min()), float(scores.max())
     ax.set_ylim(lo - 0.1 * (hi - lo), hi + 0.35 * (hi - lo))
     ax.set_xlabel("token position in the sequence")
@@ -680,46 +682,56 @@ def plot_op_counts(grouped: OpCounter, per_head: OpCounter, minimum: int):
 
 
 def measure_bandwidth(kernel, batch_sizes=(1, 8, 32, 128), context: int = 4096, num_heads: int = 32,
-                      num_kv_heads: int = 8, head_size: int = 128, dtype=torch.bfloat16, bench=None):
+                      num_kv_heads: int = 8, head_size: int = 128, dtype=None, bench=None):
     """GPU: the kernel's achieved bandwidth per batch size with triton.testing.do_bench, the copy bandwidth of
-    the same device, and the matmul peak, for the roofline. `bench` (fn -> ms) replaces do_bench in tests."""
+    the same device, and the matmul peak, for the roofline. `bench` (fn -> ms) replaces do_bench in tests.
+    dtype defaults to bf16, or fp16 before sm_80 (a Colab T4), where Triton's tl.dot has no bf16."""
     import triton
 
     dev = device()
+    if dtype is None:
+        old = dev == "cuda" and torch.cuda.get_device_capability()[0] < 8
+        dtype = torch.float16 if old else torch.bfloat16
     if bench is None:
         import triton.testing
         bench = lambda fn: triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")  # noqa: E731
-    elt = torch.finfo(dtype).bits // 8
     src = torch.empty(256 << 20 if dev == "cuda" else 1 << 20, dtype=torch.uint8, device=dev)
     dst = torch.empty_like(src)
     copy_gbs = 2 * src.numel() / (bench(lambda: dst.copy_(src)) * 1e-3) / 1e9
     n = 8192 if dev == "cuda" else 64
     a = torch.randn(n, n, device=dev, dtype=dtype)
     peak_tflops = 2 * n ** 3 / (bench(lambda: a @ a) * 1e-3) / 1e12
-    rows = []
-    for batch in batch_sizes:
-        bs = 16
-        blocks = -(context // -bs)
-        g = torch.Generator(device=dev).manual_seed(0)
-        table = torch.randperm(batch * blocks, generator=g, device=dev).view(batch, blocks).to(torch.int32)
-        kv = torch.randn(2, batch * blocks, bs, num_kv_heads, head_size, device=dev, dtype=dtype, generator=g)
-        q = torch.randn(batch, num_heads, head_size, device=dev, dtype=dtype, generator=g)
-        lens = torch.full((batch,), context, dtype=torch.int32, device=dev)
-        out = torch.empty_like(q)
-        fn = lambda: launch(kernel, out, q, kv[0], kv[1], table, lens, head_size ** -0.5)  # noqa: E731,B023
-        fn()
-        ms = bench(fn)
-        read = 2 * batch * context * num_kv_heads * head_size * elt + q.numel() * elt
-        flops = 4 * batch * num_heads * context * head_size
-        rows.append(dict(batch=batch, us=ms * 1e3, gbs=read / (ms * 1e-3) / 1e9, tflops=flops / (ms * 1e-3) / 1e12,
-                         ai=flops / read))
-        del kv, q, out, table
+    rows = [_bench_batch(kernel, batch, context, num_heads, num_kv_heads, head_size, dtype, dev, bench)
+            for batch in batch_sizes]
     name = torch.cuda.get_device_name() if dev == "cuda" else "cpu"
-    return dict(device=name, copy_gbs=copy_gbs, peak_tflops=peak_tflops, rows=rows, triton=triton.__version__)
+    return dict(device=name, copy_gbs=copy_gbs, peak_tflops=peak_tflops, rows=rows, triton=triton.__version__,
+                dtype=str(dtype).removeprefix("torch."))
+
+
+def _bench_batch(kernel, batch, context, num_heads, num_kv_heads, head_size, dtype, dev, bench) -> dict:
+    """One row of measure_bandwidth: `batch` sequences of `context` tokens in shuffled 16-token blocks."""
+    bs, elt = 16, torch.finfo(dtype).bits // 8
+    blocks = -(context // -bs)
+    g = torch.Generator(device=dev).manual_seed(0)
+    table = torch.randperm(batch * blocks, generator=g, device=dev).view(batch, blocks).to(torch.int32)
+    kv = torch.randn(2, batch * blocks, bs, num_kv_heads, head_size, device=dev, dtype=dtype, generator=g)
+    q = torch.randn(batch, num_heads, head_size, device=dev, dtype=dtype, generator=g)
+    lens = torch.full((batch,), context, dtype=torch.int32, device=dev)
+    out = torch.empty_like(q)
+
+    def fn():
+        launch(kernel, out, q, kv[0], kv[1], table, lens, head_size ** -0.5)
+    fn()
+    ms = bench(fn)
+    read = 2 * batch * context * num_kv_heads * head_size * elt + q.numel() * elt
+    flops = 4 * batch * num_heads * context * head_size
+    return dict(batch=batch, us=ms * 1e3, gbs=read / (ms * 1e-3) / 1e9, tflops=flops / (ms * 1e-3) / 1e12,
+                ai=flops / read)
 
 
 def print_bandwidth(result) -> None:
-    print(f"{result['device']}: copy {result['copy_gbs']:.0f} GB/s, bf16 matmul {result['peak_tflops']:.0f} TFLOP/s")
+    print(f"{result['device']}: copy {result['copy_gbs']:.0f} GB/s, {result['dtype']} matmul "
+          f"{result['peak_tflops']:.0f} TFLOP/s")
     print(f"{'batch':>6} {'us':>9} {'GB/s':>8} {'% copy':>7} {'TFLOP/s':>8} {'FLOP/B':>7}")
     for r in result["rows"]:
         print(f"{r['batch']:>6} {r['us']:>9.1f} {r['gbs']:>8.0f} {100 * r['gbs'] / result['copy_gbs']:>6.1f}% "

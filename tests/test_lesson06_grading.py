@@ -21,6 +21,7 @@ from autograder.lesson06 import (
     make_case,
     measure_bandwidth,
     plot_roofline,
+    print_bandwidth,
     reference,
     run_decode,
     run_engine,
@@ -158,6 +159,7 @@ def test_gpu_bandwidth_code_path_runs_on_cpu():
     res = measure_bandwidth(_paged_decode_attention_kernel, batch_sizes=(1,), context=20, num_heads=4,
                             num_kv_heads=2, head_size=32, dtype=torch.float32, bench=wall)
     (row,) = res["rows"]
+    print_bandwidth(res)
     assert row["gbs"] > 0 and row["ai"] == pytest.approx(4 * 2 / (2 * 4), rel=0.05)
     fig = plot_roofline([("B=1", row["ai"], row["tflops"])], res["peak_tflops"], res["copy_gbs"] / 1e3, "cpu")
     assert fig.axes[0].get_title(loc="left").endswith("(measured points in red)")

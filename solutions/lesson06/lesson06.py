@@ -126,7 +126,7 @@ for r in rows:
 #
 # - **Decode attention 受带宽限制**：对每个（query 头, token）做约 $4d$ 次浮点运算（$q\cdot k$ 与 $p\,v$），而每个（kv 头, token）要读 $2d$ 个元素。算术强度为 $4d\cdot G/(2d\cdot \text{elt}) = 2G/\text{elt}$ FLOP/B（$G$ = `QUERIES_PER_KV`，elt 为每元素字节数），bf16 下就是 $G$：GQA 4 时约 4 FLOP/B，比 H100 的拐点（约 295，图 1-1）低两个数量级（图 6-3）。所以 kernel 的速度几乎只由“读了多少字节、读得多连续”决定：每一步必须把每条序列的整段 K/V 读一遍，目标是**每个字节只读一次**，且不读 `seq_len` 之后的槽位、不写中间结果。
 # - **GQA 分组在一个 program 里**：组内 `QUERIES_PER_KV` 个 query 头共用一次 K/V 加载；若每个 query 头一个 program（vLLM `_fwd_kernel_stage1` 的做法），同一份 K/V 会被读 `QUERIES_PER_KV` 次（虽然可能命中 L2，但不能保证）。
-# - **并行度**：本 kernel 只有 `batch × num_kv_heads` 个 program。小 batch、长上下文时 program 数远少于 SM 数，带宽吃不满；vLLM 的对策是把一条序列切成多段并行（`triton_unified_attention.py` 的 3D 路径 + `reduce_segments`，`triton_decode_attention.py` 的 `NUM_KV_SPLITS` + stage2），代价是多一次合并。本 kernel 不分段，这是取舍而不是遗漏。
+# - **并行度**：本 kernel 只有 `batch × num_kv_heads` 个 program。小 batch、长上下文时 program 数远少于 SM 数，带宽吃不满；vLLM 的对策是把一条序列切成多段并行（`triton_unified_attention.py` 的 3D 路径 + `reduce_segments`，`triton_decode_attention.py` 的 `NUM_KV_SPLITS` + stage2），代价是多一次合并（`unified_attention` 只在批次全是 decode、且序列数不超过 `seq_threshold_3D` 时才走 3D 分段）。本 kernel 不分段，这是取舍而不是遗漏。
 # - **块大小**：块越大，块表读取和循环次数越少、每次加载越连续；块越小，最后一块浪费的槽位和前缀缓存的粒度越细。vLLM 的 Triton 后端要求块大小是 16 的倍数。
 
 # %%
@@ -265,7 +265,7 @@ print("真实引擎检查通过：每次 decode 调用与 torch 参考一致，�
 # %% [markdown]
 # ### 你的 kernel 的 profiler 输出
 #
-# GPU 上：用 `triton.testing.do_bench` 测你的 kernel 在 32 个 query 头 / 8 个 kv 头、head_dim 128、bf16、上下文 4096 时不同 batch 的耗时，换算成有效带宽与 TFLOP/s，和同一块 GPU 上的拷贝带宽、bf16 矩阵乘峰值一起画到图 1-1 的 roofline 上。CPU 上：解释器给不出时间，只能给出计数（图 6-4）；带宽图需要 GPU。
+# GPU 上：用 `triton.testing.do_bench` 测你的 kernel 在 32 个 query 头 / 8 个 kv 头、head_dim 128、bf16（sm_80 之前的 GPU 如 T4 用 fp16）、上下文 4096 时不同 batch 的耗时，换算成有效带宽与 TFLOP/s，和同一块 GPU 上实测的拷贝带宽、矩阵乘峰值一起画到图 1-1 的 roofline 上。CPU 上：解释器给不出时间，只能给出计数（图 6-4）；带宽图需要 GPU。
 
 # %%
 if L06.interpreting():

@@ -64,10 +64,10 @@ def paged_decode_kernel(
         # 4. Online softmax: raise the running max, rescale what was summed under the old max.
         block_max = tl.max(scores, axis=1)
         new_max = tl.maximum(running_max, block_max)
-        rescale = tl.exp(running_max - running_max)
+        rescale = 1.0
         probs = tl.exp(scores)
-        running_sum = running_sum + tl.sum(probs, axis=1)
-        acc = acc + tl.dot(probs.to(COMPUTE_DTYPE), v, input_precision=DOT_PRECISION)
+        running_sum = running_sum * rescale + tl.sum(probs, axis=1)
+        acc = acc * rescale + tl.dot(probs.to(COMPUTE_DTYPE), v, input_precision=DOT_PRECISION)
         running_max = new_max
 
     running_sum = tl.where(running_sum == 0.0, 1.0, running_sum)   # seq_len 0 (a padded row): output 0
