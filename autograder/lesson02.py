@@ -127,7 +127,6 @@ def policy_schedule(sched, schedule_step):
         got = new_blocks.get(rid)
         cached.req_ids.append(rid)
         cached.resumed_from_preemption.append(was_resumed)
-        cached.new_token_ids.append([])
         cached.new_block_ids.append(kv.get_block_ids(rid) if was_resumed
                                     else (got.get_block_ids() if got is not None and got.blocks else None))
         cached.num_computed_tokens.append(req.num_computed_tokens)
@@ -678,13 +677,17 @@ def fig_concurrent_partial(schedule_step=None):
             n = s.get(rid, 0)
             ax.bar(k + 1, n, bottom=bottom, color=colors[j], edgecolor="black", linewidth=0.4,
                    label=f"request {rid}" if k == 0 else None)
-            if n:
+            if n >= 100:
                 ax.text(k + 1, bottom + n / 2, str(n), ha="center", va="center", fontsize=8)
             bottom += n
+        small = [f"r{rid}: {n}" for rid, n in s.items() if n < 100]
+        if small:
+            ax.text(k + 1, bottom + 15, "\n".join(small) + "\n(decode)", ha="center", va="bottom", fontsize=7)
     ax.axhline(1024, color="red", linestyle="--", linewidth=1, label="token budget 1024")
     ax.set_xticks(range(1, len(steps) + 1))
     ax.set_xlabel("engine step")
     ax.set_ylabel("tokens scheduled")
+    ax.set_ylim(0, 1250)
     ax.legend(fontsize=7, loc="upper right")
     ax.set_title("Figure 2-1  3 x 800-token prompts, budget 1024, long_prefill_token_threshold 400", fontsize=9,
                  loc="left")
@@ -724,7 +727,7 @@ def fig_prefill_decode(runs: dict[str, EngineRun], labels=("off", "128")):
 
 
 def fig_tradeoff(rows: list[dict]):
-    """Figure 2-3: what the threshold buys (decode ITL) and what it costs (TTFT of the long prompts)."""
+    """Figure 2-3: what the threshold does to the decodes' ITL and to the long prompts' TTFT."""
     import matplotlib.pyplot as plt
 
     labels = [r["threshold"] for r in rows]
@@ -739,7 +742,7 @@ def fig_tradeoff(rows: list[dict]):
     for ax in (a, b):
         ax.set_xticks(list(x), labels)
         ax.set_xlabel("long_prefill_token_threshold ('off' = no chunked prefill)")
-    fig.suptitle("Figure 2-3  Chunked prefill trades TTFT for inter-token latency (measured, CPU)", fontsize=9,
+    fig.suptitle("Figure 2-3  What the threshold changes: long-prompt TTFT and decode ITL (measured, CPU)", fontsize=9,
                  x=0.01, ha="left")
     fig.tight_layout()
     return fig

@@ -153,7 +153,7 @@ L02.fig_tradeoff(rows);
 # %% [markdown]
 # 图 2-3：左边是长 prompt 的 TTFT（到达到第一个输出 token），右边是 decode 请求的 ITL（中位数与最大值）。表中 `prefill steps` 是长 prompt 从第一个 chunk 到算完用了几步：off 是 1 步，threshold 256、128、64 分别是 2、4、8 步——这是确定的；毫秒数由每步的墙钟时间算出（每种配置跑两遍，每步取较快的一次），会随机器负载波动，在多人共用的机器上尤其如此。
 #
-# 读图：ITL 的最大值总体上随 threshold 变小而下降（单次测量有噪声，看趋势）——这就是 chunked prefill 买到的东西：一步的大小有了上界，decode 不再被一个长 prefill 卡住。它的代价是长 prompt 要多走几步：每一步都有固定开销，还要在 attention 里重读前面 chunk 的 KV，所以 threshold 很小时 TTFT 会上升。在这台 CPU 上，一步的耗时几乎与 token 数成正比、固定开销很小，所以 TTFT 的变化不大，甚至可能被噪声盖过；在 GPU 上，一个只有几个 decode token 的步和一个 256-token 的步耗时相差无几（decode 受带宽限制，每步都要读一遍权重），每多一个 chunk 就几乎多出一整步，TTFT 的代价要大得多。这正是为什么 threshold 和 budget 的取值必须在目标硬件、目标负载上用 benchmark 决定，不能照搬这里（或任何一篇文章）的数字。
+# 读图：ITL 的最大值总体上随 threshold 变小而下降（单次测量有噪声，看趋势）——这就是 chunked prefill 买到的东西：一步的大小有了上界，decode 不再被一个长 prefill 卡住。它的代价是长 prompt 要多走几步：每一步都有固定开销，还要在 attention 里重读前面 chunk 的 KV，所以 threshold 小到一定程度时 TTFT 会上升。在这台 CPU 上，这个代价几乎看不出来：固定开销很小，而一个 480-token 的大步并不比几个小步加起来快（大矩阵超出缓存，attention 的开销随长度平方增长），测得的 TTFT 往往不升反降；在 GPU 上，一个只有几个 decode token 的步和一个 256-token 的步耗时相差无几（decode 受带宽限制，每步都要读一遍权重），每多一个 chunk 就几乎多出一整步，TTFT 的代价要大得多。这正是为什么 threshold 和 budget 的取值必须在目标硬件、目标负载上用 benchmark 决定，不能照搬这里（或任何一篇文章）的数字。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
@@ -353,7 +353,7 @@ L02.check_source_map(SOURCE_MAP)
 #
 # 1. 换来的：`schedule()` 里每个请求拿 `min(剩余, threshold, 剩余预算)`，所以一步调度的 token 数 ≤ `max_num_batched_tokens`，单个请求 ≤ threshold。一步的耗时随 token 数增长，于是一步的长度有了上界：正在 decode 的请求不会因为一个长 prompt 整步等待，ITL 的尾部被压住（图 2-2、2-3：关闭时那一步的耗时是普通 decode 步的许多倍，threshold 越小 ITL 最大值越低）。GPU 上，受带宽限制的 decode 搭上受计算限制的 prefill chunk，一次读权重做更多的事。
 # 2. 付出的：长度为 L 的 prompt 需要 ⌈L/threshold⌉ 步（本课：480 个 token，threshold 64 要 8 步）；每步都有调度、forward 启动、采样的固定开销，后面的 chunk 在 attention 里还要重读前面 chunk 的 KV；chunk 太小时 GEMM 的 M 维太小，低于硬件的算术强度拐点（H100 约数百个 token），GPU 在读权重而不是在算 → 长 prompt 的 TTFT 变长、整体吞吐下降。
-# 3. 可由源码推出的：预算与 threshold 的不变量、每个 prompt 需要的步数、decode 每步必得 1 个 token。必须 benchmark 的：一步的耗时与 token 数的关系（CPU 上近似线性、固定开销小，所以本课测得的 TTFT 代价不明显；GPU 上小步几乎与中等步一样贵，代价明显）、模型与并发下的拐点、真实流量的 prompt 长度分布，以及服务的 TTFT/ITL 目标——要在目标硬件上用真实或有代表性的负载（例如 `vllm bench serve`）扫 threshold 与 budget，画出 TTFT–ITL 曲线再选。本课 CPU 上的数字不能外推到 GPU。
+# 3. 可由源码推出的：预算与 threshold 的不变量、每个 prompt 需要的步数、decode 每步必得 1 个 token。必须 benchmark 的：一步的耗时与 token 数的关系（CPU 上固定开销小、大步不比几个小步快，所以本课测得的 TTFT 代价不明显甚至为负；GPU 上小步几乎与中等步一样贵，代价明显）、模型与并发下的拐点、真实流量的 prompt 长度分布，以及服务的 TTFT/ITL 目标——要在目标硬件上用真实或有代表性的负载（例如 `vllm bench serve`）扫 threshold 与 budget，画出 TTFT–ITL 曲线再选。本课 CPU 上的数字不能外推到 GPU。
 #
 # **附：检查方法（threshold 关闭）的参考解释**（不单独计分，供批改时核对学生在“检查方法”下写的解释）：threshold 为 0 时单个请求只受剩余预算限制。第 1 步请求 0 拿到全部 800 个 token，请求 1 拿到剩下的 224，预算用完，请求 2 留在 waiting；第 2 步请求 0 的 prompt 已算完，只要 1 个 token（decode），请求 1 拿 576 个把 prompt 算完，请求 2 才被接纳，拿到剩下的 1024 − 1 − 576 = 447；第 3 步请求 0、1 各 1 个，请求 2 拿 353。对比 threshold = 400：一个长 prompt 可以独占整步预算，后到的请求要多等一步才开始，这正是 threshold 要限制的情况。
 #
