@@ -235,3 +235,41 @@ def test_nbgrader_end_to_end(tmp_path):
     code = {s: sum(v or 0 for k, v in got.items() if k in CODE_PARTS) for s, got in results.items()}
     assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 1}
     assert all(got["l06_q1"] is None for got in results.values())  # manual: pending
+
+
+_AOT_SCRIPT = """
+import sys, importlib.util
+import triton, triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+spec = importlib.util.spec_from_file_location("student_kernel", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+kernel = mod.paged_decode_kernel
+names = kernel.arg_names
+const = dict(QUERIES_PER_KV=4, GROUP_PAD=16, HEAD_DIM_PAD=128, BLOCK_SIZE=16, COMPUTE_DTYPE=tl.bfloat16,
+             DOT_PRECISION="tf32")
+types = {"block_table_ptr": "*i32", "seq_lens_ptr": "*i32", "scale": "fp32"}
+sig = {n: "constexpr" if n in const else types.get(n, "*bf16" if n.endswith("_ptr") else "i32") for n in names}
+div16 = [n for n in names if sig[n] != "constexpr" and (n.endswith("_ptr") or sig[n] == "i32")]
+src = ASTSource(kernel, sig, constexprs={(names.index(k),): v for k, v in const.items()},
+                attrs={(names.index(n),): [["tt.divisibility", 16]] for n in div16})
+triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+print("compiled")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU run compiles the kernel for real")
+def test_solution_kernel_compiles_for_sm90_without_a_gpu(tmp_path):
+    """'On GPU unchanged': the notebook's kernel cell, as a student completes it, compiles for an H100/H200."""
+    import os
+
+    sol = json.loads((REPO / "solutions/lesson06/lesson06.ipynb").read_text(encoding="utf-8"))
+    kernel = next("".join(c["source"]) for c in sol["cells"] if c["id"] == "l06_kernel")
+    path = tmp_path / "student_kernel.py"
+    path.write_text(kernel.replace("  ### BLANK", ""), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", _AOT_SCRIPT, str(path)], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=REPO)
+    assert proc.returncode == 0 and "compiled" in proc.stdout, proc.stderr[-3000:]
