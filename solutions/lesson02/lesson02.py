@@ -255,7 +255,7 @@ calls = []
 
 def allocate(req, n):
     calls.append(req.request_id)
-    return calls != ["r0", "r1"]
+    return n > 0 and calls != ["r0", "r1"]
 
 scheduled, preempted = schedule_step(running, waiting, 100, 100, 8, lambda r: r.todo, allocate,
                                      lambda req: waiting.appendleft(req))
