@@ -151,9 +151,9 @@ L02.fig_prefill_decode(runs);
 L02.fig_tradeoff(rows);
 
 # %% [markdown]
-# 图 2-3：左边是长 prompt 的 TTFT（到达到第一个输出 token），右边是 decode 请求的 ITL（中位数与最大值）。表中 `prefill steps` 是长 prompt 从第一个 chunk 到算完用了几步：off 是 1 步，threshold 256、128、64 分别是 2、4、8 步——这是确定的；毫秒数由每步的墙钟时间算出（每种配置跑两遍，每步取较快的一次），会随机器负载波动，在多人共用的机器上尤其如此。
+# 图 2-3：左边是长 prompt 的 TTFT（到达到第一个输出 token），右边是 decode 请求的 ITL：所有步的中位数、同时带着 prefill（或 chunk）的那些步的平均值（表中 `in prefill steps`）、最大值。表中 `prefill steps` 是长 prompt 从第一个 chunk 到算完用了几步：off 是 1 步，threshold 256、128、64 分别是 2、4、8 步——这是确定的；毫秒数由每步的墙钟时间算出（每种配置跑两遍，每步取较快的一次），会随机器负载波动，在多人共用的机器上尤其如此。
 #
-# 读图：ITL 的最大值总体上随 threshold 变小而下降（单次测量有噪声，看趋势）——这就是 chunked prefill 买到的东西：一步的大小有了上界，decode 不再被一个长 prefill 卡住。它的代价是长 prompt 要多走几步：每一步都有固定开销，还要在 attention 里重读前面 chunk 的 KV，所以 threshold 小到一定程度时 TTFT 会上升。在这台 CPU 上，这个代价几乎看不出来：固定开销很小，而一个 480-token 的大步并不比几个小步加起来快（大矩阵超出缓存，attention 的开销随长度平方增长），测得的 TTFT 往往不升反降；在 GPU 上，一个只有几个 decode token 的步和一个 256-token 的步耗时相差无几（decode 受带宽限制，每步都要读一遍权重），每多一个 chunk 就几乎多出一整步，TTFT 的代价要大得多。这正是为什么 threshold 和 budget 的取值必须在目标硬件、目标负载上用 benchmark 决定，不能照搬这里（或任何一篇文章）的数字。
+# 读图：带 prefill 的步里 decode 的 ITL（橙线）随 threshold 变小而下降，最大值也大体如此（最大值只由一步决定，容易被机器上别的负载的一次抖动左右，看趋势）；中位数几乎不变，因为大多数步本来就只有 decode——这就是 chunked prefill 买到的东西：一步的大小有了上界，decode 不再被一个长 prefill 卡住。它的代价是长 prompt 要多走几步：每一步都有固定开销，还要在 attention 里重读前面 chunk 的 KV，所以 threshold 小到一定程度时 TTFT 会上升。在这台 CPU 上，这个代价几乎看不出来：固定开销很小，而一个 480-token 的大步并不比几个小步加起来快（大矩阵超出缓存，attention 的开销随长度平方增长），测得的 TTFT 往往不升反降；在 GPU 上，一个只有几个 decode token 的步和一个 256-token 的步耗时相差无几（decode 受带宽限制，每步都要读一遍权重），每多一个 chunk 就几乎多出一整步，TTFT 的代价要大得多。这正是为什么 threshold 和 budget 的取值必须在目标硬件、目标负载上用 benchmark 决定，不能照搬这里（或任何一篇文章）的数字。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
