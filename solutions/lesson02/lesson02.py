@@ -51,7 +51,7 @@ if "google.colab" in sys.modules:
 # | 5 | [`vllm/v1/core/sched/output.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/output.py)：`SchedulerOutput`、`NewRequestData`、`CachedRequestData` | `minivllm/core/sched/output.py`：`SchedulerOutput`、`NewRequestData`、`CachedRequestData` | worker 从一步的计划里拿到什么？`num_scheduled_tokens` 与 `preempted_req_ids` 各告诉它什么？ |
 # | 6 | `scheduler.py`：`_update_after_schedule`、`update_from_output` | `minivllm/core/sched/scheduler.py`：`Scheduler.update_from_output` | `num_computed_tokens` 在哪一刻推进？为什么一个没算完的 prefill chunk 不产生输出 token？ |
 #
-# 源码快照：vLLM 8e958902eee5。方法会继续演进（较新的版本把抢占抽成 `_preempt_request`，并加入 priority 策略、async scheduling 的占位 token 等分支），面试回答应先声明所读版本。
+# 源码快照：vLLM 8e958902eee5。方法会继续演进（本课核对过的较新版本里，抢占由 `_preempt_request` 完成，`schedule()` 还多了 priority 策略、async scheduling 的占位 token 等分支；骨架不变），面试回答应先声明所读版本。
 
 # %% nbgrader={"grade": false, "grade_id": "l02_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的图、演示与检查。
@@ -329,7 +329,7 @@ L02.check_source_map(SOURCE_MAP)
 # **参考答案**
 #
 # 1. token budget 约束的是一步的计算量，KV 块约束的是所有 running 请求的总上下文长度；`allocate_slots` 返回 `None` 说明后者已经用尽——这时 budget 还剩多少无关紧要。
-# 2. 抢占是按重算做的：`_preempt`（vLLM 较新版本的 `_preempt_request`）把被抢占请求的块全部还给 `BlockPool`、`num_computed_tokens` 归零、放回 `waiting` 队首。这些块是给 running 里更早的请求腾的。
+# 2. 抢占是按重算做的：minivllm 的 `Scheduler._preempt`（vLLM 较新版本中的 `_preempt_request`）把被抢占请求的块全部还给 `BlockPool`、`num_computed_tokens` 归零、放回 `waiting` 队首。这些块是给 running 里更早的请求腾的。
 # 3. 如果同一步继续接纳，waiting 队首往往正是刚被抢占的请求（或其他新请求）；它把刚释放的块又拿走（chunked prefill 下只要第一个 chunk 放得下就能进来），下一步 running 请求再要块，又要抢占：请求在 running 与 waiting 之间来回跳，每次都从头重算，算力浪费在丢弃的 KV 上，ITL/TTFT 都变坏（thrashing）。本课真实引擎检查的 W2 里，这样的答案会在第 5 步抢占长 prompt 后又立刻把它接纳回来。
 # 4. 不接纳还保证了 FCFS：被抢占的请求留在队首，下一步内存压力缓解后优先恢复，而不是被后来者插队。
 #
