@@ -9,6 +9,7 @@ import contextlib
 import importlib
 import io
 import json
+import linecache
 import logging
 import re
 import traceback
@@ -37,7 +38,8 @@ class _Blank:
         raise BlankNotFilled(self._MSG)
 
     __call__ = __getitem__ = __iter__ = __bool__ = __len__ = _fail
-    __add__ = __radd__ = __lt__ = __gt__ = __le__ = __ge__ = _fail
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _fail
+    __neg__ = __index__ = __int__ = __float__ = __lt__ = __gt__ = __le__ = __ge__ = _fail
 
     def __repr__(self) -> str:
         return "______"
@@ -172,8 +174,12 @@ def _exec_cells(nb: dict, ns: dict, errors: list[str]) -> None:
         if cell["cell_type"] != "code" or not (meta.get("solution") or setup):
             continue
         src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        filename = f"<cell {meta.get('grade_id', i)}>"
+        python = _to_python(src)
+        # @triton.jit reads its function's source through linecache: register the cell's text.
+        linecache.cache[filename] = (len(python), None, python.splitlines(keepends=True), filename)
         try:
-            code = compile(_to_python(src), f"<cell {meta.get('grade_id', i)}>", "exec")
+            code = compile(python, filename, "exec")
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 exec(code, ns)
         except Exception as e:
