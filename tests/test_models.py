@@ -109,3 +109,13 @@ def test_unsupported_architecture(model_dirs, tmp_path):
         get_model_architecture(load_hf_config(str(tmp_path)))
     with pytest.raises(ValueError, match="GPT2LMHeadModel"):
         get_model(str(tmp_path), torch.float32, "cpu", TorchAttentionBackend)
+
+
+def test_bfloat16_load(model_dirs):
+    model = get_model(model_dirs["qwen3"], torch.bfloat16, "cpu", TorchAttentionBackend)
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert torch.get_default_dtype() == torch.float32
+    runner = PagedRunner(model, num_blocks=2)
+    runner.kv_caches = [c.bfloat16() for c in runner.kv_caches]
+    logits = runner(torch.arange(4, 24), 0)
+    assert logits.dtype == torch.float32 and logits.isfinite().all()
