@@ -229,6 +229,7 @@ class EngineCoreProc(EngineCore):
         signal.signal(signal.SIGTERM, signal_handler)
         signal.signal(signal.SIGINT, signal_handler)
         threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="ParentWatch").start()
+        _leave_a_core_for_the_frontend(vllm_config)
         engine: EngineCoreProc | None = None
         try:
             engine = EngineCoreProc(vllm_config, input_address, output_address, executor_class, log_stats)
@@ -334,6 +335,18 @@ class _InjectedFatalError(BaseException):
 
 
 UTILITY_METHODS = ("get_stats", "reset_prefix_cache", "sleep_for_test", "raise_for_test", "profile")
+
+
+def _leave_a_core_for_the_frontend(vllm_config: VllmConfig) -> None:
+    """On CPU, torch's intra-op threads would take every core; the frontend process (detokenizing while
+    we step) then preempts one of them and the whole parallel region waits. Keep one core free unless
+    OMP_NUM_THREADS says otherwise."""
+    import torch
+    if "OMP_NUM_THREADS" in os.environ or vllm_config.device not in ("auto", "cpu"):
+        return
+    if vllm_config.device == "auto" and torch.cuda.is_available():
+        return
+    torch.set_num_threads(max(1, min(torch.get_num_threads(), (os.cpu_count() or 2) - 1)))
 
 
 def _watch_parent(parent_pid: int) -> None:
