@@ -286,6 +286,20 @@ def test_metrics_prometheus(server):
     assert m["prefix_cache_queries_total"] > 0
 
 
+def test_bench_serve(server, tmp_path, capsys):
+    from minivllm.entrypoints.cli import main
+    port = server[1].rsplit(":", 1)[1]
+    rc = main(["bench", "serve", "--port", port, "--api-key", API_KEY, "--num-prompts", "12", "--random-input-len",
+               "16", "--random-output-len", "8", "--request-rate", "50", "--max-concurrency", "4", "--save-result",
+               "--result-dir", str(tmp_path), "--result-filename", "r.json", "--disable-tqdm"])
+    assert rc == 0
+    res = json.loads((tmp_path / "r.json").read_text())
+    assert res["completed"] == 12 and res["failed"] == 0 and res["total_output_tokens"] == 12 * 8
+    assert res["mean_ttft_ms"] > 0 and res["p99_itl_ms"] >= res["median_itl_ms"] > 0 and res["request_throughput"] > 0
+    assert (tmp_path / "r.png").stat().st_size > 10_000
+    assert "Mean TPOT (ms):" in capsys.readouterr().out
+
+
 def _engine_core_pid(server_pid: int) -> int:
     for child in Path(f"/proc/{server_pid}/task/{server_pid}/children").read_text().split():
         if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
