@@ -61,6 +61,7 @@ class Scheduler(SchedulerInterface):
         # 1. Running requests first: each advances by min(remaining, threshold, budget left).
         running = self.running
         max_model_len = self.max_model_len
+        allocate_slots = kv.allocate_slots
         req_index = 0
         while req_index < len(running) and token_budget > 0:
             request = running[req_index]
@@ -79,7 +80,7 @@ class Scheduler(SchedulerInterface):
                 req_index += 1
                 continue
             while True:
-                new_blocks = kv.allocate_slots(request, num_new_tokens)
+                new_blocks = allocate_slots(request, num_new_tokens)
                 if new_blocks is not None:
                     break
                 # Out of blocks: preempt the lowest-priority (last admitted) request by recompute.
