@@ -51,18 +51,20 @@ def fake_model_output(scheduler_output) -> ModelRunnerOutput:
                              [[FAKE_TOKEN] for _ in req_ids])
 
 
-def add_requests(scheduler: Scheduler, num_reqs: int, block_size: int, prompt_len: int) -> None:
+def add_requests(scheduler: Scheduler, num_reqs: int, block_size: int, prompt_len: int,
+                 aligned: bool = False) -> None:
     params = SamplingParams(max_tokens=None, ignore_eos=True)
     for i in range(num_reqs):
         # Distinct first tokens: no prefix sharing, every request owns its blocks.
-        prompt = [i + 1000] + [(i * 31 + j) % 30000 for j in range(prompt_len - 1 + i % block_size)]
+        length = prompt_len + (0 if aligned else i % block_size)
+        prompt = [i + 1000] + [(i * 31 + j) % 30000 for j in range(length - 1)]
         scheduler.add_request(Request(f"r{i}", prompt, params, eos_token_id=2))
 
 
 def run(num_reqs: int = 256, block_size: int = 16, prompt_len: int = 64, steps: int = 2000,
-        warmup: int = 50, prefix_caching: bool = True, profile: bool = False) -> dict:
+        warmup: int = 50, prefix_caching: bool = True, profile: bool = False, aligned: bool = False) -> dict:
     scheduler = build_scheduler(num_reqs, block_size, prompt_len, steps + warmup, prefix_caching)
-    add_requests(scheduler, num_reqs, block_size, prompt_len)
+    add_requests(scheduler, num_reqs, block_size, prompt_len, aligned)
     # Prefill (one step: the budget holds every prompt), then warm up the decode loop.
     for _ in range(1 + warmup):
         out = scheduler.schedule()
@@ -103,7 +105,7 @@ def run(num_reqs: int = 256, block_size: int = 16, prompt_len: int = 64, steps: 
     step_us = [(a + b) / 1e3 for a, b in zip(sched_ns, update_ns, strict=True)]
     result = {
         "num_running_reqs": num_reqs, "block_size": block_size, "steps": steps,
-        "prefix_caching": prefix_caching,
+        "prefix_caching": prefix_caching, "aligned_prompts": aligned,
         "median_step_us": statistics.median(step_us),
         "mean_step_us": statistics.fmean(step_us),
         "median_schedule_us": statistics.median(sched_ns) / 1e3,
@@ -127,17 +129,22 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=64)
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--no-prefix-caching", action="store_true")
+    parser.add_argument("--aligned-prompts", action="store_true",
+                        help="equal prompt lengths: every request crosses a block boundary on the same step, "
+                             "so the median step does no block allocation or hashing at all")
     parser.add_argument("--profile", action="store_true", help="print a cProfile table (slows the run)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
     args = parser.parse_args()
     result = run(args.num_reqs, args.block_size, args.prompt_len, args.steps,
-                 prefix_caching=not args.no_prefix_caching, profile=args.profile)
+                 prefix_caching=not args.no_prefix_caching, profile=args.profile, aligned=args.aligned_prompts)
     profile = result.pop("profile", None)
+    aligned_prompts = result["aligned_prompts"]
     if args.json:
         print(json.dumps(result))
     else:
         print(f"{result['num_running_reqs']} running decode requests, block_size {result['block_size']}, "
-              f"{result['steps']} steps, prefix caching {'on' if result['prefix_caching'] else 'off'}")
+              f"{result['steps']} steps, prefix caching {'on' if result['prefix_caching'] else 'off'}, "
+              f"prompt lengths {'aligned' if aligned_prompts else 'staggered'}")
         print(f"  median per step      : {result['median_step_us']:8.1f} us "
               f"(schedule {result['median_schedule_us']:.1f} + update {result['median_update_us']:.1f})")
         print(f"  median per req-step  : {result['median_us_per_req_step']:8.3f} us   "

@@ -97,7 +97,8 @@ class KVCacheManager:
         layer's attention reads it, so a hit in the same step is safe.
         """
         block_size = self.block_size
-        req_blocks = self.req_to_blocks.get(request.request_id)
+        request_id = request.request_id
+        req_blocks = self.req_to_blocks.get(request_id)
         num_computed_tokens = request.num_computed_tokens + num_new_computed_tokens
         num_tokens_need_slot = num_computed_tokens + num_new_tokens + num_lookahead_tokens
 
@@ -125,19 +126,19 @@ class KVCacheManager:
                 req_blocks.extend(new_computed)
             new_blocks = self.block_pool.get_new_blocks(num_new_blocks) if num_new_blocks > 0 else []
             req_blocks.extend(new_blocks)
-            self.req_to_blocks[request.request_id] = req_blocks
+            self.req_to_blocks[request_id] = req_blocks
 
         if self.enable_caching:
             # Cache the blocks this step fills. Tokens past request.num_tokens are unverified
             # speculative ones: never cache them (checked only when a block may have filled).
             num_full = (num_computed_tokens + num_new_tokens) // block_size
-            num_cached = self.num_cached_block.get(request.request_id, 0)
+            num_cached = self.num_cached_block.get(request_id, 0)
             if num_full > num_cached:
                 if num_full > request.num_tokens // block_size:
                     num_full = request.num_tokens // block_size
                 if num_full > num_cached:
                     self.block_pool.cache_full_blocks(request, req_blocks, num_cached, num_full)
-                    self.num_cached_block[request.request_id] = num_full
+                    self.num_cached_block[request_id] = num_full
         return KVCacheBlocks(new_blocks) if new_blocks else _EMPTY
 
     def free(self, request: Request) -> None:

@@ -221,7 +221,8 @@ class Scheduler(SchedulerInterface):
 
     def _check_stop(self, request: Request) -> bool:
         """vLLM's check_stop: length caps first, then (past min_tokens) EOS and stop token ids."""
-        num_output_tokens = len(request.output_token_ids)  # runs per token: plain len(), no properties
+        output_token_ids = request.output_token_ids
+        num_output_tokens = len(output_token_ids)  # runs per token: plain len(), no properties
         if len(request.all_token_ids) >= self.max_model_len or (
                 request.max_tokens is not None and num_output_tokens >= request.max_tokens):
             request.status = RequestStatus.FINISHED_LENGTH_CAPPED
@@ -229,7 +230,7 @@ class Scheduler(SchedulerInterface):
         params = request.sampling_params
         if num_output_tokens < params.min_tokens:
             return False
-        last = request.output_token_ids[-1]
+        last = output_token_ids[-1]
         if not params.ignore_eos and last == request.eos_token_id:
             request.status = RequestStatus.FINISHED_STOPPED
             return True
