@@ -77,7 +77,9 @@ class Request:
     def set_block_hasher(self, block_hasher: Callable[[Request], list] | None) -> None:
         """Install the function that keeps block_hashes current, and hash the blocks already full."""
         self._block_hasher = block_hasher
-        self.block_hashes = block_hasher(self) if block_hasher is not None else []
+        self.block_hashes = []  # the hasher continues from block_hashes: start from nothing
+        if block_hasher is not None:
+            self.block_hashes = block_hasher(self)
         # A hasher from get_request_block_hasher states its block size, so appends skip the call until
         # another block is full; any other callable (block size unknown: 1) is asked on every append.
         self._hash_block_size = getattr(block_hasher, "block_size", 1)
