@@ -54,7 +54,7 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=T
             raise ValueError(f"logprobs must be non-negative, got {self.logprobs}")
         if self.stop is not None and any((not isinstance(s, str)) or s == "" for s in self.stop):
             raise ValueError("stop must be a list of non-empty strings")
-        if self.stop_token_ids is not None and any((not isinstance(t, int)) or t < 0 for t in self.stop_token_ids):
+        if self.stop_token_ids is not None and any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
             raise ValueError("stop_token_ids must be a list of non-negative integers")
         if self.seed is not None and not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")

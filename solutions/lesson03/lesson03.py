@@ -320,7 +320,7 @@ L03.check_source_map(SOURCE_MAP)
 #
 # **参考答案**
 #
-# 1. 请求进入 running 的前提是本步有 token 要算：scheduler 用 `num_new_tokens = request.num_tokens - num_computed_tokens` 决定本步为它安排多少 token，model runner 只对这些 token 做 forward，最后一个被调度 token 的 logits 才被采样成下一个 token。命中等于“把这些 token 记为已计算”，若命中全部 prompt，`num_new_tokens = 0`：本步不为它算任何东西，也就没有属于它的 logits。在 minivllm 里可以直接看到后果：这个请求被调度了 0 个 token，model runner 在它的位置取到的是批里前一个请求最后一个 token 的 logits，首 token 的 logprob 悄悄变了（真实引擎检查的共享前缀负载里，恰好等于 system prompt 的那个请求就会这样）。所以 `max_cache_hit_length = num_tokens - 1`：最后一个 token 必须重算。
+# 1. 请求进入 running 的前提是本步有 token 要算：scheduler 用 `num_new_tokens = request.num_tokens - num_computed_tokens` 决定本步为它安排多少 token，model runner 只对这些 token 做 forward，最后一个被调度 token 的 logits 才被采样成下一个 token。命中等于“把这些 token 记为已计算”，若命中全部 prompt，`num_new_tokens = 0`：本步不为它算任何东西，也就没有属于它的 logits。在 minivllm 里可以直接看到后果：`Scheduler.schedule()` 在接纳等待请求时断言 `num_new_tokens > 0`，不封顶的实现会在真实引擎检查的共享前缀负载里（恰好等于 system prompt 的那个请求）触发这条断言；若没有这道断言，这个请求会被调度 0 个 token，model runner 在它的位置取到的是批里前一个请求最后一个 token 的 logits，首 token 悄悄出错。所以 `max_cache_hit_length = num_tokens - 1`：最后一个 token 必须重算。
 # 2. 命中又只能按整块算（`find_longest_cache_hit` 只看 `max_length // block_size` 个块，`allocate_slots` 假设 `num_computed_tokens` 块对齐）。48 个 token 的 prompt 上限 47，只能命中 2 个块（32 个 token），本步重算 16 个。检查方法里可以看到：第二个请求的块表是 `[1, 2, 4]`，块 3 的内容与新块 4 完全一样，但 `cache_full_blocks` 发现哈希已在表中，新块 4 就不再登记（表里保留第一个）。
 # 3. 代价最多是一整块的 prefill（`block_size` 个 token），对长 prompt 可以忽略，对很短的 prompt 或很大的 `block_size` 较明显；vLLM 源码注释也承认这是可以进一步优化的地方。这是为正确性付的性能代价，不能反过来为性能去掉它。
 #

@@ -106,6 +106,8 @@ class Scheduler(SchedulerInterface):
                 new_computed_blocks, num_new_local_computed = kv.get_computed_blocks(request)
                 num_computed_tokens = request.num_computed_tokens + num_new_local_computed
                 num_new_tokens = request.num_tokens - num_computed_tokens
+                # The prefix hit is capped at num_tokens - 1: a request always has a token to compute.
+                assert num_new_tokens > 0, f"{request.request_id}: prefix hit covers the whole request"
                 if 0 < threshold < num_new_tokens:
                     num_new_tokens = threshold
                 if not self.enable_chunked_prefill and num_new_tokens > token_budget:
