@@ -58,6 +58,24 @@ def expect(cond: bool, msg: str) -> None:
         raise CheckFailed(msg)
 
 
+def check_name_map(source_map, keys, hashes: dict, name_hash, unmapped: str) -> None:
+    """Grade a SOURCE_MAP: exactly `keys`, each a string whose name_hash is one of hashes[key].
+
+    `unmapped` opens the message listing the wrong entries. Answers are stored hashed, so the answer
+    key is not one import away from the student.
+    """
+    __tracebackhide__ = True
+    expect(isinstance(source_map, dict), f"SOURCE_MAP 应是 dict，实际是 {type(source_map).__name__}。")
+    expect(set(source_map) == set(keys), f"SOURCE_MAP 的键应恰好是 {list(keys)}，实际 {sorted(source_map)}。")
+    wrong = []
+    for key in keys:
+        value = source_map[key]
+        expect(isinstance(value, str), f"SOURCE_MAP[{key!r}] 还没有填写（应是字符串，实际 {value!r}）。")
+        if name_hash(value) not in hashes[key]:
+            wrong.append(f"{key} -> {value!r}")
+    expect(not wrong, unmapped + "：" + "；".join(wrong) + "。")
+
+
 @dataclass
 class Part:
     """One graded part. ``check`` takes the objects named in ``needs`` and raises CheckFailed on a wrong answer;

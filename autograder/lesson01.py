@@ -13,7 +13,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from autograder.common import Lesson, Part, expect
+from autograder.common import Lesson, Part, check_name_map, expect
 
 TRACE = ["schedule", "execute", "grammar", "wait", "aborts", "update"]
 BLANKS = ["plan", "future", "grammar", "model_output", "aborts", "outputs"]
@@ -143,15 +143,7 @@ def normalize_name(name: str) -> str:
 def check_source_map(source_map) -> None:
     """Source mapping: each blank -> the vLLM object or method it stands for in EngineCore.step."""
     __tracebackhide__ = True
-    expect(isinstance(source_map, dict), f"SOURCE_MAP 应是 dict，实际是 {type(source_map).__name__}。")
-    expect(set(source_map) == set(BLANKS), f"SOURCE_MAP 的键应恰好是 {BLANKS}，实际 {sorted(source_map)}。")
-    wrong = []
-    for key in BLANKS:
-        value = source_map[key]
-        expect(isinstance(value, str), f"SOURCE_MAP[{key!r}] 还没有填写（应是字符串，实际 {value!r}）。")
-        if name_hash(value) not in SOURCE_HASHES[key]:
-            wrong.append(f"{key} -> {value!r}")
-    expect(not wrong, "这些空没有映射到 vLLM EngineCore.step 中对应的对象或方法：" + "；".join(wrong) + "。")
+    check_name_map(source_map, BLANKS, SOURCE_HASHES, name_hash, "这些空没有映射到 vLLM EngineCore.step 中对应的对象或方法")
 
 
 # ---------------------------------------------------------------------------- the real engine

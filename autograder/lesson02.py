@@ -22,7 +22,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from autograder.common import CheckFailed, Lesson, Part, expect
+from autograder.common import CheckFailed, Lesson, Part, check_name_map, expect
 
 BLANKS = ["token_budget", "threshold", "num_computed", "allocate", "victim", "no_admission"]
 
@@ -400,15 +400,7 @@ def normalize_name(name: str) -> str:
 
 def check_source_map(source_map) -> None:
     """Source mapping: each piece of the exercise -> the vLLM object it stands for in Scheduler.schedule()."""
-    expect(isinstance(source_map, dict), f"SOURCE_MAP 应是 dict，实际是 {type(source_map).__name__}。")
-    expect(set(source_map) == set(BLANKS), f"SOURCE_MAP 的键应恰好是 {BLANKS}，实际 {sorted(source_map)}。")
-    wrong = []
-    for key in BLANKS:
-        value = source_map[key]
-        expect(isinstance(value, str), f"SOURCE_MAP[{key!r}] 还没有填写（应是字符串，实际 {value!r}）。")
-        if name_hash(value) not in SOURCE_HASHES[key]:
-            wrong.append(f"{key} -> {value!r}")
-    expect(not wrong, "这些键没有映射到 vLLM Scheduler.schedule() 中对应的对象：" + "；".join(wrong) + "。")
+    check_name_map(source_map, BLANKS, SOURCE_HASHES, name_hash, "这些键没有映射到 vLLM Scheduler.schedule() 中对应的对象")
 
 
 # ---------------------------------------------------------------------------- the real engine

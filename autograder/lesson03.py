@@ -31,7 +31,7 @@ import time
 import types
 from dataclasses import dataclass, field
 
-from autograder.common import CheckFailed, Lesson, Part, expect
+from autograder.common import CheckFailed, Lesson, Part, check_name_map, expect
 
 BLOCK = 16
 FUNCS = ("hash_block_tokens", "request_block_hasher", "get_computed_blocks", "get_new_blocks")
@@ -299,15 +299,7 @@ def name_hash(name: str) -> str:
 
 def check_source_map(source_map) -> None:
     """Source mapping: each concept -> the vLLM name that implements it."""
-    expect(isinstance(source_map, dict), f"SOURCE_MAP 应是 dict，实际是 {type(source_map).__name__}。")
-    expect(set(source_map) == set(SOURCE_KEYS), f"SOURCE_MAP 的键应恰好是 {SOURCE_KEYS}，实际 {sorted(source_map)}。")
-    wrong = []
-    for key in SOURCE_KEYS:
-        value = source_map[key]
-        expect(isinstance(value, str), f"SOURCE_MAP[{key!r}] 还没有填写（应是字符串，实际 {value!r}）。")
-        if name_hash(value) not in SOURCE_HASHES[key]:
-            wrong.append(f"{key} -> {value!r}")
-    expect(not wrong, "这些概念没有对应到 vLLM 源码中实现它的名字：" + "；".join(wrong) + "。")
+    check_name_map(source_map, SOURCE_KEYS, SOURCE_HASHES, name_hash, "这些概念没有对应到 vLLM 源码中实现它的名字")
 
 
 # ---------------------------------------------------------------------------- the real engine

@@ -25,7 +25,7 @@ if shutil.which("nvidia-smi") is None and not os.path.exists("/dev/nvidia0"):
 
 import torch  # noqa: E402
 
-from autograder.common import REPO, BlankNotFilled, CheckFailed, Lesson, Part, expect  # noqa: E402
+from autograder.common import REPO, BlankNotFilled, CheckFailed, Lesson, Part, check_name_map, expect  # noqa: E402
 
 DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
 # The engine check: two prompts cut to 14 and 6 tokens (BOS included) and 6 greedy tokens, so r0 decodes at
@@ -345,15 +345,7 @@ def normalize_name(name: str) -> str:
 
 def check_source_map(source_map) -> None:
     """Each blank -> the variable that holds the same quantity in vLLM's kernel_paged_attention_2d."""
-    expect(isinstance(source_map, dict), f"SOURCE_MAP 应是 dict，实际是 {type(source_map).__name__}。")
-    expect(set(source_map) == set(BLANKS), f"SOURCE_MAP 的键应恰好是 {BLANKS}，实际 {sorted(source_map)}。")
-    wrong = []
-    for key in BLANKS:
-        value = source_map[key]
-        expect(isinstance(value, str), f"SOURCE_MAP[{key!r}] 还没有填写（应是字符串，实际 {value!r}）。")
-        if name_hash(value) not in SOURCE_HASHES[key]:
-            wrong.append(f"{key} -> {value!r}")
-    expect(not wrong, "这些空没有映射到 vLLM kernel_paged_attention_2d 中存放同一个量的变量：" + "；".join(wrong) + "。")
+    check_name_map(source_map, BLANKS, SOURCE_HASHES, name_hash, "这些空没有映射到 vLLM kernel_paged_attention_2d 中存放同一个量的变量")
 
 
 # ---------------------------------------------------------------------------- the real engine
