@@ -277,20 +277,28 @@ def _process_outputs_socket(res: BackgroundResources, decoder, outputs_queue: qu
         if not poller.poll(100):
             continue
         frame = socket.recv(copy=False)
-        if _is_dead_marker(frame):
-            res.engine_dead = True
-            error = EngineDeadError()
-            for f in utility_results.values():
-                if not f.done():
-                    f.set_exception(error)
-            utility_results.clear()
-            outputs_queue.put_nowait(error)
+        if not _handle_output_frame(res, frame, decoder, outputs_queue, utility_results):
             return
-        outputs = decoder.decode(frame.buffer)
-        if outputs.utility_output is not None:
-            _resolve_utility(outputs.utility_output, utility_results)
-        if outputs.outputs or outputs.scheduler_stats is not None:
-            outputs_queue.put_nowait(outputs)
+
+
+def _handle_output_frame(res: BackgroundResources, frame: zmq.Frame, decoder, outputs_queue,
+                         utility_results: dict) -> bool:
+    """Route one frame from the core (shared by the sync and asyncio readers); False once the core is dead."""
+    if _is_dead_marker(frame):
+        res.engine_dead = True
+        error = EngineDeadError()
+        for f in utility_results.values():
+            if not f.done():
+                f.set_exception(error)
+        utility_results.clear()
+        outputs_queue.put_nowait(error)
+        return False
+    outputs = decoder.decode(frame.buffer)
+    if outputs.utility_output is not None:
+        _resolve_utility(outputs.utility_output, utility_results)
+    if outputs.outputs or outputs.scheduler_stats is not None:
+        outputs_queue.put_nowait(outputs)
+    return True
 
 
 def _is_dead_marker(frame: zmq.Frame) -> bool:
@@ -372,17 +380,5 @@ async def _process_outputs_socket_async(res: BackgroundResources, decoder, outpu
     socket = zmq.asyncio.Socket.from_socket(res.output_socket)
     while True:
         frame = await socket.recv(copy=False)
-        if _is_dead_marker(frame):
-            res.engine_dead = True
-            error = EngineDeadError()
-            for f in utility_results.values():
-                if not f.done():
-                    f.set_exception(error)
-            utility_results.clear()
-            outputs_queue.put_nowait(error)
+        if not _handle_output_frame(res, frame, decoder, outputs_queue, utility_results):
             return
-        outputs = decoder.decode(frame.buffer)
-        if outputs.utility_output is not None:
-            _resolve_utility(outputs.utility_output, utility_results)
-        if outputs.outputs or outputs.scheduler_stats is not None:
-            outputs_queue.put_nowait(outputs)
