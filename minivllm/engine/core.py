@@ -48,7 +48,7 @@ def engine_core_step(has_requests, schedule, execute_async, get_grammar, process
     trace.append("schedule")
     future = execute_async(plan)
     trace.append("execute")
-    grammar = get_grammar(plan)  # noqa: F841  (kept as in lesson 1: the worker reads it in sample_tokens)
+    grammar = get_grammar(plan)  # noqa: F841  (as in lesson 1; _get_grammar also leaves it on the plan for sample_tokens)
     trace.append("grammar")
     model_output = future()
     trace.append("wait")
