@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import time
 
+import msgspec
+
 from minivllm.config import VllmConfig
 from minivllm.engine import EngineCoreRequest
 from minivllm.sampling_params import SamplingParams
@@ -55,13 +57,10 @@ class InputProcessor:
         if params.logprobs is not None and params.logprobs > min(20, self.vocab_size):
             raise ValueError(f"logprobs must be at most {min(20, self.vocab_size)}, got {params.logprobs}")
         if params.max_tokens is None:
-            params = SamplingParams(**{**_fields(params), "max_tokens": self.max_model_len - len(token_ids)})
+            # Unbounded: up to the context limit (at least one token; a full-length prompt stops at once).
+            params = msgspec.structs.replace(params, max_tokens=max(1, self.max_model_len - len(token_ids)))
         return text, EngineCoreRequest(request_id, token_ids, params, self.tokenizer.eos_token_id,
                                        arrival_time or time.time())
 
 
 Processor = InputProcessor  # the older vLLM name
-
-
-def _fields(params: SamplingParams) -> dict:
-    return {f: getattr(params, f) for f in params.__struct_fields__}
