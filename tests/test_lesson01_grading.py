@@ -1,10 +1,9 @@
 """Lesson 1's grader: the solution earns 4/4 code points, the unfilled release 0, every mutant loses points;
 the real engine shows the bug each order mistake causes; the notebook runs; nbgrader agrees end to end."""
-import json
 import runpy
-from pathlib import Path
 
 import pytest
+from grading_flow import grade_three_students
 
 from autograder.common import REPO, grade_namespace, student_namespace
 from autograder.lesson01 import LESSON, check_source_map, run_engine
@@ -90,31 +89,14 @@ def test_real_engine_shows_each_order_bug():
             assert grammar.start >= e.end
 
 
-def make_submission(root: Path, student: str, replace: dict[str, str]) -> None:
-    nb = json.loads((REPO / "notebooks/lesson01/lesson01.ipynb").read_text(encoding="utf-8"))
-    for cell in nb["cells"]:
-        if cell["id"] in replace:
-            cell["source"] = replace[cell["id"]]
-    dest = root / student / "lesson01"
-    dest.mkdir(parents=True)
-    (dest / "lesson01.ipynb").write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
-
-
 @pytest.mark.slow
 def test_nbgrader_end_to_end(tmp_path):
     """generate_assignment -> submissions (solution, blank, mutant) -> autograde -> export -> feedback."""
-    from autograder.grading import feedback, grade
+    from autograder.grading import feedback
 
-    sol = {c["id"]: "".join(c["source"]).replace("  ### BLANK", "")
-           for c in json.loads((REPO / "solutions/lesson01/lesson01.ipynb").read_text(encoding="utf-8"))["cells"]}
-    answers = {k: sol[k] for k in ("l01_engine_core_step", "l01_source_map_answer")}
-    subs = tmp_path / "submissions"
-    make_submission(subs, "solution_student", answers)
-    make_submission(subs, "blank_student", {})
-    make_submission(subs, "mutant_student",
-                    dict(answers, l01_engine_core_step=(MUTANTS / "update_before_aborts.py").read_text()))
-    csv_path = tmp_path / "grades.csv"
-    results = grade(subs, tmp_path / "course", csv_path, ["lesson01"])["lesson01"]
+    subs, results, csv_path = grade_three_students(
+        tmp_path, "lesson01", ("l01_engine_core_step", "l01_source_map_answer"), "l01_engine_core_step",
+        (MUTANTS / "update_before_aborts.py").read_text())
     code = {s: sum(v or 0 for k, v in got.items() if k in ("l01_main_path", "l01_real_engine", "l01_boundary",
                                                              "l01_source_map")) for s, got in results.items()}
     assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 1}

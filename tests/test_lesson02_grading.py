@@ -1,11 +1,10 @@
 """Lesson 2's grader: the solution earns 4/4 code points, the unfilled release 0, every mutant loses points;
 the plug builds the same SchedulerOutputs as minivllm's own Scheduler; the real engine shows the damage each
 wrong policy does; nbgrader agrees end to end."""
-import json
 import runpy
-from pathlib import Path
 
 import pytest
+from grading_flow import grade_three_students
 
 from autograder import lesson02 as L02
 from autograder.common import REPO, CheckFailed, grade_namespace, student_namespace
@@ -156,29 +155,13 @@ def test_demo_latencies_come_from_the_engine_steps():
 
 
 # ---------------------------------------------------------------------------- nbgrader
-def make_submission(root: Path, student: str, replace: dict[str, str]) -> None:
-    nb = json.loads((REPO / "notebooks/lesson02/lesson02.ipynb").read_text(encoding="utf-8"))
-    for cell in nb["cells"]:
-        if cell["id"] in replace:
-            cell["source"] = replace[cell["id"]]
-    dest = root / student / "lesson02"
-    dest.mkdir(parents=True)
-    (dest / "lesson02.ipynb").write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
 
 
 @pytest.mark.slow
 def test_nbgrader_end_to_end(tmp_path):
     """generate_assignment -> submissions (solution, blank, mutant) -> autograde -> export."""
-    from autograder.grading import grade
-
-    sol = {c["id"]: "".join(c["source"]).replace("  ### BLANK", "")
-           for c in json.loads((REPO / "solutions/lesson02/lesson02.ipynb").read_text(encoding="utf-8"))["cells"]}
-    answers = {k: sol[k] for k in ("l02_schedule_step", "l02_source_map_answer")}
-    subs = tmp_path / "submissions"
-    make_submission(subs, "solution_student", answers)
-    make_submission(subs, "blank_student", {})
-    make_submission(subs, "mutant_student",
-                    dict(answers, l02_schedule_step=(MUTANTS / "admission_after_preemption.py").read_text()))
-    results = grade(subs, tmp_path / "course", tmp_path / "grades.csv", ["lesson02"])["lesson02"]
+    subs, results, csv_path = grade_three_students(
+        tmp_path, "lesson02", ("l02_schedule_step", "l02_source_map_answer"), "l02_schedule_step",
+        (MUTANTS / "admission_after_preemption.py").read_text())
     code = {s: sum(v or 0 for k, v in got.items() if k in CODE_PARTS) for s, got in results.items()}
     assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 2}

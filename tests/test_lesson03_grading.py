@@ -1,10 +1,9 @@
 """Lesson 3's grader: the solution earns 4/4 code points, the unfilled release 0, every mutant loses points;
 the real engine shows the damage each wrong answer does; nbgrader agrees end to end."""
-import json
 import runpy
-from pathlib import Path
 
 import pytest
+from grading_flow import grade_three_students
 
 from autograder.common import REPO, CheckFailed, grade_namespace, run_part, student_namespace
 from autograder.lesson03 import (
@@ -131,30 +130,12 @@ def test_real_engine_shows_each_bug():
     assert partial.cached["r1"] < ref["pressure"].cached["r1"] == 64
 
 
-def make_submission(root: Path, student: str, replace: dict[str, str]) -> None:
-    nb = json.loads((REPO / "notebooks/lesson03/lesson03.ipynb").read_text(encoding="utf-8"))
-    for cell in nb["cells"]:
-        if cell["id"] in replace:
-            cell["source"] = replace[cell["id"]]
-    dest = root / student / "lesson03"
-    dest.mkdir(parents=True)
-    (dest / "lesson03.ipynb").write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
-
-
 @pytest.mark.slow
 def test_nbgrader_end_to_end(tmp_path):
     """generate_assignment -> submissions (solution, blank, mutant) -> autograde -> export."""
-    from autograder.grading import grade
-
-    sol = {c["id"]: "".join(c["source"]).replace("  ### BLANK", "")
-           for c in json.loads((REPO / "solutions/lesson03/lesson03.ipynb").read_text(encoding="utf-8"))["cells"]}
-    answers = {k: sol[k] for k in ("l03_prefix_cache", "l03_source_map_answer")}
-    subs = tmp_path / "submissions"
-    make_submission(subs, "solution_student", answers)
-    make_submission(subs, "blank_student", {})
-    make_submission(subs, "mutant_student",
-                    dict(answers, l03_prefix_cache=(MUTANTS / "no_cap.py").read_text()))
-    results = grade(subs, tmp_path / "course", tmp_path / "grades.csv", ["lesson03"])["lesson03"]
+    subs, results, csv_path = grade_three_students(
+        tmp_path, "lesson03", ("l03_prefix_cache", "l03_source_map_answer"), "l03_prefix_cache",
+        (MUTANTS / "no_cap.py").read_text())
     parts = ("l03_main_path", "l03_real_engine", "l03_boundary", "l03_source_map")
     code = {s: sum(v or 0 for k, v in got.items() if k in parts) for s, got in results.items()}
     assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 2}

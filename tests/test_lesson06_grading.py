@@ -7,10 +7,10 @@ import runpy
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
+from grading_flow import grade_three_students
 
 from autograder.common import REPO, grade_namespace, student_namespace
 from autograder.lesson06 import (
@@ -208,30 +208,12 @@ def test_solution_notebook_runs_on_cpu_in_60s_with_all_grade_cells_passing(tmp_p
     assert "代码 4/4" in text and "真实引擎检查通过" in text
 
 
-def make_submission(root: Path, student: str, replace: dict[str, str]) -> None:
-    nb = json.loads((REPO / "notebooks/lesson06/lesson06.ipynb").read_text(encoding="utf-8"))
-    for cell in nb["cells"]:
-        if cell["id"] in replace:
-            cell["source"] = replace[cell["id"]]
-    dest = root / student / "lesson06"
-    dest.mkdir(parents=True)
-    (dest / "lesson06.ipynb").write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
-
-
 @pytest.mark.slow
 def test_nbgrader_end_to_end(tmp_path):
     """generate_assignment -> submissions (solution, blank, mutant) -> autograde -> export."""
-    from autograder.grading import grade
-
-    sol = {c["id"]: "".join(c["source"]).replace("  ### BLANK", "")
-           for c in json.loads((REPO / "solutions/lesson06/lesson06.ipynb").read_text(encoding="utf-8"))["cells"]}
-    answers = {k: sol[k] for k in ("l06_kernel", "l06_source_map_answer")}
-    subs = tmp_path / "submissions"
-    make_submission(subs, "solution_student", answers)
-    make_submission(subs, "blank_student", {})
-    make_submission(subs, "mutant_student",
-                    dict(answers, l06_kernel=(MUTANTS / "no_acc_rescale.py").read_text().split('"""', 2)[2].lstrip()))
-    results = grade(subs, tmp_path / "course", tmp_path / "grades.csv", ["lesson06"])["lesson06"]
+    subs, results, csv_path = grade_three_students(
+        tmp_path, "lesson06", ("l06_kernel", "l06_source_map_answer"), "l06_kernel",
+        (MUTANTS / "no_acc_rescale.py").read_text().split('"""', 2)[2].lstrip())
     code = {s: sum(v or 0 for k, v in got.items() if k in CODE_PARTS) for s, got in results.items()}
     assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 1}
     assert all(got["l06_q1"] is None for got in results.values())  # manual: pending

@@ -1,0 +1,46 @@
+"""The nbgrader end-to-end flow every lesson's grading test runs: release, three students, autograde.
+
+A solution student (the answers from solutions/), a blank student (the release as is) and a mutant
+student (one answer cell replaced by a wrong version) are collected and graded by autograder.grading.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from autograder.common import REPO
+
+
+def solution_cells(lesson: str) -> dict[str, str]:
+    """Cell id -> source of the instructor's notebook, with the ### BLANK markers removed."""
+    nb = json.loads((REPO / f"solutions/{lesson}/{lesson}.ipynb").read_text(encoding="utf-8"))
+    return {c["id"]: "".join(c["source"]).replace("  ### BLANK", "") for c in nb["cells"]}
+
+
+def make_submission(root: Path, lesson: str, student: str, replace: dict[str, str]) -> Path:
+    """The student release with the given cells replaced, in nbgrader's collected layout."""
+    nb = json.loads((REPO / f"notebooks/{lesson}/{lesson}.ipynb").read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        if cell["id"] in replace:
+            cell["source"] = replace[cell["id"]]
+    dest = root / student / lesson
+    dest.mkdir(parents=True)
+    path = dest / f"{lesson}.ipynb"
+    path.write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
+    return path
+
+
+def grade_three_students(tmp_path: Path, lesson: str, answer_ids: tuple[str, ...], mutant_cell: str,
+                         mutant_source: str) -> tuple[Path, dict, Path]:
+    """Grade solution/blank/mutant students; returns (submissions folder, points per part, CSV path)."""
+    from autograder.grading import grade
+
+    sol = solution_cells(lesson)
+    answers = {k: sol[k] for k in answer_ids}
+    subs = tmp_path / "submissions"
+    make_submission(subs, lesson, "solution_student", answers)
+    make_submission(subs, lesson, "blank_student", {})
+    make_submission(subs, lesson, "mutant_student", dict(answers, **{mutant_cell: mutant_source}))
+    csv_path = tmp_path / "grades.csv"
+    results = grade(subs, tmp_path / "course", csv_path, [lesson])[lesson]
+    return subs, results, csv_path
