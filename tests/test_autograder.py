@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from autograder.build import build_files
-from autograder.common import REPO, discover_lessons, load_lesson
+from autograder.common import REPO, discover_lessons, grade_namespace, load_lesson, student_namespace
 from autograder.preprocessors import blank_line, blank_source
 
 SEED_STUB = '''def engine_core_step(has_requests, schedule, execute_async,
@@ -158,3 +158,13 @@ def test_solution_notebook_runs_on_cpu_with_all_grade_cells_passing(lesson_id, t
             assert out.output_type != "error", (cell.id, out.get("evalue"))
             if meta.get("grade"):  # nbgrader scores a grade cell that writes to stderr 0
                 assert not (out.output_type == "stream" and out.name == "stderr"), (cell.id, out.text)
+
+
+@pytest.mark.parametrize("lesson_id", discover_lessons())
+def test_unfilled_release_gets_zero_and_does_not_crash(lesson_id):
+    """Every lesson's student copy, blanks left as `______`, runs and scores 0 on every code part."""
+    ns, errors = student_namespace(REPO / f"notebooks/{lesson_id}/{lesson_id}.ipynb")
+    assert not errors  # `______` is defined: the cells run, the checks fail
+    results = [r for r in grade_namespace(load_lesson(lesson_id), ns) if not r.part.manual]
+    assert [r.score for r in results] == [0, 0, 0, 0]
+    assert all("______" in r.message for r in results), [r.message for r in results]

@@ -41,13 +41,6 @@ def test_solution_gets_all_code_points(solution_ns):
                                         "l01_source_map": 1}
 
 
-def test_unfilled_release_gets_zero_and_does_not_crash():
-    ns, errors = student_namespace(REPO / "notebooks/lesson01/lesson01.ipynb")
-    assert not errors  # `______` is defined: the cells run, the checks fail
-    results = [r for r in grade_namespace(LESSON, ns) if not r.part.manual]
-    assert [r.score for r in results] == [0, 0, 0, 0]
-    assert all("______" in r.message for r in results), [r.message for r in results]
-
 
 @pytest.mark.parametrize("mutant", sorted(MUST_FAIL))
 def test_mutant_loses_code_points(mutant, solution_ns):
