@@ -67,7 +67,8 @@ def policy_schedule(sched, schedule_step):
             blocks, k = hit(req)
             if not sched.enable_chunked_prefill and n < min(num_new_tokens(req), threshold):
                 return False  # without chunked prefill a new prompt never starts partially
-            got = kv.allocate_slots(req, n, k, blocks)
+            got = kv.allocate_slots(req, n, k, blocks, full_sequence_must_fit=sched.scheduler_reserve_full_isl,
+                                    has_scheduled_reqs=bool(sched.running))
         else:
             got = kv.allocate_slots(req, n)
         if got is None:
@@ -109,6 +110,7 @@ def policy_schedule(sched, schedule_step):
             running_rows.append(req)
             continue
         blocks, k = hit(req)  # admitted this step
+        kv.record_prefix_cache_stats(req, k)
         req.num_computed_tokens += k
         if req.num_cached_tokens < 0:
             req.num_cached_tokens = req.num_computed_tokens
@@ -192,7 +194,7 @@ def record(sched, log: list) -> None:
 # ---------------------------------------------------------------------------- scheduler-only scenarios
 def make_scheduler(max_num_batched_tokens=1024, long_prefill_token_threshold=0, max_num_seqs=16,
                    num_blocks=10000, block_size=16, max_model_len=None, enable_prefix_caching=True,
-                   enable_chunked_prefill=True):
+                   enable_chunked_prefill=True, scheduler_reserve_full_isl=True):
     """A bare minivllm Scheduler, as vLLM's tests/v1/core/utils.py create_scheduler builds one."""
     from minivllm.config import CacheConfig, SchedulerConfig
     from minivllm.core.sched.scheduler import Scheduler
@@ -200,7 +202,8 @@ def make_scheduler(max_num_batched_tokens=1024, long_prefill_token_threshold=0, 
     cfg = SchedulerConfig(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                           max_model_len=max_model_len or max_num_batched_tokens,
                           long_prefill_token_threshold=long_prefill_token_threshold,
-                          enable_chunked_prefill=enable_chunked_prefill)
+                          enable_chunked_prefill=enable_chunked_prefill,
+                          scheduler_reserve_full_isl=scheduler_reserve_full_isl)
     return Scheduler(cfg, CacheConfig(block_size=block_size, enable_prefix_caching=enable_prefix_caching),
                      num_gpu_blocks=num_blocks)
 
@@ -276,9 +279,9 @@ BOUNDARY_SCENARIOS = [
     ("唯一的请求放不下时抢占它自己",
      dict(prompt_lens=(32,), num_steps=3, max_num_batched_tokens=64, num_blocks=3, enable_prefix_caching=False,
           max_model_len=64)),
-    ("长 prompt 分块时 KV 池耗尽：running 的分块请求被抢占，重新排队",
+    ("长 prompt 分块时 KV 池耗尽（关闭整段 prompt 准入检查 scheduler_reserve_full_isl）：running 的分块请求被抢占，重新排队",
      dict(prompt_lens=(24, 24, 200), num_steps=12, max_num_batched_tokens=64, long_prefill_token_threshold=40,
-          num_blocks=15, enable_prefix_caching=False, max_model_len=256)),
+          num_blocks=15, enable_prefix_caching=False, max_model_len=256, scheduler_reserve_full_isl=False)),
 ]
 
 
@@ -433,7 +436,9 @@ def _prompt(seed: int, n: int) -> list[int]:
 # The graded workloads: (arrival step, request id, prompt, max_tokens) and the engine args they run under.
 # W1: decodes and chunked prefills share steps; b1 shares a1's first 64 tokens (prefix cache); 21 usable KV
 # blocks of 16 force preemptions. W2: no threshold, no prefix cache, 13 usable blocks: a long prompt that
-# arrives while two requests decode is preempted again and again (recompute) until one of them finishes.
+# arrives while two requests decode is preempted again and again (recompute) until one of them finishes. W2
+# turns vLLM's full-prompt admission gate (scheduler_reserve_full_isl, on by default) off: that thrashing is
+# what the gate prevents, and the step that preempts and then admits is where a wrong loop shows.
 CHECK_WORKLOADS = [
     ([(0, "a0", _prompt(0, 40), 24), (0, "a1", _prompt(1, 120), 16), (0, "a2", _prompt(2, 30), 24),
       (3, "b0", _prompt(3, 150), 8), (3, "b1", _prompt(1, 64) + _prompt(4, 40), 20),
@@ -443,7 +448,7 @@ CHECK_WORKLOADS = [
     ([(0, "d0", _prompt(30, 30), 40), (0, "d1", _prompt(31, 30), 40), (2, "L0", _prompt(32, 160), 4),
       (3, "L1", _prompt(33, 40), 8)],
      dict(max_num_batched_tokens=48, long_prefill_token_threshold=0, num_gpu_blocks=14, max_num_seqs=4,
-          max_model_len=256, enable_prefix_caching=False)),
+          max_model_len=256, enable_prefix_caching=False, scheduler_reserve_full_isl=False)),
 ]
 
 

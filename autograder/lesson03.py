@@ -17,8 +17,8 @@ Grade cells and `python -m autograder check lesson03 ...` call the same function
 How the pieces plug into the engine (no edit to minivllm): `plugged(core, funcs)` patches
 minivllm.core.kv_cache_utils.hash_block_tokens for its duration, sets the scheduler's block_hasher (which
 Scheduler.add_request hands to every Request), and binds get_computed_blocks / get_new_blocks on the
-engine's KVCacheManager / BlockPool instances (types.MethodType). Prefix-cache stats are recorded around
-the student's get_computed_blocks from what it returns, exactly as KVCacheManager's own method records them.
+engine's KVCacheManager / BlockPool instances (types.MethodType). Prefix-cache stats are recorded by the
+Scheduler at admission from what the student's get_computed_blocks returned (record_prefix_cache_stats).
 """
 from __future__ import annotations
 
@@ -125,21 +125,21 @@ def check_main_path(hash_block_tokens, request_block_hasher, get_computed_blocks
     # The rest of vLLM's test_prefill: free order, a hit on free (cached) blocks, eviction in queue order.
     manager.free(req0)
     manager.free(req1)
-    expect(free_ids(manager) == [6, 7, 8, 9, 10, 4, 5, 3, 2, 1],
-           f"释放后空闲队列应为 [6, 7, 8, 9, 10, 4, 5, 3, 2, 1]，实际 {free_ids(manager)}。")
+    expect(free_ids(manager) == [5, 4, 6, 7, 8, 9, 10, 3, 2, 1],
+           f"释放后空闲队列应为 [5, 4, 6, 7, 8, 9, 10, 3, 2, 1]（无哈希的尾块在队头），实际 {free_ids(manager)}。")
     req2 = make_request("2", COMMON + [3] * 6, request_block_hasher)
     computed, n = _computed_blocks(manager, req2)
     expect(computed.get_block_ids() == [1, 2, 3] and n == 48,
            f"块已空闲但哈希还在：仍应命中 [1, 2, 3]、48 个 token，实际 {computed.get_block_ids()}、{n}。")
     got = _ids(manager.allocate_slots(req2, 53 - 48, n, computed))
-    expect(got == [6], f"命中空闲块后新块应取自 LRU 队头 [6]，实际 {got}。")
+    expect(got == [5], f"命中空闲块后新块应取自 LRU 队头 [5]，实际 {got}。")
     manager.free(req2)
     req3 = make_request("3", [99] * 160, request_block_hasher)
     computed, n = _computed_blocks(manager, req3)
     expect(n == 0, f"全新的 prompt 不应命中，实际命中 {n} 个 token。")
     got = _ids(manager.allocate_slots(req3, 160, n, computed))
-    expect(got == [7, 8, 9, 10, 4, 5, 6, 3, 2, 1],
-           f"要用光所有块时，应按空闲队列从头到尾驱逐 [7, 8, 9, 10, 4, 5, 6, 3, 2, 1]，实际 {got}。")
+    expect(got == [5, 4, 6, 7, 8, 9, 10, 3, 2, 1],
+           f"要用光所有块时，应按空闲队列从头到尾驱逐 [5, 4, 6, 7, 8, 9, 10, 3, 2, 1]，实际 {got}。")
     expect(not any(manager.block_pool.get_cached_block(h) is not None for h in req0.block_hashes),
            "块被重新分配时必须把它旧的哈希从缓存表里驱逐（_maybe_evict_cached_block），否则旧哈希会命中新内容。")
 
@@ -173,8 +173,9 @@ def _check_chain(hash_block_tokens, request_block_hasher) -> None:
 
 
 def check_eviction_order(get_computed_blocks, get_new_blocks, request_block_hasher=None) -> list[int]:
-    """vLLM test_evict: blocks freed tail-first give the free order [10, 6, 5, 4, 3, 2, 1, 9, 8, 7]; a request
-    that hits blocks 1 and 2 takes its new block from the LRU head: block 10. Returns the free order."""
+    """vLLM test_evict at the pin: blocks freed tail-first, the unhashed partial block 6 to the head (#42656),
+    give the free order [6, 10, 5, 4, 3, 2, 1, 9, 8, 7]; a request that hits blocks 1 and 2 takes its new
+    block from the LRU head: block 6. Returns the free order."""
     manager = make_manager(11, get_computed_blocks, get_new_blocks)
     last = 5 * 16 + 7
     req0 = make_request("0", list(range(last)), request_block_hasher)
@@ -188,14 +189,14 @@ def check_eviction_order(get_computed_blocks, get_new_blocks, request_block_hash
     manager.free(req0)
     manager.free(req1)
     order = free_ids(manager)
-    expect(order == [10, 6, 5, 4, 3, 2, 1, 9, 8, 7],
-           f"test_evict：释放后空闲队列应为 [10, 6, 5, 4, 3, 2, 1, 9, 8, 7]，实际 {order}。")
+    expect(order == [6, 10, 5, 4, 3, 2, 1, 9, 8, 7],
+           f"test_evict：释放后空闲队列应为 [6, 10, 5, 4, 3, 2, 1, 9, 8, 7]（无哈希的块 6 放到队头），实际 {order}。")
     req2 = make_request("2", list(range(2 * 16 + 3)), request_block_hasher)
     computed, n = _computed_blocks(manager, req2)
     expect(computed.get_block_ids() == [1, 2] and n == 32,
            f"test_evict：req2 应命中 [1, 2]、32 个 token，实际 {computed.get_block_ids()}、{n}。")
     got = _ids(manager.allocate_slots(req2, 3, n, computed))
-    expect(got == [10], f"test_evict：新块应从 LRU 队头驱逐，得到 [10]；实际 {got}（从队尾取会拿到 7）。")
+    expect(got == [6], f"test_evict：新块应从 LRU 队头驱逐，得到 [6]；实际 {got}（从队尾取会拿到 7）。")
     expect(manager.block_pool.get_num_free_blocks() == 7,
            f"test_evict：最后应剩 7 个空闲块，实际 {manager.block_pool.get_num_free_blocks()}。")
     return order
@@ -334,11 +335,6 @@ def plugged(core, hash_block_tokens, request_block_hasher, get_computed_blocks, 
         got = get_computed_blocks(self, request)
         expect(isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], KVCacheBlocks),
                f"get_computed_blocks 应返回 (KVCacheBlocks, int)，实际 {got!r}。")
-        if self.enable_caching:  # what KVCacheManager.get_computed_blocks records, from the student's answer
-            stats = self.prefix_cache_stats
-            stats.requests += 1
-            stats.queries += request.num_tokens
-            stats.hits += got[1]
         return got
 
     kv_cache_utils.hash_block_tokens = hash_block_tokens
@@ -472,7 +468,7 @@ def run_sequential(funcs=None, enable_prefix_caching: bool = True, prompts=None,
 
 def run_eviction_order(funcs=None) -> EngineRun:
     """vLLM test_evict on the engine: req0 (87 tokens) and req1 (48) in one step, both finish and are freed
-    tail-first; then req2 (35 tokens, 2 blocks shared with req0) takes one new block from the LRU head."""
+    tail-first (req0's unhashed partial block to the head); then req2 (35 tokens, 2 blocks shared with req0) takes one new block from the LRU head."""
     core = make_core(True, num_gpu_blocks=11)
     run = EngineRun()
     with plugged(core, *funcs) if funcs else contextlib.nullcontext():
@@ -529,10 +525,10 @@ def check_real_engine(hash_block_tokens, request_block_hasher, get_computed_bloc
     _same_outputs(batch, ref["batch_off"], "共享前缀负载")
 
     order = run_eviction_order(funcs)
-    expect(order.free_order == [10, 6, 5, 4, 3, 2, 1, 9, 8, 7],
-           f"真实引擎上的 test_evict：两个请求结束后空闲队列应为 [10, 6, 5, 4, 3, 2, 1, 9, 8, 7]，实际 {order.free_order}。")
-    expect(order.new_block_ids[-1:] == [[10]] and order.cached.get("r2") == 32,
-           f"真实引擎上的 test_evict：r2 应命中 32 个 token 并从 LRU 队头拿到块 [10]，"
+    expect(order.free_order == [6, 10, 5, 4, 3, 2, 1, 9, 8, 7],
+           f"真实引擎上的 test_evict：两个请求结束后空闲队列应为 [6, 10, 5, 4, 3, 2, 1, 9, 8, 7]，实际 {order.free_order}。")
+    expect(order.new_block_ids[-1:] == [[6]] and order.cached.get("r2") == 32,
+           f"真实引擎上的 test_evict：r2 应命中 32 个 token 并从 LRU 队头拿到块 [6]，"
            f"实际命中 {order.cached.get('r2')}、新块 {order.new_block_ids[-1:]}。")
 
     pressure = run_sequential(funcs)

@@ -58,6 +58,11 @@ class SchedulerConfig:
     max_model_len: int = 2048
     long_prefill_token_threshold: int = 0
     enable_chunked_prefill: bool = True
+    # vLLM's defaults at the pin: admit a waiting request only if its whole prompt fits in the free
+    # blocks (not just its first chunk); keep no blocks back (watermark = fraction of all blocks kept
+    # free when admitting waiting or preempted requests).
+    scheduler_reserve_full_isl: bool = True
+    watermark: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "max_model_len"):
@@ -65,6 +70,8 @@ class SchedulerConfig:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.long_prefill_token_threshold < 0:
             raise ValueError("long_prefill_token_threshold must be >= 0 (0 disables it)")
+        if not 0.0 <= self.watermark < 1.0:
+            raise ValueError(f"watermark must be in [0.0, 1.0), got {self.watermark}")
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
             raise ValueError(
                 f"without chunked prefill max_num_batched_tokens ({self.max_num_batched_tokens}) must be "
@@ -103,6 +110,8 @@ class EngineArgs:
     max_num_seqs: int = 128
     long_prefill_token_threshold: int = 0
     enable_chunked_prefill: bool = True
+    scheduler_reserve_full_isl: bool = True
+    watermark: float = 0.0
     device: str = "auto"
     attention_backend: str = "auto"
     tensor_parallel_size: int = 1
@@ -129,6 +138,7 @@ class EngineArgs:
             cache_config=CacheConfig(self.block_size, self.num_gpu_blocks, self.gpu_memory_utilization,
                                      self.kv_cache_memory_bytes, self.enable_prefix_caching),
             scheduler_config=SchedulerConfig(batched, self.max_num_seqs, max_len,
-                                             self.long_prefill_token_threshold, self.enable_chunked_prefill),
+                                             self.long_prefill_token_threshold, self.enable_chunked_prefill,
+                                             self.scheduler_reserve_full_isl, self.watermark),
             device=self.device, attention_backend=self.attention_backend,
             tensor_parallel_size=self.tensor_parallel_size, enforce_eager=self.enforce_eager, trace=self.trace)

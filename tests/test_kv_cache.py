@@ -1,10 +1,12 @@
 """Prefix caching, BlockPool, FreeKVCacheBlockQueue and block hashing.
 
 The scenarios and their numbers re-express vLLM's tests/v1/core/test_prefix_caching.py and
-test_kv_cache_utils.py (read at a mid-2025 revision of vllm-project/vllm, the one whose test_prefill
-expects the free order [6, 7, 8, 9, 10, 4, 5, 3, 2, 1] and get_computed_blocks returns a pair, as at the
-course's pinned commit 8e958902eee5) against minivllm's single-group API: block ids are plain lists,
-not one list per KV-cache group.
+test_kv_cache_utils.py as of the course's pinned commit 8e958902eee5 (vLLM 0.27.1): since vLLM #42656,
+BlockPool.free_blocks puts freed blocks without a hash at the head of the free queue and hashed ones at
+the tail, so test_prefill expects the free order [5, 4, 6, 7, 8, 9, 10, 3, 2, 1] and test_evict
+[6, 10, 5, 4, 3, 2, 1, 9, 8, 7]. They run against minivllm's single-group API: block ids are plain
+lists, not one list per KV-cache group, and get_computed_blocks returns a pair (vLLM adds a shared-prefix
+boundary for sliding-window / Mamba groups).
 """
 from __future__ import annotations
 
@@ -81,15 +83,16 @@ def test_prefill(hash_fn):
     manager.free(req0)
     manager.free(req1)
     assert queue.num_free_blocks == 10
-    # Unallocated first, then each request's tail, and the common prefix last (evicted last).
-    assert free_ids(manager) == [6, 7, 8, 9, 10, 4, 5, 3, 2, 1]
+    # Unhashed tails at the head (never hit: reused first), the never-used blocks, then the hashed
+    # common prefix at the tail, freed tail-first (evicted last).
+    assert free_ids(manager) == [5, 4, 6, 7, 8, 9, 10, 3, 2, 1]
 
     # Hit on free (still cached) blocks: they leave the free queue.
     req2 = make_request("2", COMMON + [3] * 6, hash_fn=hash_fn)
     computed, num_computed = manager.get_computed_blocks(req2)
     assert computed.get_block_ids() == [1, 2, 3] and num_computed == 48
     blocks = manager.allocate_slots(req2, 53 - 48, num_computed, computed)
-    assert blocks is not None and blocks.get_block_ids() == [6]
+    assert blocks is not None and blocks.get_block_ids() == [5]
     assert queue.num_free_blocks == 6
     assert all(b.ref_cnt == 0 for b in queue.get_all_free_blocks())
     assert len(queue.get_all_free_blocks()) == 6
@@ -100,7 +103,7 @@ def test_prefill(hash_fn):
     computed, num_computed = manager.get_computed_blocks(req3)
     assert computed.blocks == [] and num_computed == 0
     blocks = manager.allocate_slots(req3, 160, num_computed, computed)
-    assert blocks is not None and blocks.get_block_ids() == [7, 8, 9, 10, 4, 5, 6, 3, 2, 1]
+    assert blocks is not None and blocks.get_block_ids() == [5, 4, 6, 7, 8, 9, 10, 3, 2, 1]
     assert queue.num_free_blocks == 0
     assert queue.fake_head.next_free_block is queue.fake_tail
     assert queue.fake_tail.prev_free_block is queue.fake_head
@@ -130,7 +133,7 @@ def test_decode():
 
 
 def test_evict():
-    """vLLM test_evict: free order is tail-first per request, so the eviction order is [10,6,...,7]."""
+    """vLLM test_evict: each request frees tail-first; its unhashed partial block goes to the head."""
     manager = make_manager(11)
     last = 5 * 16 + 7
     req0 = make_request("0", list(range(last)))
@@ -148,14 +151,14 @@ def test_evict():
     manager.free(req0)
     manager.free(req1)
     assert manager.block_pool.get_num_free_blocks() == 10
-    assert free_ids(manager) == [10, 6, 5, 4, 3, 2, 1, 9, 8, 7]
+    assert free_ids(manager) == [6, 10, 5, 4, 3, 2, 1, 9, 8, 7]
 
     # Touch the first two blocks: they leave the queue and the tail comes from its head.
     req2 = make_request("2", list(range(2 * 16 + 3)))
     computed, n = manager.get_computed_blocks(req2)
     assert computed.get_block_ids() == [1, 2] and n == 32
     blocks = manager.allocate_slots(req2, 3, n, computed)
-    assert blocks is not None and blocks.get_block_ids() == [10]
+    assert blocks is not None and blocks.get_block_ids() == [6]
     assert manager.block_pool.get_num_free_blocks() == 7
 
 
@@ -266,6 +269,7 @@ def test_reset_prefix_cache():
     assert len(computed.blocks) == 3
     assert manager.allocate_slots(req1, 7, n, computed).get_block_ids() == [5]
 
+    manager.record_prefix_cache_stats(req1, n)
     assert not manager.reset_prefix_cache()
     assert manager.block_pool.cached_block_hash_to_block
     assert manager.prefix_cache_stats.queries > 0  # a refused reset keeps the stats too
@@ -297,9 +301,11 @@ def test_cache_full_blocks():
     assert len(pool.cached_block_hash_to_block) == 3
 
 
-def test_duplicate_hash_keeps_the_first_block():
-    """Two requests compute the same prefix at once: the map keeps the first, the twin stays uncached."""
+def test_duplicate_hash_caches_both_blocks():
+    """vLLM's BlockHashToBlockMap: two requests compute the same prefix at once, both copies are cached
+    (no deduplication: block tables stay append-only); evicting one copy keeps the hash hittable."""
     manager = make_manager(11)
+    pool = manager.block_pool
     req0 = make_request("0", COMMON + [5])
     req1 = make_request("1", COMMON + [6])
     c0, n0 = manager.get_computed_blocks(req0)
@@ -307,12 +313,25 @@ def test_duplicate_hash_keeps_the_first_block():
     assert n0 == n1 == 0
     b0 = manager.allocate_slots(req0, 49, n0, c0).blocks
     b1 = manager.allocate_slots(req1, 49, n1, c1).blocks
-    assert [b.block_hash for b in b0[:3]] == req0.block_hashes
-    assert all(b.block_hash is None for b in b1)
-    assert {manager.block_pool.get_cached_block(h).block_id for h in req0.block_hashes} == {1, 2, 3}
+    assert [b.block_id for b in b0] == [1, 2, 3, 4] and [b.block_id for b in b1] == [5, 6, 7, 8]
+    assert [b.block_hash for b in b0[:3]] == [b.block_hash for b in b1[:3]] == req0.block_hashes
+    assert len(pool.cached_block_hash_to_block) == 3  # three hashes, two blocks each
+    assert [b.block_id for b in pool.cached_block_hash_to_block.blocks(req0.block_hashes[0])] == [1, 5]
+    assert manager.get_block_ids("1") == [5, 6, 7, 8]  # req1 keeps its own blocks
+
     manager.free(req0)
     manager.free(req1)
-    assert manager.block_pool.get_num_free_blocks() == 10
+    assert pool.get_num_free_blocks() == 10
+    # Unhashed tails 8 and 4 at the head, then req0's prefix 3, 2, 1, then req1's 7, 6, 5.
+    assert free_ids(manager) == [8, 4, 9, 10, 3, 2, 1, 7, 6, 5]
+    # Taking 5 blocks evicts copies 3, 2, 1 of the prefix; blocks 7, 6, 5 still serve the hit.
+    filler = make_request("f", [99] * 80)
+    assert manager.allocate_slots(filler, 80).get_block_ids() == [8, 4, 9, 10, 3]
+    assert pool.cached_block_hash_to_block.blocks(req0.block_hashes[2]) == [pool.blocks[7]]
+    req2 = make_request("2", COMMON + [7])
+    computed, n = manager.get_computed_blocks(req2)
+    assert n == 48 and {b.block_id for b in computed.blocks} <= {1, 2, 5, 6, 7}
+    assert computed.blocks[2].block_id == 7
 
 
 def test_hit_stops_before_the_last_token():
@@ -325,12 +344,38 @@ def test_hit_stops_before_the_last_token():
     req1 = make_request("1", list(range(32)))
     computed, n = manager.get_computed_blocks(req1)
     assert computed.get_block_ids() == [1] and n == 16
+    manager.record_prefix_cache_stats(req1, n)
     req2 = make_request("2", list(range(33)))
     computed, n = manager.get_computed_blocks(req2)
     assert computed.get_block_ids() == [1, 2] and n == 32
+    manager.record_prefix_cache_stats(req2, n)
     stats = manager.make_prefix_cache_stats()
     assert (stats.requests, stats.queries, stats.hits) == (2, 65, 48)
     assert stats.hit_rate == pytest.approx(48 / 65)
+
+
+def test_prefix_cache_stats_count_preempted_lookups_apart():
+    """vLLM's PrefixCacheStats.record: a resumed (preempted) request's lookup goes to preempted_*, so
+    recomputing its own freed blocks does not inflate the hit rate; lookups are counted when recorded
+    (at admission), not per get_computed_blocks call."""
+    manager = make_manager(11)
+    req0 = make_request("0", list(range(40)))
+    computed, n = manager.get_computed_blocks(req0)
+    manager.get_computed_blocks(req0)  # a retry while waiting for blocks: not counted
+    manager.record_prefix_cache_stats(req0, n)
+    manager.allocate_slots(req0, 40, n, computed)
+    manager.free(req0)  # preempted: the KV is dropped, the full blocks stay cached
+    req0.num_preemptions = 1
+    computed, n = manager.get_computed_blocks(req0)
+    assert n == 32
+    manager.record_prefix_cache_stats(req0, n)
+    stats = manager.make_prefix_cache_stats()
+    assert (stats.requests, stats.queries, stats.hits) == (1, 40, 0)
+    assert (stats.preempted_requests, stats.preempted_queries, stats.preempted_hits) == (1, 40, 32)
+    assert stats.hit_rate == 0.0
+    off = make_manager(11, enable_caching=False)
+    off.record_prefix_cache_stats(make_request("x", list(range(40))), 0)
+    assert off.make_prefix_cache_stats().requests == 0
 
 
 def test_allocate_with_lookahead_and_max_model_len():

@@ -23,13 +23,15 @@ EOS_TOKEN_ID = 50256
 def create_scheduler(max_num_seqs: int = 16, max_num_batched_tokens: int = 8192,
                      enable_prefix_caching: bool = True, long_prefill_token_threshold: int = 0,
                      num_blocks: int = 10000, block_size: int = 16, max_model_len: int | None = None,
-                     enable_chunked_prefill: bool = True) -> Scheduler:
+                     enable_chunked_prefill: bool = True, scheduler_reserve_full_isl: bool = True,
+                     watermark: float = 0.0) -> Scheduler:
     """Like vLLM's helper, max_model_len defaults to max_num_batched_tokens."""
     scheduler_config = SchedulerConfig(
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
         max_model_len=max_model_len or max_num_batched_tokens,
         long_prefill_token_threshold=long_prefill_token_threshold,
-        enable_chunked_prefill=enable_chunked_prefill)
+        enable_chunked_prefill=enable_chunked_prefill,
+        scheduler_reserve_full_isl=scheduler_reserve_full_isl, watermark=watermark)
     cache_config = CacheConfig(block_size=block_size, enable_prefix_caching=enable_prefix_caching)
     return Scheduler(scheduler_config, cache_config, num_gpu_blocks=num_blocks)
 
@@ -452,6 +454,83 @@ def test_request_that_cannot_fit_preempts_itself():
     assert request.status == RequestStatus.PREEMPTED and all_blocks_free(scheduler)
 
 
+# ---------------------------------------------------------------- admission: full prompt, watermark
+def test_admission_defaults_are_vllms():
+    config = SchedulerConfig()
+    assert config.scheduler_reserve_full_isl is True and config.watermark == 0.0
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="watermark"):
+            SchedulerConfig(watermark=bad)
+
+
+@pytest.mark.parametrize("reserve_full_isl", [True, False])
+def test_reserve_full_isl_admits_only_a_prompt_that_fits_whole(reserve_full_isl):
+    """10 usable blocks, budget 64: A (3 blocks) runs; B's 160-token prompt needs all 10. With the gate B
+    waits although its first 16-token chunk would fit; without it B starts and runs the cache dry."""
+    scheduler = create_scheduler(max_num_batched_tokens=64, num_blocks=11, enable_prefix_caching=False,
+                                 max_model_len=256, scheduler_reserve_full_isl=reserve_full_isl)
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    a = Request("0", [0] * 48, params, eos_token_id=EOS_TOKEN_ID)
+    b = Request("1", [1] * 160, params, eos_token_id=EOS_TOKEN_ID)
+    scheduler.add_request(a)
+    scheduler.add_request(b)
+    output = scheduler.schedule()
+    if reserve_full_isl:
+        assert output.num_scheduled_tokens == {"0": 48}
+        assert b.status == RequestStatus.WAITING and scheduler.kv_cache_manager.get_block_ids("1") == []
+    else:
+        assert output.num_scheduled_tokens == {"0": 48, "1": 16}
+        assert b.status == RequestStatus.RUNNING
+    # Once A finishes and frees its blocks, the whole of B fits and it is admitted.
+    scheduler.finish_requests("0", RequestStatus.FINISHED_ABORTED)
+    output = scheduler.schedule()
+    assert b.status == RequestStatus.RUNNING and output.num_scheduled_tokens == {"1": 64}
+
+
+def test_reserve_full_isl_counts_prefix_hits():
+    """The gate asks for the blocks the prompt still needs: cached (even free) prefix blocks count as held."""
+    scheduler = create_scheduler(max_num_batched_tokens=256, num_blocks=11, max_model_len=256)
+    first = Request("first", list(range(96)), SamplingParams(max_tokens=1), eos_token_id=EOS_TOKEN_ID)
+    output = run_to_running(scheduler, [first])
+    scheduler.update_from_output(output, model_output(output, {"first": [7]}))  # finished: 6 blocks cached
+    filler = Request("filler", [999] * 64, SamplingParams(max_tokens=4), eos_token_id=EOS_TOKEN_ID)
+    run_to_running(scheduler, [filler])  # holds 4 blocks, so 6 are free (all cached by `first`)
+    second = Request("second", list(range(96)) + [5] * 40, SamplingParams(max_tokens=4), eos_token_id=EOS_TOKEN_ID)
+    scheduler.add_request(second)
+    output = scheduler.schedule()
+    # 136 tokens = 9 blocks; 6 are hits (free, so taken out of the queue) and 3 are new: 9 > 6 free.
+    assert "second" not in output.num_scheduled_tokens and second.status == RequestStatus.WAITING
+    scheduler.finish_requests("filler", RequestStatus.FINISHED_ABORTED)
+    output = scheduler.schedule()
+    assert output.num_scheduled_tokens == {"second": 136 - 96} and second.num_cached_tokens == 96
+
+
+@pytest.mark.parametrize("watermark", [0.0, 0.25])
+def test_watermark_keeps_blocks_free_when_admitting(watermark):
+    """watermark=0.25 of 20 blocks keeps 5 free when admitting a waiting request next to scheduled ones;
+    the first request of an idle engine is admitted regardless, and running requests are not held back."""
+    scheduler = create_scheduler(max_num_batched_tokens=1024, num_blocks=20, enable_prefix_caching=False,
+                                 max_model_len=512, watermark=watermark)
+    assert scheduler.kv_cache_manager.watermark_blocks == int(watermark * 20)
+    params = SamplingParams(max_tokens=64, ignore_eos=True)
+    a = Request("0", [0] * 256, params, eos_token_id=EOS_TOKEN_ID)
+    b = Request("1", [1] * 48, params, eos_token_id=EOS_TOKEN_ID)
+    scheduler.add_request(a)
+    scheduler.add_request(b)
+    output = scheduler.schedule()  # A takes 16 of 19 blocks (above the watermark: nothing else runs)
+    assert output.num_scheduled_tokens["0"] == 256
+    if watermark:
+        assert "1" not in output.num_scheduled_tokens  # B needs 3 blocks + 5 kept free > 3 free
+    else:
+        assert output.num_scheduled_tokens["1"] == 48
+    # A's decode needs a new block: with the watermark one of the 3 kept-free blocks serves it (running
+    # requests ignore the watermark); without it the pool is dry and B is preempted, its prefill wasted.
+    scheduler.update_from_output(output, model_output(output, {"0": [3]}))
+    output = scheduler.schedule()
+    assert output.num_scheduled_tokens["0"] == 1
+    assert output.preempted_req_ids == (set() if watermark else {"1"})
+
+
 # ---------------------------------------------------------------- prefix cache reset / stats
 def test_scheduler_reset_prefix_cache():
     """vLLM test_scheduler_reset_prefix_cache: refused while running requests hold blocks."""
@@ -464,6 +543,21 @@ def test_scheduler_reset_prefix_cache():
                                                                for r in requests}))
     assert scheduler.reset_prefix_cache()
     assert scheduler.kv_cache_manager.cached_hashes() == set()
+
+
+def test_preempted_lookups_do_not_count_as_hits():
+    """A preempted request resuming hits its own freed blocks: PrefixCacheStats counts it apart."""
+    scheduler = create_scheduler(max_num_batched_tokens=64, num_blocks=5, max_model_len=64)
+    (request,) = create_requests(1, num_tokens=40, max_tokens=None, ignore_eos=True)
+    output = run_to_running(scheduler, [request])
+    scheduler.update_from_output(output, model_output(output, {"0": [1]}))
+    scheduler.running.remove(request)
+    scheduler._preempt(request)  # as the running loop does when blocks run out
+    output = scheduler.schedule()
+    assert request.status == RequestStatus.RUNNING and request.num_cached_tokens == 0
+    stats = scheduler.kv_cache_manager.make_prefix_cache_stats()
+    assert (stats.requests, stats.queries, stats.hits) == (1, 40, 0)
+    assert (stats.preempted_requests, stats.preempted_queries, stats.preempted_hits) == (1, 41, 32)
 
 
 def test_make_stats():

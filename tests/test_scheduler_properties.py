@@ -139,8 +139,11 @@ class Harness:
         assert {b.block_id for b in free} == {b.block_id for b in pool.blocks[1:] if b.ref_cnt == 0}
         assert len(free) == pool.get_num_free_blocks()
         assert pool.null_block not in free
-        for block_hash, block in pool.cached_block_hash_to_block.items():
-            assert block.block_hash == block_hash
+        # Every cached block carries the hash it is cached under, and every hashed block is cached.
+        cache = pool.cached_block_hash_to_block
+        cached = [(h, b) for h in cache.keys() for b in cache.blocks(h)]
+        assert all(b.block_hash == h for h, b in cached)
+        assert {b.block_id for _, b in cached} == {b.block_id for b in pool.blocks if b.block_hash is not None}
 
     def assert_all_free(self) -> None:
         pool = self.scheduler.kv_cache_manager.block_pool

@@ -2,7 +2,8 @@
 
 Blocks live in a free queue (LRU order, evict from the head) and/or the hash->block map of cached full
 blocks. A free block may still hold a cached hash: it is reusable on a prefix hit until it is evicted,
-which happens lazily, when get_new_blocks pops it.
+which happens lazily, when get_new_blocks pops it. Freed blocks without a hash can never be hit, so they
+go to the head of the queue, to be reused first (vLLM #42656).
 """
 from __future__ import annotations
 
@@ -88,6 +89,20 @@ class FreeKVCacheBlockQueue:
         block.prev_free_block = block.next_free_block = None
         self.num_free_blocks -= 1
 
+    def prepend_n(self, blocks: list[KVCacheBlock]) -> None:
+        """Put blocks at the head, in the given order (the first one is evicted first)."""
+        if not blocks:
+            return
+        first = self.fake_head.next_free_block
+        prev = self.fake_head
+        for block in blocks:
+            prev.next_free_block = block
+            block.prev_free_block = prev
+            prev = block
+        prev.next_free_block = first
+        first.prev_free_block = prev
+        self.num_free_blocks += len(blocks)
+
     def append(self, block: KVCacheBlock) -> None:
         last = self.fake_tail.prev_free_block
         last.next_free_block = block
@@ -109,6 +124,66 @@ class FreeKVCacheBlockQueue:
         return out
 
 
+class BlockHashToBlockMap:
+    """Cached full blocks by hash, several blocks per hash allowed.
+
+    No deduplication (as vLLM): when two requests compute the same prefix at once, both blocks are cached
+    under the same hash and each request keeps its own, so block ids handed out never change and block
+    tables stay append-only. A hit takes any one of them. vLLM keys the map by (hash, KV-cache group);
+    minivllm has one group, so the key is the hash alone.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[BlockHash, KVCacheBlock | dict[int, KVCacheBlock]] = {}
+
+    def get_one_block(self, key: BlockHash) -> KVCacheBlock | None:
+        blocks = self._cache.get(key)
+        if blocks is None or isinstance(blocks, KVCacheBlock):
+            return blocks
+        return next(iter(blocks.values()))
+
+    def insert(self, key: BlockHash, block: KVCacheBlock) -> None:
+        blocks = self._cache.get(key)
+        if blocks is None:
+            self._cache[key] = block  # the common case: one block, no inner dict
+        elif isinstance(blocks, KVCacheBlock):
+            self._cache[key] = {blocks.block_id: blocks, block.block_id: block}
+        else:
+            blocks[block.block_id] = block
+
+    def pop(self, key: BlockHash, block_id: int) -> KVCacheBlock | None:
+        """Remove that one block from the hash's entry; the hash stays while other blocks carry it."""
+        blocks = self._cache.get(key)
+        if blocks is None:
+            return None
+        if isinstance(blocks, KVCacheBlock):
+            if blocks.block_id != block_id:
+                return None
+            del self._cache[key]
+            return blocks
+        block = blocks.pop(block_id, None)
+        if len(blocks) == 1:
+            self._cache[key] = next(iter(blocks.values()))
+        elif not blocks:
+            del self._cache[key]
+        return block
+
+    def blocks(self, key: BlockHash) -> list[KVCacheBlock]:
+        blocks = self._cache.get(key)
+        if blocks is None:
+            return []
+        return [blocks] if isinstance(blocks, KVCacheBlock) else list(blocks.values())
+
+    def keys(self):
+        return self._cache.keys()
+
+    def __contains__(self, key: BlockHash) -> bool:
+        return key in self._cache
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+
 class BlockPool:
     """Allocates, shares (ref_cnt), caches (hash map) and frees KV blocks. Block 0 is the null block."""
 
@@ -118,32 +193,31 @@ class BlockPool:
         self.enable_caching = enable_caching
         self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
-        self.cached_block_hash_to_block: dict[BlockHash, KVCacheBlock] = {}
+        self.cached_block_hash_to_block = BlockHashToBlockMap()
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
 
     def get_cached_block(self, block_hash: BlockHash) -> KVCacheBlock | None:
-        return self.cached_block_hash_to_block.get(block_hash)
+        return self.cached_block_hash_to_block.get_one_block(block_hash)
 
     def cache_full_blocks(self, request, blocks: list[KVCacheBlock], num_cached_blocks: int,
                           num_full_blocks: int) -> None:
         """Register blocks [num_cached_blocks, num_full_blocks) of a request under their hashes.
 
-        If another block already holds the same hash (two requests computed the same prefix at once),
-        the map keeps the first and this block simply stays uncached.
+        A block that already has a hash is a prefix hit (already in the map). If another block holds the
+        same hash (two requests computed the same prefix at once), both are cached: see BlockHashToBlockMap.
         """
         if num_cached_blocks >= num_full_blocks:
             return
         hashes = request.block_hashes
-        cache = self.cached_block_hash_to_block
+        insert = self.cached_block_hash_to_block.insert
         for i in range(num_cached_blocks, num_full_blocks):
             block = blocks[i]
-            if block._block_hash is not None:
+            if block._block_hash is not None or block.is_null:
                 continue
             block_hash = hashes[i]
-            if block_hash not in cache:
-                block._block_hash = block_hash  # checked None just above
-                cache[block_hash] = block
+            block._block_hash = block_hash  # checked None just above
+            insert(block_hash, block)
 
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
         """Pop blocks from the LRU head, evicting their stale hashes; each comes back with ref_cnt 1."""
@@ -159,8 +233,7 @@ class BlockPool:
         block_hash = block._block_hash
         if block_hash is None:
             return False
-        if self.cached_block_hash_to_block.get(block_hash) is block:
-            del self.cached_block_hash_to_block[block_hash]
+        self.cached_block_hash_to_block.pop(block_hash, block.block_id)
         block.reset_hash()
         return True
 
@@ -172,11 +245,23 @@ class BlockPool:
             block.ref_cnt += 1
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
-        """Drop one reference each; blocks reaching 0 join the free queue tail in the given order."""
+        """Drop one reference each; ordered_blocks is in eviction priority (first = evicted first).
+
+        With caching on, blocks reaching 0 without a hash can never be hit: they go to the head of the
+        free queue, to be reused first; hashed ones join the tail (LRU), both in the given order (vLLM
+        #42656). With caching off every block joins the tail.
+        """
+        with_hash: list[KVCacheBlock] = []
+        without_hash: list[KVCacheBlock] = []
         for block in ordered_blocks:
             block.ref_cnt -= 1
             if block.ref_cnt == 0 and not block.is_null:
-                self.free_block_queue.append(block)
+                if block._block_hash is None and self.enable_caching:
+                    without_hash.append(block)
+                else:
+                    with_hash.append(block)
+        self.free_block_queue.prepend_n(without_hash)
+        self.free_block_queue.append_n(with_hash)
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash; refused (False) while any request still holds blocks."""
@@ -184,7 +269,7 @@ class BlockPool:
             return False
         for block in self.blocks:
             block.reset_hash()
-        self.cached_block_hash_to_block.clear()
+        self.cached_block_hash_to_block = BlockHashToBlockMap()
         return True
 
     def get_num_free_blocks(self) -> int:

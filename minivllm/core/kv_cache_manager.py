@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from minivllm.core.block_pool import BlockPool, KVCacheBlock
 from minivllm.core.kv_cache_utils import BlockHash
-from minivllm.request import Request
+from minivllm.request import Request, RequestStatus
 from minivllm.utils import cdiv
 
 
@@ -28,11 +28,30 @@ class KVCacheBlocks:
 
 @dataclass
 class PrefixCacheStats:
-    """Prefix-cache lookups since the last reset: requests, tokens asked for, tokens hit."""
+    """Prefix-cache lookups of admitted requests since the last reset: requests, tokens asked for, hit.
+
+    Lookups by previously preempted requests count apart (preempted_*, as vLLM's PrefixCacheStats): a
+    recomputed request mostly hits its own freed blocks, which would inflate the hit rate. Unlike vLLM,
+    which resets the stats on every read (make_prefix_cache_stats) and turns them into a hit rate over
+    the last 1,000 requests (CachingMetrics), minivllm keeps them cumulative until reset_prefix_cache.
+    """
 
     requests: int = 0
     queries: int = 0
     hits: int = 0
+    preempted_requests: int = 0
+    preempted_queries: int = 0
+    preempted_hits: int = 0
+
+    def record(self, num_tokens: int, num_hits: int, preempted: bool) -> None:
+        if preempted:
+            self.preempted_requests += 1
+            self.preempted_queries += num_tokens
+            self.preempted_hits += num_hits
+        else:
+            self.requests += 1
+            self.queries += num_tokens
+            self.hits += num_hits
 
     @property
     def hit_rate(self) -> float:
@@ -46,7 +65,9 @@ class KVCacheManager:
     """Block ledger per request on top of the BlockPool."""
 
     def __init__(self, num_gpu_blocks: int, block_size: int, max_model_len: int,
-                 enable_caching: bool = True) -> None:
+                 enable_caching: bool = True, watermark: float = 0.0) -> None:
+        if not 0.0 <= watermark < 1.0:
+            raise ValueError(f"watermark must be in [0.0, 1.0), got {watermark}")
         self.block_size = block_size
         self.max_model_len = max_model_len
         self.enable_caching = enable_caching
@@ -54,6 +75,8 @@ class KVCacheManager:
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         self.num_cached_block: dict[str, int] = {}
         self.prefix_cache_stats = PrefixCacheStats()
+        # Blocks kept free when admitting a waiting or preempted request (vLLM's watermark).
+        self.watermark_blocks = int(watermark * num_gpu_blocks)
 
     @property
     def usage(self) -> float:
@@ -67,29 +90,38 @@ class KVCacheManager:
         """The longest run of cached full blocks from the start of the request, and its token count.
 
         The hit stops at num_tokens - 1: at least the last token is recomputed, because the step must
-        produce its logits to sample the next token.
+        produce its logits to sample the next token. vLLM returns a third value (a shared-prefix boundary
+        for sliding-window / Mamba groups), which a full-attention-only engine does not need. Stats are
+        not recorded here: the scheduler records them at admission (record_prefix_cache_stats), so a
+        lookup retried while the request waits for blocks counts once.
         """
         if not self.enable_caching:
             return KVCacheBlocks([]), 0
         max_cache_hit_length = request.num_tokens - 1
         computed: list[KVCacheBlock] = []
-        get = self.block_pool.cached_block_hash_to_block.get
+        get = self.block_pool.cached_block_hash_to_block.get_one_block
         for block_hash in request.block_hashes[:max_cache_hit_length // self.block_size]:
             block = get(block_hash)
             if block is None:
                 break
             computed.append(block)
-        num_computed_tokens = len(computed) * self.block_size
-        stats = self.prefix_cache_stats
-        stats.requests += 1
-        stats.queries += request.num_tokens
-        stats.hits += num_computed_tokens
-        return KVCacheBlocks(computed), num_computed_tokens
+        return KVCacheBlocks(computed), len(computed) * self.block_size
+
+    def record_prefix_cache_stats(self, request: Request, num_hits: int) -> None:
+        """Count an admitted request's lookup; a previously preempted one counts apart."""
+        if self.enable_caching:
+            self.prefix_cache_stats.record(request.num_tokens, num_hits, request.num_preemptions > 0)
 
     def allocate_slots(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
                        new_computed_blocks: KVCacheBlocks | None = None,
-                       num_lookahead_tokens: int = 0) -> KVCacheBlocks | None:
+                       num_lookahead_tokens: int = 0, full_sequence_must_fit: bool = False,
+                       has_scheduled_reqs: bool = False) -> KVCacheBlocks | None:
         """Make room for num_new_tokens more tokens; None (and no change at all) if blocks run short.
+
+        full_sequence_must_fit (the scheduler's admission gate, vLLM's scheduler_reserve_full_isl): also
+        None unless the free blocks could hold the whole prompt, not just this chunk. The watermark keeps
+        watermark_blocks free, for waiting or preempted requests only and only while some request is
+        already scheduled (so an idle engine still admits its first request).
 
         Layout of the request's tokens after the call:
         | computed | new computed (prefix hit) | new tokens (this step) | lookahead (spec) |
@@ -118,7 +150,14 @@ class KVCacheManager:
             # Free prefix-hit blocks leave the free queue when touched: they cannot also be new blocks.
             num_evictable_computed = (sum(1 for b in new_computed if b.ref_cnt == 0 and not b.is_null)
                                       if new_computed else 0)
-            if num_new_blocks > self.block_pool.get_num_free_blocks() - num_evictable_computed:
+            num_free = self.block_pool.get_num_free_blocks() - num_evictable_computed
+            if has_scheduled_reqs and request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
+                num_free -= self.watermark_blocks
+            if full_sequence_must_fit:
+                num_full_seq = min(request.num_tokens, self.max_model_len)
+                if max(cdiv(num_full_seq, block_size) - len(req_blocks) - len(new_computed), 0) > num_free:
+                    return None
+            if num_new_blocks > num_free:
                 return None
             if new_computed:
                 assert self.enable_caching
@@ -163,4 +202,4 @@ class KVCacheManager:
         return self.prefix_cache_stats
 
     def cached_hashes(self) -> set[BlockHash]:
-        return set(self.block_pool.cached_block_hash_to_block)
+        return set(self.block_pool.cached_block_hash_to_block.keys())

@@ -32,6 +32,7 @@ class Scheduler(SchedulerInterface):
         self.max_model_len = scheduler_config.max_model_len
         self.long_prefill_token_threshold = scheduler_config.long_prefill_token_threshold
         self.enable_chunked_prefill = scheduler_config.enable_chunked_prefill
+        self.scheduler_reserve_full_isl = scheduler_config.scheduler_reserve_full_isl
         self.block_size = cache_config.block_size
         self.log_stats = log_stats
         self.requests: dict[str, Request] = {}
@@ -41,7 +42,8 @@ class Scheduler(SchedulerInterface):
         self.num_preemptions = 0
         self.step_id = 0
         self.kv_cache_manager = KVCacheManager(num_gpu_blocks, self.block_size, self.max_model_len,
-                                               cache_config.enable_prefix_caching)
+                                               cache_config.enable_prefix_caching,
+                                               watermark=scheduler_config.watermark)
         self.block_hasher = (get_request_block_hasher(self.block_size)
                              if cache_config.enable_prefix_caching else None)
 
@@ -113,10 +115,15 @@ class Scheduler(SchedulerInterface):
                 if not self.enable_chunked_prefill and num_new_tokens > token_budget:
                     break
                 num_new_tokens = min(num_new_tokens, token_budget)
+                # Admission gate: the whole prompt must fit, not just this chunk, so chunked prefills
+                # admitted together cannot run the cache dry halfway and thrash (scheduler_reserve_full_isl).
                 new_blocks = kv.allocate_slots(request, num_new_tokens, num_new_local_computed,
-                                               new_computed_blocks)
+                                               new_computed_blocks,
+                                               full_sequence_must_fit=self.scheduler_reserve_full_isl,
+                                               has_scheduled_reqs=bool(self.running))
                 if new_blocks is None:
                     break
+                kv.record_prefix_cache_stats(request, num_new_local_computed)
                 self.waiting.popleft()
                 self.running.append(request)
                 if request.status == RequestStatus.PREEMPTED:
