@@ -374,8 +374,8 @@ def check_boundary(schedule_step) -> None:
 
 
 # The accepted names, as sha256 prefixes of the normalized, lower-cased name, so that the answer is not one
-# `import` away. They are the objects of Scheduler.schedule() in vllm/v1/core/sched/scheduler.py (read at
-# vLLM b4622cf924bc and 00024d314514, the stored revisions nearest the pinned 8e958902eee5).
+# `import` away. They are the objects of Scheduler.schedule() in vllm/v1/core/sched/scheduler.py, checked
+# against vLLM 0.27.1 (built the day before the pinned 8e958902eee5).
 SOURCE_HASHES = {
     "token_budget": {"ad2718cc01d3538c", "601d4ad27b6a6ad7"},
     "threshold": {"d1e326d8ba42981a"},

@@ -276,7 +276,8 @@ def check_boundary(hash_block_tokens, request_block_hasher, get_computed_blocks,
 
 # The accepted names, as sha256 prefixes of the lower-cased last dotted component (so `BlockPool.touch`,
 # `self.block_pool.touch()` and `touch` are the same answer). Checked against vLLM's vllm/v1/core/
-# kv_cache_utils.py, block_pool.py, kv_cache_manager.py and single_type_kv_cache_manager.py.
+# kv_cache_utils.py, block_pool.py, kv_cache_manager.py and single_type_kv_cache_manager.py in vLLM 0.27.1 (built
+# the day before the pinned 8e958902eee5).
 SOURCE_KEYS = ["chain_seed", "block_hasher", "longest_hit", "hash_to_block", "evict_stale_hash", "lru_pop"]
 SOURCE_HASHES = {
     "chain_seed": {"9e5e1be5bae44c30"},

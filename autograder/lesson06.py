@@ -13,10 +13,13 @@ bounds-checked against the tensors it was given, so a wrong pointer is a failed 
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
+import inspect
 import os
 import shutil
+import textwrap
 import time
 from dataclasses import dataclass, field
 
@@ -141,6 +144,48 @@ def _is_blank(kernel) -> bool:
     return code is not None and "______" in code.co_names
 
 
+def _is_compute_cast(node) -> bool:
+    """`x.to(COMPUTE_DTYPE)`."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "to"
+            and len(node.args) == 1 and isinstance(node.args[0], ast.Name) and node.args[0].id == "COMPUTE_DTYPE")
+
+
+def gpu_portability_problems(kernel) -> list[str]:
+    """What the CPU interpreter lets through but a GPU does not, read statically from the kernel's source.
+
+    The interpreter ignores tl.dot's input_precision and computes in fp32 whatever the operand dtypes, so a
+    tl.dot without input_precision=DOT_PRECISION (tf32 on a GPU: fp32 products lose precision) or with an
+    operand not cast to COMPUTE_DTYPE (fp32 probs against a bf16 V: a compile error on a GPU) passes every
+    numeric check here. Every tl.dot operand must be `x.to(COMPUTE_DTYPE)` (under tl.trans), or a name that
+    is assigned one.
+    """
+    src = getattr(kernel, "src", None)
+    if src is None:
+        src = inspect.getsource(getattr(kernel, "fn", kernel))
+    tree = ast.parse(textwrap.dedent(src))
+    cast_names = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign) and _is_compute_cast(node.value)
+                  for t in node.targets if isinstance(t, ast.Name)}
+    problems = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "dot"):
+            continue
+        call = ast.unparse(node)
+        precision = {k.arg: k.value for k in node.keywords}.get("input_precision")
+        if not (isinstance(precision, ast.Name) and precision.id == "DOT_PRECISION"):
+            problems.append(f"`{call}` 没有写 input_precision=DOT_PRECISION：CPU 解释器忽略这个参数，GPU 上 fp32 "
+                            "输入默认走 tf32，精度不够。")
+        for arg in node.args[:2]:
+            inner = arg
+            while (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "trans"
+                   and inner.args):
+                inner = inner.args[0]
+            if not (_is_compute_cast(inner) or (isinstance(inner, ast.Name) and inner.id in cast_names)):
+                problems.append(f"`{call}` 的操作数 `{ast.unparse(arg)}` 没有转成 COMPUTE_DTYPE"
+                                "（`.to(COMPUTE_DTYPE)`）：CPU 解释器一律按 fp32 算，GPU 上 bf16 cache 时 fp32 与 "
+                                "bf16 相乘编译不过。")
+    return problems
+
+
 def launch(kernel, out, query, k_cache, v_cache, block_table, seq_lens, scale, num_warps=4, counter=None):
     """minivllm's paged_decode_attention with `kernel` in place of ours (same arguments, same grid)."""
     import triton
@@ -151,6 +196,8 @@ def launch(kernel, out, query, k_cache, v_cache, block_table, seq_lens, scale, n
         raise BlankNotFilled("还有空 ______ 没有填写：把内核里每个 ______ 换成正确的表达式后再运行。")
     expect(hasattr(kernel, "fn") and hasattr(kernel, "__getitem__"),
            f"paged_decode_kernel 应是 @triton.jit 内核，实际是 {type(kernel).__name__}。")
+    problems = gpu_portability_problems(kernel)
+    expect(not problems, "内核在 CPU 上能算对，到 GPU 上却不行：" + "；".join(problems))
     num_seqs, num_heads, head_size = query.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     check_kv_cache(k_cache, v_cache)

@@ -17,6 +17,7 @@ from autograder.lesson06 import (
     LESSON,
     OpCounter,
     check_source_map,
+    gpu_portability_problems,
     interpreter_profile,
     make_case,
     measure_bandwidth,
@@ -41,6 +42,9 @@ MUST_FAIL = {
     "no_sum_rescale": {"l06_main_path", "l06_real_engine", "l06_boundary"},
     "probs_use_block_max": {"l06_main_path", "l06_real_engine", "l06_boundary"},
     "wrong_gqa_head": {"l06_main_path", "l06_real_engine", "l06_boundary"},
+    # Right on the CPU interpreter, wrong on a GPU: rejected by the static check of every tl.dot.
+    "dot_default_precision": {"l06_main_path", "l06_real_engine", "l06_boundary"},
+    "probs_not_cast": {"l06_main_path", "l06_real_engine", "l06_boundary"},
 }
 
 pytestmark = pytest.mark.skipif(__import__("os").environ.get("TRITON_INTERPRET") != "1"
@@ -91,6 +95,26 @@ def test_mutant_loses_code_points(name, solution_ns):
     failed = {k for k, v in scores.items() if v == 0}
     assert MUST_FAIL[name] <= failed, scores
     assert sum(scores.values()) < 4
+
+
+def test_gpu_only_mistakes_are_caught_statically_though_the_interpreter_computes_them_right(solution_ns):
+    """The interpreter ignores input_precision and computes tl.dot in fp32, so these two answers are numerically
+    right on the CPU; only the static check of their tl.dot calls stops them (a GPU uses tf32 / fails to compile)."""
+    import autograder.lesson06 as L06
+
+    assert gpu_portability_problems(solution_ns["paged_decode_kernel"]) == []
+    case = make_case([5, 16, 17, 40], seed=0)
+    for name, word in (("dot_default_precision", "input_precision"), ("probs_not_cast", "COMPUTE_DTYPE")):
+        kernel = mutant(name)
+        problems = gpu_portability_problems(kernel)
+        assert len(problems) == 1 and word in problems[0], problems
+        original = L06.gpu_portability_problems
+        L06.gpu_portability_problems = lambda k: []
+        try:
+            out = run_decode(kernel, case)
+        finally:
+            L06.gpu_portability_problems = original
+        assert (out - reference(case)).abs().max().item() < 1e-4
 
 
 def test_no_max_subtraction_is_exact_on_small_scores_and_nan_on_big_ones():

@@ -47,7 +47,7 @@ if "google.colab" in sys.modules:
 # | 顺序 | vLLM 文件与入口（8e958902eee5） | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
 # | 1 | [`vllm/v1/engine/async_llm.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/async_llm.py)：`AsyncLLM.generate`、`_add_request`、`_run_output_handler` | `minivllm/engine/async_llm.py`：`AsyncLLM.generate`、`_run_output_handler` | 谁负责 tokenization、请求流和客户端取消？ |
-# | 2 | [`vllm/v1/engine/core.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py)：`EngineCore.step` | `minivllm/engine/core.py`：`EngineCore.step`、`engine_core_step` | 一次迭代为何是 schedule → execute → update？ |
+# | 2 | [`vllm/v1/engine/core.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py)：`EngineCore.step`（另见 `step_with_batch_queue` 与二者之间的选择 `self.step_fn`，下文的勘误框） | `minivllm/engine/core.py`：`EngineCore.step`、`engine_core_step` | 一次迭代为何是 schedule → execute → update？ |
 # | 3 | `core.py`：`EngineCoreProc.run_busy_loop`、`_process_engine_step` | `minivllm/engine/core.py`：`EngineCoreProc.run_busy_loop`、`_process_engine_step` | frontend 与 engine core 为什么分进程？ |
 # | 4 | [`vllm/v1/core/sched/interface.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/interface.py)：`SchedulerInterface` | `minivllm/core/sched/interface.py`：`SchedulerInterface` | scheduler 的输入输出合同是什么？ |
 # | 5 | [`vllm/v1/worker/gpu_model_runner.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_model_runner.py) | `minivllm/worker/gpu_model_runner.py`：`GPUModelRunner` | 哪些状态必须在 GPU worker 内，哪些不能由 frontend 猜？ |
@@ -104,6 +104,8 @@ L01.fig_arithmetic_intensity();
 # - **Prefill（处理 prompt）**：一次计算全部 $S$ 个 token：GEMM；算术强度约 $B \cdot S$ FLOP/Byte（FP16，$B \cdot S \ll d$ 时）；$B \cdot S$ 到几百即越过 H100 拐点（约 295）。
 # - **Decode（逐 token 生成）**：每个请求每步只算 1 个 token：GEMV；算术强度约 $B$ FLOP/Byte；每步都要读完整权重和全部 KV Cache。
 #
+# > **补充（硬件型号）**：上面的 “H100 拐点约 295” 指 **H100 SXM**：BF16 稠密峰值约 989 TFLOPS ÷ HBM3 带宽约 3.35 TB/s ≈ 295 FLOP/Byte。**H100 PCIe** 约 756 TFLOPS ÷ 2.0 TB/s ≈ 378。拐点随型号、精度（FP8 翻倍）和实际可达带宽变化，引用时要写明型号。
+#
 # 对策：Continuous Batching 增大 $B$；PagedAttention 减少 KV 碎片以容纳更多请求；投机解码把多步 decode 合成一次验证前向。
 #
 # 1. **三段式步进迭代循环（Schedule → Execute → Update）**：在 `EngineCore.step()` 内部，系统严格遵循严谨的时序管道：
@@ -111,6 +113,14 @@ L01.fig_arithmetic_intensity();
 #    - 异步发射与计算重叠（Async Execute & Overlap）：通过 `model_executor.execute_model(plan, non_block=True)` 非阻塞地向 GPU Worker 广播执行指令。在 GPU 执行 Heavy GEMM 与 Attention 的微小间隙，CPU 主线程并发执行结构化输出的 Grammar 状态机掩码提取；
 #    - 等待同步与取消处理（Wait & Abort Drain）：同步等待 Worker 的 `future()` 返回本次推理结果；在应用输出前，优先消费清空执行期间积累的取消请求队列 `process_aborts()`；
 #    - 状态递推更新（Update）：调用 `scheduler.update_from_output(plan, model_output)`，更新每个请求的已计算 Token 计数并回收已完结请求的逻辑 KV 块。
+#
+#    > **勘误与补充（对照 vLLM 0.27.1，固定 commit 8e958902eee5 前一天构建）：固定 commit 的 EngineCore 实际跑哪个 step？**
+#    >
+#    > - 上面的顺序是 [`EngineCore.step`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py) 的顺序：`scheduler.schedule()` → `model_executor.execute_model(scheduler_output, non_block=True)` → `scheduler.get_grammar_bitmask(scheduler_output)` → `future.result()` → `_process_aborts_queue()` → `scheduler.update_from_output(...)`，也是本课练习 `engine_core_step` 的模型。一个细节：固定 commit 里 forward 与采样是两次调用，`execute_model` 的 future 返回 `None` 时，再由 `model_executor.sample_tokens(grammar_output)` 带着 bitmask 采样。
+#    > - 但 busy loop（`EngineCoreProc._process_engine_step`）调用的是 `self.step_fn`：`EngineCore.__init__` 里 `self.step_fn = self.step if self.batch_queue is None else self.step_with_batch_queue`，批队列只在 `vllm_config.max_concurrent_batches > 1` 时创建。
+#    > - async scheduling 在固定 commit **默认开启**：`SchedulerConfig.async_scheduling` 默认 `None`，`VllmConfig.__post_init__` 在没有不兼容选项（pooling 模型、EAGLE/MTP/draft model/ngram-GPU 以外的投机解码、不支持它的 executor 等）时把它设为 `True`；调度器随之换成 `AsyncScheduler`，`max_concurrent_batches` 为 2（V1 model runner、没有流水线并行）。所以默认配置下跑的是 **`step_with_batch_queue`**；只有 `--no-async-scheduling`（且没有流水线并行）时才是 `step`。
+#    > - `step_with_batch_queue` 把同样的阶段拆到相邻两次调用里：批队列没满时，它调度第 N+1 步、发射 `execute_model` 和带 bitmask 的 `sample_tokens`（都 `non_block=True`），把 future 放进 `batch_queue` 就返回，不等结果；队列满了（或没有新的可调度工作）才取出最早的一批，等它的 future，再 `_process_aborts_queue()`、`update_from_output()`。于是第 N+1 步的调度与第 N 步的 GPU 执行重叠：调度器要在结果回来之前推进请求，`AsyncScheduler` 用 `Request.num_output_placeholders` 给还没回来的 token 占位（第 2 课）；需要上一步 token 才能算 bitmask 的结构化输出请求，采样推迟到上一步的输出处理之后（`pending_structured_output_tokens`）。“aborts 在 update 之前” 这条顺序两种 step 都遵守。
+#    > - minivllm 的状态：`minivllm/engine/core.py` 目前只实现同步的 `EngineCore.step`（相当于 vLLM 的 `--no-async-scheduling`），没有 `step_with_batch_queue`；async scheduling 正由另一项工作加入。本课的 trace、甘特图和真实引擎检查都是同步 `step` 的。
 # 2. **端到端流水线推进（图 1-3）**：
 
 # %%
@@ -127,6 +137,8 @@ L01.fig_request_flow();
 #   - AsyncLLM 独占流式传输通道与输入请求缓冲，严禁越权修改内部 KV 账本；
 #   - EngineCore 与 Scheduler 独占跨步请求生命周期（WAITING、RUNNING、PREEMPTED、FINISHED_*；V1 没有 SWAPPED 状态，抢占后的请求释放 KV 块并在恢复时重算），严禁 Worker 擅自更改请求状态；
 #   - GPUModelRunner 独占物理显存与算子 Kernel 执行。若跨进程试图共享可变全局对象，会导致灾难性的数据竞争与状态错位。
+#
+#   > **补充（对照 vLLM 0.27.1）**：上面列的是主要状态。固定 commit 的 `RequestStatus`（`vllm/v1/request.py`）还有 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`、`WAITING_FOR_REMOTE_KVS`、`WAITING_FOR_STREAMING_REQ` 三种等待状态和 `FINISHED_ERROR`、`FINISHED_REPETITION` 两种结束状态；确实没有 SWAPPED。
 # - **Abort 取消处理的原子时序边界**：若请求在 GPU 执行前向传播期间被客户端主动取消（如用户关闭网页），EngineCore 必须在调用 `scheduler.update_from_output` 之前消费并处理取消信号。若顺序颠倒（先更新再取消），模型刚生成的 Token 会被误推送给已断开的客户端，甚至引起已被释放的物理 Block 发生二次读写踩内存。
 # - **计划与执行结果的版本一致性不变量**：SchedulerOutput 与 ModelRunnerOutput 必须严格属于同一个迭代步骤。严禁在 Worker 执行失败时返回伪造的静默空输出，必须通过强类型异常驱动全局容错与降级。
 #
@@ -306,6 +318,7 @@ L01.check_source_map(SOURCE_MAP)
 # 2. Grammar 绝不能晚于采样（Sampling Constraint）：
 #    - 这并不意味着 Grammar 可以晚于采样。GPU ModelRunner 在执行 Transformer Forward 产出未归一化的 Logits 后，必须等待 Grammar Mask 的位掩码注入（将非法 Token 的 Logits 强行置为 $-\infty$），然后才能执行 Softmax 和采样操作；
 #    - `non_block=True` 仅仅是将 Python 端的等待时机从“发射瞬间”推迟到了“提取最终输出之前”，在不破坏物理数据因果依赖的前提下，完全掩盖了 CPU 侧的状态机解析开销。
+#    - 固定 commit 里这条依赖写在代码结构上：`EngineCore.step` 先 `future.result()` 拿到 forward 的结果，若它是 `None`（采样被拆开），再调用 `model_executor.sample_tokens(grammar_output)`，bitmask 作为参数进入采样；`step_with_batch_queue` 里 `sample_tokens(grammar_output, non_block=True)` 同样带着 bitmask，需要上一步 token 的结构化输出请求则推迟采样。
 #
 # === END MARK SCHEME ===
 
@@ -364,8 +377,8 @@ self_check("lesson01", globals());
 # - [vLLM AsyncLLM source](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/async_llm.py)
 # - [vLLM EngineCore source](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py)
 # - [vLLM Scheduler interface](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/interface.py)
-# - [vLLM V1 guide](https://docs.vllm.ai/en/latest/usage/v1_guide.html)
-# - [vLLM optimization and process architecture](https://docs.vllm.ai/en/latest/design/arch_overview.html)
+# - [vLLM V1 guide](https://docs.vllm.ai/en/latest/usage/v1_guide/)
+# - [vLLM optimization and process architecture](https://docs.vllm.ai/en/latest/design/arch_overview/)
 #
 # 源码链接固定到本课审阅 commit；current docs、支持矩阵和默认参数会变化，面试或部署前必须按目标版本重新核对。
 #

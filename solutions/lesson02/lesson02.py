@@ -45,13 +45,15 @@ if "google.colab" in sys.modules:
 # | 顺序 | vLLM 文件与入口（8e958902eee5） | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
 # | 1 | [`vllm/v1/core/sched/scheduler.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/scheduler.py)：`Scheduler.schedule` 开头的 `NOTE(woosuk)` 注释与 `token_budget = self.max_num_scheduled_tokens` | `minivllm/core/sched/scheduler.py`：`Scheduler.schedule` | 为什么调度器里没有 “prefill 阶段” 和 “decode 阶段”？ |
-# | 2 | 同文件 `# First, schedule the RUNNING requests.`：`long_prefill_token_threshold`、`while True` 里的 `kv_cache_manager.allocate_slots` 与 `self.running.pop()` | `minivllm/core/sched/scheduler.py`：`Scheduler.schedule`、`Scheduler._preempt` | 每个请求本步拿多少 token？块不够时抢占谁，为什么是它？ |
-# | 3 | 同文件 `# Next, schedule the WAITING requests.`：`if not preempted_reqs`、`get_computed_blocks`、`enable_chunked_prefill` | `minivllm/core/sched/scheduler.py`：`Scheduler.schedule` | 为什么抢占过的一步不接纳新请求？prefix cache 命中怎样减少本步要算的 token？ |
-# | 4 | [`vllm/v1/core/kv_cache_manager.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/kv_cache_manager.py)：`KVCacheManager.allocate_slots`、`get_computed_blocks` | `minivllm/core/kv_cache_manager.py`：`KVCacheManager.allocate_slots`、`KVCacheManager.get_computed_blocks` | `allocate_slots` 返回 `None` 意味着什么？为什么失败时什么都不改？ |
+# | 2 | 同文件 `# First, schedule the RUNNING requests.`：`long_prefill_token_threshold`、`while True` 里的 `kv_cache_manager.allocate_slots`、`self.running.pop()`（FCFS）或 `max(self.running, key=...)`（priority）与 `_preempt_request` | `minivllm/core/sched/scheduler.py`：`Scheduler.schedule`、`Scheduler._preempt` | 每个请求本步拿多少 token？块不够时抢占谁，为什么是它？ |
+# | 3 | 同文件 `# Next, schedule the WAITING requests.`：`if not preempted_reqs and self._pause_state == PauseState.UNPAUSED`、`get_computed_blocks`、`enable_chunked_prefill`、`allocate_slots(..., full_sequence_must_fit=self.scheduler_reserve_full_isl, has_scheduled_reqs=bool(self.running))` | `minivllm/core/sched/scheduler.py`：`Scheduler.schedule` | 为什么抢占过的一步不接纳新请求？为什么要整段 prompt 放得下才接纳？prefix cache 命中怎样减少本步要算的 token？ |
+# | 4 | [`vllm/v1/core/kv_cache_manager.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/kv_cache_manager.py)：`KVCacheManager.allocate_slots`（`full_sequence_must_fit`、`watermark_blocks`）、`get_computed_blocks`；[`single_type_kv_cache_manager.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/single_type_kv_cache_manager.py)：`SingleTypeKVCacheManager.req_to_blocks`、`get_num_blocks_to_allocate` | `minivllm/core/kv_cache_manager.py`：`KVCacheManager.allocate_slots`、`KVCacheManager.get_computed_blocks`、`KVCacheManager.req_to_blocks` | `allocate_slots` 返回 `None` 意味着什么？为什么失败时（对全注意力模型）什么都不改？ |
 # | 5 | [`vllm/v1/core/sched/output.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/output.py)：`SchedulerOutput`、`NewRequestData`、`CachedRequestData` | `minivllm/core/sched/output.py`：`SchedulerOutput`、`NewRequestData`、`CachedRequestData` | worker 从一步的计划里拿到什么？`num_scheduled_tokens` 与 `preempted_req_ids` 各告诉它什么？ |
 # | 6 | `scheduler.py`：`_update_after_schedule`、`update_from_output` | `minivllm/core/sched/scheduler.py`：`Scheduler.update_from_output` | `num_computed_tokens` 在哪一刻推进？为什么一个没算完的 prefill chunk 不产生输出 token？ |
 #
-# 源码快照：vLLM 8e958902eee5。方法会继续演进（本课核对过的较新版本里，抢占由 `_preempt_request` 完成，`schedule()` 还多了 priority 策略、async scheduling 的占位 token 等分支；骨架不变），面试回答应先声明所读版本。
+# 源码快照：vLLM 8e958902eee5（本课逐条对照了前一天构建的 vLLM 0.27.1 发布包）。这个版本里抢占由 `Scheduler._preempt_request` 完成，`schedule()` 里有 priority 策略的分支，running 循环用 `num_output_placeholders` 处理 async scheduling 的占位 token（async scheduling 在这个版本是默认开启的：`SchedulerConfig.async_scheduling=None` 在没有不兼容选项时被 `VllmConfig.__post_init__` 设为 `True`，调度器类随之换成 `AsyncScheduler`，见第 1 课；minivllm 的调度器目前是同步的，本课的每步计划都是同步调度下的计划），waiting 循环在接纳前做整段 prompt 的准入检查（`scheduler_reserve_full_isl`）；这些都在骨架之外，骨架不变。方法会继续演进，面试回答应先声明所读版本。
+#
+# > **勘误（对照 vLLM 0.27.1）**：本课早先的版本说 `_preempt_request`、priority 策略和 async 占位 token 是“较新版本”才有的——不对，它们都在固定的 commit 里。
 
 # %% nbgrader={"grade": false, "grade_id": "l02_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的图、演示与检查。
@@ -77,21 +79,25 @@ from autograder.common import ______, self_check  # noqa: E402,F401
 #
 # ### 1. 它是什么，解决什么问题
 #
-# V0 的调度器把一步分成 “prefill 批” 和 “decode 批”：一个长 prompt 到来时，整步都被它占住，所有正在生成的请求在这一步里一个 token 也拿不到。V1 的 `Scheduler` 换了一个更简单的模型（源码开头 `NOTE(woosuk)` 的注释）：**调度器里没有 prefill 阶段，也没有 decode 阶段**。每个请求只有两个数：`num_computed_tokens`（KV 已经算好的 token 数）和 `num_tokens_with_spec`（prompt + 已生成 + 投机 token）。每一步，调度器给请求分 token，让前者追赶后者：
+# V0 的默认调度器把一步分成 “prefill 批” 和 “decode 批”，并优先 prefill：一个长 prompt 到来时，整步都被它占住，所有正在生成的请求在这一步里一个 token 也拿不到。（V0 打开 chunked prefill 后的调度器已经能把 decode 和 prefill chunk 放进同一步：先排 decode、再用剩余预算排 prefill chunk；但它仍按 prefill / decode 两类请求分别处理，是一个可选模式。）V1 的 `Scheduler` 换了一个更简单、总是生效的模型（源码开头 `NOTE(woosuk)` 的注释）：**调度器里没有 prefill 阶段，也没有 decode 阶段**。每个请求只有两个数：`num_computed_tokens`（KV 已经算好的 token 数）和 `num_tokens_with_spec`（prompt + 已生成 + 投机 token）。每一步，调度器给请求分 token，让前者追赶后者：
 #
 # - 新请求差一整个 prompt，拿到的 token 就是 prefill（或 prefill 的一个 chunk）；
 # - 正在生成的请求只差 1 个 token，拿到的就是 decode；
 # - prefix cache 命中的请求，`num_computed_tokens` 一开始就不是 0，只差剩下的部分；
 # - 被抢占的请求 `num_computed_tokens` 归零，重新追（recompute）。
 #
-# 一步能分出去的 token 总数是 **token budget**（`max_num_batched_tokens`，源码里是 `self.max_num_scheduled_tokens`）。它同时约束了一步 forward 的计算量和 worker 要准备的输入大小。chunked prefill 不是一个独立的机制，而是这条规则的自然结果：预算不够一个完整的 prompt，就先算一部分，下一步接着算。
+# 一步能分出去的 token 总数是 **token budget**（源码里是 `self.max_num_scheduled_tokens`：默认等于 `max_num_batched_tokens`；开启投机解码时 `VllmConfig._set_max_num_scheduled_tokens` 会减去 drafter 在一步里可能插入的槽位数 `max_num_new_slots_for_drafting × max_num_seqs`，所以更小）。它同时约束了一步 forward 的计算量和 worker 要准备的输入大小。chunked prefill 不是一个独立的机制，而是这条规则的自然结果：预算不够一个完整的 prompt，就先算一部分，下一步接着算。
 #
 # ### 2. 它如何工作
 #
 # `schedule()` 的骨架只有两个循环：
 #
-# 1. **先 RUNNING**：按加入顺序遍历 `self.running`。每个请求本步拿 `min(剩余 token, long_prefill_token_threshold, 剩余预算)`（threshold 为 0 表示不设上限），再调用 `kv_cache_manager.allocate_slots(request, num_new_tokens)` 为这些 token 要 KV 块。失败（返回 `None`）就抢占 **优先级最低** 的 running 请求——FCFS 下是最后加入的那个，`self.running.pop()`——按重算处理：释放它的全部块、状态改为 `PREEMPTED`、`num_computed_tokens = 0`、放回 waiting 队首；然后重试。如果被抢占的正是当前请求本身，说明没有别人可让，本请求也无法调度，循环结束。
-# 2. **再 WAITING**：只有本步**没有发生抢占**时才接纳新请求（`if not preempted_reqs`）。对队首请求先查 prefix cache（`get_computed_blocks`），同样取 `min(剩余, threshold, 剩余预算)`，`allocate_slots` 成功才把它移入 running；失败就停止（FCFS：不跳过队首去接纳后面的请求）。
+# 1. **先 RUNNING**：按加入顺序遍历 `self.running`。每个请求本步拿 `min(剩余 token, long_prefill_token_threshold, 剩余预算)`（threshold 为 0 表示不设上限），再调用 `kv_cache_manager.allocate_slots(request, num_new_tokens)` 为这些 token 要 KV 块。失败（返回 `None`）就抢占 **优先级最低** 的 running 请求——FCFS 下是最后加入的那个，`self.running.pop()`；priority 策略下是 `max(self.running, key=lambda r: (r.priority, r.arrival_time))`——再由 `_preempt_request` 按重算处理：释放它的全部块、状态改为 `PREEMPTED`、`num_computed_tokens = 0`、放回 waiting 队首；然后重试。如果被抢占的正是当前请求本身，说明没有别人可让，本请求也无法调度，循环结束。（async scheduling 下 running 请求的剩余 token 还要算上 `num_output_placeholders`：上一步已调度、结果还没回来的 token。）
+# 2. **再 WAITING**：只有本步**没有发生抢占**时才接纳新请求（`if not preempted_reqs`，外加引擎未暂停）。对队首请求先查 prefix cache（`get_computed_blocks`），同样取 `min(剩余, threshold, 剩余预算)`，再调用 `allocate_slots(..., full_sequence_must_fit=self.scheduler_reserve_full_isl, has_scheduled_reqs=bool(self.running))`：
+#    - **准入检查**（`scheduler_reserve_full_isl`，固定 commit 的默认值是 `True`）：不仅本步的 chunk，**整段 prompt** 除去 prefix cache 命中后需要的块，当前空闲块都要放得下，否则不接纳。否则 chunked prefill 下几个长 prompt 凭各自的第一个 chunk 同时进来，算到一半 KV 池就干了，只能互相抢占、反复重算；
+#    - **watermark**（`watermark`，默认 `0.0` 即关闭）：本步已有请求被调度时，接纳 waiting / preempted 请求还要额外留出 `int(watermark × 总块数)` 个空闲块，给 running 请求继续生长；
+#    - 成功才把它移入 running；失败就停止（FCFS：不跳过队首去接纳后面的请求）。
+#    minivllm 的 `SchedulerConfig` / `EngineArgs` 有同名、同默认值的 `scheduler_reserve_full_isl` 与 `watermark`。
 #
 # 最后把结果装进 `SchedulerOutput`（每个请求本步的 `num_scheduled_tokens`、新请求的完整数据、老请求的增量、被抢占的 id），并立刻把 `num_computed_tokens` 推进（`_update_after_schedule`），worker 按这个计划执行。
 #
@@ -107,36 +113,37 @@ L02.fig_concurrent_partial();
 #
 # - **预算不变量**：每步 `sum(num_scheduled_tokens) ≤ max_num_batched_tokens`，每个请求的 chunk ≤ threshold（threshold > 0 时）。worker 按 `max_num_batched_tokens` 预留输入缓冲和激活内存，超出预算不只是 “慢一点”。
 # - **running 优先**：正在 decode 的请求每步都应拿到它的 1 个 token（除非被抢占）。如果先接纳 waiting，一批长 prompt 就能吃光预算，所有在线请求的输出流在这一步停住。
-# - **`allocate_slots` 全有或全无**：它要么为这批 token 分到全部所需的块，要么返回 `None` 且不改任何状态。所以调度器可以放心地 “先试、失败再抢占、再试”。
-# - **抢占最低优先级的那个**：FCFS 下 running 列表按加入顺序排列，末尾的请求最新、优先级最低，也是本步还没被分到 token 的那个（循环从头往后走）。抢占最老的请求会把已经分好 token 的请求踢出去，本步计划自相矛盾。
+# - **`allocate_slots` 全有或全无（对全注意力模型）**：它要么为这批 token 分到全部所需的块，要么返回 `None` 且不改请求的块表。所以调度器可以放心地 “先试、失败再抢占、再试”。严格说这只对全注意力层成立：vLLM 的 `allocate_slots` 在检查空闲块之前先调用 `coordinator.remove_skipped_blocks`，把滑动窗口（sliding window）等层已经移出窗口的块释放掉——即使随后返回 `None`，这些块也已经还回去了（源码注释：“We can do this even if we cannot schedule this request”）。minivllm 只有全注意力，失败时什么都不改。
+# - **抢占最低优先级的那个**：FCFS 下 running 列表按加入顺序排列，末尾的请求最新、优先级最低，也是本步还没被分到 token 的那个（循环从头往后走），被抢占的请求本步还没拿到任何东西。priority 策略下优先级最低的请求可能排在前面、本步已经分到了 token：vLLM 这时把它从 `scheduled_running_reqs` 里删掉、把它的 token 还给 `token_budget`、删掉它本步的新块记录、`req_index -= 1`——这是簿记，计划并不矛盾。练习只考 FCFS：从尾部 `pop()`；从头部抢占最老的请求会把已经分好 token 的请求踢出去而不做这笔簿记，本步计划就自相矛盾了。
 # - **抢占按重算（recompute）**：V1 没有 swap，被抢占请求的 KV 块全部释放，恢复时从头算（prefix cache 可能命中其中一部分）；它放回 waiting 的**队首**，下一步优先恢复。
-# - **抢占过的一步不接纳新请求**：抢占说明 KV 池已经不够分；这时接纳新请求只会把刚释放的块再分出去，下一步 running 请求又要块，又得抢占，形成抖动（thrashing）。
-# - **`num_computed_tokens` 在调度时推进**：一个没算完 prompt 的 chunk 也会被 worker 采样，但这个 token 没有意义，`update_from_output` 不会把它当作输出（minivllm 里 worker 对 partial prefill 返回空列表）。
+# - **抢占过的一步不接纳新请求**：抢占说明 KV 池已经不够分；这时接纳新请求只会把刚释放的块再分出去，下一步 running 请求又要块，又得抢占，形成抖动（thrashing）。准入检查（整段 prompt 放得下才接纳）从另一头防同一件事：它只保证新请求自己的 prompt 放得下当前的空闲块，不为 running 请求以后的 decode 留块（那是 `watermark` 的事），所以两条规则都需要。
+# - **`num_computed_tokens` 在调度时推进**（`_update_after_schedule`）：一个没算完 prompt 的 chunk 也会被 worker 采样，但这个 token 没有意义。vLLM 里由 runner 丢弃它：`GPUModelRunner._prepare_inputs` 把 “本步算完后仍短于请求长度” 的请求记进 `discard_request_mask`，`_bookkeeping_sync` 清掉这些请求的采样结果（并把它们随机数生成器的 offset 倒回去），所以 `update_from_output` 收到的是空列表。minivllm 的 worker 同样对 partial prefill 返回空列表。
 #
 # ### 4. 性能与工程取舍
 #
 # - **budget 决定一步的大小**：一步的耗时大致随调度的 token 数增长（GPU 上在越过算术强度拐点之后），所以 budget 越大，吞吐越高、长 prompt 的 TTFT 越短，但同一步里 decode 请求的 inter-token latency（ITL）越长；budget 越小则相反。
 # - **threshold 限制单个请求**：`long_prefill_token_threshold` 让一个长 prompt 不能独占 budget，几个长 prompt 可以并行推进，短请求也能挤进来；代价是长 prompt 需要更多步才算完。
 # - **chunk 的额外成本**：每多一步就多一次调度、一次 forward 的固定开销、一次采样；后面的 chunk 还要在 attention 里重新读取前面 chunk 的 KV。chunk 太小时，GEMM 的算术强度低于硬件拐点，GPU 在读权重而不是在算。
-# - **重算 vs. 交换**：重算浪费计算，但不需要 CPU 内存和 PCIe 带宽，也不需要 swap 的状态机；被抢占的大多是刚加入、KV 还不多的请求，重算代价有限——但 KV 池太小时会反复抢占同一个请求（下面的真实引擎负载 W2 就是这样）。
+# - **重算 vs. 交换**：重算浪费计算，但不需要 CPU 内存和 PCIe 带宽，也不需要 swap 的状态机；被抢占的大多是刚加入、KV 还不多的请求，重算代价有限——但 KV 池太小、又只看第一个 chunk 就接纳时，会反复抢占同一个请求（下面的真实引擎负载 W2 关掉了准入检查，就是这样；vLLM 正是为此加了默认开启的 `scheduler_reserve_full_isl`）。
+# - **准入检查的代价**：整段 prompt 放得下才接纳，长 prompt 可能在 waiting 里多等几步（下面 W1 的 b0、b1 就等到 a1 结束才进来），换来的是不再中途被抢占、不再重算；watermark 再用一部分 KV 池换更少的抢占。两者的取值都要在目标负载上测。
 
 # %% [markdown]
 # ## 具体演示：真实引擎上的 budget、chunked prefill 与抢占
 #
 # 下面在真实的 minivllm `EngineCore`（默认模型 `data/models/shakespeare-llama`，CPU，torch attention 后端）上跑两件事。
 #
-# **一、混合负载上的每步计划。** 这是本课评分用的负载 W1（budget 96、threshold 48、只有 21 个可用 KV 块，每块 16 个 token）：a0、a1、a2 一开始到达，b0、b1 在第 4 步到达（b1 的前 64 个 token 与 a1 相同，prefix cache 命中），之后还有 c0、c1。每行是一步：`请求:token 数`，`d` 表示 decode，`p` 表示 prefill（或重算）chunk。
+# **一、混合负载上的每步计划。** 这是本课评分用的负载 W1（budget 96、threshold 48、只有 21 个可用 KV 块，每块 16 个 token，准入检查按默认开启）：a0、a1、a2 一开始到达，b0（150 个 token）、b1（104 个 token，前 64 个与 a1 相同，prefix cache 命中）在第 4 步到达，c0、c1 在第 7、10 步到达。每行是一步：`请求:token 数`，`d` 表示 decode，`p` 表示 prefill（或重算）chunk。
 
 # %%
 w1, w2 = L02.reference_runs()  # minivllm 自带的 Scheduler；后面的评分也拿它作参考
-L02.print_steps(w1, 1, 8)
+L02.print_steps(w1, 1, 5)
 print("...")
-L02.print_steps(w1, 24, 29)
+L02.print_steps(w1, 18, 31)
 
 # %% [markdown]
-# 读法：第 1 步三个新请求分掉整个 budget（a1 的 120 个 token 被 threshold 截成 48）；第 2 步 a0 已在 decode，a1、a2 继续 prefill，第 3 步 a1 算完最后 24 个 token；第 4 步 running 的三个请求先各拿 1 个 token，b0 拿 48，b1 因为前 4 个块命中 prefix cache，只需要算 40 个 token。第 5 步 KV 池不够：为了让 running 里更老的请求拿到块，最后加入的 b1 被抢占，本步不再接纳任何请求；第 6 步轮到 b0。被抢占的请求回到 waiting 队首，等 a1 结束、块被释放后才恢复（第 19 步以后）。第 27 步同样的事发生在 c0、c1 身上，第 28 步它们恢复时，c0 之前算好的完整块又从 prefix cache 命中，只需重算 42 个 token。
+# 读法：第 1 步三个新请求分掉整个 budget（a1 的 120 个 token 被 threshold 截成 48）；第 2 步 a0 已在 decode，a1、a2 继续 prefill，第 3 步 a1 算完最后 24 个 token。第 4 步 b0、b1 到达，budget 还剩 93 个 token，却一个也没有接纳：**准入检查**要求 b0 的整段 150-token prompt（10 个块）放得下当前的空闲块，而三个 running 请求正占着大部分 KV 池；FCFS 下 b1 也不能越过队首的 b0。它们一直等到第 19 步 a1 结束、块被释放，才一起进来（b1 前 4 个块命中 prefix cache，只需算 40 个 token）。准入检查只管接纳那一刻的 prompt，不为以后生成的 token 留块：running 请求继续生长，第 21 步 KV 池又不够，最后加入的 b1 被抢占，本步不再接纳任何请求；第 25 步 a0 结束后 b1 恢复，它之前算好的完整块又从 prefix cache 命中，只需重算 58 个 token（48 + 10）。c0、c1 同样在 waiting 里等到第 30 步才被接纳。对比关掉准入检查的同一负载：b0、b1 会在第 4 步凭第一个 chunk 进来，再在 KV 池耗尽时被抢占、重算——这就是 vLLM 把 `scheduler_reserve_full_isl` 默认打开要防的事。
 #
-# **二、chunked prefill 的取舍。** 四个短请求正在 decode，第 4 步和第 16 步各来一个 480-token 的长 prompt。比较 “关闭 chunked prefill”（`enable_chunked_prefill=False`，budget 512，长 prompt 一步算完）和几个 `long_prefill_token_threshold`（budget 同为 512）：每步调度多少 prefill、多少 decode token，每步的墙钟时间，以及长 prompt 的 TTFT 和 decode 请求的 ITL。所有数字都是这台机器上实测的。
+# **二、chunked prefill 的取舍。** 四个短请求正在 decode，第 5 步和第 15 步各来一个 480-token 的长 prompt。比较 “关闭 chunked prefill”（`enable_chunked_prefill=False`，budget 512，长 prompt 一步算完）和几个 `long_prefill_token_threshold`（budget 同为 512）：每步调度多少 prefill、多少 decode token，每步的墙钟时间，以及长 prompt 的 TTFT 和 decode 请求的 ITL。所有数字都是这台机器上实测的。
 
 # %%
 runs = L02.run_demo()  # 约 10 秒：一个引擎，每种配置跑两遍（第一遍兼作预热）
@@ -165,7 +172,7 @@ L02.fig_tradeoff(rows);
 # - `running`：running 请求的 list，按加入顺序（最后一个优先级最低）；`waiting`：waiting 请求的 deque（FCFS）。二者就是 `Scheduler.running` / `Scheduler.waiting` 本身，原地修改。
 # - `token_budget`：本步的 token 预算；`threshold`：单个请求本步最多拿多少 token（`long_prefill_token_threshold`，为 0 即关闭时传入的就是 budget）；`max_num_seqs`：running 的上限。
 # - `num_new_tokens(req)`：请求还差多少 token（waiting 请求已扣除 prefix cache 命中的部分）。
-# - `allocate(req, n)`：为 `req` 的 `n` 个新 token 分配 KV 块（`KVCacheManager.allocate_slots`），成功返回 `True`，失败返回 `False` 且什么都不改。
+# - `allocate(req, n)`：为 `req` 的 `n` 个新 token 分配 KV 块（`KVCacheManager.allocate_slots`），成功返回 `True`，失败返回 `False` 且什么都不改。对 waiting 请求它已经包含了准入检查（`full_sequence_must_fit=scheduler_reserve_full_isl`）和 watermark，和 vLLM 一样在 `allocate_slots` 里面做，不是这个循环的事。
 # - `preempt(req)`：按重算抢占一个**已经从 running 里取出**的请求：释放 KV 块、状态改为 PREEMPTED、放回 `waiting` 队首。
 # - 返回 `(scheduled, preempted)`：`{request_id: 本步 token 数}`，以及本步被抢占的请求列表。
 #
@@ -228,7 +235,7 @@ L02.check_main_path(schedule_step)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：把你的 `schedule_step` 接进真实的 minivllm `EngineCore` 的 `Scheduler`（只替换这个实例的 `schedule`，其余——prefix cache 查询、`allocate_slots`、抢占、`SchedulerOutput`——都是引擎自己的），在默认模型上跑两个混合负载：W1 是上面演示的负载；W2 没有 threshold、没有 prefix cache、KV 池很小，一个长 prompt 在两个 decode 请求旁边反复被抢占。检查读取每一步的 `SchedulerOutput`：token 总数不超过 budget、chunk 不超过 threshold、正在 decode 的请求每步都拿到 token、抢占的一步没有接纳新请求、每步调度与 minivllm 自带的调度器完全一致；最后所有请求的贪心输出必须与参考引擎相同。
+# 第二项检查：把你的 `schedule_step` 接进真实的 minivllm `EngineCore` 的 `Scheduler`（只替换这个实例的 `schedule`，其余——prefix cache 查询、`allocate_slots`、抢占、`SchedulerOutput`——都是引擎自己的），在默认模型上跑两个混合负载：W1 是上面演示的负载；W2 没有 threshold、没有 prefix cache、KV 池很小，并且关掉了准入检查（`scheduler_reserve_full_isl=False`），一个长 prompt 凭第一个 chunk 被接纳，又在两个 decode 请求旁边反复被抢占——这正是准入检查要防的抖动，也是错误的循环（例如抢占后又接纳）最容易暴露的地方。检查读取每一步的 `SchedulerOutput`：token 总数不超过 budget、chunk 不超过 threshold、正在 decode 的请求每步都拿到 token、抢占的一步没有接纳新请求、每步调度与 minivllm 自带的调度器完全一致；最后所有请求的贪心输出必须与参考引擎相同。
 
 # %% nbgrader={"grade": true, "grade_id": "l02_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 student_runs = L02.check_real_engine(schedule_step)
@@ -306,7 +313,7 @@ L02.check_source_map(SOURCE_MAP)
 #
 # **参考答案**
 #
-# 1. running 请求是已经投入成本的请求：`Scheduler.running` 里的每个请求都在 `KVCacheManager` 里持有块（`req_to_blocks`），其中 decode 请求每步只差 1 个 token（`num_tokens_with_spec - num_computed_tokens == 1`）。先遍历 `self.running`，它们每步都一定拿到这 1 个 token（budget 远大于 running 数），输出流的 inter-token latency 有上界；请求越早结束，块越早回到 `BlockPool`，后面的请求越早能进来。
+# 1. running 请求是已经投入成本的请求：`Scheduler.running` 里的每个请求都持有 KV 块（vLLM：`KVCacheManager` 之下每个 KV-cache 组的 `SingleTypeKVCacheManager.req_to_blocks`；minivllm 只有一组，直接放在 `KVCacheManager.req_to_blocks`），其中 decode 请求每步只差 1 个 token（`num_tokens_with_spec - num_computed_tokens == 1`）。先遍历 `self.running`，它们每步都一定拿到这 1 个 token（budget 远大于 running 数），输出流的 inter-token latency 有上界；请求越早结束，块越早回到 `BlockPool`，后面的请求越早能进来。
 # 2. running 列表按加入顺序排列，也就是优先级顺序。从头往后分预算、从尾部抢占，保证被抢占的总是本步还没拿到 token、优先级最低的那个，计划不会自相矛盾。
 # 3. 反过来（先 waiting）：在 “很多请求在线生成、突然来了几个长 prompt” 的负载下，新 prompt 的 chunk 先把 budget 吃光，所有 decode 请求在这一步拿不到 token——用户看到输出流卡住（本课真实引擎检查里 W2 的第 3 步就是这样：长 prompt 拿走 48 个 token，两个 decode 请求为 0）。同时新请求先分走 KV 块，轮到 running 请求要新块时只能抢占，被抢占的请求要重算，算力浪费、延迟更坏。
 #
@@ -324,13 +331,13 @@ L02.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 指出抢占的含义是 KV 池已不够分（`allocate_slots` 返回 `None`），刚释放的块是为 running 请求腾的；此时接纳（常常就是刚被抢占、排在 waiting 队首的请求）会把块再分出去，下一步 running 请求又要块 → 再抢占 → 抖动与重复重算；并说明 budget 有剩余不代表 KV 有剩余（两种资源）。1 分 = 只说 “避免抖动” 而没有沿块的流向解释，或只说两种资源不同。0 分 = 认为是为了公平或性能优化而没有因果链。
+# **评分要点**：2 分 = 指出抢占的含义是 KV 池已不够分（`allocate_slots` 返回 `None`），刚释放的块是为 running 请求腾的；此时接纳（常常就是刚被抢占、排在 waiting 队首的请求）会把块再分出去，下一步 running 请求又要块 → 再抢占 → 抖动与重复重算；说明 budget 有剩余不代表 KV 有剩余（两种资源）；并说清它与准入检查（`scheduler_reserve_full_isl`，固定 commit 默认开启）的关系：准入检查只看新请求自己的整段 prompt 是否放得下当前空闲块，不为 running 请求以后的增长留块，刚释放的块足以让它通过，所以抢占过的一步仍要停止接纳（答 “有了准入检查就不需要这条规则” 不得 2 分）。1 分 = 只说 “避免抖动” 而没有沿块的流向解释，或只说两种资源不同，或没有提到准入检查。0 分 = 认为是为了公平或性能优化而没有因果链。
 #
 # **参考答案**
 #
 # 1. token budget 约束的是一步的计算量，KV 块约束的是所有 running 请求的总上下文长度；`allocate_slots` 返回 `None` 说明后者已经用尽——这时 budget 还剩多少无关紧要。
-# 2. 抢占是按重算做的：minivllm 的 `Scheduler._preempt`（vLLM 较新版本中的 `_preempt_request`）把被抢占请求的块全部还给 `BlockPool`、`num_computed_tokens` 归零、放回 `waiting` 队首。这些块是给 running 里更早的请求腾的。
-# 3. 如果同一步继续接纳，waiting 队首往往正是刚被抢占的请求（或其他新请求）；它把刚释放的块又拿走（chunked prefill 下只要第一个 chunk 放得下就能进来），下一步 running 请求再要块，又要抢占：请求在 running 与 waiting 之间来回跳，每次都从头重算，算力浪费在丢弃的 KV 上，ITL/TTFT 都变坏（thrashing）。本课真实引擎检查的 W2 里，这样的答案会在第 5 步抢占长 prompt 后又立刻把它接纳回来。
+# 2. 抢占是按重算做的：vLLM 的 `Scheduler._preempt_request`（minivllm：`Scheduler._preempt`）把被抢占请求的块全部还给 `BlockPool`、`num_computed_tokens` 归零、放回 `waiting` 队首。这些块是给 running 里更早的请求腾的。
+# 3. 如果同一步继续接纳，waiting 队首往往正是刚被抢占的请求（或其他新请求）；它把刚释放的块又拿走，下一步 running 请求再要块，又要抢占：请求在 running 与 waiting 之间来回跳，每次都从头重算，算力浪费在丢弃的 KV 上，ITL/TTFT 都变坏（thrashing）。准入检查（`allocate_slots(..., full_sequence_must_fit=True)`）挡不住这种情况：刚释放的块正好够这个请求的 prompt，检查会通过；它不知道 running 请求下一步还要块。关掉准入检查时更糟：chunked prefill 下只要第一个 chunk 放得下就能进来。本课真实引擎检查的 W2（关掉了准入检查）里，这样的答案会在第 5 步抢占长 prompt 后又立刻把它接纳回来。
 # 4. 不接纳还保证了 FCFS：被抢占的请求留在队首，下一步内存压力缓解后优先恢复，而不是被后来者插队。
 #
 # === END MARK SCHEME ===
@@ -352,7 +359,7 @@ L02.check_source_map(SOURCE_MAP)
 # **参考答案**
 #
 # 1. 换来的：`schedule()` 里每个请求拿 `min(剩余, threshold, 剩余预算)`，所以一步调度的 token 数 ≤ `max_num_batched_tokens`，单个请求 ≤ threshold。一步的耗时随 token 数增长，于是一步的长度有了上界：正在 decode 的请求不会因为一个长 prompt 整步等待，ITL 的尾部被压住（图 2-2、2-3：关闭时那一步的耗时是普通 decode 步的许多倍，threshold 越小 ITL 最大值越低）。GPU 上，受带宽限制的 decode 搭上受计算限制的 prefill chunk，一次读权重做更多的事。
-# 2. 付出的：长度为 L 的 prompt 需要 ⌈L/threshold⌉ 步（本课：480 个 token，threshold 64 要 8 步）；每步都有调度、forward 启动、采样的固定开销，后面的 chunk 在 attention 里还要重读前面 chunk 的 KV；chunk 太小时 GEMM 的 M 维太小，低于硬件的算术强度拐点（H100 约数百个 token），GPU 在读权重而不是在算 → 长 prompt 的 TTFT 变长、整体吞吐下降。
+# 2. 付出的：长度为 L 的 prompt 需要 ⌈L/threshold⌉ 步（本课：480 个 token，threshold 64 要 8 步）；每步都有调度、forward 启动、采样的固定开销，后面的 chunk 在 attention 里还要重读前面 chunk 的 KV；chunk 太小时 GEMM 的 M 维太小，低于硬件的算术强度拐点（H100 SXM 的 BF16 稠密峰值 / HBM 带宽约 295 FLOP/Byte，对应约数百个 token；PCIe 版不同），GPU 在读权重而不是在算 → 长 prompt 的 TTFT 变长、整体吞吐下降。
 # 3. 可由源码推出的：预算与 threshold 的不变量、每个 prompt 需要的步数、decode 每步必得 1 个 token。必须 benchmark 的：一步的耗时与 token 数的关系（CPU 上固定开销小、大步不比几个小步快，所以本课测得的 TTFT 代价不明显甚至为负；GPU 上小步几乎与中等步一样贵，代价明显）、模型与并发下的拐点、真实流量的 prompt 长度分布，以及服务的 TTFT/ITL 目标——要在目标硬件上用真实或有代表性的负载（例如 `vllm bench serve`）扫 threshold 与 budget，画出 TTFT–ITL 曲线再选。本课 CPU 上的数字不能外推到 GPU。
 #
 # **附：检查方法（threshold 关闭）的参考解释**（不单独计分，供批改时核对学生在“检查方法”下写的解释）：threshold 为 0 时单个请求只受剩余预算限制。第 1 步请求 0 拿到全部 800 个 token，请求 1 拿到剩下的 224，预算用完，请求 2 留在 waiting；第 2 步请求 0 的 prompt 已算完，只要 1 个 token（decode），请求 1 拿 576 个把 prompt 算完，请求 2 才被接纳，拿到剩下的 1024 − 1 − 576 = 447；第 3 步请求 0、1 各 1 个，请求 2 拿 353。对比 threshold = 400：一个长 prompt 可以独占整步预算，后到的请求要多等一步才开始，这正是 threshold 要限制的情况。
@@ -383,9 +390,10 @@ self_check("lesson02", globals());
 #
 # - [vLLM Scheduler source](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/scheduler.py)
 # - [vLLM SchedulerOutput](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/output.py)
-# - [vLLM KVCacheManager](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/kv_cache_manager.py)
+# - [vLLM KVCacheManager](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/kv_cache_manager.py)（`allocate_slots` 的 `full_sequence_must_fit` 与 watermark）
+# - [vLLM SchedulerConfig](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/config/scheduler.py)（`scheduler_reserve_full_isl`、`watermark`、`async_scheduling` 的默认值）
 # - [vLLM scheduler tests（`test_schedule_concurrent_partial_requests` 等）](https://github.com/vllm-project/vllm/blob/8e958902eee5/tests/v1/core/test_scheduler.py)
-# - [vLLM Optimization and Tuning（Preemption、Chunked Prefill）](https://docs.vllm.ai/en/latest/configuration/optimization.html)
+# - [vLLM Optimization and Tuning（Preemption、Chunked Prefill）](https://docs.vllm.ai/en/latest/configuration/optimization/)
 #
 # 源码链接固定到本课审阅 commit；current docs、支持矩阵和默认参数会变化，面试或部署前必须按目标版本重新核对。
 #

@@ -45,13 +45,24 @@ if "google.colab" in sys.modules:
 # | 顺序 | vLLM 文件与入口（8e958902eee5） | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
 # | 1 | [`vllm/v1/core/kv_cache_utils.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/kv_cache_utils.py)：`hash_block_tokens`、`get_request_block_hasher`、`init_none_hash`（`NONE_HASH`）、`generate_block_hash_extra_keys` | `minivllm/core/kv_cache_utils.py`：`hash_block_tokens`、`get_request_block_hasher`、`NONE_HASH` | 一个块的哈希里装了什么？为什么要带上父块的哈希？哪些块有哈希？ |
-# | 2 | `kv_cache_utils.py`：`KVCacheBlock`、`FreeKVCacheBlockQueue`（`popleft_n`、`remove`、`append_n`） | `minivllm/core/block_pool.py`：`KVCacheBlock`、`FreeKVCacheBlockQueue.popleft_n`、`remove`、`append` | 空闲队列的头和尾各代表什么？为什么要 O(1) 地从中间删除？ |
-# | 3 | [`vllm/v1/core/block_pool.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/block_pool.py)：`BlockPool.get_cached_block`、`cache_full_blocks`、`get_new_blocks`、`_maybe_evict_cached_block`、`touch`、`free_blocks` | `minivllm/core/block_pool.py`：`BlockPool.get_cached_block`、`cache_full_blocks`、`get_new_blocks`、`_maybe_evict_cached_block`、`touch`、`free_blocks` | 一个块什么时候进入 `cached_block_hash_to_block`，什么时候离开？ |
+# | 2 | `kv_cache_utils.py`：`KVCacheBlock`、`FreeKVCacheBlockQueue`（`popleft_n`、`remove`、`append_n`、`prepend_n`） | `minivllm/core/block_pool.py`：`KVCacheBlock`、`FreeKVCacheBlockQueue.popleft_n`、`remove`、`append_n`、`prepend_n` | 空闲队列的头和尾各代表什么？为什么要 O(1) 地从中间删除？ |
+# | 3 | [`vllm/v1/core/block_pool.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/block_pool.py)：`BlockHashToBlockMap`、`BlockPool.get_cached_block`、`cache_full_blocks`、`get_new_blocks`、`_maybe_evict_cached_block`、`touch`、`free_blocks` | `minivllm/core/block_pool.py`：`BlockHashToBlockMap`、`BlockPool.get_cached_block`、`cache_full_blocks`、`get_new_blocks`、`_maybe_evict_cached_block`、`touch`、`free_blocks` | 一个块什么时候进入 `cached_block_hash_to_block`，什么时候离开？同一个哈希为什么可以对应几个块？ |
 # | 4 | [`vllm/v1/core/kv_cache_manager.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/kv_cache_manager.py)：`KVCacheManager.get_computed_blocks`、`allocate_slots`、`free` | `minivllm/core/kv_cache_manager.py`：`KVCacheManager.get_computed_blocks`、`allocate_slots`、`free` | 命中为什么封顶在 `num_tokens - 1`？命中的块怎样变成请求的块表？ |
 # | 5 | [`vllm/v1/core/single_type_kv_cache_manager.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/single_type_kv_cache_manager.py)：`FullAttentionManager.find_longest_cache_hit`、`SingleTypeKVCacheManager.free` | `minivllm/core/kv_cache_manager.py`：`get_computed_blocks`、`free` | 为什么在第一次未命中处就停？为什么逆序释放？ |
 # | 6 | [`vllm/v1/core/sched/scheduler.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/scheduler.py)：`Scheduler.schedule`（waiting 队列分支） | `minivllm/core/sched/scheduler.py`：`Scheduler.schedule`、`add_request`、`block_hasher` | 命中的 token 怎样从本步的 token budget 里省出来？ |
 #
-# 源码快照：vLLM 8e958902eee5。方法会继续演进，面试回答应先声明所读版本。本课核对名字时读到的较新 vLLM 与 minivllm 有两处差别，读源码时不要被绊住：`get_computed_blocks` 多返回一个 `shared_prefix_boundary`（混合模型用），查找委托给 `coordinator.find_longest_cache_hit`；`free_blocks` 把没有哈希的块（例如请求最后那个不满的块）用 `prepend_n` 放到空闲队列**队头**、有哈希的块照旧 `append_n` 到队尾。minivllm 保留的是更早、更简单的规则：释放的块一律按给定顺序追加到队尾。下面的驱逐顺序 `[10, 6, 5, 4, 3, 2, 1, 9, 8, 7]` 是这个规则下 vLLM `test_evict` 的结果；在“无哈希块放队头”的版本里它变成 `[6, 10, 5, 4, 3, 2, 1, 9, 8, 7]`——有哈希的块之间的 LRU 顺序不变。
+# 源码快照：vLLM 8e958902eee5（本课逐条对照了前一天构建的 vLLM 0.27.1 发布包）。方法会继续演进，面试回答应先声明所读版本。
+#
+# > **勘误（对照 vLLM 0.27.1）**：本课早先的版本说“无哈希块放队头”是较新 vLLM 的行为、minivllm 保留的旧规则（释放的块一律追加到队尾）下 `test_evict` 的结果 `[10, 6, 5, 4, 3, 2, 1, 9, 8, 7]` 就是 vLLM 的——不对。固定 commit 里 `BlockPool.free_blocks` 已经把 `ref_cnt` 降到 0、没有哈希的块（例如请求最后那个不满的块）用 `prepend_n` 放到空闲队列**队头**，有哈希的块 `append_n` 到队尾（vLLM PR #42656）；vLLM 的 `test_evict` 得到 `[6, 10, 5, 4, 3, 2, 1, 9, 8, 7]`，`test_prefill` 得到 `[5, 4, 6, 7, 8, 9, 10, 3, 2, 1]`。minivllm 现在与它一致，本课的文字、检查和 Q3 都按这个顺序。
+#
+# minivllm 与固定 commit 的 vLLM 仍有这些差别，读源码时不要被绊住：
+#
+# - **单个 KV-cache 组**：vLLM 的哈希表 `BlockHashToBlockMap` 以 `BlockHashWithGroupId`（块哈希 + KV-cache 组号）为键，`get_cached_block(block_hash, kv_cache_group_ids)` 一次返回每个组的块，查找经 `KVCacheCoordinator` 委托给每组的 `find_longest_cache_hit`；minivllm 只有一个全注意力组，键就是块哈希，块表是一维列表。
+# - **`get_computed_blocks` 的返回值**：vLLM 多返回一个 `shared_prefix_boundary`（滑动窗口 / Mamba 等稀疏保留的组用）；minivllm 返回 `(块, 命中 token 数)`。
+# - **命中粒度**：vLLM 的 `CacheConfig.prefix_match_unit`（默认 `None`，即各组块大小的最大公约数，单组时就是 `block_size`）可以设得比块更细，命中可以停在块内；本课讲默认的整块粒度，minivllm 只有整块。
+# - **统计**：两边都在请求被接纳时记一次查询（vLLM `KVCacheManager.record_prefix_cache_stats`），被抢占后恢复的请求记进 `preempted_*`，不抬高命中率；但 vLLM 的 `make_prefix_cache_stats` 每读一次就换一个新的 `PrefixCacheStats`（读即清零），日志里的命中率是最近 1,000 个请求的滑动窗口（`CachingMetrics(max_recent_requests=1000)`）；minivllm 的统计一直累计，直到 `reset_prefix_cache`。
+# - **`NONE_HASH`**：vLLM 的 `init_none_hash` 在设置了 `PYTHONHASHSEED` 时由它决定，否则每个进程随机（`os.urandom(32)`），所以不同进程的块哈希不同；minivllm 在导入时用固定种子 0 初始化（`init_none_hash(0)`），让测试和课程的结果可复现。
+# - **默认哈希函数**：vLLM 默认 `prefix_caching_hash_algo="sha256"`（pickle 后 SHA-256，另有 `sha256_cbor`、`xxhash`、`xxhash_cbor`）；minivllm 默认用 Python 内建 `hash`，也提供 `sha256`。
 
 # %% nbgrader={"grade": false, "grade_id": "l03_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的图、演示与检查。
@@ -83,15 +94,15 @@ from autograder.common import ______, self_check  # noqa: E402,F401
 # - 新请求到来时，`KVCacheManager.get_computed_blocks` 从头沿着它的块哈希查表，命中的块直接挂进它的块表（`ref_cnt` 加一，多个请求共享同一个物理块），scheduler 只为剩下的 token 安排计算；
 # - 请求结束时块被释放，但**哈希留着**：块进入空闲队列，既是可分配的空闲显存，也是还能被命中的缓存。只有当显存真的不够、它被 `get_new_blocks` 从 LRU 队头取走时，旧哈希才被驱逐。
 #
-# 所以缓存不额外占显存：它就住在“空闲”的块里，代价只是哈希计算和查表。V1 中前缀缓存默认开启（默认值随版本和模型类型变化，部署前按目标版本核对）。
+# 所以缓存不额外占显存：它就住在“空闲”的块里，代价只是哈希计算和查表。V1 中前缀缓存默认开启（固定 commit 的 `CacheConfig.enable_prefix_caching=True`；默认值随版本和模型类型变化，部署前按目标版本核对）。
 #
 # ### 2. 它如何工作
 #
-# 1. **块哈希链**（`kv_cache_utils.hash_block_tokens`）：`hash(block_i) = H(hash(block_{i-1}), tokens_i, extra_keys_i)`，第一个块的父哈希是 `NONE_HASH`（vLLM 的 `init_none_hash`：设置了 `PYTHONHASHSEED` 就由它决定，否则每个进程随机）。`extra_keys` 装的是“同样的 token 却不是同样的 KV”的因素：LoRA 名、多模态输入的哈希与偏移、`cache_salt`（只进第一个块）、prompt embeds。
+# 1. **块哈希链**（`kv_cache_utils.hash_block_tokens`）：`hash(block_i) = H(hash(block_{i-1}), tokens_i, extra_keys_i)`，第一个块的父哈希是 `NONE_HASH`（vLLM 的 `init_none_hash`：设置了 `PYTHONHASHSEED` 就由它决定，否则每个进程随机；minivllm 固定用种子 0）。`extra_keys` 装的是“同样的 token 却不是同样的 KV”的因素：LoRA 名、多模态输入的哈希与偏移、`cache_salt`（只进第一个块）、prompt embeds。
 # 2. **只哈希满块，随 token 增长**：`Request` 创建时由 `get_request_block_hasher` 返回的函数算出所有满块的哈希，之后每次 `append_output_token_ids` 再接着最后一个哈希往后算新满的块——decode 生成的 token 也会进缓存，下一轮对话可以命中上一轮的回答。
 # 3. **查找**（`KVCacheManager.get_computed_blocks` → `find_longest_cache_hit`）：命中上限 `max_cache_hit_length = request.num_tokens - 1`；沿 `block_hashes[:max_cache_hit_length // block_size]` 逐个查 `cached_block_hash_to_block`，**第一次未命中就停**；命中 token 数 = 命中块数 × `block_size`。
-# 4. **分配与登记**（`allocate_slots`）：命中的块经 `BlockPool.touch` 加引用（若它正躺在空闲队列里，就从队列中间 O(1) 删掉）；其余需要的块由 `get_new_blocks` 从空闲队列**队头**取出（顺手 `_maybe_evict_cached_block` 驱逐它残留的旧哈希）；本步算完会变满的块立刻由 `cache_full_blocks` 登记到哈希表。
-# 5. **释放**（`KVCacheManager.free`）：把请求的块**逆序**交给 `BlockPool.free_blocks`，`ref_cnt` 降到 0 的块追加到空闲队列队尾。队头是最久没用的（LRU），队尾是刚释放的。
+# 4. **分配与登记**（`allocate_slots`）：命中的块经 `BlockPool.touch` 加引用（若它正躺在空闲队列里，就从队列中间 O(1) 删掉）；其余需要的块由 `get_new_blocks` 从空闲队列**队头**取出（顺手 `_maybe_evict_cached_block` 驱逐它残留的旧哈希）；本步算完会变满的块立刻由 `cache_full_blocks` 登记到哈希表。登记**不去重**：两个请求同时算出同一段前缀时，两个物理块都以同一个哈希登记（`BlockHashToBlockMap` 一个哈希可以对应几个块，命中时取其中任意一个），因为已经交给请求的块号不能再换——块表只追加（append-only），worker 那边的块表也就不必改写。
+# 5. **释放**（`SingleTypeKVCacheManager.free`，minivllm：`KVCacheManager.free`）：把请求的块**逆序**（`reversed(...)`：链尾先）交给 `BlockPool.free_blocks`。`ref_cnt` 降到 0 的块里，**没有哈希**的（例如最后那个不满的块）永远不会被命中，`prepend_n` 到空闲队列**队头**，最先被复用；**有哈希**的 `append_n` 到队尾。有哈希的块之间，队头是最久没用的（LRU），队尾是刚释放的。关闭前缀缓存时所有块都追加到队尾（复用最近用过的块，对 GPU 缓存局部性更好）。
 #
 # 下面不是手画的示意图：三个共享 40 个 token system prompt 的请求（`block_size=16`）一起进入真实的 minivllm 引擎，跑完第一步后直接读 `KVCacheManager.req_to_blocks` 和每个块的 `ref_cnt`、哈希画出来。
 
@@ -111,14 +122,15 @@ L03.plot_block_tables(snap);
 # - **只有满块有哈希。** 不满的块还会被 decode 继续写入，内容未定；给它哈希等于承诺了一段还不存在的前缀。
 # - **命中封顶在 n-1，而且按整块取。** 采样下一个 token 需要最后一个 token 的 logits，而 logits 只在本步被计算的 token 上产生；全部命中就没有任何 token 可算。命中又必须块对齐，所以一个恰好整块的 prompt 全部命中时，要重算整个最后一块。
 # - **命中必须是前缀。** 查找在第一次未命中处停下：后面的块即使哈希还在，它们的 KV 依赖于缺失那一块的上文。
-# - **块被重新分配前必须驱逐旧哈希。** 否则哈希表仍指向这个块，而它的 KV 已被新内容覆盖。
+# - **块被重新分配前必须驱逐旧哈希。** 否则哈希表仍指向这个块，而它的 KV 已被新内容覆盖。驱逐只摘掉这一个块（`BlockHashToBlockMap.pop(key, block_id)`）：同一个哈希下的其他块照样可以命中。
+# - **重复块不是错误。** 同一段前缀被两个请求同时算出、或一个整块 prompt 全命中后重算了最后一块（Q2），缓存里就有两个同哈希的块。vLLM 有意不去重（`BlockHashToBlockMap` 的 NOTE：保证已分配的块号不变、块表只追加）；代价是暂时多占一个块，它释放后照常按 LRU 被驱逐。
 # - **共享块靠 `ref_cnt`。** 只有降到 0 才进入空闲队列；命中一个躺在空闲队列里的块必须先把它移出队列（`touch`），否则它可能在使用中被驱逐。
 #
 # ### 4. 性能与工程取舍
 #
-# - **省下的是 prefill 计算和重复的 KV 显存**：命中多少 token 就少算多少 token（TTFT 下降），共享块让同样的显存容纳更多请求。代价是每个满块一次哈希（vLLM 可选 sha256 一类抗碰撞哈希或更快的非加密哈希，默认值随版本变化；minivllm 默认用 Python 内建 `hash`，只求快）和每块一次查表。
+# - **省下的是 prefill 计算和重复的 KV 显存**：命中多少 token 就少算多少 token（TTFT 下降），共享块让同样的显存容纳更多请求。代价是每个满块一次哈希（固定 commit 的 vLLM 默认 `sha256`，可选 `sha256_cbor`、`xxhash`、`xxhash_cbor`；默认值随版本变化；minivllm 默认用 Python 内建 `hash`，只求快）和每块一次查表。
 # - **块大小是粒度**：`block_size` 越大，不满的尾块越长，n-1 封顶时重算得越多；越小，块表和哈希越多。
-# - **命中率取决于负载**：共享前缀的长度、请求到达的时间局部性、显存压力。LRU 加逆序释放让公共前缀最后被驱逐（Q3）。
+# - **命中率取决于负载**：共享前缀的长度、请求到达的时间局部性、显存压力。LRU 加逆序释放让公共前缀最后被驱逐；没有哈希的块放队头先被复用，不再挡在有缓存价值的块前面（Q3）。
 # - **需要 benchmark 才能确认的结论**：下面的 TTFT 是在 2 核 CPU 上测的；GPU 上 prefill 快得多，缓存省下的绝对时间、相对比例都不同，而且要和批处理、chunked prefill 的影响分开测。论文或博客里的加速比不能当作普遍结论。
 
 # %% [markdown]
@@ -228,7 +240,7 @@ L03.check_main_path(hash_block_tokens, request_block_hasher, get_computed_blocks
 # 第二项检查：把你的四个函数接进真实的 minivllm `EngineCore`（`L03.plugged`：在检查期间把 `minivllm.core.kv_cache_utils.hash_block_tokens` 换成你的，把你的 `request_block_hasher` 设为 scheduler 交给每个 `Request` 的 `block_hasher`，把 `get_computed_blocks`、`get_new_blocks` 绑定到引擎的 `KVCacheManager`、`BlockPool` 实例上），跑三个负载：
 #
 # 1. **共享前缀**：8 个请求一起到达，system prompt 是 `X + X`（第 3、4 块与第 1、2 块 token 相同、位置不同），其中一个请求就是 system prompt 本身（全部命中，要封顶）。引擎统计的 `prefix_cache_queries/hits` 与每个请求的命中数必须等于 minivllm 自己的实现；每个请求的 token 和 logprob 必须等于关闭缓存时的结果。
-# 2. **驱逐顺序**（vLLM `test_evict`，在引擎上跑）：87 个 token 和 48 个 token 的两个请求结束后，空闲队列必须是 `[10, 6, 5, 4, 3, 2, 1, 9, 8, 7]`；随后命中前两块的请求必须从 LRU 队头拿到块 10。
+# 2. **驱逐顺序**（vLLM `test_evict`，在引擎上跑）：87 个 token 和 48 个 token 的两个请求结束后，空闲队列必须是 `[6, 10, 5, 4, 3, 2, 1, 9, 8, 7]`（没有哈希的块 6 在队头）；随后命中前两块的请求必须从队头拿到块 6。
 # 3. **驱逐压力**：只有 9 个可用块，6 个请求依次到达（其中一个是多轮对话的下一轮，命中上一轮回答里生成的 token），每个请求之后的累计统计必须等于 minivllm 自己的实现，输出必须等于关闭缓存时的结果。
 
 # %% nbgrader={"grade": true, "grade_id": "l03_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
@@ -316,15 +328,15 @@ L03.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 说清采样下一个 token 需要最后一个 token 的 logits，而 logits 只在本步被调度计算的 token 上产生，所以至少要重算最后一个 token；命中按整块计（`allocate_slots` 要求块对齐），因此整块 prompt 全命中时只命中到前一块、重算整个最后一块（16 个 token），且重算出的块因哈希已在表中而不再登记（重复块）；不封顶时 `num_new_tokens = 0`，请求本步没有 token 可算、没有属于它的 logits，首 token 出错或请求卡住。1 分 = 只说出“需要 logits”而没有块对齐的代价，或反之；0 分 = 认为封顶是为了节省显存或提高命中率（混淆正确性与性能，一票否决）。
+# **评分要点**：2 分 = 说清采样下一个 token 需要最后一个 token 的 logits，而 logits 只在本步被调度计算的 token 上产生，所以至少要重算最后一个 token；命中按整块计（`allocate_slots` 要求块对齐），因此整块 prompt 全命中时只命中到前一块、重算整个最后一块（16 个 token），重算出的块写进一个新块，与原来的块同哈希（vLLM 与 minivllm 都把它也登记进 `BlockHashToBlockMap`、不去重；答“新块不登记、表里只保留第一个”描述的是 minivllm 的旧行为，不扣分，只要说清重算与块对齐）；不封顶时 `num_new_tokens = 0`，请求本步没有 token 可算、没有属于它的 logits，首 token 出错或请求卡住。1 分 = 只说出“需要 logits”而没有块对齐的代价，或反之；0 分 = 认为封顶是为了节省显存或提高命中率（混淆正确性与性能，一票否决）。
 #
 # **参考答案**
 #
 # 1. 请求进入 running 的前提是本步有 token 要算：scheduler 用 `num_new_tokens = request.num_tokens - num_computed_tokens` 决定本步为它安排多少 token，model runner 只对这些 token 做 forward，最后一个被调度 token 的 logits 才被采样成下一个 token。命中等于“把这些 token 记为已计算”，若命中全部 prompt，`num_new_tokens = 0`：本步不为它算任何东西，也就没有属于它的 logits。在 minivllm 里可以直接看到后果：`Scheduler.schedule()` 在接纳等待请求时断言 `num_new_tokens > 0`，不封顶的实现会在真实引擎检查的共享前缀负载里（恰好等于 system prompt 的那个请求）触发这条断言；若没有这道断言，这个请求会被调度 0 个 token，model runner 在它的位置取到的是批里前一个请求最后一个 token 的 logits，首 token 悄悄出错。所以 `max_cache_hit_length = num_tokens - 1`：最后一个 token 必须重算。
-# 2. 命中又只能按整块算（`find_longest_cache_hit` 只看 `max_length // block_size` 个块，`allocate_slots` 假设 `num_computed_tokens` 块对齐）。48 个 token 的 prompt 上限 47，只能命中 2 个块（32 个 token），本步重算 16 个。检查方法里可以看到：第二个请求的块表是 `[1, 2, 4]`，块 3 的内容与新块 4 完全一样，但 `cache_full_blocks` 发现哈希已在表中，新块 4 就不再登记（表里保留第一个）。
+# 2. 命中又只能按整块算（`find_longest_cache_hit` 只看 `max_length // block_size` 个块，`allocate_slots` 假设 `num_computed_tokens` 块对齐）。48 个 token 的 prompt 上限 47，只能命中 2 个块（32 个 token），本步重算 16 个。检查方法里可以看到：第二个请求的块表是 `[1, 2, 4]`，块 3 的内容与新块 4 完全一样，`cache_full_blocks` 把块 4 也登记在同一个哈希下（`BlockHashToBlockMap` 不去重：块 4 已经交给了第二个请求，块号不能再换成 3）。
 # 3. 代价最多是一整块的 prefill（`block_size` 个 token），对长 prompt 可以忽略，对很短的 prompt 或很大的 `block_size` 较明显；vLLM 源码注释也承认这是可以进一步优化的地方。这是为正确性付的性能代价，不能反过来为性能去掉它。
 #
-# **附：检查方法的参考解释**（不单独计分，供批改时核对学生在“检查方法”下写的解释）：第二次提交命中 `[1, 2]`、32 个 token，本步算 16 个；它的块表是 `[1, 2, 4]`：块 1、2 共享（`ref_cnt=2`），第三块必须重算，而重算要写进一个新分配的块（不能写进块 3——块 3 正被第一个请求持有，且命中块是只读共享的），写完后它和块 3 同哈希，表里保留块 3，新块 4 不登记；缓存中仍只有 3 个哈希。
+# **附：检查方法的参考解释**（不单独计分，供批改时核对学生在“检查方法”下写的解释）：第二次提交命中 `[1, 2]`、32 个 token，本步算 16 个；它的块表是 `[1, 2, 4]`：块 1、2 共享（`ref_cnt=2`），第三块必须重算，而重算要写进一个新分配的块（不能写进块 3——块 3 正被第一个请求持有，且命中块是只读共享的），写完后它和块 3 同哈希，两个块都登记在这个哈希下；缓存中仍只有 3 个不同的哈希，其中一个对应两个块。
 #
 # === END MARK SCHEME ===
 
@@ -334,20 +346,20 @@ L03.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l03_q3", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q3（2 分）
 #
-# `KVCacheManager.free` 为什么把请求的块**逆序**交给 `BlockPool.free_blocks`？这对驱逐顺序有什么影响？用 vLLM `test_evict` 的空闲队列 `[10, 6, 5, 4, 3, 2, 1, 9, 8, 7]` 说明：下一个需要新块的请求会拿到哪个块，为什么？
+# 释放请求时（vLLM：`SingleTypeKVCacheManager.free`；minivllm：`KVCacheManager.free`）为什么把请求的块**逆序**交给 `BlockPool.free_blocks`？`free_blocks` 又为什么把没有哈希的块放到队头？这对驱逐顺序有什么影响？用 vLLM `test_evict` 的空闲队列 `[6, 10, 5, 4, 3, 2, 1, 9, 8, 7]` 说明：下一个需要新块的请求会拿到哪个块，为什么？
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 说清空闲队列是 LRU（队头最先被 `get_new_blocks` 取走并驱逐哈希，`free_blocks` 追加到队尾），同一个请求的块“同时”变为空闲，逆序释放让链尾（最具体、最不可能被别人共享）排在前面、链头（被最多请求共享的公共前缀）排在最后，于是驱逐总是从链的末端往前削，幸存的缓存块始终是一段前缀，而查找在第一次未命中处停下，正好还能命中最长的幸存前缀；再用例子说明 10（从未分配）最先，然后 req0 的 6→1，req1 的 9→8→7，命中 1、2 的请求 `touch` 把它们移出队列，新块从队头取得 10。1 分 = 只说出 LRU 或逆序之一，没有推到“保住前缀、避免孤儿块”；0 分 = 认为逆序是为了速度，或说队尾先被驱逐。
+# **评分要点**：2 分 = 说清空闲队列是 LRU（队头最先被 `get_new_blocks` 取走并驱逐哈希，有哈希的块 `append_n` 到队尾），同一个请求的块“同时”变为空闲，逆序释放让链尾（最具体、最不可能被别人共享）排在前面、链头（被最多请求共享的公共前缀）排在最后，于是驱逐总是从链的末端往前削，幸存的缓存块始终是一段前缀，而查找在第一次未命中处停下，正好还能命中最长的幸存前缀；说清没有哈希的块永远不会被命中，`prepend_n` 到队头让它们最先被复用，否则有缓存价值的块会先被驱逐、而无用的块还排在后面（#42656 修掉的浪费）；再用例子说明：req0 不满的块 6 在队头，然后是从未分配的 10、req0 的 5→1、req1 的 9→8→7，命中 1、2 的请求 `touch` 把它们移出队列，新块从队头取得 6。1 分 = 只说出 LRU、逆序、无哈希块放队头三者之一二，没有推到“保住前缀、避免孤儿块”；0 分 = 认为逆序是为了速度，或说队尾先被驱逐。（按 vLLM 较早版本的规则——释放的块一律追加到队尾、队列 `[10, 6, …]`、新块取得 10——答对推理而只弄错版本的，扣 1 分。）
 #
 # **参考答案**
 #
-# 1. `FreeKVCacheBlockQueue` 是双向链表：`get_new_blocks` 用 `popleft_n` 从队头取块（队头 = 最久未用，LRU），取到的块若还带哈希就 `_maybe_evict_cached_block`；`free_blocks` 把 `ref_cnt` 降到 0 的块 `append` 到队尾。一个请求结束时它的所有块同时变空闲，“最近使用时间”相同，队列里它们之间的顺序就由释放顺序决定。
-# 2. `KVCacheManager.free` 传入 `reversed(blocks)`：链尾先进队列、链头最后进。链尾块的哈希依赖整段前缀，最不可能被别的请求命中；链头块（system prompt 的开头）被最多请求共享。这样驱逐总是先削掉链的末端，幸存的缓存块始终是某段前缀。反过来，如果先驱逐链头，它后面所有块的哈希虽然还在表里，却再也命中不到——查找在第一次未命中处就停了——这些“孤儿块”白白占着空闲队列的位置，等着被驱逐。
-# 3. 例子（11 个块，块 0 是 null block）：req0 有 87 个 token（5 个满块 + 1 个不满的块）拿到块 1–6，req1 有 48 个 token 拿到块 7–9，队列里只剩从未分配的 10。先释放 req0：逆序追加 6、5、4、3、2、1；再释放 req1：9、8、7。队列 `[10, 6, 5, 4, 3, 2, 1, 9, 8, 7]`。req2 是 req0 的前 35 个 token：命中块 1、2（32 个 token），`touch` 把它们从队列中间摘掉；还需 1 个新块，从队头取——块 10，没有哈希可驱逐。req0 的链从尾部（6、5…）开始被驱逐，req1 的块最晚被驱逐，因为它更晚释放。
-# 4. 版本差异：较新的 vLLM 在 `free_blocks` 里把没有哈希的块（如 req0 不满的块 6）`prepend_n` 到队头，队列变成 `[6, 10, 5, 4, 3, 2, 1, 9, 8, 7]`——没有缓存价值的块最先被复用，有哈希的块之间的 LRU 与逆序规则不变。
+# 1. `FreeKVCacheBlockQueue` 是双向链表：`get_new_blocks` 用 `popleft_n` 从队头取块（队头 = 最久未用，LRU），取到的块若还带哈希就 `_maybe_evict_cached_block`；`free_blocks` 把 `ref_cnt` 降到 0 的块分成两组：有哈希的 `append_n` 到队尾，没有哈希的 `prepend_n` 到队头。一个请求结束时它的所有块同时变空闲，“最近使用时间”相同，队列里它们之间的顺序就由释放顺序决定。
+# 2. vLLM 的 `SingleTypeKVCacheManager.free` 传入 `reversed(self.pop_blocks_for_free(request_id))`（minivllm 的 `KVCacheManager.free` 传入 `reversed(blocks)`）：链尾先进队列、链头最后进。链尾块的哈希依赖整段前缀，最不可能被别的请求命中；链头块（system prompt 的开头）被最多请求共享。这样驱逐总是先削掉链的末端，幸存的缓存块始终是某段前缀。反过来，如果先驱逐链头，它后面所有块的哈希虽然还在表里，却再也命中不到——查找在第一次未命中处就停了——这些“孤儿块”白白占着空闲队列的位置，等着被驱逐。
+# 3. 没有哈希的块（不满的尾块，或关闭了缓存）不可能被命中。若它们也追加到队尾，就排在更早释放、还带着有用哈希的块后面：分配新块时先驱逐的反而是有缓存价值的块，无用的块还占着队尾——这就是 vLLM #42656 修掉的浪费。放到队头，它们最先被复用。
+# 4. 例子（11 个块，块 0 是 null block）：req0 有 87 个 token（5 个满块 + 1 个不满的块）拿到块 1–6，req1 有 48 个 token 拿到块 7–9，队列里只剩从未分配的 10。先释放 req0：逆序是 6、5、4、3、2、1，块 6 没有哈希，放到队头，5～1 追加到队尾；再释放 req1：9、8、7 追加到队尾。队列 `[6, 10, 5, 4, 3, 2, 1, 9, 8, 7]`。req2 是 req0 的前 35 个 token：命中块 1、2（32 个 token），`touch` 把它们从队列中间摘掉；还需 1 个新块，从队头取——块 6，它没有哈希可驱逐。有哈希的块中，req0 的链从尾部（5、4…）开始被驱逐，req1 的块最晚被驱逐，因为它更晚释放。
 #
 # === END MARK SCHEME ===
 
@@ -380,6 +392,6 @@ self_check("lesson03", globals());
 # - [vLLM tests/v1/core/test_prefix_caching.py（test_prefill、test_evict）](https://github.com/vllm-project/vllm/blob/8e958902eee5/tests/v1/core/test_prefix_caching.py)
 # - [vLLM Automatic Prefix Caching design](https://docs.vllm.ai/en/latest/design/prefix_caching/)
 #
-# 源码链接固定到本课审阅 commit；current docs、支持矩阵和默认参数（是否默认开启、默认哈希函数、空闲队列对无哈希块的处理）会变化，面试或部署前必须按目标版本重新核对。
+# 源码链接固定到本课审阅 commit；current docs、支持矩阵和默认参数（是否默认开启、默认哈希函数、命中粒度 `prefix_match_unit`、空闲队列对无哈希块的处理）会变化，面试或部署前必须按目标版本重新核对。
 #
 # ← 上一课：第 2 课：统一调度器与 KVCacheManager：token budget 与 chunked prefill　｜　下一课 →：第 4 课：抢占、取消与请求生命周期
