@@ -313,7 +313,7 @@ def fig_arithmetic_intensity(d_model: int = 4096, ridge: float = 295.0):
     ai = 2 * n * d_model**2 / (2 * d_model**2 + 4 * n * d_model)  # FLOPs / bytes (weights + in/out activations)
     fig, ax = plt.subplots(figsize=(7, 3.6))
     ax.loglog(n, ai, color="black", label=f"linear layer, d={d_model}, FP16")
-    ax.axhline(ridge, color="gray", linestyle="--", label=f"H100 ridge ~{ridge:.0f} FLOP/B (989 TFLOPS / 3.35 TB/s)")
+    ax.axhline(ridge, color="gray", linestyle="--", label=f"H100 SXM ridge ~{ridge:.0f} FLOP/B (989 TFLOPS / 3.35 TB/s)")
     ax.axvspan(1, 256, color="#8172B2", alpha=0.15, label="decode: tokens = B (memory-bound)")
     ax.axvspan(512, n[-1], color="#DD8452", alpha=0.15, label="prefill: tokens = B*S (compute-bound)")
     ax.set_xlabel("tokens per forward (decode: B; prefill: B*S)")

@@ -641,7 +641,7 @@ def decode_intensity(queries_per_kv: int, elt: int) -> float:
     return 4 * queries_per_kv / (2 * elt)
 
 
-def plot_roofline(points=None, peak_tflops: float = 989.0, bw_tbs: float = 3.35, device_name: str = "H100 (figure 1-1)"):
+def plot_roofline(points=None, peak_tflops: float = 989.0, bw_tbs: float = 3.35, device_name: str = "H100 SXM (figure 1-1)"):
     """Figure 6-3: the roofline of figure 1-1 with decode attention on it; `points` = measured
     (label, FLOP/B, TFLOP/s) on a GPU."""
     import matplotlib.pyplot as plt

@@ -44,13 +44,20 @@ if "google.colab" in sys.modules:
 #
 # | 顺序 | vLLM 文件与入口（8e958902eee5） | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | [`vllm/v1/attention/backends/triton_attn.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/attention/backends/triton_attn.py)：`TritonAttentionImpl.forward` | `minivllm/attention/backends/triton_attn.py`：`TritonAttentionImpl.forward` | 新 token 的 K/V 何时写进分页 cache？decode 行和 prefill 行由谁、按什么顺序交给哪个 kernel？ |
-# | 2 | [`vllm/v1/attention/ops/chunked_prefill_paged_decode.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/attention/ops/chunked_prefill_paged_decode.py)：`kernel_paged_attention_2d` | `minivllm/attention/ops/triton_decode_attention.py`：`_paged_decode_attention_kernel` | grid 为什么是 (序列, kv 头)？块表怎样把逻辑块变成物理地址？未写入的槽位怎样被挡在外面？ |
+# | 1 | [`vllm/v1/attention/backends/triton_attn.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/attention/backends/triton_attn.py)：`TritonAttentionImpl.do_kv_cache_update`、`TritonAttentionImpl.forward`、`TritonAttentionBackend.get_kv_cache_shape` | `minivllm/attention/backends/triton_attn.py`：`TritonAttentionImpl.forward` | 新 token 的 K/V 何时、由谁写进分页 cache？decode 行和 prefill 行交给哪个 kernel？ |
+# | 2 | [`vllm/v1/attention/ops/chunked_prefill_paged_decode.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/attention/ops/chunked_prefill_paged_decode.py)：`kernel_paged_attention_2d`（ROCm 后端 `rocm_attn.py` 的回退路径，见下方说明） | `minivllm/attention/ops/triton_decode_attention.py`：`_paged_decode_attention_kernel` | grid 为什么是 (序列, kv 头)？块表怎样把逻辑块变成物理地址？未写入的槽位怎样被挡在外面？ |
 # | 3 | [`vllm/v1/attention/ops/triton_unified_attention.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/attention/ops/triton_unified_attention.py)：`kernel_unified_attention`（`IS_3D` 分段）、`reduce_segments`、`unified_attention` | `minivllm/attention/ops/triton_prefill_attention.py`（chunked prefill）；我们的 decode kernel 不分段 | 一个 kernel 怎样同时服务 prefill 与 decode？小 batch 长上下文时为什么把一条序列切成多段、最后再合并 softmax？ |
 # | 4 | [`vllm/v1/attention/ops/triton_decode_attention.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/attention/ops/triton_decode_attention.py)：`_fwd_kernel_stage1` 与 `_fwd_grouped_kernel_stage1`、`_fwd_kernel_stage2`、`decode_attention_fwd` | 同上（我们的 kernel 相当于“分组、不分段”的那一种） | 每个 query 头一个 program 与一组 query 头一个 program，各从显存读了多少 K/V？ |
 # | 5 | —（正确性的标尺） | `minivllm/attention/backends/torch_attn.py`：`paged_attention_ref` | 参考实现先把块 gather 成连续张量再做 softmax：它简单在哪里、慢在哪里？ |
 #
-# 源码快照：vLLM 8e958902eee5。这些 Triton kernel 早期位于 `vllm/attention/ops/`，后来移到 `vllm/v1/attention/ops/`；变量名与参数随版本变化（例如 `kernel_paged_attention_2d` 后来加入了 `PHYSICAL_BLOCK_SIZE`、FP8 与 sink）。面试回答应先声明所读版本；链接打不开时，在该 commit 中按 kernel 名搜索。
+# 源码快照：vLLM 8e958902eee5（本课逐条对照了前一天构建的 vLLM 0.27.1 发布包）。这些 Triton kernel 早期位于 `vllm/attention/ops/`，后来移到 `vllm/v1/attention/ops/`；变量名与参数随版本变化（例如固定 commit 的 `kernel_paged_attention_2d` 已有 `PHYSICAL_BLOCK_SIZE`、FP8 与 sink 参数）。面试回答应先声明所读版本；链接打不开时，在该 commit 中按 kernel 名搜索。
+#
+# > **勘误（对照 vLLM 0.27.1）：这几个文件在固定 commit 里各由谁调用。**
+# >
+# > - **V1 的 Triton 后端只调用一次 `unified_attention`**：`TritonAttentionImpl.forward` 对整批（decode 行与 prefill 行一起）调用 `triton_unified_attention.py` 的 `unified_attention`（编码器注意力另走 `context_attention_fwd`），不再先 decode 后 prefill 地分两个 kernel。它的 KV cache 与 minivllm 一样是按 token 排的布局：`get_kv_cache_shape` 给出逻辑形状 `(num_blocks, num_kv_heads, block_size, 2*head_size)`，默认的 NHD 布局在内存里就是 `[num_blocks, block_size, num_kv_heads, ...]`，K 与 V 打包在最后一维、再 `split` 成两个视图（minivllm 用 `[2, num_blocks, block_size, num_kv_heads, head_size]`）。
+# > - **新 token 的 K/V 不在 `forward` 里写**：写 cache 的是 `TritonAttentionImpl.do_kv_cache_update`（调用 `triton_reshape_and_cache_flash`），它在 attention 计算之前单独被调用；`forward` 只读 cache。minivllm 的 `TritonAttentionImpl.forward` 先写后算，两步在同一个方法里。
+# > - **`kernel_paged_attention_2d` 是 ROCm 的回退路径**：`chunked_prefill_paged_decode` 由 `rocm_attn.py` 调用，它的 cache 是按头排的旧布局（key `[num_blks, num_kv_heads, head_size // x, blk_size, x]`、value `[num_blks, num_kv_heads, head_size, blk_size]`）。本课仍拿它对照练习，因为它的块循环与我们的 kernel 一一对应（`SOURCE_MAP` 也指向它），但 NVIDIA GPU 上的 V1 Triton 后端跑的是 `kernel_unified_attention`。
+# > - **`triton_decode_attention.py` 在 V1 里服务 MLA**：`decode_attention_fwd` 的调用者是 `backends/mla/triton_mla.py`（以及 TurboQuant 的 decode），不是普通注意力的 Triton 后端。它在 `kv_group_num == 1`（MHA）时才走每个 query 头一个 program 的 `_fwd_kernel_stage1`；有 GQA 分组时走 `_fwd_grouped_kernel_stage1`，一个 program 处理 `min(BLOCK_H=16, kv_group_num)` 个 query 头。
 
 # %% nbgrader={"grade": false, "grade_id": "l06_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：没有 GPU 时在导入 triton 之前打开解释器；静音无害的警告（评分单元格不能写 stderr）。
@@ -85,9 +92,9 @@ print("Triton 解释器（CPU）" if L06.interpreting() else "CUDA", "| 设备�
 #
 # ### 2. 它如何工作
 #
-# minivllm 的 decode kernel（对应 vLLM 的 `kernel_paged_attention_2d`）：
+# minivllm 的 decode kernel（对应 vLLM 的 `kernel_paged_attention_2d`，也对应 `kernel_unified_attention` 的 2D 路径）：
 #
-# - **grid = (序列数, kv 头数)**：一个 program 负责一条序列的一个 kv 头，以及共享这个 kv 头的全部 `QUERIES_PER_KV` 个 query 头（GQA 分组）。这组 query 头被补到至少 16 行，`tl.dot` 才有合法形状。
+# - **grid = (序列数, kv 头数)**：一个 program 负责一条序列的一个 kv 头，以及共享这个 kv 头的全部 `QUERIES_PER_KV` 个 query 头（GQA 分组）。这组 query 头被补到 2 的幂、至少 16 行（`GROUP_PAD`），和 vLLM 的 `num_queries_per_kv_padded = max(next_power_of_2(num_queries_per_kv), 16)` 一样。这是选择，不是 `tl.dot` 的硬性要求：固定 commit 所用的 Triton（torch 2.13 配套的 3.8）在 NVIDIA 后端只要求 M、N ≥ 1，K ≥ 16（16 位输入）或 ≥ 8（fp32 输入）；补到 16 行让 16 位输入的 `tl.dot` 能按 tensor core 的 MMA 形状排布，多出的行只是空算。
 # - **沿逻辑块循环**：第 `logical_block` 次迭代 ① 从块表读物理块号；② 构造这个块 `BLOCK_SIZE` 个槽位、当前 kv 头的 K/V 指针，`seq_len` 之后的槽位被掩掉；③ 一次 `tl.dot` 算出组内每个 query 头对这 16 个 token 的打分；④ online softmax：抬高 running max，用 `exp(旧max - 新max)` 缩放此前累加的分母和输出累加器，再加上本块的贡献。
 # - 循环结束后输出 `acc / running_sum`，只写一次。
 #
@@ -115,17 +122,25 @@ for r in rows:
 #
 # ### 3. 正确性条件与常见误区
 #
-# - **物理块，不是逻辑块**：地址由 `block_table[seq, logical_block]` 给出。用逻辑块号当物理块号，在“请求恰好按顺序拿到块”的测试里会碰巧通过，在真实引擎里（图 6-1）立刻读到别的请求的 K/V。
+# - **物理块，不是逻辑块**：地址由 `block_table[seq, logical_block]` 给出。用逻辑块号当物理块号，在“请求恰好按顺序拿到块”的测试里会碰巧通过，在真实引擎里就读错了块。具体读到什么由块表决定，本节末尾的单元格用图 6-1 的最后一次调用算出来：这次演示里 r0 的逻辑块 0 会去读物理块 0——引擎保留的 null block（全零，从未写入），逻辑块 1 读到物理块 1，也就是 r0 **自己的**第一个块（位置 0～15 的 K/V 被当成 16～18）；r1 的逻辑块 0 同样读 null block。两条请求都没有读到别人的 K/V，但打分全错（零向量的 K 给出 0 分、把注意力摊薄）；在更满的 cache 里，逻辑块号撞上别的请求的物理块时，读到的就是别人的 K/V。
 # - **最后一个块必须掩码**：`seq_len` 往往不是 `BLOCK_SIZE` 的倍数。未写入的槽位里可能是上一个请求留下的旧值，甚至 NaN；掩码要同时作用于 K/V 的加载（`0 * NaN` 仍是 NaN）和打分（被掩的打分置为 $-\infty$，`exp` 后为 0）。
 # - **先减 max 再 exp**：数学上 softmax 对平移不变，但 fp32 的 `exp` 在输入超过约 88.7 时溢出为 inf，inf/inf 得 NaN。打分上百在长上下文、未归一化的 logits 或注意力“汇点”上并不罕见。
 # - **分母和累加器都要重缩放**：只缩放其中一个，在 max 只出现在第一个块时结果碰巧正确，一旦后面的块抬高了 max 就错。
 # - **GQA 映射**：query 头 `h` 使用 kv 头 `h // QUERIES_PER_KV`；一个 program 的组内 query 头是 `kv_head * QUERIES_PER_KV + r`。错配不会报错，只会让注意力读错头。
 # - **空行与越界**：`seq_len = 0` 的填充行（例如 CUDA Graph 补齐的 batch）不进循环，分母为 0 时给定代码输出 0；块号乘步长要转成 int64，大 cache 的偏移会超过 $2^{31}$。写指针时只要有一项步长错，在 GPU 上是非法访存，在解释器里是读到任意内存——本课的启动器在解释器下对每次加载做越界检查，把它变成一条清楚的失败信息。
-#
+
+# %%
+# 把逻辑块号当物理块号会读哪些块？用图 6-1 最后一次调用的块表算出来（块 0 是 null block）。
+last = ref_run.calls[-1]
+for seq, (table, n) in enumerate(zip(last.block_table, last.seq_lens)):
+    used = -(-n // last.k_cache.shape[1])
+    print(f"r{seq}（seq_len={n}）：应读物理块 {list(table[:used])}，把逻辑块号当物理块号会读 {list(range(used))}")
+
+# %% [markdown]
 # ### 4. 性能与工程取舍
 #
-# - **Decode attention 受带宽限制**：对每个（query 头, token）做约 $4d$ 次浮点运算（$q\cdot k$ 与 $p\,v$），而每个（kv 头, token）要读 $2d$ 个元素。算术强度为 $4d\cdot G/(2d\cdot \text{elt}) = 2G/\text{elt}$ FLOP/B（$G$ = `QUERIES_PER_KV`，elt 为每元素字节数），bf16 下就是 $G$：GQA 4 时约 4 FLOP/B，比 H100 的拐点（约 295，图 1-1）低两个数量级（图 6-3）。所以 kernel 的速度几乎只由“读了多少字节、读得多连续”决定：每一步必须把每条序列的整段 K/V 读一遍，目标是**每个字节只读一次**，且不读 `seq_len` 之后的槽位、不写中间结果。
-# - **GQA 分组在一个 program 里**：组内 `QUERIES_PER_KV` 个 query 头共用一次 K/V 加载；若每个 query 头一个 program（vLLM `_fwd_kernel_stage1` 的做法），同一份 K/V 会被读 `QUERIES_PER_KV` 次（虽然可能命中 L2，但不能保证）。
+# - **Decode attention 受带宽限制**：对每个（query 头, token）做约 $4d$ 次浮点运算（$q\cdot k$ 与 $p\,v$），而每个（kv 头, token）要读 $2d$ 个元素。算术强度为 $4d\cdot G/(2d\cdot \text{elt}) = 2G/\text{elt}$ FLOP/B（$G$ = `QUERIES_PER_KV`，elt 为每元素字节数），bf16 下就是 $G$：GQA 4 时约 4 FLOP/B，比 H100 SXM 的拐点（约 295，图 1-1；PCIe 版约 378）低两个数量级（图 6-3）。所以 kernel 的速度几乎只由“读了多少字节、读得多连续”决定：每一步必须把每条序列的整段 K/V 读一遍，目标是**每个字节只读一次**，且不读 `seq_len` 之后的槽位、不写中间结果。
+# - **GQA 分组在一个 program 里**：组内 `QUERIES_PER_KV` 个 query 头共用一次 K/V 加载；若每个 query 头一个 program，同一份 K/V 会被读 `QUERIES_PER_KV` 次（虽然可能命中 L2，但不能保证）——下面的演示就把 K/V 按 query 头展开来数这种“不分组”的读法。vLLM 里每个 query 头一个 program 的 `_fwd_kernel_stage1` 只在 `kv_group_num == 1`（MHA，本来就没有共享）时被选中，GQA 走分组的 `_fwd_grouped_kernel_stage1`，所以 vLLM 并没有这种重复读。
 # - **并行度**：本 kernel 只有 `batch × num_kv_heads` 个 program。小 batch、长上下文时 program 数远少于 SM 数，带宽吃不满；vLLM 的对策是把一条序列切成多段并行（`triton_unified_attention.py` 的 3D 路径 + `reduce_segments`，`triton_decode_attention.py` 的 `NUM_KV_SPLITS` + stage2），代价是多一次合并（`unified_attention` 只在批次全是 decode、且序列数不超过 `seq_threshold_3D` 时才走 3D 分段）。本 kernel 不分段，这是取舍而不是遗漏。
 # - **块大小**：块越大，块表读取和循环次数越少、每次加载越连续；块越小，最后一块浪费的槽位和前缀缓存的粒度越细。vLLM 的 Triton 后端要求块大小是 16 的倍数。
 
@@ -133,7 +148,7 @@ for r in rows:
 L06.plot_roofline();
 
 # %% [markdown]
-# 图 6-3：图 1-1 的 roofline（H100：约 989 TFLOP/s、3.35 TB/s，拐点约 295 FLOP/B）上，decode attention（bf16）的算术强度只有 1～8 FLOP/B，落在带宽斜线上：它能达到的上限是“带宽 × 算术强度”，与峰值算力无关。CPU 上只能画出理论位置；实测点需要 GPU（见实践任务之后的 profiler 输出）。
+# 图 6-3：图 1-1 的 roofline（H100 SXM：BF16 稠密约 989 TFLOP/s、HBM3 约 3.35 TB/s，拐点约 295 FLOP/B；H100 PCIe 约 756 TFLOP/s、2.0 TB/s）上，decode attention（bf16）的算术强度只有 1～8 FLOP/B，落在带宽斜线上：它能达到的上限是“带宽 × 算术强度”，与峰值算力无关。CPU 上只能画出理论位置；实测点需要 GPU（见实践任务之后的 profiler 输出）。
 
 # %% [markdown]
 # ## 具体演示：一次 decode 调用读了什么
@@ -151,7 +166,7 @@ else:
     L06.print_bandwidth(L06.measure_bandwidth(_paged_decode_attention_kernel))
 
 # %% [markdown]
-# 读表：分组 kernel 读的 K/V 字节恰好等于“每个字节一次”（`1.00x`）：`seq_len` 之后的槽位没有被读；不分组时是 `QUERIES_PER_KV` 倍（这里 4 倍），而 query、输出和块表的读写量小到可以忽略。`exp` 的次数包含了被补齐到 16 行的空 query 头——这是为 `tl.dot` 付出的计算浪费，但在受带宽限制的 kernel 里几乎不花时间。
+# 读表：分组 kernel 读的 K/V 字节恰好等于“每个字节一次”（`1.00x`）：`seq_len` 之后的槽位没有被读；不分组时是 `QUERIES_PER_KV` 倍（这里 4 倍），而 query、输出和块表的读写量小到可以忽略。`exp` 的次数包含了被补齐到 16 行的空 query 头——这是补齐（为 `tl.dot` 的 tensor core 形状所做的选择）付出的计算浪费，但在受带宽限制的 kernel 里几乎不花时间。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
@@ -159,6 +174,8 @@ else:
 # 下面是 minivllm `_paged_decode_attention_kernel` 的副本，块循环里的 8 处被挖成了 `______`：① 从块表读物理块号；② 本块的 token 掩码与 K/V 指针偏移；④ online softmax 的更新（新 max、重缩放因子、本块概率、分母、累加器）。其余代码（program 分工、query 加载、打分与掩码、写回）都已给出，写回始终带掩码。
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。CPU 上它在 Triton 解释器里运行；在 GPU 上不加修改地编译运行。
+#
+# 注意 CPU 与 GPU 的一处差别：Triton 解释器忽略 `tl.dot` 的 `input_precision`，并且不管操作数是什么 dtype 都按 fp32 计算。所以少写 `input_precision=DOT_PRECISION`（GPU 上 fp32 输入默认走 tf32，误差超出容差），或忘了把概率转成 `COMPUTE_DTYPE`（GPU 上 bf16 cache 时 fp32 的概率乘 bf16 的 V，编译不过），在 CPU 上照样能算对。评分时启动器会先静态检查你内核里的每个 `tl.dot`：必须带 `input_precision=DOT_PRECISION`，两个操作数都要是（或来自）`.to(COMPUTE_DTYPE)`——否则三项代码检查都判失败，并指出是哪一个 `tl.dot`。
 
 # %% nbgrader={"grade": false, "grade_id": "l06_kernel", "locked": false, "schema_version": 3, "solution": true, "task": false}
 import triton
@@ -255,7 +272,7 @@ L06.check_main_path(paged_decode_kernel)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：把你的 kernel 接进真实引擎。`L06.check_real_engine` 在一个上下文管理器里把 Triton 后端查找的 `paged_decode_attention`（`minivllm/attention/backends/triton_attn.py` 模块里的名字）换成“用同样参数启动你的 kernel”的函数，退出时恢复；在其中新建一个 `LLM(attention_backend="triton")`，对两个 prompt 贪心生成 6 个 token。检查三件事：每一次 decode 调用的输出都与 torch 参考实现一致；生成的 token 与用 minivllm 自己的 kernel 生成的完全相同；解释器计数显示一次 launch 恰好把每个 K/V 字节读一次（profiler 输出，CPU 上检查）。
+# 第二项检查：把你的 kernel 接进真实引擎。`L06.check_real_engine` 在一个上下文管理器里把 Triton 后端查找的 `paged_decode_attention`（`minivllm/attention/backends/triton_attn.py` 模块里的名字）换成“用同样参数启动你的 kernel”的函数，退出时恢复；在其中新建一个 `LLM(attention_backend="triton")`，对两个 prompt 贪心生成 6 个 token。检查三件事：每一次 decode 调用的输出都与 torch 参考实现一致；生成的 token 与用 minivllm 自己的 kernel 生成的完全相同；解释器计数显示一次 launch 恰好把每个 K/V 字节读一次（profiler 输出；只在 Triton 解释器下、也就是 CPU 上检查，GPU 上没有解释器的计数，这一项跳过）。
 
 # %% nbgrader={"grade": true, "grade_id": "l06_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 student_run = L06.check_real_engine(paged_decode_kernel)
@@ -311,7 +328,7 @@ L06.check_boundary(paged_decode_kernel)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：打开 vLLM 8e958902eee5 的 `vllm/v1/attention/ops/chunked_prefill_paged_decode.py`，找到 `kernel_paged_attention_2d` 的块循环，写出每个空在那里对应的变量名（字符串；大小写不限；若它与 `triton_unified_attention.py` 的 `kernel_unified_attention` 用了不同的名字，两者都接受）。
+# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：打开 vLLM 8e958902eee5 的 `vllm/v1/attention/ops/chunked_prefill_paged_decode.py`，找到 `kernel_paged_attention_2d`（ROCm 后端的回退 kernel，块循环与本课的 kernel 一一对应）的块循环，写出每个空在那里对应的变量名（字符串；大小写不限；若它与 `triton_unified_attention.py` 的 `kernel_unified_attention` 用了不同的名字，两者都接受）。
 
 # %% nbgrader={"grade": false, "grade_id": "l06_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
@@ -337,11 +354,11 @@ L06.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 算出或说清算术强度（每个 query token 对每个上下文 token 只做约 $4d$ FLOP，却要读 $2d$ 个 K/V 元素；强度 $2G/\text{elt}$，bf16 下约 QUERIES_PER_KV FLOP/B，远低于拐点 ~295）⇒ 时间 ≈ 读取字节数 / 带宽；并指出要最少化的是从显存读写的字节：每个 K/V 字节每步只读一次（GQA 组内共享、不读 seq_len 之后的槽位）、不把打分/概率写回显存、不先 gather 成连续张量、只写一次输出；1 分 = 只说“decode 是 GEMV/受带宽限制”而没有落到 kernel 该少读什么，或只列措施没有因果；0 分 = 认为优化 FLOP（如更快的 exp、tensor core）是主要手段，或把 H100 峰值当成 decode 能达到的速度（一票否决：把论文峰值写成普遍结论）。
+# **评分要点**：2 分 = 算出或说清算术强度（每个 query token 对每个上下文 token 只做约 $4d$ FLOP，却要读 $2d$ 个 K/V 元素；强度 $2G/\text{elt}$，bf16 下约 QUERIES_PER_KV FLOP/B，远低于 H100 SXM 的拐点 ~295）⇒ 时间 ≈ 读取字节数 / 带宽；并指出要最少化的是从显存读写的字节：每个 K/V 字节每步只读一次（GQA 组内共享、不读 seq_len 之后的槽位）、不把打分/概率写回显存、不先 gather 成连续张量、只写一次输出；1 分 = 只说“decode 是 GEMV/受带宽限制”而没有落到 kernel 该少读什么，或只列措施没有因果；0 分 = 认为优化 FLOP（如更快的 exp、tensor core）是主要手段，或把 H100 峰值当成 decode 能达到的速度（一票否决：把论文峰值写成普遍结论）。
 #
 # **参考答案**
 #
-# 1. 算术强度：decode 时每条序列只有 1 个 query token。对每个上下文 token，每个 query 头做 $q\cdot k$ 与 $p\,v$ 共约 $4d$ 次浮点运算，而每个 kv 头要从显存读 $k$、$v$ 共 $2d$ 个元素（bf16 为 $4d$ 字节）。GQA 比例为 $G$ 时强度为 $4dG/(2d\cdot\text{elt}) = 2G/\text{elt}$ FLOP/B，GQA 4、bf16 约 4 FLOP/B。H100 的拐点约 295 FLOP/B（图 1-1），差两个数量级，所以 kernel 落在 roofline 的带宽斜线上（图 6-3）：耗时 ≈ 必读字节 / 显存带宽，算力大部分闲置。batch 变大也不改变这个强度——每条序列有自己的 K/V，增加的是要读的字节，而不是复用。
+# 1. 算术强度：decode 时每条序列只有 1 个 query token。对每个上下文 token，每个 query 头做 $q\cdot k$ 与 $p\,v$ 共约 $4d$ 次浮点运算，而每个 kv 头要从显存读 $k$、$v$ 共 $2d$ 个元素（bf16 为 $4d$ 字节）。GQA 比例为 $G$ 时强度为 $4dG/(2d\cdot\text{elt}) = 2G/\text{elt}$ FLOP/B，GQA 4、bf16 约 4 FLOP/B。H100 SXM 的拐点约 295 FLOP/B（图 1-1；PCIe 版约 378），差两个数量级，所以 kernel 落在 roofline 的带宽斜线上（图 6-3）：耗时 ≈ 必读字节 / 显存带宽，算力大部分闲置。batch 变大也不改变这个强度——每条序列有自己的 K/V，增加的是要读的字节，而不是复用。
 # 2. 必须最少化的是显存流量：
 #    - 每个 K/V 字节每步只读一次：一组共享 kv 头的 query 头在同一个 program 里复用一次加载（图 6-4：分组 1.00x，不分组 4x）；`seq_len` 之后的槽位不读（掩码同时省流量和保证正确性）。
 #    - 不产生中间显存流量：online softmax 让打分、概率和累加器都留在寄存器里，不写回整行打分再读回来做 softmax；也不像参考实现那样先把块 gather 成连续 K/V（那是一次额外的读+写）。
@@ -384,14 +401,14 @@ L06.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 指出省下的是 K/V 的重复读取（每个 kv 头的 K/V 每步只从显存读一次，而不是每个 query 头读一次，省 QUERIES_PER_KV 倍流量，图 6-4 实测 4x→1x）以及块表读取与循环开销，并把组内 query 头做成 `tl.dot` 的行，让打分与 $p\,v$ 走矩阵乘；同时说出代价/边界（组被补到 16 行，QUERIES_PER_KV 小时浪费计算但在带宽受限下几乎免费；program 数从 B×H 降到 B×Hkv，小 batch 时并行度更低，需要 split-KV；正确性要求组内第 r 行对应 query 头 `kv_head*QUERIES_PER_KV + r`）；对应到 vLLM：`_fwd_kernel_stage1` 每个 query 头一个 program（`cur_kv_head = cur_head // kv_group_num`，同一 K/V 被读 kv_group_num 次），`_fwd_grouped_kernel_stage1` 一个 program 处理 BLOCK_H 个头；1 分 = 只说“省带宽”没有说省的是哪份读取、或没有代价；0 分 = 认为分组减少的是 FLOP 或显存占用（KV cache 大小由 kv 头数决定，与 kernel 是否分组无关），或把“GQA 模型省 KV cache”与“kernel 分组省读取”混为一谈而说不清后者。
+# **评分要点**：2 分 = 指出省下的是 K/V 的重复读取（每个 kv 头的 K/V 每步只从显存读一次，而不是每个 query 头读一次，省 QUERIES_PER_KV 倍流量，图 6-4 实测 4x→1x）以及块表读取与循环开销，并把组内 query 头做成 `tl.dot` 的行，让打分与 $p\,v$ 走矩阵乘；同时说出代价/边界（组被补到 16 行——这是为 tensor core 形状做的选择，不是 `tl.dot` 的硬性下限——QUERIES_PER_KV 小时浪费计算但在带宽受限下几乎免费；program 数从 B×H 降到 B×Hkv，小 batch 时并行度更低，需要 split-KV；正确性要求组内第 r 行对应 query 头 `kv_head*QUERIES_PER_KV + r`）；对应到 vLLM：`_fwd_kernel_stage1` 每个 query 头一个 program（`cur_kv_head = cur_head // kv_group_num`），但 `decode_attention_fwd` 只在 `kv_group_num == 1` 时用它，GQA 时用 `_fwd_grouped_kernel_stage1`，一个 program 处理 `min(16, kv_group_num)` 个头（说“vLLM 的 GQA decode 每个 query 头读一遍 K/V”的不得 2 分）；1 分 = 只说“省带宽”没有说省的是哪份读取、或没有代价；0 分 = 认为分组减少的是 FLOP 或显存占用（KV cache 大小由 kv 头数决定，与 kernel 是否分组无关），或把“GQA 模型省 KV cache”与“kernel 分组省读取”混为一谈而说不清后者。
 #
 # **参考答案**
 #
-# 1. 省下了什么：GQA 模型里 QUERIES_PER_KV 个 query 头共享一个 kv 头的 K/V。若 kernel 每个 query 头一个 program（vLLM `_fwd_kernel_stage1`：grid 为 (batch, head_num, NUM_KV_SPLITS)，`cur_kv_head = cur_head // kv_group_num`），同一段 K/V 会被 kv_group_num 个 program 各读一遍——能否命中 L2 取决于调度与上下文长度，不能保证；decode 受带宽限制（Q1），这几乎就是 kv_group_num 倍的时间。分组后（本课 kernel；vLLM `_fwd_grouped_kernel_stage1` 一个 program 处理 BLOCK_H 个头，`kernel_paged_attention_2d` 与 `kernel_unified_attention` 的 grid 第二维都是 kv 头），每个 kv 头的 K/V 每步只读一次：图 6-4 中解释器数出的 K/V 字节从 4x 降到 1.00x。块表读取、循环与地址计算也只做一次。
+# 1. 省下了什么：GQA 模型里 QUERIES_PER_KV 个 query 头共享一个 kv 头的 K/V。若 kernel 每个 query 头一个 program，同一段 K/V 会被 kv_group_num 个 program 各读一遍——能否命中 L2 取决于调度与上下文长度，不能保证；decode 受带宽限制（Q1），这几乎就是 kv_group_num 倍的时间。vLLM `triton_decode_attention.py`（在 V1 里服务 MLA 后端）的 `decode_attention_fwd` 正是按这一点选 kernel：`kv_group_num == 1`（MHA，没有可共享的 K/V）时用每个 query 头一个 program 的 `_fwd_kernel_stage1`（grid 为 (batch, head_num, NUM_KV_SPLITS)，`cur_kv_head = cur_head // kv_group_num`）；有分组时用 `_fwd_grouped_kernel_stage1`，grid 第二维是 `cdiv(head_num, min(BLOCK_H, kv_group_num))`，一个 program 处理 `min(16, kv_group_num)` 个共享 K/V 的头。分组后（本课 kernel；`kernel_paged_attention_2d` 与 `kernel_unified_attention` 的 grid 第二维也是 kv 头），每个 kv 头的 K/V 每步只读一次：图 6-4 中解释器数出的 K/V 字节从 4x（把 K/V 按 query 头展开、模拟不分组的读法）降到 1.00x。块表读取、循环与地址计算也只做一次。
 # 2. 顺带的好处：组内 query 头成为矩阵的行，打分 `q @ k^T` 和 `p @ v` 变成真正的 `tl.dot`，可以上 tensor core，而不是逐头的向量点积。
 # 3. 代价与边界：
-#    - 组被补到 16 行（`GROUP_PAD`）以满足 `tl.dot` 的最小形状：QUERIES_PER_KV=4 时 3/4 的行是空的，exp 与 dot 的计算有浪费，但 kernel 受带宽限制，这部分几乎不花时间；
+#    - 组被补到 16 行（`GROUP_PAD`，vLLM 的 `num_queries_per_kv_padded` 同样至少 16）：这是选择而不是 `tl.dot` 的硬性下限（固定 commit 所用的 Triton 3.8 在 NVIDIA 上只要求 M、N ≥ 1，K ≥ 16（16 位）或 ≥ 8（fp32）），为的是让 16 位输入按 tensor core 的 MMA 形状排布；QUERIES_PER_KV=4 时 3/4 的行是空的，exp 与 dot 的计算有浪费，但 kernel 受带宽限制，这部分几乎不花时间；
 #    - program 数从 batch×num_heads 降到 batch×num_kv_heads，小 batch 长上下文时 SM 吃不满，要靠 split-KV（vLLM 的 3D 路径、NUM_KV_SPLITS）补回并行度；
 #    - 正确性：第 r 行必须是 query 头 `kv_head * QUERIES_PER_KV + r`，输出也写回这些头；映射错不会报错，只会读错头（本课的 GQA 变异体）。
 # 4. 不要混淆：GQA 让 KV cache 变小是模型结构决定的（kv 头少），与 kernel 是否分组无关；kernel 分组省的是“同一份 K/V 被重复读”的流量。
@@ -429,7 +446,7 @@ self_check("lesson06", globals());
 # - [Efficient Memory Management for Large Language Model Serving with PagedAttention (Kwon et al., SOSP 2023)](https://arxiv.org/abs/2309.06180)
 # - [Online normalizer calculation for softmax (Milakov & Gimelshein, 2018)](https://arxiv.org/abs/1805.02867)
 # - [Triton 解释器模式（TRITON_INTERPRET）](https://triton-lang.org/main/programming-guide/chapter-3/debugging.html)
-# - [vLLM attention backends (current docs)](https://docs.vllm.ai/en/latest/design/attention_backends.html)
+# - [vLLM attention backends (current docs)](https://docs.vllm.ai/en/latest/design/attention_backends/)
 #
 # 源码链接固定到本课审阅 commit；current docs、支持矩阵和默认参数会变化，面试或部署前必须按目标版本重新核对。
 #
