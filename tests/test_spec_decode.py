@@ -190,3 +190,118 @@ def test_metadata_layout():
     assert md.target_logits_indices.tolist() == [0, 1, 4]
     assert md.bonus_logits_indices.tolist() == [2, 3, 5]
     assert md.max_spec_len == 2
+
+
+# ------------------------------------------------------------------ the engine with n-gram speculation
+# The default model (a tiny Shakespeare Llama) falls into loops under greedy decoding: n-grams repeat,
+# so drafts are often accepted, and also often rejected, which is what these tests need.
+ROMEO = "ROMEO:\nWhat light through yonder window breaks?\nROMEO:\nWhat light"
+SPEC = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+
+
+def spec_llm(**kw):
+    from minivllm.entrypoints.llm import LLM
+    return LLM(multiprocess=False, **kw)
+
+
+@pytest.fixture(scope="module")
+def plain_and_spec():
+    plain = spec_llm()
+    spec = spec_llm(speculative_config=SPEC)
+    yield plain, spec
+    plain.llm_engine.engine_core.shutdown()
+    spec.llm_engine.engine_core.shutdown()
+
+
+def prompts_from(llm, n: int = 6) -> list[list[int]]:
+    tok = llm.get_tokenizer()
+    texts = [ROMEO, "JULIET:\nO Romeo, Romeo", "KING HENRY:\nOnce more unto the breach",
+             "HAMLET:\nTo be, or not to be", "First Citizen:\nBefore we proceed", "MACBETH:\nIs this a dagger"]
+    return [tok.encode(t) for t in texts[:n]]
+
+
+def greedy_tokens(llm, prompts, max_tokens=40, **kw):
+    from minivllm.sampling_params import SamplingParams
+    outs = llm.generate(prompts, SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True, **kw),
+                        use_tqdm=False)
+    return [o.outputs[0].token_ids for o in outs]
+
+
+def test_speculative_greedy_equals_plain_greedy(plain_and_spec):
+    plain, spec = plain_and_spec
+    prompts = prompts_from(plain)
+    assert greedy_tokens(spec, prompts) == greedy_tokens(plain, prompts)
+    stats = spec.llm_engine.engine_core.get_stats().spec_decoding_stats
+    assert stats.num_drafts > 0 and 0 < stats.num_accepted_tokens < stats.num_draft_tokens
+    assert stats.num_accepted_tokens_per_pos[0] >= stats.num_accepted_tokens_per_pos[-1]
+
+
+def test_speculation_under_chunking_prefix_caching_and_preemption(plain_and_spec):
+    plain, _ = plain_and_spec
+    prompts = prompts_from(plain)
+    shared = prompts[0] * 3
+    prompts = [shared + p for p in prompts]  # a shared prefix: prefix-cache hits
+    expected = greedy_tokens(plain, prompts, max_tokens=24)
+    tight = spec_llm(speculative_config=SPEC, max_num_batched_tokens=32, num_gpu_blocks=12, block_size=16)
+    try:
+        assert greedy_tokens(tight, prompts, max_tokens=24) == expected
+        core = tight.llm_engine.engine_core
+        stats = core.get_stats()
+        assert stats.num_preemptions > 0 and stats.prefix_cache_hits > 0
+        assert stats.spec_decoding_stats.num_drafts > 0
+        sched = core.scheduler
+        assert not sched.requests and sched.kv_cache_manager.block_pool.get_num_free_blocks() == stats.num_total_blocks
+    finally:
+        tight.llm_engine.engine_core.shutdown()
+
+
+def test_stop_inside_an_accepted_run(plain_and_spec):
+    plain, spec = plain_and_spec
+    prompts = prompts_from(plain, 3)
+    for max_tokens in (1, 2, 5, 7):
+        assert greedy_tokens(spec, prompts, max_tokens) == greedy_tokens(plain, prompts, max_tokens)
+    # A stop token id that occurs inside the loop: output ends right there, as without speculation.
+    loop = greedy_tokens(plain, prompts[:1], 30)[0]
+    stop_id = loop[10]
+    assert (greedy_tokens(spec, prompts[:1], 30, stop_token_ids=[stop_id])
+            == greedy_tokens(plain, prompts[:1], 30, stop_token_ids=[stop_id]))
+    assert (greedy_tokens(spec, prompts[:1], 30, stop=["\n"]) == greedy_tokens(plain, prompts[:1], 30, stop=["\n"]))
+
+
+def test_speculative_logprobs_equal_plain(plain_and_spec):
+    from minivllm.sampling_params import SamplingParams
+    plain, spec = plain_and_spec
+    prompts = prompts_from(plain, 2)
+    params = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True, logprobs=2)
+    a = plain.generate(prompts, params, use_tqdm=False)
+    b = spec.generate(prompts, params, use_tqdm=False)
+    for x, y in zip(a, b, strict=True):
+        assert x.outputs[0].token_ids == y.outputs[0].token_ids
+        for lx, ly in zip(x.outputs[0].logprobs, y.outputs[0].logprobs, strict=True):
+            assert lx.keys() == ly.keys()
+            assert all(abs(lx[t] - ly[t]) < 1e-4 for t in lx)
+
+
+def test_seeded_sampling_with_speculation_is_reproducible(plain_and_spec):
+    from minivllm.sampling_params import SamplingParams
+    _, spec = plain_and_spec
+    prompts = prompts_from(spec, 3)
+    params = SamplingParams(max_tokens=20, temperature=0.8, seed=7, ignore_eos=True)
+    first = [o.outputs[0].token_ids for o in spec.generate(prompts, params, use_tqdm=False)]
+    alone = [o.outputs[0].token_ids for o in spec.generate(prompts[1:2], params, use_tqdm=False)]
+    assert first[1] == alone[0]
+
+
+def test_bad_speculative_config():
+    from minivllm.config import SpeculativeConfig
+    with pytest.raises(ValueError, match="num_speculative_tokens"):
+        SpeculativeConfig.from_arg({"method": "ngram"})
+    with pytest.raises(ValueError, match="not supported"):
+        SpeculativeConfig.from_arg({"method": "eagle", "num_speculative_tokens": 2})
+    with pytest.raises(ValueError, match="unknown speculative_config"):
+        SpeculativeConfig.from_arg({"method": "ngram", "num_speculative_tokens": 2, "lookup": 3})
+    with pytest.raises(ValueError, match="prompt_lookup_min"):
+        SpeculativeConfig.from_arg({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 4,
+                                    "prompt_lookup_max": 2})
+    cfg = SpeculativeConfig.from_arg({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 4})
+    assert (cfg.prompt_lookup_min, cfg.prompt_lookup_max) == (4, 4)
