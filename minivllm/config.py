@@ -79,6 +79,45 @@ class SchedulerConfig:
 
 
 @dataclass
+class SpeculativeConfig:
+    """Speculative decoding (vLLM: config/speculative.py); only the n-gram (prompt lookup) method."""
+
+    method: str = "ngram"
+    num_speculative_tokens: int | None = None
+    prompt_lookup_max: int | None = None
+    prompt_lookup_min: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.method != "ngram":
+            raise ValueError(f"speculative_config method {self.method!r} is not supported; minivllm has 'ngram'")
+        if not isinstance(self.num_speculative_tokens, int) or self.num_speculative_tokens <= 0:
+            raise ValueError("speculative_config needs num_speculative_tokens > 0, got "
+                             f"{self.num_speculative_tokens!r}")
+        # vLLM's defaults: both unset -> 5 and 5; one set -> the other takes its value.
+        if self.prompt_lookup_min is None and self.prompt_lookup_max is None:
+            self.prompt_lookup_min = self.prompt_lookup_max = 5
+        elif self.prompt_lookup_min is None:
+            self.prompt_lookup_min = self.prompt_lookup_max
+        elif self.prompt_lookup_max is None:
+            self.prompt_lookup_max = self.prompt_lookup_min
+        if self.prompt_lookup_min < 1 or self.prompt_lookup_min > self.prompt_lookup_max:
+            raise ValueError(f"prompt_lookup_min={self.prompt_lookup_min} must be >= 1 and <= "
+                             f"prompt_lookup_max={self.prompt_lookup_max}")
+
+    @classmethod
+    def from_arg(cls, arg: SpeculativeConfig | dict | None) -> SpeculativeConfig | None:
+        if arg is None or isinstance(arg, cls):
+            return arg
+        if not isinstance(arg, dict):
+            raise TypeError(f"speculative_config must be a dict, got {type(arg).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(arg) - names)
+        if unknown:
+            raise ValueError(f"unknown speculative_config key(s) {unknown}; valid ones are {sorted(names)}")
+        return cls(**arg)
+
+
+@dataclass
 class VllmConfig:
     """Everything the engine needs, handed down to every layer (scheduler, worker) as one object."""
 
@@ -90,6 +129,7 @@ class VllmConfig:
     tensor_parallel_size: int = 1
     enforce_eager: bool = True
     trace: bool = False
+    speculative_config: SpeculativeConfig | None = None
 
 
 @dataclass
@@ -117,6 +157,7 @@ class EngineArgs:
     tensor_parallel_size: int = 1
     enforce_eager: bool = True
     trace: bool = False
+    speculative_config: dict | None = None
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> EngineArgs:
@@ -141,4 +182,5 @@ class EngineArgs:
                                              self.long_prefill_token_threshold, self.enable_chunked_prefill,
                                              self.scheduler_reserve_full_isl, self.watermark),
             device=self.device, attention_backend=self.attention_backend,
-            tensor_parallel_size=self.tensor_parallel_size, enforce_eager=self.enforce_eager, trace=self.trace)
+            tensor_parallel_size=self.tensor_parallel_size, enforce_eager=self.enforce_eager, trace=self.trace,
+            speculative_config=SpeculativeConfig.from_arg(self.speculative_config))

@@ -85,8 +85,9 @@ class EngineCore:
         num_gpu_blocks = self.model_executor.determine_num_available_blocks()
         self.model_executor.initialize_cache(num_gpu_blocks)
         vllm_config.cache_config.num_gpu_blocks = num_gpu_blocks
+        spec = vllm_config.speculative_config
         self.scheduler = Scheduler(vllm_config.scheduler_config, vllm_config.cache_config, num_gpu_blocks,
-                                   log_stats)
+                                   log_stats, spec.num_speculative_tokens if spec else 0)
         self.structured_output_manager = StructuredOutputManager()
         self.aborts_queue: queue.Queue[list[str]] = queue.Queue()
         self.step_fn = step_fn or engine_core_step
@@ -126,7 +127,15 @@ class EngineCore:
         self.step_counter += 1
         outputs, ran, _ = self.step_fn(self.scheduler.has_requests(), self._schedule, self._execute_async,
                                        self._get_grammar, self._process_aborts, self._update)
+        self.post_step(bool(ran))
         return (outputs if isinstance(outputs, EngineCoreOutputs) else EngineCoreOutputs()), bool(ran)
+
+    def post_step(self, model_executed: bool) -> None:
+        """Hand the runner's fresh draft tokens to the scheduler for the next step (vLLM: same name)."""
+        if model_executed and self.vllm_config.speculative_config is not None:
+            drafts = self.model_executor.take_draft_token_ids()
+            if drafts is not None:
+                self.scheduler.update_draft_token_ids(*drafts)
 
     def _schedule(self) -> StepPlan:
         with self.tracer.span("schedule", self.step_counter):

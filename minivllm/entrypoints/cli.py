@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 
@@ -20,11 +21,13 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-size", type=int, default=d.block_size)
     p.add_argument("--no-enable-prefix-caching", dest="enable_prefix_caching", action="store_false")
     p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--speculative-config", type=json.loads, default=None,
+                   help='JSON, as vLLM: \'{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}\'')
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
     keys = ("device", "attention_backend", "dtype", "max_model_len", "max_num_seqs", "max_num_batched_tokens",
-            "block_size", "enable_prefix_caching", "seed")
+            "block_size", "enable_prefix_caching", "seed", "speculative_config")
     kw = {k: getattr(args, k) for k in keys}
     if getattr(args, "model", None):
         kw["model"] = args.model

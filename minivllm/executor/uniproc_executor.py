@@ -37,6 +37,9 @@ class UniProcExecutor:
     def sample_tokens(self, grammar_output) -> ModelRunnerOutput:
         return self._thread.submit(self.driver_worker.sample_tokens, grammar_output).result()
 
+    def take_draft_token_ids(self) -> tuple[list[str], list[list[int]]] | None:
+        return self._thread.submit(self.driver_worker.model_runner.take_draft_token_ids).result()
+
     def profile(self, is_start: bool, path: str) -> str | None:
         """Runs on the worker thread: torch.profiler only sees the thread that started it."""
         return self._thread.submit(self.driver_worker.profile, is_start, path).result()

@@ -14,7 +14,9 @@ from minivllm.attention import AttentionMetadata, get_attn_backend
 from minivllm.config import VllmConfig
 from minivllm.core.sched.output import SchedulerOutput
 from minivllm.sample.metadata import SamplingMetadata
-from minivllm.sample.sampler import Sampler
+from minivllm.sample.rejection_sampler import PLACEHOLDER_TOKEN_ID, RejectionSampler, SpecDecodeMetadata
+from minivllm.sample.sampler import Sampler, gather_logprobs
+from minivllm.spec_decode.ngram_proposer import NgramProposer
 from minivllm.tracing import Tracer
 from minivllm.utils import cdiv
 from minivllm.worker.gpu_input_batch import CachedRequestState, InputBatch
@@ -49,6 +51,11 @@ class GPUModelRunner:
         self.requests: dict[str, CachedRequestState] = {}
         self.input_batch = InputBatch(self.max_num_reqs, self.max_model_len, self.block_size)
         self.sampler = Sampler()
+        spec = vllm_config.speculative_config
+        self.drafter = (NgramProposer(spec.num_speculative_tokens, spec.prompt_lookup_min, spec.prompt_lookup_max,
+                                      self.max_model_len) if spec is not None else None)
+        self.rejection_sampler = RejectionSampler()
+        self._draft_token_ids: tuple[list[str], list[list[int]]] | None = None
         self.kv_caches: list[torch.Tensor] = []
         self.model = None
         self._pending: tuple | None = None
@@ -113,6 +120,11 @@ class GPUModelRunner:
             batch.num_computed_tokens_cpu[idx] = state.num_computed_tokens
             if new_block_ids and not cached.resumed_from_preemption[i]:
                 batch.append_block_ids(idx, new_block_ids)
+        for req_id, draft in so.scheduled_spec_decode_tokens.items():
+            # Drafts sit after the known tokens, so input preparation reads them like any token.
+            idx = batch.req_id_to_index[req_id]
+            n = batch.num_tokens[idx]
+            batch.token_ids_cpu[idx, n:n + len(draft)] = draft
         batch.condense()
         self._reorder_batch(scheduled)
 
@@ -160,9 +172,19 @@ class GPUModelRunner:
             query_start_loc_cpu=qsl_cpu, seq_lens_cpu=seq_lens_cpu)
         # A request emits a token only when this step reaches the end of its known tokens.
         emit = np.nonzero(seq_lens >= batch.num_tokens[:num_reqs])[0]
-        logits_indices = torch.from_numpy(cu[emit] - 1).to(dev)
+        spec_md = None
+        if so.scheduled_spec_decode_tokens:
+            # Each draft is verified by the logits of the token before it: k + 1 rows per request.
+            drafts = [so.scheduled_spec_decode_tokens.get(req_ids[i], []) for i in emit]
+            spec_md = SpecDecodeMetadata.make(drafts, dev)
+            num_rows = np.array([len(d) + 1 for d in drafts], dtype=np.int64)
+            first_row = np.cumsum(num_rows) - num_rows
+            offset_in_req = np.arange(num_rows.sum()) - np.repeat(first_row, num_rows)
+            logits_indices = torch.from_numpy(np.repeat(cu[emit] - num_rows, num_rows) + offset_in_req).to(dev)
+        else:
+            logits_indices = torch.from_numpy(cu[emit] - 1).to(dev)
         return (torch.from_numpy(input_ids).to(dev), torch.from_numpy(positions).to(dev), md,
-                emit, logits_indices)
+                emit, logits_indices, spec_md)
 
     def _sampling_metadata(self, rows: np.ndarray) -> SamplingMetadata:
         b = self.input_batch
@@ -189,11 +211,11 @@ class GPUModelRunner:
         if so.total_num_scheduled_tokens == 0:
             return EMPTY_MODEL_RUNNER_OUTPUT
         with self.tracer.span("prepare_inputs", so.step):
-            input_ids, positions, md, emit, logits_indices = self._prepare_inputs(so)
+            input_ids, positions, md, emit, logits_indices, spec_md = self._prepare_inputs(so)
         with self.tracer.span("forward", so.step, list(so.num_scheduled_tokens)):
             hidden = self.model(input_ids, positions, self.kv_caches, md)
             logits = self.model.compute_logits(hidden[logits_indices]) if len(emit) else None
-        self._pending = (emit, logits)
+        self._pending = (emit, logits, spec_md)
         self._step = so.step
         if so.structured_output_request_ids:
             return None
@@ -202,7 +224,7 @@ class GPUModelRunner:
     @torch.inference_mode()
     def sample_tokens(self, grammar_output) -> ModelRunnerOutput:
         """Apply the grammar bitmask (if any) to the pending logits, sample, and report tokens."""
-        emit, logits = self._pending
+        emit, logits, spec_md = self._pending
         self._pending = None
         batch = self.input_batch
         num_reqs = batch.num_reqs
@@ -212,16 +234,63 @@ class GPUModelRunner:
         if logits is not None:
             if grammar_output is not None:
                 logits = grammar_output.apply(logits, [req_ids[i] for i in emit])
-            with self.tracer.span("sample", self._step):
-                out = self.sampler(logits, self._sampling_metadata(emit))
-            tokens = out.sampled_token_ids.tolist()
-            if out.logprobs is not None:
+            rows_logprobs = None  # per emitted row: one dict per token, or None
+            if spec_md is not None:
+                with self.tracer.span("sample", self._step):
+                    out_ids = self.rejection_sampler(spec_md, None, logits, self._sampling_metadata(emit))
+                rows_tokens = [[t for t in r if t != PLACEHOLDER_TOKEN_ID] for r in out_ids.tolist()]
+                if any(batch.num_logprobs[r] is not None for r in emit):
+                    rows_logprobs = self._spec_logprobs(logits, spec_md, emit, rows_tokens)
+            else:
+                with self.tracer.span("sample", self._step):
+                    out = self.sampler(logits, self._sampling_metadata(emit))
+                rows_tokens = [[t] for t in out.sampled_token_ids.tolist()]
+                if out.logprobs is not None:
+                    rows_logprobs = [None if d is None else [d] for d in out.logprobs]
+            if rows_logprobs is not None:
                 logprobs = [None] * num_reqs
             for j, row in enumerate(emit.tolist()):
-                token = tokens[j]
-                sampled_token_ids[row] = [token]
-                self.requests[req_ids[row]].output_token_ids.append(token)
-                batch.append_token(row, token)
-                if logprobs is not None and out.logprobs[j] is not None:
-                    logprobs[row] = [out.logprobs[j]]
+                tokens = rows_tokens[j]
+                sampled_token_ids[row] = tokens
+                self.requests[req_ids[row]].output_token_ids.extend(tokens)
+                for token in tokens:
+                    batch.append_token(row, token)
+                if rows_logprobs is not None:
+                    logprobs[row] = rows_logprobs[j]
+            if self.drafter is not None:
+                self._propose_drafts(req_ids, emit)
         return ModelRunnerOutput(req_ids, {r: i for i, r in enumerate(req_ids)}, sampled_token_ids, logprobs)
+
+    def _spec_logprobs(self, logits: torch.Tensor, spec_md: SpecDecodeMetadata, emit: np.ndarray,
+                       rows_tokens: list[list[int]]) -> list:
+        """Per emitted row, the logprobs of each emitted token from the raw logits row that produced it."""
+        num_logprobs = self.input_batch.num_logprobs
+        first_row = (spec_md.bonus_logits_indices.cpu() - torch.tensor(spec_md.num_draft_tokens)).tolist()
+        sel_rows, sel_tokens, sel_n, owners = [], [], [], []
+        for j, row in enumerate(emit.tolist()):
+            if num_logprobs[row] is None:
+                continue
+            for p, token in enumerate(rows_tokens[j]):
+                sel_rows.append(first_row[j] + p)
+                sel_tokens.append(token)
+                sel_n.append(num_logprobs[row])
+                owners.append(j)
+        out: list = [None] * len(emit)
+        if sel_rows:
+            raw = logits[torch.tensor(sel_rows, device=logits.device)].float().log_softmax(dim=-1)
+            dicts = gather_logprobs(raw, torch.tensor(sel_tokens, device=raw.device), sel_n)
+            for j, d in zip(owners, dicts, strict=True):
+                out[j] = (out[j] or []) + [d]
+        return out
+
+    def _propose_drafts(self, req_ids: list[str], emit: np.ndarray) -> None:
+        """N-gram drafts for every request that just emitted tokens (prefill chunks get none)."""
+        batch = self.input_batch
+        rows = emit.tolist()
+        drafts = self.drafter.propose([batch.token_ids_cpu[r, :min(batch.num_tokens[r], self.max_model_len)]
+                                       for r in rows])
+        self._draft_token_ids = ([req_ids[r] for r in rows], drafts)
+
+    def take_draft_token_ids(self) -> tuple[list[str], list[list[int]]] | None:
+        drafts, self._draft_token_ids = self._draft_token_ids, None
+        return drafts

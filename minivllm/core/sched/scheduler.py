@@ -15,7 +15,7 @@ from minivllm.core.kv_cache_manager import KVCacheManager
 from minivllm.core.kv_cache_utils import get_request_block_hasher
 from minivllm.core.sched.interface import SchedulerInterface
 from minivllm.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
-from minivllm.engine import EngineCoreOutput, EngineCoreOutputs, SchedulerStats
+from minivllm.engine import EngineCoreOutput, EngineCoreOutputs, SchedulerStats, SpecDecodingStats
 from minivllm.request import Request, RequestStatus
 from minivllm.worker.outputs import ModelRunnerOutput
 
@@ -24,7 +24,7 @@ class Scheduler(SchedulerInterface):
     """FCFS token-budget scheduler with chunked prefill, prefix caching and preemption by recompute."""
 
     def __init__(self, scheduler_config: SchedulerConfig, cache_config: CacheConfig, num_gpu_blocks: int,
-                 log_stats: bool = True) -> None:
+                 log_stats: bool = True, num_spec_tokens: int = 0) -> None:
         self.scheduler_config = scheduler_config
         self.cache_config = cache_config
         self.max_num_running_reqs = scheduler_config.max_num_seqs
@@ -46,6 +46,8 @@ class Scheduler(SchedulerInterface):
                                                watermark=scheduler_config.watermark)
         self.block_hasher = (get_request_block_hasher(self.block_size)
                              if cache_config.enable_prefix_caching else None)
+        self.num_spec_tokens = num_spec_tokens
+        self.spec_decoding_stats = SpecDecodingStats.new(num_spec_tokens) if num_spec_tokens else None
 
     # ---------------------------------------------------------------- schedule
     def schedule(self) -> SchedulerOutput:
@@ -59,6 +61,7 @@ class Scheduler(SchedulerInterface):
         scheduled_new_reqs: list[Request] = []
         scheduled_resumed_reqs: list[Request] = []
         preempted_reqs: list[Request] = []
+        scheduled_spec_decode_tokens: dict[str, list[int]] = {}
 
         # 1. Running requests first: each advances by min(remaining, threshold, budget left).
         running = self.running
@@ -98,6 +101,12 @@ class Scheduler(SchedulerInterface):
             num_scheduled_tokens[request.request_id] = num_new_tokens
             token_budget -= num_new_tokens
             req_index += 1
+            if request.spec_token_ids:
+                # Drafts that fit this step's share ride along; fresh ones come after the step.
+                num_spec = num_new_tokens + num_computed_tokens - len(request.all_token_ids)
+                if num_spec > 0:
+                    scheduled_spec_decode_tokens[request.request_id] = request.spec_token_ids[:num_spec]
+                request.spec_token_ids = []
 
         # 2. Then waiting requests, in order, unless this step had to preempt (it is short of blocks).
         if not preempted_reqs:
@@ -160,6 +169,8 @@ class Scheduler(SchedulerInterface):
             total_num_scheduled_tokens=total,
             finished_req_ids=self.finished_req_ids,
             preempted_req_ids={r.request_id for r in preempted_reqs},
+            scheduled_spec_decode_tokens={r: t for r, t in scheduled_spec_decode_tokens.items()
+                                          if r in num_scheduled_tokens},
             step=self.step_id,
         )
         self.finished_req_ids = set()
@@ -175,6 +186,7 @@ class Scheduler(SchedulerInterface):
         self.kv_cache_manager.free(request)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
+        request.spec_token_ids = []
         request.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(request)
@@ -190,6 +202,7 @@ class Scheduler(SchedulerInterface):
         outputs: list[EngineCoreOutput] = []
         stopped_running: set[Request] = set()
         stopped_preempted: set[Request] = set()
+        scheduled_spec = scheduler_output.scheduled_spec_decode_tokens
         for req_id in scheduler_output.num_scheduled_tokens:
             request = requests.get(req_id)
             if request is None:
@@ -198,6 +211,8 @@ class Scheduler(SchedulerInterface):
             generated = sampled_token_ids[req_index] if req_index is not None else ()
             if not generated:
                 continue  # a partial prefill produces no token
+            if scheduled_spec and req_id in scheduled_spec:
+                self._roll_back_rejected(request, len(scheduled_spec[req_id]), len(generated) - 1)
             status_before = request.status
             new_token_ids = []
             finished = False
@@ -227,6 +242,26 @@ class Scheduler(SchedulerInterface):
             self.waiting = deque(r for r in self.waiting if r not in stopped_preempted)
         return EngineCoreOutputs(outputs=outputs,
                                  scheduler_stats=self.make_stats() if self.log_stats else None)
+
+    def _roll_back_rejected(self, request: Request, num_draft: int, num_accepted: int) -> None:
+        """Rejected drafts were computed but are not the request's tokens: forget their KV positions.
+
+        Their slots stay allocated and are overwritten by the next tokens (blocks past request.num_tokens
+        are never cached), so nothing leaks. A request preempted meanwhile has nothing to roll back.
+        """
+        if request.num_computed_tokens > 0:
+            request.num_computed_tokens -= num_draft - num_accepted
+        if self.spec_decoding_stats is not None:
+            self.spec_decoding_stats.observe_draft(num_draft, num_accepted)
+
+    def update_draft_token_ids(self, req_ids: list[str], draft_token_ids: list[list[int]]) -> None:
+        """The runner's fresh drafts, scheduled with their request next step (vLLM: same name)."""
+        requests = self.requests
+        for req_id, draft in zip(req_ids, draft_token_ids, strict=True):
+            request = requests.get(req_id)
+            if request is None or request.status != RequestStatus.RUNNING:
+                continue
+            request.spec_token_ids = draft
 
     def _check_stop(self, request: Request) -> bool:
         """vLLM's check_stop: length caps first, then (past min_tokens) EOS and stop token ids."""
@@ -296,4 +331,5 @@ class Scheduler(SchedulerInterface):
             num_running_reqs=len(self.running), num_waiting_reqs=len(self.waiting),
             kv_cache_usage=kv.usage, num_free_blocks=pool.get_num_free_blocks(),
             num_total_blocks=pool.num_gpu_blocks - 1, prefix_cache_queries=stats.queries,
-            prefix_cache_hits=stats.hits, num_preemptions=self.num_preemptions)
+            prefix_cache_hits=stats.hits, num_preemptions=self.num_preemptions,
+            spec_decoding_stats=self.spec_decoding_stats)

@@ -1,0 +1,1 @@
+"""Speculative decoding proposers (vLLM: v1/spec_decode/)."""
