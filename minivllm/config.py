@@ -58,6 +58,9 @@ class SchedulerConfig:
     max_model_len: int = 2048
     long_prefill_token_threshold: int = 0
     enable_chunked_prefill: bool = True
+    # Plan step N+1 while step N executes (AsyncScheduler + EngineCore's batch queue). vLLM turns it on
+    # by default; minivllm keeps it off (see EngineArgs.async_scheduling).
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "max_model_len"):
@@ -103,6 +106,9 @@ class EngineArgs:
     max_num_seqs: int = 128
     long_prefill_token_threshold: int = 0
     enable_chunked_prefill: bool = True
+    # vLLM: None = on unless incompatible. minivllm: None = off, because the lessons plug a synchronous
+    # step (lesson 1's step function, lesson 2's schedule loop without placeholders) into EngineCore.
+    async_scheduling: bool | None = None
     device: str = "auto"
     attention_backend: str = "auto"
     tensor_parallel_size: int = 1
@@ -129,6 +135,7 @@ class EngineArgs:
             cache_config=CacheConfig(self.block_size, self.num_gpu_blocks, self.gpu_memory_utilization,
                                      self.kv_cache_memory_bytes, self.enable_prefix_caching),
             scheduler_config=SchedulerConfig(batched, self.max_num_seqs, max_len,
-                                             self.long_prefill_token_threshold, self.enable_chunked_prefill),
+                                             self.long_prefill_token_threshold, self.enable_chunked_prefill,
+                                             async_scheduling=bool(self.async_scheduling)),
             device=self.device, attention_backend=self.attention_backend,
             tensor_parallel_size=self.tensor_parallel_size, enforce_eager=self.enforce_eager, trace=self.trace)
