@@ -101,6 +101,7 @@ def main() -> None:
     ap.add_argument("--hf-batch-sizes", default="8,24",
                     help="HF padded batch sizes to run; each round's ratio is against its fastest")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--async-scheduling", action="store_true", help="run minivllm with async_scheduling=True")
     add_bench_args(ap)
     args = ap.parse_args()
     env_before = environment()
@@ -110,7 +111,7 @@ def main() -> None:
     total_out = sum(out_lens)
     print(f"workload: {len(prompts)} prompts, {sum(map(len, prompts))} prompt tokens, {total_out} output tokens "
           f"(lengths uniform in [{args.min_len}, {args.max_len}]); {environment_line(env_before)}")
-    mini = MinivllmSide(args.model, prompts, out_lens)
+    mini = MinivllmSide(args.model, prompts, out_lens, async_scheduling=args.async_scheduling)
     hf_model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
     hf_model.generation_config.eos_token_id = None
     sides = {"minivllm": mini}
