@@ -32,9 +32,10 @@ notebooks: venv
 lint: venv
 	$(PY) -m ruff check minivllm autograder tests benchmarks
 
+# Every ratio from interleaved runs, one report: build/bench/report.md (+ ratios.png). A few minutes on
+# 2 cores; NANO_VLLM=/path/to/nano-vllm adds its scheduler as the side-by-side anchor.
 bench: venv
-	$(PY) benchmarks/scheduler_overhead.py
-	$(PY) benchmarks/throughput.py
+	$(PY) benchmarks/report.py
 
 clean:
 	rm -rf .venv .pytest_cache build *.egg-info

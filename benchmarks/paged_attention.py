@@ -5,6 +5,8 @@ memory bandwidth. For each (batch, context) this times the kernel with triton.te
 reports the bytes it must read (K/V plus q) per second, and divides by the bandwidth of a plain
 device-to-device copy measured in the same run. A torch baseline (gather the blocks into contiguous
 K/V, then scaled_dot_product_attention) runs on the same inputs and is checked against the kernel.
+For each shape the copy, the kernel and the baseline run interleaved (--pairs rounds, benchmarks/common.py):
+the ratios are medians of per-round ratios, with their min-max.
 
     python benchmarks/paged_attention.py                   # needs a CUDA GPU; exits 0 with a note on CPU
     python benchmarks/paged_attention.py --interpret-smoke # one tiny shape under TRITON_INTERPRET=1 (CPU)
@@ -23,6 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout without installing
+from common import add_bench_args, environment, environment_line, interleave, ratio, write_json  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -40,6 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--copy-mib", type=int, default=1024, help="size of the reference device-to-device copy")
     p.add_argument("--interpret-smoke", action="store_true",
                    help="run one tiny shape on CPU under TRITON_INTERPRET=1 to check this script's code path")
+    add_bench_args(p, warmup=0)
     return p.parse_args(argv)
 
 
@@ -89,14 +93,13 @@ def bench_ms(fn, on_cuda: bool) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def copy_bandwidth_gbs(num_bytes: int, device: str, on_cuda: bool) -> float:
-    """GB/s of dst.copy_(src): the practical ceiling for a kernel that streams memory (read + write)."""
+def copy_fn_and_bytes(num_bytes: int, device: str):
+    """dst.copy_(src): the practical ceiling for a kernel that streams memory (it reads + writes num_bytes)."""
     import torch
 
     src = torch.empty(num_bytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    ms = bench_ms(lambda: dst.copy_(src), on_cuda)
-    return 2 * num_bytes / (ms * 1e-3) / 1e9
+    return (lambda: dst.copy_(src)), 2 * num_bytes
 
 
 def run(args: argparse.Namespace, device: str) -> list[dict]:
@@ -108,17 +111,18 @@ def run(args: argparse.Namespace, device: str) -> list[dict]:
     dtype = getattr(torch, args.dtype)
     elt = torch.finfo(dtype).bits // 8
     scale = args.head_size ** -0.5
-    copy_gbs = copy_bandwidth_gbs(args.copy_mib << 20, device, on_cuda)
+    copy_fn, copy_bytes = copy_fn_and_bytes(args.copy_mib << 20, device)
+    copy_gbs = copy_bytes / (bench_ms(copy_fn, on_cuda) * 1e-3) / 1e9
     if on_cuda:
         props = torch.cuda.get_device_properties(device)
         device_name = f"{props.name} ({props.multi_processor_count} SMs)"
     else:
         device_name = "cpu (TRITON_INTERPRET=1)"
-    print(f"device: {device_name}; "
+    print(f"device: {device_name}; {environment_line()}; "
           f"heads {args.num_heads}/{args.num_kv_heads} kv, head_size {args.head_size}, block_size "
-          f"{args.block_size}, {args.dtype}; device-to-device copy: {copy_gbs:.0f} GB/s")
-    print(f"{'batch':>6} {'context':>8} {'programs':>8} {'KV MiB':>8} {'triton us':>10} {'GB/s':>8} {'% copy':>7} "
-          f"{'torch us':>10} {'speedup':>8} {'max err':>8}")
+          f"{args.block_size}, {args.dtype}; device-to-device copy: {copy_gbs:.0f} GB/s; {args.pairs} rounds")
+    print(f"{'batch':>6} {'context':>8} {'programs':>8} {'KV MiB':>8} {'triton us':>10} {'GB/s':>8} "
+          f"{'% copy (min-max)':>18} {'torch us':>10} {'speedup (min-max)':>20} {'max err':>8}")
     rows = []
     for batch in args.batch_sizes:
         for context in args.context_lens:
@@ -137,19 +141,32 @@ def run(args: argparse.Namespace, device: str) -> list[dict]:
                 return torch_gather_sdpa(query, kv_cache, block_table, context, scale)
 
             triton_fn()
-            triton_ms = bench_ms(triton_fn, on_cuda)
-            torch_ms = err = float("nan")
+            sides = {"copy": lambda: bench_ms(copy_fn, on_cuda), "triton": lambda: bench_ms(triton_fn, on_cuda)}
+            err = float("nan")
             if kv_bytes <= args.max_baseline_gib * (1 << 30):
                 err = (out.float() - torch_fn().float()).abs().max().item()
-                torch_ms = bench_ms(torch_fn, on_cuda)
+                sides["torch"] = lambda: bench_ms(torch_fn, on_cuda)
+            ms = interleave(sides, args.pairs, args.warmup)
             read_bytes = kv_bytes + query.numel() * elt
+            frac = ratio(f"paged decode b={batch} ctx={context}: kernel GB/s / copy GB/s",
+                         [read_bytes / t for t in ms["triton"]], [copy_bytes / t for t in ms["copy"]],
+                         "a device-to-device copy in the same round (goal >= 0.70 at long context)")
+            triton_ms = sorted(ms["triton"])[len(ms["triton"]) // 2]
             gbs = read_bytes / (triton_ms * 1e-3) / 1e9
+            speedup = (ratio(f"paged decode b={batch} ctx={context}: torch gather+SDPA time / kernel time",
+                             ms["torch"], ms["triton"], "torch gather + scaled_dot_product_attention, same round")
+                       if "torch" in ms else None)
+            torch_ms = sorted(ms["torch"])[len(ms["torch"]) // 2] if "torch" in ms else float("nan")
             row = dict(batch=batch, context=context, kv_mib=kv_bytes / (1 << 20), triton_us=triton_ms * 1e3,
-                       gbs=gbs, frac_copy=gbs / copy_gbs, torch_us=torch_ms * 1e3,
-                       speedup=torch_ms / triton_ms, max_err=err)
+                       gbs=gbs, frac_copy=frac.median, torch_us=torch_ms * 1e3,
+                       speedup=speedup.median if speedup else float("nan"), max_err=err,
+                       ratios=[frac] + ([speedup] if speedup else []))
             rows.append(row)
-            print(f"{batch:>6} {context:>8} {batch * args.num_kv_heads:>8} {row['kv_mib']:>8.1f} {row['triton_us']:>10.1f} {gbs:>8.0f} "
-                  f"{100 * row['frac_copy']:>6.1f}% {row['torch_us']:>10.1f} {row['speedup']:>7.2f}x {err:>8.1e}")
+            sp = f"{speedup.median:.2f}x ({speedup.min:.2f}-{speedup.max:.2f})" if speedup else "-"
+            print(f"{batch:>6} {context:>8} {batch * args.num_kv_heads:>8} {row['kv_mib']:>8.1f} "
+                  f"{row['triton_us']:>10.1f} {gbs:>8.0f} "
+                  f"{f'{100 * frac.median:.1f}% ({100 * frac.min:.0f}-{100 * frac.max:.0f})':>18} "
+                  f"{row['torch_us']:>10.1f} {sp:>20} {err:>8.1e}")
             del query, kv_cache, block_table, seq_lens, out, k_cache, v_cache
             if on_cuda:
                 torch.cuda.empty_cache()
@@ -158,6 +175,7 @@ def run(args: argparse.Namespace, device: str) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    env_before = environment()
     if args.interpret_smoke:
         os.environ["TRITON_INTERPRET"] = "1"          # before triton is first imported
         args.batch_sizes, args.context_lens = [2], [40]
@@ -175,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
               "Triton interpreter.")
         return 0
     rows = run(args, "cuda")
+    write_json(args.json_out, "paged_attention", [r for row in rows for r in row["ratios"]], {}, env_before)
     if not rows:
         print("every shape was over --max-cache-gib; nothing measured")
         return 0

@@ -63,6 +63,9 @@ class SchedulerConfig:
     # free when admitting waiting or preempted requests).
     scheduler_reserve_full_isl: bool = True
     watermark: float = 0.0
+    # Plan step N+1 while step N executes (AsyncScheduler + EngineCore's batch queue). vLLM turns it on
+    # by default; minivllm keeps it off (see EngineArgs.async_scheduling).
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_num_batched_tokens", "max_num_seqs", "max_model_len"):
@@ -152,6 +155,9 @@ class EngineArgs:
     enable_chunked_prefill: bool = True
     scheduler_reserve_full_isl: bool = True
     watermark: float = 0.0
+    # vLLM: None = on unless incompatible. minivllm: None = off, because the lessons plug a synchronous
+    # step (lesson 1's step function, lesson 2's schedule loop without placeholders) into EngineCore.
+    async_scheduling: bool | None = None
     device: str = "auto"
     attention_backend: str = "auto"
     tensor_parallel_size: int = 1
@@ -180,7 +186,8 @@ class EngineArgs:
                                      self.kv_cache_memory_bytes, self.enable_prefix_caching),
             scheduler_config=SchedulerConfig(batched, self.max_num_seqs, max_len,
                                              self.long_prefill_token_threshold, self.enable_chunked_prefill,
-                                             self.scheduler_reserve_full_isl, self.watermark),
+                                             self.scheduler_reserve_full_isl, self.watermark,
+                                             async_scheduling=bool(self.async_scheduling)),
             device=self.device, attention_backend=self.attention_backend,
             tensor_parallel_size=self.tensor_parallel_size, enforce_eager=self.enforce_eager, trace=self.trace,
             speculative_config=SpeculativeConfig.from_arg(self.speculative_config))

@@ -62,6 +62,8 @@ class Request:
         self.output_token_ids: list[int] = []
         self.all_token_ids: list[int] = list(self.prompt_token_ids)
         self.num_computed_tokens = 0
+        # Async scheduling: tokens scheduled to be sampled by steps still in flight (their ids unknown yet).
+        self.num_output_placeholders = 0
         self.num_cached_tokens = -1
         self.num_preemptions = 0
         self.spec_token_ids: list[int] = []

@@ -6,7 +6,8 @@ the blocks nobody holds), and running / waiting / requests agree. Once every req
 been aborted, every block but the null block is free.
 
 Steps may be pipelined two deep (a second schedule() before the first step's output arrives), which is
-what makes "preempted while the step runs" reachable.
+what makes "preempted while the step runs" reachable; with the AsyncScheduler, the second step also plans
+on placeholders for the tokens the first one is sampling.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
 from minivllm.config import CacheConfig, SchedulerConfig
+from minivllm.core.sched.async_scheduler import AsyncScheduler
 from minivllm.core.sched.scheduler import Scheduler
 from minivllm.request import Request, RequestStatus
 from minivllm.sampling_params import SamplingParams
@@ -35,6 +37,7 @@ configs = st.fixed_dictionaries({
     "chunked": st.booleans(),
     "caching": st.booleans(),
     "depth": st.sampled_from([1, 2]),
+    "async": st.booleans(),
 })
 
 # Weighted by repetition: mostly adds and steps, now and then a completion, abort or finish.
@@ -64,7 +67,7 @@ class Harness:
         self.max_num_seqs = cfg["max_num_seqs"]
         self.depth = cfg["depth"]
         self.rnd = rnd
-        self.scheduler = Scheduler(
+        self.scheduler = (AsyncScheduler if cfg["async"] else Scheduler)(
             SchedulerConfig(max_num_batched_tokens=budget, max_num_seqs=cfg["max_num_seqs"],
                             max_model_len=MAX_MODEL_LEN, long_prefill_token_threshold=cfg["threshold"],
                             enable_chunked_prefill=cfg["chunked"]),
@@ -87,6 +90,7 @@ class Harness:
     def step(self) -> None:
         if len(self.in_flight) >= self.depth:
             self.complete()
+        placeholders = {r.request_id: r.num_output_placeholders for r in self.scheduler.running}
         out = self.scheduler.schedule()
         assert out.total_num_scheduled_tokens == sum(out.num_scheduled_tokens.values())
         assert out.total_num_scheduled_tokens <= self.budget
@@ -97,7 +101,10 @@ class Harness:
         rows = {}
         for req_id in out.num_scheduled_tokens:
             req = self.scheduler.requests[req_id]
-            done = req.num_computed_tokens >= req.num_tokens
+            if isinstance(self.scheduler, AsyncScheduler):  # it gave a placeholder to each that samples
+                done = req.num_output_placeholders > placeholders.get(req_id, 0)
+            else:
+                done = req.num_computed_tokens >= req.num_tokens
             rows[req_id] = [EOS if self.rnd.random() < 0.1 else self.rnd.randrange(2, 100)] if done else []
         self.in_flight.append((out, rows))
 
@@ -130,7 +137,13 @@ class Harness:
         # Only live requests hold blocks; a running request's blocks cover what it has computed.
         assert set(kv.req_to_blocks) <= set(sched.requests)
         for req in sched.running:
-            assert len(kv.req_to_blocks.get(req.request_id, [])) * kv.block_size >= req.num_computed_tokens
+            num_slots = len(kv.req_to_blocks.get(req.request_id, [])) * kv.block_size
+            assert num_slots >= req.num_computed_tokens
+            # The scheduler skips allocate_slots below this count: no block may be missing or due for caching.
+            noop_until = kv.allocate_slots_noop_until.get(req.request_id, -1)
+            assert noop_until <= num_slots
+            if kv.enable_caching:
+                assert noop_until < (kv.num_cached_block.get(req.request_id, 0) + 1) * kv.block_size
         # ref_cnt == number of live requests holding the block; free queue == blocks nobody holds.
         holders = Counter(b.block_id for blocks in kv.req_to_blocks.values() for b in blocks)
         for block in pool.blocks[1:]:

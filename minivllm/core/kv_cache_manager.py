@@ -74,6 +74,9 @@ class KVCacheManager:
         self.block_pool = BlockPool(num_gpu_blocks, enable_caching)
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         self.num_cached_block: dict[str, int] = {}
+        # Per request: up to this many tokens (computed + new), allocate_slots would find nothing to do
+        # (no new block, no block to cache), so the scheduler's hot loop skips the call.
+        self.allocate_slots_noop_until: dict[str, int] = {}
         self.prefix_cache_stats = PrefixCacheStats()
         # Blocks kept free when admitting a waiting or preempted request (vLLM's watermark).
         self.watermark_blocks = int(watermark * num_gpu_blocks)
@@ -178,6 +181,11 @@ class KVCacheManager:
                 if num_full > num_cached:
                     self.block_pool.cache_full_blocks(request, req_blocks, num_cached, num_full)
                     self.num_cached_block[request_id] = num_full
+                    num_cached = num_full
+            noop_until = (num_cached + 1) * block_size - 1
+            self.allocate_slots_noop_until[request_id] = min(noop_until, len(req_blocks) * block_size)
+        else:
+            self.allocate_slots_noop_until[request_id] = len(req_blocks) * block_size
         return KVCacheBlocks(new_blocks) if new_blocks else _EMPTY
 
     def free(self, request: Request) -> None:
@@ -185,6 +193,7 @@ class KVCacheManager:
         blocks = self.req_to_blocks.pop(request.request_id, [])
         self.block_pool.free_blocks(reversed(blocks))
         self.num_cached_block.pop(request.request_id, None)
+        self.allocate_slots_noop_until.pop(request.request_id, None)
 
     def get_blocks(self, request_id: str) -> KVCacheBlocks:
         return KVCacheBlocks(list(self.req_to_blocks.get(request_id, [])))

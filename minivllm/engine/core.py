@@ -6,7 +6,8 @@ place where a step's phases are ordered:
     schedule -> execute_model(non_block=True) -> grammar bitmask -> wait -> aborts -> update_from_output
 
 The step itself is a plain function with lesson 1's signature, so a student's version can be plugged
-in with EngineCore(step_fn=...), and every phase is recorded by the tracer.
+in with EngineCore(step_fn=...), and every phase is recorded by the tracer. With async_scheduling the
+step is step_with_batch_queue instead: it schedules step N+1 while step N's forward runs.
 """
 from __future__ import annotations
 
@@ -17,12 +18,14 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable, Iterable
 
 import msgspec
 import zmq
 
 from minivllm.config import EngineArgs, VllmConfig
+from minivllm.core.sched.async_scheduler import AsyncScheduler
 from minivllm.core.sched.output import SchedulerOutput
 from minivllm.core.sched.scheduler import Scheduler
 from minivllm.engine import (
@@ -69,9 +72,10 @@ def make_vllm_config(engine_args: EngineArgs) -> VllmConfig:
 class StepPlan(dict):
     """The plan a step function sees: {"scheduled_tokens": n}, carrying the real SchedulerOutput."""
 
-    def __init__(self, scheduler_output: SchedulerOutput) -> None:
+    def __init__(self, scheduler_output: SchedulerOutput, step: int) -> None:
         super().__init__(scheduled_tokens=scheduler_output.total_num_scheduled_tokens)
         self.scheduler_output = scheduler_output
+        self.step = step  # the engine step that scheduled it: its phases are traced under this number
 
 
 class EngineCore:
@@ -85,9 +89,21 @@ class EngineCore:
         num_gpu_blocks = self.model_executor.determine_num_available_blocks()
         self.model_executor.initialize_cache(num_gpu_blocks)
         vllm_config.cache_config.num_gpu_blocks = num_gpu_blocks
+        async_scheduling = vllm_config.scheduler_config.async_scheduling
+        if async_scheduling and step_fn is not None:
+            raise ValueError("async_scheduling runs EngineCore's batch queue, not a plugged step function "
+                             "(step_fn is a synchronous step): pass one or the other")
+        scheduler_cls = AsyncScheduler if async_scheduling else Scheduler
         spec = vllm_config.speculative_config
-        self.scheduler = Scheduler(vllm_config.scheduler_config, vllm_config.cache_config, num_gpu_blocks,
-                                   log_stats, spec.num_speculative_tokens if spec else 0)
+        if async_scheduling and spec is not None:
+            raise ValueError("async_scheduling with speculative_config is not supported in minivllm yet "
+                             "(vLLM combines them); turn one off")
+        self.scheduler = scheduler_cls(vllm_config.scheduler_config, vllm_config.cache_config, num_gpu_blocks,
+                                       log_stats, spec.num_speculative_tokens if spec else 0)
+        # Async scheduling: (plan, wait) of steps in flight, newest first; two, so that the next step is
+        # planned while one executes (vLLM: batch_queue, of size max_concurrent_batches).
+        self.batch_queue_size = 2
+        self.batch_queue: deque[tuple[StepPlan, Callable]] | None = deque() if async_scheduling else None
         self.structured_output_manager = StructuredOutputManager()
         self.aborts_queue: queue.Queue[list[str]] = queue.Queue()
         self.step_fn = step_fn or engine_core_step
@@ -124,6 +140,8 @@ class EngineCore:
     # ------------------------------------------------------------------ the step
     def step(self) -> tuple[EngineCoreOutputs, bool]:
         """Run one step through step_fn; returns the outputs and whether any token was scheduled."""
+        if self.batch_queue is not None:
+            return self.step_with_batch_queue()
         self.step_counter += 1
         outputs, ran, _ = self.step_fn(self.scheduler.has_requests(), self._schedule, self._execute_async,
                                        self._get_grammar, self._process_aborts, self._update)
@@ -137,16 +155,45 @@ class EngineCore:
             if drafts is not None:
                 self.scheduler.update_draft_token_ids(*drafts)
 
+    def step_with_batch_queue(self) -> tuple[EngineCoreOutputs, bool]:
+        """Async scheduling (vLLM: step_with_batch_queue): schedule and launch a step, and while the queue
+        has room return at once, so the next call plans step N+1 during step N's forward; otherwise wait
+        for the oldest step and apply its output. The phases of one plan keep their order (schedule,
+        execute, grammar, wait, aborts, update) and are traced under that plan's step number, so the trace
+        shows the next step's schedule inside this step's forward.
+
+        A plan that needs a grammar bitmask is not run ahead of: the bitmask needs the tokens of the step
+        before it, and its sampling must happen before the worker starts another step.
+        """
+        batch_queue = self.batch_queue
+        newest_needs_grammar = bool(batch_queue) and bool(batch_queue[0][0].scheduler_output.structured_output_request_ids)
+        model_executed = False
+        if self.scheduler.has_requests() and not newest_needs_grammar:
+            self.step_counter += 1
+            plan = self._schedule()
+            batch_queue.appendleft((plan, self._execute_async(plan)))
+            model_executed = plan["scheduled_tokens"] > 0
+            if (model_executed and len(batch_queue) < self.batch_queue_size
+                    and not plan.scheduler_output.structured_output_request_ids):
+                return EngineCoreOutputs(), True
+        elif not batch_queue:
+            return EngineCoreOutputs(), False
+        plan, wait = batch_queue.pop()
+        self._get_grammar(plan)
+        model_output = wait()
+        self._process_aborts(plan.step)
+        return self._update(plan, model_output), model_executed
+
     def _schedule(self) -> StepPlan:
         with self.tracer.span("schedule", self.step_counter):
             scheduler_output = self.scheduler.schedule()
-        return StepPlan(scheduler_output)
+        return StepPlan(scheduler_output, self.step_counter)
 
     def _execute_async(self, plan: StepPlan) -> Callable:
         so = plan.scheduler_output
-        with self.tracer.span("execute", self.step_counter, so.num_scheduled_tokens):
+        with self.tracer.span("execute", plan.step, so.num_scheduled_tokens):
             future = self.model_executor.execute_model(so, non_block=True)
-        step = self.step_counter
+        step = plan.step
 
         def wait():
             with self.tracer.span("wait", step):
@@ -157,16 +204,16 @@ class EngineCore:
         return wait
 
     def _get_grammar(self, plan: StepPlan):
-        with self.tracer.span("grammar", self.step_counter):
+        with self.tracer.span("grammar", plan.step):
             plan["grammar_output"] = self.structured_output_manager.grammar_bitmask(plan.scheduler_output)
         return plan["grammar_output"]
 
-    def _process_aborts(self) -> None:
-        with self.tracer.span("aborts", self.step_counter):
+    def _process_aborts(self, step: int | None = None) -> None:
+        with self.tracer.span("aborts", self.step_counter if step is None else step):
             self._process_aborts_queue()
 
     def _update(self, plan: StepPlan, model_output) -> EngineCoreOutputs:
-        with self.tracer.span("update", self.step_counter):
+        with self.tracer.span("update", plan.step):
             return self.scheduler.update_from_output(plan.scheduler_output, model_output)
 
     # ------------------------------------------------------------------ utilities
@@ -264,7 +311,7 @@ class EngineCoreProc(EngineCore):
 
     def _process_input_queue(self) -> None:
         # Idle: sleep on the queue instead of spinning. Busy: drain whatever arrived during the step.
-        while not self.engines_running and not self.scheduler.has_requests():
+        while not self.engines_running and not self.scheduler.has_requests() and not self.batch_queue:
             self._handle_client_request(*self.input_queue.get())
         while not self.input_queue.empty():
             self._handle_client_request(*self.input_queue.get_nowait())

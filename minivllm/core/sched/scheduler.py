@@ -67,12 +67,23 @@ class Scheduler(SchedulerInterface):
         running = self.running
         max_model_len = self.max_model_len
         allocate_slots = kv.allocate_slots
+        # Most decode steps need no new block and fill none: the KV manager keeps, per request, the token
+        # count up to which allocate_slots would do nothing, and the loop skips that call (vLLM makes it).
+        noop_until = kv.allocate_slots_noop_until
         req_index = 0
         while req_index < len(running) and token_budget > 0:
             request = running[req_index]
             num_computed_tokens = request.num_computed_tokens
-            # = request.num_tokens_with_spec - num_computed_tokens, without a property call per request
-            num_new_tokens = len(request.all_token_ids) + len(request.spec_token_ids) - num_computed_tokens
+            num_output_placeholders = request.num_output_placeholders
+            if num_output_placeholders and request.max_tokens is not None and (
+                    num_computed_tokens + 2 - num_output_placeholders
+                    >= request.num_prompt_tokens + request.max_tokens):
+                # Async scheduling: the step in flight already samples this request's last token.
+                req_index += 1
+                continue
+            # = request.num_tokens_with_spec + placeholders - num_computed_tokens, without property calls
+            num_new_tokens = (len(request.all_token_ids) + len(request.spec_token_ids) + num_output_placeholders
+                              - num_computed_tokens)
             if 0 < threshold < num_new_tokens:
                 num_new_tokens = threshold
             # The budget and max_model_len cap it too (plain ifs: this loop runs per request per step,
@@ -84,21 +95,26 @@ class Scheduler(SchedulerInterface):
             if num_new_tokens <= 0:
                 req_index += 1
                 continue
-            while True:
-                new_blocks = allocate_slots(request, num_new_tokens)
-                if new_blocks is not None:
+            request_id = request.request_id
+            if num_computed_tokens + num_new_tokens <= noop_until.get(request_id, -1):
+                new_block_ids = None
+            else:
+                while True:
+                    new_blocks = allocate_slots(request, num_new_tokens)
+                    if new_blocks is not None:
+                        break
+                    # Out of blocks: preempt the lowest-priority (last admitted) request by recompute.
+                    preempted = running.pop()
+                    self._preempt(preempted)
+                    preempted_reqs.append(preempted)
+                    if preempted is request:
+                        break
+                if new_blocks is None:
                     break
-                # Out of blocks: preempt the lowest-priority (last admitted) request by recompute.
-                preempted = running.pop()
-                self._preempt(preempted)
-                preempted_reqs.append(preempted)
-                if preempted is request:
-                    break
-            if new_blocks is None:
-                break
+                new_block_ids = new_blocks.get_block_ids() if new_blocks.blocks else None
             scheduled_running_reqs.append(request)
-            running_new_block_ids.append(new_blocks.get_block_ids() if new_blocks.blocks else None)
-            num_scheduled_tokens[request.request_id] = num_new_tokens
+            running_new_block_ids.append(new_block_ids)
+            num_scheduled_tokens[request_id] = num_new_tokens
             token_budget -= num_new_tokens
             req_index += 1
             if request.spec_token_ids:
@@ -174,12 +190,15 @@ class Scheduler(SchedulerInterface):
             step=self.step_id,
         )
         self.finished_req_ids = set()
-        # Tokens scheduled now count as computed now (vLLM's _update_after_schedule), so the next
-        # schedule() may run before this step's output arrives.
-        requests = self.requests
-        for req_id, n in num_scheduled_tokens.items():
-            requests[req_id].num_computed_tokens += n
+        self._update_after_schedule(output)
         return output
+
+    def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
+        """Tokens scheduled now count as computed now, so the next schedule() may run before this
+        step's output arrives (the worker still reads the old counts from scheduler_output)."""
+        requests = self.requests
+        for req_id, n in scheduler_output.num_scheduled_tokens.items():
+            requests[req_id].num_computed_tokens += n
 
     def _preempt(self, request: Request) -> None:
         """Preemption by recompute: drop the KV, forget progress, go back to the front of waiting."""
@@ -187,6 +206,7 @@ class Scheduler(SchedulerInterface):
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
         request.spec_token_ids = []
+        request.num_output_placeholders = 0
         request.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(request)
