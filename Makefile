@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 PIP_QUIET := -q --disable-pip-version-check
 
-.PHONY: venv demo test test-fast lab notebooks lint bench clean
+.PHONY: venv demo test test-fast lab notebooks lint bench gpu-check clean
 
 venv: .venv/.installed
 
@@ -35,6 +35,12 @@ lint: venv
 bench: venv
 	$(PY) benchmarks/scheduler_overhead.py
 	$(PY) benchmarks/throughput.py
+
+# On a CUDA machine, with the system Python that has torch + triton + transformers (no venv, no network):
+# the missing wheels come from .gpu_wheels (see benchmarks/gpu_check.py). Report in out/gpu_check/.
+GPU_PY ?= python3
+gpu-check:
+	$(GPU_PY) benchmarks/gpu_check.py --wheels .gpu_wheels --out-dir out/gpu_check
 
 clean:
 	rm -rf .venv .pytest_cache build *.egg-info
