@@ -81,3 +81,34 @@ def test_no_cuda_skips_every_stage_without_failing(tmp_path, monkeypatch):
     assert gpu_check.main(["--out-dir", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     assert {s["status"] for s in report["stages"].values()} == {"skipped: no CUDA device"}
+
+
+# ---------------------------------------------------------------- the stages' code paths, run small on CPU
+@pytest.mark.slow
+def test_notebook_stage_reports_pass_and_fail(tmp_path):
+    import nbformat
+    good, bad = tmp_path / "good.ipynb", tmp_path / "bad.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import minivllm\nx = 1")]), good)
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("assert 1 == 2, 'boom'")]), bad)
+    res = gpu_check.stage_notebooks(120, [good, bad])
+    assert res["status"] == "fail"
+    assert res["notebooks"][str(good)]["status"] == "pass"
+    assert res["notebooks"][str(bad)]["status"] == "fail" and "boom" in res["notebooks"][str(bad)]["error"]
+
+
+@pytest.mark.slow
+def test_measurement_stages_run_on_cpu():
+    """Tiny sizes on CPU: the same code as on the GPU, with the eager replay standing in for graphs."""
+    gs = gpu_check.stage_graph_speedup(60, device="cpu", batches=(1, 3), decode_tokens=4, pairs=1)
+    assert set(gs["batches"]) == {1, 3} and gs["speedup_batch1"] > 0
+    tp = gpu_check.stage_throughput(60, device="cpu", n=4, lo=4, hi=8)
+    assert tp["output_tokens"] >= 16 and tp["engine_tok_s"] > 0 and tp["hf_tok_s"] > 0
+    assert 0 < tp["share_outside_forward"] < 1
+
+
+@pytest.mark.skipif(__import__("os").environ.get("TRITON_INTERPRET") != "1", reason="needs the Triton interpreter")
+def test_bandwidth_stage_runs_under_the_interpreter():
+    bw = gpu_check.stage_decode_bandwidth(60, device="cpu", argv=[
+        "--batch-sizes", "2", "--context-lens", "40", "--num-heads", "4", "--num-kv-heads", "2",
+        "--head-size", "64", "--dtype", "float32", "--copy-mib", "16"])
+    assert bw["context"] == 40 and bw["max_err"] < 1e-4 and bw["frac_copy"] > 0
