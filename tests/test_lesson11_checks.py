@@ -70,3 +70,15 @@ def test_each_mutant_fails_a_check(name):
             failed.append(str(e))
     assert failed, f"mutant {name} passed every check"
     assert any(phrase in msg for msg in failed), failed
+
+
+@pytest.mark.slow
+def test_demo_padding_table_and_cost():
+    from autograder.lesson11 import demo
+    table = demo.padding_table([1, 2, 4, 8], 9)
+    assert [r["size"] for r in table] == [1, 2, 4, 4, 8, 8, 8, 8, None]
+    assert [r["wasted"] for r in table][:5] == [0, 0, 1, 0, 3]
+    rows = demo.padding_cost(batch_sizes=(3,), capture_sizes=(4,), pairs=1)
+    assert rows[0]["size"] == 4 and rows[0]["unpadded_ms"] > 0 and rows[0]["padded_ms"] > 0
+    if not __import__("torch").cuda.is_available():
+        assert demo.launch_counts() is None

@@ -47,10 +47,10 @@ def runner_of(llm):
     return llm.llm_engine.engine_core.model_executor.driver_worker.model_runner
 
 
-def make_engine(enforce_eager: bool, max_num_seqs: int = 8, **kw):
+def make_engine(enforce_eager: bool, max_num_seqs: int = 8, capture_sizes=tuple(CAPTURE_SIZES), **kw):
     from minivllm.entrypoints.llm import LLM
     return LLM(DEFAULT_MODEL, device="cpu", attention_backend="torch", multiprocess=False, enforce_eager=enforce_eager,
-               cudagraph_capture_sizes=CAPTURE_SIZES, max_num_seqs=max_num_seqs, **kw)
+               cudagraph_capture_sizes=list(capture_sizes), max_num_seqs=max_num_seqs, **kw)
 
 
 def plug(llm, choose_capture_size, fill_static_buffers, real_rows) -> list[tuple[int, int | None]]:
