@@ -82,3 +82,14 @@ def test_demo_padding_table_and_cost():
     assert rows[0]["size"] == 4 and rows[0]["unpadded_ms"] > 0 and rows[0]["padded_ms"] > 0
     if not __import__("torch").cuda.is_available():
         assert demo.launch_counts() is None
+
+
+def test_source_map_accepts_vllm_names_and_rejects_others():
+    good = {"choose_capture_size": "CudagraphDispatcher._bs_to_padded_graph_size",
+            "fill_static_buffers": "GPUModelRunner._prepare_inputs()", "real_rows": "logits_indices"}
+    L11.check_source_map(good)
+    with pytest.raises(CheckFailed, match="real_rows"):
+        L11.check_source_map(good | {"real_rows": "compute_logits"})
+    with pytest.raises(CheckFailed, match="键应恰好是"):
+        L11.check_source_map({"choose_capture_size": "dispatch"})
+    assert L11.LESSON.total == 10 and sum(p.points for p in L11.LESSON.parts if not p.manual) == 4

@@ -11,15 +11,17 @@ _pad_for_cudagraph. On CPU the engine's enforce_eager=False path "replays" eager
 buffers, so every check here runs on CPU; on a GPU the same plug feeds real CUDA graphs.
     check_main_path(...)   greedy tokens equal the unpadded eager run; the size chosen is the smallest that fits
     check_boundary(...)    a full batch, a batch above every size, stale buffers, padded rows never write KV
+    check_source_map(SOURCE_MAP)  each function -> where vLLM 0.27.1 does the same (hashed answers)
 """
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import dataclass
 
 import torch
 
-from autograder.common import REPO, CheckFailed, expect
+from autograder.common import REPO, CheckFailed, Lesson, Part, check_name_map, expect
 from minivllm.compilation.cuda_graph import PAD_SLOT_ID, BatchDescriptor
 
 DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
@@ -169,3 +171,35 @@ def kv_guard(llm) -> list[int]:
         return out
     runner._model_forward = guarded
     return padded_rows
+
+
+# ---------------------------------------------------------------------------- source map
+FUNCTIONS = ["choose_capture_size", "fill_static_buffers", "real_rows"]
+# Where vLLM 0.27.1 does each step (hashed: the answer is not one import away). Accepted: the dispatcher's
+# padding table or its use (v1/cudagraph_dispatcher.py); the runner's padded fills (seq_lens in
+# _prepare_inputs, slot -1 in _get_slot_mappings); the row selection before sampling (logits_indices).
+SOURCE_HASHES = {
+    "choose_capture_size": {"94f1757549fe4a47", "db8d1b6d64e4ec90", "10bb46f1dea3d9e8", "769198205217c5b1"},
+    "fill_static_buffers": {"39e19bc437f46ea4", "d9bdfe7a7094d38c"},
+    "real_rows": {"ecd8c60d1b53b52b", "c014ff077c9b62e0"},
+}
+
+
+def name_hash(name: str) -> str:
+    """`GPUModelRunner._prepare_inputs`, `_prepare_inputs()` and `_prepare_inputs` hash the same."""
+    return hashlib.sha256(name.strip().strip("`").removesuffix("()").split(".")[-1].lower().encode()).hexdigest()[:16]
+
+
+def check_source_map(source_map) -> None:
+    check_name_map(source_map, FUNCTIONS, SOURCE_HASHES, name_hash,
+                   "这些函数没有映射到 vLLM 中做同一件事的对象（方法或变量名）")
+
+
+LESSON = Lesson("lesson11", "CUDA Graph 与动态形状", parts=[
+    Part("l11_main_path", "主路径：选尺寸、填静态缓冲、只取真实行", 2, check_main_path, tuple(FUNCTIONS)),
+    Part("l11_boundary", "边界：正好一个尺寸、超过最大尺寸、残留缓冲、KV 不被写", 1, check_boundary, tuple(FUNCTIONS)),
+    Part("l11_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
+    Part("l11_q1", "Q1 小批量 decode 为何受 launch 开销支配", 2, group="manual"),
+    Part("l11_q2", "Q2 为何只捕获 decode 批次", 2, group="manual"),
+    Part("l11_q3", "Q3 padding 的代价（实测）", 2, group="manual"),
+])
