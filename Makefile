@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 PIP_QUIET := -q --disable-pip-version-check
 
-.PHONY: venv demo test test-fast lab notebooks lint bench clean
+.PHONY: venv demo test test-fast lab notebooks lint bench gpu-check clean
 
 venv: .venv/.installed
 
@@ -36,6 +36,12 @@ lint: venv
 # 2 cores; NANO_VLLM=/path/to/nano-vllm adds its scheduler as the side-by-side anchor.
 bench: venv
 	$(PY) benchmarks/report.py
+
+# On a CUDA machine, with the system Python that has torch + triton + transformers (no venv, no network):
+# the missing wheels come from .gpu_wheels (see benchmarks/gpu_check.py). Report in out/gpu_check/.
+GPU_PY ?= python3
+gpu-check:
+	$(GPU_PY) benchmarks/gpu_check.py --wheels .gpu_wheels --out-dir out/gpu_check
 
 clean:
 	rm -rf .venv .pytest_cache build *.egg-info

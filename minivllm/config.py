@@ -121,6 +121,35 @@ class SpeculativeConfig:
 
 
 @dataclass
+class CompilationConfig:
+    """CUDA graphs (vLLM: config/compilation.py): the decode batch sizes captured at start-up.
+
+    vLLM's default list is [1, 2, 4] + multiples of 8 below 256 + multiples of 16, up to
+    max_cudagraph_capture_size (default min(2 * max_num_seqs, 512)). minivllm captures uniform decode
+    batches only (vLLM's FULL_DECODE_ONLY mode), which never hold more than max_num_seqs tokens, so the
+    bound here is max_num_seqs, and max_num_seqs itself is added to the list so every decode batch fits.
+    """
+
+    cudagraph_capture_sizes: list[int] | None = None
+    max_cudagraph_capture_size: int | None = None
+
+    def set_cudagraph_sizes(self, max_num_seqs: int) -> None:
+        """Resolve the capture list for this max_num_seqs (vLLM: VllmConfig._set_cudagraph_sizes)."""
+        limit = self.max_cudagraph_capture_size
+        bound = min(512 if limit is None else limit, max_num_seqs)
+        if self.cudagraph_capture_sizes is not None:
+            sizes = list(self.cudagraph_capture_sizes)
+            if any(not isinstance(s, int) or s <= 0 for s in sizes):
+                raise ValueError(f"cudagraph_capture_sizes must be positive integers, got {sizes}")
+            sizes = sorted({s for s in sizes if s <= bound})
+        else:
+            sizes = [s for s in [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)] if s <= bound]
+            sizes = sorted(set(sizes) | {bound}) if bound > 0 else []
+        self.cudagraph_capture_sizes = sizes
+        self.max_cudagraph_capture_size = sizes[-1] if sizes else 0
+
+
+@dataclass
 class VllmConfig:
     """Everything the engine needs, handed down to every layer (scheduler, worker) as one object."""
 
@@ -130,9 +159,13 @@ class VllmConfig:
     device: str = "auto"
     attention_backend: str = "auto"
     tensor_parallel_size: int = 1
-    enforce_eager: bool = True
+    enforce_eager: bool | None = None  # None: eager on CPU, CUDA graphs on CUDA (see GPUModelRunner)
     trace: bool = False
     speculative_config: SpeculativeConfig | None = None
+    compilation_config: CompilationConfig = field(default_factory=CompilationConfig)
+
+    def __post_init__(self) -> None:
+        self.compilation_config.set_cudagraph_sizes(self.scheduler_config.max_num_seqs)
 
 
 @dataclass
@@ -161,9 +194,11 @@ class EngineArgs:
     device: str = "auto"
     attention_backend: str = "auto"
     tensor_parallel_size: int = 1
-    enforce_eager: bool = True
+    enforce_eager: bool | None = None
     trace: bool = False
     speculative_config: dict | None = None
+    cudagraph_capture_sizes: list[int] | None = None
+    max_cudagraph_capture_size: int | None = None
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> EngineArgs:
@@ -190,4 +225,5 @@ class EngineArgs:
                                              async_scheduling=bool(self.async_scheduling)),
             device=self.device, attention_backend=self.attention_backend,
             tensor_parallel_size=self.tensor_parallel_size, enforce_eager=self.enforce_eager, trace=self.trace,
-            speculative_config=SpeculativeConfig.from_arg(self.speculative_config))
+            speculative_config=SpeculativeConfig.from_arg(self.speculative_config),
+            compilation_config=CompilationConfig(self.cudagraph_capture_sizes, self.max_cudagraph_capture_size))

@@ -23,11 +23,16 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--speculative-config", type=json.loads, default=None,
                    help='JSON, as vLLM: \'{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}\'')
+    p.add_argument("--enforce-eager", action="store_true", default=None,
+                   help="never capture CUDA graphs (default: graphs for decode batches on CUDA)")
+    p.add_argument("--cudagraph-capture-sizes", type=int, nargs="+", default=None,
+                   help="decode batch sizes to capture (default: vLLM's list up to --max-num-seqs)")
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
     keys = ("device", "attention_backend", "dtype", "max_model_len", "max_num_seqs", "max_num_batched_tokens",
-            "block_size", "enable_prefix_caching", "seed", "speculative_config")
+            "block_size", "enable_prefix_caching", "seed", "speculative_config", "enforce_eager",
+            "cudagraph_capture_sizes")
     kw = {k: getattr(args, k) for k in keys}
     if getattr(args, "model", None):
         kw["model"] = args.model

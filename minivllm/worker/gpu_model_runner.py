@@ -7,10 +7,20 @@ end of its known tokens. It never changes a request's status: it only reports to
 """
 from __future__ import annotations
 
+import logging
+import time
+
 import numpy as np
 import torch
 
 from minivllm.attention import AttentionMetadata, get_attn_backend
+from minivllm.attention.backends.abstract import AttentionCGSupport
+from minivllm.compilation.cuda_graph import (
+    PAD_SLOT_ID,
+    BatchDescriptor,
+    CudagraphDispatcher,
+    CUDAGraphWrapper,
+)
 from minivllm.config import VllmConfig
 from minivllm.core.sched.output import SchedulerOutput
 from minivllm.sample.metadata import SamplingMetadata
@@ -21,6 +31,8 @@ from minivllm.tracing import Tracer
 from minivllm.utils import cdiv
 from minivllm.worker.gpu_input_batch import CachedRequestState, InputBatch
 from minivllm.worker.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput
+
+logger = logging.getLogger(__name__)
 
 _STR_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
                "half": torch.float16, "float": torch.float32}
@@ -60,6 +72,7 @@ class GPUModelRunner:
         self.model = None
         self._pending: tuple | None = None
         self._step = 0
+        self._init_cudagraph_state()
 
     # ------------------------------------------------------------------ setup
     def load_model(self) -> None:
@@ -71,6 +84,7 @@ class GPUModelRunner:
                                    self.device)
         self.model = get_model(path, self.dtype, self.device, self.attn_backend)
         self.hf_config = self.model.config
+        self.cudagraph_wrapper = CUDAGraphWrapper(self.model, self.use_cuda_graph)
 
     def kv_cache_shape(self, num_blocks: int) -> tuple[int, ...]:
         cfg = self.hf_config
@@ -212,8 +226,11 @@ class GPUModelRunner:
             return EMPTY_MODEL_RUNNER_OUTPUT
         with self.tracer.span("prepare_inputs", so.step):
             input_ids, positions, md, emit, logits_indices, spec_md = self._prepare_inputs(so)
+            batch_desc = self.cudagraph_dispatcher.dispatch(md.num_actual_tokens, md.max_query_len == 1)
+            if batch_desc is not None:
+                input_ids, positions, md = self._pad_for_cudagraph(batch_desc, input_ids, positions, md)
         with self.tracer.span("forward", so.step, list(so.num_scheduled_tokens)):
-            hidden = self.model(input_ids, positions, self.kv_caches, md)
+            hidden = self._model_forward(batch_desc, input_ids, positions, md)
             logits = self.model.compute_logits(hidden[logits_indices]) if len(emit) else None
         self._pending = (emit, logits, spec_md)
         self._step = so.step
@@ -294,3 +311,119 @@ class GPUModelRunner:
     def take_draft_token_ids(self) -> tuple[list[str], list[list[int]]] | None:
         drafts, self._draft_token_ids = self._draft_token_ids, None
         return drafts
+
+    # ------------------------------------------------------------------ CUDA graphs
+    def _init_cudagraph_state(self) -> None:
+        """Decode batches run padded to a capture size from static buffers: graphs on CUDA, eager on CPU.
+
+        enforce_eager=None means graphs on CUDA and the plain eager path on CPU. enforce_eager=False on
+        CPU runs the padded path with an eager "replay" (no graph exists there): the tests and lesson 11
+        check the padding that way without a GPU.
+        """
+        eager = self.vllm_config.enforce_eager
+        if eager is None:
+            eager = self.device.type != "cuda"
+        self.use_cuda_graph = not eager and self.device.type == "cuda"
+        if self.use_cuda_graph and self.attn_backend.cudagraph_support is AttentionCGSupport.NEVER:
+            logger.warning("attention backend %s cannot run inside a CUDA graph: running eagerly",
+                           self.attn_backend.name)
+            eager, self.use_cuda_graph = True, False
+        sizes = [] if eager else self.vllm_config.compilation_config.cudagraph_capture_sizes
+        self.cudagraph_dispatcher = CudagraphDispatcher(sizes)
+        self.cudagraph_wrapper: CUDAGraphWrapper | None = None
+        n, dev = max(sizes, default=0), self.device
+        # The static inputs every graph reads; _pad_for_cudagraph refills them in place each step.
+        self.cg_input_ids = torch.zeros(n, dtype=torch.int64, device=dev)
+        self.cg_positions = torch.zeros(n, dtype=torch.int64, device=dev)
+        self.cg_slot_mapping = torch.full((n,), PAD_SLOT_ID, dtype=torch.int64, device=dev)
+        self.cg_seq_lens = torch.zeros(n, dtype=torch.int32, device=dev)
+        self.cg_block_table = torch.zeros((n, self.input_batch.max_num_blocks_per_req), dtype=torch.int32,
+                                          device=dev)
+        qsl = torch.arange(n + 1, dtype=torch.int32)
+        qsl_dev = qsl.to(dev)
+        self.cg_attn_metadata = {s: AttentionMetadata(
+            num_actual_tokens=s, max_query_len=1, query_start_loc=qsl_dev[:s + 1], max_seq_len=self.max_model_len,
+            seq_lens=self.cg_seq_lens[:s], block_table=self.cg_block_table[:s],
+            slot_mapping=self.cg_slot_mapping[:s], num_decodes=s, num_decode_tokens=s, num_prefills=0,
+            query_start_loc_cpu=qsl[:s + 1], seq_lens_cpu=self.cg_seq_lens[:s] if dev.type == "cpu" else None)
+            for s in sizes}
+
+    def _pad_for_cudagraph(self, batch_desc: BatchDescriptor, input_ids: torch.Tensor | None,
+                           positions: torch.Tensor | None, md: AttentionMetadata | None):
+        """Copy a decode batch into the static buffers and pad it to batch_desc.num_tokens rows.
+
+        A padded row reads token 0 at position 0, writes no KV (slot PAD_SLOT_ID), and attends to
+        nothing (seq_len 0, block table row of zeros); its hidden state is never indexed for logits.
+        md None: every row is padding (the dummy batch that capture runs).
+        """
+        n, size = (0 if md is None else md.num_actual_tokens), batch_desc.num_tokens
+        self.cg_block_table[:size].zero_()
+        if n:
+            self.cg_input_ids[:n].copy_(input_ids, non_blocking=True)
+            self.cg_positions[:n].copy_(positions, non_blocking=True)
+            self.cg_slot_mapping[:n].copy_(md.slot_mapping, non_blocking=True)
+            self.cg_seq_lens[:n].copy_(md.seq_lens, non_blocking=True)
+            self.cg_block_table[:n, :md.block_table.shape[1]].copy_(md.block_table, non_blocking=True)
+        self.cg_input_ids[n:size].zero_()
+        self.cg_positions[n:size].zero_()
+        self.cg_slot_mapping[n:size].fill_(PAD_SLOT_ID)
+        self.cg_seq_lens[n:size].zero_()
+        return self.cg_input_ids[:size], self.cg_positions[:size], self.cg_attn_metadata[size]
+
+    def _model_forward(self, batch_desc: BatchDescriptor | None, input_ids: torch.Tensor, positions: torch.Tensor,
+                       md: AttentionMetadata) -> torch.Tensor:
+        """Hidden states [num tokens (padded), hidden]: a graph replay for a dispatched batch, else eager."""
+        if batch_desc is None:
+            return self.model(input_ids, positions, self.kv_caches, md)
+        return self.cudagraph_wrapper(batch_desc, input_ids, positions, self.kv_caches, md)
+
+    @torch.inference_mode()
+    def capture_model(self) -> int:
+        """Capture one graph per capture size, largest first, over the allocated KV cache.
+
+        vLLM: GPUModelRunner.capture_model. Returns the device memory the graphs took, in bytes.
+        """
+        if not self.use_cuda_graph:
+            return 0
+        from tqdm.auto import tqdm
+        assert self.kv_caches, "capture_model() runs after initialize_kv_cache(): graphs bake in its addresses"
+        torch.cuda.synchronize(self.device)
+        free_before = torch.cuda.mem_get_info(self.device)[0]
+        start = time.perf_counter()
+        for desc in tqdm(self.cudagraph_dispatcher.get_capture_descs(), desc="Capturing CUDA graphs (decode)"):
+            input_ids, positions, md = self._pad_for_cudagraph(desc, None, None, None)
+            self.cudagraph_wrapper.capture(desc, input_ids, positions, self.kv_caches, md)
+        used = free_before - torch.cuda.mem_get_info(self.device)[0]
+        logger.info("Graph capturing finished in %.1f s, took %.2f GiB", time.perf_counter() - start, used / 2**30)
+        return used
+
+    @torch.inference_mode()
+    def profile_cudagraph_memory(self) -> int:
+        """Graph memory to set aside before the KV cache is sized (vLLM: profile_cudagraph_memory).
+
+        Captures the two largest sizes into a throwaway pool over a one-block stand-in KV cache and
+        extrapolates: the first graph's memory plus the second's (>= 1 MiB) for every other size.
+        """
+        descs = self.cudagraph_dispatcher.get_capture_descs() if self.use_cuda_graph else []
+        if not descs:
+            return 0
+        saved, self.kv_caches = self.kv_caches, [torch.zeros(self.kv_cache_shape(1), dtype=self.dtype,
+                                                             device=self.device)
+                                                 for _ in range(self.hf_config.num_hidden_layers)]
+        wrapper = CUDAGraphWrapper(self.model, True)
+        samples = []
+        try:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+            for desc in descs[:2]:
+                free_before = torch.cuda.mem_get_info(self.device)[0]
+                input_ids, positions, md = self._pad_for_cudagraph(desc, None, None, None)
+                wrapper.capture(desc, input_ids, positions, self.kv_caches, md)
+                samples.append(free_before - torch.cuda.mem_get_info(self.device)[0])
+        finally:
+            wrapper.clear_graphs()
+            del wrapper
+            self.kv_caches = saved
+            torch.cuda.empty_cache()
+        per_graph = max(samples[1] if len(samples) > 1 else 0, 1 << 20)
+        return max(samples[0], 0) + per_graph * (len(descs) - 1)

@@ -48,6 +48,7 @@ class Worker:
             cfg = runner.hf_config
             activations = 4 * sc.max_num_batched_tokens * (cfg.vocab_size + 4 * cfg.intermediate_size) * 4
             budget = int(total * cc.gpu_memory_utilization) - (total - free) - activations
+            budget -= runner.profile_cudagraph_memory()  # graphs are captured after the cache: keep room
         else:
             budget = cc.kv_cache_memory_bytes
         needed = sc.max_num_seqs * cdiv(sc.max_model_len, cc.block_size) + 1
@@ -57,7 +58,13 @@ class Worker:
         return int(num_blocks)
 
     def initialize_cache(self, num_gpu_blocks: int) -> None:
+        """Allocate the KV cache, then capture the CUDA graphs that read it."""
         self.model_runner.initialize_kv_cache(num_gpu_blocks)
+        self.compile_or_warm_up_model()
+
+    def compile_or_warm_up_model(self) -> None:
+        """vLLM's name: here it captures the decode CUDA graphs (nothing on CPU or with enforce_eager)."""
+        self.model_runner.capture_model()
 
     def profile(self, is_start: bool, path: str) -> str | None:
         """Start, or stop and write a Chrome trace of, a torch.profiler run (CPU + CUDA activity)."""

@@ -7,6 +7,7 @@ block table.
 """
 from __future__ import annotations
 
+import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -60,10 +61,18 @@ class AttentionImpl(ABC):
         """
 
 
+class AttentionCGSupport(enum.Enum):
+    """Which batches a backend can run inside a CUDA graph (vLLM: v1/attention/backend.py)."""
+
+    NEVER = 0                        # reads host-side metadata (lengths as Python ints): eager only
+    UNIFORM_SINGLE_TOKEN_DECODE = 1  # decode-only batches whose metadata lives in device tensors
+
+
 class AttentionBackend(ABC):
     """A named factory for an AttentionImpl plus the KV cache layout it expects."""
 
     name: str = "abstract"
+    cudagraph_support: AttentionCGSupport = AttentionCGSupport.NEVER
 
     @staticmethod
     def get_kv_cache_shape(num_blocks: int, block_size: int, num_kv_heads: int,

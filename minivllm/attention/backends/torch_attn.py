@@ -52,7 +52,10 @@ def paged_attention_ref(query: torch.Tensor, kv_cache: torch.Tensor, md: Attenti
     nd = md.num_decodes
     # Decodes: sorted by length and taken DECODE_BUCKET at a time, so each bucket gathers (and pads to)
     # only its own longest context; one fused SDPA call per bucket, computed in float32.
-    order = sorted(range(nd), key=seq_lens.__getitem__)
+    # Padded rows of a CUDA-graph batch (seq_len 0) attend to nothing: their output is 0, as in the kernel.
+    order = sorted((r for r in range(nd) if seq_lens[r] > 0), key=seq_lens.__getitem__)
+    if len(order) < nd:
+        out[[r for r in range(nd) if seq_lens[r] == 0]] = 0
     for b in range(0, nd, DECODE_BUCKET):
         rows = order[b:b + DECODE_BUCKET]
         idx = torch.tensor(rows, device=query.device)

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import torch
 
-from minivllm.attention.backends.abstract import AttentionBackend, AttentionImpl, AttentionMetadata
+from minivllm.attention.backends.abstract import (
+    AttentionBackend,
+    AttentionCGSupport,
+    AttentionImpl,
+    AttentionMetadata,
+)
 from minivllm.attention.ops.triton_decode_attention import paged_decode_attention
 from minivllm.attention.ops.triton_prefill_attention import chunked_prefill_paged_attention
 from minivllm.attention.ops.triton_reshape_and_cache import reshape_and_cache
@@ -42,6 +47,7 @@ class TritonAttentionBackend(AttentionBackend):
     """Paged attention in Triton: Triton on CUDA by default, the interpreter on CPU when asked."""
 
     name = "TRITON"
+    cudagraph_support = AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE  # the decode kernel reads lengths on device
 
     @staticmethod
     def get_impl_cls() -> type[AttentionImpl]:

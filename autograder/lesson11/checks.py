@@ -1,0 +1,205 @@
+"""Lesson 11 — CUDA Graph 与动态形状: the checks behind the grade cells and the engine plug.
+
+The exercise pads a decode batch to a capture size, in three small functions (the student's answer):
+    choose_capture_size(num_reqs, capture_sizes) -> int | None   smallest size >= num_reqs; None: run eagerly
+    fill_static_buffers(bufs, input_ids, positions, slot_mapping, seq_lens, block_table, size) -> None
+                                                                  real rows first, then harmless padded rows
+    real_rows(logits, num_reqs) -> logits of the real rows only
+
+plug() puts them into minivllm's GPUModelRunner in place of CudagraphDispatcher.dispatch and
+_pad_for_cudagraph. On CPU the engine's enforce_eager=False path "replays" eagerly from the same static
+buffers, so every check here runs on CPU; on a GPU the same plug feeds real CUDA graphs.
+    check_main_path(...)   greedy tokens equal the unpadded eager run; the size chosen is the smallest that fits
+    check_boundary(...)    a full batch, a batch above every size, stale buffers, padded rows never write KV
+    check_source_map(SOURCE_MAP)  each function -> where vLLM 0.27.1 does the same (hashed answers)
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+
+import torch
+
+from autograder.common import REPO, CheckFailed, Lesson, Part, check_name_map, expect
+from minivllm.compilation.cuda_graph import PAD_SLOT_ID, BatchDescriptor
+
+DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
+CAPTURE_SIZES = [1, 2, 4, 8]
+MAX_TOKENS = 6
+
+
+@dataclass
+class StaticBuffers:
+    """The runner's persistent inputs a captured graph reads (views of GPUModelRunner.cg_*)."""
+
+    input_ids: torch.Tensor     # int64 [max_size]
+    positions: torch.Tensor     # int64 [max_size]
+    slot_mapping: torch.Tensor  # int64 [max_size]; PAD_SLOT_ID (-1) = write nothing
+    seq_lens: torch.Tensor      # int32 [max_size]; 0 = attend to nothing
+    block_table: torch.Tensor   # int32 [max_size, max_blocks_per_req]
+
+
+def buffers_of(runner) -> StaticBuffers:
+    return StaticBuffers(runner.cg_input_ids, runner.cg_positions, runner.cg_slot_mapping, runner.cg_seq_lens,
+                         runner.cg_block_table)
+
+
+def runner_of(llm):
+    return llm.llm_engine.engine_core.model_executor.driver_worker.model_runner
+
+
+def make_engine(enforce_eager: bool, max_num_seqs: int = 8, capture_sizes=tuple(CAPTURE_SIZES), **kw):
+    from minivllm.entrypoints.llm import LLM
+    return LLM(DEFAULT_MODEL, device="cpu", attention_backend="torch", multiprocess=False, enforce_eager=enforce_eager,
+               cudagraph_capture_sizes=list(capture_sizes), max_num_seqs=max_num_seqs, **kw)
+
+
+def plug(llm, choose_capture_size, fill_static_buffers, real_rows) -> list[tuple[int, int | None]]:
+    """Route the engine's padded path through the student's functions; returns (num_reqs, size) per decode step."""
+    runner, seen = runner_of(llm), []
+    max_model_len = runner.max_model_len
+
+    def dispatch(num_tokens: int, uniform_decode: bool):
+        if not uniform_decode or num_tokens == 0:
+            return None
+        size = choose_capture_size(num_tokens, list(CAPTURE_SIZES))
+        seen.append((num_tokens, size))
+        if size is None:
+            return None
+        expect(isinstance(size, int) and size in CAPTURE_SIZES and size >= num_tokens,
+               f"choose_capture_size({num_tokens}, {CAPTURE_SIZES}) 应返回一个 >= {num_tokens} 的捕获尺寸或 None，得到 {size!r}")
+        return BatchDescriptor(size, size, True)
+
+    def pad(desc, input_ids, positions, md):
+        n, size = md.num_actual_tokens, desc.num_tokens
+        fill_static_buffers(buffers_of(runner), input_ids, positions, md.slot_mapping, md.seq_lens, md.block_table,
+                            size)
+        pos = runner.cg_positions[:size]
+        expect(bool(((pos >= 0) & (pos < max_model_len)).all()),
+               f"填充行的 position 越界：应在 [0, {max_model_len})，得到 {pos[n:size].tolist()}")
+        return runner.cg_input_ids[:size], pos, runner.cg_attn_metadata[size]
+
+    forward = runner._model_forward
+
+    def model_forward(desc, input_ids, positions, md):
+        hidden = forward(desc, input_ids, positions, md)
+        if desc is None:
+            return hidden
+        n = int((md.seq_lens > 0).sum())
+        rows = real_rows(hidden, n)
+        expect(tuple(rows.shape) == (n, hidden.shape[1]),
+               f"real_rows 应只返回 {n} 个真实行，得到形状 {tuple(rows.shape)}（填充行的输出不能交给采样）")
+        return rows
+
+    runner.cudagraph_dispatcher.dispatch = dispatch
+    runner._pad_for_cudagraph = pad
+    runner._model_forward = model_forward
+    return seen
+
+
+def prompts(n: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[1] + [rng.randrange(4, 4000) for _ in range(rng.randint(3, 30))] for _ in range(n)]
+
+
+def generate(llm, batch: list[list[int]]) -> list[list[int]]:
+    from minivllm.sampling_params import SamplingParams
+    params = [SamplingParams(max_tokens=MAX_TOKENS + i, temperature=0.0, ignore_eos=True) for i in range(len(batch))]
+    return [o.outputs[0].token_ids for o in llm.generate(batch, params, use_tqdm=False)]
+
+
+def check_main_path(choose_capture_size, fill_static_buffers, real_rows) -> None:
+    """3 requests (pad to 4) and 8 (a capture size), shrinking as they finish: tokens equal the unpadded run."""
+    for n in (1, 3, 5, 8):
+        want = min(s for s in CAPTURE_SIZES if s >= n)
+        got = choose_capture_size(n, list(CAPTURE_SIZES))
+        expect(got == want, f"choose_capture_size({n}, {CAPTURE_SIZES}) 应为能装下的最小尺寸 {want}，得到 {got!r}")
+    eager, padded = make_engine(True), make_engine(False)
+    seen = plug(padded, choose_capture_size, fill_static_buffers, real_rows)
+    for n, seed in ((3, 1), (8, 2)):
+        batch = prompts(n, seed)
+        ref, out = generate(eager, batch), generate(padded, batch)
+        for i, (a, b) in enumerate(zip(ref, out, strict=True)):
+            expect(a == b, f"{n} 个请求的批次，第 {i} 个请求：不填充时生成 {a}，填充后生成 {b}")
+    expect(any(size is not None and size > n for n, size in seen), "没有任何 decode 批次被填充：plug 未生效？")
+
+
+def check_boundary(choose_capture_size, fill_static_buffers, real_rows) -> None:
+    """Exactly a capture size, above every size, stale buffers from a bigger batch, untouched KV blocks."""
+    expect(choose_capture_size(8, list(CAPTURE_SIZES)) == 8, "8 个请求正好是捕获尺寸 8，不需要填充")
+    expect(choose_capture_size(9, list(CAPTURE_SIZES)) is None,
+           "9 个请求超过最大捕获尺寸 8：应返回 None（走 eager），而不是截断或越界")
+    bufs = StaticBuffers(torch.full((8,), 77), torch.full((8,), 77), torch.full((8,), 77),
+                         torch.full((8,), 77, dtype=torch.int32), torch.full((8, 4), 77, dtype=torch.int32))
+    fill_static_buffers(bufs, torch.tensor([5, 6, 7]), torch.tensor([3, 17, 40]), torch.tensor([51, 97, 168]),
+                        torch.tensor([4, 18, 41], dtype=torch.int32), torch.tensor([[3, 0, 0], [5, 6, 0], [9, 10, 11]],
+                                                                                   dtype=torch.int32), 4)
+    expect(bufs.input_ids[:4].tolist() == [5, 6, 7, 0] and bufs.positions[:4].tolist() == [3, 17, 40, 0],
+           f"input_ids/positions 的前 4 行应为 [5, 6, 7, 0] / [3, 17, 40, 0]，得到 {bufs.input_ids[:4].tolist()} / "
+           f"{bufs.positions[:4].tolist()}（上一批残留的 77 不能留在填充行）")
+    expect(bufs.slot_mapping[:4].tolist() == [51, 97, 168, PAD_SLOT_ID],
+           f"slot_mapping 应为 [51, 97, 168, {PAD_SLOT_ID}]：填充行必须不写 KV，得到 {bufs.slot_mapping[:4].tolist()}")
+    expect(bufs.seq_lens[:4].tolist() == [4, 18, 41, 0], f"seq_lens 应为 [4, 18, 41, 0]，得到 {bufs.seq_lens[:4].tolist()}")
+    expect(bufs.block_table[:4].tolist() == [[3, 0, 0, 0], [5, 6, 0, 0], [9, 10, 11, 0], [0, 0, 0, 0]],
+           f"block_table 前 4 行应只含本批的块号（其余为 0），得到 {bufs.block_table[:4].tolist()}")
+    padded = make_engine(False)
+    plug(padded, choose_capture_size, fill_static_buffers, real_rows)
+    guard = kv_guard(padded)
+    generate(padded, prompts(5, 3))
+    expect(guard and max(guard) > 0, "没有检查到任何带填充行的 decode 步")
+
+
+def kv_guard(llm) -> list[int]:
+    """Around every padded forward: KV blocks outside the real rows' block tables keep their checksum."""
+    runner, padded_rows = runner_of(llm), []
+    forward = runner._model_forward
+
+    def guarded(desc, input_ids, positions, md):
+        if desc is None:
+            return forward(desc, input_ids, positions, md)
+        n = int((md.seq_lens > 0).sum())
+        used = set(md.block_table[:n].flatten().tolist()) - {0}
+        outside = [b for b in range(runner.kv_caches[0].shape[1]) if b not in used]
+        before = [kv[:, outside].double().sum((0, 2, 3, 4)) for kv in runner.kv_caches]
+        out = forward(desc, input_ids, positions, md)
+        for layer, (kv, b) in enumerate(zip(runner.kv_caches, before, strict=True)):
+            changed = [outside[i] for i in (kv[:, outside].double().sum((0, 2, 3, 4)) != b).nonzero().flatten().tolist()]
+            if changed:
+                raise CheckFailed(f"第 {layer} 层：填充行写入了不属于本批的 KV 块 {changed}（填充行的 slot 应为 {PAD_SLOT_ID}）")
+        padded_rows.append(desc.num_tokens - n)
+        return out
+    runner._model_forward = guarded
+    return padded_rows
+
+
+# ---------------------------------------------------------------------------- source map
+FUNCTIONS = ["choose_capture_size", "fill_static_buffers", "real_rows"]
+# Where vLLM 0.27.1 does each step (hashed: the answer is not one import away). Accepted: the dispatcher's
+# padding table or its use (v1/cudagraph_dispatcher.py); the runner's padded fills (seq_lens in
+# _prepare_inputs, slot -1 in _get_slot_mappings); the row selection before sampling (logits_indices).
+SOURCE_HASHES = {
+    "choose_capture_size": {"94f1757549fe4a47", "db8d1b6d64e4ec90", "10bb46f1dea3d9e8", "769198205217c5b1"},
+    "fill_static_buffers": {"39e19bc437f46ea4", "d9bdfe7a7094d38c"},
+    "real_rows": {"ecd8c60d1b53b52b", "c014ff077c9b62e0"},
+}
+
+
+def name_hash(name: str) -> str:
+    """`GPUModelRunner._prepare_inputs`, `_prepare_inputs()` and `_prepare_inputs` hash the same."""
+    return hashlib.sha256(name.strip().strip("`").removesuffix("()").split(".")[-1].lower().encode()).hexdigest()[:16]
+
+
+def check_source_map(source_map) -> None:
+    check_name_map(source_map, FUNCTIONS, SOURCE_HASHES, name_hash,
+                   "这些函数没有映射到 vLLM 中做同一件事的对象（方法或变量名）")
+
+
+LESSON = Lesson("lesson11", "CUDA Graph 与动态形状", parts=[
+    Part("l11_main_path", "主路径：选尺寸、填静态缓冲、只取真实行", 2, check_main_path, tuple(FUNCTIONS)),
+    Part("l11_boundary", "边界：正好一个尺寸、超过最大尺寸、残留缓冲、KV 不被写", 1, check_boundary, tuple(FUNCTIONS)),
+    Part("l11_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
+    Part("l11_q1", "Q1 小批量 decode 为何受 launch 开销支配", 2, group="manual"),
+    Part("l11_q2", "Q2 为何只捕获 decode 批次", 2, group="manual"),
+    Part("l11_q3", "Q3 padding 的代价（实测）", 2, group="manual"),
+])

@@ -1,0 +1,90 @@
+"""Lesson 11 — what the notebook shows (never called by a check): padding waste, padding cost, launch counts.
+
+    padding_table(capture_sizes, max_num_reqs)   each batch size -> the size it runs at and the rows wasted
+    padding_cost(batch_sizes)                     forward time of n real rows vs the same rows padded (A B A B)
+    launch_counts(batch_size)                     CUDA runtime calls of one decode forward, eager vs graph (GPU)
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from autograder.lesson11.checks import make_engine, runner_of
+from minivllm.compilation.cuda_graph import BatchDescriptor, CudagraphDispatcher
+
+
+def padding_table(capture_sizes: list[int], max_num_reqs: int) -> list[dict]:
+    """Rows wasted by padding each batch size to its capture size (None: above every size, runs eagerly)."""
+    d = CudagraphDispatcher(capture_sizes)
+    rows = []
+    for n in range(1, max_num_reqs + 1):
+        size = d.padded_size(n)
+        rows.append({"num_reqs": n, "size": size, "wasted": None if size is None else size - n})
+    return rows
+
+
+def _dummy_batch(runner, n: int, size: int, context: int = 32):
+    """n real decode rows at `context` tokens in distinct blocks, padded to size, in the static buffers."""
+    from minivllm.attention import AttentionMetadata
+    bs = runner.block_size
+    per = -(-context // bs)
+    table = torch.arange(1, n * per + 1, dtype=torch.int32).view(n, per)
+    md = AttentionMetadata(num_actual_tokens=n, max_query_len=1, query_start_loc=torch.arange(n + 1, dtype=torch.int32),
+                           max_seq_len=context, seq_lens=torch.full((n,), context, dtype=torch.int32),
+                           block_table=table, slot_mapping=table[:, -1].long() * bs + (context - 1) % bs,
+                           num_decodes=n, num_decode_tokens=n)
+    ids = torch.randint(4, 4000, (n,))
+    pos = torch.full((n,), context - 1)
+    return runner._pad_for_cudagraph(BatchDescriptor(size, size, True), ids, pos, md), (ids, pos, md)
+
+
+@torch.inference_mode()
+def padding_cost(batch_sizes=(1, 3, 5, 9, 17), capture_sizes=(1, 2, 4, 8, 16, 24), pairs: int = 3) -> list[dict]:
+    """Median forward ms: the unpadded batch vs the same batch padded to its capture size, interleaved."""
+    llm = make_engine(False, max_num_seqs=max(capture_sizes), capture_sizes=capture_sizes, num_gpu_blocks=512)
+    runner = runner_of(llm)
+    d = CudagraphDispatcher(list(capture_sizes))
+    rows = []
+    for n in batch_sizes:
+        size = d.padded_size(n)
+        if size is None:
+            continue
+        (p_ids, p_pos, p_md), (ids, pos, md) = _dummy_batch(runner, n, size)
+        times = {"unpadded": [], "padded": []}
+        for i in range(pairs + 1):
+            for name, args in (("unpadded", (ids, pos, md)), ("padded", (p_ids, p_pos, p_md))):
+                start = time.perf_counter()
+                runner.model(args[0], args[1], runner.kv_caches, args[2])
+                if i:
+                    times[name].append((time.perf_counter() - start) * 1e3)
+        u, p = statistics.median(times["unpadded"]), statistics.median(times["padded"])
+        rows.append({"num_reqs": n, "size": size, "unpadded_ms": u, "padded_ms": p, "ratio": p / u})
+    return rows
+
+
+def launch_counts(batch_size: int = 8) -> dict | None:
+    """CUDA runtime calls of one decode forward: eager launches every kernel, a graph replays once. None on CPU."""
+    if not torch.cuda.is_available():
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    from minivllm.entrypoints.llm import LLM
+    llm = LLM(device="cuda", multiprocess=False, max_num_seqs=batch_size, cudagraph_capture_sizes=[batch_size])
+    runner = runner_of(llm)
+    desc = BatchDescriptor(batch_size, batch_size, True)
+    ids, pos, md = runner._pad_for_cudagraph(desc, None, None, None)
+    counts = {}
+    with torch.inference_mode():
+        for name, fn in (("eager", lambda: runner.model(ids, pos, runner.kv_caches, md)),
+                         ("graph", lambda: runner._model_forward(desc, ids, pos, md))):
+            fn()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                fn()
+                torch.cuda.synchronize()
+            names = [e.name for e in prof.events()]
+            counts[name] = {"kernel_launches": sum("LaunchKernel" in n for n in names),
+                            "graph_launches": sum(n == "cudaGraphLaunch" for n in names)}
+    return counts

@@ -1,0 +1,1 @@
+"""CUDA graph capture and replay (vLLM: vllm/compilation/)."""
