@@ -151,6 +151,8 @@ def stage_notebooks(timeout: float, paths: list[Path] | None = None) -> dict:
 
 
 def stage_decode_bandwidth(timeout: float, device: str = "cuda", argv: list[str] | None = None) -> dict:
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmarks"))  # paged_attention imports its sibling common.py
     spec = importlib.util.spec_from_file_location("paged_attention", ROOT / "benchmarks" / "paged_attention.py")
     pa = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(pa)
