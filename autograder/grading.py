@@ -2,6 +2,11 @@
 
 Submissions are read from SUBMISSIONS/<student>/<lessonNN>/<lessonNN>.ipynb (nbgrader's collected
 layout) or SUBMISSIONS/<student>/<lessonNN>.ipynb.
+
+A code part's final score is the lower of nbgrader's (the grade cell in the student's kernel, bounded by
+autograder/limits.py) and the sandbox's (autograder/sandbox.py: only the answer definitions, checks out of the
+student's reach). It is written into the gradebook as the part's manual score, so a deleted or stripped grade
+cell is scored, never left pending, and the export, feedback and formgrader all show the final score.
 """
 from __future__ import annotations
 
@@ -76,28 +81,63 @@ def table(lesson_id: str, results: dict[str, dict[str, float | None]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
 
 
+def sandbox_regrade(course: Path, lesson_id: str, students: list[str]) -> dict[str, dict[str, str]]:
+    """Score every student's code parts in the sandbox; keep the lower score in the gradebook.
+    Returns student -> {grade_id: the sandbox's one-line message} for the parts it failed."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    from autograder.sandbox import grade_file
+
+    messages: dict[str, dict[str, str]] = {}
+    verdicts = {s: grade_file(lesson_id, course / "submitted" / s / lesson_id / f"{lesson_id}.ipynb")[0]
+                for s in students}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "minivllm-v1") as gb:
+        for student, results in verdicts.items():
+            messages[student] = {}
+            for r in results:
+                if r.part.manual:
+                    continue
+                try:
+                    g = gb.find_grade(r.part.grade_id, lesson_id, lesson_id, student)
+                except MissingEntry:
+                    continue
+                kernel = g.auto_score if g.manual_score is None else g.manual_score
+                g.manual_score = r.score if kernel is None else min(kernel, r.score)
+                g.needs_manual_grade = False
+                if r.score < r.part.points:
+                    messages[student][r.part.grade_id] = r.message
+            gb.db.commit()
+    return messages
+
+
 def grade(submissions: Path, course: Path, csv_path: Path, lessons: list[str] | None = None) -> dict:
     """Autograde every submission of every lesson found; export nbgrader's CSV plus a per-part CSV."""
     lessons = lessons or discover_lessons()
     prepare_course(course, lessons)
-    results = {}
+    results, messages = {}, {}
     for lesson_id in lessons:
-        if collect(course, lesson_id, submissions):
-            nbgrader(["autograde", lesson_id, "--force"], course)
+        students = collect(course, lesson_id, submissions)
+        if students:
+            nbgrader(["autograde", lesson_id, "--force"], course, bounded=True)
+            messages[lesson_id] = sandbox_regrade(course, lesson_id, students)
             results[lesson_id] = scores(course, lesson_id)
     nbgrader(["export", "--to", str(csv_path.resolve())], course)
     parts_csv = csv_path.with_name(csv_path.stem + "-parts.csv")
     with open(parts_csv, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["lesson", "student", "grade_id", "score", "max_score"])
+        w.writerow(["lesson", "student", "grade_id", "score", "max_score", "message"])
         for lesson_id, per_student in results.items():
             lesson = load_lesson(lesson_id)
             for student, got in per_student.items():
                 for p in lesson.parts:
                     s = got.get(p.grade_id)
-                    w.writerow([lesson_id, student, p.grade_id, "" if s is None else f"{s:g}", p.points])
+                    w.writerow([lesson_id, student, p.grade_id, "" if s is None else f"{s:g}", p.points,
+                                messages[lesson_id].get(student, {}).get(p.grade_id, "")])
     for lesson_id, per_student in results.items():
         print(f"== {lesson_id} ==\n{table(lesson_id, per_student)}")
+        for student, failed in messages[lesson_id].items():
+            for gid, msg in failed.items():
+                print(f"  {student} {gid}: {msg}")
     print(f"CSV: {csv_path} (nbgrader export), {parts_csv} (per part); course folder: {course}")
     return results
 
