@@ -1,4 +1,4 @@
-"""python -m autograder {build,check,grade,feedback} — the course's one command line."""
+"""python -m autograder {build,check,grade,feedback,release} — the course's one command line."""
 from __future__ import annotations
 
 import argparse
@@ -23,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     f = sub.add_parser("feedback", help="nbgrader HTML feedback for a course folder that `grade` built")
     f.add_argument("--course", type=Path, default=Path("minivllm-course"))
     f.add_argument("--lesson", action="append")
+    r = sub.add_parser("release", help="the student distribution (no solutions, mark schemes, hidden tests, mutants)")
+    r.add_argument("dest", type=Path, help="a new, empty folder")
     args = ap.parse_args(argv)
 
     if args.cmd == "build":
@@ -51,6 +53,13 @@ def main(argv: list[str] | None = None) -> int:
         from autograder.grading import feedback
 
         return 0 if feedback(args.course.resolve(), args.lesson) else 1
+    if args.cmd == "release":
+        from autograder.release import release
+
+        written = release(args.dest)
+        size = sum((args.dest / p).stat().st_size for p in written)
+        print(f"{len(written)} files, {size / 2**20:.1f} MiB in {args.dest}")
+        return 0
     return 2
 
 
