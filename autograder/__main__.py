@@ -20,6 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--lesson", action="append", help="only these lessons (repeatable)")
     g.add_argument("--course", type=Path, default=Path("minivllm-course"), help="course folder to build/use")
     g.add_argument("--csv", type=Path, default=Path("grades.csv"))
+    g.add_argument("-j", "--jobs", type=int, default=1, help="students graded at once (default 1)")
     f = sub.add_parser("feedback", help="nbgrader HTML feedback for a course folder that `grade` built")
     f.add_argument("--course", type=Path, default=Path("minivllm-course"))
     f.add_argument("--lesson", action="append")
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "grade":
         from autograder.grading import grade
 
-        grade(args.submissions, args.course.resolve(), args.csv, args.lesson)
+        grade(args.submissions, args.course.resolve(), args.csv, args.lesson, jobs=args.jobs)
         return 0
     if args.cmd == "feedback":
         from autograder.grading import feedback

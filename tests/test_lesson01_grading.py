@@ -58,12 +58,12 @@ def test_real_engine_shows_each_order_bug():
 
 @pytest.mark.slow
 def test_nbgrader_end_to_end(tmp_path):
-    """generate_assignment -> submissions (solution, blank, mutant) -> autograde -> export -> feedback."""
+    """generate_assignment -> submissions (solution, blank, mutant) -> autograde -j 2 -> export -> feedback."""
     from autograder.grading import feedback
 
     subs, results, csv_path = grade_three_students(
         tmp_path, "lesson01", ("l01_engine_core_step", "l01_source_map_answer"), "l01_engine_core_step",
-        mutant_source("lesson01", "update_before_aborts"))
+        mutant_source("lesson01", "update_before_aborts"), jobs=2)
     code = {s: sum(v or 0 for k, v in got.items() if k in ("l01_main_path", "l01_real_engine", "l01_boundary",
                                                              "l01_source_map")) for s, got in results.items()}
     assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 1}

@@ -159,6 +159,7 @@ class EngineRun:
     abort_step: int | None
     abort_time: float | None
     victim: str = "r0"
+    free_blocks: tuple[int, int] = (0, 0)  # (free at the end, usable blocks): equal when every block came back once
 
 
 def run_engine(step_fn=None, abort_at_step: int = 3, max_tokens: int = 6, max_steps: int = 24) -> EngineRun:
@@ -198,9 +199,11 @@ def run_engine(step_fn=None, abort_at_step: int = 3, max_tokens: int = 6, max_st
         while core.scheduler.has_requests() and core.step_counter < max_steps:
             out, _ = core.step()
             outputs[core.step_counter] = list(out.outputs)
+        pool = core.scheduler.kv_cache_manager.block_pool
+        free = (pool.get_num_free_blocks(), pool.num_gpu_blocks - 1)  # block 0 is the null block
     finally:
         core.shutdown()
-    return EngineRun(list(core.tracer.events), outputs, state["abort_step"], state["abort_time"])
+    return EngineRun(list(core.tracer.events), outputs, state["abort_step"], state["abort_time"], free_blocks=free)
 
 
 def engine_phases(run: EngineRun, step: int) -> list[str]:

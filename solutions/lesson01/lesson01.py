@@ -177,6 +177,16 @@ L01.plot_timeline(run);
 # 读图：红色虚线是取消到达的时刻：第 3 步的 execute_model 已经发射，worker 线程上的 forward 还没有结束；EngineCore 线程上 grammar 紧跟 execute 开始，早在 forward 结束之前（CPU 工作与 forward 重叠）；wait 结束后先 aborts 再 update，所以 r0 在第 3 步虽然算出了 token，却没有任何输出——它在 update 之前已被标记为 `FINISHED_ABORTED`，而 r1 照常生成到 `max_tokens`。
 
 # %% [markdown]
+# > **勘误（上文保留原话，这里对照真实引擎更正）**
+# >
+# > 1. “若顺序颠倒（先更新再取消）……甚至引起已被释放的物理 Block 发生二次读写踩内存”：在 vLLM 与 minivllm 中，先 update 后 aborts **不会**造成 use-after-free——update 时被取消的请求仍持有自己的块，随后的 abort 才释放它们，每个块只释放一次。真正的后果是：这个已被取消的请求在这一步**仍然输出了 token**，被推给已经断开的客户端。下面用引擎自己的 step，只把 aborts 挪到 update 之后来演示。
+# > 2. “EngineCore（单事件循环单线程）”：推进 step 的确实只有 busy loop 这一个线程，但 `EngineCoreProc` 进程里另有两个 ZMQ IO 线程：`EngineCoreInputIO`（`process_input_sockets`：收请求、反序列化、放进 `input_queue`）和 `EngineCoreOutputIO`（`process_output_sockets`：从 `output_queue` 取输出、序列化、发回前端），socket 收发因此与模型前向重叠。下面直接列出一个 `EngineCoreProc` 启动的线程。
+
+# %%
+L01.print_late_abort(L01.late_abort_run())
+print("EngineCoreProc 在 busy loop 之外启动的线程：", L01.engine_core_threads())
+
+# %% [markdown]
 # ## 实践任务：唯一代码填空题
 #
 # 补齐一个最小 EngineCore.step 控制流模型。重点不是模拟 GPU，而是保持官方源码中的顺序合同；不得删除 trace 断言。
