@@ -220,7 +220,7 @@ def test_nbgrader_tampering_and_limits(tmp_path, monkeypatch):
     for name, nb in students.items():
         (subs / name / LESSON).mkdir(parents=True)
         (subs / name / LESSON / f"{LESSON}.ipynb").write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
-    results = grade(subs, tmp_path / "course", tmp_path / "grades.csv", [LESSON])[LESSON]
+    results = grade(subs, tmp_path / "course", tmp_path / "grades.csv", [LESSON], jobs=2)[LESSON]
     code = {s: {k: v for k, v in got.items() if k.startswith("l01_") and not k.startswith("l01_q")}
             for s, got in results.items()}
     assert all(v is not None for got in code.values() for v in got.values()), code  # nothing pending
