@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 PIP_QUIET := -q --disable-pip-version-check
 
-.PHONY: venv demo test test-fast lab notebooks lint bench gpu-check clean
+.PHONY: venv demo test test-fast lab instructor-lab notebooks lint bench gpu-check clean
 
 venv: .venv/.installed
 
@@ -23,8 +23,14 @@ test: venv
 test-fast: venv
 	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"
 
+# Students: plain JupyterLab on the notebooks (nbgrader's formgrader and Create Assignment UI switched off).
 lab: venv
-	$(PY) -m jupyter lab --notebook-dir=notebooks --allow-root
+	JUPYTER_CONFIG_PATH=$(CURDIR)/autograder/jupyter-student $(PY) -m jupyter lab --notebook-dir=notebooks --allow-root
+
+# Instructors: JupyterLab with nbgrader's formgrader, in the course folder `python -m autograder grade` uses.
+instructor-lab: venv
+	mkdir -p minivllm-course && cp autograder/nbgrader_config.py minivllm-course/
+	cd minivllm-course && ../$(PY) -m jupyter lab --allow-root
 
 notebooks: venv
 	$(PY) -m autograder build

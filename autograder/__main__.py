@@ -1,4 +1,4 @@
-"""python -m autograder {build,check,grade,feedback} — the course's one command line."""
+"""python -m autograder {build,check,grade,feedback,release} — the course's one command line."""
 from __future__ import annotations
 
 import argparse
@@ -20,9 +20,12 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--lesson", action="append", help="only these lessons (repeatable)")
     g.add_argument("--course", type=Path, default=Path("minivllm-course"), help="course folder to build/use")
     g.add_argument("--csv", type=Path, default=Path("grades.csv"))
+    g.add_argument("-j", "--jobs", type=int, default=1, help="students graded at once (default 1)")
     f = sub.add_parser("feedback", help="nbgrader HTML feedback for a course folder that `grade` built")
     f.add_argument("--course", type=Path, default=Path("minivllm-course"))
     f.add_argument("--lesson", action="append")
+    r = sub.add_parser("release", help="the student distribution (no solutions, mark schemes, hidden tests, mutants)")
+    r.add_argument("dest", type=Path, help="a new, empty folder")
     args = ap.parse_args(argv)
 
     if args.cmd == "build":
@@ -45,12 +48,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "grade":
         from autograder.grading import grade
 
-        grade(args.submissions, args.course.resolve(), args.csv, args.lesson)
+        grade(args.submissions, args.course.resolve(), args.csv, args.lesson, jobs=args.jobs)
         return 0
     if args.cmd == "feedback":
         from autograder.grading import feedback
 
         return 0 if feedback(args.course.resolve(), args.lesson) else 1
+    if args.cmd == "release":
+        from autograder.release import release
+
+        written = release(args.dest)
+        size = sum((args.dest / p).stat().st_size for p in written)
+        print(f"{len(written)} files, {size / 2**20:.1f} MiB in {args.dest}")
+        return 0
     return 2
 
 

@@ -40,12 +40,15 @@ def dumps(nb: nbformat.NotebookNode) -> str:
     return nbformat.writes(nb, version=4).rstrip("\n") + "\n"
 
 
-def nbgrader(args: list[str], course: Path) -> subprocess.CompletedProcess:
-    """Run one nbgrader command in a course folder; raise with its log when it fails."""
+def nbgrader(args: list[str], course: Path, bounded: bool = False) -> subprocess.CompletedProcess:
+    """Run one nbgrader command in a course folder; raise with its log when it fails. bounded=True caps the
+    memory of nbgrader and every kernel it starts (autograder/limits.py)."""
+    from autograder.limits import limit_memory
+
     # nbgrader runs `alembic` and the kernel from PATH: put this interpreter's bin/ first (an unactivated venv).
     env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
     proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, capture_output=True, text=True,
-                          env=env)
+                          env=env, preexec_fn=limit_memory if bounded else None)
     if proc.returncode != 0:
         raise RuntimeError(f"nbgrader {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc

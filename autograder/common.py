@@ -6,6 +6,7 @@ same check functions the self-check calls, so nbgrader and ``python -m autograde
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import io
 import json
@@ -18,6 +19,8 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from autograder.limits import LimitExceeded, memory_message, time_limit
 
 REPO = Path(__file__).resolve().parent.parent
 SOLUTIONS = REPO / "solutions"
@@ -56,6 +59,55 @@ def expect(cond: bool, msg: str) -> None:
     __tracebackhide__ = True  # IPython and pytest leave our frames out of the student's traceback
     if not cond:
         raise CheckFailed(msg)
+
+
+def student_error(e: BaseException) -> str:
+    """One line for an exception the student's code raised: its type, message and the cell line it came from."""
+    tb = traceback.extract_tb(e.__traceback__)
+    where = next((f"（{f.filename.strip('<>')}，第 {f.lineno} 行：{(f.line or '').strip()}）" for f in reversed(tb)
+                  if f.filename.startswith("<cell") or f.filename.startswith("<ipython-input")
+                  or "/ipykernel_" in f.filename), "")
+    text = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text}{where}"
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """MemoryError, or torch's allocator failing under the memory cap."""
+    return isinstance(e, MemoryError) or (isinstance(e, RuntimeError) and (
+        "can't allocate memory" in str(e) or "out of memory" in str(e).lower()))
+
+
+def blank_message(e: BlankNotFilled) -> str:
+    """The blank's message plus the line of the student's cell that still holds it."""
+    where = student_error(e).split("）", 1)[0].partition("（")[2]
+    return f"{e}（{where}）" if where else str(e)
+
+
+def graded(check: Callable) -> Callable:
+    """A part check as grade cells call it: bounded by the cell timeout, and failing with one short line.
+
+    CheckFailed and unfilled blanks pass through; running out of time or memory, or any exception from the
+    student's code, becomes a CheckFailed naming the part's function and the first line of the cause.
+    """
+    @functools.wraps(check)
+    def run(*args, **kwargs):
+        __tracebackhide__ = True
+        try:
+            with time_limit():
+                return check(*args, **kwargs)
+        except CheckFailed:
+            raise
+        except BlankNotFilled as e:
+            raise CheckFailed(blank_message(e)) from None
+        except LimitExceeded as e:
+            raise CheckFailed(str(e)) from None
+        except AssertionError as e:
+            raise CheckFailed(f"断言失败：{e}" if str(e) else "断言失败") from None
+        except Exception as e:
+            if out_of_memory(e):
+                raise CheckFailed(memory_message()) from None
+            raise CheckFailed(f"运行你的代码时出错：{student_error(e)}") from None
+    return run
 
 
 def check_name_map(source_map, keys, hashes: dict, name_hash, unmapped: str) -> None:
@@ -143,17 +195,16 @@ def run_part(part: Part, namespace: dict) -> PartResult:
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
             warnings.simplefilter("ignore")
-            part.check(*(namespace[n] for n in part.needs))
+            with time_limit():
+                part.check(*(namespace[n] for n in part.needs))
     except CheckFailed as e:
         return PartResult(part, 0, str(e))
     except BlankNotFilled as e:
-        return PartResult(part, 0, str(e))
-    except AssertionError as e:
-        return PartResult(part, 0, f"断言失败：{e}" if str(e) else "断言失败")
+        return PartResult(part, 0, blank_message(e))
+    except (LimitExceeded, AssertionError) as e:
+        return PartResult(part, 0, f"断言失败：{e}" if type(e) is AssertionError else str(e))
     except Exception as e:  # the student's code raised: show its last frame, not ours
-        tb = traceback.extract_tb(e.__traceback__)
-        where = next((f"（{f.name}，第 {f.lineno} 行）" for f in reversed(tb) if f.filename.startswith("<cell")), "")
-        return PartResult(part, 0, f"{type(e).__name__}: {e}{where}")
+        return PartResult(part, 0, memory_message() if out_of_memory(e) else student_error(e))
     return PartResult(part, part.points, "通过")
 
 
@@ -233,14 +284,32 @@ def format_report(lesson: Lesson, results: list[PartResult]) -> tuple[str, bool]
     return "\n".join(lines), all(r.score == r.part.points for r in code)
 
 
-def self_check(lesson_id: str, namespace: dict | None = None, notebook: str | Path | None = None) -> bool:
-    """Print the self-check table for a live namespace (inside the notebook) or a notebook file."""
+def report(lesson_id: str, namespace: dict) -> None:
+    """Every code part of the lesson, one line each, without raising: the cell right after an exercise.
+    Parts whose answers are not defined yet (a later exercise cell) say so instead of failing."""
     lesson = load_lesson(lesson_id)
-    errors: list[str] = []
+    for part in lesson.parts:
+        if part.manual:
+            continue
+        if any(n not in namespace for n in part.needs):
+            print(f"·  {part.title}：后面的练习还没运行（需要 {', '.join(n for n in part.needs if n not in namespace)}）")
+            continue
+        r = run_part(part, namespace)
+        print(f"{'✓' if r.score == part.points else '✗'}  {part.title}：{r.message}")
+
+
+def self_check(lesson_id: str, namespace: dict | None = None, notebook: str | Path | None = None) -> bool:
+    """Print the self-check table for a live namespace (inside the notebook: trusts the kernel) or a notebook
+    file (the sandbox: only the answer definitions run, in a separate bounded process)."""
+    lesson = load_lesson(lesson_id)
     if namespace is None:
         if not Path(notebook).is_file():
             raise SystemExit(f"no notebook at {notebook}")
-        namespace, errors = student_namespace(Path(notebook))
-    text, ok = format_report(lesson, grade_namespace(lesson, namespace))
+        from autograder.sandbox import grade_file
+
+        results, errors = grade_file(lesson_id, Path(notebook))
+    else:
+        results, errors = grade_namespace(lesson, namespace), []
+    text, ok = format_report(lesson, results)
     print("\n".join(errors + [text]))
     return ok

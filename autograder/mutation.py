@@ -20,6 +20,7 @@ class Mutant:
     cell: str                               # grade_id of the exercise cell it changes
     edits: tuple[tuple[str, str], ...]      # (solution text, wrong text), each solution text unique in the cell
     why: str                                # the misconception, one line
+    fails: frozenset[str] | set[str] = frozenset()  # grade ids it must fail (it may fail more)
 
 
 def mutants(lesson_id: str) -> dict[str, Mutant]:

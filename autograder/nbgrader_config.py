@@ -19,6 +19,7 @@ from nbgrader.preprocessors import (
     SaveCells,
 )
 
+from autograder.limits import cell_timeout
 from autograder.preprocessors import BlankSolutions
 
 c = get_config()  # noqa: F821  (provided by traitlets when it loads this file)
@@ -30,8 +31,9 @@ c.CourseDirectory.root = here
 c.Exchange.root = os.path.join(here, "exchange")
 c.Exchange.path_includes_course = True
 
-# Executing a lesson: CPU-only machines are slow; 300 s per cell at least.
-c.Execute.timeout = 600
+# One per-cell limit for the whole course (autograder/limits.py, env MINIVLLM_CELL_TIMEOUT, default 120 s):
+# every lesson cell runs in seconds on a 2-core CPU. `python -m autograder grade` also caps each kernel's memory.
+c.Execute.timeout = max(1, round(cell_timeout()))
 c.Execute.kernel_name = "python3"
 c.Execute.interrupt_on_timeout = True
 

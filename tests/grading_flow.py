@@ -31,7 +31,7 @@ def make_submission(root: Path, lesson: str, student: str, replace: dict[str, st
 
 
 def grade_three_students(tmp_path: Path, lesson: str, answer_ids: tuple[str, ...], mutant_cell: str,
-                         mutant_source: str) -> tuple[Path, dict, Path]:
+                         mutant_source: str, jobs: int = 1) -> tuple[Path, dict, Path]:
     """Grade solution/blank/mutant students; returns (submissions folder, points per part, CSV path)."""
     from autograder.grading import grade
 
@@ -42,5 +42,6 @@ def grade_three_students(tmp_path: Path, lesson: str, answer_ids: tuple[str, ...
     make_submission(subs, lesson, "blank_student", {})
     make_submission(subs, lesson, "mutant_student", dict(answers, **{mutant_cell: mutant_source}))
     csv_path = tmp_path / "grades.csv"
-    results = grade(subs, tmp_path / "course", csv_path, [lesson])[lesson]
+    results = grade(subs, tmp_path / "course", csv_path, [lesson], jobs=jobs)[lesson]
+    assert not list((tmp_path / "course").glob(".gradebook-*.db"))  # every worker's gradebook was merged
     return subs, results, csv_path

@@ -168,3 +168,43 @@ def test_unfilled_release_gets_zero_and_does_not_crash(lesson_id):
     results = [r for r in grade_namespace(load_lesson(lesson_id), ns) if not r.part.manual]
     assert [r.score for r in results] == [0, 0, 0, 0]
     assert all("______" in r.message for r in results), [r.message for r in results]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_student_lab_has_no_formgrader(tmp_path):
+    """`make lab`'s config (autograder/jupyter-student): nbgrader's server extensions and lab UI are off."""
+    import os
+    import socket
+    import time
+    import urllib.error
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, JUPYTER_CONFIG_PATH=str(REPO / "autograder" / "jupyter-student"))
+    lab = subprocess.Popen([sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--allow-root",
+                            "--IdentityProvider.token=t", f"--notebook-dir={tmp_path}"], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def status(path):
+            try:
+                return urllib.request.urlopen(f"http://127.0.0.1:{port}{path}?token=t", timeout=5).status
+            except urllib.error.HTTPError as e:
+                return e.code
+            except OSError:
+                return None
+        for _ in range(90):
+            if status("/lab") == 200:
+                break
+            time.sleep(1)
+        assert status("/lab") == 200
+        assert status("/formgrader") == 404
+    finally:
+        lab.terminate()
+        lab.wait(timeout=30)
+    listed = subprocess.run([sys.executable, "-m", "jupyter", "labextension", "list"], env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert "@jupyter/nbgrader v0.9.6 \x1b[31mdisabled" in listed.stdout + listed.stderr or \
+        "@jupyter/nbgrader v0.9.6 disabled" in listed.stdout + listed.stderr

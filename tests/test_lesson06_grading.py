@@ -29,22 +29,6 @@ from autograder.lesson06 import (
 from autograder.mutation import mutant_namespace, mutant_source, mutants
 
 CODE_PARTS = ("l06_main_path", "l06_real_engine", "l06_boundary", "l06_source_map")
-# The parts each mutant must fail (it may fail more).
-MUST_FAIL = {
-    "logical_block_index": {"l06_main_path", "l06_real_engine", "l06_boundary"},
-    "block_table_row_of_seq0": {"l06_main_path", "l06_real_engine"},
-    "block_table_wrong_stride": {"l06_main_path", "l06_real_engine", "l06_boundary"},
-    "no_mask_last_block": {"l06_main_path", "l06_real_engine", "l06_boundary"},
-    "mask_off_by_one": {"l06_main_path", "l06_real_engine", "l06_boundary"},
-    "no_max_subtraction": {"l06_boundary"},
-    "no_acc_rescale": {"l06_main_path", "l06_real_engine", "l06_boundary"},
-    "no_sum_rescale": {"l06_main_path", "l06_real_engine", "l06_boundary"},
-    "probs_use_block_max": {"l06_main_path", "l06_real_engine", "l06_boundary"},
-    "wrong_gqa_head": {"l06_main_path", "l06_real_engine", "l06_boundary"},
-    # Right on the CPU interpreter, wrong on a GPU: rejected by the static check of every tl.dot.
-    "dot_default_precision": {"l06_main_path", "l06_real_engine", "l06_boundary"},
-    "probs_not_cast": {"l06_main_path", "l06_real_engine", "l06_boundary"},
-}
 
 pytestmark = pytest.mark.skipif(__import__("os").environ.get("TRITON_INTERPRET") != "1"
                                 and not torch.cuda.is_available(), reason="Triton needs CUDA or TRITON_INTERPRET=1")
@@ -65,10 +49,6 @@ def solution_ns():
     return ns
 
 
-def test_every_required_mutant_is_there():
-    assert set(mutants("lesson06")) == set(MUST_FAIL)
-
-
 def test_mutants_change_only_blank_lines():
     """A mutant is a wrong answer a student could give: every solution line it edits is a blank line."""
     sol = json.loads((REPO / "solutions/lesson06/lesson06.ipynb").read_text(encoding="utf-8"))
@@ -82,15 +62,6 @@ def test_mutants_change_only_blank_lines():
 
 def test_solution_gets_all_code_points(solution_ns):
     assert code_scores(solution_ns) == dict.fromkeys(CODE_PARTS, 1)
-
-
-
-@pytest.mark.parametrize("name", sorted(MUST_FAIL))
-def test_mutant_loses_code_points(name, solution_ns):
-    scores = code_scores(dict(solution_ns, paged_decode_kernel=mutant(name)))
-    failed = {k for k, v in scores.items() if v == 0}
-    assert MUST_FAIL[name] <= failed, scores
-    assert sum(scores.values()) < 4
 
 
 def test_gpu_only_mistakes_are_caught_statically_though_the_interpreter_computes_them_right(solution_ns):

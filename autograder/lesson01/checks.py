@@ -13,7 +13,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from autograder.common import Lesson, Part, check_name_map, expect
+from autograder.common import Lesson, Part, check_name_map, expect, graded
 
 TRACE = ["schedule", "execute", "grammar", "wait", "aborts", "update"]
 BLANKS = ["plan", "future", "grammar", "model_output", "aborts", "outputs"]
@@ -85,6 +85,7 @@ def _check_contract(fn, scheduled_tokens: int) -> tuple:
 
 
 # ---------------------------------------------------------------------------- part checks
+@graded
 def check_main_path(engine_core_step) -> None:
     """Main path: the seed's assertions, verbatim, then the call order the trace list only claims."""
     __tracebackhide__ = True
@@ -103,6 +104,7 @@ def check_main_path(engine_core_step) -> None:
     expect(ran is True, f"scheduled_tokens=4 时 ran 应为 True，实际 {ran!r}。")
 
 
+@graded
 def check_boundary(engine_core_step) -> None:
     """Boundary: no requests -> nothing runs; scheduled_tokens=0 -> full control path but ran=False."""
     __tracebackhide__ = True
@@ -140,6 +142,7 @@ def normalize_name(name: str) -> str:
     return s
 
 
+@graded
 def check_source_map(source_map) -> None:
     """Source mapping: each blank -> the vLLM object or method it stands for in EngineCore.step."""
     __tracebackhide__ = True
@@ -156,6 +159,7 @@ class EngineRun:
     abort_step: int | None
     abort_time: float | None
     victim: str = "r0"
+    free_blocks: tuple[int, int] = (0, 0)  # (free at the end, usable blocks): equal when every block came back once
 
 
 def run_engine(step_fn=None, abort_at_step: int = 3, max_tokens: int = 6, max_steps: int = 24) -> EngineRun:
@@ -178,11 +182,11 @@ def run_engine(step_fn=None, abort_at_step: int = 3, max_tokens: int = 6, max_st
         core = state["core"]
 
         def execute_then_abort(plan):
-            future = execute_async(plan)
+            pending = execute_async(plan)
             if core.step_counter == abort_at_step and state["abort_step"] is None:
                 core.abort_requests(["r0"])  # thread-safe: only queued; drained in the aborts phase
                 state["abort_step"], state["abort_time"] = core.step_counter, time.perf_counter()
-            return future
+            return pending
         return inner(has_requests, schedule, execute_then_abort, get_grammar, process_aborts, update)
 
     core = EngineCore.from_engine_args(EngineArgs(trace=True, max_num_seqs=4), step_fn=wrapped)
@@ -195,9 +199,11 @@ def run_engine(step_fn=None, abort_at_step: int = 3, max_tokens: int = 6, max_st
         while core.scheduler.has_requests() and core.step_counter < max_steps:
             out, _ = core.step()
             outputs[core.step_counter] = list(out.outputs)
+        pool = core.scheduler.kv_cache_manager.block_pool
+        free = (pool.get_num_free_blocks(), pool.num_gpu_blocks - 1)  # block 0 is the null block
     finally:
         core.shutdown()
-    return EngineRun(list(core.tracer.events), outputs, state["abort_step"], state["abort_time"])
+    return EngineRun(list(core.tracer.events), outputs, state["abort_step"], state["abort_time"], free_blocks=free)
 
 
 def engine_phases(run: EngineRun, step: int) -> list[str]:
@@ -234,6 +240,7 @@ def judge_engine_run(run: EngineRun, max_tokens: int = 6) -> None:
     expect(len(r1) == max_tokens and done, f"未被取消的 r1 应正常生成 {max_tokens} 个 token 并结束，实际 {len(r1)} 个。")
 
 
+@graded
 def check_real_engine(engine_core_step) -> EngineRun:
     """Plug the student's step into EngineCore; judge its trace. A timing-only miss is retried once."""
     __tracebackhide__ = True

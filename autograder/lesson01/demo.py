@@ -1,7 +1,7 @@
 """Lesson 1 — vLLM V1 源码地图: what the notebook shows (live demos, tables, figures); no check calls these."""
 from __future__ import annotations
 
-from autograder.lesson01.checks import TRACE, EngineRun
+from autograder.lesson01.checks import TRACE, EngineRun, run_engine
 
 
 def print_outputs(run: EngineRun) -> None:
@@ -11,6 +11,45 @@ def print_outputs(run: EngineRun) -> None:
         row = {o.request_id: f"{o.new_token_ids}" + (f" {o.finish_reason}" if o.finished else "") for o in outs}
         mark = "  <- abort(r0) during this step's forward" if s == run.abort_step else ""
         print(f"{s:>4}  {row.get('r0', '-'):<22}{row.get('r1', '-'):<22}{mark}")
+
+
+# ---------------------------------------------------------------------------- errata, shown live
+def late_abort_run() -> EngineRun:
+    """The engine's own step with one change: the abort queue is drained after update_from_output."""
+    from minivllm.engine.core import engine_core_step
+
+    def late_abort_step(has_requests, schedule, execute_async, get_grammar, drain_aborts, update):
+        def update_then_aborts(plan, model_output):
+            result = update(plan, model_output)
+            drain_aborts()
+            return result
+        return engine_core_step(has_requests, schedule, execute_async, get_grammar, lambda: None,
+                                update_then_aborts)
+    return run_engine(late_abort_step)
+
+
+def print_late_abort(run: EngineRun) -> None:
+    leaked = [o.new_token_ids for o in run.outputs.get(run.abort_step, []) if o.request_id == run.victim]
+    free, total = run.free_blocks
+    print(f"第 {run.abort_step} 步 r0 被取消后仍输出了 token：{leaked}（推给了已断开的客户端）")
+    print(f"结束时空闲块 {free} / 可用块 {total}：每个块都恰好释放一次，没有 use-after-free")
+
+
+def engine_core_threads() -> list[str]:
+    """The threads an EngineCoreProc starts besides the one that runs its busy loop (built here, then shut down)."""
+    import tempfile
+    import threading
+
+    from minivllm.config import EngineArgs
+    from minivllm.engine.core import EngineCoreProc, make_vllm_config
+
+    before = set(threading.enumerate())
+    with tempfile.TemporaryDirectory(prefix="minivllm-ipc-") as d:
+        core = EngineCoreProc(make_vllm_config(EngineArgs(max_num_seqs=4)), f"ipc://{d}/in", f"ipc://{d}/out")
+        try:
+            return sorted(t.name for t in set(threading.enumerate()) - before)
+        finally:
+            core.shutdown()
 
 
 # ---------------------------------------------------------------------------- figures
@@ -49,7 +88,9 @@ def plot_timeline(run: EngineRun, steps: list[int] | None = None):
     phases = sorted((e for e in run.events if e.step == run.abort_step and e.phase in TRACE), key=lambda e: e.start)
     for i, e in enumerate(phases):
         ax2.barh(0, 0.9, left=i, color=PHASE_COLORS[e.phase], edgecolor="black", linewidth=0.3)
-        ax2.text(i + 0.45, 0, f"{e.phase}\n{(e.end - e.start) * 1e3:.2f} ms", ha="center", va="center", fontsize=8)
+        ms = (e.end - e.start) * 1e3
+        label = f"{e.phase}\n{ms:.2f} ms" + ("\n(no grammar in this run)" if e.phase == "grammar" else "")
+        ax2.text(i + 0.45, 0, label, ha="center", va="center", fontsize=7 if e.phase == "grammar" else 8)
     k = sum(e.start < run.abort_time for e in phases)
     ax2.axvline(k - 0.05, color="red", linestyle="--")
     ax2.set_xlim(-0.1, len(phases))
@@ -70,12 +111,14 @@ def fig_arithmetic_intensity(d_model: int = 4096, ridge: float = 295.0):
     fig, ax = plt.subplots(figsize=(7, 3.6))
     ax.loglog(n, ai, color="black", label=f"linear layer, d={d_model}, FP16")
     ax.axhline(ridge, color="gray", linestyle="--", label=f"H100 SXM ridge ~{ridge:.0f} FLOP/B (989 TFLOPS / 3.35 TB/s)")
-    ax.axvspan(1, 256, color="#8172B2", alpha=0.15, label="decode: tokens = B (memory-bound)")
-    ax.axvspan(512, n[-1], color="#DD8452", alpha=0.15, label="prefill: tokens = B*S (compute-bound)")
+    knee = float(np.interp(ridge, ai, n))  # where the curve crosses the ridge: the two regimes meet there
+    ax.axvspan(1, knee, color="#8172B2", alpha=0.15, label=f"memory-bound (< {knee:.0f} tokens): decode, tokens = B")
+    ax.axvspan(knee, n[-1], color="#DD8452", alpha=0.15, label="compute-bound: prefill, tokens = B*S")
     ax.set_xlabel("tokens per forward (decode: B; prefill: B*S)")
     ax.set_ylabel("FLOP / byte")
     ax.legend(fontsize=7, loc="upper left")
     ax.set_title("Figure 1-1  Prefill vs decode arithmetic intensity", fontsize=9, loc="left")
+    fig.tight_layout()
     return fig
 
 
@@ -107,28 +150,49 @@ def fig_architecture():
         ("Worker / GPUModelRunner (TP rank 1)\nKV tensors, CUDA graphs", (0.53, 0.05, 0.45, 0.15), "#E2F0D9"),
     ]
     arrows = [((0.5, 0.84), (0.5, 0.73), " EngineCoreRequest over ZMQ + msgspec"),
-              ((0.4, 0.4), (0.3, 0.2), "execute_model(SchedulerOutput)"),
-              ((0.6, 0.4), (0.72, 0.2), ""),
-              ((0.12, 0.2), (0.12, 0.4), "ModelRunnerOutput")]
+              ((0.33, 0.4), (0.23, 0.2), ""),
+              ((0.67, 0.4), (0.77, 0.2), ""),
+              ((0.07, 0.2), (0.07, 0.4), "ModelRunnerOutput")]
     _boxes(ax, boxes, arrows)
-    ax.text(0.5, 0.65, "EngineCore (one busy loop, one thread)\nowns: step(), aborts_queue, IPC", ha="center",
-            va="center", fontsize=8)
+    ax.text(0.5, 0.3, "execute_model(SchedulerOutput)\nto every rank", ha="center", va="center", fontsize=7,
+            color="dimgray")
+    ax.text(0.5, 0.65, "EngineCore: one busy loop runs step(); ZMQ input/output IO threads\nowns: step(), "
+            "aborts_queue, IPC", ha="center", va="center", fontsize=8)
     ax.set_title("Figure 1-2  vLLM V1: frontend -> EngineCore -> workers (one writer per state)", fontsize=9,
                  loc="left")
     return fig
 
 
 def fig_request_flow():
-    """Figure 1-3: one request from HTTP to streamed tokens."""
+    """Figure 1-3: one request from HTTP to streamed tokens, boxed by the process each stage runs in."""
     import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch, Rectangle
 
-    stages = ["HTTP request\narrives", "AsyncLLM\ntokenizes", "EngineCoreRequest\ninto input queue",
-              "EngineCore.step()\nschedule", "ModelRunner forward\n(TP all-reduce)", "sample, detokenize,\nstream SSE"]
-    fig, ax = plt.subplots(figsize=(11, 1.9))
-    w, gap = 0.14, (0.98 - 6 * 0.14) / 5
-    boxes = [(s, (0.01 + i * (w + gap), 0.25, w, 0.5), "#DCE6F2" if i < 3 else "#F2E6DC" if i == 3 else "#E2F0D9")
-             for i, s in enumerate(stages)]
-    arrows = [((0.01 + i * (w + gap) + w, 0.5), (0.01 + (i + 1) * (w + gap), 0.5), "") for i in range(5)]
-    _boxes(ax, boxes, arrows)
-    ax.set_title("Figure 1-3  Request flow (frontend process | EngineCore process | workers)", fontsize=9, loc="left")
+    stages = [("HTTP request\narrives", 0), ("AsyncLLM\ntokenizes", 0), ("EngineCoreRequest\nZMQ -> input IO thread", 1),
+              ("EngineCore.step()\nschedule", 1), ("ModelRunner forward\n(TP all-reduce), sample", 2),
+              ("EngineCoreOutputs\nZMQ -> AsyncLLM", 1), ("detokenize,\nstream SSE", 0)]
+    procs = [("frontend process", "#DCE6F2"), ("EngineCore process", "#F2E6DC"), ("worker process(es)", "#E2F0D9")]
+    fig, ax = plt.subplots(figsize=(12, 2.3))
+    w, gap, x0 = 0.118, 0.022, 0.01
+    xs = [x0 + i * (w + gap) for i in range(len(stages))]
+    i = 0
+    while i < len(stages):  # one dashed band per run of stages in the same process
+        j = i
+        while j + 1 < len(stages) and stages[j + 1][1] == stages[i][1]:
+            j += 1
+        name, color = procs[stages[i][1]]
+        ax.add_patch(Rectangle((xs[i] - gap / 2.5, 0.08), xs[j] + w - xs[i] + 2 * gap / 2.5, 0.8, facecolor=color,
+                               edgecolor="gray", linestyle="--", linewidth=0.8))
+        ax.text((xs[i] + xs[j] + w) / 2, 0.81, name, ha="center", va="center", fontsize=7, color="dimgray")
+        i = j + 1
+    for (text, _), x in zip(stages, xs, strict=True):
+        ax.add_patch(FancyBboxPatch((x, 0.2), w, 0.48, boxstyle="round,pad=0.005", facecolor="white",
+                                    edgecolor="black", linewidth=0.8))
+        ax.text(x + w / 2, 0.44, text, ha="center", va="center", fontsize=7)
+    for x in xs[:-1]:
+        ax.annotate("", xy=(x + w + gap, 0.44), xytext=(x + w, 0.44), arrowprops=dict(arrowstyle="->", lw=1.0))
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.axis("off")
+    ax.set_title("Figure 1-3  Request flow, stage by stage, in the process each runs in", fontsize=9, loc="left")
     return fig

@@ -11,27 +11,32 @@ MUTANTS = {
     "aborts_skipped": Mutant(CELL, (
         ('    process_aborts()',
          '    None'),
-    ), 'Never drains the abort queue (the aborts blank filled with a no-op).'),
+    ), 'Never drains the abort queue (the aborts blank filled with a no-op).',
+       fails={"l01_main_path", "l01_real_engine"}),
     "no_early_return": Mutant(CELL, (
         (('    if not has_requests:\n'
           '        return {}, False, trace\n'
           '\n'
           '    # TODO：保持 schedule → async execute/grammar → wait → aborts → update。'),
          ''),
-    ), 'Runs a step even when there are no requests (the has_requests guard forgotten).'),
+    ), 'Runs a step even when there are no requests (the has_requests guard forgotten).',
+       fails={"l01_boundary"}),
     "outputs_not_from_update": Mutant(CELL, (
         ('    outputs = update(plan, model_output)',
          ('    update(plan, model_output)\n'
           '    outputs = {"r0": model_output["tokens"]}')),
-    ), 'Calls update() but builds the outputs itself from the raw model output.'),
+    ), 'Calls update() but builds the outputs itself from the raw model output.',
+       fails={"l01_main_path", "l01_real_engine"}),
     "schedule_twice": Mutant(CELL, (
         ('    future = execute_async(plan)',
          '    future = execute_async(schedule())'),
-    ), 'Calls schedule() a second time to get the plan it passes to the executor.'),
+    ), 'Calls schedule() a second time to get the plan it passes to the executor.',
+       fails={"l01_main_path", "l01_real_engine"}),
     "scheduled_tokens_boundary": Mutant(CELL, (
         ('    return outputs, plan["scheduled_tokens"] > 0, trace',
          '    return outputs, plan["scheduled_tokens"] >= 0, trace'),
-    ), 'Reports ran=True for a step that scheduled zero tokens (>= instead of >).'),
+    ), 'Reports ran=True for a step that scheduled zero tokens (>= instead of >).',
+       fails={"l01_boundary"}),
     "update_before_aborts": Mutant(CELL, (
         (('    process_aborts()\n'
           '    trace.append("aborts")\n'
@@ -39,12 +44,14 @@ MUTANTS = {
          ('    outputs = update(plan, model_output)\n'
           '    trace.append("aborts")\n'
           '    process_aborts()')),
-    ), 'Applies the model output before draining the abort queue (trace lines kept in place).'),
+    ), 'Applies the model output before draining the abort queue (trace lines kept in place).',
+       fails={"l01_main_path", "l01_real_engine"}),
     "wait_before_grammar": Mutant(CELL, (
         ('    grammar = get_grammar(plan)',
          ('    model_output = future()\n'
           '    grammar = get_grammar(plan)')),
         ('    model_output = future()',
          ''),
-    ), 'Blocks on the future before preparing the grammar, so nothing overlaps the forward pass.'),
+    ), 'Blocks on the future before preparing the grammar, so nothing overlaps the forward pass.',
+       fails={"l01_main_path", "l01_real_engine"}),
 }

@@ -22,7 +22,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from autograder.common import CheckFailed, Lesson, Part, check_name_map, expect
+from autograder.common import CheckFailed, Lesson, Part, check_name_map, expect, graded
 
 BLANKS = ["token_budget", "threshold", "num_computed", "allocate", "victim", "no_admission"]
 
@@ -79,6 +79,9 @@ def policy_schedule(sched, schedule_step):
     def preempt(req) -> None:
         expect(req in sched.running or req.status == RequestStatus.RUNNING,
                f"第 {step} 步：preempt 只能用于 running 里的请求（先从 running 里取出它），收到 {req!r}。")
+        expect(req not in sched.running and all(v is not req for v in victims),
+               f"第 {step} 步：被抢占的 {req.request_id} 还留在 running 里（读取了 victim 却没有从 running 移除：用 "
+               "pop 取出它，再 preempt）。")
         sched._preempt(req)  # the Scheduler's own recompute preemption: free KV, PREEMPTED, head of waiting
         victims.append(req)
 
@@ -339,6 +342,7 @@ def _probe(schedule_step, todos, budget, threshold, fail_allocs=(), waiting_todo
 
 
 # ---------------------------------------------------------------------------- part checks
+@graded
 def check_main_path(schedule_step) -> None:
     """Main path: the seed-style visible assertions, then scenarios on minivllm's Scheduler vs the reference."""
     steps = run_scenario(schedule_step, prompt_lens=(800, 800, 800), num_steps=3, max_num_batched_tokens=1024,
@@ -355,6 +359,7 @@ def check_main_path(schedule_step) -> None:
         _compare_scenario(schedule_step, i, boundary=False)
 
 
+@graded
 def check_boundary(schedule_step) -> None:
     """Boundary: allocate fails -> preempt the newest running request by recompute, admit nobody this step."""
     p = _probe(schedule_step, [1, 1, 1], budget=100, threshold=100, fail_allocs={1}, waiting_todos=[5])
@@ -401,6 +406,7 @@ def normalize_name(name: str) -> str:
     return s
 
 
+@graded
 def check_source_map(source_map) -> None:
     """Source mapping: each piece of the exercise -> the vLLM object it stands for in Scheduler.schedule()."""
     check_name_map(source_map, BLANKS, SOURCE_HASHES, name_hash, "这些键没有映射到 vLLM Scheduler.schedule() 中对应的对象")
@@ -562,6 +568,7 @@ def judge_engine_run(run: EngineRun, ref: EngineRun, name: str = "") -> None:
     expect(not diff, f"真实引擎{name}：请求 {diff} 的贪心输出与参考引擎不同。")
 
 
+@graded
 def check_real_engine(schedule_step) -> list[EngineRun]:
     """Plug the student's loop into EngineCore's Scheduler on the default model; judge every step of both
     graded workloads against minivllm's own Scheduler."""

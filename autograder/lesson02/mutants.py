@@ -12,7 +12,8 @@ MUTANTS = {
         ('    admit = not preempted',
          ('    # 2. Then WAITING, first come first served.\n'
           '    admit = True')),
-    ), 'Admits waiting requests even in a step that had to preempt.'),
+    ), 'Admits waiting requests even in a step that had to preempt.',
+       fails={"l02_boundary", "l02_real_engine"}),
     "budget_not_decremented": Mutant(CELL, (
         (('        token_budget -= n\n'
           '        i += 1'),
@@ -22,11 +23,13 @@ MUTANTS = {
           '    return scheduled, preempted'),
          ('        token_budget -= 0\n'
           '    return scheduled, preempted')),
-    ), 'Never takes the scheduled tokens off the budget.'),
+    ), 'Never takes the scheduled tokens off the budget.',
+       fails={"l02_boundary", "l02_main_path", "l02_real_engine"}),
     "preempt_oldest": Mutant(CELL, (
         ('            victim = running.pop()',
          '            victim = running.pop(0)'),
-    ), 'Preempts the oldest running request (running[0]) instead of the newest.'),
+    ), 'Preempts the oldest running request (running[0]) instead of the newest.',
+       fails={"l02_boundary", "l02_real_engine"}),
     "skip_instead_of_preempt": Mutant(CELL, (
         (('        ok = allocate(req, n)\n'
           '        while not ok:\n'
@@ -41,7 +44,8 @@ MUTANTS = {
          ('        if not allocate(req, n):\n'
           '            i += 1\n'
           '            continue')),
-    ), 'When allocate fails, skips the request and moves on instead of preempting.'),
+    ), 'When allocate fails, skips the request and moves on instead of preempting.',
+       fails={"l02_boundary", "l02_real_engine"}),
     "threshold_ignored": Mutant(CELL, (
         (('        n = min(num_new_tokens(req), threshold, token_budget)\n'
           '        ok = allocate(req, n)'),
@@ -51,7 +55,8 @@ MUTANTS = {
           '        if not allocate(req, n):'),
          ('        n = min(num_new_tokens(req), token_budget)\n'
           '        if not allocate(req, n):')),
-    ), 'Ignores long_prefill_token_threshold: each request gets min(remaining, budget left).'),
+    ), 'Ignores long_prefill_token_threshold: each request gets min(remaining, budget left).',
+       fails={"l02_boundary", "l02_main_path", "l02_real_engine"}),
     "waiting_before_running": Mutant(CELL, (
         ('    #       allocate 失败就抢占优先级最低的 running 请求；本步抢占过就不再接纳新请求。',
          ('    admit = True\n'
@@ -85,11 +90,18 @@ MUTANTS = {
           '        scheduled[req.request_id] = n\n'
           '        token_budget -= n'),
          ''),
-    ), 'Admits waiting requests before serving the running ones (decodes can starve).'),
+    ), 'Admits waiting requests before serving the running ones (decodes can starve).',
+       fails={"l02_boundary", "l02_main_path", "l02_real_engine"}),
     "waiting_ignores_threshold": Mutant(CELL, (
         (('        n = min(num_new_tokens(req), threshold, token_budget)\n'
           '        if not allocate(req, n):'),
          ('        n = min(num_new_tokens(req), token_budget)\n'
           '        if not allocate(req, n):')),
-    ), 'Caps running requests by the threshold but lets a new prompt take the whole budget.'),
+    ), 'Caps running requests by the threshold but lets a new prompt take the whole budget.',
+       fails={"l02_boundary", "l02_main_path", "l02_real_engine"}),
+    "victim_not_removed": Mutant(CELL, (
+        ('            victim = running.pop()',
+         '            victim = running[-1]'),
+    ), 'Reads the preemption victim but leaves it in running (it is preempted again and again).',
+       fails={"l02_boundary", "l02_real_engine"}),
 }

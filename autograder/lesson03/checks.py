@@ -31,7 +31,7 @@ import time
 import types
 from dataclasses import dataclass, field
 
-from autograder.common import CheckFailed, Lesson, Part, check_name_map, expect
+from autograder.common import CheckFailed, Lesson, Part, check_name_map, expect, graded
 
 BLOCK = 16
 FUNCS = ("hash_block_tokens", "request_block_hasher", "get_computed_blocks", "get_new_blocks")
@@ -102,6 +102,7 @@ def _require_filled(*funcs) -> None:
             raise CheckFailed(f"{fn.__name__} 里还有空 ______ 没有填写：把它换成正确的表达式后再运行。")
 
 
+@graded
 def check_main_path(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks) -> None:
     """Main path: vLLM's test_prefill, then the hash chain's contract and test_evict/test_hash_block_correct_reuse."""
     _require_filled(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks)
@@ -161,6 +162,10 @@ def _check_chain(hash_block_tokens, request_block_hasher) -> None:
     expect(hash_block_tokens(hash, None, b) != h, "token 不同，哈希必须不同。")
     expect(hash_block_tokens(hash, None, a, ("lora-1",)) != h,
            "extra_keys 不同（LoRA、cache_salt、多模态），哈希必须不同。")
+    expect(hash_block_tokens(hash, None, a[::-1]) != h,
+           "同一块的 token 换了顺序，哈希必须不同（键要保留 token 的顺序，不能排序或变成集合）。")
+    expect(hash_block_tokens(hash, None, [1] * 8 + [2] * 8) != hash_block_tokens(hash, None, [1] * 4 + [2] * 12),
+           "同样几种 token、重复次数不同，哈希必须不同（键要保留每个 token，不能去重）。")
     # sha256 needs a picklable, deterministic key: the same inputs must give the same bytes.
     expect(hash_block_tokens(kv_cache_utils.sha256, h, a) == hash_block_tokens(kv_cache_utils.sha256, h, list(a)),
            "用 sha256 时同样的输入也必须得到同样的哈希。")
@@ -229,6 +234,7 @@ def _check_hit_stops_at_first_miss(request_block_hasher, get_computed_blocks, ge
            f"第 2 个块已被驱逐：命中必须在第一次未命中处停下（只剩第 1 块，16 个 token），实际命中 {ids}、{n}。")
 
 
+@graded
 def check_boundary(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks) -> None:
     """Boundaries: the n-1 cap, prompts shorter than a block, partial blocks, positions, growing requests."""
     _require_filled(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks)
@@ -260,6 +266,19 @@ def check_boundary(hash_block_tokens, request_block_hasher, get_computed_blocks,
     off = make_manager(11, get_computed_blocks, get_new_blocks, enable_caching=False)
     ids, n = _computed(off, make_request("off", COMMON, request_block_hasher))
     expect(ids == [] and n == 0, f"关闭 prefix caching 时不应查缓存，实际命中 {ids}、{n}。")
+
+    # Hidden: a preempted request resumes with prompt + outputs: the cap is all its tokens minus one, not the prompt.
+    manager = make_manager(20, get_computed_blocks, get_new_blocks)
+    req = make_request("resumed", list(range(200, 240)), request_block_hasher)
+    manager.allocate_slots(req, 40)
+    req.num_computed_tokens = 40
+    req.append_output_token_ids(list(range(1, 25)))
+    manager.allocate_slots(req, 24)
+    manager.free(req)  # preempted by recompute: blocks freed (still cached), progress forgotten
+    req.num_computed_tokens = 0
+    ids, n = _computed(manager, req)
+    expect(n == 48, f"被抢占后恢复的请求有 40 个 prompt token + 24 个输出 token，全部已缓存：命中上限是 64 - 1，"
+                    f"应命中 3 块 48 个 token，实际 {ids}、{n}（上限要按全部 token 算，不是 prompt 长度）。")
 
     # Hidden: hashes grow one block at a time as a request decodes, and equal hashing it all at once.
     req = make_request("grow", list(range(30)), request_block_hasher)
@@ -299,6 +318,7 @@ def name_hash(name: str) -> str:
     return hashlib.sha256(normalize_name(name).encode()).hexdigest()[:16]
 
 
+@graded
 def check_source_map(source_map) -> None:
     """Source mapping: each concept -> the vLLM name that implements it."""
     check_name_map(source_map, SOURCE_KEYS, SOURCE_HASHES, name_hash, "这些概念没有对应到 vLLM 源码中实现它的名字")
@@ -511,6 +531,7 @@ def _same_outputs(got: EngineRun, off: EngineRun, what: str) -> None:
                "——命中的块里装的不是这个前缀的 KV。")
 
 
+@graded
 def check_real_engine(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks) -> dict:
     """The four pieces in minivllm's EngineCore: stats equal minivllm's own, outputs equal caching off."""
     funcs = (hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks)

@@ -28,7 +28,7 @@ if shutil.which("nvidia-smi") is None and not os.path.exists("/dev/nvidia0"):
 
 import torch  # noqa: E402
 
-from autograder.common import REPO, BlankNotFilled, CheckFailed, Lesson, Part, check_name_map, expect  # noqa: E402
+from autograder.common import REPO, BlankNotFilled, CheckFailed, Lesson, Part, check_name_map, expect, graded  # noqa: E402
 
 DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
 # The engine check: two prompts cut to 14 and 6 tokens (BOS included) and 6 greedy tokens, so r0 decodes at
@@ -341,6 +341,7 @@ def _compare(kernel, case: DecodeCase, what: str) -> None:
 VISIBLE = dict(seq_lens=[5, 16, 17, 40], num_heads=8, num_kv_heads=2, head_size=32, block_size=16, seed=0)
 
 
+@graded
 def check_main_path(kernel) -> None:
     """Scattered blocks, lengths that cross block boundaries, GQA ratios 4, 1 and 8, block sizes 16 and 32."""
     _compare(kernel, make_case(**VISIBLE), "可见断言的用例")
@@ -350,6 +351,7 @@ def check_main_path(kernel) -> None:
              "block_size=32")
 
 
+@graded
 def check_boundary(kernel) -> None:
     """An empty (padded) row gives zeros; 1 token; exactly one full block; one past it; NaN in the unwritten
     tail of the last block; logits in the hundreds (exp overflows without the running max); GQA ratio 3."""
@@ -390,6 +392,7 @@ def normalize_name(name: str) -> str:
     return s.rsplit(".", 1)[-1]
 
 
+@graded
 def check_source_map(source_map) -> None:
     """Each blank -> the variable that holds the same quantity in vLLM's kernel_paged_attention_2d."""
     check_name_map(source_map, BLANKS, SOURCE_HASHES, name_hash, "这些空没有映射到 vLLM kernel_paged_attention_2d 中存放同一个量的变量")
@@ -500,6 +503,7 @@ def judge_engine_run(run: EngineRun, ref: EngineRun) -> None:
            f"接入 Triton 后端后贪心生成的 token 与参考内核不同：你的 {run.tokens}，参考 {ref.tokens}。")
 
 
+@graded
 def check_real_engine(kernel) -> EngineRun:
     """The student's kernel as the Triton backend's decode kernel: every call matches the oracle, and greedy
     generation on the default model equals the reference kernel's."""

@@ -11,27 +11,33 @@ MUTANTS = {
     "block_table_row_of_seq0": Mutant(CELL, (
         ('        physical_block = tl.load(block_table_ptr + seq * stride_block_table_seq + logical_block)',
          '        physical_block = tl.load(block_table_ptr + logical_block)'),
-    ), 'Reads row 0 of the block table for every sequence (forgets the row stride).'),
+    ), 'Reads row 0 of the block table for every sequence (forgets the row stride).',
+       fails={"l06_main_path", "l06_real_engine"}),
     "block_table_wrong_stride": Mutant(CELL, (
         ('        physical_block = tl.load(block_table_ptr + seq * stride_block_table_seq + logical_block)',
          '        physical_block = tl.load(block_table_ptr + seq * stride_cache_block + logical_block)'),
-    ), "Steps through the block table with the cache's block stride, reading far past the table (a wild pointer: under the interpreter the bounds-checked launcher must turn it into a failed check, not a crash)."),
+    ), "Steps through the block table with the cache's block stride, reading far past the table (a wild pointer: under the interpreter the bounds-checked launcher must turn it into a failed check, not a crash).",
+       fails={"l06_boundary", "l06_main_path", "l06_real_engine"}),
     "logical_block_index": Mutant(CELL, (
         ('        physical_block = tl.load(block_table_ptr + seq * stride_block_table_seq + logical_block)',
          '        physical_block = logical_block'),
-    ), 'Uses the logical block number as the physical one (ignores the block table).'),
+    ), 'Uses the logical block number as the physical one (ignores the block table).',
+       fails={"l06_boundary", "l06_main_path", "l06_real_engine"}),
     "mask_off_by_one": Mutant(CELL, (
         ('        token_mask = token_pos < seq_len',
          '        token_mask = token_pos <= seq_len'),
-    ), 'Lets the slot at position seq_len (one past the last token) through.'),
+    ), 'Lets the slot at position seq_len (one past the last token) through.',
+       fails={"l06_boundary", "l06_main_path", "l06_real_engine"}),
     "no_acc_rescale": Mutant(CELL, (
         ('        acc = acc * rescale[:, None] + tl.dot(probs.to(COMPUTE_DTYPE), v, input_precision=DOT_PRECISION)',
          '        acc = acc + tl.dot(probs.to(COMPUTE_DTYPE), v, input_precision=DOT_PRECISION)'),
-    ), 'Rescales the denominator but not the accumulator when the running max rises.'),
+    ), 'Rescales the denominator but not the accumulator when the running max rises.',
+       fails={"l06_boundary", "l06_main_path", "l06_real_engine"}),
     "no_mask_last_block": Mutant(CELL, (
         ('        token_mask = token_pos < seq_len',
          '        token_mask = token_pos < num_logical_blocks * BLOCK_SIZE'),
-    ), 'Masks only whole blocks, so the unwritten tail of the last partial block is read and scored.'),
+    ), 'Masks only whole blocks, so the unwritten tail of the last partial block is read and scored.',
+       fails={"l06_boundary", "l06_main_path", "l06_real_engine"}),
     "no_max_subtraction": Mutant(CELL, (
         (('        rescale = tl.exp(running_max - new_max)\n'
           '        probs = tl.exp(scores - new_max[:, None])\n'
@@ -41,25 +47,31 @@ MUTANTS = {
           '        probs = tl.exp(scores)\n'
           '        running_sum = running_sum * rescale + tl.sum(probs, axis=1)\n'
           '        acc = acc * rescale + tl.dot(probs.to(COMPUTE_DTYPE), v, input_precision=DOT_PRECISION)')),
-    ), 'Plain exp(scores) without the running max (exact on small scores, overflows on big ones).'),
+    ), 'Plain exp(scores) without the running max (exact on small scores, overflows on big ones).',
+       fails={"l06_boundary"}),
     "no_sum_rescale": Mutant(CELL, (
         ('        running_sum = running_sum * rescale + tl.sum(probs, axis=1)',
          '        running_sum = running_sum + tl.sum(probs, axis=1)'),
-    ), 'Rescales the accumulator but not the denominator when the running max rises.'),
+    ), 'Rescales the accumulator but not the denominator when the running max rises.',
+       fails={"l06_boundary", "l06_main_path", "l06_real_engine"}),
     "probs_use_block_max": Mutant(CELL, (
         ('        probs = tl.exp(scores - new_max[:, None])',
          '        probs = tl.exp(scores - block_max[:, None])'),
-    ), "Exponentiates against the block's own max instead of the new running max."),
+    ), "Exponentiates against the block's own max instead of the new running max.",
+       fails={"l06_boundary", "l06_main_path", "l06_real_engine"}),
     "wrong_gqa_head": Mutant(CELL, (
         ('        kv_offsets = physical_block * stride_cache_block + slots[:, None] * stride_cache_slot + kv_head * stride_cache_head + dims[None, :]',
          '        kv_offsets = physical_block * stride_cache_block + slots[:, None] * stride_cache_slot + kv_head * QUERIES_PER_KV * stride_cache_head + dims[None, :]'),
-    ), "GQA mapping: reads the cache at the group's first query head (kv_head * QUERIES_PER_KV) instead of its kv head; for kv_head > 0 that is another head or past the slot."),
+    ), "GQA mapping: reads the cache at the group's first query head (kv_head * QUERIES_PER_KV) instead of its kv head; for kv_head > 0 that is another head or past the slot.",
+       fails={"l06_boundary", "l06_main_path", "l06_real_engine"}),
     "dot_default_precision": Mutant(CELL, (
         ('        acc = acc * rescale[:, None] + tl.dot(probs.to(COMPUTE_DTYPE), v, input_precision=DOT_PRECISION)',
          '        acc = acc * rescale[:, None] + tl.dot(probs.to(COMPUTE_DTYPE), v)'),
-    ), 'Wrong on a GPU only: tl.dot without input_precision=DOT_PRECISION (the interpreter ignores it; a GPU uses tf32).'),
+    ), 'Wrong on a GPU only: tl.dot without input_precision=DOT_PRECISION (the interpreter ignores it; a GPU uses tf32).',
+       fails={"l06_boundary", "l06_main_path", "l06_real_engine"}),
     "probs_not_cast": Mutant(CELL, (
         ('        acc = acc * rescale[:, None] + tl.dot(probs.to(COMPUTE_DTYPE), v, input_precision=DOT_PRECISION)',
          '        acc = acc * rescale[:, None] + tl.dot(probs, v, input_precision=DOT_PRECISION)'),
-    ), 'Wrong on a GPU only: fp32 probs fed to tl.dot against a V in the compute dtype (the interpreter computes in fp32).'),
+    ), 'Wrong on a GPU only: fp32 probs fed to tl.dot against a V in the compute dtype (the interpreter computes in fp32).',
+       fails={"l06_boundary", "l06_main_path", "l06_real_engine"}),
 }

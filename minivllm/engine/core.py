@@ -5,8 +5,8 @@ place where a step's phases are ordered:
 
     schedule -> execute_model(non_block=True) -> grammar bitmask -> wait -> aborts -> update_from_output
 
-The step itself is a plain function with lesson 1's signature, so a student's version can be plugged
-in with EngineCore(step_fn=...), and every phase is recorded by the tracer. With async_scheduling the
+The step itself is a plain function, so another with the same signature can be plugged in with
+EngineCore(step_fn=...), and every phase is recorded by the tracer. With async_scheduling the
 step is step_with_batch_queue instead: it schedules step N+1 while step N's forward runs.
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ from minivllm.tracing import Tracer
 
 
 def engine_core_step(has_requests, schedule, execute_async, get_grammar, process_aborts, update):
-    """One engine step in the order vLLM's EngineCore.step uses (lesson 1's exercise, solved)."""
+    """One engine step in the order vLLM's EngineCore.step uses."""
     trace = []
     if not has_requests:
         return {}, False, trace
@@ -51,7 +51,7 @@ def engine_core_step(has_requests, schedule, execute_async, get_grammar, process
     trace.append("schedule")
     future = execute_async(plan)
     trace.append("execute")
-    grammar = get_grammar(plan)  # noqa: F841  (as in lesson 1; _get_grammar also leaves it on the plan for sample_tokens)
+    grammar = get_grammar(plan)  # noqa: F841  (_get_grammar also leaves it on the plan for sample_tokens)
     trace.append("grammar")
     model_output = future()
     trace.append("wait")

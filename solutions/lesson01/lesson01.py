@@ -7,17 +7,30 @@
 # ---
 
 # %%
-# 在 Colab 中运行时安装 minivllm（含 autograder）；本地（make lab）什么也不做。
+# 在 Colab 中运行时安装课程的学生发行版（不含答案与评分细则）；本地（make lab）什么也不做。
+# 发行版的位置：环境变量 MINIVLLM_RELEASE_URL（唯一的设置）。已装好的 torch 与 triton 原样保留，只补装缺少的包。
 import os
 import subprocess
 import sys
 
-if "google.colab" in sys.modules:
-    REPO_URL = os.environ.get("MINIVLLM_REPO_URL", "https://github.com/minivllm/minivllm.git")
-    if not os.path.isdir("/content/minivllm"):
-        subprocess.run(["git", "clone", "--depth", "1", REPO_URL, "/content/minivllm"], check=True)
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/minivllm"], check=True)
-    sys.path.insert(0, "/content/minivllm")
+if "google.colab" in sys.modules or os.environ.get("MINIVLLM_COLAB_INSTALL"):
+    RELEASE_URL = os.environ.get("MINIVLLM_RELEASE_URL", "https://github.com/minivllm/minivllm-release.git")
+    HOME = os.environ.get("MINIVLLM_HOME", "/content/minivllm")
+    if not os.path.isdir(HOME):
+        subprocess.run(["git", "clone", "--depth", "1", RELEASE_URL, HOME], check=True)
+        from importlib.metadata import PackageNotFoundError, version
+
+        keep = []
+        for pkg in ("torch", "triton"):  # pin what is installed: pip may add packages, never swap these
+            try:
+                keep.append(f"{pkg}=={version(pkg)}")
+            except PackageNotFoundError:
+                pass
+        with open(os.path.join(HOME, "keep-installed.txt"), "w") as f:
+            f.write("\n".join(keep) + "\n")
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-c", os.path.join(HOME, "keep-installed.txt"),
+                        "-e", HOME, *os.environ.get("MINIVLLM_PIP_ARGS", "").split()], check=True)
+    sys.path.insert(0, HOME)
 
 # %% [markdown]
 # # 第 1 课：vLLM V1 源码地图：AsyncLLM、EngineCore 与 Worker
@@ -68,7 +81,7 @@ logging.disable(logging.WARNING)
 import matplotlib.pyplot as plt  # noqa: E402
 
 from autograder import lesson01 as L01  # noqa: E402
-from autograder.common import ______, self_check  # noqa: E402,F401
+from autograder.common import ______, report, self_check  # noqa: E402,F401
 
 # %% [markdown]
 # ## 核心心智模型
@@ -176,6 +189,16 @@ L01.plot_timeline(run);
 # 读图：红色虚线是取消到达的时刻：第 3 步的 execute_model 已经发射，worker 线程上的 forward 还没有结束；EngineCore 线程上 grammar 紧跟 execute 开始，早在 forward 结束之前（CPU 工作与 forward 重叠）；wait 结束后先 aborts 再 update，所以 r0 在第 3 步虽然算出了 token，却没有任何输出——它在 update 之前已被标记为 `FINISHED_ABORTED`，而 r1 照常生成到 `max_tokens`。
 
 # %% [markdown]
+# > **勘误（上文保留原话，这里对照真实引擎更正）**
+# >
+# > 1. “若顺序颠倒（先更新再取消）……甚至引起已被释放的物理 Block 发生二次读写踩内存”：在 vLLM 与 minivllm 中，先 update 后 aborts **不会**造成 use-after-free——update 时被取消的请求仍持有自己的块，随后的 abort 才释放它们，每个块只释放一次。真正的后果是：这个已被取消的请求在这一步**仍然输出了 token**，被推给已经断开的客户端。下面用引擎自己的 step，只把 aborts 挪到 update 之后来演示。
+# > 2. “EngineCore（单事件循环单线程）”：推进 step 的确实只有 busy loop 这一个线程，但 `EngineCoreProc` 进程里另有两个 ZMQ IO 线程：`EngineCoreInputIO`（`process_input_sockets`：收请求、反序列化、放进 `input_queue`）和 `EngineCoreOutputIO`（`process_output_sockets`：从 `output_queue` 取输出、序列化、发回前端），socket 收发因此与模型前向重叠。下面直接列出一个 `EngineCoreProc` 启动的线程。
+
+# %%
+L01.print_late_abort(L01.late_abort_run())
+print("EngineCoreProc 在 busy loop 之外启动的线程：", L01.engine_core_threads())
+
+# %% [markdown]
 # ## 实践任务：唯一代码填空题
 #
 # 补齐一个最小 EngineCore.step 控制流模型。重点不是模拟 GPU，而是保持官方源码中的顺序合同；不得删除 trace 断言。
@@ -204,6 +227,10 @@ def engine_core_step(has_requests, schedule, execute_async,
     trace.append("update")
     return outputs, plan["scheduled_tokens"] > 0, trace
 
+
+# %%
+# 逐项报告（不会中断 Run All）：每个自动评分部分一行，✗ 后面是第一处不符合的地方。
+report("lesson01", globals())
 
 # %% nbgrader={"grade": true, "grade_id": "l01_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 events = []

@@ -7,17 +7,30 @@
 # ---
 
 # %%
-# 在 Colab 中运行时安装 minivllm（含 autograder）；本地（make lab）什么也不做。
+# 在 Colab 中运行时安装课程的学生发行版（不含答案与评分细则）；本地（make lab）什么也不做。
+# 发行版的位置：环境变量 MINIVLLM_RELEASE_URL（唯一的设置）。已装好的 torch 与 triton 原样保留，只补装缺少的包。
 import os
 import subprocess
 import sys
 
-if "google.colab" in sys.modules:
-    REPO_URL = os.environ.get("MINIVLLM_REPO_URL", "https://github.com/minivllm/minivllm.git")
-    if not os.path.isdir("/content/minivllm"):
-        subprocess.run(["git", "clone", "--depth", "1", REPO_URL, "/content/minivllm"], check=True)
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/minivllm"], check=True)
-    sys.path.insert(0, "/content/minivllm")
+if "google.colab" in sys.modules or os.environ.get("MINIVLLM_COLAB_INSTALL"):
+    RELEASE_URL = os.environ.get("MINIVLLM_RELEASE_URL", "https://github.com/minivllm/minivllm-release.git")
+    HOME = os.environ.get("MINIVLLM_HOME", "/content/minivllm")
+    if not os.path.isdir(HOME):
+        subprocess.run(["git", "clone", "--depth", "1", RELEASE_URL, HOME], check=True)
+        from importlib.metadata import PackageNotFoundError, version
+
+        keep = []
+        for pkg in ("torch", "triton"):  # pin what is installed: pip may add packages, never swap these
+            try:
+                keep.append(f"{pkg}=={version(pkg)}")
+            except PackageNotFoundError:
+                pass
+        with open(os.path.join(HOME, "keep-installed.txt"), "w") as f:
+            f.write("\n".join(keep) + "\n")
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-c", os.path.join(HOME, "keep-installed.txt"),
+                        "-e", HOME, *os.environ.get("MINIVLLM_PIP_ARGS", "").split()], check=True)
+    sys.path.insert(0, HOME)
 
 # %% [markdown]
 # # 第 2 课：统一调度器与 KVCacheManager：token budget 与 chunked prefill
@@ -72,7 +85,7 @@ from types import SimpleNamespace  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402,F401
 
 from autograder import lesson02 as L02  # noqa: E402
-from autograder.common import ______, self_check  # noqa: E402,F401
+from autograder.common import ______, report, self_check  # noqa: E402,F401
 
 # %% [markdown]
 # ## 核心心智模型
@@ -215,6 +228,10 @@ def schedule_step(running, waiting, token_budget, threshold, max_num_seqs,
         token_budget -= n  ### BLANK
     return scheduled, preempted
 
+
+# %%
+# 逐项报告（不会中断 Run All）：每个自动评分部分一行，✗ 后面是第一处不符合的地方。
+report("lesson02", globals())
 
 # %% nbgrader={"grade": true, "grade_id": "l02_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 # budget 1024、threshold 400、三个 800-token prompt，在 minivllm 的 Scheduler 上逐步调度

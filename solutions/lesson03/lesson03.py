@@ -7,17 +7,30 @@
 # ---
 
 # %%
-# 在 Colab 中运行时安装 minivllm（含 autograder）；本地（make lab）什么也不做。
+# 在 Colab 中运行时安装课程的学生发行版（不含答案与评分细则）；本地（make lab）什么也不做。
+# 发行版的位置：环境变量 MINIVLLM_RELEASE_URL（唯一的设置）。已装好的 torch 与 triton 原样保留，只补装缺少的包。
 import os
 import subprocess
 import sys
 
-if "google.colab" in sys.modules:
-    REPO_URL = os.environ.get("MINIVLLM_REPO_URL", "https://github.com/minivllm/minivllm.git")
-    if not os.path.isdir("/content/minivllm"):
-        subprocess.run(["git", "clone", "--depth", "1", REPO_URL, "/content/minivllm"], check=True)
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/minivllm"], check=True)
-    sys.path.insert(0, "/content/minivllm")
+if "google.colab" in sys.modules or os.environ.get("MINIVLLM_COLAB_INSTALL"):
+    RELEASE_URL = os.environ.get("MINIVLLM_RELEASE_URL", "https://github.com/minivllm/minivllm-release.git")
+    HOME = os.environ.get("MINIVLLM_HOME", "/content/minivllm")
+    if not os.path.isdir(HOME):
+        subprocess.run(["git", "clone", "--depth", "1", RELEASE_URL, HOME], check=True)
+        from importlib.metadata import PackageNotFoundError, version
+
+        keep = []
+        for pkg in ("torch", "triton"):  # pin what is installed: pip may add packages, never swap these
+            try:
+                keep.append(f"{pkg}=={version(pkg)}")
+            except PackageNotFoundError:
+                pass
+        with open(os.path.join(HOME, "keep-installed.txt"), "w") as f:
+            f.write("\n".join(keep) + "\n")
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-c", os.path.join(HOME, "keep-installed.txt"),
+                        "-e", HOME, *os.environ.get("MINIVLLM_PIP_ARGS", "").split()], check=True)
+    sys.path.insert(0, HOME)
 
 # %% [markdown]
 # # 第 3 课：BlockPool 与 Prefix Caching：块哈希链、命中与 LRU 驱逐
@@ -78,7 +91,7 @@ logging.disable(logging.WARNING)
 import matplotlib.pyplot as plt  # noqa: E402
 
 from autograder import lesson03 as L03  # noqa: E402
-from autograder.common import ______, self_check  # noqa: E402,F401
+from autograder.common import ______, report, self_check  # noqa: E402,F401
 
 # %% [markdown]
 # ## 核心心智模型
@@ -213,6 +226,10 @@ def get_new_blocks(self, num_blocks):
         block.ref_cnt = 1
     return blocks
 
+
+# %%
+# 逐项报告（不会中断 Run All）：每个自动评分部分一行，✗ 后面是第一处不符合的地方。
+report("lesson03", globals())
 
 # %% [markdown]
 # 下面的断言来自 vLLM `tests/v1/core/test_prefix_caching.py` 的 `test_prefill`（换成 minivllm 的单组 API：块号是普通列表）。`L03.make_manager` 建一个真实的 minivllm `KVCacheManager`（11 个块，块 0 是 null block），只把它的 `get_computed_blocks` 和它 `BlockPool` 的 `get_new_blocks` 换成你的；`L03.make_request` 用你的 `request_block_hasher` 建 `Request`。

@@ -7,17 +7,30 @@
 # ---
 
 # %%
-# 在 Colab 中运行时安装 minivllm（含 autograder）；本地（make lab）什么也不做。
+# 在 Colab 中运行时安装课程的学生发行版（不含答案与评分细则）；本地（make lab）什么也不做。
+# 发行版的位置：环境变量 MINIVLLM_RELEASE_URL（唯一的设置）。已装好的 torch 与 triton 原样保留，只补装缺少的包。
 import os
 import subprocess
 import sys
 
-if "google.colab" in sys.modules:
-    REPO_URL = os.environ.get("MINIVLLM_REPO_URL", "https://github.com/minivllm/minivllm.git")
-    if not os.path.isdir("/content/minivllm"):
-        subprocess.run(["git", "clone", "--depth", "1", REPO_URL, "/content/minivllm"], check=True)
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/minivllm[triton]"], check=True)
-    sys.path.insert(0, "/content/minivllm")
+if "google.colab" in sys.modules or os.environ.get("MINIVLLM_COLAB_INSTALL"):
+    RELEASE_URL = os.environ.get("MINIVLLM_RELEASE_URL", "https://github.com/minivllm/minivllm-release.git")
+    HOME = os.environ.get("MINIVLLM_HOME", "/content/minivllm")
+    if not os.path.isdir(HOME):
+        subprocess.run(["git", "clone", "--depth", "1", RELEASE_URL, HOME], check=True)
+        from importlib.metadata import PackageNotFoundError, version
+
+        keep = []
+        for pkg in ("torch", "triton"):  # pin what is installed: pip may add packages, never swap these
+            try:
+                keep.append(f"{pkg}=={version(pkg)}")
+            except PackageNotFoundError:
+                pass
+        with open(os.path.join(HOME, "keep-installed.txt"), "w") as f:
+            f.write("\n".join(keep) + "\n")
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-c", os.path.join(HOME, "keep-installed.txt"),
+                        "-e", HOME, *os.environ.get("MINIVLLM_PIP_ARGS", "").split()], check=True)
+    sys.path.insert(0, HOME)
 
 # %% [markdown]
 # # 第 6 课：PagedAttention：Triton decode kernel
@@ -77,7 +90,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from autograder import lesson06 as L06  # noqa: E402
-from autograder.common import ______, self_check  # noqa: E402,F401
+from autograder.common import ______, report, self_check  # noqa: E402,F401
 
 print("Triton 解释器（CPU）" if L06.interpreting() else "CUDA", "| 设备：", L06.device())
 
@@ -254,6 +267,10 @@ def paged_decode_kernel(
     out_offsets = seq * stride_out_seq + heads[:, None] * stride_out_head + dims[None, :]
     tl.store(out_ptr + out_offsets, out.to(out_ptr.dtype.element_ty), mask=head_mask[:, None] & dim_mask[None, :])
 
+
+# %%
+# 逐项报告（不会中断 Run All）：每个自动评分部分一行，✗ 后面是第一处不符合的地方。
+report("lesson06", globals())
 
 # %% [markdown]
 # 第一项检查：在一批块被打散的序列上对照 torch 参考实现 `paged_attention_ref`。长度 5、16、17、40 分别是不足一块、恰好一块、刚跨过块边界、跨过两条边界；8 个 query 头共享 2 个 kv 头（GQA 4）。`L06.run_decode` 是与 minivllm `paged_decode_attention` 相同的启动器（同样的 grid 与参数），输出先填 NaN，没写到的位置会暴露出来。

@@ -1,0 +1,59 @@
+"""`python -m autograder release DIR`: the student distribution, with no answers in it.
+
+DIR gets the released notebooks (blanks, no hidden tests, no mark schemes), the engine (minivllm/), the
+shipped model and corpus (data/), pyproject.toml, a student README and the part of autograder/ a student
+runs (the checks, demos, limits, sandbox and self-check). It leaves out solutions/, tests/, benchmarks/,
+every lesson's mutants.py, and the instructor's pipeline (build, grading, release, mutation, nbgrader config).
+The Colab cell of every notebook clones DIR's published copy (MINIVLLM_RELEASE_URL, see README).
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from autograder.common import REPO
+
+TOP = ("minivllm", "data", "notebooks", "autograder", "pyproject.toml", "LICENSE")
+INSTRUCTOR_ONLY = {"autograder/build.py", "autograder/grading.py", "autograder/release.py", "autograder/mutation.py",
+                   "autograder/preprocessors.py", "autograder/nbgrader_config.py", "autograder/README.md"}
+
+STUDENT_README = """# minivllm — student release
+
+A compact re-implementation of vLLM V1 and the course notebooks that go with it. This copy has no answers:
+reference solutions, mark schemes and hidden tests stay with the instructors.
+
+    pip install -e .            # keeps an installed torch (and its triton); add ".[triton]" on a fresh Linux box
+    pip install jupyterlab
+    jupyter lab notebooks       # lessons: notebooks/lessonNN/lessonNN.ipynb
+
+Self-check a lesson without nbgrader (the same checks the graders run, in a separate bounded process):
+
+    python -m autograder check lesson01 notebooks/lesson01/lesson01.ipynb
+
+In Colab, run each notebook's first cell: it clones this release and installs it without touching Colab's
+torch and triton. Each check stops after MINIVLLM_CELL_TIMEOUT seconds (default 120).
+"""
+
+
+def files(root: Path = REPO) -> list[Path]:
+    """The release's files, relative to root: everything under TOP but caches, hidden files and the instructor's."""
+    rels = [p.relative_to(root) for t in TOP if (root / t).exists()
+            for p in ((root / t).rglob("*") if (root / t).is_dir() else [root / t]) if p.is_file()]
+    return sorted(r for r in rels if "__pycache__" not in r.parts and not any(x.startswith(".") for x in r.parts)
+                  and r.suffix != ".pyc" and r.as_posix() not in INSTRUCTOR_ONLY and r.name != "mutants.py")
+
+
+def release(dest: Path, root: Path = REPO) -> list[Path]:
+    """Write the student release into dest (must be empty or absent); return the files written."""
+    dest = Path(dest)
+    if dest.exists() and any(dest.iterdir()):
+        raise SystemExit(f"{dest} is not empty: the release goes into a new folder")
+    out = []
+    for rel in files(root):
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / rel, target)
+        out.append(rel)
+    (dest / "README.md").write_text(STUDENT_README, encoding="utf-8")
+    out.append(Path("README.md"))
+    return out

@@ -1,0 +1,47 @@
+"""Every lesson's mutant table (autograder/lessonNN/mutants.py): each wrong notebook, built from the student
+release with the solution's answers and one mutant's edits, scores less than the solution and fails the parts
+its table entry names; the solution built the same way scores full; every edit matches its solution cell once."""
+import json
+
+import pytest
+
+from autograder.common import discover_lessons, grade_namespace, load_lesson, student_namespace
+from autograder.mutation import filled_notebook, mutant_notebook, mutant_source, mutants, solution_cells
+
+LESSONS = discover_lessons()
+SLOW = {"lesson03"}  # its real-engine part runs three engine workloads per mutant
+
+
+def code_scores(lesson_id, nb, tmp_path):
+    path = tmp_path / f"{lesson_id}.ipynb"
+    path.write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
+    ns, errors = student_namespace(path)
+    assert not errors, errors
+    return {r.part.grade_id: r.score for r in grade_namespace(load_lesson(lesson_id), ns) if not r.part.manual}
+
+
+@pytest.mark.parametrize("lesson_id", LESSONS)
+def test_every_lesson_has_mutants_whose_edits_apply(lesson_id):
+    table = mutants(lesson_id)
+    assert len(table) >= 5
+    cells = solution_cells(lesson_id)
+    for name, m in table.items():
+        assert m.cell in cells and m.why and "\n" not in m.why, name
+        assert m.fails and m.fails <= {p.grade_id for p in load_lesson(lesson_id).parts if not p.manual}, name
+        assert mutant_source(lesson_id, name) != cells[m.cell], name
+
+
+@pytest.mark.parametrize("lesson_id", LESSONS)
+def test_solution_built_from_the_release_scores_full(lesson_id, tmp_path):
+    got = code_scores(lesson_id, filled_notebook(lesson_id), tmp_path)
+    assert got == {p.grade_id: p.points for p in load_lesson(lesson_id).parts if not p.manual}
+
+
+@pytest.mark.parametrize("lesson_id, name", [
+    pytest.param(lesson_id, name, marks=[pytest.mark.slow] if lesson_id in SLOW else [])
+    for lesson_id in LESSONS for name in sorted(mutants(lesson_id))])
+def test_mutant_scores_less_than_the_solution(lesson_id, name, tmp_path):
+    got = code_scores(lesson_id, mutant_notebook(lesson_id, name), tmp_path)
+    failed = {k for k, v in got.items() if v == 0}
+    assert mutants(lesson_id)[name].fails <= failed, got
+    assert sum(got.values()) < sum(p.points for p in load_lesson(lesson_id).parts if not p.manual), got
