@@ -85,9 +85,9 @@ class EngineCore:
         num_gpu_blocks = self.model_executor.determine_num_available_blocks()
         self.model_executor.initialize_cache(num_gpu_blocks)
         vllm_config.cache_config.num_gpu_blocks = num_gpu_blocks
+        self.structured_output_manager = StructuredOutputManager(vllm_config)
         self.scheduler = Scheduler(vllm_config.scheduler_config, vllm_config.cache_config, num_gpu_blocks,
-                                   log_stats)
-        self.structured_output_manager = StructuredOutputManager()
+                                   log_stats, self.structured_output_manager)
         self.aborts_queue: queue.Queue[list[str]] = queue.Queue()
         self.step_fn = step_fn or engine_core_step
         self.step_counter = 0
@@ -107,7 +107,10 @@ class EngineCore:
                              f"exceeds max_model_len {max_len}")
         if request.request_id in self.scheduler.requests:
             raise ValueError(f"request id {request.request_id!r} is already in the engine")
-        self.scheduler.add_request(Request.from_engine_core_request(request))
+        req = Request.from_engine_core_request(request)
+        if req.use_structured_output:
+            self.structured_output_manager.grammar_init(req)  # compiles on a pool; the request waits for it
+        self.scheduler.add_request(req)
 
     def abort_requests(self, request_ids: str | Iterable[str]) -> None:
         """Thread-safe: queue aborts; the next step drains them before update_from_output."""
@@ -149,7 +152,7 @@ class EngineCore:
 
     def _get_grammar(self, plan: StepPlan):
         with self.tracer.span("grammar", self.step_counter):
-            plan["grammar_output"] = self.structured_output_manager.grammar_bitmask(plan.scheduler_output)
+            plan["grammar_output"] = self.scheduler.get_grammar_bitmask(plan.scheduler_output)
         return plan["grammar_output"]
 
     def _process_aborts(self) -> None:
@@ -172,6 +175,7 @@ class EngineCore:
         return self.model_executor.profile(is_start, path)
 
     def shutdown(self) -> None:
+        self.structured_output_manager.shutdown()
         self.model_executor.shutdown()
 
 

@@ -15,6 +15,7 @@ from minivllm.config import VllmConfig
 from minivllm.core.sched.output import SchedulerOutput
 from minivllm.sample.metadata import SamplingMetadata
 from minivllm.sample.sampler import Sampler
+from minivllm.structured_output.utils import apply_grammar_bitmask
 from minivllm.tracing import Tracer
 from minivllm.utils import cdiv
 from minivllm.worker.gpu_input_batch import CachedRequestState, InputBatch
@@ -195,8 +196,8 @@ class GPUModelRunner:
             logits = self.model.compute_logits(hidden[logits_indices]) if len(emit) else None
         self._pending = (emit, logits)
         self._step = so.step
-        if so.structured_output_request_ids:
-            return None
+        if so.has_structured_output_requests:
+            return None  # EngineCore computes the bitmask meanwhile, then calls sample_tokens
         return self.sample_tokens(None)
 
     @torch.inference_mode()
@@ -211,7 +212,7 @@ class GPUModelRunner:
         logprobs = None
         if logits is not None:
             if grammar_output is not None:
-                logits = grammar_output.apply(logits, [req_ids[i] for i in emit])
+                apply_grammar_bitmask(grammar_output, [req_ids[i] for i in emit], logits)
             with self.tracer.span("sample", self._step):
                 out = self.sampler(logits, self._sampling_metadata(emit))
             tokens = out.sampled_token_ids.tolist()
