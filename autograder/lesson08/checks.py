@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import torch
 
-from autograder.common import CheckFailed, expect
+from autograder.common import CheckFailed, Lesson, Part, expect
 from minivllm.structured_output import StructuredOutputManager
 from minivllm.structured_output.utils import choice_as_grammar
 
@@ -268,7 +268,7 @@ CHOICE_SETS = [["yes", "no", "perchance"], ["alas", "anon", "alack", "forsooth"]
 PROMPTS = ["ROMEO:", "JULIET:", "KING HENRY:", "HAMLET:\nTo be", "First Citizen:"]
 
 
-def run_engine(choice_bitmask) -> EngineRun:
+def run_engine(choice_bitmask=None) -> EngineRun:
     """Free requests alone, then a mixed batch with choice requests (greedy and seeded), on the plugged engine."""
     from minivllm.config import EngineArgs
     from minivllm.engine import EngineCoreRequest
@@ -277,9 +277,10 @@ def run_engine(choice_bitmask) -> EngineRun:
     vocab = default_vocab()
     core = EngineCore.from_engine_args(EngineArgs(device="cpu", attention_backend="torch", max_model_len=128,
                                                   trace=True))
-    manager = StudentChoiceManager(core.vllm_config, choice_bitmask, vocab)
-    core.structured_output_manager.shutdown()
-    core.structured_output_manager = core.scheduler.structured_output_manager = manager
+    if choice_bitmask is not None:  # None: the engine's own xgrammar bitmask (the demo)
+        manager = StudentChoiceManager(core.vllm_config, choice_bitmask, vocab)
+        core.structured_output_manager.shutdown()
+        core.structured_output_manager = core.scheduler.structured_output_manager = manager
 
     def drain() -> dict[str, list]:
         got: dict[str, list] = {}
@@ -342,3 +343,56 @@ def check_real_engine(choice_bitmask) -> EngineRun:
         raise CheckFailed(f"接入真实引擎时 choice_bitmask 出错：{type(e).__name__}: {e}") from None
     judge_engine_run(run)
     return run
+
+
+# ---------------------------------------------------------------------------- source mapping
+KEYS = ["fill", "apply", "advance", "waiting"]
+# sha256 prefixes of the lower-cased last dotted name (see name_hash), so the answer is not one import away.
+SOURCE_HASHES = {
+    "fill": {"20069d2a3839b064", "1aff10e6c551390a"},  # the manager's method, or the scheduler's entry to it
+    "apply": {"70baef3d7956c3ba"},
+    "advance": {"c2e2e4804f70e304"},
+    "waiting": {"4733ba673a3d333c"},
+}
+
+
+def name_hash(name: str) -> str:
+    """'self.structured_output_manager.grammar_bitmask(...)' -> hash of 'grammar_bitmask'."""
+    import hashlib
+    import re
+    last = re.sub(r"\(.*\)", "", str(name)).strip().strip("`").replace(" ", "").split(".")[-1].lower()
+    return hashlib.sha256(last.encode()).hexdigest()[:16]
+
+
+def check_source_map(source_map) -> None:
+    """fill / apply / advance / waiting -> the vLLM names at 8e958902eee5."""
+    __tracebackhide__ = True
+    from autograder.common import check_name_map
+    check_name_map(source_map, KEYS, SOURCE_HASHES, name_hash, "这些空没有映射到 vLLM 结构化输出中对应的对象或方法")
+
+
+def check_boundary(choice_bitmask, apply_bitmask_and_sample) -> None:
+    """Completion (EOS exactly when the bytes equal a choice, also when a longer choice continues) and order."""
+    __tracebackhide__ = True
+    vocab = default_vocab()
+    for sc in [s for s in SCENARIOS if s.name.startswith(("一个选项", "已完整"))]:
+        got = unpack(_call_bitmask(choice_bitmask, sc, vocab), vocab.vocab_size)
+        for row, req_id in enumerate(sc.batch_req_ids):
+            complete = sc.generated[req_id] in sc.choices[req_id]
+            expect(bool(got[row, vocab.eos_token_id]) == complete,
+                   f"请求 {req_id!r} 已生成 {sc.generated[req_id]!r}（选项 {sc.choices[req_id]}）："
+                   f"EOS {'应当' if complete else '不应'}被允许。")
+    check_apply_bitmask(apply_bitmask_and_sample)
+
+
+LESSON = Lesson("lesson08", "结构化输出：grammar bitmask 与 CPU/GPU 重叠", parts=[
+    Part("l08_main_path", "代码·主路径：bitmask 与 xgrammar 逐字相同", 1, check_choice_bitmask, ("choice_bitmask",)),
+    Part("l08_real_engine", "代码·接入真实引擎（输出总是选项、自由请求不变、与 forward 重叠）", 1, check_real_engine,
+         ("choice_bitmask",)),
+    Part("l08_boundary", "代码·边界：选项完成时的 EOS、mask 先于采样", 1, check_boundary,
+         ("choice_bitmask", "apply_bitmask_and_sample")),
+    Part("l08_source_map", "代码·映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
+    Part("l08_q1", "Q1 bitmask 为何与 forward 并行", 2, group="manual"),
+    Part("l08_q2", "Q2 编译延迟与 WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR", 2, group="manual"),
+    Part("l08_q3", "Q3 投机解码时变什么", 2, group="manual"),
+])
