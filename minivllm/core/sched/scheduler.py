@@ -18,6 +18,7 @@ from minivllm.core.sched.output import CachedRequestData, GrammarOutput, NewRequ
 from minivllm.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason, SchedulerStats
 from minivllm.request import Request, RequestStatus
 from minivllm.structured_output import StructuredOutputManager
+from minivllm.structured_output.utils import xgrammar_error
 from minivllm.worker.outputs import ModelRunnerOutput
 
 
@@ -314,7 +315,7 @@ class Scheduler(SchedulerInterface):
         ids, self.grammar_compile_error_reqs = self.grammar_compile_error_reqs, set()
         errors = {i: self.requests[i].structured_output_request.grammar for i in ids if i in self.requests}
         self.finish_requests(errors, RequestStatus.FINISHED_ERROR)
-        return [EngineCoreOutput(i, [], None, FinishReason.ABORT, f"grammar compilation failed: {e}")
+        return [EngineCoreOutput(i, [], None, FinishReason.ABORT, f"grammar compilation failed: {xgrammar_error(e)}")
                 for i, e in errors.items()]
 
     # ---------------------------------------------------------------- requests
