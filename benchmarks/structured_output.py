@@ -5,8 +5,9 @@ A = every request free; B = the same prompts, every other one constrained by a J
 must be long (so both sides generate exactly max_tokens per request and only the grammar differs). The
 sides alternate A B A B after one warm-up pair; each pair gives a ratio B/A of output tokens/s, and the
 median ratio is printed with its min-max (goal >= 0.9). From B's trace: the grammar phase (bitmask on the
-EngineCore thread) against the forward span (worker thread) of the same step; "hidden" is the share of
-grammar time that fell inside the forward.
+EngineCore thread) against the forward span (worker thread) of the same step. "Hidden" is the share of
+grammar time spent before that forward ended (it delayed no sampling: the worker was still busy with the
+step); "inside the forward" is the stricter share that overlapped the forward span itself.
 
     .venv/bin/python benchmarks/structured_output.py [--batch 32] [--max-tokens 64] [--pairs 3] [--device cpu]
 """
@@ -31,10 +32,10 @@ def run_side(llm, prompts, params) -> tuple[float, int, list]:
     return elapsed, sum(len(o.outputs[0].token_ids) for o in outs), list(tracer.events)
 
 
-def overlap(events) -> tuple[float, float, float, int]:
-    """(grammar seconds, of which inside the forward, forward seconds, steps) over steps with grammar work."""
+def overlap(events) -> tuple[float, float, float, float, int]:
+    """(grammar s, of which before the forward ended, of which inside the forward, forward s, steps)."""
     span = {(e.step, e.phase): e for e in events}
-    grammar = hidden = forward = 0.0
+    grammar = hidden = inside = forward = 0.0
     steps = 0
     for (step, phase), g in span.items():
         f = span.get((step, "forward"))
@@ -43,8 +44,9 @@ def overlap(events) -> tuple[float, float, float, int]:
         steps += 1
         grammar += g.end - g.start
         forward += f.end - f.start
-        hidden += max(0.0, min(g.end, f.end) - max(g.start, f.start))
-    return grammar, hidden, forward, steps
+        hidden += (g.end - g.start) - max(0.0, g.end - max(g.start, f.end))
+        inside += max(0.0, min(g.end, f.end) - max(g.start, f.start))
+    return grammar, hidden, inside, forward, steps
 
 
 def forward_ms(traces) -> float:
@@ -88,11 +90,10 @@ def main() -> None:
         for side in "AB":
             rates[side].append(got[side])
         ratios.append(got["B"] / got["A"])
-    grammar = hidden = forward = 0.0
-    steps = 0
+    totals = [0.0, 0.0, 0.0, 0.0, 0]
     for events in traces["B"]:
-        g, h, f, n = overlap(events)
-        grammar, hidden, forward, steps = grammar + g, hidden + h, forward + f, steps + n
+        totals = [a + b for a, b in zip(totals, overlap(events), strict=True)]
+    grammar, hidden, inside, forward, steps = totals
     device = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.device
     print(f"device {device}, batch {args.batch} ({args.batch // 2} JSON-constrained on side B), "
           f"{args.max_tokens} tokens each, {args.pairs} pairs after a warm-up pair")
@@ -104,7 +105,8 @@ def main() -> None:
     print(f"  forward pass: A {forward_ms(traces['A']):.3f} ms/step, B {forward_ms(traces['B']):.3f} ms/step")
     if steps:
         print(f"  grammar phase: {grammar / steps * 1e3:.3f} ms/step vs forward {forward / steps * 1e3:.3f} ms/step "
-              f"over {steps} steps; hidden under the forward: {hidden / grammar:.1%}")
+              f"over {steps} steps; hidden (before the forward ended): {hidden / grammar:.1%}, inside the forward span: "
+              f"{inside / grammar:.1%}")
 
 
 if __name__ == "__main__":

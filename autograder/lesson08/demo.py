@@ -38,10 +38,11 @@ def run_demo():
     return run_engine()
 
 
-def overlap_share(events) -> tuple[float, int]:
-    """Share of grammar time inside the same step's forward, over steps whose sampling waited for a bitmask."""
+def overlap_share(events) -> tuple[float, float, int]:
+    """Over steps whose sampling waited for a bitmask: the share of grammar time spent before the step's forward
+    ended (it delayed nothing), and the stricter share inside the forward span itself."""
     span = {(e.step, e.phase): e for e in events}
-    total = hidden = 0.0
+    total = hidden = inside = 0.0
     steps = 0
     for (s, p), g in span.items():
         f = span.get((s, "forward"))
@@ -49,8 +50,9 @@ def overlap_share(events) -> tuple[float, int]:
             continue
         steps += 1
         total += g.end - g.start
-        hidden += max(0.0, min(g.end, f.end) - max(g.start, f.start))
-    return (hidden / total if total else 0.0), steps
+        hidden += (g.end - g.start) - max(0.0, g.end - max(g.start, f.end))
+        inside += max(0.0, min(g.end, f.end) - max(g.start, f.start))
+    return (hidden / total if total else 0.0), (inside / total if total else 0.0), steps
 
 
 def plot_overlap(events, num_steps: int = 4):
