@@ -252,14 +252,19 @@ def test_requests_wait_for_their_grammar_while_others_run(core, tokenizer):
     add(core, "json", "JULIET:", SamplingParams(max_tokens=64, temperature=0.0, structured_outputs=SO(
         json={"type": "object", "properties": {"x": {"type": "boolean"}}, "required": ["x"]},
         disable_any_whitespace=True)), tokenizer)
+    add(core, "gone", "HAMLET:", SamplingParams(max_tokens=8, structured_outputs=SO(regex="[a-z]+")), tokenizer)
     add(core, "free", "ROMEO:", SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True), tokenizer)
     request = core.scheduler.requests["json"]
     got = run(core, until=lambda: "free" not in core.scheduler.requests)
     assert sum(len(o.new_token_ids) for o in got["free"]) == 6 and got["free"][-1].finished
     assert request.status == RequestStatus.WAITING_FOR_FSM == RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR
     assert request.num_computed_tokens == 0 and "json" not in got
+    core.abort_requests("gone")  # aborted while its grammar compiles: leaves at once, the compile is dropped
+    run(core, max_steps=1)
+    assert "gone" not in core.scheduler.requests and core.scheduler.num_structured_output_reqs == 1
     release.set()
     got = run(core)
+    assert "gone" not in got and core.scheduler.num_structured_output_reqs == 0
     text = tokenizer.decode([t for o in got["json"] for t in o.new_token_ids], skip_special_tokens=True)
     assert got["json"][-1].finish_reason is not None and json.loads(text) in ({"x": True}, {"x": False})
 
