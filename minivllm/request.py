@@ -13,18 +13,22 @@ from collections.abc import Callable
 
 from minivllm.engine import EngineCoreRequest, FinishReason
 from minivllm.sampling_params import SamplingParams
+from minivllm.structured_output.request import StructuredOutputRequest
 
 
 class RequestStatus(enum.IntEnum):
     """Lifecycle of a request; every status after PREEMPTED is finished."""
 
     WAITING = enum.auto()
+    WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR = enum.auto()  # its grammar is still compiling
+    WAITING_FOR_FSM = WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR  # the name in older vLLM
     RUNNING = enum.auto()
     PREEMPTED = enum.auto()
     FINISHED_STOPPED = enum.auto()
     FINISHED_LENGTH_CAPPED = enum.auto()
     FINISHED_ABORTED = enum.auto()
     FINISHED_IGNORED = enum.auto()
+    FINISHED_ERROR = enum.auto()  # e.g. its grammar failed to compile
 
     @staticmethod
     def is_finished(status: RequestStatus) -> bool:
@@ -40,6 +44,7 @@ _FINISHED_REASON_MAP = {
     RequestStatus.FINISHED_LENGTH_CAPPED: FinishReason.LENGTH,
     RequestStatus.FINISHED_ABORTED: FinishReason.ABORT,
     RequestStatus.FINISHED_IGNORED: FinishReason.LENGTH,
+    RequestStatus.FINISHED_ERROR: FinishReason.ABORT,  # vLLM has FinishReason.ERROR; ours reports abort
 }
 
 
@@ -56,6 +61,9 @@ class Request:
         self.status = RequestStatus.WAITING
         self.stop_reason: int | str | None = None
         self.max_tokens = sampling_params.max_tokens
+        self.structured_output_request = StructuredOutputRequest.from_sampling_params(sampling_params)
+        if self.structured_output_request is not None:
+            self.status = RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR
         self.prompt_token_ids = list(prompt_token_ids)
         self.num_prompt_tokens = len(self.prompt_token_ids)
         # Plain lists, not properties: they are read per request per step on the scheduler's hot path.
@@ -103,6 +111,10 @@ class Request:
         if len(self.all_token_ids) >= self._next_hash_at:
             self.block_hashes.extend(self._block_hasher(self))
             self._next_hash_at = self._num_tokens_next_block_full()
+
+    @property
+    def use_structured_output(self) -> bool:
+        return self.structured_output_request is not None
 
     @property
     def num_tokens(self) -> int:

@@ -10,6 +10,37 @@ import msgspec
 _GREEDY_EPS = 1e-5
 
 
+class StructuredOutputsParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
+    """Exactly one constraint for constrained decoding (vLLM's StructuredOutputsParams, same fields).
+
+    Checked here for shape only; whether a schema, regex or grammar compiles is checked by the
+    frontend (InputProcessor -> validate_structured_output), so a bad one is a 400 before the engine.
+    """
+
+    json: str | dict | None = None
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+    disable_any_whitespace: bool = False
+    disable_additional_properties: bool = False
+    whitespace_pattern: str | None = None
+    structural_tag: str | None = None
+
+    def __post_init__(self) -> None:
+        count = sum(getattr(self, name) is not None for name in _CONSTRAINTS)
+        if count != 1:
+            given = [name for name in _CONSTRAINTS if getattr(self, name) is not None]
+            raise ValueError("structured_outputs needs exactly one kind of constraint (one of "
+                             f"{', '.join(_CONSTRAINTS)}), got {given or 'none'}")
+
+    def all_constraints_none(self) -> bool:
+        return all(getattr(self, name) is None for name in _CONSTRAINTS)
+
+
+_CONSTRAINTS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
+
+
 class SamplingParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
     """Decoding parameters; temperature 0 means greedy."""
 
@@ -27,6 +58,7 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=T
     logprobs: int | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
+    structured_outputs: StructuredOutputsParams | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -257,6 +258,49 @@ def test_malformed_requests_get_4xx(server, client, offline):
     with pytest.raises(openai.BadRequestError) as e:  # the openai client sees the same shape
         client.completions.create(model=NAME, prompt="x", temperature=-1)
     assert e.value.body["param"] == "temperature"
+
+
+def test_structured_outputs_with_response_format_and_extra_body(client, offline):
+    """OpenAI's response_format and vLLM's structured_outputs extra-body key, through the real client."""
+    import jsonschema
+    import xgrammar as xgr
+    schema = {"type": "object", "required": ["answer", "n"], "additionalProperties": False,
+              "properties": {"answer": {"enum": ["yes", "no"]}, "n": {"type": "integer", "minimum": 0, "maximum": 9}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "verdict", "schema": schema}}
+    info = xgr.TokenizerInfo.from_huggingface(offline.get_tokenizer(), vocab_size=len(offline.get_tokenizer()))
+    for seed in range(3):
+        out = client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "Judge him."}],
+                                             max_tokens=48, temperature=1.0, seed=seed, response_format=fmt)
+        text, reason = out.choices[0].message.content, out.choices[0].finish_reason
+        if reason == "stop":
+            jsonschema.validate(json.loads(text), schema)
+        else:  # length-capped: a prefix the grammar still accepts
+            matcher = xgr.GrammarMatcher(xgr.GrammarCompiler(info).compile_json_schema(json.dumps(schema)))
+            assert reason == "length" and matcher.accept_string(text), text
+    obj = client.completions.create(model=NAME, prompt="ROMEO:", max_tokens=4, temperature=0.0,
+                                    extra_body={"response_format": {"type": "json_object"}}).choices[0].text
+    assert obj.lstrip().startswith("{")
+    choices = ["alas", "forsooth", "anon"]
+    for seed in range(3):
+        out = client.completions.create(model=NAME, prompt="ROMEO:", max_tokens=8, temperature=1.0, seed=seed,
+                                        extra_body={"structured_outputs": {"choice": choices}})
+        assert out.choices[0].text in choices and out.choices[0].finish_reason == "stop"
+    out = client.completions.create(model=NAME, prompt="ROMEO:", max_tokens=12, temperature=0.0,
+                                    extra_body={"structured_outputs": {"regex": "[0-9]{2}-[a-z]{2,4}"}})
+    assert re.fullmatch("[0-9]{2}-[a-z]{2,4}", out.choices[0].text)
+
+
+def test_bad_structured_outputs_are_400_naming_the_problem(client):
+    bad_schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "objekt"}}}
+    cases = [({"extra_body": {"response_format": bad_schema}}, "structured_outputs.json: invalid JSON schema"),
+             ({"extra_body": {"structured_outputs": {"regex": "(unclosed"}}}, "structured_outputs.regex"),
+             ({"extra_body": {"structured_outputs": {"choice": ["a"], "regex": "b"}}}, "exactly one kind"),
+             ({"extra_body": {"structured_outputs": {"choise": ["a"]}}}, "unknown field `choise`")]
+    for kwargs, message in cases:
+        with pytest.raises(openai.BadRequestError) as e:
+            client.completions.create(model=NAME, prompt="ROMEO:", max_tokens=4, **kwargs)
+        assert e.value.status_code == 400 and message in e.value.message, e.value.message
+    assert client.completions.create(model=NAME, prompt="ROMEO:", max_tokens=2).choices[0].text is not None
 
 
 def test_api_key(server):

@@ -20,7 +20,7 @@ def make_request(prompt: list[int], block_size: int | None = None, **params) -> 
 
 # ---------------------------------------------------------------- RequestStatus
 FINISHED = [RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED,
-            RequestStatus.FINISHED_ABORTED, RequestStatus.FINISHED_IGNORED]
+            RequestStatus.FINISHED_ABORTED, RequestStatus.FINISHED_IGNORED, RequestStatus.FINISHED_ERROR]
 
 
 @pytest.mark.parametrize("status", list(RequestStatus))
@@ -30,10 +30,12 @@ def test_is_finished_exactly_for_finished_statuses(status):
 
 @pytest.mark.parametrize("status, reason", [
     (RequestStatus.WAITING, None), (RequestStatus.RUNNING, None), (RequestStatus.PREEMPTED, None),
+    (RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR, None),
     (RequestStatus.FINISHED_STOPPED, FinishReason.STOP),
     (RequestStatus.FINISHED_LENGTH_CAPPED, FinishReason.LENGTH),
     (RequestStatus.FINISHED_ABORTED, FinishReason.ABORT),
     (RequestStatus.FINISHED_IGNORED, FinishReason.LENGTH),
+    (RequestStatus.FINISHED_ERROR, FinishReason.ABORT),
 ])
 def test_finished_reason(status, reason):
     assert RequestStatus.get_finished_reason(status) == reason

@@ -305,3 +305,11 @@ def test_bad_speculative_config():
                                     "prompt_lookup_max": 2})
     cfg = SpeculativeConfig.from_arg({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 4})
     assert (cfg.prompt_lookup_min, cfg.prompt_lookup_max) == (4, 4)
+
+
+def test_structured_outputs_with_speculation_is_a_clear_error(plain_and_spec):
+    from minivllm.sampling_params import SamplingParams, StructuredOutputsParams
+    _, spec = plain_and_spec
+    with pytest.raises(ValueError, match="speculative_config"):
+        spec.generate(["ROMEO:"], SamplingParams(max_tokens=4, structured_outputs=StructuredOutputsParams(
+            choice=["yes", "no"])), use_tqdm=False)

@@ -98,13 +98,14 @@ class EngineCore:
         if async_scheduling and spec is not None:
             raise ValueError("async_scheduling with speculative_config is not supported in minivllm yet "
                              "(vLLM combines them); turn one off")
+        self.structured_output_manager = StructuredOutputManager(vllm_config)
         self.scheduler = scheduler_cls(vllm_config.scheduler_config, vllm_config.cache_config, num_gpu_blocks,
-                                       log_stats, spec.num_speculative_tokens if spec else 0)
+                                       log_stats, spec.num_speculative_tokens if spec else 0,
+                                       self.structured_output_manager)
         # Async scheduling: (plan, wait) of steps in flight, newest first; two, so that the next step is
         # planned while one executes (vLLM: batch_queue, of size max_concurrent_batches).
         self.batch_queue_size = 2
         self.batch_queue: deque[tuple[StepPlan, Callable]] | None = deque() if async_scheduling else None
-        self.structured_output_manager = StructuredOutputManager()
         self.aborts_queue: queue.Queue[list[str]] = queue.Queue()
         self.step_fn = step_fn or engine_core_step
         self.step_counter = 0
@@ -124,7 +125,10 @@ class EngineCore:
                              f"exceeds max_model_len {max_len}")
         if request.request_id in self.scheduler.requests:
             raise ValueError(f"request id {request.request_id!r} is already in the engine")
-        self.scheduler.add_request(Request.from_engine_core_request(request))
+        req = Request.from_engine_core_request(request)
+        if req.use_structured_output:
+            self.structured_output_manager.grammar_init(req)  # compiles on a pool; the request waits for it
+        self.scheduler.add_request(req)
 
     def abort_requests(self, request_ids: str | Iterable[str]) -> None:
         """Thread-safe: queue aborts; the next step drains them before update_from_output."""
@@ -205,7 +209,7 @@ class EngineCore:
 
     def _get_grammar(self, plan: StepPlan):
         with self.tracer.span("grammar", plan.step):
-            plan["grammar_output"] = self.structured_output_manager.grammar_bitmask(plan.scheduler_output)
+            plan["grammar_output"] = self.scheduler.get_grammar_bitmask(plan.scheduler_output)
         return plan["grammar_output"]
 
     def _process_aborts(self, step: int | None = None) -> None:
@@ -228,6 +232,7 @@ class EngineCore:
         return self.model_executor.profile(is_start, path)
 
     def shutdown(self) -> None:
+        self.structured_output_manager.shutdown()
         self.model_executor.shutdown()
 
 

@@ -12,6 +12,7 @@ import msgspec
 from minivllm.config import VllmConfig
 from minivllm.engine import EngineCoreRequest
 from minivllm.sampling_params import SamplingParams
+from minivllm.structured_output.backend_xgrammar import validate_xgrammar_grammar
 
 PromptType = str | list[int] | dict
 
@@ -21,6 +22,7 @@ class InputProcessor:
 
     def __init__(self, vllm_config: VllmConfig, tokenizer) -> None:
         self.max_model_len = vllm_config.scheduler_config.max_model_len
+        self.speculative = vllm_config.speculative_config is not None
         self.tokenizer = tokenizer
         self.vocab_size = len(tokenizer)
 
@@ -56,6 +58,11 @@ class InputProcessor:
             raise ValueError(f"stop_token_ids: token id {bad[0]} is out of vocabulary (size {self.vocab_size})")
         if params.logprobs is not None and params.logprobs > min(20, self.vocab_size):
             raise ValueError(f"logprobs must be at most {min(20, self.vocab_size)}, got {params.logprobs}")
+        if params.structured_outputs is not None:
+            if self.speculative:
+                raise ValueError("structured_outputs: not supported together with speculative_config in "
+                                 "minivllm yet (drafts are not checked against the grammar)")
+            validate_xgrammar_grammar(params)  # a schema / regex / grammar that cannot build fails here
         if params.max_tokens is None:
             # Unbounded: up to the context limit (at least one token; a full-length prompt stops at once).
             params = msgspec.structs.replace(params, max_tokens=max(1, self.max_model_len - len(token_ids)))

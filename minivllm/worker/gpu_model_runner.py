@@ -27,6 +27,7 @@ from minivllm.sample.metadata import SamplingMetadata
 from minivllm.sample.rejection_sampler import PLACEHOLDER_TOKEN_ID, RejectionSampler, SpecDecodeMetadata
 from minivllm.sample.sampler import Sampler, gather_logprobs
 from minivllm.spec_decode.ngram_proposer import NgramProposer
+from minivllm.structured_output.utils import apply_grammar_bitmask
 from minivllm.tracing import Tracer
 from minivllm.utils import cdiv
 from minivllm.worker.gpu_input_batch import CachedRequestState, InputBatch
@@ -234,8 +235,8 @@ class GPUModelRunner:
             logits = self.model.compute_logits(hidden[logits_indices]) if len(emit) else None
         self._pending = (emit, logits, spec_md)
         self._step = so.step
-        if so.structured_output_request_ids:
-            return None
+        if so.has_structured_output_requests:
+            return None  # EngineCore computes the bitmask meanwhile, then calls sample_tokens
         return self.sample_tokens(None)
 
     @torch.inference_mode()
@@ -250,7 +251,7 @@ class GPUModelRunner:
         logprobs = None
         if logits is not None:
             if grammar_output is not None:
-                logits = grammar_output.apply(logits, [req_ids[i] for i in emit])
+                apply_grammar_bitmask(grammar_output, [req_ids[i] for i in emit], logits)
             rows_logprobs = None  # per emitted row: one dict per token, or None
             if spec_md is not None:
                 with self.tracer.span("sample", self._step):

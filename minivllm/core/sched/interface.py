@@ -4,7 +4,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 
-from minivllm.core.sched.output import SchedulerOutput
+from minivllm.core.sched.output import GrammarOutput, SchedulerOutput
 from minivllm.engine import EngineCoreOutputs, SchedulerStats
 from minivllm.request import Request, RequestStatus
 from minivllm.worker.outputs import ModelRunnerOutput
@@ -16,6 +16,10 @@ class SchedulerInterface(ABC):
     @abstractmethod
     def schedule(self) -> SchedulerOutput:
         """Decide which requests run this step and how many tokens each computes, within the budget."""
+
+    @abstractmethod
+    def get_grammar_bitmask(self, scheduler_output: SchedulerOutput) -> GrammarOutput | None:
+        """The step's grammar phase: bitmask rows of the constrained requests that sample, or None."""
 
     @abstractmethod
     def update_from_output(self, scheduler_output: SchedulerOutput,

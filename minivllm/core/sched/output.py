@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from minivllm.request import Request
 from minivllm.sampling_params import SamplingParams
 
@@ -54,10 +56,19 @@ class SchedulerOutput:
     num_common_prefix_blocks: int = 0
     finished_req_ids: set[str] = field(default_factory=set)
     preempted_req_ids: set[str] = field(default_factory=set)
-    structured_output_request_ids: dict[str, int] = field(default_factory=dict)
-    grammar_bitmask: object = None
+    # Whether a grammar-constrained request samples this step: then the runner waits for the bitmask
+    # (sample_tokens) instead of sampling right after the forward pass.
+    has_structured_output_requests: bool = False
     step: int = 0
 
     @classmethod
     def make_empty(cls) -> SchedulerOutput:
         return cls([], CachedRequestData(), {}, 0)
+
+
+@dataclass
+class GrammarOutput:
+    """The step's grammar bitmask, computed while the forward pass runs (EngineCore -> sample_tokens)."""
+
+    structured_output_request_ids: list[str]  # one per bitmask row, in the scheduler's order
+    grammar_bitmask: np.ndarray  # int32 [len(ids), ceil(vocab / 32)]

@@ -14,9 +14,17 @@ from minivllm.config import CacheConfig, SchedulerConfig
 from minivllm.core.kv_cache_manager import KVCacheManager
 from minivllm.core.kv_cache_utils import get_request_block_hasher
 from minivllm.core.sched.interface import SchedulerInterface
-from minivllm.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
-from minivllm.engine import EngineCoreOutput, EngineCoreOutputs, SchedulerStats, SpecDecodingStats
+from minivllm.core.sched.output import CachedRequestData, GrammarOutput, NewRequestData, SchedulerOutput
+from minivllm.engine import (
+    EngineCoreOutput,
+    EngineCoreOutputs,
+    FinishReason,
+    SchedulerStats,
+    SpecDecodingStats,
+)
 from minivllm.request import Request, RequestStatus
+from minivllm.structured_output import StructuredOutputManager
+from minivllm.structured_output.utils import xgrammar_error
 from minivllm.worker.outputs import ModelRunnerOutput
 
 
@@ -24,7 +32,8 @@ class Scheduler(SchedulerInterface):
     """FCFS token-budget scheduler with chunked prefill, prefix caching and preemption by recompute."""
 
     def __init__(self, scheduler_config: SchedulerConfig, cache_config: CacheConfig, num_gpu_blocks: int,
-                 log_stats: bool = True, num_spec_tokens: int = 0) -> None:
+                 log_stats: bool = True, num_spec_tokens: int = 0,
+                 structured_output_manager: StructuredOutputManager | None = None) -> None:
         self.scheduler_config = scheduler_config
         self.cache_config = cache_config
         self.max_num_running_reqs = scheduler_config.max_num_seqs
@@ -40,6 +49,9 @@ class Scheduler(SchedulerInterface):
         self.running: list[Request] = []
         self.finished_req_ids: set[str] = set()
         self.num_preemptions = 0
+        self.structured_output_manager = structured_output_manager or StructuredOutputManager()
+        self.num_structured_output_reqs = 0  # live requests with a grammar: 0 keeps every grammar hook off
+        self.grammar_compile_error_reqs: set[str] = set()
         self.step_id = 0
         self.kv_cache_manager = KVCacheManager(num_gpu_blocks, self.block_size, self.max_model_len,
                                                cache_config.enable_prefix_caching,
@@ -126,10 +138,15 @@ class Scheduler(SchedulerInterface):
 
         # 2. Then waiting requests, in order, unless this step had to preempt (it is short of blocks).
         if not preempted_reqs:
+            skipped_waiting: list[Request] = []  # grammars still compiling: they keep their place
             while self.waiting and token_budget > 0:
                 if len(self.running) >= self.max_num_running_reqs:
                     break
                 request = self.waiting[0]
+                if (request.status == RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR
+                        and not self._try_promote_grammar_request(request)):
+                    skipped_waiting.append(self.waiting.popleft())
+                    continue
                 new_computed_blocks, num_new_local_computed = kv.get_computed_blocks(request)
                 num_computed_tokens = request.num_computed_tokens + num_new_local_computed
                 num_new_tokens = request.num_tokens - num_computed_tokens
@@ -162,6 +179,8 @@ class Scheduler(SchedulerInterface):
                 req_to_new_block_ids[request.request_id] = kv.get_block_ids(request.request_id)
                 num_scheduled_tokens[request.request_id] = num_new_tokens
                 token_budget -= num_new_tokens
+            if skipped_waiting:
+                self.waiting.extendleft(reversed(skipped_waiting))
 
         total = self.max_num_scheduled_tokens - token_budget
         assert total <= self.max_num_scheduled_tokens
@@ -191,6 +210,8 @@ class Scheduler(SchedulerInterface):
         )
         self.finished_req_ids = set()
         self._update_after_schedule(output)
+        if self.num_structured_output_reqs:
+            output.has_structured_output_requests = bool(self._structured_output_request_ids(output))
         return output
 
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
@@ -199,6 +220,35 @@ class Scheduler(SchedulerInterface):
         requests = self.requests
         for req_id, n in scheduler_output.num_scheduled_tokens.items():
             requests[req_id].num_computed_tokens += n
+
+    def _try_promote_grammar_request(self, request: Request) -> bool:
+        """WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR -> WAITING once the grammar compiled (never blocks)."""
+        grammar = request.structured_output_request.grammar
+        if grammar is None:
+            return False
+        if isinstance(grammar, Exception):
+            self.grammar_compile_error_reqs.add(request.request_id)  # finished in update_from_output
+            return False
+        request.status = RequestStatus.WAITING
+        return True
+
+    def _structured_output_request_ids(self, scheduler_output: SchedulerOutput) -> list[str]:
+        """Constrained requests that sample this step (not mid-prefill), in scheduling order."""
+        requests = self.requests
+        return [req_id for req_id in scheduler_output.num_scheduled_tokens
+                if (r := requests.get(req_id)) is not None and r.structured_output_request is not None
+                and r.num_computed_tokens >= len(r.all_token_ids)]
+
+    def get_grammar_bitmask(self, scheduler_output: SchedulerOutput) -> GrammarOutput | None:
+        """The step's grammar phase: bitmask rows for the constrained requests that sample this step."""
+        if not scheduler_output.has_structured_output_requests:
+            return None
+        req_ids = self._structured_output_request_ids(scheduler_output)
+        if not req_ids:
+            return None
+        bitmask = self.structured_output_manager.grammar_bitmask(self.requests, req_ids,
+                                                                 scheduler_output.scheduled_spec_decode_tokens)
+        return GrammarOutput(req_ids, bitmask)
 
     def _preempt(self, request: Request) -> None:
         """Preemption by recompute: drop the KV, forget progress, go back to the front of waiting."""
@@ -218,7 +268,9 @@ class Scheduler(SchedulerInterface):
         logprobs = model_runner_output.logprobs
         req_id_to_index = model_runner_output.req_id_to_index
         requests = self.requests
-        check_stop = self._check_stop
+        # Only a step with a grammar pays for grammars: the check then also advances them.
+        check_stop = (self._check_stop_and_advance_grammar if scheduler_output.has_structured_output_requests
+                      else self._check_stop)
         outputs: list[EngineCoreOutput] = []
         stopped_running: set[Request] = set()
         stopped_preempted: set[Request] = set()
@@ -260,6 +312,8 @@ class Scheduler(SchedulerInterface):
         if stopped_preempted:
             # Rare: preempted while its step ran, then finished by that step's late token.
             self.waiting = deque(r for r in self.waiting if r not in stopped_preempted)
+        if self.grammar_compile_error_reqs:
+            outputs.extend(self._finish_grammar_errors())
         return EngineCoreOutputs(outputs=outputs,
                                  scheduler_stats=self.make_stats() if self.log_stats else None)
 
@@ -304,6 +358,35 @@ class Scheduler(SchedulerInterface):
             return True
         return False
 
+    def _check_stop_and_advance_grammar(self, request: Request) -> bool:
+        """_check_stop, then feed the new token to the request's grammar (vLLM's order).
+
+        A token the grammar rejects ends the request with FINISHED_ERROR (vLLM too). Unlike vLLM, a
+        grammar that terminated (accepted its stop token) also ends the request even where EOS did not
+        stop it (ignore_eos, min_tokens): past the grammar's end nothing would constrain it.
+        """
+        stopped = self._check_stop(request)
+        so_request = request.structured_output_request
+        if so_request is None:
+            return stopped
+        grammar = so_request.grammar
+        if not grammar.accept_tokens(request.request_id, request.output_token_ids[-1:]):
+            request.status = RequestStatus.FINISHED_ERROR
+            request.stop_reason = "the grammar rejected the sampled token"
+            return True
+        if not stopped and grammar.is_terminated():
+            request.status = RequestStatus.FINISHED_STOPPED
+            return True
+        return stopped
+
+    def _finish_grammar_errors(self) -> list[EngineCoreOutput]:
+        """Requests whose grammar failed to compile end with FINISHED_ERROR and the compiler's message."""
+        ids, self.grammar_compile_error_reqs = self.grammar_compile_error_reqs, set()
+        errors = {i: self.requests[i].structured_output_request.grammar for i in ids if i in self.requests}
+        self.finish_requests(errors, RequestStatus.FINISHED_ERROR)
+        return [EngineCoreOutput(i, [], None, FinishReason.ABORT, f"grammar compilation failed: {xgrammar_error(e)}")
+                for i, e in errors.items()]
+
     # ---------------------------------------------------------------- requests
     def add_request(self, request: Request) -> None:
         if request.request_id in self.requests:
@@ -312,6 +395,8 @@ class Scheduler(SchedulerInterface):
             request.set_block_hasher(self.block_hasher)
         self.waiting.append(request)
         self.requests[request.request_id] = request
+        if request.structured_output_request is not None:
+            self.num_structured_output_reqs += 1
 
     def finish_requests(self, request_ids: str | Iterable[str], finished_status: RequestStatus) -> None:
         assert RequestStatus.is_finished(finished_status)
@@ -330,6 +415,8 @@ class Scheduler(SchedulerInterface):
             self._free_request(request)
 
     def _free_request(self, request: Request) -> None:
+        if request.structured_output_request is not None:
+            self.num_structured_output_reqs -= 1
         self.kv_cache_manager.free(request)
         self.finished_req_ids.add(request.request_id)
         del self.requests[request.request_id]

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Literal
+from typing import Any, Literal
 
+import msgspec
 from pydantic import BaseModel, ConfigDict, Field
 
-from minivllm.sampling_params import SamplingParams
+from minivllm.sampling_params import SamplingParams, StructuredOutputsParams
 
 
 class OpenAIBaseModel(BaseModel):
@@ -32,6 +33,20 @@ class ErrorResponse(OpenAIBaseModel):
 
 class StreamOptions(OpenAIBaseModel):
     include_usage: bool = False
+
+
+class JsonSchemaResponseFormat(OpenAIBaseModel):
+    name: str
+    description: str | None = None
+    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")  # `schema` clashes with pydantic
+    strict: bool | None = None
+
+
+class ResponseFormat(OpenAIBaseModel):
+    """OpenAI's response_format; json_object / json_schema become structured_outputs (as in vLLM)."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaResponseFormat | None = None
 
 
 class SamplingRequest(OpenAIBaseModel):
@@ -57,6 +72,27 @@ class SamplingRequest(OpenAIBaseModel):
     stop_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
+    response_format: ResponseFormat | None = None
+    structured_outputs: dict[str, Any] | None = None  # vLLM's StructuredOutputsParams fields
+
+    def structured_outputs_params(self) -> StructuredOutputsParams | None:
+        """structured_outputs, with response_format's constraint put over it (vLLM's precedence)."""
+        so = dict(self.structured_outputs or {})
+        rf = self.response_format
+        if rf is not None and rf.type == "json_object":
+            so["json_object"] = True
+        elif rf is not None and rf.type == "json_schema":
+            if rf.json_schema is None or rf.json_schema.json_schema is None:
+                raise ValueError("response_format: type json_schema needs json_schema.schema")
+            so["json"] = rf.json_schema.json_schema
+        if not so:
+            return None
+        try:
+            return msgspec.convert(so, StructuredOutputsParams)
+        except msgspec.ValidationError as e:
+            message = str(e)
+            raise ValueError(message if message.startswith("structured_outputs") else
+                             f"structured_outputs: {message}") from None
 
     def to_sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
         if self.presence_penalty or self.frequency_penalty:
@@ -64,7 +100,8 @@ class SamplingRequest(OpenAIBaseModel):
         kw = dict(n=self.n, max_tokens=max_tokens, seed=self.seed, stop=self.stop, ignore_eos=self.ignore_eos,
                   min_tokens=self.min_tokens, stop_token_ids=self.stop_token_ids, logprobs=logprobs,
                   include_stop_str_in_output=self.include_stop_str_in_output,
-                  skip_special_tokens=self.skip_special_tokens)
+                  skip_special_tokens=self.skip_special_tokens,
+                  structured_outputs=self.structured_outputs_params())
         for name in ("temperature", "top_p", "top_k", "min_p"):
             if getattr(self, name) is not None:
                 kw[name] = getattr(self, name)

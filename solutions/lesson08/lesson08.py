@@ -1,0 +1,331 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %%
+# 在 Colab 中运行时安装 minivllm（含 autograder）；本地（make lab）什么也不做。
+import os
+import subprocess
+import sys
+
+if "google.colab" in sys.modules:
+    REPO_URL = os.environ.get("MINIVLLM_REPO_URL", "https://github.com/minivllm/minivllm.git")
+    if not os.path.isdir("/content/minivllm"):
+        subprocess.run(["git", "clone", "--depth", "1", REPO_URL, "/content/minivllm"], check=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/minivllm"], check=True)
+    sys.path.insert(0, "/content/minivllm")
+
+# %% [markdown]
+# # 第 8 课：结构化输出：grammar bitmask 与 CPU/GPU 重叠
+#
+# ## 本课目标与通过标准
+#
+# 本课产出：能说清一个受约束请求（JSON schema、正则、`choice`）从进入引擎到每一步采样的完整路径：grammar 在哪里编译、请求为什么要在 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR` 等待、每步的 token bitmask 由谁在什么时候算、在 runner 的哪一行作用到 logits 上、采样出的 token 又由谁推进 grammar；并亲手为 `choice` 约束写出与 xgrammar 逐位相同的 bitmask。
+#
+# 通过要求：唯一代码填空题通过全部断言；Q1～Q3 都能沿源码对象给出因果链；能指出一个正确性不变量（bitmask 必须在采样之前作用于 logits，且行与请求一一对应）、一个性能边界（bitmask 的 CPU 时间只有落在 forward 之内才不拖慢每步）和一个需要 benchmark 才能确认的结论（半数请求受 JSON 约束时吞吐下降多少）；总分至少 8/10。
+#
+# | 部分 | 分值 | 评分方式 |
+# |---|---|---|
+# | 代码·主路径（与 xgrammar 的 bitmask 逐字相同 1 分 + 接入真实引擎 1 分） | 2 | 自动 |
+# | 代码·边界条件（选项完成时的 EOS、mask 先于采样） | 1 | 自动 |
+# | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
+# | Q1～Q3 | 各 2 | 人工，按评分规则 |
+#
+# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson08 lesson08.ipynb`。
+
+# %% [markdown]
+# ## 源码版本与阅读方法
+#
+# 先画出“编译 → 等待 → 每步 bitmask → 采样前屏蔽 → 推进状态”这条线，再进入每个文件；不要从 `backend_xgrammar.py` 第一行顺读。
+#
+# | 顺序 | vLLM 文件与入口（8e958902eee5） | minivllm 对应文件 | 带着什么问题读 |
+# |---|---|---|---|
+# | 1 | [`vllm/sampling_params.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/sampling_params.py)：`StructuredOutputsParams` | `minivllm/sampling_params.py`：`StructuredOutputsParams` | 用户能给哪几种约束？为什么只能给一种？ |
+# | 2 | [`vllm/v1/structured_output/__init__.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/structured_output/__init__.py)：`StructuredOutputManager.grammar_init`、`grammar_bitmask` | `minivllm/structured_output/__init__.py`：`StructuredOutputManager.grammar_init`、`grammar_bitmask` | 编译为什么放进线程池？bitmask 的一行对应谁？ |
+# | 3 | [`vllm/v1/structured_output/backend_xgrammar.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/structured_output/backend_xgrammar.py)：`XgrammarBackend.compile_grammar`、`XgrammarGrammar.accept_tokens`、`fill_bitmask` | `minivllm/structured_output/backend_xgrammar.py`：`XgrammarBackend.compile`、`XgrammarGrammar.accept_tokens` | 编译结果（与分词器有关）和每个请求的匹配状态各放在哪里？ |
+# | 4 | [`vllm/v1/core/sched/scheduler.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/scheduler.py)：`get_grammar_bitmask`、`_try_promote_blocked_waiting_request`、`update_from_output` | `minivllm/core/sched/scheduler.py`：`Scheduler.get_grammar_bitmask`、`_try_promote_grammar_request`、`_check_stop_and_advance_grammar` | 谁把请求从等待编译放行？谁用采样结果推进 grammar？ |
+# | 5 | [`vllm/v1/engine/core.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py)：`EngineCore.step` | `minivllm/engine/core.py`：`EngineCore.step`、`_get_grammar` | bitmask 在 `execute_model(non_block=True)` 之后、`future.result()` 之前计算，重叠了什么？ |
+# | 6 | [`vllm/v1/structured_output/utils.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/structured_output/utils.py)：`apply_grammar_bitmask`；`gpu_model_runner.py`：`sample_tokens` | `minivllm/structured_output/utils.py`：`apply_grammar_bitmask`；`minivllm/worker/gpu_model_runner.py`：`GPUModelRunner.sample_tokens` | bitmask 的行顺序（调度顺序）怎样变成 logits 的行顺序（批内顺序）？ |
+#
+# 源码快照：vLLM 8e958902eee5。较早的 vLLM 把等待状态叫 `WAITING_FOR_FSM`（minivllm 保留为别名）；名字会变，先声明所读版本。
+
+# %% nbgrader={"grade": false, "grade_id": "l08_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的演示与检查。
+import logging
+import os
+import warnings
+
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+warnings.filterwarnings("ignore")
+logging.disable(logging.WARNING)
+
+import torch  # noqa: E402
+
+from autograder import lesson08 as L08  # noqa: E402
+from autograder.common import ______, self_check  # noqa: E402,F401
+
+VOCAB = L08.default_vocab()  # 默认模型的每个 token 的字节（特殊 token 为 b""）、EOS id、logits 宽度与 TokenTrie
+
+# %% [markdown]
+# ## 核心心智模型
+#
+# ### 1. 它是什么，解决什么问题
+#
+# 结构化输出让模型的输出必定满足一个形式约束：一个 JSON schema、一个正则、几个候选字符串之一（`choice`）或一段 EBNF 文法。做法不是“生成完再校验、失败重试”，而是在**每一步采样之前**把不可能通向合法输出的 token 的 logit 设为 $-\infty$：模型只会在合法的 token 里选。vLLM V1 默认用 xgrammar 完成这件事；minivllm 同样如此（`minivllm/structured_output/`）。
+#
+# 被屏蔽的集合每步都变，所以每步要为每个受约束请求算一行 **token bitmask**：`int32` 数组，形状 `[请求数, ceil(vocab/32)]`，第 $w$ 个字的第 $j$ 位为 1 表示 token $32w+j$ 允许出现（第 31 位为 1 时这个 int32 是负数，这只是补码的读法）。
+#
+# ### 2. 它如何工作
+#
+# 一个受约束请求的一生（每一步都是真实源码里的对象）：
+#
+# 1. **编译（线程池）**：`EngineCore.add_request` 调用 `StructuredOutputManager.grammar_init`，把编译任务提交到线程池，请求拿到一个 `Future`，状态为 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`。编译结果按 key（约束种类 + 规格字符串）缓存，相同 schema 只编译一次。
+# 2. **放行**：每次 `schedule()` 遍历等待队列时，`_try_promote_grammar_request` 只“看一眼” Future（从不阻塞）：编好了就改成 `WAITING` 参与调度；没编好就跳过它，**其他请求照常运行**；编译失败则以 `FINISHED_ERROR` 结束这一个请求。
+# 3. **每步 bitmask（与 forward 重叠）**：`EngineCore.step` 在 `execute_model(non_block=True)` 之后、`future.result()` 之前调用 `scheduler.get_grammar_bitmask`：worker 线程在算 forward，EngineCore 线程同时为本步要采样的受约束请求填 bitmask。runner 看到 `has_structured_output_requests` 就在 forward 后停下，等 `sample_tokens(grammar_output)`。
+# 4. **采样前屏蔽**：`GPUModelRunner.sample_tokens` 调用 `apply_grammar_bitmask`：bitmask 的行按调度顺序，logits 的行按批内顺序，先按请求 id 重排，再用 xgrammar 的 kernel 把禁止的 token 置为 $-\infty$，然后才采样。
+# 5. **推进状态**：`update_from_output` 把采样出的 token 交给该请求的 `accept_tokens`（xgrammar 的 `GrammarMatcher`）；grammar 走到终点（接受了 EOS）时请求结束。
+#
+# 下面先看一行 bitmask 到底是什么：选项是 `["yes", "no", "perchance"]`，已经生成了 `"per"`。
+
+# %%
+print("允许的下一个 token：", L08.allowed_next("per", ["yes", "no", "perchance"]))
+L08.show_words("per", ["yes", "no", "perchance"])
+
+# %% [markdown]
+# 允许的正是字节串为剩余部分 `"chance"` 的**前缀**的那些 token（`c`、`ch`、`chan`、……）：BPE 可以用许多种切分拼出同一个字符串，约束只关心字节，不关心切分。只看首字符是否匹配是错的：`"cat"` 的首字符 `c` 合法，但它拼出的 `"percat"` 不再是任何选项的前缀。
+#
+# 用一棵 **TokenTrie**（所有 token 的字节组成的字典树）可以一次走完：沿剩余字节 `"chance"` 向下走，途中经过的每个“token 结束”节点都是一个允许的 token，代价是剩余字节的长度，而不是整个词表（这里 4096，真实模型 15 万）。
+#
+# ### 3. 正确性条件与常见误区
+#
+# - **mask 必须在采样之前**：把 mask 作用在已经采样出的结果上没有意义；采样看到的 logits 里，不允许的 token 必须已经是 $-\infty$。
+# - **行与请求一一对应**：bitmask 第 $i$ 行属于谁？xgrammar/vLLM 的 bitmask 行按 `structured_output_request_ids`（调度顺序），runner 的 logits 行按批内顺序（decode 在前），必须按请求 id 重排；行错位时，一个请求会被另一个请求的约束屏蔽——输出既不合法，其他请求也被带偏。
+# - **EOS 只在完成时允许**：已生成的字节恰好等于某个选项时才放行 EOS；若它同时是更长选项的前缀（`no` 与 `none`），EOS 和继续生成都允许。
+# - **位序**：第 $j$ 位（从最低位数）对应 token $32w+j$；位序反了，允许集合就整体错位。
+# - **不受约束的请求不受影响**：它们的行全是 1（`-1`），同批时输出与单独运行完全相同（贪心下逐 token 相等）。
+#
+# ### 4. 性能与工程取舍
+#
+# - **编译延迟**：JSON schema 的编译可达毫秒到秒级（与词表大小有关）。放进线程池 + `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`，让它不阻塞 busy loop；代价是该请求的首 token 晚到。相同 key 的缓存让重复的 schema 不再付这笔钱。
+# - **每步 bitmask 的 CPU 时间**：每个受约束请求每步一次填充（本机 4096 词表约 0.1 ms/请求）。它和 forward 重叠时几乎免费；如果 forward 比它短（很小的模型、很小的批），它就会露出来，拖慢每一步——这要用 benchmark 量（`benchmarks/structured_output.py`：半数请求受 JSON 约束 vs 全部自由，A B 交替、取中位数，并从 trace 算出被 forward 掩盖的 grammar 时间占比）。
+# - **没有 grammar 的步骤不付任何代价**：minivllm 的调度器用一个计数器把所有 grammar 钩子关掉，这是热路径上的工程纪律。
+
+# %% [markdown]
+# ## 具体演示：同批的受约束请求与自由请求
+#
+# 在真实的 minivllm `EngineCore` 上：先单独跑 5 个自由（贪心）请求，再把它们与 5 个 `choice` 请求（有贪心、有带种子的随机采样，选项集合各不相同）放进同一批。每个受约束请求的输出必须是它的选项之一；自由请求的输出必须与单独运行时逐 token 相同。trace 画出几步的时间线：红色的 grammar 阶段在 execute 发射之后立即开始，在 worker 的 forward（橙色）结束之前完成，采样（sample）等二者都结束。
+#
+# 读数时注意：这里只有 5 个 `choice` 请求，bitmask 只要几十微秒，往往在 worker 线程刚开始准备输入时就已算完（CPU 上两个线程共用 GIL，worker 要等 EngineCore 线程让出 GIL 才能开始）；所以“在 forward 结束之前完成”的比例接近 100%，而“与 forward 本身重叠”的比例可能很低。请求多、schema 复杂时 bitmask 更长，两者才会明显交叠（`benchmarks/structured_output.py` 用半批 JSON 请求测量两种比例和吞吐比）。
+
+# %%
+demo = L08.run_demo()
+L08.print_outputs(demo)
+hidden, inside, steps = L08.overlap_share(demo.events)
+print(f"{steps} 步需要 bitmask；grammar 时间在 forward 结束之前完成的比例：{hidden:.0%}（其中与 forward 本身重叠：{inside:.0%}）")
+L08.plot_overlap(demo.events);
+
+# %% [markdown]
+# ## 实践任务：唯一代码填空题
+#
+# 实现 `choice` 约束的 bitmask（不得使用 xgrammar）和“先屏蔽、再采样”：
+#
+# - `choice_bitmask(batch_req_ids, generated, choices, trie, eos_token_id, vocab_size)`：`generated[req_id]` 是该请求已生成的字节，`choices[req_id]` 是它的选项（字节串）；注意 `generated` 与 `choices` 的键顺序是调度顺序，**行必须按 `batch_req_ids`**。`trie.prefixes_of(rest)` 返回字节串为 `rest` 的非空前缀的所有 token。返回 `torch.int32`，形状 `[len(batch_req_ids), ceil(vocab_size/32)]`。
+# - `apply_bitmask_and_sample(logits, bitmask, sample)`：把不允许的 token 置为 $-\infty$，然后调用 `sample`。
+#
+# 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
+
+# %% nbgrader={"grade": false, "grade_id": "l08_choice_bitmask", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def choice_bitmask(batch_req_ids, generated, choices, trie, eos_token_id, vocab_size):
+    words = torch.zeros(len(batch_req_ids), (vocab_size + 31) // 32, dtype=torch.int64)
+    # TODO：行的顺序；剩余字节；何时允许 EOS；token -> (字, 位)。
+    rows = batch_req_ids  ### BLANK
+    for row, req_id in enumerate(rows):
+        done = generated[req_id]
+        allowed = set()
+        for choice in choices[req_id]:
+            if choice.startswith(done):
+                rest = choice[len(done):]  ### BLANK
+                allowed.update(trie.prefixes_of(rest))
+        eos_allowed = done in choices[req_id]  ### BLANK
+        if eos_allowed:
+            allowed.add(eos_token_id)
+        for token in allowed:
+            word, bit = token // 32, token % 32  ### BLANK
+            words[row, word] |= 1 << bit
+    return words.to(torch.int32)  # 第 31 位回绕成符号位：与 xgrammar 存的 32 位相同
+
+
+def apply_bitmask_and_sample(logits, bitmask, sample):
+    bits = (bitmask.to(torch.int64)[:, :, None] >> torch.arange(32)) & 1
+    allowed = bits.flatten(1)[:, :logits.shape[-1]].bool()
+    # TODO：先屏蔽，再采样。
+    masked = logits.masked_fill(~allowed, float("-inf"))  ### BLANK
+    return sample(masked)  ### BLANK
+
+
+# %% nbgrader={"grade": true, "grade_id": "l08_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+trie = VOCAB.trie
+mask = choice_bitmask(["b", "a"], {"a": b"per", "b": b""}, {"a": [b"yes", b"perchance"], "b": [b"no"]},
+                      trie, VOCAB.eos_token_id, VOCAB.vocab_size)
+assert mask.dtype == torch.int32 and tuple(mask.shape) == (2, (VOCAB.vocab_size + 31) // 32)
+allowed = L08.unpack(mask, VOCAB.vocab_size)
+assert sorted(allowed[1].nonzero().flatten().tolist()) == sorted(trie.prefixes_of(b"chance"))  # 行 1 是 "a"
+assert sorted(allowed[0].nonzero().flatten().tolist()) == sorted(trie.prefixes_of(b"no"))
+assert torch.equal(mask, L08.xgrammar_choice_bitmask(["b", "a"], {"a": b"per", "b": b""},
+                                                     {"a": [b"yes", b"perchance"], "b": [b"no"]}, VOCAB))
+### BEGIN HIDDEN TESTS
+L08.check_choice_bitmask(choice_bitmask)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# 第二项检查：把你的 `choice_bitmask` 接入真实的 minivllm（替换 `StructuredOutputManager.grammar_bitmask` 的填充；编译、等待、xgrammar 的 `accept_tokens` 仍是引擎自己的，所以你放行的每个 token 都要被真正的 grammar 接受），重放上面的演示：每个受约束输出都是选项之一；自由请求与单独运行逐 token 相同；trace 中 grammar 阶段与 forward 重叠。
+
+# %% nbgrader={"grade": true, "grade_id": "l08_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+student_run = L08.check_real_engine(choice_bitmask)
+print("真实引擎检查通过：输出都是选项之一；自由请求不变；grammar 与 forward 重叠。")
+
+# %% [markdown]
+# ## 检查方法
+#
+# 选项是 `["no", "none"]`，已经生成了 `"no"`：这时 EOS 允许吗？继续生成呢？再把 `apply_bitmask_and_sample` 里的两行对调（先采样、后屏蔽），看看 `sample` 收到的 logits 有什么不同，并解释为什么结果在贪心时“有时仍然对”。
+
+# %%
+row = L08.unpack(choice_bitmask(["r"], {"r": b"no"}, {"r": [b"no", b"none"]}, VOCAB.trie, VOCAB.eos_token_id,
+                                VOCAB.vocab_size), VOCAB.vocab_size)[0]
+print("EOS 允许：", bool(row[VOCAB.eos_token_id]), "；其他允许的 token：",
+      [VOCAB.token_bytes[t] for t in row.nonzero().flatten().tolist() if t != VOCAB.eos_token_id])
+logits, bitmask = L08.masked_logits_example()
+print(apply_bitmask_and_sample(logits, bitmask, lambda x: x.argmax(dim=-1)))
+
+# %% [markdown]
+# 你的解释：
+
+# %% nbgrader={"grade": true, "grade_id": "l08_boundary", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+assert bool(row[VOCAB.eos_token_id]) and len(row.nonzero()) > 1
+logits, bitmask = L08.masked_logits_example()
+assert apply_bitmask_and_sample(logits, bitmask, lambda x: x.argmax(dim=-1)).tolist()[0] in (5, 9)
+### BEGIN HIDDEN TESTS
+L08.check_boundary(choice_bitmask, apply_bitmask_and_sample)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 映射回源码对象
+#
+# 打开 vLLM 8e958902eee5，写出每个键在源码中对应的名字（字符串，可带对象前缀与括号）：
+#
+# - `fill`：为一批受约束请求填 bitmask 的 `StructuredOutputManager` 方法；
+# - `apply`：runner 在采样前把 bitmask 作用到 logits 上的函数（`v1/structured_output/utils.py`）；
+# - `advance`：`update_from_output` 用采样出的 token 推进 grammar 时调用的方法；
+# - `waiting`：grammar 还在编译时请求所处的 `RequestStatus`。
+
+# %% nbgrader={"grade": false, "grade_id": "l08_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+SOURCE_MAP = {
+    "fill": "StructuredOutputManager.grammar_bitmask",  ### BLANK
+    "apply": "apply_grammar_bitmask",  ### BLANK
+    "advance": "grammar.accept_tokens",  ### BLANK
+    "waiting": "RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR",  ### BLANK
+}
+
+# %% nbgrader={"grade": true, "grade_id": "l08_source_map", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+L08.check_source_map(SOURCE_MAP)
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "l08_q1", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
+# ## Q1（2 分）
+#
+# 为什么 vLLM 在 `execute_model(non_block=True)` 之后、等待 forward 之前计算 bitmask，而不是在 `schedule()` 里或 forward 之后？在 CPU 上这种重叠靠什么成立？
+#
+# 评分要求：必须包含对象、状态变化、正确性或成本链。
+#
+# === BEGIN MARK SCHEME ===
+#
+# **评分要点**：2 分 = 说清 (a) bitmask 依赖上一步 `update_from_output` 推进后的 matcher 状态，所以最早在本步 schedule 之后才能算，且必须在 `sample_tokens` 之前交给 runner；(b) 放在非阻塞发射与 `future.result()` 之间，CPU 填 bitmask 与 worker 的 forward 同时进行，只要 bitmask 时间 ≤ forward 就不增加每步时长；(c) CPU 上成立是因为 forward 在 worker 线程里跑、torch 的 kernel 释放 GIL（GPU 上则是 kernel 异步执行）；1 分 = 只说出重叠或只说出依赖关系之一；0 分 = 认为重叠是正确性的来源，或认为 bitmask 可以晚于采样（一票否决）。
+#
+# **参考答案**
+#
+# 1. 依赖：第 $t$ 步的 bitmask 由每个请求的 `GrammarMatcher` 状态决定，而这个状态要等第 $t-1$ 步的 token 经 `update_from_output` → `accept_tokens` 推进后才确定；采样（`sample_tokens`）又必须先拿到 bitmask。所以它的窗口是“本步 schedule 之后、本步采样之前”。
+# 2. 成本：forward 是本步最长的阶段。`EngineCore.step` 先 `execute_model(non_block=True)` 把 forward 交给 worker，立刻在 EngineCore 线程调用 `scheduler.get_grammar_bitmask`，再 `future.result()`；runner 看到 `has_structured_output_requests` 在 forward 后返回 None，EngineCore 再调 `sample_tokens(grammar_output)`。bitmask 的 CPU 时间因此藏在 forward 里：半数请求受约束时每步只多一次线程往返。
+# 3. CPU 上：forward 在 `UniProcExecutor` 的 worker 线程里执行，torch 的算子在 C++ 里释放 GIL，EngineCore 线程的 Python 代码与 xgrammar 的填充可以真正并行（本课 trace 中红色 grammar 落在橙色 forward 之内）。放进 `schedule()` 会把它串行地加到每步的关键路径上；放到 forward 之后同样是串行。
+#
+# === END MARK SCHEME ===
+
+# %% [markdown]
+# 你的答案：
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "l08_q2", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
+# ## Q2（2 分）
+#
+# grammar 的编译延迟会带来什么代价？`WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR` 怎样把它藏起来，又没藏住什么？
+#
+# 评分要求：必须包含对象、状态变化、正确性或成本链。
+#
+# === BEGIN MARK SCHEME ===
+#
+# **评分要点**：2 分 = 说清 (a) 编译（与分词器词表有关，JSON schema 可达毫秒到秒级）若在 busy loop 里同步进行，会让整批请求停顿；(b) `grammar_init` 把编译交给线程池，请求带着 Future 处于 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`，`schedule()` 只非阻塞地检查 Future，未就绪就跳过它、继续调度其他请求，就绪后改为 `WAITING`，失败则以 `FINISHED_ERROR` 只结束这一个请求；(c) 没藏住的是该请求自己的首 token 延迟（TTFT 至少是编译时间），以及编译线程与 EngineCore 线程争用 CPU；按 key 缓存消除了重复 schema 的编译；1 分 = 只说出其中一到两点而无因果链；0 分 = 认为等待期间整批停顿，或认为编译失败会让引擎出错（一票否决）。
+#
+# **参考答案**
+#
+# 1. 代价：`XgrammarBackend.compile_grammar` 要把 schema 变成文法，再对整个词表预计算 token 能否接在各个状态之后，代价随词表与 schema 复杂度增长。若放在 EngineCore 的 busy loop 里同步做，所有正在解码的请求都要等这段时间，TPOT 出现尖峰。
+# 2. 隐藏：`EngineCore.add_request` → `StructuredOutputManager.grammar_init` 把 `_create_grammar` 提交到线程池，请求的 `structured_output_request.grammar` 是一个 Future，状态为 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`。`Scheduler.schedule()` 的等待循环对它调用 `_try_promote_blocked_waiting_request`：Future 未完成就把它放进 skipped 队列、继续看后面的请求；完成则改为 `WAITING` 正常准入；异常则记入 `grammar_compile_error_reqs`，在 `update_from_output` 里以 `FINISHED_ERROR` 结束。其他请求的每一步不受影响。
+# 3. 没藏住：这个请求的 TTFT ≥ 编译时间；编译线程占用 CPU 核心（vLLM 用一半核心做编译池），在 CPU 紧张时会挤占 EngineCore 线程。相同 key（种类 + 规格）的编译结果被缓存（vLLM 借 xgrammar 的编译缓存；minivllm 用 `StructuredOutputManager.compiled`），重复的 schema 第二次几乎零成本。
+#
+# === END MARK SCHEME ===
+
+# %% [markdown]
+# 你的答案：
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "l08_q3", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
+# ## Q3（2 分）
+#
+# 引入投机解码（每步为一个请求验证 $k$ 个草稿 token）后，bitmask 的计算要变成什么样？草稿 token 不符合 grammar 时怎么办？
+#
+# 评分要求：必须包含对象、状态变化、正确性或成本链。
+#
+# === BEGIN MARK SCHEME ===
+#
+# **评分要点**：2 分 = 说清 (a) 每个受约束请求每步需要 $k+1$ 行 bitmask（每个草稿位置一行 + bonus token 一行），第 $i$ 行是依次接受前 $i$ 个草稿后的状态，所以 `grammar_bitmask` 要沿草稿 `accept_tokens` 前进、逐行填充，最后 `rollback` 回原状态（真正接受多少由拒绝采样决定，之后在 `update_from_output` 里推进）；(b) 不合 grammar 的草稿先被 `validate_tokens` 截断（scheduler 的 `update_draft_token_ids`），无效位置记为 -1 跳过；(c) matcher 要能回滚（`max_rollback_tokens = num_speculative_tokens`），runner 重排时每个请求占 $1+k$ 行；1 分 = 只说出行数变化或回滚之一；0 分 = 认为草稿可以不受约束、只约束最终 token（一票否决）。
+#
+# **参考答案**
+#
+# 1. 行数：没有投机解码时每个请求一行；有 $k$ 个草稿时，目标模型一次前向给出 $k+1$ 个位置的 logits，每个位置都要按“接受了前面草稿之后”的 grammar 状态屏蔽。vLLM 的 `StructuredOutputManager.grammar_bitmask` 为每个请求分配 $1+k$ 行（缓冲区大小 `max_num_seqs * (1 + num_speculative_tokens)`），对第 $i$ 个草稿先填一行再 `accept_tokens([token])` 前进，最后填 bonus 行，然后 `rollback(state_advancements)` 把 matcher 退回本步开始时的状态。
+# 2. 不合法的草稿：调度器在接收草稿时用 `grammar.validate_tokens(spec_token_ids)` 只保留 grammar 接受的最长前缀（不推进状态），被截掉的位置记为 -1，填 bitmask 时跳过；拒绝采样在屏蔽后的分布上验证草稿，保证输出分布仍是受约束的目标分布。
+# 3. 状态与成本：`XgrammarBackend` 用 `max_rollback_tokens=num_speculative_tokens` 创建 matcher，才能回滚；每步的 grammar CPU 时间约乘以 $1+k$，更需要与 forward 重叠；runner 的 `apply_grammar_bitmask` 重排时每个请求的 logits 偏移要加上它之前请求的草稿数。
+#
+# === END MARK SCHEME ===
+
+# %% [markdown]
+# 你的答案：
+
+# %% [markdown]
+# ## 评分规则
+#
+# - 代码 4 分：主路径 2 分（与 xgrammar 的 bitmask 逐字相同 1 分、接入真实引擎 1 分）、边界条件 1 分、能映射回源码对象 1 分；
+# - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
+# - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
+#
+# 总分 10 分，至少 8 分通过。参考答案与参考代码只在教师分支（solutions/）中：先独立完成；核对后请换一组选项、一个 JSON schema 或更大的批重新推演，不能只复制。
+#
+# ### 自检
+#
+# 下面的单元格用与 nbgrader 相同的检查函数给代码部分打分（Q1～Q3 显示为待人工评分）。
+
+# %%
+self_check("lesson08", globals());
+
+# %% [markdown]
+# ## 参考资料
+#
+# - [vLLM structured output manager](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/structured_output/__init__.py)
+# - [vLLM xgrammar backend](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/structured_output/backend_xgrammar.py)
+# - [vLLM apply_grammar_bitmask](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/structured_output/utils.py)
+# - [vLLM EngineCore.step](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py)
+# - [vLLM structured outputs docs](https://docs.vllm.ai/en/latest/features/structured_outputs.html)
+# - [xgrammar documentation](https://xgrammar.mlc.ai/docs/)
+#
+# 源码链接固定到本课审阅 commit；current docs、支持矩阵和默认参数会变化，部署前必须按目标版本重新核对。
+#
+# ← 上一课：第 7 课：采样器　｜　下一课 →：第 9 课：投机解码
