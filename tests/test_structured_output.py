@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 
 import jsonschema
 import pytest
@@ -228,13 +229,18 @@ def add(core: EngineCore, req_id: str, prompt: str, sp: SamplingParams, tokenize
     core.add_request(EngineCoreRequest(req_id, tokenizer.encode(prompt), sp, tokenizer.eos_token_id))
 
 
-def run(core: EngineCore, until=lambda: False, max_steps: int = 500) -> dict[str, list]:
+def run(core: EngineCore, until=lambda: False, max_steps: int = 2000) -> dict[str, list]:
+    """Step until `until()` or no request is left; a step that ran nothing (a grammar still compiling on a
+    loaded machine) waits 10 ms, so the bound is on steps and idle time alike."""
     got: dict[str, list] = {}
     for _ in range(max_steps):
         if until() or not core.scheduler.has_requests():
             break
-        for o in core.step()[0].outputs:
+        outputs, ran = core.step()
+        for o in outputs.outputs:
             got.setdefault(o.request_id, []).append(o)
+        if not ran:
+            time.sleep(0.01)
     return got
 
 
