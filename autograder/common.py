@@ -192,16 +192,19 @@ def _exec_cells(nb: dict, ns: dict, errors: list[str]) -> None:
         if cell["cell_type"] != "code" or not (meta.get("solution") or setup):
             continue
         src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-        filename = f"<cell {meta.get('grade_id', i)}>"
-        python = _to_python(src)
-        # @triton.jit reads its function's source through linecache: register the cell's text.
-        linecache.cache[filename] = (len(python), None, python.splitlines(keepends=True), filename)
         try:
-            code = compile(python, filename, "exec")
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                exec(code, ns)
+            exec_source(_to_python(src), ns, f"<cell {meta.get('grade_id', i)}>")
         except Exception as e:
             errors.append(f"单元格 {meta.get('grade_id', i)} 运行出错：{type(e).__name__}: {e}")
+
+
+def exec_source(python: str, ns: dict, filename: str) -> None:
+    """Run cell text in ns, output swallowed; @triton.jit reads its function's source through linecache, so the
+    text is registered under `filename` first."""
+    linecache.cache[filename] = (len(python), None, python.splitlines(keepends=True), filename)
+    code = compile(python, filename, "exec")
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        exec(code, ns)
 
 
 def pad(text: str, width: int) -> str:

@@ -1,14 +1,13 @@
 """Lesson 1's grader: the solution earns 4/4 code points, the unfilled release 0, every mutant loses points;
 the real engine shows the bug each order mistake causes; the notebook runs; nbgrader agrees end to end."""
-import runpy
 
 import pytest
 from grading_flow import grade_three_students
 
 from autograder.common import REPO, grade_namespace, student_namespace
 from autograder.lesson01 import LESSON, check_source_map, run_engine
+from autograder.mutation import mutant_namespace, mutant_source, mutants
 
-MUTANTS = REPO / "autograder" / "mutants" / "lesson01"
 # The parts each mutant must fail (it may fail more).
 MUST_FAIL = {
     "update_before_aborts": {"l01_main_path", "l01_real_engine"},
@@ -33,7 +32,7 @@ def solution_ns():
 
 
 def test_every_required_mutant_is_there():
-    assert {p.stem for p in MUTANTS.glob("*.py")} == set(MUST_FAIL)
+    assert set(mutants("lesson01")) == set(MUST_FAIL)
 
 
 def test_solution_gets_all_code_points(solution_ns):
@@ -44,7 +43,7 @@ def test_solution_gets_all_code_points(solution_ns):
 
 @pytest.mark.parametrize("mutant", sorted(MUST_FAIL))
 def test_mutant_loses_code_points(mutant, solution_ns):
-    ns = dict(solution_ns, engine_core_step=runpy.run_path(str(MUTANTS / f"{mutant}.py"))["engine_core_step"])
+    ns = dict(solution_ns, engine_core_step=mutant_namespace("lesson01", mutant)["engine_core_step"])
     scores = code_scores(ns)
     failed = {k for k, v in scores.items() if v == 0}
     assert MUST_FAIL[mutant] <= failed, scores
@@ -62,7 +61,7 @@ def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
 
 
 def mutant(name):
-    return runpy.run_path(str(MUTANTS / f"{name}.py"))["engine_core_step"]
+    return mutant_namespace("lesson01", name)["engine_core_step"]
 
 
 def test_real_engine_shows_each_order_bug():
@@ -89,7 +88,7 @@ def test_nbgrader_end_to_end(tmp_path):
 
     subs, results, csv_path = grade_three_students(
         tmp_path, "lesson01", ("l01_engine_core_step", "l01_source_map_answer"), "l01_engine_core_step",
-        (MUTANTS / "update_before_aborts.py").read_text())
+        mutant_source("lesson01", "update_before_aborts"))
     code = {s: sum(v or 0 for k, v in got.items() if k in ("l01_main_path", "l01_real_engine", "l01_boundary",
                                                              "l01_source_map")) for s, got in results.items()}
     assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 1}

@@ -1,7 +1,6 @@
 """Lesson 2's grader: the solution earns 4/4 code points, the unfilled release 0, every mutant loses points;
 the plug builds the same SchedulerOutputs as minivllm's own Scheduler; the real engine shows the damage each
 wrong policy does; nbgrader agrees end to end."""
-import runpy
 
 import pytest
 from grading_flow import grade_three_students
@@ -9,8 +8,8 @@ from grading_flow import grade_three_students
 from autograder import lesson02 as L02
 from autograder.common import REPO, CheckFailed, grade_namespace, student_namespace
 from autograder.lesson02 import LESSON, check_source_map
+from autograder.mutation import mutant_namespace, mutant_source, mutants
 
-MUTANTS = REPO / "autograder" / "mutants" / "lesson02"
 CODE_PARTS = ("l02_main_path", "l02_real_engine", "l02_boundary", "l02_source_map")
 # The parts each mutant must fail (it may fail more).
 MUST_FAIL = {
@@ -25,7 +24,7 @@ MUST_FAIL = {
 
 
 def mutant(name):
-    return runpy.run_path(str(MUTANTS / f"{name}.py"))["schedule_step"]
+    return mutant_namespace("lesson02", name)["schedule_step"]
 
 
 def code_scores(namespace):
@@ -40,7 +39,7 @@ def solution_ns():
 
 
 def test_every_required_mutant_is_there():
-    assert {p.stem for p in MUTANTS.glob("*.py")} == set(MUST_FAIL)
+    assert set(mutants("lesson02")) == set(MUST_FAIL)
 
 
 def test_solution_gets_all_code_points(solution_ns):
@@ -95,7 +94,7 @@ def test_plugged_solution_builds_the_reference_scheduler_output(scenario, soluti
             rid = str(next(names))
             prompt = prompts[int(rid)] if prompts else [int(rid) + 10] * n
             for s in (ref, got):
-                s.add_request(L02._request(rid, prompt, max_tokens))
+                s.add_request(L02.checks._request(rid, prompt, max_tokens))
 
     add(lens)
     for k in range(num_steps):
@@ -155,6 +154,6 @@ def test_nbgrader_end_to_end(tmp_path):
     """generate_assignment -> submissions (solution, blank, mutant) -> autograde -> export."""
     subs, results, csv_path = grade_three_students(
         tmp_path, "lesson02", ("l02_schedule_step", "l02_source_map_answer"), "l02_schedule_step",
-        (MUTANTS / "admission_after_preemption.py").read_text())
+        mutant_source("lesson02", "admission_after_preemption"))
     code = {s: sum(v or 0 for k, v in got.items() if k in CODE_PARTS) for s, got in results.items()}
     assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 2}

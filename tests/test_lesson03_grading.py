@@ -1,6 +1,5 @@
 """Lesson 3's grader: the solution earns 4/4 code points, the unfilled release 0, every mutant loses points;
 the real engine shows the damage each wrong answer does; nbgrader agrees end to end."""
-import runpy
 
 import pytest
 from grading_flow import grade_three_students
@@ -16,8 +15,8 @@ from autograder.lesson03 import (
     run_eviction_order,
     run_sequential,
 )
+from autograder.mutation import mutant_namespace, mutant_source, mutants
 
-MUTANTS = REPO / "autograder" / "mutants" / "lesson03"
 # The parts each mutant must fail (it may fail more). extra_keys_ignored and partial/skip-misses mistakes the
 # engine's workloads cannot all reach (minivllm requests carry no extra keys) are caught by the unit parts.
 MUST_FAIL = {
@@ -42,7 +41,7 @@ def code_scores(namespace, parts=None):
 
 
 def mutant(name):
-    ns = runpy.run_path(str(MUTANTS / f"{name}.py"))
+    ns = mutant_namespace("lesson03", name)
     return {k: ns[k] for k in FUNCS}
 
 
@@ -58,7 +57,7 @@ def solution_ns():
 
 
 def test_every_required_mutant_is_there():
-    assert {p.stem for p in MUTANTS.glob("*.py")} == set(MUST_FAIL)
+    assert set(mutants("lesson03")) == set(MUST_FAIL)
 
 
 def test_solution_gets_all_code_points(solution_ns):
@@ -128,7 +127,7 @@ def test_nbgrader_end_to_end(tmp_path):
     """generate_assignment -> submissions (solution, blank, mutant) -> autograde -> export."""
     subs, results, csv_path = grade_three_students(
         tmp_path, "lesson03", ("l03_prefix_cache", "l03_source_map_answer"), "l03_prefix_cache",
-        (MUTANTS / "no_cap.py").read_text())
+        mutant_source("lesson03", "no_cap"))
     parts = ("l03_main_path", "l03_real_engine", "l03_boundary", "l03_source_map")
     code = {s: sum(v or 0 for k, v in got.items() if k in parts) for s, got in results.items()}
     assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 2}

@@ -3,7 +3,6 @@ loses points (the bounds-checked launcher turns a wild pointer into a failed che
 the backend; the profiler paths (interpreter counts, the GPU bandwidth code) run; the notebook runs in 60 s;
 nbgrader agrees end to end. Under TRITON_INTERPRET=1 (conftest) on CPU."""
 import json
-import runpy
 import subprocess
 import sys
 import time
@@ -26,8 +25,8 @@ from autograder.lesson06 import (
     run_decode,
     run_engine,
 )
+from autograder.mutation import mutant_namespace, mutant_source, mutants
 
-MUTANTS = REPO / "autograder" / "mutants" / "lesson06"
 CODE_PARTS = ("l06_main_path", "l06_real_engine", "l06_boundary", "l06_source_map")
 # The parts each mutant must fail (it may fail more).
 MUST_FAIL = {
@@ -52,7 +51,7 @@ def code_scores(namespace):
 
 
 def mutant(name):
-    return runpy.run_path(str(MUTANTS / f"{name}.py"))["paged_decode_kernel"]
+    return mutant_namespace("lesson06", name)["paged_decode_kernel"]
 
 
 @pytest.fixture(scope="module")
@@ -63,21 +62,18 @@ def solution_ns():
 
 
 def test_every_required_mutant_is_there():
-    assert {p.stem for p in MUTANTS.glob("*.py")} == set(MUST_FAIL)
+    assert set(mutants("lesson06")) == set(MUST_FAIL)
 
 
 def test_mutants_change_only_blank_lines():
-    """A mutant is a wrong answer a student could give: it differs from the solution only on blank lines."""
+    """A mutant is a wrong answer a student could give: every solution line it edits is a blank line."""
     sol = json.loads((REPO / "solutions/lesson06/lesson06.ipynb").read_text(encoding="utf-8"))
     kernel = next("".join(c["source"]) for c in sol["cells"] if c["id"] == "l06_kernel")
     blank_lines = {line.split("  ### BLANK")[0] for line in kernel.splitlines() if "### BLANK" in line}
-    given = {line.split("#")[0].rstrip() for line in kernel.splitlines() if "### BLANK" not in line} - {""}
-    for path in MUTANTS.glob("*.py"):
-        body = {line.split("#")[0].rstrip() for line in path.read_text().splitlines()[2:]} - {""}
-        changed = body - given - {b.split("#")[0].rstrip() for b in blank_lines}
-        assert 1 <= len(changed) <= 4, (path.stem, changed)
-        assert all(any(c.split("=")[0].strip() == b.split("=")[0].strip() for b in blank_lines) for c in changed), \
-            (path.stem, changed)
+    for name, m in mutants("lesson06").items():
+        for old, new in m.edits:
+            changed = set(old.splitlines()) - set(new.splitlines())
+            assert 1 <= len(changed) <= 4 and changed <= blank_lines, (name, changed)
 
 
 def test_solution_gets_all_code_points(solution_ns):
@@ -104,8 +100,8 @@ def test_no_max_subtraction_is_exact_on_small_scores_and_nan_on_big_ones():
 
 def test_wild_pointer_fails_cleanly_in_a_fresh_process():
     """The launcher's bounds check turns an out-of-bounds load into a CheckFailed: the process survives."""
-    code = ("import runpy\nfrom autograder import lesson06 as L\n"
-            f"k = runpy.run_path({str(MUTANTS / 'block_table_wrong_stride.py')!r})['paged_decode_kernel']\n"
+    code = ("from autograder import lesson06 as L\nfrom autograder.mutation import mutant_namespace\n"
+            "k = mutant_namespace('lesson06', 'block_table_wrong_stride')['paged_decode_kernel']\n"
             "try:\n    L.run_decode(k, L.make_case([5, 40]))\nexcept AssertionError as e:\n    print('CAUGHT', e)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO,
                           env=dict(__import__("os").environ, TRITON_INTERPRET="1"))
@@ -206,7 +202,7 @@ def test_nbgrader_end_to_end(tmp_path):
     """generate_assignment -> submissions (solution, blank, mutant) -> autograde -> export."""
     subs, results, csv_path = grade_three_students(
         tmp_path, "lesson06", ("l06_kernel", "l06_source_map_answer"), "l06_kernel",
-        (MUTANTS / "no_acc_rescale.py").read_text().split('"""', 2)[2].lstrip())
+        mutant_source("lesson06", "no_acc_rescale"))
     code = {s: sum(v or 0 for k, v in got.items() if k in CODE_PARTS) for s, got in results.items()}
     assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 1}
     assert all(got["l06_q1"] is None for got in results.values())  # manual: pending

@@ -1,0 +1,134 @@
+"""Lesson 1 — vLLM V1 源码地图: what the notebook shows (live demos, tables, figures); no check calls these."""
+from __future__ import annotations
+
+from autograder.lesson01.checks import TRACE, EngineRun
+
+
+def print_outputs(run: EngineRun) -> None:
+    """Per step: the new tokens each request got (and its finish reason), as EngineCoreOutputs carried them."""
+    print(f"{'step':>4}  {'r0':<22}{'r1':<22}")
+    for s, outs in run.outputs.items():
+        row = {o.request_id: f"{o.new_token_ids}" + (f" {o.finish_reason}" if o.finished else "") for o in outs}
+        mark = "  <- abort(r0) during this step's forward" if s == run.abort_step else ""
+        print(f"{s:>4}  {row.get('r0', '-'):<22}{row.get('r1', '-'):<22}{mark}")
+
+
+# ---------------------------------------------------------------------------- figures
+PHASE_COLORS = {"schedule": "#4C72B0", "execute": "#55A868", "grammar": "#C44E52", "wait": "#8172B2",
+                "aborts": "#CCB974", "update": "#64B5CD", "forward": "#DD8452"}
+
+
+def plot_timeline(run: EngineRun, steps: list[int] | None = None):
+    """Gantt chart of the trace: the EngineCore thread's phases above the worker's forward passes, and below
+    it the abort step's engine-thread phases in order, with when the abort arrived."""
+    import matplotlib.pyplot as plt
+
+    steps = steps or [s for s in (run.abort_step - 1, run.abort_step, run.abort_step + 1) if s in run.outputs]
+    evs = [e for e in run.events if e.step in steps]
+    t0 = min(e.start for e in evs)
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(11, 4.4), gridspec_kw={"height_ratios": [3, 1.3]})
+    engine_thread = next(e.thread for e in evs if e.phase == "schedule")
+    extra = iter(["#937860", "#DA8BC3", "#8C8C8C", "#17BECF", "#BCBD22"])
+    colors = dict(PHASE_COLORS)
+    for e in evs:
+        if e.phase not in colors:  # worker phases the engine may add (input preparation, sampling, ...)
+            colors[e.phase] = next(extra, "#BBBBBB")
+        y = 1 if e.thread == engine_thread else 0
+        width = max((e.end - e.start) * 1e3, 0.08)  # sub-0.1 ms phases stay visible
+        ax.barh(y, width, left=(e.start - t0) * 1e3, color=colors[e.phase], height=0.6,
+                edgecolor="black", linewidth=0.3)
+    x = (run.abort_time - t0) * 1e3
+    ax.axvline(x, color="red", linestyle="--")
+    ax.text(x, 1.45, f" abort(r0) arrives (step {run.abort_step})", color="red", fontsize=8)
+    ax.set_yticks([0, 1], ["worker thread", "EngineCore thread"])
+    ax.set_ylim(-0.6, 2.4)
+    ax.set_xlabel("time (ms)")
+    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()],
+              labels=list(colors), ncol=5, fontsize=7, loc="upper right")
+    ax.set_title(f"minivllm trace, steps {steps[0]}-{steps[-1]}", fontsize=9, loc="left")
+    phases = sorted((e for e in run.events if e.step == run.abort_step and e.phase in TRACE), key=lambda e: e.start)
+    for i, e in enumerate(phases):
+        ax2.barh(0, 0.9, left=i, color=PHASE_COLORS[e.phase], edgecolor="black", linewidth=0.3)
+        ax2.text(i + 0.45, 0, f"{e.phase}\n{(e.end - e.start) * 1e3:.2f} ms", ha="center", va="center", fontsize=8)
+    k = sum(e.start < run.abort_time for e in phases)
+    ax2.axvline(k - 0.05, color="red", linestyle="--")
+    ax2.set_xlim(-0.1, len(phases))
+    ax2.axis("off")
+    ax2.set_title(f"step {run.abort_step} on the EngineCore thread, in order (red: abort arrives)", fontsize=8,
+                  loc="left")
+    fig.tight_layout()
+    return fig
+
+
+def fig_arithmetic_intensity(d_model: int = 4096, ridge: float = 295.0):
+    """Figure 1-1: arithmetic intensity of a d x d FP16 linear layer vs tokens per step."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    n = np.logspace(0, 4.5, 200)
+    ai = 2 * n * d_model**2 / (2 * d_model**2 + 4 * n * d_model)  # FLOPs / bytes (weights + in/out activations)
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    ax.loglog(n, ai, color="black", label=f"linear layer, d={d_model}, FP16")
+    ax.axhline(ridge, color="gray", linestyle="--", label=f"H100 ridge ~{ridge:.0f} FLOP/B (989 TFLOPS / 3.35 TB/s)")
+    ax.axvspan(1, 256, color="#8172B2", alpha=0.15, label="decode: tokens = B (memory-bound)")
+    ax.axvspan(512, n[-1], color="#DD8452", alpha=0.15, label="prefill: tokens = B*S (compute-bound)")
+    ax.set_xlabel("tokens per forward (decode: B; prefill: B*S)")
+    ax.set_ylabel("FLOP / byte")
+    ax.legend(fontsize=7, loc="upper left")
+    ax.set_title("Figure 1-1  Prefill vs decode arithmetic intensity", fontsize=9, loc="left")
+    return fig
+
+
+def _boxes(ax, boxes, arrows):
+    for text, (x, y, w, h), color in boxes:
+        ax.add_patch(__import__("matplotlib.patches", fromlist=["x"]).FancyBboxPatch(
+            (x, y), w, h, boxstyle="round,pad=0.02", facecolor=color, edgecolor="black", linewidth=0.8))
+        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=8)
+    for (x0, y0), (x1, y1), label in arrows:
+        ax.annotate("", xy=(x1, y1), xytext=(x0, y0), arrowprops=dict(arrowstyle="->", lw=1.2))
+        if label:
+            ax.text(max(x0, x1) + 0.01, (y0 + y1) / 2, label, fontsize=7, color="dimgray", va="center")
+    ax.set_xlim(-0.01, 1.01)
+    ax.set_ylim(0, 1)
+    ax.axis("off")
+
+
+def fig_architecture():
+    """Figure 1-2: Frontend -> EngineCore -> Workers, and who owns which state."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.6))
+    boxes = [
+        ("API server / AsyncLLM\nowns: client streams, tokenizer, cancellation", (0.2, 0.84, 0.6, 0.12), "#DCE6F2"),
+        ("", (0.1, 0.4, 0.8, 0.33), "#F2E6DC"),
+        ("Scheduler\nrequest states, token budget", (0.14, 0.43, 0.34, 0.13), "#FFFFFF"),
+        ("KVCacheManager\nlogical blocks, prefix hashes", (0.52, 0.43, 0.34, 0.13), "#FFFFFF"),
+        ("Worker / GPUModelRunner (TP rank 0)\nKV tensors, CUDA graphs", (0.02, 0.05, 0.45, 0.15), "#E2F0D9"),
+        ("Worker / GPUModelRunner (TP rank 1)\nKV tensors, CUDA graphs", (0.53, 0.05, 0.45, 0.15), "#E2F0D9"),
+    ]
+    arrows = [((0.5, 0.84), (0.5, 0.73), " EngineCoreRequest over ZMQ + msgspec"),
+              ((0.4, 0.4), (0.3, 0.2), "execute_model(SchedulerOutput)"),
+              ((0.6, 0.4), (0.72, 0.2), ""),
+              ((0.12, 0.2), (0.12, 0.4), "ModelRunnerOutput")]
+    _boxes(ax, boxes, arrows)
+    ax.text(0.5, 0.65, "EngineCore (one busy loop, one thread)\nowns: step(), aborts_queue, IPC", ha="center",
+            va="center", fontsize=8)
+    ax.set_title("Figure 1-2  vLLM V1: frontend -> EngineCore -> workers (one writer per state)", fontsize=9,
+                 loc="left")
+    return fig
+
+
+def fig_request_flow():
+    """Figure 1-3: one request from HTTP to streamed tokens."""
+    import matplotlib.pyplot as plt
+
+    stages = ["HTTP request\narrives", "AsyncLLM\ntokenizes", "EngineCoreRequest\ninto input queue",
+              "EngineCore.step()\nschedule", "ModelRunner forward\n(TP all-reduce)", "sample, detokenize,\nstream SSE"]
+    fig, ax = plt.subplots(figsize=(11, 1.9))
+    w, gap = 0.14, (0.98 - 6 * 0.14) / 5
+    boxes = [(s, (0.01 + i * (w + gap), 0.25, w, 0.5), "#DCE6F2" if i < 3 else "#F2E6DC" if i == 3 else "#E2F0D9")
+             for i, s in enumerate(stages)]
+    arrows = [((0.01 + i * (w + gap) + w, 0.5), (0.01 + (i + 1) * (w + gap), 0.5), "") for i in range(5)]
+    _boxes(ax, boxes, arrows)
+    ax.set_title("Figure 1-3  Request flow (frontend process | EngineCore process | workers)", fontsize=9, loc="left")
+    return fig

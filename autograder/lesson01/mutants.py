@@ -1,0 +1,50 @@
+"""Lesson 1's wrong answers: each a few edits of the solution cell l01_engine_core_step, with the misconception it models.
+
+Instructor side only (`python -m autograder release` leaves this file out). Every mutant must score less
+than the solution (tests/test_lesson01_grading.py builds each wrong notebook from the release and grades it).
+"""
+from autograder.mutation import Mutant
+
+CELL = "l01_engine_core_step"
+
+MUTANTS = {
+    "aborts_skipped": Mutant(CELL, (
+        ('    process_aborts()',
+         '    None'),
+    ), 'Never drains the abort queue (the aborts blank filled with a no-op).'),
+    "no_early_return": Mutant(CELL, (
+        (('    if not has_requests:\n'
+          '        return {}, False, trace\n'
+          '\n'
+          '    # TODO：保持 schedule → async execute/grammar → wait → aborts → update。'),
+         ''),
+    ), 'Runs a step even when there are no requests (the has_requests guard forgotten).'),
+    "outputs_not_from_update": Mutant(CELL, (
+        ('    outputs = update(plan, model_output)',
+         ('    update(plan, model_output)\n'
+          '    outputs = {"r0": model_output["tokens"]}')),
+    ), 'Calls update() but builds the outputs itself from the raw model output.'),
+    "schedule_twice": Mutant(CELL, (
+        ('    future = execute_async(plan)',
+         '    future = execute_async(schedule())'),
+    ), 'Calls schedule() a second time to get the plan it passes to the executor.'),
+    "scheduled_tokens_boundary": Mutant(CELL, (
+        ('    return outputs, plan["scheduled_tokens"] > 0, trace',
+         '    return outputs, plan["scheduled_tokens"] >= 0, trace'),
+    ), 'Reports ran=True for a step that scheduled zero tokens (>= instead of >).'),
+    "update_before_aborts": Mutant(CELL, (
+        (('    process_aborts()\n'
+          '    trace.append("aborts")\n'
+          '    outputs = update(plan, model_output)'),
+         ('    outputs = update(plan, model_output)\n'
+          '    trace.append("aborts")\n'
+          '    process_aborts()')),
+    ), 'Applies the model output before draining the abort queue (trace lines kept in place).'),
+    "wait_before_grammar": Mutant(CELL, (
+        ('    grammar = get_grammar(plan)',
+         ('    model_output = future()\n'
+          '    grammar = get_grammar(plan)')),
+        ('    model_output = future()',
+         ''),
+    ), 'Blocks on the future before preparing the grammar, so nothing overlaps the forward pass.'),
+}

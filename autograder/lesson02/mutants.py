@@ -1,0 +1,95 @@
+"""Lesson 2's wrong answers: each a few edits of the solution cell l02_schedule_step, with the misconception it models.
+
+Instructor side only (`python -m autograder release` leaves this file out). Every mutant must score less
+than the solution (tests/test_lesson02_grading.py builds each wrong notebook from the release and grades it).
+"""
+from autograder.mutation import Mutant
+
+CELL = "l02_schedule_step"
+
+MUTANTS = {
+    "admission_after_preemption": Mutant(CELL, (
+        ('    admit = not preempted',
+         ('    # 2. Then WAITING, first come first served.\n'
+          '    admit = True')),
+    ), 'Admits waiting requests even in a step that had to preempt.'),
+    "budget_not_decremented": Mutant(CELL, (
+        (('        token_budget -= n\n'
+          '        i += 1'),
+         ('        token_budget -= 0\n'
+          '        i += 1')),
+        (('        token_budget -= n\n'
+          '    return scheduled, preempted'),
+         ('        token_budget -= 0\n'
+          '    return scheduled, preempted')),
+    ), 'Never takes the scheduled tokens off the budget.'),
+    "preempt_oldest": Mutant(CELL, (
+        ('            victim = running.pop()',
+         '            victim = running.pop(0)'),
+    ), 'Preempts the oldest running request (running[0]) instead of the newest.'),
+    "skip_instead_of_preempt": Mutant(CELL, (
+        (('        ok = allocate(req, n)\n'
+          '        while not ok:\n'
+          '            victim = running.pop()\n'
+          '            preempt(victim)\n'
+          '            preempted.append(victim)\n'
+          '            if victim is req:\n'
+          '                break\n'
+          '            ok = allocate(req, n)\n'
+          '        if not ok:\n'
+          '            break'),
+         ('        if not allocate(req, n):\n'
+          '            i += 1\n'
+          '            continue')),
+    ), 'When allocate fails, skips the request and moves on instead of preempting.'),
+    "threshold_ignored": Mutant(CELL, (
+        (('        n = min(num_new_tokens(req), threshold, token_budget)\n'
+          '        ok = allocate(req, n)'),
+         ('        n = min(num_new_tokens(req), token_budget)\n'
+          '        ok = allocate(req, n)')),
+        (('        n = min(num_new_tokens(req), threshold, token_budget)\n'
+          '        if not allocate(req, n):'),
+         ('        n = min(num_new_tokens(req), token_budget)\n'
+          '        if not allocate(req, n):')),
+    ), 'Ignores long_prefill_token_threshold: each request gets min(remaining, budget left).'),
+    "waiting_before_running": Mutant(CELL, (
+        ('    #       allocate 失败就抢占优先级最低的 running 请求；本步抢占过就不再接纳新请求。',
+         ('    admit = True\n'
+          '    while admit and waiting and token_budget > 0 and len(running) < max_num_seqs:\n'
+          '        req = waiting[0]\n'
+          '        n = min(num_new_tokens(req), threshold, token_budget)\n'
+          '        if not allocate(req, n):\n'
+          '            break\n'
+          '        running.append(waiting.popleft())\n'
+          '        scheduled[req.request_id] = n\n'
+          '        token_budget -= n\n'
+          '\n'
+          '    #       allocate 失败就抢占优先级最低的 running 请求；本步抢占过就不再接纳新请求。')),
+        ('    while i < len(running) and token_budget > 0:',
+         ('    admitted = set(scheduled)\n'
+          '    while i < len(running) and token_budget > 0:')),
+        (('        n = min(num_new_tokens(req), threshold, token_budget)\n'
+          '        ok = allocate(req, n)'),
+         ('        if req.request_id in admitted:\n'
+          '            i += 1\n'
+          '            continue\n'
+          '        n = min(num_new_tokens(req), threshold, token_budget)\n'
+          '        ok = allocate(req, n)')),
+        (('    admit = not preempted\n'
+          '    while admit and waiting and token_budget > 0 and len(running) < max_num_seqs:\n'
+          '        req = waiting[0]\n'
+          '        n = min(num_new_tokens(req), threshold, token_budget)\n'
+          '        if not allocate(req, n):\n'
+          '            break\n'
+          '        running.append(waiting.popleft())\n'
+          '        scheduled[req.request_id] = n\n'
+          '        token_budget -= n'),
+         ''),
+    ), 'Admits waiting requests before serving the running ones (decodes can starve).'),
+    "waiting_ignores_threshold": Mutant(CELL, (
+        (('        n = min(num_new_tokens(req), threshold, token_budget)\n'
+          '        if not allocate(req, n):'),
+         ('        n = min(num_new_tokens(req), token_budget)\n'
+          '        if not allocate(req, n):')),
+    ), 'Caps running requests by the threshold but lets a new prompt take the whole budget.'),
+}

@@ -1,0 +1,57 @@
+"""Lesson 6's wrong answers: each a few edits of the solution cell l06_kernel, with the misconception it models.
+
+Instructor side only (`python -m autograder release` leaves this file out). Every mutant must score less
+than the solution (tests/test_lesson06_grading.py builds each wrong notebook from the release and grades it).
+"""
+from autograder.mutation import Mutant
+
+CELL = "l06_kernel"
+
+MUTANTS = {
+    "block_table_row_of_seq0": Mutant(CELL, (
+        ('        physical_block = tl.load(block_table_ptr + seq * stride_block_table_seq + logical_block)',
+         '        physical_block = tl.load(block_table_ptr + logical_block)'),
+    ), 'Reads row 0 of the block table for every sequence (forgets the row stride).'),
+    "block_table_wrong_stride": Mutant(CELL, (
+        ('        physical_block = tl.load(block_table_ptr + seq * stride_block_table_seq + logical_block)',
+         '        physical_block = tl.load(block_table_ptr + seq * stride_cache_block + logical_block)'),
+    ), "Steps through the block table with the cache's block stride, reading far past the table (a wild pointer: under the interpreter the bounds-checked launcher must turn it into a failed check, not a crash)."),
+    "logical_block_index": Mutant(CELL, (
+        ('        physical_block = tl.load(block_table_ptr + seq * stride_block_table_seq + logical_block)',
+         '        physical_block = logical_block'),
+    ), 'Uses the logical block number as the physical one (ignores the block table).'),
+    "mask_off_by_one": Mutant(CELL, (
+        ('        token_mask = token_pos < seq_len',
+         '        token_mask = token_pos <= seq_len'),
+    ), 'Lets the slot at position seq_len (one past the last token) through.'),
+    "no_acc_rescale": Mutant(CELL, (
+        ('        acc = acc * rescale[:, None] + tl.dot(probs.to(COMPUTE_DTYPE), v, input_precision=DOT_PRECISION)',
+         '        acc = acc + tl.dot(probs.to(COMPUTE_DTYPE), v, input_precision=DOT_PRECISION)'),
+    ), 'Rescales the denominator but not the accumulator when the running max rises.'),
+    "no_mask_last_block": Mutant(CELL, (
+        ('        token_mask = token_pos < seq_len',
+         '        token_mask = token_pos < num_logical_blocks * BLOCK_SIZE'),
+    ), 'Masks only whole blocks, so the unwritten tail of the last partial block is read and scored.'),
+    "no_max_subtraction": Mutant(CELL, (
+        (('        rescale = tl.exp(running_max - new_max)\n'
+          '        probs = tl.exp(scores - new_max[:, None])\n'
+          '        running_sum = running_sum * rescale + tl.sum(probs, axis=1)\n'
+          '        acc = acc * rescale[:, None] + tl.dot(probs.to(COMPUTE_DTYPE), v, input_precision=DOT_PRECISION)'),
+         ('        rescale = 1.0\n'
+          '        probs = tl.exp(scores)\n'
+          '        running_sum = running_sum * rescale + tl.sum(probs, axis=1)\n'
+          '        acc = acc * rescale + tl.dot(probs.to(COMPUTE_DTYPE), v, input_precision=DOT_PRECISION)')),
+    ), 'Plain exp(scores) without the running max (exact on small scores, overflows on big ones).'),
+    "no_sum_rescale": Mutant(CELL, (
+        ('        running_sum = running_sum * rescale + tl.sum(probs, axis=1)',
+         '        running_sum = running_sum + tl.sum(probs, axis=1)'),
+    ), 'Rescales the accumulator but not the denominator when the running max rises.'),
+    "probs_use_block_max": Mutant(CELL, (
+        ('        probs = tl.exp(scores - new_max[:, None])',
+         '        probs = tl.exp(scores - block_max[:, None])'),
+    ), "Exponentiates against the block's own max instead of the new running max."),
+    "wrong_gqa_head": Mutant(CELL, (
+        ('        kv_offsets = physical_block * stride_cache_block + slots[:, None] * stride_cache_slot + kv_head * stride_cache_head + dims[None, :]',
+         '        kv_offsets = physical_block * stride_cache_block + slots[:, None] * stride_cache_slot + kv_head * QUERIES_PER_KV * stride_cache_head + dims[None, :]'),
+    ), "GQA mapping: reads the cache at the group's first query head (kv_head * QUERIES_PER_KV) instead of its kv head; for kv_head > 0 that is another head or past the slot."),
+}
