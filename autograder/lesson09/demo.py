@@ -106,6 +106,7 @@ def plot_per_position(sweep: dict):
     fig, ax = plt.subplots(figsize=(7, 3))
     for r in sweep["rows"]:
         ax.plot(range(1, r["k"] + 1), r["per_pos"], "o-", label=f"k={r['k']}")
+    ax.set_xticks(range(1, max(r["k"] for r in sweep["rows"]) + 1))
     ax.set_xlabel("draft position j")
     ax.set_ylabel("P(draft j accepted)")
     ax.set_ylim(0, 1)
