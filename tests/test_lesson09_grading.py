@@ -92,6 +92,7 @@ def test_distribution_test_can_fail(solution_ns):
     assert min(bad.p_values.values()) < 1e-6
 
 
+@pytest.mark.slow
 def test_engine_plug_restores_the_runner_and_drives_the_rollback(solution_ns):
     import minivllm.worker.gpu_model_runner as runner
 
