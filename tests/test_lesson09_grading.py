@@ -1,0 +1,146 @@
+"""Lesson 9's grader: the solution earns 4/4 code points, the unfilled release 0 without crashing, every mutant
+loses points; the engine plug restores the runner and drives the rollback with the student's count; the
+distribution test can fail; the notebook runs in 60 s; nbgrader agrees end to end."""
+import json
+
+import numpy as np
+import pytest
+from grading_flow import grade_three_students
+
+from autograder.common import REPO, CheckFailed, grade_namespace, run_part, student_namespace
+from autograder.lesson09 import (
+    LESSON,
+    check_source_map,
+    chi_square_p_value,
+    distribution_run,
+    plugged,
+    run_engine,
+)
+from autograder.mutation import mutant_namespace, mutant_source, mutants
+
+CODE_PARTS = ("l09_main_path", "l09_real_engine", "l09_boundary", "l09_source_map")
+UNIT_PARTS = ("l09_main_path", "l09_boundary", "l09_source_map")
+# The parts each mutant must fail (it may fail more). Wrong random-path rules cannot show in a greedy engine run.
+MUST_FAIL = {
+    "accept_if_p_ge_q": {"l09_main_path"},
+    "accept_ignores_q": {"l09_main_path", "l09_boundary"},
+    "greedy_accepts_likely": {"l09_main_path", "l09_real_engine", "l09_boundary"},
+    "recover_from_p": {"l09_main_path", "l09_boundary"},
+    "no_bonus_token": {"l09_main_path", "l09_real_engine", "l09_boundary"},
+    "continue_after_rejection": {"l09_main_path", "l09_real_engine", "l09_boundary"},
+    "accepted_count_off_by_one": {"l09_main_path", "l09_real_engine", "l09_boundary"},
+}
+
+
+def code_scores(namespace, parts=CODE_PARTS):
+    if parts == CODE_PARTS:
+        return {r.part.grade_id: r.score for r in grade_namespace(LESSON, namespace) if not r.part.manual}
+    return {p.grade_id: run_part(p, namespace).score for p in LESSON.parts if p.grade_id in parts}
+
+
+def mutant(name):
+    return mutant_namespace("lesson09", name)["rejection_sample"]
+
+
+@pytest.fixture(scope="module")
+def solution_ns():
+    ns, errors = student_namespace(REPO / "solutions/lesson09/lesson09.ipynb")
+    assert not errors
+    return ns
+
+
+def test_every_required_mutant_is_there():
+    assert set(mutants("lesson09")) == set(MUST_FAIL)
+
+
+def test_mutants_change_only_blank_lines():
+    sol = json.loads((REPO / "solutions/lesson09/lesson09.ipynb").read_text(encoding="utf-8"))
+    cell = next("".join(c["source"]) for c in sol["cells"] if c["id"] == "l09_rejection_sample")
+    blank_lines = {line.split("  ### BLANK")[0] for line in cell.splitlines() if "### BLANK" in line}
+    for name, m in mutants("lesson09").items():
+        for old, _new in m.edits:
+            lines = {line for line in blank_lines if old in line}
+            assert len(lines) == 1, (name, old)
+
+
+def test_solution_gets_all_code_points(solution_ns):
+    assert code_scores(solution_ns) == dict.fromkeys(CODE_PARTS, 1)
+
+
+@pytest.mark.parametrize("name", sorted(MUST_FAIL))
+def test_mutant_loses_unit_points(name, solution_ns):
+    """Fast: the parts that need no engine."""
+    scores = code_scores(dict(solution_ns, rejection_sample=mutant(name)), UNIT_PARTS)
+    failed = {k for k, v in scores.items() if v == 0}
+    assert MUST_FAIL[name] & set(UNIT_PARTS) <= failed, scores
+    assert failed, scores
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(n for n, parts in MUST_FAIL.items() if "l09_real_engine" in parts))
+def test_mutant_fails_the_real_engine(name, solution_ns):
+    scores = code_scores(dict(solution_ns, rejection_sample=mutant(name)), ("l09_real_engine",))
+    assert scores == {"l09_real_engine": 0}
+
+
+def test_distribution_test_can_fail(solution_ns):
+    """The chi-square rejects recovering from p (and the p-value helper is the chi2 survival function)."""
+    assert chi_square_p_value(np.array([60, 40, 100]), np.array([0.25, 0.25, 0.5])) == pytest.approx(np.exp(-2))
+    good = distribution_run(solution_ns["rejection_sample"])
+    assert min(good.p_values.values()) > 1e-3
+    bad = distribution_run(mutant("recover_from_p"))
+    assert min(bad.p_values.values()) < 1e-6
+
+
+@pytest.mark.slow
+def test_engine_plug_restores_the_runner_and_drives_the_rollback(solution_ns):
+    import minivllm.worker.gpu_model_runner as runner
+
+    original = runner.RejectionSampler
+    with pytest.raises(CheckFailed), plugged(mutant("no_bonus_token"), []):
+        assert runner.RejectionSampler is not original
+        raise CheckFailed("inside")
+    assert runner.RejectionSampler is original
+    # The student's count decides what the engine keeps: one short keeps every output right but slower.
+    short = run_engine(mutant("accepted_count_off_by_one"), max_tokens=24, prompts=[[1, 2, 3, 1, 2, 3, 1, 2]])
+    ref = run_engine(solution_ns["rejection_sample"], max_tokens=24, prompts=[[1, 2, 3, 1, 2, 3, 1, 2]])
+    assert short.tokens == ref.tokens and short.steps > ref.steps
+    assert short.stats.mean_acceptance_length < ref.stats.mean_acceptance_length
+    assert runner.RejectionSampler is original
+
+
+def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
+    good = solution_ns["SOURCE_MAP"]
+    check_source_map({k: f"`{v}`" for k, v in good.items()})
+    check_source_map(dict(good, recover="sample_recovered_tokens_kernel", placeholder="placeholder_token_id",
+                          drafts_in_schedule="scheduler_output.scheduled_spec_decode_tokens"))
+    for bad in (dict(good, recover=good["random_verify"], random_verify=good["recover"]),
+                dict(good, rollback_count="num_accepted"), {k: v for k, v in good.items() if k != "placeholder"},
+                dict(good, recover=None)):
+        with pytest.raises(AssertionError):
+            check_source_map(bad)
+
+
+def test_student_copy_shows_the_blanks():
+    cells = {c["id"]: "".join(c["source"])
+             for c in json.loads((REPO / "notebooks/lesson09/lesson09.ipynb").read_text(encoding="utf-8"))["cells"]}
+    code = cells["l09_rejection_sample"]
+    assert code.count("______") == 6 and "### BLANK" not in code
+    for line in ("accept = ______", "n = ______", "residual = ______", "out[i, k] = ______"):
+        assert line in code, line
+    assert "residual / residual.sum()" in code and "clamp" not in code and "break" not in code
+    assert cells["l09_source_map_answer"].count(": ______,") == 6
+    assert "assert n == [2, 0, 2, 0]" in cells["l09_main_path"]
+
+
+@pytest.mark.slow
+def test_nbgrader_end_to_end(tmp_path):
+    """generate_assignment -> submissions (solution, blank, mutant) -> autograde -> export."""
+    subs, results, csv_path = grade_three_students(
+        tmp_path, "lesson09", ("l09_rejection_sample", "l09_source_map_answer"), "l09_rejection_sample",
+        mutant_source("lesson09", "recover_from_p"))
+    code = {s: sum(v or 0 for k, v in got.items() if k in CODE_PARTS) for s, got in results.items()}
+    assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 2}
+    assert all(got["l09_q1"] is None for got in results.values())  # manual: pending
+
+
