@@ -9,12 +9,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from minivllm.config import VllmConfig
 from minivllm.core.sched.output import SchedulerOutput
+from minivllm.executor.abstract import Executor
 from minivllm.tracing import Tracer
 from minivllm.worker.gpu_worker import Worker
 from minivllm.worker.outputs import ModelRunnerOutput
 
 
-class UniProcExecutor:
+class UniProcExecutor(Executor):
     """A single Worker in this process; calls run on one dedicated thread, in order."""
 
     def __init__(self, vllm_config: VllmConfig, tracer: Tracer | None = None) -> None:

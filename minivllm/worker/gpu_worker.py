@@ -1,10 +1,15 @@
-"""Worker (vLLM: v1/worker/gpu_worker.py): one device, its model runner, and KV cache sizing."""
+"""Worker (vLLM: v1/worker/gpu_worker.py): one device, its model runner, and KV cache sizing.
+
+Under tensor parallelism there is one Worker per rank, each in its own process (MultiprocExecutor); it
+joins the TP group before it builds its model, so the parallel layers see their rank and size.
+"""
 from __future__ import annotations
 
 import torch
 
 from minivllm.config import VllmConfig
 from minivllm.core.sched.output import SchedulerOutput
+from minivllm.distributed.parallel_state import init_distributed_environment, initialize_model_parallel
 from minivllm.tracing import Tracer
 from minivllm.utils import cdiv
 from minivllm.worker.gpu_model_runner import GPUModelRunner
@@ -19,14 +24,29 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+def init_worker_distributed_environment(vllm_config: VllmConfig, rank: int, distributed_init_method: str,
+                                        device: torch.device) -> None:
+    """Join the TP group: NCCL between GPUs, gloo on CPU."""
+    pc = vllm_config.parallel_config
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    init_distributed_environment(pc.world_size, rank, distributed_init_method, backend)
+    initialize_model_parallel(pc.tensor_parallel_size)
+
+
 class Worker:
     """Owns the device: loads the model, sizes and allocates the KV cache, runs steps."""
 
-    def __init__(self, vllm_config: VllmConfig, tracer: Tracer | None = None) -> None:
+    def __init__(self, vllm_config: VllmConfig, tracer: Tracer | None = None, local_rank: int = 0,
+                 rank: int = 0, distributed_init_method: str | None = None) -> None:
         self.vllm_config = vllm_config
+        self.rank = rank
         self.device = resolve_device(vllm_config.device)
         if self.device.type == "cuda":
+            if vllm_config.parallel_config.world_size > 1:
+                self.device = torch.device("cuda", local_rank)
             torch.cuda.set_device(self.device)
+        if vllm_config.parallel_config.world_size > 1:
+            init_worker_distributed_environment(vllm_config, rank, distributed_init_method, self.device)
         torch.manual_seed(vllm_config.model_config.seed)
         self.model_runner = GPUModelRunner(vllm_config, self.device, tracer)
 
@@ -60,7 +80,9 @@ class Worker:
         self.model_runner.initialize_kv_cache(num_gpu_blocks)
 
     def profile(self, is_start: bool, path: str) -> str | None:
-        """Start, or stop and write a Chrome trace of, a torch.profiler run (CPU + CUDA activity)."""
+        """Start, or stop and write a Chrome trace of, a torch.profiler run (CPU + CUDA activity).
+
+        Rank r > 0 of a TP group writes PATH.rankR.json beside rank 0's PATH."""
         import torch.profiler as tp
         if is_start:
             activities = [tp.ProfilerActivity.CPU] + ([tp.ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
@@ -70,12 +92,15 @@ class Worker:
         if getattr(self, "_profiler", None) is None:
             raise RuntimeError("profile(is_start=False) without a running profile")
         self._profiler.__exit__(None, None, None)
+        if self.rank:
+            path = f"{path.removesuffix('.json')}.rank{self.rank}.json"
         self._profiler.export_chrome_trace(path)
         self._profiler = None
         return path
 
     def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput | None:
-        return self.model_runner.execute_model(scheduler_output)
+        with torch.profiler.record_function("execute_model"):  # a profiled step's extent (the TP benchmark)
+            return self.model_runner.execute_model(scheduler_output)
 
     def sample_tokens(self, grammar_output) -> ModelRunnerOutput:
         return self.model_runner.sample_tokens(grammar_output)
