@@ -331,7 +331,7 @@ def test_worker_raise_then_death_end_requests_with_engine_dead_error():
     llm = LLM(device="cpu", tensor_parallel_size=2, multiprocess=False, max_num_seqs=4)
     executor = llm.llm_engine.engine_core.model_executor
     pids = [w.proc.pid for w in executor.workers]
-    with pytest.raises(EngineDeadError, match="rank 0 raised"):
+    with pytest.raises(EngineDeadError, match=r"rank \d raised in no_such_method"):
         executor.collective_rpc("no_such_method")  # AttributeError inside every worker
     assert _wait_gone(pids)
     with pytest.raises(EngineDeadError):
@@ -361,7 +361,10 @@ def test_killed_worker_fails_every_request_and_killed_core_leaves_no_orphans():
 
 
 @pytest.mark.slow
-def test_killed_core_process_takes_its_workers_down():
+@pytest.mark.parametrize("start_method", ["spawn", "fork"])
+def test_killed_core_process_takes_its_workers_down(monkeypatch, start_method):
+    """A forked worker must also close the parent's pipe ends it inherited, or its death pipe never EOFs."""
+    monkeypatch.setenv("MINIVLLM_WORKER_MULTIPROC_METHOD", start_method)  # the core process inherits it
     llm = LLM(device="cpu", tensor_parallel_size=2, max_num_seqs=4)
     core_pid = llm.llm_engine.engine_core.engine_pid
     workers = sorted(_children(core_pid))

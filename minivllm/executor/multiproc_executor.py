@@ -11,8 +11,13 @@ for good, so the executor kills every worker and raises EngineDeadError: in-proc
 caller, in an EngineCoreProc it kills the core, whose client then fails every request the same way.
 Workers hold the read end of a death pipe and exit when it closes (the parent died), so none is orphaned.
 
-Differs from vLLM: pipes instead of the shared-memory MessageQueue; a single host (the rendezvous
-address and port are configurable, but nothing starts ranks on another host).
+Workers are spawned; MINIVLLM_WORKER_MULTIPROC_METHOD=fork (vLLM: VLLM_WORKER_MULTIPROC_METHOD) forks
+them instead, so they inherit what this process changed in memory (a lesson's own layer classes patched
+into the model). A forked worker closes the parent's pipe ends it inherited, or no pipe would ever EOF.
+
+Differs from vLLM: pipes instead of the shared-memory MessageQueue; spawn is the default (vLLM forks
+unless CUDA is already initialized); a single host (the rendezvous address and port are configurable,
+but nothing starts ranks on another host).
 """
 from __future__ import annotations
 
@@ -76,12 +81,15 @@ class MultiprocExecutor(Executor):
             check_port_free(pc.master_addr, pc.master_port)
         port = pc.master_port or get_open_port(pc.master_addr)
         init_method = get_distributed_init_method(pc.master_addr, port)
-        ctx = multiprocessing.get_context("spawn")
+        method = os.environ.get("MINIVLLM_WORKER_MULTIPROC_METHOD", "spawn")
+        if method not in ("spawn", "fork"):
+            raise ValueError(f"MINIVLLM_WORKER_MULTIPROC_METHOD must be 'spawn' or 'fork', got {method!r}")
+        ctx = multiprocessing.get_context(method)
         self.workers: list[WorkerProcHandle] = []
         self._finalizer = weakref.finalize(self, _terminate_workers, self.workers)
         try:
             for rank in range(self.world_size):
-                self.workers.append(_make_worker_process(ctx, vllm_config, rank, init_method))
+                self.workers.append(_make_worker_process(ctx, vllm_config, rank, init_method, self.workers))
             self._wait_for_ready()
         except BaseException:
             self.shutdown()
@@ -180,12 +188,18 @@ def _check_devices(vllm_config: VllmConfig) -> None:
                              f"on this host; torch sees {n} (use device='cpu' for gloo ranks)")
 
 
-def _make_worker_process(ctx, vllm_config: VllmConfig, rank: int, init_method: str) -> WorkerProcHandle:
+def _make_worker_process(ctx, vllm_config: VllmConfig, rank: int, init_method: str,
+                         earlier: list[WorkerProcHandle]) -> WorkerProcHandle:
     rpc_reader, rpc_writer = ctx.Pipe(duplex=False)
     response_reader, response_writer = ctx.Pipe(duplex=False)
     death_reader, death_writer = ctx.Pipe(duplex=False)
+    # A forked child inherits every open fd: it must close the parent's ends (its own and earlier workers').
+    inherited = [rpc_writer, response_reader, death_writer] + [
+        end for w in earlier for end in (w.rpc_writer, w.response_reader, w.death_writer)
+    ] if ctx.get_start_method() == "fork" else []
     proc = ctx.Process(target=WorkerProc.worker_main, name=f"TPWorker_{rank}", daemon=True,
-                       args=(vllm_config, rank, rank, init_method, rpc_reader, response_writer, death_reader))
+                       args=(vllm_config, rank, rank, init_method, rpc_reader, response_writer, death_reader,
+                             inherited))
     proc.start()
     for end in (rpc_reader, response_writer, death_reader):  # the child has its copies
         end.close()
@@ -215,7 +229,10 @@ class WorkerProc:
 
     @staticmethod
     def worker_main(vllm_config: VllmConfig, local_rank: int, rank: int, init_method: str, rpc_reader,
-                    response_writer, death_reader) -> None:
+                    response_writer, death_reader, inherited=()) -> None:
+        for end in inherited:
+            end.close()
+
         def signal_handler(signum, frame):
             raise SystemExit(0)
         signal.signal(signal.SIGTERM, signal_handler)
