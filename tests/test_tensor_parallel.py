@@ -223,33 +223,39 @@ CASES = {"llama": ("llama", {}),  # 6 heads, 2 kv heads: one kv head per rank
 
 @pytest.fixture(scope="module")
 def tp_runs(tmp_path_factory):
-    """Per case: (path, prompts, TP=2 tokens, TP=1 tokens, TP=2 stats), one TP=2 engine at a time."""
+    """Per case: (path, prompts, TP=2 tokens, TP=1 tokens, TP=2 stats, KV cache shapes per rank per tp)."""
     root, runs = tmp_path_factory.mktemp("tp"), {}
     for case, (variant, overrides) in CASES.items():
         path = make_tiny_model(variant, root / case, **overrides)
         vocab = transformers.AutoConfig.from_pretrained(path).vocab_size
         prompts = shared_prefix_prompts(vocab, seed=len(case))
-        tokens = {}
+        tokens, specs = {}, {}
         for tp in (2, 1):
             llm = LLM(path, tensor_parallel_size=tp, **ENGINE_KW)
             tokens[tp] = [o.outputs[0].token_ids for o in llm.generate(prompts, greedy(), use_tqdm=False)]
+            specs[tp] = llm.llm_engine.engine_core.model_executor.collective_rpc("get_kv_cache_spec")
             if tp == 2:
                 stats = llm.llm_engine.get_stats()
                 assert type(llm.llm_engine.engine_core.model_executor).__name__ == "MultiprocExecutor"
             llm.llm_engine.shutdown()
-        runs[case] = (path, prompts, tokens[2], tokens[1], stats)
+        runs[case] = (path, prompts, tokens[2], tokens[1], stats, specs)
     return runs
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_tp2_greedy_equals_tp1_and_hf(tp_runs, case):
-    path, prompts, tp2, tp1, stats = tp_runs[case]
+    path, prompts, tp2, tp1, stats, specs = tp_runs[case]
     assert tp2 == tp1
     assert tp2 == hf_greedy(path, prompts)
     assert stats.num_preemptions > 0, stats
     assert stats.prefix_cache_hits >= 32, stats
     assert min(len(p) for p in prompts) > ENGINE_KW["max_num_batched_tokens"]  # every prefill is chunked
+    # (2, blocks, block_size, kv_heads, head_dim): each rank caches only its kv heads (2 -> 1 each; 1 -> 1 replicated)
+    kv_heads = transformers.AutoConfig.from_pretrained(path).num_key_value_heads
+    assert [s[3] for s in specs[1]] == [kv_heads]
+    assert [s[3] for s in specs[2]] == [max(1, kv_heads // 2)] * 2
+    assert all(s[:3] + s[4:] == specs[1][0][:3] + specs[1][0][4:] for s in specs[2])
 
 
 def test_tp1_starts_no_process_and_no_group():

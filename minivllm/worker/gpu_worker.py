@@ -79,6 +79,10 @@ class Worker:
     def initialize_cache(self, num_gpu_blocks: int) -> None:
         self.model_runner.initialize_kv_cache(num_gpu_blocks)
 
+    def get_kv_cache_spec(self) -> tuple[int, ...]:
+        """This rank's KV cache shape per layer (vLLM returns a KVCacheSpec per layer): with TP, its kv heads."""
+        return tuple(self.model_runner.kv_caches[0].shape)
+
     def profile(self, is_start: bool, path: str) -> str | None:
         """Start, or stop and write a Chrome trace of, a torch.profiler run (CPU + CUDA activity).
 
