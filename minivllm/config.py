@@ -150,6 +150,56 @@ class CompilationConfig:
 
 
 @dataclass
+class ParallelConfig:
+    """Tensor parallelism: how many ranks, and where they meet (vLLM: ParallelConfig).
+
+    tensor_parallel_size > 1 starts one worker process per rank (MultiprocExecutor) that rendezvous over
+    TCP at master_addr:master_port (0: any free port); only a single host is tested.
+    """
+
+    tensor_parallel_size: int = 1
+    master_addr: str = "127.0.0.1"
+    master_port: int = 0
+    distributed_executor_backend: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tensor_parallel_size, bool) or not isinstance(self.tensor_parallel_size, int) \
+                or self.tensor_parallel_size < 1:
+            raise ValueError(f"tensor_parallel_size must be a positive int, got {self.tensor_parallel_size!r}")
+        if not 0 <= self.master_port < 65536:
+            raise ValueError(f"master_port must be in [0, 65535], got {self.master_port}")
+        if self.distributed_executor_backend is None:
+            self.distributed_executor_backend = "mp" if self.tensor_parallel_size > 1 else "uni"
+        if self.distributed_executor_backend not in ("uni", "mp"):
+            raise ValueError(f"distributed_executor_backend must be 'uni' or 'mp', got "
+                             f"{self.distributed_executor_backend!r}")
+        if self.distributed_executor_backend == "uni" and self.tensor_parallel_size > 1:
+            raise ValueError("distributed_executor_backend='uni' runs one worker: it cannot hold "
+                             f"tensor_parallel_size={self.tensor_parallel_size}")
+
+    @property
+    def world_size(self) -> int:
+        return self.tensor_parallel_size
+
+    def verify_with_model(self, hf_config) -> None:
+        """Heads, kv heads, the MLP width split evenly over the ranks, or a clear error now."""
+        tp = self.tensor_parallel_size
+        heads = hf_config.num_attention_heads
+        kv_heads = getattr(hf_config, "num_key_value_heads", None) or heads
+        problems = []
+        if heads % tp:
+            problems.append(f"num_attention_heads ({heads}) is not divisible by tensor_parallel_size ({tp})")
+        if kv_heads % tp and tp % kv_heads:
+            problems.append(f"num_key_value_heads ({kv_heads}) must divide or be divisible by "
+                            f"tensor_parallel_size ({tp})")
+        if hf_config.intermediate_size % tp:
+            problems.append(f"intermediate_size ({hf_config.intermediate_size}) is not divisible by "
+                            f"tensor_parallel_size ({tp})")
+        if problems:
+            raise ValueError("unsupported tensor_parallel_size: " + "; ".join(problems))
+
+
+@dataclass
 class VllmConfig:
     """Everything the engine needs, handed down to every layer (scheduler, worker) as one object."""
 
@@ -158,7 +208,7 @@ class VllmConfig:
     scheduler_config: SchedulerConfig = field(default_factory=SchedulerConfig)
     device: str = "auto"
     attention_backend: str = "auto"
-    tensor_parallel_size: int = 1
+    parallel_config: ParallelConfig = field(default_factory=ParallelConfig)
     enforce_eager: bool | None = None  # None: eager on CPU, CUDA graphs on CUDA (see GPUModelRunner)
     trace: bool = False
     speculative_config: SpeculativeConfig | None = None
@@ -194,6 +244,9 @@ class EngineArgs:
     device: str = "auto"
     attention_backend: str = "auto"
     tensor_parallel_size: int = 1
+    master_addr: str = "127.0.0.1"
+    master_port: int = 0
+    distributed_executor_backend: str | None = None
     enforce_eager: bool | None = None
     trace: bool = False
     speculative_config: dict | None = None
@@ -224,6 +277,8 @@ class EngineArgs:
                                              self.scheduler_reserve_full_isl, self.watermark,
                                              async_scheduling=bool(self.async_scheduling)),
             device=self.device, attention_backend=self.attention_backend,
-            tensor_parallel_size=self.tensor_parallel_size, enforce_eager=self.enforce_eager, trace=self.trace,
+            parallel_config=ParallelConfig(self.tensor_parallel_size, self.master_addr, self.master_port,
+                                           self.distributed_executor_backend),
+            enforce_eager=self.enforce_eager, trace=self.trace,
             speculative_config=SpeculativeConfig.from_arg(self.speculative_config),
             compilation_config=CompilationConfig(self.cudagraph_capture_sizes, self.max_cudagraph_capture_size))

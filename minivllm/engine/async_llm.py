@@ -19,7 +19,6 @@ from minivllm.engine.core_client import EngineCoreClient
 from minivllm.engine.exceptions import EngineDeadError, EngineGenerateError
 from minivllm.engine.output_processor import IterationStats, OutputProcessor, RequestOutputCollector
 from minivllm.engine.processor import InputProcessor, PromptType
-from minivllm.executor.uniproc_executor import UniProcExecutor
 from minivllm.outputs import RequestOutput
 from minivllm.sampling_params import SamplingParams
 from minivllm.tokenizer import get_tokenizer
@@ -28,7 +27,7 @@ from minivllm.tokenizer import get_tokenizer
 class AsyncLLM:
     """generate() as an async generator over a multiprocess EngineCore; abort(); engine stats."""
 
-    def __init__(self, vllm_config: VllmConfig, executor_class=UniProcExecutor, log_stats: bool = True) -> None:
+    def __init__(self, vllm_config: VllmConfig, executor_class=None, log_stats: bool = True) -> None:
         self.vllm_config = vllm_config
         self.model_config = vllm_config.model_config
         self.tokenizer = get_tokenizer(vllm_config.model_config.tokenizer)

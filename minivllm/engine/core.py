@@ -36,7 +36,7 @@ from minivllm.engine import (
     FinishReason,
     UtilityOutput,
 )
-from minivllm.executor.uniproc_executor import UniProcExecutor
+from minivllm.executor.abstract import Executor
 from minivllm.request import Request, RequestStatus
 from minivllm.structured_output import StructuredOutputManager
 from minivllm.tracing import Tracer
@@ -66,7 +66,9 @@ def make_vllm_config(engine_args: EngineArgs) -> VllmConfig:
     """EngineArgs -> VllmConfig, capped by the checkpoint's max_position_embeddings."""
     from minivllm.model_executor.model_loader import load_hf_config, resolve_model_path
     hf_config = load_hf_config(resolve_model_path(engine_args.model))
-    return engine_args.create_engine_config(getattr(hf_config, "max_position_embeddings", None))
+    config = engine_args.create_engine_config(getattr(hf_config, "max_position_embeddings", None))
+    config.parallel_config.verify_with_model(hf_config)
+    return config
 
 
 class StepPlan(dict):
@@ -81,11 +83,11 @@ class StepPlan(dict):
 class EngineCore:
     """Scheduler + executor + the step loop body; requests enter via add_request, leave as outputs."""
 
-    def __init__(self, vllm_config: VllmConfig, executor_class=UniProcExecutor, log_stats: bool = True,
+    def __init__(self, vllm_config: VllmConfig, executor_class=None, log_stats: bool = True,
                  step_fn: Callable | None = None) -> None:
         self.vllm_config = vllm_config
         self.tracer = Tracer(vllm_config.trace)
-        self.model_executor = executor_class(vllm_config, self.tracer)
+        self.model_executor = (executor_class or Executor.get_class(vllm_config))(vllm_config, self.tracer)
         num_gpu_blocks = self.model_executor.determine_num_available_blocks()
         self.model_executor.initialize_cache(num_gpu_blocks)
         vllm_config.cache_config.num_gpu_blocks = num_gpu_blocks
@@ -253,7 +255,7 @@ class EngineCoreProc(EngineCore):
     """
 
     def __init__(self, vllm_config: VllmConfig, input_address: str, output_address: str,
-                 executor_class=UniProcExecutor, log_stats: bool = True) -> None:
+                 executor_class=None, log_stats: bool = True) -> None:
         self.input_queue: queue.Queue[tuple[EngineCoreRequestType, object]] = queue.Queue()
         self.output_queue: queue.Queue[EngineCoreOutputs | bytes] = queue.Queue()
         self.ctx = zmq.Context()
@@ -282,7 +284,7 @@ class EngineCoreProc(EngineCore):
     # ------------------------------------------------------------------ process entry point
     @staticmethod
     def run_engine_core(vllm_config: VllmConfig, input_address: str, output_address: str, parent_pid: int,
-                        executor_class=UniProcExecutor, log_stats: bool = True) -> None:
+                        executor_class=None, log_stats: bool = True) -> None:
         """Target of the spawned process: build the core, handshake, run the busy loop until SIGTERM."""
 
         def signal_handler(signum, frame):

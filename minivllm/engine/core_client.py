@@ -37,7 +37,6 @@ from minivllm.engine.core import (
     EngineCoreProc,
 )
 from minivllm.engine.exceptions import EngineDeadError
-from minivllm.executor.uniproc_executor import UniProcExecutor
 
 STARTUP_TIMEOUT_S = float(os.environ.get("MINIVLLM_ENGINE_READY_TIMEOUT_S", "600"))
 
@@ -47,7 +46,7 @@ class EngineCoreClient:
 
     @staticmethod
     def make_client(multiprocess_mode: bool, asyncio_mode: bool, vllm_config: VllmConfig,
-                    executor_class=UniProcExecutor, log_stats: bool = True, **kwargs) -> EngineCoreClient:
+                    executor_class=None, log_stats: bool = True, **kwargs) -> EngineCoreClient:
         if asyncio_mode:
             if not multiprocess_mode:
                 raise ValueError("asyncio mode needs the multiprocess EngineCore")
@@ -74,7 +73,7 @@ class EngineCoreClient:
 class InprocClient(EngineCoreClient):
     """No process, no sockets: the EngineCore's own methods. Attributes pass through (client.scheduler)."""
 
-    def __init__(self, vllm_config: VllmConfig, executor_class=UniProcExecutor, log_stats: bool = True,
+    def __init__(self, vllm_config: VllmConfig, executor_class=None, log_stats: bool = True,
                  **kwargs) -> None:
         self.engine_core = EngineCore(vllm_config, executor_class, log_stats, **kwargs)
 
@@ -143,7 +142,7 @@ class BackgroundResources:
 class MPClient(EngineCoreClient):
     """Spawn EngineCoreProc, bind ROUTER (input) and PULL (output) on ipc://, wait for its READY handshake."""
 
-    def __init__(self, asyncio_mode: bool, vllm_config: VllmConfig, executor_class=UniProcExecutor,
+    def __init__(self, asyncio_mode: bool, vllm_config: VllmConfig, executor_class=None,
                  log_stats: bool = True) -> None:
         self.vllm_config = vllm_config
         self.encoder = msgspec.msgpack.Encoder()
@@ -161,7 +160,10 @@ class MPClient(EngineCoreClient):
         res.output_socket.setsockopt(zmq.RCVHWM, 0)
         res.output_socket.bind(output_address)
         spawn = multiprocessing.get_context("spawn")
-        res.proc = spawn.Process(target=EngineCoreProc.run_engine_core, name="EngineCore_0", daemon=True,
+        # A daemonic process may not start children, and with TP the core starts the workers (vLLM's core
+        # process is never daemonic; at tp=1 ours stays daemonic as before).
+        res.proc = spawn.Process(target=EngineCoreProc.run_engine_core, name="EngineCore_0",
+                                 daemon=vllm_config.parallel_config.world_size == 1,
                                  args=(vllm_config, input_address, output_address, os.getpid(), executor_class,
                                        log_stats))
         res.proc.start()
@@ -237,7 +239,7 @@ def _monitor_engine_core(res: BackgroundResources) -> None:
 class SyncMPClient(MPClient):
     """Blocking client for LLM/LLMEngine: an IO thread decodes outputs into a queue.Queue."""
 
-    def __init__(self, vllm_config: VllmConfig, executor_class=UniProcExecutor, log_stats: bool = True) -> None:
+    def __init__(self, vllm_config: VllmConfig, executor_class=None, log_stats: bool = True) -> None:
         super().__init__(False, vllm_config, executor_class, log_stats)
         self.outputs_queue: queue.Queue[EngineCoreOutputs | Exception] = queue.Queue()
         self.utility_results: dict[int, Future] = {}
@@ -321,7 +323,7 @@ class AsyncMPClient(MPClient):
     Sends go through the ROUTER directly from the event loop: ipc sends never block (no HWM).
     """
 
-    def __init__(self, vllm_config: VllmConfig, executor_class=UniProcExecutor, log_stats: bool = True) -> None:
+    def __init__(self, vllm_config: VllmConfig, executor_class=None, log_stats: bool = True) -> None:
         super().__init__(True, vllm_config, executor_class, log_stats)
         self.outputs_queue: asyncio.Queue | None = None
         self.utility_results: dict[int, asyncio.Future] = {}

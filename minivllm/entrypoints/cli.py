@@ -27,12 +27,16 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                    help="never capture CUDA graphs (default: graphs for decode batches on CUDA)")
     p.add_argument("--cudagraph-capture-sizes", type=int, nargs="+", default=None,
                    help="decode batch sizes to capture (default: vLLM's list up to --max-num-seqs)")
+    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=d.tensor_parallel_size,
+                   help="ranks (one worker process each) to split the model over")
+    p.add_argument("--master-addr", default=d.master_addr, help="tensor-parallel rendezvous address")
+    p.add_argument("--master-port", type=int, default=d.master_port, help="rendezvous port (0: any free port)")
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
     keys = ("device", "attention_backend", "dtype", "max_model_len", "max_num_seqs", "max_num_batched_tokens",
             "block_size", "enable_prefix_caching", "seed", "speculative_config", "enforce_eager",
-            "cudagraph_capture_sizes")
+            "cudagraph_capture_sizes", "tensor_parallel_size", "master_addr", "master_port")
     kw = {k: getattr(args, k) for k in keys}
     if getattr(args, "model", None):
         kw["model"] = args.model

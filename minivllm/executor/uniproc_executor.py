@@ -9,12 +9,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from minivllm.config import VllmConfig
 from minivllm.core.sched.output import SchedulerOutput
+from minivllm.executor.abstract import Executor
 from minivllm.tracing import Tracer
 from minivllm.worker.gpu_worker import Worker
 from minivllm.worker.outputs import ModelRunnerOutput
 
 
-class UniProcExecutor:
+class UniProcExecutor(Executor):
     """A single Worker in this process; calls run on one dedicated thread, in order."""
 
     def __init__(self, vllm_config: VllmConfig, tracer: Tracer | None = None) -> None:
@@ -38,7 +39,7 @@ class UniProcExecutor:
         return self._thread.submit(self.driver_worker.sample_tokens, grammar_output).result()
 
     def take_draft_token_ids(self) -> tuple[list[str], list[list[int]]] | None:
-        return self._thread.submit(self.driver_worker.model_runner.take_draft_token_ids).result()
+        return self._thread.submit(self.driver_worker.take_draft_token_ids).result()
 
     def profile(self, is_start: bool, path: str) -> str | None:
         """Runs on the worker thread: torch.profiler only sees the thread that started it."""

@@ -23,6 +23,7 @@ from minivllm.compilation.cuda_graph import (
 )
 from minivllm.config import VllmConfig
 from minivllm.core.sched.output import SchedulerOutput
+from minivllm.distributed import get_tensor_model_parallel_world_size
 from minivllm.sample.metadata import SamplingMetadata
 from minivllm.sample.rejection_sampler import PLACEHOLDER_TOKEN_ID, RejectionSampler, SpecDecodeMetadata
 from minivllm.sample.sampler import Sampler, gather_logprobs
@@ -90,8 +91,8 @@ class GPUModelRunner:
     def kv_cache_shape(self, num_blocks: int) -> tuple[int, ...]:
         cfg = self.hf_config
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        return self.attn_backend.get_kv_cache_shape(num_blocks, self.block_size, cfg.num_key_value_heads,
-                                                    head_dim)
+        num_kv_heads = max(1, cfg.num_key_value_heads // get_tensor_model_parallel_world_size())  # this rank's
+        return self.attn_backend.get_kv_cache_shape(num_blocks, self.block_size, num_kv_heads, head_dim)
 
     def get_kv_cache_bytes_per_block(self) -> int:
         per_layer = int(np.prod(self.kv_cache_shape(1))) * torch.tensor([], dtype=self.dtype).element_size()

@@ -1,10 +1,15 @@
-"""Worker (vLLM: v1/worker/gpu_worker.py): one device, its model runner, and KV cache sizing."""
+"""Worker (vLLM: v1/worker/gpu_worker.py): one device, its model runner, and KV cache sizing.
+
+Under tensor parallelism there is one Worker per rank, each in its own process (MultiprocExecutor); it
+joins the TP group before it builds its model, so the parallel layers see their rank and size.
+"""
 from __future__ import annotations
 
 import torch
 
 from minivllm.config import VllmConfig
 from minivllm.core.sched.output import SchedulerOutput
+from minivllm.distributed.parallel_state import init_distributed_environment, initialize_model_parallel
 from minivllm.tracing import Tracer
 from minivllm.utils import cdiv
 from minivllm.worker.gpu_model_runner import GPUModelRunner
@@ -19,14 +24,29 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+def init_worker_distributed_environment(vllm_config: VllmConfig, rank: int, distributed_init_method: str,
+                                        device: torch.device) -> None:
+    """Join the TP group: NCCL between GPUs, gloo on CPU."""
+    pc = vllm_config.parallel_config
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    init_distributed_environment(pc.world_size, rank, distributed_init_method, backend)
+    initialize_model_parallel(pc.tensor_parallel_size)
+
+
 class Worker:
     """Owns the device: loads the model, sizes and allocates the KV cache, runs steps."""
 
-    def __init__(self, vllm_config: VllmConfig, tracer: Tracer | None = None) -> None:
+    def __init__(self, vllm_config: VllmConfig, tracer: Tracer | None = None, local_rank: int = 0,
+                 rank: int = 0, distributed_init_method: str | None = None) -> None:
         self.vllm_config = vllm_config
+        self.rank = rank
         self.device = resolve_device(vllm_config.device)
         if self.device.type == "cuda":
+            if vllm_config.parallel_config.world_size > 1:
+                self.device = torch.device("cuda", local_rank)
             torch.cuda.set_device(self.device)
+        if vllm_config.parallel_config.world_size > 1:
+            init_worker_distributed_environment(vllm_config, rank, distributed_init_method, self.device)
         torch.manual_seed(vllm_config.model_config.seed)
         self.model_runner = GPUModelRunner(vllm_config, self.device, tracer)
 
@@ -66,8 +86,14 @@ class Worker:
         """vLLM's name: here it captures the decode CUDA graphs (nothing on CPU or with enforce_eager)."""
         self.model_runner.capture_model()
 
+    def get_kv_cache_spec(self) -> tuple[int, ...]:
+        """This rank's KV cache shape per layer (vLLM returns a KVCacheSpec per layer): with TP, its kv heads."""
+        return tuple(self.model_runner.kv_caches[0].shape)
+
     def profile(self, is_start: bool, path: str) -> str | None:
-        """Start, or stop and write a Chrome trace of, a torch.profiler run (CPU + CUDA activity)."""
+        """Start, or stop and write a Chrome trace of, a torch.profiler run (CPU + CUDA activity).
+
+        Rank r > 0 of a TP group writes PATH.rankR.json beside rank 0's PATH."""
         import torch.profiler as tp
         if is_start:
             activities = [tp.ProfilerActivity.CPU] + ([tp.ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
@@ -77,12 +103,18 @@ class Worker:
         if getattr(self, "_profiler", None) is None:
             raise RuntimeError("profile(is_start=False) without a running profile")
         self._profiler.__exit__(None, None, None)
+        if self.rank:
+            path = f"{path.removesuffix('.json')}.rank{self.rank}.json"
         self._profiler.export_chrome_trace(path)
         self._profiler = None
         return path
 
     def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput | None:
-        return self.model_runner.execute_model(scheduler_output)
+        with torch.profiler.record_function("execute_model"):  # a profiled step's extent (the TP benchmark)
+            return self.model_runner.execute_model(scheduler_output)
 
     def sample_tokens(self, grammar_output) -> ModelRunnerOutput:
         return self.model_runner.sample_tokens(grammar_output)
+
+    def take_draft_token_ids(self) -> tuple[list[str], list[list[int]]] | None:
+        return self.model_runner.take_draft_token_ids()

@@ -22,7 +22,9 @@ from minivllm.model_executor.layers.linear import (
     RowParallelLinear,
     default_weight_loader,
 )
+from minivllm.model_executor.layers.logits_processor import LogitsProcessor
 from minivllm.model_executor.layers.rotary_embedding import get_rope
+from minivllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
 
 
 def get_head_dim(config: PretrainedConfig) -> int:
@@ -50,18 +52,23 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaAttention(nn.Module):
-    """GQA self-attention: fused qkv, optional per-head q/k norm (Qwen3), RoPE, paged attention, o_proj."""
+    """GQA self-attention: fused qkv, optional per-head q/k norm (Qwen3), RoPE, paged attention, o_proj.
+
+    Under tensor parallelism each rank runs its own heads end to end (qkv_proj gives it num_heads/tp q
+    heads and their kv heads, its KV cache holds just those) until o_proj's all-reduce.
+    """
 
     def __init__(self, config: PretrainedConfig, attn_backend: type[AttentionBackend], qkv_bias: bool,
                  o_bias: bool, qk_norm: bool) -> None:
         super().__init__()
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = getattr(config, "num_key_value_heads", None) or self.num_heads
+        total_num_heads = config.num_attention_heads
+        total_num_kv_heads = getattr(config, "num_key_value_heads", None) or total_num_heads
         self.head_dim = get_head_dim(config)
-        self.q_size, self.kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        self.qkv_proj = QKVParallelLinear(config.hidden_size, self.head_dim, self.num_heads, self.num_kv_heads,
+        self.qkv_proj = QKVParallelLinear(config.hidden_size, self.head_dim, total_num_heads, total_num_kv_heads,
                                           bias=qkv_bias)
-        self.o_proj = RowParallelLinear(self.q_size, config.hidden_size, bias=o_bias)
+        self.num_heads, self.num_kv_heads = self.qkv_proj.num_heads, self.qkv_proj.num_kv_heads
+        self.q_size, self.kv_size = self.qkv_proj.q_size, self.qkv_proj.kv_size
+        self.o_proj = RowParallelLinear(total_num_heads * self.head_dim, config.hidden_size, bias=o_bias)
         if qk_norm:
             self.q_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_dim, eps=config.rms_norm_eps)
@@ -110,7 +117,7 @@ class LlamaModel(nn.Module):
     def __init__(self, config: PretrainedConfig, attn_backend: type[AttentionBackend], qkv_bias: bool = False,
                  o_bias: bool = False, qk_norm: bool = False) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(LlamaDecoderLayer(config, attn_backend, qkv_bias, o_bias, qk_norm)
                                     for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
@@ -139,9 +146,10 @@ class LlamaForCausalLM(nn.Module):
         self.config = config
         qkv_bias, o_bias = self.attention_biases(config)
         self.model = LlamaModel(config, attn_backend, qkv_bias, o_bias, self.qk_norm)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size)
         if getattr(config, "tie_word_embeddings", False):
-            self.lm_head.weight = self.model.embed_tokens.weight
+            self.lm_head = self.lm_head.tie_weights(self.model.embed_tokens)
+        self.logits_processor = LogitsProcessor(config.vocab_size)
 
     @staticmethod
     def attention_biases(config: PretrainedConfig) -> tuple[bool, bool]:
@@ -154,10 +162,12 @@ class LlamaForCausalLM(nn.Module):
         return self.model(input_ids, positions, kv_caches, attn_metadata)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden_states).float()
+        return self.logits_processor(self.lm_head, hidden_states)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
-        """Copy HF checkpoint tensors into the (partly fused) parameters; raise if any is left unset."""
+        """Copy HF checkpoint tensors into the (partly fused) parameters; raise if any is left unset.
+
+        Each parameter's weight_loader takes the full checkpoint tensor and keeps this rank's shard."""
         params = dict(self.named_parameters())
         tied = getattr(self.config, "tie_word_embeddings", False)
         loaded: set[str] = set()
@@ -172,7 +182,7 @@ class LlamaForCausalLM(nn.Module):
             else:
                 if name not in params:
                     raise ValueError(f"checkpoint tensor {name!r} has no parameter in {type(self).__name__}")
-                default_weight_loader(params[name], loaded_weight)
+                getattr(params[name], "weight_loader", default_weight_loader)(params[name], loaded_weight)
             loaded.add(name)
         if missing := set(params) - loaded:
             raise ValueError(f"checkpoint is missing weights for {sorted(missing)}")
