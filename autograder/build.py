@@ -47,6 +47,8 @@ def nbgrader(args: list[str], course: Path, bounded: bool = False) -> subprocess
 
     # nbgrader runs `alembic` and the kernel from PATH: put this interpreter's bin/ first (an unactivated venv).
     env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    if bounded:
+        env["MINIVLLM_GRADING"] = "1"  # the notebook's per-part report cell stays quiet while graded
     proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, capture_output=True, text=True,
                           env=env, preexec_fn=limit_memory if bounded else None)
     if proc.returncode != 0:

@@ -287,6 +287,11 @@ def format_report(lesson: Lesson, results: list[PartResult]) -> tuple[str, bool]
 def report(lesson_id: str, namespace: dict) -> None:
     """Every code part of the lesson, one line each, without raising: the cell right after an exercise.
     Parts whose answers are not defined yet (a later exercise cell) say so instead of failing."""
+    import os
+
+    if os.environ.get("MINIVLLM_GRADING"):  # set by `grade` for nbgrader: the grade cells and sandbox do this work
+        print("（评分时跳过逐项报告：成绩见各评分单元格）")
+        return
     lesson = load_lesson(lesson_id)
     for part in lesson.parts:
         if part.manual:

@@ -237,6 +237,10 @@ def grade_file(lesson_id: str, nb_path: Path) -> tuple[list[PartResult], list[st
         why = timeout_message(timeout) if problem == "timeout" else (
             f"评分进程异常退出（可能超出内存上限 {memory_limit_mb()} MiB，或代码让解释器崩溃）")
         results[first.grade_id] = PartResult(first, 0, why)
+        if problem == "timeout":  # the answer hangs even past the alarm: do not wait for it once per part
+            for gid in [g for g in todo if set(lesson.part(g).needs) & set(first.needs)]:
+                results[gid] = PartResult(lesson.part(gid), 0, why + "（同一答案在前一部分已超时，本部分不再运行）")
+            todo = [g for g in todo if g not in results]
     ordered = [PartResult(p, None, "待人工评分") if p.manual else results[p.grade_id] for p in lesson.parts]
     return ordered, answers.dropped + answers.refused
 
@@ -300,8 +304,13 @@ def _child() -> None:
     changed = _changed(before)
     out.write(json.dumps({"token": token, "ready": True}) + "\n")
     out.flush()
+    hung: dict[str, str] = {}  # answer name -> the time-limit message of the part it hung in
     for gid in job["parts"]:
         part = lesson.part(gid)
+        stuck = next((hung[n] for n in part.needs if n in hung), None)
+        if stuck:  # one hang per answer is enough: a looping answer costs one time limit, not one per part
+            report(gid, 0, stuck + "（同一答案在前一部分已超时，本部分不再运行）")
+            continue
         if changed:
             report(gid, 0, f"答案在定义时修改了评分器或引擎（{changed[0]}）")
             continue
@@ -310,6 +319,8 @@ def _child() -> None:
             report(gid, 0, errors[0])
             continue
         r = run_part(part, ns)
+        if r.message.startswith("超时"):
+            hung.update(dict.fromkeys(part.needs, r.message))
         changed = _changed(before)
         if changed:
             report(gid, 0, f"答案在评分时修改了评分器或引擎（{changed[0]}）")

@@ -136,22 +136,19 @@ def test_reading_table_names_exist_in_minivllm(lesson_id):
                 assert re.search(rf"\b{part}\b", code), f"{path} has no {part!r} ({name})"
 
 
-MAX_SECONDS = {"lesson01": 60, "lesson02": 60, "lesson03": 60, "lesson06": 60, "lesson09": 60}  # a lesson's own budget on a 2-core CPU; others: 300 s
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("lesson_id", discover_lessons())
 def test_solution_notebook_runs_on_cpu_with_all_grade_cells_passing(lesson_id, tmp_path):
-    import time
-
+    """Every cell within the course's per-cell limit (autograder/limits.py), no errors, no stderr in grade cells.
+    (Not a speed assertion: the limit is the bound grading enforces.)"""
     import nbformat
     from nbclient import NotebookClient
 
+    from autograder.limits import cell_timeout
+
     nb = nbformat.read(REPO / "solutions" / lesson_id / f"{lesson_id}.ipynb", as_version=4)
-    t = time.perf_counter()
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
-    elapsed = time.perf_counter() - t
-    assert elapsed < MAX_SECONDS.get(lesson_id, 300), f"{lesson_id} took {elapsed:.0f} s"
+    NotebookClient(nb, timeout=round(cell_timeout()), kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
         for out in cell.get("outputs", []):

@@ -61,6 +61,8 @@ def test_broken_answer_is_graded_within_the_limits(how, tmp_path, small_limits, 
     assert got == {"l01_main_path": 0, "l01_real_engine": 0, "l01_boundary": 0, "l01_source_map": 1}, msg
     named = "内存超限" if how == "allocates" else "超时"
     assert all(named in msg[p] and "MINIVLLM_" in msg[p] for p in ENGINE_PARTS), msg
+    if how != "allocates":  # one time limit per hanging answer, not one per part
+        assert sum("不再运行" in msg[p] for p in ENGINE_PARTS) == 2, msg
     assert all("Traceback" not in m and "\n" not in m for m in msg.values())
 
 
@@ -71,6 +73,7 @@ def test_answer_that_swallows_the_alarm_is_killed_and_the_rest_still_graded(tmp_
     got, msg, _ = scores(write(tmp_path, {STEP: body(swallow)}))
     assert got == {"l01_main_path": 0, "l01_real_engine": 0, "l01_boundary": 0, "l01_source_map": 1}, msg
     assert all("超时" in msg[p] for p in ENGINE_PARTS)
+    assert sum("不再运行" in msg[p] for p in ENGINE_PARTS) == 2, msg  # one kill, not three
 
 
 def test_only_answer_definitions_run():
