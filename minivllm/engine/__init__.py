@@ -13,11 +13,12 @@ from minivllm.sampling_params import SamplingParams
 
 
 class FinishReason(enum.IntEnum):
-    """Why a request ended, as the OpenAI API reports it."""
+    """Why a request ended, as the OpenAI API reports it; ERROR (an internal failure) becomes a 500."""
 
     STOP = 0
     LENGTH = 1
     ABORT = 2
+    ERROR = 3
 
     def __str__(self) -> str:
         return self.name.lower()

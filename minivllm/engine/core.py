@@ -10,6 +10,7 @@ in with EngineCore(step_fn=...), and every phase is recorded by the tracer.
 """
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import signal
@@ -37,6 +38,8 @@ from minivllm.executor.uniproc_executor import UniProcExecutor
 from minivllm.request import Request, RequestStatus
 from minivllm.structured_output import StructuredOutputManager
 from minivllm.tracing import Tracer
+
+logger = logging.getLogger(__name__)
 
 
 def engine_core_step(has_requests, schedule, execute_async, get_grammar, process_aborts, update):
@@ -91,6 +94,8 @@ class EngineCore:
         self.aborts_queue: queue.Queue[list[str]] = queue.Queue()
         self.step_fn = step_fn or engine_core_step
         self.step_counter = 0
+        self._scheduled: SchedulerOutput | None = None  # this step's plan, for _fail_step
+        self.num_failed_steps = 0
 
     @classmethod
     def from_engine_args(cls, engine_args: EngineArgs | None = None, **kwargs) -> EngineCore:
@@ -102,9 +107,9 @@ class EngineCore:
         max_len = self.vllm_config.scheduler_config.max_model_len
         if not request.prompt_token_ids:
             raise ValueError(f"request {request.request_id!r}: the prompt is empty")
-        if len(request.prompt_token_ids) > max_len:
+        if len(request.prompt_token_ids) >= max_len:  # vLLM's rule: room for at least one output token
             raise ValueError(f"request {request.request_id!r}: prompt length {len(request.prompt_token_ids)} "
-                             f"exceeds max_model_len {max_len}")
+                             f"leaves no room for an output token within max_model_len {max_len}")
         if request.request_id in self.scheduler.requests:
             raise ValueError(f"request id {request.request_id!r} is already in the engine")
         self.scheduler.add_request(Request.from_engine_core_request(request))
@@ -124,13 +129,45 @@ class EngineCore:
     def step(self) -> tuple[EngineCoreOutputs, bool]:
         """Run one step through step_fn; returns the outputs and whether any token was scheduled."""
         self.step_counter += 1
-        outputs, ran, _ = self.step_fn(self.scheduler.has_requests(), self._schedule, self._execute_async,
-                                       self._get_grammar, self._process_aborts, self._update)
+        self._scheduled = None
+        try:
+            outputs, ran, _ = self.step_fn(self.scheduler.has_requests(), self._schedule, self._execute_async,
+                                           self._get_grammar, self._process_aborts, self._update)
+        except Exception as e:
+            return self._fail_step(e), True
+        self.num_failed_steps = 0
         return (outputs if isinstance(outputs, EngineCoreOutputs) else EngineCoreOutputs()), bool(ran)
+
+    def _fail_step(self, error: Exception) -> EngineCoreOutputs:
+        """A step raised after scheduling: finish its requests with FinishReason.ERROR and free their blocks,
+        so the engine keeps serving everyone else (vLLM would die here: EngineDeadError for all).
+
+        Which request caused it cannot be known, so the whole batch ends. Hashes of the blocks they free
+        are dropped, since this step's KV was never written. Several failing steps in a row (or a failure
+        in schedule() itself) mean the core cannot continue: re-raise, and the client sees a dead engine.
+        """
+        so = self._scheduled
+        self.num_failed_steps += 1
+        if so is None or self.num_failed_steps > 3:
+            raise error
+        logger.exception("step %d failed; finishing its %d request(s) with an error", self.step_counter,
+                         len(so.num_scheduled_tokens))
+        scheduler, kv = self.scheduler, self.scheduler.kv_cache_manager
+        failed = [r for r in so.num_scheduled_tokens if r in scheduler.requests]
+        blocks = [b for r in failed for b in kv.get_blocks(r).blocks]
+        scheduler.finish_requests(failed, RequestStatus.FINISHED_ERROR)
+        for block in blocks:
+            if block.ref_cnt == 0:
+                kv.block_pool._maybe_evict_cached_block(block)
+        message = f"{type(error).__name__}: {error}"
+        return EngineCoreOutputs(
+            outputs=[EngineCoreOutput(r, [], finish_reason=FinishReason.ERROR, stop_reason=message) for r in failed],
+            scheduler_stats=scheduler.make_stats() if scheduler.log_stats else None)
 
     def _schedule(self) -> StepPlan:
         with self.tracer.span("schedule", self.step_counter):
             scheduler_output = self.scheduler.schedule()
+        self._scheduled = scheduler_output
         return StepPlan(scheduler_output)
 
     def _execute_async(self, plan: StepPlan) -> Callable:

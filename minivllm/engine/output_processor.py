@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from minivllm.engine import EngineCoreOutput, EngineCoreRequest, FinishReason
 from minivllm.engine.detokenizer import IncrementalDetokenizer
+from minivllm.engine.exceptions import EngineGenerateError
 from minivllm.outputs import CompletionOutput, RequestOutput
 
 
@@ -171,14 +172,23 @@ class OutputProcessor:
                 for tok, lp in zip(out.new_token_ids, out.new_logprobs, strict=False):
                     state.logprobs.append(lp)
                     state.cumulative_logprob += lp[tok]
-            # A token that stopped the request (EOS / stop_token_ids) is not part of the text.
+            # A stop string wins over the core's reason, even "length" from the same (last) token, as in vLLM.
             stop_str = state.detokenizer.update(out.new_token_ids, finish_reason == FinishReason.STOP)
-            if stop_str is not None and finish_reason is None:
+            if stop_str is not None:
+                if finish_reason is None:
+                    reqs_to_abort.append(out.request_id)
                 finish_reason, stop_reason = FinishReason.STOP, stop_str
-                reqs_to_abort.append(out.request_id)
+            if finish_reason == FinishReason.ERROR:
+                # The core failed this request's step (stop_reason holds why): its stream raises; the
+                # synchronous LLMEngine returns it with finish_reason "error".
+                del self.request_states[out.request_id]
+                if state.queue is not None:
+                    state.queue.put(EngineGenerateError(f"request {out.request_id!r} failed in the engine: "
+                                                        f"{stop_reason}"))
+                    continue
             ro = self._make_request_output(state, finish_reason, stop_reason)
             if finish_reason is not None:
-                del self.request_states[out.request_id]
+                self.request_states.pop(out.request_id, None)
                 if iteration_stats is not None and now is not None:
                     iteration_stats.e2e_latencies.append(now - state.arrival_time)
                     iteration_stats.finished_reasons.append(str(finish_reason))
