@@ -74,6 +74,10 @@ class IterationStats:
     inter_token_latencies: list[float] = field(default_factory=list)
     e2e_latencies: list[float] = field(default_factory=list)
     finished_reasons: list[str] = field(default_factory=list)
+    # per finished request
+    time_per_output_tokens: list[float] = field(default_factory=list)
+    request_prompt_tokens: list[int] = field(default_factory=list)
+    request_generation_tokens: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -182,6 +186,8 @@ class OutputProcessor:
                 # The core failed this request's step (stop_reason holds why): its stream raises; the
                 # synchronous LLMEngine returns it with finish_reason "error".
                 del self.request_states[out.request_id]
+                if iteration_stats is not None and now is not None:
+                    self._record_finished(state, finish_reason, now, iteration_stats)
                 if state.queue is not None:
                     state.queue.put(EngineGenerateError(f"request {out.request_id!r} failed in the engine: "
                                                         f"{stop_reason}"))
@@ -190,13 +196,22 @@ class OutputProcessor:
             if finish_reason is not None:
                 self.request_states.pop(out.request_id, None)
                 if iteration_stats is not None and now is not None:
-                    iteration_stats.e2e_latencies.append(now - state.arrival_time)
-                    iteration_stats.finished_reasons.append(str(finish_reason))
+                    self._record_finished(state, finish_reason, now, iteration_stats)
             if state.queue is not None:
                 state.queue.put(ro)
             else:
                 request_outputs.append(ro)
         return OutputProcessorOutput(request_outputs, reqs_to_abort)
+
+    @staticmethod
+    def _record_finished(state: RequestState, finish_reason, now: float, stats: IterationStats) -> None:
+        n = len(state.output_token_ids)
+        stats.e2e_latencies.append(now - state.arrival_time)
+        stats.finished_reasons.append(str(finish_reason))
+        stats.request_prompt_tokens.append(len(state.prompt_token_ids))
+        stats.request_generation_tokens.append(n)
+        if n > 1 and state.first_token_time is not None:
+            stats.time_per_output_tokens.append((state.last_token_time - state.first_token_time) / (n - 1))
 
     def _make_request_output(self, state: RequestState, finish_reason, stop_reason) -> RequestOutput:
         finished = finish_reason is not None
