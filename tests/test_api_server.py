@@ -298,6 +298,7 @@ def test_metrics_prometheus(server):
         assert f"minivllm:{name}" in text, name
     m = metrics(server[1])
     assert m["time_to_first_token_seconds_count"] >= 64 and m["generation_tokens_total"] >= 64 * 16
+    assert m["request_queue_time_seconds_count"] == m["time_to_first_token_seconds_count"]  # one per request
     assert m["prefix_cache_queries_total"] > 0
 
 

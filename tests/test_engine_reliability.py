@@ -7,6 +7,8 @@ Oracles: HF transformers (min_tokens) and the engine's own answer for the same r
 """
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 import transformers
@@ -100,6 +102,21 @@ def test_out_of_range_numbers_are_rejected_or_neutral(llm):
     with pytest.raises(ValueError, match="stop_token_ids"):
         llm.generate([[5]], greedy(stop_token_ids=[VOCAB + 5]), use_tqdm=False)
     assert all_blocks_free(llm.llm_engine)
+
+
+def test_queue_time_rides_on_the_first_output(llm):
+    """EngineCore reports arrival -> first scheduled once per request, on its first output (for the metric)."""
+    engine = llm.llm_engine
+    core = engine.engine_core.engine_core
+    for i, n in enumerate((MAX_LEN - 2, 3)):
+        core.add_request(EngineCoreRequest(f"q{i}", [5] * n, greedy(3), 2, arrival_time=time.time() - 10))
+    seen: dict[str, list] = {}
+    while core.scheduler.has_requests():
+        for out in core.step()[0].outputs:
+            seen.setdefault(out.request_id, []).append(out.queue_time)
+    for times in seen.values():
+        assert times[0] is not None and 10 <= times[0] < 60 and all(t is None for t in times[1:]), times
+    assert not core._queue_times
 
 
 def test_huge_text_is_rejected_before_tokenizing(llm, monkeypatch):

@@ -15,7 +15,7 @@ VLLM_NAMES = ["num_requests_running", "num_requests_waiting", "kv_cache_usage_pe
               "prefix_cache_hits_total", "num_preemptions_total", "prompt_tokens_total", "generation_tokens_total",
               "request_success_total", "time_to_first_token_seconds_bucket", "inter_token_latency_seconds_bucket",
               "request_time_per_output_token_seconds_bucket", "e2e_request_latency_seconds_bucket",
-              "request_prompt_tokens_bucket", "request_generation_tokens_bucket"]
+              "request_prompt_tokens_bucket", "request_generation_tokens_bucket", "request_queue_time_seconds_bucket"]
 
 
 def test_vllm_metric_set_and_values():
@@ -24,7 +24,8 @@ def test_vllm_metric_set_and_values():
                                  num_total_blocks=40, prefix_cache_queries=10, prefix_cache_hits=4, num_preemptions=1),
                   IterationStats(num_prompt_tokens=5, num_generation_tokens=7, time_to_first_tokens=[0.07],
                                  inter_token_latencies=[0.02, 0.3], e2e_latencies=[1.2], finished_reasons=["stop"],
-                                 time_per_output_tokens=[0.16], request_prompt_tokens=[5], request_generation_tokens=[7]))
+                                 time_per_output_tokens=[0.16], request_prompt_tokens=[5], request_generation_tokens=[7],
+                                 queue_times=[0.4]))
     logger.record(SchedulerStats(prefix_cache_queries=30, prefix_cache_hits=4, num_preemptions=1), None)
     logger.record_abort(2)
     m = parse_prometheus(logger.render())
@@ -44,6 +45,8 @@ def test_vllm_metric_set_and_values():
     assert abs(m[f"minivllm:inter_token_latency_seconds_sum{lab}"] - 0.32) < 1e-9
     assert m['minivllm:request_generation_tokens_bucket{le="10.0",model_name="m"}'] == 1
     assert m['minivllm:request_generation_tokens_bucket{le="5.0",model_name="m"}'] == 0
+    assert m['minivllm:request_queue_time_seconds_bucket{le="0.3",model_name="m"}'] == 0
+    assert m['minivllm:request_queue_time_seconds_bucket{le="0.5",model_name="m"}'] == 1
     assert build_1_2_5_buckets(100) == [1, 2, 5, 10, 20, 50, 100]
     # a second logger (another app in this process) has its own registry
     assert parse_prometheus(PrometheusStatLogger("m").render())[f"minivllm:prompt_tokens_total{lab}"] == 0

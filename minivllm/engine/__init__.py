@@ -51,6 +51,7 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=F
     finish_reason: FinishReason | None = None
     stop_reason: int | str | None = None
     num_cached_tokens: int = 0
+    queue_time: float | None = None  # on a request's first output: arrival -> first scheduled, in seconds
 
     @property
     def finished(self) -> bool:

@@ -95,6 +95,7 @@ class EngineCore:
         self.step_fn = step_fn or engine_core_step
         self.step_counter = 0
         self._scheduled: SchedulerOutput | None = None  # this step's plan, for _fail_step
+        self._queue_times: dict[str, float] = {}  # scheduled, first output not sent yet
         self.num_failed_steps = 0
 
     @classmethod
@@ -160,14 +161,18 @@ class EngineCore:
             if block.ref_cnt == 0:
                 kv.block_pool._maybe_evict_cached_block(block)
         message = f"{type(error).__name__}: {error}"
-        return EngineCoreOutputs(
-            outputs=[EngineCoreOutput(r, [], finish_reason=FinishReason.ERROR, stop_reason=message) for r in failed],
-            scheduler_stats=scheduler.make_stats() if scheduler.log_stats else None)
+        outputs = [EngineCoreOutput(r, [], finish_reason=FinishReason.ERROR, stop_reason=message) for r in failed]
+        self._attach_queue_times(outputs)
+        return EngineCoreOutputs(outputs=outputs, scheduler_stats=scheduler.make_stats() if scheduler.log_stats else None)
 
     def _schedule(self) -> StepPlan:
         with self.tracer.span("schedule", self.step_counter):
             scheduler_output = self.scheduler.schedule()
         self._scheduled = scheduler_output
+        if scheduler_output.scheduled_new_reqs and self.scheduler.log_stats:
+            now, requests = time.time(), self.scheduler.requests  # arrival_time is the frontend's time.time()
+            for new in scheduler_output.scheduled_new_reqs:
+                self._queue_times[new.req_id] = max(0.0, now - requests[new.req_id].arrival_time)
         return StepPlan(scheduler_output)
 
     def _execute_async(self, plan: StepPlan) -> Callable:
@@ -195,7 +200,20 @@ class EngineCore:
 
     def _update(self, plan: StepPlan, model_output) -> EngineCoreOutputs:
         with self.tracer.span("update", self.step_counter):
-            return self.scheduler.update_from_output(plan.scheduler_output, model_output)
+            outputs = self.scheduler.update_from_output(plan.scheduler_output, model_output)
+        self._attach_queue_times(outputs.outputs)
+        return outputs
+
+    def _attach_queue_times(self, outputs: list[EngineCoreOutput]) -> None:
+        """A request's queue time rides on its first output (vLLM derives it from QUEUED/SCHEDULED events)."""
+        queue_times = self._queue_times
+        if queue_times:
+            for out in outputs:
+                if out.request_id in queue_times:
+                    out.queue_time = queue_times.pop(out.request_id)
+            if len(queue_times) > len(self.scheduler.requests):  # aborted before their first output
+                for rid in [r for r in queue_times if r not in self.scheduler.requests]:
+                    del queue_times[rid]
 
     # ------------------------------------------------------------------ utilities
     def get_stats(self):

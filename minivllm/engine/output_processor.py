@@ -74,6 +74,7 @@ class IterationStats:
     inter_token_latencies: list[float] = field(default_factory=list)
     e2e_latencies: list[float] = field(default_factory=list)
     finished_reasons: list[str] = field(default_factory=list)
+    queue_times: list[float] = field(default_factory=list)
     # per finished request
     time_per_output_tokens: list[float] = field(default_factory=list)
     request_prompt_tokens: list[int] = field(default_factory=list)
@@ -170,6 +171,8 @@ class OutputProcessor:
                 state.last_token_time = now
                 state.token_times.append(now)
             finish_reason, stop_reason = out.finish_reason, out.stop_reason
+            if out.queue_time is not None and iteration_stats is not None:
+                iteration_stats.queue_times.append(out.queue_time)
             state.output_token_ids.extend(out.new_token_ids)
             state.num_cached_tokens = out.num_cached_tokens
             if out.new_logprobs is not None and state.logprobs is not None:

@@ -7,7 +7,6 @@ logger has its own registry, so several apps in one process never collide. Multi
 with PROMETHEUS_MULTIPROC_DIR set (several server processes), values live in the directory's mmap files
 and render() aggregates every process's with a MultiProcessCollector.
 Beyond vLLM's set: num_free_kv_blocks, num_total_kv_blocks and prefix_cache_hit_rate (for the lessons).
-Not yet: request_queue_time_seconds (the core does not report when a request was first scheduled).
 """
 from __future__ import annotations
 
@@ -83,6 +82,8 @@ class PrometheusStatLogger:
                               "Histogram of time_per_output_token_seconds per request.", TPOT_BUCKETS)
         self.e2e = histogram("e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
                              E2E_BUCKETS)
+        self.queue_time = histogram("request_queue_time_seconds",
+                                    "Histogram of time spent in WAITING phase for request.", E2E_BUCKETS)
         token_buckets = build_1_2_5_buckets(max_model_len)
         self.request_prompt_tokens = histogram("request_prompt_tokens", "Number of prefill tokens processed.",
                                                token_buckets)
@@ -115,6 +116,7 @@ class PrometheusStatLogger:
                              (self.itl, iteration_stats.inter_token_latencies),
                              (self.tpot, iteration_stats.time_per_output_tokens),
                              (self.e2e, iteration_stats.e2e_latencies),
+                             (self.queue_time, iteration_stats.queue_times),
                              (self.request_prompt_tokens, iteration_stats.request_prompt_tokens),
                              (self.request_generation_tokens, iteration_stats.request_generation_tokens)):
             for v in values:
