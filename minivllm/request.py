@@ -44,7 +44,7 @@ _FINISHED_REASON_MAP = {
     RequestStatus.FINISHED_LENGTH_CAPPED: FinishReason.LENGTH,
     RequestStatus.FINISHED_ABORTED: FinishReason.ABORT,
     RequestStatus.FINISHED_IGNORED: FinishReason.LENGTH,
-    RequestStatus.FINISHED_ERROR: FinishReason.ABORT,  # vLLM has FinishReason.ERROR; ours reports abort
+    RequestStatus.FINISHED_ERROR: FinishReason.ERROR,
 }
 
 

@@ -1,13 +1,21 @@
 """SamplingParams: how one request is decoded (vLLM: vllm/sampling_params.py).
 
 A msgspec Struct so it crosses the frontend -> EngineCore boundary as-is; __post_init__ validates
-every field, so a bad value fails where the user wrote it, with a message naming the field.
+every field, so a bad value fails where the user wrote it, with a message that starts with the field's
+name (the server turns it into a 400 whose `param` is that name). Ranges are vLLM's; an integer the
+engine's int64 tensors cannot hold is rejected here, and top_k beyond the vocabulary is switched off by
+the InputProcessor (which knows the vocabulary), as vLLM's InputBatch does.
 """
 from __future__ import annotations
 
+import math
+
 import msgspec
 
+from minivllm.exceptions import VLLMValidationError
+
 _GREEDY_EPS = 1e-5
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 class StructuredOutputsParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
@@ -63,33 +71,47 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=T
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
+        for name in ("n", "max_tokens", "top_k", "seed", "min_tokens", "logprobs"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise VLLMValidationError(f"{name} must be an integer, got {value!r}", name)
+        for name in ("temperature", "top_p", "min_p"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise VLLMValidationError(f"{name} must be a finite number, got {value!r}", name)
         if self.n != 1:
-            raise ValueError(f"n must be 1 (parallel sampling is not supported), got {self.n}")
+            raise VLLMValidationError(f"n must be 1 (parallel sampling is not supported), got {self.n}", "n")
         if self.max_tokens is not None and self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
-        if not self.temperature >= 0.0:
-            raise ValueError(f"temperature must be non-negative, got {self.temperature}")
+            raise VLLMValidationError(f"max_tokens must be at least 1, got {self.max_tokens}", "max_tokens")
+        if self.temperature < 0.0:
+            raise VLLMValidationError(f"temperature must be non-negative, got {self.temperature}", "temperature")
+        if self.temperature > 2.0:
+            raise VLLMValidationError(f"temperature must be in [0, 2], got {self.temperature}", "temperature")
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise VLLMValidationError(f"top_p must be in (0, 1], got {self.top_p}", "top_p")
         if self.top_k < -1:
-            raise ValueError(f"top_k must be -1 or 0 (disable), or at least 1, got {self.top_k}")
+            raise VLLMValidationError(f"top_k must be 0 (disable), or at least 1, got {self.top_k}", "top_k")
         if self.top_k == -1:
             self.top_k = 0
         if not 0.0 <= self.min_p <= 1.0:
-            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
+            raise VLLMValidationError(f"min_p must be in [0, 1], got {self.min_p}", "min_p")
+        if self.seed == -1:
+            self.seed = None
+        if self.seed is not None and not _INT64_MIN <= self.seed <= _INT64_MAX:
+            raise VLLMValidationError(f"seed must be a 64-bit signed integer, got {self.seed}", "seed")
         if self.min_tokens < 0:
-            raise ValueError(f"min_tokens must be greater than or equal to 0, got {self.min_tokens}")
+            raise VLLMValidationError(f"min_tokens must be greater than or equal to 0, got {self.min_tokens}",
+                                      "min_tokens")
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
-            raise ValueError(f"min_tokens ({self.min_tokens}) must be less than or equal to "
-                             f"max_tokens ({self.max_tokens})")
+            raise VLLMValidationError(f"min_tokens ({self.min_tokens}) must be less than or equal to "
+                                      f"max_tokens ({self.max_tokens})", "min_tokens")
         if self.logprobs is not None and self.logprobs < 0:
-            raise ValueError(f"logprobs must be non-negative, got {self.logprobs}")
+            raise VLLMValidationError(f"logprobs must be non-negative, got {self.logprobs}", "logprobs")
         if self.stop is not None and any((not isinstance(s, str)) or s == "" for s in self.stop):
-            raise ValueError("stop must be a list of non-empty strings")
-        if self.stop_token_ids is not None and any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
-            raise ValueError("stop_token_ids must be a list of non-negative integers")
-        if self.seed is not None and not isinstance(self.seed, int):
-            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+            raise VLLMValidationError("stop must be a list of non-empty strings", "stop")
+        if self.stop_token_ids is not None and any(isinstance(t, bool) or not isinstance(t, int)
+                                                   or not 0 <= t <= _INT64_MAX for t in self.stop_token_ids):
+            raise VLLMValidationError("stop_token_ids must be a list of non-negative integers", "stop_token_ids")
 
     @property
     def greedy(self) -> bool:

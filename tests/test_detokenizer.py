@@ -108,3 +108,60 @@ def test_eos_token_adds_no_text_and_abort_notifies_stream(tok):
     with pytest.raises(RuntimeError, match="dead"):
         c1.get_nowait()
     assert op.get_num_unfinished_requests() == 0
+
+
+# ---------------------------------------------------------------- stop semantics as vLLM at the pin
+def _finish(tok, params: SamplingParams, outputs: list[EngineCoreOutput]):
+    op = OutputProcessor(tok)
+    collector = RequestOutputCollector(delta=False)
+    op.add_request(_request(tok, "r", params), None, False, collector)
+    aborts = []
+    for out in outputs:
+        aborts += op.process_outputs([out]).reqs_to_abort
+    return collector.get_nowait().outputs[0], aborts
+
+
+def test_stop_string_completed_by_the_last_allowed_token_finishes_with_stop(tok):
+    ids = tok.encode("hello world", add_special_tokens=False)
+    out, aborts = _finish(tok, SamplingParams(stop=["world"], max_tokens=len(ids)),
+                          [EngineCoreOutput("r", ids[:-1]),
+                           EngineCoreOutput("r", ids[-1:], finish_reason=FinishReason.LENGTH)])
+    assert (out.finish_reason, out.stop_reason, out.text) == ("stop", "world", "hello ")
+    assert aborts == [], "the core already finished it: nothing to abort"
+
+
+@pytest.mark.parametrize("include", [False, True])
+def test_stop_token_text_kept_with_include_stop_str_in_output(tok, include):
+    ids = tok.encode("hello", add_special_tokens=False)
+    stop_id = tok.encode(" world", add_special_tokens=False)[0]
+    out, _ = _finish(tok, SamplingParams(stop_token_ids=[stop_id], include_stop_str_in_output=include),
+                     [EngineCoreOutput("r", ids + [stop_id], finish_reason=FinishReason.STOP, stop_reason=stop_id)])
+    assert out.text == "hello" + (tok.decode([stop_id]) if include else "")
+    assert out.stop_reason == stop_id and out.token_ids[-1] == stop_id
+
+
+def test_stop_string_does_not_end_before_min_tokens(tok):
+    ids = tok.encode("ab ab ab ab", add_special_tokens=False)
+    first_ab = len(tok.encode("ab", add_special_tokens=False))
+    for min_tokens in (0, first_ab + 1):
+        detok = IncrementalDetokenizer(tok, SamplingParams(stop=["ab"], min_tokens=min_tokens), [1])
+        hit = None
+        for t in ids:
+            if (hit := detok.update([t], False)) is not None:
+                break
+        assert hit == "ab"
+        # "ab" and " ab" are one token each: those inside the first min_tokens tokens never stop it
+        assert detok.output_text == ("" if min_tokens == 0 else "ab " * min_tokens)
+
+
+def test_several_stop_strings_stop_at_the_earliest_completion(tok):
+    """vLLM's check_stop_strings at the pin: the stop that completes earliest wins (ties: list order), so
+    several tokens arriving at once (spec decode, a lagging update) still leave no stop string in the text."""
+    ids = tok.encode("one two three four", add_special_tokens=False)
+    detok = IncrementalDetokenizer(tok, SamplingParams(stop=["three", "e t"]), [1])
+    assert detok.update(ids, False) == "e t"  # list order would pick "three" and leak "e t" into the text
+    assert detok.output_text == "on"
+    for stops, text in ((["four", "two"], "one "), (["ne two", "e t"], "on"), (["two", "o"], "")):
+        detok = IncrementalDetokenizer(tok, SamplingParams(stop=stops, include_stop_str_in_output=False), [1])
+        detok.update(ids, False)
+        assert detok.output_text == text and not any(s in detok.output_text for s in stops)

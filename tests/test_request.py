@@ -20,7 +20,8 @@ def make_request(prompt: list[int], block_size: int | None = None, **params) -> 
 
 # ---------------------------------------------------------------- RequestStatus
 FINISHED = [RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED,
-            RequestStatus.FINISHED_ABORTED, RequestStatus.FINISHED_IGNORED, RequestStatus.FINISHED_ERROR]
+            RequestStatus.FINISHED_ABORTED, RequestStatus.FINISHED_IGNORED,
+            RequestStatus.FINISHED_ERROR]
 
 
 @pytest.mark.parametrize("status", list(RequestStatus))
@@ -128,10 +129,16 @@ def test_from_engine_core_request():
     ({"stop": [""]}, "stop"),
     ({"stop_token_ids": [-1]}, "stop_token_ids"),
     ({"seed": "x"}, "seed"),
+    ({"seed": 2**64}, "seed"),
+    ({"temperature": 2.01}, "temperature"),
+    ({"top_k": 1.5}, "top_k"),
+    ({"max_tokens": True}, "max_tokens"),
+    ({"stop_token_ids": [2**64]}, "stop_token_ids"),
 ])
 def test_sampling_params_rejects_bad_values(kwargs, field):
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(ValueError, match=field) as e:
         SamplingParams(**kwargs)
+    assert e.value.parameter == field  # the server's 400 names it in `param`
 
 
 def test_sampling_params_normalises():

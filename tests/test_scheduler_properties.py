@@ -11,8 +11,11 @@ on placeholders for the tokens the first one is sampling.
 """
 from __future__ import annotations
 
+import itertools
+import random
 from collections import Counter, deque
 
+import pytest
 from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
@@ -97,6 +100,7 @@ class Harness:
         assert all(n > 0 for n in out.num_scheduled_tokens.values())
         assert len(self.scheduler.running) <= self.max_num_seqs
         assert set(out.num_scheduled_tokens).isdisjoint(out.preempted_req_ids)
+        self.assert_progress(out)
         # The worker samples a token for each request whose scheduled tokens reach its end.
         rows = {}
         for req_id in out.num_scheduled_tokens:
@@ -122,6 +126,16 @@ class Harness:
             self.scheduler.finish_requests(live[index % len(live)], status)
 
     # ------------------------------------------------------------ invariants
+    def assert_progress(self, out) -> None:
+        """No stall: a running request with tokens left to compute is skipped only when the step's budget
+        is spent or the step preempted; otherwise it would never be scheduled again (its client hangs)."""
+        if out.preempted_req_ids or out.total_num_scheduled_tokens >= self.budget:
+            return
+        for req in self.scheduler.running:
+            if req.request_id not in out.num_scheduled_tokens:
+                assert req.num_computed_tokens >= req.num_tokens_with_spec, \
+                    f"{req.request_id} stalled at {req.num_computed_tokens}/{req.num_tokens} computed"
+
     def check(self) -> None:
         sched = self.scheduler
         kv = sched.kv_cache_manager
@@ -206,3 +220,37 @@ def test_random_operations_keep_the_books(cfg, operations, abort_at_end, rnd):
     h.assert_all_free()
     event(f"preemptions: {min(h.scheduler.num_preemptions, 3)}")
     event(f"prefix-cache hits: {h.scheduler.kv_cache_manager.prefix_cache_stats.hits > 0}")
+
+
+def _run_alone(cfg: dict, prompt_len: int, max_tokens: int) -> Harness:
+    h = Harness(cfg, random.Random(0))
+    h.scheduler.add_request(Request("long", [7] * prompt_len, SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+                                    eos_token_id=EOS))
+    for _ in range(4 * MAX_MODEL_LEN):
+        if not h.scheduler.has_unfinished_requests():
+            break
+        h.step()
+        h.complete()
+        h.check()
+    return h
+
+
+def test_prompt_of_max_model_len_minus_one_terminates_under_every_setting():
+    """The longest prompt the InputProcessor admits (max_model_len - 1; max_model_len and more are rejected,
+    see test_engine_reliability.py) finishes under every block size, budget, threshold, chunking, caching."""
+    for bs, budget, threshold, chunked, caching, max_tokens in itertools.product(
+            [1, 2, 4, 16], [1, 2, 5, 47, 48, 96], [0, 1, 5], [True, False], [True, False], [1, 10**6]):
+        cfg = dict(block_size=bs, extra_blocks=0, budget=budget, max_num_seqs=1, threshold=threshold,
+                   chunked=chunked, caching=caching, depth=1)
+        h = _run_alone(cfg, MAX_MODEL_LEN - 1, max_tokens)
+        assert not h.scheduler.has_unfinished_requests(), cfg
+        h.assert_all_free()
+
+
+def test_progress_check_catches_a_prompt_without_room():
+    """The check can fail: a prompt of max_model_len tokens fed past the processor's rule stalls at
+    max_model_len - 1 computed (the hang of issue #13)."""
+    cfg = dict(block_size=4, extra_blocks=0, budget=16, max_num_seqs=1, threshold=0, chunked=True, caching=False,
+               depth=1)
+    with pytest.raises(AssertionError, match="stalled at 47/48"):
+        _run_alone(cfg, MAX_MODEL_LEN, 4)

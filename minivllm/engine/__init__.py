@@ -13,11 +13,12 @@ from minivllm.sampling_params import SamplingParams
 
 
 class FinishReason(enum.IntEnum):
-    """Why a request ended, as the OpenAI API reports it."""
+    """Why a request ended, as the OpenAI API reports it; ERROR (an internal failure) becomes a 500."""
 
     STOP = 0
     LENGTH = 1
     ABORT = 2
+    ERROR = 3
 
     def __str__(self) -> str:
         return self.name.lower()
@@ -50,6 +51,7 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=F
     finish_reason: FinishReason | None = None
     stop_reason: int | str | None = None
     num_cached_tokens: int = 0
+    queue_time: float | None = None  # on a request's first output: arrival -> first scheduled, in seconds
 
     @property
     def finished(self) -> bool:

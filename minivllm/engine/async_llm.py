@@ -14,7 +14,7 @@ import time
 from collections.abc import AsyncGenerator
 
 from minivllm.config import EngineArgs, VllmConfig
-from minivllm.engine import SchedulerStats
+from minivllm.engine import EngineCoreRequest, SchedulerStats
 from minivllm.engine.core_client import EngineCoreClient
 from minivllm.engine.exceptions import EngineDeadError, EngineGenerateError
 from minivllm.engine.output_processor import IterationStats, OutputProcessor, RequestOutputCollector
@@ -50,12 +50,19 @@ class AsyncLLM:
     def errored(self) -> bool:
         return self.dead_error is not None or self.engine_core.engine_dead
 
-    async def add_request(self, request_id: str, prompt: PromptType, params: SamplingParams,
-                          delta: bool = False) -> RequestOutputCollector:
-        """Validate (ValueError on bad input), register the stream, send to the core."""
+    async def add_request(self, request_id: str, prompt: PromptType | EngineCoreRequest, params: SamplingParams,
+                          delta: bool = False, prompt_text: str | None = None) -> RequestOutputCollector:
+        """Validate (ValueError on bad input), register the stream, send to the core.
+
+        prompt may be an EngineCoreRequest the caller built with input_processor already (the server does,
+        on a thread pool, so tokenizing a long prompt never blocks the event loop); prompt_text is its text.
+        """
         if self.errored:
             raise EngineDeadError()
-        text, request = self.input_processor.process_inputs(request_id, prompt, params)
+        if isinstance(prompt, EngineCoreRequest):
+            text, request = prompt_text, prompt
+        else:
+            text, request = self.input_processor.process_inputs(request_id, prompt, params)
         queue = RequestOutputCollector(delta)
         self.output_processor.add_request(request, text, delta, queue)
         try:
@@ -66,10 +73,11 @@ class AsyncLLM:
         self._run_output_handler()
         return queue
 
-    async def generate(self, prompt: PromptType, sampling_params: SamplingParams, request_id: str,
-                       delta: bool = False) -> AsyncGenerator[RequestOutput, None]:
+    async def generate(self, prompt: PromptType | EngineCoreRequest, sampling_params: SamplingParams,
+                       request_id: str, delta: bool = False,
+                       prompt_text: str | None = None) -> AsyncGenerator[RequestOutput, None]:
         """Yield the request's RequestOutputs (cumulative, or only what is new with delta=True)."""
-        queue = await self.add_request(request_id, prompt, sampling_params, delta)
+        queue = await self.add_request(request_id, prompt, sampling_params, delta, prompt_text)
         try:
             finished = False
             while not finished:
@@ -80,7 +88,7 @@ class AsyncLLM:
             # The client went away (task cancelled / generator closed): free the request in the core.
             self._abort(request_id)
             raise
-        except (EngineDeadError, ValueError):
+        except (EngineDeadError, EngineGenerateError, ValueError):
             raise
         except Exception as e:
             self._abort(request_id)

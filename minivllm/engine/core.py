@@ -11,6 +11,7 @@ step is step_with_batch_queue instead: it schedules step N+1 while step N's forw
 """
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import signal
@@ -40,6 +41,8 @@ from minivllm.executor.abstract import Executor
 from minivllm.request import Request, RequestStatus
 from minivllm.structured_output import StructuredOutputManager
 from minivllm.tracing import Tracer
+
+logger = logging.getLogger(__name__)
 
 
 def engine_core_step(has_requests, schedule, execute_async, get_grammar, process_aborts, update):
@@ -111,6 +114,9 @@ class EngineCore:
         self.aborts_queue: queue.Queue[list[str]] = queue.Queue()
         self.step_fn = step_fn or engine_core_step
         self.step_counter = 0
+        self._scheduled: SchedulerOutput | None = None  # this step's plan, for _fail_step
+        self._queue_times: dict[str, float] = {}  # scheduled, first output not sent yet
+        self.num_failed_steps = 0
 
     @classmethod
     def from_engine_args(cls, engine_args: EngineArgs | None = None, **kwargs) -> EngineCore:
@@ -122,9 +128,9 @@ class EngineCore:
         max_len = self.vllm_config.scheduler_config.max_model_len
         if not request.prompt_token_ids:
             raise ValueError(f"request {request.request_id!r}: the prompt is empty")
-        if len(request.prompt_token_ids) > max_len:
+        if len(request.prompt_token_ids) >= max_len:  # vLLM's rule: room for at least one output token
             raise ValueError(f"request {request.request_id!r}: prompt length {len(request.prompt_token_ids)} "
-                             f"exceeds max_model_len {max_len}")
+                             f"leaves no room for an output token within max_model_len {max_len}")
         if request.request_id in self.scheduler.requests:
             raise ValueError(f"request id {request.request_id!r} is already in the engine")
         req = Request.from_engine_core_request(request)
@@ -149,8 +155,13 @@ class EngineCore:
         if self.batch_queue is not None:
             return self.step_with_batch_queue()
         self.step_counter += 1
-        outputs, ran, _ = self.step_fn(self.scheduler.has_requests(), self._schedule, self._execute_async,
-                                       self._get_grammar, self._process_aborts, self._update)
+        self._scheduled = None
+        try:
+            outputs, ran, _ = self.step_fn(self.scheduler.has_requests(), self._schedule, self._execute_async,
+                                           self._get_grammar, self._process_aborts, self._update)
+        except Exception as e:
+            return self._fail_step(e), True
+        self.num_failed_steps = 0
         self.post_step(bool(ran))
         return (outputs if isinstance(outputs, EngineCoreOutputs) else EngineCoreOutputs()), bool(ran)
 
@@ -172,7 +183,7 @@ class EngineCore:
         before it, and its sampling must happen before the worker starts another step.
         """
         batch_queue = self.batch_queue
-        newest_needs_grammar = bool(batch_queue) and bool(batch_queue[0][0].scheduler_output.structured_output_request_ids)
+        newest_needs_grammar = bool(batch_queue) and batch_queue[0][0].scheduler_output.has_structured_output_requests
         model_executed = False
         if self.scheduler.has_requests() and not newest_needs_grammar:
             self.step_counter += 1
@@ -180,7 +191,7 @@ class EngineCore:
             batch_queue.appendleft((plan, self._execute_async(plan)))
             model_executed = plan["scheduled_tokens"] > 0
             if (model_executed and len(batch_queue) < self.batch_queue_size
-                    and not plan.scheduler_output.structured_output_request_ids):
+                    and not plan.scheduler_output.has_structured_output_requests):
                 return EngineCoreOutputs(), True
         elif not batch_queue:
             return EngineCoreOutputs(), False
@@ -190,9 +201,40 @@ class EngineCore:
         self._process_aborts(plan.step)
         return self._update(plan, model_output), model_executed
 
+    def _fail_step(self, error: Exception) -> EngineCoreOutputs:
+        """A step raised after scheduling: finish its requests with FinishReason.ERROR and free their blocks,
+        so the engine keeps serving everyone else (vLLM would die here: EngineDeadError for all).
+
+        Which request caused it cannot be known, so the whole batch ends. Hashes of the blocks they free
+        are dropped, since this step's KV was never written. Several failing steps in a row (or a failure
+        in schedule() itself) mean the core cannot continue: re-raise, and the client sees a dead engine.
+        """
+        so = self._scheduled
+        self.num_failed_steps += 1
+        if so is None or self.num_failed_steps > 3:
+            raise error
+        logger.exception("step %d failed; finishing its %d request(s) with an error", self.step_counter,
+                         len(so.num_scheduled_tokens))
+        scheduler, kv = self.scheduler, self.scheduler.kv_cache_manager
+        failed = [r for r in so.num_scheduled_tokens if r in scheduler.requests]
+        blocks = [b for r in failed for b in kv.get_blocks(r).blocks]
+        scheduler.finish_requests(failed, RequestStatus.FINISHED_ERROR)
+        for block in blocks:
+            if block.ref_cnt == 0:
+                kv.block_pool._maybe_evict_cached_block(block)
+        message = f"{type(error).__name__}: {error}"
+        outputs = [EngineCoreOutput(r, [], finish_reason=FinishReason.ERROR, stop_reason=message) for r in failed]
+        self._attach_queue_times(outputs)
+        return EngineCoreOutputs(outputs=outputs, scheduler_stats=scheduler.make_stats() if scheduler.log_stats else None)
+
     def _schedule(self) -> StepPlan:
         with self.tracer.span("schedule", self.step_counter):
             scheduler_output = self.scheduler.schedule()
+        self._scheduled = scheduler_output
+        if scheduler_output.scheduled_new_reqs and self.scheduler.log_stats:
+            now, requests = time.time(), self.scheduler.requests  # arrival_time is the frontend's time.time()
+            for new in scheduler_output.scheduled_new_reqs:
+                self._queue_times[new.req_id] = max(0.0, now - requests[new.req_id].arrival_time)
         return StepPlan(scheduler_output, self.step_counter)
 
     def _execute_async(self, plan: StepPlan) -> Callable:
@@ -220,7 +262,20 @@ class EngineCore:
 
     def _update(self, plan: StepPlan, model_output) -> EngineCoreOutputs:
         with self.tracer.span("update", plan.step):
-            return self.scheduler.update_from_output(plan.scheduler_output, model_output)
+            outputs = self.scheduler.update_from_output(plan.scheduler_output, model_output)
+        self._attach_queue_times(outputs.outputs)
+        return outputs
+
+    def _attach_queue_times(self, outputs: list[EngineCoreOutput]) -> None:
+        """A request's queue time rides on its first output (vLLM derives it from QUEUED/SCHEDULED events)."""
+        queue_times = self._queue_times
+        if queue_times:
+            for out in outputs:
+                if out.request_id in queue_times:
+                    out.queue_time = queue_times.pop(out.request_id)
+            if len(queue_times) > len(self.scheduler.requests):  # aborted before their first output
+                for rid in [r for r in queue_times if r not in self.scheduler.requests]:
+                    del queue_times[rid]
 
     # ------------------------------------------------------------------ utilities
     def get_stats(self):

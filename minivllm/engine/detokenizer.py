@@ -2,13 +2,36 @@
 
 tokenizers' DecodeStream holds back bytes until they form whole UTF-8 characters, so a multi-byte
 character split across tokens never shows up as U+FFFD in a stream. Stop strings are checked only in
-the newly added text (plus a tail as long as the longest stop string).
+the newly added text (plus a tail as long as the longest stop string), as vLLM does:
+- the text of the first min_tokens tokens cannot end the request (nor can any stop string before then);
+- when several stop strings match, the one that completes earliest in the text wins (ties: list order),
+  so the kept text holds none of them, whatever tokens the text arrived in;
+- a token that ended the request by EOS / stop_token_ids adds text only with include_stop_str_in_output.
 """
 from __future__ import annotations
+
+import sys
 
 from tokenizers.decoders import DecodeStream
 
 from minivllm.sampling_params import SamplingParams
+
+
+def check_stop_strings(output_text: str, new_char_count: int, stop: list[str],
+                       include_in_output: bool) -> tuple[str, int] | None:
+    """(matched stop string, length to cut the text to, or -1) for the earliest-completing match."""
+    if not new_char_count or not stop:
+        return None
+    best, best_start, best_end = None, 0, sys.maxsize
+    for s in stop:
+        i = output_text.find(s, max(0, len(output_text) + 1 - new_char_count - len(s)))
+        if i != -1 and i + len(s) < best_end:
+            best, best_start, best_end = s, i, i + len(s)
+    if best is None:
+        return None
+    if include_in_output:
+        return best, (-1 if best_end >= len(output_text) else best_end)
+    return best, best_start
 
 
 class IncrementalDetokenizer:
@@ -18,47 +41,49 @@ class IncrementalDetokenizer:
         self._tokenizer = tokenizer._tokenizer  # the Rust tokenizer behind the HF fast tokenizer
         self.stream = DecodeStream(skip_special_tokens=params.skip_special_tokens)
         self.stop = params.stop or []
+        self.min_tokens = params.min_tokens
         self.include_stop = params.include_stop_str_in_output
-        self.max_stop_len = max((len(s) for s in self.stop), default=0)
+        # Characters held back from a stream while they may still become (excluded) stop-string text.
+        self.stop_buffer_length = max((len(s) for s in self.stop), default=1) - 1 if not self.include_stop else 0
+        self.num_output_tokens = 0
         self.output_text = ""
         self._sent = 0
 
     def update(self, new_token_ids: list[int], stop_terminated: bool) -> str | None:
-        """Append tokens' text; returns the stop string that ended the request, if one matched.
-
-        A token that ended the request by stop_token_ids/EOS (stop_terminated) adds no text.
-        """
-        ids = new_token_ids[:-1] if stop_terminated else new_token_ids
+        """Append tokens' text; returns the stop string that ended the request, if one matched."""
+        if not new_token_ids:
+            return None
+        skip_last = stop_terminated and not self.include_stop
+        ids = new_token_ids[:-1] if skip_last else new_token_ids
+        check_from = len(self.output_text)
         for token_id in ids:
-            start = len(self.output_text)
             piece = self.stream.step(self._tokenizer, token_id)
             if piece:
                 self.output_text += piece
-            if self.stop:
-                hit = self._check_stop(start)
-                if hit is not None:
-                    return hit
-        return None
-
-    def _check_stop(self, new_start: int) -> str | None:
-        text = self.output_text
-        search_from = max(0, new_start - self.max_stop_len + 1)
-        for s in self.stop:
-            i = text.find(s, search_from)
-            if i != -1:
-                self.output_text = text[:i + len(s)] if self.include_stop else text[:i]
-                return s
-        return None
+            self.num_output_tokens += 1
+            if self.min_tokens and self.num_output_tokens <= self.min_tokens:
+                check_from = len(self.output_text)  # text within min_tokens never ends the request
+        self.num_output_tokens += len(new_token_ids) - len(ids)
+        if not self.stop or self.num_output_tokens <= self.min_tokens:
+            return None
+        hit = check_stop_strings(self.output_text, len(self.output_text) - check_from, self.stop, self.include_stop)
+        if hit is None:
+            return None
+        stop_str, cut = hit
+        if cut != -1:
+            self.output_text = self.output_text[:cut]
+        return stop_str
 
     def get_next_output_text(self, finished: bool, delta: bool) -> str:
         """Whole text, or only what is new since the last call (for streaming).
 
-        While running, the last max_stop_len - 1 characters are held back: they may yet become a stop.
+        While running, the last stop_buffer_length characters are held back: they may yet become a stop.
         """
-        end = len(self.output_text) if finished or not self.stop else max(
-            self._sent, len(self.output_text) - self.max_stop_len + 1)
+        end = len(self.output_text) - (0 if finished else self.stop_buffer_length)
         if not delta:
-            return self.output_text[:end]
+            return self.output_text[:max(end, 0)]
+        if end <= self._sent:
+            return ""
         text = self.output_text[self._sent:end]
         self._sent = end
         return text

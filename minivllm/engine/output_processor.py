@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from minivllm.engine import EngineCoreOutput, EngineCoreRequest, FinishReason
 from minivllm.engine.detokenizer import IncrementalDetokenizer
+from minivllm.engine.exceptions import EngineGenerateError
 from minivllm.outputs import CompletionOutput, RequestOutput
 
 
@@ -73,6 +74,11 @@ class IterationStats:
     inter_token_latencies: list[float] = field(default_factory=list)
     e2e_latencies: list[float] = field(default_factory=list)
     finished_reasons: list[str] = field(default_factory=list)
+    queue_times: list[float] = field(default_factory=list)
+    # per finished request
+    time_per_output_tokens: list[float] = field(default_factory=list)
+    request_prompt_tokens: list[int] = field(default_factory=list)
+    request_generation_tokens: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -165,28 +171,50 @@ class OutputProcessor:
                 state.last_token_time = now
                 state.token_times.append(now)
             finish_reason, stop_reason = out.finish_reason, out.stop_reason
+            if out.queue_time is not None and iteration_stats is not None:
+                iteration_stats.queue_times.append(out.queue_time)
             state.output_token_ids.extend(out.new_token_ids)
             state.num_cached_tokens = out.num_cached_tokens
             if out.new_logprobs is not None and state.logprobs is not None:
                 for tok, lp in zip(out.new_token_ids, out.new_logprobs, strict=False):
                     state.logprobs.append(lp)
                     state.cumulative_logprob += lp[tok]
-            # A token that stopped the request (EOS / stop_token_ids) is not part of the text.
+            # A stop string wins over the core's reason, even "length" from the same (last) token, as in vLLM.
             stop_str = state.detokenizer.update(out.new_token_ids, finish_reason == FinishReason.STOP)
-            if stop_str is not None and finish_reason is None:
+            if stop_str is not None:
+                if finish_reason is None:
+                    reqs_to_abort.append(out.request_id)
                 finish_reason, stop_reason = FinishReason.STOP, stop_str
-                reqs_to_abort.append(out.request_id)
-            ro = self._make_request_output(state, finish_reason, stop_reason)
-            if finish_reason is not None:
+            if finish_reason == FinishReason.ERROR:
+                # The core failed this request's step (stop_reason holds why): its stream raises; the
+                # synchronous LLMEngine returns it with finish_reason "error".
                 del self.request_states[out.request_id]
                 if iteration_stats is not None and now is not None:
-                    iteration_stats.e2e_latencies.append(now - state.arrival_time)
-                    iteration_stats.finished_reasons.append(str(finish_reason))
+                    self._record_finished(state, finish_reason, now, iteration_stats)
+                if state.queue is not None:
+                    state.queue.put(EngineGenerateError(f"request {out.request_id!r} failed in the engine: "
+                                                        f"{stop_reason}"))
+                    continue
+            ro = self._make_request_output(state, finish_reason, stop_reason)
+            if finish_reason is not None:
+                self.request_states.pop(out.request_id, None)
+                if iteration_stats is not None and now is not None:
+                    self._record_finished(state, finish_reason, now, iteration_stats)
             if state.queue is not None:
                 state.queue.put(ro)
             else:
                 request_outputs.append(ro)
         return OutputProcessorOutput(request_outputs, reqs_to_abort)
+
+    @staticmethod
+    def _record_finished(state: RequestState, finish_reason, now: float, stats: IterationStats) -> None:
+        n = len(state.output_token_ids)
+        stats.e2e_latencies.append(now - state.arrival_time)
+        stats.finished_reasons.append(str(finish_reason))
+        stats.request_prompt_tokens.append(len(state.prompt_token_ids))
+        stats.request_generation_tokens.append(n)
+        if n > 1 and state.first_token_time is not None:
+            stats.time_per_output_tokens.append((state.last_token_time - state.first_token_time) / (n - 1))
 
     def _make_request_output(self, state: RequestState, finish_reason, stop_reason) -> RequestOutput:
         finished = finish_reason is not None

@@ -1,7 +1,12 @@
 """InputProcessor (vLLM: v1/engine/processor.py, later input_processor.py): prompt + params -> a validated
 EngineCoreRequest.
 
-Runs in the frontend, so a bad request fails there with a ValueError and never reaches the core.
+Runs in the frontend, so a bad request fails there with a VLLMValidationError (a ValueError) and never
+reaches the core. The rules are vLLM's: a prompt must leave room for one output token (length at most
+max_model_len - 1), and a text longer than max_model_len * (longest token in characters) is rejected
+before it is tokenized, so a huge prompt costs no tokenizer time. Token ids are checked against the
+model's embedding size (vLLM accepts ids up to max(tokenizer, model) vocab; an id past the embedding
+would fail inside a step, so we reject it here).
 """
 from __future__ import annotations
 
@@ -11,10 +16,19 @@ import msgspec
 
 from minivllm.config import VllmConfig
 from minivllm.engine import EngineCoreRequest
+from minivllm.exceptions import VLLMValidationError
 from minivllm.sampling_params import SamplingParams
 from minivllm.structured_output.backend_xgrammar import validate_xgrammar_grammar
 
 PromptType = str | list[int] | dict
+
+
+def _model_vocab_size(vllm_config: VllmConfig) -> int | None:
+    try:
+        from minivllm.model_executor.model_loader import load_hf_config, resolve_model_path
+        return getattr(load_hf_config(resolve_model_path(vllm_config.model_config.model)), "vocab_size", None)
+    except Exception:  # an unreadable config fails later, at model load, with a clearer message
+        return None
 
 
 class InputProcessor:
@@ -24,7 +38,19 @@ class InputProcessor:
         self.max_model_len = vllm_config.scheduler_config.max_model_len
         self.speculative = vllm_config.speculative_config is not None
         self.tokenizer = tokenizer
-        self.vocab_size = len(tokenizer)
+        self.vocab_size = _model_vocab_size(vllm_config) or len(tokenizer)
+        self.max_chars_per_token = max((len(t) for t in tokenizer.get_vocab()), default=1)
+
+    def check_text_len(self, text: str, max_input_tokens: int | None = None) -> None:
+        """vLLM's character pre-check: a text this long cannot fit in max_input_tokens, whatever its tokens."""
+        max_input_tokens = self.max_model_len - 1 if max_input_tokens is None else max_input_tokens
+        max_chars = max_input_tokens * self.max_chars_per_token
+        if len(text) > max_chars:
+            raise VLLMValidationError(
+                f"This model's maximum context length is {self.max_model_len} tokens. Your prompt contains "
+                f"{len(text)} characters (more than {max_chars} characters, which is the upper bound for "
+                f"{max_input_tokens} input tokens). Please reduce the length of the input prompt.",
+                "prompt", len(text))
 
     def tokenize(self, prompt: PromptType) -> tuple[str | None, list[int]]:
         if isinstance(prompt, dict):
@@ -33,39 +59,62 @@ class InputProcessor:
             if "prompt" in prompt:
                 prompt = prompt["prompt"]
             else:
-                raise ValueError("a prompt dict needs 'prompt' or 'prompt_token_ids'")
+                raise VLLMValidationError("a prompt dict needs 'prompt' or 'prompt_token_ids'", "prompt")
         if isinstance(prompt, str):
+            self.check_text_len(prompt)
             return prompt, self.tokenizer.encode(prompt)
-        if isinstance(prompt, (list, tuple)) and all(isinstance(t, int) for t in prompt):
+        if isinstance(prompt, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             return None, list(prompt)
-        raise ValueError(f"a prompt must be a string, a list of token ids or a dict, got {type(prompt).__name__}")
+        raise VLLMValidationError(f"a prompt must be a string, a list of token ids or a dict, got "
+                                  f"{type(prompt).__name__}", "prompt")
+
+    def check_prompt_len(self, num_tokens: int) -> None:
+        """vLLM's _validate_prompt_len: not empty, and room for at least one output token."""
+        if num_tokens == 0:
+            raise VLLMValidationError("The decoder prompt cannot be empty", "prompt")
+        if num_tokens > self.max_model_len:
+            raise VLLMValidationError(f"The decoder prompt (length {num_tokens}) is longer than the maximum model "
+                                      f"length of {self.max_model_len}. Make sure that `max_model_len` is no smaller "
+                                      f"than the number of text tokens.", "prompt", num_tokens)
+        if num_tokens == self.max_model_len:
+            raise VLLMValidationError(f"The decoder prompt (length {num_tokens}) plus the number of requested "
+                                      f"output tokens (at least 1) is longer than the maximum model length of "
+                                      f"{self.max_model_len}. Make sure that `max_model_len` is no smaller than the number of "
+                                      f"text tokens (prompt + requested output tokens).", "prompt", num_tokens)
 
     def process_inputs(self, request_id: str, prompt: PromptType, params: SamplingParams,
                        arrival_time: float | None = None) -> tuple[str | None, EngineCoreRequest]:
         if not isinstance(params, SamplingParams):
             raise ValueError(f"sampling params must be SamplingParams, got {type(params).__name__}")
         text, token_ids = self.tokenize(prompt)
-        if not token_ids:
-            raise ValueError("the prompt is empty (0 tokens)")
-        if len(token_ids) > self.max_model_len:
-            raise ValueError(f"the prompt is {len(token_ids)} tokens long, longer than max_model_len "
-                             f"({self.max_model_len})")
+        self.check_prompt_len(len(token_ids))
         bad = [t for t in token_ids if not 0 <= t < self.vocab_size]
         if bad:
-            raise ValueError(f"token id {bad[0]} is out of vocabulary (size {self.vocab_size})")
+            raise VLLMValidationError(f"Token id {bad[0]} is out of vocabulary (size {self.vocab_size})", "prompt")
         bad = [t for t in params.stop_token_ids or () if t >= self.vocab_size]
         if bad:
-            raise ValueError(f"stop_token_ids: token id {bad[0]} is out of vocabulary (size {self.vocab_size})")
+            raise VLLMValidationError(f"stop_token_ids: token id {bad[0]} is out of vocabulary (size "
+                                      f"{self.vocab_size})", "stop_token_ids")
         if params.logprobs is not None and params.logprobs > min(20, self.vocab_size):
-            raise ValueError(f"logprobs must be at most {min(20, self.vocab_size)}, got {params.logprobs}")
+            raise VLLMValidationError(f"logprobs must be at most {min(20, self.vocab_size)}, got {params.logprobs}",
+                                      "logprobs")
         if params.structured_outputs is not None:
             if self.speculative:
                 raise ValueError("structured_outputs: not supported together with speculative_config in "
                                  "minivllm yet (drafts are not checked against the grammar)")
             validate_xgrammar_grammar(params)  # a schema / regex / grammar that cannot build fails here
-        if params.max_tokens is None:
-            # Unbounded: up to the context limit (at least one token; a full-length prompt stops at once).
-            params = msgspec.structs.replace(params, max_tokens=max(1, self.max_model_len - len(token_ids)))
+        # Output never passes max_model_len (check_stop ends it there), so a bigger max_tokens is capped to
+        # the room left: the same result, and no integer too big for the core's int64 fields.
+        room = self.max_model_len - len(token_ids)
+        changes = {}
+        if params.max_tokens is None or params.max_tokens > room:
+            changes["max_tokens"] = room
+        if params.min_tokens > room:
+            changes["min_tokens"] = room
+        if params.top_k >= self.vocab_size:  # vLLM's InputBatch: top_k >= vocab means no top-k
+            changes["top_k"] = 0
+        if changes:
+            params = msgspec.structs.replace(params, **changes)
         return text, EngineCoreRequest(request_id, token_ids, params, self.tokenizer.eos_token_id,
                                        arrival_time or time.time())
 

@@ -65,8 +65,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     kw = engine_kwargs(args)
     if args.model_tag:
         kw["model"] = args.model_tag
-    run_server(args, EngineArgs.from_kwargs(**kw))
-    return 0
+    return run_server(args, EngineArgs.from_kwargs(**kw))
 
 
 def cmd_bench_serve(args: argparse.Namespace) -> int:
@@ -93,7 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--model", default=None, help="same as the positional MODEL")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
-    s.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/*")
+    s.add_argument("--api-key", default=None,
+                   help="require 'Authorization: Bearer KEY' on /v1/*, /tokenize and /detokenize")
+    s.add_argument("--max-request-body-bytes", type=int, default=8 << 20, help="larger bodies get a 413")
+    s.add_argument("--shutdown-grace-period", type=float, default=5.0,
+                   help="seconds in-flight requests may finish after SIGTERM before they end with an error")
     s.add_argument("--served-model-name", default=None, help="the model id clients send (default: folder name)")
     s.add_argument("--uvicorn-log-level", default="warning")
     add_engine_args(s)

@@ -19,3 +19,4 @@ class SamplingMetadata:
     generators: dict[int, torch.Generator]  # row -> per-request seeded generator
     max_num_logprobs: int | None       # largest logprobs asked for in the batch, None if none
     num_logprobs: list[int | None] | None = None
+    min_tokens: dict[int, list[int]] | None = None  # row -> stop/EOS ids masked (still below min_tokens)

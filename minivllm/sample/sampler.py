@@ -82,6 +82,10 @@ class Sampler(nn.Module):
     def forward(self, logits: torch.Tensor, md: SamplingMetadata) -> SamplerOutput:
         logits = logits.float()
         raw_logprobs = logits.log_softmax(dim=-1) if md.max_num_logprobs is not None else None
+        if md.min_tokens:  # vLLM's MinTokensLogitsProcessor: no stop token / EOS before min_tokens
+            logits = logits.clone()
+            for row, ids in md.min_tokens.items():
+                logits[row, ids] = float("-inf")
         greedy = logits.argmax(dim=-1) if not md.all_random else None
         if md.all_greedy:
             sampled = greedy

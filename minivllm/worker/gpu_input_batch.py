@@ -24,6 +24,7 @@ class CachedRequestState:
     block_ids: list[int]
     num_computed_tokens: int
     output_token_ids: list[int] = field(default_factory=list)
+    eos_token_id: int | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -50,6 +51,8 @@ class InputBatch:
         self.min_p = np.zeros(max_num_reqs, dtype=np.float32)
         self.num_logprobs: list[int | None] = [None] * max_num_reqs
         self.generators: dict[int, torch.Generator] = {}
+        # row -> (min_tokens, prompt length, ids masked until then): vLLM's MinTokensLogitsProcessor state
+        self.min_tokens: dict[int, tuple[int, int, list[int]]] = {}
 
     @property
     def num_reqs(self) -> int:
@@ -80,6 +83,11 @@ class InputBatch:
         self.num_logprobs[idx] = sp.logprobs
         if state.generator is not None:
             self.generators[idx] = state.generator
+        stop_ids = set(sp.stop_token_ids or ())
+        if not sp.ignore_eos and state.eos_token_id is not None:
+            stop_ids.add(state.eos_token_id)
+        if sp.min_tokens > 0 and stop_ids:
+            self.min_tokens[idx] = (sp.min_tokens, n_prompt, sorted(stop_ids))
         return idx
 
     def append_block_ids(self, idx: int, block_ids: list[int]) -> None:
@@ -99,6 +107,7 @@ class InputBatch:
             return None
         self.req_ids[idx] = None
         self.generators.pop(idx, None)
+        self.min_tokens.pop(idx, None)
         self.num_logprobs[idx] = None
         return idx
 
@@ -113,11 +122,12 @@ class InputBatch:
                     self.num_blocks, self.temperature, self.top_p, self.top_k, self.min_p):
             arr[[i, j]] = arr[[j, i]]
         self.num_logprobs[i], self.num_logprobs[j] = self.num_logprobs[j], self.num_logprobs[i]
-        gi, gj = self.generators.pop(i, None), self.generators.pop(j, None)
-        if gj is not None:
-            self.generators[i] = gj
-        if gi is not None:
-            self.generators[j] = gi
+        for per_row in (self.generators, self.min_tokens):
+            vi, vj = per_row.pop(i, None), per_row.pop(j, None)
+            if vj is not None:
+                per_row[i] = vj
+            if vi is not None:
+                per_row[j] = vi
 
     def condense(self) -> None:
         """Move the last rows into holes so rows [0, num_reqs) are all live."""

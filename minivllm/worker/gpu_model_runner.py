@@ -118,7 +118,8 @@ class GPUModelRunner:
                 gen = torch.Generator(device=self.device)
                 gen.manual_seed(sp.seed)
             self.requests[new.req_id] = CachedRequestState(new.req_id, new.prompt_token_ids, sp, gen,
-                                                           list(new.block_ids), new.num_computed_tokens)
+                                                           list(new.block_ids), new.num_computed_tokens,
+                                                           eos_token_id=new.eos_token_id)
             batch.add_request(self.requests[new.req_id])
         cached = so.scheduled_cached_reqs
         for i, req_id in enumerate(cached.req_ids):
@@ -210,6 +211,11 @@ class GPUModelRunner:
         dev = self.device
         num_logprobs = [b.num_logprobs[r] for r in rows]
         asked = [n for n in num_logprobs if n is not None]
+        min_tokens = {}  # rows still below min_tokens: their stop ids and EOS are masked
+        for i, r in enumerate(rows.tolist() if b.min_tokens else ()):
+            mt = b.min_tokens.get(r)
+            if mt is not None and b.num_tokens[r] - mt[1] < mt[0]:
+                min_tokens[i] = mt[2]
         return SamplingMetadata(
             temperature=None if greedy.all() else torch.from_numpy(temp).to(dev),
             all_greedy=bool(greedy.all()), all_random=not bool(greedy.any()),
@@ -217,7 +223,8 @@ class GPUModelRunner:
             top_k=torch.from_numpy(b.top_k[rows]).to(dev) if (b.top_k[rows] > 0).any() else None,
             min_p=torch.from_numpy(b.min_p[rows]).to(dev) if (b.min_p[rows] > 0).any() else None,
             generators={row_of[r]: g for r, g in b.generators.items() if r in row_of},
-            max_num_logprobs=max(asked) if asked else None, num_logprobs=num_logprobs)
+            max_num_logprobs=max(asked) if asked else None, num_logprobs=num_logprobs,
+            min_tokens=min_tokens or None)
 
     # ------------------------------------------------------------------ step
     @torch.inference_mode()

@@ -22,11 +22,12 @@ class NewRequestData:
     sampling_params: SamplingParams
     block_ids: list[int]
     num_computed_tokens: int
+    eos_token_id: int | None = None  # min_tokens masks it (vLLM folds it into all_stop_token_ids)
 
     @classmethod
     def from_request(cls, request: Request, block_ids: list[int]) -> NewRequestData:
         return cls(request.request_id, request.prompt_token_ids, request.sampling_params, block_ids,
-                   request.num_computed_tokens)
+                   request.num_computed_tokens, request.eos_token_id)
 
 
 @dataclass

@@ -338,13 +338,11 @@ class Scheduler(SchedulerInterface):
             request.spec_token_ids = draft
 
     def _check_stop(self, request: Request) -> bool:
-        """vLLM's check_stop: length caps first, then (past min_tokens) EOS and stop token ids."""
+        """vLLM's check_stop: nothing before min_tokens, then EOS and stop token ids, then the length caps
+        (so an EOS that is also the max_tokens-th token finishes with "stop"). The InputProcessor keeps
+        min_tokens within the context, so min_tokens cannot carry a request past max_model_len."""
         output_token_ids = request.output_token_ids
         num_output_tokens = len(output_token_ids)  # runs per token: plain len(), no properties
-        if len(request.all_token_ids) >= self.max_model_len or (
-                request.max_tokens is not None and num_output_tokens >= request.max_tokens):
-            request.status = RequestStatus.FINISHED_LENGTH_CAPPED
-            return True
         params = request.sampling_params
         if num_output_tokens < params.min_tokens:
             return False
@@ -355,6 +353,10 @@ class Scheduler(SchedulerInterface):
         if params.stop_token_ids and last in params.stop_token_ids:
             request.status = RequestStatus.FINISHED_STOPPED
             request.stop_reason = last
+            return True
+        if len(request.all_token_ids) >= self.max_model_len or (
+                request.max_tokens is not None and num_output_tokens >= request.max_tokens):
+            request.status = RequestStatus.FINISHED_LENGTH_CAPPED
             return True
         return False
 

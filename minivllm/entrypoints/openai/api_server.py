@@ -2,8 +2,14 @@
 
 Routes: /v1/completions, /v1/chat/completions (streaming as SSE `data: {...}` ... `data: [DONE]`),
 /v1/models, /health (503 once the core is dead), /metrics (Prometheus text), /tokenize, /detokenize.
-Every error is OpenAI-shaped, {"error": {"message", "type", "param", "code"}}; bad input gets a 4xx.
-A client that disconnects has its request aborted in the core (streaming or not).
+Every error is OpenAI-shaped, {"error": {"message", "type", "param", "code"}}: bad input gets a 4xx whose
+`param` names the field (or is null); anything unexpected a logged 500 carrying a request id. A client
+that disconnects has its request aborted in the core (streaming or not). Request bodies are capped
+(413), and tokenization runs on a thread pool, so one huge prompt never stalls the event loop.
+
+Lifecycle as vLLM's: when the EngineCore dies, in-flight streams get an error, /health answers 503 and
+the server exits non-zero a moment later (for a supervisor to restart it). On SIGTERM it stops accepting,
+gives in-flight requests a grace period, ends the rest with an error event, and exits 0.
 """
 from __future__ import annotations
 
@@ -11,8 +17,12 @@ import argparse
 import asyncio
 import hmac
 import json
+import logging
 import os
+import signal
+import sys
 from collections.abc import AsyncGenerator, AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from functools import partial
 from http import HTTPStatus
@@ -21,11 +31,13 @@ import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from minivllm.config import EngineArgs
+from minivllm.engine import EngineCoreRequest
 from minivllm.engine.async_llm import AsyncLLM
-from minivllm.engine.exceptions import EngineDeadError
+from minivllm.engine.exceptions import EngineDeadError, EngineGenerateError
 from minivllm.entrypoints.openai.metrics import PrometheusStatLogger
 from minivllm.entrypoints.openai.protocol import (
     ChatCompletionRequest,
@@ -36,21 +48,64 @@ from minivllm.entrypoints.openai.protocol import (
     now,
     random_id,
 )
+from minivllm.exceptions import VLLMValidationError
 from minivllm.outputs import RequestOutput
+from minivllm.sampling_params import SamplingParams
+
+logger = logging.getLogger("minivllm.api_server")
+DEFAULT_MAX_REQUEST_BODY_BYTES = 8 << 20
 
 DEFAULT_CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
                          "{% if add_generation_prompt %}assistant:{% endif %}")
 
 
 # ---------------------------------------------------------------------------- errors
-def error_response(status: int, message: str, err_type: str | None = None, param: str | None = None) -> JSONResponse:
+def error_response(status: int, message: str, err_type: str | None = None, param: str | None = None,
+                   headers: dict | None = None) -> JSONResponse:
     err_type = err_type or HTTPStatus(status).phrase.replace(" ", "") + "Error"
-    return JSONResponse({"error": {"message": message, "type": err_type, "param": param, "code": status}}, status)
+    message = message.encode("utf-8", "backslashreplace").decode()  # text a client sent may not be UTF-8
+    return JSONResponse({"error": {"message": message, "type": err_type, "param": param, "code": status}}, status,
+                        headers=headers)
 
 
-def _param_of(message: str) -> str | None:
-    word = message.split(" ", 1)[0].rstrip(":")
-    return word if word.isidentifier() and word.islower() else None
+def stream_error(exc: BaseException) -> str:
+    """The SSE event that ends a stream which failed after its 200 went out."""
+    status = 503 if isinstance(exc, EngineDeadError) else 500
+    if status == 500 and not isinstance(exc, EngineGenerateError):
+        logger.error("stream failed", exc_info=exc)
+    return sse({"error": {"message": str(exc), "type": type(exc).__name__, "param": None, "code": status}})
+
+
+class RequestTooLarge(StarletteHTTPException):
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"The request body is larger than the server's limit of {limit} bytes "
+                              f"(--max-request-body-bytes).")
+
+
+class BodySizeLimitMiddleware:
+    """413 for a body over max_bytes: at once from Content-Length, or as soon as a chunked body passes it."""
+
+    def __init__(self, app, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            e = RequestTooLarge(self.max_bytes)
+            return await error_response(413, e.detail)(scope, receive, send)
+        received = 0
+
+        async def limited_receive():
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise RequestTooLarge(self.max_bytes)
+            return message
+        await self.app(scope, limited_receive, send)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -69,11 +124,21 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ValueError)
     async def value_error(_, exc: ValueError):
-        return error_response(400, str(exc), "BadRequestError", _param_of(str(exc)))
+        return error_response(400, str(exc), "BadRequestError", getattr(exc, "parameter", None))
 
     @app.exception_handler(EngineDeadError)
     async def engine_dead(_, exc: EngineDeadError):
         return error_response(503, str(exc), "EngineDeadError")
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception):
+        """Anything unexpected (or a request the engine failed): a logged 500 whose id finds the log line."""
+        rid = random_id("req")
+        if not isinstance(exc, EngineGenerateError):
+            logger.error("%s %s failed, request id %s", request.method, request.url.path, rid, exc_info=exc)
+        return error_response(500, f"{exc} (request id {rid})" if isinstance(exc, EngineGenerateError) else
+                              f"Internal server error ({type(exc).__name__}); request id {rid}",
+                              "InternalServerError", headers={"X-Request-Id": rid})
 
 
 # ---------------------------------------------------------------------------- streaming helpers
@@ -161,8 +226,41 @@ class OpenAIServing:
         self.tokenizer = engine.get_tokenizer()
         self.model_name = served_model_name
         self.max_model_len = engine.vllm_config.scheduler_config.max_model_len
-        self.stat_logger = PrometheusStatLogger(served_model_name)
+        self.stat_logger = PrometheusStatLogger(served_model_name, self.max_model_len)
         engine.stat_loggers.append(self.stat_logger)
+        # Tokenizing and chat templating run here, off the event loop (HF tokenizers release the GIL).
+        self.tokenizer_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenizer")
+
+    async def in_pool(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.tokenizer_pool, fn, *args)
+
+    def check_context(self, num_prompt_tokens: int, max_tokens: int | None, field: str = "max_tokens") -> None:
+        """vLLM's 400s when prompt + requested output cannot fit the context (max_tokens=None: whatever fits)."""
+        if max_tokens is None:
+            return
+        if max_tokens > self.max_model_len:
+            raise VLLMValidationError(f"{field}={max_tokens} cannot be greater than max_model_len="
+                                      f"{self.max_model_len}. Please request fewer output tokens.", field, max_tokens)
+        if num_prompt_tokens + max_tokens > self.max_model_len:
+            raise VLLMValidationError(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
+                f"{max_tokens} output tokens and your prompt contains {num_prompt_tokens} input tokens, for a total "
+                f"of {num_prompt_tokens + max_tokens} tokens. Please reduce the length of the input prompt or the "
+                f"number of requested output tokens.", "input_tokens", num_prompt_tokens)
+
+    def _process(self, request_id: str, prompt, params: SamplingParams, max_tokens: int | None,
+                 field: str) -> tuple[str | None, EngineCoreRequest]:
+        processor = self.engine.input_processor
+        if isinstance(prompt, str) and max_tokens is not None and max_tokens < self.max_model_len:
+            processor.check_text_len(prompt, self.max_model_len - max_tokens)
+        text, token_ids = processor.tokenize(prompt)
+        self.check_context(len(token_ids), max_tokens, field)
+        return processor.process_inputs(request_id, {"prompt": text, "prompt_token_ids": token_ids}, params)
+
+    async def process_inputs(self, request_id: str, prompt, params: SamplingParams, max_tokens: int | None,
+                             field: str = "max_tokens") -> tuple[str | None, EngineCoreRequest]:
+        """Tokenize and validate on the pool: (prompt text, the EngineCoreRequest for AsyncLLM.generate)."""
+        return await self.in_pool(self._process, request_id, prompt, params, max_tokens, field)
 
     def check_model(self, model: str | None) -> None:
         if model is not None and model != self.model_name:
@@ -183,6 +281,7 @@ class OpenAIServing:
         template = None if getattr(self.tokenizer, "chat_template", None) else DEFAULT_CHAT_TEMPLATE
         text = self.tokenizer.apply_chat_template(msgs, chat_template=template, tokenize=False,
                                                   add_generation_prompt=add_generation_prompt)
+        self.engine.input_processor.check_text_len(text)
         return {"prompt": text, "prompt_token_ids": self.tokenizer.encode(text, add_special_tokens=False)}
 
     def completion_logprobs(self, output, offset: int, num: int) -> dict | None:
@@ -236,10 +335,12 @@ async def create_completion(serving: OpenAIServing, req: CompletionRequest, raw:
     rid, created = random_id("cmpl"), now()
     engine = serving.engine
     # Validate and register every prompt before streaming starts, so bad input is a 400, not a broken stream.
+    processed = [await serving.process_inputs(f"{rid}-{i}", p, params, req.max_tokens) for i, p in enumerate(prompts)]
     gens: list[PrimedGenerate] = []
     try:
-        for i, p in enumerate(prompts):
-            gens.append(PrimedGenerate(engine.generate(p, params, f"{rid}-{i}", delta=req.stream)))
+        for text, request in processed:
+            gens.append(PrimedGenerate(engine.generate(request, params, request.request_id, delta=req.stream,
+                                                       prompt_text=text)))
             await gens[-1].start()
     except BaseException:
         for g in gens:
@@ -325,8 +426,8 @@ async def _completion_stream(serving, req, gens, rid, created, echo_texts):
         if include_usage:
             yield sse({"id": rid, "object": "text_completion", "created": created, "model": serving.model_name,
                        "choices": [], "usage": _usage(n_prompt, n_gen)})
-    except EngineDeadError as e:
-        yield sse({"error": {"message": str(e), "type": "EngineDeadError", "param": None, "code": 503}})
+    except Exception as e:
+        yield stream_error(e)
     finally:
         for g in gens:
             await g.aclose()
@@ -339,10 +440,14 @@ async def create_chat_completion(serving: OpenAIServing, req: ChatCompletionRequ
     if req.top_logprobs is not None and not req.logprobs:
         raise ValueError("top_logprobs needs logprobs=true")
     num_lp = (req.top_logprobs or 0) if req.logprobs else None
-    params = req.to_sampling_params(req.max_completion_tokens or req.max_tokens, num_lp)
-    prompt = serving.chat_prompt(req.messages, req.add_generation_prompt)
+    max_tokens = req.max_completion_tokens or req.max_tokens
+    params = req.to_sampling_params(max_tokens, num_lp)
+    prompt = await serving.in_pool(serving.chat_prompt, req.messages, req.add_generation_prompt)
     rid, created = random_id("chatcmpl"), now()
-    gen = await PrimedGenerate(serving.engine.generate(prompt, params, rid, delta=req.stream)).start()
+    text, request = await serving.process_inputs(rid, prompt, params, max_tokens,
+                                                 "max_completion_tokens" if req.max_completion_tokens else "max_tokens")
+    gen = await PrimedGenerate(serving.engine.generate(request, params, rid, delta=req.stream,
+                                                       prompt_text=text)).start()
     if req.stream:
         return CancellableStreamingResponse(_chat_stream(serving, req, gen, rid, created, num_lp or 0),
                                             media_type="text/event-stream")
@@ -380,16 +485,35 @@ async def _chat_stream(serving, req, gen, rid, created, num_lp):
                                            "finish_reason": c.finish_reason, "stop_reason": c.stop_reason}]})
         if include_usage:
             yield sse(head | {"choices": [], "usage": _usage(n_prompt, n_gen)})
-    except EngineDeadError as e:
-        yield sse({"error": {"message": str(e), "type": "EngineDeadError", "param": None, "code": 503}})
+    except Exception as e:
+        yield stream_error(e)
     finally:
         await gen.aclose()
     yield "data: [DONE]\n\n"
 
 
 # ---------------------------------------------------------------------------- the app
+async def watch_engine(app: FastAPI, exit_delay: float) -> None:
+    """vLLM's terminate_if_errored: once the core is dead, let streams deliver their errors, then exit 1."""
+    engine = app.state.serving.engine
+    while not engine.errored:
+        await asyncio.sleep(0.1)
+    logger.error("EngineCore died; the server exits in %.1f s (status 1) so a supervisor can restart it", exit_delay)
+    await asyncio.sleep(exit_delay)
+    app.state.exit_code = 1
+    server = getattr(app.state, "server", None)
+    if server is not None:
+        server.should_exit = True
+
+
+def _authorized(header: str, api_key: str) -> bool:
+    scheme, _, token = header.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), api_key.encode())
+
+
 def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api_key: str | None = None,
-              engine: AsyncLLM | None = None) -> FastAPI:
+              engine: AsyncLLM | None = None, max_request_body_bytes: int = DEFAULT_MAX_REQUEST_BODY_BYTES,
+              dead_engine_exit_delay: float = 1.0) -> FastAPI:
     """The FastAPI app; the AsyncLLM (and its EngineCore process) starts in the app's lifespan."""
     name = served_model_name or os.path.basename(os.path.normpath(engine_args.model))
 
@@ -397,23 +521,27 @@ def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api
     async def lifespan(app: FastAPI):
         eng = engine or AsyncLLM.from_engine_args(engine_args)
         app.state.serving = OpenAIServing(eng, name)
+        app.state.exit_code = 0
+        watchdog = asyncio.ensure_future(watch_engine(app, dead_engine_exit_delay))
         try:
             yield
         finally:
+            watchdog.cancel()
+            app.state.serving.tokenizer_pool.shutdown(wait=False, cancel_futures=True)
             if engine is None:
                 eng.shutdown()
 
     app = FastAPI(title="minivllm OpenAI-compatible server", lifespan=lifespan)
     install_error_handlers(app)
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_request_body_bytes)
 
     if api_key:
         @app.middleware("http")
         async def authentication(request: Request, call_next):
-            if request.url.path.startswith("/v1"):
-                auth = request.headers.get("Authorization", "")
-                if not hmac.compare_digest(auth.encode(), f"Bearer {api_key}".encode()):
-                    return error_response(401, "Invalid or missing API key (send 'Authorization: Bearer <key>')",
-                                          "AuthenticationError")
+            if request.url.path.startswith(("/v1", "/tokenize", "/detokenize")) and \
+                    not _authorized(request.headers.get("Authorization", ""), api_key):
+                return error_response(401, "Invalid or missing API key (send 'Authorization: Bearer <key>')",
+                                      "AuthenticationError")
             return await call_next(request)
 
     def serving(request: Request) -> OpenAIServing:
@@ -447,9 +575,10 @@ def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api
         if (req.prompt is None) == (req.messages is None):
             raise ValueError("give exactly one of prompt or messages")
         if req.messages is not None:
-            tokens = s.chat_prompt(req.messages)["prompt_token_ids"]
+            tokens = (await s.in_pool(s.chat_prompt, req.messages))["prompt_token_ids"]
         else:
-            tokens = s.tokenizer.encode(req.prompt, add_special_tokens=req.add_special_tokens)
+            s.engine.input_processor.check_text_len(req.prompt, s.max_model_len)
+            tokens = await s.in_pool(partial(s.tokenizer.encode, req.prompt, add_special_tokens=req.add_special_tokens))
         return {"tokens": tokens, "count": len(tokens), "max_model_len": s.max_model_len}
 
     @app.post("/detokenize")
@@ -470,13 +599,45 @@ def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api
                 stats = await asyncio.wait_for(s.engine.get_stats(), 2.0)
             except (asyncio.TimeoutError, EngineDeadError):
                 stats = None
-        return PlainTextResponse(s.stat_logger.render(stats), media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(s.stat_logger.render(stats), media_type=CONTENT_TYPE_LATEST)
 
     return app
 
 
-def run_server(args: argparse.Namespace, engine_args: EngineArgs) -> None:
+def run_server(args: argparse.Namespace, engine_args: EngineArgs) -> int:
+    """Serve until SIGTERM/SIGINT (exit status 0) or the core's death (1)."""
     import uvicorn
-    app = build_app(engine_args, args.served_model_name, args.api_key)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.uvicorn_log_level,
-                timeout_graceful_shutdown=5)
+
+    grace = getattr(args, "shutdown_grace_period", 5.0)
+    app = build_app(engine_args, args.served_model_name, args.api_key,
+                    max_request_body_bytes=getattr(args, "max_request_body_bytes", DEFAULT_MAX_REQUEST_BODY_BYTES))
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets=None) -> None:
+            """Listening sockets close first (uvicorn); after the grace period, streams still open end with an
+            error event, so they finish before uvicorn's own (longer) timeout would cut them silently."""
+            timer = asyncio.get_running_loop().call_later(grace, end_streams)
+            try:
+                await super().shutdown(sockets)
+            finally:
+                timer.cancel()
+
+    def end_streams() -> None:
+        serving = getattr(app.state, "serving", None)
+        if serving is not None and serving.engine.output_processor.request_states:
+            ids = list(serving.engine.output_processor.request_states)
+            logger.warning("shutting down: %d request(s) unfinished after the %.1f s grace period", len(ids), grace)
+            serving.engine.output_processor.propagate_error(EngineDeadError(
+                f"The server is shutting down; this request did not finish within the {grace:.0f} s grace period."))
+            if not serving.engine.errored:
+                serving.engine.engine_core.abort_requests(ids)
+
+    server = Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.uvicorn_log_level,
+                                   timeout_graceful_shutdown=grace + 5))
+    app.state.server = server
+    # uvicorn re-raises the SIGTERM/SIGINT it handled once it has shut down; a finished graceful shutdown
+    # is a clean exit (0), not death by signal.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: sys.exit(getattr(app.state, "exit_code", 0)))
+    server.run()
+    return getattr(app.state, "exit_code", 0)

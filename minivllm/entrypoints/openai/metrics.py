@@ -1,112 +1,142 @@
-"""Prometheus metrics for /metrics (vLLM: v1/metrics/loggers.py PrometheusStatLogger), in plain text.
+"""Prometheus metrics for /metrics (vLLM: v1/metrics/loggers.py PrometheusStatLogger), on prometheus_client.
 
-The frontend records what it sees: the core's SchedulerStats snapshot (gauges) and each batch's
-IterationStats (token counters, TTFT / inter-token / end-to-end histograms).
+vLLM's metric set under the `minivllm:` prefix, labelled by model_name. The frontend records what it
+sees: the core's SchedulerStats snapshot (gauges; its cumulative prefix-cache and preemption totals turn
+into counter increments) and each batch's IterationStats (token counters, latency histograms). Each
+logger has its own registry, so several apps in one process never collide. Multiprocess-safe as in vLLM:
+with PROMETHEUS_MULTIPROC_DIR set (several server processes), values live in the directory's mmap files
+and render() aggregates every process's with a MultiProcessCollector.
+Beyond vLLM's set: num_free_kv_blocks, num_total_kv_blocks and prefix_cache_hit_rate (for the lessons).
 """
 from __future__ import annotations
 
-import bisect
+import os
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
 from minivllm.engine import SchedulerStats
 from minivllm.engine.output_processor import IterationStats
 
 PREFIX = "minivllm:"
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
-ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5)
-E2E_BUCKETS = (0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0)
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0, 160.0, 640.0, 2560.0)
+TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+                80.0)
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+               480.0, 960.0, 1920.0, 7680.0)
 
 
-class Histogram:
-    """Cumulative-bucket histogram, rendered the Prometheus way (_bucket{le=...}, _sum, _count)."""
+def build_1_2_5_buckets(max_value: int) -> list[int]:
+    """1, 2, 5, 10, 20, 50, ... up to max_value (vLLM's token-count buckets)."""
+    buckets, scale = [], 1
+    while True:
+        for m in (1, 2, 5):
+            if m * scale > max_value:
+                return buckets
+            buckets.append(m * scale)
+        scale *= 10
 
-    def __init__(self, name: str, doc: str, buckets: tuple[float, ...]) -> None:
-        self.name, self.doc, self.buckets = name, doc, buckets
-        self.counts = [0] * (len(buckets) + 1)
-        self.sum = 0.0
 
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.buckets, value)] += 1
-        self.sum += value
-
-    @property
-    def count(self) -> int:
-        return sum(self.counts)
-
-    def render(self, labels: str) -> list[str]:
-        n = PREFIX + self.name
-        lines = [f"# HELP {n} {self.doc}", f"# TYPE {n} histogram"]
-        acc = 0
-        for le, c in zip([*map(str, self.buckets), "+Inf"], self.counts, strict=True):
-            acc += c
-            lines.append(f'{n}_bucket{{{labels},le="{le}"}} {acc}')
-        lines += [f"{n}_sum{{{labels}}} {self.sum}", f"{n}_count{{{labels}}} {acc}"]
-        return lines
+def multiprocess_mode() -> bool:
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 
 
 class PrometheusStatLogger:
-    """Accumulates what AsyncLLM's output handler reports; render() gives the /metrics body."""
+    """Records what AsyncLLM's output handler reports; render() gives the /metrics body."""
 
-    def __init__(self, model_name: str) -> None:
-        self.labels = f'model_name="{model_name}"'
-        self.scheduler_stats = SchedulerStats()
-        self.prompt_tokens = 0
-        self.generation_tokens = 0
-        self.finished: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
-        self.ttft = Histogram("time_to_first_token_seconds", "Time to first token (arrival to first token).",
+    def __init__(self, model_name: str, max_model_len: int = 2048) -> None:
+        self.registry = CollectorRegistry()
+        r, labels = self.registry, ["model_name"]
+
+        def gauge(name: str, doc: str):
+            return Gauge(PREFIX + name, doc, labels, registry=r, multiprocess_mode="mostrecent").labels(model_name)
+
+        def counter(name: str, doc: str):
+            return Counter(PREFIX + name, doc, labels, registry=r).labels(model_name)
+
+        def histogram(name: str, doc: str, buckets):
+            return Histogram(PREFIX + name, doc, labels, registry=r, buckets=buckets).labels(model_name)
+
+        self.num_requests_running = gauge("num_requests_running", "Number of requests in model execution batches.")
+        self.num_requests_waiting = gauge("num_requests_waiting", "Number of requests waiting to be processed.")
+        self.kv_cache_usage = gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
+        self.num_free_blocks = gauge("num_free_kv_blocks", "Free KV blocks (cached or not).")
+        self.num_total_blocks = gauge("num_total_kv_blocks", "KV blocks (without the null block).")
+        self.hit_rate = gauge("prefix_cache_hit_rate", "prefix_cache_hits / prefix_cache_queries since start.")
+        self.prefix_cache_queries = counter("prefix_cache_queries",
+                                            "Prefix cache queries, in terms of number of queried tokens.")
+        self.prefix_cache_hits = counter("prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
+        self.num_preemptions = counter("num_preemptions", "Cumulative number of preemption from the engine.")
+        self.prompt_tokens = counter("prompt_tokens", "Number of prefill tokens processed.")
+        self.generation_tokens = counter("generation_tokens", "Number of generation tokens processed.")
+        self.request_success = Counter(PREFIX + "request_success", "Count of successfully processed requests.",
+                                       ["model_name", "finished_reason"], registry=r)
+        self.model_name = model_name
+        for reason in ("stop", "length", "abort", "error"):
+            self.request_success.labels(model_name, reason)
+        self.ttft = histogram("time_to_first_token_seconds", "Histogram of time to first token in seconds.",
                               TTFT_BUCKETS)
-        self.itl = Histogram("inter_token_latency_seconds", "Time between consecutive output batches of a request.",
-                             ITL_BUCKETS)
-        self.e2e = Histogram("e2e_request_latency_seconds", "Arrival to last token of a finished request.",
+        self.itl = histogram("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                             TPOT_BUCKETS)
+        self.tpot = histogram("request_time_per_output_token_seconds",
+                              "Histogram of time_per_output_token_seconds per request.", TPOT_BUCKETS)
+        self.e2e = histogram("e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
                              E2E_BUCKETS)
+        self.queue_time = histogram("request_queue_time_seconds",
+                                    "Histogram of time spent in WAITING phase for request.", E2E_BUCKETS)
+        token_buckets = build_1_2_5_buckets(max_model_len)
+        self.request_prompt_tokens = histogram("request_prompt_tokens", "Number of prefill tokens processed.",
+                                               token_buckets)
+        self.request_generation_tokens = histogram("request_generation_tokens",
+                                                   "Number of generation tokens processed.", token_buckets)
+        self._totals = {"queries": 0, "hits": 0, "preemptions": 0}  # the core's cumulative counts seen so far
+
+    def _set_scheduler_stats(self, s: SchedulerStats) -> None:
+        self.num_requests_running.set(s.num_running_reqs)
+        self.num_requests_waiting.set(s.num_waiting_reqs)
+        self.kv_cache_usage.set(s.kv_cache_usage)
+        self.num_free_blocks.set(s.num_free_blocks)
+        self.num_total_blocks.set(s.num_total_blocks)
+        self.hit_rate.set(s.prefix_cache_hits / s.prefix_cache_queries if s.prefix_cache_queries else 0.0)
+        for key, total, counter in (("queries", s.prefix_cache_queries, self.prefix_cache_queries),
+                                    ("hits", s.prefix_cache_hits, self.prefix_cache_hits),
+                                    ("preemptions", s.num_preemptions, self.num_preemptions)):
+            seen = self._totals[key]
+            counter.inc(total - seen if total >= seen else total)  # a lower total: the core's stats were reset
+            self._totals[key] = total
 
     def record(self, scheduler_stats: SchedulerStats | None, iteration_stats: IterationStats | None) -> None:
         if scheduler_stats is not None:
-            self.scheduler_stats = scheduler_stats
+            self._set_scheduler_stats(scheduler_stats)
         if iteration_stats is None:
             return
-        self.prompt_tokens += iteration_stats.num_prompt_tokens
-        self.generation_tokens += iteration_stats.num_generation_tokens
-        for v in iteration_stats.time_to_first_tokens:
-            self.ttft.observe(v)
-        for v in iteration_stats.inter_token_latencies:
-            self.itl.observe(v)
-        for v in iteration_stats.e2e_latencies:
-            self.e2e.observe(v)
+        self.prompt_tokens.inc(iteration_stats.num_prompt_tokens)
+        self.generation_tokens.inc(iteration_stats.num_generation_tokens)
+        for hist, values in ((self.ttft, iteration_stats.time_to_first_tokens),
+                             (self.itl, iteration_stats.inter_token_latencies),
+                             (self.tpot, iteration_stats.time_per_output_tokens),
+                             (self.e2e, iteration_stats.e2e_latencies),
+                             (self.queue_time, iteration_stats.queue_times),
+                             (self.request_prompt_tokens, iteration_stats.request_prompt_tokens),
+                             (self.request_generation_tokens, iteration_stats.request_generation_tokens)):
+            for v in values:
+                hist.observe(v)
         for reason in iteration_stats.finished_reasons:
-            self.finished[reason] = self.finished.get(reason, 0) + 1
+            self.request_success.labels(self.model_name, reason).inc()
 
     def record_abort(self, n: int = 1) -> None:
         """Requests the frontend aborted (client gone): they never reach a finished output."""
-        self.finished["abort"] += n
+        self.request_success.labels(self.model_name, "abort").inc(n)
 
     def render(self, scheduler_stats: SchedulerStats | None = None) -> str:
-        s = scheduler_stats or self.scheduler_stats
-        lab = self.labels
-        hit_rate = s.prefix_cache_hits / s.prefix_cache_queries if s.prefix_cache_queries else 0.0
-
-        def metric(name: str, kind: str, doc: str, value) -> list[str]:
-            n = PREFIX + name
-            return [f"# HELP {n} {doc}", f"# TYPE {n} {kind}", f"{n}{{{lab}}} {value}"]
-        lines = (metric("num_requests_running", "gauge", "Requests in the running queue.", s.num_running_reqs)
-                 + metric("num_requests_waiting", "gauge", "Requests in the waiting queue.", s.num_waiting_reqs)
-                 + metric("kv_cache_usage_perc", "gauge", "Fraction of KV blocks in use (1 = full).", s.kv_cache_usage)
-                 + metric("num_free_kv_blocks", "gauge", "Free KV blocks (cached or not).", s.num_free_blocks)
-                 + metric("num_total_kv_blocks", "gauge", "KV blocks (without the null block).", s.num_total_blocks)
-                 + metric("prefix_cache_queries_total", "counter", "Tokens looked up in the prefix cache.",
-                          s.prefix_cache_queries)
-                 + metric("prefix_cache_hits_total", "counter", "Tokens found in the prefix cache.",
-                          s.prefix_cache_hits)
-                 + metric("prefix_cache_hit_rate", "gauge", "prefix_cache_hits / prefix_cache_queries.", hit_rate)
-                 + metric("num_preemptions_total", "counter", "Preemptions (recompute).", s.num_preemptions)
-                 + metric("prompt_tokens_total", "counter", "Prefill tokens of requests that started.",
-                          self.prompt_tokens)
-                 + metric("generation_tokens_total", "counter", "Generated tokens.", self.generation_tokens))
-        n = PREFIX + "request_success_total"
-        lines += [f"# HELP {n} Finished requests by finish reason.", f"# TYPE {n} counter"]
-        lines += [f'{n}{{{lab},finished_reason="{r}"}} {c}' for r, c in sorted(self.finished.items())]
-        for h in (self.ttft, self.itl, self.e2e):
-            lines += h.render(lab)
-        return "\n".join(lines) + "\n"
+        """The Prometheus text; scheduler_stats, a fresh snapshot, updates the gauges first."""
+        if scheduler_stats is not None:
+            self._set_scheduler_stats(scheduler_stats)
+        if multiprocess_mode():
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            return generate_latest(registry).decode()
+        return generate_latest(self.registry).decode()
 
 
 def parse_prometheus(text: str) -> dict[str, float]:

@@ -11,13 +11,36 @@ import uuid
 from typing import Any, Literal
 
 import msgspec
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from minivllm.exceptions import VLLMValidationError
 from minivllm.sampling_params import SamplingParams, StructuredOutputsParams
+
+
+def _check_unicode(value) -> None:
+    if isinstance(value, str):
+        value.encode("utf-8")  # UnicodeEncodeError on a lone surrogate such as "\ud800"
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _check_unicode(v)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_unicode(k)
+            _check_unicode(v)
 
 
 class OpenAIBaseModel(BaseModel):
     model_config = ConfigDict(extra="ignore")  # unknown fields are ignored, as vLLM does
+
+    @field_validator("*")
+    @classmethod
+    def _valid_unicode(cls, value):
+        """JSON may escape a lone surrogate ("\\ud800"), which no tokenizer or UTF-8 response can carry: a 400."""
+        try:
+            _check_unicode(value)
+        except UnicodeEncodeError:
+            raise ValueError("text is not valid Unicode (it contains a lone surrogate)") from None
+        return value
 
 
 class ErrorInfo(OpenAIBaseModel):
@@ -95,8 +118,9 @@ class SamplingRequest(OpenAIBaseModel):
                              f"structured_outputs: {message}") from None
 
     def to_sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
-        if self.presence_penalty or self.frequency_penalty:
-            raise ValueError("presence_penalty and frequency_penalty are not supported (must be 0)")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(self, name):  # vLLM's range is [-2, 2]; our sampler has no penalties
+                raise VLLMValidationError(f"{name} is not supported (must be 0), got {getattr(self, name)}", name)
         kw = dict(n=self.n, max_tokens=max_tokens, seed=self.seed, stop=self.stop, ignore_eos=self.ignore_eos,
                   min_tokens=self.min_tokens, stop_token_ids=self.stop_token_ids, logprobs=logprobs,
                   include_stop_str_in_output=self.include_stop_str_in_output,

@@ -1,0 +1,78 @@
+"""PrometheusStatLogger on prometheus_client: vLLM's metric names under minivllm:, counters fed from the core's
+cumulative totals, histograms from IterationStats, and PROMETHEUS_MULTIPROC_DIR aggregation across processes."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from minivllm.engine import SchedulerStats
+from minivllm.engine.output_processor import IterationStats
+from minivllm.entrypoints.openai.metrics import PrometheusStatLogger, build_1_2_5_buckets, parse_prometheus
+
+VLLM_NAMES = ["num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "prefix_cache_queries_total",
+              "prefix_cache_hits_total", "num_preemptions_total", "prompt_tokens_total", "generation_tokens_total",
+              "request_success_total", "time_to_first_token_seconds_bucket", "inter_token_latency_seconds_bucket",
+              "request_time_per_output_token_seconds_bucket", "e2e_request_latency_seconds_bucket",
+              "request_prompt_tokens_bucket", "request_generation_tokens_bucket", "request_queue_time_seconds_bucket"]
+
+
+def test_vllm_metric_set_and_values():
+    logger = PrometheusStatLogger("m", max_model_len=100)
+    logger.record(SchedulerStats(num_running_reqs=2, num_waiting_reqs=1, kv_cache_usage=0.25, num_free_blocks=30,
+                                 num_total_blocks=40, prefix_cache_queries=10, prefix_cache_hits=4, num_preemptions=1),
+                  IterationStats(num_prompt_tokens=5, num_generation_tokens=7, time_to_first_tokens=[0.07],
+                                 inter_token_latencies=[0.02, 0.3], e2e_latencies=[1.2], finished_reasons=["stop"],
+                                 time_per_output_tokens=[0.16], request_prompt_tokens=[5], request_generation_tokens=[7],
+                                 queue_times=[0.4]))
+    logger.record(SchedulerStats(prefix_cache_queries=30, prefix_cache_hits=4, num_preemptions=1), None)
+    logger.record_abort(2)
+    m = parse_prometheus(logger.render())
+    lab = '{model_name="m"}'
+    for name in VLLM_NAMES:
+        assert any(k.startswith(f"minivllm:{name}{{") for k in m), name
+    assert m[f"minivllm:prefix_cache_queries_total{lab}"] == 30 and m[f"minivllm:prefix_cache_hits_total{lab}"] == 4
+    assert m[f"minivllm:num_preemptions_total{lab}"] == 1  # a cumulative total seen twice counts once
+    assert m[f"minivllm:num_requests_running{lab}"] == 0 and m[f"minivllm:prefix_cache_hit_rate{lab}"] == 4 / 30
+    assert m[f"minivllm:prompt_tokens_total{lab}"] == 5 and m[f"minivllm:generation_tokens_total{lab}"] == 7
+    assert m['minivllm:request_success_total{finished_reason="stop",model_name="m"}'] == 1
+    assert m['minivllm:request_success_total{finished_reason="abort",model_name="m"}'] == 2
+    assert m['minivllm:time_to_first_token_seconds_bucket{le="0.06",model_name="m"}'] == 0
+    assert m['minivllm:time_to_first_token_seconds_bucket{le="0.08",model_name="m"}'] == 1
+    assert m['minivllm:inter_token_latency_seconds_bucket{le="0.025",model_name="m"}'] == 1
+    assert m[f"minivllm:inter_token_latency_seconds_count{lab}"] == 2
+    assert abs(m[f"minivllm:inter_token_latency_seconds_sum{lab}"] - 0.32) < 1e-9
+    assert m['minivllm:request_generation_tokens_bucket{le="10.0",model_name="m"}'] == 1
+    assert m['minivllm:request_generation_tokens_bucket{le="5.0",model_name="m"}'] == 0
+    assert m['minivllm:request_queue_time_seconds_bucket{le="0.3",model_name="m"}'] == 0
+    assert m['minivllm:request_queue_time_seconds_bucket{le="0.5",model_name="m"}'] == 1
+    assert build_1_2_5_buckets(100) == [1, 2, 5, 10, 20, 50, 100]
+    # a second logger (another app in this process) has its own registry
+    assert parse_prometheus(PrometheusStatLogger("m").render())[f"minivllm:prompt_tokens_total{lab}"] == 0
+
+
+_CHILD = """
+import sys
+from minivllm.engine.output_processor import IterationStats
+from minivllm.entrypoints.openai.metrics import PrometheusStatLogger
+logger = PrometheusStatLogger("m")
+if sys.argv[1] == "record":
+    logger.record(None, IterationStats(num_generation_tokens=int(sys.argv[2]), e2e_latencies=[1.0],
+                                       finished_reasons=["length"]))
+else:
+    print(logger.render())
+"""
+
+
+def test_multiprocess_dir_aggregates_processes(tmp_path):
+    env = os.environ | {"PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
+                        "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    for n in (3, 4):
+        subprocess.run([sys.executable, "-c", _CHILD, "record", str(n)], env=env, check=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", _CHILD, "render"], env=env, check=True, timeout=120,
+                         capture_output=True, text=True).stdout
+    m = parse_prometheus(out)
+    assert m['minivllm:generation_tokens_total{model_name="m"}'] == 7
+    assert m['minivllm:e2e_request_latency_seconds_count{model_name="m"}'] == 2
+    assert m['minivllm:request_success_total{finished_reason="length",model_name="m"}'] == 2
