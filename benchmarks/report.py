@@ -26,6 +26,9 @@ BENCHMARKS = [
     ("throughput", [], "offline throughput vs HF transformers generate"),
     ("inproc_vs_mp", [], "multiprocess EngineCore vs in-process"),
     ("paged_attention", [], "Triton paged decode attention bandwidth (GPU only)"),
+    ("structured_output", ["--batch", "16", "--max-tokens", "48"], "half the batch JSON-constrained vs none"),
+    ("spec_decode", ["--num-prompts", "2", "--max-tokens", "96"], "n-gram speculative decoding vs plain, batch 1"),
+    ("tensor_parallel", ["--num-prompts", "16"], "TP=2 vs TP=1 (gloo, 2 CPU ranks) and the all-reduce share"),
 ]
 
 

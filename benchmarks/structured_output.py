@@ -3,7 +3,7 @@ the forward pass hides, measured in one run.
 
 A = every request free; B = the same prompts, every other one constrained by a JSON schema whose string
 must be long (so both sides generate exactly max_tokens per request and only the grammar differs). The
-sides alternate A B A B after one warm-up pair; each pair gives a ratio B/A of output tokens/s, and the
+sides alternate A B A B after a warm-up round (benchmarks/common.py); each pair gives a ratio B/A of tokens/s, and the
 median ratio is printed with its min-max (goal >= 0.9). From B's trace: the grammar phase (bitmask on the
 EngineCore thread) against the forward span (worker thread) of the same step. "Hidden" is the share of
 grammar time spent before that forward ended (it delayed no sampling: the worker was still busy with the
@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+
+from common import add_bench_args, environment, environment_line, interleave, ratio, spread, write_json
 
 SCHEMA = {"type": "object", "required": ["speaker", "speech"], "additionalProperties": False,
           "properties": {"speaker": {"enum": ["ROMEO", "JULIET", "HAMLET"]},
@@ -62,51 +64,51 @@ def main() -> None:
     ap.add_argument("--model", default=None)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--pairs", type=int, default=3, help="measured A/B pairs after the warm-up pair (>= 3)")
     ap.add_argument("--device", default="auto")
+    add_bench_args(ap)
     args = ap.parse_args()
-    if args.pairs < 3:
-        ap.error("--pairs must be at least 3")
+    env = environment()
     llm = LLM(args.model, multiprocess=False, trace=True, device=args.device, max_num_seqs=args.batch,
               max_model_len=args.max_tokens + 32)
     prompts = [PROMPTS[i % len(PROMPTS)] for i in range(args.batch)]
     free = SamplingParams(max_tokens=args.max_tokens, temperature=0.0, ignore_eos=True)
     json_sp = SamplingParams(max_tokens=args.max_tokens, temperature=0.0, ignore_eos=True,
                              structured_outputs=StructuredOutputsParams(json=SCHEMA, disable_any_whitespace=True))
-    sides = {"A": [free] * args.batch, "B": [json_sp if i % 2 else free for i in range(args.batch)]}
-    rates: dict[str, list[float]] = {"A": [], "B": []}
-    ratios = []
+    params = {"A": [free] * args.batch, "B": [json_sp if i % 2 else free for i in range(args.batch)]}
     traces: dict[str, list] = {"A": [], "B": []}
-    for pair in range(args.pairs + 1):
-        got = {}
-        for side in "AB":
-            elapsed, tokens, events = run_side(llm, prompts, sides[side])
-            assert tokens == args.batch * args.max_tokens, f"side {side}: {tokens} tokens (a grammar ended early?)"
-            got[side] = tokens / elapsed
-            if pair:
-                traces[side].append(events)
-        if pair == 0:
-            continue  # warm-up: compiles the grammar, fills caches
-        for side in "AB":
-            rates[side].append(got[side])
-        ratios.append(got["B"] / got["A"])
+
+    def side(name: str):
+        def run() -> float:
+            elapsed, tokens, events = run_side(llm, prompts, params[name])
+            assert tokens == args.batch * args.max_tokens, f"side {name}: {tokens} tokens (a grammar ended early?)"
+            traces[name].append(events)
+            return tokens / elapsed
+        return run
+
+    rates = interleave({"A": side("A"), "B": side("B")}, args.pairs, args.warmup)
+    for name in traces:  # the warm-up rounds compiled the grammar and filled caches: leave them out
+        traces[name] = traces[name][args.warmup:]
+    r = ratio("tok/s, half the batch JSON-constrained / none", rates["B"], rates["A"],
+              "no constrained request (goal >= 0.9)")
     totals = [0.0, 0.0, 0.0, 0.0, 0]
     for events in traces["B"]:
         totals = [a + b for a, b in zip(totals, overlap(events), strict=True)]
     grammar, hidden, inside, forward, steps = totals
     device = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.device
     print(f"device {device}, batch {args.batch} ({args.batch // 2} JSON-constrained on side B), "
-          f"{args.max_tokens} tokens each, {args.pairs} pairs after a warm-up pair")
-    for side, label in (("A", "none constrained"), ("B", "half JSON-constrained")):
-        print(f"  {side} {label:>22}: {statistics.median(rates[side]):8.1f} tok/s (median; "
-              f"{min(rates[side]):.1f}-{max(rates[side]):.1f})")
-    print(f"  ratio B/A: median {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); "
-          f"goal >= 0.9")
+          f"{args.max_tokens} tokens each; {environment_line(env)}")
+    print(f"  A none constrained:      {spread(rates['A'])} tok/s")
+    print(f"  B half JSON-constrained: {spread(rates['B'])} tok/s")
+    print("  " + r.line())
     print(f"  forward pass: A {forward_ms(traces['A']):.3f} ms/step, B {forward_ms(traces['B']):.3f} ms/step")
+    figures = {}
     if steps:
+        figures = {"grammar_ms_per_step": grammar / steps * 1e3, "hidden_share": hidden / grammar,
+                   "inside_forward_share": inside / grammar}
         print(f"  grammar phase: {grammar / steps * 1e3:.3f} ms/step vs forward {forward / steps * 1e3:.3f} ms/step "
               f"over {steps} steps; hidden (before the forward ended): {hidden / grammar:.1%}, inside the forward span: "
               f"{inside / grammar:.1%}")
+    write_json(args.json_out, "structured_output", [r], figures, env)
 
 
 if __name__ == "__main__":

@@ -23,9 +23,10 @@ import argparse
 import json
 import os
 import random
-import statistics
 import tempfile
 import time
+
+from common import add_bench_args, environment, environment_line, interleave, ratio, spread, write_json
 
 from minivllm.entrypoints.llm import LLM
 from minivllm.sampling_params import SamplingParams
@@ -60,11 +61,10 @@ def main() -> None:
     p.add_argument("--input-len", type=int, default=64)
     p.add_argument("--output-len", type=int, default=32)
     p.add_argument("--max-num-seqs", type=int, default=32)
-    p.add_argument("--pairs", type=int, default=3)
     p.add_argument("--device", default="cpu")
+    add_bench_args(p)
     args = p.parse_args()
-    if args.pairs < 3:
-        p.error("--pairs must be >= 3")
+    env = environment()
     kw = dict(device=args.device, attention_backend="torch", max_num_seqs=args.max_num_seqs, multiprocess=False)
     if args.model:
         kw["model"] = args.model
@@ -72,15 +72,12 @@ def main() -> None:
     params = SamplingParams(max_tokens=args.output_len, temperature=0.0, ignore_eos=True)
 
     tp1, tp2 = LLM(tensor_parallel_size=1, **kw), LLM(tensor_parallel_size=2, **kw)
-    for llm in (tp1, tp2):
-        llm.generate(prompts[:8], params, use_tqdm=False)  # warm-up
-    ratios = []
-    for i in range(args.pairs):
-        a, b = tokens_per_s(tp1, prompts, params), tokens_per_s(tp2, prompts, params)
-        ratios.append(b / a)
-        print(f"pair {i}: TP=1 {a:8.1f} tok/s   TP=2 {b:8.1f} tok/s   ratio {b / a:.3f}")
-    print(f"TP=2 / TP=1 throughput: median {statistics.median(ratios):.3f} "
-          f"(min {min(ratios):.3f}, max {max(ratios):.3f}) over {len(ratios)} pairs on {os.cpu_count()} cores")
+    rates = interleave({"tp1": lambda: tokens_per_s(tp1, prompts, params),
+                        "tp2": lambda: tokens_per_s(tp2, prompts, params)}, args.pairs, args.warmup)
+    r = ratio("tok/s, TP=2 / TP=1", rates["tp2"], rates["tp1"],
+              f"TP=1 on the same {os.cpu_count()} cores (no speedup expected on a 2-core CPU)")
+    print(f"TP=1 {spread(rates['tp1'])} tok/s, TP=2 {spread(rates['tp2'])} tok/s; {environment_line(env)}")
+    print(r.line())
 
     path = os.path.join(tempfile.mkdtemp(prefix="minivllm-tp-"), "tp2.json")
     tp2.start_profile(path)
@@ -90,6 +87,8 @@ def main() -> None:
     print(f"rank 0, one profiled TP=2 run: execute_model {step:.1f} ms; all-reduce {ar:.1f} ms "
           f"({100 * ar / step:.1f}%, {calls} calls); all-gather (logits) {ag:.1f} ms ({100 * ag / step:.1f}%)")
     print(f"trace: {trace}")
+    write_json(args.json_out, "tensor_parallel", [r], {"allreduce_share": ar / step, "allgather_share": ag / step,
+                                                        "allreduce_calls": calls}, env)
     tp2.llm_engine.shutdown()
 
 
