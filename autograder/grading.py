@@ -99,8 +99,12 @@ def merge(course: Path, lesson_id: str, student: str, db: Path, verdict: list) -
     """Serialized gradebook write: the worker's grades and comments for one student into the course gradebook,
     each code part lowered to the sandbox's score (so none is left pending). Returns the sandbox's message
     for each code part it failed."""
+    import warnings
+
     from nbgrader.api import Gradebook
 
+    # nbgrader's own update_or_create_submission trips SQLAlchemy autoflush warnings; the rows are written.
+    warnings.filterwarnings("ignore", message="Object of type <Submitted")
     failed = {}
     with Gradebook(f"sqlite:///{db}", "minivllm-v1") as wb, \
             Gradebook(f"sqlite:///{course / 'gradebook.db'}", "minivllm-v1") as gb:
