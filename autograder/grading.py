@@ -91,7 +91,11 @@ def autograde_one(course: Path, lesson_id: str, student: str) -> tuple[Path, lis
 
     db = course / f".gradebook-{lesson_id}-{student}.db"
     shutil.copy(course / "gradebook.db", db)
-    nbgrader(["autograde", lesson_id, "--student", student, "--force", f"--db=sqlite:///{db}"], course, bounded=True)
+    try:
+        nbgrader(["autograde", lesson_id, "--student", student, "--force", f"--db=sqlite:///{db}"], course,
+                 bounded=True)
+    except RuntimeError as e:  # e.g. the kernel died when interrupted at the time limit: the sandbox still grades
+        print(f"{student}: nbgrader autograde failed; the sandbox's scores stand ({str(e).splitlines()[0][:120]})")
     return db, grade_file(lesson_id, course / "submitted" / student / lesson_id / f"{lesson_id}.ipynb")[0]
 
 
@@ -99,15 +103,22 @@ def merge(course: Path, lesson_id: str, student: str, db: Path, verdict: list) -
     """Serialized gradebook write: the worker's grades and comments for one student into the course gradebook,
     each code part lowered to the sandbox's score (so none is left pending). Returns the sandbox's message
     for each code part it failed."""
-    from nbgrader.api import Gradebook
+    import warnings
 
+    from nbgrader.api import Gradebook, MissingEntry
+
+    # nbgrader's own update_or_create_submission trips SQLAlchemy autoflush warnings; the rows are written.
+    warnings.filterwarnings("ignore", message="Object of type <Submitted")
     failed = {}
     with Gradebook(f"sqlite:///{db}", "minivllm-v1") as wb, \
             Gradebook(f"sqlite:///{course / 'gradebook.db'}", "minivllm-v1") as gb:
-        sub = wb.find_submission(lesson_id, student)
+        try:
+            sub = wb.find_submission(lesson_id, student)
+        except MissingEntry:  # nbgrader failed on this student: only the sandbox's scores
+            sub = None
         gb.update_or_create_student(student)
-        gb.update_or_create_submission(lesson_id, student, timestamp=sub.timestamp)
-        for nb in sub.notebooks:
+        gb.update_or_create_submission(lesson_id, student, **({"timestamp": sub.timestamp} if sub else {}))
+        for nb in sub.notebooks if sub else ():
             for g in nb.grades:
                 mine = gb.find_grade(g.name, nb.name, lesson_id, student)
                 mine.auto_score, mine.manual_score = g.auto_score, g.manual_score
@@ -125,6 +136,8 @@ def merge(course: Path, lesson_id: str, student: str, db: Path, verdict: list) -
             g.needs_manual_grade = False
             if r.score < r.part.points:
                 failed[r.part.grade_id] = r.message
+            elif sub is None:
+                failed[r.part.grade_id] = "nbgrader 没能运行这份笔记本，本部分按沙箱成绩计"
         gb.db.commit()
     db.unlink()
     return failed
