@@ -239,7 +239,7 @@ class EngineArgs:
     scheduler_reserve_full_isl: bool = True
     watermark: float = 0.0
     # vLLM: None = on unless incompatible. minivllm: None = off, because the lessons plug a synchronous
-    # step (lesson 1's step function, lesson 2's schedule loop without placeholders) into EngineCore.
+    # step (a plain step function, a schedule loop without placeholders) into EngineCore.
     async_scheduling: bool | None = None
     device: str = "auto"
     attention_backend: str = "auto"

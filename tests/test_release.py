@@ -1,5 +1,6 @@
 """`python -m autograder release DIR`: the student distribution holds no answer text and self-checks to 0."""
 import json
+import keyword
 import os
 import re
 import subprocess
@@ -18,8 +19,8 @@ def answer_texts(lesson_id: str) -> dict[str, set[str]]:
     for cell in nb["cells"]:
         src = "".join(cell["source"])
         for line in src.splitlines():
-            if "### BLANK" in line:
-                out["fill"].add(line.split("### BLANK")[0].strip())
+            if "### BLANK" in line and not keyword.iskeyword(fill := line.split("### BLANK")[0].strip()):
+                out["fill"].add(fill)  # a bare keyword fill (lesson 9's `break`) occurs in any Python file
         for region in re.findall(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", src, re.S):
             out["fill"] |= {x.strip() for x in region.splitlines() if len(x.strip()) > 8}
         for region in re.findall(r"=== BEGIN MARK SCHEME ===(.*?)=== END MARK SCHEME ===", src, re.S):

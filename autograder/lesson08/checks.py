@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import torch
 
-from autograder.common import CheckFailed, Lesson, Part, expect
+from autograder.common import BlankNotFilled, CheckFailed, Lesson, Part, expect, graded
 from minivllm.structured_output import StructuredOutputManager
 from minivllm.structured_output.utils import choice_as_grammar
 
@@ -158,7 +158,7 @@ def _call_bitmask(choice_bitmask, sc: Scenario, vocab: Vocab) -> torch.Tensor:
     try:
         got = choice_bitmask(list(sc.batch_req_ids), dict(sc.generated), {k: list(v) for k, v in sc.choices.items()},
                              vocab.trie, vocab.eos_token_id, vocab.vocab_size)
-    except CheckFailed:
+    except (CheckFailed, BlankNotFilled):
         raise
     except Exception as e:
         raise CheckFailed(f"场景「{sc.name}」：choice_bitmask 抛出 {type(e).__name__}: {e}") from None
@@ -174,6 +174,7 @@ def _describe(vocab: Vocab, token: int) -> str:
     return "EOS" if token == vocab.eos_token_id else repr(vocab.token_bytes[token])
 
 
+@graded
 def check_choice_bitmask(choice_bitmask) -> None:
     """Equal to xgrammar's bitmask, word for word, in every scenario; a failure names the row and token."""
     __tracebackhide__ = True
@@ -219,6 +220,8 @@ def check_apply_bitmask(apply_bitmask_and_sample) -> None:
         return x.argmax(dim=-1)
     try:
         tokens = apply_bitmask_and_sample(logits.clone(), bitmask.clone(), sample)
+    except BlankNotFilled:
+        raise
     except Exception as e:
         raise CheckFailed(f"apply_bitmask_and_sample 抛出 {type(e).__name__}: {e}") from None
     want = logits.masked_fill(~allowed, float("-inf"))
@@ -333,11 +336,13 @@ def judge_engine_run(run: EngineRun) -> None:
            f"{len(late)}/{len(steps)} 步的 grammar 阶段在 forward 结束之后才开始：bitmask 应与 forward 重叠计算。")
 
 
+@graded
 def check_real_engine(choice_bitmask) -> EngineRun:
     __tracebackhide__ = True
+    _call_bitmask(choice_bitmask, SCENARIOS[0], default_vocab())  # blanks first: the engine would bury them
     try:
         run = run_engine(choice_bitmask)
-    except CheckFailed:
+    except (CheckFailed, BlankNotFilled):
         raise
     except Exception as e:
         raise CheckFailed(f"接入真实引擎时 choice_bitmask 出错：{type(e).__name__}: {e}") from None
@@ -364,6 +369,7 @@ def name_hash(name: str) -> str:
     return hashlib.sha256(last.encode()).hexdigest()[:16]
 
 
+@graded
 def check_source_map(source_map) -> None:
     """fill / apply / advance / waiting -> the vLLM names at 8e958902eee5."""
     __tracebackhide__ = True
@@ -371,6 +377,7 @@ def check_source_map(source_map) -> None:
     check_name_map(source_map, KEYS, SOURCE_HASHES, name_hash, "这些空没有映射到 vLLM 结构化输出中对应的对象或方法")
 
 
+@graded
 def check_boundary(choice_bitmask, apply_bitmask_and_sample) -> None:
     """Completion (EOS exactly when the bytes equal a choice, also when a longer choice continues) and order."""
     __tracebackhide__ = True

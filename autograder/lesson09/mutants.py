@@ -1,7 +1,8 @@
 """Lesson 9's wrong answers: each a few edits of the solution cell l09_rejection_sample, with the misconception.
 
-Instructor side only (`python -m autograder release` leaves this file out). Every mutant must score less
-than the solution (tests/test_lesson09_grading.py grades each one).
+Instructor side only (`python -m autograder release` leaves this file out). tests/test_mutants.py grades each
+one as a whole submission: it must score less than the solution and fail (at least) its `fails` parts.
+Wrong random-path rules cannot show in a greedy engine run, so only greedy-visible mutants list l09_real_engine.
 
 Not a mutant: accepting with u <= p/q without the min(1, .) clamp. Against a uniform u < 1 the two tests
 accept exactly the same drafts, so no grader can (or needs to) tell them apart; the clamp matters where
@@ -15,23 +16,30 @@ RANDOM_ACCEPT = "accept = float(uniform_probs[flat + j]) <= min(1.0, float(p[x])
 MUTANTS = {
     "accept_if_p_ge_q": Mutant(CELL, (
         (RANDOM_ACCEPT, "accept = float(p[x]) / float(q[x]) >= 1.0"),
-    ), "Reads the unclamped ratio p/q as a verdict (accept iff p >= q) instead of an acceptance probability."),
+    ), "Reads the unclamped ratio p/q as a verdict (accept iff p >= q) instead of an acceptance probability.",
+        fails={"l09_main_path"}),
     "accept_ignores_q": Mutant(CELL, (
         (RANDOM_ACCEPT, "accept = float(uniform_probs[flat + j]) <= float(p[x])"),
-    ), "Accepts with probability p(x) whatever the draft distribution (right only for one-hot n-gram drafts)."),
+    ), "Accepts with probability p(x) whatever the draft distribution (right only for one-hot n-gram drafts).",
+        fails={"l09_main_path", "l09_boundary"}),
     "greedy_accepts_likely": Mutant(CELL, (
         ("accept = int(p.argmax()) == x", "accept = float(p[x]) > 0.0"),
-    ), "Greedy rows accept any draft the target gives some probability, not only its argmax."),
+    ), "Greedy rows accept any draft the target gives some probability, not only its argmax.",
+        fails={"l09_main_path", "l09_real_engine", "l09_boundary"}),
     "recover_from_p": Mutant(CELL, (
         ("residual = (p - q).clamp(min=0)", "residual = p"),
-    ), "Resamples a rejected position from p instead of the normalised (p - q)+: the draft is over-sampled."),
+    ), "Resamples a rejected position from p instead of the normalised (p - q)+: the draft is over-sampled.",
+        fails={"l09_main_path", "l09_boundary"}),
     "no_bonus_token": Mutant(CELL, (
         ("out[i, k] = int(bonus_token_ids[i])", "out[i, k] = PLACEHOLDER_TOKEN_ID"),
-    ), "Drops the bonus token when every draft is accepted (the free token of the last row is wasted)."),
+    ), "Drops the bonus token when every draft is accepted (the free token of the last row is wasted).",
+        fails={"l09_main_path", "l09_real_engine", "l09_boundary"}),
     "continue_after_rejection": Mutant(CELL, (
         ("            break", "            continue"),
-    ), "Keeps verifying after the first rejection, though later rows were conditioned on the rejected draft."),
+    ), "Keeps verifying after the first rejection, though later rows were conditioned on the rejected draft.",
+        fails={"l09_main_path", "l09_real_engine", "l09_boundary"}),
     "accepted_count_off_by_one": Mutant(CELL, (
         ("n = j + 1", "n = j"),
-    ), "Counts accepted drafts one short: the engine keeps one token too few and rolls back one KV slot too many."),
+    ), "Counts accepted drafts one short: the engine keeps one token too few and rolls back one KV slot too many.",
+        fails={"l09_main_path", "l09_real_engine", "l09_boundary"}),
 }

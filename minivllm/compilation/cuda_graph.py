@@ -8,7 +8,7 @@ only (vLLM's FULL_DECODE_ONLY mode); every other batch runs eagerly. The static 
 graphs read live in the runner (GPUModelRunner), which alone owns device tensors.
 
 Without CUDA (or for tests) the wrapper's "replay" is an eager call on the same static buffers, so the
-padding path is exercised everywhere and only the capture itself needs a GPU.
+padding path runs everywhere and only the capture itself needs a GPU.
 """
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ if "google.colab" in sys.modules:
 # | 3 | [`vllm/v1/structured_output/backend_xgrammar.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/structured_output/backend_xgrammar.py)：`XgrammarBackend.compile_grammar`、`XgrammarGrammar.accept_tokens`、`fill_bitmask` | `minivllm/structured_output/backend_xgrammar.py`：`XgrammarBackend.compile`、`XgrammarGrammar.accept_tokens` | 编译结果（与分词器有关）和每个请求的匹配状态各放在哪里？ |
 # | 4 | [`vllm/v1/core/sched/scheduler.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/scheduler.py)：`get_grammar_bitmask`、`_try_promote_blocked_waiting_request`、`update_from_output` | `minivllm/core/sched/scheduler.py`：`Scheduler.get_grammar_bitmask`、`_try_promote_grammar_request`、`_check_stop_and_advance_grammar` | 谁把请求从等待编译放行？谁用采样结果推进 grammar？ |
 # | 5 | [`vllm/v1/engine/core.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py)：`EngineCore.step` | `minivllm/engine/core.py`：`EngineCore.step`、`_get_grammar` | bitmask 在 `execute_model(non_block=True)` 之后、`future.result()` 之前计算，重叠了什么？ |
-# | 6 | [`vllm/v1/structured_output/utils.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/structured_output/utils.py)：`apply_grammar_bitmask`；`gpu_model_runner.py`：`sample_tokens` | `minivllm/structured_output/utils.py`：`apply_grammar_bitmask`；`minivllm/worker/gpu_model_runner.py`：`GPUModelRunner.sample_tokens` | bitmask 的行顺序（调度顺序）怎样变成 logits 的行顺序（批内顺序）？ |
+# | 6 | [`vllm/v1/structured_output/utils.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/structured_output/utils.py)：`apply_grammar_bitmask`；[`vllm/v1/worker/gpu_model_runner.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_model_runner.py)：`GPUModelRunner.sample_tokens` | `minivllm/structured_output/utils.py`：`apply_grammar_bitmask`；`minivllm/worker/gpu_model_runner.py`：`GPUModelRunner.sample_tokens` | bitmask 的行顺序（调度顺序）怎样变成 logits 的行顺序（批内顺序）？ |
 #
 # 源码快照：vLLM 8e958902eee5。较早的 vLLM 把等待状态叫 `WAITING_FOR_FSM`（minivllm 保留为别名）；名字会变，先声明所读版本。
 
@@ -67,7 +67,7 @@ logging.disable(logging.WARNING)
 import torch  # noqa: E402
 
 from autograder import lesson08 as L08  # noqa: E402
-from autograder.common import ______, self_check  # noqa: E402,F401
+from autograder.common import ______, report, self_check  # noqa: E402,F401
 
 VOCAB = L08.default_vocab()  # 默认模型的每个 token 的字节（特殊 token 为 b""）、EOS id、logits 宽度与 TokenTrie
 
@@ -84,10 +84,10 @@ VOCAB = L08.default_vocab()  # 默认模型的每个 token 的字节（特殊 to
 #
 # 一个受约束请求的一生（每一步都是真实源码里的对象）：
 #
-# 1. **编译（线程池）**：`EngineCore.add_request` 调用 `StructuredOutputManager.grammar_init`，把编译任务提交到线程池，请求拿到一个 `Future`，状态为 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`。编译结果按 key（约束种类 + 规格字符串）缓存，相同 schema 只编译一次。
-# 2. **放行**：每次 `schedule()` 遍历等待队列时，`_try_promote_grammar_request` 只“看一眼” Future（从不阻塞）：编好了就改成 `WAITING` 参与调度；没编好就跳过它，**其他请求照常运行**；编译失败则以 `FINISHED_ERROR` 结束这一个请求。
-# 3. **每步 bitmask（与 forward 重叠）**：`EngineCore.step` 在 `execute_model(non_block=True)` 之后、`future.result()` 之前调用 `scheduler.get_grammar_bitmask`：worker 线程在算 forward，EngineCore 线程同时为本步要采样的受约束请求填 bitmask。runner 看到 `has_structured_output_requests` 就在 forward 后停下，等 `sample_tokens(grammar_output)`。
-# 4. **采样前屏蔽**：`GPUModelRunner.sample_tokens` 调用 `apply_grammar_bitmask`：bitmask 的行按调度顺序，logits 的行按批内顺序，先按请求 id 重排，再用 xgrammar 的 kernel 把禁止的 token 置为 $-\infty$，然后才采样。
+# 1. **编译（线程池）**：`StructuredOutputManager.grammar_init` 把编译任务提交到线程池，请求拿到一个 `Future`；请求的状态是 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`（vLLM 在 `Request.__init__` 里就为带约束的请求设好这个状态，`grammar_init` 由输入处理线程里的 `EngineCore.preprocess_add_request` 调用；minivllm 没有单独的输入线程，由 `EngineCore.add_request` 调用）。编译结果按 key（约束种类 + 规格字符串）缓存，相同 schema 只编译一次。
+# 2. **放行**：每次 `schedule()` 遍历等待队列时，`_try_promote_grammar_request`（vLLM：`_try_promote_blocked_waiting_request`）只“看一眼” Future（从不阻塞）：编好了就改成 `WAITING` 参与调度；没编好就跳过它，**其他请求照常运行**；编译失败则以 `FINISHED_ERROR` 结束这一个请求。
+# 3. **每步 bitmask（与 forward 重叠）**：`EngineCore.step` 在 `execute_model(non_block=True)` 之后、`future.result()` 之前调用 `scheduler.get_grammar_bitmask`：worker 线程在算 forward，EngineCore 线程同时为本步要采样的受约束请求填 bitmask。vLLM 的 runner 每步都在 forward 后返回 None（状态留在 `execute_model_state`），EngineCore 再调 `sample_tokens(grammar_output)`（没有受约束请求时 `grammar_output` 为 None）；minivllm 只在 `has_structured_output_requests` 时这样拆开，否则 `execute_model` 直接采样。
+# 4. **采样前屏蔽**：`GPUModelRunner.sample_tokens` 调用 `apply_grammar_bitmask`：bitmask 的行按调度顺序，logits 的行按批内顺序：先按请求 id 查到它在批内（含草稿位置）的 logits 行，拼出一张与 logits 行数相同的 bitmask（不受约束的行全为 -1，即全部允许），再用 xgrammar 的 kernel 把禁止的 token 置为 $-\infty$，然后才采样。
 # 5. **推进状态**：`update_from_output` 把采样出的 token 交给该请求的 `accept_tokens`（xgrammar 的 `GrammarMatcher`）；grammar 走到终点（接受了 EOS）时请求结束。
 #
 # 下面先看一行 bitmask 到底是什么：选项是 `["yes", "no", "perchance"]`，已经生成了 `"per"`。
@@ -167,6 +167,10 @@ def apply_bitmask_and_sample(logits, bitmask, sample):
     masked = logits.masked_fill(~allowed, float("-inf"))  ### BLANK
     return sample(masked)  ### BLANK
 
+
+# %%
+# 逐项报告（不会中断 Run All）：每个自动评分部分一行，✗ 后面是第一处不符合的地方。
+report("lesson08", globals())
 
 # %% nbgrader={"grade": true, "grade_id": "l08_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 trie = VOCAB.trie
@@ -248,7 +252,7 @@ L08.check_source_map(SOURCE_MAP)
 # **参考答案**
 #
 # 1. 依赖：第 $t$ 步的 bitmask 由每个请求的 `GrammarMatcher` 状态决定，而这个状态要等第 $t-1$ 步的 token 经 `update_from_output` → `accept_tokens` 推进后才确定；采样（`sample_tokens`）又必须先拿到 bitmask。所以它的窗口是“本步 schedule 之后、本步采样之前”。
-# 2. 成本：forward 是本步最长的阶段。`EngineCore.step` 先 `execute_model(non_block=True)` 把 forward 交给 worker，立刻在 EngineCore 线程调用 `scheduler.get_grammar_bitmask`，再 `future.result()`；runner 看到 `has_structured_output_requests` 在 forward 后返回 None，EngineCore 再调 `sample_tokens(grammar_output)`。bitmask 的 CPU 时间因此藏在 forward 里：半数请求受约束时每步只多一次线程往返。
+# 2. 成本：forward 是本步最长的阶段。`EngineCore.step` 先 `execute_model(non_block=True)` 把 forward 交给 worker，立刻在 EngineCore 线程调用 `scheduler.get_grammar_bitmask`，再 `future.result()`；runner 在 forward 后返回 None（vLLM 每步如此；minivllm 只在 `has_structured_output_requests` 时），EngineCore 再调 `sample_tokens(grammar_output)`。bitmask 的 CPU 时间因此藏在 forward 里：半数请求受约束时每步只多一次线程往返。
 # 3. CPU 上：forward 在 `UniProcExecutor` 的 worker 线程里执行，torch 的算子在 C++ 里释放 GIL，EngineCore 线程的 Python 代码与 xgrammar 的填充可以真正并行（本课 trace 中红色 grammar 落在橙色 forward 之内）。放进 `schedule()` 会把它串行地加到每步的关键路径上；放到 forward 之后同样是串行。
 #
 # === END MARK SCHEME ===
@@ -270,7 +274,7 @@ L08.check_source_map(SOURCE_MAP)
 # **参考答案**
 #
 # 1. 代价：`XgrammarBackend.compile_grammar` 要把 schema 变成文法，再对整个词表预计算 token 能否接在各个状态之后，代价随词表与 schema 复杂度增长。若放在 EngineCore 的 busy loop 里同步做，所有正在解码的请求都要等这段时间，TPOT 出现尖峰。
-# 2. 隐藏：`EngineCore.add_request` → `StructuredOutputManager.grammar_init` 把 `_create_grammar` 提交到线程池，请求的 `structured_output_request.grammar` 是一个 Future，状态为 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`。`Scheduler.schedule()` 的等待循环对它调用 `_try_promote_blocked_waiting_request`：Future 未完成就把它放进 skipped 队列、继续看后面的请求；完成则改为 `WAITING` 正常准入；异常则记入 `grammar_compile_error_reqs`，在 `update_from_output` 里以 `FINISHED_ERROR` 结束。其他请求的每一步不受影响。
+# 2. 隐藏：`EngineCore.preprocess_add_request`（输入处理线程）→ `StructuredOutputManager.grammar_init` 把 `_create_grammar` 提交到线程池，请求的 `structured_output_request.grammar` 是一个 Future，状态为 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`（`Request.__init__` 设好的）。`Scheduler.schedule()` 的等待循环对它调用 `_try_promote_blocked_waiting_request`：Future 未完成就把它放进 skipped 队列、继续看后面的请求；完成则改为 `WAITING` 正常准入；异常则记入 `grammar_compile_error_reqs`，在 `update_from_output` 里以 `FINISHED_ERROR` 结束。其他请求的每一步不受影响。
 # 3. 没藏住：这个请求的 TTFT ≥ 编译时间；编译线程占用 CPU 核心（vLLM 用一半核心做编译池），在 CPU 紧张时会挤占 EngineCore 线程。相同 key（种类 + 规格）的编译结果被缓存（vLLM 借 xgrammar 的编译缓存；minivllm 用 `StructuredOutputManager.compiled`），重复的 schema 第二次几乎零成本。
 #
 # === END MARK SCHEME ===

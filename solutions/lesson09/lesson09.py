@@ -68,7 +68,7 @@ import matplotlib.pyplot as plt  # noqa: E402,F401
 import torch  # noqa: E402
 
 from autograder import lesson09 as L09  # noqa: E402
-from autograder.common import ______, self_check  # noqa: E402,F401
+from autograder.common import ______, report, self_check  # noqa: E402,F401
 
 # %% [markdown]
 # ## 核心心智模型
@@ -198,6 +198,10 @@ def rejection_sample(draft_token_ids, target_probs, draft_probs, bonus_token_ids
         flat += k
     return out, num_accepted
 
+
+# %%
+# 逐项报告（不会中断 Run All）：每个自动评分部分一行，✗ 后面是第一处不符合的地方。
+report("lesson09", globals())
 
 # %% [markdown]
 # 第一项检查：构造的用例，结果完全确定。贪心批是 vLLM `tests/v1/sample/test_rejection_sampler.py` 的几种情形放进同一批（k = 3, 0, 2, 1）：部分接受、没有草稿、全部接受、第一个就被拒。随机批给出草稿分布 q，每个决定都被均匀数 u 或 $(p-q)^+$ 唯一确定。隐藏测试再做分布检验：1500 个请求、每个 2 个从 q 抽出的草稿，输出的第一个 token（以及第一个草稿被接受时的第二个 token）与目标分布 p 做卡方检验（固定种子）。
