@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 PIP_QUIET := -q --disable-pip-version-check
 
-.PHONY: venv demo test test-fast lab instructor-lab notebooks lint bench gpu-check clean
+.PHONY: venv demo test test-grading test-fast lab instructor-lab notebooks lint bench gpu-check clean
 
 venv: .venv/.installed
 
@@ -19,6 +19,10 @@ demo: venv
 
 test: venv
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# Every lesson's nbgrader three-student flow (make test runs lesson 1's): instructors, before a release.
+test-grading: venv
+	MINIVLLM_ALL_GRADING_FLOWS=1 $(PY) -m pytest -q -p no:cacheprovider -k "grading or mutants"
 
 test-fast: venv
 	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"
