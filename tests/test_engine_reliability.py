@@ -132,7 +132,7 @@ def test_huge_text_is_rejected_before_tokenizing(llm, monkeypatch):
 def _run_with_poison(engine, good_prompts):
     """Send a request with an id past the embedding straight to the core (bypassing the InputProcessor),
     then, in later steps, good ones; returns {request_id: final RequestOutput}."""
-    poison = EngineCoreRequest("poison", [5, 6, VOCAB + 10], greedy(), 2)
+    poison = EngineCoreRequest("poison", [5, 6, VOCAB + 10**6], greedy(), 2)  # past the padded embedding too
     engine.output_processor.add_request(poison, None)
     engine.engine_core.add_request(poison)
     finals = {}

@@ -36,7 +36,7 @@ def test_is_finished_exactly_for_finished_statuses(status):
     (RequestStatus.FINISHED_LENGTH_CAPPED, FinishReason.LENGTH),
     (RequestStatus.FINISHED_ABORTED, FinishReason.ABORT),
     (RequestStatus.FINISHED_IGNORED, FinishReason.LENGTH),
-    (RequestStatus.FINISHED_ERROR, FinishReason.ABORT),
+    (RequestStatus.FINISHED_ERROR, FinishReason.ERROR),
 ])
 def test_finished_reason(status, reason):
     assert RequestStatus.get_finished_reason(status) == reason

@@ -238,10 +238,11 @@ def _run_alone(cfg: dict, prompt_len: int, max_tokens: int) -> Harness:
 def test_prompt_of_max_model_len_minus_one_terminates_under_every_setting():
     """The longest prompt the InputProcessor admits (max_model_len - 1; max_model_len and more are rejected,
     see test_engine_reliability.py) finishes under every block size, budget, threshold, chunking, caching."""
-    for bs, budget, threshold, chunked, caching, max_tokens in itertools.product(
-            [1, 2, 4, 16], [1, 2, 5, 47, 48, 96], [0, 1, 5], [True, False], [True, False], [1, 10**6]):
-        cfg = dict(block_size=bs, extra_blocks=0, budget=budget, max_num_seqs=1, threshold=threshold,
-                   chunked=chunked, caching=caching, depth=1)
+    for bs, budget, threshold, chunked, caching, max_tokens, async_ in itertools.product(
+            [1, 2, 4, 16], [1, 2, 5, 47, 48, 96], [0, 1, 5], [True, False], [True, False], [1, 10**6],
+            [False, True]):
+        cfg = {"block_size": bs, "extra_blocks": 0, "budget": budget, "max_num_seqs": 1, "threshold": threshold,
+               "chunked": chunked, "caching": caching, "depth": 1, "async": async_}
         h = _run_alone(cfg, MAX_MODEL_LEN - 1, max_tokens)
         assert not h.scheduler.has_unfinished_requests(), cfg
         h.assert_all_free()
@@ -250,7 +251,7 @@ def test_prompt_of_max_model_len_minus_one_terminates_under_every_setting():
 def test_progress_check_catches_a_prompt_without_room():
     """The check can fail: a prompt of max_model_len tokens fed past the processor's rule stalls at
     max_model_len - 1 computed (the hang of issue #13)."""
-    cfg = dict(block_size=4, extra_blocks=0, budget=16, max_num_seqs=1, threshold=0, chunked=True, caching=False,
-               depth=1)
+    cfg = {"block_size": 4, "extra_blocks": 0, "budget": 16, "max_num_seqs": 1, "threshold": 0, "chunked": True,
+           "caching": False, "depth": 1, "async": False}
     with pytest.raises(AssertionError, match="stalled at 47/48"):
         _run_alone(cfg, MAX_MODEL_LEN, 4)

@@ -386,7 +386,7 @@ class Scheduler(SchedulerInterface):
         ids, self.grammar_compile_error_reqs = self.grammar_compile_error_reqs, set()
         errors = {i: self.requests[i].structured_output_request.grammar for i in ids if i in self.requests}
         self.finish_requests(errors, RequestStatus.FINISHED_ERROR)
-        return [EngineCoreOutput(i, [], None, FinishReason.ABORT, f"grammar compilation failed: {xgrammar_error(e)}")
+        return [EngineCoreOutput(i, [], None, FinishReason.ERROR, f"grammar compilation failed: {xgrammar_error(e)}")
                 for i, e in errors.items()]
 
     # ---------------------------------------------------------------- requests
