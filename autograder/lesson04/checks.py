@@ -262,7 +262,7 @@ def check_preempt(preempt, finish_requests, check_stop) -> None:
                f"被抢占后恢复的 {rid} 输出与不抢占的运行不同：应为 {want[rid]}，实际 {tokens.get(rid)}。")
 
 
-def _abort_setup(preempt, finish_requests, check_stop):
+def abort_setup(preempt, finish_requests, check_stop):
     """Four requests, each caught in one state: 'dec' decoding, 'pre' mid-prefill, 'vic' preempted, 'wait' waiting."""
     from minivllm.tracing import Tracer
 
@@ -280,7 +280,7 @@ def check_abort(preempt, finish_requests, check_stop) -> None:
     from minivllm.worker.outputs import ModelRunnerOutput
 
     for state in ("WAITING", "PREFILL", "DECODING", "PREEMPTED"):
-        sched, life = _abort_setup(preempt, finish_requests, check_stop)
+        sched, life = abort_setup(preempt, finish_requests, check_stop)
         a = make_request("a", 40, max_tokens=40)
         b = make_request("b", 60, max_tokens=40)
         sched.add_request(a)

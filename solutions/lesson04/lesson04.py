@@ -166,11 +166,11 @@ L04.fig_blocks(runs[0]);
 # 一次抢占的代价是把被抢占请求的**整个上下文**（prompt + 已生成的 token）重新 prefill 一遍：代价随上下文长度线性增长，并占用之后几步的 token budget。prefix cache 把其中 “已经算满、还没被驱逐” 的块变成命中。下表在同一个负载上比较关闭与开启 prefix cache（交替运行，取墙钟时间的中位数）：`computed` 是整个运行中调度的 token 总数，`recomputed` 是它超出最少需要量（每个 prompt 与输出 token 各算一次）的部分。
 
 # %%
-cost = L04.recompute_cost()  # 预热 1 次 + 每种配置 2 次，交替运行（约 10 秒）
+cost = L04.recompute_cost()  # 每种配置 2 次，交替运行（引擎已由上面的演示预热；约 5 秒）
 L04.print_recompute_cost(cost)
 
 # %% [markdown]
-# 表 4-1：开启 prefix cache 后重算的 token 少得多：被抢占请求恢复时，它的 prompt 与已生成部分中算满的块大多还在缓存里，直接命中；抢占次数也可能变化（恢复更快，队列的形状就不同了）。墙钟时间在这台 CPU 上几乎看不出差别：每步的固定开销占主导，而且机器是多人共用的，几十毫秒的波动很常见。在 GPU 上，一次长上下文的重算是实打实的 prefill 计算，代价要靠目标硬件上的 benchmark 来定；抢占本身是 “KV 池太小” 的信号——vLLM 的文档建议先加大 `gpu_memory_utilization`、减小 `max_num_seqs` / `max_num_batched_tokens` 或增加并行度，而不是指望抢占便宜。
+# 表 4-1：开启 prefix cache 后重算的 token 少得多：被抢占请求恢复时，它的 prompt 与已生成部分中算满的块大多还在缓存里，直接命中；抢占次数也可能变化（恢复更快，队列的形状就不同了）。墙钟时间在这台 CPU 上不能用来比较：每步的固定开销占主导，机器又是多人共用的，同一配置的两次运行可以差出一倍（表里的秒数是两次的中位数，只作参考）。在 GPU 上，一次长上下文的重算是实打实的 prefill 计算，代价要靠目标硬件上的 benchmark 来定；抢占本身是 “KV 池太小” 的信号——vLLM 的文档建议先加大 `gpu_memory_utilization`、减小 `max_num_seqs` / `max_num_batched_tokens` 或增加并行度，而不是指望抢占便宜。
 #
 # ## 具体演示：生命周期的 trace
 #
@@ -275,7 +275,7 @@ print("真实引擎检查通过：", [f"{r.num_steps} 步、{r.num_preemptions} 
 
 # %% nbgrader={"grade": true, "grade_id": "l04_abort", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 # 取消一个还在等待的请求 b（a 在 running）；再取消一个不存在的 id：什么都不做
-sched, life = L04._abort_setup(preempt, finish_requests, check_stop)
+sched, life = L04.abort_setup(preempt, finish_requests, check_stop)
 a, b = L04.make_request("a", 40), L04.make_request("b", 60)
 sched.add_request(a)
 sched.add_request(b)
@@ -310,10 +310,10 @@ L04.check_stop_rules(check_stop)
 # %% [markdown]
 # ## 检查方法
 #
-# 运行断言；再把 KV 池放大到 64 块重跑抢占场景，打印每步的抢占与恢复：为什么这时一次抢占都没有？然后把池缩到 6 块（5 个可用块）：谁被抢占、几次？被抢占的请求恢复后为什么输出不变？
+# 运行断言；再把 KV 池放大到 64 块重跑抢占场景，打印每步的抢占与恢复：为什么这时一次抢占都没有？然后把池缩到 7 块（6 个可用块）：谁在第几步被抢占、第几步恢复？为什么 r2 这次也被抢占了，而 8 块时它要晚得多？被抢占的请求恢复后为什么输出不变？
 
 # %%
-for blocks in (64, 6):
+for blocks in (64, 7):
     _, _, _, log = L04.preemption_scenario(preempt, finish_requests, check_stop, num_gpu_blocks=blocks)
     print(f"num_gpu_blocks={blocks}:", [(x["step"], x["preempted"], x["resumed"]) for x in log if x["preempted"] or x["resumed"]])
 
@@ -336,6 +336,8 @@ for blocks in (64, 6):
 # 1. 重算做什么：`schedule()` 里 `allocate_slots` 返回 `None`，`self.running.pop()` 取出优先级最低的请求，`_preempt_request` 把它的块还给 `BlockPool`（prefix cache 开启时，算满并哈希过的块留在缓存里变成可驱逐）、`num_computed_tokens = 0`、状态 PREEMPTED、`waiting` 队首。已生成的 token 还在 `output_token_ids` 里；恢复时调度器只看到一个 `num_tokens - num_computed_tokens` 很大的请求，按普通 waiting 请求接纳：先 `get_computed_blocks` 查 prefix cache，剩下的按 chunked prefill 算。
 # 2. 为什么在 V1 合适：V1 的调度器没有 prefill / decode 阶段，“恢复” 不需要任何特殊路径；swap 需要 CPU 上的块池、换出/换入的拷贝流与同步、worker 侧的块表重映射，以及 “换入完成前不能调度” 的状态——这是一条额外的数据通路和一整类 bug。重算的代价则被两件事压低：prefix cache 让被抢占前算满的块在恢复时直接命中（本课表 4-1：开启后重算的 token 从几百降到几十），chunked prefill 让重算与别人的 decode 同批进行，GPU 上 prefill 是计算受限的，单位 token 很便宜。
 # 3. 什么时候重算更贵：上下文很长（重算与长度成正比，attention 部分还是平方）、prefix cache 已被其他请求挤掉、抢占频繁（同一个请求反复重算，本课左图 `w` 被抢占了十几次）。swap 的代价是 KV 字节数 / PCIe 带宽，同样与长度线性，但不占 GPU 计算、也不挤占 token budget。哪个更快取决于模型（每 token 的 KV 字节数 vs 每 token 的 FLOPs）、GPU 与互连，要在目标硬件上 benchmark；工程上更重要的是别让抢占频繁发生（加大 KV 池、限制 `max_num_seqs` / `max_num_batched_tokens`）。
+#
+# **附：检查方法的参考解释**（不单独计分，供批改时核对学生在“检查方法”下写的解释）：64 块时每个请求最多 4 块（40 + 24 = 64 个 token），三个请求一共 12 块，一开始就都放得下，`allocate_slots` 从不失败，也就没有抢占。7 块（6 个可用）时 r0、r1 各用 3 块进来，r2 被准入检查挡在外面；第 10 步 r0 要第 4 个块，池空了，最后加入的 r1 被抢占（3 块归还、`num_computed_tokens` 归零、waiting 队首）；r0 结束后第 25 步 r1 最先恢复，r2 跟着进来，第 26 步两者再争块，这次最新的 r2 被抢占，第 41 步才恢复。8 块时多出的一个块让 r1、r2 晚一些才相撞。恢复后输出不变，是因为重算用的是同样的 token 序列（prompt + 已输出的 token），重建出同样的 KV；“模型”是确定的（真实引擎里是贪心解码），所以下一个 token 也一样——这也是为什么 `num_computed_tokens` 必须归零：少算一段，KV 就不是这个序列的 KV 了。
 #
 # === END MARK SCHEME ===
 
