@@ -1,0 +1,95 @@
+"""Lesson 4's demo: the figures and tables the notebook shows, all from real EngineCore runs (never graded)."""
+from __future__ import annotations
+
+from autograder.lesson04.checks import ABORTS, WORKLOAD, run_engine
+
+STATES = ["WAITING", "RUNNING", "PREEMPTED", "FINISHED_LENGTH_CAPPED", "FINISHED_ABORTED"]
+COLORS = {"WAITING": "#bbbbbb", "RUNNING": "#2a9d8f", "PREEMPTED": "#e76f51",
+          "FINISHED_LENGTH_CAPPED": "#264653", "FINISHED_STOPPED": "#264653", "FINISHED_ABORTED": "#9b5de5"}
+
+
+def demo_runs(**scheduler_args):
+    """The graded workload on minivllm's own Scheduler: to the end, and with the four aborts."""
+    return run_engine(None, **scheduler_args), run_engine(None, aborts=ABORTS, **scheduler_args)
+
+
+def print_transitions(run, last: int | None = None) -> None:
+    """The lifecycle trace: one line per transition (step, the phase after which it was seen, request)."""
+    rows = run.life.transitions if last is None else run.life.transitions[:last]
+    for step, where, rid, old, new in rows:
+        print(f"step {step:3d}  after {where:8s}  {rid}: {old} -> {new}")
+
+
+def fig_swimlane(runs, titles=("to the end", "with aborts")):
+    """Request state after each step's update, one lane per request (aborts marked with x)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    fig, axes = plt.subplots(1, len(runs), figsize=(6.5 * len(runs), 3.2), squeeze=False)
+    rids = [w[1] for w in WORKLOAD]
+    for ax, run, title in zip(axes[0], runs, titles, strict=True):
+        for lane, rid in enumerate(rids):
+            for i, statuses in enumerate(run.life.steps):
+                st = statuses.get(rid)
+                if st is None or st == "NEW" or (st.startswith("FINISHED") and i > 0
+                                                 and run.life.steps[i - 1].get(rid, "").startswith("FINISHED")):
+                    continue
+                ax.barh(lane, 1, left=i, color=COLORS.get(st, "white"), edgecolor="none")
+            if rid in run.life.aborted_in:
+                ax.plot(run.life.aborted_in[rid][0] - 0.5, lane, "kx", ms=8)
+        ax.set_yticks(range(len(rids)), rids)
+        ax.invert_yaxis()
+        ax.set_xlabel("engine step")
+        ax.set_title(f"request states ({title}, {run.num_preemptions} preemptions)")
+    handles = [Patch(color=COLORS[s], label=s) for s in STATES]
+    axes[0][-1].legend(handles=handles, fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def fig_blocks(run):
+    """KV blocks in use after each step, preemptions marked; free + used is the pool size every step."""
+    import matplotlib.pyplot as plt
+
+    used = [b["used"] for b in run.life.blocks]
+    total = run.life.blocks[0]["total"]
+    fig, ax = plt.subplots(figsize=(8, 3))
+    ax.step(range(1, len(used) + 1), used, where="mid", label="blocks in use")
+    ax.axhline(total, color="gray", ls="--", lw=1, label=f"pool ({total} usable blocks)")
+    pre = [(i + 1, used[i]) for i, p in enumerate(run.life.preempted) if p]
+    if pre:
+        ax.plot(*zip(*pre, strict=True), "rv", label="preemption (blocks freed)")
+    ax.set_xlabel("engine step")
+    ax.set_ylabel("KV blocks")
+    ax.legend(fontsize=8)
+    ax.set_title("KV blocks in use per step")
+    fig.tight_layout()
+    return fig
+
+
+def recompute_cost(repeats: int = 2) -> list[dict]:
+    """The workload to the end, prefix caching off and on (A B A B; call it after demo_runs, which warms the
+    engine up): tokens computed beyond the minimum (every prompt and output token once), steps, wall time
+    (median). The token counts are deterministic; the seconds are not."""
+    import statistics
+
+    minimum = sum(len(p) + m - 1 for _, _, p, m in WORKLOAD)
+    rows = {False: [], True: []}
+    for _ in range(repeats):
+        for pc in (False, True):
+            rows[pc].append(run_engine(None, enable_prefix_caching=pc))
+    out = []
+    for pc, runs in rows.items():
+        r = runs[0]
+        computed = sum(sum(s.values()) for s in r.life.scheduled)
+        out.append(dict(prefix_caching=pc, preemptions=r.num_preemptions, steps=r.num_steps,
+                        computed_tokens=computed, recomputed_tokens=computed - minimum,
+                        seconds=statistics.median(sum(x.seconds) for x in runs)))
+    return out
+
+
+def print_recompute_cost(rows) -> None:
+    print(f"{'prefix caching':>14} {'preemptions':>11} {'steps':>6} {'computed':>9} {'recomputed':>10} {'seconds':>8}")
+    for r in rows:
+        print(f"{'on' if r['prefix_caching'] else 'off':>14} {r['preemptions']:>11} {r['steps']:>6} "
+              f"{r['computed_tokens']:>9} {r['recomputed_tokens']:>10} {r['seconds']:>8.2f}")

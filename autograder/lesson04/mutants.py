@@ -1,0 +1,50 @@
+"""Lesson 4's wrong answers: each a few edits of the solution cell l04_lifecycle, with the misconception it models.
+
+Instructor side only (`python -m autograder release` leaves this file out). Every mutant must score less
+than the solution (tests/test_mutants.py builds each wrong notebook from the release and grades it).
+"""
+from autograder.mutation import Mutant
+
+CELL = "l04_lifecycle"
+
+MUTANTS = {
+    "victim_keeps_blocks": Mutant(CELL, (
+        ('    sched.kv_cache_manager.free(request)\n    request.status = RequestStatus.PREEMPTED',
+         '    request.status = RequestStatus.PREEMPTED'),
+    ), 'Preempts without returning the victim\'s KV blocks to the pool.',
+       fails={"l04_preempt", "l04_real_engine"}),
+    "computed_not_reset": Mutant(CELL, (
+        ('    request.num_computed_tokens = 0\n', ''),
+    ), 'Keeps num_computed_tokens: resumes as if the dropped KV were still there.',
+       fails={"l04_preempt", "l04_real_engine"}),
+    "victim_at_back": Mutant(CELL, (
+        ('    sched.waiting.appendleft(request)', '    sched.waiting.append(request)'),
+    ), 'Puts the victim at the back of the waiting queue: later arrivals overtake it.',
+       fails={"l04_preempt"}),
+    "abort_left_in_running": Mutant(CELL, (
+        ('            sched.running.remove(request)', '            pass'),
+    ), 'An aborted running request stays in sched.running and is scheduled again.',
+       fails={"l04_abort", "l04_real_engine"}),
+    "abort_left_in_waiting": Mutant(CELL, (
+        ('            sched.waiting.remove(request)', '            pass'),
+    ), 'An aborted waiting or preempted request stays in sched.waiting and is admitted later.',
+       fails={"l04_abort", "l04_real_engine"}),
+    "aborted_still_emits": Mutant(CELL, (
+        ('        del sched.requests[request_id]\n', ''),
+    ), 'Leaves the aborted request in sched.requests: the step in flight still emits its token.',
+       fails={"l04_abort", "l04_real_engine"}),
+    "max_tokens_off_by_one": Mutant(CELL, (
+        ('num_output_tokens >= request.max_tokens', 'num_output_tokens > request.max_tokens'),
+    ), 'Stops one token after max_tokens.',
+       fails={"l04_stop", "l04_real_engine"}),
+    "eos_under_ignore_eos": Mutant(CELL, (
+        ('    is_eos = not params.ignore_eos and last == request.eos_token_id',
+         '    is_eos = last == request.eos_token_id'),
+    ), 'Stops at EOS even when ignore_eos is set.',
+       fails={"l04_stop"}),
+    "min_tokens_ignored": Mutant(CELL, (
+        ('    too_early = num_output_tokens < params.min_tokens',
+         '    too_early = False'),
+    ), 'Stops at EOS or a stop token before min_tokens outputs.',
+       fails={"l04_stop"}),
+}

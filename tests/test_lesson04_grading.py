@@ -1,0 +1,102 @@
+"""Lesson 4's grader: the solution earns 4/4 code points, the unfilled release 0, the plug runs the answers
+where minivllm's own methods run (the reference Scheduler passes every check too), the abort plan lands in the
+four states it names, the lifecycle trace and the HF oracle catch what they claim to, nbgrader agrees."""
+from types import SimpleNamespace
+
+import pytest
+from grading_flow import grade_three_students
+
+from autograder import lesson04 as L04
+from autograder.common import REPO, CheckFailed, grade_namespace, student_namespace
+from autograder.lesson04 import LESSON
+from autograder.mutation import mutant_namespace, mutant_source
+
+CODE_PARTS = ("l04_preempt", "l04_real_engine", "l04_abort", "l04_stop")
+
+
+def code_scores(namespace):
+    return {r.part.grade_id: r.score for r in grade_namespace(LESSON, namespace) if not r.part.manual}
+
+
+@pytest.fixture(scope="module")
+def solution_ns():
+    ns, errors = student_namespace(REPO / "solutions/lesson04/lesson04.ipynb")
+    assert not errors
+    return ns
+
+
+def test_solution_gets_all_code_points(solution_ns):
+    assert code_scores(solution_ns) == dict.fromkeys(CODE_PARTS, 1)
+
+
+def test_unfilled_release_scores_zero_without_crashing():
+    ns, _ = student_namespace(REPO / "notebooks/lesson04/lesson04.ipynb")
+    assert code_scores(ns) == dict.fromkeys(CODE_PARTS, 0)
+
+
+def test_minivllms_own_scheduler_passes_the_same_checks():
+    """With nothing plugged in the engine's own _preempt / finish_requests / _check_stop run: the checks judge
+    behaviour, not the answer's text."""
+    from minivllm.core.sched.scheduler import Scheduler
+
+    def own(name):
+        return lambda sched, *args: getattr(Scheduler, name)(sched, *args)
+
+    def check_stop(request, max_model_len):
+        return Scheduler._check_stop(SimpleNamespace(max_model_len=max_model_len), request)
+
+    L04.check_preempt(own("_preempt"), own("finish_requests"), check_stop)
+    L04.check_abort(own("_preempt"), own("finish_requests"), check_stop)
+    L04.check_stop_rules(check_stop)
+    run = L04.run_engine(None, aborts=L04.ABORTS)
+    assert {r: s for r, (_, s) in run.life.aborted_in.items()} == L04.ABORT_STATES
+    L04.judge_engine_run(run)
+
+
+def test_abort_plan_hits_prefill_and_decode():
+    """'p' is aborted with part of its prompt computed and no output; 'd' after it produced tokens; every
+    transition of the run is in the trace the Tracer exported."""
+    run = L04.run_engine(None, aborts=L04.ABORTS)
+    p = run.life.reqs["p"]
+    assert 0 < p.num_computed_tokens < p.num_prompt_tokens and not run.tokens["p"]
+    assert run.tokens["d"] and run.after_abort["d"] == []
+    names = {e["name"] for e in run.life.tracer.to_chrome_trace()["traceEvents"]}
+    assert {"schedule", "aborts", "update", "RUNNING->PREEMPTED", "PREEMPTED->RUNNING",
+            "WAITING->FINISHED_ABORTED", "PREEMPTED->FINISHED_ABORTED"} <= names
+
+
+def test_judge_catches_broken_conservation_and_late_output():
+    run = L04.run_engine(None, aborts=L04.ABORTS)
+    run.life.blocks[3] = dict(run.life.blocks[3], free=run.life.blocks[3]["free"] - 1)
+    with pytest.raises(CheckFailed, match="总块数"):
+        L04.judge_engine_run(run)
+    run = L04.run_engine(None, aborts=L04.ABORTS)
+    run.after_abort["d"] = [1]
+    with pytest.raises(CheckFailed, match="仍输出了"):
+        L04.judge_engine_run(run)
+    run = L04.run_engine(None, aborts=L04.ABORTS)
+    run.life.transitions.append((9, "update", "z", "FINISHED_ABORTED", "RUNNING"))
+    with pytest.raises(CheckFailed, match="不合法"):
+        L04.judge_engine_run(run)
+
+
+def test_hf_oracle_rejects_a_wrong_token():
+    run = L04.run_engine(None)
+    run.tokens["a"][5] += 1
+    with pytest.raises(CheckFailed, match="HF transformers"):
+        L04.judge_engine_run(run)
+
+
+def test_victim_at_back_is_overtaken():
+    ns = mutant_namespace("lesson04", "victim_at_back")
+    with pytest.raises(CheckFailed, match="队首"):
+        L04.check_preempt(ns["preempt"], ns["finish_requests"], ns["check_stop"])
+
+
+@pytest.mark.slow
+def test_nbgrader_end_to_end(tmp_path):
+    """generate_assignment -> submissions (solution, blank, mutant) -> autograde -> export."""
+    subs, results, csv_path = grade_three_students(
+        tmp_path, "lesson04", ("l04_lifecycle",), "l04_lifecycle", mutant_source("lesson04", "min_tokens_ignored"))
+    code = {s: sum(v or 0 for k, v in got.items() if k in CODE_PARTS) for s, got in results.items()}
+    assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 3}
