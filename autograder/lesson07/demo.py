@@ -9,7 +9,6 @@ import torch
 from autograder.lesson07.checks import engine_prompts, make_llm, plugged, profiled_ops, seeded_runs, shutdown
 
 
-
 def engine_logits(sample, prompt_index: int = 1, position: int = 5) -> torch.Tensor:
     """The real engine's logits row for the `position`-th generated token of one engine prompt (greedy),
     captured at the sampler."""
