@@ -45,7 +45,8 @@ def apply_top_k_top_p(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Ten
 def apply_top_k_only(logits: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """Top-k by the k-th largest value from topk(max k), no full sort (vLLM: apply_top_k_only).
 
-    Reads max(k) on the host (a sync, as vLLM's allow_cpu_sync path does); rows with k off mask nothing."""
+    Reads max(k) on the host: vLLM takes this path only where that sync is allowed (CPU without Triton) and
+    sorts on CUDA; minivllm takes it everywhere (one sync per step with top-k). Rows with k off mask nothing."""
     vocab = logits.shape[-1]
     off = (k <= 0) | (k >= vocab)
     k_idx = torch.where(off, torch.ones_like(k), k).long() - 1
