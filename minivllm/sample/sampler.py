@@ -22,9 +22,11 @@ class SamplerOutput:
 
 
 def apply_top_k_top_p(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None) -> torch.Tensor:
-    """Mask logits outside each row's top-k and nucleus top-p (k = 0 or p = 1 turns a filter off)."""
-    if k is None and p is None:
-        return logits
+    """Mask logits outside each row's top-k and nucleus top-p (k = 0 or p = 1 turns a filter off).
+
+    Only top-p needs the sorted vocabulary; top-k alone takes the fast path without a sort."""
+    if p is None:
+        return logits if k is None else apply_top_k_only(logits, k)
     logits_sort, logits_idx = logits.sort(dim=-1, descending=False)
     vocab = logits.shape[-1]
     if k is not None:
@@ -38,6 +40,19 @@ def apply_top_k_top_p(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Ten
         mask[:, -1] = False  # always keep the most likely token
         logits_sort.masked_fill_(mask, float("-inf"))
     return logits.scatter(1, logits_idx, logits_sort)
+
+
+def apply_top_k_only(logits: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Top-k by the k-th largest value from topk(max k), no full sort (vLLM: apply_top_k_only).
+
+    Reads max(k) on the host: vLLM takes this path only where that sync is allowed (CPU without Triton) and
+    sorts on CUDA; minivllm takes it everywhere (one sync per step with top-k). Rows with k off mask nothing."""
+    vocab = logits.shape[-1]
+    off = (k <= 0) | (k >= vocab)
+    k_idx = torch.where(off, torch.ones_like(k), k).long() - 1
+    kth = logits.topk(int(k_idx.max()) + 1, dim=-1).values.gather(1, k_idx.unsqueeze(1))
+    kth.masked_fill_(off.unsqueeze(1), float("-inf"))
+    return logits.masked_fill(logits < kth, float("-inf"))
 
 
 def apply_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,497 @@
+"""Lesson 7 — 采样器：temperature、top-k/top-p、种子与 logprobs: the checks behind the grade cells and the engine plug.
+
+The student writes four functions in one cell, in the order of vLLM's Sampler (v1/sample/sampler.py) and
+ops/topk_topp_sampler.py:
+    apply_min_p(logits, min_p)            tokens below min_p * (top token's probability) -> -inf
+    apply_top_k_top_p(logits, k, p)       batched top-k (0 = off) and top-p (1 = off); no sort without top-p
+    random_sample(probs, generators)      the exponential race argmax(probs / q), seeded rows on their own generator
+    sample(logits, md)                    raw logprobs, temperature, min-p, top-k/top-p, softmax, race, greedy rows
+
+Grade cells and `python -m autograder check lesson07 ...` call the same functions here:
+    check_main_path(...)   exact masks against a per-row float64 reference on crafted logits, and a chi-square
+                           test of a few thousand seeded draws against the exact truncated distribution
+    check_real_engine(...) `sample` as the runner's sampler: seeded outputs equal across batch compositions
+                           and chunked prefill, temperature -> 0 equals greedy, logprobs equal HF's
+                           log_softmax of the raw logits, and the profiler sees aten::sort only with top-p
+    check_boundary(...)    ties at the k-th value, top_p = 1, top_k = vocab, k = 0, min_p = 0, all rows mixed,
+                           and no aten::sort when no row uses top-p
+    check_source_map(SOURCE_MAP)
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+
+import numpy as np
+import torch
+
+from autograder.common import REPO, BlankNotFilled, CheckFailed, Lesson, Part, check_name_map, expect
+
+DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
+ENGINE_PROMPTS = ["ROMEO:", "JULIET:\nO Romeo", "KING LEAR:\nBlow, winds", "HAMLET:"]
+CHI_P_MIN = 1e-3                          # fixed seeds: the solution's p-values are far above this
+NEG = float("-inf")
+
+
+# ---------------------------------------------------------------------------- the reference (per row, float64)
+def ref_row(x: torch.Tensor, k: int = 0, p: float = 1.0, min_p: float = 0.0) -> torch.Tensor:
+    """One row after min-p, top-k and top-p, by the definitions (vLLM's order): -inf where masked."""
+    x = x.double().clone()
+    if min_p > 0:
+        probs = x.softmax(-1)
+        x[probs < min_p * probs.max()] = NEG
+    if 0 < k < x.numel():
+        kth = x.sort(descending=True).values[k - 1]
+        x[x < kth] = NEG                                   # ties with the k-th value stay
+    if p < 1:
+        probs = x.softmax(-1)                              # renormalised over the top-k survivors
+        order = probs.argsort(descending=True, stable=True)
+        before = torch.cumsum(probs[order], 0) - probs[order]
+        drop = order[before >= p]                          # keep until the token that crosses p (inclusive)
+        x[drop] = NEG
+    return x
+
+
+def call(fn, *args, name: str):
+    try:
+        return fn(*args)
+    except (BlankNotFilled, CheckFailed):
+        raise
+    except Exception as e:
+        if "______" in str(e) or "_Blank" in repr(e):
+            raise BlankNotFilled("还有空 ______ 没有填写：把它换成正确的表达式后再运行。") from None
+        raise CheckFailed(f"{name} 出错：{type(e).__name__}: {e}") from None
+
+
+def masked(fn_top, fn_min, logits, k, p, min_p) -> torch.Tensor:
+    """The student's masking in the Sampler's order (min-p, then top-k/top-p) on a copy of the logits."""
+    x = logits.clone()
+    if min_p is not None:
+        x = call(fn_min, x, min_p, name="apply_min_p")
+    out = call(fn_top, x, k, p, name="apply_top_k_top_p")
+    expect(isinstance(out, torch.Tensor) and out.shape == logits.shape,
+           f"apply_top_k_top_p 应返回形状 {tuple(logits.shape)} 的张量。")
+    return out
+
+
+def expect_masks(fn_top, fn_min, name, logits, k=None, p=None, min_p=None) -> None:
+    got = masked(fn_top, fn_min, logits, k, p, min_p)
+    n = logits.shape[0]
+    for i in range(n):
+        want = ref_row(logits[i], int(k[i]) if k is not None else 0, float(p[i]) if p is not None else 1.0,
+                       float(min_p[i]) if min_p is not None else 0.0)
+        keep_w, keep_g = torch.isfinite(want), torch.isfinite(got[i])
+        if not torch.equal(keep_w, keep_g):
+            raise CheckFailed(f"{name}：第 {i} 行（top_k={None if k is None else int(k[i])}，top_p="
+                              f"{None if p is None else round(float(p[i]), 3)}，min_p="
+                              f"{None if min_p is None else float(min_p[i])}）应保留 token "
+                              f"{keep_w.nonzero().flatten().tolist()}，实际保留 {keep_g.nonzero().flatten().tolist()}。")
+        expect(torch.allclose(got[i][keep_g].double(), logits[i][keep_g].double()),
+               f"{name}：第 {i} 行保留下来的 logits 被改动了（掩码只应把其余位置设为 -inf）。")
+
+
+# ---------------------------------------------------------------------------- crafted logits
+def crafted_logits() -> torch.Tensor:
+    """8 rows over a vocabulary of 10, with a tie at 2.0 in rows 1 and 5 (the 2nd/3rd largest)."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(8, 10, generator=g) * 1.5
+    x[1, [3, 6]] = 2.0
+    x[1] = torch.where(x[1] > 2.0, x[1] - 3.0, x[1])
+    x[1, 0] = 3.0
+    x[5] = x[1].flip(0)
+    return x
+
+
+def check_masks(fn_top, fn_min) -> None:
+    x = crafted_logits()
+    # every row its own mix: k off/on, p off/on, min_p off/on, in one batch
+    k = torch.tensor([0, 2, 5, 10, 3, 1, 0, 7])
+    p = torch.tensor([0.5, 1.0, 0.8, 0.35, 1.0, 0.9, 0.95, 0.6])
+    mp = torch.tensor([0.0, 0.0, 0.1, 0.0, 0.3, 0.0, 0.05, 0.2])
+    expect_masks(fn_top, fn_min, "只有 top-k", x, k=k)
+    expect_masks(fn_top, fn_min, "只有 top-p", x, p=p)
+    expect_masks(fn_top, fn_min, "top-k 与 top-p", x, k=k, p=p)
+    expect_masks(fn_top, fn_min, "min-p、top-k 与 top-p", x, k=k, p=p, min_p=mp)
+    # top-p must be taken over the top-k survivors, renormalised: here the two orders disagree
+    y = torch.tensor([[2.0, 1.9, 1.8, 0.0, -0.1, -0.2, -0.3, -0.4]])
+    expect_masks(fn_top, fn_min, "先 top-k 再在剩下的 token 上重新归一化做 top-p", y, k=torch.tensor([3]),
+                 p=torch.tensor([0.6]))
+
+
+# ---------------------------------------------------------------------------- sampling metadata
+def make_md(temperature, top_k=None, top_p=None, min_p=None, generators=None, logprobs=None):
+    from minivllm.sample.metadata import SamplingMetadata
+
+    t = torch.tensor(temperature, dtype=torch.float32)
+    greedy = t < 1e-5
+    return SamplingMetadata(
+        temperature=None if bool(greedy.all()) else t, all_greedy=bool(greedy.all()),
+        all_random=not bool(greedy.any()),
+        top_p=None if top_p is None else torch.tensor(top_p, dtype=torch.float32),
+        top_k=None if top_k is None else torch.tensor(top_k, dtype=torch.int64),
+        min_p=None if min_p is None else torch.tensor(min_p, dtype=torch.float32),
+        generators=generators or {}, max_num_logprobs=logprobs,
+        num_logprobs=None if logprobs is None else [logprobs] * len(temperature))
+
+
+def call_sample(fn, logits, md):
+    res = call(fn, logits, md, name="sample")
+    expect(isinstance(res, tuple) and len(res) == 2, "sample 应返回 (sampled, raw_logprobs)。")
+    sampled, lp = res
+    expect(isinstance(sampled, torch.Tensor) and tuple(sampled.shape) == (logits.shape[0],),
+           f"sampled 应是形状 ({logits.shape[0]},) 的张量。")
+    return sampled.long(), lp
+
+
+# ---------------------------------------------------------------------------- the distribution test
+def chi_square_p_value(counts: np.ndarray, probs: np.ndarray) -> float:
+    """Pearson's chi-square; p-value = regularized upper gamma Q(df/2, x/2) (no scipy). A count on a
+    zero-probability token is infinitely unlikely."""
+    keep = probs > 0
+    expected = probs[keep] * counts.sum()
+    stat = float(((counts[keep] - expected) ** 2 / expected).sum()) + (float("inf") if counts[~keep].sum() else 0.0)
+    df = max(int(keep.sum()) - 1, 1)
+    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64),
+                                         torch.tensor(stat / 2, dtype=torch.float64)))
+
+
+DIST_LOGITS = torch.tensor([2.2, 1.9, 1.5, 1.4, 0.9, 0.3, -0.2, -1.0, -2.0, -3.0])
+DIST_CASES = (  # (temperature, top_k, top_p, min_p)
+    (0.7, 0, 1.0, 0.0),
+    (1.3, 6, 0.9, 0.0),
+    (1.0, 0, 0.75, 0.0),
+    (0.9, 5, 1.0, 0.12),
+)
+
+
+def exact_probs(temp, k, p, min_p) -> np.ndarray:
+    return ref_row(DIST_LOGITS / temp, k, p, min_p).softmax(-1).numpy()
+
+
+def draw_counts(sample_fn, case, n: int = 3000, seed: int = 0) -> np.ndarray:
+    """n rows of the same logits in one batch; every third row seeded (its own generator), the rest from a
+    forked global RNG seeded here: deterministic, and the global RNG outside is left as it was."""
+    temp, k, p, min_p = case
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        gens = {i: torch.Generator().manual_seed(seed * 100003 + i) for i in range(0, n, 3)}
+        md = make_md([temp] * n, [k] * n if k else None, [p] * n if p < 1 else None,
+                     [min_p] * n if min_p else None, gens)
+        sampled, _ = call_sample(sample_fn, DIST_LOGITS.repeat(n, 1), md)
+    return np.bincount(sampled.numpy(), minlength=DIST_LOGITS.numel())
+
+
+def distribution_p_values(sample_fn) -> list[tuple[tuple, float, np.ndarray, np.ndarray]]:
+    out = []
+    for case in DIST_CASES:
+        counts, probs = draw_counts(sample_fn, case), exact_probs(*case)
+        out.append((case, chi_square_p_value(counts, probs), counts, probs))
+    return out
+
+
+def check_distribution(sample_fn) -> None:
+    for case, pv, counts, probs in distribution_p_values(sample_fn):
+        expect(pv > CHI_P_MIN, f"(temperature, top_k, top_p, min_p) = {case}：3000 次抽样的频数 {counts.tolist()} 与"
+               f"精确的截断分布 {np.round(probs * 3000).astype(int).tolist()} 不一致（卡方 p = {pv:.2g}，固定种子）。")
+
+
+def check_seeded_rows(sample_fn) -> None:
+    """A seeded row draws the same whatever else is in the batch, and two rows with equal seeds agree."""
+    logits = DIST_LOGITS.repeat(4, 1)
+    def draws(rows, seeds, steps=12):
+        gens = {i: torch.Generator().manual_seed(s) for i, s in zip(rows, seeds, strict=True) if s is not None}
+        md = make_md([1.0] * len(seeds), generators=gens)
+        return [call_sample(sample_fn, logits[:len(seeds)], md)[0].tolist() for _ in range(steps)]
+    alone = [d[0] for d in draws([0], [5])]
+    both = draws([0, 1], [5, 5])
+    mixed = draws([0, 1, 2], [None, 9, 5])
+    expect([d[0] for d in both] == alone and [d[1] for d in both] == alone,
+           f"两个种子相同的请求在同一批里应抽出同样的序列 {alone}，实际 {[d[0] for d in both]} 与 {[d[1] for d in both]}"
+           "（每个带种子的请求要用自己的 generator）。")
+    expect([d[2] for d in mixed] == alone,
+           f"带种子的请求换了批内位置、旁边多了别的请求后应抽出同样的序列 {alone}，实际 {[d[2] for d in mixed]}。")
+
+
+def check_sample_order(sample_fn) -> None:
+    """Raw logprobs (before temperature), greedy rows take the argmax, random rows follow the race."""
+    x = crafted_logits()[:4]
+    md = make_md([0.0, 0.5, 2.0, 0.0], logprobs=2)
+    sampled, lp = call_sample(sample_fn, x.clone(), md)
+    expect(lp is not None and torch.allclose(lp.float(), x.log_softmax(-1), atol=1e-5),
+           "raw_logprobs 应是原始 logits 的 log_softmax（在 temperature 之前；vLLM 默认 logprobs_mode = raw_logprobs）。")
+    argmax = x.argmax(-1)
+    expect(sampled[0] == argmax[0] and sampled[3] == argmax[3],
+           f"temperature = 0 的行应取 argmax {argmax[[0, 3]].tolist()}，实际 {sampled[[0, 3]].tolist()}。")
+    md = make_md([1e-4, 1e-4, 1e-4, 1e-4])
+    sampled, _ = call_sample(sample_fn, x.clone(), md)
+    expect(torch.equal(sampled, argmax), f"temperature → 0（1e-4）时随机采样应等于贪心 {argmax.tolist()}，"
+           f"实际 {sampled.tolist()}（temperature 要在 softmax 之前除到 logits 上）。")
+
+
+def check_main_path(apply_min_p, apply_top_k_top_p, random_sample, sample) -> None:
+    check_masks(apply_top_k_top_p, apply_min_p)
+    check_sample_order(sample)
+    check_seeded_rows(sample)
+    check_distribution(sample)
+
+
+# ---------------------------------------------------------------------------- boundary
+@contextlib.contextmanager
+def quiet_stderr_fd():
+    """torch's profiler writes start/stop lines to file descriptor 2 from C++; a grade cell must not."""
+    import os
+    import sys
+
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
+def profiled_ops(fn) -> tuple[object, list[str]]:
+    """fn's result and the names of the aten ops it ran, in order (torch.profiler on CPU)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with quiet_stderr_fd(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        out = fn()
+    return out, [e.name for e in prof.events() if e.name.startswith("aten::")]
+
+
+def sorts(fn) -> bool:
+    """Whether running fn calls aten::sort."""
+    return "aten::sort" in profiled_ops(fn)[1]
+
+
+def check_boundary(apply_min_p, apply_top_k_top_p) -> None:
+    x = crafted_logits()
+    n, vocab = x.shape
+    expect_masks(apply_top_k_top_p, apply_min_p, "top_p = 1（全部保留）", x, p=torch.ones(n))
+    expect_masks(apply_top_k_top_p, apply_min_p, "top_k = vocab（全部保留）", x, k=torch.full((n,), vocab))
+    expect_masks(apply_top_k_top_p, apply_min_p, "top_k = 0（关闭）与 top_k = 1 混在一批", x,
+                 k=torch.tensor([0, 1] * (n // 2)))
+    expect_masks(apply_top_k_top_p, apply_min_p, "min_p = 0（关闭）与 min_p = 1（只留最大）混在一批", x,
+                 min_p=torch.tensor([0.0, 1.0] * (n // 2)))
+    expect_masks(apply_top_k_top_p, apply_min_p, "很小的 top_p：只留概率最大的 token", x, p=torch.full((n,), 1e-4))
+    expect_masks(apply_top_k_top_p, apply_min_p, "k 恰好落在并列值上（并列的都保留）", x,
+                 k=torch.tensor([1, 2, 3, 2, 2, 2, 3, 9]), p=torch.tensor([1.0, 1.0, 1.0, 1.0, 0.99, 1.0, 1.0, 1.0]))
+    none = call(apply_top_k_top_p, x.clone(), None, None, name="apply_top_k_top_p")
+    expect(torch.equal(none, x), "k 和 p 都是 None 时 logits 应原样返回。")
+    big = torch.randn(8, 512)
+    k = torch.tensor([5, 0, 20, 1, 3, 0, 8, 2])
+    expect(not sorts(lambda: apply_top_k_top_p(big.clone(), k, None)),
+           "没有任何一行用 top-p 时不应排序整个词表（profiler 里出现了 aten::sort）：只有 top-k 时用 topk 取第 k 大的值。")
+    expect_masks(apply_top_k_top_p, apply_min_p, "只有 top-k 的快速路径", big, k=k)
+
+
+# ---------------------------------------------------------------------------- the real engine
+class StudentSampler:
+    """Stands where minivllm's Sampler stands in the runner: the student's `sample`, then the engine's gather."""
+
+    def __init__(self, fn, log: list | None) -> None:
+        self.fn, self.log = fn, log
+
+    def __call__(self, logits, md):
+        from minivllm.sample.sampler import SamplerOutput, gather_logprobs
+
+        expect(not md.min_tokens, "本课的接入只覆盖没有 min_tokens 的请求。")
+        if self.log is None:
+            sampled, raw = call_sample(self.fn, logits, md)
+        else:  # the profiler runs in the engine's thread, around this step's sampling only
+            (sampled, raw), ops = profiled_ops(lambda: call_sample(self.fn, logits, md))
+            self.log.append((md.top_k is not None, md.top_p is not None, ops.count("aten::sort"),
+                             ops.count("aten::topk")))
+        lps = None
+        if md.max_num_logprobs is not None:
+            expect(raw is not None, "请求了 logprobs，但 sample 返回的 raw_logprobs 是 None。")
+            lps = gather_logprobs(raw.float(), sampled, md.num_logprobs)
+        return SamplerOutput(sampled, lps)
+
+
+@contextlib.contextmanager
+def plugged(fn, log: list | None = None):
+    """Within: every LLM built samples with fn (the runner looks the name Sampler up at construction); with
+    `log`, each step appends (uses top-k, uses top-p, aten::sort calls, aten::topk calls) from the profiler."""
+    import minivllm.worker.gpu_model_runner as runner
+
+    original = runner.Sampler
+    runner.Sampler = lambda: StudentSampler(fn, log)
+    try:
+        yield
+    finally:
+        runner.Sampler = original
+
+
+def make_llm(**kw):
+    import logging
+    import os
+
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    logging.disable(logging.WARNING)
+    from minivllm.entrypoints.llm import LLM
+    return LLM(DEFAULT_MODEL, multiprocess=False, **kw)
+
+
+def shutdown(llm) -> None:
+    llm.llm_engine.engine_core.shutdown()
+
+
+def tokens_of(outputs) -> list[list[int]]:
+    return [list(o.outputs[0].token_ids) for o in outputs]
+
+
+def engine_prompts(llm) -> list[list[int]]:
+    tok = llm.get_tokenizer()
+    return [tok.encode(t) for t in ENGINE_PROMPTS]
+
+
+def seeded_runs(llm, small, max_tokens: int = 12) -> dict:
+    """A seeded request alone, in a batch of mixed requests (greedy, unseeded, another seed), under chunked
+    prefill (`small`: a 4-token budget), and the same request twice without a seed."""
+    from minivllm.sampling_params import SamplingParams
+
+    def params(**kw):
+        return SamplingParams(max_tokens=max_tokens, ignore_eos=True, **kw)
+
+    seeded = params(temperature=1.0, top_k=20, top_p=0.9, seed=1234)
+    others = [params(temperature=0.0), params(temperature=0.8), params(temperature=1.2, min_p=0.05, seed=7)]
+    prompts = engine_prompts(llm)
+    return {
+        "alone": tokens_of(llm.generate([prompts[0]], seeded, use_tqdm=False))[0],
+        "batch": tokens_of(llm.generate(prompts[1:] + [prompts[0]], others + [seeded], use_tqdm=False))[-1],
+        "chunked": tokens_of(small.generate([prompts[2], prompts[0]], [others[1], seeded], use_tqdm=False))[-1],
+        "unseeded": [tokens_of(llm.generate([prompts[0]], params(temperature=1.0, top_k=20, top_p=0.9),
+                                            use_tqdm=False))[0] for _ in range(2)],
+    }
+
+
+_HF: dict = {}                           # the HF model, loaded once per process (it does not depend on the answer)
+
+
+def hf_raw_logprobs(prompt: list[int], generated: list[int]) -> torch.Tensor:
+    """HF transformers' log_softmax of the raw logits at each generated position: [len(generated), V]."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    if "model" not in _HF:
+        hf_logging.disable_progress_bar()
+        _HF["model"] = AutoModelForCausalLM.from_pretrained(DEFAULT_MODEL, dtype=torch.float32)
+    model = _HF["model"]
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + generated])).logits[0].float()
+    return logits[len(prompt) - 1:-1].log_softmax(-1)
+
+
+_PASSED: set = set()                     # answers (by code) that passed the engine check in this process
+
+
+def answer_key(sample) -> str:
+    """The code of `sample` and of the answer functions and constants it reads from its module: the report
+    cell, the grade cell and the self-check of one notebook run the engine once for the same answer."""
+    g = getattr(sample, "__globals__", {})
+    parts = []
+    for f in (sample, *(g.get(n) for n in ("apply_min_p", "apply_top_k_top_p", "random_sample"))):
+        code = getattr(f, "__code__", None)
+        parts.append(None if code is None else (code.co_code, code.co_consts, code.co_names))
+    parts.append(repr(g.get("SAMPLING_EPS")))
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def check_real_engine(sample) -> None:
+    """Stages in the order that fails a wrong answer soonest: seeds, temperature -> 0, the profiler, logprobs."""
+    check_sample_order(sample)                          # blanks and plain errors first, outside the engine
+    key = answer_key(sample)
+    if key not in _PASSED:
+        run_real_engine(sample)
+        _PASSED.add(key)
+
+
+def run_real_engine(sample) -> None:
+    from minivllm.sampling_params import SamplingParams
+
+    log: list = []
+    with plugged(sample, log):
+        llm = make_llm()
+        small = make_llm(max_num_batched_tokens=4, max_num_seqs=4)
+    try:
+        runs = seeded_runs(llm, small)
+        expect(runs["alone"] == runs["batch"], "同一个带种子的请求，单独运行与和其他请求（贪心、无种子、另一种子）同批时"
+               f"应生成相同的 token：单独 {runs['alone']}，同批 {runs['batch']}。")
+        expect(runs["alone"] == runs["chunked"], "带种子的请求在 chunked prefill（每步 4 个 token）下应生成相同的 token："
+               f"{runs['alone']} vs {runs['chunked']}。")
+        prompts = engine_prompts(llm)
+        greedy = tokens_of(llm.generate(prompts, SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True),
+                                        use_tqdm=False))
+        cold = tokens_of(llm.generate(prompts, SamplingParams(max_tokens=10, temperature=1e-4, ignore_eos=True),
+                                      use_tqdm=False))
+        expect(cold == greedy, f"temperature → 0（1e-4）应与贪心相同：{cold[0]} vs {greedy[0]}。")
+        plain = SamplingParams(max_tokens=3, temperature=0.8, ignore_eos=True)
+        for params in (SamplingParams(max_tokens=3, temperature=1.0, top_k=5, ignore_eos=True),
+                       SamplingParams(max_tokens=3, temperature=1.0, top_p=0.9, ignore_eos=True)):
+            llm.generate(prompts[:2], [params, plain], use_tqdm=False)
+        steps = log[-6:]                                # 3 steps with top-k only, then 3 with top-p
+        expect(all(s[0] and not s[1] and s[2] == 0 for s in steps[:3]),
+               "没有请求用 top-p 时不应排序词表：profiler 记录的 (top_k, top_p, aten::sort 次数, aten::topk 次数) = "
+               f"{steps[:3]}。")
+        expect(all(s[1] and s[2] > 0 for s in steps[3:]),
+               f"有请求用 top-p 时应排序（累积概率需要排好序的概率）：profiler 记录 {steps[3:]}。")
+        lp_out = llm.generate([prompts[1]], SamplingParams(max_tokens=6, temperature=0.7, top_k=10, logprobs=3,
+                                                            seed=3, ignore_eos=True), use_tqdm=False)[0].outputs[0]
+    finally:
+        shutdown(llm)
+        shutdown(small)
+    ref = hf_raw_logprobs(prompts[1], list(lp_out.token_ids))
+    for j, (tok, d) in enumerate(zip(lp_out.token_ids, lp_out.logprobs, strict=True)):
+        want = {t: float(ref[j, t]) for t in list(ref[j].topk(3).indices.tolist()) + [tok]}
+        bad = {t: (round(d.get(t, float("nan")), 4), round(v, 4)) for t, v in want.items()
+               if not abs(d.get(t, float("nan")) - v) < 2e-3}
+        expect(not bad, f"第 {j} 个 token 的 logprobs 应等于 HF 原始 logits 的 log_softmax（temperature = 0.7 不影响它）："
+               f"token: (引擎, HF) = {bad}。")
+
+
+# ---------------------------------------------------------------------------- source map
+SOURCE_KEYS = ["race", "no_sort_top_k", "min_p_processor", "raw_mode", "greedy_eps", "per_request_rng"]
+# Accepted names, as sha256 prefixes of the lower-cased last dotted component, checked against vLLM 0.27.1
+# (vllm/v1/sample/sampler.py, ops/topk_topp_sampler.py, logits_processor/builtin.py, metadata.py).
+SOURCE_HASHES = {
+    "race": {"6d24d0efc658156e", "429fd7598a7c690c"},          # random_sample, sample_with_exponential_noise
+    "no_sort_top_k": {"fbc8c1030d1e1cf6"},                       # apply_top_k_only
+    "min_p_processor": {"ebaf6d21dad9aa7a"},                     # MinPLogitsProcessor
+    "raw_mode": {"6941c76b0c304f4d"},                            # raw_logprobs
+    "greedy_eps": {"cced7bc676056076", "320a56f69c2ce9ef"},      # _SAMPLING_EPS, SAMPLING_EPS
+    "per_request_rng": {"0c05dfd5f873d9a3"},                     # generators
+}
+
+
+def normalize_name(name: str) -> str:
+    s = re.sub(r"\(.*\)", "", str(name)).strip().strip("`").strip('"').replace(" ", "")
+    return s.rsplit(".", 1)[-1].lower()
+
+
+def name_hash(name: str) -> str:
+    return hashlib.sha256(normalize_name(name).encode()).hexdigest()[:16]
+
+
+def check_source_map(source_map) -> None:
+    check_name_map(source_map, SOURCE_KEYS, SOURCE_HASHES, name_hash, "这些概念没有对应到 vLLM 源码中实现它的名字")
+
+
+LESSON = Lesson(
+    lesson_id="lesson07",
+    title="采样器：temperature、top-k/top-p、种子与 logprobs",
+    parts=[
+        Part("l07_main_path", "主路径·掩码与分布", 1, check_main_path,
+             ("apply_min_p", "apply_top_k_top_p", "random_sample", "sample")),
+        Part("l07_real_engine", "主路径·真实引擎", 1, check_real_engine, ("sample",)),
+        Part("l07_boundary", "边界条件", 1, check_boundary, ("apply_min_p", "apply_top_k_top_p")),
+        Part("l07_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
+        Part("l07_q1", "Q1 为何每个请求一个 generator", 2, group="manual"),
+        Part("l07_q2", "Q2 为何不用 multinomial", 2, group="manual"),
+        Part("l07_q3", "Q3 top-p 的代价与跳过", 2, group="manual"),
+    ],
+)

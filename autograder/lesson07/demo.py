@@ -1,0 +1,128 @@
+"""Lesson 7 — 采样器: what the notebook shows (live runs, tables, figures); no check calls these."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from autograder.lesson07.checks import engine_prompts, make_llm, plugged, profiled_ops, seeded_runs, shutdown
+
+
+def engine_logits(sample, prompt_index: int = 1, position: int = 5) -> torch.Tensor:
+    """The real engine's logits row for the `position`-th generated token of one engine prompt (greedy),
+    captured at the sampler."""
+    from minivllm.sampling_params import SamplingParams
+
+    rows: list = []
+
+    def capture(logits, md):
+        rows.append(logits[0].float().clone())
+        return sample(logits, md)
+
+    with plugged(capture):
+        llm = make_llm()
+    try:
+        llm.generate([engine_prompts(llm)[prompt_index]], SamplingParams(max_tokens=position + 1, temperature=0.0),
+                     use_tqdm=False)
+    finally:
+        shutdown(llm)
+    return rows[position]
+
+
+def transform_stages(logits, apply_min_p, apply_top_k_top_p) -> dict[str, torch.Tensor]:
+    """The distribution after each step of the Sampler's order (your functions), as probabilities."""
+    x = logits.unsqueeze(0)
+    out = {"raw": x.softmax(-1)[0]}
+    x = x / 0.8
+    out["temperature 0.8"] = x.softmax(-1)[0]
+    x = apply_min_p(x, torch.tensor([0.1]))
+    out["min_p 0.1"] = x.softmax(-1)[0]
+    x = apply_top_k_top_p(x, torch.tensor([12]), None)
+    out["top_k 12"] = x.softmax(-1)[0]
+    x = apply_top_k_top_p(x, None, torch.tensor([0.6]))
+    out["top_p 0.6"] = x.softmax(-1)[0]
+    return out
+
+
+def print_stages(stages, tokenizer=None, top: int = 6) -> None:
+    order = stages["raw"].argsort(descending=True)[:top].tolist()
+    head = "".join(f"{(repr(tokenizer.decode([t])) if tokenizer else t)!s:>10}" for t in order)
+    print(f"{'stage':<17}{'kept':>6}{head}")
+    for name, p in stages.items():
+        print(f"{name:<17}{int((p > 0).sum()):>6}" + "".join(f"{float(p[t]):>10.3f}" for t in order))
+
+
+def plot_stages(stages, top: int = 30):
+    import matplotlib.pyplot as plt
+
+    order = stages["raw"].argsort(descending=True)[:top]
+    fig, axes = plt.subplots(1, len(stages), figsize=(3.2 * len(stages), 2.8), sharey=True)
+    for ax, (name, p) in zip(axes, stages.items(), strict=True):
+        ax.bar(range(top), p[order].numpy(), color="tab:blue" if name == "raw" else "tab:orange")
+        ax.set_title(f"{name}\n{int((p > 0).sum())} tokens kept", fontsize=9)
+        ax.set_xlabel("token rank (raw)")
+    axes[0].set_ylabel("probability")
+    fig.tight_layout()
+    return fig
+
+
+def seed_demo(sample) -> dict:
+    """The seeded request alone / in a mixed batch / under chunked prefill, and twice without a seed."""
+    with plugged(sample):
+        llm = make_llm()
+        small = make_llm(max_num_batched_tokens=4, max_num_seqs=4)
+    try:
+        runs = seeded_runs(llm, small)
+        runs["tokenizer"] = llm.get_tokenizer()
+    finally:
+        shutdown(llm)
+        shutdown(small)
+    return runs
+
+
+def print_seed_demo(runs) -> None:
+    tok = runs["tokenizer"]
+    rows = [("seed=1234, alone", runs["alone"]), ("seed=1234, batch of 4", runs["batch"]),
+            ("seed=1234, chunked", runs["chunked"]), ("no seed, run 1", runs["unseeded"][0]),
+            ("no seed, run 2", runs["unseeded"][1])]
+    for name, t in rows:
+        print(f"{name:<24}{repr(tok.decode(t))[:60]:<62}{t[:6]}")
+
+
+def plot_seed_demo(runs):
+    import matplotlib.pyplot as plt
+
+    rows = [runs["alone"], runs["batch"], runs["chunked"], runs["unseeded"][0], runs["unseeded"][1]]
+    labels = ["seed, alone", "seed, batch", "seed, chunked", "no seed #1", "no seed #2"]
+    same = np.array([[a == b for a, b in zip(r, rows[0], strict=False)] for r in rows], dtype=float)
+    fig, ax = plt.subplots(figsize=(7, 2.4))
+    ax.imshow(same, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
+    ax.set_yticks(range(len(rows)), labels)
+    ax.set_xlabel("output position (green: same token as 'seed, alone')")
+    fig.tight_layout()
+    return fig
+
+
+def sort_cost(apply_top_k_top_p, batch: int = 8, vocab: int = 32000, pairs: int = 3) -> dict:
+    """Median time of top-k only vs top-p on [batch, vocab] logits, interleaved (A B A B) after a warm-up,
+    and the aten ops the profiler saw for each."""
+    x = torch.randn(batch, vocab)
+    k, p = torch.full((batch,), 50), torch.full((batch,), 0.9)
+    sides = {"top_k only": lambda: apply_top_k_top_p(x.clone(), k, None),
+             "top_p": lambda: apply_top_k_top_p(x.clone(), None, p)}
+    ops = {name: profiled_ops(fn)[1] for name, fn in sides.items()}
+    times: dict = {name: [] for name in sides}
+    for _ in range(pairs + 1):
+        for name, fn in sides.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    return {name: (float(np.median(ts[1:])) * 1e3, sorted(set(ops[name]))) for name, ts in times.items()}
+
+
+def print_sort_cost(cost) -> None:
+    for name, (ms, ops) in cost.items():
+        print(f"{name:<11} median {ms:7.2f} ms   sort: {'aten::sort' in ops}   ops: {', '.join(o[6:] for o in ops)}")
+    a, b = (cost[n][0] for n in ("top_p", "top_k only"))
+    print(f"top_p / top_k only = {a / b:.1f}x")
