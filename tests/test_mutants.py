@@ -9,7 +9,7 @@ from autograder.common import discover_lessons, grade_namespace, load_lesson, st
 from autograder.mutation import filled_notebook, mutant_notebook, mutant_source, mutants, solution_cells
 
 LESSONS = discover_lessons()
-SLOW = {"lesson03"}  # its real-engine part runs three engine workloads per mutant
+SLOW = {"lesson03", "lesson10"}  # lesson03: three engine workloads per mutant; lesson10: a TP=2 engine per mutant
 
 
 def code_scores(lesson_id, nb, tmp_path):

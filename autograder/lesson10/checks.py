@@ -5,30 +5,106 @@ The student writes the MLP's two parallel layers with minivllm's constructor and
     row_cls(input_size, output_size, bias=False)       down_proj; param.weight_loader(param, w); forward
 Both read self.tp_rank / self.tp_size and call minivllm.distributed.tensor_model_parallel_all_reduce.
 
+Grade cells and `python -m autograder check lesson10 ...` call the same functions here:
     check_mlp(column_cls, row_cls)          two gloo ranks (forked, so they see the notebook's classes):
                                             the shards each rank holds, and the MLP equals the unsharded one
     check_real_engine(column_cls, row_cls)  the classes patched into minivllm's Llama, TP=2 in forked
                                             workers: greedy equals TP=1; the profiler counts 2 all-reduces
                                             per layer per step (+1 for the vocab-parallel embedding)
+    check_boundary(column_cls, row_cls)     TP=1 in this process (the layers are plain linears); two ranks
+                                            with biases, unequal fused projections and a single token
+    check_source_map(SOURCE_MAP)
 """
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import io
 import json
 import multiprocessing
 import os
+import re
 import tempfile
+import traceback
 
 import torch
 import torch.nn.functional as F
 
-from autograder.common import expect
+from autograder.common import (
+    BlankNotFilled,
+    CheckFailed,
+    Lesson,
+    Part,
+    ______,
+    check_name_map,
+    expect,
+    graded,
+)
 
 TP = 2
 HIDDEN, INTER = 48, 40  # INTER per rank = 20: gate and up halves of 20 rows each
 TOL = dict(rtol=1e-4, atol=1e-4)  # float32; sums of <= 48 terms split in two partial sums by the all-reduce
 PROMPTS = ["ROMEO:", "JULIET: O Romeo, Romeo", "First Citizen:\nBefore we proceed"]
+
+
+# ---------------------------------------------------------------------------------------------- blanks, verdicts
+def _blank(e: BaseException) -> bool:
+    """The error came from an unfilled ______: it says so, or a frame it passed through holds the blank
+    (torch's own errors, e.g. torch.empty(out, ______), only name the argument types)."""
+    if isinstance(e, BlankNotFilled) or "_Blank" in str(e) or "______" in str(e):
+        return True
+    return any(v is ______ for frame, _ in traceback.walk_tb(e.__traceback__) for v in frame.f_locals.values())
+
+
+def probe(column_cls, row_cls) -> None:
+    """Build and run both layers at TP=1 in this process (no group: the all-reduce is the identity), so an
+    unfilled ______ shows as one line here instead of an error inside a forked rank or engine worker."""
+    x = torch.zeros(1, 4)
+    try:
+        with torch.inference_mode():
+            col = column_cls(4, [2, 2], bias=False)
+            row = row_cls(4, 4, bias=True)
+            for i in (0, 1):
+                _load(col.weight, torch.zeros(2, 4), i)
+            _load(row.weight, torch.zeros(4, 4))
+            _load(row.bias, torch.zeros(4))
+            outs = (col(x), row(x))
+    except (CheckFailed, BlankNotFilled):
+        raise
+    except Exception as e:
+        if _blank(e):
+            raise BlankNotFilled(______._MSG) from None
+        raise
+    if any(o is ______ for o in outs):
+        raise BlankNotFilled(______._MSG)
+    expect(all(isinstance(o, torch.Tensor) for o in outs),
+           f"forward 应返回张量，实际返回 {[type(o).__name__ for o in outs]}（forward 里的 ______ 填了吗？）。")
+
+
+_VERDICTS: dict = {}
+
+
+def once(check):
+    """A check's verdict per (check, classes): the report cell and the grade cell after it run the two-rank or
+    engine work once per kernel. Keyed by the class objects, so re-running the exercise cell checks again;
+    errors that are not a verdict (a blank, the time limit) are not kept."""
+    @functools.wraps(check)
+    def run(column_cls, row_cls):
+        __tracebackhide__ = True
+        key = (check.__name__, column_cls, row_cls)
+        if key in _VERDICTS:
+            if _VERDICTS[key] is not None:
+                raise CheckFailed(_VERDICTS[key])
+            return
+        probe(column_cls, row_cls)
+        try:
+            check(column_cls, row_cls)
+        except CheckFailed as e:
+            _VERDICTS[key] = str(e)
+            raise
+        _VERDICTS[key] = None
+    return run
 
 
 # ---------------------------------------------------------------------------------------------- two ranks
@@ -39,9 +115,10 @@ def _weights() -> dict[str, torch.Tensor]:
             "down_bias": r(HIDDEN)}
 
 
-def reference_mlp(w: dict[str, torch.Tensor]) -> torch.Tensor:
-    """down(silu(gate x) * up x) + b, unsharded, in one process."""
-    return F.linear(F.silu(F.linear(w["x"], w["gate"])) * F.linear(w["x"], w["up"]), w["down"], w["down_bias"])
+def reference_mlp(w: dict[str, torch.Tensor], bias: bool = False) -> torch.Tensor:
+    """down(silu(gate x) * up x) (+ b), unsharded, in one process."""
+    return F.linear(F.silu(F.linear(w["x"], w["gate"])) * F.linear(w["x"], w["up"]), w["down"],
+                    w["down_bias"] if bias else None)
 
 
 def _load(param, loaded, *shard_id) -> None:
@@ -53,11 +130,10 @@ def _load(param, loaded, *shard_id) -> None:
 def _rank_mlp(rank: int, column_cls, row_cls) -> dict[str, torch.Tensor]:
     w = _weights()
     gate_up = column_cls(HIDDEN, [INTER, INTER], bias=False)
-    down = row_cls(INTER, HIDDEN, bias=True)
+    down = row_cls(INTER, HIDDEN, bias=False)
     _load(gate_up.weight, w["gate"], 0)
     _load(gate_up.weight, w["up"], 1)
     _load(down.weight, w["down"])
-    _load(down.bias, w["down_bias"])
     h = gate_up(w["x"])
     d = h.shape[-1] // 2
     return {"gate_up_weight": gate_up.weight.detach().clone(), "down_weight": down.weight.detach().clone(),
@@ -75,7 +151,7 @@ def _rank_main(rank: int, port: int, fn, args, conn) -> None:
             torch.save(fn(rank, *args), buf)
         conn.send(("ok", buf.getvalue()))
     except BaseException as e:  # the student's error, as one line, to the parent
-        conn.send(("error", f"{type(e).__name__}: {e}"))
+        conn.send(("error", ______._MSG if _blank(e) else f"{type(e).__name__}: {str(e)[:300]}"))
     finally:
         conn.close()
         os._exit(0)
@@ -107,6 +183,8 @@ def run_two_ranks(fn, *args, timeout_s: float = 60.0) -> list:
                 p.kill()
 
 
+@graded
+@once
 def check_mlp(column_cls, row_cls) -> None:
     """Each rank holds [gate_r; up_r] rows and down's column slice r; the two-rank MLP equals the unsharded one."""
     w = _weights()
@@ -134,8 +212,8 @@ def check_mlp(column_cls, row_cls) -> None:
     for rank, out in enumerate(outs):
         err = (out["out"] - ref).abs().max().item()
         expect(torch.allclose(out["out"], ref, **TOL),
-               f"rank {rank} 的 MLP 输出与不切分的 MLP 不一致（最大误差 {err:.3g}）：行并行层要在 all-reduce 之后"
-               "得到完整的和，bias 只能加一次（只在 rank 0 加）。")
+               f"rank {rank} 的 MLP 输出与不切分的 MLP 不一致（最大误差 {err:.3g}）：行并行层每个 rank 只算出部分和，"
+               "要用一次 all-reduce 把它们加起来。")
 
 
 # ---------------------------------------------------------------------------------------------- the engine
@@ -159,12 +237,30 @@ def _patched_llama(column_cls, row_cls):
             os.environ["MINIVLLM_WORKER_MULTIPROC_METHOD"] = saved[2]
 
 
+@contextlib.contextmanager
+def quiet_workers():
+    """Workers forked inside this block get /dev/null as fd 2: torch.profiler's C++ side prints start/stop lines
+    there, and a grade cell that writes to stderr scores 0 in nbgrader. Their errors still reach the executor
+    through its pipes; this process's fd 2 is restored as the block ends."""
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 def count_all_reduces(trace_path: str) -> tuple[int, int]:
     """(execute_model steps, c10d all-reduce calls) in a rank's Chrome trace."""
     events = [e for e in json.load(open(trace_path))["traceEvents"] if e.get("ph") == "X"]
     return (sum(e["name"] == "execute_model" for e in events), sum(e["name"] == "c10d::allreduce_" for e in events))
 
 
+@graded
+@once
 def check_real_engine(column_cls, row_cls, max_tokens: int = 8) -> None:
     """TP=2 with the student's layers equals TP=1 token for token; 2 all-reduces per layer per step."""
     from minivllm.entrypoints.llm import LLM
@@ -176,7 +272,7 @@ def check_real_engine(column_cls, row_cls, max_tokens: int = 8) -> None:
         llm1 = LLM(**kw)
         _TP1_TOKENS[key] = [o.outputs[0].token_ids for o in llm1.generate(PROMPTS, sp, use_tqdm=False)]
         llm1.llm_engine.shutdown()
-    with _patched_llama(column_cls, row_cls):
+    with _patched_llama(column_cls, row_cls), quiet_workers():
         llm = LLM(tensor_parallel_size=TP, **kw)
     try:
         path = os.path.join(tempfile.mkdtemp(prefix="lesson10-"), "tp2.json")
@@ -198,3 +294,103 @@ def check_real_engine(column_cls, row_cls, max_tokens: int = 8) -> None:
 def _num_layers(llm) -> int:
     from minivllm.model_executor.model_loader import load_hf_config, resolve_model_path
     return load_hf_config(resolve_model_path(llm.llm_engine.vllm_config.model_config.model)).num_hidden_layers
+
+
+# ---------------------------------------------------------------------------------------------- boundary
+B_HIDDEN, B_SIZES, B_OUT = 24, (16, 8), 40  # fused projections of unequal size; an o_proj-shaped row layer
+
+
+def _boundary_weights() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(11)
+    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    a, b = B_SIZES
+    return {"x": r(1, B_HIDDEN), "wa": r(a, B_HIDDEN), "wb": r(b, B_HIDDEN), "ba": r(a), "bb": r(b),
+            "row_x": r(1, a + b), "row_w": r(B_OUT, a + b), "row_b": r(B_OUT)}
+
+
+def _boundary_layers(column_cls, row_cls, w) -> dict[str, torch.Tensor]:
+    col = column_cls(B_HIDDEN, list(B_SIZES), bias=True)
+    _load(col.weight, w["wa"], 0)
+    _load(col.weight, w["wb"], 1)
+    _load(col.bias, w["ba"], 0)
+    _load(col.bias, w["bb"], 1)
+    row = row_cls(sum(B_SIZES), B_OUT, bias=True)
+    _load(row.weight, w["row_w"])
+    _load(row.bias, w["row_b"])
+    n = sum(B_SIZES) // row.tp_size
+    return {"col": col(w["x"]), "row": row(w["row_x"][:, row.tp_rank * n:(row.tp_rank + 1) * n])}
+
+
+def _rank_boundary(rank: int, column_cls, row_cls) -> dict[str, torch.Tensor]:
+    return _boundary_layers(column_cls, row_cls, _boundary_weights())
+
+
+@graded
+@once
+def check_boundary(column_cls, row_cls) -> None:
+    """TP=1 (no group: all-reduce is the identity) equals plain linears; two ranks with biases, unequal fused
+    projections [16, 8] and one token: each rank's column slice, and the row output with the bias once."""
+    w = _boundary_weights()
+    a, b = B_SIZES
+    col_ref = torch.cat([F.linear(w["x"], w["wa"], w["ba"]), F.linear(w["x"], w["wb"], w["bb"])], -1)
+    row_ref = F.linear(w["row_x"], w["row_w"], w["row_b"])
+    with torch.inference_mode():
+        one = _boundary_layers(column_cls, row_cls, w)
+    expect(tuple(one["col"].shape) == tuple(col_ref.shape) and torch.allclose(one["col"], col_ref, **TOL),
+           "TP=1 时列并行层应等于不切分的 [gate; up] 线性层（每个 rank 持有全部行，带 bias）。")
+    expect(tuple(one["row"].shape) == tuple(row_ref.shape) and torch.allclose(one["row"], row_ref, **TOL),
+           "TP=1 时行并行层应等于不切分的线性层（bias 加一次）。")
+    outs = run_two_ranks(_rank_boundary, column_cls, row_cls)
+    for rank, out in enumerate(outs):
+        want = torch.cat([col_ref[:, rank * a // TP:(rank + 1) * a // TP],
+                          col_ref[:, a + rank * b // TP:a + (rank + 1) * b // TP]], -1)
+        expect(tuple(out["col"].shape) == tuple(want.shape) and torch.allclose(out["col"], want, **TOL),
+               f"两个 rank、大小不等的两段投影 {list(B_SIZES)}（带 bias）：rank {rank} 的列并行输出应是 "
+               f"[第一段的第 {rank} 份; 第二段的第 {rank} 份]，形状 {tuple(want.shape)}；实际形状 "
+               f"{tuple(out['col'].shape)}。每段投影按自己的大小切分，bias 与权重切法相同。")
+        err = (out["row"] - row_ref).abs().max().item() if out["row"].shape == row_ref.shape else float("nan")
+        expect(out["row"].shape == row_ref.shape and torch.allclose(out["row"], row_ref, **TOL),
+               f"两个 rank、带 bias 的行并行层（单个 token）：rank {rank} 的输出与不切分的线性层不一致（最大误差 "
+               f"{err:.3g}）。部分和要 all-reduce 才完整；bias 只能加一次：all-reduce 会把每个 rank 加的 bias 都加起来。")
+
+
+# ---------------------------------------------------------------------------------------------- source map
+SOURCE_KEYS = ["output_split", "fused_gate_up", "input_split", "sum_partials", "kv_head_copies", "broadcast_queue"]
+SOURCE_HASHES = {
+    "output_split": {"9a9c39c557fd3421"},      # ColumnParallelLinear
+    "fused_gate_up": {"c274ce6924c94679"},     # MergedColumnParallelLinear
+    "input_split": {"f996c3b57d4ab193"},       # RowParallelLinear
+    "sum_partials": {"e9fd585f8f71556c"},      # tensor_model_parallel_all_reduce
+    "kv_head_copies": {"3d93c798e2b251e6"},    # num_kv_head_replicas
+    "broadcast_queue": {"4cab365e97ee5b0f"},   # rpc_broadcast_mq
+}
+
+
+def normalize_name(name: str) -> str:
+    s = re.sub(r"\(.*\)", "", str(name)).strip().strip("`").replace(" ", "")
+    return s.rsplit(".", 1)[-1].lower()
+
+
+def name_hash(name: str) -> str:
+    return hashlib.sha256(normalize_name(name).encode()).hexdigest()[:16]
+
+
+@graded
+def check_source_map(source_map) -> None:
+    check_name_map(source_map, SOURCE_KEYS, SOURCE_HASHES, name_hash, "这些概念没有对应到 vLLM 源码中实现它的名字")
+
+
+NEEDS = ("MergedColumnParallelLinear", "RowParallelLinear")
+LESSON = Lesson(
+    lesson_id="lesson10",
+    title="分布式执行：张量并行、Executor 与 all-reduce",
+    parts=[
+        Part("l10_main_path", "主路径·两个 rank 的 MLP", 1, check_mlp, NEEDS),
+        Part("l10_real_engine", "主路径·真实引擎 TP=2", 1, check_real_engine, NEEDS),
+        Part("l10_boundary", "边界条件（TP=1、bias、不等长投影、单 token）", 1, check_boundary, NEEDS),
+        Part("l10_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
+        Part("l10_q1", "Q1 为何先列后行", 2, group="manual"),
+        Part("l10_q2", "Q2 GQA 的头怎样分给各 rank", 2, group="manual"),
+        Part("l10_q3", "Q3 张量并行何时不再划算", 2, group="manual"),
+    ],
+)

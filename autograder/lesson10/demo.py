@@ -1,0 +1,147 @@
+"""Lesson 10 — 张量并行: what the notebook shows (live runs, tables, figures); no check calls these."""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+
+import torch
+
+from autograder.common import REPO
+from autograder.lesson10.checks import PROMPTS, TP, quiet_workers, run_two_ranks
+
+DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
+
+
+# ---------------------------------------------------------------------------- what each rank holds
+def _rank_shapes(rank: int, model: str) -> dict:
+    from minivllm.attention.selector import get_attn_backend
+    from minivllm.model_executor.model_loader import get_model, resolve_model_path
+    net = get_model(resolve_model_path(model), torch.float32, "cpu", get_attn_backend("torch", "cpu"))
+    shapes = {name: tuple(p.shape) for name, p in net.named_parameters()
+              if ".layers.0." in name or "embed" in name or "lm_head" in name}
+    return {"shapes": shapes, "params": sum(p.numel() for p in net.parameters())}
+
+
+def rank_shards(model: str = DEFAULT_MODEL) -> dict:
+    """Parameter shapes of layer 0 (and the embedding) on each of two ranks, and TP=1's, loaded from the
+    checkpoint by the engine's own layers and loaders."""
+    one = _rank_shapes(0, model)
+    two = run_two_ranks(_rank_shapes, model, timeout_s=120)
+    return {"tp1": one, "tp2": two}
+
+
+def print_rank_shards(shards: dict) -> None:
+    one, two = shards["tp1"], shards["tp2"]
+    print(f"{'parameter':<44}{'TP=1':>14}{'TP=2 rank 0':>14}{'TP=2 rank 1':>14}")
+    for name, shape in one["shapes"].items():
+        print(f"{name:<44}{str(shape):>14}{str(two[0]['shapes'][name]):>14}{str(two[1]['shapes'][name]):>14}")
+    print(f"{'all parameters (numel)':<44}{one['params']:>14,}{two[0]['params']:>14,}{two[1]['params']:>14,}")
+
+
+# ---------------------------------------------------------------------------- all-reduce share, TP=1 vs TP=2
+def _llm(tp: int):
+    from minivllm.entrypoints.llm import LLM
+    os.environ.setdefault("MINIVLLM_WORKER_MULTIPROC_METHOD", "fork")
+    with quiet_workers():
+        return LLM(device="cpu", attention_backend="torch", multiprocess=False, max_num_seqs=4,
+                   tensor_parallel_size=tp)
+
+
+def trace_times(trace_path: str) -> dict:
+    """Rank 0's Chrome trace: steps, all-reduce calls, and the time (ms) in execute_model and in all-reduces."""
+    events = [e for e in json.load(open(trace_path))["traceEvents"] if e.get("ph") == "X"]
+    steps = [e for e in events if e["name"] == "execute_model"]
+    reduces = [e for e in events if e["name"] == "c10d::allreduce_"]
+    return {"steps": len(steps), "all_reduces": len(reduces), "step_ms": sum(e["dur"] for e in steps) / 1e3,
+            "all_reduce_ms": sum(e["dur"] for e in reduces) / 1e3}
+
+
+def tp_comparison(max_tokens: int = 16, pairs: int = 3) -> dict:
+    """TP=1 and TP=2 on the same greedy batch: one warm-up each, then A B A B (`pairs` pairs), medians;
+    then one profiled TP=2 run for the all-reduce share of a step."""
+    from minivllm.sampling_params import SamplingParams
+    sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    llms = {1: _llm(1), 2: _llm(TP)}
+    try:
+        out = {tp: [o.outputs[0].token_ids for o in llm.generate(PROMPTS, sp, use_tqdm=False)]
+               for tp, llm in llms.items()}
+        walls = {1: [], 2: []}
+        for _ in range(pairs):
+            for tp, llm in llms.items():
+                t0 = time.perf_counter()
+                llm.generate(PROMPTS, sp, use_tqdm=False)
+                walls[tp].append(time.perf_counter() - t0)
+        path = os.path.join(tempfile.mkdtemp(prefix="lesson10-demo-"), "tp2.json")
+        llms[2].start_profile(path)
+        llms[2].generate(PROMPTS, sp, use_tqdm=False)
+        trace = trace_times(llms[2].stop_profile())
+    finally:
+        for llm in llms.values():
+            llm.llm_engine.shutdown()
+    tokens = len(PROMPTS) * max_tokens
+    med = {tp: statistics.median(w) for tp, w in walls.items()}
+    return {"same": out[1] == out[2], "walls": walls, "median": med, "tokens": tokens, "trace": trace,
+            "share": trace["all_reduce_ms"] / max(trace["step_ms"], 1e-9)}
+
+
+def print_tp_comparison(cmp: dict) -> None:
+    t = cmp["trace"]
+    print(f"greedy tokens TP=2 == TP=1: {cmp['same']}")
+    for tp in (1, 2):
+        runs = ", ".join(f"{w:.3f}" for w in cmp["walls"][tp])
+        print(f"TP={tp}: median {cmp['median'][tp]:.3f} s for {cmp['tokens']} tokens "
+              f"({cmp['tokens'] / cmp['median'][tp]:.0f} tok/s)   runs: {runs}")
+    print(f"TP=2 / TP=1 wall time: {cmp['median'][2] / cmp['median'][1]:.2f}x")
+    print(f"rank 0 profile: {t['steps']} steps, {t['all_reduces']} all-reduces "
+          f"({t['all_reduces'] / max(t['steps'], 1):.1f} per step), execute_model {t['step_ms']:.1f} ms, "
+          f"all-reduce {t['all_reduce_ms']:.1f} ms = {cmp['share']:.0%} of the step")
+
+
+def plot_tp_comparison(cmp: dict):
+    """Figure 10-1: wall time per run for TP=1 and TP=2 (interleaved), and the all-reduce share of a step."""
+    import matplotlib.pyplot as plt
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))
+    for tp, color in ((1, "tab:blue"), (2, "tab:orange")):
+        a.plot(range(1, len(cmp["walls"][tp]) + 1), cmp["walls"][tp], "o-", color=color, label=f"TP={tp}")
+    a.set_xticks(range(1, len(cmp["walls"][1]) + 1))
+    a.set_xlabel("pair (A B A B order)")
+    a.set_ylabel("generate() wall time (s)")
+    a.set_title(f"{len(PROMPTS)} prompts x {cmp['tokens'] // len(PROMPTS)} tokens, greedy, 2-core CPU")
+    a.legend()
+    t = cmp["trace"]
+    b.bar(["compute + rest", "all-reduce"], [t["step_ms"] - t["all_reduce_ms"], t["all_reduce_ms"]],
+          color=["tab:gray", "tab:red"])
+    b.set_ylabel("rank 0 time in execute_model (ms)")
+    b.set_title(f"TP=2: all-reduce = {cmp['share']:.0%} of a step ({t['all_reduces'] / max(t['steps'], 1):.0f}/step)")
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------------- the all-reduce in the wrong place
+def _rank_mlp_without_all_reduce(rank: int, column_cls, row_cls) -> dict:
+    """The student's MLP on this rank with the TP group's all-reduce made the identity (this forked rank only)."""
+    from autograder.lesson10.checks import _rank_mlp
+    from minivllm.distributed import get_tp_group
+    get_tp_group().all_reduce = lambda t: t
+    return _rank_mlp(rank, column_cls, row_cls)
+
+
+def misplaced_all_reduce(column_cls, row_cls) -> dict[str, float]:
+    """The student's MLP on two ranks as written, with an all-reduce added after the column-parallel layer, and
+    with every all-reduce left out: rank 0's max error against the unsharded MLP."""
+    from autograder.lesson10.checks import _rank_mlp, _weights, reference_mlp
+    from minivllm.distributed import tensor_model_parallel_all_reduce
+
+    class ReduceAfterColumn(column_cls):
+        def forward(self, x):
+            return tensor_model_parallel_all_reduce(super().forward(x))
+
+    ref = reference_mlp(_weights())
+    runs = {"column -> row -> all-reduce (yours)": (_rank_mlp, column_cls),
+            "all-reduce after the column layer": (_rank_mlp, ReduceAfterColumn),
+            "no all-reduce at all": (_rank_mlp_without_all_reduce, column_cls)}
+    return {name: (run_two_ranks(fn, c, row_cls)[0]["out"] - ref).abs().max().item()
+            for name, (fn, c) in runs.items()}

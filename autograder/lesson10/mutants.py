@@ -1,0 +1,41 @@
+"""Lesson 10's wrong answers: each a few edits of the solution cell l10_parallel_linear, with the misconception.
+
+Instructor side only (`python -m autograder release` leaves this file out). Every mutant must score less
+than the solution and fail its `fails` parts (tests/test_mutants.py grades each one).
+"""
+from autograder.mutation import Mutant
+
+CELL = "l10_parallel_linear"
+ALL_CODE = {"l10_main_path", "l10_real_engine", "l10_boundary"}
+ONE_BLOCK = """full = sum(self.output_sizes) // self.tp_size
+        lo, start = self.tp_rank * full, sum(self.output_sizes[:shard_id])
+        a, b = max(lo, start), min(lo + full, start + self.output_sizes[shard_id])
+        if a < b:
+            default_weight_loader(param.data[a - lo:b - lo], loaded_weight[a - start:b - start])"""
+
+MUTANTS = {
+    "row_splits_output_dim": Mutant(CELL, (
+        ("in_per_rank = divide(input_size, tp)", "in_per_rank = input_size"),
+        ("out_per_rank = output_size", "out_per_rank = divide(output_size, tp)"),
+        ("loaded_weight.narrow(1, self.tp_rank * param.shape[1], param.shape[1])",
+         "loaded_weight.narrow(0, self.tp_rank * param.shape[0], param.shape[0])"),
+    ), "Splits down_proj along its output dim like a column layer, so its input is no longer the slice each rank "
+       "holds.", fails=ALL_CODE),
+    "all_reduce_after_column": Mutant(CELL, (
+        ("return y_rank", "return tensor_model_parallel_all_reduce(y_rank)"),
+    ), "All-reduces the column-parallel output, adding different neurons of the ranks as if they were partial "
+       "sums.", fails=ALL_CODE),
+    "no_all_reduce": Mutant(CELL, (
+        ("return tensor_model_parallel_all_reduce(partial)", "return partial"),
+    ), "Leaves out the row-parallel all-reduce: each rank keeps its own partial sum.", fails=ALL_CODE),
+    "gate_up_one_block": Mutant(CELL, (
+        ("""offset = sum(self.output_sizes[:shard_id]) // self.tp_size
+        start = self.tp_rank * size
+        default_weight_loader(param.data.narrow(0, offset, size), loaded_weight.narrow(0, start, size))""",
+         ONE_BLOCK),
+    ), "Splits [gate; up] as one block: rank 0 holds all of gate, rank 1 all of up, so SiluAndMul pairs the "
+       "wrong rows.", fails=ALL_CODE),
+    "row_bias_every_rank": Mutant(CELL, (
+        ("bias = self.bias if self.tp_rank == 0 else None", "bias = self.bias"),
+    ), "Adds the row-parallel bias on every rank, so the all-reduce sums it tp times.", fails={"l10_boundary"}),
+}
