@@ -1,31 +1,28 @@
-"""Lesson 11's grader: the solution earns 4/4 code points, the unfilled release 0 without crashing; each mutant's
-failure names its misconception (an error raised inside the engine step still reaches the student, though
-EngineCore ends a failed step's requests instead of raising); the source map accepts vLLM's names only; the
-demo's padding table and cost run (the GPU launch counts are skipped on CPU with a sentence); the notebook
-runs; nbgrader agrees end to end. Every mutant scoring less than the solution is tests/test_mutants.py's job."""
+"""Lesson 11's grader: each mutant's failure names its misconception (an error raised inside the engine step still
+reaches the student, though EngineCore ends a failed step's requests instead of raising); the source map accepts
+vLLM's names only; the student copy shows the blanks; the demo's padding table runs and the GPU launch counts are
+skipped on CPU with a sentence; nbgrader agrees end to end (solution 4, blank 0, a mutant 2).
+Shared tests cover the rest: tests/test_mutants.py (solution 4/4, every mutant fails its parts), tests/test_autograder.py
+(the unfilled release scores 0, the notebook runs with every grade cell passing, its figures and padding-cost table)."""
 import json
 
 import pytest
 import torch
 from grading_flow import grade_three_students
 
-from autograder.common import REPO, CheckFailed, exec_source, grade_namespace, run_part, student_namespace
+from autograder.common import REPO, CheckFailed, exec_source, run_part, student_namespace
 from autograder.lesson11 import LESSON, check_source_map, demo
 from autograder.mutation import mutant_source, mutants
 
-CODE_PARTS = ("l11_main_path", "l11_boundary", "l11_source_map")
+CODE_PARTS = ("l11_main_path", "l11_real_engine", "l11_boundary", "l11_source_map")
 # mutant -> (the part whose message is checked, a phrase that message must carry)
 MESSAGES = {
     "largest_size": ("l11_main_path", "能装下的最小尺寸"),
     "pad_slot_block_0": ("l11_boundary", "填充行必须不写 KV"),
     "stale_inputs": ("l11_boundary", "残留"),
-    "padded_logits": ("l11_boundary", "真实行"),
+    "padded_logits": ("l11_real_engine", "真实行"),  # raised inside the engine step
     "position_out_of_range": ("l11_boundary", "[3, 17, 40, 0]"),
 }
-
-
-def code_scores(namespace):
-    return {r.part.grade_id: r.score for r in grade_namespace(LESSON, namespace) if not r.part.manual}
 
 
 @pytest.fixture(scope="module")
@@ -46,14 +43,6 @@ def test_mutants_change_only_blank_lines():
     for name, m in mutants("lesson11").items():
         for old, _new in m.edits:
             assert old in blank_lines, (name, old)
-
-
-@pytest.mark.slow
-def test_solution_gets_all_code_points_and_the_release_none(solution_ns):
-    assert code_scores(solution_ns) == {"l11_main_path": 2, "l11_boundary": 1, "l11_source_map": 1}
-    blank, errors = student_namespace(REPO / "notebooks/lesson11/lesson11.ipynb")
-    assert not errors
-    assert code_scores(blank) == dict.fromkeys(CODE_PARTS, 0)
 
 
 @pytest.mark.parametrize("name", sorted(MESSAGES))
@@ -101,34 +90,11 @@ def test_demo_padding_table_and_launch_counts(capsys):
 
 
 @pytest.mark.slow
-def test_solution_notebook_runs_on_cpu_with_all_grade_cells_passing(tmp_path):
-    """Also the demo's measured padding cost (A B A B medians) and figure 11-1."""
-    import nbformat
-    from nbclient import NotebookClient
-
-    from autograder.limits import cell_timeout
-
-    nb = nbformat.read(REPO / "solutions/lesson11/lesson11.ipynb", as_version=4)
-    NotebookClient(nb, timeout=round(cell_timeout()), kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
-    text = ""
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        for out in cell.get("outputs", []):
-            assert out.output_type != "error", (cell.id, out.get("evalue"))
-            if meta.get("grade"):
-                assert not (out.output_type == "stream" and out.name == "stderr"), (cell.id, out.text)
-            text += out.get("text", "")
-    assert "代码 4/4" in text and "padded/unpadded" in text
-    assert torch.cuda.is_available() or "没有 CUDA" in text
-
-
-@pytest.mark.slow
 def test_nbgrader_end_to_end(tmp_path):
     """generate_assignment -> submissions (solution, blank, mutant) -> autograde -> export."""
     subs, results, csv_path = grade_three_students(
         tmp_path, "lesson11", ("l11_padding", "l11_source_map_answer"), "l11_padding",
         mutant_source("lesson11", "pad_slot_block_0"))
     code = {s: sum(v or 0 for k, v in got.items() if k in CODE_PARTS) for s, got in results.items()}
-    assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 3}
+    assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 2}
     assert all(got["l11_q1"] is None for got in results.values())  # manual: pending

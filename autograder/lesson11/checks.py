@@ -9,7 +9,8 @@ The exercise pads a decode batch to a capture size, in three small functions (th
 plug() puts them into minivllm's GPUModelRunner in place of CudagraphDispatcher.dispatch and
 _pad_for_cudagraph. On CPU the engine's enforce_eager=False path "replays" eagerly from the same static
 buffers, so every check here runs on CPU; on a GPU the same plug feeds real CUDA graphs.
-    check_main_path(...)   greedy tokens equal the unpadded eager run; the size chosen is the smallest that fits
+    check_main_path(...)   the size chosen is the smallest that fits; a batch padded in fresh buffers; real rows kept
+    check_real_engine(...) greedy tokens through the plugged engine equal the unpadded eager run
     check_boundary(...)    a full batch, a batch above every size, stale buffers, padded rows never write KV
     check_source_map(SOURCE_MAP)  each function -> where vLLM 0.27.1 does the same (hashed answers)
 Every check is @graded: bounded by the cell limit, one short line on failure.
@@ -136,13 +137,45 @@ def stale_case() -> tuple[StaticBuffers, tuple]:
                   torch.tensor([[3, 0, 0], [5, 6, 0], [9, 10, 11]], dtype=torch.int32))
 
 
+def fresh_case() -> tuple[StaticBuffers, tuple]:
+    """Buffers of size 8 as the runner allocates them (zeros, slots PAD_SLOT_ID) and a 5-request decode batch
+    to pad to 8: (bufs, (input_ids, positions, slot_mapping, seq_lens, block_table))."""
+    bufs = StaticBuffers(torch.zeros(8, dtype=torch.int64), torch.zeros(8, dtype=torch.int64),
+                         torch.full((8,), PAD_SLOT_ID, dtype=torch.int64), torch.zeros(8, dtype=torch.int32),
+                         torch.zeros((8, 3), dtype=torch.int32))
+    return bufs, (torch.tensor([11, 12, 13, 14, 15]), torch.tensor([0, 4, 16, 20, 33]),
+                  torch.tensor([16, 36, 64, 84, 113]), torch.tensor([1, 5, 17, 21, 34], dtype=torch.int32),
+                  torch.tensor([[1, 0, 0], [2, 0, 0], [3, 4, 0], [5, 6, 0], [7, 8, 9]], dtype=torch.int32))
+
+
 @graded
 def check_main_path(choose_capture_size, fill_static_buffers, real_rows) -> None:
-    """3 requests (pad to 4) and 8 (a capture size), shrinking as they finish: tokens equal the unpadded run."""
+    """The size chosen, a 5-request batch padded to 8 in fresh buffers, and the real rows kept."""
     for n in (1, 3, 5, 8):
         want = min(s for s in CAPTURE_SIZES if s >= n)
         got = choose_capture_size(n, list(CAPTURE_SIZES))
         expect(got == want, f"choose_capture_size({n}, {CAPTURE_SIZES}) 应为能装下的最小尺寸 {want}，得到 {got!r}")
+    bufs, batch = fresh_case()
+    fill_static_buffers(bufs, *batch, 8)
+    for name, want in (("input_ids", [11, 12, 13, 14, 15, 0, 0, 0]), ("positions", [0, 4, 16, 20, 33, 0, 0, 0]),
+                       ("slot_mapping", [16, 36, 64, 84, 113] + [PAD_SLOT_ID] * 3),
+                       ("seq_lens", [1, 5, 17, 21, 34, 0, 0, 0])):
+        got = getattr(bufs, name).tolist()
+        expect(got == want, f"5 个请求填充到 8 行后 {name} 应为 {want}，得到 {got}"
+               + ("（填充行必须不写 KV）" if name == "slot_mapping" else ""))
+    expect(bufs.block_table[:5].tolist() == batch[4].tolist() and not bufs.block_table[5:].any(),
+           f"block_table 应为本批的块表、填充行全 0，得到 {bufs.block_table.tolist()}")
+    logits = torch.arange(16.0).view(8, 2)
+    rows = real_rows(logits, 5)
+    expect(isinstance(rows, torch.Tensor) and rows.tolist() == logits[:5].tolist(),
+           f"real_rows(8 行 logits, 5) 应只返回前 5 个真实行，得到 {rows!r}")
+
+
+@graded
+def check_real_engine(choose_capture_size, fill_static_buffers, real_rows) -> None:
+    """3 requests (pad to 4) and 8 (a capture size), shrinking as they finish: tokens equal the unpadded run."""
+    got = choose_capture_size(3, list(CAPTURE_SIZES))
+    expect(isinstance(got, int), f"choose_capture_size(3, {CAPTURE_SIZES}) 应返回一个整数尺寸，得到 {got!r}")
     eager, padded = make_engine(True), make_engine(False)
     seen = plug(padded, choose_capture_size, fill_static_buffers, real_rows)
     for n, seed in ((3, 1), (8, 2)):
@@ -156,9 +189,10 @@ def check_main_path(choose_capture_size, fill_static_buffers, real_rows) -> None
 @graded
 def check_boundary(choose_capture_size, fill_static_buffers, real_rows) -> None:
     """Exactly a capture size, above every size, stale buffers from a bigger batch, untouched KV blocks."""
-    expect(choose_capture_size(8, list(CAPTURE_SIZES)) == 8, "8 个请求正好是捕获尺寸 8，不需要填充")
-    expect(choose_capture_size(9, list(CAPTURE_SIZES)) is None,
-           "9 个请求超过最大捕获尺寸 8：应返回 None（走 eager），而不是截断或越界")
+    got = choose_capture_size(8, list(CAPTURE_SIZES))
+    expect(got == 8, f"8 个请求正好是捕获尺寸 8，不需要填充：应返回 8，得到 {got!r}")
+    got = choose_capture_size(9, list(CAPTURE_SIZES))
+    expect(got is None, f"9 个请求超过最大捕获尺寸 8：应返回 None（走 eager），而不是截断或越界，得到 {got!r}")
     bufs, batch = stale_case()
     fill_static_buffers(bufs, *batch, 4)
     expect(bufs.input_ids[:4].tolist() == [5, 6, 7, 0] and bufs.positions[:4].tolist() == [3, 17, 40, 0],
@@ -223,7 +257,8 @@ def check_source_map(source_map) -> None:
 
 
 LESSON = Lesson("lesson11", "CUDA Graph 与动态形状", parts=[
-    Part("l11_main_path", "主路径：选尺寸、填静态缓冲、只取真实行", 2, check_main_path, tuple(FUNCTIONS)),
+    Part("l11_main_path", "主路径·选尺寸、填静态缓冲、只取真实行", 1, check_main_path, tuple(FUNCTIONS)),
+    Part("l11_real_engine", "主路径·接入真实引擎", 1, check_real_engine, tuple(FUNCTIONS)),
     Part("l11_boundary", "边界：正好一个尺寸、超过最大尺寸、残留缓冲、KV 不被写", 1, check_boundary, tuple(FUNCTIONS)),
     Part("l11_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
     Part("l11_q1", "Q1 小批量 decode 为何受 launch 开销支配", 2, group="manual"),

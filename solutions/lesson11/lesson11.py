@@ -43,7 +43,7 @@ if "google.colab" in sys.modules or os.environ.get("MINIVLLM_COLAB_INSTALL"):
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
-# | 代码·主路径（选尺寸 + 接入真实引擎：填充后的贪心 token 与不填充相同） | 2 | 自动 |
+# | 代码·主路径（选尺寸与填充一个批次 1 分 + 接入真实引擎：填充后的贪心 token 与不填充相同 1 分） | 2 | 自动 |
 # | 代码·边界条件（正好一个尺寸、超过最大尺寸、上一批的残留、填充行不写 KV） | 1 | 自动 |
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
@@ -190,16 +190,27 @@ def real_rows(logits, num_reqs):
 report("lesson11", globals())
 
 # %% [markdown]
-# 第一项检查（2 分）：先看尺寸的选择；隐藏测试再把三个函数接进真实引擎：同一批 prompt 分别用 `enforce_eager=True`（不填充）和接了你的函数的 `enforce_eager=False`（3 个请求填充到 4；8 个请求正好一个尺寸，随着请求陆续结束变成 7、6……再被填充到 8、4、2、1）贪心生成，逐 token 比较。每一步还检查填充行的位置都在 `[0, max_model_len)`、`real_rows` 只返回 n 行。
+# 第一项检查（1 分）：尺寸的选择；一个 5 请求的批次填进一组刚分配的缓冲（与 runner 分配时一样：全 0、slot 全为 `PAD_SLOT_ID`）、填充到 8 行后每个字段的值；`real_rows` 只留前 5 行。
 
-# %% nbgrader={"grade": true, "grade_id": "l11_main_path", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "l11_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 assert choose_capture_size(3, [1, 2, 4, 8]) == 4
 assert choose_capture_size(5, [1, 2, 4, 8]) == 8
 assert choose_capture_size(1, [1, 2, 4, 8]) == 1
+bufs, batch = L11.fresh_case()
+fill_static_buffers(bufs, *batch, 8)
+assert bufs.slot_mapping.tolist() == [16, 36, 64, 84, 113, PAD_SLOT_ID, PAD_SLOT_ID, PAD_SLOT_ID]
+assert bufs.seq_lens.tolist() == [1, 5, 17, 21, 34, 0, 0, 0]
 assert real_rows(torch.arange(8.0).view(4, 2), 3).tolist() == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
 ### BEGIN HIDDEN TESTS
 L11.check_main_path(choose_capture_size, fill_static_buffers, real_rows)
 ### END HIDDEN TESTS
+
+# %% [markdown]
+# 第二项检查（1 分）：把三个函数接进真实引擎。同一批 prompt 分别用 `enforce_eager=True`（不填充）和接了你的函数的 `enforce_eager=False`（3 个请求填充到 4；8 个请求正好一个尺寸，随着请求陆续结束变成 7、6……再被填充到 8、4、2、1）贪心生成，逐 token 比较。每一步还检查填充行的位置都在 `[0, max_model_len)`、`real_rows` 只返回 n 行。
+
+# %% nbgrader={"grade": true, "grade_id": "l11_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+L11.check_real_engine(choose_capture_size, fill_static_buffers, real_rows)
+print("真实引擎检查通过：填充后生成的 token 与不填充逐个相同。")
 
 # %% [markdown]
 # ## 检查方法
@@ -216,7 +227,7 @@ for name in ("input_ids", "positions", "slot_mapping", "seq_lens", "block_table"
 # 你的解释：
 
 # %% [markdown]
-# 第二项检查（1 分）：8 个请求正好是一个尺寸（不填充），9 个超过最大尺寸（None，eager）；上面这组残留 77 的缓冲（可见断言）；隐藏测试再在真实引擎里给每次带填充行的前向加一道守卫：本批真实行块表之外的每个 KV 块，在前向前后的校验和必须不变。
+# 第三项检查（1 分）：8 个请求正好是一个尺寸（不填充），9 个超过最大尺寸（None，eager）；上面这组残留 77 的缓冲（可见断言）；隐藏测试再在真实引擎里给每次带填充行的前向加一道守卫：本批真实行块表之外的每个 KV 块，在前向前后的校验和必须不变。
 
 # %% nbgrader={"grade": true, "grade_id": "l11_boundary", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 assert choose_capture_size(8, [1, 2, 4, 8]) == 8
@@ -331,7 +342,7 @@ L11.print_launch_counts(L11.launch_counts(8))
 # %% [markdown]
 # ## 评分规则
 #
-# - 代码 4 分：主路径 2 分（选尺寸与接入真实引擎）、边界条件 1 分、能映射回源码对象 1 分；
+# - 代码 4 分：主路径 2 分（选尺寸与填充一个批次 1 分、接入真实引擎 1 分）、边界条件 1 分、能映射回源码对象 1 分；
 # - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
 # - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
