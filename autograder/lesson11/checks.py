@@ -9,9 +9,11 @@ The exercise pads a decode batch to a capture size, in three small functions (th
 plug() puts them into minivllm's GPUModelRunner in place of CudagraphDispatcher.dispatch and
 _pad_for_cudagraph. On CPU the engine's enforce_eager=False path "replays" eagerly from the same static
 buffers, so every check here runs on CPU; on a GPU the same plug feeds real CUDA graphs.
-    check_main_path(...)   greedy tokens equal the unpadded eager run; the size chosen is the smallest that fits
+    check_main_path(...)   the size chosen is the smallest that fits; a batch padded in fresh buffers; real rows kept
+    check_real_engine(...) greedy tokens through the plugged engine equal the unpadded eager run
     check_boundary(...)    a full batch, a batch above every size, stale buffers, padded rows never write KV
     check_source_map(SOURCE_MAP)  each function -> where vLLM 0.27.1 does the same (hashed answers)
+Every check is @graded: bounded by the cell limit, one short line on failure.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from autograder.common import REPO, CheckFailed, Lesson, Part, check_name_map, expect
+from autograder.common import REPO, CheckFailed, Lesson, Part, check_name_map, expect, graded
 from minivllm.compilation.cuda_graph import PAD_SLOT_ID, BatchDescriptor
 
 DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
@@ -55,9 +57,22 @@ def make_engine(enforce_eager: bool, max_num_seqs: int = 8, capture_sizes=tuple(
                cudagraph_capture_sizes=list(capture_sizes), max_num_seqs=max_num_seqs, **kw)
 
 
+def surfaced(llm, hook):
+    """hook, with its first exception kept on llm.check_errors: the engine ends a failed step's requests with
+    an error instead of raising (EngineCore), so generate() re-raises it for the check to report."""
+    def run(*args):
+        try:
+            return hook(*args)
+        except BaseException as e:
+            llm.check_errors.append(e)
+            raise
+    return run
+
+
 def plug(llm, choose_capture_size, fill_static_buffers, real_rows) -> list[tuple[int, int | None]]:
     """Route the engine's padded path through the student's functions; returns (num_reqs, size) per decode step."""
     runner, seen = runner_of(llm), []
+    llm.check_errors = []
     max_model_len = runner.max_model_len
 
     def dispatch(num_tokens: int, uniform_decode: bool):
@@ -92,9 +107,9 @@ def plug(llm, choose_capture_size, fill_static_buffers, real_rows) -> list[tuple
                f"real_rows 应只返回 {n} 个真实行，得到形状 {tuple(rows.shape)}（填充行的输出不能交给采样）")
         return rows
 
-    runner.cudagraph_dispatcher.dispatch = dispatch
-    runner._pad_for_cudagraph = pad
-    runner._model_forward = model_forward
+    runner.cudagraph_dispatcher.dispatch = surfaced(llm, dispatch)
+    runner._pad_for_cudagraph = surfaced(llm, pad)
+    runner._model_forward = surfaced(llm, model_forward)
     return seen
 
 
@@ -106,15 +121,61 @@ def prompts(n: int, seed: int) -> list[list[int]]:
 def generate(llm, batch: list[list[int]]) -> list[list[int]]:
     from minivllm.sampling_params import SamplingParams
     params = [SamplingParams(max_tokens=MAX_TOKENS + i, temperature=0.0, ignore_eos=True) for i in range(len(batch))]
-    return [o.outputs[0].token_ids for o in llm.generate(batch, params, use_tqdm=False)]
+    outs = [o.outputs[0].token_ids for o in llm.generate(batch, params, use_tqdm=False)]
+    if getattr(llm, "check_errors", None):
+        raise llm.check_errors[0]
+    return outs
 
 
+def stale_case() -> tuple[StaticBuffers, tuple]:
+    """Buffers of size 8 left full of 77 by an earlier batch, and a 3-request decode batch to pad to 4:
+    (bufs, (input_ids, positions, slot_mapping, seq_lens, block_table))."""
+    bufs = StaticBuffers(torch.full((8,), 77), torch.full((8,), 77), torch.full((8,), 77),
+                         torch.full((8,), 77, dtype=torch.int32), torch.full((8, 4), 77, dtype=torch.int32))
+    return bufs, (torch.tensor([5, 6, 7]), torch.tensor([3, 17, 40]), torch.tensor([51, 97, 168]),
+                  torch.tensor([4, 18, 41], dtype=torch.int32),
+                  torch.tensor([[3, 0, 0], [5, 6, 0], [9, 10, 11]], dtype=torch.int32))
+
+
+def fresh_case() -> tuple[StaticBuffers, tuple]:
+    """Buffers of size 8 as the runner allocates them (zeros, slots PAD_SLOT_ID) and a 5-request decode batch
+    to pad to 8: (bufs, (input_ids, positions, slot_mapping, seq_lens, block_table))."""
+    bufs = StaticBuffers(torch.zeros(8, dtype=torch.int64), torch.zeros(8, dtype=torch.int64),
+                         torch.full((8,), PAD_SLOT_ID, dtype=torch.int64), torch.zeros(8, dtype=torch.int32),
+                         torch.zeros((8, 3), dtype=torch.int32))
+    return bufs, (torch.tensor([11, 12, 13, 14, 15]), torch.tensor([0, 4, 16, 20, 33]),
+                  torch.tensor([16, 36, 64, 84, 113]), torch.tensor([1, 5, 17, 21, 34], dtype=torch.int32),
+                  torch.tensor([[1, 0, 0], [2, 0, 0], [3, 4, 0], [5, 6, 0], [7, 8, 9]], dtype=torch.int32))
+
+
+@graded
 def check_main_path(choose_capture_size, fill_static_buffers, real_rows) -> None:
-    """3 requests (pad to 4) and 8 (a capture size), shrinking as they finish: tokens equal the unpadded run."""
+    """The size chosen, a 5-request batch padded to 8 in fresh buffers, and the real rows kept."""
     for n in (1, 3, 5, 8):
         want = min(s for s in CAPTURE_SIZES if s >= n)
         got = choose_capture_size(n, list(CAPTURE_SIZES))
         expect(got == want, f"choose_capture_size({n}, {CAPTURE_SIZES}) 应为能装下的最小尺寸 {want}，得到 {got!r}")
+    bufs, batch = fresh_case()
+    fill_static_buffers(bufs, *batch, 8)
+    for name, want in (("input_ids", [11, 12, 13, 14, 15, 0, 0, 0]), ("positions", [0, 4, 16, 20, 33, 0, 0, 0]),
+                       ("slot_mapping", [16, 36, 64, 84, 113] + [PAD_SLOT_ID] * 3),
+                       ("seq_lens", [1, 5, 17, 21, 34, 0, 0, 0])):
+        got = getattr(bufs, name).tolist()
+        expect(got == want, f"5 个请求填充到 8 行后 {name} 应为 {want}，得到 {got}"
+               + ("（填充行必须不写 KV）" if name == "slot_mapping" else ""))
+    expect(bufs.block_table[:5].tolist() == batch[4].tolist() and not bufs.block_table[5:].any(),
+           f"block_table 应为本批的块表、填充行全 0，得到 {bufs.block_table.tolist()}")
+    logits = torch.arange(16.0).view(8, 2)
+    rows = real_rows(logits, 5)
+    expect(isinstance(rows, torch.Tensor) and rows.tolist() == logits[:5].tolist(),
+           f"real_rows(8 行 logits, 5) 应只返回前 5 个真实行，得到 {rows!r}")
+
+
+@graded
+def check_real_engine(choose_capture_size, fill_static_buffers, real_rows) -> None:
+    """3 requests (pad to 4) and 8 (a capture size), shrinking as they finish: tokens equal the unpadded run."""
+    got = choose_capture_size(3, list(CAPTURE_SIZES))
+    expect(isinstance(got, int), f"choose_capture_size(3, {CAPTURE_SIZES}) 应返回一个整数尺寸，得到 {got!r}")
     eager, padded = make_engine(True), make_engine(False)
     seen = plug(padded, choose_capture_size, fill_static_buffers, real_rows)
     for n, seed in ((3, 1), (8, 2)):
@@ -125,16 +186,15 @@ def check_main_path(choose_capture_size, fill_static_buffers, real_rows) -> None
     expect(any(size is not None and size > n for n, size in seen), "没有任何 decode 批次被填充：plug 未生效？")
 
 
+@graded
 def check_boundary(choose_capture_size, fill_static_buffers, real_rows) -> None:
     """Exactly a capture size, above every size, stale buffers from a bigger batch, untouched KV blocks."""
-    expect(choose_capture_size(8, list(CAPTURE_SIZES)) == 8, "8 个请求正好是捕获尺寸 8，不需要填充")
-    expect(choose_capture_size(9, list(CAPTURE_SIZES)) is None,
-           "9 个请求超过最大捕获尺寸 8：应返回 None（走 eager），而不是截断或越界")
-    bufs = StaticBuffers(torch.full((8,), 77), torch.full((8,), 77), torch.full((8,), 77),
-                         torch.full((8,), 77, dtype=torch.int32), torch.full((8, 4), 77, dtype=torch.int32))
-    fill_static_buffers(bufs, torch.tensor([5, 6, 7]), torch.tensor([3, 17, 40]), torch.tensor([51, 97, 168]),
-                        torch.tensor([4, 18, 41], dtype=torch.int32), torch.tensor([[3, 0, 0], [5, 6, 0], [9, 10, 11]],
-                                                                                   dtype=torch.int32), 4)
+    got = choose_capture_size(8, list(CAPTURE_SIZES))
+    expect(got == 8, f"8 个请求正好是捕获尺寸 8，不需要填充：应返回 8，得到 {got!r}")
+    got = choose_capture_size(9, list(CAPTURE_SIZES))
+    expect(got is None, f"9 个请求超过最大捕获尺寸 8：应返回 None（走 eager），而不是截断或越界，得到 {got!r}")
+    bufs, batch = stale_case()
+    fill_static_buffers(bufs, *batch, 4)
     expect(bufs.input_ids[:4].tolist() == [5, 6, 7, 0] and bufs.positions[:4].tolist() == [3, 17, 40, 0],
            f"input_ids/positions 的前 4 行应为 [5, 6, 7, 0] / [3, 17, 40, 0]，得到 {bufs.input_ids[:4].tolist()} / "
            f"{bufs.positions[:4].tolist()}（上一批残留的 77 不能留在填充行）")
@@ -142,7 +202,7 @@ def check_boundary(choose_capture_size, fill_static_buffers, real_rows) -> None:
            f"slot_mapping 应为 [51, 97, 168, {PAD_SLOT_ID}]：填充行必须不写 KV，得到 {bufs.slot_mapping[:4].tolist()}")
     expect(bufs.seq_lens[:4].tolist() == [4, 18, 41, 0], f"seq_lens 应为 [4, 18, 41, 0]，得到 {bufs.seq_lens[:4].tolist()}")
     expect(bufs.block_table[:4].tolist() == [[3, 0, 0, 0], [5, 6, 0, 0], [9, 10, 11, 0], [0, 0, 0, 0]],
-           f"block_table 前 4 行应只含本批的块号（其余为 0），得到 {bufs.block_table[:4].tolist()}")
+           f"block_table 前 4 行应只含本批的块号（其余为 0，上一批残留的块号不能留下），得到 {bufs.block_table[:4].tolist()}")
     padded = make_engine(False)
     plug(padded, choose_capture_size, fill_static_buffers, real_rows)
     guard = kv_guard(padded)
@@ -169,7 +229,7 @@ def kv_guard(llm) -> list[int]:
                 raise CheckFailed(f"第 {layer} 层：填充行写入了不属于本批的 KV 块 {changed}（填充行的 slot 应为 {PAD_SLOT_ID}）")
         padded_rows.append(desc.num_tokens - n)
         return out
-    runner._model_forward = guarded
+    runner._model_forward = surfaced(llm, guarded)
     return padded_rows
 
 
@@ -190,13 +250,15 @@ def name_hash(name: str) -> str:
     return hashlib.sha256(name.strip().strip("`").removesuffix("()").split(".")[-1].lower().encode()).hexdigest()[:16]
 
 
+@graded
 def check_source_map(source_map) -> None:
     check_name_map(source_map, FUNCTIONS, SOURCE_HASHES, name_hash,
                    "这些函数没有映射到 vLLM 中做同一件事的对象（方法或变量名）")
 
 
 LESSON = Lesson("lesson11", "CUDA Graph 与动态形状", parts=[
-    Part("l11_main_path", "主路径：选尺寸、填静态缓冲、只取真实行", 2, check_main_path, tuple(FUNCTIONS)),
+    Part("l11_main_path", "主路径·选尺寸、填静态缓冲、只取真实行", 1, check_main_path, tuple(FUNCTIONS)),
+    Part("l11_real_engine", "主路径·接入真实引擎", 1, check_real_engine, tuple(FUNCTIONS)),
     Part("l11_boundary", "边界：正好一个尺寸、超过最大尺寸、残留缓冲、KV 不被写", 1, check_boundary, tuple(FUNCTIONS)),
     Part("l11_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
     Part("l11_q1", "Q1 小批量 decode 为何受 launch 开销支配", 2, group="manual"),

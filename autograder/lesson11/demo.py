@@ -3,6 +3,7 @@
     padding_table(capture_sizes, max_num_reqs)   each batch size -> the size it runs at and the rows wasted
     padding_cost(batch_sizes)                     forward time of n real rows vs the same rows padded (A B A B)
     launch_counts(batch_size)                     CUDA runtime calls of one decode forward, eager vs graph (GPU)
+    plot_padding / print_cost / print_launch_counts   the notebook's figure and tables
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 
 import torch
 
-from autograder.lesson11.checks import make_engine, runner_of
+from autograder.lesson11.checks import DEFAULT_MODEL, make_engine, runner_of
 from minivllm.compilation.cuda_graph import BatchDescriptor, CudagraphDispatcher
 
 
@@ -71,7 +72,7 @@ def launch_counts(batch_size: int = 8) -> dict | None:
     from torch.profiler import ProfilerActivity, profile
 
     from minivllm.entrypoints.llm import LLM
-    llm = LLM(device="cuda", multiprocess=False, max_num_seqs=batch_size, cudagraph_capture_sizes=[batch_size])
+    llm = LLM(DEFAULT_MODEL, device="cuda", multiprocess=False, max_num_seqs=batch_size, cudagraph_capture_sizes=[batch_size])
     runner = runner_of(llm)
     desc = BatchDescriptor(batch_size, batch_size, True)
     ids, pos, md = runner._pad_for_cudagraph(desc, None, None, None)
@@ -88,3 +89,37 @@ def launch_counts(batch_size: int = 8) -> dict | None:
             counts[name] = {"kernel_launches": sum("LaunchKernel" in n for n in names),
                             "graph_launches": sum(n == "cudaGraphLaunch" for n in names)}
     return counts
+
+
+def plot_padding(table: list[dict], capture_sizes: list[int]):
+    """Figure 11-1: the size each batch runs at, and the share of its rows that are padding."""
+    import matplotlib.pyplot as plt
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.4))
+    n = [r["num_reqs"] for r in table]
+    sizes = [r["size"] if r["size"] is not None else float("nan") for r in table]
+    ax1.step(n, sizes, where="mid", label="capture size it runs at")
+    ax1.plot(n, n, "k:", lw=1, label="num_reqs (no padding)")
+    ax1.set(xlabel="decode batch size (num_reqs)", ylabel="rows computed", title="padded size")
+    ax1.legend(fontsize=8)
+    waste = [r["wasted"] / r["size"] if r["size"] else float("nan") for r in table]
+    ax2.bar(n, waste, color="tab:orange")
+    ax2.set(xlabel="decode batch size (num_reqs)", ylabel="padded rows / rows computed", ylim=(0, 0.6),
+            title=f"padding waste, capture sizes {capture_sizes}")
+    fig.tight_layout()
+    return fig
+
+
+def print_cost(rows: list[dict]) -> None:
+    print(f"{'num_reqs':>8} {'size':>5} {'unpadded ms':>12} {'padded ms':>10} {'padded/unpadded':>16}")
+    for r in rows:
+        print(f"{r['num_reqs']:>8} {r['size']:>5} {r['unpadded_ms']:>12.2f} {r['padded_ms']:>10.2f} {r['ratio']:>16.2f}")
+
+
+def print_launch_counts(counts: dict | None) -> None:
+    if counts is None:
+        print("没有 CUDA：CPU 上没有 kernel launch 可数，也没有 CUDA graph 可录制，这张表只在 GPU 上出现"
+              "（eager 每个 kernel 一次 cudaLaunchKernel，graph 整个前向一次 cudaGraphLaunch）。")
+        return
+    print(f"{'path':>6} {'cudaLaunchKernel':>17} {'cudaGraphLaunch':>16}")
+    for name, c in counts.items():
+        print(f"{name:>6} {c['kernel_launches']:>17} {c['graph_launches']:>16}")

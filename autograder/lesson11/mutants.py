@@ -1,0 +1,31 @@
+"""Lesson 11's wrong answers: each an edit of the solution cell l11_padding, with the misconception (#21).
+
+Instructor side only (`python -m autograder release` leaves this file out). Every mutant must score less
+than the solution (tests/test_mutants.py builds each wrong notebook from the release and grades it).
+"""
+from autograder.mutation import Mutant
+
+CELL = "l11_padding"
+
+MUTANTS = {
+    "largest_size": Mutant(CELL, (
+        ("size = min(fits) if fits else None", "size = max(fits) if fits else None"),
+    ), "Pads every batch to the largest size that holds it: correct tokens, but a 1-request batch computes 8 rows.",
+       fails={"l11_main_path"}),
+    "pad_slot_block_0": Mutant(CELL, (
+        ("pad_slot = PAD_SLOT_ID", "pad_slot = 0"),
+    ), "Gives padded rows slot 0, so they write KV into block 0 (harmless only while block 0 is the null block).",
+       fails={"l11_main_path", "l11_boundary"}),
+    "stale_inputs": Mutant(CELL, (
+        ("bufs.block_table[:size] = 0", "pass"),
+    ), "Writes only the real rows' block ids over the buffer, leaving the previous batch's ids in the rest.",
+       fails={"l11_boundary"}),
+    "padded_logits": Mutant(CELL, (
+        ("rows = logits[:num_reqs]", "rows = logits"),
+    ), "Returns the padded rows' logits too, so sampling sees `size` requests instead of the real ones.",
+       fails={"l11_main_path", "l11_real_engine", "l11_boundary"}),
+    "position_out_of_range": Mutant(CELL, (
+        ("pad_position = 0", "pad_position = PAD_SLOT_ID"),
+    ), "Pads positions with the pad slot -1: rotary indexes its cos/sin table out of range (wraps on CPU).",
+       fails={"l11_main_path", "l11_real_engine", "l11_boundary"}),
+}
