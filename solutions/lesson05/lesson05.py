@@ -74,7 +74,7 @@ import matplotlib.pyplot as plt  # noqa: E402,F401
 import numpy as np  # noqa: E402
 
 from autograder import lesson05 as L05  # noqa: E402
-from autograder.common import ______, self_check  # noqa: E402,F401
+from autograder.common import ______, report, self_check  # noqa: E402,F401
 
 # %% [markdown]
 # ## 核心心智模型
@@ -185,7 +185,7 @@ def prepare_inputs(scheduler_output, input_batch, block_size):
 
 
 # %%
-L05.report("lesson05", globals())
+report("lesson05", globals())
 
 # %% [markdown]
 # 第一项检查：一个手算得出的批（block_size 4）。第 0 行是 decode（已算 6、本步 1）；第 1 行是一个分块 prefill，本步算位置 4～8，prompt 有 13 个 token，所以**不取** logits；第 2 行是 prefix 命中后的最后一块（已算 6、本步 4、prompt 10 个 token），块表分散（`[3, 8, 12]`）。注意调度器字典的顺序与行序相反。隐藏测试再拿引擎运行（上面的演示）里的每一步逐项比较。
