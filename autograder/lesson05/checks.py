@@ -240,10 +240,18 @@ class EngineRun:
 
 
 def shared_llm():
-    """One in-process LLM per process (building it dominates a run); runs reset its prefix cache."""
+    """One in-process LLM per process (building it dominates a run); runs reset its prefix cache. A run that
+    failed drops it (drop_llm), so a broken answer cannot leave rows behind for the next run."""
     if "llm" not in _CACHE:
         _CACHE["llm"] = make_llm(trace=True, **ENGINE_KW)
     return _CACHE["llm"]
+
+
+def drop_llm() -> None:
+    llm = _CACHE.pop("llm", None)
+    if llm is not None:
+        with contextlib.suppress(Exception):
+            llm.llm_engine.engine_core.shutdown()
 
 
 def run_engine(fn=None, record: bool = False, max_tokens=None, arrivals=ARRIVALS) -> EngineRun:
@@ -256,7 +264,7 @@ def run_engine(fn=None, record: bool = False, max_tokens=None, arrivals=ARRIVALS
     llm.reset_prefix_cache()
     tracer = llm.llm_engine.engine_core.tracer
     tracer.clear()
-    if True:
+    try:
         tok = llm.get_tokenizer()
         prompt_ids = [tok.encode(t) for t in PROMPTS]
         engine = llm.llm_engine
@@ -275,6 +283,12 @@ def run_engine(fn=None, record: bool = False, max_tokens=None, arrivals=ARRIVALS
                 step += 1
         expect(not engine.has_unfinished_requests(), "引擎在 500 步内没有跑完这批请求。")
         trace = list(tracer.events)
+    except BaseException:
+        drop_llm()
+        raise
+    runner = llm.llm_engine.engine_core.model_executor.driver_worker.model_runner
+    if runner.input_batch.num_reqs or runner.requests:
+        drop_llm()                    # rows left behind by a wrong answer: the next run starts afresh
     return EngineRun([done.get(str(i), []) for i in range(len(PROMPTS))], steps, trace, prompt_ids)
 
 
@@ -421,6 +435,7 @@ def check_real_engine(fn) -> EngineRun:
     want = hf_greedy(run.prompt_ids, PLUG_MAX_TOKENS)
     for i, (a, b) in enumerate(zip(run.tokens, want, strict=True)):
         if a != b:
+            drop_llm()
             j = next((j for j, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
             raise CheckFailed(f"接入你的 prepare_inputs 后，prompt {i} 的贪心输出在第 {j} 个 token 处与 HF transformers "
                               f"不同（引擎 {a[j:j + 4]}，HF {b[j:j + 4]}；长度 {len(a)} vs {len(b)}）。")
