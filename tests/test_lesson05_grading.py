@@ -11,6 +11,7 @@ from autograder.common import REPO, CheckFailed, grade_namespace, run_part, stud
 from autograder.lesson05 import (
     LESSON,
     LINE_BUDGET,
+    MAX_TOKENS,
     NAMES,
     big_batch,
     check_source_map,
@@ -21,7 +22,7 @@ from autograder.lesson05 import (
     per_token_loop,
     plugged,
     recorded_steps,
-    run_engine,
+    reference_run,
 )
 from autograder.mutation import mutant_namespace, mutant_source, mutants
 
@@ -54,10 +55,12 @@ def test_the_engine_run_mixes_every_kind_of_row():
     assert mixed and any(s.so.num_scheduled_tokens[r] > 1 for s in mixed for r in s.so.num_scheduled_tokens)
 
 
-def test_the_engine_run_equals_hf_greedy():
-    """The reference the plug is held to: the engine's own prepare_inputs generates HF's greedy tokens."""
-    run = run_engine(max_tokens=16)
-    assert run.tokens == hf_greedy(run.prompt_ids, 16)
+@pytest.mark.slow
+def test_the_reference_run_equals_hf_greedy():
+    """The tokens check_real_engine holds a plugged run to: the engine's own run equals HF's greedy tokens."""
+    ref = reference_run()
+    assert [len(t) for t in ref.tokens] == MAX_TOKENS
+    assert ref.tokens == [hf_greedy([p], n)[0] for p, n in zip(ref.prompt_ids, MAX_TOKENS, strict=True)]
 
 
 def test_solution_gets_all_code_points(solution_ns):

@@ -205,7 +205,7 @@ L05.check_main_path(prepare_inputs)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：把你的函数接进真实引擎。`L05.check_real_engine` 在一个上下文管理器里把 `GPUModelRunner._prepare_inputs` 换成一个包装：它调用你的 `prepare_inputs`，用你的 6 个数组构造 `AttentionMetadata`、`input_ids`、`positions` 和取 logits 的行，退出时恢复原来的方法。检查三件事：上面那批请求的贪心输出与 HF transformers 逐 token 相同；步骤追踪里每个有前向的步都有 `prepare_inputs` 阶段；在一个 8 个请求、16k 个 token 的批上，你的函数执行的 Python 行数有上限（200 行：按 token 的循环要执行上万行），耗时（交替运行 5 次的中位数）不超过引擎 `_prepare_inputs` 的 25 倍。
+# 第二项检查：把你的函数接进真实引擎。`L05.check_real_engine` 在一个上下文管理器里把 `GPUModelRunner._prepare_inputs` 换成一个包装：它调用你的 `prepare_inputs`，用你的 6 个数组构造 `AttentionMetadata`、`input_ids`、`positions` 和取 logits 的行，退出时恢复原来的方法。检查三件事：演示里那批请求的贪心输出与引擎自己的 `_prepare_inputs` 跑出的逐 token 相同（那次运行与 HF transformers 的贪心逐 token 相同，课程的测试 `tests/test_lesson05_grading.py` 保证这一点）；步骤追踪里每个有前向的步都有 `prepare_inputs` 阶段；在一个 8 个请求、16k 个 token 的批上，你的函数执行的 Python 行数有上限（200 行：按 token 的循环要执行上万行），耗时（交替运行 5 次的中位数）不超过引擎 `_prepare_inputs` 的 25 倍。
 
 # %% nbgrader={"grade": true, "grade_id": "l05_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 plugged_run = L05.check_real_engine(prepare_inputs)
