@@ -1,0 +1,141 @@
+"""Lesson 5's grader: the solution earns 4/4 code points, the unfilled release 0 without crashing, every mutant
+loses the parts its table names; the engine run covers every kind of row the lesson promises; the plug restores
+the runner; the vectorisation gate is deterministic (line counts) and rejects a per-token loop; nbgrader agrees."""
+import json
+
+import numpy as np
+import pytest
+from grading_flow import grade_three_students
+
+from autograder.common import REPO, CheckFailed, grade_namespace, run_part, student_namespace
+from autograder.lesson05 import (
+    LESSON,
+    LINE_BUDGET,
+    MAX_TOKENS,
+    NAMES,
+    big_batch,
+    check_source_map,
+    check_vectorised,
+    count_lines,
+    engine_inputs,
+    hf_greedy,
+    per_token_loop,
+    plugged,
+    recorded_steps,
+    reference_run,
+)
+from autograder.mutation import mutant_namespace, mutant_source, mutants
+
+CODE_PARTS = ("l05_main_path", "l05_real_engine", "l05_boundary", "l05_source_map")
+UNIT_PARTS = ("l05_main_path", "l05_boundary", "l05_source_map")
+
+
+def code_scores(namespace, parts=CODE_PARTS):
+    if parts == CODE_PARTS:
+        return {r.part.grade_id: r.score for r in grade_namespace(LESSON, namespace) if not r.part.manual}
+    return {p.grade_id: run_part(p, namespace).score for p in LESSON.parts if p.grade_id in parts}
+
+
+def mutant(name):
+    return mutant_namespace("lesson05", name)["prepare_inputs"]
+
+
+@pytest.fixture(scope="module")
+def solution_ns():
+    ns, errors = student_namespace(REPO / "solutions/lesson05/lesson05.ipynb")
+    assert not errors
+    return ns
+
+
+def test_the_engine_run_mixes_every_kind_of_row():
+    feats = set().union(*(s.features for s in recorded_steps()))
+    assert {"new_prefill", "partial_chunk", "final_chunk", "decode", "prefix_hit", "moved_row",
+            "order_differs"} <= feats, feats
+    mixed = [s for s in recorded_steps() if {"decode", "prefix_hit"} <= s.features]
+    assert mixed and any(s.so.num_scheduled_tokens[r] > 1 for s in mixed for r in s.so.num_scheduled_tokens)
+
+
+@pytest.mark.slow
+def test_the_reference_run_equals_hf_greedy():
+    """The tokens check_real_engine holds a plugged run to: the engine's own run equals HF's greedy tokens."""
+    ref = reference_run()
+    assert [len(t) for t in ref.tokens] == MAX_TOKENS
+    assert ref.tokens == [hf_greedy([p], n)[0] for p, n in zip(ref.prompt_ids, MAX_TOKENS, strict=True)]
+
+
+def test_solution_gets_all_code_points(solution_ns):
+    assert code_scores(solution_ns) == dict.fromkeys(CODE_PARTS, 1)
+
+
+@pytest.mark.parametrize("name", sorted(mutants("lesson05")))
+def test_mutant_loses_unit_points(name, solution_ns):
+    """Fast: the parts that need no engine (the per-token loop mutant is right everywhere but the cost gate)."""
+    scores = code_scores(dict(solution_ns, prepare_inputs=mutant(name)), UNIT_PARTS)
+    failed = {k for k, v in scores.items() if v == 0}
+    assert mutants("lesson05")[name].fails & set(UNIT_PARTS) <= failed, scores
+
+
+def test_vectorisation_gate_is_deterministic_and_rejects_a_loop(solution_ns):
+    so, batch = big_batch()
+    fn = solution_ns["prepare_inputs"]
+    assert count_lines(fn, so, batch, 16) == count_lines(fn, so, batch, 16) <= 40
+    assert count_lines(per_token_loop, so, batch, 16) > 10 * so.total_num_scheduled_tokens // 10
+    want = engine_inputs(so, batch, 16)
+    assert all((want[k] == v).all() for k, v in zip(NAMES, per_token_loop(so, batch, 16), strict=True))
+    check_vectorised(fn)
+    with pytest.raises(CheckFailed, match=f"上限 {LINE_BUDGET}"):
+        check_vectorised(per_token_loop)
+    with pytest.raises(CheckFailed, match=f"上限 {LINE_BUDGET}"):
+        check_vectorised(mutant("per_token_loop"))
+
+
+def test_plug_restores_the_runner(solution_ns):
+    from minivllm.worker.gpu_model_runner import GPUModelRunner
+
+    original = GPUModelRunner._prepare_inputs
+    with pytest.raises(CheckFailed), plugged(solution_ns["prepare_inputs"]):
+        assert GPUModelRunner._prepare_inputs is not original
+        raise CheckFailed("inside")
+    assert GPUModelRunner._prepare_inputs is original
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["logits_for_partial_chunk", "rows_in_scheduler_order"])
+def test_mutant_fails_the_real_engine(name, solution_ns):
+    scores = code_scores(dict(solution_ns, prepare_inputs=mutant(name)), ("l05_real_engine",))
+    assert scores == {"l05_real_engine": 0}
+
+
+def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
+    good = solution_ns["SOURCE_MAP"]
+    check_source_map({k: f"`{v}`" for k, v in good.items()})
+    check_source_map(dict(good, slot_mapping="BlockTable.compute_slot_mapping()", batch_order="_may_reorder_batch",
+                          sample_rows="self.discard_request_mask"))
+    for bad in (dict(good, condense=good["persistent_batch"], persistent_batch=good["condense"]),
+                dict(good, sample_rows="logits_indices"), {k: v for k, v in good.items() if k != "async_copy"}):
+        with pytest.raises(AssertionError):
+            check_source_map(bad)
+
+
+def test_student_copy_shows_the_blanks():
+    cells = {c["id"]: "".join(c["source"])
+             for c in json.loads((REPO / "notebooks/lesson05/lesson05.ipynb").read_text(encoding="utf-8"))["cells"]}
+    code = cells["l05_prepare_inputs"]
+    assert code.count("______") == 7 and "### BLANK" not in code
+    for line in ("req_ids = ______", "positions = ______", "slot_mapping = ______", "logits_indices = ______"):
+        assert line in code, line
+    assert "block_table[" not in code and "cu_num_tokens[" not in code
+    assert cells["l05_source_map_answer"].count(": ______,") == 6
+    assert "assert logits.tolist() == [0, 9]" in cells["l05_main_path"]
+    assert np.array([1])  # numpy is importable in the student kernel's environment
+
+
+@pytest.mark.slow
+def test_nbgrader_end_to_end(tmp_path):
+    """generate_assignment -> submissions (solution, blank, mutant) -> autograde -> export."""
+    subs, results, csv_path = grade_three_students(
+        tmp_path, "lesson05", ("l05_prepare_inputs", "l05_source_map_answer"), "l05_prepare_inputs",
+        mutant_source("lesson05", "logits_for_partial_chunk"))
+    code = {s: sum(v or 0 for k, v in got.items() if k in CODE_PARTS) for s, got in results.items()}
+    assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 1}
+    assert all(got["l05_q1"] is None for got in results.values())  # manual: pending
