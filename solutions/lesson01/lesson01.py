@@ -373,6 +373,7 @@ L01.check_source_map(SOURCE_MAP)
 # 2. 保障物理显存与逻辑账本原子释放：
 #    - 优先执行 process_aborts() 会将该请求在调度器的活动集合中正式注销，并向 KVCacheManager 宣告其占有的所有逻辑与物理 KV Block 可以被安全回收；
 #    - 随后执行 update_from_output 时，调度器便能根据最新的“存活请求子集”做过滤，直接将已取消请求的输出丢弃，且绝不会把已被回收释放的 Block 重新标记为活动状态（防止 Block Use-After-Free 悬空指针踩内存）；
+#    - **批改勘误（相对 seed）**：上一条里的“防止 Block Use-After-Free”在 vLLM 与 minivllm 中并不成立：先 update 后 aborts 时，被取消的请求在 update 里仍持有自己的块，随后的 abort 才释放它们，每个块只释放一次（见本课前面的勘误框，现场演示）。真实后果是已取消的请求在这一步仍输出 token。学生写出这一真实后果，该点应判为正确；沿用 seed 原话者按 seed 的评分规则不扣分。
 # 3. 提供清晰的串行化审计点：先处理事件、再应用批次更新，保证了每一次迭代步的结束状态都是自洽、闭合且全局一致的。
 #
 # **附：检查方法（`scheduled_tokens=0`）的参考解释**（不单独计分，供批改时核对学生在“检查方法”下写的解释）：`has_requests` 只说明 scheduler 里还有请求（包括刚结束、要在本步移除并通知前端的请求），不保证本步有 token 可算（例如 KV 块不够、请求都在等待）。此时 `schedule()` 仍产出一个空计划，execute/grammar/wait/aborts/update 照常走完：aborts 仍要清空，update 仍要释放已完成请求的块、发出结束通知；但模型没有处理任何 token，所以 `ran = plan["scheduled_tokens"] > 0` 为 False（vLLM：`scheduler_output.total_num_scheduled_tokens > 0`），busy loop 据此知道这一步没有执行模型。上面演示的最后一步正是这种情况：r1 在上一步结束，这一步只做收尾，没有输出 token。
