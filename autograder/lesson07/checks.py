@@ -21,12 +21,21 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import re
 
 import numpy as np
 import torch
 
-from autograder.common import REPO, BlankNotFilled, CheckFailed, Lesson, Part, check_name_map, expect
+from autograder.common import (
+    REPO,
+    BlankNotFilled,
+    CheckFailed,
+    Lesson,
+    Part,
+    check_name_map,
+    expect,
+    last_name,
+    last_name_hash,
+)
 
 DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
 ENGINE_PROMPTS = ["ROMEO:", "JULIET:\nO Romeo", "KING LEAR:\nBlow, winds", "HAMLET:"]
@@ -468,13 +477,9 @@ SOURCE_HASHES = {
 }
 
 
-def normalize_name(name: str) -> str:
-    s = re.sub(r"\(.*\)", "", str(name)).strip().strip("`").strip('"').replace(" ", "")
-    return s.rsplit(".", 1)[-1].lower()
 
 
-def name_hash(name: str) -> str:
-    return hashlib.sha256(normalize_name(name).encode()).hexdigest()[:16]
+normalize_name, name_hash = last_name, last_name_hash
 
 
 def check_source_map(source_map) -> None:

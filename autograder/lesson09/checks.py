@@ -21,14 +21,23 @@ student's count drives the scheduler's rollback of rejected drafts, exactly as l
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from autograder.common import REPO, BlankNotFilled, CheckFailed, Lesson, Part, check_name_map, expect, graded
+from autograder.common import (
+    REPO,
+    BlankNotFilled,
+    CheckFailed,
+    Lesson,
+    Part,
+    check_name_map,
+    expect,
+    graded,
+    last_name,
+    last_name_hash,
+)
 
 P = -1                                   # PLACEHOLDER_TOKEN_ID
 DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
@@ -417,13 +426,9 @@ SOURCE_HASHES = {
 }
 
 
-def normalize_name(name: str) -> str:
-    s = re.sub(r"\(.*\)", "", str(name)).strip().strip("`").replace(" ", "")
-    return s.rsplit(".", 1)[-1].lower()
 
 
-def name_hash(name: str) -> str:
-    return hashlib.sha256(normalize_name(name).encode()).hexdigest()[:16]
+normalize_name, name_hash = last_name, last_name_hash
 
 
 @graded
