@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -154,6 +155,42 @@ def test_closing_generator_aborts(engine, loop):
         await gen.aclose()
         return await stats_after_next_step(engine)
     assert idle(loop.run_until_complete(main()))
+
+
+def test_server_tokenizes_off_the_event_loop(engine, loop, monkeypatch):
+    """The server's OpenAIServing tokenizes on its thread pool: while one prompt's tokenization is held
+    (it waits for an event that only the other request's completion sets), another request runs to the
+    end on the same event loop. Tokenizing on the loop would block it: the order would be reversed."""
+    from minivllm.entrypoints.openai.api_server import OpenAIServing
+    serving = OpenAIServing(engine, "tiny")
+    engine.stat_loggers.remove(serving.stat_logger)
+    encode, release, threads = engine.tokenizer.encode, threading.Event(), []
+
+    def held_encode(text, *a, **k):
+        if text.startswith("HELD"):
+            threads.append(threading.current_thread().name)
+            release.wait(60)
+        return encode(text, *a, **k)
+    monkeypatch.setattr(engine.tokenizer, "encode", held_encode)
+    order = []
+
+    async def held():
+        await serving.process_inputs("held", "HELD prompt", greedy(2), 2)
+        order.append("held")
+
+    async def main():
+        task = asyncio.ensure_future(held())
+        await asyncio.sleep(0.05)
+        await collect(engine, "quick prompt", greedy(2), "quick")
+        order.append("quick")
+        release.set()
+        await task
+    try:
+        loop.run_until_complete(main())
+    finally:
+        release.set()
+        serving.tokenizer_pool.shutdown()
+    assert order == ["quick", "held"] and threads[0].startswith("tokenizer"), (order, threads)
 
 
 def test_dead_core_fails_streams_fast(engine, loop):

@@ -208,10 +208,11 @@ class EngineCore:
         Which request caused it cannot be known, so the whole batch ends. Hashes of the blocks they free
         are dropped, since this step's KV was never written. Several failing steps in a row (or a failure
         in schedule() itself) mean the core cannot continue: re-raise, and the client sees a dead engine.
+        A plugged-in step_fn (a lesson's exercise) is never second-guessed: its error propagates.
         """
         so = self._scheduled
         self.num_failed_steps += 1
-        if so is None or self.num_failed_steps > 3:
+        if so is None or self.num_failed_steps > 3 or self.step_fn is not engine_core_step:
             raise error
         logger.exception("step %d failed; finishing its %d request(s) with an error", self.step_counter,
                          len(so.num_scheduled_tokens))
