@@ -66,6 +66,7 @@ warnings.filterwarnings("ignore")
 logging.disable(logging.WARNING)
 
 import matplotlib.pyplot as plt  # noqa: E402,F401
+from tokenizers.decoders import DecodeStream  # noqa: E402,F401  (the exercise's incremental decoder)
 
 from autograder import lesson12 as L12  # noqa: E402
 from autograder.common import ______, report, self_check  # noqa: E402,F401
@@ -124,9 +125,6 @@ L12.plot_timeline(timeline);
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
 
 # %% nbgrader={"grade": false, "grade_id": "l12_streaming_detokenizer", "locked": false, "schema_version": 3, "solution": true, "task": false}
-from tokenizers.decoders import DecodeStream
-
-
 class StreamingDetokenizer:
     """One request's output text, grown as tokens arrive; finds stop strings; holds back text while streaming."""
 
