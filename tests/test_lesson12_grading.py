@@ -9,10 +9,17 @@ from grading_flow import grade_three_students
 
 from autograder.common import REPO, grade_namespace, run_part, student_namespace
 from autograder.lesson12 import LESSON, check_source_map, close_server, plugged
-from autograder.mutation import mutant_namespace, mutant_source, mutants
+from autograder.mutation import mutant_source, mutants
 
 CODE_PARTS = ("l12_main_path", "l12_real_server", "l12_boundary", "l12_source_map")
 NAMES = ("StreamingDetokenizer", "abort_stream")
+
+
+def mutant_ns(name, solution_ns):
+    """The mutant's cell run after the solution's setup (it needs the setup cell's DecodeStream)."""
+    ns = dict(solution_ns)
+    exec(mutant_source("lesson12", name), ns)
+    return ns
 
 
 def code_scores(namespace, parts=CODE_PARTS):
@@ -39,8 +46,8 @@ def test_unfilled_release_scores_zero_without_crashing():
 
 @pytest.mark.parametrize("name", ["decode_each_token_alone", "text_after_stop_kept", "no_hold_back"])
 def test_mutant_loses_the_output_processor_part(name, solution_ns):
-    ns = mutant_namespace("lesson12", name)
-    assert code_scores(dict(solution_ns, **{n: ns[n] for n in NAMES}), ("l12_main_path",)) == {"l12_main_path": 0}
+    result = run_part(LESSON.part("l12_main_path"), mutant_ns(name, solution_ns))
+    assert result.score == 0 and "NameError" not in result.message, result.message
 
 
 @pytest.mark.slow
@@ -52,8 +59,7 @@ def test_plug_restores_and_a_leak_is_caught(solution_ns):
         assert op.IncrementalDetokenizer is solution_ns["StreamingDetokenizer"]
         raise RuntimeError("inside")
     assert (op.IncrementalDetokenizer, AsyncLLM._abort) == before
-    ns = mutant_namespace("lesson12", "disconnect_not_sent_to_core")
-    result = run_part(LESSON.part("l12_boundary"), dict(solution_ns, **{n: ns[n] for n in NAMES}))
+    result = run_part(LESSON.part("l12_boundary"), mutant_ns("disconnect_not_sent_to_core", solution_ns))
     assert result.score == 0 and "KV" in result.message
 
 
