@@ -1,0 +1,157 @@
+"""Lesson 12 — what the notebook shows (never called by a check), all on the checks' real server:
+
+    request_timeline()              one streamed request: client send/chunks, frontend receipts, core steps
+    plot_timeline(tl)               figure 12-1: the request across the two processes
+    bench_rates(rates)              `minivllm bench serve` (its benchmark()) at each request rate
+    print_bench(rows), plot_bench(rows)   the TTFT/TPOT/ITL percentiles and figure 12-2
+    process_split(rounds)           LLM throughput with the EngineCore in this process vs its own (A B A B)
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import threading
+import time
+
+import httpx
+
+from autograder.lesson12.checks import DEFAULT_MODEL, ENGINE, NAME, SERVER_PROMPT, server
+
+
+def request_timeline(max_tokens: int = 12) -> dict:
+    """Monotonic times (shared by both processes on Linux): the core's step ends (EngineCoreOutputs.timestamp),
+    the frontend's receipt of each batch, and the client's SSE chunks."""
+    srv = server()
+    core = srv.app.state.serving.engine.engine_core
+    original = core.get_output_async
+    steps: list[tuple[float, float, int]] = []
+
+    async def recording():
+        outs = await original()
+        steps.append((outs.timestamp, time.monotonic(), sum(len(o.new_token_ids) for o in outs.outputs)))
+        return outs
+
+    core.get_output_async = recording
+    chunks = []
+    try:
+        t_send = time.monotonic()
+        with httpx.stream("POST", srv.url + "/v1/completions", timeout=60, json={
+                "model": NAME, "prompt": SERVER_PROMPT, "max_tokens": max_tokens, "temperature": 0.0,
+                "ignore_eos": True, "stream": True}) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    chunks.append(time.monotonic())
+        t_done = time.monotonic()
+    finally:
+        core.get_output_async = original
+    steps = [s for s in steps if s[2] and t_send <= s[0] <= t_done]
+    return {"t_send": t_send, "t_done": t_done, "steps": steps, "chunks": chunks}
+
+
+def print_timeline(tl: dict) -> None:
+    t0 = tl["t_send"]
+    print(f"{'step':>4} {'core step end (ms)':>19} {'frontend got it':>16} {'ZMQ+decode (ms)':>16}")
+    for i, (core_t, recv_t, _) in enumerate(tl["steps"]):
+        print(f"{i:>4} {1e3 * (core_t - t0):>19.1f} {1e3 * (recv_t - t0):>16.1f} {1e3 * (recv_t - core_t):>16.2f}")
+    print(f"TTFT seen by the client: {1e3 * (tl['chunks'][0] - t0):.1f} ms; {len(tl['chunks'])} SSE chunks; "
+          f"whole request {1e3 * (tl['t_done'] - t0):.1f} ms")
+
+
+def plot_timeline(tl: dict):
+    import matplotlib.pyplot as plt
+    t0 = tl["t_send"]
+    fig, ax = plt.subplots(figsize=(9, 2.8))
+    lanes = {"EngineCore process\n(step ends)": [s[0] for s in tl["steps"]],
+             "API server process\n(outputs received)": [s[1] for s in tl["steps"]],
+             "client\n(SSE chunks)": tl["chunks"]}
+    for y, ts in enumerate(lanes.values()):
+        ax.scatter([1e3 * (t - t0) for t in ts], [y] * len(ts), marker="|", s=300)
+    for core_t, recv_t, _ in tl["steps"]:
+        ax.plot([1e3 * (core_t - t0), 1e3 * (recv_t - t0)], [0, 1], color="gray", lw=0.6)
+    ax.axvline(0, color="k", ls=":", lw=0.8)
+    ax.set_yticks(range(3), list(lanes))
+    ax.set_ylim(-0.5, 2.5)
+    ax.set_xlabel("ms after the client sent the request (0: HTTP POST)")
+    ax.set_title("Figure 12-1: one streamed request across the two processes")
+    fig.tight_layout()
+    return fig
+
+
+def _bench_args(rate: float, num_prompts: int, input_len: int, output_len: int) -> argparse.Namespace:
+    from minivllm.benchmarks.serve import add_cli_args
+    p = argparse.ArgumentParser()
+    add_cli_args(p)
+    return p.parse_args(["--base-url", server().url, "--model", NAME, "--tokenizer", DEFAULT_MODEL,
+                         "--num-prompts", str(num_prompts), "--random-input-len", str(input_len),
+                         "--random-output-len", str(output_len), "--request-rate", str(rate), "--disable-tqdm"])
+
+
+def bench_rates(rates=(2.0, 8.0, float("inf")), num_prompts: int = 16, input_len: int = 32,
+                output_len: int = 16) -> list[dict]:
+    """`minivllm bench serve`'s benchmark() at each rate against the running server (in a thread: the
+    notebook's kernel already runs an event loop)."""
+    from minivllm.benchmarks.serve import benchmark
+    rows = []
+    for rate in rates:
+        box: dict = {}
+        args = _bench_args(rate, num_prompts, input_len, output_len)
+        th = threading.Thread(target=lambda box=box, args=args: box.setdefault("r", asyncio.run(benchmark(args))))
+        th.start()
+        th.join(120)
+        if "r" not in box:
+            raise RuntimeError(f"bench serve at rate {rate} did not finish in 120 s")
+        rows.append(box["r"][0])
+    return rows
+
+
+def print_bench(rows: list[dict]) -> None:
+    print(f"{'rate':>6} {'req/s':>6} {'tok/s':>7} | {'TTFT p50':>8} {'p99':>7} | {'TPOT p50':>8} {'p99':>6} | "
+          f"{'ITL p50':>7} {'p99':>6}  (ms)")
+    for m in rows:
+        print(f"{m['request_rate']:>6} {m['request_throughput']:>6.2f} {m['output_throughput']:>7.1f} | "
+              f"{m['median_ttft_ms']:>8.1f} {m['p99_ttft_ms']:>7.1f} | {m['median_tpot_ms']:>8.1f} "
+              f"{m['p99_tpot_ms']:>6.1f} | {m['median_itl_ms']:>7.1f} {m['p99_itl_ms']:>6.1f}")
+
+
+def plot_bench(rows: list[dict]):
+    import matplotlib.pyplot as plt
+    labels = [str(m["request_rate"]) for m in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
+    for ax, key, title in zip(axes, ("ttft", "tpot", "itl"), ("TTFT", "TPOT", "ITL"), strict=True):
+        ax.plot(labels, [m[f"median_{key}_ms"] for m in rows], "o-", label="p50")
+        ax.plot(labels, [m[f"p99_{key}_ms"] for m in rows], "s--", label="p99")
+        ax.set_xlabel("request rate (req/s)")
+        ax.set_ylabel("ms")
+        ax.set_title(title)
+        ax.legend()
+    fig.suptitle("Figure 12-2: latency vs request rate (minivllm bench serve, 2-core CPU)")
+    fig.tight_layout()
+    return fig
+
+
+def process_split(rounds: int = 3, num_prompts: int = 8, max_tokens: int = 16) -> dict:
+    """Output tokens/s of LLM.generate with the EngineCore in this process (InprocClient) and in its own
+    (SyncMPClient), interleaved A B A B after one warm-up round; medians and the ratio."""
+    from minivllm.entrypoints.llm import LLM
+    from minivllm.sampling_params import SamplingParams
+    kw = {k: v for k, v in ENGINE.items()}
+    llms = {"in-process": LLM(DEFAULT_MODEL, multiprocess=False, **kw),
+            "multiprocess": LLM(DEFAULT_MODEL, multiprocess=True, **kw)}
+    prompts = [f"{name}:" for name in ("ROMEO", "JULIET", "HAMLET", "OTHELLO", "PORTIA", "LEAR", "IAGO", "PUCK")]
+    prompts = (prompts * (num_prompts // len(prompts) + 1))[:num_prompts]
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    rates: dict[str, list[float]] = {k: [] for k in llms}
+    try:
+        for r in range(rounds + 1):
+            for name, llm in llms.items():
+                t = time.perf_counter()
+                outs = llm.generate(prompts, params, use_tqdm=False)
+                dt = time.perf_counter() - t
+                if r:
+                    rates[name].append(sum(len(o.outputs[0].token_ids) for o in outs) / dt)
+    finally:
+        for llm in llms.values():
+            llm.llm_engine.shutdown()
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    return {"tok_per_s": med, "ratio_mp_over_inproc": med["multiprocess"] / med["in-process"], "runs": rates}
