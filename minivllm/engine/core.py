@@ -37,6 +37,7 @@ from minivllm.engine import (
     FinishReason,
     UtilityOutput,
 )
+from minivllm.engine.exceptions import EngineDeadError
 from minivllm.executor.abstract import Executor
 from minivllm.request import Request, RequestStatus
 from minivllm.structured_output import StructuredOutputManager
@@ -211,11 +212,12 @@ class EngineCore:
         A plugged-in step_fn is never second-guessed: its error propagates. Nor is a broken invariant
         (AssertionError) or a missing implementation (NotImplementedError): that is a bug in the engine or
         in code plugged into it, not a bad request, and hiding it behind one request's error would hide it.
+        A dead executor (EngineDeadError: a tensor-parallel worker died or raised) cannot run another step.
         """
         so = self._scheduled
         self.num_failed_steps += 1
         if (so is None or self.num_failed_steps > 3 or self.step_fn is not engine_core_step
-                or isinstance(error, (AssertionError, NotImplementedError))):
+                or isinstance(error, (AssertionError, NotImplementedError, EngineDeadError))):
             raise error
         logger.exception("step %d failed; finishing its %d request(s) with an error", self.step_counter,
                          len(so.num_scheduled_tokens))
