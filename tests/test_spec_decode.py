@@ -313,3 +313,24 @@ def test_structured_outputs_with_speculation_is_a_clear_error(plain_and_spec):
     with pytest.raises(ValueError, match="speculative_config"):
         spec.generate(["ROMEO:"], SamplingParams(max_tokens=4, structured_outputs=StructuredOutputsParams(
             choice=["yes", "no"])), use_tqdm=False)
+
+
+def test_spec_decoding_stats_reach_the_prometheus_metrics(plain_and_spec):
+    """/metrics renders what PrometheusStatLogger holds: vLLM's spec_decode_* counters plus the derived rates."""
+    from minivllm.entrypoints.openai.metrics import PrometheusStatLogger, parse_prometheus
+    _, spec = plain_and_spec
+    greedy_tokens(spec, prompts_from(spec, 2), max_tokens=24)
+    stats = spec.llm_engine.engine_core.get_stats()
+    sd = stats.spec_decoding_stats
+    logger = PrometheusStatLogger("m")
+    logger.record(stats, None)
+    logger.record(stats, None)  # the same cumulative totals again: counters must not double
+    got = parse_prometheus(logger.render())
+    assert got['minivllm:spec_decode_num_drafts_total{model_name="m"}'] == sd.num_drafts > 0
+    assert got['minivllm:spec_decode_num_draft_tokens_total{model_name="m"}'] == sd.num_draft_tokens
+    assert got['minivllm:spec_decode_num_accepted_tokens_total{model_name="m"}'] == sd.num_accepted_tokens
+    assert got['minivllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="0"}'] == \
+        sd.num_accepted_tokens_per_pos[0]
+    assert got['minivllm:spec_decode_acceptance_rate{model_name="m"}'] == pytest.approx(sd.acceptance_rate)
+    assert got['minivllm:spec_decode_mean_acceptance_length{model_name="m"}'] == \
+        pytest.approx(1 + sd.num_accepted_tokens / sd.num_drafts)

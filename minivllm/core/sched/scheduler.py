@@ -204,8 +204,7 @@ class Scheduler(SchedulerInterface):
             total_num_scheduled_tokens=total,
             finished_req_ids=self.finished_req_ids,
             preempted_req_ids={r.request_id for r in preempted_reqs},
-            scheduled_spec_decode_tokens={r: t for r, t in scheduled_spec_decode_tokens.items()
-                                          if r in num_scheduled_tokens},
+            scheduled_spec_decode_tokens=scheduled_spec_decode_tokens,
             step=self.step_id,
         )
         self.finished_req_ids = set()

@@ -89,6 +89,17 @@ class PrometheusStatLogger:
                                                token_buckets)
         self.request_generation_tokens = histogram("request_generation_tokens",
                                                    "Number of generation tokens processed.", token_buckets)
+        self.spec_decode_num_drafts = counter("spec_decode_num_drafts", "Number of spec decoding drafts.")
+        self.spec_decode_num_draft_tokens = counter("spec_decode_num_draft_tokens", "Number of draft tokens.")
+        self.spec_decode_num_accepted_tokens = counter("spec_decode_num_accepted_tokens",
+                                                       "Number of accepted tokens.")
+        self.spec_decode_accepted_per_pos = Counter(PREFIX + "spec_decode_num_accepted_tokens_per_pos",
+                                                    "Accepted tokens per draft position.",
+                                                    ["model_name", "position"], registry=r)
+        self.spec_decode_acceptance_rate = gauge("spec_decode_acceptance_rate",
+                                                 "Accepted / draft tokens since start (minivllm; vLLM derives it).")
+        self.spec_decode_mean_acceptance_length = gauge(
+            "spec_decode_mean_acceptance_length", "1 + accepted tokens per draft since start (minivllm).")
         self._totals = {"queries": 0, "hits": 0, "preemptions": 0}  # the core's cumulative counts seen so far
 
     def _set_scheduler_stats(self, s: SchedulerStats) -> None:
@@ -104,6 +115,22 @@ class PrometheusStatLogger:
             seen = self._totals[key]
             counter.inc(total - seen if total >= seen else total)  # a lower total: the core's stats were reset
             self._totals[key] = total
+        if s.spec_decoding_stats is not None:
+            self._set_spec_decoding_stats(s.spec_decoding_stats)
+
+    def _set_spec_decoding_stats(self, sd) -> None:
+        """The core's cumulative draft counts become counter increments (vLLM's spec_decode_* names)."""
+        totals = [("drafts", sd.num_drafts, self.spec_decode_num_drafts),
+                  ("draft_tokens", sd.num_draft_tokens, self.spec_decode_num_draft_tokens),
+                  ("accepted", sd.num_accepted_tokens, self.spec_decode_num_accepted_tokens)]
+        totals += [(f"pos{i}", n, self.spec_decode_accepted_per_pos.labels(self.model_name, str(i)))
+                   for i, n in enumerate(sd.num_accepted_tokens_per_pos)]
+        for key, total, counter in totals:
+            seen = self._totals.get(key, 0)
+            counter.inc(total - seen if total >= seen else total)
+            self._totals[key] = total
+        self.spec_decode_acceptance_rate.set(sd.acceptance_rate)
+        self.spec_decode_mean_acceptance_length.set(sd.mean_acceptance_length)
 
     def record(self, scheduler_stats: SchedulerStats | None, iteration_stats: IterationStats | None) -> None:
         if scheduler_stats is not None:
