@@ -334,3 +334,19 @@ def test_spec_decoding_stats_reach_the_prometheus_metrics(plain_and_spec):
     assert got['minivllm:spec_decode_acceptance_rate{model_name="m"}'] == pytest.approx(sd.acceptance_rate)
     assert got['minivllm:spec_decode_mean_acceptance_length{model_name="m"}'] == \
         pytest.approx(1 + sd.num_accepted_tokens / sd.num_drafts)
+
+
+def test_min_tokens_holds_inside_verified_drafts(plain_and_spec):
+    """A stop token the drafts propose before min_tokens is masked on its verification row, as the Sampler
+    masks it without speculation: the outputs are equal."""
+    from minivllm.sampling_params import SamplingParams
+    plain, spec = plain_and_spec
+    prompts = prompts_from(plain, 3)
+    loops = greedy_tokens(plain, prompts, 30)
+    stop_ids = sorted({loops[0][3], loops[1][3]})
+    for min_tokens in (0, 6, 12):
+        params = SamplingParams(max_tokens=30, temperature=0.0, min_tokens=min_tokens, stop_token_ids=stop_ids)
+        a = [o.outputs[0].token_ids for o in plain.generate(prompts, params, use_tqdm=False)]
+        b = [o.outputs[0].token_ids for o in spec.generate(prompts, params, use_tqdm=False)]
+        assert a == b, min_tokens
+        assert all(not set(t[:min_tokens]) & set(stop_ids) for t in b)

@@ -263,7 +263,8 @@ class GPUModelRunner:
             rows_logprobs = None  # per emitted row: one dict per token, or None
             if spec_md is not None:
                 with self.tracer.span("sample", self._step):
-                    out_ids = self.rejection_sampler(spec_md, None, logits, self._sampling_metadata(emit))
+                    out_ids = self.rejection_sampler(spec_md, None, self._mask_min_tokens(logits, spec_md, emit),
+                                                     self._sampling_metadata(emit))
                 rows_tokens = [[t for t in r if t != PLACEHOLDER_TOKEN_ID] for r in out_ids.tolist()]
                 if any(batch.num_logprobs[r] is not None for r in emit):
                     rows_logprobs = self._spec_logprobs(logits, spec_md, emit, rows_tokens)
@@ -286,6 +287,24 @@ class GPUModelRunner:
             if self.drafter is not None:
                 self._propose_drafts(req_ids, emit)
         return ModelRunnerOutput(req_ids, {r: i for i, r in enumerate(req_ids)}, sampled_token_ids, logprobs)
+
+    def _mask_min_tokens(self, logits: torch.Tensor, spec_md: SpecDecodeMetadata, emit: np.ndarray) -> torch.Tensor:
+        """The Sampler's min_tokens mask for verification rows: position p of a request samples its
+        (outputs so far + p)-th token, so stop ids and EOS are masked on the rows still below min_tokens."""
+        batch = self.input_batch
+        if not batch.min_tokens:
+            return logits
+        logits = logits.clone()
+        first_row = (spec_md.bonus_logits_indices.cpu() - torch.tensor(spec_md.num_draft_tokens)).tolist()
+        for j, row in enumerate(emit.tolist()):
+            mt = batch.min_tokens.get(row)
+            if mt is None:
+                continue
+            min_tokens, num_prompt, ids = mt
+            below = min(min_tokens - (int(batch.num_tokens[row]) - num_prompt), spec_md.num_draft_tokens[j] + 1)
+            for p in range(max(below, 0)):
+                logits[first_row[j] + p, ids] = float("-inf")
+        return logits
 
     def _spec_logprobs(self, logits: torch.Tensor, spec_md: SpecDecodeMetadata, emit: np.ndarray,
                        rows_tokens: list[list[int]]) -> list:
