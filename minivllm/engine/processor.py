@@ -100,8 +100,9 @@ class InputProcessor:
                                       "logprobs")
         if params.structured_outputs is not None:
             if self.speculative:
-                raise ValueError("structured_outputs: not supported together with speculative_config in "
-                                 "minivllm yet (drafts are not checked against the grammar)")
+                raise VLLMValidationError("structured_outputs are not supported together with speculative_config "
+                                          "in minivllm yet (drafts are not checked against the grammar)",
+                                          "structured_outputs")
             validate_xgrammar_grammar(params)  # a schema / regex / grammar that cannot build fails here
         # Output never passes max_model_len (check_stop ends it there), so a bigger max_tokens is capped to
         # the room left: the same result, and no integer too big for the core's int64 fields.
