@@ -315,8 +315,6 @@ SOURCE_HASHES = {
 }
 
 
-
-
 normalize_name, name_hash = last_name, last_name_hash
 
 

@@ -426,8 +426,6 @@ SOURCE_HASHES = {
 }
 
 
-
-
 normalize_name, name_hash = last_name, last_name_hash
 
 
