@@ -146,10 +146,6 @@ def test_solution_notebook_runs_on_cpu_with_all_grade_cells_passing(lesson_id, t
 
     from autograder.limits import cell_timeout
 
-    if lesson_id == "lesson10":
-        pytest.skip("known issue: lesson 10 forks tensor-parallel workers from the Jupyter kernel, which hung once "
-                    "in 3 CI-like runs (fork with the kernel's threads alive); its grading runs in fresh processes "
-                    "(tests/test_mutants.py, test_release.py) and its checks in tests/test_lesson10_grading.py")
     nb = nbformat.read(REPO / "solutions" / lesson_id / f"{lesson_id}.ipynb", as_version=4)
     NotebookClient(nb, timeout=round(cell_timeout()), kernel_name="python3",
                    resources={"metadata": {"path": str(tmp_path)}}).execute()

@@ -89,6 +89,28 @@ def test_two_ranks_sum_and_report_a_rank_error_in_one_line():
         run_two_ranks(_rank_raise)
 
 
+def _rank_exit(rank):
+    os._exit(3)
+
+
+def test_spawned_ranks_get_classes_defined_in_main_by_value_and_a_silent_death_is_one_line():
+    """The notebook's classes live in __main__, which a spawned interpreter does not have: they travel by
+    value. A child that dies without a word (a crash, os._exit) is reported with its exit code, at once."""
+    import types
+
+    main = types.ModuleType("__main__")
+    exec("from minivllm.model_executor.layers.linear import RowParallelLinear\n"
+         "class Halved(RowParallelLinear):\n"
+         "    def forward(self, x):\n"
+         "        return super().forward(x) / 2\n", main.__dict__)
+    assert main.Halved.__module__ == "__main__"
+    check_mlp(MergedColumnParallelLinear, RowParallelLinear)
+    with pytest.raises(CheckFailed, match="MLP 输出与不切分的 MLP 不一致"):
+        check_mlp(MergedColumnParallelLinear, main.Halved)
+    with pytest.raises(CheckFailed, match=r"rank 0 意外退出（退出码 3）"):
+        run_two_ranks(_rank_exit, timeout_s=30)
+
+
 def test_a_half_filled_answer_names_the_blank(solution_ns):
     """A blank in forward (after the constructor ran) is still reported as a blank, before any rank starts."""
     from autograder.common import BlankNotFilled, ______

@@ -6,11 +6,12 @@ The student writes the MLP's two parallel layers with minivllm's constructor and
 Both read self.tp_rank / self.tp_size and call minivllm.distributed.tensor_model_parallel_all_reduce.
 
 Grade cells and `python -m autograder check lesson10 ...` call the same functions here:
-    check_mlp(column_cls, row_cls)          two gloo ranks (forked, so they see the notebook's classes):
-                                            the shards each rank holds, and the MLP equals the unsharded one
-    check_real_engine(column_cls, row_cls)  the classes patched into minivllm's Llama, TP=2 in forked
-                                            workers: greedy equals TP=1; the profiler counts 2 all-reduces
-                                            per layer per step (+1 for the vocab-parallel embedding)
+    check_mlp(column_cls, row_cls)          two gloo ranks (spawned; the classes sent by value): the shards
+                                            each rank holds, and the MLP equals the unsharded one
+    check_real_engine(column_cls, row_cls)  the classes patched into minivllm's Llama in a spawned helper,
+                                            TP=2 in workers it forks: greedy equals TP=1; the profiler counts
+                                            2 all-reduces per layer per step (+1 for the vocab-parallel
+                                            embedding)
     check_boundary(column_cls, row_cls)     TP=1 in this process (the layers are plain linears); two ranks
                                             with biases, unequal fused projections and a single token
     check_source_map(SOURCE_MAP)
@@ -24,6 +25,7 @@ import json
 import multiprocessing
 import os
 import tempfile
+import time
 import traceback
 
 import torch
@@ -59,7 +61,7 @@ def _blank(e: BaseException) -> bool:
 
 def probe(column_cls, row_cls) -> None:
     """Build and run both layers at TP=1 in this process (no group: the all-reduce is the identity), so an
-    unfilled ______ shows as one line here instead of an error inside a forked rank or engine worker."""
+    unfilled ______ shows as one line here instead of an error inside a spawned rank or engine worker."""
     x = torch.zeros(1, 4)
     try:
         with torch.inference_mode():
@@ -140,40 +142,53 @@ def _rank_mlp(rank: int, column_cls, row_cls) -> dict[str, torch.Tensor]:
             "h": h, "out": down(F.silu(h[..., :d]) * h[..., d:])}
 
 
-def _rank_main(rank: int, port: int, fn, args, conn) -> None:
-    from minivllm.distributed.parallel_state import init_distributed_environment, initialize_model_parallel
+def _spawned_main(payload: bytes, conn) -> None:
+    """Target of a spawned process: fn(*args) from the cloudpickled payload; its result, or the student's error as
+    one line, goes to the parent on conn."""
     try:
+        import cloudpickle
+        fn, args = cloudpickle.loads(payload)
         torch.set_num_threads(1)
-        init_distributed_environment(TP, rank, f"tcp://127.0.0.1:{port}", "gloo", timeout_s=60)
-        initialize_model_parallel(TP)
-        with torch.inference_mode():
-            buf = io.BytesIO()
-            torch.save(fn(rank, *args), buf)
+        buf = io.BytesIO()
+        torch.save(fn(*args), buf)
         conn.send(("ok", buf.getvalue()))
-    except BaseException as e:  # the student's error, as one line, to the parent
+    except BaseException as e:
         conn.send(("error", ______._MSG if _blank(e) else f"{type(e).__name__}: {str(e)[:300]}"))
     finally:
         conn.close()
         os._exit(0)
 
 
-def run_two_ranks(fn, *args, timeout_s: float = 60.0) -> list:
-    """fn(rank, *args) on two gloo ranks in forked processes (they inherit the notebook's classes)."""
-    from minivllm.distributed.parallel_state import get_open_port
-    ctx = multiprocessing.get_context("fork")
-    port = get_open_port()
-    pipes = [ctx.Pipe(duplex=False) for _ in range(TP)]
-    procs = [ctx.Process(target=_rank_main, args=(r, port, fn, args, pipes[r][1]), daemon=True) for r in range(TP)]
-    for p in procs:
-        p.start()
+def run_spawned(calls: list[tuple], timeout_s: float, names: list[str]) -> list:
+    """Each (fn, *args) of `calls` in its own spawned process, all at once; their results in order.
+
+    Spawned, not forked: a fork copies the caller's threads' locks (a Jupyter kernel's ZMQ and history threads
+    hold some), and a forked child that needs one of them waits forever. The student's classes travel by value
+    with cloudpickle (they live in the notebook's __main__, which a fresh interpreter does not have). The
+    children's fd 2 is /dev/null (see quiet_workers); their errors come back on the pipes."""
+    import cloudpickle
+    ctx = multiprocessing.get_context("spawn")
+    pipes = [ctx.Pipe(duplex=False) for _ in calls]
+    # Not daemonic: the engine helper starts its own workers. Every child is joined or killed below.
+    procs = [ctx.Process(target=_spawned_main, args=(cloudpickle.dumps((c[0], c[1:])), w))
+             for c, (_, w) in zip(calls, pipes, strict=True)]
     try:
-        results = []
-        for r, (reader, writer) in enumerate(pipes):
-            writer.close()
-            expect(reader.poll(timeout_s), f"rank {r} 在 {timeout_s:.0f} 秒内没有返回：是否两个 rank 调用的集合通信"
-                                           "（all-reduce）次数不同，导致一方一直在等？")
-            status, payload = reader.recv()
-            expect(status == "ok", f"rank {r} 运行你的层时出错：{payload}")
+        with quiet_workers():
+            for p in procs:
+                p.start()
+        for _, w in pipes:
+            w.close()
+        results, deadline = [], time.monotonic() + timeout_s
+        for name, p, (reader, _) in zip(names, procs, pipes, strict=True):
+            while not reader.poll(0.2):
+                expect(time.monotonic() < deadline, f"{name} 在 {timeout_s:.0f} 秒内没有返回：是否两个 rank 调用的"
+                                                    "集合通信（all-reduce）次数不同，导致一方一直在等？")
+            try:
+                status, payload = reader.recv()
+            except EOFError:  # it exited without a word (a crash, os._exit): its pipe closed empty
+                p.join(5)
+                raise CheckFailed(f"{name} 意外退出（退出码 {p.exitcode}），没有返回结果。") from None
+            expect(status == "ok", f"{name} 运行你的层时出错：{payload}")
             results.append(torch.load(io.BytesIO(payload)))
         return results
     finally:
@@ -181,6 +196,22 @@ def run_two_ranks(fn, *args, timeout_s: float = 60.0) -> list:
             p.join(5)
             if p.is_alive():
                 p.kill()
+
+
+def _rank_main(rank: int, port: int, fn, *args):
+    from minivllm.distributed.parallel_state import init_distributed_environment, initialize_model_parallel
+    init_distributed_environment(TP, rank, f"tcp://127.0.0.1:{port}", "gloo", timeout_s=60)
+    initialize_model_parallel(TP)
+    with torch.inference_mode():
+        return fn(rank, *args)
+
+
+def run_two_ranks(fn, *args, timeout_s: float = 60.0) -> list:
+    """fn(rank, *args) on two gloo ranks, each in a spawned process (the student's classes sent by value)."""
+    from minivllm.distributed.parallel_state import get_open_port
+    port = get_open_port()
+    return run_spawned([(_rank_main, r, port, fn, *args) for r in range(TP)], timeout_s,
+                       [f"rank {r}" for r in range(TP)])
 
 
 @graded
@@ -222,7 +253,7 @@ _TP1_TOKENS: dict[str, list[list[int]]] = {}
 
 @contextlib.contextmanager
 def _patched_llama(column_cls, row_cls):
-    """minivllm's Llama builds its MLP (and o_proj) from the student's classes; workers fork to see it."""
+    """minivllm's Llama builds its MLP (and o_proj) from the student's classes; TP workers fork to see it."""
     import minivllm.model_executor.models.llama as llama
     saved = llama.MergedColumnParallelLinear, llama.RowParallelLinear, os.environ.get("MINIVLLM_WORKER_MULTIPROC_METHOD")
     llama.MergedColumnParallelLinear, llama.RowParallelLinear = column_cls, row_cls
@@ -239,9 +270,9 @@ def _patched_llama(column_cls, row_cls):
 
 @contextlib.contextmanager
 def quiet_workers():
-    """Workers forked inside this block get /dev/null as fd 2: torch.profiler's C++ side prints start/stop lines
-    there, and a grade cell that writes to stderr scores 0 in nbgrader. Their errors still reach the executor
-    through its pipes; this process's fd 2 is restored as the block ends."""
+    """Processes started inside this block get /dev/null as fd 2: torch.profiler's C++ side prints start/stop
+    lines there, and a grade cell that writes to stderr scores 0 in nbgrader. Their errors still reach the
+    parent through its pipes; this process's fd 2 is restored as the block ends."""
     saved = os.dup(2)
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
@@ -259,32 +290,45 @@ def count_all_reduces(trace_path: str) -> tuple[int, int]:
     return (sum(e["name"] == "execute_model" for e in events), sum(e["name"] == "c10d::allreduce_" for e in events))
 
 
+def _engine_kwargs() -> dict:
+    return dict(device="cpu", attention_backend="torch", multiprocess=False, max_num_seqs=4)
+
+
+def _tp2_run(column_cls, row_cls, max_tokens: int) -> dict:
+    """In a spawned helper: the Llama patched with the student's classes at TP=2 (its workers fork from this
+    single-purpose process, so they see the patch); the greedy tokens and rank 0's all-reduce count."""
+    from minivllm.entrypoints.llm import LLM
+    from minivllm.sampling_params import SamplingParams
+    sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    with _patched_llama(column_cls, row_cls):
+        llm = LLM(tensor_parallel_size=TP, **_engine_kwargs())
+    try:
+        path = os.path.join(tempfile.mkdtemp(prefix="lesson10-"), "tp2.json")
+        llm.start_profile(path)
+        tokens = [o.outputs[0].token_ids for o in llm.generate(PROMPTS, sp, use_tqdm=False)]
+        steps, calls = count_all_reduces(llm.stop_profile())
+        return {"tokens": tokens, "steps": steps, "calls": calls, "num_layers": _num_layers(llm)}
+    finally:
+        llm.llm_engine.shutdown()
+
+
 @graded
 @once
 def check_real_engine(column_cls, row_cls, max_tokens: int = 8) -> None:
     """TP=2 with the student's layers equals TP=1 token for token; 2 all-reduces per layer per step."""
     from minivllm.entrypoints.llm import LLM
     from minivllm.sampling_params import SamplingParams
-    sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
-    kw = dict(device="cpu", attention_backend="torch", multiprocess=False, max_num_seqs=4)
     key = f"default:{max_tokens}"
     if key not in _TP1_TOKENS:
-        llm1 = LLM(**kw)
+        llm1 = LLM(**_engine_kwargs())
+        sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
         _TP1_TOKENS[key] = [o.outputs[0].token_ids for o in llm1.generate(PROMPTS, sp, use_tqdm=False)]
         llm1.llm_engine.shutdown()
-    with _patched_llama(column_cls, row_cls), quiet_workers():
-        llm = LLM(tensor_parallel_size=TP, **kw)
-    try:
-        path = os.path.join(tempfile.mkdtemp(prefix="lesson10-"), "tp2.json")
-        llm.start_profile(path)
-        got = [o.outputs[0].token_ids for o in llm.generate(PROMPTS, sp, use_tqdm=False)]
-        trace = llm.stop_profile()
-        num_layers = _num_layers(llm)
-    finally:
-        llm.llm_engine.shutdown()
+    (run,) = run_spawned([(_tp2_run, column_cls, row_cls, max_tokens)], 100.0, ["TP=2 引擎"])
+    got = run["tokens"]
     expect(got == _TP1_TOKENS[key], f"TP=2 的贪心输出与 TP=1 不同：第一条提示词 TP=1 {_TP1_TOKENS[key][0]}，"
                                     f"TP=2 {got[0]}。")
-    steps, calls = count_all_reduces(trace)
+    steps, calls, num_layers = run["steps"], run["calls"], run["num_layers"]
     per_step = calls / max(steps, 1)
     expect(calls == steps * (2 * num_layers + 1),
            f"rank 0 的 profiler 记录到每步 {per_step:.2f} 次 all-reduce，应是 {2 * num_layers + 1}："

@@ -44,7 +44,6 @@ def print_rank_shards(shards: dict) -> None:
 # ---------------------------------------------------------------------------- all-reduce share, TP=1 vs TP=2
 def _llm(tp: int):
     from minivllm.entrypoints.llm import LLM
-    os.environ.setdefault("MINIVLLM_WORKER_MULTIPROC_METHOD", "fork")
     with quiet_workers():
         return LLM(device="cpu", attention_backend="torch", multiprocess=False, max_num_seqs=4,
                    tensor_parallel_size=tp)
@@ -122,7 +121,7 @@ def plot_tp_comparison(cmp: dict):
 
 # ---------------------------------------------------------------------------- the all-reduce in the wrong place
 def _rank_mlp_without_all_reduce(rank: int, column_cls, row_cls) -> dict:
-    """The student's MLP on this rank with the TP group's all-reduce made the identity (this forked rank only)."""
+    """The student's MLP on this rank with the TP group's all-reduce made the identity (this spawned rank only)."""
     from autograder.lesson10.checks import _rank_mlp
     from minivllm.distributed import get_tp_group
     get_tp_group().all_reduce = lambda t: t
