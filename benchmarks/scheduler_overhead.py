@@ -70,6 +70,7 @@ class MinivllmSide:
                  prefix_caching: bool = True) -> None:
         num_reqs = len(prompts)
         self.num_reqs = num_reqs
+        self.splits: list[tuple[float, float]] = []  # per round: (schedule, update) us per request
         num_blocks = num_reqs * (max_model_len // block_size + 2) + 1
         self.scheduler = Scheduler(
             SchedulerConfig(max_num_batched_tokens=max(8192, sum(map(len, prompts))), max_num_seqs=num_reqs,
@@ -88,7 +89,7 @@ class MinivllmSide:
     def round(self, steps: int, profiler: cProfile.Profile | None = None) -> list[int]:
         """ns of schedule + update per step; the fake model output is built outside the timed region."""
         scheduler, clock, num_reqs = self.scheduler, time.perf_counter_ns, self.num_reqs
-        step_ns = []
+        step_ns, split = [], []
         gc.collect()
         for _ in range(steps):
             if profiler:
@@ -108,7 +109,15 @@ class MinivllmSide:
             if profiler:
                 profiler.disable()
             step_ns.append(t1 - t0 + t3 - t2)
+            split.append((t1 - t0, t3 - t2))
+        self.splits.append(split_per_request(split, num_reqs))
         return step_ns
+
+
+def split_per_request(split: list[tuple[int, int]], num_reqs: int) -> tuple[float, float]:
+    """us per request of the first and the second half of a step (schedule, update), medians over steps."""
+    return (statistics.median(s for s, _ in split) / 1e3 / num_reqs,
+            statistics.median(u for _, u in split) / 1e3 / num_reqs)
 
 
 def load_nano_vllm(path: str) -> types.SimpleNamespace:
@@ -155,6 +164,7 @@ class NanoVllmSide:
                  max_model_len: int) -> None:
         num_reqs = len(prompts)
         self.num_reqs = num_reqs
+        self.splits: list[tuple[float, float]] = []  # per round: (schedule, postprocess) us per request
         nano.sequence.Sequence.block_size = block_size  # nano-vllm's LLMEngine sets it from its config
         config = types.SimpleNamespace(
             max_num_seqs=num_reqs, max_num_batched_tokens=max(8192, sum(map(len, prompts))), eos=EOS,
@@ -171,7 +181,7 @@ class NanoVllmSide:
     def round(self, steps: int, profiler=None) -> list[int]:
         scheduler, clock, num_reqs = self.scheduler, time.perf_counter_ns, self.num_reqs
         token_ids = [FAKE_TOKEN] * num_reqs
-        step_ns = []
+        step_ns, split = [], []
         gc.collect()
         for _ in range(steps):
             t0 = clock()
@@ -182,6 +192,8 @@ class NanoVllmSide:
             scheduler.postprocess(seqs, token_ids, is_prefill)
             t3 = clock()
             step_ns.append(t1 - t0 + t3 - t2)
+            split.append((t1 - t0, t3 - t2))
+        self.splits.append(split_per_request(split, num_reqs))
         return step_ns
 
 
@@ -235,10 +247,14 @@ def main() -> None:
     figures = {}
     for name, values in per_req.items():
         means = mean_per_req[name][args.warmup:]
+        splits = sides[name].splits[args.warmup:]
+        first, second = (statistics.median(x[i] for x in splits) for i in (0, 1))
         print(f"  {name:10s} us per running request per step: median of rounds {spread(values)}; "
-              f"mean step {statistics.median(means):.3f}")
+              f"mean step {statistics.median(means):.3f}; schedule() {first:.3f} + "
+              f"{'update_from_output' if name == 'minivllm' else 'postprocess'}() {second:.3f}")
         figures[f"{name} us/req-step"] = {"median": statistics.median(values), "min": min(values),
-                                          "max": max(values), "mean_step": statistics.median(means)}
+                                          "max": max(values), "mean_step": statistics.median(means),
+                                          "schedule": first, "update": second}
     ratios = []
     if "nano-vllm" in per_req:
         r = ratio("scheduler cost minivllm / nano-vllm", per_req["minivllm"], per_req["nano-vllm"],

@@ -37,3 +37,41 @@ def test_sort_only_when_a_row_uses_top_p():
     k = torch.tensor([5, 0, 10, 3])
     assert "aten::sort" not in ops_of(lambda: apply_top_k_top_p(logits, k, None))
     assert "aten::sort" in ops_of(lambda: apply_top_k_top_p(logits, k, torch.tensor([0.9, 1.0, 1.0, 1.0])))
+
+
+def test_cached_sampling_metadata_follows_every_batch_change():
+    """The runner reuses the last SamplingMetadata while the batch is unchanged; a request leaving and another
+    taking its row (same rows, new params), a swap, and min_tokens crossing its threshold all show at once."""
+    import types
+
+    import numpy as np
+
+    from minivllm.sampling_params import SamplingParams
+    from minivllm.worker.gpu_input_batch import CachedRequestState, InputBatch
+    from minivllm.worker.gpu_model_runner import GPUModelRunner
+
+    batch = InputBatch(max_num_reqs=4, max_model_len=64, block_size=16)
+    runner = types.SimpleNamespace(input_batch=batch, device=torch.device("cpu"), _sampling_metadata_key=None,
+                                   _cached_sampling_metadata=None)
+    runner._make_sampling_metadata = lambda rows: GPUModelRunner._make_sampling_metadata(runner, rows)
+    md = lambda: GPUModelRunner._sampling_metadata(runner, np.arange(batch.num_reqs))  # noqa: E731
+
+    def state(rid, **sp):
+        return CachedRequestState(rid, [5, 6, 7], SamplingParams(**sp), None, [1], 3, eos_token_id=2)
+
+    batch.add_request(state("a", temperature=0.0))
+    batch.add_request(state("b", temperature=0.7, top_k=5))
+    first = md()
+    assert md() is first  # unchanged batch: reused
+    assert first.temperature.tolist() == [0.0, np.float32(0.7)] and first.top_k.tolist() == [0, 5]
+    batch.remove_request("b")
+    batch.add_request(state("c", temperature=1.3))  # the same row, other parameters
+    second = md()
+    assert second is not first and second.temperature.tolist() == [0.0, np.float32(1.3)] and second.top_k is None
+    batch.swap_states(0, 1)
+    assert md().temperature.tolist() == [np.float32(1.3), 0.0]
+    batch.add_request(state("d", temperature=0.0, min_tokens=2))  # row 2, prompt of 3: below min_tokens
+    assert md().min_tokens == {2: [2]}
+    batch.append_token(2, 9)
+    batch.append_token(2, 9)
+    assert md().min_tokens is None  # two outputs now: nothing masked, with no batch change in between

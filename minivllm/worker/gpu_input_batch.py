@@ -53,12 +53,16 @@ class InputBatch:
         self.generators: dict[int, torch.Generator] = {}
         # row -> (min_tokens, prompt length, ids masked until then): vLLM's MinTokensLogitsProcessor state
         self.min_tokens: dict[int, tuple[int, int, list[int]]] = {}
+        # Bumped whenever a row's request or sampling parameters change: the runner rebuilds its cached
+        # SamplingMetadata only then (vLLM: InputBatch.refresh_metadata on a batch update).
+        self.version = 0
 
     @property
     def num_reqs(self) -> int:
         return len(self.req_id_to_index)
 
     def add_request(self, state: CachedRequestState) -> int:
+        self.version += 1
         if None in self.req_ids:
             idx = self.req_ids.index(None)
             self.req_ids[idx] = state.req_id
@@ -105,6 +109,7 @@ class InputBatch:
         idx = self.req_id_to_index.pop(req_id, None)
         if idx is None:
             return None
+        self.version += 1
         self.req_ids[idx] = None
         self.generators.pop(idx, None)
         self.min_tokens.pop(idx, None)
@@ -112,6 +117,7 @@ class InputBatch:
         return idx
 
     def swap_states(self, i: int, j: int) -> None:
+        self.version += 1
         ri, rj = self.req_ids[i], self.req_ids[j]
         self.req_ids[i], self.req_ids[j] = rj, ri
         if ri is not None:

@@ -7,6 +7,7 @@ end of its known tokens. It never changes a request's status: it only reports to
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -64,6 +65,8 @@ class GPUModelRunner:
         self.attn_backend = get_attn_backend(vllm_config.attention_backend, str(device))
         self.requests: dict[str, CachedRequestState] = {}
         self.input_batch = InputBatch(self.max_num_reqs, self.max_model_len, self.block_size)
+        self._sampling_metadata_key: tuple | None = None
+        self._cached_sampling_metadata: SamplingMetadata | None = None
         self.sampler = Sampler()
         spec = vllm_config.speculative_config
         self.drafter = (NgramProposer(spec.num_speculative_tokens, spec.prompt_lookup_min, spec.prompt_lookup_max,
@@ -204,6 +207,24 @@ class GPUModelRunner:
                 emit, logits_indices, spec_md)
 
     def _sampling_metadata(self, rows: np.ndarray) -> SamplingMetadata:
+        """The rows' SamplingMetadata: rebuilt only when the batch or the rows changed (most decode steps
+        reuse the last one); the per-step min_tokens rows are refreshed every step."""
+        b = self.input_batch
+        key = (b.version, rows.tobytes())
+        if self._sampling_metadata_key != key:
+            self._cached_sampling_metadata = self._make_sampling_metadata(rows)
+            self._sampling_metadata_key = key
+        md = self._cached_sampling_metadata
+        if not b.min_tokens:
+            return md
+        min_tokens = {}  # rows still below min_tokens: their stop ids and EOS are masked
+        for i, r in enumerate(rows.tolist()):
+            mt = b.min_tokens.get(r)
+            if mt is not None and b.num_tokens[r] - mt[1] < mt[0]:
+                min_tokens[i] = mt[2]
+        return dataclasses.replace(md, min_tokens=min_tokens or None)
+
+    def _make_sampling_metadata(self, rows: np.ndarray) -> SamplingMetadata:
         b = self.input_batch
         temp = b.temperature[rows]
         greedy = temp < 1e-5
@@ -211,11 +232,6 @@ class GPUModelRunner:
         dev = self.device
         num_logprobs = [b.num_logprobs[r] for r in rows]
         asked = [n for n in num_logprobs if n is not None]
-        min_tokens = {}  # rows still below min_tokens: their stop ids and EOS are masked
-        for i, r in enumerate(rows.tolist() if b.min_tokens else ()):
-            mt = b.min_tokens.get(r)
-            if mt is not None and b.num_tokens[r] - mt[1] < mt[0]:
-                min_tokens[i] = mt[2]
         return SamplingMetadata(
             temperature=None if greedy.all() else torch.from_numpy(temp).to(dev),
             all_greedy=bool(greedy.all()), all_random=not bool(greedy.any()),
@@ -223,8 +239,7 @@ class GPUModelRunner:
             top_k=torch.from_numpy(b.top_k[rows]).to(dev) if (b.top_k[rows] > 0).any() else None,
             min_p=torch.from_numpy(b.min_p[rows]).to(dev) if (b.min_p[rows] > 0).any() else None,
             generators={row_of[r]: g for r, g in b.generators.items() if r in row_of},
-            max_num_logprobs=max(asked) if asked else None, num_logprobs=num_logprobs,
-            min_tokens=min_tokens or None)
+            max_num_logprobs=max(asked) if asked else None, num_logprobs=num_logprobs)
 
     # ------------------------------------------------------------------ step
     @torch.inference_mode()

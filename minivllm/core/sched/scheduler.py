@@ -68,8 +68,10 @@ class Scheduler(SchedulerInterface):
         token_budget = self.max_num_scheduled_tokens
         num_scheduled_tokens: dict[str, int] = {}
         req_to_new_block_ids: dict[str, list[int] | None] = {}
-        scheduled_running_reqs: list[Request] = []
-        running_new_block_ids: list[list[int] | None] = []  # one row per scheduled running request
+        # CachedRequestData's rows for the scheduled running requests, filled as they are scheduled.
+        cached_req_ids: list[str] = []
+        cached_new_block_ids: list[list[int] | None] = []
+        cached_num_computed_tokens: list[int] = []
         scheduled_new_reqs: list[Request] = []
         scheduled_resumed_reqs: list[Request] = []
         preempted_reqs: list[Request] = []
@@ -82,17 +84,17 @@ class Scheduler(SchedulerInterface):
         # Most decode steps need no new block and fill none: the KV manager keeps, per request, the token
         # count up to which allocate_slots would do nothing, and the loop skips that call (vLLM makes it).
         noop_until = kv.allocate_slots_noop_until
-        req_index = 0
-        while req_index < len(running) and token_budget > 0:
-            request = running[req_index]
+        # A for loop over a list that only ever loses its tail meanwhile (preemption pops the last request, one
+        # not reached yet): vLLM's `while req_index < len(self.running)` without the index bookkeeping.
+        for request in running:
+            if token_budget <= 0:
+                break
             num_computed_tokens = request.num_computed_tokens
             num_output_placeholders = request.num_output_placeholders
             if num_output_placeholders and request.max_tokens is not None and (
                     num_computed_tokens + 2 - num_output_placeholders
                     >= request.num_prompt_tokens + request.max_tokens):
-                # Async scheduling: the step in flight already samples this request's last token.
-                req_index += 1
-                continue
+                continue  # async scheduling: the step in flight already samples this request's last token
             # = request.num_tokens_with_spec + placeholders - num_computed_tokens, without property calls
             num_new_tokens = (len(request.all_token_ids) + len(request.spec_token_ids) + num_output_placeholders
                               - num_computed_tokens)
@@ -105,7 +107,6 @@ class Scheduler(SchedulerInterface):
             if num_new_tokens > max_model_len - 1 - num_computed_tokens:
                 num_new_tokens = max_model_len - 1 - num_computed_tokens
             if num_new_tokens <= 0:
-                req_index += 1
                 continue
             request_id = request.request_id
             if num_computed_tokens + num_new_tokens <= noop_until.get(request_id, -1):
@@ -124,11 +125,11 @@ class Scheduler(SchedulerInterface):
                 if new_blocks is None:
                     break
                 new_block_ids = new_blocks.get_block_ids() if new_blocks.blocks else None
-            scheduled_running_reqs.append(request)
-            running_new_block_ids.append(new_block_ids)
+            cached_req_ids.append(request_id)
+            cached_new_block_ids.append(new_block_ids)
+            cached_num_computed_tokens.append(num_computed_tokens)
             num_scheduled_tokens[request_id] = num_new_tokens
             token_budget -= num_new_tokens
-            req_index += 1
             if request.spec_token_ids:
                 # Drafts that fit this step's share ride along; fresh ones come after the step.
                 num_spec = num_new_tokens + num_computed_tokens - len(request.all_token_ids)
@@ -187,14 +188,14 @@ class Scheduler(SchedulerInterface):
         assert len(self.running) <= self.max_num_running_reqs
 
         # Requests the worker already holds travel as deltas: running ones, then resumed ones.
-        cached_reqs = scheduled_running_reqs + scheduled_resumed_reqs
-        cached = CachedRequestData(
-            req_ids=[r.request_id for r in cached_reqs],
-            resumed_from_preemption=[False] * len(scheduled_running_reqs) + [True] * len(scheduled_resumed_reqs),
-            new_block_ids=running_new_block_ids + [req_to_new_block_ids[r.request_id]
-                                                   for r in scheduled_resumed_reqs],
-            num_computed_tokens=[r.num_computed_tokens for r in cached_reqs],
-        )
+        resumed_from_preemption = [False] * len(cached_req_ids) + [True] * len(scheduled_resumed_reqs)
+        for r in scheduled_resumed_reqs:
+            cached_req_ids.append(r.request_id)
+            cached_new_block_ids.append(req_to_new_block_ids[r.request_id])
+            cached_num_computed_tokens.append(r.num_computed_tokens)
+        cached = CachedRequestData(req_ids=cached_req_ids, resumed_from_preemption=resumed_from_preemption,
+                                   new_block_ids=cached_new_block_ids,
+                                   num_computed_tokens=cached_num_computed_tokens)
         self.step_id += 1
         output = SchedulerOutput(
             scheduled_new_reqs=[NewRequestData.from_request(r, req_to_new_block_ids[r.request_id])
@@ -285,27 +286,26 @@ class Scheduler(SchedulerInterface):
             if scheduled_spec and req_id in scheduled_spec:
                 self._roll_back_rejected(request, len(scheduled_spec[req_id]), len(generated) - 1)
             status_before = request.status
-            new_token_ids = []
-            finished = False
-            for token_id in generated:
+            # Token by token: a stop ends the request there, and later tokens (drafts) are dropped.
+            finish_reason = None
+            new_token_ids = generated
+            for i, token_id in enumerate(generated):
                 request.append_output_token_ids(token_id)
-                new_token_ids.append(token_id)
                 if check_stop(request):
-                    finished = True
+                    finish_reason = request.get_finished_reason()
+                    new_token_ids = generated[:i + 1]
+                    if status_before == RequestStatus.RUNNING:
+                        stopped_running.add(request)
+                    else:
+                        stopped_preempted.add(request)
+                    self._free_request(request)
                     break
             new_logprobs = None
             if logprobs is not None and logprobs[req_index] is not None:
                 new_logprobs = logprobs[req_index][:len(new_token_ids)]
-            if finished:
-                if status_before == RequestStatus.RUNNING:
-                    stopped_running.add(request)
-                else:
-                    stopped_preempted.add(request)
-                self._free_request(request)
-            outputs.append(EngineCoreOutput(
-                req_id, new_token_ids, new_logprobs,
-                request.get_finished_reason() if finished else None,
-                request.stop_reason, request.num_cached_tokens if request.num_cached_tokens > 0 else 0))
+            # num_cached_tokens was set (>= 0) when the request was admitted, before it could sample
+            outputs.append(EngineCoreOutput(req_id, new_token_ids, new_logprobs, finish_reason,
+                                            request.stop_reason, request.num_cached_tokens))
         if stopped_running:
             self.running = [r for r in self.running if r not in stopped_running]
         if stopped_preempted:
@@ -346,7 +346,7 @@ class Scheduler(SchedulerInterface):
         if num_output_tokens < params.min_tokens:
             return False
         last = output_token_ids[-1]
-        if not params.ignore_eos and last == request.eos_token_id:
+        if last == request.eos_token_id and not params.ignore_eos:
             request.status = RequestStatus.FINISHED_STOPPED
             return True
         if params.stop_token_ids and last in params.stop_token_ids:
