@@ -61,11 +61,19 @@ class Request:
         self.status = RequestStatus.WAITING
         self.stop_reason: int | str | None = None
         self.max_tokens = sampling_params.max_tokens
+        # What could end the request, for Scheduler._check_stop's per-token fast exit: the token ids that
+        # stop it (EOS unless ignore_eos, and stop_token_ids), and the token count max_tokens caps it at.
+        stop_ids = set(sampling_params.stop_token_ids or ())
+        if eos_token_id is not None and not sampling_params.ignore_eos:
+            stop_ids.add(eos_token_id)
+        self._stop_token_ids = frozenset(stop_ids)
         self.structured_output_request = StructuredOutputRequest.from_sampling_params(sampling_params)
         if self.structured_output_request is not None:
             self.status = RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR
         self.prompt_token_ids = list(prompt_token_ids)
         self.num_prompt_tokens = len(self.prompt_token_ids)
+        self._max_num_tokens = (self.num_prompt_tokens + self.max_tokens if self.max_tokens is not None
+                                else sys.maxsize)
         # Plain lists, not properties: they are read per request per step on the scheduler's hot path.
         self.output_token_ids: list[int] = []
         self.all_token_ids: list[int] = list(self.prompt_token_ids)

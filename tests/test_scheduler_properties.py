@@ -255,3 +255,44 @@ def test_progress_check_catches_a_prompt_without_room():
            "caching": False, "depth": 1, "async": False}
     with pytest.raises(AssertionError, match="stalled at 47/48"):
         _run_alone(cfg, MAX_MODEL_LEN, 4)
+
+
+def reference_check_stop(request: Request, max_model_len: int) -> tuple[bool, RequestStatus | None, object]:
+    """vLLM's check_stop order, with nothing precomputed: (stopped, status, stop_reason)."""
+    params, out = request.sampling_params, request.output_token_ids
+    if len(out) < params.min_tokens:
+        return False, None, None
+    if out[-1] == request.eos_token_id and not params.ignore_eos:
+        return True, RequestStatus.FINISHED_STOPPED, None
+    if params.stop_token_ids and out[-1] in params.stop_token_ids:
+        return True, RequestStatus.FINISHED_STOPPED, out[-1]
+    if len(request.all_token_ids) >= max_model_len or (
+            request.max_tokens is not None and len(out) >= request.max_tokens):
+        return True, RequestStatus.FINISHED_LENGTH_CAPPED, None
+    return False, None, None
+
+
+@settings(max_examples=300, deadline=None)
+@given(prompt_len=st.integers(1, 6), max_model_len=st.integers(8, 14), max_tokens=st.none() | st.integers(1, 8),
+       min_tokens=st.integers(0, 8), ignore_eos=st.booleans(), eos=st.none() | st.sampled_from([1, 2]),
+       stop_ids=st.lists(st.integers(1, 4), max_size=2), tokens=st.lists(st.integers(1, 5), min_size=1, max_size=10))
+def test_check_stop_fast_exit_agrees_with_vllm_order(prompt_len, max_model_len, max_tokens, min_tokens, ignore_eos,
+                                                      eos, stop_ids, tokens):
+    """Scheduler._check_stop's precomputed fast exit never changes a verdict, status or stop reason."""
+    if max_tokens is not None:
+        min_tokens = min(min_tokens, max_tokens)
+    params = SamplingParams(max_tokens=max_tokens, min_tokens=min_tokens, ignore_eos=ignore_eos,
+                            stop_token_ids=stop_ids or None)
+    sched = Scheduler(SchedulerConfig(max_num_batched_tokens=64, max_num_seqs=4, max_model_len=max_model_len),
+                      CacheConfig(block_size=4, enable_prefix_caching=False), num_gpu_blocks=16)
+    ours, ref = (Request(f"r{i}", [7] * prompt_len, params, eos_token_id=eos) for i in range(2))
+    for token in tokens:
+        if len(ours.all_token_ids) >= max_model_len:
+            break
+        for r in (ours, ref):
+            r.append_output_token_ids(token)
+        want = reference_check_stop(ref, max_model_len)
+        got = sched._check_stop(ours)
+        assert (got, ours.status if got else None, ours.stop_reason) == want
+        if got:
+            break

@@ -340,6 +340,11 @@ class Scheduler(SchedulerInterface):
         """vLLM's check_stop: nothing before min_tokens, then EOS and stop token ids, then the length caps
         (so an EOS that is also the max_tokens-th token finishes with "stop"). The InputProcessor keeps
         min_tokens within the context, so min_tokens cannot carry a request past max_model_len."""
+        all_token_ids = request.all_token_ids
+        num_tokens = len(all_token_ids)
+        if (num_tokens < request._max_num_tokens and num_tokens < self.max_model_len
+                and all_token_ids[-1] not in request._stop_token_ids):
+            return False  # fast exit, most tokens: no stop id, no length cap (the checks below all say no)
         output_token_ids = request.output_token_ids
         num_output_tokens = len(output_token_ids)  # runs per token: plain len(), no properties
         params = request.sampling_params
