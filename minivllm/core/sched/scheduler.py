@@ -303,9 +303,9 @@ class Scheduler(SchedulerInterface):
             new_logprobs = None
             if logprobs is not None and logprobs[req_index] is not None:
                 new_logprobs = logprobs[req_index][:len(new_token_ids)]
-            # num_cached_tokens was set (>= 0) when the request was admitted, before it could sample
+            num_cached_tokens = request.num_cached_tokens  # -1 until admission sets it
             outputs.append(EngineCoreOutput(req_id, new_token_ids, new_logprobs, finish_reason,
-                                            request.stop_reason, request.num_cached_tokens))
+                                            request.stop_reason, num_cached_tokens if num_cached_tokens > 0 else 0))
         if stopped_running:
             self.running = [r for r in self.running if r not in stopped_running]
         if stopped_preempted:
