@@ -2,6 +2,9 @@
 no check calls these."""
 from __future__ import annotations
 
+import contextlib
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from autograder.lesson05.checks import (
@@ -16,9 +19,176 @@ from autograder.lesson05.checks import (
 )
 
 
+@dataclass
+class BatchStep:
+    """What _update_states did to minivllm's persistent batch in one engine step."""
+
+    so: object
+    before: list = field(default_factory=list)        # rows (None = hole) after removes/adds, before condense
+    condensed: list = field(default_factory=list)     # (from_row, to_row): condense moved a tail row into a hole
+    swapped: list = field(default_factory=list)       # (row, row): _reorder_batch's swap_states (decodes first)
+    rows: list = field(default_factory=list)          # the rows _prepare_inputs read
+
+
+@contextlib.contextmanager
+def batch_log(log: list):
+    """Within: every _update_states of minivllm's runner appends a BatchStep (the class methods are wrapped
+    and restored on exit; the engine's behaviour is unchanged)."""
+    from minivllm.worker.gpu_input_batch import InputBatch
+    from minivllm.worker.gpu_model_runner import GPUModelRunner
+
+    orig = (GPUModelRunner._update_states, GPUModelRunner._reorder_batch, InputBatch.condense,
+            InputBatch.swap_states)
+    phase: list = [None]
+
+    def _update_states(self, so):
+        log.append(BatchStep(so))
+        orig[0](self, so)
+        log[-1].rows = list(self.input_batch.req_ids[:self.input_batch.num_reqs])
+
+    def _reorder_batch(self, num_scheduled):
+        phase[0] = "swap"
+        try:
+            return orig[1](self, num_scheduled)
+        finally:
+            phase[0] = None
+
+    def condense(self):
+        if log:
+            log[-1].before = list(self.req_ids)
+        phase[0] = "condense"
+        try:
+            return orig[2](self)
+        finally:
+            phase[0] = None
+
+    def swap_states(self, i, j):
+        if log and phase[0] == "condense":
+            log[-1].condensed.append((j, i))        # condense swaps (hole, last): the last row moves up
+        elif log and phase[0] == "swap":
+            log[-1].swapped.append((i, j))
+        return orig[3](self, i, j)
+
+    GPUModelRunner._update_states, GPUModelRunner._reorder_batch = _update_states, _reorder_batch
+    InputBatch.condense, InputBatch.swap_states = condense, swap_states
+    try:
+        yield
+    finally:
+        GPUModelRunner._update_states, GPUModelRunner._reorder_batch = orig[0], orig[1]
+        InputBatch.condense, InputBatch.swap_states = orig[2], orig[3]
+
+
 def engine_run():
-    """The engine's own run of the lesson's workload, every step's inputs recorded."""
-    return run_engine(record=True)
+    """The engine's own run of the lesson's workload, every step's inputs recorded, and what each step's
+    _update_states did to the persistent batch (run.batch_log: one BatchStep per step with tokens)."""
+    log: list = []
+    with batch_log(log):
+        run = run_engine(record=True)
+    run.batch_log = [b for b in log if b.so.total_num_scheduled_tokens > 0]
+    run.v2 = v2_tables(log, max_num_reqs=4)
+    assert len(run.batch_log) == len(run.steps) == len(run.v2)
+    return run
+
+
+def v2_tables(log: list, max_num_reqs: int, decode_query_len: int = 1) -> list:
+    """Model Runner V2's bookkeeping for the same scheduler outputs (vllm/v1/worker/gpu/states.py
+    RequestState; model_runner.py finish_requests / add_requests / prepare_inputs / sort_batch_req_ids): a
+    request keeps the slot free_indices.pop() gave it until it finishes or is preempted; each step builds a
+    fresh batch whose order is decodes first, then by token count, and idx_mapping[batch row] = slot.
+    Returns one (slot -> req_id, batch req_ids, idx_mapping) per step with tokens."""
+    free = list(range(max_num_reqs))
+    slot: dict = {}
+    out = []
+    for b in log:
+        so = b.so
+        for r in set(so.finished_req_ids) | set(so.preempted_req_ids):
+            if r in slot:
+                free.append(slot.pop(r))
+        for new in so.scheduled_new_reqs:
+            slot[new.req_id] = free.pop()
+        cached = so.scheduled_cached_reqs
+        for r, resumed in zip(cached.req_ids, cached.resumed_from_preemption, strict=False):
+            if resumed and r not in slot:
+                slot[r] = free.pop()
+        if so.total_num_scheduled_tokens == 0:
+            continue
+        n = so.num_scheduled_tokens
+        order = sorted(n, key=lambda r: (n[r] != decode_query_len, n[r]))
+        out.append(({s: r for r, s in slot.items()}, order, [slot[r] for r in order]))
+    return out
+
+
+def print_v1_v2(run) -> None:
+    """Per step: V1's rows and what moved them; V2's slot table and idx_mapping for the same step."""
+    print(f"{'step':>4}  {'V1 rows after _update_states':<28}{'moves (condense / swap)':<30}"
+          f"{'V2 slots 0..3':<22}idx_mapping (batch order)")
+    for k, (b, (table, order, idx)) in enumerate(zip(run.batch_log, run.v2, strict=True)):
+        moves = [f"C{f}->{t}" for f, t in b.condensed] + [f"S{i}<->{j}" for i, j in b.swapped]
+        slots = " ".join(table.get(s, "·") for s in range(4))
+        print(f"{k + 1:>4}  {str(b.rows):<28}{' '.join(moves) or '-':<30}{slots:<22}"
+              f"{idx}  ({' '.join(order)})")
+    print("V1 row moves in this run (V2: none, each request stays in its slot):")
+    for k, b in enumerate(run.batch_log):
+        for f, t in b.condensed:
+            print(f"  step {k + 1}: condense moved req {b.before[f]} from row {f} into the hole at row {t}")
+        for i, j in b.swapped:
+            print(f"  step {k + 1}: swap_states exchanged rows {i} and {j} (decode first: req {b.rows[i]} "
+                  f"now row {i}, req {b.rows[j]} row {j})")
+
+
+def moved_rows(run) -> dict:
+    """How often minivllm's persistent batch moved a row (each move copies the row's token ids, block table
+    and sampling state) against V2 (no row ever moves: a slot is written once, on admission)."""
+    return {"steps": len(run.batch_log), "condense_moves": sum(len(b.condensed) for b in run.batch_log),
+            "reorder_swaps": sum(len(b.swapped) for b in run.batch_log), "v2_moves": 0}
+
+
+def plot_v1_vs_v2(run):
+    """Figure 5-3: the same recorded steps as V1's persistent batch (rows move: condense, swap) and as V2's
+    request-state table (a request stays in its slot) with that step's idx_mapping beneath."""
+    import matplotlib.pyplot as plt
+
+    reqs = sorted({r for b in run.batch_log for r in b.rows})
+    color = {r: plt.cm.tab10(i % 10) for i, r in enumerate(reqs)}
+    steps = len(run.batch_log)
+    rows = 4
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(max(10, 0.75 * steps + 2), 7.2),
+                                 gridspec_kw={"height_ratios": [rows, rows + 1.6]})
+    for k, b in enumerate(run.batch_log):
+        for i, r in enumerate(b.rows):
+            a1.add_patch(plt.Rectangle((k, i), 0.92, 0.92, color=color[r]))
+            a1.text(k + 0.46, i + 0.46, f"req {r}", ha="center", va="center", fontsize=7)
+        for f, t in b.condensed:
+            a1.annotate("", (k + 0.2, t + 0.5), (k + 0.2, f + 0.5),
+                        arrowprops=dict(arrowstyle="->", color="k", lw=1.4))
+            a1.text(k + 0.05, t + 0.15, "condense", fontsize=6)
+        for i, j in b.swapped:
+            a1.annotate("", (k + 0.8, i + 0.5), (k + 0.8, j + 0.5),
+                        arrowprops=dict(arrowstyle="<->", color="crimson", lw=1.4))
+            a1.text(k + 0.5, i + 0.85, "swap", fontsize=6, color="crimson")
+    m = moved_rows(run)
+    a1.set_title(f"V1 persistent batch (minivllm InputBatch, vLLM gpu_input_batch.py): rows moved "
+                 f"{m['condense_moves']}x by condense, {m['reorder_swaps']}x by swap_states in {steps} steps")
+    table_rows = rows + 1.6
+    for k, (table, _order, idx) in enumerate(run.v2):
+        for s, r in table.items():
+            a2.add_patch(plt.Rectangle((k, s), 0.92, 0.92, color=color.get(r, "0.8")))
+            a2.text(k + 0.46, s + 0.46, f"req {r}", ha="center", va="center", fontsize=7)
+        a2.text(k + 0.46, rows + 0.7, "\n".join(map(str, idx)), ha="center", va="top", fontsize=7,
+                family="monospace")
+    a2.axhline(rows + 0.1, color="0.5", lw=0.8)
+    a2.set_title("V2 request-state table (vllm/v1/worker/gpu/states.py RequestState: a request keeps its slot) "
+                 "and idx_mapping[batch row] = slot (below, decodes first)")
+    for ax, h, labels in ((a1, rows, [f"row {i}" for i in range(rows)]),
+                          (a2, table_rows, [f"slot {i}" for i in range(rows)])):
+        ax.set_xlim(-0.1, steps)
+        ax.set_ylim(h, -0.1)
+        ax.set_yticks([i + 0.46 for i in range(rows)], labels)
+        ax.set_xticks([k + 0.46 for k in range(steps)], [str(k + 1) for k in range(steps)])
+        ax.set_xlabel("engine step")
+    a2.text(-0.05, rows + 0.7, "idx_mapping", ha="right", va="top", fontsize=7)
+    fig.tight_layout()
+    return fig
 
 
 def pick_mixed_step(run):
