@@ -47,6 +47,40 @@ def fig_swimlane(runs, titles=("to the end", "with aborts")):
     return fig
 
 
+def preemption_summary(run) -> dict:
+    """What a run's preemptions were: per request how often, at which steps, and relative to its aborts."""
+    per: dict = {}
+    steps = []
+    for i, ids in enumerate(run.life.preempted):
+        for rid in ids:
+            per.setdefault(rid, []).append(i + 1)
+            steps.append(i + 1)
+    last_abort = max((s for s, _ in run.life.aborted_in.values()), default=None)
+    return dict(total=run.num_preemptions, per_request=per, steps=steps, last_abort=last_abort,
+                after_last_abort=[s for s in steps if last_abort is not None and s > last_abort])
+
+
+def caption_swimlane(runs) -> str:
+    """Figure 4-1's caption, written from the two runs the student sees (not from a run someone else had)."""
+    lines = []
+    for name, run in zip(("左图（跑到结束）", "右图（带取消）"), runs, strict=True):
+        s = preemption_summary(run)
+        if not s["total"]:
+            lines.append(f"{name}：{run.num_steps} 步，没有抢占。")
+            continue
+        who = "，".join(f"{rid} {len(at)} 次（第 {'、'.join(map(str, at))} 步）"
+                       for rid, at in sorted(s["per_request"].items(), key=lambda kv: -len(kv[1])))
+        line = f"{name}：{run.num_steps} 步，共 {s['total']} 次抢占——{who}。"
+        if s["last_abort"] is not None:
+            aborts = "，".join(f"{rid} 在第 {st} 步（当时 {state}）"
+                               for rid, (st, state) in sorted(run.life.aborted_in.items(), key=lambda kv: kv[1][0]))
+            line += f"取消生效：{aborts}。"
+            line += (f"最后一次取消（第 {s['last_abort']} 步）之后还有 {len(s['after_last_abort'])} 次抢占。"
+                     if s["after_last_abort"] else f"最后一次取消（第 {s['last_abort']} 步）之后没有再发生抢占。")
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def fig_blocks(run):
     """KV blocks in use after each step, preemptions marked; free + used is the pool size every step."""
     import matplotlib.pyplot as plt

@@ -57,7 +57,7 @@ if "google.colab" in sys.modules or os.environ.get("MINIVLLM_COLAB_INSTALL"):
 # | 顺序 | vLLM 文件与入口（8e958902eee5） | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
 # | 1 | [`vllm/v1/request.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/request.py)：`RequestStatus`（注释 “anything after PREEMPTED will be considered as a finished status”）、`RequestStatus.is_finished`、`Request.num_computed_tokens` | `minivllm/request.py`：`RequestStatus`、`Request` | 哪些状态算 “已结束”？为什么用 `IntEnum` 的大小比较？ |
-# | 2 | [`vllm/v1/core/sched/scheduler.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/scheduler.py)：`schedule()` 里 `allocate_slots` 失败后的 `self.running.pop()` 与 `Scheduler._preempt_request` | `minivllm/core/sched/scheduler.py`：`Scheduler.schedule`、`Scheduler._preempt` | 被抢占的请求丢掉了什么、保留了什么？为什么放回 waiting **队首**？ |
+# | 2 | [`vllm/v1/core/sched/scheduler.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/scheduler.py)：`schedule()` 里 `allocate_slots` 失败后的 `self.running.pop()` 与 `Scheduler._preempt_request` | `minivllm/core/sched/scheduler.py`：`Scheduler.schedule`、`Scheduler._preempt` | 被抢占的请求丢掉了什么、保留了什么？为什么放回 waiting **队首**（`waiting.prepend_request`：FCFS 队列是队首，priority 策略按优先级重新插入）？ |
 # | 3 | 同文件 `Scheduler.finish_requests`、`Scheduler._free_request` | `minivllm/core/sched/scheduler.py`：`Scheduler.finish_requests`、`Scheduler._free_request` | 一个请求可能在哪些队列里？取消一个已经结束的请求会怎样？ |
 # | 4 | [`vllm/v1/engine/core.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py)：`EngineCore.abort_requests`、`EngineCore._process_aborts_queue`、`EngineCore.step` 里 “Before processing the model output, process any aborts” | `minivllm/engine/core.py`：`EngineCore.abort_requests`、`EngineCore._process_aborts_queue`、`engine_core_step` | 取消为什么要在 `update_from_output` **之前**处理？ |
 # | 5 | [`vllm/v1/engine/async_llm.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/async_llm.py)：`AsyncLLM.generate` 的 `except (asyncio.CancelledError, GeneratorExit)`、`AsyncLLM.abort` | `minivllm/engine/async_llm.py`：`AsyncLLM.generate`、`AsyncLLM.abort`；`minivllm/engine/core_client.py`：`abort_requests` | 客户端断开是怎样变成一条 abort 消息的？前端自己先做了什么？ |
@@ -69,6 +69,8 @@ if "google.colab" in sys.modules or os.environ.get("MINIVLLM_COLAB_INSTALL"):
 # - EOS：vLLM 把 EOS 存在 `sampling_params._eos_token_id` 上，`update_from_generation_config` 在 `ignore_eos` 时干脆不设它，`check_stop` 只比较 `last_token_id == sampling_params.eos_token_id`；minivllm 把 EOS 放在 `Request.eos_token_id`，在 `_check_stop` 里显式检查 `ignore_eos`。两者行为相同。
 # - `_preempt_request` 还要释放 encoder cache、处理 async scheduling 的 “stale output”（`num_stale_output_tokens`）与 KV connector；minivllm 只有 KV 块、`spec_token_ids` 与 `num_output_placeholders` 要清。
 # - `finish_requests`：vLLM 还跳过已经 `is_finished()` 的请求、处理 `skipped_waiting` 队列和远端 KV 的延迟释放；minivllm 里已结束的请求已经不在 `Scheduler.requests` 里。
+- 放回 waiting：vLLM 调用 `self.waiting.prepend_request(request)`；FCFS 的 `FCFSRequestQueue` 是 `appendleft`（队首），`priority` 策略的 `PriorityRequestQueue` 没有“队首”，按 (priority, arrival_time) 重新入堆。minivllm 只有 FCFS，直接 `waiting.appendleft`。
+- **取消什么时候生效（minivllm ≠ vLLM）**：vLLM 的输入线程把一条 ABORT **同时**放进 `aborts_queue` 和 `input_queue`（`process_input_sockets` 的注释：“Aborts are added to *both* queues”）。步与步之间 `_process_input_queue` 处理 `input_queue`，`_handle_client_request` 调用 `EngineCore.abort_requests`——它是**同步的**，直接 `scheduler.finish_requests(..., FINISHED_ABORTED)`，所以在下一次 `schedule` 之前就结束了请求；`aborts_queue` 只是让一步**执行期间**到达的取消在 `update_from_output` 之前被提前处理（`finish_requests` 幂等，处理两次无害）。minivllm 的 `EngineCore.abort_requests` 只是把 id 放进 `aborts_queue`，只在一步的 aborts 阶段（`schedule` 之后、`update_from_output` 之前）处理；所以本课 trace 里“步前入队的取消在下一步 `schedule` 之后才生效、这一步还为它算了一次”是 minivllm 的行为，vLLM 里只有执行期间到达的取消才这样。
 #
 # 方法会继续演进，面试回答应先声明所读版本。
 
@@ -115,17 +117,19 @@ from minivllm.request import RequestStatus  # noqa: E402
 #
 # 1. `kv_cache_manager.free(request)`：它的**全部** KV 块立刻回到 `BlockPool`（引用计数减一；开启 prefix cache 时，已经算满并哈希过的块留在缓存里，只是变成可驱逐的）；
 # 2. `status = PREEMPTED`，`num_computed_tokens = 0`：KV 没了，进度也就没了——它已经生成的输出 token **保留**在 `output_token_ids` 里，恢复时连同 prompt 一起重新 prefill；
-# 3. `waiting.appendleft(request)`：放回 waiting **队首**，内存一有空就最先恢复，不被后来者插队（第 2 课：这一步也不再接纳任何请求）。
+# 3. `waiting.appendleft(request)`（vLLM：`waiting.prepend_request(request)`）：放回 waiting **队首**，内存一有空就最先恢复，不被后来者插队（第 2 课：这一步也不再接纳任何请求）。“队首”只在 FCFS 策略下成立；`--scheduling-policy priority` 时它按优先级和到达时间重新排队。
 #
 # 恢复时它走的是普通的 waiting 路径：`get_computed_blocks` 先查 prefix cache——被抢占前算满的块如果还没被驱逐，直接命中，只需重算最后不满的那一块和之后的 token。所以在有 prefix cache 的 V1 里，重算往往比听起来便宜。V0 还有 “换出到 CPU”（swap）这种抢占方式；V1 只保留重算，原因是 Q1 的内容。
 #
-# **取消。** 客户端断开（HTTP 连接关闭）时，`AsyncLLM.generate` 这个 async generator 收到 `asyncio.CancelledError` / `GeneratorExit`，前端先在 `OutputProcessor` 里丢掉这个请求的输出状态，再经 `EngineCoreClient.abort_requests` 发出一条 ABORT 消息；`EngineCore` 的输入线程把它放进 `aborts_queue`。一步之内的顺序是：
+# **取消。** 客户端断开（HTTP 连接关闭）时，`AsyncLLM.generate` 这个 async generator 收到 `asyncio.CancelledError` / `GeneratorExit`，前端先在 `OutputProcessor` 里丢掉这个请求的输出状态，再经 `EngineCoreClient.abort_requests` 发出一条 ABORT 消息；`EngineCore` 的输入线程把它放进队列（vLLM：`aborts_queue` 和 `input_queue` 都放；minivllm：只进 `aborts_queue`，见上面的差异列表）。一步之内的顺序是：
 #
 # ```
 # schedule → execute_model（异步） → grammar bitmask → 等 worker → _process_aborts_queue → update_from_output
 # ```
 #
-# `_process_aborts_queue` 调用 `Scheduler.finish_requests(ids, FINISHED_ABORTED)`：把请求从它所在的队列（running 或 waiting——PREEMPTED 的请求也在 waiting 里）中拿掉、状态改为 `FINISHED_ABORTED`、释放 KV 块、记进 `finished_req_ids`（下一步的 `SchedulerOutput` 据此让 worker 丢掉它的缓存行）、从 `self.requests` 删除。随后的 `update_from_output` 在 `self.requests` 里找不到它，于是这一步**已经算出来**的 token 也不会发出去。
+# > **minivllm ≠ vLLM**：在 vLLM 里，步与步之间到达的取消由 `_process_input_queue` → `EngineCore.abort_requests`（同步）在下一次 `schedule` **之前**处理；上图的 `_process_aborts_queue` 只接住一步执行期间到达的取消。minivllm 只有后者，所以任何取消都在某一步的 `schedule` 之后才生效。
+
+`_process_aborts_queue` 调用 `Scheduler.finish_requests(ids, FINISHED_ABORTED)`：把请求从它所在的队列（running 或 waiting——PREEMPTED 的请求也在 waiting 里）中拿掉、状态改为 `FINISHED_ABORTED`、释放 KV 块、记进 `finished_req_ids`（下一步的 `SchedulerOutput` 据此让 worker 丢掉它的缓存行）、从 `self.requests` 删除。随后的 `update_from_output` 在 `self.requests` 里找不到它，于是这一步**已经算出来**的 token 也不会发出去。
 #
 # **停止判断。** `update_from_output` 每追加一个采样出的 token，就调用一次 `check_stop`，顺序是（vLLM `v1/core/sched/utils.py:check_stop`）：
 #
@@ -140,10 +144,11 @@ from minivllm.request import RequestStatus  # noqa: E402
 
 # %%
 runs = L04.demo_runs()  # 两次真实引擎运行（默认模型，CPU，几秒）
-L04.fig_swimlane(runs);
+L04.fig_swimlane(runs)
+print(L04.caption_swimlane(runs))
 
 # %% [markdown]
-# 图 4-1：每个请求每一步 `update` 之后的状态。左图里 `w` 在 `d` 旁边被反复抢占（红）、恢复（绿），直到 `a`、`v` 结束腾出块；`p`、`z` 一直在等待。右图的取消让块提前回到池里，后面的请求不再被抢占。
+# 图 4-1：每个请求每一步 `update` 之后的状态（灰：等待；绿：运行；红：被抢占；紫：取消）。图下打印的说明由这两次运行本身算出：每个请求被抢占了几次、在哪几步，取消在哪一步、请求当时处于什么状态，以及最后一次取消之后是否还有抢占——读图时以它为准。KV 池一满，调度器就从 running 的末尾（FCFS 下最晚加入的）抢占；取消让块提前回到池里，抢占随之变少。
 #
 # 同一次运行（左）每一步之后在用的 KV 块数，红色三角是发生抢占的步：
 
@@ -174,7 +179,7 @@ L04.print_recompute_cost(cost)
 #
 # ## 具体演示：生命周期的 trace
 #
-# 检查不是看最终结果，而是读 trace：本课把第 1 课的 `Tracer` 打开，每次状态变化记成一个事件（名字是 `OLD->NEW`，带上步号和请求 id），和引擎自己的阶段事件（schedule、execute、wait、aborts、update）放在同一个 trace 里。下面是带取消那次运行的前 12 个转移：注意 `d` 的取消出现在第 5 步的 `schedule` **之后**——取消是在这一步的 `aborts` 阶段才被处理的。
+# 检查不是看最终结果，而是读 trace：本课把第 1 课的 `Tracer` 打开，每次状态变化记成一个事件（名字是 `OLD->NEW`，带上步号和请求 id），和引擎自己的阶段事件（schedule、execute、wait、aborts、update）放在同一个 trace 里。下面是带取消那次运行的前 12 个转移：注意 `d` 的取消（第 4 步之后入队）出现在第 5 步的 `schedule` **之后**——minivllm 在这一步的 `aborts` 阶段才处理它。在 vLLM 里，步与步之间到达的这条取消会被 `_process_input_queue` 在第 5 步 `schedule` 之前同步处理，`d` 不会再被调度；只有在一步执行期间到达的取消才走 `aborts` 阶段。
 
 # %%
 L04.print_transitions(runs[1], 12)
@@ -335,7 +340,7 @@ for blocks in (64, 7):
 #
 # 1. 重算做什么：`schedule()` 里 `allocate_slots` 返回 `None`，`self.running.pop()` 取出优先级最低的请求，`_preempt_request` 把它的块还给 `BlockPool`（prefix cache 开启时，算满并哈希过的块留在缓存里变成可驱逐）、`num_computed_tokens = 0`、状态 PREEMPTED、`waiting` 队首。已生成的 token 还在 `output_token_ids` 里；恢复时调度器只看到一个 `num_tokens - num_computed_tokens` 很大的请求，按普通 waiting 请求接纳：先 `get_computed_blocks` 查 prefix cache，剩下的按 chunked prefill 算。
 # 2. 为什么在 V1 合适：V1 的调度器没有 prefill / decode 阶段，“恢复” 不需要任何特殊路径；swap 需要 CPU 上的块池、换出/换入的拷贝流与同步、worker 侧的块表重映射，以及 “换入完成前不能调度” 的状态——这是一条额外的数据通路和一整类 bug。重算的代价则被两件事压低：prefix cache 让被抢占前算满的块在恢复时直接命中（本课表 4-1：开启后重算的 token 从几百降到几十），chunked prefill 让重算与别人的 decode 同批进行，GPU 上 prefill 是计算受限的，单位 token 很便宜。
-# 3. 什么时候重算更贵：上下文很长（重算与长度成正比，attention 部分还是平方）、prefix cache 已被其他请求挤掉、抢占频繁（同一个请求反复重算，本课左图 `w` 被抢占了十几次）。swap 的代价是 KV 字节数 / PCIe 带宽，同样与长度线性，但不占 GPU 计算、也不挤占 token budget。哪个更快取决于模型（每 token 的 KV 字节数 vs 每 token 的 FLOPs）、GPU 与互连，要在目标硬件上 benchmark；工程上更重要的是别让抢占频繁发生（加大 KV 池、限制 `max_num_seqs` / `max_num_batched_tokens`）。
+# 3. 什么时候重算更贵：上下文很长（重算与长度成正比，attention 部分还是平方）、prefix cache 已被其他请求挤掉、抢占频繁（同一个请求反复重算，本课左图里同一个请求被抢占了好几次，次数见图 4-1 下打印的说明）。swap 的代价是 KV 字节数 / PCIe 带宽，同样与长度线性，但不占 GPU 计算、也不挤占 token budget。哪个更快取决于模型（每 token 的 KV 字节数 vs 每 token 的 FLOPs）、GPU 与互连，要在目标硬件上 benchmark；工程上更重要的是别让抢占频繁发生（加大 KV 池、限制 `max_num_seqs` / `max_num_batched_tokens`）。
 #
 # **附：检查方法的参考解释**（不单独计分，供批改时核对学生在“检查方法”下写的解释）：64 块时每个请求最多 4 块（40 + 24 = 64 个 token），三个请求一共 12 块，一开始就都放得下，`allocate_slots` 从不失败，也就没有抢占。7 块（6 个可用）时 r0、r1 各用 3 块进来，r2 被准入检查挡在外面；第 10 步 r0 要第 4 个块，池空了，最后加入的 r1 被抢占（3 块归还、`num_computed_tokens` 归零、waiting 队首）；r0 结束后第 25 步 r1 最先恢复，r2 跟着进来，第 26 步两者再争块，这次最新的 r2 被抢占，第 41 步才恢复。8 块时多出的一个块让 r1、r2 晚一些才相撞。恢复后输出不变，是因为重算用的是同样的 token 序列（prompt + 已输出的 token），重建出同样的 KV；“模型”是确定的（真实引擎里是贪心解码），所以下一个 token 也一样——这也是为什么 `num_computed_tokens` 必须归零：少算一段，KV 就不是这个序列的 KV 了。
 #
@@ -353,11 +358,11 @@ for blocks in (64, 7):
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 指出在这一步的 `schedule` 与 `update` 之间到达的取消（worker 已经在为它算 token）：先 update 会把这一步采样出的 token 追加进 `output_token_ids` 并作为 `EngineCoreOutput` 发给前端——一个客户端已经断开的请求又收到了输出（trace 里 `FINISHED_ABORTED` 之后还有这个请求的输出）；若这个 token 恰好触发了停止，请求以 STOPPED/LENGTH 结束、其块已在 update 里释放，随后的取消什么都不做，结束原因与统计（abort 计数）都错了；并说明先处理取消的保证：`finish_requests` 把它从 `self.requests` 删除，`update_from_output` 里 `requests.get(req_id) is None` 直接跳过，worker 算出的 token 被丢弃，块只释放一次。1 分 = 只说 “多输出一个 token” 或 “浪费” 而没有沿对象说明。0 分 = 认为顺序无关紧要。
+# **评分要点**：2 分 = 指出在这一步的 `schedule` 与 `update` 之间到达的取消（worker 已经在为它算 token）：先 update 会把这一步采样出的 token 追加进 `output_token_ids` 并作为 `EngineCoreOutput` 发给前端——一个客户端已经断开的请求又收到了输出（trace 里 `FINISHED_ABORTED` 之后还有这个请求的输出）；若这个 token 恰好触发了停止，请求以 STOPPED/LENGTH 结束、其块已在 update 里释放，随后的取消什么都不做，结束原因与统计（abort 计数）都错了；并说明先处理取消的保证：`finish_requests` 把它从 `self.requests` 删除，`update_from_output` 里 `requests.get(req_id) is None` 直接跳过，worker 算出的 token 被丢弃，块只释放一次。1 分 = 只说 “多输出一个 token” 或 “浪费” 而没有沿对象说明。0 分 = 认为顺序无关紧要。**minivllm 与 vLLM 的差别不扣分**：本课 trace 的故事（步前入队的取消在下一步 `schedule` 之后才生效）是 minivllm 的；学生若指出 vLLM 在步与步之间经 `_process_input_queue` → 同步的 `EngineCore.abort_requests` 在 `schedule` 之前处理取消、只有执行期间到达的取消才落到 `_process_aborts_queue`，并据此说明问题只出现在“执行期间到达”的取消上，同样给满分——只要说清描述的是哪个系统。
 #
 # **参考答案**
 #
-# 1. 一步的顺序：`schedule`（这一步要算 `d` 的一个 token）→ `execute_model` → 等 worker → `_process_aborts_queue` → `update_from_output`。本课带取消的那次运行里，`d` 的取消在第 5 步之前入队，trace 显示它在第 5 步 `schedule` 之后（`after aborts`）才变成 `FINISHED_ABORTED`：这一步 worker 已经为 `d` 采样了一个 token。
+# 1. 一步的顺序：`schedule`（这一步要算 `d` 的一个 token）→ `execute_model` → 等 worker → `_process_aborts_queue` → `update_from_output`。本课带取消的那次运行里（minivllm），`d` 的取消在第 5 步之前入队，trace 显示它在第 5 步 `schedule` 之后（`after aborts`）才变成 `FINISHED_ABORTED`：这一步 worker 已经为 `d` 采样了一个 token。vLLM 里这条步前到达的取消会先被 `_process_input_queue` 同步处理；同样的情形发生在一步执行期间到达的取消上（`aborts_queue` 正是为它准备的）。
 # 2. 现在的顺序：取消先到，`finish_requests` 把 `d` 从 `running` 拿掉、释放块、记进 `finished_req_ids`、从 `Scheduler.requests` 删除；`update_from_output` 遍历 `num_scheduled_tokens` 时 `self.requests.get("d")` 是 `None`，跳过——这一步为它算出的 token 丢弃，前端不会再收到 `d` 的任何输出（检查 “取消后不再有输出” 读的就是这个）。
 # 3. 反过来：`update` 先把 token 追加到 `d.output_token_ids`、生成 `EngineCoreOutput` 发给前端——一个已经走了的客户端还收到了输出，`OutputProcessor` 里这个请求的状态已经被前端清掉，最好的情况是白做、最坏是报错；如果这个 token 恰好让 `check_stop` 为真，`d` 会以 `FINISHED_LENGTH_CAPPED`/`STOPPED` 结束并在 update 里释放块、离开 `requests`，随后的取消找不到它，结束原因变成了 length 而不是 abort（指标里 abort 计数也少一次）。第 1 课只能从代码推断，这里是可观察的：trace 里 `FINISHED_ABORTED` 之后出现这个请求的输出，就是顺序错了。
 #
@@ -375,11 +380,11 @@ for blocks in (64, 7):
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 至少说出并对应到对象的三条保证：(a) 状态只由调度线程写（取消只是入队 `aborts_queue`，由 `EngineCore` 的循环在一步的固定位置 `_process_aborts_queue` 处理，不在输入线程里直接改 `Scheduler`），(b) 取消之后不再有输出（在 `update_from_output` 之前处理；`update` 跳过不在 `requests` 里的请求），(c) 资源恰好释放一次、不影响别人（块归还、`finished_req_ids` 让 worker 丢掉缓存行；取消一个已经自然结束或不存在的 id 是无操作——取消与停止同时发生是常态），并指出取消可能落在任一状态（WAITING、prefill 中、decode 中、PREEMPTED），每种都要离开正确的队列。1 分 = 只说出其中一两条或没有对应对象。0 分 = 认为可以在收到取消时立即从输入线程修改调度器状态。
+# **评分要点**：2 分 = 至少说出并对应到对象的三条保证：(a) 状态只由引擎循环所在的线程写（输入线程只把取消入队；vLLM 里 ABORT 同时进 `input_queue` 和 `aborts_queue`，引擎循环在步与步之间由 `_process_input_queue` 调用同步的 `EngineCore.abort_requests`，在一步执行期间到达的则由 `_process_aborts_queue` 在 `update_from_output` 之前处理；minivllm 只有 `aborts_queue` 这一处——两种描述都给分，只要说清是哪个系统；不要求说“vLLM 的 abort_requests 只入队”，说它同步调用 `finish_requests` 是对的），(b) 取消之后不再有输出（在 `update_from_output` 之前处理；`update` 跳过不在 `requests` 里的请求），(c) 资源恰好释放一次、不影响别人（块归还、`finished_req_ids` 让 worker 丢掉缓存行；取消一个已经自然结束或不存在的 id 是无操作——取消与停止同时发生是常态），并指出取消可能落在任一状态（WAITING、prefill 中、decode 中、PREEMPTED），每种都要离开正确的队列。1 分 = 只说出其中一两条或没有对应对象。0 分 = 认为可以在收到取消时立即从输入线程修改调度器状态。
 #
 # **参考答案**
 #
-# 1. **一个写者**：前端（`AsyncLLM.generate` 捕获 `CancelledError`/`GeneratorExit`）先在 `OutputProcessor` 里丢掉这个请求的输出状态，再经 `EngineCoreClient.abort_requests` 发消息；`EngineCore` 的输入线程只把 id 放进 `aborts_queue`（线程安全的 `queue.Queue`），真正改 `Scheduler` 的只有引擎循环自己，在一步里固定的位置（`_process_aborts_queue`，`update_from_output` 之前）。于是调度器看到的永远是一致的快照：一个请求不会在 `schedule()` 遍历 `running` 时凭空消失。
+# 1. **一个写者**：前端（`AsyncLLM.generate` 捕获 `CancelledError`/`GeneratorExit`）先在 `OutputProcessor` 里丢掉这个请求的输出状态，再经 `EngineCoreClient.abort_requests` 发消息；`EngineCore` 的输入线程只把消息入队（线程安全的 `queue.Queue`；vLLM 把 ABORT 同时放进 `input_queue` 和 `aborts_queue`，minivllm 只放进 `aborts_queue`），真正改 `Scheduler` 的只有引擎循环自己，而且只在固定的位置：vLLM 在步与步之间（`_process_input_queue` → `EngineCore.abort_requests`，同步调用 `finish_requests`，下一次 `schedule` 之前）和一步之内（`_process_aborts_queue`，`update_from_output` 之前）；minivllm 只在后者。于是调度器看到的永远是一致的快照：一个请求不会在 `schedule()` 遍历 `running` 时凭空消失。
 # 2. **取消之后没有输出**：worker 可能已经为它算了这一步的 token；先处理取消、把它从 `Scheduler.requests` 删除，`update_from_output` 就跳过它。异步调度下前端也会丢掉迟到的输出（`OutputProcessor` 里已经没有这个请求）。
 # 3. **恰好一次、各状态都对**：取消可能落在 WAITING（只在 `waiting` 里，没有块）、prefill 中或 decode 中（在 `running` 里，持有块）、PREEMPTED（在 `waiting` 里、块已在抢占时还掉）。`finish_requests` 要按状态离开正确的队列、写 `FINISHED_ABORTED`、`kv_cache_manager.free` 一次、记进 `finished_req_ids`（下一步的 `SchedulerOutput` 让 worker 删掉它的 `CachedRequestState` 与块表行）。请求可能在同一步自然结束（`check_stop` 为真后已离开 `requests`），或 id 根本不存在：这时取消必须什么都不做，不能重复释放块、不能报错。本课的真实引擎检查在每一步之后核对块守恒与状态转移的合法性，读的正是这些保证。
 #
