@@ -49,9 +49,21 @@ if "google.colab" in sys.modules:
 # | 3 | [`vllm/v1/structured_output/backend_xgrammar.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/structured_output/backend_xgrammar.py)：`XgrammarBackend.compile_grammar`、`XgrammarGrammar.accept_tokens`、`fill_bitmask` | `minivllm/structured_output/backend_xgrammar.py`：`XgrammarBackend.compile`、`XgrammarGrammar.accept_tokens` | 编译结果（与分词器有关）和每个请求的匹配状态各放在哪里？ |
 # | 4 | [`vllm/v1/core/sched/scheduler.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/scheduler.py)：`get_grammar_bitmask`、`_try_promote_blocked_waiting_request`、`update_from_output` | `minivllm/core/sched/scheduler.py`：`Scheduler.get_grammar_bitmask`、`_try_promote_grammar_request`、`_check_stop_and_advance_grammar` | 谁把请求从等待编译放行？谁用采样结果推进 grammar？ |
 # | 5 | [`vllm/v1/engine/core.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py)：`EngineCore.step` | `minivllm/engine/core.py`：`EngineCore.step`、`_get_grammar` | bitmask 在 `execute_model(non_block=True)` 之后、`future.result()` 之前计算，重叠了什么？ |
-# | 6 | [`vllm/v1/structured_output/utils.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/structured_output/utils.py)：`apply_grammar_bitmask`；[`vllm/v1/worker/gpu_model_runner.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_model_runner.py)：`GPUModelRunner.sample_tokens` | `minivllm/structured_output/utils.py`：`apply_grammar_bitmask`；`minivllm/worker/gpu_model_runner.py`：`GPUModelRunner.sample_tokens` | bitmask 的行顺序（调度顺序）怎样变成 logits 的行顺序（批内顺序）？ |
+# | 6 | [`vllm/v1/structured_output/utils.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/structured_output/utils.py)：`apply_grammar_bitmask`；[`vllm/v1/worker/gpu_model_runner.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_model_runner.py)：`GPUModelRunner.sample_tokens`（V1 runner；Model Runner V2 用 `vllm/v1/worker/gpu/structured_outputs.py` 的 `StructuredOutputsWorker.apply_grammar_bitmask`） | `minivllm/structured_output/utils.py`：`apply_grammar_bitmask`；`minivllm/worker/gpu_model_runner.py`：`GPUModelRunner.sample_tokens` | bitmask 的行顺序（调度顺序）怎样变成 logits 的行顺序（批内顺序）？ |
 #
 # 源码快照：vLLM 8e958902eee5。较早的 vLLM 把等待状态叫 `WAITING_FOR_FSM`（minivllm 保留为别名）；名字会变，先声明所读版本。
+
+### 与 vLLM 0.27.1 的差异
+
+> **minivllm ≠ vLLM**（本课的演示与练习按 minivllm 的做法；下面每一条都核对过 0.27.1 发布包）
+> - **重叠从哪里来**：minivllm 的 `UniProcExecutor` 把 `execute_model` 交给一个 worker 线程（`ThreadPoolExecutor`），所以在 CPU 上 forward 与 EngineCore 线程的 bitmask 填充真的并行。vLLM 的 `UniProcExecutor.execute_model(non_block=True)` 在**调用线程里同步**执行 worker 的 `execute_model`，返回一个已经完成的 `Future`（或 `AsyncOutputFuture`）；GPU 上重叠来自 CUDA kernel 的异步执行——`execute_model` 发射完 kernel 就返回，CPU 填 bitmask 时 GPU 还在算；在 CPU 上跑 vLLM 的单进程 executor 时，forward 在 bitmask 之前就算完了，没有这种重叠。
+> - **异步调度（默认开启）**：vLLM 0.27.1 默认 `async_scheduling`，busy loop 跑 `EngineCore.step_with_batch_queue`：调度第 N+1 步、发射 `execute_model` 后，若本步有受约束请求的上一步 token 还没回来（`SchedulerOutput.pending_structured_output_tokens`，由 `AsyncScheduler` 按 `num_output_placeholders` 设置），就**推迟** bitmask 与采样，等上一步的输出经 `update_from_output` 推进 grammar 之后再算；否则立刻 `get_grammar_bitmask` 并 `sample_tokens(grammar_output, non_block=True)`。本课画的是同步的 `EngineCore.step`（`--no-async-scheduling`）。
+> - **请求什么时候结束**：grammar 走到终点并不结束请求。vLLM 的 `update_from_output` 先 `check_stop`（EOS、stop token、长度），再 `accept_tokens` 推进 grammar；一个 grammar 已经终止的请求之后的 bitmask 行被 `_fill_bitmasks` 填成全 1（不再约束）。受约束的请求通常因为 grammar 在终点只允许 EOS、采到 EOS 而结束。
+> - **`choice` 的实现**：练习里的 TokenTrie 是本课为 `choice` 写的专用做法。vLLM 把 `choice` 在校验时转成 EBNF（`vllm/v1/structured_output/utils.py` 的 `choice_as_grammar`：`root ::= "yes" | "no" | ...`），交给 xgrammar 当普通文法编译（`backend_xgrammar.py`）；xgrammar 的 bitmask 与 TokenTrie 的结果逐字相同（本课第一项检查核对了这一点），算法不同。
+> - **谁按批内顺序排行**：练习的 `choice_bitmask` 直接按 `batch_req_ids` 出行。vLLM 里 `StructuredOutputManager.grammar_bitmask` 按 `structured_output_request_ids`（调度顺序）填，runner 的 `apply_grammar_bitmask`（V1：`vllm/v1/structured_output/utils.py`；V2：`StructuredOutputsWorker.apply_grammar_bitmask`）再按请求 id 把行排到 logits 的批内位置（含草稿位置）；minivllm 同样在 runner 里重排。
+> - **草稿的 -1 占位**：不合 grammar 的草稿由 `validate_tokens` 截断；截掉的位置用 -1 补齐到调度的草稿数，这一步在调度器的 `update_draft_token_ids_in_output` 里（异步调度路径），`grammar_bitmask` 遇到 -1 就不再推进、不再约束。
+> - **编译线程池**：两边的编译池都是 `max_workers = (cpu_count + 1) // 2`。编译缓存：vLLM 借 xgrammar 的编译缓存，minivllm 用 `StructuredOutputManager.compiled`。
+> - **runner**：课程的 dense 模型在 vLLM 0.27.1 上默认由 Model Runner V2（`vllm/v1/worker/gpu/model_runner.py`，`VllmConfig.use_v2_model_runner`）跑，bitmask 由 `StructuredOutputsWorker` 作用到 logits；V1 的 `gpu_model_runner.py` 在 V2 不支持的特性（例如 n-gram 投机）打开时使用。
 
 # %% nbgrader={"grade": false, "grade_id": "l08_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的演示与检查。
@@ -86,9 +98,9 @@ VOCAB = L08.default_vocab()  # 默认模型的每个 token 的字节（特殊 to
 #
 # 1. **编译（线程池）**：`StructuredOutputManager.grammar_init` 把编译任务提交到线程池，请求拿到一个 `Future`；请求的状态是 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`（vLLM 在 `Request.__init__` 里就为带约束的请求设好这个状态，`grammar_init` 由输入处理线程里的 `EngineCore.preprocess_add_request` 调用；minivllm 没有单独的输入线程，由 `EngineCore.add_request` 调用）。编译结果按 key（约束种类 + 规格字符串）缓存，相同 schema 只编译一次。
 # 2. **放行**：每次 `schedule()` 遍历等待队列时，`_try_promote_grammar_request`（vLLM：`_try_promote_blocked_waiting_request`）只“看一眼” Future（从不阻塞）：编好了就改成 `WAITING` 参与调度；没编好就跳过它，**其他请求照常运行**；编译失败则以 `FINISHED_ERROR` 结束这一个请求。
-# 3. **每步 bitmask（与 forward 重叠）**：`EngineCore.step` 在 `execute_model(non_block=True)` 之后、`future.result()` 之前调用 `scheduler.get_grammar_bitmask`：worker 线程在算 forward，EngineCore 线程同时为本步要采样的受约束请求填 bitmask。vLLM 的 runner 每步都在 forward 后返回 None（状态留在 `execute_model_state`），EngineCore 再调 `sample_tokens(grammar_output)`（没有受约束请求时 `grammar_output` 为 None）；minivllm 只在 `has_structured_output_requests` 时这样拆开，否则 `execute_model` 直接采样。
-# 4. **采样前屏蔽**：`GPUModelRunner.sample_tokens` 调用 `apply_grammar_bitmask`：bitmask 的行按调度顺序，logits 的行按批内顺序：先按请求 id 查到它在批内（含草稿位置）的 logits 行，拼出一张与 logits 行数相同的 bitmask（不受约束的行全为 -1，即全部允许），再用 xgrammar 的 kernel 把禁止的 token 置为 $-\infty$，然后才采样。
-# 5. **推进状态**：`update_from_output` 把采样出的 token 交给该请求的 `accept_tokens`（xgrammar 的 `GrammarMatcher`）；grammar 走到终点（接受了 EOS）时请求结束。
+# 3. **每步 bitmask（与 forward 重叠）**：`EngineCore.step` 在 `execute_model(non_block=True)` 之后、`future.result()` 之前调用 `scheduler.get_grammar_bitmask`：minivllm 里 worker 线程在算 forward，EngineCore 线程同时为本步要采样的受约束请求填 bitmask；vLLM 的 `UniProcExecutor` 没有这个线程，它同步地发射 forward 的 CUDA kernel，GPU 在执行 kernel 时 CPU 填 bitmask（见上面的差异列表；默认的异步调度还可能把 bitmask 推迟到上一步的输出处理之后）。vLLM 的 runner 每步都在 forward 后返回 None（状态留在 `execute_model_state`），EngineCore 再调 `sample_tokens(grammar_output)`（没有受约束请求时 `grammar_output` 为 None）；minivllm 只在 `has_structured_output_requests` 时这样拆开，否则 `execute_model` 直接采样。
+# 4. **采样前屏蔽**：`GPUModelRunner.sample_tokens` 调用 `apply_grammar_bitmask`（排行是 runner 的事；本课练习为了简单，直接按批内顺序出行）：bitmask 的行按调度顺序，logits 的行按批内顺序：先按请求 id 查到它在批内（含草稿位置）的 logits 行，拼出一张与 logits 行数相同的 bitmask（不受约束的行全为 -1，即全部允许），再用 xgrammar 的 kernel 把禁止的 token 置为 $-\infty$，然后才采样。
+# 5. **推进状态**：`update_from_output` 先做停止判断（第 4 课的 `check_stop`），再把采样出的 token 交给该请求的 `accept_tokens`（xgrammar 的 `GrammarMatcher`）。请求因 EOS（grammar 在终点只允许 EOS）等停止条件而结束，不是因为 grammar 终止；grammar 终止后它的 bitmask 行是全 1。
 #
 # 下面先看一行 bitmask 到底是什么：选项是 `["yes", "no", "perchance"]`，已经生成了 `"per"`。
 
@@ -97,7 +109,9 @@ print("允许的下一个 token：", L08.allowed_next("per", ["yes", "no", "perc
 L08.show_words("per", ["yes", "no", "perchance"])
 
 # %% [markdown]
-# 允许的正是字节串为剩余部分 `"chance"` 的**前缀**的那些 token（`c`、`ch`、`chan`、……）：BPE 可以用许多种切分拼出同一个字符串，约束只关心字节，不关心切分。只看首字符是否匹配是错的：`"cat"` 的首字符 `c` 合法，但它拼出的 `"percat"` 不再是任何选项的前缀。
+# > **minivllm ≠ vLLM**：下面的 TokenTrie 是本课为 `choice` 写的做法；vLLM 把 `choice` 转成 EBNF（`choice_as_grammar`）交给 xgrammar 编译，得到同样的允许集合。
+
+允许的正是字节串为剩余部分 `"chance"` 的**前缀**的那些 token（`c`、`ch`、`chan`、……）：BPE 可以用许多种切分拼出同一个字符串，约束只关心字节，不关心切分。只看首字符是否匹配是错的：`"cat"` 的首字符 `c` 合法，但它拼出的 `"percat"` 不再是任何选项的前缀。
 #
 # 用一棵 **TokenTrie**（所有 token 的字节组成的字典树）可以一次走完：沿剩余字节 `"chance"` 向下走，途中经过的每个“token 结束”节点都是一个允许的 token，代价是剩余字节的长度，而不是整个词表（这里 4096，真实模型 15 万）。
 #
@@ -247,13 +261,13 @@ L08.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 说清 (a) bitmask 依赖上一步 `update_from_output` 推进后的 matcher 状态，所以最早在本步 schedule 之后才能算，且必须在 `sample_tokens` 之前交给 runner；(b) 放在非阻塞发射与 `future.result()` 之间，CPU 填 bitmask 与 worker 的 forward 同时进行，只要 bitmask 时间 ≤ forward 就不增加每步时长；(c) CPU 上成立是因为 forward 在 worker 线程里跑、torch 的 kernel 释放 GIL（GPU 上则是 kernel 异步执行）；1 分 = 只说出重叠或只说出依赖关系之一；0 分 = 认为重叠是正确性的来源，或认为 bitmask 可以晚于采样（一票否决）。
+# **评分要点**：2 分 = 说清 (a) bitmask 依赖上一步 `update_from_output` 推进后的 matcher 状态，所以最早在本步 schedule 之后才能算，且必须在 `sample_tokens` 之前交给 runner；(b) 放在非阻塞发射与 `future.result()` 之间，CPU 填 bitmask 与 worker 的 forward 同时进行，只要 bitmask 时间 ≤ forward 就不增加每步时长；(c) 重叠靠什么成立，按所说的系统给分：minivllm 在 CPU 上靠 `UniProcExecutor` 的 worker 线程跑 forward、torch 的算子释放 GIL；vLLM 的 `UniProcExecutor` 在调用线程里同步执行 `execute_model`、返回已完成的 `Future`，重叠来自 GPU 上 CUDA kernel 的异步执行（CPU 上跑 vLLM 单进程时没有这种重叠）——说出其中任一种并说明是哪个系统即得这一点；说“vLLM 的 forward 在 UniProcExecutor 的 worker 线程里跑”不得这一点；提到默认的异步调度（`step_with_batch_queue`，`pending_structured_output_tokens` 时推迟 bitmask）可加分但不要求；1 分 = 只说出重叠或只说出依赖关系之一；0 分 = 认为重叠是正确性的来源，或认为 bitmask 可以晚于采样（一票否决）。
 #
 # **参考答案**
 #
 # 1. 依赖：第 $t$ 步的 bitmask 由每个请求的 `GrammarMatcher` 状态决定，而这个状态要等第 $t-1$ 步的 token 经 `update_from_output` → `accept_tokens` 推进后才确定；采样（`sample_tokens`）又必须先拿到 bitmask。所以它的窗口是“本步 schedule 之后、本步采样之前”。
 # 2. 成本：forward 是本步最长的阶段。`EngineCore.step` 先 `execute_model(non_block=True)` 把 forward 交给 worker，立刻在 EngineCore 线程调用 `scheduler.get_grammar_bitmask`，再 `future.result()`；runner 在 forward 后返回 None（vLLM 每步如此；minivllm 只在 `has_structured_output_requests` 时），EngineCore 再调 `sample_tokens(grammar_output)`。bitmask 的 CPU 时间因此藏在 forward 里：半数请求受约束时每步只多一次线程往返。
-# 3. CPU 上：forward 在 `UniProcExecutor` 的 worker 线程里执行，torch 的算子在 C++ 里释放 GIL，EngineCore 线程的 Python 代码与 xgrammar 的填充可以真正并行（本课 trace 中红色 grammar 落在橙色 forward 之内）。放进 `schedule()` 会把它串行地加到每步的关键路径上；放到 forward 之后同样是串行。
+# 3. 重叠靠什么：minivllm 在 CPU 上把 forward 放在 `UniProcExecutor` 的 worker 线程里执行，torch 的算子在 C++ 里释放 GIL，EngineCore 线程的 Python 代码与 xgrammar 的填充可以真正并行（本课 trace 中红色 grammar 落在橙色 forward 之内）——这个线程是 minivllm 的。vLLM 的 `UniProcExecutor` 在调用线程里同步执行 worker 的 `execute_model`，返回一个已完成的 `Future`；在 GPU 上，`execute_model` 只是发射 kernel，kernel 异步执行，CPU 随即填 bitmask，二者重叠；默认的异步调度下，若本步受约束请求的上一步 token 还在路上（`pending_structured_output_tokens`），bitmask 与采样推迟到上一步的输出处理之后。放进 `schedule()` 会把它串行地加到每步的关键路径上；放到 forward 之后同样是串行。
 #
 # === END MARK SCHEME ===
 
@@ -275,7 +289,7 @@ L08.check_source_map(SOURCE_MAP)
 #
 # 1. 代价：`XgrammarBackend.compile_grammar` 要把 schema 变成文法，再对整个词表预计算 token 能否接在各个状态之后，代价随词表与 schema 复杂度增长。若放在 EngineCore 的 busy loop 里同步做，所有正在解码的请求都要等这段时间，TPOT 出现尖峰。
 # 2. 隐藏：`EngineCore.preprocess_add_request`（输入处理线程）→ `StructuredOutputManager.grammar_init` 把 `_create_grammar` 提交到线程池，请求的 `structured_output_request.grammar` 是一个 Future，状态为 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`（`Request.__init__` 设好的）。`Scheduler.schedule()` 的等待循环对它调用 `_try_promote_blocked_waiting_request`：Future 未完成就把它放进 skipped 队列、继续看后面的请求；完成则改为 `WAITING` 正常准入；异常则记入 `grammar_compile_error_reqs`，在 `update_from_output` 里以 `FINISHED_ERROR` 结束。其他请求的每一步不受影响。
-# 3. 没藏住：这个请求的 TTFT ≥ 编译时间；编译线程占用 CPU 核心（vLLM 用一半核心做编译池），在 CPU 紧张时会挤占 EngineCore 线程。相同 key（种类 + 规格）的编译结果被缓存（vLLM 借 xgrammar 的编译缓存；minivllm 用 `StructuredOutputManager.compiled`），重复的 schema 第二次几乎零成本。
+# 3. 没藏住：这个请求的 TTFT ≥ 编译时间；编译线程占用 CPU 核心（vLLM 的编译池 `max_workers = (cpu_count + 1) // 2`，约一半核心），在 CPU 紧张时会挤占 EngineCore 线程。相同 key（种类 + 规格）的编译结果被缓存（vLLM 借 xgrammar 的编译缓存；minivllm 用 `StructuredOutputManager.compiled`），重复的 schema 第二次几乎零成本。
 #
 # === END MARK SCHEME ===
 
@@ -291,12 +305,12 @@ L08.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 说清 (a) 每个受约束请求每步需要 $k+1$ 行 bitmask（每个草稿位置一行 + bonus token 一行），第 $i$ 行是依次接受前 $i$ 个草稿后的状态，所以 `grammar_bitmask` 要沿草稿 `accept_tokens` 前进、逐行填充，最后 `rollback` 回原状态（真正接受多少由拒绝采样决定，之后在 `update_from_output` 里推进）；(b) 不合 grammar 的草稿先被 `validate_tokens` 截断（scheduler 的 `update_draft_token_ids`），无效位置记为 -1 跳过；(c) matcher 要能回滚（`max_rollback_tokens = num_speculative_tokens`），runner 重排时每个请求占 $1+k$ 行；1 分 = 只说出行数变化或回滚之一；0 分 = 认为草稿可以不受约束、只约束最终 token（一票否决）。
+# **评分要点**：2 分 = 说清 (a) 每个受约束请求每步需要 $k+1$ 行 bitmask（每个草稿位置一行 + bonus token 一行），第 $i$ 行是依次接受前 $i$ 个草稿后的状态，所以 `grammar_bitmask` 要沿草稿 `accept_tokens` 前进、逐行填充，最后 `rollback` 回原状态（真正接受多少由拒绝采样决定，之后在 `update_from_output` 里推进）；(b) 不合 grammar 的草稿先被 `validate_tokens` 截断（scheduler 的 `update_draft_token_ids`；异步调度路径的 `update_draft_token_ids_in_output` 再用 -1 补齐到调度的草稿数），-1 位置在填 bitmask 时跳过；(c) matcher 要能回滚（`max_rollback_tokens = num_speculative_tokens`），runner 重排时每个请求占 $1+k$ 行；1 分 = 只说出行数变化或回滚之一；0 分 = 认为草稿可以不受约束、只约束最终 token（一票否决）。
 #
 # **参考答案**
 #
 # 1. 行数：没有投机解码时每个请求一行；有 $k$ 个草稿时，目标模型一次前向给出 $k+1$ 个位置的 logits，每个位置都要按“接受了前面草稿之后”的 grammar 状态屏蔽。vLLM 的 `StructuredOutputManager.grammar_bitmask` 为每个请求分配 $1+k$ 行（缓冲区大小 `max_num_seqs * (1 + num_speculative_tokens)`），对第 $i$ 个草稿先填一行再 `accept_tokens([token])` 前进，最后填 bonus 行，然后 `rollback(state_advancements)` 把 matcher 退回本步开始时的状态。
-# 2. 不合法的草稿：调度器在接收草稿时用 `grammar.validate_tokens(spec_token_ids)` 只保留 grammar 接受的最长前缀（不推进状态），被截掉的位置记为 -1，填 bitmask 时跳过；拒绝采样在屏蔽后的分布上验证草稿，保证输出分布仍是受约束的目标分布。
+# 2. 不合法的草稿：调度器在接收草稿时用 `grammar.validate_tokens(spec_token_ids)` 只保留 grammar 接受的最长前缀（不推进状态；`update_draft_token_ids` 与 `update_draft_token_ids_in_output`），后者把被截掉的位置用 -1 补齐到调度的草稿数，填 bitmask 时遇到 -1 就不再推进、不再约束；拒绝采样在屏蔽后的分布上验证草稿，保证输出分布仍是受约束的目标分布。
 # 3. 状态与成本：`XgrammarBackend` 用 `max_rollback_tokens=num_speculative_tokens` 创建 matcher，才能回滚；每步的 grammar CPU 时间约乘以 $1+k$，更需要与 forward 重叠；runner 的 `apply_grammar_bitmask` 重排时每个请求的 logits 偏移要加上它之前请求的草稿数。
 #
 # === END MARK SCHEME ===
