@@ -66,6 +66,12 @@ if "google.colab" in sys.modules or os.environ.get("MINIVLLM_COLAB_INSTALL"):
 # | 5 | [`vllm/v1/worker/gpu_model_runner.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_model_runner.py) | `minivllm/worker/gpu_model_runner.py`：`GPUModelRunner` | 哪些状态必须在 GPU worker 内，哪些不能由 frontend 猜？ |
 #
 # 源码快照：vLLM 8e958902eee5。方法会继续演进，面试回答应先声明所读版本。
+#
+# > **勘误与补充（对照 vLLM 0.27.1）：第 5 行的 `gpu_model_runner.py` 不是课程模型默认跑的 runner。**
+# >
+# > - worker（`vllm/v1/worker/gpu_worker.py`）按 `VllmConfig.use_v2_model_runner`（`vllm/config/vllm.py`）选 runner：环境变量 `VLLM_USE_V2_MODEL_RUNNER` 设了就听它的；否则对 `runner_type == "generate"`、非 attention-free、架构在 `DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES` 里或不是 MoE 的模型（课程用的 dense Llama、Qwen3 都是），在装了 Triton 且 `_get_v2_model_runner_unsupported_features` 为空时返回 `True`。
+# > - 于是默认跑的是 **Model Runner V2**：[`vllm/v1/worker/gpu/model_runner.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu/model_runner.py)（类名也叫 `GPUModelRunner`）：请求状态按固定槽位存在 `RequestState`（`gpu/states.py`），每步新建 `InputBatch`（`gpu/input_batch.py`）并用 `idx_mapping` 指向槽位，没有持久批的 condense/swap；CUDA graph 由 `gpu/cudagraph_utils.py` 的 `ModelCudaGraphManager` / `BatchExecutionDescriptor` 管理。
+# > - V1 的 `gpu_model_runner.py` 在 V2 不支持的特性打开时（例如 n-gram 投机 `ngram`/`ngram_gpu`、自定义 logits processor、prompt embeds）、MoE 模型（不在上面的架构列表里）或没有 Triton 时使用，日志会写 “Model Runner V2 does not yet support …; using the V1 model runner instead”。minivllm 的 `GPUModelRunner` 对应的是 V1 这一个（第 5 课对比两者）。上表“哪些状态必须在 GPU worker 内”的问题对两个 runner 都成立。
 
 # %% nbgrader={"grade": false, "grade_id": "l01_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的图、演示与检查。
@@ -131,9 +137,10 @@ L01.fig_arithmetic_intensity();
 #    >
 #    > - 上面的顺序是 [`EngineCore.step`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py) 的顺序：`scheduler.schedule()` → `model_executor.execute_model(scheduler_output, non_block=True)` → `scheduler.get_grammar_bitmask(scheduler_output)` → `future.result()` → `_process_aborts_queue()` → `scheduler.update_from_output(...)`，也是本课练习 `engine_core_step` 的模型。一个细节：固定 commit 里 forward 与采样是两次调用，`execute_model` 的 future 返回 `None` 时，再由 `model_executor.sample_tokens(grammar_output)` 带着 bitmask 采样。
 #    > - 但 busy loop（`EngineCoreProc._process_engine_step`）调用的是 `self.step_fn`：`EngineCore.__init__` 里 `self.step_fn = self.step if self.batch_queue is None else self.step_with_batch_queue`，批队列只在 `vllm_config.max_concurrent_batches > 1` 时创建。
-#    > - async scheduling 在固定 commit **默认开启**：`SchedulerConfig.async_scheduling` 默认 `None`，`VllmConfig.__post_init__` 在没有不兼容选项（pooling 模型；EAGLE/EAGLE3/MTP/DFlash、`ngram_gpu` 与 DSpark 以外的投机解码，例如 CPU 上的 `ngram` 或独立的 draft model；不支持它的 executor 等）时把它设为 `True`；调度器随之换成 `AsyncScheduler`，`max_concurrent_batches` 为 2（V1 model runner、没有流水线并行）。所以默认配置下跑的是 **`step_with_batch_queue`**；只有 `--no-async-scheduling`（且没有流水线并行）时才是 `step`。
+#    > - async scheduling 在固定 commit **默认开启**：`SchedulerConfig.async_scheduling` 默认 `None`，`VllmConfig.__post_init__` 在没有不兼容选项（pooling 模型；EAGLE/EAGLE3/MTP/DFlash、`ngram_gpu` 与 DSpark 以外的投机解码，例如 CPU 上的 `ngram` 或独立的 draft model；不支持它的 executor 等）时把它设为 `True`；调度器随之换成 `AsyncScheduler`，`max_concurrent_batches` 为 2（V1 model runner、没有流水线并行；课程模型默认的 Model Runner V2 是 `pipeline_parallel_size + 1`，没有流水线并行时同样是 2）。所以默认配置下跑的是 **`step_with_batch_queue`**；只有 `--no-async-scheduling`（且没有流水线并行）时才是 `step`。
 #    > - `step_with_batch_queue` 把同样的阶段拆到相邻两次调用里：批队列没满时，它调度第 N+1 步、发射 `execute_model` 和带 bitmask 的 `sample_tokens`（都 `non_block=True`），把 future 放进 `batch_queue` 就返回，不等结果；队列满了（或没有新的可调度工作）才取出最早的一批，等它的 future，再 `_process_aborts_queue()`、`update_from_output()`。于是第 N+1 步的调度与第 N 步的 GPU 执行重叠：调度器要在结果回来之前推进请求，`AsyncScheduler` 用 `Request.num_output_placeholders` 给还没回来的 token 占位（第 2 课）；需要上一步 token 才能算 bitmask 的结构化输出请求，采样推迟到上一步的输出处理之后（`pending_structured_output_tokens`）。“aborts 在 update 之前” 这条顺序两种 step 都遵守。
 #    > - minivllm 的状态：`minivllm/engine/core.py` 目前只实现同步的 `EngineCore.step`（相当于 vLLM 的 `--no-async-scheduling`），没有 `step_with_batch_queue`；async scheduling 正由另一项工作加入。本课的 trace、甘特图和真实引擎检查都是同步 `step` 的。
+#    > - **更正（复核时，上一条已过时）**：minivllm 现在**已有** `EngineCore.step_with_batch_queue` 和 async scheduling（`EngineArgs(async_scheduling=True)` → `SchedulerConfig.async_scheduling`，调度器换成 `AsyncScheduler`，`EngineCore.batch_queue` 非空）；与 vLLM 不同，minivllm 默认**关闭**它（vLLM 默认开启），因为本课要把一个同步的 step 函数（`engine_core_step`）插进 `EngineCore`。本课的 trace、甘特图和真实引擎检查仍然都是同步 `step` 的。
 # 2. **端到端流水线推进（图 1-3）**：
 
 # %%
@@ -186,13 +193,15 @@ L01.print_outputs(run)
 L01.plot_timeline(run);
 
 # %% [markdown]
+# > **补充（minivllm ≠ vLLM）**：上面的 “worker 线程” 和 “`abort_requests` 只把 id 放进 `aborts_queue`” 都是 minivllm 的做法。vLLM 的 `UniProcExecutor`（单卡默认，`distributed_executor_backend = "uni"`，worker 与 EngineCore 同一进程）在调用线程里同步执行 worker 的 `execute_model`、返回一个已完成的 `Future`；GPU 上的重叠来自 CUDA kernel 的异步执行。vLLM 的输入线程把 ABORT 同时放进 `aborts_queue` 和 `input_queue`，`EngineCore.abort_requests` 本身是同步的（直接 `scheduler.finish_requests`）：步与步之间到达的取消由 `_process_input_queue` 在下一次 `schedule` 之前处理，只有 forward 执行期间到达的才由 `_process_aborts_queue` 在 update 之前处理——正是本演示的情形（第 4 课细讲）。
+#
 # 读图：红色虚线是取消到达的时刻：第 3 步的 execute_model 已经发射，worker 线程上的 forward 还没有结束；EngineCore 线程上 grammar 紧跟 execute 开始，早在 forward 结束之前（CPU 工作与 forward 重叠）；wait 结束后先 aborts 再 update，所以 r0 在第 3 步虽然算出了 token，却没有任何输出——它在 update 之前已被标记为 `FINISHED_ABORTED`，而 r1 照常生成到 `max_tokens`。
 
 # %% [markdown]
 # > **勘误（上文保留原话，这里对照真实引擎更正）**
 # >
 # > 1. “若顺序颠倒（先更新再取消）……甚至引起已被释放的物理 Block 发生二次读写踩内存”：在 vLLM 与 minivllm 中，先 update 后 aborts **不会**造成 use-after-free——update 时被取消的请求仍持有自己的块，随后的 abort 才释放它们，每个块只释放一次。真正的后果是：这个已被取消的请求在这一步**仍然输出了 token**，被推给已经断开的客户端。下面用引擎自己的 step，只把 aborts 挪到 update 之后来演示。
-# > 2. “EngineCore（单事件循环单线程）”：推进 step 的确实只有 busy loop 这一个线程，但 `EngineCoreProc` 进程里另有两个 ZMQ IO 线程：`EngineCoreInputIO`（`process_input_sockets`：收请求、反序列化、放进 `input_queue`）和 `EngineCoreOutputIO`（`process_output_sockets`：从 `output_queue` 取输出、序列化、发回前端），socket 收发因此与模型前向重叠。下面直接列出一个 `EngineCoreProc` 启动的线程。
+# > 2. “EngineCore（单事件循环单线程）”：推进 step 的确实只有 busy loop 这一个线程，但 `EngineCoreProc` 进程里另有两个 ZMQ IO 线程：`EngineCoreInputIO`（`process_input_sockets`：收请求、反序列化、放进 `input_queue`）和 `EngineCoreOutputIO`（`process_output_sockets`：从 `output_queue` 取输出、序列化、发回前端），socket 收发因此与模型前向重叠。（线程名 `EngineCoreInputIO` / `EngineCoreOutputIO` 是 minivllm 起的；vLLM 0.27.1 的这两个 `threading.Thread` 没有命名，只以 `process_input_sockets` / `process_output_sockets` 为 target。）下面直接列出一个 minivllm `EngineCoreProc` 启动的线程。
 
 # %%
 L01.print_late_abort(L01.late_abort_run())
@@ -316,6 +325,8 @@ L01.check_source_map(SOURCE_MAP)
 #    - GPUModelRunner / Worker（设备执行层）：独占物理 GPU 显存张量、PagedAttention 物理 KV 显存池（Block Table）、CUDA Graph 预热与执行环境、采样器状态以及分布式通信（NCCL TP/PP）组。
 # 2. 严禁合成全局可变对象的深层因果：
 #    - 进程隔离与 GIL 消除前提：为了突破 Python GIL 限制，Frontend、EngineCore 与 Worker 分布在不同物理进程中。跨进程内存天然不可变共享；
+#
+#      > **更正（对照 vLLM 0.27.1）**：Frontend 与 EngineCore 确实是两个进程（`VLLM_ENABLE_V1_MULTIPROCESSING` 默认开启）；但单卡（`world_size == 1`）时 `ParallelConfig` 把 `distributed_executor_backend` 设为 `"uni"`，`UniProcExecutor` 把 Worker 放在 **EngineCore 进程里**，只有多卡（`"mp"`，`MultiprocExecutor`）时 Worker 才是独立进程。“Worker 不写 Scheduler 状态”靠的是消息契约（`SchedulerOutput` → `ModelRunnerOutput`），不完全靠进程边界。学生写“单卡时 Worker 在 EngineCore 进程内”是正确的，不扣分。
 #    - 杜绝多写者脑裂（Brain-Split & Race Condition）：若允许 Worker 越权修改 Scheduler 状态，在分布式流水线或异步执行中会产生无序状态竞争，无法确定哪个组件持有真值；
 #    - 故障隔离与可重放契约：单写者加显式消息契约（IPC / Message Queue）使得每个组件的输入输出严格成对可审计，当某个 GPU Worker 发生 OOM 或 NCCL 崩溃时，EngineCore 能够精准定位故障边界，执行请求安全重排或优雅降级。
 #

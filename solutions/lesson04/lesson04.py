@@ -148,7 +148,7 @@ L04.fig_swimlane(runs)
 print(L04.caption_swimlane(runs))
 
 # %% [markdown]
-# 图 4-1：每个请求每一步 `update` 之后的状态（灰：等待；绿：运行；红：被抢占；紫：取消）。图下打印的说明由这两次运行本身算出：每个请求被抢占了几次、在哪几步，取消在哪一步、请求当时处于什么状态，以及最后一次取消之后是否还有抢占——读图时以它为准。KV 池一满，调度器就从 running 的末尾（FCFS 下最晚加入的）抢占；取消让块提前回到池里，抢占随之变少。
+# 图 4-1：每个请求每一步 `update` 之后的状态（灰：等待；青绿：运行；橙红：被抢占；深蓝：正常结束；紫：取消）。上面单元格打印的说明由这两次运行本身算出：每个请求被抢占了几次、在哪几步，取消在哪一步、请求当时处于什么状态，以及最后一次取消之后是否还有抢占——读图时以它为准。KV 池一满，调度器就从 running 的末尾（FCFS 下最晚加入的）抢占；取消让块提前回到池里，抢占随之变少。
 #
 # 同一次运行（左）每一步之后在用的 KV 块数，红色三角是发生抢占的步：
 
@@ -340,7 +340,7 @@ for blocks in (64, 7):
 #
 # 1. 重算做什么：`schedule()` 里 `allocate_slots` 返回 `None`，`self.running.pop()` 取出优先级最低的请求，`_preempt_request` 把它的块还给 `BlockPool`（prefix cache 开启时，算满并哈希过的块留在缓存里变成可驱逐）、`num_computed_tokens = 0`、状态 PREEMPTED、`waiting` 队首。已生成的 token 还在 `output_token_ids` 里；恢复时调度器只看到一个 `num_tokens - num_computed_tokens` 很大的请求，按普通 waiting 请求接纳：先 `get_computed_blocks` 查 prefix cache，剩下的按 chunked prefill 算。
 # 2. 为什么在 V1 合适：V1 的调度器没有 prefill / decode 阶段，“恢复” 不需要任何特殊路径；swap 需要 CPU 上的块池、换出/换入的拷贝流与同步、worker 侧的块表重映射，以及 “换入完成前不能调度” 的状态——这是一条额外的数据通路和一整类 bug。重算的代价则被两件事压低：prefix cache 让被抢占前算满的块在恢复时直接命中（本课表 4-1：开启后重算的 token 从几百降到几十），chunked prefill 让重算与别人的 decode 同批进行，GPU 上 prefill 是计算受限的，单位 token 很便宜。
-# 3. 什么时候重算更贵：上下文很长（重算与长度成正比，attention 部分还是平方）、prefix cache 已被其他请求挤掉、抢占频繁（同一个请求反复重算，本课左图里同一个请求被抢占了好几次，次数见图 4-1 下打印的说明）。swap 的代价是 KV 字节数 / PCIe 带宽，同样与长度线性，但不占 GPU 计算、也不挤占 token budget。哪个更快取决于模型（每 token 的 KV 字节数 vs 每 token 的 FLOPs）、GPU 与互连，要在目标硬件上 benchmark；工程上更重要的是别让抢占频繁发生（加大 KV 池、限制 `max_num_seqs` / `max_num_batched_tokens`）。
+# 3. 什么时候重算更贵：上下文很长（重算与长度成正比，attention 部分还是平方）、prefix cache 已被其他请求挤掉、抢占频繁（同一个请求反复重算，本课左图里同一个请求被抢占了好几次，次数见图 4-1 那个单元格打印的说明）。swap 的代价是 KV 字节数 / PCIe 带宽，同样与长度线性，但不占 GPU 计算、也不挤占 token budget。哪个更快取决于模型（每 token 的 KV 字节数 vs 每 token 的 FLOPs）、GPU 与互连，要在目标硬件上 benchmark；工程上更重要的是别让抢占频繁发生（加大 KV 池、限制 `max_num_seqs` / `max_num_batched_tokens`）。
 #
 # **附：检查方法的参考解释**（不单独计分，供批改时核对学生在“检查方法”下写的解释）：64 块时每个请求最多 4 块（40 + 24 = 64 个 token），三个请求一共 12 块，一开始就都放得下，`allocate_slots` 从不失败，也就没有抢占。7 块（6 个可用）时 r0、r1 各用 3 块进来，r2 被准入检查挡在外面；第 10 步 r0 要第 4 个块，池空了，最后加入的 r1 被抢占（3 块归还、`num_computed_tokens` 归零、waiting 队首）；r0 结束后第 25 步 r1 最先恢复，r2 跟着进来，第 26 步两者再争块，这次最新的 r2 被抢占，第 41 步才恢复。8 块时多出的一个块让 r1、r2 晚一些才相撞。恢复后输出不变，是因为重算用的是同样的 token 序列（prompt + 已输出的 token），重建出同样的 KV；“模型”是确定的（真实引擎里是贪心解码），所以下一个 token 也一样——这也是为什么 `num_computed_tokens` 必须归零：少算一段，KV 就不是这个序列的 KV 了。
 #
