@@ -88,7 +88,7 @@ VOCAB = L08.default_vocab()  # 默认模型的每个 token 的字节（特殊 to
 #
 # ### 1. 它是什么，解决什么问题
 #
-# 结构化输出让模型的输出必定满足一个形式约束：一个 JSON schema、一个正则、几个候选字符串之一（`choice`）或一段 EBNF 文法。做法不是“生成完再校验、失败重试”，而是在**每一步采样之前**把不可能通向合法输出的 token 的 logit 设为 $-\infty$：模型只会在合法的 token 里选。vLLM V1 默认用 xgrammar 完成这件事；minivllm 同样如此（`minivllm/structured_output/`）。
+# 结构化输出让模型的输出必定满足一个形式约束：一个 JSON schema、一个正则、几个候选字符串之一（`choice`）或一段 EBNF 文法。做法不是“生成完再校验、失败重试”，而是在**每一步采样之前**把不可能通向合法输出的 token 的 logit 设为 $-\infty$：模型只会在合法的 token 里选。vLLM V1 默认（`StructuredOutputsConfig.backend = "auto"`）先用 xgrammar 完成这件事，约束不被 xgrammar 支持时才退回 guidance（或 outlines）；minivllm 同样如此（`minivllm/structured_output/`）。
 #
 # 被屏蔽的集合每步都变，所以每步要为每个受约束请求算一行 **token bitmask**：`int32` 数组，形状 `[请求数, ceil(vocab/32)]`，第 $w$ 个字的第 $j$ 位为 1 表示 token $32w+j$ 允许出现（第 31 位为 1 时这个 int32 是负数，这只是补码的读法）。
 #
