@@ -103,8 +103,8 @@ def markdown_lines(source: str):
         if line.startswith("# %%"):
             in_md = "[markdown]" in line
             continue
-        if in_md and line.startswith("#"):
-            yield i, line[2:] if line.startswith("# ") else line[1:]
+        if in_md and line.strip():  # a line without the comment prefix is still the cell's text
+            yield i, line[2:] if line.startswith("# ") else line[1:] if line.startswith("#") else line
 
 
 def source_map_answers(source: str):
