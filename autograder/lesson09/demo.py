@@ -54,10 +54,14 @@ def k_sweep(ks=SWEEP_KS) -> dict:
         run = ref["spec"] if k == SPEC["num_speculative_tokens"] else run_engine(spec=dict(SPEC, num_speculative_tokens=k))
         wall = time.perf_counter() - t0
         s = run.stats
-        per_pos = [a / d if d else float("nan") for a, d in zip(s.num_accepted_tokens_per_pos,
-                                                                s.num_draft_tokens_per_pos, strict=True)]
+        # vLLM's SpecDecodingLogging divides by num_drafts; the other ratio divides by the drafts that had a
+        # position j at all (an n-gram draft may be shorter than k).
+        per_pos = [a / s.num_drafts if s.num_drafts else float("nan") for a in s.num_accepted_tokens_per_pos]
+        per_pos_drafted = [a / d if d else float("nan") for a, d in zip(s.num_accepted_tokens_per_pos,
+                                                                        s.num_draft_tokens_per_pos, strict=True)]
         rows.append(dict(k=k, steps=run.steps, tokens_per_step=total / run.steps, acceptance=s.acceptance_rate,
-                         mean_len=s.mean_acceptance_length, per_pos=per_pos, drafts=s.num_drafts,
+                         mean_len=s.mean_acceptance_length, per_pos=per_pos, per_pos_drafted=per_pos_drafted,
+                         drafts=s.num_drafts,
                          draft_tokens=s.num_draft_tokens, accepted=s.num_accepted_tokens, wall=wall,
                          same=run.tokens == plain.tokens))
     return dict(plain_steps=plain.steps, total=total, rows=rows)
@@ -100,19 +104,23 @@ def plot_sweep(sweep: dict):
 
 
 def plot_per_position(sweep: dict):
-    """Figure 9-2: acceptance per draft position (accepted at position j / drafts that reached position j)."""
+    """Figure 9-2: acceptance per draft position. Left: vLLM's rate (accepted at j / num_drafts, as
+    SpecDecodingLogging and the Grafana panel compute it); right: accepted at j / drafts that had a position j."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 3))
-    for r in sweep["rows"]:
-        ax.plot(range(1, r["k"] + 1), r["per_pos"], "o-", label=f"k={r['k']}")
-    ax.set_xticks(range(1, max(r["k"] for r in sweep["rows"]) + 1))
-    ax.set_xlabel("draft position j")
-    ax.set_ylabel("P(draft j accepted)")
-    ax.set_ylim(0, 1)
-    ax.legend(fontsize=7)
-    ax.set_title("Figure 9-2  Per-position acceptance (SpecDecodingStats.num_accepted_tokens_per_pos / "
-                 "num_draft_tokens_per_pos)", fontsize=8, loc="left")
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3), sharey=True)
+    for key, ax, title in (("per_pos", axes[0], "vLLM: num_accepted_tokens_per_pos[j] / num_drafts"),
+                           ("per_pos_drafted", axes[1], "num_accepted_tokens_per_pos[j] / num_draft_tokens_per_pos[j]")):
+        for r in sweep["rows"]:
+            ax.plot(range(1, r["k"] + 1), r[key], "o-", label=f"k={r['k']}")
+        ax.set_xticks(range(1, max(r["k"] for r in sweep["rows"]) + 1))
+        ax.set_xlabel("draft position j")
+        ax.set_ylim(0, 1)
+        ax.set_title(title, fontsize=8, loc="left")
+    axes[0].set_ylabel("acceptance at position j")
+    axes[0].legend(fontsize=7)
+    fig.suptitle("Figure 9-2  Per-position acceptance, two denominators (real engine runs)", fontsize=9, x=0.01,
+                 ha="left")
     fig.tight_layout()
     return fig
 

@@ -46,12 +46,21 @@ if "google.colab" in sys.modules:
 # |---|---|---|---|
 # | 1 | [`vllm/v1/spec_decode/ngram_proposer.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/spec_decode/ngram_proposer.py)：`NgramProposer.batch_propose`、`_find_longest_matched_ngram_and_propose_tokens` | `minivllm/spec_decode/ngram_proposer.py`：`NgramProposer`、`propose`、`find_ngram_draft` | 草稿从哪里来？为什么取“最长、再最早”的匹配？草稿为什么不需要概率分布 q？ |
 # | 2 | [`vllm/v1/core/sched/scheduler.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/scheduler.py)：`schedule`（`scheduled_spec_decode_tokens`）、`update_from_output`（`num_rejected`）、`update_draft_token_ids`、`make_spec_decoding_stats` | `minivllm/core/sched/scheduler.py`：`schedule`、`scheduled_spec_decode_tokens`、`update_from_output`、`_roll_back_rejected`、`update_draft_token_ids` | 草稿 token 怎样占用 token budget 和 KV 槽位？被拒时 `num_computed_tokens` 退回多少，为什么块不用释放？ |
-# | 3 | [`vllm/v1/worker/gpu_model_runner.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_model_runner.py)：`_calc_spec_decode_metadata`、`propose_draft_token_ids`、`take_draft_token_ids`；[`vllm/v1/spec_decode/metadata.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/spec_decode/metadata.py)：`SpecDecodeMetadata` | `minivllm/worker/gpu_model_runner.py`：`_prepare_inputs`、`sample_tokens`、`_propose_drafts`、`take_draft_token_ids`；`minivllm/sample/rejection_sampler.py`：`SpecDecodeMetadata` | 一个有 k 个草稿的请求为什么要 k+1 行 logits？`target_logits_indices` 和 `bonus_logits_indices` 指向哪里？ |
+# | 3 | [`vllm/v1/worker/gpu_model_runner.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_model_runner.py)（V1 runner：n-gram 投机时运行的就是它，见下方说明）：`_calc_spec_decode_metadata`、`propose_draft_token_ids`、`take_draft_token_ids`；[`vllm/v1/spec_decode/metadata.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/spec_decode/metadata.py)：`SpecDecodeMetadata` | `minivllm/worker/gpu_model_runner.py`：`_prepare_inputs`、`sample_tokens`、`_propose_drafts`、`take_draft_token_ids`；`minivllm/sample/rejection_sampler.py`：`SpecDecodeMetadata` | 一个有 k 个草稿的请求为什么要 k+1 行 logits？`target_logits_indices` 和 `bonus_logits_indices` 指向哪里？ |
 # | 4 | [`vllm/v1/sample/rejection_sampler.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/sample/rejection_sampler.py)：`RejectionSampler.forward`、`rejection_sample`、`generate_uniform_probs`、`sample_recovered_tokens`、`rejection_greedy_sample_kernel`、`rejection_random_sample_kernel` | `minivllm/sample/rejection_sampler.py`：`RejectionSampler`、`generate_uniform_probs`、`PLACEHOLDER_TOKEN_ID` | 接受条件为什么是 `target_prob / draft_prob >= uniform_prob`？恢复为什么从 $(p-q)^+$ 采？奖励 token 何时出现？ |
-# | 5 | [`vllm/v1/spec_decode/metrics.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/spec_decode/metrics.py)：`SpecDecodingStats.observe_draft`、`SpecDecodingLogging` | `minivllm/engine/__init__.py`：`SpecDecodingStats`、`observe_draft`、`acceptance_rate`、`mean_acceptance_length` | 接受率、平均接受长度、逐位置接受率各自怎么算？分子分母是什么？ |
+# | 5 | [`vllm/v1/spec_decode/metrics.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/spec_decode/metrics.py)：`SpecDecodingStats.observe_draft`、`SpecDecodingLogging.log` | `minivllm/engine/__init__.py`：`SpecDecodingStats`、`observe_draft`、`acceptance_rate`、`mean_acceptance_length` | 接受率、平均接受长度、逐位置接受率各自怎么算？分子分母是什么？ |
 # | 6 | [`vllm/v1/engine/core.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py)：`EngineCore.post_step` | `minivllm/engine/core.py`：`post_step` | 草稿在采样之后才提出，怎样在下一次 `schedule` 之前交给调度器？ |
+# | 7 | [`vllm/config/vllm.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/config/vllm.py)：`VllmConfig.use_v2_model_runner`、`_get_v2_model_runner_unsupported_features`；[`vllm/v1/worker/gpu/spec_decode/rejection_sampler.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu/spec_decode/rejection_sampler.py)：`RejectionSampler` | —（minivllm 的 runner 对应 V1 的 `gpu_model_runner.py`） | 同一个 Llama，开 n-gram 投机与开 EAGLE/MTP 时，vLLM 0.27.1 分别用哪个 runner？ |
 #
 # 源码快照：vLLM 8e958902eee5。与 vLLM 的差异：vLLM 的拒绝采样用 Triton kernel（每个请求一个 program），minivllm 用批量 torch 运算，本课的练习用逐请求的 Python 循环——三者语义相同；vLLM 的 `SpecDecodingStats` 每步新建、由前端累加，minivllm 的在调度器里累计；`SpecDecodeMetadata` 在 vLLM 位于 `v1/spec_decode/metadata.py`，minivllm 把它放在 `sample/rejection_sampler.py`。vLLM 的投机方法还有 EAGLE、MTP、draft model 等，本课只讲 n-gram（提示查找）。
+#
+# > **vLLM 0.27.1 用哪个 runner 跑本课的投机解码？** 在 0.27.1，`VllmConfig.use_v2_model_runner`（`config/vllm.py`）对 dense 的 generate 模型（本课程加载的每个模型）在装有 Triton、且没有打开 V2 尚不支持的特性时选 Model Runner V2（`v1/worker/gpu/model_runner.py`）。n-gram 投机正是这样的特性：`_get_v2_model_runner_unsupported_features` 把 `ngram` / `ngram_gpu` 列为 V2 尚不支持，于是开了 n-gram 投机的 Llama 或 Qwen3 **回退到 V1 的 `gpu_model_runner.py`**——上表第 3、4 行（`_calc_spec_decode_metadata`、`v1/sample/rejection_sampler.py`）就是它真正走的路径。同一个模型不开投机、或开 EAGLE / EAGLE3 / MTP 时（其余条件满足）走 V2，V2 有自己的投机实现（`v1/worker/gpu/spec_decode/`，其中有另一个 `RejectionSampler`）。n-gram（CPU）投机还会关掉默认开启的异步调度（`VllmConfig.__post_init__` 的检查：异步调度只支持 EAGLE/MTP、draft model、`ngram_gpu` 与 DSpark），所以每步之后由 `EngineCore.post_step` 取草稿交给调度器（`update_draft_token_ids`），正如下文所述；异步调度下草稿由 worker 填进调度器预留的 -1 占位（`update_draft_token_ids_in_output`）。minivllm 的 runner 对应 V1。
+# >
+# > **minivllm ≠ vLLM（本课涉及的差异）**
+# > - 输入布局：vLLM 的 `RejectionSampler.forward` 拿到整批 logits，按 `target_logits_indices` 取出**只含草稿位置**的目标 logits（`[sum(k_i), V]`）交给模块级函数 `rejection_sample`，奖励行按 `bonus_logits_indices` 取出、由普通 `Sampler` 另行采样；本课练习的 `target_probs` 把每个请求的奖励行**插在**它的草稿行之后（`[sum(k_i + 1), V]`），与 minivllm 的 `SpecDecodeMetadata` 相同。
+# > - 接受条件：vLLM 的 `rejection_random_sample_kernel` 写的是 `draft_prob > 0 and target_prob / draft_prob >= uniform_prob`——q(x) = 0 时直接拒绝；练习的写法 `u <= min(1, p(x)/q(x))` 没有这道保护，q(x) = 0 时会除以零。草稿从 q 抽出时 q(x) > 0，两者结果相同。
+# > - p 是处理过的分布：验证之前，vLLM 先对目标 logits 施加温度与 top-k / top-p（`apply_sampling_constraints`），练习里的 `target_probs` 就是这之后的 softmax；minivllm 的 `RejectionSampler` 做同样的处理。
+# > - 统计：vLLM 的 `SpecDecodingStats` 每步新建、由前端的 `SpecDecodingLogging` 累加，逐位置接受率除以 `num_drafts`；minivllm 在调度器里累计（图 9-2 两种分母都画）。
 
 # %% nbgrader={"grade": false, "grade_id": "l09_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。
@@ -77,7 +86,7 @@ from autograder.common import ______, report, self_check  # noqa: E402,F401
 #
 # Decode 每步每个请求只产出 1 个 token，而每一步都要把全部权重和整段 KV 从显存读一遍（第 6 课：decode 受带宽限制）。如果能**一次前向验证多个 token**，读一遍权重就能产出多个 token。投机解码（speculative decoding）就是这样做的：先用很便宜的办法猜出接下来的 k 个 token（草稿，draft），再让目标模型在一次前向里同时算出这 k+1 个位置的 logits，用**拒绝采样**决定接受草稿的哪一段前缀。被接受的 token 与目标模型自己采样出来的分布完全相同——投机只改变速度，不改变输出分布。
 #
-# n-gram 提议（prompt lookup）是最便宜的草稿来源：不需要草稿模型，只在请求自己的 token 序列里找“与结尾最长匹配的 n-gram 上一次出现在哪里”，把它后面的 k 个 token 当作草稿。它对“重复已有文本”的工作负载（代码修改、引用文档、摘要、多轮对话里复述）非常有效，对全新内容几乎无效。
+# n-gram 提议（prompt lookup）是最便宜的草稿来源：不需要草稿模型，只在请求自己的 token 序列里找“与结尾匹配的 n-gram 更早出现在哪里”（n 取 `[prompt_lookup_min, prompt_lookup_max]` 里能匹配的最长值，同样长的匹配取**最早**的一处，vLLM `_find_longest_matched_ngram_and_propose_tokens` 的规则），把它后面的 k 个 token 当作草稿。它对“重复已有文本”的工作负载（代码修改、引用文档、摘要、多轮对话里复述）非常有效，对全新内容几乎无效。
 #
 # ### 2. 它如何工作
 #
@@ -86,7 +95,7 @@ from autograder.common import ______, report, self_check  # noqa: E402,F401
 # 1. **提议**：第 t 步采样之后，runner 对每个刚产出 token 的请求调用 `NgramProposer.propose`，得到 ≤ k 个草稿（`_propose_drafts`）；`EngineCore.post_step` 把草稿交给调度器（`update_draft_token_ids`），存进 `request.spec_token_ids`。
 # 2. **调度**：第 t+1 步，调度器把 1 个已知 token 加上草稿一起排进本步（`num_new_tokens = 1 + k`，占 token budget，也分配 KV 槽位），草稿记在 `SchedulerOutput.scheduled_spec_decode_tokens`。
 # 3. **验证**：runner 把这 1+k 个 token 当作一个短的“prefill 块”跑一次前向，取 k+1 行 logits：第 j 行是在看到草稿前 j 个 token 之后的目标分布 $p_j$，用来验证草稿 $x_j$；最后一行是奖励（bonus）行。`SpecDecodeMetadata` 记下这些行的位置（`target_logits_indices`、`bonus_logits_indices`）。
-# 4. **拒绝采样**：`RejectionSampler` 逐个检查草稿：贪心请求在 $x_j = \arg\max p_j$ 时接受；随机请求以概率 $\min(1, p_j(x_j)/q_j(x_j))$ 接受。第一次拒绝时，从归一化的 $(p_j - q_j)^+$ 采一个恢复（recovered）token，然后**停止**；全部接受时，再加上奖励行采出的 token。每个请求这一步产出 `num_accepted + 1` 个 token，其余位置填 `PLACEHOLDER_TOKEN_ID`（-1）。
+# 4. **拒绝采样**：`RejectionSampler` 先对目标 logits 施加温度与 top-k / top-p（vLLM：`apply_sampling_constraints`），下文的 $p_j$ 指处理后的分布；再逐个检查草稿：贪心请求在 $x_j = \arg\max p_j$ 时接受；随机请求以概率 $\min(1, p_j(x_j)/q_j(x_j))$ 接受。第一次拒绝时，从归一化的 $(p_j - q_j)^+$ 采一个恢复（recovered）token，然后**停止**；全部接受时，再加上奖励行采出的 token。每个请求这一步产出 `num_accepted + 1` 个 token，其余位置填 `PLACEHOLDER_TOKEN_ID`（-1）。
 # 5. **回滚**：调度器在 `update_from_output` 里用产出的 token 数算出 `num_accepted = len(generated) - 1`、`num_rejected = k - num_accepted`，把 `num_computed_tokens` 减去 `num_rejected`：被拒草稿的 KV 已经写进了槽位，但那些位置不再属于这个请求，下一步的 token 会覆盖它们。块不用释放——它们仍在请求的块表里，马上会被写满。
 #
 # n-gram 草稿没有概率分布：q 是草稿 token 上的 one-hot，所以接受概率就是 $p(x)$，恢复分布是“去掉 x 后重新归一化的 p”。
@@ -97,7 +106,7 @@ from autograder.common import ______, report, self_check  # noqa: E402,F401
 # - **恢复分布是 $(p - q)^+$ 归一化，不是 p**：从 p 重采会让被拒草稿 x 再次有机会出现，x 的总概率变成 $\min(p,q) + (1-\beta)p(x)$，偏离 p（Q1）。
 # - **奖励 token 只在全部接受时出现**：它来自最后一行 logits，条件是全部 k 个草稿都已在序列里。
 # - **接受个数决定 KV 回滚**：调度器只从“产出了几个 token”推出接受了几个（`len(generated) - 1`），再把 `num_computed_tokens` 退回 `num_rejected` 个位置。多算一个，就把一个被拒草稿（或占位符）当成了请求的 token，它的 KV 位置不会被回滚，后面的 token 都接在错误的前缀上；少算一个，本步本可产出的恢复或奖励 token 被丢掉、一个已接受草稿的 KV 被退回重算——贪心输出碰巧不变，但每步产出变少，接受统计也错（本课的 `accepted_count_off_by_one` 变异体正是如此：输出对、统计错）。
-# - **贪心必须与不投机逐 token 相同**：这是投机解码最强的回归测试（`tests/test_spec_decode.py` 在 chunked prefill、prefix caching、抢占下都检查它）。
+# - **贪心必须与不投机逐 token 相同**：这是投机解码最强的回归测试（`tests/test_spec_decode.py` 在 chunked prefill、prefix caching、抢占下都检查它）。算法上它严格成立；实现上 vLLM 的文档说投机解码“在硬件数值精度范围内”无损：验证时一次前向算 k+1 个位置，批的形状不同，GPU 上可能走不同的 kernel 与归约顺序，极少数 logits 几乎相等的位置 argmax 会翻转。minivllm 在这台 CPU 上的小模型里逐 token 相同。
 #
 # ### 4. 性能与工程取舍
 #
@@ -116,7 +125,7 @@ L09.plot_sweep(sweep);
 L09.plot_per_position(sweep);
 
 # %% [markdown]
-# 图 9-2：逐位置接受率 = `num_accepted_tokens_per_pos[j] / num_draft_tokens_per_pos[j]`（分母是提出了第 j 个草稿的次数，不是到达第 j 个位置的次数）。因为第 j 个草稿只有在前 j-1 个都被接受时才会被接受，这条曲线随位置单调下降；k 越大，尾部的草稿越是白算。
+# 图 9-2：逐位置接受率的两种分母。左：vLLM 的算法（`SpecDecodingLogging.log`，以及 `metrics.py` 注释里给 Prometheus 的查询）：`num_accepted_tokens_per_pos[j] / num_drafts`，分母是验证次数。第 j 个草稿只有在前 j-1 个都被接受时才会被接受，所以分子随 j 不增，这条曲线**必然**单调不增。右：`num_accepted_tokens_per_pos[j] / num_draft_tokens_per_pos[j]`，分母是真的有第 j 个草稿的次数（n-gram 的草稿可以短于 k）；短草稿多时它可以不单调。这里 n-gram 草稿几乎都是满长的，两边几乎重合。k 越大，尾部的草稿越是白算。
 #
 # ## 具体演示：一个验证步里发生了什么
 #
@@ -133,7 +142,7 @@ L09.print_trace(L09.verification_trace())
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
 #
-# 下面是 vLLM `rejection_greedy_sample_kernel` 与 `rejection_random_sample_kernel` 的逐请求版本（恢复 token 由 `sample_recovered_tokens` 在 kernel 之前采好，这里在循环里就地采）。输入的布局与 minivllm 的 `SpecDecodeMetadata` 相同：请求 i 的 $k_i$ 个草稿行、然后它的奖励行，一个请求接一个请求；$k_i$ 可以不同，也可以是 0。6 处 `______` 是决策点：贪心的接受条件、随机的接受条件、接受后累计的个数、恢复分布、拒绝之后做什么、奖励 token。
+# 下面是 vLLM `rejection_greedy_sample_kernel` 与 `rejection_random_sample_kernel` 的逐请求版本（恢复 token 由 `sample_recovered_tokens` 在 kernel 之前采好，这里在循环里就地采）。输入的布局与 minivllm 的 `SpecDecodeMetadata` 相同：请求 i 的 $k_i$ 个草稿行、然后它的奖励行，一个请求接一个请求（vLLM 的 `rejection_sample` 只拿草稿行，奖励 token 另行采好传入，见上方差异列表）；$k_i$ 可以不同，也可以是 0。6 处 `______` 是决策点：贪心的接受条件、随机的接受条件、接受后累计的个数、恢复分布、拒绝之后做什么、奖励 token。
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
 
@@ -292,7 +301,7 @@ L09.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 写出（或说清）某个 token y 的输出概率的两部分：被草稿抽中并被接受 $q(y)\min(1, p(y)/q(y)) = \min(p(y), q(y))$，加上被拒后恢复成 y 的 $(1-\beta)\cdot (p(y)-q(y))^+/(1-\beta)$，其中拒绝概率 $1-\beta = 1 - \sum_x \min(p,q) = \sum_x (p-q)^+$，两部分相加 $\min(p,q) + (p-q)^+ = p(y)$；并指出对多个位置逐个成立（第 j+1 个位置以前 j 个已接受为条件，所以第一次拒绝后必须停止）；并说出从 p 重采的后果（y 的概率变成 $\min(p,q) + (1-\beta)p(y)$，q 偏大的 token 被多采，分布偏向草稿；卡方检验拒绝）；1 分 = 只有“接受 + 恢复 = p”的结论没有推导、或漏掉拒绝后停止的条件、或不能说出从 p 重采错在哪；0 分 = 认为只有贪心或 q = p 时分布才不变，或认为投机解码“近似”保持分布（一票否决：混淆算法正确性与性能）。
+# **评分要点**：2 分 = 写出（或说清）某个 token y 的输出概率的两部分：被草稿抽中并被接受 $q(y)\min(1, p(y)/q(y)) = \min(p(y), q(y))$，加上被拒后恢复成 y 的 $(1-\beta)\cdot (p(y)-q(y))^+/(1-\beta)$，其中拒绝概率 $1-\beta = 1 - \sum_x \min(p,q) = \sum_x (p-q)^+$，两部分相加 $\min(p,q) + (p-q)^+ = p(y)$；并指出对多个位置逐个成立（第 j+1 个位置以前 j 个已接受为条件，所以第一次拒绝后必须停止）；并说出从 p 重采的后果（y 的概率变成 $\min(p,q) + (1-\beta)p(y)$，q 偏大的 token 被多采，分布偏向草稿；卡方检验拒绝）；1 分 = 只有“接受 + 恢复 = p”的结论没有推导、或漏掉拒绝后停止的条件、或不能说出从 p 重采错在哪；0 分 = 认为只有贪心或 q = p 时分布才不变，或认为拒绝采样这个**算法**只是“近似”保持分布（一票否决：混淆算法正确性与性能）。不扣分的补充：指出实现只在浮点数值精度内无损（vLLM 文档原话：lossless up to the precision limits of hardware numerics；k+1 个位置一起前向时 kernel 与归约顺序不同，GPU 上偶有 argmax 翻转）是正确的，与“算法保持分布”并不矛盾；说 vLLM 在 q(x) = 0 时直接拒绝（`draft_prob > 0`）也对。
 #
 # **参考答案**
 #
@@ -344,12 +353,12 @@ L09.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 引用实测数字（本机图 9-1：k=1 接受率约 0.46、平均长度约 1.46；k=5 接受率约 0.22、平均长度约 2.1；每步 token 从 3.0 升到约 3.9；以学生自己运行的数字为准）并给出因果：接受率 = 接受数 / 草稿数，第 j 个草稿只在前 j-1 个都被接受时才可能被接受（图 9-2 逐位置递减），所以 k 增大时新增的尾部草稿接受率低，拉低平均接受率；平均接受长度单调增但边际收益递减（上限 k+1），而成本（前向位置、budget、KV 槽位）按 k 线性增长；选 k 要在目标负载上测吞吐/延迟，在边际收益小于边际成本处停止，并随 batch 大小调整；1 分 = 趋势正确但没有数字或没有说明逐位置递减的原因；0 分 = 认为 k 越大越好，或把接受率下降说成草稿质量变差（一票否决：把单一负载的实测写成普遍结论）。
+# **评分要点**：2 分 = 引用实测数字（本机图 9-1：k=1 接受率约 0.46、平均长度约 1.46；k=5 接受率约 0.22、平均长度约 2.1；每步 token 从 3.0 升到约 3.9；以学生自己运行的数字为准）并给出因果：接受率 = 接受数 / 草稿数，第 j 个草稿只在前 j-1 个都被接受时才可能被接受，所以 k 增大时新增的尾部草稿接受率低，拉低平均接受率（逐位置接受率：按 vLLM 的分母 `num_drafts`，它必然单调不增；按 `num_draft_tokens_per_pos` 的分母不一定单调——学生用哪一种、说明是哪个系统的定义，都给分）；平均接受长度单调增但边际收益递减（上限 k+1），而成本（前向位置、budget、KV 槽位）按 k 线性增长；选 k 要在目标负载上测吞吐/延迟，在边际收益小于边际成本处停止，并随 batch 大小调整；1 分 = 趋势正确但没有数字或没有说明逐位置递减的原因；0 分 = 认为 k 越大越好、不计成本；把本机这一个小模型、这批 prompt 的数字说成任何负载都如此（一票否决：把单一负载的实测写成普遍结论）。指出 n-gram 草稿越靠后越可能偏离（匹配只保证前缀一致）是正确的补充，不扣分。
 #
 # **参考答案**
 #
 # 1. 实测（图 9-1，3 个 prompt × 40 token，贪心，n-gram 1..3）：k=1 时接受率约 0.46、平均每次验证 1.46 个 token；k=2 约 0.33 / 1.66；k=3 约 0.29 / 1.87；k=5 约 0.22 / 2.09。每步 token 从不投机的 3.0 升到 3.5～3.9，引擎步数从 40 降到 31～34。
-# 2. 为什么接受率随 k 下降：接受率的分母是所有提出的草稿。第 j 个草稿要被接受，前 j-1 个必须都被接受（第一次拒绝就停），所以它的无条件接受率是 $\prod_{i\le j}\alpha_i$，随 j 递减（图 9-2：约 0.35、0.26、0.24、0.15、0.09）。增大 k 只是在尾部加上越来越难被接受的草稿，平均接受率自然下降；n-gram 草稿越往后也越可能偏离（匹配只保证前缀一致）。
+# 2. 为什么接受率随 k 下降：接受率的分母是所有提出的草稿。第 j 个草稿要被接受，前 j-1 个必须都被接受（第一次拒绝就停），所以它的无条件接受率（vLLM 的逐位置接受率：第 j 位接受次数 / `num_drafts`）是 $\prod_{i\le j}\alpha_i$，随 j 单调不增（图 9-2 左，k=5：约 0.35、0.26、0.24、0.15、0.09）。增大 k 只是在尾部加上越来越难被接受的草稿，平均接受率自然下降；n-gram 草稿越往后也越可能偏离（匹配只保证前缀一致）。
 # 3. 为什么平均接受长度仍上升但收益递减：期望产出 $1+\sum_{j\le k}\prod_{i\le j}\alpha_i$，每多一个位置加上一个越来越小的项；上限是 k+1（图中虚线），实测远低于它。
 # 4. 成本随 k 线性：每个请求每步 1+k 个前向位置、budget 和 KV 槽位；受带宽限制时成本几乎不变，k 可以稍大；计算受限（大 batch）时应减小 k 甚至关闭。
 # 5. 选 k：在目标工作负载（重复程度、温度、batch 大小）上测吞吐与延迟（benchmark，而不是接受率本身），观察逐位置接受率，在边际位置的接受概率乘以一个 token 的价值低于多算一个位置的成本处截断；线上负载变化时监控 `acceptance_rate` 与 `mean_acceptance_length`。本机数字只对这个小模型和这批 prompt 成立，不能外推。

@@ -63,6 +63,12 @@ if "google.colab" in sys.modules or os.environ.get("MINIVLLM_COLAB_INSTALL"):
 # | 4 | [`vllm/v1/executor/multiproc_executor.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/executor/multiproc_executor.py)：`MultiprocExecutor.collective_rpc`（`rpc_broadcast_mq`）、`WorkerProc.make_worker_process`、`WorkerProc.worker_busy_loop` | `minivllm/executor/multiproc_executor.py`：`MultiprocExecutor`、`collective_rpc`、`WorkerProc`、`worker_busy_loop` | 一次 `execute_model` 怎样送到每个 rank？为什么只有 rank 0 回答？一个 worker 出错时其他 rank 会怎样？ |
 #
 # 源码快照：vLLM 8e958902eee5。与 vLLM 的差异：vLLM 的 executor 用共享内存 `MessageQueue`（`rpc_broadcast_mq`）把调用广播给 worker，minivllm 把同一份 pickle 写进每个 worker 一根管道；vLLM 的 all-reduce 在 GPU 上走 NCCL 或自定义 all-reduce kernel，minivllm 在 CPU 上走 gloo（本课全部在 CPU 上跑，两个 rank 是两个进程，共享这台机器的 2 个核）；vLLM 的线性层把计算交给 `quant_method`（`UnquantizedLinearMethod.apply`），minivllm 直接 `F.linear`；vLLM 的 `RowParallelLinear` 还有 `input_is_parallel`、`skip_bias_add` 等开关，minivllm 只保留 `reduce_results`。minivllm 只有张量并行，没有流水线并行和数据并行。
+#
+# > **vLLM 0.27.1 用哪个 runner？** TP 不影响选择：`VllmConfig.use_v2_model_runner`（`config/vllm.py`）对 dense 的 generate 模型（本课程加载的每个模型）在装有 Triton、且没有打开 V2 尚不支持的特性（`_get_v2_model_runner_unsupported_features`：n-gram 投机、TP > 1 时的序列并行等）时选 Model Runner V2（`v1/worker/gpu/model_runner.py`），每个 worker 里跑的是它；本课讲的线性层、all-reduce 与 executor 两个 runner 共用。
+# >
+# > **minivllm ≠ vLLM（本课涉及的差异）**
+# > - 各 rank 采样出相同的 token，不只靠相同的 logits：`lm_head` 之后的 all-gather 让每个 rank 拿到相同的 logits（`LogitsProcessor._gather_logits`，平台默认 `use_all_gather`），随机采样还要求每个 rank 的随机数相同——vLLM 用全局种子保证这一点（`ModelConfig.seed`，默认 0，它的说明写着：不设全局种子，不同的张量并行 worker 会采出不同的 token）。minivllm 同样在每个 worker 里设同一个种子。
+# > - profiler 里看到的名字：本课在 CPU 上数的是 gloo 的 `c10d::allreduce_`。vLLM 在 GPU 上走 NCCL 或自定义 all-reduce kernel；在默认的 `-O2` 下，TP > 1、Hopper / Blackwell 且装有 FlashInfer 时（`enable_allreduce_rms_fusion`），编译 pass 把 all-reduce 与其后的 RMSNorm 融合成一个 `flashinfer_trtllm_fused_allreduce_norm` 调用（`compilation/passes/fusion/allreduce_rms_fusion.py`），所以 profiler 里既看不到单独的 all-reduce，也数不出“每层两次”——通信次数不变，只是换了名字、和归一化合在一起。
 
 # %% nbgrader={"grade": false, "grade_id": "l10_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。
@@ -150,7 +156,7 @@ L10.plot_tp_comparison(cmp);
 # 4. `gate_up_proj`（列并行）：`[T, 256]` → `[T, 704]`（gate 352 + up 352），不通信；`SiluAndMul` → `[T, 352]`。
 # 5. `down_proj`（行并行）：`[T, 352]` → `[T, 256]` 的部分和 → **all-reduce #3**。
 #
-# 以后每层两次，4 层共 1 + 8 = 9 次。`lm_head` 每个 rank 算自己那段词表的 logits，all-gather 拼成完整词表，每个 rank 用相同的 logits 采样出相同的 token——所以各 rank 的批状态始终一致，只有 rank 0 把结果交回 EngineCore。
+# 以后每层两次，4 层共 1 + 8 = 9 次。`lm_head` 每个 rank 算自己那段词表的 logits，all-gather 拼成完整词表；每个 rank 用相同的 logits、相同的随机数（全局种子，见上方差异列表）采样出相同的 token——所以各 rank 的批状态始终一致，只有 rank 0 把结果交回 EngineCore（vLLM：`MultiprocExecutor` 只取 `output_rank` 那个 worker 的输出）。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
@@ -321,7 +327,7 @@ L10.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 按头切（不是按行随意切：一个头的 head_dim 行必须在同一 rank，注意力在头内计算）；给出表：TP=2：4 q + 1 kv，`qkv_proj.weight` `[(4+1+1)·32, 256] = [192, 256]`，KV cache 每 token 每层 K、V 各 1×32；TP=4：2 q + 1 kv（kv 头被复制：`num_kv_head_replicas = 2`），`[128, 256]`；TP=8：1 q + 1 kv（复制 4 份），`[96, 256]`；说明 q 头到 kv 头的分组在切分后仍对应（rank r 的 q 头共享的正是它持有的那个 kv 头，`shard_rank = tp_rank // num_kv_head_replicas`）；代价：复制的 kv 头的权重与 KV cache 在多个 rank 上重复存储，KV cache 每个 rank 的占用不再按 1/tp 下降；q 头数不能被 tp 整除（这里 tp = 3、5、6、7）或 tp 既不整除 kv 头数也不是其倍数时不能用（`divide` 报错）；1 分 = 数对但没有说明复制与代价，或没有说出不能用的 tp；0 分 = 认为 kv 头可以切成半个头，或认为 KV cache 总是按 1/tp 缩小（一票否决：把源码支持写成所有模型/硬件可用）。
+# **评分要点**：2 分 = 按头切（不是按行随意切：一个头的 head_dim 行必须在同一 rank，注意力在头内计算）；给出表：TP=2：4 q + 1 kv，`qkv_proj.weight` `[(4+1+1)·32, 256] = [192, 256]`，KV cache 每 token 每层 K、V 各 1×32；TP=4：2 q + 1 kv（kv 头被复制：`num_kv_head_replicas = 2`），`[128, 256]`；TP=8：1 q + 1 kv（复制 4 份），`[96, 256]`；说明 q 头到 kv 头的分组在切分后仍对应（rank r 的 q 头共享的正是它持有的那个 kv 头，`shard_rank = tp_rank // num_kv_head_replicas`）；代价：复制的 kv 头的权重与 KV cache 在多个 rank 上重复存储，KV cache 每个 rank 的占用不再按 1/tp 下降；q 头数不能被 tp 整除（这里 tp = 3、5、6、7）或 tp 既不整除 kv 头数也不是其倍数时不能用（`divide` 报错）；1 分 = 数对但没有说明复制与代价，或没有说出不能用的 tp；0 分 = 认为 kv 头可以切成半个头（注意力在头内计算，头不能拆），或认为 KV cache 总是按 1/tp 缩小（忽略了 kv 头复制）；认为任何 tp 都能用于任何模型，不看头数能否整除（一票否决：把源码支持写成所有模型/硬件可用）。
 #
 # **参考答案**
 #

@@ -37,7 +37,7 @@ if "google.colab" in sys.modules or os.environ.get("MINIVLLM_COLAB_INSTALL"):
 #
 # ## 本课目标与通过标准
 #
-# 本课产出：能说清一个 decode 批次怎样从“每步几十上百次 kernel launch”变成“一次 graph replay”——谁决定这一步跑哪个捕获尺寸（`CudagraphDispatcher`）、graph 读的静态输入缓冲属于谁（`GPUModelRunner` 的 `cg_*` 张量）、填充行为什么必须无害（slot 为 `PAD_SLOT_ID`、长度为 0、位置在范围内）、采样前怎样只留下真实行；亲手写出这三步，并把它们接进真实引擎，让 minivllm 的 `enforce_eager=False` 路径用你的函数填充每个 decode 批次。
+# 本课产出：能说清一个 decode 批次怎样从“每步几十上百次 kernel launch”变成“一次 graph replay”——谁决定这一步跑哪个捕获尺寸（V1 runner 的 `CudagraphDispatcher`；Model Runner V2 的 `ModelCudaGraphManager`）、graph 读的静态输入缓冲属于谁（vLLM：runner 的持久输入缓冲；minivllm：`GPUModelRunner` 的 `cg_*` 张量）、填充行为什么必须无害（slot 为 `PAD_SLOT_ID`、长度为 0、位置在范围内）、采样前怎样只留下真实行；亲手写出这三步，并把它们接进真实引擎，让 minivllm 的 `enforce_eager=False` 路径用你的函数填充每个 decode 批次。
 #
 # 通过要求：唯一代码填空题通过全部断言；Q1～Q3 都能沿源码对象给出因果链；能指出一个正确性不变量（填充后生成的 token 与不填充逐个相同，填充行不写任何 KV 块）、一个性能边界（填充行也要算：一个 5 请求的批次按 8 行算）和一个需要 benchmark 才能确认的结论（在哪些 batch 大小上 graph 真的比 eager 快）；总分至少 8/10。
 #
@@ -61,8 +61,17 @@ if "google.colab" in sys.modules or os.environ.get("MINIVLLM_COLAB_INSTALL"):
 # | 2 | [`vllm/v1/cudagraph_dispatcher.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/cudagraph_dispatcher.py)：`CudagraphDispatcher._compute_bs_to_padded_graph_size`、`_bs_to_padded_graph_size`、`dispatch`、`get_capture_descs` | `minivllm/compilation/cuda_graph.py`：`CudagraphDispatcher`、`padded_size`、`dispatch`、`get_capture_descs`、`BatchDescriptor` | 一个 5 请求的 decode 批次跑哪个 graph？超过最大尺寸、或含 prefill 的批次呢？ |
 # | 3 | [`vllm/compilation/cuda_graph.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/compilation/cuda_graph.py)：`CUDAGraphWrapper.__call__`（capture 与 replay 两条分支）；[`vllm/forward_context.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/forward_context.py)：`BatchDescriptor` | `minivllm/compilation/cuda_graph.py`：`CUDAGraphWrapper`、`capture`、`CUDAGraphEntry` | graph 记录的是哪些张量的地址？replay 时为什么只能改这些张量的内容、不能换张量？ |
 # | 4 | [`vllm/v1/worker/gpu_model_runner.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_model_runner.py)：`_determine_batch_execution_and_padding`、`_prepare_inputs`（`seq_lens[num_reqs:].fill_(0)`、`logits_indices`）、`_get_slot_mappings`（填充行的 slot 为 -1）、`capture_model`、`_capture_cudagraphs`、`_dummy_run` | `minivllm/worker/gpu_model_runner.py`：`_init_cudagraph_state`、`_pad_for_cudagraph`、`_model_forward`、`capture_model` | 静态缓冲由谁拥有、何时分配？填充行的 token、位置、slot、长度各填什么才无害？replay 之后怎样只取真实行？ |
+# | 5 | [`vllm/config/vllm.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/config/vllm.py)：`VllmConfig.use_v2_model_runner`；[`vllm/v1/worker/gpu/cudagraph_utils.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu/cudagraph_utils.py)：`BatchExecutionDescriptor`、`CudaGraphManager.dispatch`、`ModelCudaGraphManager.capture`、`CudaGraphManager.run_fullgraph`、`get_uniform_token_count` | —（minivllm 的 runner 与图管理对应 V1） | 本课的模型在 vLLM 0.27.1 上由哪个 runner 跑？V2 的分派返回什么、在哪里录图？ |
 #
 # 源码快照：vLLM 8e958902eee5。与 vLLM 的差异：vLLM 默认 `FULL_AND_PIECEWISE`——decode 批次用整图（FULL），其余批次用 torch.compile 切出的分段图（PIECEWISE）；minivllm 没有 torch.compile，只实现 `FULL_DECODE_ONLY`：只有“每个请求恰好 1 个 token”的 decode 批次被填充并 replay，其余批次 eager。vLLM 的静态缓冲就是 runner 的持久输入（`input_ids`、`positions`、`seq_lens`、块表与 slot mapping），在 `_prepare_inputs` 里就地写入；minivllm 另设一组 `cg_*` 缓冲，在 `_pad_for_cudagraph` 里一次填好（本课的练习正是这一步）。vLLM 的尺寸表是数组 `_bs_to_padded_graph_size`（批大小 → 尺寸，一次查表），minivllm 用 `padded_size` 现算。CPU 上 minivllm 的 “replay” 是对同一组缓冲的 eager 调用，vLLM 在 CPU 上不用 CUDA graph。
+#
+# > **vLLM 0.27.1 实际用哪个 graph 管理器？** 上表第 2～4 行是 V1 runner（`gpu_model_runner.py`）的路径。在 0.27.1，`VllmConfig.use_v2_model_runner`（`config/vllm.py`）对 dense 的 generate 模型（本课程加载的每个模型）在装有 Triton、且没有打开 V2 尚不支持的特性（`_get_v2_model_runner_unsupported_features`：n-gram 投机等；MoE 模型默认也不走 V2）时选 Model Runner V2（`v1/worker/gpu/model_runner.py`）。V2 不用 `CudagraphDispatcher`：它的 `ModelCudaGraphManager`（`v1/worker/gpu/cudagraph_utils.py`）在启动时用显式的 `capture` 为每个 `BatchExecutionDescriptor`（`cg_mode`、`num_tokens`、`num_reqs`、`uniform_token_count`）录一个 graph；每步 `dispatch(num_reqs, num_tokens, uniform_token_count, num_active_loras)` 返回匹配的描述符，没有匹配时返回 `cg_mode` 为 `NONE` 的描述符（这一步 eager）；整图由 `run_fullgraph` 直接 replay，分段图由 `run_pw_graph` 交给 torch.compile 过的模型。选尺寸、填充无害行、只取真实行这三件事两个 runner 都做；本课的练习与表格沿 V1 的名字讲（minivllm 对应 V1），而你在 GPU 上用 vLLM 0.27.1 跑 Llama 时，执行的是 V2 这一套。
+# >
+# > **minivllm ≠ vLLM（本课涉及的差异）**
+# > - 分派的返回值：minivllm 的 `dispatch` 在不用 graph 时返回 None；vLLM V1 的 `CudagraphDispatcher.dispatch` 总是返回 `(CUDAGraphMode, BatchDescriptor)`，不用 graph 时是 `(CUDAGraphMode.NONE, BatchDescriptor(num_tokens))`；V2 返回一个 `BatchExecutionDescriptor`。
+# > - 在哪里录图：minivllm 用显式的 `CUDAGraphWrapper.capture`；vLLM V1 的 `CUDAGraphWrapper` 在 `__call__` 里录——`capture_model` → `_capture_cudagraphs` 用每个尺寸调 `_dummy_run`，包装器第一次见到某个 `BatchDescriptor` 时录制，之后同一描述符直接 replay。
+# > - 什么是 uniform decode：minivllm 只认“每个请求恰好 1 个 token”；vLLM 的 `uniform_decode_query_len = 1 + num_speculative_tokens`，投机解码时每个请求 1 + k 个 token 的批次也是 uniform decode，尺寸按 token 数（请求数 × (1 + k)）算。
+# > - 混合批次也能录整图：minivllm 只实现 `FULL_DECODE_ONLY`；vLLM 的 attention 后端声明自己的 `AttentionCGSupport`，`ALWAYS`（Triton 后端、FlashAttention 3）表示整图也能装下 prefill 与 decode 混合的批次，`cudagraph_mode=FULL` 时混合批次按 token 数填充后 replay 整图；默认的 `FULL_AND_PIECEWISE` 对 decode 批次用整图、其余批次用分段图。
 
 # %% nbgrader={"grade": false, "grade_id": "l11_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。
@@ -95,15 +104,15 @@ from minivllm.compilation.cuda_graph import PAD_SLOT_ID  # noqa: E402,F401
 #
 # 一个 decode 批次的一步（括号里是 minivllm / vLLM 的名字）：
 #
-# 1. **启动时捕获**：`capture_model` 对每个捕获尺寸（从大到小，`get_capture_descs`）用静态缓冲做一次预热前向、再录制一个 graph（`CUDAGraphWrapper.capture`），按 `BatchDescriptor` 存起来。
-# 2. **分派**：每步 `CudagraphDispatcher.dispatch(num_tokens, uniform_decode)`：只有每个请求恰好 1 个 token 的批次（uniform decode）且 `num_tokens` 不超过最大尺寸，才返回一个 `BatchDescriptor(size)`，`size` 是能装下它的**最小**捕获尺寸；否则返回 None，这一步 eager。
+# 1. **启动时捕获**：`capture_model` 对每个捕获尺寸（从大到小，`get_capture_descs`）用静态缓冲做一次预热前向、再录制一个 graph，按 `BatchDescriptor` 存起来（minivllm：显式的 `CUDAGraphWrapper.capture`；vLLM V1：`_dummy_run` 调用包装器，`CUDAGraphWrapper.__call__` 第一次见到这个描述符时录制）。
+# 2. **分派**：每步 `CudagraphDispatcher.dispatch(num_tokens, uniform_decode)`：在 `FULL_DECODE_ONLY` 下，只有 uniform decode 批次（minivllm：每个请求恰好 1 个 token；vLLM：每个请求 `1 + num_speculative_tokens` 个）且 `num_tokens` 不超过最大尺寸，才分到一个 `BatchDescriptor(size)`，`size` 是能装下它的**最小**捕获尺寸；否则这一步 eager（minivllm 返回 None；vLLM 返回 `(CUDAGraphMode.NONE, BatchDescriptor(num_tokens))`）。
 # 3. **填充**：`_pad_for_cudagraph` 把真实的 n 行（token、位置、slot、序列长度、块表）拷进静态缓冲的前 n 行，把 `n..size` 的填充行设成无害的值：token 0、位置 0、slot `PAD_SLOT_ID`（-1：写 KV 时跳过）、长度 0（attention 什么都不读，输出 0）；块表先整片清零，不留上一批的块号。
 # 4. **replay**：`CUDAGraphWrapper(desc, ...)` 回放 `size` 行的 graph（CPU 上是对同一组缓冲的一次 eager 前向）。
 # 5. **只取真实行**：输出有 `size` 行，只有前 n 行交给 logits 和采样（vLLM：`logits_indices` 只指向真实请求）；填充行的结果丢掉。
 #
 # ### 3. 正确性条件与常见误区
 #
-# - **填充行不能写 KV**：slot 0 是物理块 0 的第 0 个槽位。minivllm 和 vLLM 都把块 0 留作 null block，写进去不会破坏别人的 KV——但这只是侥幸，一旦块 0 被分配给请求，填充行就会悄悄改写它；正确做法是 slot `PAD_SLOT_ID`，写 KV 的 kernel 见到 -1 就跳过。
+# - **填充行不能写 KV**：slot 0 是物理块 0 的第 0 个槽位。minivllm 和 vLLM 都在 `BlockPool` 初始化时把块 0 取出作 `null_block`，永远不分给请求——这是有意的设计，所以即使写进块 0 也不会破坏别人的 KV。但填充行仍应写 slot `PAD_SLOT_ID`（-1，vLLM 在 `v1/attention/backends/utils.py` 定义）：写 KV 的 kernel 见到 -1 就跳过，什么都不写，不依赖“块 0 恰好是 null block”，也不会在 null block 里留下垃圾（vLLM 的 `_get_slot_mappings` 正是把填充行的 slot 填成 -1）。
 # - **静态缓冲会残留上一批的内容**：缓冲是持久的，上一步 8 行的数据在这一步 4 行的批次里仍然在那里。填充行的长度、token、块表必须每步重写，否则 attention 会按上一批的长度读上一批的块。
 # - **位置必须在 `[0, max_model_len)`**：rotary 用位置去查 cos/sin 表。把位置也填成 -1 在 CPU 上会被 torch 的负索引“悄悄”接受，在 GPU 的 gather 里是越界访问。
 # - **只返回真实行**：填充行的 logits 交给采样，引擎会以为有 `size` 个请求（形状不符），或者把填充行采出的 token 塞给真实请求。
@@ -112,7 +121,7 @@ from minivllm.compilation.cuda_graph import PAD_SLOT_ID  # noqa: E402,F401
 # ### 4. 性能与工程取舍
 #
 # - 捕获尺寸越密，填充浪费越少，但每个尺寸一个 graph：启动时间和 graph 占用的显存（`profile_cudagraph_memory`）随尺寸数增长。vLLM 的默认列表在小 batch 处密（1、2、4、8、16……）、大 batch 处疏（每 8、每 16）：小 batch 正是 launch 开销占比最大的地方（Q1）。
-# - 只捕获 decode：prefill 批次的 token 数从几个到几千，按 token 数捕获要么尺寸爆炸、要么填充巨大；而且 prefill 的 kernel 足够大，launch 开销本来就不显著（Q2）。
+# - 只为 decode 录整图（minivllm、vLLM 的 `FULL_DECODE_ONLY`）：prefill 批次的 token 数从几个到几千，按 token 数捕获要么尺寸爆炸、要么填充巨大；而且 prefill 的 kernel 足够大，launch 开销本来就不显著（Q2）。vLLM 的其他模式并不止于此：`FULL_AND_PIECEWISE`（默认）让其余批次走分段图，`FULL` 配合 `AttentionCGSupport.ALWAYS` 的后端连混合批次也录整图（尺寸上限仍是 `max_cudagraph_capture_size`）。
 
 # %%
 SIZES = [1, 2, 4, 8, 16, 24, 32]
@@ -295,21 +304,21 @@ L11.print_launch_counts(L11.launch_counts(8))
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l11_q2", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q2（2 分）
 #
-# minivllm（以及 vLLM 的 `FULL_DECODE_ONLY` 模式）只对“每个请求恰好 1 个 token”的 decode 批次捕获整图。为什么不把 prefill 或 decode 与 prefill 混合的批次也捕获？请从形状、填充成本、launch 开销占比和 attention 元数据四个方面说明，并说出 vLLM 默认的 `FULL_AND_PIECEWISE` 怎样处理其余批次。
+# minivllm（以及 vLLM 的 `FULL_DECODE_ONLY` 模式）只对 uniform decode 批次（minivllm：每个请求恰好 1 个 token）捕获整图。这些模式为什么不把 prefill 或 decode 与 prefill 混合的批次也捕获整图？请从形状、填充成本、launch 开销占比和 attention 元数据四个方面说明；再说出 vLLM 默认的 `FULL_AND_PIECEWISE` 怎样处理其余批次，以及 vLLM 在什么条件下也为混合批次录整图。
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 四方面都有因果：（形状）uniform decode 批次的形状只由请求数决定，请求数有界（`max_num_seqs`），几个尺寸就能覆盖；prefill 批次的 token 数从 1 到 `max_num_batched_tokens`，还取决于每个请求的 query 长度分布；（填充）按 token 数填充时间隔要么密到 graph 数量爆炸（启动时间、显存），要么疏到填充浪费巨大，而 prefill 是计算受限的，填充行就是真实 FLOP；（开销占比）prefill 的 kernel 处理成百上千个 token、每个跑很久，launch 开销占比很小，graph 收益小；（元数据）混合批次的 attention 要按 `query_start_loc` 分段、prefill 与 decode 走不同 kernel、max_query_len 变化，graph 录制时这些都被固定，无法用一组静态缓冲表示所有情况；并说出 `dispatch` 对非 uniform decode 返回 None、这一步 eager；vLLM 的 `FULL_AND_PIECEWISE` 对其余批次用 torch.compile 切出的分段图（attention 之外的部分录成 piecewise graph，attention 本身 eager），按 token 数填充；1 分 = 只说“prefill 形状多变”而缺少成本或元数据的理由；0 分 = 认为 prefill 捕获后会算错所以不能捕获（一票否决：混淆算法正确性与性能）。
+# **评分要点**：2 分 = 四方面都有因果：（形状）uniform decode 批次的形状只由请求数决定，请求数有界（`max_num_seqs`），几个尺寸就能覆盖；prefill 批次的 token 数从 1 到 `max_num_batched_tokens`，还取决于每个请求的 query 长度分布；（填充）按 token 数填充时间隔要么密到 graph 数量爆炸（启动时间、显存），要么疏到填充浪费巨大，而 prefill 是计算受限的，填充行就是真实 FLOP；（开销占比）prefill 的 kernel 处理成百上千个 token、每个跑很久，launch 开销占比很小，graph 收益小；（元数据）混合批次的 attention 要按 `query_start_loc` 分段、prefill 与 decode 可能走不同 kernel、max_query_len 变化，grid 随之变化的 kernel 无法用一组静态缓冲录成一张图；并说出这一步 eager（minivllm 的 `dispatch` 返回 None；vLLM 的返回 `(CUDAGraphMode.NONE, BatchDescriptor(num_tokens))`——两种说法都给分，只要说清是哪个系统）；vLLM 的 `FULL_AND_PIECEWISE` 对其余批次用 torch.compile 切出的分段图（attention 之外的部分录成 piecewise graph，attention 本身 eager），按 token 数填充；并说出整图也能装下混合批次的条件：attention 后端声明 `AttentionCGSupport.ALWAYS`（Triton 后端、FlashAttention 3）且 `cudagraph_mode=FULL`。学生若答“vLLM 也能为混合批次录整图”并给出这个条件，是正确的，不扣分；答 uniform decode 在投机解码时是每个请求 1 + k 个 token 也对。1 分 = 只说“prefill 形状多变”而缺少成本或元数据的理由；0 分 = 认为 prefill 捕获后会算错所以不能捕获（一票否决：混淆算法正确性与性能）。
 #
 # **参考答案**
 #
 # 1. 形状：一个 uniform decode 批次有 n 个请求、n 个 token，形状只由 n 决定，n ≤ `max_num_seqs`，`[1, 2, 4, 8, 16, …]` 几个尺寸就覆盖了。prefill 或混合批次的 token 数可以是 1 到 `max_num_batched_tokens` 之间的任何数，而且同样的 token 数可以由不同的请求数和 query 长度组成。
 # 2. 填充成本：要覆盖这么大的范围，尺寸要么很密（几百个 graph：启动时捕获很久、每个 graph 占显存，`profile_cudagraph_memory`），要么很疏（一个 2049 token 的批次填到 4096）。prefill 是计算受限的，填充行是真实的 FLOP，填充一倍就慢一倍。
 # 3. 开销占比：prefill 的每个 kernel 处理成百上千个 token，执行时间远大于几 µs 的 launch 开销，graph 能省的比例很小；decode 小 batch 恰恰相反（Q1）。
-# 4. attention 元数据：graph 录下了每个 kernel 的 grid 和参数。decode 批次的 attention 元数据可以用固定形状的静态缓冲表示（每行 1 个 query、`seq_lens`、块表、slot），长度变化只改内容；混合批次的 `query_start_loc`、`max_query_len`、prefill/decode 的分界都会改变走哪个 kernel、grid 多大，不能用一张 graph 表示。
-# 5. 所以 `CudagraphDispatcher.dispatch` 对非 uniform decode（或超过最大尺寸）返回 None，这一步 eager。vLLM 默认的 `FULL_AND_PIECEWISE` 对其余批次用 torch.compile 把模型在 attention 处切开，attention 之外的部分按 token 数录成分段（PIECEWISE）graph，attention 在分段之间 eager 执行——省下大部分 launch，又不用把变化的 attention 元数据录进 graph。minivllm 没有 torch.compile，不做这一步。
+# 4. attention 元数据：graph 录下了每个 kernel 的 grid 和参数。decode 批次的 attention 元数据可以用固定形状的静态缓冲表示（每行 1 个 query、`seq_lens`、块表、slot），长度变化只改内容；对多数 kernel，混合批次的 `query_start_loc`、`max_query_len`、prefill/decode 的分界都会改变走哪个 kernel、grid 多大，不能用一张 graph 表示。例外是声明 `AttentionCGSupport.ALWAYS` 的后端（vLLM 的 Triton 后端、FlashAttention 3）：`AttentionCGSupport.ALWAYS` 的定义就是“整图支持 prefill 与 decode 混合的批次”，`cudagraph_mode=FULL` 时混合批次也按 token 数填充后录进整图。
+# 5. 所以在 `FULL_DECODE_ONLY` 下，非 uniform decode（或超过最大尺寸）的批次 eager：minivllm 的 `dispatch` 返回 None，vLLM 的 `CudagraphDispatcher.dispatch` 返回 `(CUDAGraphMode.NONE, BatchDescriptor(num_tokens))`。vLLM 默认的 `FULL_AND_PIECEWISE` 对其余批次用 torch.compile 把模型在 attention 处切开，attention 之外的部分按 token 数录成分段（PIECEWISE）graph，attention 在分段之间 eager 执行——省下大部分 launch，又不用把变化的 attention 元数据录进 graph。minivllm 没有 torch.compile，不做这一步。
 #
 # === END MARK SCHEME ===
 
@@ -325,7 +334,7 @@ L11.print_launch_counts(L11.launch_counts(8))
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 引用图 11-1 的数字（例如 3→4 浪费 25%，5→8 浪费 37.5%，9→16 浪费 44%，17→24 浪费 29%；最坏是刚过一个尺寸的批次，上限由相邻尺寸的间隔决定）和自己测到的表（以学生自己的数字为准；在 2 核 CPU 上比值在 1 附近起伏、噪声大，要说明不能凭一次运行下结论）；并给出成本链：填充行也做完整的前向（embedding、每层的投影与 MLP、lm_head），attention 因长度 0 几乎不读 KV，也不写 KV（slot -1）；带宽受限（小 batch decode）时一步的时间主要是读一遍权重，与行数几乎无关，填充几乎免费；计算受限（大 batch）时填充行是真实 FLOP，时间约按 `size / n` 增长；再加上每个尺寸一个 graph 的启动时间与显存；选尺寸：在实际的 batch 大小分布上测，把尺寸放在常见的 batch 大小上，小 batch 处密、大 batch 处疏，用 `max_cudagraph_capture_size` 限制最大尺寸；1 分 = 只有“填充浪费计算”而没有数字或没有区分带宽/计算受限；0 分 = 认为填充会改变输出、或认为尺寸越多越好没有代价（一票否决：把单一负载的实测写成普遍结论）。
+# **评分要点**：2 分 = 引用图 11-1 的数字（例如 3→4 浪费 25%，5→8 浪费 37.5%，9→16 浪费 44%，17→24 浪费 29%；最坏是刚过一个尺寸的批次，上限由相邻尺寸的间隔决定）和自己测到的表（以学生自己的数字为准；在 2 核 CPU 上比值在 1 附近起伏、噪声大，要说明不能凭一次运行下结论）；并给出成本链：填充行也做完整的前向（embedding、每层的投影与 MLP、lm_head），attention 因长度 0 几乎不读 KV，也不写 KV（slot -1）；带宽受限（小 batch decode）时一步的时间主要是读一遍权重，与行数几乎无关，填充几乎免费；计算受限（大 batch）时填充行是真实 FLOP，时间约按 `size / n` 增长；再加上每个尺寸一个 graph 的启动时间与显存；选尺寸：在实际的 batch 大小分布上测，把尺寸放在常见的 batch 大小上，小 batch 处密、大 batch 处疏，用 `max_cudagraph_capture_size` 限制最大尺寸；1 分 = 只有“填充浪费计算”而没有数字或没有区分带宽/计算受限；0 分 = 认为填充会改变输出（一票否决：混淆算法正确性与性能）；或认为尺寸越多越好、没有代价；或把本机 CPU 上比值在 1 附近的结果说成 GPU 上填充也总是免费（一票否决：把单一负载的实测写成普遍结论）。
 #
 # **参考答案**
 #
