@@ -63,3 +63,38 @@ def test_profile_through_engine_core_process(tmp_path):
     llm.generate("JULIET:", SamplingParams(max_tokens=3, temperature=0.0), use_tqdm=False)
     llm.stop_profile()
     assert any("mm" in e.get("name", "") for e in json.loads(path.read_text())["traceEvents"])
+
+
+def test_cli_async_scheduling_flag():
+    """vLLM's BooleanOptionalAction pair: --async-scheduling / --no-async-scheduling, default None."""
+    from minivllm.entrypoints.cli import build_parser, engine_kwargs
+    parser = build_parser()
+    for cmd in ("serve", "generate"):
+        for flags, want in (([], None), (["--async-scheduling"], True), (["--no-async-scheduling"], False)):
+            args = parser.parse_args([cmd, *flags])
+            assert args.async_scheduling is want and engine_kwargs(args)["async_scheduling"] is want
+
+
+def test_serve_with_async_scheduling(tmp_path):
+    """One real request through `minivllm serve --async-scheduling`; the flag reaches the EngineCore, where
+    speculation with async scheduling is still refused by name."""
+    import httpx
+    from test_api_server import API_KEY, NAME, free_port, launch_server, stop_server
+
+    from minivllm.config import DEFAULT_MODEL
+    log = open(tmp_path / "server.log", "w+")
+    port = free_port()
+    proc = launch_server(DEFAULT_MODEL, port, log, "--async-scheduling")
+    try:
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/completions", headers={"Authorization": f"Bearer {API_KEY}"},
+                       json={"model": NAME, "prompt": "ROMEO:", "max_tokens": 8, "temperature": 0,
+                             "ignore_eos": True}, timeout=60)
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] == 8 and r.json()["choices"][0]["text"]
+    finally:
+        stop_server(proc)
+    res = subprocess.run([sys.executable, "-m", "minivllm.entrypoints.cli", "serve", DEFAULT_MODEL, "--port",
+                          str(free_port()), "--device", "cpu", "--async-scheduling", "--speculative-config",
+                          '{"method": "ngram", "num_speculative_tokens": 2}'],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode != 0 and "async_scheduling" in res.stderr + res.stdout
