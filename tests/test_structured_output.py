@@ -453,3 +453,19 @@ def test_apply_grammar_bitmask_with_draft_rows():
         keep = torch.zeros(vocab, dtype=torch.bool)
         keep[expect.get(row, range(vocab))] = True
         assert torch.equal(out[row], logits[row].masked_fill(~keep, float("-inf"))), row
+
+
+def test_structured_outputs_with_async_scheduling_and_speculation(llm):
+    """Async scheduling runs grammars (equal greedy outputs, valid ones); with speculation it is still refused
+    at startup, naming both settings (minivllm's limit: vLLM combines them)."""
+    params = spec_params()
+    fast = LLM(multiprocess=False, async_scheduling=True, **ENGINE)
+    try:
+        outs = fast.generate(SPEC_PROMPTS, params, use_tqdm=False)
+    finally:
+        fast.llm_engine.engine_core.shutdown()
+    assert [o.outputs[0].token_ids for o in outs] == [o.outputs[0].token_ids for o in
+                                                      llm.generate(SPEC_PROMPTS, params, use_tqdm=False)]
+    assert_valid(outs, params)
+    with pytest.raises(ValueError, match="async_scheduling with speculative_config"):
+        LLM(multiprocess=False, async_scheduling=True, speculative_config=SPEC, **ENGINE)
