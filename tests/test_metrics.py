@@ -85,11 +85,11 @@ def test_multiprocess_dir_aggregates_processes(tmp_path):
 def test_request_phase_times_follow_vllm():
     """prefill = first scheduled -> first token, decode = first -> last token, inference = scheduled -> last
     (vLLM's RequestStateStats), from the output processor to the histograms (vLLM's request-latency buckets)."""
+    from minivllm.config import DEFAULT_MODEL
     from minivllm.engine import EngineCoreOutput, EngineCoreRequest, FinishReason
     from minivllm.engine.output_processor import OutputProcessor
     from minivllm.sampling_params import SamplingParams
     from minivllm.tokenizer import get_tokenizer
-    from minivllm.config import DEFAULT_MODEL
     proc = OutputProcessor(get_tokenizer(DEFAULT_MODEL))
     proc.add_request(EngineCoreRequest("r", [5, 6, 7, 8], SamplingParams(max_tokens=9), arrival_time=100.0), None)
     stats = IterationStats()

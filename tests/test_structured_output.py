@@ -392,6 +392,7 @@ def test_sampled_structured_outputs_with_speculation_are_valid(spec_llm):
 def test_grammar_bitmask_has_a_row_per_draft_position(tokenizer):
     """Row i is the grammar after the first i drafts (vLLM's layout), and the matcher is rolled back after."""
     import xgrammar as xgr
+
     from minivllm.structured_output import StructuredOutputManager
     from minivllm.structured_output.backend_xgrammar import XgrammarBackend
     vocab = len(tokenizer)
