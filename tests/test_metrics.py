@@ -15,7 +15,11 @@ VLLM_NAMES = ["num_requests_running", "num_requests_waiting", "kv_cache_usage_pe
               "prefix_cache_hits_total", "num_preemptions_total", "prompt_tokens_total", "generation_tokens_total",
               "request_success_total", "time_to_first_token_seconds_bucket", "inter_token_latency_seconds_bucket",
               "request_time_per_output_token_seconds_bucket", "e2e_request_latency_seconds_bucket",
-              "request_prompt_tokens_bucket", "request_generation_tokens_bucket", "request_queue_time_seconds_bucket"]
+              "request_prompt_tokens_bucket", "request_generation_tokens_bucket", "request_queue_time_seconds_bucket",
+              "request_prefill_time_seconds_bucket", "request_decode_time_seconds_bucket",
+              "request_inference_time_seconds_bucket", "request_prefill_kv_computed_tokens_bucket",
+              "iteration_tokens_total_bucket", "request_max_num_generation_tokens_bucket", "request_params_n_bucket",
+              "request_params_max_tokens_bucket", "prompt_tokens_cached_total", "prompt_tokens_by_source_total"]
 
 
 def test_vllm_metric_set_and_values():
@@ -76,3 +80,41 @@ def test_multiprocess_dir_aggregates_processes(tmp_path):
     assert m['minivllm:generation_tokens_total{model_name="m"}'] == 7
     assert m['minivllm:e2e_request_latency_seconds_count{model_name="m"}'] == 2
     assert m['minivllm:request_success_total{finished_reason="length",model_name="m"}'] == 2
+
+
+def test_request_phase_times_follow_vllm():
+    """prefill = first scheduled -> first token, decode = first -> last token, inference = scheduled -> last
+    (vLLM's RequestStateStats), from the output processor to the histograms (vLLM's request-latency buckets)."""
+    from minivllm.config import DEFAULT_MODEL
+    from minivllm.engine import EngineCoreOutput, EngineCoreRequest, FinishReason
+    from minivllm.engine.output_processor import OutputProcessor
+    from minivllm.sampling_params import SamplingParams
+    from minivllm.tokenizer import get_tokenizer
+    proc = OutputProcessor(get_tokenizer(DEFAULT_MODEL))
+    proc.add_request(EngineCoreRequest("r", [5, 6, 7, 8], SamplingParams(max_tokens=9), arrival_time=100.0), None)
+    stats = IterationStats()
+    proc.process_outputs([EngineCoreOutput("r", [11], num_cached_tokens=3, queue_time=0.5)], 101.0, stats)
+    proc.process_outputs([EngineCoreOutput("r", [12, 13], num_cached_tokens=3)], 101.2, stats)  # the core sends
+    proc.process_outputs([EngineCoreOutput("r", [14], finish_reason=FinishReason.LENGTH, num_cached_tokens=3)],
+                         102.4, stats)  # num_cached_tokens with every output
+    assert stats.prefill_times == [0.5] and stats.queue_times == [0.5]
+    assert abs(stats.decode_times[0] - 1.4) < 1e-9 and abs(stats.inference_times[0] - 1.9) < 1e-9
+    assert stats.num_prompt_tokens == 4 and stats.num_cached_prompt_tokens == 3
+    assert stats.request_prefill_kv_computed_tokens == [1] and stats.request_max_tokens == [9]
+    logger = PrometheusStatLogger("m", max_model_len=100)
+    logger.record(None, stats)
+    m = parse_prometheus(logger.render())
+    for name, below, at in (("prefill", "0.3", "0.5"), ("decode", "1.0", "1.5"), ("inference", "1.5", "2.0")):
+        assert m[f'minivllm:request_{name}_time_seconds_bucket{{le="{below}",model_name="m"}}'] == 0, name
+        assert m[f'minivllm:request_{name}_time_seconds_bucket{{le="{at}",model_name="m"}}'] == 1, name
+    assert m['minivllm:prompt_tokens_by_source_total{model_name="m",source="local_compute"}'] == 1
+    assert m['minivllm:prompt_tokens_by_source_total{model_name="m",source="local_cache_hit"}'] == 3
+    assert m['minivllm:prompt_tokens_by_source_total{model_name="m",source="external_kv_transfer"}'] == 0
+    assert m['minivllm:prompt_tokens_cached_total{model_name="m"}'] == 3
+    # one record() = one engine step: 1 computed prompt token + 4 generated ones
+    assert m['minivllm:iteration_tokens_total_bucket{le="1.0",model_name="m"}'] == 0
+    assert m['minivllm:iteration_tokens_total_bucket{le="8.0",model_name="m"}'] == 1
+    assert m['minivllm:request_params_max_tokens_bucket{le="10.0",model_name="m"}'] == 1
+    assert m['minivllm:request_params_n_bucket{le="1.0",model_name="m"}'] == 1
+    assert m['minivllm:request_max_num_generation_tokens_sum{model_name="m"}'] == 4
+    assert m['minivllm:request_prefill_kv_computed_tokens_sum{model_name="m"}'] == 1

@@ -12,7 +12,7 @@ import time
 
 from minivllm.config import EngineArgs, VllmConfig
 from minivllm.engine.core_client import EngineCoreClient
-from minivllm.engine.output_processor import OutputProcessor
+from minivllm.engine.output_processor import IterationStats, OutputProcessor
 from minivllm.engine.processor import Processor, PromptType
 from minivllm.outputs import RequestOutput
 from minivllm.sampling_params import SamplingParams
@@ -27,8 +27,13 @@ def multiprocessing_default() -> bool:
 class LLMEngine:
     """add_request / step / has_unfinished_requests over an EngineCore."""
 
-    def __init__(self, vllm_config: VllmConfig, engine_core: EngineCoreClient) -> None:
+    def __init__(self, vllm_config: VllmConfig, engine_core: EngineCoreClient, log_stats: bool = False) -> None:
         self.vllm_config = vllm_config
+        self.stat_logger = None  # log_stats: the Prometheus metrics that get_metrics() reads
+        if log_stats:
+            from minivllm.entrypoints.openai.metrics import PrometheusStatLogger
+            self.stat_logger = PrometheusStatLogger(vllm_config.model_config.model,
+                                                    vllm_config.scheduler_config.max_model_len)
         self.tokenizer = get_tokenizer(vllm_config.model_config.tokenizer)
         self.processor = Processor(vllm_config, self.tokenizer)
         self.output_processor = OutputProcessor(self.tokenizer)
@@ -37,15 +42,16 @@ class LLMEngine:
 
     @classmethod
     def from_engine_args(cls, engine_args: EngineArgs, multiprocess_mode: bool | None = None,
-                         **core_kwargs) -> LLMEngine:
-        """core_kwargs go to EngineCore (executor_class, log_stats, step_fn; step_fn forces in-process)."""
+                         log_stats: bool = False, **core_kwargs) -> LLMEngine:
+        """core_kwargs go to EngineCore (executor_class, log_stats, step_fn; step_fn forces in-process);
+        log_stats keeps the frontend's metrics for get_metrics()."""
         from minivllm.engine.core import make_vllm_config
         if core_kwargs.get("step_fn") is None:
             core_kwargs.pop("step_fn", None)
         if multiprocess_mode is None:
             multiprocess_mode = multiprocessing_default() and "step_fn" not in core_kwargs
         config = make_vllm_config(engine_args)
-        return cls(config, EngineCoreClient.make_client(multiprocess_mode, False, config, **core_kwargs))
+        return cls(config, EngineCoreClient.make_client(multiprocess_mode, False, config, **core_kwargs), log_stats)
 
     def add_request(self, request_id: str | None, prompt: PromptType, params: SamplingParams) -> str:
         request_id = request_id if request_id is not None else str(next(self._ids))
@@ -64,7 +70,10 @@ class LLMEngine:
 
     def step(self) -> list[RequestOutput]:
         outputs = self.engine_core.get_output()
-        processed = self.output_processor.process_outputs(outputs.outputs, time.time())
+        iteration_stats = IterationStats() if self.stat_logger is not None else None
+        processed = self.output_processor.process_outputs(outputs.outputs, time.time(), iteration_stats)
+        if self.stat_logger is not None:
+            self.stat_logger.record(outputs.scheduler_stats, iteration_stats)
         if processed.reqs_to_abort:
             self.engine_core.abort_requests(processed.reqs_to_abort)
         return processed.request_outputs
@@ -74,6 +83,13 @@ class LLMEngine:
 
     def get_stats(self):
         return self.engine_core.get_stats()
+
+    def get_metrics(self) -> list:
+        """vLLM's LLMEngine.get_metrics: the metrics snapshot (minivllm.metrics.reader) of this engine."""
+        if self.stat_logger is None:
+            raise AssertionError("Stat logging disabled: build the LLM with disable_log_stats=False")
+        from minivllm.metrics.reader import get_metrics_snapshot
+        return get_metrics_snapshot(self.stat_logger.registry)
 
     def shutdown(self) -> None:
         self.engine_core.shutdown()

@@ -79,6 +79,13 @@ class IterationStats:
     time_per_output_tokens: list[float] = field(default_factory=list)
     request_prompt_tokens: list[int] = field(default_factory=list)
     request_generation_tokens: list[int] = field(default_factory=list)
+    num_cached_prompt_tokens: int = 0  # prefix-cache hits among num_prompt_tokens
+    prefill_times: list[float] = field(default_factory=list)    # first scheduled -> first token
+    decode_times: list[float] = field(default_factory=list)     # first token -> last token
+    inference_times: list[float] = field(default_factory=list)  # first scheduled -> last token
+    request_prefill_kv_computed_tokens: list[int] = field(default_factory=list)
+    request_max_tokens: list[int] = field(default_factory=list)
+    n_params: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -100,6 +107,9 @@ class RequestState:
     first_token_time: float | None = None
     last_token_time: float | None = None
     token_times: list[float] = field(default_factory=list)
+    scheduled_time: float | None = None  # arrival + the core's queue time: when it was first scheduled
+    max_tokens_param: int | None = None
+    n_param: int = 1
 
 
 @dataclass
@@ -125,7 +135,7 @@ class OutputProcessor:
             IncrementalDetokenizer(self.tokenizer, params, request.prompt_token_ids), stream_delta, queue,
             logprobs=[] if params.logprobs is not None else None,
             cumulative_logprob=0.0 if params.logprobs is not None else None,
-            arrival_time=request.arrival_time)
+            arrival_time=request.arrival_time, max_tokens_param=params.max_tokens, n_param=params.n)
 
     def abort_requests(self, request_ids) -> list[str]:
         """Forget requests; a stream still being read gets a final output with finish_reason "abort"."""
@@ -163,6 +173,7 @@ class OutputProcessor:
                     iteration_stats.num_generation_tokens += len(out.new_token_ids)
                     if state.first_token_time is None:
                         iteration_stats.num_prompt_tokens += len(state.prompt_token_ids)
+                        iteration_stats.num_cached_prompt_tokens += max(out.num_cached_tokens, 0)
                         iteration_stats.time_to_first_tokens.append(now - state.arrival_time)
                     else:
                         iteration_stats.inter_token_latencies.append(now - state.last_token_time)
@@ -171,8 +182,10 @@ class OutputProcessor:
                 state.last_token_time = now
                 state.token_times.append(now)
             finish_reason, stop_reason = out.finish_reason, out.stop_reason
-            if out.queue_time is not None and iteration_stats is not None:
-                iteration_stats.queue_times.append(out.queue_time)
+            if out.queue_time is not None:
+                state.scheduled_time = state.arrival_time + out.queue_time
+                if iteration_stats is not None:
+                    iteration_stats.queue_times.append(out.queue_time)
             state.output_token_ids.extend(out.new_token_ids)
             state.num_cached_tokens = out.num_cached_tokens
             if out.new_logprobs is not None and state.logprobs is not None:
@@ -215,6 +228,16 @@ class OutputProcessor:
         stats.request_generation_tokens.append(n)
         if n > 1 and state.first_token_time is not None:
             stats.time_per_output_tokens.append((state.last_token_time - state.first_token_time) / (n - 1))
+        # vLLM's phase times (RequestStateStats), on the frontend's clock: first/last token are arrivals here.
+        if state.first_token_time is not None:
+            stats.decode_times.append(state.last_token_time - state.first_token_time)
+            if state.scheduled_time is not None:
+                stats.prefill_times.append(max(0.0, state.first_token_time - state.scheduled_time))
+                stats.inference_times.append(max(0.0, state.last_token_time - state.scheduled_time))
+        stats.request_prefill_kv_computed_tokens.append(len(state.prompt_token_ids) - max(state.num_cached_tokens, 0))
+        if state.max_tokens_param:
+            stats.request_max_tokens.append(state.max_tokens_param)
+        stats.n_params.append(state.n_param)
 
     def _make_request_output(self, state: RequestState, finish_reason, stop_reason) -> RequestOutput:
         finished = finish_reason is not None

@@ -36,7 +36,6 @@ class InputProcessor:
 
     def __init__(self, vllm_config: VllmConfig, tokenizer) -> None:
         self.max_model_len = vllm_config.scheduler_config.max_model_len
-        self.speculative = vllm_config.speculative_config is not None
         self.tokenizer = tokenizer
         self.vocab_size = _model_vocab_size(vllm_config) or len(tokenizer)
         self.max_chars_per_token = max((len(t) for t in tokenizer.get_vocab()), default=1)
@@ -99,10 +98,6 @@ class InputProcessor:
             raise VLLMValidationError(f"logprobs must be at most {min(20, self.vocab_size)}, got {params.logprobs}",
                                       "logprobs")
         if params.structured_outputs is not None:
-            if self.speculative:
-                raise VLLMValidationError("structured_outputs are not supported together with speculative_config "
-                                          "in minivllm yet (drafts are not checked against the grammar)",
-                                          "structured_outputs")
             validate_xgrammar_grammar(params)  # a schema / regex / grammar that cannot build fails here
         # Output never passes max_model_len (check_stop ends it there), so a bigger max_tokens is capped to
         # the room left: the same result, and no integer too big for the core's int64 fields.

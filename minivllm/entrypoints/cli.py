@@ -31,12 +31,14 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                    help="ranks (one worker process each) to split the model over")
     p.add_argument("--master-addr", default=d.master_addr, help="tensor-parallel rendezvous address")
     p.add_argument("--master-port", type=int, default=d.master_port, help="rendezvous port (0: any free port)")
+    p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=d.async_scheduling,
+                   help="plan step N+1 while step N runs (vLLM's flag; off by default in minivllm)")
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:
     keys = ("device", "attention_backend", "dtype", "max_model_len", "max_num_seqs", "max_num_batched_tokens",
             "block_size", "enable_prefix_caching", "seed", "speculative_config", "enforce_eager",
-            "cudagraph_capture_sizes", "tensor_parallel_size", "master_addr", "master_port")
+            "cudagraph_capture_sizes", "tensor_parallel_size", "master_addr", "master_port", "async_scheduling")
     kw = {k: getattr(args, k) for k in keys}
     if getattr(args, "model", None):
         kw["model"] = args.model

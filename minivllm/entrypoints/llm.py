@@ -8,6 +8,7 @@ from tqdm.auto import tqdm
 from minivllm.config import EngineArgs
 from minivllm.engine.llm_engine import LLMEngine
 from minivllm.engine.processor import PromptType
+from minivllm.metrics.reader import Metric
 from minivllm.outputs import RequestOutput
 from minivllm.sampling_params import SamplingParams
 
@@ -17,19 +18,22 @@ class LLM:
 
     Defaults to the tiny Shakespeare model shipped in data/. The EngineCore runs in its own process
     (as in vLLM); multiprocess=False keeps it in this process, so llm.llm_engine.engine_core.scheduler
-    and .tracer can be read (notebooks, tests). A step_fn always runs in-process.
+    and .tracer can be read (notebooks, tests). A step_fn always runs in-process. As in vLLM,
+    disable_log_stats defaults to True here; disable_log_stats=False enables get_metrics().
     """
 
     def __init__(self, model: str | None = None, multiprocess: bool | None = None, **kwargs) -> None:
         if model is not None:
             kwargs["model"] = model
         step_fn = kwargs.pop("step_fn", None)
+        disable_log_stats = kwargs.pop("disable_log_stats", True)
         if step_fn is not None:
             if multiprocess:
                 raise ValueError("step_fn needs the in-process EngineCore: drop multiprocess=True")
             multiprocess = False
         self.engine_args = EngineArgs.from_kwargs(**kwargs)
-        self.llm_engine = LLMEngine.from_engine_args(self.engine_args, multiprocess, step_fn=step_fn)
+        self.llm_engine = LLMEngine.from_engine_args(self.engine_args, multiprocess, not disable_log_stats,
+                                                     step_fn=step_fn)
         self._profiler = None
 
     def get_tokenizer(self):
@@ -75,6 +79,11 @@ class LLM:
             raise RuntimeError("stop_profile() called without start_profile()")
         self._profiler = None
         return self.llm_engine.engine_core.profile(False, self._profile_path)
+
+    def get_metrics(self) -> list[Metric]:
+        """A snapshot of the engine's Prometheus metrics as Counter / Gauge / Histogram / Vector objects
+        (vLLM's LLM.get_metrics; names keep the minivllm: prefix). Needs disable_log_stats=False."""
+        return self.llm_engine.get_metrics()
 
     def reset_prefix_cache(self) -> bool:
         return self.llm_engine.engine_core.reset_prefix_cache()

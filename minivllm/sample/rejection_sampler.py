@@ -101,16 +101,20 @@ class RejectionSampler:
             accepted = target_logits.argmax(dim=-1) == draft
         if not sampling_metadata.all_greedy and len(draft):
             probs = apply_sampling_constraints(target_logits, sampling_metadata, req_of_draft).softmax(dim=-1)
+            # A placeholder draft (-1, a padded slot) is always rejected; its recovered token is drawn
+            # from p itself (n-gram) or max(p - q, 0), as vLLM's rejection_random_sample_kernel does.
+            valid = draft >= 0
+            idx = draft.clamp(min=0).unsqueeze(1)
+            p_draft = probs.gather(1, idx).squeeze(1)
             if draft_probs is None:
-                p_draft, residual = probs.gather(1, draft.unsqueeze(1)).squeeze(1), probs.clone()
-                residual.scatter_(1, draft.unsqueeze(1), 0.0)
+                residual = probs.clone()
+                residual[valid] = residual[valid].scatter(1, idx[valid], 0.0)
                 q_draft = torch.ones_like(p_draft)
             else:
-                p_draft = probs.gather(1, draft.unsqueeze(1)).squeeze(1)
-                q_draft = draft_probs.gather(1, draft.unsqueeze(1)).squeeze(1)
+                q_draft = draft_probs.gather(1, idx).squeeze(1)
                 residual = (probs - draft_probs).clamp(min=0.0)
             u = generate_uniform_probs(md.num_draft_tokens, sampling_metadata.generators, device)
-            random_accept = (q_draft > 0) & (p_draft.double() / q_draft.double() >= u)
+            random_accept = valid & (q_draft > 0) & (p_draft.double() / q_draft.double() >= u)
             recovered = self._recover(residual, req_of_draft, md.num_draft_tokens, sampling_metadata, device)
             is_greedy = (sampling_metadata.temperature < 1e-5)[req_of_draft]
             accepted = torch.where(is_greedy, accepted, random_accept)

@@ -3,9 +3,11 @@
 Three moments in a request's life:
   * grammar_init (EngineCore.add_request): the grammar compiles on a thread pool, cached by key, while the
     request waits in WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR (the scheduler polls, other requests run);
-  * grammar_bitmask (the step's grammar phase, while the worker runs the forward pass): one int32 row
-    per constrained request that samples this step, bit j of word w allowing token 32 * w + j;
-  * accept_tokens (Scheduler.update_from_output): each sampled token advances the request's matcher.
+  * grammar_bitmask (the step's grammar phase, while the worker runs the forward pass): int32 rows for
+    each constrained request that samples this step (one per scheduled draft, plus one), bit j of word w
+    allowing token 32 * w + j;
+  * accept_tokens (Scheduler.update_from_output): each sampled token advances the request's matcher;
+    validate_tokens (Scheduler.update_draft_token_ids): drafts are cut to the grammar's longest prefix.
 """
 from __future__ import annotations
 
@@ -93,22 +95,38 @@ class StructuredOutputManager:
                         scheduled_spec_decode_tokens: dict[str, list[int]]) -> np.ndarray | None:
         """Rows in structured_output_request_ids order; a terminated grammar's row allows everything.
 
-        Returns a copy (not a view of the reused buffer): the message to the worker owns its data.
-        Speculative tokens are not constrained yet (minivllm has no drafts): one row per request.
+        A request with k scheduled drafts gets k + 1 rows (vLLM's layout): row i is the grammar's state
+        after its first i drafts (the matcher advances over them, then rolls back), the last one the
+        bonus position's. A placeholder draft (-1) does not advance it. Returns a copy (not a view of the
+        reused buffer): the message to the worker owns its data.
         """
         if not structured_output_request_ids:
             return None
         if self._grammar_bitmask is None:
-            max_num_seqs = self.vllm_config.scheduler_config.max_num_seqs if self.vllm_config else 1024
-            self._grammar_bitmask = self.backend.allocate_token_bitmask(max_num_seqs)
+            cfg = self.vllm_config
+            max_num_seqs = cfg.scheduler_config.max_num_seqs if cfg else 1024
+            spec = cfg.speculative_config if cfg else None
+            self._grammar_bitmask = self.backend.allocate_token_bitmask(
+                max_num_seqs * (1 + (spec.num_speculative_tokens if spec else 0)))
         bitmask = self._grammar_bitmask
-        for i, req_id in enumerate(structured_output_request_ids):
+        row = 0
+        for req_id in structured_output_request_ids:
             grammar = requests[req_id].structured_output_request.grammar
-            if grammar.is_terminated():
-                bitmask[i].fill_(-1)
-            else:
-                grammar.fill_bitmask(bitmask, i)
-        return bitmask[:len(structured_output_request_ids)].numpy().copy()
+            advanced = 0
+            for token in (*scheduled_spec_decode_tokens.get(req_id, ()), None):
+                if grammar.is_terminated():
+                    bitmask[row].fill_(-1)
+                else:
+                    grammar.fill_bitmask(bitmask, row)
+                row += 1
+                if token is not None and token >= 0 and not grammar.is_terminated():
+                    if not grammar.accept_tokens(req_id, [token]):
+                        raise AssertionError(f"request {req_id}: scheduled draft {token} was validated "
+                                             "against its grammar but the grammar rejects it")
+                    advanced += 1
+            if advanced:
+                grammar.rollback(advanced)
+        return bitmask[:row].numpy().copy()
 
     def should_advance(self, request: Request) -> bool:
         """Whether sampled tokens advance the grammar (vLLM also skips reasoning tokens here)."""

@@ -20,24 +20,33 @@ def xgrammar_error(e: Exception) -> str:
     return _CPP_PREFIX.sub("", str(e).strip()) or type(e).__name__
 
 
-def apply_grammar_bitmask(grammar_output, logits_req_ids: list[str], logits: torch.Tensor) -> None:
+def apply_grammar_bitmask(grammar_output, logits_req_ids: list[str], logits: torch.Tensor,
+                          spec_tokens: dict[str, list[int]] | None = None) -> None:
     """Mask disallowed tokens to -inf in place, in the runner, just before sampling.
 
-    grammar_output.grammar_bitmask has one row per structured request, in grammar_output's order (the
-    scheduler's); logits has one row per sampling request, in the runner's batch order. The rows are
-    scattered into a full mask in batch order (-1 = every token allowed, for free requests), as vLLM does.
-    Unlike vLLM's, logits here only has rows for requests that sample this step, named by logits_req_ids.
+    grammar_output.grammar_bitmask has 1 + k rows per structured request (k = its scheduled drafts in
+    spec_tokens), in grammar_output's order (the scheduler's); logits has as many rows per sampling
+    request, in the runner's batch order. The rows are scattered into a full mask in batch order (-1 =
+    every token allowed, for free requests), as vLLM does. Unlike vLLM's, logits here only has rows for
+    requests that sample this step, named by logits_req_ids.
     """
     import xgrammar as xgr
     bitmask = grammar_output.grammar_bitmask
-    row_of = {req_id: i for i, req_id in enumerate(logits_req_ids)}
+    spec_tokens = spec_tokens or {}
+    row_of, row = {}, 0
+    for req_id in logits_req_ids:
+        row_of[req_id] = row
+        row += 1 + len(spec_tokens.get(req_id, ()))
     sorted_bitmask = np.full((logits.shape[0], bitmask.shape[1]), -1, dtype=np.int32)
     out_indices = []
-    for i, req_id in enumerate(grammar_output.structured_output_request_ids):
+    src = 0
+    for req_id in grammar_output.structured_output_request_ids:
+        n = 1 + len(spec_tokens.get(req_id, ()))
         row = row_of.get(req_id)
         if row is not None:
-            sorted_bitmask[row] = bitmask[i]
-            out_indices.append(row)
+            sorted_bitmask[row:row + n] = bitmask[src:src + n]
+            out_indices.extend(range(row, row + n))
+        src += n
     if not out_indices:
         return
     mask = torch.from_numpy(sorted_bitmask).to(logits.device, non_blocking=True)

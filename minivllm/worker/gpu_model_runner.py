@@ -256,7 +256,7 @@ class GPUModelRunner:
         with self.tracer.span("forward", so.step, list(so.num_scheduled_tokens)):
             hidden = self._model_forward(batch_desc, input_ids, positions, md)
             logits = self.model.compute_logits(hidden[logits_indices]) if len(emit) else None
-        self._pending = (emit, logits, spec_md)
+        self._pending = (emit, logits, spec_md, so.scheduled_spec_decode_tokens)
         self._step = so.step
         if so.has_structured_output_requests:
             return None  # EngineCore computes the bitmask meanwhile, then calls sample_tokens
@@ -265,7 +265,7 @@ class GPUModelRunner:
     @torch.inference_mode()
     def sample_tokens(self, grammar_output) -> ModelRunnerOutput:
         """Apply the grammar bitmask (if any) to the pending logits, sample, and report tokens."""
-        emit, logits, spec_md = self._pending
+        emit, logits, spec_md, spec_tokens = self._pending
         self._pending = None
         batch = self.input_batch
         num_reqs = batch.num_reqs
@@ -274,7 +274,8 @@ class GPUModelRunner:
         logprobs = None
         if logits is not None:
             if grammar_output is not None:
-                apply_grammar_bitmask(grammar_output, [req_ids[i] for i in emit], logits)
+                apply_grammar_bitmask(grammar_output, [req_ids[i] for i in emit], logits,
+                                      spec_tokens)
             rows_logprobs = None  # per emitted row: one dict per token, or None
             if spec_md is not None:
                 with self.tracer.span("sample", self._step):

@@ -328,12 +328,18 @@ class Scheduler(SchedulerInterface):
             self.spec_decoding_stats.observe_draft(num_draft, num_accepted)
 
     def update_draft_token_ids(self, req_ids: list[str], draft_token_ids: list[list[int]]) -> None:
-        """The runner's fresh drafts, scheduled with their request next step (vLLM: same name)."""
+        """The runner's fresh drafts, scheduled with their request next step (vLLM: same name).
+
+        A constrained request keeps only the drafts its grammar accepts from its current state (vLLM:
+        grammar.validate_tokens), so every draft it verifies is one the grammar allows.
+        """
         requests = self.requests
         for req_id, draft in zip(req_ids, draft_token_ids, strict=True):
             request = requests.get(req_id)
             if request is None or request.status != RequestStatus.RUNNING:
                 continue
+            if draft and self.structured_output_manager.should_advance(request):
+                draft = request.structured_output_request.grammar.validate_tokens(draft)
             request.spec_token_ids = draft
 
     def _check_stop(self, request: Request) -> bool:

@@ -7,6 +7,10 @@ logger has its own registry, so several apps in one process never collide. Multi
 with PROMETHEUS_MULTIPROC_DIR set (several server processes), values live in the directory's mmap files
 and render() aggregates every process's with a MultiProcessCollector.
 Beyond vLLM's set: num_free_kv_blocks, num_total_kv_blocks and prefix_cache_hit_rate (for the lessons).
+Not computed (nothing in minivllm produces them): num_requests_waiting_by_reason, engine_sleep_state,
+corrupted_requests, external_prefix_cache_*, mm_cache_*, kv_block_* (KV-cache residency sampling),
+lora_requests_info, cache_config_info. The phase times use the frontend's arrival of the first and last
+token where vLLM uses the EngineCore's output timestamps.
 """
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75
                 40.0, 80.0, 160.0, 640.0, 2560.0)
 TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
                 80.0)
+ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+PROMPT_TOKEN_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
                480.0, 960.0, 1920.0, 7680.0)
 
@@ -84,11 +90,33 @@ class PrometheusStatLogger:
                              E2E_BUCKETS)
         self.queue_time = histogram("request_queue_time_seconds",
                                     "Histogram of time spent in WAITING phase for request.", E2E_BUCKETS)
+        self.inference_time = histogram("request_inference_time_seconds",
+                                        "Histogram of time spent in RUNNING phase for request.", E2E_BUCKETS)
+        self.prefill_time = histogram("request_prefill_time_seconds",
+                                      "Histogram of time spent in PREFILL phase for request.", E2E_BUCKETS)
+        self.decode_time = histogram("request_decode_time_seconds",
+                                     "Histogram of time spent in DECODE phase for request.", E2E_BUCKETS)
         token_buckets = build_1_2_5_buckets(max_model_len)
         self.request_prompt_tokens = histogram("request_prompt_tokens", "Number of prefill tokens processed.",
                                                token_buckets)
         self.request_generation_tokens = histogram("request_generation_tokens",
                                                    "Number of generation tokens processed.", token_buckets)
+        self.request_prefill_kv_computed = histogram(
+            "request_prefill_kv_computed_tokens",
+            "Histogram of new KV tokens computed during prefill (excluding cached tokens).", token_buckets)
+        self.iteration_tokens = histogram("iteration_tokens_total", "Histogram of number of tokens per engine_step.",
+                                          ITERATION_TOKENS_BUCKETS)
+        self.request_max_num_generation_tokens = histogram(
+            "request_max_num_generation_tokens", "Histogram of maximum number of requested generation tokens.",
+            token_buckets)
+        self.request_params_n = histogram("request_params_n", "Histogram of the n request parameter.", [1, 2, 5, 10, 20])
+        self.request_params_max_tokens = histogram("request_params_max_tokens",
+                                                   "Histogram of the max_tokens request parameter.", token_buckets)
+        self.prompt_tokens_cached = counter("prompt_tokens_cached", "Number of cached prompt tokens (local + external).")
+        self.prompt_tokens_by_source = Counter(PREFIX + "prompt_tokens_by_source", "Number of prompt tokens by source.",
+                                               ["model_name", "source"], registry=r)
+        for source in PROMPT_TOKEN_SOURCES:  # no KV connector here: external_kv_transfer stays 0
+            self.prompt_tokens_by_source.labels(model_name, source)
         self.spec_decode_num_drafts = counter("spec_decode_num_drafts", "Number of spec decoding drafts.")
         self.spec_decode_num_draft_tokens = counter("spec_decode_num_draft_tokens", "Number of draft tokens.")
         self.spec_decode_num_accepted_tokens = counter("spec_decode_num_accepted_tokens",
@@ -137,15 +165,28 @@ class PrometheusStatLogger:
             self._set_scheduler_stats(scheduler_stats)
         if iteration_stats is None:
             return
-        self.prompt_tokens.inc(iteration_stats.num_prompt_tokens)
-        self.generation_tokens.inc(iteration_stats.num_generation_tokens)
+        it = iteration_stats
+        computed = it.num_prompt_tokens - it.num_cached_prompt_tokens
+        self.prompt_tokens.inc(it.num_prompt_tokens)
+        self.prompt_tokens_by_source.labels(self.model_name, "local_compute").inc(computed)
+        self.prompt_tokens_by_source.labels(self.model_name, "local_cache_hit").inc(it.num_cached_prompt_tokens)
+        self.prompt_tokens_cached.inc(it.num_cached_prompt_tokens)
+        self.generation_tokens.inc(it.num_generation_tokens)
+        self.iteration_tokens.observe(computed + it.num_generation_tokens)
         for hist, values in ((self.ttft, iteration_stats.time_to_first_tokens),
                              (self.itl, iteration_stats.inter_token_latencies),
                              (self.tpot, iteration_stats.time_per_output_tokens),
                              (self.e2e, iteration_stats.e2e_latencies),
                              (self.queue_time, iteration_stats.queue_times),
                              (self.request_prompt_tokens, iteration_stats.request_prompt_tokens),
-                             (self.request_generation_tokens, iteration_stats.request_generation_tokens)):
+                             (self.request_generation_tokens, iteration_stats.request_generation_tokens),
+                             (self.prefill_time, it.prefill_times), (self.decode_time, it.decode_times),
+                             (self.inference_time, it.inference_times),
+                             (self.request_prefill_kv_computed, it.request_prefill_kv_computed_tokens),
+                             # n is always 1 here, so a request's max over its n samples is its own count
+                             (self.request_max_num_generation_tokens, it.request_generation_tokens),
+                             (self.request_params_n, it.n_params),
+                             (self.request_params_max_tokens, it.request_max_tokens)):
             for v in values:
                 hist.observe(v)
         for reason in iteration_stats.finished_reasons:

@@ -1,0 +1,1 @@
+"""Metrics read back in-process (vLLM: vllm/v1/metrics/)."""
