@@ -57,8 +57,6 @@ PYTHON_NAMES = {"pop", "result", "self"}
 
 # Failures in lessons that other branches edit now: {(lesson, cited name)}. The integrator empties this set.
 PENDING_OTHER_BRANCHES: set[tuple[str, str]] = {
-    ("lesson01", "EngineCoreInputIO"),          # acc-a: vLLM's two IO threads are unnamed threading.Threads
-    ("lesson01", "EngineCoreOutputIO"),         #   (targets process_input_sockets / process_output_sockets)
     ("lesson12", "EngineCoreOutput.queue_time"),  # l12: no such field; queue time comes from the QUEUED and
 }                                               #   SCHEDULED EngineCoreEvent timestamps
 

@@ -201,7 +201,7 @@ L01.plot_timeline(run);
 # > **勘误（上文保留原话，这里对照真实引擎更正）**
 # >
 # > 1. “若顺序颠倒（先更新再取消）……甚至引起已被释放的物理 Block 发生二次读写踩内存”：在 vLLM 与 minivllm 中，先 update 后 aborts **不会**造成 use-after-free——update 时被取消的请求仍持有自己的块，随后的 abort 才释放它们，每个块只释放一次。真正的后果是：这个已被取消的请求在这一步**仍然输出了 token**，被推给已经断开的客户端。下面用引擎自己的 step，只把 aborts 挪到 update 之后来演示。
-# > 2. “EngineCore（单事件循环单线程）”：推进 step 的确实只有 busy loop 这一个线程，但 `EngineCoreProc` 进程里另有两个 ZMQ IO 线程：`EngineCoreInputIO`（`process_input_sockets`：收请求、反序列化、放进 `input_queue`）和 `EngineCoreOutputIO`（`process_output_sockets`：从 `output_queue` 取输出、序列化、发回前端），socket 收发因此与模型前向重叠。（线程名 `EngineCoreInputIO` / `EngineCoreOutputIO` 是 minivllm 起的；vLLM 0.27.1 的这两个 `threading.Thread` 没有命名，只以 `process_input_sockets` / `process_output_sockets` 为 target。）下面直接列出一个 minivllm `EngineCoreProc` 启动的线程。
+# > 2. “EngineCore（单事件循环单线程）”：推进 step 的确实只有 busy loop 这一个线程，但 `EngineCoreProc` 进程里另有两个 ZMQ IO 线程：一个以 `process_input_sockets` 为 target（收请求、反序列化、放进 `input_queue`），一个以 `process_output_sockets` 为 target（从 `output_queue` 取输出、序列化、发回前端），socket 收发因此与模型前向重叠。vLLM 0.27.1 的这两个 `threading.Thread` 没有命名；下面列出的线程名是 minivllm 起的（minivllm 的 `EngineCoreInputIO` / `EngineCoreOutputIO`）。下面直接列出一个 minivllm `EngineCoreProc` 启动的线程。
 
 # %%
 L01.print_late_abort(L01.late_abort_run())
