@@ -1,5 +1,6 @@
 """The course pipeline: blanks, the build, notebook/lesson consistency and the self-check CLI."""
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -205,3 +206,15 @@ def test_student_lab_has_no_formgrader(tmp_path):
                             text=True, timeout=60)
     assert "@jupyter/nbgrader v0.9.6 \x1b[31mdisabled" in listed.stdout + listed.stderr or \
         "@jupyter/nbgrader v0.9.6 disabled" in listed.stdout + listed.stderr
+
+
+@pytest.mark.parametrize("lesson_id", discover_lessons())
+def test_lesson_source_is_in_jupytext_normal_form(lesson_id):
+    """Every markdown line of a lesson source carries its `# ` prefix: jupytext reads a bare line into the cell
+    anyway (`### x` even becomes `## x`), so only a round trip shows the source is not what it seems."""
+    import jupytext
+
+    text = (REPO / "solutions" / lesson_id / f"{lesson_id}.py").read_text(encoding="utf-8")
+    again = jupytext.writes(jupytext.reads(text, fmt="py:percent"), fmt="py:percent")
+    again = re.sub(r"#   jupytext:\n(#     .*\n|#       .*\n)+", "", again)
+    assert again == text

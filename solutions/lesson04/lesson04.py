@@ -69,8 +69,8 @@ if "google.colab" in sys.modules or os.environ.get("MINIVLLM_COLAB_INSTALL"):
 # - EOS：vLLM 把 EOS 存在 `sampling_params._eos_token_id` 上，`update_from_generation_config` 在 `ignore_eos` 时干脆不设它，`check_stop` 只比较 `last_token_id == sampling_params.eos_token_id`；minivllm 把 EOS 放在 `Request.eos_token_id`，在 `_check_stop` 里显式检查 `ignore_eos`。两者行为相同。
 # - `_preempt_request` 还要释放 encoder cache、处理 async scheduling 的 “stale output”（`num_stale_output_tokens`）与 KV connector；minivllm 只有 KV 块、`spec_token_ids` 与 `num_output_placeholders` 要清。
 # - `finish_requests`：vLLM 还跳过已经 `is_finished()` 的请求、处理 `skipped_waiting` 队列和远端 KV 的延迟释放；minivllm 里已结束的请求已经不在 `Scheduler.requests` 里。
-- 放回 waiting：vLLM 调用 `self.waiting.prepend_request(request)`；FCFS 的 `FCFSRequestQueue` 是 `appendleft`（队首），`priority` 策略的 `PriorityRequestQueue` 没有“队首”，按 (priority, arrival_time) 重新入堆。minivllm 只有 FCFS，直接 `waiting.appendleft`。
-- **取消什么时候生效（minivllm ≠ vLLM）**：vLLM 的输入线程把一条 ABORT **同时**放进 `aborts_queue` 和 `input_queue`（`process_input_sockets` 的注释：“Aborts are added to *both* queues”）。步与步之间 `_process_input_queue` 处理 `input_queue`，`_handle_client_request` 调用 `EngineCore.abort_requests`——它是**同步的**，直接 `scheduler.finish_requests(..., FINISHED_ABORTED)`，所以在下一次 `schedule` 之前就结束了请求；`aborts_queue` 只是让一步**执行期间**到达的取消在 `update_from_output` 之前被提前处理（`finish_requests` 幂等，处理两次无害）。minivllm 的 `EngineCore.abort_requests` 只是把 id 放进 `aborts_queue`，只在一步的 aborts 阶段（`schedule` 之后、`update_from_output` 之前）处理；所以本课 trace 里“步前入队的取消在下一步 `schedule` 之后才生效、这一步还为它算了一次”是 minivllm 的行为，vLLM 里只有执行期间到达的取消才这样。
+# - 放回 waiting：vLLM 调用 `self.waiting.prepend_request(request)`；FCFS 的 `FCFSRequestQueue` 是 `appendleft`（队首），`priority` 策略的 `PriorityRequestQueue` 没有“队首”，按 (priority, arrival_time) 重新入堆。minivllm 只有 FCFS，直接 `waiting.appendleft`。
+# - **取消什么时候生效（minivllm ≠ vLLM）**：vLLM 的输入线程把一条 ABORT **同时**放进 `aborts_queue` 和 `input_queue`（`process_input_sockets` 的注释：“Aborts are added to *both* queues”）。步与步之间 `_process_input_queue` 处理 `input_queue`，`_handle_client_request` 调用 `EngineCore.abort_requests`——它是**同步的**，直接 `scheduler.finish_requests(..., FINISHED_ABORTED)`，所以在下一次 `schedule` 之前就结束了请求；`aborts_queue` 只是让一步**执行期间**到达的取消在 `update_from_output` 之前被提前处理（`finish_requests` 幂等，处理两次无害）。minivllm 的 `EngineCore.abort_requests` 只是把 id 放进 `aborts_queue`，只在一步的 aborts 阶段（`schedule` 之后、`update_from_output` 之前）处理；所以本课 trace 里“步前入队的取消在下一步 `schedule` 之后才生效、这一步还为它算了一次”是 minivllm 的行为，vLLM 里只有执行期间到达的取消才这样。
 #
 # 方法会继续演进，面试回答应先声明所读版本。
 
@@ -128,8 +128,8 @@ from minivllm.request import RequestStatus  # noqa: E402
 # ```
 #
 # > **minivllm ≠ vLLM**：在 vLLM 里，步与步之间到达的取消由 `_process_input_queue` → `EngineCore.abort_requests`（同步）在下一次 `schedule` **之前**处理；上图的 `_process_aborts_queue` 只接住一步执行期间到达的取消。minivllm 只有后者，所以任何取消都在某一步的 `schedule` 之后才生效。
-
-`_process_aborts_queue` 调用 `Scheduler.finish_requests(ids, FINISHED_ABORTED)`：把请求从它所在的队列（running 或 waiting——PREEMPTED 的请求也在 waiting 里）中拿掉、状态改为 `FINISHED_ABORTED`、释放 KV 块、记进 `finished_req_ids`（下一步的 `SchedulerOutput` 据此让 worker 丢掉它的缓存行）、从 `self.requests` 删除。随后的 `update_from_output` 在 `self.requests` 里找不到它，于是这一步**已经算出来**的 token 也不会发出去。
+#
+# `_process_aborts_queue` 调用 `Scheduler.finish_requests(ids, FINISHED_ABORTED)`：把请求从它所在的队列（running 或 waiting——PREEMPTED 的请求也在 waiting 里）中拿掉、状态改为 `FINISHED_ABORTED`、释放 KV 块、记进 `finished_req_ids`（下一步的 `SchedulerOutput` 据此让 worker 丢掉它的缓存行）、从 `self.requests` 删除。随后的 `update_from_output` 在 `self.requests` 里找不到它，于是这一步**已经算出来**的 token 也不会发出去。
 #
 # **停止判断。** `update_from_output` 每追加一个采样出的 token，就调用一次 `check_stop`，顺序是（vLLM `v1/core/sched/utils.py:check_stop`）：
 #

@@ -52,23 +52,23 @@ if "google.colab" in sys.modules:
 # | 6 | [`vllm/v1/attention/backend.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/attention/backend.py)：`CommonAttentionMetadata`；[`vllm/v1/utils.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/utils.py)：`CpuGpuBuffer` | `minivllm/attention/backends/abstract.py`：`AttentionMetadata` | kernel 需要哪些张量？哪些有 CPU 副本（字段 `query_start_loc_cpu`；`seq_lens_cpu` 在 vLLM 里是**已弃用**的属性，读它会把 GPU 上的 `seq_lens` 同步拷回 CPU）、哪些异步拷到 GPU？ |
 #
 # ### 你的模型在 vLLM 0.27.1 里由哪个 runner 跑
-
-> **minivllm ≠ vLLM：本课讲的持久批是 V1 runner 的设计，课程的模型在 vLLM 0.27.1 上默认不走它。**
-> `VllmConfig.use_v2_model_runner`（`vllm/config/vllm.py`）决定 worker 建哪个 runner（`vllm/v1/worker/gpu_worker.py` 读它）：环境变量 `VLLM_USE_V2_MODEL_RUNNER` 设了就听它的；否则 `_is_default_v2_model_runner_model` 要求 `runner_type == "generate"`、不是 attention-free，且架构在 `DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES` 里或不是 MoE（dense 的 Llama、Qwen3 都满足；不在该列表里的 MoE 回到 V1）；再要求装了 Triton（`HAS_TRITON`），且 `_get_v2_model_runner_unsupported_features` 为空——n-gram 投机（`ngram`/`ngram_gpu`）、自定义 logits processor、prompt embeds、stock torch.compile 等任一开启都回到 V1（日志 “Model Runner V2 does not yet support …; using the V1 model runner instead”）。
-> - **Model Runner V2**（`vllm/v1/worker/gpu/model_runner.py`，类名同样是 `GPUModelRunner`）：每个请求在请求状态表 `RequestState`（`vllm/v1/worker/gpu/states.py`）里占一个固定槽位，从 `free_indices.pop()` 拿到、到结束或被抢占时才还；每一步 `prepare_inputs` 新建一个 `InputBatch`（`vllm/v1/worker/gpu/input_batch.py`），批内顺序由 `sort_batch_req_ids` 决定（decode 在前，再按 token 数），`idx_mapping[批内第 i 行] = 槽位号`，Triton kernel 通过它去状态表里取数据。没有 `condense`、没有 `swap_states`。CUDA graph 由 `ModelCudaGraphManager` / `BatchExecutionDescriptor`（`vllm/v1/worker/gpu/cudagraph_utils.py`）管理。
-> - **V1 runner**（`vllm/v1/worker/gpu_model_runner.py` + `gpu_input_batch.py`）：本课和 minivllm 讲的持久批。一个 V2 不支持的特性打开时（例如第 9 课的 n-gram 投机），或 MoE 模型、没有 Triton 时，跑的是它。
->
-> 本课先按 V1（也是 minivllm）讲持久批和 varlen 摊平——摊平的数学在两个 runner 里相同；“V1 的持久批与 V2 的请求状态表”一节把两种做法放在同一次运行上对比。
-
-源码快照：vLLM 8e958902eee5。与 vLLM 的差异（本课会反复用到）：
+#
+# > **minivllm ≠ vLLM：本课讲的持久批是 V1 runner 的设计，课程的模型在 vLLM 0.27.1 上默认不走它。**
+# > `VllmConfig.use_v2_model_runner`（`vllm/config/vllm.py`）决定 worker 建哪个 runner（`vllm/v1/worker/gpu_worker.py` 读它）：环境变量 `VLLM_USE_V2_MODEL_RUNNER` 设了就听它的；否则 `_is_default_v2_model_runner_model` 要求 `runner_type == "generate"`、不是 attention-free，且架构在 `DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES` 里或不是 MoE（dense 的 Llama、Qwen3 都满足；不在该列表里的 MoE 回到 V1）；再要求装了 Triton（`HAS_TRITON`），且 `_get_v2_model_runner_unsupported_features` 为空——n-gram 投机（`ngram`/`ngram_gpu`）、自定义 logits processor、prompt embeds、stock torch.compile 等任一开启都回到 V1（日志 “Model Runner V2 does not yet support …; using the V1 model runner instead”）。
+# > - **Model Runner V2**（`vllm/v1/worker/gpu/model_runner.py`，类名同样是 `GPUModelRunner`）：每个请求在请求状态表 `RequestState`（`vllm/v1/worker/gpu/states.py`）里占一个固定槽位，从 `free_indices.pop()` 拿到、到结束或被抢占时才还；每一步 `prepare_inputs` 新建一个 `InputBatch`（`vllm/v1/worker/gpu/input_batch.py`），批内顺序由 `sort_batch_req_ids` 决定（decode 在前，再按 token 数），`idx_mapping[批内第 i 行] = 槽位号`，Triton kernel 通过它去状态表里取数据。没有 `condense`、没有 `swap_states`。CUDA graph 由 `ModelCudaGraphManager` / `BatchExecutionDescriptor`（`vllm/v1/worker/gpu/cudagraph_utils.py`）管理。
+# > - **V1 runner**（`vllm/v1/worker/gpu_model_runner.py` + `gpu_input_batch.py`）：本课和 minivllm 讲的持久批。一个 V2 不支持的特性打开时（例如第 9 课的 n-gram 投机），或 MoE 模型、没有 Triton 时，跑的是它。
+# >
+# > 本课先按 V1（也是 minivllm）讲持久批和 varlen 摊平——摊平的数学在两个 runner 里相同；“V1 的持久批与 V2 的请求状态表”一节把两种做法放在同一次运行上对比。
+#
+# 源码快照：vLLM 8e958902eee5。与 vLLM 的差异（本课会反复用到）：
 #
 # - **slot mapping 在哪里算**：vLLM 先把块表异步拷到 GPU（`commit_block_table`），再由 `BlockTable.compute_slot_mapping` 启动 Triton kernel `_compute_slot_mapping_kernel` 在 GPU 上算；`positions`、`seq_lens` 也由 GPU 上的 `num_computed_tokens` 算出（为异步调度和投机解码的“乐观”长度服务）。minivllm 全部在 CPU 上用 numpy 算，再 `non_blocking` 拷过去——语义相同，少了重叠。
 # - **哪些请求取 logits**：vLLM 对每个请求都取最后一个 token 的 logits（`logits_indices = query_start_loc[1:] - 1`），再用 `discard_request_mask`（`seq_len < num_tokens` 的请求）丢掉中途分块的采样结果；minivllm 只对到达已知 token 末尾的请求取 logits（`emit`），少算几行 LM head。本课的练习按 minivllm 的做法。
 # - **投机解码**：有草稿时 vLLM 用 `_calc_spec_decode_metadata` 为每个请求取 k+1 行 logits；minivllm 的 `_prepare_inputs` 也这样做（第 9 课），本课的练习只做非投机的情形。
 # - **持久批的存储**：vLLM V1 的 `InputBatch` 里，token 表 `token_ids_cpu_tensor` **不是** pinned 的（`pin_memory=False`，也没有 GPU 副本：它只在 CPU 上被索引出本步的 `input_ids`）；采样参数（temperature 等）是 pinned CPU 张量配一份 GPU 张量；块表在单独的类 `BlockTable`（按 KV cache 组可有多个，`MultiGroupBlockTable`）里，是一个 `CpuGpuBuffer`，`commit_block_table(num_reqs)` **每步把前 `num_reqs` 行整个拷到 GPU**（不是只拷变化的部分）。minivllm 的 `InputBatch` 只有 numpy 数组，块表是其中一个二维数组。vLLM 的 `condense` 把末尾的行移进空洞（不交换），minivllm 用 `swap_states`，效果相同。
-- **decode 排前面**：minivllm 的 `_reorder_batch` 每步都把 decode 换到前面；vLLM V1 的 `_may_reorder_batch` 只在 `reorder_batch_threshold` 不是 `None` 时调用 `reorder_batch_to_split_decodes_and_prefills`（由注意力后端的 metadata builder 给出：FlashInfer、MLA 等给 1，FlashAttention、Triton 后端不给，于是不重排——它们的 varlen kernel 直接处理混合批），重排时分四段：decode、short_extend、long_extend、prefill（首块）。
-- **写入采样结果**：minivllm 用 `append_token`（minivllm 的名字）把上一步采样的 token 写进行；vLLM V1 在 `_bookkeeping_sync` 里写 `token_ids_cpu`。
-- **runner 本身**：见上面的方框——课程的模型在 vLLM 0.27.1 上默认由 Model Runner V2 跑，它没有持久批。
+# - **decode 排前面**：minivllm 的 `_reorder_batch` 每步都把 decode 换到前面；vLLM V1 的 `_may_reorder_batch` 只在 `reorder_batch_threshold` 不是 `None` 时调用 `reorder_batch_to_split_decodes_and_prefills`（由注意力后端的 metadata builder 给出：FlashInfer、MLA 等给 1，FlashAttention、Triton 后端不给，于是不重排——它们的 varlen kernel 直接处理混合批），重排时分四段：decode、short_extend、long_extend、prefill（首块）。
+# - **写入采样结果**：minivllm 用 `append_token`（minivllm 的名字）把上一步采样的 token 写进行；vLLM V1 在 `_bookkeeping_sync` 里写 `token_ids_cpu`。
+# - **runner 本身**：见上面的方框——课程的模型在 vLLM 0.27.1 上默认由 Model Runner V2 跑，它没有持久批。
 # - CUDA graph 的 padding（第 11 课）在 minivllm 里发生在 `_prepare_inputs` 之后（`_pad_for_cudagraph`），本课不涉及。
 
 # %% nbgrader={"grade": false, "grade_id": "l05_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -154,12 +154,12 @@ L05.plot_step_breakdown(run);
 
 # %% [markdown]
 # 图 5-2：步骤追踪（`trace=True`，`Tracer` 的 `prepare_inputs`、`forward`、`sample` 三个阶段）里每一步的时间。这个小模型在 CPU 上的前向只要几毫秒，输入准备仍只占百分之几；换成 GPU 上的大模型，前向变快（或变慢）都会改变这个比例——这是需要在目标硬件上实测的结论，不能从这张图外推。
-
-## V1 的持久批与 V2 的请求状态表：同一次运行
-
-上面那次运行里，`L05.engine_run()` 还记下了 minivllm 的 `_update_states` 每一步对持久批做了什么：哪些行被 `condense` 从末尾移进空洞（`C 从->到`），哪些行被 `_reorder_batch` 的 `swap_states` 交换（`S`）。同一串 `SchedulerOutput` 再按 Model Runner V2 的规则记账（`L05.v2_tables`，规则取自 `vllm/v1/worker/gpu/states.py` 的 `RequestState.add_request` / `remove_request` 与 `model_runner.py` 的 `finish_requests`、`add_requests`、`prepare_inputs`、`sort_batch_req_ids`）：请求第一次被调度时从 `free_indices.pop()` 拿一个槽位，结束或被抢占时还回去；每一步新建的批按“decode 在前、再按 token 数”排序，`idx_mapping` 给出批内每一行对应的槽位。V2 的数字是由记录推出来的（本机没有跑 vLLM），minivllm 的数字是引擎真实的行。
-
-> **minivllm ≠ vLLM**：minivllm 只实现了 V1 的持久批；V2 的表是按 vLLM 源码规则从同一次运行的调度输出推算的示意，不是 minivllm 的代码路径。
+#
+# # V1 的持久批与 V2 的请求状态表：同一次运行
+#
+# 上面那次运行里，`L05.engine_run()` 还记下了 minivllm 的 `_update_states` 每一步对持久批做了什么：哪些行被 `condense` 从末尾移进空洞（`C 从->到`），哪些行被 `_reorder_batch` 的 `swap_states` 交换（`S`）。同一串 `SchedulerOutput` 再按 Model Runner V2 的规则记账（`L05.v2_tables`，规则取自 `vllm/v1/worker/gpu/states.py` 的 `RequestState.add_request` / `remove_request` 与 `model_runner.py` 的 `finish_requests`、`add_requests`、`prepare_inputs`、`sort_batch_req_ids`）：请求第一次被调度时从 `free_indices.pop()` 拿一个槽位，结束或被抢占时还回去；每一步新建的批按“decode 在前、再按 token 数”排序，`idx_mapping` 给出批内每一行对应的槽位。V2 的数字是由记录推出来的（本机没有跑 vLLM），minivllm 的数字是引擎真实的行。
+#
+# > **minivllm ≠ vLLM**：minivllm 只实现了 V1 的持久批；V2 的表是按 vLLM 源码规则从同一次运行的调度输出推算的示意，不是 minivllm 的代码路径。
 
 # %%
 L05.print_v1_v2(run)
@@ -374,8 +374,8 @@ L05.check_source_map(SOURCE_MAP)
 #    minivllm 在 CPU 上用 numpy 算全部数组再 `non_blocking` 拷贝，异步调度见 `async_scheduling`；它没有在 GPU 上算 slot mapping。
 #
 # **附：图 5-3 检查方法的参考解释**（不单独计分）：V1 的代价：(1) 每次 `condense`/`swap_states` 都要在 CPU 上搬一整行（token 行长 `max_model_len`、块表行、采样参数）并改所有按行号索引的状态，本次运行的次数见 `L05.moved_rows(run)` 的输出，批越大、请求进出越频繁移动越多；(2) 行号一变，异步调度时上一步留在 GPU 上的结果（采样 token、`num_computed_tokens`）要用 `prev_positions` 之类的映射重新对齐，重排与 `reorder_batch_threshold`、后端耦合；(3) 块表等仍要按行整段拷到 GPU。V2：请求一直在自己的槽位，行序变化只改 `idx_mapping` 这一个小数组，状态表可以常驻 GPU / UVA、由 Triton kernel 按 `idx_mapping` 间接读取，和异步调度、投机解码配合更简单；代价是每步要建新的 `InputBatch` 和 `idx_mapping`，kernel 多一次间接寻址，状态表按 `max_num_reqs` 预分配（`all_token_ids` 用 UVA 放在主机内存，源码注释说它可达数 GB）。
-
-**附：检查方法的参考解释**（不单独计分）：`final` 行已算 7、本步 3：`positions` 变成 7～9，`slot_mapping` 少了第一个槽（34），`query_start_loc` 最后一项变成 9，`seq_lens` 仍是 10；因为 10 ≥ prompt 长度 10，它仍到达末尾，仍取 logits，只是扁平序列里最后一个 token 的下标从 9 变成 8。
+#
+# **附：检查方法的参考解释**（不单独计分）：`final` 行已算 7、本步 3：`positions` 变成 7～9，`slot_mapping` 少了第一个槽（34），`query_start_loc` 最后一项变成 9，`seq_lens` 仍是 10；因为 10 ≥ prompt 长度 10，它仍到达末尾，仍取 logits，只是扁平序列里最后一个 token 的下标从 9 变成 8。
 #
 # === END MARK SCHEME ===
 

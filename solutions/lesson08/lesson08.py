@@ -52,18 +52,18 @@ if "google.colab" in sys.modules:
 # | 6 | [`vllm/v1/structured_output/utils.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/structured_output/utils.py)：`apply_grammar_bitmask`；[`vllm/v1/worker/gpu_model_runner.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_model_runner.py)：`GPUModelRunner.sample_tokens`（V1 runner；Model Runner V2 用 `vllm/v1/worker/gpu/structured_outputs.py` 的 `StructuredOutputsWorker.apply_grammar_bitmask`） | `minivllm/structured_output/utils.py`：`apply_grammar_bitmask`；`minivllm/worker/gpu_model_runner.py`：`GPUModelRunner.sample_tokens` | bitmask 的行顺序（调度顺序）怎样变成 logits 的行顺序（批内顺序）？ |
 #
 # 源码快照：vLLM 8e958902eee5。较早的 vLLM 把等待状态叫 `WAITING_FOR_FSM`（minivllm 保留为别名）；名字会变，先声明所读版本。
-
-### 与 vLLM 0.27.1 的差异
-
-> **minivllm ≠ vLLM**（本课的演示与练习按 minivllm 的做法；下面每一条都核对过 0.27.1 发布包）
-> - **重叠从哪里来**：minivllm 的 `UniProcExecutor` 把 `execute_model` 交给一个 worker 线程（`ThreadPoolExecutor`），所以在 CPU 上 forward 与 EngineCore 线程的 bitmask 填充真的并行。vLLM 的 `UniProcExecutor.execute_model(non_block=True)` 在**调用线程里同步**执行 worker 的 `execute_model`，返回一个已经完成的 `Future`（或 `AsyncOutputFuture`）；GPU 上重叠来自 CUDA kernel 的异步执行——`execute_model` 发射完 kernel 就返回，CPU 填 bitmask 时 GPU 还在算；在 CPU 上跑 vLLM 的单进程 executor 时，forward 在 bitmask 之前就算完了，没有这种重叠。
-> - **异步调度（默认开启）**：vLLM 0.27.1 默认 `async_scheduling`，busy loop 跑 `EngineCore.step_with_batch_queue`：调度第 N+1 步、发射 `execute_model` 后，若本步有受约束请求的上一步 token 还没回来（`SchedulerOutput.pending_structured_output_tokens`，由 `AsyncScheduler` 按 `num_output_placeholders` 设置），就**推迟** bitmask 与采样，等上一步的输出经 `update_from_output` 推进 grammar 之后再算；否则立刻 `get_grammar_bitmask` 并 `sample_tokens(grammar_output, non_block=True)`。本课画的是同步的 `EngineCore.step`（`--no-async-scheduling`）。
-> - **请求什么时候结束**：grammar 走到终点并不结束请求。vLLM 的 `update_from_output` 先 `check_stop`（EOS、stop token、长度），再 `accept_tokens` 推进 grammar；一个 grammar 已经终止的请求之后的 bitmask 行被 `_fill_bitmasks` 填成全 1（不再约束）。受约束的请求通常因为 grammar 在终点只允许 EOS、采到 EOS 而结束。
-> - **`choice` 的实现**：练习里的 TokenTrie 是本课为 `choice` 写的专用做法。vLLM 把 `choice` 在校验时转成 EBNF（`vllm/v1/structured_output/utils.py` 的 `choice_as_grammar`：`root ::= "yes" | "no" | ...`），交给 xgrammar 当普通文法编译（`backend_xgrammar.py`）；xgrammar 的 bitmask 与 TokenTrie 的结果逐字相同（本课第一项检查核对了这一点），算法不同。
-> - **谁按批内顺序排行**：练习的 `choice_bitmask` 直接按 `batch_req_ids` 出行。vLLM 里 `StructuredOutputManager.grammar_bitmask` 按 `structured_output_request_ids`（调度顺序）填，runner 的 `apply_grammar_bitmask`（V1：`vllm/v1/structured_output/utils.py`；V2：`StructuredOutputsWorker.apply_grammar_bitmask`）再按请求 id 把行排到 logits 的批内位置（含草稿位置）；minivllm 同样在 runner 里重排。
-> - **草稿的 -1 占位**：不合 grammar 的草稿由 `validate_tokens` 截断；截掉的位置用 -1 补齐到调度的草稿数，这一步在调度器的 `update_draft_token_ids_in_output` 里（异步调度路径），`grammar_bitmask` 遇到 -1 就不再推进、不再约束。
-> - **编译线程池**：两边的编译池都是 `max_workers = (cpu_count + 1) // 2`。编译缓存：vLLM 借 xgrammar 的编译缓存，minivllm 用 `StructuredOutputManager.compiled`。
-> - **runner**：课程的 dense 模型在 vLLM 0.27.1 上默认由 Model Runner V2（`vllm/v1/worker/gpu/model_runner.py`，`VllmConfig.use_v2_model_runner`）跑，bitmask 由 `StructuredOutputsWorker` 作用到 logits；V1 的 `gpu_model_runner.py` 在 V2 不支持的特性（例如 n-gram 投机）打开时使用。
+#
+# ## 与 vLLM 0.27.1 的差异
+#
+# > **minivllm ≠ vLLM**（本课的演示与练习按 minivllm 的做法；下面每一条都核对过 0.27.1 发布包）
+# > - **重叠从哪里来**：minivllm 的 `UniProcExecutor` 把 `execute_model` 交给一个 worker 线程（`ThreadPoolExecutor`），所以在 CPU 上 forward 与 EngineCore 线程的 bitmask 填充真的并行。vLLM 的 `UniProcExecutor.execute_model(non_block=True)` 在**调用线程里同步**执行 worker 的 `execute_model`，返回一个已经完成的 `Future`（或 `AsyncOutputFuture`）；GPU 上重叠来自 CUDA kernel 的异步执行——`execute_model` 发射完 kernel 就返回，CPU 填 bitmask 时 GPU 还在算；在 CPU 上跑 vLLM 的单进程 executor 时，forward 在 bitmask 之前就算完了，没有这种重叠。
+# > - **异步调度（默认开启）**：vLLM 0.27.1 默认 `async_scheduling`，busy loop 跑 `EngineCore.step_with_batch_queue`：调度第 N+1 步、发射 `execute_model` 后，若本步有受约束请求的上一步 token 还没回来（`SchedulerOutput.pending_structured_output_tokens`，由 `AsyncScheduler` 按 `num_output_placeholders` 设置），就**推迟** bitmask 与采样，等上一步的输出经 `update_from_output` 推进 grammar 之后再算；否则立刻 `get_grammar_bitmask` 并 `sample_tokens(grammar_output, non_block=True)`。本课画的是同步的 `EngineCore.step`（`--no-async-scheduling`）。
+# > - **请求什么时候结束**：grammar 走到终点并不结束请求。vLLM 的 `update_from_output` 先 `check_stop`（EOS、stop token、长度），再 `accept_tokens` 推进 grammar；一个 grammar 已经终止的请求之后的 bitmask 行被 `_fill_bitmasks` 填成全 1（不再约束）。受约束的请求通常因为 grammar 在终点只允许 EOS、采到 EOS 而结束。
+# > - **`choice` 的实现**：练习里的 TokenTrie 是本课为 `choice` 写的专用做法。vLLM 把 `choice` 在校验时转成 EBNF（`vllm/v1/structured_output/utils.py` 的 `choice_as_grammar`：`root ::= "yes" | "no" | ...`），交给 xgrammar 当普通文法编译（`backend_xgrammar.py`）；xgrammar 的 bitmask 与 TokenTrie 的结果逐字相同（本课第一项检查核对了这一点），算法不同。
+# > - **谁按批内顺序排行**：练习的 `choice_bitmask` 直接按 `batch_req_ids` 出行。vLLM 里 `StructuredOutputManager.grammar_bitmask` 按 `structured_output_request_ids`（调度顺序）填，runner 的 `apply_grammar_bitmask`（V1：`vllm/v1/structured_output/utils.py`；V2：`StructuredOutputsWorker.apply_grammar_bitmask`）再按请求 id 把行排到 logits 的批内位置（含草稿位置）；minivllm 同样在 runner 里重排。
+# > - **草稿的 -1 占位**：不合 grammar 的草稿由 `validate_tokens` 截断；截掉的位置用 -1 补齐到调度的草稿数，这一步在调度器的 `update_draft_token_ids_in_output` 里（异步调度路径），`grammar_bitmask` 遇到 -1 就不再推进、不再约束。
+# > - **编译线程池**：两边的编译池都是 `max_workers = (cpu_count + 1) // 2`。编译缓存：vLLM 借 xgrammar 的编译缓存，minivllm 用 `StructuredOutputManager.compiled`。
+# > - **runner**：课程的 dense 模型在 vLLM 0.27.1 上默认由 Model Runner V2（`vllm/v1/worker/gpu/model_runner.py`，`VllmConfig.use_v2_model_runner`）跑，bitmask 由 `StructuredOutputsWorker` 作用到 logits；V1 的 `gpu_model_runner.py` 在 V2 不支持的特性（例如 n-gram 投机）打开时使用。
 
 # %% nbgrader={"grade": false, "grade_id": "l08_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的演示与检查。
@@ -110,8 +110,8 @@ L08.show_words("per", ["yes", "no", "perchance"])
 
 # %% [markdown]
 # > **minivllm ≠ vLLM**：下面的 TokenTrie 是本课为 `choice` 写的做法；vLLM 把 `choice` 转成 EBNF（`choice_as_grammar`）交给 xgrammar 编译，得到同样的允许集合。
-
-允许的正是字节串为剩余部分 `"chance"` 的**前缀**的那些 token（`c`、`ch`、`chan`、……）：BPE 可以用许多种切分拼出同一个字符串，约束只关心字节，不关心切分。只看首字符是否匹配是错的：`"cat"` 的首字符 `c` 合法，但它拼出的 `"percat"` 不再是任何选项的前缀。
+#
+# 允许的正是字节串为剩余部分 `"chance"` 的**前缀**的那些 token（`c`、`ch`、`chan`、……）：BPE 可以用许多种切分拼出同一个字符串，约束只关心字节，不关心切分。只看首字符是否匹配是错的：`"cat"` 的首字符 `c` 合法，但它拼出的 `"percat"` 不再是任何选项的前缀。
 #
 # 用一棵 **TokenTrie**（所有 token 的字节组成的字典树）可以一次走完：沿剩余字节 `"chance"` 向下走，途中经过的每个“token 结束”节点都是一个允许的 token，代价是剩余字节的长度，而不是整个词表（这里 4096，真实模型 15 万）。
 #
