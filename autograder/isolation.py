@@ -144,9 +144,12 @@ def scratch_dir(prefix: str = "minivllm-run-") -> Iterator[Path]:
             mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={disk_limit_mb()}m,mode=0700", "tmpfs",
                                       str(path)], capture_output=True).returncode == 0
             os.chown(path, SANDBOX_UID, SANDBOX_UID)
-        (path / "home").mkdir()
-        if mode().kind == "root":
-            os.chown(path / "home", SANDBOX_UID, SANDBOX_UID)
+        mpl = path / "home" / ".matplotlib"
+        mpl.mkdir(parents=True)
+        cache = Path(os.environ.get("MPLCONFIGDIR") or Path.home() / ".cache" / "matplotlib")
+        for f in cache.glob("fontlist-*.json"):  # matplotlib's font list: no rebuild of it in every run
+            shutil.copyfile(f, mpl / f.name)
+        give(path)
         yield path
     finally:
         if mounted:
