@@ -13,12 +13,23 @@ cell is scored, never left pending, and the export, feedback and formgrader all 
 """
 from __future__ import annotations
 
+import contextlib
 import csv
+import os
+import re
 import shutil
+import signal
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
+from autograder import isolation
 from autograder.build import dumps, nbgrader, new_course, solution_notebook
 from autograder.common import discover_lessons, load_lesson
+from autograder.limits import cell_timeout
+
+NOTEBOOK_TIMEOUT_FACTOR = 3  # a whole notebook under nbgrader: at most this many cell limits
 
 
 def find_submissions(submissions: Path, lesson_id: str) -> dict[str, Path]:
@@ -84,31 +95,83 @@ def table(lesson_id: str, results: dict[str, dict[str, float | None]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
 
 
-def autograde_one(course: Path, lesson_id: str, student: str) -> tuple[Path, list]:
-    """One worker: nbgrader autograde of one student (bounded) against a private copy of the gradebook, then
-    the sandbox. Nothing here writes the course gradebook: `merge` does, one student at a time."""
+def _nbgrader_autograde(work: Path, lesson_id: str, student: str, log) -> subprocess.Popen:
+    """nbgrader autograde of one student in its private course folder `work`, started isolated and bounded."""
+    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+               MINIVLLM_GRADING="1")  # the notebook's per-part report cell stays quiet while graded
+    argv = [sys.executable, "-m", "nbgrader", "autograde", lesson_id, "--student", student, "--force",
+            f"--db=sqlite:///{work / 'gradebook.db'}"]
+    return subprocess.Popen(isolation.wrap(argv, work.parent, cwd=work), cwd=work, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=isolation.limit_run,
+                            start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def autograde_one(course: Path, lesson_id: str, student: str) -> tuple[Path, list, str]:
+    """One worker: nbgrader autograde of one student and the sandbox, side by side, each where the student's
+    code cannot reach the course folder, the grader or anyone else's files (autograder/isolation.py).
+
+    nbgrader works in a private copy of the course (config, gradebook, this one submission); what it leaves
+    (the autograded notebook, its gradebook) is copied back as plain files and trusted no further than
+    `merge` says. When the sandbox finds an answer that hangs, nbgrader's run (stuck in the same answer) is
+    stopped at once: a looping answer costs one cell limit in all, not one in each. Nothing here writes the
+    course gradebook: `merge` does, one student at a time. Returns (gradebook copy, verdict, note)."""
     from autograder.sandbox import grade_file
 
     db = course / f".gradebook-{lesson_id}-{student}.db"
-    shutil.copy(course / "gradebook.db", db)
-    try:
-        nbgrader(["autograde", lesson_id, "--student", student, "--force", f"--db=sqlite:///{db}"], course,
-                 bounded=True)
-    except RuntimeError as e:  # e.g. the kernel died when interrupted at the time limit: the sandbox still grades
-        print(f"{student}: nbgrader autograde failed; the sandbox's scores stand ({str(e).splitlines()[0][:120]})")
-    return db, grade_file(lesson_id, course / "submitted" / student / lesson_id / f"{lesson_id}.ipynb")[0]
+    note = ""
+    with isolation.scratch_dir("minivllm-grade-") as scratch, tempfile.TemporaryFile() as log:
+        work = scratch / "course"
+        sub = work / "submitted" / student / lesson_id
+        sub.mkdir(parents=True)
+        shutil.copy(course / "nbgrader_config.py", work / "nbgrader_config.py")
+        shutil.copy(course / "gradebook.db", work / "gradebook.db")
+        shutil.copy(course / "submitted" / student / lesson_id / f"{lesson_id}.ipynb", sub / f"{lesson_id}.ipynb")
+        isolation.give(work)
+        proc = _nbgrader_autograde(work, lesson_id, student, log)
+        verdict = grade_file(lesson_id, course / "submitted" / student / lesson_id / f"{lesson_id}.ipynb")[0]
+        if proc.poll() is None and any(r.message.startswith("超时") for r in verdict):
+            _stop(proc)
+            note = "nbgrader 的运行已停止：答案在沙箱中已超时（同一答案只计一次时限），代码部分按沙箱成绩计"
+        else:
+            try:
+                proc.wait(timeout=NOTEBOOK_TIMEOUT_FACTOR * cell_timeout())
+            except subprocess.TimeoutExpired:
+                _stop(proc)
+                note = f"nbgrader 运行整本笔记本超过 {NOTEBOOK_TIMEOUT_FACTOR * cell_timeout():g} s，已停止"
+        if proc.returncode != 0 and not note:
+            log.seek(0)
+            tail = log.read()[-2000:].decode("utf-8", "replace").strip().splitlines()
+            note = f"nbgrader autograde failed; the sandbox's scores stand ({(tail or [''])[-1][:120]})"
+        isolation.copy_out(work / "autograded" / student / lesson_id, course / "autograded" / student / lesson_id)
+        src_db = work / "gradebook.db"
+        if src_db.is_file() and not src_db.is_symlink():
+            shutil.copyfile(src_db, db)
+        else:
+            shutil.copy(course / "gradebook.db", db)
+    if note:
+        print(f"{student}: {note}")
+    return db, verdict, note
 
 
-def merge(course: Path, lesson_id: str, student: str, db: Path, verdict: list) -> dict[str, str]:
+def merge(course: Path, lesson_id: str, student: str, db: Path, verdict: list, note: str = "") -> dict[str, str]:
     """Serialized gradebook write: the worker's grades and comments for one student into the course gradebook,
-    each code part lowered to the sandbox's score (so none is left pending). Returns the sandbox's message
-    for each code part it failed."""
+    each code part lowered to the sandbox's score (so none is left pending). The worker's gradebook went
+    through the student's kernel, so only its automatic scores and comments are taken, never a manual score:
+    manual parts stay as the course gradebook has them (pending until an instructor grades them). Returns
+    the sandbox's message for each code part it failed."""
     import warnings
 
     from nbgrader.api import Gradebook, MissingEntry
 
     # nbgrader's own update_or_create_submission trips SQLAlchemy autoflush warnings; the rows are written.
     warnings.filterwarnings("ignore", message="Object of type <Submitted")
+    manual = {p.grade_id for p in load_lesson(lesson_id).parts if p.manual}
     failed = {}
     with Gradebook(f"sqlite:///{db}", "minivllm-v1") as wb, \
             Gradebook(f"sqlite:///{course / 'gradebook.db'}", "minivllm-v1") as gb:
@@ -120,59 +183,111 @@ def merge(course: Path, lesson_id: str, student: str, db: Path, verdict: list) -
         gb.update_or_create_submission(lesson_id, student, **({"timestamp": sub.timestamp} if sub else {}))
         for nb in sub.notebooks if sub else ():
             for g in nb.grades:
+                if g.name in manual:
+                    continue
                 mine = gb.find_grade(g.name, nb.name, lesson_id, student)
-                mine.auto_score, mine.manual_score = g.auto_score, g.manual_score
-                mine.needs_manual_grade = g.needs_manual_grade
+                mine.auto_score, mine.manual_score = g.auto_score, None
             for c in nb.comments:
                 mine = gb.find_comment(c.name, nb.name, lesson_id, student)
-                mine.auto_comment, mine.manual_comment = c.auto_comment, c.manual_comment
+                mine.auto_comment = c.auto_comment
         grades = {g.name: g for nb in gb.find_submission(lesson_id, student).notebooks for g in nb.grades}
+        for gid in manual & grades.keys():
+            grades[gid].needs_manual_grade = grades[gid].manual_score is None
         for r in verdict:
             g = grades.get(r.part.grade_id)
             if r.part.manual or g is None:
                 continue
             kernel = g.auto_score if g.manual_score is None else g.manual_score
-            g.manual_score = r.score if kernel is None else min(kernel, r.score)
+            g.manual_score = r.score if kernel is None or sub is None else min(kernel, r.score)
             g.needs_manual_grade = False
             if r.score < r.part.points:
                 failed[r.part.grade_id] = r.message
             elif sub is None:
-                failed[r.part.grade_id] = "nbgrader 没能运行这份笔记本，本部分按沙箱成绩计"
+                failed[r.part.grade_id] = note or "nbgrader 没能运行这份笔记本，本部分按沙箱成绩计"
         gb.db.commit()
     db.unlink()
     return failed
 
 
-def autograde(course: Path, lesson_id: str, students: list[str], jobs: int = 1) -> dict[str, dict[str, str]]:
+class GraderChanged(RuntimeError):
+    """A file of the grader, the engine or the release changed while submissions ran: the run stops."""
+
+
+def autograde(course: Path, lesson_id: str, students: list[str], jobs: int = 1,
+              digest: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
     """Every student graded by `jobs` workers (nbgrader + sandbox each); the gradebook is written by this
-    thread only, as each student finishes, with a progress bar."""
-    from concurrent.futures import ThreadPoolExecutor, as_completed
+    thread only, as each student finishes, with a progress bar. After each student the grader's files are
+    hashed again (`digest`, from before the class): a change stops the run before that student's scores are
+    written, naming the students whose notebooks had run since the last clean check."""
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
     from tqdm import tqdm
 
+    digest = digest or isolation.grader_digest()
     messages: dict[str, dict[str, str]] = {}
+    queue, running = iter(students), {}
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool, \
             tqdm(total=len(students), desc=f"{lesson_id} autograde -j {jobs}", unit="student") as bar:
-        futures = {pool.submit(autograde_one, course, lesson_id, s): s for s in students}
-        for done in as_completed(futures):
-            student = futures[done]
-            db, verdict = done.result()
-            messages[student] = merge(course, lesson_id, student, db, verdict)
-            bar.update(1)
+
+        def start_next() -> None:  # a new student starts only once a finished one is checked and merged
+            student = next(queue, None)
+            if student is not None:
+                running[pool.submit(autograde_one, course, lesson_id, student)] = student
+
+        for _ in range(max(1, jobs)):
+            start_next()
+        while running:
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in done:
+                student = running.pop(fut)
+                db, verdict, note = fut.result()
+                changed = isolation.changed_files(digest, isolation.grader_digest())
+                if changed:
+                    db.unlink(missing_ok=True)
+                    suspects = sorted({student, *running.values()})  # and whoever ran beside it
+                    raise GraderChanged(
+                        f"{lesson_id}: grader files changed while {', '.join(suspects)} ran: "
+                        f"{', '.join(changed[:5])}{' ...' if len(changed) > 5 else ''}; their scores were not "
+                        "written. Restore the files (e.g. `git checkout -- autograder minivllm notebooks`) "
+                        "before grading again.")
+                messages[student] = merge(course, lesson_id, student, db, verdict, note)
+                bar.update(1)
+                start_next()
     return messages
 
 
+def submitted_lessons(submissions: Path) -> list[str]:
+    """The lessons at least one student submitted, from the submissions' layout."""
+    found = set()
+    for student in (p for p in submissions.iterdir() if p.is_dir()):
+        for lesson_id in discover_lessons():
+            if any(c.exists() for c in (student / lesson_id / f"{lesson_id}.ipynb", student / f"{lesson_id}.ipynb")):
+                found.add(lesson_id)
+    return sorted(found)
+
+
 def grade(submissions: Path, course: Path, csv_path: Path, lessons: list[str] | None = None, jobs: int = 1) -> dict:
-    """Autograde every submission of every lesson found; export nbgrader's CSV plus a per-part CSV."""
-    lessons = lessons or discover_lessons()
+    """Autograde every submission of the given lessons (default: every lesson someone submitted); export
+    nbgrader's CSV (submitted lessons only, with a pending-manual-grading column) plus a per-part CSV."""
+    lessons = lessons or submitted_lessons(submissions)
+    if not lessons:
+        raise SystemExit(f"no submissions found in {submissions} (expected <student>/<lessonNN>/<lessonNN>.ipynb)")
+    m = isolation.mode()
+    print(f"isolation: {'bubblewrap, ' + m.kind if m.isolated else 'OFF — ' + m.reason}"
+          + ("" if m.isolated else "; submissions run with your rights (the grader's files are still verified)"))
+    digest = isolation.grader_digest()
+    print(f"[1/3] course folder {course}: releasing {len(lessons)} lesson(s) into the gradebook", flush=True)
     prepare_course(course, lessons)
     results, messages = {}, {}
+    print("[2/3] autograde (nbgrader + sandbox, each submission isolated)", flush=True)
     for lesson_id in lessons:
         students = collect(course, lesson_id, submissions)
         if students:
-            messages[lesson_id] = autograde(course, lesson_id, students, jobs)
+            messages[lesson_id] = autograde(course, lesson_id, students, jobs, digest)
             results[lesson_id] = scores(course, lesson_id)
+    print("[3/3] export", flush=True)
     nbgrader(["export", "--to", str(csv_path.resolve())], course)
+    mark_export(csv_path, results)
     parts_csv = csv_path.with_name(csv_path.stem + "-parts.csv")
     with open(parts_csv, "w", newline="") as f:
         w = csv.writer(f)
@@ -182,7 +297,7 @@ def grade(submissions: Path, course: Path, csv_path: Path, lessons: list[str] | 
             for student, got in per_student.items():
                 for p in lesson.parts:
                     s = got.get(p.grade_id)
-                    w.writerow([lesson_id, student, p.grade_id, "" if s is None else f"{s:g}", p.points,
+                    w.writerow([lesson_id, student, p.grade_id, "pending" if s is None else f"{s:g}", p.points,
                                 messages[lesson_id].get(student, {}).get(p.grade_id, "")])
     for lesson_id, per_student in results.items():
         print(f"== {lesson_id} ==\n{table(lesson_id, per_student)}")
@@ -193,13 +308,61 @@ def grade(submissions: Path, course: Path, csv_path: Path, lessons: list[str] | 
     return results
 
 
+def mark_export(csv_path: Path, results: dict[str, dict[str, dict[str, float | None]]]) -> None:
+    """nbgrader's export lists every lesson for every student (0.0 where nothing was submitted) and has no
+    word for pending manual grades: keep only submitted lessons and add `pending_manual_points`."""
+    with open(csv_path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    fields = list(rows[0].keys()) + ["pending_manual_points"] if rows else ["assignment", "student_id"]
+    kept = []
+    for row in rows:
+        got = results.get(row.get("assignment"), {}).get(row.get("student_id"))
+        if got is None:
+            continue
+        row["pending_manual_points"] = f"{sum(p.points for p in load_lesson(row['assignment']).parts if p.manual and got.get(p.grade_id) is None):g}"
+        kept.append(row)
+    with open(csv_path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(kept)
+
+
 def feedback(course: Path, lessons: list[str] | None = None) -> list[Path]:
-    """nbgrader's HTML feedback for every autograded submission in the course folder."""
+    """nbgrader's HTML feedback for every autograded submission in the course folder; parts still waiting for
+    an instructor read "pending manual grading", and the heading gives the code subtotal beside the total."""
     out = []
     for lesson_id in lessons or discover_lessons():
         if (course / "autograded").exists() and any((course / "autograded").glob(f"*/{lesson_id}")):
             nbgrader(["generate_feedback", lesson_id, "--force"], course)
-            out += sorted((course / "feedback").glob(f"*/{lesson_id}/*.html"))
+            got = scores(course, lesson_id)
+            for page in sorted((course / "feedback").glob(f"*/{lesson_id}/*.html")):
+                student = page.parent.parent.name
+                if student in got:
+                    page.write_text(mark_pending(page.read_text(encoding="utf-8"), lesson_id, got[student]),
+                                    encoding="utf-8")
+                out.append(page)
     for p in out:
         print(p)
     return out
+
+
+PENDING = "待人工评分 (pending manual grading)"
+
+
+def mark_pending(html: str, lesson_id: str, got: dict[str, float | None]) -> str:
+    """nbgrader's feedback page shows a manual part nobody has graded yet as 0: say it is pending instead."""
+    lesson = load_lesson(lesson_id)
+    pending = [p for p in lesson.parts if p.manual and got.get(p.grade_id) is None]
+    if not pending:
+        return html
+    for p in pending:
+        gid = re.escape(p.grade_id)
+        html = re.sub(rf'(<a href="#{gid}">[^<]*</a> \(Score: )[\d.]+', rf"\g<1>{PENDING}", html)
+        html = re.sub(rf'(<a name="(?:comment-)?{gid}"></a>\s*<div class="panel-heading">(?:(?!</div>).)*?Score: )[\d.]+',
+                      rf"\g<1>{PENDING}", html, flags=re.S)
+    code = sum(got.get(p.grade_id) or 0 for p in lesson.parts if not p.manual)
+    code_max = sum(p.points for p in lesson.parts if not p.manual)
+    waiting = sum(p.points for p in pending)
+    return re.sub(r"(\(Score: [\d.]+ / [\d.]+)\)</h4>",
+                  rf"\g<1>; 代码 code {code:g}/{code_max:g}, {waiting:g} 分待人工评分 points pending manual grading)</h4>",
+                  html, count=1)

@@ -26,8 +26,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from autograder import isolation
 from autograder.common import REPO, Lesson, PartResult, load_lesson
-from autograder.limits import cell_timeout, limit_memory, memory_limit_mb, memory_message, timeout_message
+from autograder.limits import cell_timeout, memory_limit_mb, memory_message, timeout_message
 
 ALLOWED_IMPORTS = {"math", "collections", "heapq", "itertools", "functools", "hashlib", "dataclasses", "typing",
                    "bisect", "operator", "copy", "random", "re", "time", "enum", "abc", "numpy", "torch", "triton",
@@ -40,7 +41,10 @@ FORBIDDEN_NAMES = {
     "delattr", "__import__", "breakpoint", "input", "exit", "quit", "memoryview", "super",
 }
 FORBIDDEN_ATTRS = {"f_globals", "f_locals", "f_back", "f_builtins", "f_code", "tb_frame", "tb_next", "gi_frame",
-                   "cr_frame", "ag_frame", "gi_code", "co_code", "func_globals"}
+                   "cr_frame", "ag_frame", "gi_code", "co_code", "func_globals",
+                   # a module another module imported (`minivllm.config.os.system(...)`) is still that module
+                   "os", "sys", "subprocess", "system", "popen", "spawnv", "execv", "fork", "environ", "modules",
+                   "builtins", "importlib", "ctypes", "socket", "signal", "shutil", "pathlib", "multiprocessing"}
 
 
 @dataclass
@@ -169,10 +173,17 @@ def _run_child(lesson_id: str, grade_ids: list[str], answers: Answers, timeout: 
     job = {"lesson": lesson_id, "parts": grade_ids, "setup": setup_source(lesson_id), "answers": answers.cells,
            "token": token, "fd": wfd}
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.Popen([sys.executable, "-m", "autograder.sandbox"], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(wfd,), env=env,
-                            preexec_fn=limit_memory, start_new_session=True, cwd=REPO)
-    os.close(wfd)
+    with isolation.scratch_dir("minivllm-sandbox-") as scratch:
+        proc = subprocess.Popen(isolation.wrap([sys.executable, "-m", "autograder.sandbox"], scratch, cwd=REPO),
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                pass_fds=(wfd,), env=env, preexec_fn=isolation.limit_run, start_new_session=True,
+                                cwd=REPO)
+        os.close(wfd)
+        return _read_verdicts(proc, rfd, token, grade_ids, job, timeout)
+
+
+def _read_verdicts(proc: subprocess.Popen, rfd: int, token: str, grade_ids: list[str], job: dict,
+                   timeout: float) -> tuple[dict, str | None]:
     proc.stdin.write(json.dumps(job).encode())
     proc.stdin.close()
     got: dict = {}

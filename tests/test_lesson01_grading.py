@@ -1,6 +1,8 @@
 """Lesson 1's grader: the solution earns 4/4 code points, the unfilled release 0, every mutant loses points;
 the real engine shows the bug each order mistake causes; the notebook runs; nbgrader agrees end to end."""
 
+import csv
+
 import pytest
 from grading_flow import grade_three_students
 
@@ -71,9 +73,13 @@ def test_nbgrader_end_to_end(tmp_path):
     for student, got in results.items():  # the Colab self-check gives the same points per part
         ns, _ = student_namespace(subs / student / "lesson01" / "lesson01.ipynb")
         assert code_scores(ns) == {k: v for k, v in got.items() if k in code_scores(ns)}, student
-    rows = {line.split(",")[3]: line.split(",")[-2:] for line in csv_path.read_text().splitlines()[1:]}
-    assert rows == {"solution_student": ["4.0", "10.0"], "blank_student": ["0.0", "10.0"],
-                    "mutant_student": ["1.0", "10.0"]}
+    with open(csv_path, newline="") as f:
+        rows = {r["student_id"]: (r["score"], r["max_score"], r["pending_manual_points"]) for r in csv.DictReader(f)}
+    assert rows == {"solution_student": ("4.0", "10.0", "6"), "blank_student": ("0.0", "10.0", "6"),
+                    "mutant_student": ("1.0", "10.0", "6")}
     html = feedback(tmp_path / "course", ["lesson01"])
     assert len(html) == 3
     assert all("MARK SCHEME" not in p.read_text(encoding="utf-8") for p in html)
+    page = next(p for p in html if p.parent.parent.name == "solution_student").read_text(encoding="utf-8")
+    assert "Score: 0.0 / 2.0" not in page and page.count("pending manual grading") >= 3
+    assert "代码 code 4/4, 6 分待人工评分" in page

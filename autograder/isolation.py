@@ -1,0 +1,192 @@
+"""Where a student's code runs while it is graded: a private, throw-away world (issue #34).
+
+nbgrader's kernel and the sandbox's checks both run a submission's code. Each run goes through `wrap`, which
+starts it under bubblewrap (`bwrap`, Debian's `bubblewrap` package):
+
+- a new mount namespace that holds only the system (/usr, /etc, the interpreter and the venv), the grader's
+  autograder/, minivllm/, notebooks/ and data/ (all read-only), and the run's own scratch folder (read-write,
+  thrown away afterwards); /tmp and HOME are private. Nothing else of the host exists there: not the course
+  folder or its gradebook, not the other submissions, not solutions/;
+- new network, PID, IPC and UTS namespaces: no connection leaves the run's own loopback, no process of the
+  grader can be seen or signalled, and the run dies with its parent;
+- as root (a grading server, CI, a container): the run drops to an unprivileged uid (`nobody`) with
+  `setpriv`, so RLIMIT_NPROC bounds a fork bomb, and the scratch folder is a size-capped tmpfs;
+  without root: bwrap in a user namespace (the instructor's uid; the process cap counts from what that uid
+  already runs, the disk cap is a per-file RLIMIT_FSIZE).
+
+Limits per run (beside autograder/limits.py's time and memory): MINIVLLM_PROCESS_LIMIT (256 processes),
+MINIVLLM_DISK_LIMIT_MB (1024 MiB). MINIVLLM_ISOLATION=off turns isolation off; when bwrap is missing or cannot
+create namespaces, `grade` says so once and grades without it. Either way `grader_digest` lets `grade` verify,
+before the class and after every student, that no file of the grader, the engine or the release changed.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from autograder.limits import limit_memory
+
+REPO = Path(__file__).resolve().parent.parent
+SANDBOX_UID = 65534  # nobody
+GRADER_DIRS = ("autograder", "minivllm", "notebooks", "data")
+SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/sys")
+DEFAULT_PROCESS_LIMIT = 256
+DEFAULT_DISK_LIMIT_MB = 1024
+
+
+def process_limit() -> int:
+    return int(os.environ.get("MINIVLLM_PROCESS_LIMIT", DEFAULT_PROCESS_LIMIT))
+
+
+def disk_limit_mb() -> int:
+    return int(os.environ.get("MINIVLLM_DISK_LIMIT_MB", DEFAULT_DISK_LIMIT_MB))
+
+
+@dataclass(frozen=True)
+class Mode:
+    """How runs are isolated here: "root" (bwrap + setpriv to nobody), "user" (bwrap in a user namespace) or
+    "none"; `reason` says why when it is "none"."""
+
+    kind: str
+    reason: str = ""
+
+    @property
+    def isolated(self) -> bool:
+        return self.kind != "none"
+
+
+def _bwrap_base(kind: str) -> list[str]:
+    base = ["bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
+            "--new-session", "--dev", "/dev", "--proc", "/proc"]
+    if kind == "user":
+        base[1:1] = ["--unshare-user", "--disable-userns"]
+    else:
+        base += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    return base
+
+
+@functools.lru_cache(maxsize=1)
+def mode() -> Mode:
+    if os.environ.get("MINIVLLM_ISOLATION", "").lower() in ("0", "off", "no", "false"):
+        return Mode("none", "MINIVLLM_ISOLATION=off")
+    if shutil.which("bwrap") is None:
+        return Mode("none", "bubblewrap (`bwrap`) is not installed (Debian/Ubuntu: apt-get install bubblewrap)")
+    kind = "root" if os.geteuid() == 0 and shutil.which("setpriv") else "user"
+    probe = subprocess.run([*_bwrap_base(kind), "--ro-bind", "/", "/", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return Mode("none", f"bwrap cannot create namespaces here: {probe.stderr.strip()[:200]}")
+    return Mode(kind)
+
+
+def _own_processes() -> int:
+    uid = os.getuid()
+    n = 0
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            with contextlib.suppress(OSError):
+                n += p.stat().st_uid == uid
+    return n
+
+
+def limit_run() -> None:
+    """preexec_fn of every isolated run: the memory cap, the process cap, the per-file disk cap."""
+    limit_memory()
+    nproc = process_limit() + (0 if mode().kind == "root" else _own_processes())
+    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+    fsize = disk_limit_mb() * 2**20
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+
+
+def wrap(argv: list[str], scratch: Path, cwd: Path | None = None, binds: tuple[Path, ...] = ()) -> list[str]:
+    """argv run inside the isolated world; `scratch` is its only writable folder (HOME is inside it), `binds`
+    extra read-only paths. Without isolation argv comes back as is."""
+    m = mode()
+    if not m.isolated:
+        return argv
+    ro = [(d, d) for d in SYSTEM_DIRS if os.path.lexists(d)]
+    prefix = os.path.realpath(sys.prefix)  # the venv, also where sys.executable names it (e.g. through a link)
+    ro += sorted({(os.path.realpath(sys.base_prefix),) * 2, (prefix, prefix), (prefix, os.path.abspath(sys.prefix))})
+    ro += [(str(REPO / n),) * 2 for n in GRADER_DIRS if (REPO / n).exists()] + [(str(p),) * 2 for p in binds]
+    parents = sorted({str(a) for _, dest in ro + [("", str(scratch))] for a in Path(dest).parents} - {"/", "/tmp"})
+    cmd = _bwrap_base(m.kind)
+    for d in parents:  # mount points' parents readable by the sandbox's uid (bwrap makes them 0700)
+        cmd += ["--perms", "0755", "--dir", d]
+    for src, dest in ro:
+        cmd += ["--ro-bind", src, dest]
+    cmd += ["--size", str(256 * 2**20), "--tmpfs", "/tmp", "--bind", str(scratch), str(scratch),
+            "--setenv", "HOME", str(scratch / "home"), "--setenv", "TMPDIR", "/tmp",
+            "--setenv", "MPLCONFIGDIR", str(scratch / "home" / ".matplotlib")]
+    cmd += ["--chdir", str(cwd or scratch)]
+    if m.kind == "root":
+        cmd += ["setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups", "--no-new-privs",
+                "--"]
+    return cmd + list(argv)
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix: str = "minivllm-run-") -> Iterator[Path]:
+    """A private folder for one run, removed afterwards; as root a tmpfs capped at MINIVLLM_DISK_LIMIT_MB and
+    owned by the sandbox's uid."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    mounted = False
+    try:
+        if mode().kind == "root":
+            mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={disk_limit_mb()}m,mode=0700", "tmpfs",
+                                      str(path)], capture_output=True).returncode == 0
+            os.chown(path, SANDBOX_UID, SANDBOX_UID)
+        mpl = path / "home" / ".matplotlib"
+        mpl.mkdir(parents=True)
+        cache = Path(os.environ.get("MPLCONFIGDIR") or Path.home() / ".cache" / "matplotlib")
+        for f in cache.glob("fontlist-*.json"):  # matplotlib's font list: no rebuild of it in every run
+            shutil.copyfile(f, mpl / f.name)
+        give(path)
+        yield path
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(path)], capture_output=True)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def give(path: Path) -> None:
+    """Hand a file or folder the parent prepared in a scratch folder to the sandbox's uid."""
+    if mode().kind != "root":
+        return
+    for p in [path, *path.rglob("*")] if path.is_dir() else [path]:
+        os.chown(p, SANDBOX_UID, SANDBOX_UID, follow_symlinks=False)
+
+
+def copy_out(src: Path, dest: Path, max_bytes: int = 64 * 2**20) -> list[Path]:
+    """Copy what a run left in `src` to `dest`: regular files only (no links), each at most max_bytes."""
+    copied = []
+    for p in sorted(src.rglob("*")) if src.is_dir() else []:
+        if p.is_symlink() or not p.is_file() or p.stat().st_size > max_bytes:
+            continue
+        target = dest / p.relative_to(src)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(p, target)
+        copied.append(target)
+    return copied
+
+
+def grader_digest(root: Path = REPO) -> dict[str, str]:
+    """sha256 of every file of the grader, the engine and the release (compiled caches aside)."""
+    out = {}
+    for name in ("autograder", "minivllm", "notebooks"):
+        for p in sorted((root / name).rglob("*")):
+            if p.is_file() and "__pycache__" not in p.parts:
+                out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def changed_files(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    return sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))

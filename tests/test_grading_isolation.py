@@ -1,0 +1,238 @@
+"""Grading isolation (autograder/isolation.py): a class of attacks graded end to end through `autograder grade`.
+
+Each attacker hands in lesson 1 with the honest wrong answer (1/4) plus code that tries to write the grader or
+the engine, write beside the gradebook or outside its scratch folder, read a classmate's notebook, reach a
+loopback listener, fork without bound, or kill the grader. None may succeed, and the two honest students of the
+same class (the solution, 4/4, and the honest wrong answer, 1/4) keep their scores. The run needs bubblewrap;
+without it the test is skipped, unless MINIVLLM_REQUIRE_ISOLATION=1 (CI) makes that a failure.
+"""
+import json
+import os
+import re
+import signal
+import socket
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from autograder import isolation
+from autograder.common import REPO
+from autograder.mutation import filled_notebook, mutant_source
+
+LESSON = "lesson01"
+STEP = "l01_engine_core_step"
+WRONG = mutant_source(LESSON, "update_before_aborts")
+SECRET = f"SECRET-{uuid.uuid4().hex}"
+
+
+def require_isolation():
+    m = isolation.mode()
+    if not m.isolated:
+        if os.environ.get("MINIVLLM_REQUIRE_ISOLATION"):
+            pytest.fail(f"isolation required but unavailable: {m.reason}")
+        pytest.skip(f"no isolation here: {m.reason}")
+
+
+def with_cell(nb: dict, source: str) -> dict:
+    """The notebook with one extra code cell after the exercise cell (students may add cells)."""
+    at = next(i for i, c in enumerate(nb["cells"]) if c["id"] == STEP) + 1
+    nb["cells"].insert(at, {"cell_type": "code", "id": f"extra-{uuid.uuid4().hex[:8]}", "metadata": {},
+                            "execution_count": None, "outputs": [], "source": source})
+    return nb
+
+
+def attacks(course: Path, subs: Path, port: int, marker: str) -> dict[str, str]:
+    tries = lambda name, code: (f"try:\n    {code}\n    print('ATTACK {name} succeeded')\n"  # noqa: E731
+                                f"except BaseException as e:\n    print('ATTACK {name} blocked', type(e).__name__)\n")
+    return {
+        "write_grader": "import autograder.common, minivllm, os\n"
+                        + tries("grader", "open(autograder.common.__file__, 'a').write('\\n# pwned\\n')")
+                        + tries("engine", "open(minivllm.__file__, 'a').write('\\n# pwned\\n')")
+                        + tries("new_file", f"open(os.path.join(os.path.dirname(minivllm.__file__), '{marker}.py'), 'w')"),
+        "write_outside": "import os\n" + tries("tmp", f"open('/tmp/{marker}', 'w').write('x')")
+                         + tries("in_scratch_home", f"open(os.path.expanduser('~/../{marker}'), 'w').write('x')")
+                         + tries("gradebook", f"open('{course}/gradebook.db', 'a').write('x')")
+                         + tries("beside", f"open('{course}/{marker}', 'w').write('x')")
+                         + tries("in_scratch_relative", f"open('../../../{marker}', 'w').write('x')"),
+        "read_classmate": tries("read", f"print(open('{subs}/solution/{LESSON}/{LESSON}.ipynb').read())")
+                          + tries("read_course", f"print(open('{course}/submitted/solution/{LESSON}/{LESSON}.ipynb')"
+                                                 ".read())"),
+        "network": "import socket\n" + tries("connect", f"socket.create_connection(('127.0.0.1', {port}), timeout=2)"),
+        "fork_bomb": "import os, time\npids = []\ntry:\n    while len(pids) < 100000:\n        pid = os.fork()\n"
+                     "        if pid == 0:\n            time.sleep(3600)\n            os._exit(0)\n        pids.append(pid)\n"
+                     "except OSError as e:\n    print('FORKS', len(pids), type(e).__name__)\n",
+        "kill_grader": "import os, signal\n" + tries("signal", f"os.kill({os.getpid()}, signal.SIGUSR1)")
+                       + tries("parent", "os.kill(os.getppid(), signal.SIGKILL)"),
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_attacks_fail_and_honest_scores_are_unchanged(tmp_path, monkeypatch):
+    require_isolation()
+    from autograder.grading import grade
+
+    monkeypatch.setenv("MINIVLLM_CELL_TIMEOUT", "30")
+    course, subs, marker = tmp_path / "course", tmp_path / "subs", f"minivllm-attack-{uuid.uuid4().hex[:12]}"
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.5)
+    accepted, signalled, stop = [], [], threading.Event()
+
+    def accept():
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept())
+            except OSError:
+                pass
+
+    threading.Thread(target=accept, daemon=True).start()
+    old_usr1 = signal.signal(signal.SIGUSR1, lambda *a: signalled.append(a))
+    guarded = [REPO / "autograder" / "common.py", Path(__import__("minivllm").__file__)]
+    saved = {p: p.read_bytes() for p in guarded}
+    before = isolation.grader_digest()
+    students = {"solution": filled_notebook(LESSON), "honest_wrong": filled_notebook(LESSON, {STEP: WRONG})}
+    with_cell(students["solution"], f"# {SECRET}\n")
+    for name, code in attacks(course, subs, listener.getsockname()[1], marker).items():
+        students[f"attack_{name}"] = with_cell(filled_notebook(LESSON, {STEP: WRONG}), code)
+    # the same honest wrong answer also tries to shell out from an answer definition (the sandbox's side)
+    students["attack_answer_shell"] = filled_notebook(LESSON, {STEP: WRONG + f"\n_w = minivllm.config.os.system("
+                                                                             f"'touch /tmp/{marker}-shell')\n"})
+    for name, nb in students.items():
+        (subs / name / LESSON).mkdir(parents=True)
+        (subs / name / LESSON / f"{LESSON}.ipynb").write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
+    try:
+        results = grade(subs, course, tmp_path / "grades.csv", [LESSON], jobs=2)[LESSON]
+    finally:
+        stop.set()
+        listener.close()
+        signal.signal(signal.SIGUSR1, old_usr1)
+        changed = {p for p, data in saved.items() if p.read_bytes() != data}
+        for p in changed:
+            p.write_bytes(saved[p])
+        stray = REPO / "minivllm" / f"{marker}.py"
+        stray.unlink(missing_ok=True)
+    assert not changed, changed
+    assert isolation.changed_files(before, isolation.grader_digest()) == []
+    code = {s: sum(v for k, v in got.items() if not k.startswith("l01_q")) for s, got in results.items()}
+    assert code["solution"] == 4 and code["honest_wrong"] == 1, code
+    assert all(code[s] <= 1 for s in students if s.startswith("attack_")), code
+    assert not accepted and not signalled
+    leftovers = [p for p in (Path("/tmp") / marker, Path("/tmp") / f"{marker}-shell", course / marker,
+                             tmp_path / marker, Path.home().parent / marker) if p.exists()]
+    assert not leftovers, leftovers
+    shown = {p.parent.parent.name: outputs(p) for p in (course / "autograded").glob(f"*/{LESSON}/{LESSON}.ipynb")}
+    assert all(SECRET not in text for s, text in shown.items() if s != "solution"), shown
+    # writing inside its own scratch folder is allowed (it is thrown away; `leftovers` checks the host side)
+    assert not re.findall(r"ATTACK (?!in_scratch_)\w+ succeeded", "".join(shown.values())), shown
+    assert "blocked" in shown["attack_write_grader"] and "blocked" in shown["attack_network"], shown
+    forks = [int(n) for n in re.findall(r"FORKS (\d+)", shown.get("attack_fork_bomb", ""))]
+    assert all(n <= isolation.process_limit() for n in forks), forks
+    assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _uid(p) == isolation.SANDBOX_UID]
+
+
+def outputs(path: Path) -> str:
+    """Everything a graded notebook's cells printed (their sources left out)."""
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return "".join("".join(o.get("text", "")) + json.dumps(o.get("data", {}), ensure_ascii=False)
+                   for c in cells for o in c.get("outputs", []))
+
+
+def _uid(p: Path) -> int | None:
+    try:
+        return p.stat().st_uid
+    except OSError:
+        return None
+
+
+def test_a_changed_grader_stops_the_run_and_writes_no_score(tmp_path, monkeypatch):
+    """Detection, whatever the isolation: a worker whose student changed a grader file stops `autograde`
+    before that student's scores are written, and the message names the student."""
+    from autograder import grading
+
+    marker = REPO / "minivllm" / f"_changed_{uuid.uuid4().hex[:8]}.py"
+    merged = []
+
+    def fake_one(course, lesson_id, student):
+        if student == "b_attacker":
+            marker.write_text("# written by a student's notebook\n")
+        db = tmp_path / f"{student}.db"
+        db.write_text("")
+        return db, [], ""
+
+    monkeypatch.setattr(grading, "autograde_one", fake_one)
+    monkeypatch.setattr(grading, "merge", lambda course, lesson, student, *a: merged.append(student) or {})
+    try:
+        with pytest.raises(grading.GraderChanged, match="b_attacker") as e:
+            grading.autograde(tmp_path, LESSON, ["a_honest", "b_attacker", "c_later"], jobs=1)
+    finally:
+        marker.unlink(missing_ok=True)
+    assert merged == ["a_honest"]
+    assert marker.name in str(e.value)
+
+
+def test_isolated_run_sees_only_the_grader_and_its_scratch(tmp_path):
+    """The world `wrap` builds: the grader read-only, solutions/ and the host's other files absent, no network."""
+    require_isolation()
+    import subprocess
+    import sys
+
+    probe = ("import os, socket, pathlib\n"
+             "print('write', os.access('autograder/common.py', os.W_OK))\n"
+             "print('solutions', os.path.exists('solutions'))\n"
+             f"print('tmp_path', os.path.exists({str(tmp_path)!r}))\n"
+             "print('uid', os.getuid())\n"
+             "print('ifaces', sorted(n for _, n in socket.if_nameindex()))\n"
+             "pathlib.Path(os.environ['HOME'], 'ok').write_text('x'); print('scratch ok')\n")
+    (tmp_path / "visible").write_text("host file")
+    with isolation.scratch_dir() as scratch:
+        out = subprocess.run(isolation.wrap([sys.executable, "-c", probe], scratch, cwd=REPO), capture_output=True,
+                             text=True, preexec_fn=isolation.limit_run, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    lines = dict(line.split(" ", 1) for line in out.stdout.splitlines())
+    assert lines["write"] == "False" and lines["solutions"] == "False" and lines["tmp_path"] == "False"
+    assert lines["ifaces"] == "['lo']" and lines["scratch"] == "ok"
+    if isolation.mode().kind == "root":
+        assert lines["uid"] == str(isolation.SANDBOX_UID)
+
+
+def test_grade_defaults_to_the_submitted_lessons_and_marks_pending(tmp_path):
+    """`grade` without --lesson grades what was handed in; the export keeps only submitted lessons and says how
+    many manual points are pending (nbgrader's own export lists every lesson for everyone, 0.0 where nothing
+    came, and has no pending marker)."""
+    from autograder.grading import mark_export, submitted_lessons
+
+    for student, lesson in (("ann", "lesson01"), ("bob", "lesson03"), ("bob", "lesson01")):
+        (tmp_path / "subs" / student / lesson).mkdir(parents=True)
+        (tmp_path / "subs" / student / lesson / f"{lesson}.ipynb").write_text("{}")
+    (tmp_path / "subs" / "cy").mkdir()
+    (tmp_path / "subs" / "cy" / "lesson05.ipynb").write_text("{}")  # the flat layout counts too
+    assert submitted_lessons(tmp_path / "subs") == ["lesson01", "lesson03", "lesson05"]
+    export = tmp_path / "grades.csv"
+    head = "assignment,duedate,timestamp,student_id,last_name,first_name,email,raw_score,late_submission_penalty," \
+           "score,max_score\n"
+    export.write_text(head + "lesson01,,,ann,,,,4.0,0.0,4.0,10.0\nlesson03,,,ann,,,,0.0,0.0,0.0,10.0\n"
+                             "lesson01,,,bob,,,,9.0,0.0,9.0,10.0\n")
+    got = {"lesson01": {"ann": {"l01_main_path": 1, "l01_q1": None, "l01_q2": None, "l01_q3": 2},
+                        "bob": {"l01_q1": 2, "l01_q2": 2, "l01_q3": 1}}}
+    mark_export(export, got)
+    lines = export.read_text().splitlines()
+    assert lines[0].endswith(",pending_manual_points")
+    assert lines[1:] == ["lesson01,,,ann,,,,4.0,0.0,4.0,10.0,4", "lesson01,,,bob,,,,9.0,0.0,9.0,10.0,0"]
+
+
+def test_feedback_says_pending_instead_of_zero():
+    from autograder.grading import mark_pending
+
+    page = ('<h4>lesson01 (Score: 4.0 / 10.0)</h4><li><a href="#l01_q1">Task</a> (Score: 0.0 / 2.0)</li>'
+            '<a name="comment-l01_q1"></a><div class="panel-heading"><span>Student\'s task</span>'
+            '<span class="pull-right">\n      Score: 0.0 / 2.0 <a href="#top">(Top)</a></span></div>'
+            '<a name="comment-l01_q2"></a><div class="panel-heading"><span class="pull-right">Score: 2.0 / 2.0'
+            '</span></div>')
+    got = {"l01_main_path": 1, "l01_real_engine": 1, "l01_boundary": 1, "l01_source_map": 1, "l01_q1": None,
+           "l01_q2": 2, "l01_q3": None}
+    out = mark_pending(page, "lesson01", got)
+    assert "Score: 0.0" not in out and out.count("pending manual grading) / 2.0") == 2
+    assert "Score: 2.0 / 2.0" in out  # a graded manual part keeps its score
+    assert "代码 code 4/4, 4 分待人工评分" in out
