@@ -103,11 +103,35 @@ def generated_cells(nb: nbformat.NotebookNode, lesson_id: str, root: Path = REPO
     title = next(c for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("# "))
     head, _, rest = title.source.partition("\n")
     title.source = "\n".join([head, "", colab_link(lesson_id), rest]).rstrip("\n")
+    manual_answer_cells(nb, lesson_id)
     nav = lesson_nav(lesson_id, root)
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             cell.source = "\n".join(nav if line.startswith(NAV_LINE) else line for line in cell.source.split("\n"))
     return nb
+
+
+def manual_answer_cells(nb: nbformat.NotebookNode, lesson_id: str) -> None:
+    """Put each manual part's score on the student's answer. A source writes a question as nbgrader's task cell
+    (with its points and mark scheme) followed by a plain `你的答案：` cell; formgrader would put the score box on
+    the question, with the answer below it next to the following question's box. Here the answer becomes the
+    manually graded answer cell (grade + solution, the part's grade_id and points) and the question a locked
+    read-only cell that keeps the mark scheme (formgrader shows it; release and feedback clear it). As nbgrader
+    does for every answer cell, an answer left as released scores 0 at autograde; one the student wrote stays
+    pending until graded."""
+    for cell, answer in zip(nb.cells, nb.cells[1:]):
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "markdown" or not meta.get("task"):
+            continue
+        if answer.cell_type != "markdown" or answer.metadata.get("nbgrader") or not answer.source.startswith("你的答案"):
+            raise SystemExit(f"{lesson_id}: task cell {meta['grade_id']} must be followed by a plain `你的答案：` cell")
+        gid, points = meta["grade_id"], meta["points"]
+        cell.metadata["nbgrader"] = {"grade": False, "grade_id": f"{gid}_question", "locked": True,
+                                     "schema_version": 3, "solution": False, "task": False}
+        answer.metadata["nbgrader"] = {"grade": True, "grade_id": gid, "locked": False, "points": points,
+                                       "schema_version": 3, "solution": True, "task": False}
+        answer.source = (f"**{gid.rsplit('_', 1)[-1].upper()} 你的答案**（{points} 分，教师在这个单元格上打分）：\n\n"
+                         "### BEGIN SOLUTION\n（参考答案与评分要点在上面题目单元格的评分规则里。）\n### END SOLUTION")
 
 
 def lesson_title(lesson_id: str, root: Path = REPO) -> str:
