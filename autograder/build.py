@@ -119,7 +119,7 @@ def manual_answer_cells(nb: nbformat.NotebookNode, lesson_id: str) -> None:
     read-only cell that keeps the mark scheme (formgrader shows it; release and feedback clear it). As nbgrader
     does for every answer cell, an answer left as released scores 0 at autograde; one the student wrote stays
     pending until graded."""
-    for cell, answer in zip(nb.cells, nb.cells[1:]):
+    for cell, answer in zip(nb.cells, nb.cells[1:], strict=False):
         meta = cell.metadata.get("nbgrader", {})
         if cell.cell_type != "markdown" or not meta.get("task"):
             continue

@@ -306,7 +306,7 @@ def format_report(lesson: Lesson, results: list[PartResult]) -> tuple[str, bool]
     """A table of points per part out of the lesson's total, and the pass verdict at the pass mark.
     Columns are aligned by display width (CJK titles count two columns a character)."""
     scores = ["-" if r.score is None else f"{r.score:g}" for r in results]
-    cells = [(r.part.title, f"{s}/{r.part.points}", one_line(r.message)) for r, s in zip(results, scores)]
+    cells = [(r.part.title, f"{s}/{r.part.points}", one_line(r.message)) for r, s in zip(results, scores, strict=True)]
     w1 = max([width("部分"), *(width(c[0]) for c in cells)]) + 2
     w2 = max([width("得分"), *(width(c[1]) for c in cells)]) + 2
     lines = [f"{lesson.lesson_id} 自检：{lesson.title}", f"{pad('部分', w1)}{pad('得分', w2)}说明"]

@@ -86,7 +86,7 @@ def test_manual_scores_sit_on_the_answer_cells_and_the_lesson_is_worth_10(graded
     release = json.loads((REPO / "notebooks/lesson01/lesson01.ipynb").read_text(encoding="utf-8"))["cells"]
     for q in ("l01_q1", "l01_q2", "l01_q3"):
         i = next(i for i, c in enumerate(release) if c["id"] == q)
-        assert release[i - 1]["id"] == f"{q}_question" and release[i]["source"].startswith(f"**{q[-2:].upper()} 你的答案**")
+        assert release[i - 1]["id"] == f"{q}_question" and "".join(release[i]["source"]).startswith(f"**{q[-2:].upper()} 你的答案**")
 
 
 @pytest.mark.slow

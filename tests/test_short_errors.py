@@ -82,7 +82,7 @@ def test_self_check_table_aligns_by_display_width():
                PartResult(parts[2], 2, "通过"), PartResult(parts[3], None, "待人工评分")]
     text, _ = format_report(lesson, results)
     rows = text.splitlines()[1:6]
-    starts = {width(r[: r.index(score)]) for r, score in zip(rows[1:], ("0/1", "1/1", "2/2", "-/2"))}
+    starts = {width(r[: r.index(score)]) for r, score in zip(rows[1:], ("0/1", "1/1", "2/2", "-/2"), strict=True)}
     assert len(starts) == 1, text  # the score column starts at the same display column in every row
     assert width(rows[0][: rows[0].index("得分")]) in starts
     assert "第一行；第二行" in rows[1]  # a message is one row

@@ -98,7 +98,7 @@ def computed_tokens(runs: dict, on: bool) -> list[int]:
 
 def _ttft_stats(runs: dict, on: bool) -> list[tuple[float, float, float]]:
     """Per request: (median, min, max) TTFT over the interleaved repeats."""
-    per_req = list(zip(*(list(r.ttft_ms.values()) for r in runs["all"][on])))
+    per_req = list(zip(*(list(r.ttft_ms.values()) for r in runs["all"][on]), strict=True))
     return [(sorted(ts)[len(ts) // 2], min(ts), max(ts)) for ts in per_req]
 
 def plot_hit_rate(runs: dict):
@@ -166,7 +166,7 @@ def ttft_caption(runs: dict) -> str:
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
     m_off, m_on = med([m for m, _, _ in off]), med([m for m, _, _ in on])
     ratio = m_off / m_on
-    apart = sum(a[2] < b[1] for a, b in zip(on, off))  # requests whose cached range lies wholly below the uncached
+    apart = sum(a[2] < b[1] for a, b in zip(on, off, strict=True))  # requests whose cached range lies wholly below the uncached
     verdict = (f"开启缓存的 TTFT 中位数是关闭时的 1/{ratio:.1f}" if ratio > 1 else "开启缓存后 TTFT 没有变短")
     return (f"本次运行：关闭缓存时每个请求计算 {med(off_n[1:])} 个 prompt token，开启后从第 2 个请求起只算 "
             f"{med(on_n[1:])} 个（图 a，引擎统计，与机器无关）。TTFT（图 b，第 2～{len(off) + 1} 个请求，"
