@@ -87,3 +87,14 @@ def test_self_check_table_aligns_by_display_width():
     assert width(rows[0][: rows[0].index("得分")]) in starts
     assert "第一行；第二行" in rows[1]  # a message is one row
     assert width("主路径") == 6 and width("ab") == 2
+
+
+def test_check_finds_the_notebook_from_its_folder_and_from_the_repo_root(tmp_path):
+    from autograder.common import find_notebook
+
+    nb = NOTEBOOKS / "lesson03" / "lesson03.ipynb"
+    assert find_notebook("lesson03", cwd=REPO) == nb  # `python -m autograder check lesson03` at the root
+    assert find_notebook("lesson03", cwd=nb.parent) == nb  # ... and in the notebook's folder
+    assert find_notebook("lesson03", "lesson03.ipynb", cwd=REPO) == nb  # the old printed form, from the root
+    with pytest.raises(SystemExit, match="run this in the notebook's folder or the repository root"):
+        find_notebook("lesson03", cwd=tmp_path)
