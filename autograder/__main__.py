@@ -14,7 +14,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--check", action="store_true", help="write nothing; exit 1 if a generated file is stale")
     c = sub.add_parser("check", help="self-check a notebook without nbgrader (e.g. in Colab)")
     c.add_argument("lesson", help="lesson id, e.g. lesson01")
-    c.add_argument("notebook", type=Path, help="the student's .ipynb")
+    c.add_argument("notebook", type=Path, nargs="?",
+                   help="the student's .ipynb (default: LESSON.ipynb here, or notebooks/LESSON/LESSON.ipynb)")
     g = sub.add_parser("grade", help="autograde every submission with nbgrader; CSV + table")
     g.add_argument("submissions", type=Path, help="folder of <student>/<lessonNN>/<lessonNN>.ipynb")
     g.add_argument("--lesson", action="append", help="only these lessons (repeatable)")
@@ -42,9 +43,9 @@ def main(argv: list[str] | None = None) -> int:
             print("up to date")
         return 0
     if args.cmd == "check":
-        from autograder.common import self_check
+        from autograder.common import find_notebook, self_check
 
-        return 0 if self_check(args.lesson, notebook=args.notebook) else 1
+        return 0 if self_check(args.lesson, notebook=find_notebook(args.lesson, args.notebook)) else 1
     if args.cmd == "grade":
         from autograder.grading import grade
 

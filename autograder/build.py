@@ -17,6 +17,140 @@ import nbformat
 
 from autograder.common import REPO, discover_lessons
 
+# Where the student release is published (`python -m autograder release DIR`, then push DIR there): the one
+# setting behind every notebook's install cell and "Open in Colab" link. Rebuild after changing it.
+RELEASE_REPO = os.environ.get("MINIVLLM_RELEASE_REPO", "minivllm/minivllm-release")
+RELEASE_BRANCH = os.environ.get("MINIVLLM_RELEASE_BRANCH", "main")
+COLAB_PLACEHOLDER = "# COLAB INSTALL CELL: autograder/build.py writes INSTALL_CELL here"  # every source's first cell
+NAV_LINE = ("← 上一课", "下一课 →")  # the lines of a lesson source that build.py rewrites
+
+INSTALL_CELL = """\
+# 在 Colab 中安装课程的学生发行版（不含答案与评分细则）；本地（make lab）什么也不做。十二课的这一格相同，
+# 由 autograder/build.py 生成。唯一的设置：MINIVLLM_RELEASE_URL（发行版的 git 地址，教师发布的位置）。
+# 已装好的 torch 与 triton 原样保留，只补装缺少的包；安装失败后重跑本单元格即可修复。
+import os
+import subprocess
+import sys
+
+if "google.colab" in sys.modules or os.environ.get("MINIVLLM_COLAB_INSTALL"):
+    RELEASE_URL = os.environ.get("MINIVLLM_RELEASE_URL", "{url}")
+    HOME = os.environ.get("MINIVLLM_HOME", "/content/minivllm")
+    DONE = os.path.join(HOME, ".minivllm-installed")  # written only once pip and the import check succeeded
+
+    class InstallFailed(Exception):
+        def _render_traceback_(self):  # IPython shows the message, not a traceback
+            return str(self).splitlines()
+
+    def phase(title, cmd, show, hint):
+        print(title, flush=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        tail = []
+        for line in proc.stdout:
+            tail = (tail + [line.rstrip()])[-12:]
+            if line.startswith(show):
+                print("    " + line.rstrip()[:150], flush=True)
+        if proc.wait():
+            raise InstallFailed("\\n".join([*tail, "", hint]))
+
+    if os.path.exists(DONE):
+        print(f"minivllm 已安装在 {{HOME}}（{{open(DONE).read().strip()}}）")
+    else:
+        if not os.path.isdir(os.path.join(HOME, ".git")):
+            if os.path.exists(HOME) and os.listdir(HOME):
+                raise InstallFailed(f"{{HOME}} 已存在但不是发行版的 git 克隆：删掉它，或把 MINIVLLM_HOME 设为别的文件夹。")
+            phase(f"[1/3] 克隆发行版 {{RELEASE_URL}} -> {{HOME}}", ["git", "clone", "--depth", "1", RELEASE_URL, HOME],
+                  ("Cloning", "fatal", "remote"), f"克隆失败：无法从 {{RELEASE_URL}} 克隆。请先运行 "
+                  "os.environ['MINIVLLM_RELEASE_URL'] = '<教师发布的发行版 git 地址>'，再重跑本单元格。")
+        from importlib.metadata import PackageNotFoundError, version
+
+        keep = []
+        for pkg in ("torch", "triton"):  # pin what is installed: pip may add packages, never swap these
+            try:
+                keep.append(f"{{pkg}}=={{version(pkg)}}")
+            except PackageNotFoundError:
+                pass
+        with open(os.path.join(HOME, "keep-installed.txt"), "w") as f:
+            f.write("\\n".join(keep) + "\\n")
+        phase(f"[2/3] pip 安装 {{HOME}}（保留 {{', '.join(keep) or '无'}}；约 2 分钟）",
+              [sys.executable, "-m", "pip", "install", "--progress-bar", "off", "-c",
+               os.path.join(HOME, "keep-installed.txt"), "-e", HOME, *os.environ.get("MINIVLLM_PIP_ARGS", "").split()],
+              ("Collecting", "Installing", "Successfully", "ERROR"), "pip 安装失败（见上面几行）。修好原因后重跑本单元格：它会重新安装。")
+        phase("[3/3] 检查 minivllm 与 autograder 能否导入", [sys.executable, "-c", "import minivllm, autograder.common"],
+              ("Traceback", "ModuleNotFoundError", "ImportError"), "导入失败（见上面几行）：重跑本单元格会重新安装。")
+        with open(DONE, "w") as f:
+            f.write(" ".join(keep) + "\\n")
+        print(f"完成：minivllm 已安装在 {{HOME}}")
+    if HOME not in sys.path:
+        sys.path.insert(0, HOME)"""
+
+
+def release_url(repo: str = RELEASE_REPO) -> str:
+    return f"https://github.com/{repo}.git"
+
+
+def colab_link(lesson_id: str, repo: str = RELEASE_REPO, branch: str = RELEASE_BRANCH) -> str:
+    url = f"https://colab.research.google.com/github/{repo}/blob/{branch}/notebooks/{lesson_id}/{lesson_id}.ipynb"
+    return f"[在 Colab 中打开本课]({url})（发行版：`{repo}`）"
+
+
+def generated_cells(nb: nbformat.NotebookNode, lesson_id: str, root: Path = REPO) -> nbformat.NotebookNode:
+    """Fill what one source must not repeat twelve times: the install cell (the source's first cell is the
+    placeholder), the "Open in Colab" line under the title and the previous/next lesson line."""
+    first = nb.cells[0]
+    if first.cell_type != "code" or first.source.strip() != COLAB_PLACEHOLDER:
+        raise SystemExit(f"{lesson_id}: the first cell must be the placeholder `{COLAB_PLACEHOLDER}`")
+    first.source = INSTALL_CELL.format(url=release_url())
+    title = next(c for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("# "))
+    head, _, rest = title.source.partition("\n")
+    title.source = "\n".join([head, "", colab_link(lesson_id), rest]).rstrip("\n")
+    manual_answer_cells(nb, lesson_id)
+    nav = lesson_nav(lesson_id, root)
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = "\n".join(nav if line.startswith(NAV_LINE) else line for line in cell.source.split("\n"))
+    return nb
+
+
+def manual_answer_cells(nb: nbformat.NotebookNode, lesson_id: str) -> None:
+    """Put each manual part's score on the student's answer. A source writes a question as nbgrader's task cell
+    (with its points and mark scheme) followed by a plain `你的答案：` cell; formgrader would put the score box on
+    the question, with the answer below it next to the following question's box. Here the answer becomes the
+    manually graded answer cell (grade + solution, the part's grade_id and points) and the question a locked
+    read-only cell that keeps the mark scheme (formgrader shows it; release and feedback clear it). As nbgrader
+    does for every answer cell, an answer left as released scores 0 at autograde; one the student wrote stays
+    pending until graded."""
+    for cell, answer in zip(nb.cells, nb.cells[1:], strict=False):
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "markdown" or not meta.get("task"):
+            continue
+        if answer.cell_type != "markdown" or answer.metadata.get("nbgrader") or not answer.source.startswith("你的答案"):
+            raise SystemExit(f"{lesson_id}: task cell {meta['grade_id']} must be followed by a plain `你的答案：` cell")
+        gid, points = meta["grade_id"], meta["points"]
+        cell.metadata["nbgrader"] = {"grade": False, "grade_id": f"{gid}_question", "locked": True,
+                                     "schema_version": 3, "solution": False, "task": False}
+        answer.metadata["nbgrader"] = {"grade": True, "grade_id": gid, "locked": False, "points": points,
+                                       "schema_version": 3, "solution": True, "task": False}
+        answer.source = (f"**{gid.rsplit('_', 1)[-1].upper()} 你的答案**（{points} 分，教师在这个单元格上打分）：\n\n"
+                         "### BEGIN SOLUTION\n（参考答案与评分要点在上面题目单元格的评分规则里。）\n### END SOLUTION")
+
+
+def lesson_title(lesson_id: str, root: Path = REPO) -> str:
+    """'第 3 课：…' from the source's first markdown heading."""
+    for line in (root / "solutions" / lesson_id / f"{lesson_id}.py").read_text(encoding="utf-8").splitlines():
+        if line.startswith("# # "):
+            return line[4:].strip()
+    raise SystemExit(f"{lesson_id}: no `# # 第 N 课：…` title line")
+
+
+def lesson_nav(lesson_id: str, root: Path = REPO) -> str:
+    """The previous/next line at a lesson's end, from the course order (the first has no previous lesson,
+    the last no next one)."""
+    order = discover_lessons(root)
+    i = order.index(lesson_id)
+    links = ([f"← 上一课：{lesson_title(order[i - 1], root)}"] if i > 0 else []) + (
+        [f"下一课 →：{lesson_title(order[i + 1], root)}"] if i + 1 < len(order) else ["本课程到此结束。"])
+    return "　｜　".join(links)
+
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 CONFIG = Path(__file__).resolve().parent / "nbgrader_config.py"
 _KEEP_CELL_META = ("nbgrader", "tags", "deletable", "editable")
@@ -67,7 +201,7 @@ def solution_notebook(lesson_id: str, root: Path = REPO) -> nbformat.NotebookNod
     import jupytext
 
     nb = jupytext.read(root / "solutions" / lesson_id / f"{lesson_id}.py", fmt="py:percent")
-    return normalize(nb, lesson_id)
+    return normalize(generated_cells(nb, lesson_id, root), lesson_id)
 
 
 def release_notebook(lesson_id: str, solution: nbformat.NotebookNode) -> nbformat.NotebookNode:

@@ -62,12 +62,26 @@ def expect(cond: bool, msg: str) -> None:
         raise CheckFailed(msg)
 
 
+def _cell_name(filename: str) -> str:
+    """'In[8]' for a cell IPython compiled (its file is /tmp/ipykernel_*/…py), else the name without <>."""
+    try:
+        from IPython import get_ipython
+
+        label = get_ipython().compile.format_code_name(filename)
+        return label[1] if label else filename.strip("<>")
+    except Exception:
+        return filename.strip("<>")
+
+
+def _in_cell(filename: str) -> bool:
+    return filename.startswith(("<cell", "<ipython-input")) or "/ipykernel_" in filename
+
+
 def student_error(e: BaseException) -> str:
     """One line for an exception the student's code raised: its type, message and the cell line it came from."""
     tb = traceback.extract_tb(e.__traceback__)
-    where = next((f"（{f.filename.strip('<>')}，第 {f.lineno} 行：{(f.line or '').strip()}）" for f in reversed(tb)
-                  if f.filename.startswith("<cell") or f.filename.startswith("<ipython-input")
-                  or "/ipykernel_" in f.filename), "")
+    where = next((f"（单元格 {_cell_name(f.filename)}，第 {f.lineno} 行：{(f.line or '').strip()}）" for f in reversed(tb)
+                  if _in_cell(f.filename)), "")
     text = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
     return f"{type(e).__name__}: {text}{where}"
 
@@ -271,18 +285,32 @@ def exec_source(python: str, ns: dict, filename: str) -> None:
         exec(code, ns)
 
 
-def pad(text: str, width: int) -> str:
-    """Left-justify counting CJK characters as two columns."""
-    cols = sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
-    return text + " " * max(1, width - cols)
+def width(text: str) -> int:
+    """Terminal columns: East Asian wide and fullwidth characters take two, combining marks none."""
+    return sum(0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+               for ch in text)
+
+
+def pad(text: str, cols: int) -> str:
+    """Left-justify to `cols` display columns (at least one space after the text)."""
+    return text + " " * max(1, cols - width(text))
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """A message as one table row: its lines joined, cut at `limit` characters."""
+    flat = "；".join(x.strip() for x in str(text).splitlines() if x.strip())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def format_report(lesson: Lesson, results: list[PartResult]) -> tuple[str, bool]:
-    """A table of points per part out of the lesson's total, and the pass verdict at the pass mark."""
-    lines = [f"{lesson.lesson_id} 自检：{lesson.title}", f"{pad('部分', 18)}{pad('得分', 6)}说明"]
-    for r in results:
-        score = "-" if r.score is None else f"{r.score:g}"
-        lines.append(f"{pad(r.part.title, 18)}{pad(score + '/' + str(r.part.points), 6)}{r.message}")
+    """A table of points per part out of the lesson's total, and the pass verdict at the pass mark.
+    Columns are aligned by display width (CJK titles count two columns a character)."""
+    scores = ["-" if r.score is None else f"{r.score:g}" for r in results]
+    cells = [(r.part.title, f"{s}/{r.part.points}", one_line(r.message)) for r, s in zip(results, scores, strict=True)]
+    w1 = max([width("部分"), *(width(c[0]) for c in cells)]) + 2
+    w2 = max([width("得分"), *(width(c[1]) for c in cells)]) + 2
+    lines = [f"{lesson.lesson_id} 自检：{lesson.title}", f"{pad('部分', w1)}{pad('得分', w2)}说明"]
+    lines += [f"{pad(t, w1)}{pad(sc, w2)}{msg}" for t, sc, msg in cells]
     code = [r for r in results if not r.part.manual]
     got = sum(r.score for r in code)
     code_max = sum(r.part.points for r in code)
@@ -316,6 +344,19 @@ def report(lesson_id: str, namespace: dict) -> None:
         print(f"{'✓' if r.score == part.points else '✗'}  {part.title}：{r.message}")
 
 
+def find_notebook(lesson_id: str, given: str | Path | None = None, cwd: Path | None = None) -> Path:
+    """The notebook `check` grades, from the notebook's folder or the repository root: the path as given, else
+    that name (default LESSON.ipynb) here or under notebooks/LESSON/."""
+    cwd = Path(cwd or Path.cwd())
+    name = Path(given) if given else Path(f"{lesson_id}.ipynb")
+    tried = [cwd / name, cwd / "notebooks" / lesson_id / name.name]
+    found = next((p for p in tried if p.is_file()), None)
+    if found is None:
+        raise SystemExit(f"no notebook at {' or '.join(str(p) for p in tried)}: run this in the notebook's folder "
+                         f"or the repository root, or give the path: python -m autograder check {lesson_id} PATH")
+    return found
+
+
 def self_check(lesson_id: str, namespace: dict | None = None, notebook: str | Path | None = None) -> bool:
     """Print the self-check table for a live namespace (inside the notebook: trusts the kernel) or a notebook
     file (the sandbox: only the answer definitions run, in a separate bounded process)."""
@@ -331,3 +372,115 @@ def self_check(lesson_id: str, namespace: dict | None = None, notebook: str | Pa
     text, ok = format_report(lesson, results)
     print("\n".join(errors + [text]))
     return ok
+
+
+FULL_TRACEBACK_ENV = "MINIVLLM_TRACEBACK"  # "full": grade cells show IPython's usual traceback
+_RED, _RESET = "\x1b[1;31m", "\x1b[0m"
+MORE = "（完整 traceback：在新单元格运行 %tb，或设环境变量 {env}=full）"
+
+
+def _grade_cells(lesson_id: str) -> dict[str, str]:
+    """grade_id -> the visible source of each grade cell in the released notebook (what a student's copy and
+    nbgrader's run both start with: nbgrader only appends the hidden tests)."""
+    path = NOTEBOOKS / lesson_id / f"{lesson_id}.ipynb"
+    if not path.is_file():
+        return {}
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    src = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id"): "".join(c["source"]).strip()
+           for c in cells if c.get("metadata", {}).get("nbgrader", {}).get("grade") and c["cell_type"] == "code"}
+    return {k: v for k, v in src.items() if k and v}
+
+
+def _first_false(test, frame) -> str:
+    """For a failed `assert`, the operand that is false and the values in it, e.g. `trace 实际是 ['schedule']`.
+    Only call-free expressions are evaluated (evaluating a call would run the student's code again)."""
+    import ast
+
+    def value(node):
+        if any(isinstance(n, (ast.Call, ast.NamedExpr, ast.Await, ast.Yield)) for n in ast.walk(node)):
+            raise LookupError
+        return eval(compile(ast.Expression(node), "<assert>", "eval"), frame.f_globals, frame.f_locals)
+
+    parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+    for node in parts:
+        try:
+            if value(node):
+                continue
+        except Exception:  # not evaluable here: name the operand, the first that may be false
+            return f"不成立的是 `{ast.unparse(node)[:120]}`"
+        shown = [n for n in ([node.left, *node.comparators] if isinstance(node, ast.Compare) else [node])
+                 if not isinstance(n, (ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set))]
+        vals = []
+        for n in shown:
+            with contextlib.suppress(Exception):
+                vals.append(f"{ast.unparse(n)[:60]} 实际是 {value(n)!r:.200}")
+        return f"不成立的是 `{ast.unparse(node)[:120]}`" + (f"：{'；'.join(vals)}" if vals else "")
+    return ""
+
+
+def failure_lines(part: Part, etype, value, tb) -> list[str]:
+    """A failed grade cell in three lines: the part; what is wrong; the first divergence or where it happened."""
+    import ast
+
+    frames = [(f, n) for f, n in traceback.walk_tb(tb) if _in_cell(f.f_code.co_filename)]
+    cell_frame, cell_line = frames[0] if frames else (None, 0)
+    cell_src = linecache.getlines(cell_frame.f_code.co_filename) if cell_frame else []
+    stmt = cell_src[cell_line - 1].strip() if 0 < cell_line <= len(cell_src) else ""
+    head = f"{_RED}✗ {part.title}（{part.grade_id}，{part.points} 分）未通过{_RESET}　" + MORE.format(env=FULL_TRACEBACK_ENV)
+    if isinstance(value, BlankNotFilled):
+        return [head, blank_message(value), f"评分单元格第 {cell_line} 行：{stmt[:200]}"]
+    if isinstance(value, CheckFailed):
+        msg = [x for x in str(value).splitlines() if x.strip()] or ["检查未通过"]
+        return [head, msg[0][:400], one_line("；".join(msg[1:]), 400) if msg[1:] else f"评分单元格第 {cell_line} 行：{stmt[:200]}"]
+    if etype is AssertionError and len(frames) == 1:  # a visible assert of the grade cell itself
+        what = f"断言失败：{value}" if str(value) else f"可见断言不成立（评分单元格第 {cell_line} 行）：{stmt[:200]}"
+        try:
+            node = next(n for n in ast.walk(ast.parse("".join(cell_src)))
+                        if isinstance(n, ast.Assert) and n.lineno <= cell_line <= (n.end_lineno or n.lineno))
+            why = _first_false(node.test, cell_frame) or f"评分单元格第 {cell_line} 行"
+        except Exception:
+            why = f"评分单元格第 {cell_line} 行"
+        return [head, what, why]
+    if out_of_memory(value):
+        return [head, memory_message(), f"评分单元格第 {cell_line} 行：{stmt[:200]}"]
+    return [head, f"运行你的代码时出错：{student_error(value)}", f"评分单元格第 {cell_line} 行：{stmt[:200]}"]
+
+
+def short_errors(lesson_id: str, shell=None) -> None:
+    """Make every failing grade cell of this lesson show three lines (failure_lines) instead of a traceback,
+    in JupyterLab, Colab and nbgrader's run (hence its feedback). Other cells keep IPython's traceback.
+    The full traceback stays one step away: `%tb` in a new cell, or MINIVLLM_TRACEBACK=full.
+    Called by each lesson's locked setup cell; does nothing outside IPython."""
+    import os
+    import sys
+
+    if shell is None:
+        try:
+            from IPython import get_ipython
+        except ImportError:
+            return
+        shell = get_ipython()
+    if shell is None:
+        return
+    lesson, cells = load_lesson(lesson_id), _grade_cells(lesson_id)
+
+    def part_of(tb) -> Part | None:
+        frame = next((f for f, _ in traceback.walk_tb(tb) if _in_cell(f.f_code.co_filename)), None)
+        src = "".join(linecache.getlines(frame.f_code.co_filename)).strip() if frame else ""
+        ids = [gid for gid, visible in cells.items() if src.startswith(visible)]
+        gid = max(ids, key=lambda g: len(cells[g]), default=None)
+        return next((p for p in lesson.parts if p.grade_id == gid), None)
+
+    def handler(sh, etype, value, tb, tb_offset=None):
+        sys.last_type, sys.last_value, sys.last_traceback = etype, value, tb  # for %tb
+        if sys.version_info >= (3, 12):
+            sys.last_exc = value
+        part = part_of(tb)
+        if os.environ.get(FULL_TRACEBACK_ENV) == "full" or (part is None and not isinstance(value, BlankNotFilled)):
+            sh.showtraceback((etype, value, tb), tb_offset=tb_offset)
+            return None
+        stb = failure_lines(part, etype, value, tb) if part else [blank_message(value), MORE.format(env=FULL_TRACEBACK_ENV)]
+        sh._showtraceback(etype, value, stb)
+        return stb
+
+    shell.set_custom_exc((Exception,), handler)

@@ -54,4 +54,5 @@ c.IgnorePattern.pattern = (
 
 # Feedback shows scores, outputs and errors, but not the mark schemes (reference answers) or hidden tests:
 # instructors see those in formgrader; students of later sections may not have submitted yet.
+c.ClearMarkScheme.enforce_metadata = False  # mark schemes sit in locked question cells (build.manual_answer_cells)
 c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, ClearMarkScheme, CSSHTMLHeaderPreprocessor]

@@ -7,30 +7,7 @@
 # ---
 
 # %%
-# 在 Colab 中运行时安装课程的学生发行版（不含答案与评分细则）；本地（make lab）什么也不做。
-# 发行版的位置：环境变量 MINIVLLM_RELEASE_URL（唯一的设置）。已装好的 torch 与 triton 原样保留，只补装缺少的包。
-import os
-import subprocess
-import sys
-
-if "google.colab" in sys.modules or os.environ.get("MINIVLLM_COLAB_INSTALL"):
-    RELEASE_URL = os.environ.get("MINIVLLM_RELEASE_URL", "https://github.com/minivllm/minivllm-release.git")
-    HOME = os.environ.get("MINIVLLM_HOME", "/content/minivllm")
-    if not os.path.isdir(HOME):
-        subprocess.run(["git", "clone", "--depth", "1", RELEASE_URL, HOME], check=True)
-        from importlib.metadata import PackageNotFoundError, version
-
-        keep = []
-        for pkg in ("torch", "triton"):  # pin what is installed: pip may add packages, never swap these
-            try:
-                keep.append(f"{pkg}=={version(pkg)}")
-            except PackageNotFoundError:
-                pass
-        with open(os.path.join(HOME, "keep-installed.txt"), "w") as f:
-            f.write("\n".join(keep) + "\n")
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-c", os.path.join(HOME, "keep-installed.txt"),
-                        "-e", HOME, *os.environ.get("MINIVLLM_PIP_ARGS", "").split()], check=True)
-    sys.path.insert(0, HOME)
+# COLAB INSTALL CELL: autograder/build.py writes INSTALL_CELL here
 
 # %% [markdown]
 # # 第 1 课：vLLM V1 源码地图：AsyncLLM、EngineCore 与 Worker
@@ -48,7 +25,7 @@ if "google.colab" in sys.modules or os.environ.get("MINIVLLM_COLAB_INSTALL"):
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson01 lesson01.ipynb`，得分与教师用 nbgrader 评出的自动部分一致。
+# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson01`（在本笔记本所在的文件夹或仓库根目录都可以），得分与教师用 nbgrader 评出的自动部分一致。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
@@ -87,7 +64,9 @@ logging.disable(logging.WARNING)
 import matplotlib.pyplot as plt  # noqa: E402
 
 from autograder import lesson01 as L01  # noqa: E402
-from autograder.common import ______, report, self_check  # noqa: E402,F401
+from autograder.common import ______, report, self_check, short_errors  # noqa: E402,F401
+
+short_errors("lesson01")  # 评分单元格失败时只显示三行：哪一部分、错在哪、第一处不符（完整 traceback：%tb）
 
 # %% [markdown]
 # ## 核心心智模型
@@ -421,4 +400,4 @@ self_check("lesson01", globals());
 #
 # 源码链接固定到本课审阅 commit；current docs、支持矩阵和默认参数会变化，面试或部署前必须按目标版本重新核对。
 #
-# ← 上一课：第 11 课：动态形状　｜　下一课 →：第 2 课：vLLM V1 统一调度器、KVCacheManager：token budget 与 chunked prefill
+# 下一课 →：第 2 课：统一调度器与 KVCacheManager：token budget 与 chunked prefill

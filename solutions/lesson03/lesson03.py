@@ -7,30 +7,7 @@
 # ---
 
 # %%
-# 在 Colab 中运行时安装课程的学生发行版（不含答案与评分细则）；本地（make lab）什么也不做。
-# 发行版的位置：环境变量 MINIVLLM_RELEASE_URL（唯一的设置）。已装好的 torch 与 triton 原样保留，只补装缺少的包。
-import os
-import subprocess
-import sys
-
-if "google.colab" in sys.modules or os.environ.get("MINIVLLM_COLAB_INSTALL"):
-    RELEASE_URL = os.environ.get("MINIVLLM_RELEASE_URL", "https://github.com/minivllm/minivllm-release.git")
-    HOME = os.environ.get("MINIVLLM_HOME", "/content/minivllm")
-    if not os.path.isdir(HOME):
-        subprocess.run(["git", "clone", "--depth", "1", RELEASE_URL, HOME], check=True)
-        from importlib.metadata import PackageNotFoundError, version
-
-        keep = []
-        for pkg in ("torch", "triton"):  # pin what is installed: pip may add packages, never swap these
-            try:
-                keep.append(f"{pkg}=={version(pkg)}")
-            except PackageNotFoundError:
-                pass
-        with open(os.path.join(HOME, "keep-installed.txt"), "w") as f:
-            f.write("\n".join(keep) + "\n")
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-c", os.path.join(HOME, "keep-installed.txt"),
-                        "-e", HOME, *os.environ.get("MINIVLLM_PIP_ARGS", "").split()], check=True)
-    sys.path.insert(0, HOME)
+# COLAB INSTALL CELL: autograder/build.py writes INSTALL_CELL here
 
 # %% [markdown]
 # # 第 3 课：BlockPool 与 Prefix Caching：块哈希链、命中与 LRU 驱逐
@@ -48,7 +25,7 @@ if "google.colab" in sys.modules or os.environ.get("MINIVLLM_COLAB_INSTALL"):
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson03 lesson03.ipynb`，得分与教师用 nbgrader 评出的自动部分一致。
+# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson03`（在本笔记本所在的文件夹或仓库根目录都可以），得分与教师用 nbgrader 评出的自动部分一致。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
@@ -91,7 +68,9 @@ logging.disable(logging.WARNING)
 import matplotlib.pyplot as plt  # noqa: E402
 
 from autograder import lesson03 as L03  # noqa: E402
-from autograder.common import ______, report, self_check  # noqa: E402,F401
+from autograder.common import ______, report, self_check, short_errors  # noqa: E402,F401
+
+short_errors("lesson03")  # 评分单元格失败时只显示三行：哪一部分、错在哪、第一处不符（完整 traceback：%tb）
 
 # %% [markdown]
 # ## 核心心智模型
@@ -149,7 +128,7 @@ L03.plot_block_tables(snap);
 # %% [markdown]
 # ## 具体演示：共享 system prompt 的负载，命中率与 TTFT
 #
-# 8 个请求共用一段 512 个 token 的 system prompt，各带 16 个 token 的问题，一个接一个到达（前一个结束后下一个才来）。同样的负载分别在开启、关闭前缀缓存的 minivllm 引擎上跑：图 3-2 的命中率与省下的 prefill token 来自引擎的 `SchedulerStats`（`prefix_cache_queries`、`prefix_cache_hits`），图 3-3 的 TTFT 是墙钟时间：从 `add_request` 到这个请求拿到第一个 token。
+# 8 个请求共用一段 512 个 token 的 system prompt，各带 16 个 token 的问题，一个接一个到达（前一个结束后下一个才来）。同样的负载分别在开启、关闭前缀缓存的 minivllm 引擎上跑：图 3-2 的命中率与省下的 prefill token 来自引擎的 `SchedulerStats`（`prefix_cache_queries`、`prefix_cache_hits`），图 3-3 左边是每个请求真正送进模型的 prompt token 数（引擎的 `num_cached_tokens` 算出，与机器无关），右边的 TTFT 是墙钟时间：从 `add_request` 到这个请求拿到第一个 token；开、关两种配置交替各跑 3 次，画中位数与最小–最大范围。
 
 # %%
 runs = L03.ttft_runs()
@@ -160,10 +139,11 @@ L03.plot_hit_rate(runs);
 # 图 3-2：第 1 个请求全部未命中（缓存是空的）；从第 2 个起每个请求命中 512 个 token（32 个整块，上限 527 按整块取），只算 16 个问题 token。累计命中率是 (N−1)·512 / (N·528)：8 个请求时约 85%，请求越多越接近单个请求的 512/528 ≈ 97%；省下的 prefill token 随请求数线性增长。
 
 # %%
-L03.plot_ttft(runs);
+L03.plot_ttft(runs)
+print(L03.ttft_caption(runs))
 
 # %% [markdown]
-# 图 3-3：关闭缓存时每个请求都要 prefill 528 个 token；开启后只 prefill 16 个，TTFT 随之大幅下降（对数纵轴；具体倍数看上面打印的实测中位数——在 2 核 CPU 上我们测到过 5～50 倍，机器越忙、波动越大）。第 1 个请求两边都要完整 prefill，还包含首次运行的预热。这些数字只属于这台 CPU、这个模型、这个负载：要在 GPU 上下结论，就得在 GPU 上重新测。
+# 图 3-3：（a）关闭缓存时每个请求都要 prefill 528 个 token，开启后从第 2 个请求起只 prefill 16 个——这是确定的；（b）TTFT 是否随之下降、降多少，看图下方打印的这次运行的实测：中位数、范围，以及有几个请求的两种范围完全分开（对数纵轴）。第 1 个请求两边都要完整 prefill，还包含首次运行的预热。这些数字只属于这台 CPU、这个模型、这个负载：要在 GPU 上下结论，就得在 GPU 上重新测。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题

@@ -7,30 +7,7 @@
 # ---
 
 # %%
-# 在 Colab 中运行时安装课程的学生发行版（不含答案与评分细则）；本地（make lab）什么也不做。
-# 发行版的位置：环境变量 MINIVLLM_RELEASE_URL（唯一的设置）。已装好的 torch 与 triton 原样保留，只补装缺少的包。
-import os
-import subprocess
-import sys
-
-if "google.colab" in sys.modules or os.environ.get("MINIVLLM_COLAB_INSTALL"):
-    RELEASE_URL = os.environ.get("MINIVLLM_RELEASE_URL", "https://github.com/minivllm/minivllm-release.git")
-    HOME = os.environ.get("MINIVLLM_HOME", "/content/minivllm")
-    if not os.path.isdir(HOME):
-        subprocess.run(["git", "clone", "--depth", "1", RELEASE_URL, HOME], check=True)
-        from importlib.metadata import PackageNotFoundError, version
-
-        keep = []
-        for pkg in ("torch", "triton"):  # pin what is installed: pip may add packages, never swap these
-            try:
-                keep.append(f"{pkg}=={version(pkg)}")
-            except PackageNotFoundError:
-                pass
-        with open(os.path.join(HOME, "keep-installed.txt"), "w") as f:
-            f.write("\n".join(keep) + "\n")
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-c", os.path.join(HOME, "keep-installed.txt"),
-                        "-e", HOME, *os.environ.get("MINIVLLM_PIP_ARGS", "").split()], check=True)
-    sys.path.insert(0, HOME)
+# COLAB INSTALL CELL: autograder/build.py writes INSTALL_CELL here
 
 # %% [markdown]
 # # 第 4 课：抢占、取消与请求生命周期
@@ -47,7 +24,7 @@ if "google.colab" in sys.modules or os.environ.get("MINIVLLM_COLAB_INSTALL"):
 # | 代码·边界条件（各状态下的取消 1 分 + 停止条件 1 分） | 2 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson04 lesson04.ipynb`，得分与教师用 nbgrader 评出的自动部分一致。
+# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson04`（在本笔记本所在的文件夹或仓库根目录都可以），得分与教师用 nbgrader 评出的自动部分一致。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
@@ -88,7 +65,9 @@ logging.disable(logging.WARNING)
 import matplotlib.pyplot as plt  # noqa: E402,F401
 
 from autograder import lesson04 as L04  # noqa: E402
-from autograder.common import ______, report, self_check  # noqa: E402,F401
+from autograder.common import ______, report, self_check, short_errors  # noqa: E402,F401
+
+short_errors("lesson04")  # 评分单元格失败时只显示三行：哪一部分、错在哪、第一处不符（完整 traceback：%tb）
 from minivllm.request import RequestStatus  # noqa: E402
 
 # %% [markdown]
@@ -421,4 +400,4 @@ self_check("lesson04", globals());
 #
 # 源码链接固定到本课审阅 commit；current docs、支持矩阵和默认参数会变化，面试或部署前必须按目标版本重新核对。
 #
-# ← 上一课：第 3 课：BlockPool 与 Prefix Caching：块哈希链与 LRU 驱逐　｜　下一课 →：第 5 课：GPUModelRunner：持久批与 varlen 输入准备
+# ← 上一课：第 3 课：BlockPool 与 Prefix Caching：块哈希链、命中与 LRU 驱逐　｜　下一课 →：第 5 课：GPUModelRunner：持久批与 varlen 输入准备

@@ -7,30 +7,7 @@
 # ---
 
 # %%
-# 在 Colab 中运行时安装课程的学生发行版（不含答案与评分细则）；本地（make lab）什么也不做。
-# 发行版的位置：环境变量 MINIVLLM_RELEASE_URL（唯一的设置）。已装好的 torch 与 triton 原样保留，只补装缺少的包。
-import os
-import subprocess
-import sys
-
-if "google.colab" in sys.modules or os.environ.get("MINIVLLM_COLAB_INSTALL"):
-    RELEASE_URL = os.environ.get("MINIVLLM_RELEASE_URL", "https://github.com/minivllm/minivllm-release.git")
-    HOME = os.environ.get("MINIVLLM_HOME", "/content/minivllm")
-    if not os.path.isdir(HOME):
-        subprocess.run(["git", "clone", "--depth", "1", RELEASE_URL, HOME], check=True)
-        from importlib.metadata import PackageNotFoundError, version
-
-        keep = []
-        for pkg in ("torch", "triton"):  # pin what is installed: pip may add packages, never swap these
-            try:
-                keep.append(f"{pkg}=={version(pkg)}")
-            except PackageNotFoundError:
-                pass
-        with open(os.path.join(HOME, "keep-installed.txt"), "w") as f:
-            f.write("\n".join(keep) + "\n")
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-c", os.path.join(HOME, "keep-installed.txt"),
-                        "-e", HOME, *os.environ.get("MINIVLLM_PIP_ARGS", "").split()], check=True)
-    sys.path.insert(0, HOME)
+# COLAB INSTALL CELL: autograder/build.py writes INSTALL_CELL here
 
 # %% [markdown]
 # # 第 6 课：PagedAttention：Triton decode kernel
@@ -48,7 +25,7 @@ if "google.colab" in sys.modules or os.environ.get("MINIVLLM_COLAB_INSTALL"):
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 本课在 CPU 上用 Triton 解释器（`TRITON_INTERPRET=1`，在导入 triton 之前由准备单元格设置）运行 kernel，形状很小；在有 GPU 的 Colab 上同一个 kernel 不加修改地编译运行，并多出一张实测带宽图。没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson06 lesson06.ipynb`。
+# 本课在 CPU 上用 Triton 解释器（`TRITON_INTERPRET=1`，在导入 triton 之前由准备单元格设置）运行 kernel，形状很小；在有 GPU 的 Colab 上同一个 kernel 不加修改地编译运行，并多出一张实测带宽图。没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson06`（在本笔记本所在的文件夹或仓库根目录都可以）。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
@@ -90,7 +67,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from autograder import lesson06 as L06  # noqa: E402
-from autograder.common import ______, report, self_check  # noqa: E402,F401
+from autograder.common import ______, report, self_check, short_errors  # noqa: E402,F401
+
+short_errors("lesson06")  # 评分单元格失败时只显示三行：哪一部分、错在哪、第一处不符（完整 traceback：%tb）
 
 print("Triton 解释器（CPU）" if L06.interpreting() else "CUDA", "| 设备：", L06.device())
 

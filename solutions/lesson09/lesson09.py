@@ -7,17 +7,7 @@
 # ---
 
 # %%
-# 在 Colab 中运行时安装 minivllm（含 autograder）；本地（make lab）什么也不做。
-import os
-import subprocess
-import sys
-
-if "google.colab" in sys.modules:
-    REPO_URL = os.environ.get("MINIVLLM_REPO_URL", "https://github.com/minivllm/minivllm.git")
-    if not os.path.isdir("/content/minivllm"):
-        subprocess.run(["git", "clone", "--depth", "1", REPO_URL, "/content/minivllm"], check=True)
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "/content/minivllm"], check=True)
-    sys.path.insert(0, "/content/minivllm")
+# COLAB INSTALL CELL: autograder/build.py writes INSTALL_CELL here
 
 # %% [markdown]
 # # 第 9 课：投机解码：n-gram 提议与拒绝采样
@@ -35,7 +25,7 @@ if "google.colab" in sys.modules:
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson09 lesson09.ipynb`，得分与教师用 nbgrader 评出的自动部分一致。
+# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson09`（在本笔记本所在的文件夹或仓库根目录都可以），得分与教师用 nbgrader 评出的自动部分一致。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
@@ -77,7 +67,9 @@ import matplotlib.pyplot as plt  # noqa: E402,F401
 import torch  # noqa: E402
 
 from autograder import lesson09 as L09  # noqa: E402
-from autograder.common import ______, report, self_check  # noqa: E402,F401
+from autograder.common import ______, report, self_check, short_errors  # noqa: E402,F401
+
+short_errors("lesson09")  # 评分单元格失败时只显示三行：哪一部分、错在哪、第一处不符（完整 traceback：%tb）
 
 # %% [markdown]
 # ## 核心心智模型

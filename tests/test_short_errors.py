@@ -1,0 +1,100 @@
+"""What a student reads when a grade cell fails: three lines (the part, what is wrong, the first divergence),
+in IPython (JupyterLab, Colab, nbgrader's run and so its feedback) and in the self-check table; the full
+traceback one `%tb` or one setting away."""
+import json
+import re
+
+import pytest
+
+from autograder.common import NOTEBOOKS, REPO, Lesson, Part, PartResult, format_report, width
+from autograder.mutation import mutant_source
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def release_cells(lesson_id: str) -> dict[str, str]:
+    nb = json.loads((NOTEBOOKS / lesson_id / f"{lesson_id}.ipynb").read_text(encoding="utf-8"))
+    return {c["id"]: "".join(c["source"]) for c in nb["cells"]}
+
+
+@pytest.fixture(scope="module")
+def shell():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    sh = InteractiveShell.instance()
+    cells = release_cells("lesson01")
+    assert sh.run_cell(cells["l01_setup"]).success
+    yield sh, cells
+    InteractiveShell.clear_instance()
+
+
+def run(sh, capsys, source: str) -> list[str]:
+    capsys.readouterr()
+    result = sh.run_cell(source)
+    assert not result.success
+    return [ANSI.sub("", x) for x in capsys.readouterr().out.strip().splitlines()]
+
+
+def test_a_blank_in_a_grade_cell_is_three_lines(shell, capsys):
+    sh, cells = shell
+    assert sh.run_cell(cells["l01_engine_core_step"]).success  # the release's blanks
+    lines = run(sh, capsys, cells["l01_main_path"])
+    assert len(lines) == 3, lines
+    assert "主路径·种子断言（l01_main_path，1 分）未通过" in lines[0] and "%tb" in lines[0]
+    assert "还有空 ______ 没有填写" in lines[1] and "第 20 行" in lines[1]
+    assert lines[2].startswith("评分单元格第 8 行：out, ran, trace = engine_core_step(")
+    text = "\n".join(lines)
+    assert "Traceback" not in text and "__tracebackhide__" not in text and str(REPO) not in text
+    full = [ANSI.sub("", x) for x in (sh.run_line_magic("tb", ""), capsys.readouterr().out)[1].splitlines()]
+    assert len(full) > 10 and any("_fail" in x for x in full), full  # %tb: the whole traceback
+
+
+def test_a_bare_visible_assert_names_what_is_false_and_its_value(shell, capsys):
+    sh, cells = shell
+    assert sh.run_cell(mutant_source("lesson01", "aborts_skipped")).success
+    lines = run(sh, capsys, cells["l01_main_path"])
+    assert len(lines) == 3, lines
+    assert lines[1].startswith("可见断言不成立（评分单元格第 11 行）：assert events == ")
+    assert lines[2] == "不成立的是 `events == ['abort-queue-drained']`：events 实际是 []", lines
+
+
+def test_a_failed_check_shows_its_message(shell, capsys):
+    sh, cells = shell
+    assert sh.run_cell(cells["l01_source_map_answer"]).success
+    lines = run(sh, capsys, cells["l01_source_map"])
+    assert len(lines) == 3 and "SOURCE_MAP['plan'] 还没有填写" in lines[1], lines
+
+
+def test_full_traceback_setting_and_other_cells_keep_ipython_traceback(shell, capsys, monkeypatch):
+    sh, cells = shell
+    assert sh.run_cell(cells["l01_engine_core_step"]).success
+    monkeypatch.setenv("MINIVLLM_TRACEBACK", "full")
+    assert len(run(sh, capsys, cells["l01_main_path"])) > 10
+    monkeypatch.delenv("MINIVLLM_TRACEBACK")
+    assert any("ZeroDivisionError" in x for x in run(sh, capsys, "x = 1\n1 / 0"))
+
+
+def test_self_check_table_aligns_by_display_width():
+    parts = [Part("a", "主路径·种子断言", 1, check=lambda: None), Part("b", "Boundary", 1, check=lambda: None),
+             Part("c", "能映射回源码对象（SOURCE_MAP）", 2, check=lambda: None), Part("q1", "Q1", 2, group="manual")]
+    lesson = Lesson("lesson99", "测试", parts)
+    results = [PartResult(parts[0], 0, "第一行\n第二行"), PartResult(parts[1], 1, "通过"),
+               PartResult(parts[2], 2, "通过"), PartResult(parts[3], None, "待人工评分")]
+    text, _ = format_report(lesson, results)
+    rows = text.splitlines()[1:6]
+    starts = {width(r[: r.index(score)]) for r, score in zip(rows[1:], ("0/1", "1/1", "2/2", "-/2"), strict=True)}
+    assert len(starts) == 1, text  # the score column starts at the same display column in every row
+    assert width(rows[0][: rows[0].index("得分")]) in starts
+    assert "第一行；第二行" in rows[1]  # a message is one row
+    assert width("主路径") == 6 and width("ab") == 2
+
+
+def test_check_finds_the_notebook_from_its_folder_and_from_the_repo_root(tmp_path):
+    from autograder.common import find_notebook
+
+    nb = NOTEBOOKS / "lesson03" / "lesson03.ipynb"
+    assert find_notebook("lesson03", cwd=REPO) == nb  # `python -m autograder check lesson03` at the root
+    assert find_notebook("lesson03", cwd=nb.parent) == nb  # ... and in the notebook's folder
+    assert find_notebook("lesson03", "lesson03.ipynb", cwd=REPO) == nb  # the old printed form, from the root
+    with pytest.raises(SystemExit, match="run this in the notebook's folder or the repository root"):
+        find_notebook("lesson03", cwd=tmp_path)
