@@ -9,6 +9,7 @@ The student writes four small pieces (the exercise cell of solutions/lesson03):
 Input space (each dimension, and the graded part that covers it):
     prefix caching        on: every part; off (no lookup): boundary, and the reference outputs of real_engine
     block_size            16 (main_path, real_engine), 4 and 32 (boundary): an argument, never a constant
+    hash_function         Python's hash (engine), sha256 (main_path, boundary): an argument, never a constant
     prompt length         < 1 block, exactly k blocks (the n-1 cap), every length around a block edge: boundary
     tokens hashed         prompt and generated tokens (growing one token at a time; a multi-turn hit on
                           generated text): boundary, real_engine; a preempted request resumed: boundary
@@ -259,7 +260,7 @@ def _check_hit_stops_at_first_miss(request_block_hasher, get_computed_blocks, ge
 def check_boundary(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks) -> None:
     """Boundaries: the n-1 cap, prompts shorter than a block, partial blocks, positions, growing requests.
     Covers: the cap at every length around a block edge, caching off, a resumed preempted request, extra keys,
-    block_size 4 and 32 (the argument, not a constant)."""
+    block_size 4 and 32, hash_function sha256 (arguments, not constants)."""
     _require_filled(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks)
     manager = make_manager(11, get_computed_blocks, get_new_blocks)
     full = make_request("full", COMMON, request_block_hasher)
@@ -314,6 +315,19 @@ def check_boundary(hash_block_tokens, request_block_hasher, get_computed_blocks,
            "逐 token 增长时追加的哈希，应与一次性哈希同样 token 的结果相同（从已有的最后一个哈希接着链）。")
     expect(hash_block_tokens(hash, None, [7] * 16, None) != hash_block_tokens(hash, None, [7] * 16, ("salt",)),
            "extra_keys 必须进入哈希：不同租户的 cache_salt 不能共享块。")
+
+    # Hidden: hash_function is an argument (vLLM's prefix_caching_hash_algo, e.g. sha256 for caches shared
+    # across processes), never Python's hash: the chain must be built with the function passed in.
+    from minivllm.core import kv_cache_utils
+
+    tokens = list(range(400, 440))
+    req = make_request("sha", tokens, request_block_hasher, hash_function=kv_cache_utils.sha256)
+    want, parent = [], None
+    for i in range(len(tokens) // BLOCK):
+        parent = hash_block_tokens(kv_cache_utils.sha256, parent, tokens[i * BLOCK:(i + 1) * BLOCK])
+        want.append(parent)
+    expect(req.block_hashes == want, "hash_function=sha256 时，request_block_hasher 的块哈希应是用 sha256 逐块成链的结果，"
+                                     "实际不同（要用参数 hash_function，不能写死 Python 的 hash）。")
 
     # Hidden: block_size is an argument (the engine's --block-size), never 16: blocks of 4 tokens.
     for bs in (4, 32):

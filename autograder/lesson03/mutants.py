@@ -93,4 +93,9 @@ MUTANTS = {
          '    num_full_blocks = request.num_computed_tokens // block_size'),
     ), 'Hashes only blocks already computed: a new request has no hashes, so it can never hit.',
        fails={"l03_main_path", "l03_boundary", "l03_real_engine"}),
+    "hasher_ignores_hash_function": Mutant(CELL, (
+        ('        parent_hash = hash_block_tokens(hash_function, parent_hash, block_tokens)',
+         '        parent_hash = hash_block_tokens(hash, parent_hash, block_tokens)'),
+    ), 'Hashes with Python\'s hash whatever hash_function the engine configured (sha256 for cross-process caches).',
+       fails={"l03_boundary"}),
 }
