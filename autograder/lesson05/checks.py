@@ -21,8 +21,8 @@ Input space (each dimension, and the graded part that covers it):
     chunked prefill       budget 24 / threshold 16 in the engine run: main_path, real_engine; chunks ending
                           mid-prompt, one token short of the end (prompt, and a resumed request's prompt +
                           outputs), at the end: boundary
-    async scheduling,     off: the exercise is the non-speculative part; the arrays do not depend on them
-      spec decode
+    async scheduling,     off in every part: the exercise is the synchronous, non-speculative _prepare_inputs
+      spec decode         (vLLM's async path and draft tokens are the lesson's prose, not graded)
     block_size            8 (engine run), 4 (crafted), 16 (16k batch): the argument, never a constant
     row order             persistent-batch rows differ from the scheduler's dict order, from sorted ids and from
                           req_id_to_index's insertion order (swaps, condense): main_path, boundary
