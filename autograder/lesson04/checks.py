@@ -17,7 +17,8 @@ Input space (each dimension, and the graded part that covers it):
                           middle of the queue), RUNNING mid-prefill and decoding, PREEMPTED; unknown ids; several
                           ids in one call; a step in flight when the abort lands: check_abort, check_real_engine
     check_stop            min_tokens 0 / on its boundary; EOS, ignore_eos, EOS that is also a stop id; stop ids;
-                          max_tokens None / 1 / on its boundary; max_model_len on its boundary: check_stop_rules
+                          max_tokens None / 1 / on its boundary / passed by several tokens of one step (spec
+                          decode); max_model_len on its boundary: check_stop_rules
 
 Grade cells and `python -m autograder check lesson04 ...` call the same functions here:
     check_preempt(preempt, finish_requests, check_stop)   a victim's blocks return, it resumes first, same tokens
@@ -412,12 +413,12 @@ def _check_finish_with_status(preempt, finish_requests, check_stop) -> None:
     from minivllm.request import RequestStatus
 
     sched, _ = abort_setup(preempt, finish_requests, check_stop)
-    reqs = [make_request(rid, 30, max_tokens=8) for rid in ("run", "w1", "w2", "w3")]
+    reqs = [make_request(rid, 30, max_tokens=8) for rid in ("run", "w1", "w2", "w3", "w4")]
     for r in reqs:
         sched.add_request(r)
-    fake_step(sched)  # 40 tokens of budget: 'run' prefills whole, 'w1' starts, 'w2' and 'w3' wait
-    run, w1, w2, w3 = reqs
-    expect(run.status == RequestStatus.RUNNING and w2.status == w3.status == RequestStatus.WAITING,
+    fake_step(sched)  # 40 tokens of budget: 'run' prefills whole, 'w1' starts, 'w2', 'w3', 'w4' wait
+    run, w1, w2, w3, w4 = reqs
+    expect(run.status == RequestStatus.RUNNING and w2.status == w3.status == w4.status == RequestStatus.WAITING,
            "场景“按给定状态结束”没有到达预期状态。")
     _call(sched.finish_requests, ["w3", "run"], RequestStatus.FINISHED_ERROR)
     where = "以 FINISHED_ERROR 结束 waiting 里排在中间的 w3 与 running 的 run（vLLM：grammar 编译失败、一步失败）："
@@ -426,12 +427,12 @@ def _check_finish_with_status(preempt, finish_requests, check_stop) -> None:
                f"{where}{r.request_id} 的状态应为传入的 FINISHED_ERROR，实际 {r.status.name}（状态要用参数 finished_status）。")
         expect(r.request_id not in sched.requests and r.request_id in sched.finished_req_ids,
                f"{where}{r.request_id} 应离开 sched.requests 并记进 finished_req_ids。")
-    expect([r.request_id for r in sched.waiting] == ["w2"] and [r.request_id for r in sched.running] == ["w1"],
-           f"{where}之后应 running=['w1']、waiting=['w2']，实际 running={[r.request_id for r in sched.running]}、"
+    expect([r.request_id for r in sched.waiting] == ["w2", "w4"] and [r.request_id for r in sched.running] == ["w1"],
+           f"{where}之后应 running=['w1']、waiting=['w2', 'w4']，实际 running={[r.request_id for r in sched.running]}、"
            f"waiting={[r.request_id for r in sched.waiting]}。")
     tokens = _drive(sched)
-    expect(set(tokens) == {"w1", "w2"} and all(len(t) == 8 for t in tokens.values()),
-           f"{where}剩下的 w1、w2 应各输出 8 个 token，实际 {tokens}。")
+    expect(set(tokens) == {"w1", "w2", "w4"} and all(len(t) == 8 for t in tokens.values()),
+           f"{where}剩下的 w1、w2、w4 应各输出 8 个 token，实际 {tokens}。")
     expect(sched.kv_cache_manager.block_pool.get_num_free_blocks() == 8, f"{where}全部结束后有块没有归还。")
 
 
@@ -464,6 +465,7 @@ def check_stop_rules(check_stop) -> None:
         ("ignore_eos 时 EOS 也是 stop token", 5, dict(max_tokens=10, ignore_eos=True, stop_token_ids=[EOS]), [70, EOS],
          256, True, S, EOS),
         ("max_tokens=1 的第 1 个 token", 30, dict(max_tokens=1), [70], 256, True, L, None),
+        ("一步到了多个 token（投机解码）、已超过 max_tokens=2", 5, dict(max_tokens=2), [70, 71, 72], 256, True, L, None),
     ]
     for name, plen, params, outs, mml, want, status, reason in cases:
         req = make_request("s", plen, eos=EOS, **params)

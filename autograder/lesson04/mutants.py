@@ -79,4 +79,13 @@ MUTANTS = {
          'request.max_tokens is not None and request.num_tokens >= request.max_tokens'),
     ), 'Compares prompt + outputs with max_tokens (max_tokens counts outputs only).',
        fails={"l04_stop", "l04_real_engine"}),
+    "abort_pops_waiting_tail": Mutant(CELL, (
+        ('            sched.waiting.remove(request)', '            sched.waiting.pop()'),
+    ), 'Removes the tail of waiting instead of the aborted request (right only when it is the last).',
+       fails={"l04_abort"}),
+    "max_tokens_exact_match": Mutant(CELL, (
+        ('request.max_tokens is not None and num_output_tokens >= request.max_tokens',
+         'request.max_tokens is not None and num_output_tokens == request.max_tokens'),
+    ), 'Stops only when the output count equals max_tokens: several tokens in one step can jump past it.',
+       fails={"l04_stop"}),
 }
