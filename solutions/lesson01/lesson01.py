@@ -250,7 +250,7 @@ L01.check_main_path(engine_core_step)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：把你的 `engine_core_step` 接入真实的 minivllm `EngineCore(step_fn=engine_core_step)`，重放上面的取消场景，并在真实 trace 上检查：每一步 aborts 都在 update 之前；grammar 阶段在 worker 的 forward 结束之前就已开始（CPU 与“GPU”重叠）；r0 在 forward 期间被取消之后，不再输出任何 token。
+# 第二项检查：把你的 `engine_core_step` 接入真实的 minivllm `EngineCore(step_fn=engine_core_step)`，重放上面的取消场景，检查每一步对引擎阶段函数的调用顺序与输出：grammar 在 execute 返回（forward 已在 worker 上开始）之后、等待结果之前（CPU 与“GPU”重叠）；aborts 在 update 之前；r0 在 forward 期间被取消之后，不再输出任何 token。判定只看发生了什么（调用顺序、输出），不看时钟，所以与机器快慢无关。
 
 # %% nbgrader={"grade": true, "grade_id": "l01_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 student_run = L01.check_real_engine(engine_core_step)
