@@ -29,12 +29,24 @@ def test_solution_gets_all_code_points(solution_ns):
 
 def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
     good = solution_ns["SOURCE_MAP"]
-    check_source_map({k: f"self.{v}()" for k, v in good.items()})
-    check_source_map(dict(good, grammar="self.structured_output_manager.grammar_bitmask(scheduler_output)"))
-    for bad in (dict(good, plan=good["outputs"], outputs=good["plan"]), dict(good, aborts="abort_requests"),
-                {k: v for k, v in good.items() if k != "future"}, dict(good, model_output=None)):
+    check_source_map({k: f"`{v}`" for k, v in good.items()})
+    check_source_map(dict(good, future="multiproc_executor.FutureWrapper", plan="scheduler_output.num_common_prefix_blocks",
+                          outputs="request.client_index"))
+    for bad in (dict(good, plan=good["outputs"], outputs=good["plan"]), dict(good, aborts="aborts_queue"),
+                dict(good, future="Future"), {k: v for k, v in good.items() if k != "future"},
+                dict(good, model_output=None)):
         with pytest.raises(AssertionError):
             check_source_map(bad)
+
+
+def test_source_map_answers_are_not_printed_by_the_lesson(solution_ns):
+    text = (REPO / "solutions/lesson01/lesson01.py").read_text(encoding="utf-8")
+    start = text.index("SOURCE_MAP = {")
+    outside = text[:start] + text[text.index("}", start):]
+    for f in ("demo.py", "checks.py"):
+        outside += (REPO / "autograder/lesson01" / f).read_text(encoding="utf-8")
+    for name in solution_ns["SOURCE_MAP"].values():
+        assert name not in outside, name
 
 
 def mutant(name):

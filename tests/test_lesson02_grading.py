@@ -34,14 +34,23 @@ def test_solution_gets_all_code_points(solution_ns):
 
 def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
     good = solution_ns["SOURCE_MAP"]
-    check_source_map(dict(good, token_budget="scheduler_config.max_num_batched_tokens", allocate="allocate_slots",
-                          victim="running.pop", no_admission="not preempted_reqs",
-                          threshold="self.scheduler_config.long_prefill_token_threshold"))
-    for bad in (dict(good, token_budget=good["threshold"], threshold=good["token_budget"]),
-                dict(good, victim="self.running.pop(0)"), dict(good, allocate="get_computed_blocks"),
-                {k: v for k, v in good.items() if k != "victim"}, dict(good, no_admission=None)):
+    check_source_map(dict(good, peek="self.waiting.peek_request()", requeue="waiting.prepend_request(request)",
+                          queue_factory="vllm.v1.core.sched.request_queue.create_request_queue"))
+    for bad in (dict(good, peek=good["requeue"], requeue=good["peek"]), dict(good, requeue="appendleft"),
+                dict(good, cached_data="CachedRequestData"), {k: v for k, v in good.items() if k != "peek"},
+                dict(good, new_blocks=None)):
         with pytest.raises(AssertionError):
             check_source_map(bad)
+
+
+def test_source_map_answers_are_not_printed_by_the_lesson(solution_ns):
+    text = (REPO / "solutions/lesson02/lesson02.py").read_text(encoding="utf-8")
+    start = text.index("SOURCE_MAP = {")
+    outside = text[:start] + text[text.index("}", start):]
+    for f in ("demo.py", "checks.py"):
+        outside += (REPO / "autograder/lesson02" / f).read_text(encoding="utf-8")
+    for name in solution_ns["SOURCE_MAP"].values():
+        assert name not in outside, name
 
 
 # ---------------------------------------------------------------------------- the plug itself

@@ -59,13 +59,23 @@ def test_mutant_loses_unit_points(name, solution_ns):
 def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
     good = solution_ns["SOURCE_MAP"]
     check_source_map({k: f"self.{v}()" for k, v in good.items()})
-    check_source_map(dict(good, longest_hit="self.coordinator.find_longest_cache_hit(request.block_hashes, n)",
-                          lru_pop="free_block_queue.popleft", chain_seed="kv_cache_utils.NONE_HASH"))
-    for bad in (dict(good, longest_hit=good["evict_stale_hash"], evict_stale_hash=good["longest_hit"]),
-                dict(good, lru_pop="append_n"), dict(good, hash_to_block="block_hashes"),
-                {k: v for k, v in good.items() if k != "chain_seed"}, dict(good, block_hasher=None)):
+    check_source_map(dict(good, free_link="KVCacheBlock.next_free_block", clear_hash="block.reset_hash()",
+                          group_key="kv_cache_utils.make_block_hash_with_group_id"))
+    for bad in (dict(good, needs_extra=good["lora_part"], lora_part=good["needs_extra"]),
+                dict(good, clear_hash="_maybe_evict_cached_block"), dict(good, free_link="prev_free_block"),
+                {k: v for k, v in good.items() if k != "group_key"}, dict(good, hashed_count=None)):
         with pytest.raises(AssertionError):
             check_source_map(bad)
+
+
+def test_source_map_answers_are_not_printed_by_the_lesson(solution_ns):
+    text = (REPO / "solutions/lesson03/lesson03.py").read_text(encoding="utf-8")
+    start = text.index("SOURCE_MAP = {")
+    outside = text[:start] + text[text.index("}", start):]
+    for f in ("demo.py", "checks.py"):
+        outside += (REPO / "autograder/lesson03" / f).read_text(encoding="utf-8")
+    for name in solution_ns["SOURCE_MAP"].values():
+        assert name not in outside, name
 
 
 @pytest.mark.slow

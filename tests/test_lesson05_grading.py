@@ -109,12 +109,25 @@ def test_mutant_fails_the_real_engine(name, solution_ns):
 def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
     good = solution_ns["SOURCE_MAP"]
     check_source_map({k: f"`{v}`" for k, v in good.items()})
-    check_source_map(dict(good, slot_mapping="BlockTable.compute_slot_mapping()", batch_order="_may_reorder_batch",
-                          sample_rows="self.discard_request_mask"))
-    for bad in (dict(good, condense=good["persistent_batch"], persistent_batch=good["condense"]),
-                dict(good, sample_rows="logits_indices"), {k: v for k, v in good.items() if k != "async_copy"}):
+    check_source_map(dict(good, block_tables="vllm.v1.worker.block_table.MultiGroupBlockTable",
+                          condense_rows="self.block_table.move_row()", sample_rows="self.optimistic_seq_lens_cpu"))
+    for bad in (dict(good, condense_rows=good["swap_pair"], swap_pair=good["condense_rows"]),
+                dict(good, sample_rows="discard_request_mask"), dict(good, block_tables="InputBatch"),
+                dict(good, swap_pair="swap_states"), {k: v for k, v in good.items() if k != "async_input_ids"}):
         with pytest.raises(AssertionError):
             check_source_map(bad)
+
+
+def test_source_map_answers_are_not_printed_by_the_lesson():
+    """A student who only skims the lesson cannot copy them: no answer occurs in the lesson outside its cell."""
+    text = (REPO / "solutions/lesson05/lesson05.py").read_text(encoding="utf-8")
+    start = text.index('SOURCE_MAP = {')
+    outside = text[:start] + text[text.index("}", start):]
+    outside += (REPO / "autograder/lesson05/demo.py").read_text(encoding="utf-8")
+    outside += (REPO / "autograder/lesson05/checks.py").read_text(encoding="utf-8")
+    for name in ("MultiGroupBlockTable", "move_row", "swap_row", "reorder_batch_threshold", "optimistic_seq_lens",
+                 "_prepare_input_ids"):
+        assert name not in outside, name
 
 
 def test_student_copy_shows_the_blanks():

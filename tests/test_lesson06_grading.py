@@ -155,7 +155,7 @@ def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
     check_source_map(dict(good, physical_block="physical_block_idx", token_mask="tile_mask", kv_offsets="v_offset",
                           probs="P", running_sum="kernel_paged_attention_2d.L"))
     for bad in (dict(good, new_max=good["rescale"], rescale=good["new_max"]), dict(good, running_sum="M"),
-                {k: v for k, v in good.items() if k != "acc"}, dict(good, probs=None)):
+                {k: v for k, v in good.items() if k != "stride_block_table_seq"}, dict(good, stride_block_table_seq="acc"), dict(good, probs=None)):
         with pytest.raises(AssertionError):
             check_source_map(bad)
 

@@ -4,16 +4,24 @@ Grade cells and `python -m autograder check lesson01 ...` call the same function
     check_main_path(engine_core_step)   seed assertions + call-order contract with instrumented callables
     check_real_engine(engine_core_step) the student's step inside minivllm's EngineCore, judged by its trace
     check_boundary(engine_core_step)    has_requests=False and scheduled_tokens=0/1
-    check_source_map(SOURCE_MAP)        each blank named by its vLLM object or method
+    check_source_map(SOURCE_MAP)        one name past each blank in vLLM (not printed by the lesson)
+
+Input space (each dimension, and the graded part that covers it):
+    has_requests          True: main_path, boundary, real_engine; False (nothing called, ({}, False, [])): boundary
+    scheduled_tokens      4 (main_path), 0 and 1 (boundary: ran is `> 0`), the real engine's steps (real_engine)
+    call order and data   each callable called once, in vLLM's order, with the plan / model_output it must pass
+                          on (identity-checked): main_path, boundary (Probe), real_engine (the engine's callables)
+    aborts                one queued while the step's forward is in flight (after execute, before wait), and
+                          the steps after it: real_engine (verdict from outputs and call order, never a clock)
+    engine settings       the synchronous EngineCore.step (async scheduling's step_with_batch_queue does not
+                          call step_fn); no grammar requests (the grammar phase still runs); default model, CPU
 """
 from __future__ import annotations
 
-import hashlib
-import re
 import time
 from dataclasses import dataclass, field
 
-from autograder.common import Lesson, Part, check_name_map, expect, graded
+from autograder.common import Lesson, Part, check_name_map, expect, graded, last_name_hash
 
 TRACE = ["schedule", "execute", "grammar", "wait", "aborts", "update"]
 BLANKS = ["plan", "future", "grammar", "model_output", "aborts", "outputs"]
@@ -87,7 +95,8 @@ def _check_contract(fn, scheduled_tokens: int) -> tuple:
 # ---------------------------------------------------------------------------- part checks
 @graded
 def check_main_path(engine_core_step) -> None:
-    """Main path: the seed's assertions, verbatim, then the call order the trace list only claims."""
+    """Main path: the seed's assertions, verbatim, then the call order the trace list only claims. Covers:
+    has_requests=True, scheduled_tokens=4, call order and the identity of plan / model_output / outputs."""
     __tracebackhide__ = True
     events = []
     schedule = lambda: {"scheduled_tokens": 4}  # noqa: E731
@@ -106,7 +115,8 @@ def check_main_path(engine_core_step) -> None:
 
 @graded
 def check_boundary(engine_core_step) -> None:
-    """Boundary: no requests -> nothing runs; scheduled_tokens=0 -> full control path but ran=False."""
+    """Boundary: no requests -> nothing runs; scheduled_tokens=0 -> full control path but ran=False; 1 -> True.
+    Covers: has_requests=False, scheduled_tokens on both sides of the `> 0` boundary."""
     __tracebackhide__ = True
     p = Probe()
     got = p.run(engine_core_step, has_requests=False)
@@ -118,35 +128,26 @@ def check_boundary(engine_core_step) -> None:
     expect(ran is True, f"scheduled_tokens=1 时 ran 应为 True，实际 {ran!r}（注意边界是 > 0）。")
 
 
-# The accepted names, as sha256 prefixes of the normalized, lower-cased name, so that the answer is not one
-# `import` away. They are the objects and methods of EngineCore.step in vLLM 8e958902eee5
-# (vllm/v1/engine/core.py); the grammar blank also accepts the StructuredOutputManager method behind it.
+# The accepted names, as sha256 prefixes of the lower-cased last dotted name (common.last_name_hash): never the
+# names themselves, since this file ships to students. Each is one step past a blank of EngineCore.step in
+# vLLM 0.27.1 (v1/core/sched/output.py, v1/executor/multiproc_executor.py, v1/outputs.py, v1/engine/__init__.py,
+# v1/request.py), and the lesson does not print it.
 SOURCE_HASHES = {
-    "plan": {"1da9c79e0ea39c1c"},
-    "future": {"eb1ddb37561d2ff9"},
-    "grammar": {"feed7070481e6e3a", "2be68e3426d48efc"},
-    "model_output": {"f443b367ba8c0836"},
-    "aborts": {"7443dbf8da06c8a0"},
-    "outputs": {"68eacd54e18007b9"},
+    "plan": {"ec18205fc7eb15d3"},
+    "future": {"f0d1e3803bcc7eec"},
+    "grammar": {"a98c7d0ca6f69b1e"},
+    "model_output": {"9a0c9d7b937f819e"},
+    "aborts": {"a2fc9250c0d3af89"},
+    "outputs": {"285a0c06cf83da7b"},
 }
-
-
-def name_hash(name: str) -> str:
-    return hashlib.sha256(normalize_name(name).lower().encode()).hexdigest()[:16]
-
-
-def normalize_name(name: str) -> str:
-    """'self.scheduler.schedule()' / 'EngineCore._process_aborts_queue' -> 'scheduler.schedule' / ..."""
-    s = re.sub(r"\(.*\)", "", str(name)).strip().strip("`").replace(" ", "")
-    s = re.sub(r"^(self\.|enginecore\.|engine_core\.)", "", s, flags=re.I)
-    return s
+name_hash = last_name_hash
 
 
 @graded
 def check_source_map(source_map) -> None:
-    """Source mapping: each blank -> the vLLM object or method it stands for in EngineCore.step."""
+    """Source mapping: for each blank of EngineCore.step, a name one step further in vLLM."""
     __tracebackhide__ = True
-    check_name_map(source_map, BLANKS, SOURCE_HASHES, name_hash, "这些空没有映射到 vLLM EngineCore.step 中对应的对象或方法")
+    check_name_map(source_map, BLANKS, SOURCE_HASHES, name_hash, "这些项没有对应到 vLLM 源码中的名字")
 
 
 # ---------------------------------------------------------------------------- the real engine
@@ -160,6 +161,7 @@ class EngineRun:
     abort_time: float | None
     victim: str = "r0"
     free_blocks: tuple[int, int] = (0, 0)  # (free at the end, usable blocks): equal when every block came back once
+    calls: list = field(default_factory=list)  # (step, phase): the engine callables in the order they were called
 
 
 def run_engine(step_fn=None, abort_at_step: int = 3, max_tokens: int = 6, max_steps: int = 24) -> EngineRun:
@@ -177,17 +179,27 @@ def run_engine(step_fn=None, abort_at_step: int = 3, max_tokens: int = 6, max_st
 
     inner = step_fn or engine_core_step
     state = {"core": None, "abort_step": None, "abort_time": None}
+    calls: list = []  # (step, phase) in the order the step function called the engine's callables
 
     def wrapped(has_requests, schedule, execute_async, get_grammar, process_aborts, update):
         core = state["core"]
+        step = core.step_counter
+
+        def logged(phase, fn):
+            def call(*args):
+                calls.append((step, phase))
+                return fn(*args)
+            return call
 
         def execute_then_abort(plan):
+            calls.append((step, "execute"))
             pending = execute_async(plan)
-            if core.step_counter == abort_at_step and state["abort_step"] is None:
+            if step == abort_at_step and state["abort_step"] is None:
                 core.abort_requests(["r0"])  # thread-safe: only queued; drained in the aborts phase
-                state["abort_step"], state["abort_time"] = core.step_counter, time.perf_counter()
-            return pending
-        return inner(has_requests, schedule, execute_then_abort, get_grammar, process_aborts, update)
+                state["abort_step"], state["abort_time"] = step, time.perf_counter()
+            return logged("wait", pending)
+        return inner(has_requests, logged("schedule", schedule), execute_then_abort, logged("grammar", get_grammar),
+                     logged("aborts", process_aborts), logged("update", update))
 
     core = EngineCore.from_engine_args(EngineArgs(trace=True, max_num_seqs=4), step_fn=wrapped)
     state["core"] = core
@@ -203,7 +215,8 @@ def run_engine(step_fn=None, abort_at_step: int = 3, max_tokens: int = 6, max_st
         free = (pool.get_num_free_blocks(), pool.num_gpu_blocks - 1)  # block 0 is the null block
     finally:
         core.shutdown()
-    return EngineRun(list(core.tracer.events), outputs, state["abort_step"], state["abort_time"], free_blocks=free)
+    return EngineRun(list(core.tracer.events), outputs, state["abort_step"], state["abort_time"], free_blocks=free,
+                     calls=calls)
 
 
 def engine_phases(run: EngineRun, step: int) -> list[str]:
@@ -215,22 +228,21 @@ def _span(run: EngineRun, step: int, phase: str):
     return next((e for e in run.events if e.step == step and e.phase == phase), None)
 
 
+def engine_calls(run: EngineRun, step: int) -> list[str]:
+    return [phase for s, phase in run.calls if s == step]
+
+
 def judge_engine_run(run: EngineRun, max_tokens: int = 6) -> None:
+    """Verdicts from what happened, never from a clock: the order in which the step called the engine's own
+    callables (execute returns before the forward ends, so grammar between execute and wait is the overlap),
+    and the outputs: r0's abort is queued right after execute_async returns, before that step's wait."""
     __tracebackhide__ = True
-    steps = sorted({e.step for e in run.events if e.phase in TRACE})
+    steps = sorted({s for s, _ in run.calls})
     expect(steps, "真实引擎一步也没有运行：engine_core_step 没有调用任何阶段函数。")
     expect(run.abort_step is not None, "r0 的取消没有发出：你的 engine_core_step 没有调用 execute_async。")
     for s in steps:
-        expect(engine_phases(run, s) == TRACE, _order_msg(engine_phases(run, s), f"真实引擎第 {s} 步 trace 中阶段"))
-        aborts, update = _span(run, s, "aborts"), _span(run, s, "update")
-        expect(aborts.start < update.start, f"第 {s} 步：aborts 必须在 update 之前开始。")
-        fwd, grammar = _span(run, s, "forward"), _span(run, s, "grammar")
-        if fwd is not None:
-            expect(grammar.start < fwd.end,
-                   f"第 {s} 步：grammar 在 worker 的 forward 结束之后（{(grammar.start - fwd.end) * 1e3:.2f} ms）才开始，"
-                   "没有和 GPU 计算重叠。")
-    fwd = _span(run, run.abort_step, "forward")
-    expect(fwd is None or run.abort_time < fwd.end, "取消到达时 forward 已经结束（计时问题，不是你的错），重跑一次。")
+        got = engine_calls(run, s)
+        expect(got == TRACE, _order_msg(got, f"真实引擎第 {s} 步对引擎阶段函数的调用"))
     leaked = [(s, o.new_token_ids) for s, outs in run.outputs.items() if s >= run.abort_step
               for o in outs if o.request_id == run.victim and o.new_token_ids]
     expect(not leaked, f"r0 在第 {run.abort_step} 步 forward 期间被取消，之后却仍输出了 token：{leaked}"
@@ -242,16 +254,11 @@ def judge_engine_run(run: EngineRun, max_tokens: int = 6) -> None:
 
 @graded
 def check_real_engine(engine_core_step) -> EngineRun:
-    """Plug the student's step into EngineCore; judge its trace. A timing-only miss is retried once."""
+    """Plug the student's step into EngineCore; judge the order of its calls and the outputs (deterministic:
+    no timing). Covers: a real forward in flight, an abort queued mid-step, the step after it, r1 finishing."""
     __tracebackhide__ = True
     run = run_engine(engine_core_step)
-    try:
-        judge_engine_run(run)
-    except AssertionError as e:
-        if "没有和 GPU 计算重叠" not in str(e) and "计时问题" not in str(e):
-            raise
-        run = run_engine(engine_core_step)
-        judge_engine_run(run)
+    judge_engine_run(run)
     return run
 
 

@@ -54,4 +54,26 @@ MUTANTS = {
          ''),
     ), 'Blocks on the future before preparing the grammar, so nothing overlaps the forward pass.',
        fails={"l01_main_path", "l01_real_engine"}),
+    "aborts_before_wait": Mutant(CELL, (
+        (('    model_output = future()\n'
+          '    trace.append("wait")\n'
+          '    process_aborts()'),
+         ('    process_aborts()\n'
+          '    trace.append("wait")\n'
+          '    model_output = future()')),
+    ), 'Drains the abort queue before waiting on the forward (an abort that lands during the wait is missed).',
+       fails={"l01_main_path", "l01_real_engine"}),
+    "grammar_before_execute": Mutant(CELL, (
+        (('    future = execute_async(plan)\n'
+          '    trace.append("execute")\n'
+          '    grammar = get_grammar(plan)'),
+         ('    grammar = get_grammar(plan)\n'
+          '    trace.append("execute")\n'
+          '    future = execute_async(plan)')),
+    ), 'Builds the grammar bitmask before launching the forward: the CPU work no longer overlaps it.',
+       fails={"l01_main_path", "l01_real_engine"}),
+    "waits_twice": Mutant(CELL, (
+        ('    outputs = update(plan, model_output)', '    outputs = update(plan, future())'),
+    ), 'Calls the future again for update instead of passing the model_output it already returned.',
+       fails={"l01_main_path", "l01_real_engine"}),
 }

@@ -10,21 +10,31 @@ Grade cells and `python -m autograder check lesson02 ...` call the same function
     check_main_path(schedule_step)    seed scenarios on minivllm's Scheduler (3 x 800, threshold, decodes)
     check_real_engine(schedule_step)  the policy inside EngineCore on the default model, per-step outputs
     check_boundary(schedule_step)     KV pool runs out: preempt the newest by recompute, admit nobody
-    check_source_map(SOURCE_MAP)      each piece named by its vLLM object
+    check_source_map(SOURCE_MAP)      names around Scheduler.schedule() the lesson does not print
+
+Input space (each dimension, and the graded part that covers it):
+    prefix caching        on (a hit: only the rest is computed): main_path, real_engine W1; off: boundary, W2
+    chunked prefill       on with long_prefill_token_threshold 400 / 64 / 48 / 40 and off (threshold 0 = the
+                          budget): main_path, boundary; enable_chunked_prefill=False: main_path
+    admission gate        scheduler_reserve_full_isl on (default) and off: boundary, real_engine W2
+    async scheduling      off: the Scheduler's own; placeholders live in num_new_tokens, which is given
+    budget / threshold    remaining < threshold < budget, threshold == budget, budget used up mid-list: main_path
+    max_num_seqs          a cap of 3 with 5 requests: main_path
+    KV pool               runs out: preempt the last running (FCFS), itself when it is the only one, retry, admit
+                          nobody in that step: boundary, real_engine W2
+    batch shapes          decodes only, prefills only, decodes + a late long prompt, 1 request: main_path, boundary
 """
 from __future__ import annotations
 
 import functools
-import hashlib
 import random
-import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from autograder.common import CheckFailed, Lesson, Part, check_name_map, expect, graded
+from autograder.common import CheckFailed, Lesson, Part, check_name_map, expect, graded, last_name_hash
 
-BLANKS = ["token_budget", "threshold", "num_computed", "allocate", "victim", "no_admission"]
+BLANKS = ["queue_factory", "peek", "requeue", "pick_queue", "new_blocks", "cached_data"]
 
 
 # ---------------------------------------------------------------------------- the plug
@@ -267,6 +277,9 @@ MAIN_SCENARIOS = [
     ("max_num_seqs=3 限制 running 数",
      dict(prompt_lens=(30, 30, 30, 30, 30), num_steps=4, max_num_batched_tokens=512, max_num_seqs=3,
           max_tokens=2)),
+    ("关闭 chunked prefill（enable_chunked_prefill=False）：放不下整段 prompt 就停止接纳",
+     dict(prompt_lens=(40, 100, 20), num_steps=4, max_num_batched_tokens=128, enable_chunked_prefill=False,
+          max_model_len=128, max_tokens=3)),
     ("prefix cache 命中后只算剩下的 token",
      dict(prompt_lens=(100, 100), num_steps=4, arrivals={2: (100,)}, max_num_batched_tokens=64,
           long_prefill_token_threshold=48, max_model_len=512,
@@ -344,7 +357,9 @@ def _probe(schedule_step, todos, budget, threshold, fail_allocs=(), waiting_todo
 # ---------------------------------------------------------------------------- part checks
 @graded
 def check_main_path(schedule_step) -> None:
-    """Main path: the seed-style visible assertions, then scenarios on minivllm's Scheduler vs the reference."""
+    """Main path: the seed-style visible assertions, then scenarios on minivllm's Scheduler vs the reference.
+    Covers: prefix caching on, chunked prefill on / threshold off / chunked prefill disabled, max_num_seqs,
+    budget edges, decodes with a late long prompt."""
     steps = run_scenario(schedule_step, prompt_lens=(800, 800, 800), num_steps=3, max_num_batched_tokens=1024,
                          long_prefill_token_threshold=400)
     want = [{"0": 400, "1": 400, "2": 224}, {"0": 400, "1": 400, "2": 224}, {"0": 1, "1": 1, "2": 352}]
@@ -361,7 +376,8 @@ def check_main_path(schedule_step) -> None:
 
 @graded
 def check_boundary(schedule_step) -> None:
-    """Boundary: allocate fails -> preempt the newest running request by recompute, admit nobody this step."""
+    """Boundary: allocate fails -> preempt the newest running request by recompute, admit nobody this step.
+    Covers: FCFS victim order, self-preemption, the retry, prefix caching off, the admission gate off."""
     p = _probe(schedule_step, [1, 1, 1], budget=100, threshold=100, fail_allocs={1}, waiting_todos=[5])
     expect(p["preempt_calls"] == ["r2"],
            f"r1 的 allocate 失败时应抢占优先级最低（最后加入 running）的 r2，实际抢占了 {p['preempt_calls']}。")
@@ -378,38 +394,25 @@ def check_boundary(schedule_step) -> None:
         _compare_scenario(schedule_step, i, boundary=True)
 
 
-# The accepted names, as sha256 prefixes of the normalized, lower-cased name, so that the answer is not one
-# `import` away. They are the objects of Scheduler.schedule() in vllm/v1/core/sched/scheduler.py, checked
-# against vLLM 0.27.1 (built the day before the pinned 8e958902eee5).
+# The accepted names, as sha256 prefixes of the lower-cased last dotted name (common.last_name_hash), so the
+# answer is not one `import` away and never in this released file as text. They are names of vLLM 0.27.1's
+# vllm/v1/core/sched/scheduler.py and request_queue.py (built the day before the pinned 8e958902eee5) that the
+# lesson does not print.
 SOURCE_HASHES = {
-    "token_budget": {"ad2718cc01d3538c", "601d4ad27b6a6ad7"},
-    "threshold": {"d1e326d8ba42981a"},
-    "num_computed": {"2871313442357c81"},
-    "allocate": {"5cb8ddb86922f17d", "3d64605afc53a1ce"},
-    "victim": {"d7612d293ced002d"},
-    "no_admission": {"d9676690e7076814", "7ae075937c8844d1"},
+    "queue_factory": {"56827781bc73d39b"},
+    "peek": {"0c2aab4ec5e45534"},
+    "requeue": {"fd8858a1202520b7"},
+    "pick_queue": {"d03a66890f95a127"},
+    "new_blocks": {"353a841172b097b0"},
+    "cached_data": {"fbf40ee5a0ea8d49"},
 }
-
-
-def name_hash(name: str) -> str:
-    return hashlib.sha256(normalize_name(name).lower().encode()).hexdigest()[:16]
-
-
-def normalize_name(name: str) -> str:
-    """'self.kv_cache_manager.allocate_slots(request, n)' -> 'kv_cache_manager.allocate_slots'; 'running.pop(-1)'
-    -> 'running.pop', but an integer index stays: 'running.pop(0)' is a different answer."""
-    s = str(name).strip().strip("`").replace(" ", "")
-    s = re.sub(r"\((-1)?\)", "", s)
-    s = re.sub(r"\((?!\d+\))[^()]*\)", "", s)
-    s = re.sub(r"^(self\.|scheduler\.|request\.|req\.)", "", s, flags=re.I)
-    s = re.sub(r"^(self\.|scheduler_config\.|request\.)", "", s, flags=re.I)
-    return s
+name_hash = last_name_hash
 
 
 @graded
 def check_source_map(source_map) -> None:
-    """Source mapping: each piece of the exercise -> the vLLM object it stands for in Scheduler.schedule()."""
-    check_name_map(source_map, BLANKS, SOURCE_HASHES, name_hash, "这些键没有映射到 vLLM Scheduler.schedule() 中对应的对象")
+    """Source mapping: names around Scheduler.schedule() that the lesson does not print."""
+    check_name_map(source_map, BLANKS, SOURCE_HASHES, name_hash, "这些键没有映射到 vLLM 调度器里对应的名字")
 
 
 # ---------------------------------------------------------------------------- the real engine
@@ -571,7 +574,8 @@ def judge_engine_run(run: EngineRun, ref: EngineRun, name: str = "") -> None:
 @graded
 def check_real_engine(schedule_step) -> list[EngineRun]:
     """Plug the student's loop into EngineCore's Scheduler on the default model; judge every step of both
-    graded workloads against minivllm's own Scheduler."""
+    graded workloads against minivllm's own Scheduler. Covers: W1 prefix caching + threshold + mixed arrivals,
+    W2 no threshold, no prefix cache, a tiny KV pool, the admission gate off (repeated preemption)."""
     refs = reference_runs()
     runs = []
     for i, ((workload, args), ref) in enumerate(zip(CHECK_WORKLOADS, refs, strict=True)):

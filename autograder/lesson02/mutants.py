@@ -104,4 +104,36 @@ MUTANTS = {
          '            victim = running[-1]'),
     ), 'Reads the preemption victim but leaves it in running (it is preempted again and again).',
        fails={"l02_boundary", "l02_real_engine"}),
+    "running_ignores_threshold": Mutant(CELL, (
+        (('        n = min(num_new_tokens(req), threshold, token_budget)\n'
+          '        ok = allocate(req, n)'),
+         ('        n = min(num_new_tokens(req), token_budget)\n'
+          '        ok = allocate(req, n)')),
+    ), 'Caps only new prompts by long_prefill_token_threshold: a running chunked prefill takes the whole budget.',
+       fails={"l02_main_path", "l02_real_engine"}),
+    "running_ignores_budget": Mutant(CELL, (
+        (('        n = min(num_new_tokens(req), threshold, token_budget)\n'
+          '        ok = allocate(req, n)'),
+         ('        n = min(num_new_tokens(req), threshold)\n'
+          '        ok = allocate(req, n)')),
+    ), 'Forgets the budget left for running requests (a decode costs nothing, a chunk is capped by threshold only).',
+       fails={"l02_main_path"}),
+    "decode_costs_one": Mutant(CELL, (
+        (('        token_budget -= n\n'
+          '        i += 1'),
+         ('        token_budget -= 1\n'
+          '        i += 1')),
+    ), 'Charges each running request one token, as if every running request were decoding.',
+       fails={"l02_main_path", "l02_real_engine"}),
+    "waiting_charged_whole_prompt": Mutant(CELL, (
+        (('        token_budget -= n\n'
+          '    return scheduled, preempted'),
+         ('        token_budget -= num_new_tokens(req)\n'
+          '    return scheduled, preempted')),
+    ), 'Takes a new request\'s whole remaining prompt off the budget, not the chunk it was given.',
+       fails={"l02_main_path", "l02_real_engine"}),
+    "victim_is_current": Mutant(CELL, (
+        ('            victim = running.pop()', '            victim = running.pop(i)'),
+    ), 'Preempts the request whose allocation failed instead of the lowest-priority (last) running one.',
+       fails={"l02_boundary", "l02_real_engine"}),
 }

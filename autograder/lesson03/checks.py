@@ -6,6 +6,20 @@ The student writes four small pieces (the exercise cell of solutions/lesson03):
     get_computed_blocks(self, request)                                    # a KVCacheManager method
     get_new_blocks(self, num_blocks)                                      # a BlockPool method
 
+Input space (each dimension, and the graded part that covers it):
+    prefix caching        on: every part; off (no lookup): boundary, and the reference outputs of real_engine
+    block_size            16 (main_path, real_engine), 4 and 32 (boundary): an argument, never a constant
+    hash_function         Python's hash (engine), sha256 (main_path, boundary): an argument, never a constant
+    prompt length         < 1 block, exactly k blocks (the n-1 cap), every length around a block edge: boundary
+    tokens hashed         prompt and generated tokens (growing one token at a time; a multi-turn hit on
+                          generated text): boundary, real_engine; a preempted request resumed: boundary
+    hash inputs           parent chain (same tokens at two positions), token order, extra keys, sha256: main_path,
+                          boundary
+    free-queue order      vLLM's test_evict: unhashed blocks at the head, hashed ones LRU from the head; new
+                          blocks from the head: main_path, real_engine
+    batch shapes          8 requests sharing a prefix at once, arrivals under eviction pressure: real_engine
+    async scheduling      off; it does not change which blocks are hashed or hit
+
 Grade cells and `python -m autograder check lesson03 ...` call the same functions here:
     check_main_path(*funcs)    vLLM's test_prefill / test_evict / hash scenarios on a KVCacheManager
     check_real_engine(*funcs)  the four pieces plugged into minivllm's EngineCore: a shared-prefix batch,
@@ -111,7 +125,8 @@ def _require_filled(*funcs) -> None:
 
 @graded
 def check_main_path(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks) -> None:
-    """Main path: vLLM's test_prefill, then the hash chain's contract and test_evict/test_hash_block_correct_reuse."""
+    """Main path: vLLM's test_prefill, then the hash chain's contract and test_evict/test_hash_block_correct_reuse.
+    Covers: block_size 16, the parent chain, token order, sha256 keys, free-queue order, new blocks from the head."""
     _require_filled(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks)
     # The visible assertions, verbatim.
     manager = make_manager(11, get_computed_blocks, get_new_blocks)
@@ -243,7 +258,9 @@ def _check_hit_stops_at_first_miss(request_block_hasher, get_computed_blocks, ge
 
 @graded
 def check_boundary(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks) -> None:
-    """Boundaries: the n-1 cap, prompts shorter than a block, partial blocks, positions, growing requests."""
+    """Boundaries: the n-1 cap, prompts shorter than a block, partial blocks, positions, growing requests.
+    Covers: the cap at every length around a block edge, caching off, a resumed preempted request, extra keys,
+    block_size 4 and 32, hash_function sha256 (arguments, not constants)."""
     _require_filled(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks)
     manager = make_manager(11, get_computed_blocks, get_new_blocks)
     full = make_request("full", COMMON, request_block_hasher)
@@ -299,19 +316,46 @@ def check_boundary(hash_block_tokens, request_block_hasher, get_computed_blocks,
     expect(hash_block_tokens(hash, None, [7] * 16, None) != hash_block_tokens(hash, None, [7] * 16, ("salt",)),
            "extra_keys 必须进入哈希：不同租户的 cache_salt 不能共享块。")
 
+    # Hidden: hash_function is an argument (vLLM's prefix_caching_hash_algo, e.g. sha256 for caches shared
+    # across processes), never Python's hash: the chain must be built with the function passed in.
+    from minivllm.core import kv_cache_utils
 
-# The accepted names, as sha256 prefixes of the lower-cased last dotted component (so `BlockPool.touch`,
-# `self.block_pool.touch()` and `touch` are the same answer). Checked against vLLM's vllm/v1/core/
-# kv_cache_utils.py, block_pool.py, kv_cache_manager.py and single_type_kv_cache_manager.py in vLLM 0.27.1 (built
-# the day before the pinned 8e958902eee5).
-SOURCE_KEYS = ["chain_seed", "block_hasher", "longest_hit", "hash_to_block", "evict_stale_hash", "lru_pop"]
+    tokens = list(range(400, 440))
+    req = make_request("sha", tokens, request_block_hasher, hash_function=kv_cache_utils.sha256)
+    want, parent = [], None
+    for i in range(len(tokens) // BLOCK):
+        parent = hash_block_tokens(kv_cache_utils.sha256, parent, tokens[i * BLOCK:(i + 1) * BLOCK])
+        want.append(parent)
+    expect(req.block_hashes == want, "hash_function=sha256 时，request_block_hasher 的块哈希应是用 sha256 逐块成链的结果，"
+                                     "实际不同（要用参数 hash_function，不能写死 Python 的 hash）。")
+
+    # Hidden: block_size is an argument (the engine's --block-size), never 16: blocks of 4 tokens.
+    for bs in (4, 32):
+        manager = make_manager(40, get_computed_blocks, get_new_blocks, block_size=bs)
+        ref = make_request(f"ref{bs}", list(range(300, 350)), block_size=bs)  # minivllm's hasher: the reference
+        warm = make_request(f"warm{bs}", list(range(300, 350)), request_block_hasher, block_size=bs)
+        expect(len(warm.block_hashes) == len(ref.block_hashes) == 50 // bs,
+               f"block_size={bs}：50 个 token 应有 {50 // bs} 个块哈希，实际 {len(warm.block_hashes)}（块大小要用参数 block_size）。")
+        manager.allocate_slots(warm, 50)
+        probe = make_request(f"probe{bs}", list(range(300, 340)), request_block_hasher, block_size=bs)
+        want = (39 // bs) * bs
+        _, n = _computed(manager, probe)
+        expect(n == want, f"block_size={bs}：已缓存 50 个 token，长 40 的 prompt 应命中 {want} 个 token"
+                          f"（上限 39，按整块取），实际 {n}（块大小要用 self.block_size）。")
+
+
+# The accepted names, as sha256 prefixes of the lower-cased last dotted component (so `Class.name`,
+# `self.x.name()` and `name` are the same answer; never the names themselves, since this file ships to
+# students). Checked against vllm/v1/core/kv_cache_utils.py and single_type_kv_cache_manager.py in vLLM 0.27.1
+# (built the day before the pinned 8e958902eee5); the lesson does not print them.
+SOURCE_KEYS = ["free_link", "group_key", "needs_extra", "lora_part", "clear_hash", "hashed_count"]
 SOURCE_HASHES = {
-    "chain_seed": {"9e5e1be5bae44c30"},
-    "block_hasher": {"835fcb569ef958c0", "28feb98714fffaf3"},
-    "longest_hit": {"6678c6a3b41bc13d"},
-    "hash_to_block": {"b4af50615ef0b616", "2559615d45506d25"},
-    "evict_stale_hash": {"2b4549f47b0e0b2a"},
-    "lru_pop": {"86effa643f588b26", "2875164eea05dd2b"},
+    "free_link": {"9276061bbabed055"},
+    "group_key": {"622f907439a0f908"},
+    "needs_extra": {"ab99d26bccc866ee"},
+    "lora_part": {"b9bebb428a012f43"},
+    "clear_hash": {"387e20c04aee2d24"},
+    "hashed_count": {"5286dc009c20f1e2"},
 }
 
 
@@ -533,7 +577,9 @@ def _same_outputs(got: EngineRun, off: EngineRun, what: str) -> None:
 
 @graded
 def check_real_engine(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks) -> dict:
-    """The four pieces in minivllm's EngineCore: stats equal minivllm's own, outputs equal caching off."""
+    """The four pieces in minivllm's EngineCore: stats equal minivllm's own, outputs equal caching off.
+    Covers: a shared-prefix batch (a full hit capped at n-1), test_evict on the engine, eviction pressure with
+    a multi-turn hit on generated tokens; prefix caching on vs off."""
     funcs = (hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks)
     _require_filled(*funcs)
     ref = reference_runs()

@@ -77,4 +77,25 @@ MUTANTS = {
          '    max_cache_hit_length = request.num_prompt_tokens - 1'),
     ), 'Caps the hit by the prompt length, not all tokens: a resumed preempted request recomputes its output.',
        fails={"l03_boundary"}),
+    "hasher_block_size_constant": Mutant(CELL, (
+        ('    num_full_blocks = request.num_tokens // block_size', '    num_full_blocks = request.num_tokens // 16'),
+        ('        block_tokens = request.all_token_ids[i * block_size:(i + 1) * block_size]',
+         '        block_tokens = request.all_token_ids[i * 16:(i + 1) * 16]'),
+    ), 'Hashes blocks of 16 whatever block_size the engine runs with.',
+       fails={"l03_boundary"}),
+    "hit_tokens_block_size_constant": Mutant(CELL, (
+        ('    num_computed_tokens = len(computed_blocks) * self.block_size',
+         '    num_computed_tokens = len(computed_blocks) * 16'),
+    ), 'Counts hit tokens in blocks of 16 instead of self.block_size.',
+       fails={"l03_boundary"}),
+    "hashes_only_computed_blocks": Mutant(CELL, (
+        ('    num_full_blocks = request.num_tokens // block_size',
+         '    num_full_blocks = request.num_computed_tokens // block_size'),
+    ), 'Hashes only blocks already computed: a new request has no hashes, so it can never hit.',
+       fails={"l03_main_path", "l03_boundary", "l03_real_engine"}),
+    "hasher_ignores_hash_function": Mutant(CELL, (
+        ('        parent_hash = hash_block_tokens(hash_function, parent_hash, block_tokens)',
+         '        parent_hash = hash_block_tokens(hash, parent_hash, block_tokens)'),
+    ), 'Hashes with Python\'s hash whatever hash_function the engine configured (sha256 for cross-process caches).',
+       fails={"l03_boundary"}),
 }

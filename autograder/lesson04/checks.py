@@ -7,6 +7,19 @@ The student writes the scheduler's side of a request's life, three functions wit
 `plug` installs them on a real minivllm Scheduler instance; schedule() and update_from_output() stay the
 engine's own, so the answers run exactly where minivllm's own methods run.
 
+Input space (each dimension, and the graded part that covers it):
+    prefix caching        off: every part; on (victim admitted with a 32-token hit): check_preempt
+    chunked prefill       a 40-token budget / long_prefill_token_threshold=16 split prompts: check_abort, check_real_engine
+    async scheduling      off everywhere: the answers' only async field (num_output_placeholders) is given, not a blank
+    KV pool               6-9 usable blocks of 16 (preemption, repeated), 63 (none): check_preempt, check_real_engine
+    preempt victim        FCFS: the last of running, back at the head of waiting, resumed before a later arrival
+    finish_requests       status ABORTED and ERROR (the argument, not a constant); the request WAITING (head and
+                          middle of the queue), RUNNING mid-prefill and decoding, PREEMPTED; unknown ids; several
+                          ids in one call; a step in flight when the abort lands: check_abort, check_real_engine
+    check_stop            min_tokens 0 / on its boundary; EOS, ignore_eos, EOS that is also a stop id; stop ids;
+                          max_tokens None / 1 / on its boundary / passed by several tokens of one step (spec
+                          decode); max_model_len on its boundary: check_stop_rules
+
 Grade cells and `python -m autograder check lesson04 ...` call the same functions here:
     check_preempt(preempt, finish_requests, check_stop)   a victim's blocks return, it resumes first, same tokens
     check_abort(preempt, finish_requests, check_stop)     an abort while waiting, mid-prefill, decoding, preempted
@@ -209,7 +222,8 @@ def _check_transitions(life, where: str) -> None:
 @graded
 def check_preempt(preempt, finish_requests, check_stop) -> None:
     """A victim's blocks go back to the pool at once, it waits at the head of the queue with nothing computed,
-    resumes before anyone else, and its tokens equal a run without preemption."""
+    resumes before anyone else, and its tokens equal a run without preemption. Covers: FCFS victim order,
+    6-7 usable blocks, prefix caching off and on (a victim admitted with a prefix hit)."""
     from minivllm.request import RequestStatus
 
     _, _, want, _ = preemption_scenario(None, None, check_stop, num_gpu_blocks=64)  # room for all: no preemption
@@ -259,6 +273,67 @@ def check_preempt(preempt, finish_requests, check_stop) -> None:
     for rid in want:
         expect(tokens.get(rid) == want[rid],
                f"被抢占后恢复的 {rid} 输出与不抢占的运行不同：应为 {want[rid]}，实际 {tokens.get(rid)}。")
+    _check_preempt_with_prefix_cache(preempt, finish_requests, check_stop)
+
+
+def shared_prefix_requests():
+    """r0, then r1 and r2 one step later, all opening with the same 32 tokens (two full blocks): with prefix
+    caching on, r1 and r2 are admitted with num_cached_tokens = 32."""
+    from minivllm.request import Request
+    from minivllm.sampling_params import SamplingParams
+
+    base = [(7 * i + 3) % 50 + 10 for i in range(32)]
+    return [Request(rid, base + [11 + i] * 8, SamplingParams(max_tokens=24, temperature=0.0))
+            for i, rid in enumerate(("r0", "r1", "r2"))]
+
+
+def _run_shared_prefix(preempt, finish_requests, check_stop, num_gpu_blocks, on_preempt=None):
+    sched = make_scheduler(num_gpu_blocks=num_gpu_blocks, enable_prefix_caching=True)
+    plug(sched, preempt, finish_requests, check_stop)
+    reqs = shared_prefix_requests()
+    sched.add_request(reqs[0])
+    tokens: dict[str, list[int]] = {}
+    for step in range(200):
+        if step == 1:
+            sched.add_request(reqs[1])
+            sched.add_request(reqs[2])
+        if not sched.has_requests():
+            return sched, reqs, tokens
+        out = _call(sched.schedule)
+        if on_preempt is not None:
+            for rid in sorted(out.preempted_req_ids):
+                on_preempt(out, sched, next(r for r in reqs if r.request_id == rid))
+        _, new = fake_step(sched, out)
+        for rid, t in new.items():
+            tokens.setdefault(rid, []).extend(t)
+    raise CheckFailed("开启 prefix caching 的抢占场景运行了 200 步仍有请求没有完成。")
+
+
+def _check_preempt_with_prefix_cache(preempt, finish_requests, check_stop) -> None:
+    """Prefix caching on: the victim was admitted with a 32-token prefix hit, yet its progress still goes to 0
+    (free() dropped its hold on those blocks too; on resumption get_computed_blocks finds what is still cached)."""
+    from minivllm.request import RequestStatus
+
+    _, _, want = _run_shared_prefix(None, None, check_stop, 64)
+    seen = []
+
+    def on_preempt(out, sched, victim):
+        where = f"开启 prefix caching（{victim.request_id} 接纳时命中 {victim.num_cached_tokens} 个 token）第 {out.step} 步："
+        expect(victim.status == RequestStatus.PREEMPTED, f"{where}被抢占的请求状态是 {victim.status.name}，应为 PREEMPTED。")
+        expect(victim.num_computed_tokens == 0,
+               f"{where}被抢占的 {victim.request_id} 的 num_computed_tokens = {victim.num_computed_tokens}，应归零"
+               f"（它持有的块连同命中的前缀块都已释放，恢复时由 prefix cache 重新查找）。")
+        expect(victim.request_id not in sched.kv_cache_manager.req_to_blocks, f"{where}被抢占的请求仍持有 KV 块。")
+        expect(sched.waiting and sched.waiting[0] is victim, f"{where}被抢占的请求应排在 waiting 队首。")
+        seen.append(victim.request_id)
+
+    sched, _, tokens = _run_shared_prefix(preempt, finish_requests, check_stop, 7, on_preempt)
+    expect(seen, "开启 prefix caching、6 个可用块：应发生抢占，却没有。")
+    expect(sched.kv_cache_manager.block_pool.get_num_free_blocks() == 6,
+           f"开启 prefix caching：全部结束后空闲块应为 6，实际 {sched.kv_cache_manager.block_pool.get_num_free_blocks()}。")
+    for rid in want:
+        expect(tokens.get(rid) == want[rid], f"开启 prefix caching：被抢占后恢复的 {rid} 输出与不抢占的运行不同："
+                                             f"应为 {want[rid]}，实际 {tokens.get(rid)}。")
 
 
 def abort_setup(preempt, finish_requests, check_stop):
@@ -274,7 +349,8 @@ def abort_setup(preempt, finish_requests, check_stop):
 @graded
 def check_abort(preempt, finish_requests, check_stop) -> None:
     """An abort in each state leaves no trace: out of running and waiting, FINISHED_ABORTED, blocks freed,
-    reported in finished_req_ids, and no output for it from a step that was already in flight."""
+    reported in finished_req_ids, and no output for it from a step that was already in flight. Covers: every
+    request state, unknown ids, the status argument (ERROR too), a request in the middle of waiting."""
     from minivllm.request import RequestStatus
     from minivllm.worker.outputs import ModelRunnerOutput
 
@@ -327,12 +403,44 @@ def check_abort(preempt, finish_requests, check_stop) -> None:
                f"{where}全部结束后空闲块应为 8，实际 {kv.block_pool.get_num_free_blocks()}。")
         expect(not sched.running and not sched.waiting, f"{where}全部结束后 running/waiting 不空。")
         _check_transitions(life, f"场景“{state}”")
+    _check_finish_with_status(preempt, finish_requests, check_stop)
+
+
+def _check_finish_with_status(preempt, finish_requests, check_stop) -> None:
+    """finish_requests writes the status it is given (vLLM's scheduler also finishes with FINISHED_ERROR: a
+    grammar that failed to compile, a failed step) and removes exactly the requests named, wherever they stand
+    in waiting (not only its head)."""
+    from minivllm.request import RequestStatus
+
+    sched, _ = abort_setup(preempt, finish_requests, check_stop)
+    reqs = [make_request(rid, 30, max_tokens=8) for rid in ("run", "w1", "w2", "w3", "w4")]
+    for r in reqs:
+        sched.add_request(r)
+    fake_step(sched)  # 40 tokens of budget: 'run' prefills whole, 'w1' starts, 'w2', 'w3', 'w4' wait
+    run, w1, w2, w3, w4 = reqs
+    expect(run.status == RequestStatus.RUNNING and w2.status == w3.status == w4.status == RequestStatus.WAITING,
+           "场景“按给定状态结束”没有到达预期状态。")
+    _call(sched.finish_requests, ["w3", "run"], RequestStatus.FINISHED_ERROR)
+    where = "以 FINISHED_ERROR 结束 waiting 里排在中间的 w3 与 running 的 run（vLLM：grammar 编译失败、一步失败）："
+    for r in (run, w3):
+        expect(r.status == RequestStatus.FINISHED_ERROR,
+               f"{where}{r.request_id} 的状态应为传入的 FINISHED_ERROR，实际 {r.status.name}（状态要用参数 finished_status）。")
+        expect(r.request_id not in sched.requests and r.request_id in sched.finished_req_ids,
+               f"{where}{r.request_id} 应离开 sched.requests 并记进 finished_req_ids。")
+    expect([r.request_id for r in sched.waiting] == ["w2", "w4"] and [r.request_id for r in sched.running] == ["w1"],
+           f"{where}之后应 running=['w1']、waiting=['w2', 'w4']，实际 running={[r.request_id for r in sched.running]}、"
+           f"waiting={[r.request_id for r in sched.waiting]}。")
+    tokens = _drive(sched)
+    expect(set(tokens) == {"w1", "w2", "w4"} and all(len(t) == 8 for t in tokens.values()),
+           f"{where}剩下的 w1、w2、w4 应各输出 8 个 token，实际 {tokens}。")
+    expect(sched.kv_cache_manager.block_pool.get_num_free_blocks() == 8, f"{where}全部结束后有块没有归还。")
 
 
 @graded
 def check_stop_rules(check_stop) -> None:
-    """vLLM's order: nothing before min_tokens; EOS unless ignore_eos; stop_token_ids (stop_reason); then
-    max_model_len and max_tokens (finished 'length')."""
+    """vLLM's order (v1/core/sched/utils.py check_stop): nothing before min_tokens; EOS unless ignore_eos;
+    stop_token_ids (stop_reason); then max_model_len and max_tokens (finished 'length'). Covers every
+    check_stop boundary of the input space."""
     from minivllm.request import RequestStatus
 
     S, L = RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED
@@ -352,6 +460,12 @@ def check_stop_rules(check_stop) -> None:
          256, False, None, None),
         ("min_tokens=3 时第 3 个 token 是 EOS", 5, dict(max_tokens=10, min_tokens=3), [70, 71, EOS], 256, True, S, None),
         ("普通 token", 5, dict(max_tokens=10, stop_token_ids=[99]), [70, 71], 256, False, None, None),
+        ("min_tokens=2 时第 2 个 token 到达 max_model_len", 10, dict(max_tokens=100, min_tokens=2), [70, 71], 12, True,
+         L, None),
+        ("ignore_eos 时 EOS 也是 stop token", 5, dict(max_tokens=10, ignore_eos=True, stop_token_ids=[EOS]), [70, EOS],
+         256, True, S, EOS),
+        ("max_tokens=1 的第 1 个 token", 30, dict(max_tokens=1), [70], 256, True, L, None),
+        ("一步到了多个 token（投机解码）、已超过 max_tokens=2", 5, dict(max_tokens=2), [70, 71, 72], 256, True, L, None),
     ]
     for name, plen, params, outs, mml, want, status, reason in cases:
         req = make_request("s", plen, eos=EOS, **params)

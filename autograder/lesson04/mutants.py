@@ -47,4 +47,45 @@ MUTANTS = {
          '    too_early = False'),
     ), 'Stops at EOS or a stop token before min_tokens outputs.',
        fails={"l04_stop"}),
+    "status_argument_ignored": Mutant(CELL, (
+        ('        request.status = finished_status', '        request.status = RequestStatus.FINISHED_ABORTED'),
+    ), 'Writes FINISHED_ABORTED whatever status the caller passes (the scheduler also finishes with FINISHED_ERROR).',
+       fails={"l04_abort"}),
+    "abort_pops_waiting_head": Mutant(CELL, (
+        ('            sched.waiting.remove(request)', '            sched.waiting.popleft()'),
+    ), 'Removes the head of waiting instead of the aborted request (right only when it is the head).',
+       fails={"l04_abort"}),
+    "preempted_counted_as_running": Mutant(CELL, (
+        ('        in_running = request.status == RequestStatus.RUNNING',
+         '        in_running = request.status != RequestStatus.WAITING'),
+    ), 'Looks for a PREEMPTED request in running (it waits in sched.waiting).',
+       fails={"l04_abort", "l04_real_engine"}),
+    "recompute_from_prefix_hit": Mutant(CELL, (
+        ('    request.num_computed_tokens = 0\n', '    request.num_computed_tokens = max(request.num_cached_tokens, 0)\n'),
+    ), 'Resets progress to the admission-time prefix hit (0 only with prefix caching off): that KV was freed too.',
+       fails={"l04_preempt"}),
+    "min_tokens_off_by_one": Mutant(CELL, (
+        ('    too_early = num_output_tokens < params.min_tokens',
+         '    too_early = num_output_tokens <= params.min_tokens'),
+    ), 'Keeps going at the min_tokens-th output (a stop there is allowed).',
+       fails={"l04_stop"}),
+    "min_tokens_counts_prompt": Mutant(CELL, (
+        ('    too_early = num_output_tokens < params.min_tokens',
+         '    too_early = request.num_tokens < params.min_tokens'),
+    ), 'Counts the prompt toward min_tokens (it counts outputs only).',
+       fails={"l04_stop"}),
+    "max_tokens_counts_prompt": Mutant(CELL, (
+        ('request.max_tokens is not None and num_output_tokens >= request.max_tokens',
+         'request.max_tokens is not None and request.num_tokens >= request.max_tokens'),
+    ), 'Compares prompt + outputs with max_tokens (max_tokens counts outputs only).',
+       fails={"l04_stop", "l04_real_engine"}),
+    "abort_pops_waiting_tail": Mutant(CELL, (
+        ('            sched.waiting.remove(request)', '            sched.waiting.pop()'),
+    ), 'Removes the tail of waiting instead of the aborted request (right only when it is the last).',
+       fails={"l04_abort"}),
+    "max_tokens_exact_match": Mutant(CELL, (
+        ('request.max_tokens is not None and num_output_tokens >= request.max_tokens',
+         'request.max_tokens is not None and num_output_tokens == request.max_tokens'),
+    ), 'Stops only when the output count equals max_tokens: several tokens in one step can jump past it.',
+       fails={"l04_stop"}),
 }

@@ -39,4 +39,33 @@ MUTANTS = {
          "dtype=np.int64)"),
     ), "Gathers the token ids with one Python iteration per token: right values, not vectorised.",
         fails={"l05_real_engine"}),
+    "logits_one_token_early": Mutant(CELL, (
+        ("sampled = seq_lens >= input_batch.num_tokens[:num_reqs]",
+         "sampled = seq_lens >= input_batch.num_tokens[:num_reqs] - 1"),
+    ), "Samples from a chunk that ends one token before the end (the last position is num_tokens - 1).",
+        fails={"l05_boundary"}),
+    "rows_sorted_by_id": Mutant(CELL, (
+        ("req_ids = input_batch.req_ids[:num_reqs]", "req_ids = sorted(scheduler_output.num_scheduled_tokens)"),
+    ), "Takes the requests sorted by id, as if rows were kept in id order.",
+        fails={"l05_boundary"}),
+    "rows_in_index_dict_order": Mutant(CELL, (
+        ("req_ids = input_batch.req_ids[:num_reqs]", "req_ids = list(input_batch.req_id_to_index)"),
+    ), "Takes the requests in req_id_to_index's insertion order: a swap moves rows, not the dict's keys.",
+        fails={"l05_boundary"}),
+    "block_size_constant": Mutant(CELL, (
+        ("input_batch.block_table[req_indices, positions // block_size]",
+         "input_batch.block_table[req_indices, positions // 8]"),
+        ("slot_mapping = block_numbers * block_size + positions % block_size",
+         "slot_mapping = block_numbers * 8 + positions % 8"),
+    ), "Uses the engine's usual block size instead of the block_size argument.",
+        fails={"l05_boundary", "l05_real_engine"}),
+    "slot_offset_in_chunk": Mutant(CELL, (
+        ("slot_mapping = block_numbers * block_size + positions % block_size",
+         "slot_mapping = block_numbers * block_size + query_pos % block_size"),
+    ), "Takes the offset inside the block from the token's place in this step's chunk, not its position.",
+        fails={"l05_main_path", "l05_boundary"}),
+    "logits_row_not_token": Mutant(CELL, (
+        ("logits_indices = cu_num_tokens[sampled] - 1", "logits_indices = np.nonzero(sampled)[0]"),
+    ), "Returns the rows that sample instead of their last token's index in the flat batch.",
+        fails={"l05_main_path", "l05_boundary"}),
 }

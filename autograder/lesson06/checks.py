@@ -7,6 +7,19 @@ Grade cells and `python -m autograder check lesson06 ...` call the same function
     check_boundary(kernel)     empty row, one token, exactly one block, NaN in unwritten slots, huge logits
     check_source_map(SOURCE_MAP) each blank named by its variable in vLLM's kernel_paged_attention_2d
 
+Input space (each dimension, and the graded part that covers it):
+    seq_len               0 (padded row), 1, < a block, exactly 1 block, 1 past it, several blocks: main_path, boundary
+    block_size            8, 16, 32: main_path, boundary; the engine's 16: real_engine
+    heads                 MHA (ratio 1), GQA 3 / 4 (3 pads the group), MQA 8: main_path, boundary
+    head_size             32, 64, 40 (not a power of two: padded dims masked): main_path, boundary
+    block table           scattered, rows of different lengths (its stride is the table's width): every part
+    cache contents        NaN past seq_len in the last block; scores in the hundreds (exp overflow): boundary
+    dtype / precision     fp32 on CPU (the interpreter computes tl.dot in fp32 whatever the dtype), so every
+                          tl.dot's input_precision and COMPUTE_DTYPE casts are checked statically: every part
+    engine                Triton backend, two sequences decoding in one batch across a block edge; prefix
+                          caching and async scheduling off (they do not reach the kernel); K/V bytes read once:
+                          real_engine
+
 The student's kernel has the signature of minivllm's `_paged_decode_attention_kernel`; `launch` is the same
 launcher as `paged_decode_attention`. Under the Triton interpreter (CPU) every load and store of the kernel is
 bounds-checked against the tensors it was given, so a wrong pointer is a failed check, never a segfault.
@@ -36,7 +49,8 @@ DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
 PROMPTS = ["ROMEO:\nBut soft, what light through yonder window breaks?", "JULIET:\nO Romeo, Romeo!"]
 PROMPT_LENS = (14, 6)
 MAX_TOKENS = 6
-BLANKS = ["physical_block", "token_mask", "kv_offsets", "new_max", "rescale", "probs", "running_sum", "acc"]
+BLANKS = ["physical_block", "token_mask", "kv_offsets", "new_max", "rescale", "probs", "running_sum",
+          "stride_block_table_seq"]
 ATOL = 1e-4            # fp32 in, fp32 out: the kernel's own summation order only
 HOT = 200.0            # query scale that puts scores in the hundreds: exp overflows fp32 past ~88.7
 
@@ -343,7 +357,8 @@ VISIBLE = dict(seq_lens=[5, 16, 17, 40], num_heads=8, num_kv_heads=2, head_size=
 
 @graded
 def check_main_path(kernel) -> None:
-    """Scattered blocks, lengths that cross block boundaries, GQA ratios 4, 1 and 8, block sizes 16 and 32."""
+    """Scattered blocks, lengths that cross block boundaries, GQA ratios 4, 1 and 8, block sizes 16 and 32,
+    head sizes 32 and 64."""
     _compare(kernel, make_case(**VISIBLE), "可见断言的用例")
     _compare(kernel, make_case([23, 9, 33], num_heads=4, num_kv_heads=4, head_size=32, seed=1), "MHA（每个 kv 头 1 个 query 头）")
     _compare(kernel, make_case([50, 3], num_heads=8, num_kv_heads=1, head_size=64, seed=2), "MQA（8 个 query 头共享 1 个 kv 头）")
@@ -354,7 +369,8 @@ def check_main_path(kernel) -> None:
 @graded
 def check_boundary(kernel) -> None:
     """An empty (padded) row gives zeros; 1 token; exactly one full block; one past it; NaN in the unwritten
-    tail of the last block; logits in the hundreds (exp overflows without the running max); GQA ratio 3."""
+    tail of the last block; logits in the hundreds (exp overflows without the running max); GQA ratio 3;
+    head_size 40 (padded dims) with block_size 8."""
     case = make_case([0, 1, 16, 17], seed=4)
     out = run_decode(kernel, case)
     expect(not bool(torch.isnan(out[0]).any()) and bool((out[0] == 0).all()),
@@ -365,6 +381,8 @@ def check_boundary(kernel) -> None:
     _compare(kernel, make_case([20, 37], q_scale=HOT, seed=6),
              "打分在几百量级（不减去 running max 时 exp 会溢出成 inf）")
     _compare(kernel, make_case([19, 34], num_heads=6, num_kv_heads=2, seed=7), "GQA 比例 3（非 2 的幂，组被补到 16 行）")
+    _compare(kernel, make_case([13, 41], num_heads=4, num_kv_heads=2, head_size=40, block_size=8, seed=8),
+             "head_size=40（不是 2 的幂，维度被补到 64）、block_size=8")
 
 
 # The accepted names, as sha256 prefixes of the lower-cased name (so the answer is not one `import` away):
@@ -378,7 +396,7 @@ SOURCE_HASHES = {
     "rescale": {"8ed3f6ad685b959e"},
     "probs": {"148de9c5a7a44d19"},
     "running_sum": {"acac86c0e609ca90"},
-    "acc": {"414322309db5c06d"},
+    "stride_block_table_seq": {"144c3bfbdf2d1864"},
 }
 
 
@@ -387,14 +405,15 @@ def name_hash(name: str) -> str:
 
 
 def normalize_name(name: str) -> str:
-    """'`p_block_idx`' / 'kernel_paged_attention_2d.alpha' / ' M ' -> 'p_block_idx' / 'alpha' / 'M'."""
+    """'`name`' / 'kernel_paged_attention_2d.name' / ' name ' -> 'name' (the hash lower-cases it)."""
     s = str(name).strip().strip("`").replace(" ", "")
     return s.rsplit(".", 1)[-1]
 
 
 @graded
 def check_source_map(source_map) -> None:
-    """Each blank -> the variable that holds the same quantity in vLLM's kernel_paged_attention_2d."""
+    """Each blank (and the block table's stride parameter) -> the variable that holds the same quantity in
+    vLLM's kernel_paged_attention_2d."""
     check_name_map(source_map, BLANKS, SOURCE_HASHES, name_hash, "这些空没有映射到 vLLM kernel_paged_attention_2d 中存放同一个量的变量")
 
 
@@ -506,7 +525,8 @@ def judge_engine_run(run: EngineRun, ref: EngineRun) -> None:
 @graded
 def check_real_engine(kernel) -> EngineRun:
     """The student's kernel as the Triton backend's decode kernel: every call matches the oracle, and greedy
-    generation on the default model equals the reference kernel's."""
+    generation on the default model equals the reference kernel's. Covers: the engine's block_size 16, two
+    sequences decoding in one batch across a block edge, K/V bytes read once (interpreter counts)."""
     if _is_blank(kernel):
         raise BlankNotFilled("还有空 ______ 没有填写：把内核里每个 ______ 换成正确的表达式后再运行。")
     ref = reference_run()

@@ -74,4 +74,26 @@ MUTANTS = {
          '        acc = acc * rescale[:, None] + tl.dot(probs, v, input_precision=DOT_PRECISION)'),
     ), 'Wrong on a GPU only: fp32 probs fed to tl.dot against a V in the compute dtype (the interpreter computes in fp32).',
        fails={"l06_boundary", "l06_main_path", "l06_real_engine"}),
+    "mask_ignores_block_offset": Mutant(CELL, (
+        ("        token_mask = token_pos < seq_len", "        token_mask = slots < seq_len"),
+    ), "Masks by the slot inside the block, not the token's position in the sequence: past the first block every slot looks valid.",
+        fails={"l06_main_path", "l06_boundary"}),
+    "kv_offsets_by_position": Mutant(CELL, (
+        ("        kv_offsets = physical_block * stride_cache_block + slots[:, None] * stride_cache_slot + kv_head * stride_cache_head + dims[None, :]",
+         "        kv_offsets = physical_block * stride_cache_block + token_pos[:, None] * stride_cache_slot + kv_head * stride_cache_head + dims[None, :]"),
+    ), "Offsets the token inside its physical block by its position in the sequence instead of its slot.",
+        fails={"l06_main_path", "l06_boundary"}),
+    "table_row_stride_from_length": Mutant(CELL, (
+        ("        physical_block = tl.load(block_table_ptr + seq * stride_block_table_seq + logical_block)",
+         "        physical_block = tl.load(block_table_ptr + seq * num_logical_blocks + logical_block)"),
+    ), "Takes the block table's row length to be this sequence's block count instead of the table's stride.",
+        fails={"l06_main_path", "l06_boundary"}),
+    "rescale_inverted": Mutant(CELL, (
+        ("        rescale = tl.exp(running_max - new_max)", "        rescale = tl.exp(new_max - running_max)"),
+    ), "Rescales the old sum and accumulator by exp(new - old) instead of exp(old - new).",
+        fails={"l06_main_path", "l06_boundary"}),
+    "running_max_from_block_only": Mutant(CELL, (
+        ("        new_max = tl.maximum(running_max, block_max)", "        new_max = block_max"),
+    ), "Takes each block's own max as the reference: exact in theory, but exp(old - new) overflows when it drops.",
+        fails={"l06_boundary"}),
 }

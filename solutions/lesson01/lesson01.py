@@ -238,7 +238,7 @@ L01.check_main_path(engine_core_step)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：把你的 `engine_core_step` 接入真实的 minivllm `EngineCore(step_fn=engine_core_step)`，重放上面的取消场景，并在真实 trace 上检查：每一步 aborts 都在 update 之前；grammar 阶段在 worker 的 forward 结束之前就已开始（CPU 与“GPU”重叠）；r0 在 forward 期间被取消之后，不再输出任何 token。
+# 第二项检查：把你的 `engine_core_step` 接入真实的 minivllm `EngineCore(step_fn=engine_core_step)`，重放上面的取消场景，检查每一步对引擎阶段函数的调用顺序与输出：grammar 在 execute 返回（forward 已在 worker 上开始）之后、等待结果之前（CPU 与“GPU”重叠）；aborts 在 update 之前；r0 在 forward 期间被取消之后，不再输出任何 token。判定只看发生了什么（调用顺序、输出），不看时钟，所以与机器快慢无关。
 
 # %% nbgrader={"grade": true, "grade_id": "l01_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 student_run = L01.check_real_engine(engine_core_step)
@@ -269,16 +269,29 @@ L01.check_boundary(engine_core_step)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：打开 vLLM 8e958902eee5 的 `vllm/v1/engine/core.py`，找到 `EngineCore.step`，写出每个空在源码中对应的对象或方法（字符串，例如 `"obj.method"`；可以带 `self.`，参数可省略）。
+# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分。上面已经给出了练习的六个空在 `EngineCore.step` 里对应的调用；这里沿着每个空在 vLLM 8e958902eee5 里再走一步，写出下面每一项的名字（类、方法或字段，字符串；可以带 `obj.` 前缀和括号，大小写不限；本课正文没有印出它们）：
+#
+# - `plan`：`scheduler.schedule()` 返回的 `SchedulerOutput` 里，按 KV cache 组给出 “所有 running 请求共享的前缀块数”（cascade attention 用）的那个字段（`vllm/v1/core/sched/output.py`）；
+# - `future`：多进程 executor（`vllm/v1/executor/multiproc_executor.py`）的 `execute_model(..., non_block=True)` 返回的那个 future 的类；
+# - `grammar`：`scheduler.get_grammar_bitmask` 返回的对象的类；
+# - `model_output`：`future.result()` 返回的 `ModelRunnerOutput` 里，每个请求本步采样出的 token 所在的字段（`vllm/v1/outputs.py`）；
+# - `aborts`：`EngineCoreProc` 的输入线程按哪个枚举的 `ABORT` 成员，把一条消息额外放进 `aborts_queue`（`vllm/v1/engine/__init__.py`）；
+# - `outputs`：`scheduler.update_from_output` 返回一个 dict（值是 `EngineCoreOutputs`），它的键是 `Request` 的哪个字段——说明输出要发回哪个前端进程。
 
 # %% nbgrader={"grade": false, "grade_id": "l01_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
-    "plan": "scheduler.schedule",  ### BLANK
-    "future": "model_executor.execute_model",  ### BLANK
-    "grammar": "scheduler.get_grammar_bitmask",  ### BLANK
-    "model_output": "future.result",  ### BLANK
-    "aborts": "_process_aborts_queue",  ### BLANK
-    "outputs": "scheduler.update_from_output",  ### BLANK
+    # plan = scheduler.schedule()：SchedulerOutput 的一个字段
+    "plan": "num_common_prefix_blocks",  ### BLANK
+    # future = model_executor.execute_model(..., non_block=True)：多进程 executor 返回的 future 的类
+    "future": "FutureWrapper",  ### BLANK
+    # grammar = scheduler.get_grammar_bitmask(...)：返回值的类
+    "grammar": "GrammarOutput",  ### BLANK
+    # model_output = future.result()：ModelRunnerOutput 的一个字段
+    "model_output": "sampled_token_ids",  ### BLANK
+    # _process_aborts_queue() 读的 aborts_queue 由哪个枚举的 ABORT 成员填入
+    "aborts": "EngineCoreRequestType",  ### BLANK
+    # outputs = scheduler.update_from_output(...)：返回的 dict 以请求的哪个字段为键
+    "outputs": "client_index",  ### BLANK
 }
 
 # %% nbgrader={"grade": true, "grade_id": "l01_source_map", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}

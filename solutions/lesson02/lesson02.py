@@ -274,23 +274,23 @@ L02.check_boundary(schedule_step)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：打开 vLLM 8e958902eee5 的 `vllm/v1/core/sched/scheduler.py`，在 `Scheduler.schedule()` 里找到与练习中每一项对应的对象（字符串，例如 `"obj.attr"`；可以带 `self.`，调用的括号和参数可省略）：
+# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：打开 vLLM 8e958902eee5 的 `vllm/v1/core/sched/scheduler.py`，在 `Scheduler`（`__init__`、`schedule()`、`_preempt_request`）和 `vllm/v1/core/sched/request_queue.py` 里找到下面每一项的名字（字符串，例如 `"obj.attr"`；可以带 `self.`，调用的括号和参数可省略；本课正文没有印出它们）：
 #
-# - `token_budget`：预算的初值来自哪个属性？
-# - `threshold`：单个请求本步 token 数的上限是哪个配置项？
-# - `num_computed`：`num_new_tokens(req)` 是总 token 数减去 `Request` 的哪个字段？
-# - `allocate`：为新 token 分配 KV 块的方法；
-# - `victim`：FCFS 下选出被抢占请求的表达式；
-# - `no_admission`：waiting 循环之前判断 “本步抢占过” 的那个局部变量。
+# - `queue_factory`：`Scheduler.__init__` 按调度策略（FCFS 或 priority）构造 `self.waiting` 的那个函数；
+# - `peek`：waiting 循环查看队首请求、但不把它取出的那个队列方法；
+# - `requeue`：`_preempt_request` 把被抢占的请求放回 waiting 队首的那个队列方法；
+# - `pick_queue`：每接纳一个请求前，选择从 `self.waiting` 还是另一个 waiting 队列里取请求的那个方法；
+# - `new_blocks`：`schedule()` 里记录本步每个请求新分到的 KV 块（`KVCacheBlocks`）的那个局部 dict；
+# - `cached_data`：为本步继续运行（和恢复）的请求构造 `CachedRequestData` 的那个 `Scheduler` 方法。
 
 # %% nbgrader={"grade": false, "grade_id": "l02_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
-    "token_budget": "self.max_num_scheduled_tokens",  ### BLANK
-    "threshold": "scheduler_config.long_prefill_token_threshold",  ### BLANK
-    "num_computed": "request.num_computed_tokens",  ### BLANK
-    "allocate": "kv_cache_manager.allocate_slots",  ### BLANK
-    "victim": "self.running.pop()",  ### BLANK
-    "no_admission": "preempted_reqs",  ### BLANK
+    "queue_factory": "create_request_queue",  ### BLANK
+    "peek": "peek_request",  ### BLANK
+    "requeue": "prepend_request",  ### BLANK
+    "pick_queue": "_select_waiting_queue_for_scheduling",  ### BLANK
+    "new_blocks": "req_to_new_blocks",  ### BLANK
+    "cached_data": "_make_cached_request_data",  ### BLANK
 }
 
 # %% nbgrader={"grade": true, "grade_id": "l02_source_map", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}

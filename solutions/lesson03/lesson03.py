@@ -275,16 +275,23 @@ L03.check_boundary(hash_block_tokens, request_block_hasher, get_computed_blocks,
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：在 vLLM 8e958902eee5 的 `vllm/v1/core/` 下（`kv_cache_utils.py`、`block_pool.py`、`kv_cache_manager.py`、`single_type_kv_cache_manager.py`）找到实现每个概念的名字（函数、方法或字段，字符串；可以带类名或 `self.`，参数可省略）。
+# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：在 vLLM 8e958902eee5 的 `vllm/v1/core/` 下（`kv_cache_utils.py`、`block_pool.py`、`kv_cache_manager.py`、`single_type_kv_cache_manager.py`）找到实现下面每个概念的名字（函数、方法或字段，字符串；可以带类名或 `self.`，参数可省略；本课正文没有印出它们）：
+#
+# - `free_link`：空闲队列是 `KVCacheBlock` 自己串成的双向链表：指向链表里下一个块的那个字段；
+# - `group_key`：把块哈希和 KV cache 组号拼成 `cached_block_hash_to_block` 的键的那个函数；
+# - `needs_extra`：判断一个请求的块哈希到底需不需要 extra keys（LoRA、多模态、cache_salt……）的那个函数；
+# - `lora_part`：生成 extra keys 里 LoRA 那一部分的函数；
+# - `clear_hash`：块被驱逐时，`KVCacheBlock` 清掉自己哈希的那个方法；
+# - `hashed_count`：单类型 KV cache manager 里按请求记录 “已经缓存（哈希过）了几个满块” 的那个 dict，`cache_full_blocks` 据此只处理新满的块。
 
 # %% nbgrader={"grade": false, "grade_id": "l03_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
-    "chain_seed": "NONE_HASH",  ### BLANK
-    "block_hasher": "get_request_block_hasher",  ### BLANK
-    "longest_hit": "FullAttentionManager.find_longest_cache_hit",  ### BLANK
-    "hash_to_block": "BlockPool.cached_block_hash_to_block",  ### BLANK
-    "evict_stale_hash": "BlockPool._maybe_evict_cached_block",  ### BLANK
-    "lru_pop": "FreeKVCacheBlockQueue.popleft_n",  ### BLANK
+    "free_link": "next_free_block",  ### BLANK
+    "group_key": "make_block_hash_with_group_id",  ### BLANK
+    "needs_extra": "need_extra_keys",  ### BLANK
+    "lora_part": "_gen_lora_extra_hash_keys",  ### BLANK
+    "clear_hash": "reset_hash",  ### BLANK
+    "hashed_count": "num_cached_block",  ### BLANK
 }
 
 # %% [markdown]

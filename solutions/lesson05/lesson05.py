@@ -232,7 +232,7 @@ _ = L05.check_main_path(prepare_inputs)  # a list of the checked cases: not echo
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：把你的函数接进真实引擎。`L05.check_real_engine` 在一个上下文管理器里把 `GPUModelRunner._prepare_inputs` 换成一个包装：它调用你的 `prepare_inputs`，用你的 6 个数组构造 `AttentionMetadata`、`input_ids`、`positions` 和取 logits 的行，退出时恢复原来的方法。检查三件事：演示里那批请求的贪心输出与引擎自己的 `_prepare_inputs` 跑出的逐 token 相同（那次运行与 HF transformers 的贪心逐 token 相同，课程的测试 `tests/test_lesson05_grading.py` 保证这一点）；步骤追踪里每个有前向的步都有 `prepare_inputs` 阶段；在一个 8 个请求、16k 个 token 的批上，你的函数执行的 Python 行数有上限（200 行：按 token 的循环要执行上万行），耗时（交替运行 5 次的中位数）不超过引擎 `_prepare_inputs` 的 25 倍。
+# 第二项检查：把你的函数接进真实引擎。`L05.check_real_engine` 在一个上下文管理器里把 `GPUModelRunner._prepare_inputs` 换成一个包装：它调用你的 `prepare_inputs`，用你的 6 个数组构造 `AttentionMetadata`、`input_ids`、`positions` 和取 logits 的行，退出时恢复原来的方法。检查三件事：演示里那批请求的贪心输出与引擎自己的 `_prepare_inputs` 跑出的逐 token 相同（那次运行与 HF transformers 的贪心逐 token 相同，课程的测试 `tests/test_lesson05_grading.py` 保证这一点）；步骤追踪里每个有前向的步都有 `prepare_inputs` 阶段；在一个 8 个请求、16k 个 token 的批上，你的函数执行的 Python 行数有上限（200 行：按 token 的循环要执行上万行）。数的是行而不是秒，所以判定与机器快慢无关。
 
 # %% nbgrader={"grade": true, "grade_id": "l05_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 plugged_run = L05.check_real_engine(prepare_inputs)
@@ -243,7 +243,7 @@ print(L05.share_of_step(plugged_run.trace))
 L05.vectorised_vs_loop(prepare_inputs)
 
 # %% [markdown]
-# 上表：同一个 16k token 的批，你的函数、一个按 token 循环的版本（结果相同）、引擎自己的 `_prepare_inputs`。“Python lines”是 `sys.settrace` 数出的、在函数所在文件里执行的行数——它与机器快慢无关，所以评分用它判断“是否向量化”；时间只作为宽松的第二道门槛。
+# 上表：同一个 16k token 的批，你的函数、一个按 token 循环的版本（结果相同）、引擎自己的 `_prepare_inputs`。“Python lines”是 `sys.settrace` 数出的、在函数所在文件里执行的行数——它与机器快慢无关，所以评分用它判断“是否向量化”；时间只作参考，不参与评分。
 #
 # ## 检查方法
 #
@@ -278,21 +278,21 @@ L05.check_boundary(prepare_inputs)
 #
 # 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：在 vLLM 8e958902eee5 中找到实现每个概念的名字（类、函数、属性名，字符串；大小写不限）。
 #
-# - `persistent_batch`：跨步保留请求行的那个类（`vllm/v1/worker/gpu_input_batch.py`）；
-# - `condense`：把末尾的行移进空洞、让活的行连续的方法；
-# - `slot_mapping`：vLLM 里计算每个 token 的 KV 槽位的方法（或它启动的 Triton kernel，`vllm/v1/worker/block_table.py`）；
-# - `sample_rows`：vLLM 对每个请求都取 logits，再用它丢掉中途分块请求的采样结果——这个掩码的名字；
-# - `batch_order`：把 decode 排到 prefill 前面的函数（或 runner 里调用它的方法）；
-# - `async_copy`：成对持有 pinned CPU 张量与 GPU 张量、用 `copy_to_gpu` 异步拷贝的类（`vllm/v1/utils.py`）。
+# - `block_tables`：`InputBatch.block_table` 的类型：为每个 KV cache 组各持有一个 `BlockTable` 的那个类（`vllm/v1/worker/block_table.py`）；
+# - `condense_rows`：`InputBatch.condense` 把末尾的行移进空洞时，对块表调用的那个方法；
+# - `swap_pair`：`InputBatch.swap_states` 交换两行时，对块表调用的那个方法；
+# - `reorder_threshold`：`GPUModelRunner` 的一个属性（由各 attention backend 决定）：query 不超过它个 token 的请求算作 decode、被排到批的前面；
+# - `sample_rows`：`GPUModelRunner` 里存放 `num_computed_tokens + num_scheduled_tokens` 的 CPU 张量，`discard_request_mask` 就是拿它与 `num_tokens` 比较得到的——这个属性的名字；
+# - `async_input_ids`：`GPUModelRunner` 里写 `input_ids` 的方法：异步调度时把上一步还留在 GPU 上的采样 token 拷进它们在本步的位置。
 
 # %% nbgrader={"grade": false, "grade_id": "l05_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
-    "persistent_batch": "InputBatch",  ### BLANK
-    "condense": "condense",  ### BLANK
-    "slot_mapping": "compute_slot_mapping",  ### BLANK
-    "sample_rows": "discard_request_mask",  ### BLANK
-    "batch_order": "reorder_batch_to_split_decodes_and_prefills",  ### BLANK
-    "async_copy": "CpuGpuBuffer",  ### BLANK
+    "block_tables": "MultiGroupBlockTable",  ### BLANK
+    "condense_rows": "move_row",  ### BLANK
+    "swap_pair": "swap_row",  ### BLANK
+    "reorder_threshold": "reorder_batch_threshold",  ### BLANK
+    "sample_rows": "optimistic_seq_lens_cpu",  ### BLANK
+    "async_input_ids": "_prepare_input_ids",  ### BLANK
 }
 
 # %% nbgrader={"grade": true, "grade_id": "l05_source_map", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}

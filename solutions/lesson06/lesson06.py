@@ -324,7 +324,7 @@ L06.check_boundary(paged_decode_kernel)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：打开 vLLM 8e958902eee5 的 `vllm/v1/attention/ops/chunked_prefill_paged_decode.py`，找到 `kernel_paged_attention_2d`（ROCm 后端的回退 kernel，块循环与本课的 kernel 一一对应）的块循环，写出每个空在那里对应的变量名（字符串；大小写不限；若它与 `triton_unified_attention.py` 的 `kernel_unified_attention` 用了不同的名字，两者都接受）。
+# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：打开 vLLM 8e958902eee5 的 `vllm/v1/attention/ops/chunked_prefill_paged_decode.py`，找到 `kernel_paged_attention_2d`（ROCm 后端的回退 kernel，块循环与本课的 kernel 一一对应）的块循环，写出每个空在那里对应的变量名，以及本课 kernel 的参数 `stride_block_table_seq`（块表一行的步长）在那里的参数名（字符串；大小写不限；若它与 `triton_unified_attention.py` 的 `kernel_unified_attention` 用了不同的名字，两者都接受）。累加器 `acc` 在两边同名，不再单独问。
 
 # %% nbgrader={"grade": false, "grade_id": "l06_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
@@ -335,7 +335,7 @@ SOURCE_MAP = {
     "rescale": "alpha",  ### BLANK
     "probs": "p",  ### BLANK
     "running_sum": "L",  ### BLANK
-    "acc": "acc",  ### BLANK
+    "stride_block_table_seq": "block_table_stride",  ### BLANK
 }
 
 # %% nbgrader={"grade": true, "grade_id": "l06_source_map", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
