@@ -163,7 +163,7 @@ def merge(course: Path, lesson_id: str, student: str, db: Path, verdict: list, n
     """Serialized gradebook write: the worker's grades and comments for one student into the course gradebook,
     each code part lowered to the sandbox's score (so none is left pending). The worker's gradebook went
     through the student's kernel, so only its automatic scores and comments are taken, never a manual score:
-    manual parts stay as the course gradebook has them (pending until an instructor grades them). Returns
+    a manual part is pending until an instructor grades it, or 0 where nbgrader found the answer untouched. Returns
     the sandbox's message for each code part it failed."""
     import warnings
 
@@ -183,16 +183,18 @@ def merge(course: Path, lesson_id: str, student: str, db: Path, verdict: list, n
         gb.update_or_create_submission(lesson_id, student, **({"timestamp": sub.timestamp} if sub else {}))
         for nb in sub.notebooks if sub else ():
             for g in nb.grades:
-                if g.name in manual:
-                    continue
                 mine = gb.find_grade(g.name, nb.name, lesson_id, student)
-                mine.auto_score, mine.manual_score = g.auto_score, None
+                if g.name not in manual:
+                    mine.auto_score, mine.manual_score = g.auto_score, None
+                elif g.auto_score == 0 and not g.needs_manual_grade and mine.manual_score is None:
+                    mine.auto_score = 0.0  # an answer left as released: nbgrader's 0 (it can only lower a score)
             for c in nb.comments:
                 mine = gb.find_comment(c.name, nb.name, lesson_id, student)
                 mine.auto_comment = c.auto_comment
         grades = {g.name: g for nb in gb.find_submission(lesson_id, student).notebooks for g in nb.grades}
         for gid in manual & grades.keys():
-            grades[gid].needs_manual_grade = grades[gid].manual_score is None
+            g = grades[gid]
+            g.needs_manual_grade = g.manual_score is None and g.auto_score is None
         for r in verdict:
             g = grades.get(r.part.grade_id)
             if r.part.manual or g is None:

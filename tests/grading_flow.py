@@ -42,14 +42,18 @@ def make_submission(root: Path, lesson: str, student: str, replace: dict[str, st
 
 def grade_three_students(tmp_path: Path, lesson: str, answer_ids: tuple[str, ...], mutant_cell: str,
                          mutant_source: str, jobs: int = 1) -> tuple[Path, dict, Path]:
-    """Grade solution/blank/mutant students; returns (submissions folder, points per part, CSV path)."""
+    """Grade solution/blank/mutant students (the first two with a written Q1); returns (submissions folder,
+    points per part, CSV path)."""
     if lesson != FLOW_LESSON and not os.environ.get("MINIVLLM_ALL_GRADING_FLOWS"):
         pytest.skip(f"the nbgrader flow runs once per `make test` ({FLOW_LESSON}); "
                     "`make test-grading` runs it for every lesson")
+    from autograder.common import load_lesson
     from autograder.grading import grade
 
     sol = solution_cells(lesson)
     answers = {k: sol[k] for k in answer_ids}
+    # Q1 written (pending until an instructor grades it), Q2 and Q3 untouched (nbgrader scores those 0)
+    answers[next(p.grade_id for p in load_lesson(lesson).parts if p.manual)] = "（学生写下的回答）"
     subs = tmp_path / "submissions"
     make_submission(subs, lesson, "solution_student", answers)
     make_submission(subs, lesson, "blank_student", {})

@@ -113,7 +113,8 @@ def test_nbgrader_end_to_end(tmp_path):
     parts = ("l03_main_path", "l03_real_engine", "l03_boundary", "l03_source_map")
     code = {s: sum(v or 0 for k, v in got.items() if k in parts) for s, got in results.items()}
     assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 2}
-    assert all(got["l03_q1"] is None for got in results.values())  # manual: pending
+    assert {s: got["l03_q1"] for s, got in results.items()} == {  # written: pending; untouched: 0
+        "solution_student": None, "mutant_student": None, "blank_student": 0}
     for student, got in results.items():  # the Colab self-check gives the same points per part
         ns, _ = student_namespace(subs / student / "lesson03" / "lesson03.ipynb")
         assert code_scores(ns) == {k: v for k, v in got.items() if k in parts}, student
