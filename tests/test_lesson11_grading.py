@@ -22,6 +22,9 @@ MESSAGES = {
     "stale_inputs": ("l11_boundary", "残留"),
     "padded_logits": ("l11_real_engine", "真实行"),  # raised inside the engine step
     "position_out_of_range": ("l11_boundary", "[3, 17, 40, 0]"),
+    "first_fit_in_list_order": ("l11_main_path", "不一定按升序"),
+    "strictly_larger_size": ("l11_boundary", "正好是捕获尺寸 8"),
+    "block_table_cleared_in_padded_rows_only": ("l11_boundary", "上一批残留的块号"),
 }
 
 

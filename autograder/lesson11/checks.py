@@ -14,6 +14,16 @@ buffers, so every check here runs on CPU; on a GPU the same plug feeds real CUDA
     check_boundary(...)    a full batch, a batch above every size, stale buffers, padded rows never write KV
     check_source_map(SOURCE_MAP)  each function -> where vLLM 0.27.1 does the same (hashed answers)
 Every check is @graded: bounded by the cell limit, one short line on failure.
+
+Input space (each dimension -> the part that covers it):
+    num_reqs        1, between sizes (3, 5), exactly a size (8), above every size (9)    main, boundary
+    capture_sizes   ascending and not in ascending order (the smallest fitting size, not the first)   main, boundary
+    buffers         fresh (as allocated), stale from a bigger batch (77 everywhere), a block table
+                    narrower than the buffer's                                          main, boundary
+    padded rows     token 0, position 0 (in range), slot PAD_SLOT_ID (no KV written), seq_len 0   main, boundary
+    engine          enforce_eager=False with capture sizes [1, 2, 4, 8]: batches of 3 and 8 shrinking as
+                    requests finish (every size, padded and exact); KV blocks outside the batch untouched
+                                                                                        real engine, boundary
 """
 from __future__ import annotations
 
@@ -150,11 +160,13 @@ def fresh_case() -> tuple[StaticBuffers, tuple]:
 
 @graded
 def check_main_path(choose_capture_size, fill_static_buffers, real_rows) -> None:
-    """The size chosen, a 5-request batch padded to 8 in fresh buffers, and the real rows kept."""
-    for n in (1, 3, 5, 8):
-        want = min(s for s in CAPTURE_SIZES if s >= n)
-        got = choose_capture_size(n, list(CAPTURE_SIZES))
-        expect(got == want, f"choose_capture_size({n}, {CAPTURE_SIZES}) 应为能装下的最小尺寸 {want}，得到 {got!r}")
+    """Covers num_reqs 1 to 8 against ascending and unordered size lists, fresh buffers, the real rows."""
+    for sizes in (CAPTURE_SIZES, [8, 2, 4, 1], [4, 8, 1, 2]):
+        for n in (1, 3, 5, 8):
+            want = min(s for s in sizes if s >= n)
+            got = choose_capture_size(n, list(sizes))
+            expect(got == want, f"choose_capture_size({n}, {sizes}) 应为能装下的最小尺寸 {want}，得到 {got!r}"
+                   + ("（尺寸列表不一定按升序排列）" if sizes != CAPTURE_SIZES else ""))
     bufs, batch = fresh_case()
     fill_static_buffers(bufs, *batch, 8)
     for name, want in (("input_ids", [11, 12, 13, 14, 15, 0, 0, 0]), ("positions", [0, 4, 16, 20, 33, 0, 0, 0]),
@@ -188,11 +200,14 @@ def check_real_engine(choose_capture_size, fill_static_buffers, real_rows) -> No
 
 @graded
 def check_boundary(choose_capture_size, fill_static_buffers, real_rows) -> None:
-    """Exactly a capture size, above every size, stale buffers from a bigger batch, untouched KV blocks."""
-    got = choose_capture_size(8, list(CAPTURE_SIZES))
-    expect(got == 8, f"8 个请求正好是捕获尺寸 8，不需要填充：应返回 8，得到 {got!r}")
-    got = choose_capture_size(9, list(CAPTURE_SIZES))
-    expect(got is None, f"9 个请求超过最大捕获尺寸 8：应返回 None（走 eager），而不是截断或越界，得到 {got!r}")
+    """Covers exactly a capture size and above every size (in either list order), stale buffers from a bigger
+    batch with a narrower block table, untouched KV blocks."""
+    for sizes in (CAPTURE_SIZES, [8, 4, 2, 1]):
+        got = choose_capture_size(8, list(sizes))
+        expect(got == 8, f"8 个请求正好是捕获尺寸 8，不需要填充：choose_capture_size(8, {sizes}) 应返回 8，得到 {got!r}")
+        got = choose_capture_size(9, list(sizes))
+        expect(got is None, f"9 个请求超过最大捕获尺寸 8：choose_capture_size(9, {sizes}) 应返回 None（走 eager），"
+               f"而不是截断或越界，得到 {got!r}")
     bufs, batch = stale_case()
     fill_static_buffers(bufs, *batch, 4)
     expect(bufs.input_ids[:4].tolist() == [5, 6, 7, 0] and bufs.positions[:4].tolist() == [3, 17, 40, 0],
