@@ -15,7 +15,7 @@ Grade cells and `python -m autograder check lesson07 ...` call the same function
                            log_softmax of the raw logits, and the profiler sees aten::sort only with top-p
     check_boundary(...)    ties at the k-th value, top_p = 1, top_k = vocab, k = 0, min_p = 0, all rows mixed,
                            and no aten::sort when no row uses top-p
-    check_source_map(SOURCE_MAP)
+    check_source_map(SOURCE_MAP)          names the lesson does not print (vLLM 0.27.1's sampler)
 
 Input space (each dimension -> the part that covers it):
     temperature          0 (greedy), below SAMPLING_EPS but non-zero (1e-6: greedy), 1e-4 (random, = greedy),
@@ -505,16 +505,17 @@ def run_real_engine(sample) -> None:
 
 
 # ---------------------------------------------------------------------------- source map
-SOURCE_KEYS = ["race", "no_sort_top_k", "min_p_processor", "raw_mode", "greedy_eps", "per_request_rng"]
+SOURCE_KEYS = ["greedy_pick", "no_seed_fast_path", "argmax_safe", "processed_mode", "sampled_rank", "fp64_noise"]
 # Accepted names, as sha256 prefixes of the lower-cased last dotted component, checked against vLLM 0.27.1
-# (vllm/v1/sample/sampler.py, ops/topk_topp_sampler.py, logits_processor/builtin.py, metadata.py).
+# (vllm/v1/sample/sampler.py, ops/topk_topp_sampler.py, ops/logprobs.py, logits_processor/interface.py).
+# Names the lesson does not print; the plain names live only in the solution, which the release leaves out.
 SOURCE_HASHES = {
-    "race": {"6d24d0efc658156e", "429fd7598a7c690c"},          # random_sample, sample_with_exponential_noise
-    "no_sort_top_k": {"fbc8c1030d1e1cf6"},                       # apply_top_k_only
-    "min_p_processor": {"ebaf6d21dad9aa7a"},                     # MinPLogitsProcessor
-    "raw_mode": {"6941c76b0c304f4d"},                            # raw_logprobs
-    "greedy_eps": {"cced7bc676056076", "320a56f69c2ce9ef"},      # _SAMPLING_EPS, SAMPLING_EPS
-    "per_request_rng": {"0c05dfd5f873d9a3"},                     # generators
+    "greedy_pick": {"ca3f81a61a8c102e"},
+    "no_seed_fast_path": {"be32b68aa4c3178a"},
+    "argmax_safe": {"6a8b1441cc704b37"},
+    "processed_mode": {"414087856afbd252"},
+    "sampled_rank": {"345bc991bd1ba902"},
+    "fp64_noise": {"71f468910b954ffb"},
 }
 
 
