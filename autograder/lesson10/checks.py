@@ -15,6 +15,16 @@ Grade cells and `python -m autograder check lesson10 ...` call the same function
     check_boundary(column_cls, row_cls)     TP=1 in this process (the layers are plain linears); two ranks
                                             with biases, unequal fused projections and a single token
     check_source_map(SOURCE_MAP)
+
+Input space (each dimension -> the part that covers it):
+    tp_size          1 (no group: all-reduce is the identity, every rank holds all) and 2 (gloo ranks)
+                                                                              boundary (1), main, real engine (2)
+    tp_rank          0 and 1: each rank's own rows / columns (no constant rank or size)        main, boundary
+    output_sizes     equal fused projections (gate 40 + up 40) and unequal ones [16, 8]       main, boundary
+    bias             none, and biases on both layers (row bias added exactly once)             main, boundary
+    tokens           one token, a batch of tokens, a real engine's prefill and decode steps    boundary, main, engine
+    engine           TP=2 greedy output equals TP=1; 2 all-reduces per layer per step (+1 embedding)   real engine
+    Not covered: tp_size > 2 (two CPU ranks), pipeline parallelism, quantised weights.
 """
 from __future__ import annotations
 
