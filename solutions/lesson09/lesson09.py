@@ -268,7 +268,7 @@ L09.check_boundary(rejection_sample)
 # - `no_q_flag`：接受检验 kernel 的编译期常量：没有草稿概率（n-gram）时把 q(x) 当作 1；
 # - `parse`：`RejectionSampler` 把 [batch, max_spec_len + 1] 的输出去掉占位、变成每个请求一个 token 列表的静态方法；
 # - `parallel_ngram`：`NgramProposer` 用 numba 并行地为一批请求找 n-gram 的函数；
-# - `fixed_acceptance`：`SpeculativeConfig` 里的字段：按配置的每个位置的接受率、而不是 p/q 决定接受（压测用）。
+# - `fixed_acceptance`：`SpeculativeConfig` 里的字段：按配置的每个位置的接受率、而不是 p/q 决定接受（合成的接受过程，不看模型的分布）。
 
 # %% nbgrader={"grade": false, "grade_id": "l09_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {

@@ -247,7 +247,7 @@ L11.check_boundary(choose_capture_size, fill_static_buffers, real_rows)
 # 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：在 vLLM 8e958902eee5 中找到下面每个概念的名字（方法或属性名，字符串；大小写不限，可带类名前缀）。
 #
 # - `padded_descriptor`：`CudagraphDispatcher` 里把一步的 token 数换成填充后的 `BatchDescriptor`（填充后的 token 数与请求数）的方法；
-# - `sorted_sizes`：`CompilationConfig` 里把 `cudagraph_capture_sizes` 去重、排好序（并核对最大尺寸）的方法——所以 vLLM 的尺寸表总是升序，而你的 `choose_capture_size` 不能指望这一点；
+# - `sorted_sizes`：`CompilationConfig` 里把 `cudagraph_capture_sizes` 排成升序（并核对最大尺寸）的方法——所以 vLLM 的尺寸表总是升序，而你的 `choose_capture_size` 不能指望这一点；
 # - `decode_query_len`：`CudagraphDispatcher` 里“一个 uniform decode 请求每步有几个 query token”（1 + 投机 token 数）的属性。
 
 # %% nbgrader={"grade": false, "grade_id": "l11_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
