@@ -102,10 +102,11 @@ def test_real_engine_solution_and_plug_restores_the_runner(solution_ns):
 def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
     good = solution_ns["SOURCE_MAP"]
     check_source_map({k: f"`{v}`" for k, v in good.items()})
-    check_source_map(dict(good, race="sample_with_exponential_noise", greedy_eps="vllm.v1.sample.sampler._SAMPLING_EPS",
-                          min_p_processor="MinPLogitsProcessor.apply()"[:-8]))
-    for bad in (dict(good, race="apply_top_k_only", no_sort_top_k="random_sample"),
-                dict(good, raw_mode="processed_logprobs"), {k: v for k, v in good.items() if k != "race"}):
+    check_source_map(dict(good, greedy_pick="vllm.v1.sample.sampler.Sampler.greedy_sample",
+                          argmax_safe="MinPLogitsProcessor.is_argmax_invariant()", processed_mode='"processed_logprobs"'))
+    for bad in (dict(good, greedy_pick="flashinfer_sample", no_seed_fast_path="greedy_sample"),
+                dict(good, processed_mode="raw_logprobs"), dict(good, sampled_rank="gather_logprobs"),
+                {k: v for k, v in good.items() if k != "greedy_pick"}):
         with pytest.raises(AssertionError):
             check_source_map(bad)
 

@@ -24,9 +24,9 @@ def solution_ns():
 def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
     good = solution_ns["SOURCE_MAP"]
     check_source_map({k: f"self.{v}()" for k, v in good.items()})
-    check_source_map(dict(good, fill="self.scheduler.get_grammar_bitmask(scheduler_output)"))
-    for bad in (dict(good, fill=good["apply"], apply=good["fill"]), dict(good, waiting="WAITING"),
-                dict(good, advance="validate_tokens"), {k: v for k, v in good.items() if k != "apply"}):
+    check_source_map(dict(good, ready="self.structured_output_request.is_grammar_ready()"))
+    for bad in (dict(good, escape=good["ready"], ready=good["escape"]), dict(good, terminated="accept_tokens"),
+                dict(good, parallel_fill="grammar_bitmask"), {k: v for k, v in good.items() if k != "escape"}):
         with pytest.raises(AssertionError):
             check_source_map(bad)
 

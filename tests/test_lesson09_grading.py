@@ -71,11 +71,11 @@ def test_engine_plug_restores_the_runner_and_drives_the_rollback(solution_ns):
 def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
     good = solution_ns["SOURCE_MAP"]
     check_source_map({k: f"`{v}`" for k, v in good.items()})
-    check_source_map(dict(good, recover="sample_recovered_tokens_kernel", placeholder="placeholder_token_id",
-                          drafts_in_schedule="scheduler_output.scheduled_spec_decode_tokens"))
-    for bad in (dict(good, recover=good["random_verify"], random_verify=good["recover"]),
-                dict(good, rollback_count="num_accepted"), {k: v for k, v in good.items() if k != "placeholder"},
-                dict(good, recover=None)):
+    check_source_map(dict(good, per_request_to_per_token="expand_kernel", no_q_flag="no_draft_probs",
+                          cumulative_drafts="metadata.cu_num_draft_tokens"))
+    for bad in (dict(good, parse=good["parallel_ngram"], parallel_ngram=good["parse"]),
+                dict(good, fixed_acceptance="synthetic"), {k: v for k, v in good.items() if k != "parse"},
+                dict(good, no_q_flag=None)):
         with pytest.raises(AssertionError):
             check_source_map(bad)
 

@@ -128,11 +128,11 @@ def test_a_half_filled_answer_names_the_blank(solution_ns):
 def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
     good = solution_ns["SOURCE_MAP"]
     check_source_map({k: f"`{v}`" for k, v in good.items()})
-    check_source_map(dict(good, output_split="vllm.model_executor.layers.linear.ColumnParallelLinear",
-                          sum_partials="tensor_model_parallel_all_reduce()"))
-    for bad in (dict(good, output_split=good["input_split"], input_split=good["output_split"]),
-                dict(good, output_split="MergedColumnParallelLinear"), dict(good, sum_partials="all_reduce"),
-                {k: v for k, v in good.items() if k != "broadcast_queue"}):
+    check_source_map(dict(good, no_split="vllm.model_executor.layers.linear.ReplicatedLinear",
+                          gather_outputs="tensor_model_parallel_all_gather()", output_rank="self._get_output_rank()"))
+    for bad in (dict(good, divisible=good["split_input"], split_input=good["divisible"]),
+                dict(good, no_split="ColumnParallelLinear"), dict(good, gather_outputs="all_gather"),
+                {k: v for k, v in good.items() if k != "output_rank"}):
         with pytest.raises(CheckFailed):
             check_source_map(bad)
 

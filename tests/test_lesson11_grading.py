@@ -22,6 +22,9 @@ MESSAGES = {
     "stale_inputs": ("l11_boundary", "残留"),
     "padded_logits": ("l11_real_engine", "真实行"),  # raised inside the engine step
     "position_out_of_range": ("l11_boundary", "[3, 17, 40, 0]"),
+    "first_fit_in_list_order": ("l11_main_path", "不一定按升序"),
+    "strictly_larger_size": ("l11_boundary", "正好是捕获尺寸 8"),
+    "block_table_cleared_in_padded_rows_only": ("l11_boundary", "上一批残留的块号"),
 }
 
 
@@ -56,14 +59,14 @@ def test_mutant_failure_names_the_misconception(name, solution_ns):
 
 def test_source_map_accepts_vllm_names_and_rejects_others(solution_ns):
     good = solution_ns["SOURCE_MAP"]
-    check_source_map({"choose_capture_size": "CudagraphDispatcher._bs_to_padded_graph_size",
-                      "fill_static_buffers": "GPUModelRunner._prepare_inputs()", "real_rows": "`logits_indices`"})
-    with pytest.raises(CheckFailed, match="real_rows"):
-        check_source_map(dict(good, real_rows="compute_logits"))
-    with pytest.raises(CheckFailed, match="choose_capture_size"):
-        check_source_map(dict(good, choose_capture_size=good["real_rows"], real_rows=good["choose_capture_size"]))
+    check_source_map({"padded_descriptor": "self._create_padded_batch_descriptor()",
+                      "sorted_sizes": "`post_init_cudagraph_sizes`", "decode_query_len": "dispatcher.uniform_decode_query_len"})
+    with pytest.raises(CheckFailed, match="sorted_sizes"):
+        check_source_map(dict(good, sorted_sizes="cudagraph_capture_sizes"))
+    with pytest.raises(CheckFailed, match="padded_descriptor"):
+        check_source_map(dict(good, padded_descriptor="_bs_to_padded_graph_size"))
     with pytest.raises(CheckFailed, match="键应恰好是"):
-        check_source_map({"choose_capture_size": "dispatch"})
+        check_source_map({"padded_descriptor": "dispatch"})
 
 
 def test_student_copy_shows_the_blanks():

@@ -15,7 +15,22 @@ Grade cells and `python -m autograder check lesson07 ...` call the same function
                            log_softmax of the raw logits, and the profiler sees aten::sort only with top-p
     check_boundary(...)    ties at the k-th value, top_p = 1, top_k = vocab, k = 0, min_p = 0, all rows mixed,
                            and no aten::sort when no row uses top-p
-    check_source_map(SOURCE_MAP)
+    check_source_map(SOURCE_MAP)          names the lesson does not print (vLLM 0.27.1's sampler)
+
+Input space (each dimension -> the part that covers it):
+    temperature          0 (greedy), below SAMPLING_EPS but non-zero (1e-6: greedy), 1e-4 (random, = greedy),
+                         ordinary, all in one batch                                  main, real engine
+    top_k                off (0 and = vocab), 1, on a tie at the k-th value, mixed per row; every row off
+                         with no top-p (the top-k-only path must still return the logits)       main, boundary
+    top_p                off (1), tiny, exactly on a cumulative threshold with ties (vLLM's `<=`), after
+                         top-k renormalised                                                     main, boundary
+    min_p                off (0), 1 (only the top, ties at the top all stay), ordinary          main, boundary
+    ties                 greedy rows take the first maximal index (torch/vLLM argmax); tied survivors of
+                         a mask are compared as values (vLLM's unstable sort picks which tied index)  main
+    seeds                seeded rows alone, shared seeds, mixed with unseeded, chunked prefill  main, real engine
+    logprobs             raw (before temperature), HF's log_softmax                            main, real engine
+    batch shape          1 row, 4 to 8 mixed rows, 3000 rows (distribution), vocab 4 to 512    main, boundary
+    engine               top-k-only steps never sort, top-p steps do (profiler)                 real engine
 """
 from __future__ import annotations
 
@@ -91,7 +106,8 @@ def expect_masks(fn_top, fn_min, name, logits, k=None, p=None, min_p=None) -> No
         want = ref_row(logits[i], int(k[i]) if k is not None else 0, float(p[i]) if p is not None else 1.0,
                        float(min_p[i]) if min_p is not None else 0.0)
         keep_w, keep_g = torch.isfinite(want), torch.isfinite(got[i])
-        if not torch.equal(keep_w, keep_g):
+        same_values = torch.equal(logits[i][keep_w].sort().values, logits[i][keep_g].sort().values)
+        if not torch.equal(keep_w, keep_g) and not same_values:
             raise CheckFailed(f"{name}：第 {i} 行（top_k={None if k is None else int(k[i])}，top_p="
                               f"{None if p is None else round(float(p[i]), 3)}，min_p="
                               f"{None if min_p is None else float(min_p[i])}）应保留 token "
@@ -232,6 +248,19 @@ def check_sample_order(sample_fn) -> None:
     argmax = x.argmax(-1)
     expect(sampled[0] == argmax[0] and sampled[3] == argmax[3],
            f"temperature = 0 的行应取 argmax {argmax[[0, 3]].tolist()}，实际 {sampled[[0, 3]].tolist()}。")
+    tie = torch.tensor([[0.5, 3.0, 1.0, 3.0, 3.0, -1.0]] * 2)
+    sampled, _ = call_sample(sample_fn, tie, make_md([0.0, 1e-6]))
+    expect(sampled.tolist() == [1, 1], f"贪心行的最大值并列时应取第一个最大值的下标 1（torch/vLLM 的 argmax），实际 "
+           f"{sampled.tolist()}。")
+    flat = torch.zeros(64, 10)
+    flat[:, 3] = 0.1                                      # the argmax, barely: a random row rarely draws it
+    temps = [1e-6 if i % 2 else 1.0 for i in range(64)]
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        sampled, _ = call_sample(sample_fn, flat, make_md(temps))
+    tiny = sampled[1::2]
+    expect(bool((tiny == 3).all()), "temperature = 1e-6（非零但低于 SAMPLING_EPS）与普通 temperature 同批时应按贪心取 "
+           f"argmax 3，实际 {tiny.tolist()[:8]}…（贪心行是 temperature < SAMPLING_EPS 的行，不只是 0）。")
     md = make_md([1e-4, 1e-4, 1e-4, 1e-4])
     sampled, _ = call_sample(sample_fn, x.clone(), md)
     expect(torch.equal(sampled, argmax), f"temperature → 0（1e-4）时随机采样应等于贪心 {argmax.tolist()}，"
@@ -239,6 +268,8 @@ def check_sample_order(sample_fn) -> None:
 
 
 def check_main_path(apply_min_p, apply_top_k_top_p, random_sample, sample) -> None:
+    """Covers: mixed top-k/top-p/min-p rows, top-p after top-k, temperature 0 / 1e-6 / 1e-4 / ordinary in one
+    batch, argmax ties, raw logprobs, seeds, the distribution (3000 rows)."""
     check_masks(apply_top_k_top_p, apply_min_p)
     check_sample_order(sample)
     check_seeded_rows(sample)
@@ -278,6 +309,8 @@ def sorts(fn) -> bool:
 
 
 def check_boundary(apply_min_p, apply_top_k_top_p) -> None:
+    """Covers: every off value (k = 0 / vocab, p = 1, min_p = 0, None), k on a tie, top-p exactly on a
+    cumulative threshold with ties, min_p = 1 with tied maxima, every row k = 0, the no-sort top-k path."""
     x = crafted_logits()
     n, vocab = x.shape
     expect_masks(apply_top_k_top_p, apply_min_p, "top_p = 1（全部保留）", x, p=torch.ones(n))
@@ -289,6 +322,13 @@ def check_boundary(apply_min_p, apply_top_k_top_p) -> None:
     expect_masks(apply_top_k_top_p, apply_min_p, "很小的 top_p：只留概率最大的 token", x, p=torch.full((n,), 1e-4))
     expect_masks(apply_top_k_top_p, apply_min_p, "k 恰好落在并列值上（并列的都保留）", x,
                  k=torch.tensor([1, 2, 3, 2, 2, 2, 3, 9]), p=torch.tensor([1.0, 1.0, 1.0, 1.0, 0.99, 1.0, 1.0, 1.0]))
+    flat = torch.zeros(4, 8)                              # 8 tied tokens: probabilities 1/8, cumsums exact
+    expect_masks(apply_top_k_top_p, apply_min_p, "top_p 恰好等于累积概率（并列值；vLLM 用 cumsum <= 1 - p 丢弃）", flat,
+                 k=torch.tensor([0, 4, 0, 8]), p=torch.tensor([0.5, 0.5, 0.25, 0.75]))
+    expect_masks(apply_top_k_top_p, apply_min_p, "最大值并列时 min_p = 1（并列的最大值都保留）", x[[1, 5]],
+                 min_p=torch.tensor([1.0, 1.0]), k=torch.tensor([0, 0]), p=torch.tensor([1.0, 1.0]))
+    expect_masks(apply_top_k_top_p, apply_min_p, "每一行都是 top_k = 0（关闭）且没有 top-p", x,
+                 k=torch.zeros(n, dtype=torch.int64))
     none = call(apply_top_k_top_p, x.clone(), None, None, name="apply_top_k_top_p")
     expect(torch.equal(none, x), "k 和 p 都是 None 时 logits 应原样返回。")
     big = torch.randn(8, 512)
@@ -412,7 +452,8 @@ def answer_key(sample) -> str:
 
 
 def check_real_engine(sample) -> None:
-    """Stages in the order that fails a wrong answer soonest: seeds, temperature -> 0, the profiler, logprobs."""
+    """Covers the engine dimensions: seeds across batch compositions and chunked prefill, T -> 0, sort only
+    with top-p, raw logprobs against HF. Stages in the order that fails a wrong answer soonest: seeds, temperature -> 0, the profiler, logprobs."""
     check_sample_order(sample)                          # blanks and plain errors first, outside the engine
     key = answer_key(sample)
     if key not in _PASSED:
@@ -464,16 +505,17 @@ def run_real_engine(sample) -> None:
 
 
 # ---------------------------------------------------------------------------- source map
-SOURCE_KEYS = ["race", "no_sort_top_k", "min_p_processor", "raw_mode", "greedy_eps", "per_request_rng"]
+SOURCE_KEYS = ["greedy_pick", "no_seed_fast_path", "argmax_safe", "processed_mode", "sampled_rank", "fp64_noise"]
 # Accepted names, as sha256 prefixes of the lower-cased last dotted component, checked against vLLM 0.27.1
-# (vllm/v1/sample/sampler.py, ops/topk_topp_sampler.py, logits_processor/builtin.py, metadata.py).
+# (vllm/v1/sample/sampler.py, ops/topk_topp_sampler.py, ops/logprobs.py, logits_processor/interface.py).
+# Names the lesson does not print; the plain names live only in the solution, which the release leaves out.
 SOURCE_HASHES = {
-    "race": {"6d24d0efc658156e", "429fd7598a7c690c"},          # random_sample, sample_with_exponential_noise
-    "no_sort_top_k": {"fbc8c1030d1e1cf6"},                       # apply_top_k_only
-    "min_p_processor": {"ebaf6d21dad9aa7a"},                     # MinPLogitsProcessor
-    "raw_mode": {"6941c76b0c304f4d"},                            # raw_logprobs
-    "greedy_eps": {"cced7bc676056076", "320a56f69c2ce9ef"},      # _SAMPLING_EPS, SAMPLING_EPS
-    "per_request_rng": {"0c05dfd5f873d9a3"},                     # generators
+    "greedy_pick": {"ca3f81a61a8c102e"},
+    "no_seed_fast_path": {"be32b68aa4c3178a"},
+    "argmax_safe": {"6a8b1441cc704b37"},
+    "processed_mode": {"414087856afbd252"},
+    "sampled_rank": {"345bc991bd1ba902"},
+    "fp64_noise": {"71f468910b954ffb"},
 }
 
 

@@ -44,4 +44,30 @@ MUTANTS = {
         ("return (probs / q).argmax(dim=-1)", "return (probs * q).argmax(dim=-1)"),
     ), "Multiplies by the exponential noise instead of dividing: argmax(p * q) is not a draw from p.",
         fails={MAIN}),
+    "top_p_strict_threshold": Mutant(CELL, (
+        ("drop = cum <= 1 - p.unsqueeze(1)", "drop = cum < 1 - p.unsqueeze(1)"),
+    ), "Drops with cumsum < 1 - p: keeps one token too many when p falls exactly on a cumulative sum (vLLM: <=).",
+        fails={BOUNDARY}),
+    "greedy_only_at_zero_temperature": Mutant(CELL, (
+        ("return torch.where(is_greedy, greedy, sampled), raw_logprobs",
+         "return torch.where(md.temperature == 0, greedy, sampled), raw_logprobs"),
+    ), "Keeps the greedy token only where temperature is exactly 0: a 1e-6 row (below SAMPLING_EPS) samples at T = 1.",
+        fails={MAIN, ENGINE}),
+    "topk_of_the_largest_k": Mutant(CELL, (
+        ("kth = logits.topk(int(k_idx.max()) + 1, dim=-1)", "kth = logits.topk(int(k.max()), dim=-1)"),
+    ), "Takes topk(max k): right while some row uses top-k, but a batch whose every k is 0 (off) takes topk(0).",
+        fails={BOUNDARY}),
+    "kth_from_unclamped_k": Mutant(CELL, (
+        ("kth = logits_sort.gather(1, (vocab - k_eff).long().unsqueeze(1))",
+         "kth = logits_sort.gather(1, (vocab - k).long().unsqueeze(1))"),
+    ), "Reads the k-th value with the raw k: a row with k = 0 (off) beside top-p indexes past the vocabulary.",
+        fails={MAIN}),
+    "whole_batch_from_each_generator": Mutant(CELL, (
+        ("q[i].exponential_(generator=gen)", "q.exponential_(generator=gen)"),
+    ), "Refills the whole noise tensor from each seeded generator: row i ends with the last generator's noise.",
+        fails={MAIN}),
+    "min_p_as_absolute_probability": Mutant(CELL, (
+        ("threshold = probs.amax(dim=-1, keepdim=True) * min_p.unsqueeze(1)", "threshold = min_p.unsqueeze(1)"),
+    ), "Compares probabilities with min_p itself, not min_p times the row's top probability.",
+        fails={MAIN, BOUNDARY}),
 }

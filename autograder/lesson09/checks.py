@@ -17,6 +17,17 @@ duration, so an LLM built inside it verifies drafts with the student's function:
 vLLM's RejectionSampler.forward computes before its kernels (target probs after temperature/top-k/top-p, the
 bonus tokens, one uniform per draft) and hands the engine each request's first num_accepted + 1 tokens, so the
 student's count drives the scheduler's rollback of rejected drafts, exactly as len(generated) - 1 does.
+
+Input space (each dimension -> the part that covers it):
+    drafts per request   0, 1, 2, 3, unequal in one batch; many tokens emitted in one step  main, boundary, engine
+    row kind             greedy and random rows in one batch                              main, boundary
+    draft_probs          given (q) and None (n-gram: q one-hot on the draft)              main, boundary
+    acceptance           p/q < 1, = 1, > 1 (any u), u exactly equal to p/q (vLLM accepts:
+                         target_prob / draft_prob >= uniform_prob), each request its own uniforms  main, boundary
+    greedy ties          the target's argmax takes the first maximal index (vLLM's argmax)   boundary
+    outcomes             first draft rejected, a rejection after accepted drafts, all accepted (bonus)   boundary
+    recovery             from the normalised (p - q)+, seeded generator                    main, boundary
+    engine               n-gram speculation (3 drafts a step), greedy output and SpecDecodingStats   real engine
 """
 from __future__ import annotations
 
@@ -129,6 +140,7 @@ def rejected_by_uniform_case():
 
 
 def check_crafted(fn) -> None:
+    """Covers greedy batches with unequal draft counts, random rows with q, and each request's own uniforms."""
     drafts, target, bonus, want, n = greedy_case()
     _expect_case(fn, "贪心批（k = 3, 0, 2, 1）", drafts, target, None, bonus, [True] * 4, [0.5] * 6, want, n)
     drafts, p, q, bonus, u, want, n, _ = random_case()
@@ -137,6 +149,10 @@ def check_crafted(fn) -> None:
     for seed in range(8):
         _expect_case(fn, f"p/q = 0.5、u = 0.7 被拒（种子 {seed}）", drafts, p, q, [2], [False], [0.7], [[1, P]], [0],
                      torch.Generator().manual_seed(seed))
+    p = torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]] * 2).double()
+    q = torch.tensor([[1.0, 0.0, 0.0]] * 2).double()
+    _expect_case(fn, "每个请求用自己那一段 uniform（第 0 个 u = 0.9 被拒，第 1 个 u = 0.1 接受）", [[0], [0]], p, q,
+                 [2, 2], [False, False], [0.9, 0.1], [[1, P], [0, 2]], [0, 1], torch.Generator().manual_seed(0))
 
 
 # ---------------------------------------------------------------------------- the distribution test
@@ -204,6 +220,18 @@ def check_main_path(fn) -> None:
 # ---------------------------------------------------------------------------- boundary
 @graded
 def check_boundary(fn) -> None:
+    """Covers no drafts, all accepted, first rejected, p/q > 1, u exactly p/q, argmax ties in greedy rows."""
+    # Ties at the top of a greedy row: vLLM's argmax is the first maximal index, so draft 2 is rejected.
+    _expect_case(fn, "贪心行目标分布最大值并列（argmax 取第一个下标 0，草稿 2 被拒）", [[2], [0]],
+                 torch.tensor([[0.4, 0.1, 0.4, 0.1], [0.1] * 4, [0.4, 0.1, 0.4, 0.1], [0.1, 0.7, 0.1, 0.1]]),
+                 None, [3, 1], [True, True], [0.5, 0.5], [[0, P], [0, 1]], [0, 1])
+    # u exactly p/q: vLLM accepts (target_prob / draft_prob >= uniform_prob), with and without draft probs.
+    p = torch.tensor([[0.5, 0.25, 0.25], [0.0, 1.0, 0.0], [0.25, 0.5, 0.25], [0.0, 0.0, 1.0]], dtype=torch.float64)
+    _expect_case(fn, "u 恰好等于 p/q（n-gram 草稿：p(x) = u = 0.5）时接受", [[0], [1]], p, None, [1, 2], [False, False],
+                 [0.5, 0.5], [[0, 1], [1, 2]], [1, 1])
+    _expect_case(fn, "u 恰好等于 p/q（0.25 / 0.5 = 0.5 = u）时接受", [[2], [1]], p, torch.tensor(
+        [[0.25, 0.25, 0.5], [0.5, 0.5, 0.0]], dtype=torch.float64), [1, 2], [False, False], [0.5, 1.0],
+        [[2, 1], [1, 2]], [1, 1])
     # A batch of requests without drafts: only the bonus token, nothing accepted.
     bonus = [3, 1]
     _expect_case(fn, "没有草稿的请求", [[], []], one_hot_rows([[], []], 5, bonus), None, bonus, [True, False],
@@ -412,17 +440,17 @@ def check_real_engine(fn) -> None:
 
 # ---------------------------------------------------------------------------- source map
 # Accepted names, as sha256 prefixes of the lower-cased last dotted component, checked against vLLM 0.27.1
-# (vllm/v1/sample/rejection_sampler.py, v1/core/sched/scheduler.py, v1/spec_decode/*.py). The plain names live
-# only in the solution (solutions/lesson09/lesson09.py), which the student release leaves out.
-SOURCE_KEYS = ["random_verify", "recover", "one_uniform_per_draft", "placeholder", "drafts_in_schedule",
-               "rollback_count"]
+# (vllm/v1/sample/rejection_sampler.py, v1/spec_decode/*.py, config/speculative.py), names the lesson does not
+# print. The plain names live only in the solution (solutions/lesson09/lesson09.py), which the student release leaves out.
+SOURCE_KEYS = ["per_request_to_per_token", "cumulative_drafts", "no_q_flag", "parse", "parallel_ngram",
+               "fixed_acceptance"]
 SOURCE_HASHES = {
-    "random_verify": {"8e51275ff823420b", "8fcb2882eb080981"},
-    "recover": {"2c55c8bb0204a84b", "c5f3ff95462c793d"},
-    "one_uniform_per_draft": {"b3929c9214624926"},
-    "placeholder": {"cb8955f3d50a9cb9"},
-    "drafts_in_schedule": {"b4fc14d134eb9b28"},
-    "rollback_count": {"458d435897676eee"},
+    "per_request_to_per_token": {"07296112d2e0b478", "8eeea6e3d31f2b14"},  # the function or its kernel
+    "cumulative_drafts": {"01c06631cf4b54db"},
+    "no_q_flag": {"1632b9584efd92cc"},
+    "parse": {"25fb5315d3fcb0a5"},
+    "parallel_ngram": {"f2a6a34b3a69eb1e"},
+    "fixed_acceptance": {"1cecb68847faed3b"},
 }
 
 

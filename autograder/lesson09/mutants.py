@@ -42,4 +42,20 @@ MUTANTS = {
         ("n = j + 1", "n = j"),
     ), "Counts accepted drafts one short: the engine keeps one token too few and rolls back one KV slot too many.",
         fails={"l09_main_path", "l09_real_engine", "l09_boundary"}),
+    "greedy_accepts_a_tied_max": Mutant(CELL, (
+        ("accept = int(p.argmax()) == x", "accept = float(p[x]) == float(p.max())"),
+    ), "Greedy rows accept any draft tied at the top, not vLLM's argmax (the first maximal index).",
+        fails={"l09_boundary"}),
+    "accept_strictly_below_ratio": Mutant(CELL, (
+        (RANDOM_ACCEPT, "accept = float(uniform_probs[flat + j]) < min(1.0, float(p[x]) / float(q[x]))"),
+    ), "Accepts only when u < p/q: a draft with u exactly p/q is rejected (vLLM: target/draft >= uniform).",
+        fails={"l09_boundary"}),
+    "uniform_of_the_first_request": Mutant(CELL, (
+        (RANDOM_ACCEPT, "accept = float(uniform_probs[j]) <= min(1.0, float(p[x]) / float(q[x]))"),
+    ), "Indexes the uniforms by the draft position only: every request reuses the first request's draws.",
+        fails={"l09_main_path"}),
+    "bonus_in_the_last_column": Mutant(CELL, (
+        ("out[i, k] = int(bonus_token_ids[i])", "out[i, max_k] = int(bonus_token_ids[i])"),
+    ), "Writes the bonus token into the batch's last column, not right after this request's k drafts.",
+        fails={"l09_main_path", "l09_boundary"}),
 }

@@ -38,4 +38,16 @@ MUTANTS = {
     "row_bias_every_rank": Mutant(CELL, (
         ("bias = self.bias if self.tp_rank == 0 else None", "bias = self.bias"),
     ), "Adds the row-parallel bias on every rank, so the all-reduce sums it tp times.", fails={"l10_boundary"}),
+    "offset_from_shard_index": Mutant(CELL, (
+        ("offset = sum(self.output_sizes[:shard_id]) // self.tp_size", "offset = shard_id * size"),
+    ), "Places projection shard_id at shard_id * its own width: right only while gate and up are the same size.",
+        fails={"l10_boundary"}),
+    "tp_size_as_constant": Mutant(CELL, (
+        ("in_per_rank = divide(input_size, tp)", "in_per_rank = divide(input_size, 2)"),
+    ), "Divides down_proj's input by a constant 2 instead of the group size: right only at TP=2.",
+        fails={"l10_boundary"}),
+    "row_bias_dropped": Mutant(CELL, (
+        ("bias = self.bias if self.tp_rank == 0 else None", "bias = None"),
+    ), "Drops the row-parallel bias on every rank to avoid adding it twice, so it is never added.",
+        fails={"l10_boundary"}),
 }

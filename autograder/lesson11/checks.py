@@ -12,8 +12,18 @@ buffers, so every check here runs on CPU; on a GPU the same plug feeds real CUDA
     check_main_path(...)   the size chosen is the smallest that fits; a batch padded in fresh buffers; real rows kept
     check_real_engine(...) greedy tokens through the plugged engine equal the unpadded eager run
     check_boundary(...)    a full batch, a batch above every size, stale buffers, padded rows never write KV
-    check_source_map(SOURCE_MAP)  each function -> where vLLM 0.27.1 does the same (hashed answers)
+    check_source_map(SOURCE_MAP)  three padding concepts -> vLLM 0.27.1's names the lesson does not print (hashed)
 Every check is @graded: bounded by the cell limit, one short line on failure.
+
+Input space (each dimension -> the part that covers it):
+    num_reqs        1, between sizes (3, 5), exactly a size (8), above every size (9)    main, boundary
+    capture_sizes   ascending and not in ascending order (the smallest fitting size, not the first)   main, boundary
+    buffers         fresh (as allocated), stale from a bigger batch (77 everywhere), a block table
+                    narrower than the buffer's                                          main, boundary
+    padded rows     token 0, position 0 (in range), slot PAD_SLOT_ID (no KV written), seq_len 0   main, boundary
+    engine          enforce_eager=False with capture sizes [1, 2, 4, 8]: batches of 3 and 8 shrinking as
+                    requests finish (every size, padded and exact); KV blocks outside the batch untouched
+                                                                                        real engine, boundary
 """
 from __future__ import annotations
 
@@ -150,11 +160,13 @@ def fresh_case() -> tuple[StaticBuffers, tuple]:
 
 @graded
 def check_main_path(choose_capture_size, fill_static_buffers, real_rows) -> None:
-    """The size chosen, a 5-request batch padded to 8 in fresh buffers, and the real rows kept."""
-    for n in (1, 3, 5, 8):
-        want = min(s for s in CAPTURE_SIZES if s >= n)
-        got = choose_capture_size(n, list(CAPTURE_SIZES))
-        expect(got == want, f"choose_capture_size({n}, {CAPTURE_SIZES}) 应为能装下的最小尺寸 {want}，得到 {got!r}")
+    """Covers num_reqs 1 to 8 against ascending and unordered size lists, fresh buffers, the real rows."""
+    for sizes in (CAPTURE_SIZES, [8, 2, 4, 1], [4, 8, 1, 2]):
+        for n in (1, 3, 5, 8):
+            want = min(s for s in sizes if s >= n)
+            got = choose_capture_size(n, list(sizes))
+            expect(got == want, f"choose_capture_size({n}, {sizes}) 应为能装下的最小尺寸 {want}，得到 {got!r}"
+                   + ("（尺寸列表不一定按升序排列）" if sizes != CAPTURE_SIZES else ""))
     bufs, batch = fresh_case()
     fill_static_buffers(bufs, *batch, 8)
     for name, want in (("input_ids", [11, 12, 13, 14, 15, 0, 0, 0]), ("positions", [0, 4, 16, 20, 33, 0, 0, 0]),
@@ -188,11 +200,14 @@ def check_real_engine(choose_capture_size, fill_static_buffers, real_rows) -> No
 
 @graded
 def check_boundary(choose_capture_size, fill_static_buffers, real_rows) -> None:
-    """Exactly a capture size, above every size, stale buffers from a bigger batch, untouched KV blocks."""
-    got = choose_capture_size(8, list(CAPTURE_SIZES))
-    expect(got == 8, f"8 个请求正好是捕获尺寸 8，不需要填充：应返回 8，得到 {got!r}")
-    got = choose_capture_size(9, list(CAPTURE_SIZES))
-    expect(got is None, f"9 个请求超过最大捕获尺寸 8：应返回 None（走 eager），而不是截断或越界，得到 {got!r}")
+    """Covers exactly a capture size and above every size (in either list order), stale buffers from a bigger
+    batch with a narrower block table, untouched KV blocks."""
+    for sizes in (CAPTURE_SIZES, [8, 4, 2, 1]):
+        got = choose_capture_size(8, list(sizes))
+        expect(got == 8, f"8 个请求正好是捕获尺寸 8，不需要填充：choose_capture_size(8, {sizes}) 应返回 8，得到 {got!r}")
+        got = choose_capture_size(9, list(sizes))
+        expect(got is None, f"9 个请求超过最大捕获尺寸 8：choose_capture_size(9, {sizes}) 应返回 None（走 eager），"
+               f"而不是截断或越界，得到 {got!r}")
     bufs, batch = stale_case()
     fill_static_buffers(bufs, *batch, 4)
     expect(bufs.input_ids[:4].tolist() == [5, 6, 7, 0] and bufs.positions[:4].tolist() == [3, 17, 40, 0],
@@ -235,13 +250,13 @@ def kv_guard(llm) -> list[int]:
 
 # ---------------------------------------------------------------------------- source map
 FUNCTIONS = ["choose_capture_size", "fill_static_buffers", "real_rows"]
-# Where vLLM 0.27.1 does each step (hashed: the answer is not one import away). Accepted: the dispatcher's
-# padding table or its use (v1/cudagraph_dispatcher.py); the runner's padded fills (seq_lens in
-# _prepare_inputs, slot -1 in _get_slot_mappings); the row selection before sampling (logits_indices).
+SOURCE_KEYS = ["padded_descriptor", "sorted_sizes", "decode_query_len"]
+# Names the lesson does not print, checked in vLLM 0.27.1 (v1/cudagraph_dispatcher.py, config/compilation.py),
+# stored hashed; the plain names live only in the solution, which the release leaves out.
 SOURCE_HASHES = {
-    "choose_capture_size": {"94f1757549fe4a47", "db8d1b6d64e4ec90", "10bb46f1dea3d9e8", "769198205217c5b1"},
-    "fill_static_buffers": {"39e19bc437f46ea4", "d9bdfe7a7094d38c"},
-    "real_rows": {"ecd8c60d1b53b52b", "c014ff077c9b62e0"},
+    "padded_descriptor": {"10bb46f1dea3d9e8"},
+    "sorted_sizes": {"a37fa3f3bae89541"},
+    "decode_query_len": {"5a861f5cc7038a05"},
 }
 
 
@@ -252,8 +267,8 @@ def name_hash(name: str) -> str:
 
 @graded
 def check_source_map(source_map) -> None:
-    check_name_map(source_map, FUNCTIONS, SOURCE_HASHES, name_hash,
-                   "这些函数没有映射到 vLLM 中做同一件事的对象（方法或变量名）")
+    check_name_map(source_map, SOURCE_KEYS, SOURCE_HASHES, name_hash,
+                   "这些概念没有映射到 vLLM 中对应的对象（方法或属性名）")
 
 
 LESSON = Lesson("lesson11", "CUDA Graph 与动态形状", parts=[

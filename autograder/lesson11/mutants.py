@@ -28,4 +28,16 @@ MUTANTS = {
         ("pad_position = 0", "pad_position = PAD_SLOT_ID"),
     ), "Pads positions with the pad slot -1: rotary indexes its cos/sin table out of range (wraps on CPU).",
        fails={"l11_main_path", "l11_real_engine", "l11_boundary"}),
+    "first_fit_in_list_order": Mutant(CELL, (
+        ("size = min(fits) if fits else None", "size = fits[0] if fits else None"),
+    ), "Takes the first size that fits in list order: right only while capture_sizes is ascending.",
+       fails={"l11_main_path"}),
+    "strictly_larger_size": Mutant(CELL, (
+        ("fits = [s for s in capture_sizes if s >= num_reqs]", "fits = [s for s in capture_sizes if s > num_reqs]"),
+    ), "Looks for a size strictly above the batch: a batch of exactly a capture size is padded or run eagerly.",
+       fails={"l11_main_path", "l11_boundary"}),
+    "block_table_cleared_in_padded_rows_only": Mutant(CELL, (
+        ("bufs.block_table[:size] = 0", "bufs.block_table[n:size] = 0"),
+    ), "Clears only the padded rows: a real row's columns past this batch's table keep the previous batch's ids.",
+       fails={"l11_boundary"}),
 }

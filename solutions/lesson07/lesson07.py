@@ -261,21 +261,21 @@ L07.check_boundary(apply_min_p, apply_top_k_top_p)
 #
 # 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：在 vLLM 8e958902eee5 中找到实现每个概念的名字（函数、类、常量、字段名或取值，字符串；大小写不限）。
 #
-# - `race`：用指数噪声代替 `torch.multinomial` 采样的函数（`ops/topk_topp_sampler.py`）；
-# - `no_sort_top_k`：只有 top-k 时不排序整个词表的函数；
-# - `min_p_processor`：实现 min-p 的 logits processor 类；
-# - `raw_mode`：`logprobs_mode` 的默认取值（logprobs 来自未经处理的 logits）；
-# - `greedy_eps`：低于它的 temperature 视为贪心的常量；
-# - `per_request_rng`：`SamplingMetadata` 里按行号存放带种子请求的 `torch.Generator` 的字段。
+# - `greedy_pick`：`Sampler` 里给 temperature 低于阈值的行取 argmax 的静态方法；
+# - `no_seed_fast_path`：CUDA 上一批请求用了 top-k/top-p、又没有任何带种子的请求时，`TopKTopPSampler` 把整批交给的函数；
+# - `argmax_safe`：logits processor 接口里声明“这个 processor 不会改变 argmax”的方法（min-p 就是这样，全贪心的批因此不必调用它）；
+# - `processed_mode`：`logprobs_mode` 的一个取值：返回的 logprobs 来自经过 temperature 与掩码处理之后的 logits；
+# - `sampled_rank`：`Sampler` 用来算被采 token 名次（一行里 logprob 不小于它的 token 个数）的函数；
+# - `fp64_noise`：`TopKTopPSampler` 的一个构造参数：竞赛用的指数噪声以 float64 生成。
 
 # %% nbgrader={"grade": false, "grade_id": "l07_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
-    "race": "random_sample",  ### BLANK
-    "no_sort_top_k": "apply_top_k_only",  ### BLANK
-    "min_p_processor": "MinPLogitsProcessor",  ### BLANK
-    "raw_mode": "raw_logprobs",  ### BLANK
-    "greedy_eps": "_SAMPLING_EPS",  ### BLANK
-    "per_request_rng": "generators",  ### BLANK
+    "greedy_pick": "greedy_sample",  ### BLANK
+    "no_seed_fast_path": "flashinfer_sample",  ### BLANK
+    "argmax_safe": "is_argmax_invariant",  ### BLANK
+    "processed_mode": "processed_logprobs",  ### BLANK
+    "sampled_rank": "batched_count_greater_than",  ### BLANK
+    "fp64_noise": "use_fp64_gumbel",  ### BLANK
 }
 
 # %% nbgrader={"grade": true, "grade_id": "l07_source_map", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}

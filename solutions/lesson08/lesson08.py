@@ -228,17 +228,17 @@ L08.check_boundary(choice_bitmask, apply_bitmask_and_sample)
 #
 # 打开 vLLM 8e958902eee5，写出每个键在源码中对应的名字（字符串，可带对象前缀与括号）：
 #
-# - `fill`：为一批受约束请求填 bitmask 的 `StructuredOutputManager` 方法；
-# - `apply`：runner 在采样前把 bitmask 作用到 logits 上的函数（`v1/structured_output/utils.py`）；
-# - `advance`：`update_from_output` 用采样出的 token 推进 grammar 时调用的方法；
-# - `waiting`：grammar 还在编译时请求所处的 `RequestStatus`。
+# - `escape`：`choice_as_grammar` 把每个选项写进 EBNF 字符串字面量之前，给引号和反斜杠加转义的函数；
+# - `parallel_fill`：一批里受约束的请求多于阈值时，`StructuredOutputManager` 把一块块 bitmask 交给线程池去填的方法；
+# - `terminated`：grammar 接口（`StructuredOutputGrammar`）里判断 matcher 已经走到终止状态、不必再填 bitmask 的方法；
+# - `ready`：`StructuredOutputRequest` 里查看编译 Future 是否完成（最多等 100 µs）的方法。
 
 # %% nbgrader={"grade": false, "grade_id": "l08_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
-    "fill": "StructuredOutputManager.grammar_bitmask",  ### BLANK
-    "apply": "apply_grammar_bitmask",  ### BLANK
-    "advance": "grammar.accept_tokens",  ### BLANK
-    "waiting": "RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR",  ### BLANK
+    "escape": "escape_ebnf_string",  ### BLANK
+    "parallel_fill": "StructuredOutputManager._async_submit_fill_bitmask",  ### BLANK
+    "terminated": "grammar.is_terminated",  ### BLANK
+    "ready": "StructuredOutputRequest._check_grammar_completion",  ### BLANK
 }
 
 # %% nbgrader={"grade": true, "grade_id": "l08_source_map", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}

@@ -264,21 +264,21 @@ L09.check_boundary(rejection_sample)
 #
 # 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：在 vLLM 8e958902eee5 中找到实现每个概念的名字（函数、常量或变量名，字符串；大小写不限）。
 #
-# - `random_verify`：随机请求逐个草稿做接受检验的 Triton kernel（`vllm/v1/sample/rejection_sampler.py`）；
-# - `recover`：从 $(p-q)^+$ 采恢复 token 的函数；
-# - `one_uniform_per_draft`：为每个草稿生成一个均匀随机数（并照顾带种子的请求）的函数；
-# - `placeholder`：输出里“这个位置没有 token”的常量；
-# - `drafts_in_schedule`：`SchedulerOutput` 里记录本步每个请求调度了哪些草稿的字段；
-# - `rollback_count`：`Scheduler.update_from_output` 里，从 `num_computed_tokens` 减去的那个局部变量。
+# - `per_request_to_per_token`：把按请求的张量（例如每个请求的 temperature）按各自的草稿数展开成按 token 的张量的函数（`vllm/v1/sample/rejection_sampler.py`）；
+# - `cumulative_drafts`：`SpecDecodeMetadata` 里各请求草稿数的前缀和字段，kernel 用它找到第 i 个请求的草稿；
+# - `no_q_flag`：接受检验 kernel 的编译期常量：没有草稿概率（n-gram）时把 q(x) 当作 1；
+# - `parse`：`RejectionSampler` 把 [batch, max_spec_len + 1] 的输出去掉占位、变成每个请求一个 token 列表的静态方法；
+# - `parallel_ngram`：`NgramProposer` 用 numba 并行地为一批请求找 n-gram 的函数；
+# - `fixed_acceptance`：`SpeculativeConfig` 里的字段：按配置的每个位置的接受率、而不是 p/q 决定接受（合成的接受过程，不看模型的分布）。
 
 # %% nbgrader={"grade": false, "grade_id": "l09_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
-    "random_verify": "rejection_random_sample_kernel",  ### BLANK
-    "recover": "sample_recovered_tokens",  ### BLANK
-    "one_uniform_per_draft": "generate_uniform_probs",  ### BLANK
-    "placeholder": "PLACEHOLDER_TOKEN_ID",  ### BLANK
-    "drafts_in_schedule": "scheduled_spec_decode_tokens",  ### BLANK
-    "rollback_count": "num_rejected",  ### BLANK
+    "per_request_to_per_token": "expand_batch_to_tokens",  ### BLANK
+    "cumulative_drafts": "cu_num_draft_tokens",  ### BLANK
+    "no_q_flag": "NO_DRAFT_PROBS",  ### BLANK
+    "parse": "RejectionSampler.parse_output",  ### BLANK
+    "parallel_ngram": "batch_propose_numba",  ### BLANK
+    "fixed_acceptance": "synthetic_acceptance_rates",  ### BLANK
 }
 
 # %% nbgrader={"grade": true, "grade_id": "l09_source_map", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}

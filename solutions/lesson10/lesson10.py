@@ -254,21 +254,21 @@ L10.check_boundary(MergedColumnParallelLinear, RowParallelLinear)
 #
 # 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：在 vLLM 8e958902eee5 中找到实现每个概念的名字（类名、函数名或属性名，字符串；大小写不限）。
 #
-# - `output_split`：按输出维切分权重、每个 rank 算出输出的一段的线性层类（`vllm/model_executor/layers/linear.py`）；
-# - `fused_gate_up`：把几个投影沿输出维融合、每段各自切分的线性层类；
-# - `input_split`：按输入维切分、算出部分和再 all-reduce 的线性层类；
-# - `sum_partials`：模型层代码调用的、对张量并行组做 all-reduce 的函数（`vllm/distributed/communication_op.py`）；
-# - `kv_head_copies`：kv 头少于 rank 数时，每个 kv 头被复制到几个 rank 上——`QKVParallelLinear` 里记录这个数的属性；
-# - `broadcast_queue`：`MultiprocExecutor` 把每次调用广播给所有 worker 所用的消息队列属性。
+# - `no_split`：每个 rank 都持有完整权重、不做任何切分的线性层类（`vllm/model_executor/layers/linear.py`）；
+# - `shard_widths`：线性层里记录各个（融合的）投影在本 rank 上输出宽度的列表属性，`create_weights` 按它分配权重；
+# - `divisible`：`divide` 相除之前调用的、断言能整除的函数（`vllm/distributed/utils.py`）；
+# - `split_input`：行并行层收到的输入还没切分时（构造参数要求输入已切分的那一项为 False），把输入沿最后一维切成 tp 份的函数；
+# - `gather_outputs`：列并行层被要求输出完整结果时，收集各 rank 输出段的通信函数（`vllm/distributed/communication_op.py`）；
+# - `output_rank`：`MultiprocExecutor` 里决定从哪个 worker 读回模型输出的方法。
 
 # %% nbgrader={"grade": false, "grade_id": "l10_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
-    "output_split": "ColumnParallelLinear",  ### BLANK
-    "fused_gate_up": "MergedColumnParallelLinear",  ### BLANK
-    "input_split": "RowParallelLinear",  ### BLANK
-    "sum_partials": "tensor_model_parallel_all_reduce",  ### BLANK
-    "kv_head_copies": "num_kv_head_replicas",  ### BLANK
-    "broadcast_queue": "rpc_broadcast_mq",  ### BLANK
+    "no_split": "ReplicatedLinear",  ### BLANK
+    "shard_widths": "output_partition_sizes",  ### BLANK
+    "divisible": "ensure_divisibility",  ### BLANK
+    "split_input": "split_tensor_along_last_dim",  ### BLANK
+    "gather_outputs": "tensor_model_parallel_all_gather",  ### BLANK
+    "output_rank": "MultiprocExecutor._get_output_rank",  ### BLANK
 }
 
 # %% nbgrader={"grade": true, "grade_id": "l10_source_map", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}

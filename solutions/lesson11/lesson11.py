@@ -232,17 +232,17 @@ L11.check_boundary(choose_capture_size, fill_static_buffers, real_rows)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：对你写的每个函数，在 vLLM 8e958902eee5 中找到做同一件事的对象（方法、属性或局部变量的名字，字符串；大小写不限，可带类名前缀）。
+# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：在 vLLM 8e958902eee5 中找到下面每个概念的名字（方法或属性名，字符串；大小写不限，可带类名前缀）。
 #
-# - `choose_capture_size`：`vllm/v1/cudagraph_dispatcher.py` 里“批大小 → 填充后尺寸”的那张表；
-# - `fill_static_buffers`：`vllm/v1/worker/gpu_model_runner.py` 里把本步的 token、位置、`seq_lens` 写进持久输入缓冲、并把 `num_reqs` 之后的长度清零的方法；
-# - `real_rows`：同一文件里，指向“每个请求要交给采样的那一行”的下标张量（局部变量名）。
+# - `padded_descriptor`：`CudagraphDispatcher` 里把一步的 token 数换成填充后的 `BatchDescriptor`（填充后的 token 数与请求数）的方法；
+# - `sorted_sizes`：`CompilationConfig` 里把 `cudagraph_capture_sizes` 排成升序（并核对最大尺寸）的方法——所以 vLLM 的尺寸表总是升序，而你的 `choose_capture_size` 不能指望这一点；
+# - `decode_query_len`：`CudagraphDispatcher` 里“一个 uniform decode 请求每步有几个 query token”（1 + 投机 token 数）的属性。
 
 # %% nbgrader={"grade": false, "grade_id": "l11_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
-    "choose_capture_size": "_bs_to_padded_graph_size",  ### BLANK
-    "fill_static_buffers": "_prepare_inputs",  ### BLANK
-    "real_rows": "logits_indices",  ### BLANK
+    "padded_descriptor": "CudagraphDispatcher._create_padded_batch_descriptor",  ### BLANK
+    "sorted_sizes": "CompilationConfig.post_init_cudagraph_sizes",  ### BLANK
+    "decode_query_len": "uniform_decode_query_len",  ### BLANK
 }
 
 # %% nbgrader={"grade": true, "grade_id": "l11_source_map", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
