@@ -117,11 +117,11 @@ class MultiprocExecutor(Executor):
         if self.is_failed:
             raise EngineDeadError("a tensor-parallel worker failed earlier; restart the engine")
         message = pickle.dumps((method, args, unique_reply_rank), protocol=pickle.HIGHEST_PROTOCOL)
-        try:
-            for w in self.workers:
+        for w in self.workers:
+            try:
                 w.rpc_writer.send_bytes(message)
-        except OSError as e:
-            self._fail(f"could not reach the workers ({e})")
+            except OSError as e:
+                self._fail(f"could not reach worker rank {w.rank} ({e}): it {exit_description(w.proc)}")
         ranks = [unique_reply_rank] if unique_reply_rank is not None else list(range(self.world_size))
         deadline = time.monotonic() + (timeout or EXECUTE_MODEL_TIMEOUT_S)
         future = FutureWrapper(lambda: self._get_responses(method, ranks, deadline, unique_reply_rank is not None))
