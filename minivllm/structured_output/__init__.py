@@ -67,7 +67,7 @@ class StructuredOutputManager:
             compiled = self.compiled.get(key)
             if compiled is None:
                 self.num_compiles += 1
-                compiled = self.compiled[key] = self.executor.submit(self._compile, key, request.request_id)
+                compiled = self.compiled[key] = self.executor.submit(self._create_grammar, key, request.request_id)
                 self._evict()
             else:
                 self.compiled.move_to_end(key)
@@ -97,7 +97,7 @@ class StructuredOutputManager:
         vocab_size = getattr(load_hf_config(resolve_model_path(mc.model)), "vocab_size", None) or len(tokenizer)
         return XgrammarBackend(tokenizer, vocab_size)
 
-    def _compile(self, key: StructuredOutputKey, request_id: str):
+    def _create_grammar(self, key: StructuredOutputKey, request_id: str):
         """On the compile pool: the key's CompiledGrammar, shared by every request with this key."""
         try:
             compiled = self.backend.compile(key)
