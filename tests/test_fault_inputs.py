@@ -212,18 +212,41 @@ def test_compile_timeout_fails_the_request_and_a_small_compile_runs_beside_a_big
 
 
 # ---------------------------------------------------------------------------- serve start-up errors
-@pytest.mark.parametrize("argv, exit_code, names", [
-    (["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": 10 ** 6})], 2,
-     "num_speculative_tokens=1000000"),
-    (["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": True})], 2,
+SPEC_1E6 = json.dumps({"method": "ngram", "num_speculative_tokens": 10 ** 6})
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["--speculative-config", SPEC_1E6], "num_speculative_tokens=1000000"),
+    (["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": True})],
      "num_speculative_tokens must be an integer"),
-    (["--block-size", "3"], 2, "block_size"),
-    (["--attention-backend", "nope"], 1, "attention_backend"),
+    (["--block-size", "3"], "block_size"),
+    (["-tp", "3"], "tensor_parallel_size"),
 ])
-def test_bad_serve_configuration_is_one_line(argv, exit_code, names):
+def test_bad_serve_setting_is_one_line_in_process(argv, names, capsys):
+    """cli.main as `minivllm serve` runs it: the config fails before any process or socket starts."""
+    from minivllm.entrypoints.cli import main
+    assert main(["serve", "--device", "cpu", "--port", str(free_port()), *argv]) == 2
+    out, err = capsys.readouterr()
+    lines = [line for line in (out + err).splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("minivllm: error: ") and names in lines[0], lines
+
+
+def run_serve(*argv: str) -> tuple[int, list[str]]:
     cmd = [sys.executable, "-m", "minivllm.entrypoints.cli", "serve", "--device", "cpu", "--port", str(free_port()),
            *argv]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
-    assert r.returncode == exit_code, r.stderr[-3000:]
-    lines = [line for line in (r.stdout + r.stderr).splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("minivllm: error: ") and names in lines[0], lines[-20:]
+    return r.returncode, [line for line in (r.stdout + r.stderr).splitlines() if line.strip()]
+
+
+def test_serve_with_a_million_speculative_tokens_exits_with_one_line():
+    code, lines = run_serve("--speculative-config", SPEC_1E6)
+    assert code == 2 and len(lines) == 1, lines[-20:]
+    assert lines[0] == ("minivllm: error: speculative_config.num_speculative_tokens=1000000 must be smaller than "
+                        "max_model_len=1024"), lines
+
+
+@pytest.mark.slow
+def test_serve_whose_engine_core_fails_to_start_exits_with_one_line():
+    code, lines = run_serve("--attention-backend", "nope")
+    assert code == 1 and len(lines) == 1, lines[-20:]
+    assert lines[0].startswith("minivllm: error: EngineCore failed to start: ValueError: unknown attention_backend")
