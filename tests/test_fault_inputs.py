@@ -132,6 +132,20 @@ def test_frontend_limits_in_process():
     assert json_text_depth('{"a": "[[[{{", "b": [[1], {"c": "\\"]"}]}') == 3
 
 
+def test_the_engine_compile_refuses_a_grammar_that_matches_nothing():
+    """The core's own check (a request that skipped the frontend): no first token and no end is an error."""
+    from minivllm.config import DEFAULT_MODEL
+    from minivllm.structured_output.backend_types import StructuredOutputOptions as Kind
+    from minivllm.structured_output.backend_xgrammar import XgrammarBackend
+    from minivllm.tokenizer import get_tokenizer
+    tokenizer = get_tokenizer(DEFAULT_MODEL)
+    backend = XgrammarBackend(tokenizer, len(tokenizer))
+    for key in ((Kind.GRAMMAR, EMPTY_GRAMMAR, True), (Kind.JSON, json.dumps(CYCLE), True)):
+        with pytest.raises(ValueError, match="matches no output"):
+            backend.compile(key)
+    assert backend.compile((Kind.GRAMMAR, 'root ::= "a"', True)) is not None
+
+
 def test_num_speculative_tokens_bounds():
     with pytest.raises(ValueError, match="must be an integer, got True"):
         SpeculativeConfig(num_speculative_tokens=True)

@@ -34,7 +34,20 @@ class XgrammarBackend:
         self.compiler = xgr.GrammarCompiler(info, max_threads=2, cache_enabled=False)
 
     def compile(self, key: StructuredOutputKey):
-        """key -> xgrammar CompiledGrammar (shared by every request with this key)."""
+        """key -> xgrammar CompiledGrammar (shared by every request with this key).
+
+        A grammar that allows no first token and cannot end (it matches nothing this tokenizer can
+        produce) is a ValueError here, so its request ends with an error before sampling anything.
+        """
+        import xgrammar as xgr
+        compiled = self._compile(key)
+        bitmask = xgr.allocate_token_bitmask(1, self.vocab_size)
+        xgr.GrammarMatcher(compiled).fill_next_token_bitmask(bitmask, 0)
+        if not bitmask.any():
+            raise ValueError("the constraint matches no output this tokenizer can produce")
+        return compiled
+
+    def _compile(self, key: StructuredOutputKey):
         kind, spec, any_whitespace = key
         if kind == StructuredOutputOptions.JSON:
             return self.compiler.compile_json_schema(spec, any_whitespace=any_whitespace)
