@@ -7,6 +7,8 @@ Every error is OpenAI-shaped, {"error": {"message", "type", "param", "code"}}: b
 that disconnects has its request aborted in the core (streaming or not). Request bodies are capped
 (413), and tokenization runs on a thread pool, so one huge prompt never stalls the event loop.
 
+`minivllm serve` builds the config and starts the EngineCore before uvicorn, so a bad setting or a core that
+fails to start is one line on stderr (StartupError / ValueError), not a lifespan traceback.
 Lifecycle as vLLM's: when the EngineCore dies, in-flight streams get an error, /health answers 503 and
 the server exits non-zero a moment later (for a supervisor to restart it). On SIGTERM it stops accepting,
 gives in-flight requests a grace period, ends the rest with an error event, and exits 0.
