@@ -83,7 +83,12 @@ class SchedulerConfig:
 
 @dataclass
 class SpeculativeConfig:
-    """Speculative decoding (vLLM: config/speculative.py); only the n-gram (prompt lookup) method."""
+    """Speculative decoding (vLLM: config/speculative.py); only the n-gram (prompt lookup) method.
+
+    num_speculative_tokens is an int > 0 (a bool is refused); VllmConfig also bounds it by the context and the
+    step budget: num_speculative_tokens < max_model_len and 1 + num_speculative_tokens <= max_num_batched_tokens
+    (a decode step of one request must fit; vLLM's check is on max_num_scheduled_tokens).
+    """
 
     method: str = "ngram"
     num_speculative_tokens: int | None = None
@@ -93,9 +98,15 @@ class SpeculativeConfig:
     def __post_init__(self) -> None:
         if self.method != "ngram":
             raise ValueError(f"speculative_config method {self.method!r} is not supported; minivllm has 'ngram'")
-        if not isinstance(self.num_speculative_tokens, int) or self.num_speculative_tokens <= 0:
-            raise ValueError("speculative_config needs num_speculative_tokens > 0, got "
-                             f"{self.num_speculative_tokens!r}")
+        n = self.num_speculative_tokens
+        if isinstance(n, bool) or not isinstance(n, int):  # JSON true is not 1
+            raise ValueError(f"speculative_config.num_speculative_tokens must be an integer, got {n!r}")
+        if n <= 0:  # vLLM's wording (SpeculativeConfig.__post_init__)
+            raise ValueError(f"Expected num_speculative_tokens to be greater than zero ({n}).")
+        for name in ("prompt_lookup_max", "prompt_lookup_min"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+                raise ValueError(f"speculative_config.{name} must be an integer, got {v!r}")
         # vLLM's defaults: both unset -> 5 and 5; one set -> the other takes its value.
         if self.prompt_lookup_min is None and self.prompt_lookup_max is None:
             self.prompt_lookup_min = self.prompt_lookup_max = 5
@@ -147,6 +158,47 @@ class CompilationConfig:
             sizes = sorted(set(sizes) | {bound}) if bound > 0 else []
         self.cudagraph_capture_sizes = sizes
         self.max_cudagraph_capture_size = sizes[-1] if sizes else 0
+
+
+def _env_number(name: str, default, kind=int):
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, got {raw!r}") from None
+
+
+@dataclass
+class StructuredOutputsConfig:
+    """Limits on structured-output requests (vLLM: config/structured_outputs.py has the backend options only).
+
+    Bad or oversized constraints are a 400 in the frontend, before anything is sampled:
+      * max_spec_bytes (MINIVLLM_STRUCTURED_OUTPUTS_MAX_BYTES, 131072): the JSON schema / regex / grammar /
+        choice / structural tag text, in UTF-8 bytes;
+      * max_json_depth (MINIVLLM_STRUCTURED_OUTPUTS_MAX_DEPTH, 64): nesting of a JSON schema's objects and
+        arrays (a string schema is measured before json.loads, so nothing recurses past it);
+      * a constraint that matches no string at all (a $ref cycle with no value, an empty character class).
+    In the EngineCore:
+      * compile_timeout_s (MINIVLLM_GRAMMAR_COMPILE_TIMEOUT_S, 30): a request whose grammar is not compiled in
+        time finishes with finish_reason "error" (the compile itself cannot be interrupted; it is still cached);
+      * cache_bytes (MINIVLLM_XGRAMMAR_CACHE_MB, 512, as vLLM's VLLM_XGRAMMAR_CACHE_MB): compiled grammars are
+        evicted least recently used first once their xgrammar memory_size_bytes total passes it.
+    """
+
+    max_spec_bytes: int = field(default_factory=lambda: _env_number("MINIVLLM_STRUCTURED_OUTPUTS_MAX_BYTES", 128 << 10))
+    max_json_depth: int = field(default_factory=lambda: _env_number("MINIVLLM_STRUCTURED_OUTPUTS_MAX_DEPTH", 64))
+    compile_timeout_s: float = field(
+        default_factory=lambda: _env_number("MINIVLLM_GRAMMAR_COMPILE_TIMEOUT_S", 30.0, float))
+    cache_bytes: int = field(default_factory=lambda: _env_number("MINIVLLM_XGRAMMAR_CACHE_MB", 512) << 20)
+
+    def __post_init__(self) -> None:
+        for name in ("max_spec_bytes", "max_json_depth", "compile_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"structured outputs {name} must be positive, got {getattr(self, name)}")
+        if self.cache_bytes < 0:
+            raise ValueError(f"structured outputs cache_bytes must be >= 0, got {self.cache_bytes}")
 
 
 @dataclass
@@ -214,8 +266,20 @@ class VllmConfig:
     speculative_config: SpeculativeConfig | None = None
     compilation_config: CompilationConfig = field(default_factory=CompilationConfig)
 
+    structured_outputs_config: StructuredOutputsConfig = field(default_factory=StructuredOutputsConfig)
+
     def __post_init__(self) -> None:
         self.compilation_config.set_cudagraph_sizes(self.scheduler_config.max_num_seqs)
+        spec, sc = self.speculative_config, self.scheduler_config
+        if spec is not None:
+            n = spec.num_speculative_tokens
+            if n >= sc.max_model_len:
+                raise ValueError(f"speculative_config.num_speculative_tokens={n} must be smaller than "
+                                 f"max_model_len={sc.max_model_len}")
+            if 1 + n > sc.max_num_batched_tokens:
+                raise ValueError(f"speculative_config.num_speculative_tokens={n} leaves no room: a decode step of "
+                                 f"1 + {n} tokens exceeds max_num_batched_tokens={sc.max_num_batched_tokens}; "
+                                 "decrease num_speculative_tokens or increase max_num_batched_tokens")
 
 
 @dataclass

@@ -9,3 +9,7 @@ class VLLMValidationError(ValueError):
         super().__init__(message)
         self.parameter = parameter
         self.value = value
+
+
+class StartupError(RuntimeError):
+    """The server or engine could not start; the CLI prints it as one line and exits 1."""

@@ -7,6 +7,7 @@ process and no group, and the parallel layers run exactly the single-device arit
 """
 from __future__ import annotations
 
+import os
 import socket
 from datetime import timedelta
 
@@ -68,14 +69,66 @@ def model_parallel_is_initialized() -> bool:
 
 def init_distributed_environment(world_size: int, rank: int, distributed_init_method: str,
                                  backend: str, timeout_s: float | None = None) -> None:
-    """Join the default process group: rank 0 hosts the TCP store at distributed_init_method."""
+    """Join the default process group: rank 0 hosts the TCP store at distributed_init_method.
+
+    Every socket is bound to the rendezvous address (loopback by default), never to all interfaces: rank 0
+    hands the store a socket it bound itself (torch's TCPStore alone listens on [::]), and gloo / NCCL
+    are pointed at the interface that holds the address (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, unless
+    set). vLLM leaves this to torch and the environment.
+    """
     if dist.is_initialized():
         if dist.get_world_size() != world_size:
             raise RuntimeError(f"torch.distributed already initialized with world size {dist.get_world_size()}")
         return
-    kwargs = {"timeout": timedelta(seconds=timeout_s)} if timeout_s else {}
-    dist.init_process_group(backend, init_method=distributed_init_method, world_size=world_size, rank=rank,
-                            **kwargs)
+    timeout = timedelta(seconds=timeout_s) if timeout_s else dist.default_pg_timeout
+    if not distributed_init_method.startswith("tcp://"):
+        dist.init_process_group(backend, init_method=distributed_init_method, world_size=world_size, rank=rank,
+                                timeout=timeout)
+        return
+    host, _, port = distributed_init_method[len("tcp://"):].rpartition(":")
+    host, port = host.strip("[]"), int(port)
+    interface = interface_of_address(host)
+    if interface is not None:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", interface)
+    listen_fd = None
+    if rank == 0:
+        listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        listener.listen(128)
+        listen_fd = listener.detach()  # the store owns the descriptor from here on
+    store = dist.TCPStore(host, port, world_size, rank == 0, timeout, master_listen_fd=listen_fd)
+    dist.init_process_group(backend, store=store, world_size=world_size, rank=rank, timeout=timeout)
+
+
+def interface_of_address(ip: str) -> str | None:
+    """The network interface that holds ip ('lo' for 127.0.0.1 / ::1), or None if none here does."""
+    try:
+        packed = socket.inet_pton(socket.AF_INET6 if ":" in ip else socket.AF_INET, ip)
+    except OSError:
+        return None  # a host name: leave the choice to gloo / NCCL
+    if ":" in ip:
+        try:
+            with open("/proc/net/if_inet6") as f:
+                for line in f:
+                    fields = line.split()
+                    if bytes.fromhex(fields[0]) == packed:
+                        return fields[-1]
+        except OSError:
+            return None
+        return None
+    import fcntl
+    import struct
+    for _, name in socket.if_nameindex():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                ifreq = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+            except OSError:
+                continue
+        if ifreq[20:24] == packed:
+            return name
+    return None
 
 
 def initialize_model_parallel(tensor_model_parallel_size: int) -> None:

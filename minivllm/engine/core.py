@@ -315,6 +315,8 @@ class EngineCoreProc(EngineCore):
     The IO threads only (de)serialize and move bytes, so socket work overlaps the model's forward pass.
     """
 
+    startup_failure_sent = False  # set in the child when the FAILED handshake went out
+
     def __init__(self, vllm_config: VllmConfig, input_address: str, output_address: str,
                  executor_class=None, log_stats: bool = True) -> None:
         self.input_queue: queue.Queue[tuple[EngineCoreRequestType, object]] = queue.Queue()
@@ -330,6 +332,7 @@ class EngineCoreProc(EngineCore):
             # Start-up handshake, failure branch: the client raises with our traceback instead of waiting.
             input_socket.send_multipart([HANDSHAKE_FAILED, traceback.format_exc().encode()])
             input_socket.close()
+            EngineCoreProc.startup_failure_sent = True
             raise
         self.engines_running = False
         ready = {"num_gpu_blocks": vllm_config.cache_config.num_gpu_blocks,
@@ -361,6 +364,8 @@ class EngineCoreProc(EngineCore):
         except SystemExit:
             pass
         except BaseException:
+            if engine is None and EngineCoreProc.startup_failure_sent:
+                sys.exit(1)  # the handshake carried the traceback; the client reports it (`serve`: in one line)
             traceback.print_exc()
             print("EngineCore hit a fatal error; telling the client it is dead.", file=sys.stderr)
             if engine is not None:

@@ -324,10 +324,10 @@ class AsyncMPClient(MPClient):
     """
 
     def __init__(self, vllm_config: VllmConfig, executor_class=None, log_stats: bool = True) -> None:
+        self.queue_task: asyncio.Task | None = None  # before the handshake: a failed start calls shutdown()
         super().__init__(True, vllm_config, executor_class, log_stats)
         self.outputs_queue: asyncio.Queue | None = None
         self.utility_results: dict[int, asyncio.Future] = {}
-        self.queue_task: asyncio.Task | None = None
 
     def _ensure_output_queue_task(self) -> asyncio.Queue:
         if self.outputs_queue is None:

@@ -7,6 +7,7 @@ import sys
 import time
 
 from minivllm.config import EngineArgs
+from minivllm.exceptions import StartupError
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
@@ -117,9 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except ValueError as e:
+    except (ValueError, TypeError) as e:  # a bad setting: one line naming it, no traceback
         print(f"minivllm: error: {e}", file=sys.stderr)
         return 2
+    except StartupError as e:
+        print(f"minivllm: error: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ class MultiprocExecutor(Executor):
         for w in self.workers:
             while not w.response_reader.poll(0.1):
                 if not w.proc.is_alive():
-                    raise RuntimeError(f"tensor-parallel worker rank {w.rank} exited with code {w.proc.exitcode} "
+                    raise RuntimeError(f"tensor-parallel worker rank {w.rank} {exit_description(w.proc)} "
                                        "during start-up; its traceback is above")
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"tensor-parallel worker rank {w.rank} not ready within "
@@ -117,11 +117,11 @@ class MultiprocExecutor(Executor):
         if self.is_failed:
             raise EngineDeadError("a tensor-parallel worker failed earlier; restart the engine")
         message = pickle.dumps((method, args, unique_reply_rank), protocol=pickle.HIGHEST_PROTOCOL)
-        try:
-            for w in self.workers:
+        for w in self.workers:
+            try:
                 w.rpc_writer.send_bytes(message)
-        except OSError as e:
-            self._fail(f"could not reach the workers ({e})")
+            except OSError as e:
+                self._fail(f"could not reach worker rank {w.rank} ({e}): it {exit_description(w.proc)}")
         ranks = [unique_reply_rank] if unique_reply_rank is not None else list(range(self.world_size))
         deadline = time.monotonic() + (timeout or EXECUTE_MODEL_TIMEOUT_S)
         future = FutureWrapper(lambda: self._get_responses(method, ranks, deadline, unique_reply_rank is not None))
@@ -141,12 +141,12 @@ class MultiprocExecutor(Executor):
                     try:
                         status, payload = w.response_reader.recv()
                     except (EOFError, OSError):
-                        self._fail(f"worker rank {w.rank} died (exit code {w.proc.exitcode}) during {method}")
+                        self._fail(f"worker rank {w.rank} {exit_description(w.proc)} during {method}")
                     if status != SUCCESS:
                         self._fail(f"worker rank {w.rank} raised in {method}:\n{payload}")
                     results[w.rank] = payload
                 elif w.proc.sentinel in ready:
-                    self._fail(f"worker rank {w.rank} died (exit code {w.proc.exitcode}) during {method}")
+                    self._fail(f"worker rank {w.rank} {exit_description(w.proc)} during {method}")
         return results[ranks[0]] if single else [results[r] for r in ranks]
 
     def _fail(self, reason: str):
@@ -180,6 +180,23 @@ class MultiprocExecutor(Executor):
     def shutdown(self) -> None:
         self.shutting_down = True
         self._finalizer()
+
+
+def exit_description(proc) -> str:
+    """'exited with code 1' or 'was killed by signal SIGKILL (exit code -9)'.
+
+    The sentinel (or a pipe's EOF) can fire before the process is reaped, when exitcode is still None: join it.
+    """
+    proc.join(5.0)
+    code = proc.exitcode
+    if code is None:
+        return "stopped answering (still running)"
+    if code < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-code).name} (exit code {code})"
+        except ValueError:
+            return f"was killed by signal {-code} (exit code {code})"
+    return f"exited with code {code}"
 
 
 def _check_devices(vllm_config: VllmConfig) -> None:

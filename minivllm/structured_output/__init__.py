@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
@@ -35,25 +36,57 @@ class StructuredOutputManager:
     """Compiles grammars off the engine loop and fills the batch's next-token bitmask."""
 
     def __init__(self, vllm_config: VllmConfig | None = None, max_cached_grammars: int = 256) -> None:
+        from minivllm.config import StructuredOutputsConfig
         self.vllm_config = vllm_config
+        self.config = vllm_config.structured_outputs_config if vllm_config is not None else StructuredOutputsConfig()
         self.backend = None  # built on the first constrained request (it loads the tokenizer)
         self.max_cached_grammars = max_cached_grammars
-        self.compiled: OrderedDict[StructuredOutputKey, Future] = OrderedDict()  # LRU of CompiledGrammar futures
+        # LRU of CompiledGrammar futures, bounded by entries and by the grammars' memory (config.cache_bytes).
+        self.compiled: OrderedDict[StructuredOutputKey, Future] = OrderedDict()
+        self.compiled_bytes: dict[StructuredOutputKey, int] = {}
         self.num_compiles = 0
         self._lock = threading.Lock()
         self._grammar_bitmask: torch.Tensor | None = None
-        # Compilation is CPU-bound: half the cores, as in vLLM (1 here, on 2 cores).
-        self.executor = ThreadPoolExecutor(max_workers=max(1, ((os.cpu_count() or 2) + 1) // 2),
+        # Compilation is CPU-bound: half the cores, as in vLLM, but at least 2 so one big compile cannot hold
+        # every small one (a request waits on its key's compile without holding a pool thread).
+        self.executor = ThreadPoolExecutor(max_workers=max(2, ((os.cpu_count() or 2) + 1) // 2),
                                            thread_name_prefix="minivllm-grammar")
 
     # ------------------------------------------------------------------ compile
     def grammar_init(self, request: Request) -> None:
-        """Start compiling the request's grammar; the request holds the Future until it resolves."""
-        if request.structured_output_request is None:
+        """Start (or join) the compile of the request's key; the request holds a Future of its matcher.
+
+        A request whose grammar is not ready within config.compile_timeout_s finishes with an error
+        (StructuredOutputRequest checks the deadline when the scheduler polls).
+        """
+        so_request = request.structured_output_request
+        if so_request is None:
             return
         if self.backend is None:
             self.backend = self._make_backend()
-        request.structured_output_request.grammar = self.executor.submit(self._create_grammar, request)
+        key = so_request.structured_output_key
+        with self._lock:
+            compiled = self.compiled.get(key)
+            if compiled is None:
+                self.num_compiles += 1
+                compiled = self.compiled[key] = self.executor.submit(self._create_grammar, key, request.request_id)
+                self._evict()
+            else:
+                self.compiled.move_to_end(key)
+        matcher: Future = Future()
+
+        def make_matcher(done: Future) -> None:
+            if done.cancelled() or done.exception() is not None:
+                matcher.set_exception(done.exception() if not done.cancelled() else RuntimeError("cancelled"))
+                return
+            try:
+                matcher.set_result(self.backend.grammar(done.result()))
+            except Exception as e:
+                matcher.set_exception(e)
+        compiled.add_done_callback(make_matcher)
+        so_request.grammar = matcher
+        so_request.compile_deadline = time.monotonic() + self.config.compile_timeout_s
+        so_request.compile_timeout_s = self.config.compile_timeout_s
 
     def _make_backend(self):
         from minivllm.model_executor.model_loader import load_hf_config, resolve_model_path
@@ -66,29 +99,28 @@ class StructuredOutputManager:
         vocab_size = getattr(load_hf_config(resolve_model_path(mc.model)), "vocab_size", None) or len(tokenizer)
         return XgrammarBackend(tokenizer, vocab_size)
 
-    def _create_grammar(self, request: Request):
-        """On the compile pool: the cached CompiledGrammar for the key (compiled once), then a fresh matcher."""
-        key = request.structured_output_request.structured_output_key
+    def _create_grammar(self, key: StructuredOutputKey, request_id: str):
+        """On the compile pool: the key's CompiledGrammar, shared by every request with this key."""
+        try:
+            compiled = self.backend.compile(key)
+        except Exception as e:
+            logger.error("grammar compilation failed for request %s: %s", request_id, e)
+            with self._lock:
+                self.compiled.pop(key, None)  # do not cache failures
+                self.compiled_bytes.pop(key, None)
+            raise
         with self._lock:
-            future = self.compiled.get(key)
-            owner = future is None
-            if owner:
-                future = self.compiled[key] = Future()
-                self.num_compiles += 1
-                while len(self.compiled) > self.max_cached_grammars:
-                    self.compiled.popitem(last=False)
-            else:
-                self.compiled.move_to_end(key)
-        if owner:
-            try:
-                future.set_result(self.backend.compile(key))
-            except Exception as e:
-                logger.error("grammar compilation failed for request %s: %s", request.request_id, e)
-                with self._lock:
-                    self.compiled.pop(key, None)  # do not cache failures
-                future.set_exception(e)
-        # A non-owner waits only on a compile submitted before it (FIFO pool), which is running or done.
-        return self.backend.grammar(future.result())
+            if key in self.compiled:
+                self.compiled_bytes[key] = int(getattr(compiled, "memory_size_bytes", 0) or 0)
+                self._evict()
+        return compiled
+
+    def _evict(self) -> None:
+        """Drop least recently used grammars past the entry or byte bound (the newest one always stays)."""
+        while len(self.compiled) > 1 and (len(self.compiled) > self.max_cached_grammars or
+                                          sum(self.compiled_bytes.values()) > self.config.cache_bytes):
+            key, _ = self.compiled.popitem(last=False)
+            self.compiled_bytes.pop(key, None)
 
     # ------------------------------------------------------------------ bitmask
     def grammar_bitmask(self, requests: dict[str, Request], structured_output_request_ids: list[str],

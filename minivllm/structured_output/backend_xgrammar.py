@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from minivllm.exceptions import VLLMValidationError
 from minivllm.sampling_params import SamplingParams
 from minivllm.structured_output.backend_types import StructuredOutputKey, StructuredOutputOptions
 from minivllm.structured_output.utils import choice_as_grammar, xgrammar_error
@@ -33,7 +34,20 @@ class XgrammarBackend:
         self.compiler = xgr.GrammarCompiler(info, max_threads=2, cache_enabled=False)
 
     def compile(self, key: StructuredOutputKey):
-        """key -> xgrammar CompiledGrammar (shared by every request with this key)."""
+        """key -> xgrammar CompiledGrammar (shared by every request with this key).
+
+        A grammar that allows no first token and cannot end (it matches nothing this tokenizer can
+        produce) is a ValueError here, so its request ends with an error before sampling anything.
+        """
+        import xgrammar as xgr
+        compiled = self._compile(key)
+        bitmask = xgr.allocate_token_bitmask(1, self.vocab_size)
+        xgr.GrammarMatcher(compiled).fill_next_token_bitmask(bitmask, 0)
+        if not bitmask.any():
+            raise ValueError("the constraint matches no output this tokenizer can produce")
+        return compiled
+
+    def _compile(self, key: StructuredOutputKey):
         kind, spec, any_whitespace = key
         if kind == StructuredOutputOptions.JSON:
             return self.compiler.compile_json_schema(spec, any_whitespace=any_whitespace)
@@ -135,16 +149,71 @@ def unsupported_json_feature(schema) -> str | None:
     return next((f for f in map(unsupported_json_feature, schema.values()) if f), None)
 
 
-def validate_xgrammar_grammar(sampling_params: SamplingParams) -> None:
+def json_text_depth(text: str) -> int:
+    """The deepest nesting of objects and arrays in JSON text, counted without parsing (so no recursion)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def json_value_depth(value) -> int:
+    """The deepest nesting of dicts and lists in a parsed value, walked with a stack (no recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            v = v.values()
+        elif not isinstance(v, list):
+            continue
+        deepest = max(deepest, d)
+        stack.extend((c, d + 1) for c in v if isinstance(c, (dict, list)))
+    return deepest
+
+
+def _check_size(name: str, spec: str, config) -> None:
+    size = len(spec.encode("utf-8", "surrogatepass"))
+    if size > config.max_spec_bytes:
+        raise VLLMValidationError(f"structured_outputs.{name} is {size} bytes, more than the server's limit of "
+                                  f"{config.max_spec_bytes} bytes (MINIVLLM_STRUCTURED_OUTPUTS_MAX_BYTES)",
+                                  f"structured_outputs.{name}", size)
+
+
+def _check_depth(depth: int, config) -> None:
+    if depth > config.max_json_depth:
+        raise VLLMValidationError(f"structured_outputs.json: the schema is nested more than {config.max_json_depth} "
+                                  f"levels deep (MINIVLLM_STRUCTURED_OUTPUTS_MAX_DEPTH)", "structured_outputs.json",
+                                  depth)
+
+
+def validate_xgrammar_grammar(sampling_params: SamplingParams, config=None) -> None:
     """Build (not compile) the request's grammar; a ValueError names the field and xgrammar's complaint.
 
-    Unlike vLLM, it never rewrites the params (vLLM turns choice into grammar here); the key does that.
-    Lark grammars are not converted: `grammar` must be xgrammar's EBNF.
+    Also the limits of StructuredOutputsConfig (size, JSON depth) and a grammar that matches nothing, so
+    such a request is a 400 before anything is sampled. Unlike vLLM, it never rewrites the params (vLLM turns
+    choice into grammar here); the key does that. Lark grammars are not converted: `grammar` must be EBNF.
     """
     params = sampling_params.structured_outputs
     if params is None:
         return
     import xgrammar as xgr
+    if config is None:
+        from minivllm.config import StructuredOutputsConfig
+        config = StructuredOutputsConfig()
     if params.json_object is not None and params.json_object is not True:
         raise ValueError("structured_outputs.json_object must be true when given")
     if params.whitespace_pattern is not None:
@@ -152,12 +221,19 @@ def validate_xgrammar_grammar(sampling_params: SamplingParams) -> None:
     if params.json is not None:
         schema = params.json
         if isinstance(schema, str):
+            _check_size("json", schema, config)
+            _check_depth(json_text_depth(schema), config)
             try:
                 schema = json.loads(schema)
             except json.JSONDecodeError as e:
-                raise ValueError(f"structured_outputs.json: the schema is not valid JSON: {e}") from None
+                raise VLLMValidationError(f"structured_outputs.json: the schema is not valid JSON: {e}",
+                                          "structured_outputs.json") from None
+        else:
+            _check_depth(json_value_depth(schema), config)
         if not isinstance(schema, (dict, bool)):
             raise ValueError(f"structured_outputs.json: a schema is an object, got {type(schema).__name__}")
+        text = json.dumps(schema)
+        _check_size("json", text, config)
         from jsonschema.exceptions import SchemaError
         from jsonschema.validators import validator_for
         try:
@@ -167,21 +243,54 @@ def validate_xgrammar_grammar(sampling_params: SamplingParams) -> None:
         feature = unsupported_json_feature(schema)
         if feature:
             raise ValueError(f"structured_outputs.json: the schema uses {feature}, which xgrammar does not support")
-        _build("json", xgr.Grammar.from_json_schema, json.dumps(schema))
+        _build("json", xgr.Grammar.from_json_schema, text)
     elif params.regex is not None:
+        _check_size("regex", params.regex, config)
         _build("regex", xgr.Grammar.from_regex, params.regex)
     elif params.choice is not None:
         if not params.choice:
             raise ValueError("structured_outputs.choice must not be empty")
-        _build("choice", xgr.Grammar.from_ebnf, choice_as_grammar(params.choice))
+        grammar = choice_as_grammar(params.choice)
+        _check_size("choice", grammar, config)
+        _build("choice", xgr.Grammar.from_ebnf, grammar)
     elif params.grammar is not None:
+        _check_size("grammar", params.grammar, config)
         _build("grammar", xgr.Grammar.from_ebnf, params.grammar)
     elif params.structural_tag is not None:
+        _check_size("structural_tag", params.structural_tag, config)
         _build("structural_tag", xgr.Grammar.from_structural_tag, params.structural_tag)
 
 
 def _build(name: str, build, spec: str) -> None:
     try:
-        build(spec)
+        grammar = build(spec)
     except Exception as e:  # xgrammar raises RuntimeError (and a few others) with a C++ location prefix
-        raise ValueError(f"structured_outputs.{name}: {xgrammar_error(e)}") from None
+        raise VLLMValidationError(f"structured_outputs.{name}: {xgrammar_error(e)}",
+                                  f"structured_outputs.{name}") from None
+    if not grammar_matches_something(grammar):
+        raise VLLMValidationError(f"structured_outputs.{name}: the constraint matches no output at all (e.g. a $ref "
+                                  "cycle with no value, or an empty character class)", f"structured_outputs.{name}")
+
+
+_BYTE_COMPILER = None
+
+
+def grammar_matches_something(grammar) -> bool:
+    """Whether any string (the empty one included) is in the grammar's language, tokenizer-independently.
+
+    Compiled over a vocabulary of the 256 single bytes plus a stop token: a language with a word in it
+    allows some byte (its first) or the stop token (the empty word) in the matcher's initial state.
+    """
+    global _BYTE_COMPILER
+    import xgrammar as xgr
+    if _BYTE_COMPILER is None:
+        info = xgr.TokenizerInfo([bytes([i]) for i in range(256)] + [b"</s>"], xgr.VocabType.RAW, vocab_size=257,
+                                 stop_token_ids=[256])
+        _BYTE_COMPILER = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
+    try:
+        matcher = xgr.GrammarMatcher(_BYTE_COMPILER.compile_grammar(grammar))
+    except Exception:
+        return True  # a grammar this check cannot compile is left to the engine's compile (and its error)
+    bitmask = xgr.allocate_token_bitmask(1, 257)
+    matcher.fill_next_token_bitmask(bitmask, 0)
+    return bool(bitmask.any())

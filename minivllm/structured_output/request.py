@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import time
 from concurrent.futures import Future
 
 from minivllm.sampling_params import SamplingParams, StructuredOutputsParams
@@ -20,6 +21,8 @@ class StructuredOutputRequest:
 
     params: StructuredOutputsParams
     _grammar: Future | object | Exception | None = None
+    compile_deadline: float | None = None  # time.monotonic() past which a still-compiling grammar is an error
+    compile_timeout_s: float | None = None
 
     @staticmethod
     def from_sampling_params(sampling_params: SamplingParams | None) -> StructuredOutputRequest | None:
@@ -31,7 +34,11 @@ class StructuredOutputRequest:
     def _check_grammar_completion(self) -> bool:
         if isinstance(self._grammar, Future):
             if not self._grammar.done():
-                return False
+                if self.compile_deadline is None or time.monotonic() < self.compile_deadline:
+                    return False
+                self._grammar = TimeoutError(f"the grammar did not compile within {self.compile_timeout_s:g} s "
+                                             "(MINIVLLM_GRAMMAR_COMPILE_TIMEOUT_S)")
+                return True
             error = self._grammar.exception()
             self._grammar = error if error is not None else self._grammar.result()
         return True

@@ -7,6 +7,8 @@ Every error is OpenAI-shaped, {"error": {"message", "type", "param", "code"}}: b
 that disconnects has its request aborted in the core (streaming or not). Request bodies are capped
 (413), and tokenization runs on a thread pool, so one huge prompt never stalls the event loop.
 
+`minivllm serve` builds the config and starts the EngineCore before uvicorn, so a bad setting or a core that
+fails to start is one line on stderr (StartupError / ValueError), not a lifespan traceback.
 Lifecycle as vLLM's: when the EngineCore dies, in-flight streams get an error, /health answers 503 and
 the server exits non-zero a moment later (for a supervisor to restart it). On SIGTERM it stops accepting,
 gives in-flight requests a grace period, ends the rest with an error event, and exits 0.
@@ -48,7 +50,7 @@ from minivllm.entrypoints.openai.protocol import (
     now,
     random_id,
 )
-from minivllm.exceptions import VLLMValidationError
+from minivllm.exceptions import StartupError, VLLMValidationError
 from minivllm.outputs import RequestOutput
 from minivllm.sampling_params import SamplingParams
 
@@ -606,10 +608,30 @@ def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api
 
 def run_server(args: argparse.Namespace, engine_args: EngineArgs) -> int:
     """Serve until SIGTERM/SIGINT (exit status 0) or the core's death (1)."""
+    grace = getattr(args, "shutdown_grace_period", 5.0)
+    engine = start_engine(engine_args)  # before uvicorn: a bad setting is one line, not a lifespan traceback
+    try:
+        return _serve(args, engine_args, engine, grace)
+    finally:
+        engine.shutdown()
+
+
+def start_engine(engine_args: EngineArgs) -> AsyncLLM:
+    """The config (ValueError naming the setting), then the EngineCore; a failed start is a one-line
+    StartupError carrying the core's own last error line (its traceback is in the core's log)."""
+    from minivllm.engine.core import make_vllm_config
+    vllm_config = make_vllm_config(engine_args)
+    try:
+        return AsyncLLM(vllm_config)
+    except (RuntimeError, TimeoutError) as e:
+        lines = [line for line in str(e).splitlines() if line.strip()]
+        raise StartupError(f"{lines[0].rstrip(':')}: {lines[-1]}" if len(lines) > 1 else str(e)) from None
+
+
+def _serve(args: argparse.Namespace, engine_args: EngineArgs, engine: AsyncLLM, grace: float) -> int:
     import uvicorn
 
-    grace = getattr(args, "shutdown_grace_period", 5.0)
-    app = build_app(engine_args, args.served_model_name, args.api_key,
+    app = build_app(engine_args, args.served_model_name, args.api_key, engine=engine,
                     max_request_body_bytes=getattr(args, "max_request_body_bytes", DEFAULT_MAX_REQUEST_BODY_BYTES))
 
     class Server(uvicorn.Server):
