@@ -68,6 +68,8 @@ def _locals(func: ast.AST):
             yield node.id
         elif isinstance(node, ast.arg):
             yield node.arg
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not func:
+            yield node.name  # a nested helper (e.g. choice_as_grammar's escape_ebnf_string)
 
 
 VENDORED = ("vllm/third_party/", "vllm/vllm_flash_attn/")

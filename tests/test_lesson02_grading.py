@@ -34,7 +34,7 @@ def test_solution_gets_all_code_points(solution_ns):
 
 def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
     good = solution_ns["SOURCE_MAP"]
-    check_source_map(dict(good, peek="self.waiting.peek_request()", requeue="waiting.prepend_request(request)",
+    check_source_map(dict(good, peek="self.waiting.peek_request()", requeue="self.skipped_waiting.prepend_requests(step_skipped_waiting)",
                           queue_factory="vllm.v1.core.sched.request_queue.create_request_queue"))
     for bad in (dict(good, peek=good["requeue"], requeue=good["peek"]), dict(good, requeue="appendleft"),
                 dict(good, cached_data="CachedRequestData"), {k: v for k, v in good.items() if k != "peek"},

@@ -40,7 +40,8 @@ def test_nbgrader_end_to_end(tmp_path):
         mutant_source("lesson08", "rows_in_scheduler_order"))
     code = {s: sum(v or 0 for k, v in got.items() if k in CODE_PARTS) for s, got in results.items()}
     assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 1}
-    assert all(got["l08_q1"] is None for got in results.values())  # manual: pending
+    assert {s: got["l08_q1"] for s, got in results.items()} == {  # written: pending; untouched: 0
+        "solution_student": None, "mutant_student": None, "blank_student": 0}
     for student, got in results.items():  # the Colab self-check gives the same points per part
         ns, _ = student_namespace(subs / student / "lesson08" / "lesson08.ipynb")
         assert code_scores(ns) == {k: v for k, v in got.items() if k in CODE_PARTS}, student

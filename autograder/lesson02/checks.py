@@ -401,7 +401,7 @@ def check_boundary(schedule_step) -> None:
 SOURCE_HASHES = {
     "queue_factory": {"56827781bc73d39b"},
     "peek": {"0c2aab4ec5e45534"},
-    "requeue": {"fd8858a1202520b7"},
+    "requeue": {"58c39d23214ad235"},
     "pick_queue": {"d03a66890f95a127"},
     "new_blocks": {"353a841172b097b0"},
     "cached_data": {"fbf40ee5a0ea8d49"},

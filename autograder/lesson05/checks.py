@@ -552,7 +552,7 @@ def check_boundary(fn) -> None:
 
 
 # ---------------------------------------------------------------------------- source map
-SOURCE_KEYS = ["block_tables", "condense_rows", "swap_pair", "reorder_threshold", "sample_rows", "async_input_ids"]
+SOURCE_KEYS = ["block_tables", "condense_rows", "swap_pair", "split_counts", "sample_rows", "async_input_ids"]
 # Accepted names, as sha256 prefixes of the lower-cased last dotted component (never the names themselves: this
 # file ships to students), checked against vLLM 0.27.1 (vllm/v1/worker/block_table.py, gpu_input_batch.py,
 # gpu_model_runner.py).
@@ -560,7 +560,7 @@ SOURCE_HASHES = {
     "block_tables": {"7009e17b0a246888"},
     "condense_rows": {"ae12635d87e19134"},
     "swap_pair": {"bf35445f6fa3a76e"},
-    "reorder_threshold": {"35aa2c7656b91516"},
+    "split_counts": {"c489f360bf13bfbb"},
     "sample_rows": {"afa780bbc5b6a763"},
     "async_input_ids": {"884eb4462f927f68"},
 }

@@ -278,7 +278,7 @@ L02.check_boundary(schedule_step)
 #
 # - `queue_factory`：`Scheduler.__init__` 按调度策略（FCFS 或 priority）构造 `self.waiting` 的那个函数；
 # - `peek`：waiting 循环查看队首请求、但不把它取出的那个队列方法；
-# - `requeue`：`_preempt_request` 把被抢占的请求放回 waiting 队首的那个队列方法；
+# - `requeue`：`schedule()` 一轮遍历 waiting 时跳过的请求（例如还在等远端 KV 的），在这一轮结束时被整批放回 `skipped_waiting` 队首所用的那个队列方法；
 # - `pick_queue`：每接纳一个请求前，选择从 `self.waiting` 还是另一个 waiting 队列里取请求的那个方法；
 # - `new_blocks`：`schedule()` 里记录本步每个请求新分到的 KV 块（`KVCacheBlocks`）的那个局部 dict；
 # - `cached_data`：为本步继续运行（和恢复）的请求构造 `CachedRequestData` 的那个 `Scheduler` 方法。
@@ -287,7 +287,7 @@ L02.check_boundary(schedule_step)
 SOURCE_MAP = {
     "queue_factory": "create_request_queue",  ### BLANK
     "peek": "peek_request",  ### BLANK
-    "requeue": "prepend_request",  ### BLANK
+    "requeue": "prepend_requests",  ### BLANK
     "pick_queue": "_select_waiting_queue_for_scheduling",  ### BLANK
     "new_blocks": "req_to_new_blocks",  ### BLANK
     "cached_data": "_make_cached_request_data",  ### BLANK

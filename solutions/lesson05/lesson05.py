@@ -55,7 +55,7 @@
 # - **slot mapping 在哪里算**：vLLM 先把块表异步拷到 GPU（`commit_block_table`），再由 `BlockTable.compute_slot_mapping` 启动 Triton kernel `_compute_slot_mapping_kernel` 在 GPU 上算；`positions`、`seq_lens` 也由 GPU 上的 `num_computed_tokens` 算出（为异步调度和投机解码的“乐观”长度服务）。minivllm 全部在 CPU 上用 numpy 算，再 `non_blocking` 拷过去——语义相同，少了重叠。
 # - **哪些请求取 logits**：vLLM 对每个请求都取最后一个 token 的 logits（`logits_indices = query_start_loc[1:] - 1`），再用 `discard_request_mask`（`seq_len < num_tokens` 的请求）丢掉中途分块的采样结果；minivllm 只对到达已知 token 末尾的请求取 logits（`emit`），少算几行 LM head。本课的练习按 minivllm 的做法。
 # - **投机解码**：有草稿时 vLLM 用 `_calc_spec_decode_metadata` 为每个请求取 k+1 行 logits；minivllm 的 `_prepare_inputs` 也这样做（第 9 课），本课的练习只做非投机的情形。
-# - **持久批的存储**：vLLM V1 的 `InputBatch` 里，token 表 `token_ids_cpu_tensor` **不是** pinned 的（`pin_memory=False`，也没有 GPU 副本：它只在 CPU 上被索引出本步的 `input_ids`）；采样参数（temperature 等）是 pinned CPU 张量配一份 GPU 张量；块表在单独的类 `BlockTable`（按 KV cache 组可有多个，`MultiGroupBlockTable`）里，是一个 `CpuGpuBuffer`，`commit_block_table(num_reqs)` **每步把前 `num_reqs` 行整个拷到 GPU**（不是只拷变化的部分）。minivllm 的 `InputBatch` 只有 numpy 数组，块表是其中一个二维数组。vLLM 的 `condense` 把末尾的行移进空洞（不交换），minivllm 用 `swap_states`，效果相同。
+# - **持久批的存储**：vLLM V1 的 `InputBatch` 里，token 表 `token_ids_cpu_tensor` **不是** pinned 的（`pin_memory=False`，也没有 GPU 副本：它只在 CPU 上被索引出本步的 `input_ids`）；采样参数（temperature 等）是 pinned CPU 张量配一份 GPU 张量；块表在单独的类 `BlockTable`（按 KV cache 组可有多个）里，是一个 `CpuGpuBuffer`，`commit_block_table(num_reqs)` **每步把前 `num_reqs` 行整个拷到 GPU**（不是只拷变化的部分）。minivllm 的 `InputBatch` 只有 numpy 数组，块表是其中一个二维数组。vLLM 的 `condense` 把末尾的行移进空洞（不交换），minivllm 用 `swap_states`，效果相同。
 # - **decode 排前面**：minivllm 的 `_reorder_batch` 每步都把 decode 换到前面；vLLM V1 的 `_may_reorder_batch` 只在 `reorder_batch_threshold` 不是 `None` 时调用 `reorder_batch_to_split_decodes_and_prefills`（由注意力后端的 metadata builder 给出：FlashInfer、MLA 等给 1，FlashAttention、Triton 后端不给，于是不重排——它们的 varlen kernel 直接处理混合批），重排时分四段：decode、short_extend、long_extend、prefill（首块）。
 # - **写入采样结果**：minivllm 用 `append_token`（minivllm 的名字）把上一步采样的 token 写进行；vLLM V1 在 `_bookkeeping_sync` 里写 `token_ids_cpu`。
 # - **runner 本身**：见上面的方框——课程的模型在 vLLM 0.27.1 上默认由 Model Runner V2 跑，它没有持久批。
@@ -281,7 +281,7 @@ L05.check_boundary(prepare_inputs)
 # - `block_tables`：`InputBatch.block_table` 的类型：为每个 KV cache 组各持有一个 `BlockTable` 的那个类（`vllm/v1/worker/block_table.py`）；
 # - `condense_rows`：`InputBatch.condense` 把末尾的行移进空洞时，对块表调用的那个方法；
 # - `swap_pair`：`InputBatch.swap_states` 交换两行时，对块表调用的那个方法；
-# - `reorder_threshold`：`GPUModelRunner` 的一个属性（由各 attention backend 决定）：query 不超过它个 token 的请求算作 decode、被排到批的前面；
+# - `split_counts`：假定批已按 decode 在前重排好，attention 的 metadata builder 用来找出 decode 与 prefill 的分界、数出两边各有多少请求和 token 的那个函数（`vllm/v1/attention/backends/utils.py`）；
 # - `sample_rows`：`GPUModelRunner` 里存放 `num_computed_tokens + num_scheduled_tokens` 的 CPU 张量，`discard_request_mask` 就是拿它与 `num_tokens` 比较得到的——这个属性的名字；
 # - `async_input_ids`：`GPUModelRunner` 里写 `input_ids` 的方法：异步调度时把上一步还留在 GPU 上的采样 token 拷进它们在本步的位置。
 
@@ -290,7 +290,7 @@ SOURCE_MAP = {
     "block_tables": "MultiGroupBlockTable",  ### BLANK
     "condense_rows": "move_row",  ### BLANK
     "swap_pair": "swap_row",  ### BLANK
-    "reorder_threshold": "reorder_batch_threshold",  ### BLANK
+    "split_counts": "split_decodes_and_prefills",  ### BLANK
     "sample_rows": "optimistic_seq_lens_cpu",  ### BLANK
     "async_input_ids": "_prepare_input_ids",  ### BLANK
 }

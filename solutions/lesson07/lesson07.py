@@ -89,12 +89,12 @@ short_errors("lesson07")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 3. 正确性条件与常见误区
 #
-# - **logprobs 在 temperature 之前**：它描述模型，而不是采样器；放到 temperature 之后，同一个 prompt 换个温度，报告的 logprob 就变了（变异体 `logprobs_after_temperature`）。
-# - **temperature 在 softmax 之前**：把概率除以 T 只是整行缩放，不改变竞赛的胜者，温度等于没有作用（`temperature_after_softmax`）。
-# - **top-p 保留跨过 p 的 token**：“最小的、累积概率 ≥ p 的集合”包含让累积和跨过 p 的那个 token；只保留累积和严格 < p 的 token 会少一个（`top_p_drops_crossing_token`），p 很小时甚至一个都不剩（所以最大的 token 强制保留）。
-# - **top-p 在 top-k 之后、在剩下的 token 上重新归一化**：vLLM 把 top-k 填成 -inf 之后再 softmax；在整个词表的概率上做 top-p 会多砍（`top_p_before_top_k_renormalisation`）。
-# - **min-p 对最大概率，不是对总和**：总和永远是 1，那样阈值就成了固定的 min_p（`min_p_against_sum`）。
-# - **每个带种子的请求一个 generator**：整批共用一个 generator 时，一个请求拿到的随机数取决于它前面排了几行（`one_generator_for_the_batch`）。
+# - **logprobs 在 temperature 之前**：它描述模型，而不是采样器；放到 temperature 之后，同一个 prompt 换个温度，报告的 logprob 就变了。
+# - **temperature 在 softmax 之前**：把概率除以 T 只是整行缩放，不改变竞赛的胜者，温度等于没有作用。
+# - **top-p 保留跨过 p 的 token**：“最小的、累积概率 ≥ p 的集合”包含让累积和跨过 p 的那个 token；只保留累积和严格 < p 的 token 会少一个，p 很小时甚至一个都不剩（所以最大的 token 强制保留）。
+# - **top-p 在 top-k 之后、在剩下的 token 上重新归一化**：vLLM 把 top-k 填成 -inf 之后再 softmax；在整个词表的概率上做 top-p 会多砍。
+# - **min-p 对最大概率，不是对总和**：总和永远是 1，那样阈值就成了固定的 min_p。
+# - **每个带种子的请求一个 generator**：整批共用一个 generator 时，一个请求拿到的随机数取决于它前面排了几行。
 #
 # ### 4. 性能与工程取舍
 #
@@ -307,7 +307,7 @@ L07.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l07_q2", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q2（2 分）
 #
-# vLLM 的 `random_sample` 为什么不用 `torch.multinomial`，而是 `argmax(probs / q)`、`q ~ Exp(1)`？请说明为什么这样抽出的 token 恰好服从 probs，以及它在 GPU 上省掉了什么；本课的卡方检验与 `multiply_by_noise` 变异体说明了什么。
+# vLLM 的 `random_sample` 为什么不用 `torch.multinomial`，而是 `argmax(probs / q)`、`q ~ Exp(1)`？请说明为什么这样抽出的 token 恰好服从 probs，以及它在 GPU 上省掉了什么；本课的卡方检验为什么能拒绝“把概率乘以噪声再取 argmax”（$\arg\max p\cdot q$）的写法，这说明了什么。
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #

@@ -47,7 +47,7 @@
 # > **minivllm ≠ vLLM（本课涉及的差异）**
 # > - 分派的返回值：minivllm 的 `dispatch` 在不用 graph 时返回 None；vLLM V1 的 `CudagraphDispatcher.dispatch` 总是返回 `(CUDAGraphMode, BatchDescriptor)`，不用 graph 时是 `(CUDAGraphMode.NONE, BatchDescriptor(num_tokens))`；V2 返回一个 `BatchExecutionDescriptor`。
 # > - 在哪里录图：minivllm 用显式的 `CUDAGraphWrapper.capture`；vLLM V1 的 `CUDAGraphWrapper` 在 `__call__` 里录——`capture_model` → `_capture_cudagraphs` 用每个尺寸调 `_dummy_run`，包装器第一次见到某个 `BatchDescriptor` 时录制，之后同一描述符直接 replay。
-# > - 什么是 uniform decode：minivllm 只认“每个请求恰好 1 个 token”；vLLM 的 `uniform_decode_query_len = 1 + num_speculative_tokens`，投机解码时每个请求 1 + k 个 token 的批次也是 uniform decode，尺寸按 token 数（请求数 × (1 + k)）算。
+# > - 什么是 uniform decode：minivllm 只认“每个请求恰好 1 个 token”；vLLM 里 uniform decode 的每请求 query 长度是 `1 + num_speculative_tokens`，投机解码时每个请求 1 + k 个 token 的批次也是 uniform decode，尺寸按 token 数（请求数 × (1 + k)）算。
 # > - 混合批次也能录整图：minivllm 只实现 `FULL_DECODE_ONLY`；vLLM 的 attention 后端声明自己的 `AttentionCGSupport`，`ALWAYS`（Triton 后端、FlashAttention 3）表示整图也能装下 prefill 与 decode 混合的批次，`cudagraph_mode=FULL` 时混合批次按 token 数填充后 replay 整图；默认的 `FULL_AND_PIECEWISE` 对 decode 批次用整图、其余批次用分段图。
 
 # %% nbgrader={"grade": false, "grade_id": "l11_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
