@@ -332,7 +332,10 @@ _SERVER: _Server | None = None
 
 
 def server() -> _Server:
+    """The shared server; a fresh one if an earlier answer's exception killed its output handler."""
     global _SERVER
+    if _SERVER is not None and _SERVER.thread.is_alive() and _SERVER.engine.errored:
+        close_server()
     if _SERVER is None or not _SERVER.thread.is_alive():
         _SERVER = _Server()
     return _SERVER
@@ -448,12 +451,14 @@ def check_disconnect(cls, abort_fn) -> None:
             with httpx.stream("POST", srv.url + "/v1/completions", timeout=60, json={
                     "model": NAME, "prompt": SERVER_PROMPT, "max_tokens": DISCONNECT_MAX_TOKENS, "ignore_eos": True,
                     "stream": True, "temperature": 0.0}) as r:
-                for line in r.iter_lines():  # the first token: the request is running in the core
-                    if line.startswith("data: "):
+                seen = 0
+                for line in r.iter_lines():  # tokens arrive: until the core reports the request running
+                    seen += line.startswith("data: ")
+                    busy = srv.core_stats() if seen else None
+                    if seen > 100 or busy and busy.num_running_reqs == 1 and busy.num_free_blocks < total:
                         break
-                busy = srv.core_stats()
-            expect(busy.num_running_reqs == 1 and busy.num_free_blocks < total,
-                   "流进行中应有 1 个运行中的请求占着 KV 块（检查本身出了问题）。")
+            expect(busy is not None and busy.num_running_reqs == 1 and busy.num_free_blocks < total,
+                   f"流进行中应有 1 个运行中的请求占着 KV 块（检查本身出了问题：HTTP {r.status_code}，{busy}）。")
             expect(done.wait(60), "服务器没有取消这个流（检查本身出了问题）。")
             while (st := srv.core_stats()).num_running_reqs or st.num_waiting_reqs:
                 time.sleep(0.02)
