@@ -24,6 +24,8 @@ Input space of the exercise (what changes what the answer must do) and the part 
 | length | output shorter than the hold-back window (a long stop at the very start; a stop prefix at the end) | boundary |
 | engine | OpenAI server, EngineCore in its own process (an abort must cross the socket); speculative decoding | real_server, |
 |        | and async scheduling change only the step shape the OutputProcessor sees (covered above) | boundary |
+| abort | the cancelled stream's one id; the core's abort_requests takes a list of ids | boundary |
+| min_tokens | not part of the exercise: 0 in every check (minivllm's and vLLM's detokenizers have it) | - |
 
 Every stream is compared increment by increment with the engine's own IncrementalDetokenizer (vLLM's rules) fed
 the same groups through the same OutputProcessor; whole texts come from the string itself.
@@ -495,6 +497,7 @@ def name_hash(name: str) -> str:
 
 
 def check_source_map(source_map) -> None:
+    """Names in vLLM at the pin that the lesson does not print (found by reading vLLM, not the lesson)."""
     check_name_map(source_map, SOURCE_KEYS, SOURCE_HASHES, name_hash, "这些概念没有对应到 vLLM 源码中实现它的名字")
 
 

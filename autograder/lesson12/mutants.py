@@ -72,7 +72,7 @@ MUTANTS = {
                                  {"l12_boundary"}),
     "text_after_stop_kept": _m(((CUT, "self.output_text = self.output_text[:best_start] + self.output_text[best_end:]"),),
                                "Removes the stop string but keeps the text that arrived after it in the same step.",
-                               {"l12_main_path", "l12_boundary"}),
+                               {"l12_main_path", "l12_real_server", "l12_boundary"}),
     "include_stop_ignored": _m(((CUT, "self.output_text = self.output_text[:best_start]"),),
                                "Always cuts before the stop string: include_stop_str_in_output=True loses it.",
                                {"l12_main_path", "l12_real_server"}),

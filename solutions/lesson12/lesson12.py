@@ -206,7 +206,7 @@ L12.check_main_path(StreamingDetokenizer, abort_stream)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：真实服务器与真实的 openai 客户端。先用引擎自己的反分词器取一次非流式的贪心输出作为参考；换上你的类之后：非流式输出与参考相同；流式增量拼起来与它相同；从参考文本中间取一个跨 token 边界的 7 字符片段当停止串，流式输出的每个增量都不含它，流正好停在它前面。
+# 第二项检查：真实服务器与真实的 openai 客户端。先用引擎自己的反分词器取一次非流式的贪心输出作为参考；换上你的类之后：非流式输出与参考相同；流式增量拼起来与它相同；从参考文本中间取一个跨 token 边界的 7 字符片段当停止串，流式输出的每个增量都不含它，流正好停在它前面；再把它和两个长短不同、不会出现的停止串放在一起，以及打开 `include_stop_str_in_output`（流停在它之后）各跑一次。失败时打印第一个不对的增量。
 
 # %% nbgrader={"grade": true, "grade_id": "l12_real_server", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 L12.check_real_server(StreamingDetokenizer, abort_stream)
