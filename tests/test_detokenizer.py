@@ -165,3 +165,51 @@ def test_several_stop_strings_stop_at_the_earliest_completion(tok):
         detok = IncrementalDetokenizer(tok, SamplingParams(stop=stops, include_stop_str_in_output=False), [1])
         detok.update(ids, False)
         assert detok.output_text == text and not any(s in detok.output_text for s in stops)
+
+
+# ---------------------------------------------------------------- priming and reset (vLLM's FastIncrementalDetokenizer)
+def metaspace_tokenizer(decoder=None):
+    """A SentencePiece-like tokenizer built offline: a Unigram model with a Metaspace pre-tokenizer and decoder."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    pieces = ["<unk>", "<s>", "</s>", "▁Hello", "▁world", "▁the", "▁sun", "!", "a", "b", "ab"]
+    rust = Tokenizer(models.Unigram([(p, -1.0) for p in pieces], unk_id=0))
+    rust.pre_tokenizer = pre_tokenizers.Metaspace()
+    rust.decoder = decoder or decoders.Metaspace()
+    return PreTrainedTokenizerFast(tokenizer_object=rust, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+
+
+def _stream(tok, prompt_ids, output_ids, params=None):
+    detok = IncrementalDetokenizer(tok, params or SamplingParams(), prompt_ids)
+    deltas = []
+    for t in output_ids:
+        detok.update([t], False)
+        deltas.append(detok.get_next_output_text(False, delta=True))
+    return deltas, detok
+
+
+def test_metaspace_first_output_token_keeps_its_space():
+    """Unprimed, a Metaspace decoder strips the space of the first token it sees: ' world' came out 'world'."""
+    tok = metaspace_tokenizer()
+    prompt, out = tok.encode("Hello"), tok.encode("world the sun!", add_special_tokens=False)
+    deltas, detok = _stream(tok, prompt, out)
+    assert deltas[0] == " world"
+    full = tok.decode(prompt + out, skip_special_tokens=True)
+    assert detok.output_text == full[len(tok.decode(prompt, skip_special_tokens=True)):] == " world the sun!"
+
+
+def test_byte_level_priming_leaves_text_unchanged(tok):
+    ids = tok.encode(TEXT, add_special_tokens=False)
+    for prompt in ([1], tok.encode("ROMEO:"), tok.encode("你好")):
+        deltas, detok = _stream(tok, prompt, ids)
+        assert "".join(deltas) + detok.get_next_output_text(True, True) == TEXT
+
+
+def test_invalid_prefix_resets_the_stream():
+    """A decoder that rewrites earlier text ('a' then 'ab' -> 'X') makes DecodeStream raise 'Invalid prefix';
+    vLLM starts a fresh stream and goes on instead of failing the request."""
+    from tokenizers import decoders
+    tok = metaspace_tokenizer(decoders.Sequence([decoders.Fuse(), decoders.Replace("ab", "X")]))
+    a, b, sun = tok.convert_tokens_to_ids(["a", "b", "▁sun"])
+    deltas, detok = _stream(tok, [a], [b, a, sun])  # 'Xa' does not start with the prefix 'a': reset at the 2nd
+    assert deltas == ["", "a", "▁sun"] and detok.output_text == "a▁sun"

@@ -1,10 +1,14 @@
 """Lesson 12 — what the notebook shows (never called by a check), all on the checks' real server:
 
     request_timeline()              one streamed request: client send/chunks, frontend receipts, core steps
+    print_timeline(tl)              its table, then this run's TTFT, step time and core -> frontend latency
     plot_timeline(tl)               figure 12-1: the request across the two processes
+    leaked_increment(chunks, text)  the first streamed increment that goes past the non-streamed text
     bench_rates(rates)              `minivllm bench serve` (its benchmark()) at each request rate
     print_bench(rows), plot_bench(rows)   the TTFT/TPOT/ITL percentiles and figure 12-2
-    process_split(rounds)           LLM throughput with the EngineCore in this process vs its own (A B A B)
+    process_split(rounds), print_split(split)   LLM throughput, EngineCore in this process vs its own (A B A B)
+
+The numbers the lesson's prose discusses are printed by these functions from the student's own run.
 """
 from __future__ import annotations
 
@@ -20,8 +24,10 @@ from autograder.lesson12.checks import DEFAULT_MODEL, ENGINE, NAME, SERVER_PROMP
 
 
 def request_timeline(max_tokens: int = 12) -> dict:
-    """Monotonic times (shared by both processes on Linux): the core's step ends (EngineCoreOutputs.timestamp),
-    the frontend's receipt of each batch, and the client's SSE chunks."""
+    """Monotonic times: the core's step ends (EngineCoreOutputs.timestamp), the frontend's receipt of each batch,
+    and the client's SSE chunks. Comparable only because both processes run on this host (Linux's
+    CLOCK_MONOTONIC is one clock per machine); vLLM's EngineCoreEvent docstring warns against comparing them
+    across processes in general."""
     srv = server()
     core = srv.app.state.serving.engine.engine_core
     original = core.get_output_async
@@ -56,6 +62,11 @@ def print_timeline(tl: dict) -> None:
         print(f"{i:>4} {1e3 * (core_t - t0):>19.1f} {1e3 * (recv_t - t0):>16.1f} {1e3 * (recv_t - core_t):>16.2f}")
     print(f"TTFT seen by the client: {1e3 * (tl['chunks'][0] - t0):.1f} ms; {len(tl['chunks'])} SSE chunks; "
           f"whole request {1e3 * (tl['t_done'] - t0):.1f} ms")
+    lag = [1e3 * (recv - core) for core, recv, _ in tl["steps"]]
+    gaps = [1e3 * (b[0] - a[0]) for a, b in zip(tl["steps"], tl["steps"][1:], strict=False)]
+    if lag and gaps:
+        print(f"本次运行：核心一步约 {statistics.median(gaps):.1f} ms（中位数），核心 -> 前端中位数 "
+              f"{statistics.median(lag):.2f} ms、最大 {max(lag):.1f} ms")
 
 
 def plot_timeline(tl: dict):
@@ -76,6 +87,16 @@ def plot_timeline(tl: dict):
     ax.set_title("Figure 12-1: one streamed request across the two processes")
     fig.tight_layout()
     return fig
+
+
+def leaked_increment(chunks: list[str], text: str) -> tuple[int, str] | None:
+    """(number, increment) of the first streamed increment whose text runs past `text`, or None."""
+    sent = ""
+    for k, c in enumerate(chunks):
+        sent += c
+        if not text.startswith(sent):
+            return k + 1, c
+    return None
 
 
 def _bench_args(rate: float, num_prompts: int, input_len: int, output_len: int) -> argparse.Namespace:
@@ -112,6 +133,10 @@ def print_bench(rows: list[dict]) -> None:
         print(f"{m['request_rate']:>6} {m['request_throughput']:>6.2f} {m['output_throughput']:>7.1f} | "
               f"{m['median_ttft_ms']:>8.1f} {m['p99_ttft_ms']:>7.1f} | {m['median_tpot_ms']:>8.1f} "
               f"{m['p99_tpot_ms']:>6.1f} | {m['median_itl_ms']:>7.1f} {m['p99_itl_ms']:>6.1f}")
+    lo, hi = rows[0], rows[-1]
+    print(f"本次运行，请求率 {lo['request_rate']} -> {hi['request_rate']}：TTFT 中位数 {lo['median_ttft_ms']:.0f} -> "
+          f"{hi['median_ttft_ms']:.0f} ms，TPOT 中位数 {lo['median_tpot_ms']:.1f} -> {hi['median_tpot_ms']:.1f} ms，"
+          f"吞吐 {lo['request_throughput']:.2f} -> {hi['request_throughput']:.2f} req/s")
 
 
 def plot_bench(rows: list[dict]):
@@ -155,3 +180,13 @@ def process_split(rounds: int = 3, num_prompts: int = 8, max_tokens: int = 16) -
             llm.llm_engine.shutdown()
     med = {k: statistics.median(v) for k, v in rates.items()}
     return {"tok_per_s": med, "ratio_mp_over_inproc": med["multiprocess"] / med["in-process"], "runs": rates}
+
+
+def print_split(split: dict) -> None:
+    for name, v in split["tok_per_s"].items():
+        print(f"{name:<13} 中位数 {v:7.1f} output tok/s   各轮 {[round(x) for x in split['runs'][name]]}")
+    r = split["ratio_mp_over_inproc"]
+    lo = min(split["runs"]["multiprocess"]) / max(split["runs"]["in-process"])
+    hi = max(split["runs"]["multiprocess"]) / min(split["runs"]["in-process"])
+    verdict = "多进程更快" if lo > 1 else "同进程更快" if hi < 1 else "各轮的范围重叠，这几轮分不出快慢"
+    print(f"multiprocess / in-process = {r:.2f}（各轮之间 {lo:.2f}～{hi:.2f}）：这台机器上这次{verdict}。")

@@ -1,7 +1,10 @@
 """IncrementalDetokenizer (vLLM: v1/engine/detokenizer.py): token ids -> text, one token at a time.
 
 tokenizers' DecodeStream holds back bytes until they form whole UTF-8 characters, so a multi-byte
-character split across tokens never shows up as U+FFFD in a stream. Stop strings are checked only in
+character split across tokens never shows up as U+FFFD in a stream. As vLLM's FastIncrementalDetokenizer,
+the stream is primed with the prompt's ids (a SentencePiece/Metaspace decoder drops the leading space of
+the first token of a sequence, which the first output token is not), and it is started afresh, unprimed,
+when tokenizers reports an invalid prefix (a decoder that rewrites earlier text). Stop strings are checked only in
 the newly added text (plus a tail as long as the longest stop string), as vLLM does:
 - the text of the first min_tokens tokens cannot end the request (nor can any stop string before then);
 - when several stop strings match, the one that completes earliest in the text wins (ties: list order),
@@ -10,11 +13,15 @@ the newly added text (plus a tail as long as the longest stop string), as vLLM d
 """
 from __future__ import annotations
 
+import logging
 import sys
 
 from tokenizers.decoders import DecodeStream
 
 from minivllm.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
+INVALID_PREFIX_ERR_MSG = "Invalid prefix encountered"  # tokenizers' DecodeStream error (vLLM: same constant)
 
 
 def check_stop_strings(output_text: str, new_char_count: int, stop: list[str],
@@ -39,7 +46,8 @@ class IncrementalDetokenizer:
 
     def __init__(self, tokenizer, params: SamplingParams, prompt_token_ids: list[int]) -> None:
         self._tokenizer = tokenizer._tokenizer  # the Rust tokenizer behind the HF fast tokenizer
-        self.stream = DecodeStream(skip_special_tokens=params.skip_special_tokens)
+        self.skip_special_tokens = params.skip_special_tokens
+        self.stream = DecodeStream(ids=list(prompt_token_ids), skip_special_tokens=self.skip_special_tokens)
         self.stop = params.stop or []
         self.min_tokens = params.min_tokens
         self.include_stop = params.include_stop_str_in_output
@@ -57,7 +65,7 @@ class IncrementalDetokenizer:
         ids = new_token_ids[:-1] if skip_last else new_token_ids
         check_from = len(self.output_text)
         for token_id in ids:
-            piece = self.stream.step(self._tokenizer, token_id)
+            piece = self._step(token_id)
             if piece:
                 self.output_text += piece
             self.num_output_tokens += 1
@@ -73,6 +81,17 @@ class IncrementalDetokenizer:
         if cut != -1:
             self.output_text = self.output_text[:cut]
         return stop_str
+
+    def _step(self, token_id: int) -> str | None:
+        """DecodeStream.step; on an invalid prefix, a fresh unprimed stream goes on (vLLM: _protected_step)."""
+        try:
+            return self.stream.step(self._tokenizer, token_id)
+        except Exception as e:
+            if not str(e).startswith(INVALID_PREFIX_ERR_MSG):
+                raise
+            logger.warning("invalid prefix in incremental detokenization: resetting the decode stream")
+            self.stream = DecodeStream(skip_special_tokens=self.skip_special_tokens)
+            return self.stream.step(self._tokenizer, token_id)
 
     def get_next_output_text(self, finished: bool, delta: bool) -> str:
         """Whole text, or only what is new since the last call (for streaming).

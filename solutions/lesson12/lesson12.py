@@ -14,14 +14,14 @@
 #
 # ## 本课目标与通过标准
 #
-# 本课产出：能说清一个流式请求的完整路径——HTTP 请求进入 `api_server`，`AsyncLLM.generate` 把它交给 `InputProcessor` 变成 `EngineCoreRequest`，经 ZMQ（msgspec 编码）送进**另一个进程**里的 `EngineCore`；每一步的 `EngineCoreOutputs` 沿另一条 ZMQ 套接字回来，由输出处理循环（`_run_output_handler`）交给 `OutputProcessor`，增量反分词、检查停止串，放进每个请求的 `RequestOutputCollector`，最后变成一个个 SSE `data:` 事件。亲手写出输出处理器每个请求的那一步：增量反分词（多字节字符跨 token）、停止串检查与 hold-back，以及客户端断开时的 abort 路径，并把它接进真实的服务器。
+# 本课产出：能说清一个流式请求的完整路径——HTTP 请求进入 `api_server`，`AsyncLLM.generate` 把它交给 `InputProcessor` 变成 `EngineCoreRequest`，经 ZMQ（msgspec 编码）送进**另一个进程**里的 `EngineCore`；每一步的 `EngineCoreOutputs` 沿另一条 ZMQ 套接字回来，由输出处理循环（`_run_output_handler`）交给 `OutputProcessor`，增量反分词、检查停止串，放进每个请求的 `RequestOutputCollector`，最后变成一个个 SSE `data:` 事件。亲手写出输出处理器每个请求的那一步：增量反分词（多字节字符跨 token、用 prompt 预热解码流）、停止串检查与 hold-back，以及客户端断开时的 abort 路径，并把它接进真实的服务器。
 #
 # 通过要求：唯一代码填空题通过全部断言；Q1～Q3 都能沿源码对象给出因果链；能指出一个正确性不变量（流式增量拼起来等于非流式文本，停止串不出现在任何增量里）、一个性能边界（进程拆分用一次序列化与 ZMQ 往返换来前端与 GPU 步的重叠）和一个需要 benchmark 才能确认的结论（服务器在多大请求率下饱和）；总分至少 8/10。
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
 # | 代码·主路径（真实 `OutputProcessor` 上的流 1 分 + 真实服务器与 openai 客户端 1 分） | 2 | 自动 |
-# | 代码·边界条件（第一个 token 就是停止串、未完成的停止串前缀、EOS、客户端断开后 KV 块被释放） | 1 | 自动 |
+# | 代码·边界条件（第一个 token 就是停止串、输出比 hold-back 窗口还短、一步给出全部 token、EOS / stop token / 特殊 token、客户端断开后请求离开 EngineCore） | 1 | 自动 |
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
@@ -34,15 +34,15 @@
 #
 # | 顺序 | vLLM 文件与入口（8e958902eee5） | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | [`vllm/entrypoints/openai/`](https://github.com/vllm-project/vllm/tree/8e958902eee5/vllm/entrypoints/openai)：`api_server.py`（`build_app`）、`completion/serving.py`（`OpenAIServingCompletion.completion_stream_generator`）；[`vllm/entrypoints/serve/utils/api_utils.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/entrypoints/serve/utils/api_utils.py)（`with_cancellation`） | `minivllm/entrypoints/openai/api_server.py`：`build_app`、`create_completion`、`_completion_stream`、`with_cancellation`、`sse`；`protocol.py`；`metrics.py` | 一个 SSE 事件里装的是什么？客户端断开时，谁发现、谁取消 `generate()`？ |
+# | 1 | [`vllm/entrypoints/openai/`](https://github.com/vllm-project/vllm/tree/8e958902eee5/vllm/entrypoints/openai)：`api_server.py`（`build_app`）、`completion/api_router.py`（`create_completion` 返回 `StreamingResponse`）、`completion/serving.py`（`OpenAIServingCompletion.completion_stream_generator`）；[`vllm/entrypoints/serve/utils/api_utils.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/entrypoints/serve/utils/api_utils.py)（`with_cancellation`） | `minivllm/entrypoints/openai/api_server.py`：`build_app`、`create_completion`、`_completion_stream`、`CancellableStreamingResponse`、`with_cancellation`、`sse`；`protocol.py`；`metrics.py` | 一个 SSE 事件里装的是什么？客户端断开时，谁发现、谁取消 `generate()`？ |
 # | 2 | [`vllm/v1/engine/async_llm.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/async_llm.py)：`AsyncLLM.add_request`、`generate`、`_run_output_handler`、`abort` | `minivllm/engine/async_llm.py`：`AsyncLLM.add_request`、`generate`、`_run_output_handler`、`_abort` | 输出处理循环为什么是一个独立的 asyncio task？`generate()` 被取消时做了哪两件事？ |
 # | 3 | [`vllm/v1/engine/core_client.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core_client.py)：`AsyncMPClient`、`MPClient`；[`vllm/v1/serial_utils.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/serial_utils.py)：`MsgpackEncoder`、`MsgpackDecoder`；[`vllm/v1/engine/__init__.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/__init__.py)：`EngineCoreRequest`、`EngineCoreOutputs` | `minivllm/engine/core_client.py`：`AsyncMPClient`、`MPClient`；`minivllm/engine/__init__.py`：msgspec `Struct` | 请求和输出各走哪条 ZMQ 套接字（ROUTER/DEALER、PUSH/PULL）？为什么消息是 `array_like` 的 msgspec Struct？ |
 # | 4 | [`vllm/v1/engine/core.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py)：`EngineCoreProc.run_busy_loop`、`process_input_sockets`、`process_output_sockets` | `minivllm/engine/core.py`：`EngineCoreProc` | 核心进程里谁收、谁算、谁发？三者为什么在不同线程？ |
 # | 5 | [`vllm/v1/engine/output_processor.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/output_processor.py)：`OutputProcessor.process_outputs`、`abort_requests`、`RequestState`、`RequestOutputCollector` | `minivllm/engine/output_processor.py`：同名 | 停止串在前端被发现时，为什么还要回头去 abort 核心里的请求（`reqs_to_abort`）？读得慢的流怎样合并增量？ |
-# | 6 | [`vllm/v1/engine/detokenizer.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/detokenizer.py)：`BaseIncrementalDetokenizer.update`、`get_next_output_text`（`stop_buffer_length`）、`FastIncrementalDetokenizer`（`DecodeStream`）、`check_stop_strings` | `minivllm/engine/detokenizer.py`：`IncrementalDetokenizer`、`check_stop_strings` | 为什么不能逐 token 独立解码？运行中为什么要扣下最后 `stop_buffer_length` 个字符？ |
+# | 6 | [`vllm/v1/engine/detokenizer.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/detokenizer.py)：`BaseIncrementalDetokenizer.update`、`get_next_output_text`（`stop_buffer_length`）、`FastIncrementalDetokenizer`（`DecodeStream`：构造时喂入 prompt，出错时重建）、`check_stop_strings` | `minivllm/engine/detokenizer.py`：`IncrementalDetokenizer`、`check_stop_strings` | 为什么不能逐 token 独立解码？解码流为什么要先看到 prompt？运行中为什么要扣下最后 `stop_buffer_length` 个字符？ |
 # | 7 | [`vllm/benchmarks/serve.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/benchmarks/serve.py)：`benchmark`、`calculate_metrics` | `minivllm/benchmarks/serve.py`（`minivllm bench serve`） | TTFT、TPOT、ITL 各从哪两个时间点量出？请求率怎样产生（Poisson）？ |
 #
-# 源码快照：vLLM 8e958902eee5。与 vLLM 的差异：vLLM 的 `MsgpackEncoder` 对张量走零拷贝的辅助帧，minivllm 直接用 `msgspec.msgpack.Encoder`（消息里只有 token id 等小对象）；vLLM 的 `IncrementalDetokenizer` 有 Fast（`DecodeStream`）和 Slow（Python 的 `detokenize_incrementally`）两种，minivllm 只有 Fast 一种；vLLM 的 `OutputProcessor` 支持 n > 1、pooling 与流式输入，minivllm 每个请求一个输出；vLLM 的 `abort_requests` 带 `internal` 参数区分内部与外部 id，minivllm 只有一种 id。本课的练习类去掉了 `min_tokens`（minivllm 的 `IncrementalDetokenizer` 有），其余语义与 vLLM 相同。
+# 源码快照：vLLM 8e958902eee5（0.27.1 wheel）。minivllm 与它的每一处差异列在本课末尾的“与 vLLM 0.27.1 的差异”里；本课练习类比 vLLM 少的东西也在那里。
 
 # %% nbgrader={"grade": false, "grade_id": "l12_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。
@@ -83,21 +83,22 @@ short_errors("lesson12")  # 评分单元格失败时只显示三行：哪一部�
 # ### 3. 正确性条件与常见误区
 #
 # - **增量反分词**：字节级 BPE 里一个汉字或 emoji 的 UTF-8 字节常常分在 2～4 个 token 里。逐个 token 独立解码，每个不完整的字节序列都会变成 U+FFFD（�）。`tokenizers` 的 `DecodeStream` 记住前面的 token，只在字节凑成完整字符时才吐出文本。
+# - **解码流要先看到 prompt**：SentencePiece 一类分词器（`Metaspace` 解码器，Llama 2、T5 等）把空格写成 token 开头的 `▁`，解码时把它变回空格——但序列**开头**的那个 `▁` 被去掉。一个空的解码流把第一个输出 token 当作序列开头，`"▁what"` 就成了 `"what"`，输出前面少一个空格。所以 vLLM 的 `FastIncrementalDetokenizer` 构造 `DecodeStream` 时用构造参数 `ids` 先喂入 prompt 的 token（tokenizers ≥ 0.22 才有，vLLM 称之为 native prefill），之后的 `step` 只返回新 token 带来的文本；字节级 BPE 不受影响。`DecodeStream` 偶尔报 “Invalid prefix encountered”（解码器改写了前面已经给出的文本），vLLM 这时换一个不带 prompt 的新流继续，而不是让请求失败；minivllm 的 `IncrementalDetokenizer` 也这样做。
 # - **停止串与 hold-back**：停止串可以跨 token、跨步出现。第 t 步的文本结尾可能是停止串的前缀（例如停止串是 `"Juliet is"`，这一步的文本以 `" Jul"` 结尾）：它将来可能变成停止串（那时必须被删掉），也可能不会。已经发出的增量收不回来，所以运行中的请求要**扣下**最后 `len(最长停止串) - 1` 个字符（`stop_buffer_length`），结束时再全部放出。
 # - **停止串的搜索起点**：停止串可能从上一步的文本里开始，所以只在“新文本加上前面 `len(s) - 1` 个字符”里找，既不漏也不会重复扫描整段文本。找到后文本截到停止串**之前**，同一步里它后面的文本也一并丢掉。
 # - **增量拼起来等于全文**：每次只发出 `[sent, end)`，结束时发出剩下的全部；发过的不再发。
-# - **断开连接**：客户端断开，uvicorn 报告 `http.disconnect`，`generate()` 所在的 task 被取消；`generate()` 的 `except CancelledError` 调 `abort`：前端忘掉这个流（`OutputProcessor.abort_requests`），**并且**通知核心（`engine_core.abort_requests`），调度器才会在下一步把请求移出 batch、释放它的 KV 块。只做前一半，核心会一直生成到 `max_tokens`，占着 batch 的位置和 KV 块。
+# - **断开连接**：客户端断开时，uvicorn 把 `http.disconnect` 消息交给应用。流式请求里发现它的是 Starlette 的 `StreamingResponse`：它一边发送 body、一边等这条消息，收到就取消 body 迭代器（`with_cancellation` 只管 handler 返回之前的那一段，返回 `StreamingResponse` 之后就交给响应对象，vLLM 的 docstring 这样写）。迭代器被关闭，`generate()` 里的 `except (asyncio.CancelledError, GeneratorExit)` 调 `abort`：前端忘掉这个流（`OutputProcessor.abort_requests`），**并且**通知核心（`engine_core.abort_requests_async`），调度器才会在下一步把请求移出 batch、释放它的 KV 块。只做前一半，核心会一直生成到 `max_tokens`，占着 batch 的位置和 KV 块。
 #
 # ### 4. 性能与工程取舍
 #
-# - 进程拆分的收益是重叠：核心在算第 t+1 步时，前端在反分词、写 SSE 第 t 步的结果；代价是每步一次 msgspec 编解码和 ZMQ 往返、多一个进程的内存和启动时间，以及在 CPU 很少时两个进程互相争抢核（Q1）。
+# - 进程拆分的收益是重叠：核心在算第 t+1 步时，前端在反分词、写 SSE 第 t 步的结果；代价是每步一次 msgspec 编解码和 ZMQ 往返、多一个进程的内存和启动时间，以及在 CPU 很少时两个进程可能互相争抢核——也可能恰恰因为两边并行而更快：哪一种，要看下面“进程拆分”一节在你的机器上的实测（Q1）。
 # - 信箱（`RequestOutputCollector`）里最多放一个输出：读得慢的流把增量合并，而不是堆成越来越长的队列。
 # - 在线服务的性能要看分布：TTFT 主要由排队与 prefill 决定，TPOT/ITL 由每步时间（batch 越大越慢）决定；请求率超过服务能力时，队列无限增长，TTFT 随时间上升（Q3）。
 
 # %% [markdown]
 # ## 具体演示：一个请求穿过两个进程
 #
-# 下面的单元格启动一个真实的服务器（uvicorn 在本进程的一个线程里监听 127.0.0.1，`AsyncLLM` 的 EngineCore 在它自己的进程里；模型是训练过的小模型 shakespeare-llama，2 核 CPU），然后发一个流式请求（12 个 token），记录三个时间：核心每一步结束的时刻（`EngineCoreOutputs.timestamp`，核心进程里的 `time.monotonic()`，Linux 上两个进程共用这个时钟）、前端收到这批输出的时刻、客户端收到每个 SSE 事件的时刻。评分检查用的也是这同一个服务器。
+# 下面的单元格启动一个真实的服务器（uvicorn 在本进程的一个线程里监听 127.0.0.1，`AsyncLLM` 的 EngineCore 在它自己的进程里；模型是训练过的小模型 shakespeare-llama，2 核 CPU），然后发一个流式请求（12 个 token），记录三个时间：核心每一步结束的时刻（`EngineCoreOutputs.timestamp`，核心进程里的 `time.monotonic()`）、前端收到这批输出的时刻、客户端收到每个 SSE 事件的时刻。不同进程的 monotonic 时间戳只在**同一台主机**上可以相减（Linux 的 `CLOCK_MONOTONIC` 是整台机器一个时钟）；vLLM 在 `EngineCoreEvent` 的 docstring 里提醒这些时间戳不要跨进程比较——它的前端只用它们算同一进程里的间隔。这里两个进程在一台机器上，所以可以画在一条时间轴上。评分检查用的也是这同一个服务器。
 
 # %%
 timeline = L12.request_timeline()
@@ -105,12 +106,14 @@ L12.print_timeline(timeline)
 L12.plot_timeline(timeline);
 
 # %% [markdown]
-# 图 12-1：一个流式请求在两个进程之间的时间线。第一个点之前的空白是 HTTP 解析、分词、ZMQ 发送、核心排队与 prefill；之后核心每一步结束（上行），不到 1 ms 后前端就收到了这批输出（中行：msgspec 编解码 + ZMQ + 事件循环调度），再经反分词、JSON、SSE 到达客户端（下行）。核心的步与步之间没有等待前端：前端的工作与下一步的前向重叠——这就是进程拆分买来的东西。本机实测：机器空闲时核心到前端约 0.3～0.4 ms、每步约 4 ms、TTFT 约 140 ms；8 个人共用 2 个核时，前端进程抢不到核，几步的输出在 ZMQ 里攒着、被一次收走（“ZMQ+decode”一列从几 ms 到 30 ms 不等，多个点连到同一时刻），TTFT 约 280 ms——这正是 Q1 里“两个进程争抢同一批核”的代价，读表时先看这一列。
+# 图 12-1：一个流式请求在两个进程之间的时间线。第一个点之前的空白是 HTTP 解析、分词、ZMQ 发送、核心排队与 prefill；之后核心每一步结束（上行），前端很快收到这批输出（中行：msgspec 编解码 + ZMQ + 事件循环调度），再经反分词、JSON、SSE 到达客户端（下行）。表格最后一行是**你这次运行**的数字：核心每步多长、核心到前端的延迟。核心的步与步之间不等前端：前端的工作与下一步的前向重叠——这就是进程拆分买来的东西。机器忙时（例如多人共用 2 个核），前端进程抢不到核，几步的输出在 ZMQ 里攒着、被一次收走：“ZMQ+decode”一列变大，多条连线汇到同一时刻。作者的对照（2 核 CPU 容器，无 GPU）：空闲时核心到前端约 0.3～0.4 ms、每步约 4 ms、TTFT 约 140 ms；8 个进程共用这 2 个核时这一列达到 30 ms、TTFT 约 280 ms。你的数字取决于核数和当时的负载，以你的输出为准。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
 #
-# 下面是 vLLM `BaseIncrementalDetokenizer`（`FastIncrementalDetokenizer` 的 `DecodeStream` 路径）与 `AsyncLLM.abort` 的精简版，接口与 minivllm 的 `IncrementalDetokenizer` 相同：`OutputProcessor` 为每个请求建一个 `StreamingDetokenizer(tokenizer, params, prompt_token_ids)`，每步调 `update(new_token_ids, stop_terminated)`（`stop_terminated`：这一步的最后一个 token 是 EOS 或 stop token），再调 `get_next_output_text(finished, delta)` 取出这次发给流的文本。`abort_stream(engine, request_id)` 是 `generate()` 被取消时 `AsyncLLM` 走的路径。7 处 `______` 是决策点。
+# 下面是 vLLM `BaseIncrementalDetokenizer`（`FastIncrementalDetokenizer` 的 `DecodeStream` 路径）与 `AsyncLLM.abort` 的精简版，接口与 minivllm 的 `IncrementalDetokenizer` 相同：`OutputProcessor` 为每个请求建一个 `StreamingDetokenizer(tokenizer, params, prompt_token_ids)`，每步调 `update(new_token_ids, stop_terminated)`（`stop_terminated`：这一步的最后一个 token 是 EOS 或 stop token），再调 `get_next_output_text(finished, delta)` 取出这次发给流的文本（`delta=False` 时是到目前为止的全文）。`abort_stream(engine, request_id)` 是 `generate()` 被取消时 `AsyncLLM` 走的路径。8 处 `______` 是决策点。
+#
+# 要照顾到的输入：两类分词器（字节级 BPE；SentencePiece 式的 Metaspace，它的 `▁` 取决于前文）；没有、一个或几个长短不同的停止串；`include_stop_str_in_output` 与 `skip_special_tokens` 两种取值；一步 1 个或许多个 token（投机解码一步给出 k+1 个）；比 hold-back 窗口还短的输出；以长度、停止串、EOS / stop token 结束或被客户端断开。
 #
 # 评分检查把你的类和函数换进真实的前端（`minivllm.engine.output_processor` 里的 `IncrementalDetokenizer` 与 `AsyncLLM._abort`），离开检查时恢复原样。
 #
@@ -122,12 +125,14 @@ class StreamingDetokenizer:
 
     def __init__(self, tokenizer, params, prompt_token_ids):
         self.rust_tokenizer = tokenizer._tokenizer          # the Rust tokenizer behind the HF fast tokenizer
-        self.stream = DecodeStream(skip_special_tokens=params.skip_special_tokens)
+        # TODO 1. The incremental decoder: what must it have seen before the first output token (a SentencePiece
+        #         "▁word" decodes to " word" only after other text), and which tokens does it leave out?
+        self.stream = DecodeStream(ids=list(prompt_token_ids), skip_special_tokens=params.skip_special_tokens)  ### BLANK
         self.stop = list(params.stop or [])
         self.include_stop = params.include_stop_str_in_output
         self.output_text = ""
         self.sent = 0                                        # characters already given to the stream
-        # TODO 1. While running, how many trailing characters may still become the start of a stop string?
+        # TODO 2. While running, how many trailing characters may still become the start of a stop string?
         self.stop_buffer_length = max((len(s) for s in self.stop), default=1) - 1  ### BLANK
         if self.include_stop:
             self.stop_buffer_length = 0
@@ -138,17 +143,17 @@ class StreamingDetokenizer:
             new_token_ids = new_token_ids[:-1]               # an EOS / stop token adds no text
         start = len(self.output_text)
         for token_id in new_token_ids:
-            # TODO 2. The text this token adds, without splitting a multi-byte character across tokens.
+            # TODO 3. The text this token adds, without splitting a multi-byte character across tokens.
             piece = self.stream.step(self.rust_tokenizer, token_id)  ### BLANK
             self.output_text += piece or ""
-        # TODO 3. A stop string may have begun before this step's text: where does the search start?
+        # TODO 4. A stop string may have begun before this step's text: where does the search start?
         best, best_start, best_end = None, 0, len(self.output_text) + 1
         for s in self.stop:
             i = self.output_text.find(s, max(0, start - len(s) + 1))  ### BLANK
             if i != -1 and i + len(s) < best_end:
                 best, best_start, best_end = s, i, i + len(s)
         if best is not None:
-            # TODO 4. What is left of the text when a stop string completed?
+            # TODO 5. What is left of the text when a stop string completed?
             self.output_text = self.output_text[:best_end if self.include_stop else best_start]  ### BLANK
         return best
 
@@ -157,11 +162,11 @@ class StreamingDetokenizer:
         if finished:
             end = len(self.output_text)
         else:
-            # TODO 5. A running request keeps back what could still turn into a stop string.
+            # TODO 6. A running request keeps back what could still turn into a stop string.
             end = len(self.output_text) - self.stop_buffer_length  ### BLANK
         if not delta:
             return self.output_text[:max(end, 0)]
-        # TODO 6. The new text of this call.
+        # TODO 7. The new text of this call.
         text = self.output_text[self.sent:end] if end > self.sent else ""  ### BLANK
         self.sent += len(text)
         return text
@@ -171,7 +176,7 @@ def abort_stream(engine, request_id):
     """The client went away (its generate() was cancelled): end the request on both sides of the socket."""
     aborted = engine.output_processor.abort_requests([request_id])   # the frontend forgets the stream
     if aborted and not engine.errored:
-        # TODO 7. Who else still holds this request, its KV blocks and its slot in the batch?
+        # TODO 8. Who else still holds this request, its KV blocks and its slot in the batch?
         engine.engine_core.abort_requests(aborted)  ### BLANK
 
 
@@ -180,7 +185,7 @@ def abort_stream(engine, request_id):
 report("lesson12", globals())
 
 # %% [markdown]
-# 第一项检查：真实的 `OutputProcessor` 用你的类处理一段已知文本的 token（按不均匀的分组一步步送入，流式 delta 模式）：没有停止串时增量拼起来等于全文；停止串跨 token 时它不出现在任何增量里、流正好停在它前面、`finish_reason` 是 `"stop"`；中文和 emoji 一个字节 token 一步时不出现 U+FFFD。参考答案来自字符串本身（`text[:text.find(stop)]`），不来自引擎的反分词器。
+# 第一项检查：真实的 `OutputProcessor` 用你的类处理一段已知文本的 token（按不均匀的分组一步步送入）：没有停止串时增量拼起来等于全文；停止串跨 token 时它不出现在任何增量里、流正好停在它前面、`finish_reason` 是 `"stop"`；几个长短不同的停止串；`include_stop_str_in_output=True`；非流式（cumulative）输出；中文和 emoji 一个字节 token 一步时不出现 U+FFFD；SentencePiece 式分词器带 prompt 时第一个输出 token 保留它的空格。全文的参考来自字符串本身（`text[:text.find(stop)]`）；每一个增量还要与 minivllm 自己的反分词器（按 vLLM 的规则）在同样分组下给出的增量相同，失败时打印第一个不同的增量。
 
 # %% nbgrader={"grade": true, "grade_id": "l12_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 chunks = L12.expect_stream(StreamingDetokenizer, abort_stream, L12.TEXT, ["Juliet is"], [1] * 400, "停止串跨 token")
@@ -193,7 +198,7 @@ L12.check_main_path(StreamingDetokenizer, abort_stream)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：真实服务器与真实的 openai 客户端。先用引擎自己的反分词器取一次非流式的贪心输出作为参考；换上你的类之后：非流式输出与参考相同；流式增量拼起来与它相同；从参考文本中间取一个跨 token 边界的 7 字符片段当停止串，流式输出的每个增量都不含它，流正好停在它前面。
+# 第二项检查：真实服务器与真实的 openai 客户端。先用引擎自己的反分词器取一次非流式的贪心输出作为参考；换上你的类之后：非流式输出与参考相同；流式增量拼起来与它相同；从参考文本中间取一个跨 token 边界的 7 字符片段当停止串，流式输出的每个增量都不含它，流正好停在它前面；再把它和两个长短不同、不会出现的停止串放在一起，以及打开 `include_stop_str_in_output`（流停在它之后）各跑一次。失败时打印第一个不对的增量。
 
 # %% nbgrader={"grade": true, "grade_id": "l12_real_server", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 L12.check_real_server(StreamingDetokenizer, abort_stream)
@@ -214,6 +219,7 @@ class NoHoldBack(StreamingDetokenizer):
 ids = L12.tokenizer().encode(L12.TEXT, add_special_tokens=False)
 leaky, _, _ = L12.stream_ids(NoHoldBack, abort_stream, ids, L12.stop_params(stop=["Juliet is"]), [1] * 400)
 print("没有 hold-back 时的最后几个增量：", leaky[-4:], " 拼起来的结尾：", repr("".join(leaky)[-12:]))
+print("第一个越过非流式文本的增量（第几个，内容）：", L12.leaked_increment(leaky, L12.TEXT[:L12.TEXT.find("Juliet is")]))
 
 # %% [markdown]
 # 你的解释：
@@ -221,13 +227,13 @@ print("没有 hold-back 时的最后几个增量：", leaky[-4:], " 拼起来的
 # %% nbgrader={"grade": true, "grade_id": "l12_boundary", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 assert "".join(L12.expect_stream(StreamingDetokenizer, abort_stream, L12.TEXT, ["ROMEO"], [3, 1, 1] * 100,
                                  "第一个 token 就是停止串")) == ""
-L12.expect_stream(StreamingDetokenizer, abort_stream, L12.TEXT, ["Romeo?!"], [1] * 400, "未完成的停止串前缀")
+chunks = L12.expect_stream(StreamingDetokenizer, abort_stream, L12.TEXT, ["Romeo?!"], [1] * 400, "未完成的停止串前缀")
 ### BEGIN HIDDEN TESTS
 L12.check_boundary(StreamingDetokenizer, abort_stream)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 隐藏测试里还有断开连接：用 httpx 发一个 `max_tokens=1000` 的流式请求，读到 /metrics 显示它占着 KV 块后关闭连接；3 s 内 `minivllm:num_requests_running` 必须回到 0、`minivllm:num_free_kv_blocks` 回到总数。
+# 隐藏测试里还有更多边界（输出比 hold-back 窗口还短、一步给出全部 token、停止串的最后一个字符单独一步、EOS 与特殊 token）和断开连接：用 httpx 发一个 `max_tokens=1000`、`ignore_eos` 的流式请求，收到第一个 token 后关闭连接；等你的 `abort_stream` 执行完，再向 EngineCore 本身要统计（`get_stats`，与 abort 走同一条套接字，所以排在它后面），直到请求离开核心。核心为这个请求发过 `finish_reason="length"` 的输出，就说明 abort 没有到达核心，它把 1000 个 token 全部生成完了；请求离开后 KV 块必须全部空闲。判定看的是核心自己的记录，不看等了多久，所以与机器快慢无关。
 #
 # ## 基准测试：`minivllm bench serve`
 #
@@ -239,7 +245,7 @@ L12.print_bench(bench)
 L12.plot_bench(bench);
 
 # %% [markdown]
-# 图 12-2：TTFT、TPOT、ITL 的中位数与 p99 随请求率变化。本机一次实测（负载较重的 2 核 CPU）：2 req/s 与 8 req/s 时 TTFT 中位数约 25～30 ms、TPOT 约 7～8 ms，几乎不变——服务器跟得上，请求一来就被调度；`inf`（16 个同时到达）时 TTFT 中位数跳到约 240 ms、TPOT 升到约 18 ms：请求在队列里等前面的 prefill，batch 变大使每步变慢。ITL 的 p99 远大于中位数，是因为一个新请求的 prefill 插进正在 decode 的 batch，那一步特别长。这些数字只对这台机器、这个小模型、这个短负载成立。
+# 图 12-2：TTFT、TPOT、ITL 的中位数与 p99 随请求率变化；表格下面一行是你这次运行的数字。读法：请求率低于服务能力时，请求一来就被调度，TTFT 约等于一次 prefill、TPOT 约等于小 batch 的一步，几乎不随请求率变化；`inf`（16 个同时到达）时请求在队列里等前面的 prefill，TTFT 中位数跳高，batch 变大使每步变慢、TPOT 上升。ITL 的 p99 远大于中位数，是因为一个新请求的 prefill 插进正在 decode 的 batch，那一步特别长。作者的一次运行（2 核 CPU 容器、多人共用，无 GPU）：2 与 8 req/s 时 TTFT 中位数约 25～30 ms、TPOT 约 7～8 ms，`inf` 时 TTFT 约 240 ms、TPOT 约 18 ms；在空闲的机器上所有数字都更小（例如 TTFT 约 10 ms、`inf` 时约 40 ms），在 GPU 上又是另一回事。这些数字只对那台机器、这个小模型、这个短负载成立，Q3 用你自己的数字。
 #
 # ## 进程拆分的收益与代价（实测，Q1 用）
 #
@@ -247,30 +253,30 @@ L12.plot_bench(bench);
 
 # %%
 split = L12.process_split()
-for name, v in split["tok_per_s"].items():
-    print(f"{name:<13} 中位数 {v:7.1f} output tok/s   各轮 {[round(x) for x in split['runs'][name]]}")
-print(f"multiprocess / in-process = {split['ratio_mp_over_inproc']:.2f}")
+L12.print_split(split)
 
 # %% [markdown]
 # ## 映射回源码对象
 #
 # 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：在 vLLM 8e958902eee5 中找到实现每个概念的名字（函数、类或属性名，字符串；大小写不限）。
 #
-# - `hold_back`：反分词器里“运行中扣下多少个字符”的属性（`vllm/v1/engine/detokenizer.py`）；
-# - `fast_detokenizer`：用 `tokenizers` 的 `DecodeStream` 做增量反分词的类；
-# - `stop_search`：在新文本里找停止串、返回（停止串, 截断位置）的函数；
-# - `mailbox`：每个请求在输出处理循环与 `generate()` 之间的信箱类（`output_processor.py`）；
-# - `output_loop`：`AsyncLLM` 里启动“从核心拉输出、交给 OutputProcessor”那个 task 的方法；
-# - `wire_encoder`：把发往 ZMQ 的消息编码成 msgpack 的类（`vllm/v1/serial_utils.py`）。
+# 这些名字本课正文没有写出来：要在 vLLM 的源码里找。
+#
+# - `prefix_reset`：`FastIncrementalDetokenizer` 里捕获 “Invalid prefix” 错误、换一个新解码流再试一次的方法（`vllm/v1/engine/detokenizer.py`）；
+# - `fast_switch`：同一个文件里决定能不能用 `DecodeStream` 那条快路径（要求 tokenizers 版本够新）的模块级常量；
+# - `slow_prompt_tokens`：Slow 反分词器构造时把 prompt 的 id 变成 token 字符串与两个偏移量的函数（`vllm/tokenizers/detokenizer_utils.py`）；
+# - `disconnect_listener`：`with_cancellation` 用来等待 `http.disconnect` 消息的那个协程函数（`vllm/entrypoints/serve/utils/api_utils.py`）；
+# - `arrivals`：`vllm bench serve` 里按请求率（与 burstiness）逐个产出请求的异步生成器（`vllm/benchmarks/serve.py`）；
+# - `zero_copy_threshold`：`MsgpackEncoder` 里决定一个张量超过多大就作为单独的零拷贝帧发送的属性（或它读取的环境变量，`vllm/v1/serial_utils.py`）。
 
 # %% nbgrader={"grade": false, "grade_id": "l12_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
-    "hold_back": "stop_buffer_length",  ### BLANK
-    "fast_detokenizer": "FastIncrementalDetokenizer",  ### BLANK
-    "stop_search": "check_stop_strings",  ### BLANK
-    "mailbox": "RequestOutputCollector",  ### BLANK
-    "output_loop": "_run_output_handler",  ### BLANK
-    "wire_encoder": "MsgpackEncoder",  ### BLANK
+    "prefix_reset": "_protected_step",  ### BLANK
+    "fast_switch": "USE_FAST_DETOKENIZER",  ### BLANK
+    "slow_prompt_tokens": "convert_prompt_ids_to_tokens",  ### BLANK
+    "disconnect_listener": "listen_for_disconnect",  ### BLANK
+    "arrivals": "get_request",  ### BLANK
+    "zero_copy_threshold": "size_threshold",  ### BLANK
 }
 
 # %% nbgrader={"grade": true, "grade_id": "l12_source_map", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
@@ -285,13 +291,13 @@ L12.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 收益链完整：核心进程的忙循环只做调度与前向，前端进程（HTTP、分词、`OutputProcessor` 反分词与停止串、JSON/SSE）与它**并行**，GPU 步之间不等 Python 前端，且前端的 GIL 争用不进入步时间；代价链完整：每步一次 msgspec 编码/解码 + ZMQ 往返（图 12-1 约 0.3 ms）、两份进程内存与启动时间、状态要靠消息同步（abort 必须显式发给核心，停止串要 `reqs_to_abort` 回传）；引用实测数字（本机两次运行：in-process 约 980 / 500 tok/s，multiprocess 约 350 / 800 tok/s，比值 0.36 与 1.6，各轮波动很大；以学生自己的数字为准）并解释：在 CPU 上前向与前端争抢同样的 2 个核，重叠的收益取决于当时有没有空闲的核，所以比值不稳定、可能小于 1，而且离线 `LLM.generate` 没有 HTTP/反分词负担可以重叠；能指出这次测量的波动本身说明什么（要多轮 A B 交替、看中位数与范围）；结论：拆分在 GPU 上、前端工作量大（很多流、长文本反分词、JSON）时划算；1 分 = 只说“避免 GIL/重叠”而没有代价或没有数字；0 分 = 认为多进程会改变输出，或把本机的比值当作 GPU 上的结论（一票否决：把单一负载的实测写成普遍结论）。
+# **评分要点**：2 分 = 收益链完整：核心进程的忙循环只做调度与前向，前端进程（HTTP、分词、`OutputProcessor` 反分词与停止串、JSON/SSE）与它**并行**，GPU 步之间不等 Python 前端，且前端的 GIL 争用不进入步时间；代价链完整：每步一次 msgspec 编码/解码 + ZMQ 往返（图 12-1 约 0.3 ms）、两份进程内存与启动时间、状态要靠消息同步（abort 必须显式发给核心，停止串要 `reqs_to_abort` 回传）；引用学生自己这次运行的数字（比值大于 1 或小于 1 都可以，只要解释与数字一致；作者在多人共用的 2 核 CPU 容器上两次运行：in-process 约 980 / 500 tok/s，multiprocess 约 350 / 800 tok/s，比值 0.36 与 1.6，另一次在空闲时约 1.4）并解释：在 CPU 上前向与前端争抢同样的 2 个核，重叠的收益取决于当时有没有空闲的核，所以比值不稳定、可能小于 1，而且离线 `LLM.generate` 没有 HTTP/反分词负担可以重叠；能指出这次测量的波动本身说明什么（要多轮 A B 交替、看中位数与范围）；结论：拆分在 GPU 上、前端工作量大（很多流、长文本反分词、JSON）时划算；1 分 = 只说“避免 GIL/重叠”而没有代价或没有数字；0 分 = 认为多进程会改变输出，或把本机的比值当作 GPU 上的结论（一票否决：把单一负载的实测写成普遍结论）。
 #
 # **参考答案**
 #
 # 1. 收益：EngineCore 的忙循环（`run_busy_loop`）只做 `schedule` → 前向 → `update_from_output`，输入输出的编解码在它的 IO 线程里。API 服务器进程里的 Python 工作（HTTP 解析、`InputProcessor` 分词、`OutputProcessor` 的增量反分词与停止串、JSON 序列化与 SSE）与下一步的前向并行。图 12-1 中核心步与步之间没有空隙等前端；如果同进程，这些工作串在每两步之间（同一个 GIL），GPU 空闲，TPOT 变长。
 # 2. 代价：每步一次 msgspec 编解码和 ZMQ 往返（图 12-1 约 0.3～0.4 ms，小消息，`array_like` Struct 只按位置编码字段）；多一个进程的内存（模型权重在核心进程，前端进程另有分词器）和启动时间；状态分在两个进程：前端发现的停止串、客户端断开都必须显式发消息给核心（`reqs_to_abort`、`abort_requests`），否则核心继续占着 KV 块；核心死掉要靠监测（`EngineDeadError`）。
-# 3. 实测：本机一次 in-process 约 980 tok/s、multiprocess 约 350 tok/s（比值 0.36）；另一次（机器更忙）约 500 与 800 tok/s（比值 1.6），各轮从 270 到 1140 不等。原因：这里的“GPU”就是同样的 2 个 CPU 核，核心进程的前向与前端进程争抢同一批核，拆分是否有收益取决于当时有没有空闲的核；离线 `LLM.generate` 没有 HTTP 与 SSE 的负担可以重叠；每步的 ZMQ 往返与解码在步时间只有几毫秒时占比可观。这样大的波动本身就说明结论必须来自多轮 A B 交替的中位数，而不是一次运行。
+# 3. 实测（作者的 2 核 CPU 容器，多人共用；学生的数字会不同，以它为准）：一次 in-process 约 980 tok/s、multiprocess 约 350 tok/s（比值 0.36）；另一次（机器更忙）约 500 与 800 tok/s（比值 1.6），各轮从 270 到 1140 不等；机器空闲时 multiprocess 约快 1.4 倍。原因：这里的“GPU”就是同样的 2 个 CPU 核，核心进程的前向与前端进程争抢同一批核，拆分是否有收益取决于当时有没有空闲的核；离线 `LLM.generate` 没有 HTTP 与 SSE 的负担可以重叠；每步的 ZMQ 往返与解码在步时间只有几毫秒时占比可观。这样大的波动本身就说明结论必须来自多轮 A B 交替的中位数，而不是一次运行。
 # 4. 结论：在 GPU 上（前向在设备上，CPU 核空着可以做前端工作）、并发流多、输出长时拆分划算——这也是 vLLM 默认多进程的原因；在 CPU 很少、核被占满的机器上它可能更慢。要在目标硬件上 A B 交替测量，不能从这台机器外推。
 #
 # === END MARK SCHEME ===
@@ -308,11 +314,11 @@ L12.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 指出泄漏的具体增量（例如 `' Jul'`、`'iet'` 这样停止串的前缀已经发给客户端，之后停止串完成时 `output_text` 被截到停止串之前，但已发出的字符收不回来：拼起来的流比非流式文本多出停止串的前缀，违反“增量拼起来 = 非流式文本”，客户端看到了本不应出现的文本）；非流式只在结束时取一次全文、全文已被截断，所以正确；hold-back 长度：停止串 s 完成之前，文本结尾最多有 `len(s)-1` 个字符可能属于它，多扣无益、少扣会漏；代价：运行中的流落后最多 `len(s)-1` 个字符（若干 token），客户端看到的 ITL 变得不均匀（攒下的字符在后面一次放出），结束时一次放出剩余；1 分 = 只说“停止串会漏出来”而没有具体增量或没有说明为什么收不回来；0 分 = 认为流式只要在结束时删掉停止串即可，或认为 hold-back 改变了非流式结果（一票否决：混淆流式与非流式的状态）。
+# **评分要点**：2 分 = 指出泄漏的具体增量（“检查方法”打印的那个，本课的分词器里是 `' Juliet'` 这样停止串的前缀已经发给客户端，之后停止串完成时 `output_text` 被截到停止串之前，但已发出的字符收不回来：拼起来的流比非流式文本多出停止串的前缀，违反“增量拼起来 = 非流式文本”，客户端看到了本不应出现的文本）；非流式只在结束时取一次全文、全文已被截断，所以正确；hold-back 长度：停止串 s 完成之前，文本结尾最多有 `len(s)-1` 个字符可能属于它，多扣无益、少扣会漏；代价：运行中的流落后最多 `len(s)-1` 个字符（若干 token），客户端看到的 ITL 变得不均匀（攒下的字符在后面一次放出），结束时一次放出剩余；1 分 = 只说“停止串会漏出来”而没有具体增量或没有说明为什么收不回来；0 分 = 认为流式只要在结束时删掉停止串即可，或认为 hold-back 改变了非流式结果（一票否决：混淆流式与非流式的状态）。
 #
 # **参考答案**
 #
-# 1. 本课的运行：停止串 `"Juliet is"`，逐 token 送入。没有 hold-back 时，`"Jul"`、`"iet"` 等前缀在它们到达的那一步就作为增量发了出去；直到 `" is"` 到达，`update` 才在文本里找到完整的停止串，把 `output_text` 截到它之前，请求以 `finish_reason="stop"` 结束。但 `sent` 已经越过截断点，客户端手里多了 `" Juliet"`——拼起来的流比非流式文本长，而且包含了停止串的一部分（本课的 `no_hold_back` 变异体在三个检查上都失败）。
+# 1. 本课的运行：停止串 `"Juliet is"`，逐 token 送入。没有 hold-back 时，停止串的前缀 `" Juliet"` 在它到达的那一步就作为增量发了出去（“检查方法”打印出它是第几个增量）；直到 `" is"` 到达，`update` 才在文本里找到完整的停止串，把 `output_text` 截到它之前，请求以 `finish_reason="stop"` 结束。但 `sent` 已经越过截断点，客户端手里多了 `" Juliet"`——拼起来的流比非流式文本长，而且包含了停止串的一部分（这样的答案在两项主路径检查上都失败）。
 # 2. 非流式（`delta=False`）只在结束时取一次 `output_text`，那时文本已截断，所以正确。流式的增量一旦写进 SSE 就属于客户端，无法撤回；协议里也没有“删除前面几个字符”的事件。
 # 3. 长度：停止串 s 完成前，只有文本结尾的至多 `len(s)-1` 个字符可能是 s 的前缀；更前面的字符不可能再成为 s 的一部分（s 若包含它们，早就该完成了）。多个停止串取最长的。`include_stop_str_in_output=True` 时停止串要保留，不需要 hold-back（长度 0）。
 # 4. 代价：运行中客户端总是落后 `stop_buffer_length` 个字符；这几个字符要等后面的 token 把它们“推出去”，所以一些 SSE 事件是空的或很短、之后的事件一次多给几个字符，ITL 不均匀；结束时（`finished=True`）剩下的全部放出。只有带停止串的请求付这个代价。
@@ -331,13 +337,13 @@ L12.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 引用实测数字（本机：2 与 8 req/s 时 TTFT 中位数约 25～30 ms、TPOT 约 7～8 ms；inf 时 TTFT 约 240 ms、TPOT 约 18 ms；以学生自己的数字为准）并给出因果：未饱和时请求一到就被调度，TTFT ≈ prefill 时间、TPOT ≈ 小 batch 的步时间，吞吐（req/s）随请求率线性增长；饱和时调度器的 waiting 队列积压，TTFT 主要是排队时间、随负载（和随时间）急剧上升，吞吐不再随请求率增长（达到平台），TPOT 因 batch 变大（到 `max_num_seqs` 或 token budget 上限）而上升后趋平；p99 比中位数先恶化；指出确认饱和的指标：`num_requests_waiting` 持续 > 0 并增长、`kv_cache_usage_perc` 接近 1 或出现抢占、TTFT 中的 queue time；设计：每个请求率跑足够多的请求、先热身、重复测量看波动，找“吞吐不再增长而 TTFT 开始上升”的拐点；1 分 = 只说“延迟变高就是饱和”，没有区分 TTFT（排队）与 TPOT（batch 大小），或没有数字；0 分 = 把 TPOT 上升当作唯一或主要判据，或把本机数字当作普遍容量（一票否决：把单一负载的实测写成普遍结论）。
+# **评分要点**：2 分 = 引用学生自己这次运行的数字（作者在多人共用的 2 核 CPU 容器上：2 与 8 req/s 时 TTFT 中位数约 25～30 ms、TPOT 约 7～8 ms；inf 时 TTFT 约 240 ms、TPOT 约 18 ms；空闲机器上更小）并给出因果：未饱和时请求一到就被调度，TTFT ≈ prefill 时间、TPOT ≈ 小 batch 的步时间，吞吐（req/s）随请求率线性增长；饱和时调度器的 waiting 队列积压，TTFT 主要是排队时间、随负载（和随时间）急剧上升，吞吐不再随请求率增长（达到平台），TPOT 因 batch 变大（到 `max_num_seqs` 或 token budget 上限）而上升后趋平；p99 比中位数先恶化；指出确认饱和的指标：`num_requests_waiting` 持续 > 0 并增长、`kv_cache_usage_perc` 接近 1 或出现抢占、TTFT 中的排队时间（vLLM：`vllm:request_queue_time_seconds`）；设计：每个请求率跑足够多的请求、先热身、重复测量看波动，找“吞吐不再增长而 TTFT 开始上升”的拐点；1 分 = 只说“延迟变高就是饱和”，没有区分 TTFT（排队）与 TPOT（batch 大小），或没有数字；0 分 = 把 TPOT 上升当作唯一或主要判据，或把本机数字当作普遍容量（一票否决：把单一负载的实测写成普遍结论）。
 #
 # **参考答案**
 #
-# 1. 实测（图 12-2，16 个请求 × 32 token prompt × 16 token 输出）：2 req/s 时吞吐约 1.5 req/s、TTFT 中位数约 30 ms、TPOT 约 7 ms；8 req/s 时吞吐约 5.5 req/s、TTFT 约 25 ms、TPOT 约 8 ms——请求率翻了 4 倍，延迟几乎不变，服务器没有饱和。`inf`（同时到达）时 TTFT 中位数约 240 ms、p99 约 320 ms，TPOT 约 18 ms。
+# 1. 实测（图 12-2，16 个请求 × 32 token prompt × 16 token 输出；作者在多人共用的 2 核 CPU 容器上的一次运行，学生的数字以自己的为准）：2 req/s 时吞吐约 1.5 req/s、TTFT 中位数约 30 ms、TPOT 约 7 ms；8 req/s 时吞吐约 5.5 req/s、TTFT 约 25 ms、TPOT 约 8 ms——请求率翻了 4 倍，延迟几乎不变，服务器没有饱和。`inf`（同时到达）时 TTFT 中位数约 240 ms、p99 约 320 ms，TPOT 约 18 ms。
 # 2. 为什么：未饱和时每个请求到达后下一步就被调度，TTFT ≈ 一次 prefill + 一步；TPOT ≈ 当前 batch 的步时间，batch 小所以稳定。饱和时到达速率超过服务速率，请求在调度器的 waiting 队列里排队（或因 token budget 只能分块 prefill），TTFT 的大头变成排队时间，而且在持续过载下随时间线性增长（队列无界）；running batch 变大使每步更慢，TPOT 上升，到 `max_num_seqs`/token budget 上限后趋平。吞吐（完成的 req/s、output tok/s）不再随请求率增长——这是最直接的饱和判据；TTFT 的“拐点”和 p99 的恶化是延迟侧的信号。
-# 3. 再看 /metrics：`minivllm:num_requests_waiting` 持续大于 0 并增长；`kv_cache_usage_perc` 接近 1、出现抢占；TTFT 里的 queue time（`EngineCoreOutput.queue_time`）占大头。
+# 3. 再看 /metrics：`minivllm:num_requests_waiting` 持续大于 0 并增长；`kv_cache_usage_perc` 接近 1、出现抢占；TTFT 里的排队时间占大头（vLLM 的 `vllm:request_queue_time_seconds`，由核心的 QUEUED/SCHEDULED 事件时间戳算出；minivllm 把它放在请求的第一个 `EngineCoreOutput.queue_time` 上）。
 # 4. 设计：对一组递增的请求率各跑足够多的请求（每点至少数十到数百个，Poisson 到达），热身后重复测量看波动；画吞吐与 TTFT/TPOT（中位数与 p99）对请求率的曲线，找“吞吐达到平台、TTFT 开始陡升”的点；本课 16 个请求太少，只能演示趋势，容量数字要在目标硬件和真实负载上测。
 #
 # **附：检查方法的参考解释**（不单独计分）：没有 hold-back 时，`"Juliet is"` 的前缀在到达时就作为增量发出，停止串完成时文本被截断，但已发出的前缀收不回来，所以拼起来的流以 `" Juliet"` 之类结尾，比非流式文本长；非流式只在结束时读取一次已截断的全文，所以仍然正确。
@@ -364,6 +370,20 @@ L12.check_source_map(SOURCE_MAP)
 self_check("lesson12", globals());
 
 # %% [markdown]
+# ## 与 vLLM 0.27.1 的差异
+#
+# 对照的是 vLLM 0.27.1 的 wheel（pin 8e958902eee5 的前一天构建）。本课评分的机制（增量反分词、停止串、hold-back、abort）与 vLLM 相同；按 vLLM 写的正确答案不会失分。
+#
+# - **练习类比 vLLM 少的东西**：`StreamingDetokenizer` 没有 `min_tokens`（vLLM 与 minivllm 的 `IncrementalDetokenizer` 都有：前 `min_tokens` 个 token 的文本不检查停止串）、没有 “Invalid prefix” 时重建解码流（两者都有）、没有 `spaces_between_special_tokens`（vLLM 的 Fast 反分词器在它为 False 时去掉相邻特殊 token 之间的空格；minivllm 没有这个参数），也不像 vLLM 那样在 `DecodeStream.step` 抛 `OverflowError`/`TypeError`（非法 token id）时记录日志、这一步不出文本。评分检查不触发这些情况。
+# - **反分词器**：vLLM 有 Fast（`DecodeStream`，tokenizers ≥ 0.22 且 transformers 的 `TokenizersBackend`）和 Slow（Python 的 `detokenize_incrementally`）两种；minivllm 只有 Fast（只接受 fast tokenizer）。
+# - **断开连接**：vLLM 的 `/v1/completions` 返回 Starlette 的 `StreamingResponse`，它在 ASGI spec < 2.4 时（uvicorn 报告 2.3）一边发送一边等 `http.disconnect`；spec ≥ 2.4 时 Starlette 不再等，要到下一次发送失败才发现。minivllm 用一个子类 `CancellableStreamingResponse`，任何 spec 下都等这条消息。非流式的 handler 两边都由 `with_cancellation` 取消。
+# - **abort**：vLLM 的 `AsyncLLM.abort(request_id, internal)` 与 `OutputProcessor.abort_requests(request_ids, internal)` 区分外部 id 与内部 id（并行采样的子请求等）；minivllm 只有一种 id，对应的方法是 `AsyncLLM._abort`（`abort` 调它）。vLLM 发给核心用 `abort_requests_async`，minivllm 的 `AsyncMPClient.abort_requests` 是同步的（取消清理里不必 await）。
+# - **消息与序列化**：vLLM 的 `MsgpackEncoder` 对张量走零拷贝的辅助帧（超过阈值时）；minivllm 直接用 `msgspec.msgpack.Encoder`（消息里只有 token id 等小对象）。vLLM 的 `EngineCoreOutputs` 还带 `finished_requests`、数据并行的 wave 字段，minivllm 没有。
+# - **时间戳**：两边的 `EngineCoreOutputs.timestamp` 都是核心进程的 `time.monotonic()`。vLLM 的 `EngineCoreEvent` docstring 说不要跨进程比较这些时间戳（它只在同一进程里算间隔）；图 12-1 把两个进程的时间画在一条轴上，只因为它们在同一台 Linux 主机上，跨主机不成立。
+# - **OutputProcessor**：vLLM 支持 n > 1（`ParentRequest`）、pooling 输出与流式输入；minivllm 每个请求一个输出。排队时间：vLLM 由核心的 QUEUED/SCHEDULED 事件算出（`vllm:request_queue_time_seconds`），minivllm 把它放在第一个 `EngineCoreOutput.queue_time` 上。
+# - **默认设置**：vLLM 默认开 async scheduling、默认多进程（`VLLM_ENABLE_V1_MULTIPROCESSING=1`）；minivllm 的服务器同样让 EngineCore 在自己的进程里，但 async scheduling 默认关。两者只改变 `OutputProcessor` 每步收到几个 token、何时收到，评分检查用不同的分组覆盖了这一点。
+# - **指标与基准**：minivllm 的指标前缀是 `minivllm:`（vLLM 是 `vllm:`），只有其中一部分；`minivllm bench serve` 是 `vllm bench serve` 的一个子集（随机数据集、Poisson 到达、TTFT/TPOT/ITL/E2EL 百分位）。
+#
 # ## 参考资料
 #
 # - [vLLM AsyncLLM](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/async_llm.py)
