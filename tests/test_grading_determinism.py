@@ -80,7 +80,7 @@ ANSWERS = [
 ]
 # Lesson 12's disconnect check waits a wall-clock window today (helper l12 makes it event-based in parallel):
 # the integrator sets this to True once that lands.
-LESSON12_EVENT_BASED = False
+LESSON12_EVENT_BASED = True
 LESSON12 = [pytest.param("lesson12", a, marks=pytest.mark.skipif(
     not LESSON12_EVENT_BASED, reason="lesson 12's disconnect check still waits 3 s of wall clock"))
     for a in (None, "disconnect_not_sent_to_core")]

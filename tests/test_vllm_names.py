@@ -47,6 +47,7 @@ MINIVLLM_ONLY: set[str] = set()
 # Third-party names vLLM uses through a module attribute (so no import line lists them).
 EXTERNAL = {
     "DecodeStream",  # tokenizers.decoders.DecodeStream in vllm/v1/engine/detokenizer.py
+    "StreamingResponse",  # fastapi.responses (Starlette), what vLLM's completion/chat api_router.py return
 }
 # Paths a lesson cites as where vLLM kept something before (lesson 6: the Triton kernels' old home).
 FORMER_PATHS = {"vllm/attention/ops/"}
@@ -56,9 +57,7 @@ THIRD_PARTY = {"CancelledError", "GeneratorExit", "GrammarMatcher"}
 PYTHON_NAMES = {"pop", "result", "self"}
 
 # Failures in lessons that other branches edit now: {(lesson, cited name)}. The integrator empties this set.
-PENDING_OTHER_BRANCHES: set[tuple[str, str]] = {
-    ("lesson12", "EngineCoreOutput.queue_time"),  # l12: no such field; queue time comes from the QUEUED and
-}                                               #   SCHEDULED EngineCoreEvent timestamps
+PENDING_OTHER_BRANCHES: set[tuple[str, str]] = set()
 
 LINK = r"\[(?P<text>[^\]]*)\]\((?P<url>https://github\.com/vllm-project/vllm/(?:blob|tree)/[0-9a-f]+/(?P<path>[^)#\s]+))[^)]*\)"
 CODE = r"`(?P<code>[^`]+)`"

@@ -36,6 +36,7 @@ class InputProcessor:
 
     def __init__(self, vllm_config: VllmConfig, tokenizer) -> None:
         self.max_model_len = vllm_config.scheduler_config.max_model_len
+        self.structured_outputs_config = vllm_config.structured_outputs_config
         self.tokenizer = tokenizer
         self.vocab_size = _model_vocab_size(vllm_config) or len(tokenizer)
         self.max_chars_per_token = max((len(t) for t in tokenizer.get_vocab()), default=1)
@@ -98,7 +99,8 @@ class InputProcessor:
             raise VLLMValidationError(f"logprobs must be at most {min(20, self.vocab_size)}, got {params.logprobs}",
                                       "logprobs")
         if params.structured_outputs is not None:
-            validate_xgrammar_grammar(params)  # a schema / regex / grammar that cannot build fails here
+            # a schema / regex / grammar that cannot build, or past the configured size / depth, fails here
+            validate_xgrammar_grammar(params, self.structured_outputs_config)
         # Output never passes max_model_len (check_stop ends it there), so a bigger max_tokens is capped to
         # the room left: the same result, and no integer too big for the core's int64 fields.
         room = self.max_model_len - len(token_ids)

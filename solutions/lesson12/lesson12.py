@@ -374,7 +374,7 @@ self_check("lesson12", globals());
 #
 # 对照的是 vLLM 0.27.1 的 wheel（pin 8e958902eee5 的前一天构建）。本课评分的机制（增量反分词、停止串、hold-back、abort）与 vLLM 相同；按 vLLM 写的正确答案不会失分。
 #
-# - **练习类比 vLLM 少的东西**：`StreamingDetokenizer` 没有 `min_tokens`（vLLM 与 minivllm 的 `IncrementalDetokenizer` 都有：前 `min_tokens` 个 token 的文本不检查停止串）、没有 “Invalid prefix” 时重建解码流（两者都有）、没有 `spaces_between_special_tokens`（vLLM 的 Fast 反分词器在它为 False 时去掉相邻特殊 token 之间的空格；minivllm 没有这个参数），也不像 vLLM 那样在 `DecodeStream.step` 抛 `OverflowError`/`TypeError`（非法 token id）时记录日志、这一步不出文本。评分检查不触发这些情况。
+# - **练习类比 vLLM 少的东西**：本课练习的类（minivllm 课程里的 `StreamingDetokenizer`）没有 `min_tokens`（vLLM 与 minivllm 的 `IncrementalDetokenizer` 都有：前 `min_tokens` 个 token 的文本不检查停止串）、没有 “Invalid prefix” 时重建解码流（两者都有）、没有 `spaces_between_special_tokens`（vLLM 的 Fast 反分词器在它为 False 时去掉相邻特殊 token 之间的空格；minivllm 没有这个参数），也不像 vLLM 那样在 `DecodeStream.step` 抛 `OverflowError`/`TypeError`（非法 token id）时记录日志、这一步不出文本。评分检查不触发这些情况。
 # - **反分词器**：vLLM 有 Fast（`DecodeStream`，tokenizers ≥ 0.22 且 transformers 的 `TokenizersBackend`）和 Slow（Python 的 `detokenize_incrementally`）两种；minivllm 只有 Fast（只接受 fast tokenizer）。
 # - **断开连接**：vLLM 的 `/v1/completions` 返回 Starlette 的 `StreamingResponse`，它在 ASGI spec < 2.4 时（uvicorn 报告 2.3）一边发送一边等 `http.disconnect`；spec ≥ 2.4 时 Starlette 不再等，要到下一次发送失败才发现。minivllm 用一个子类 `CancellableStreamingResponse`，任何 spec 下都等这条消息。非流式的 handler 两边都由 `with_cancellation` 取消。
 # - **abort**：vLLM 的 `AsyncLLM.abort(request_id, internal)` 与 `OutputProcessor.abort_requests(request_ids, internal)` 区分外部 id 与内部 id（并行采样的子请求等）；minivllm 只有一种 id，对应的方法是 `AsyncLLM._abort`（`abort` 调它）。vLLM 发给核心用 `abort_requests_async`，minivllm 的 `AsyncMPClient.abort_requests` 是同步的（取消清理里不必 await）。
