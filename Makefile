@@ -18,7 +18,7 @@ demo: venv
 	$(PY) -m minivllm.entrypoints.cli generate --prompt "ROMEO:" --max-tokens 64
 
 test: venv
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=40
 
 # Every lesson's nbgrader three-student flow (make test runs lesson 1's): instructors, before a release.
 test-grading: venv
