@@ -36,10 +36,11 @@ def _src(cell: dict) -> str:
 
 
 def solution_cells(lesson_id: str) -> dict[str, str]:
-    """Answer cells of the instructor's notebook (grade_id -> source), ``### BLANK`` markers removed."""
+    """Code answer cells of the instructor's notebook (grade_id -> source), ``### BLANK`` markers removed (the
+    written answers of Q1–Q3 are answer cells too, left as released)."""
     nb = _cells(REPO / "solutions" / lesson_id / f"{lesson_id}.ipynb")
     return {c["id"]: _src(c).replace("  ### BLANK", "") for c in nb
-            if c.get("metadata", {}).get("nbgrader", {}).get("solution")}
+            if c.get("metadata", {}).get("nbgrader", {}).get("solution") and c["cell_type"] == "code"}
 
 
 def apply(source: str, mutant: Mutant) -> str:

@@ -125,7 +125,7 @@ def test_source_map_answers_are_not_printed_by_the_lesson():
     outside = text[:start] + text[text.index("}", start):]
     outside += (REPO / "autograder/lesson05/demo.py").read_text(encoding="utf-8")
     outside += (REPO / "autograder/lesson05/checks.py").read_text(encoding="utf-8")
-    for name in ("MultiGroupBlockTable", "move_row", "swap_row", "split_decodes_and_prefills", "optimistic_seq_lens",
+    for name in ("MultiGroupBlockTable", "move_row", "swap_row", "split_decodes_prefills_and_extends", "optimistic_seq_lens",
                  "_prepare_input_ids"):
         assert name not in outside, name
 

@@ -560,7 +560,7 @@ SOURCE_HASHES = {
     "block_tables": {"7009e17b0a246888"},
     "condense_rows": {"ae12635d87e19134"},
     "swap_pair": {"bf35445f6fa3a76e"},
-    "split_counts": {"c489f360bf13bfbb"},
+    "split_counts": {"54294f45969afdd0"},
     "sample_rows": {"afa780bbc5b6a763"},
     "async_input_ids": {"884eb4462f927f68"},
 }

@@ -281,7 +281,7 @@ L05.check_boundary(prepare_inputs)
 # - `block_tables`：`InputBatch.block_table` 的类型：为每个 KV cache 组各持有一个 `BlockTable` 的那个类（`vllm/v1/worker/block_table.py`）；
 # - `condense_rows`：`InputBatch.condense` 把末尾的行移进空洞时，对块表调用的那个方法；
 # - `swap_pair`：`InputBatch.swap_states` 交换两行时，对块表调用的那个方法；
-# - `split_counts`：假定批已按 decode 在前重排好，attention 的 metadata builder 用来找出 decode 与 prefill 的分界、数出两边各有多少请求和 token 的那个函数（`vllm/v1/attention/backends/utils.py`）；
+# - `split_counts`：假定批已按 decode 在前重排好，attention 的 metadata builder 用来数出 decode、extend、prefill 三类请求各有多少个、各有多少 token（返回六个数）的那个函数（`vllm/v1/attention/backends/utils.py`）；
 # - `sample_rows`：`GPUModelRunner` 里存放 `num_computed_tokens + num_scheduled_tokens` 的 CPU 张量，`discard_request_mask` 就是拿它与 `num_tokens` 比较得到的——这个属性的名字；
 # - `async_input_ids`：`GPUModelRunner` 里写 `input_ids` 的方法：异步调度时把上一步还留在 GPU 上的采样 token 拷进它们在本步的位置。
 
@@ -290,7 +290,7 @@ SOURCE_MAP = {
     "block_tables": "MultiGroupBlockTable",  ### BLANK
     "condense_rows": "move_row",  ### BLANK
     "swap_pair": "swap_row",  ### BLANK
-    "split_counts": "split_decodes_and_prefills",  ### BLANK
+    "split_counts": "split_decodes_prefills_and_extends",  ### BLANK
     "sample_rows": "optimistic_seq_lens_cpu",  ### BLANK
     "async_input_ids": "_prepare_input_ids",  ### BLANK
 }
