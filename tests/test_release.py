@@ -83,7 +83,7 @@ def test_no_answer_text_anywhere_in_the_release(student_release):
 # ---------------------------------------------------------------------------- the scan, whitespace-blind
 # Lessons whose SOURCE_MAP questions still ask for names their own text prints (their owners re-ask them:
 # grd-a lessons 1-6, l12 lesson 12); the integrator drops a lesson here once its scan passes (strict xfail).
-PRINTED_SOURCE_MAP_ANSWERS = {"lesson06", "lesson12"}  # lesson 6: its kernel variable names (alpha, p, ...) are
+PRINTED_SOURCE_MAP_ANSWERS = {"lesson06"}  # lesson 6: its kernel variable names (alpha, p, ...) are
 # ordinary words that any text prints
 # Released checks.py files that still carry SOURCE_MAP answers as comments beside their hashes (helper l12
 # removes lesson 12's in parallel, grd-a lesson 5's): drop each mark once merged.
