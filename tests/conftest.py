@@ -2,8 +2,30 @@
 import os
 import shutil
 
+import pytest
+
 if shutil.which("nvidia-smi") is None and not os.path.exists("/dev/nvidia0"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def release_scores(tmp_path_factory):
+    """(lesson, mutant name or None for the solution) -> code points per part of the student release filled with
+    the solution's answers (and that mutant's edits), graded once per session in this process: test_mutants and
+    the full-speed run of test_grading_determinism grade the same notebooks the same way."""
+    from grading_flow import code_scores
+
+    from autograder.mutation import filled_notebook, mutant_notebook
+
+    done: dict = {}
+
+    def scores(lesson_id: str, answer: str | None = None) -> dict[str, float]:
+        if (lesson_id, answer) not in done:
+            nb = filled_notebook(lesson_id) if answer is None else mutant_notebook(lesson_id, answer)
+            done[lesson_id, answer] = code_scores(lesson_id, nb, tmp_path_factory.mktemp(lesson_id))
+        return dict(done[lesson_id, answer])
+
+    return scores
