@@ -29,3 +29,21 @@ def release_scores(tmp_path_factory):
         return dict(done[lesson_id, answer])
 
     return scores
+
+
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    path = report.nodeid.split("::")[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Where the suite's time goes (#33): seconds per test file, setup + call + teardown, the 25 largest."""
+    if len(_FILE_SECONDS) < 2:
+        return
+    total = sum(_FILE_SECONDS.values())
+    terminalreporter.write_sep("=", f"seconds per test file (setup + call + teardown; {total:.0f} s in all)")
+    for path, sec in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])[:25]:
+        terminalreporter.write_line(f"{sec:8.1f}  {100 * sec / total:4.1f}%  {path}")
