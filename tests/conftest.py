@@ -31,6 +31,29 @@ def release_scores(tmp_path_factory):
     return scores
 
 
+@pytest.fixture(scope="session")
+def executed_solution(tmp_path_factory):
+    """lesson -> its solution notebook run once per session (nbclient, each cell within the course's per-cell
+    limit), for every test that inspects that run; read it, do not change it."""
+    done: dict = {}
+
+    def run(lesson_id: str):
+        if lesson_id not in done:
+            import nbformat
+            from nbclient import NotebookClient
+
+            from autograder.common import REPO
+            from autograder.limits import cell_timeout
+
+            nb = nbformat.read(REPO / "solutions" / lesson_id / f"{lesson_id}.ipynb", as_version=4)
+            NotebookClient(nb, timeout=round(cell_timeout()), kernel_name="python3",
+                           resources={"metadata": {"path": str(tmp_path_factory.mktemp(lesson_id))}}).execute()
+            done[lesson_id] = nb
+        return done[lesson_id]
+
+    return run
+
+
 _FILE_SECONDS: dict[str, float] = {}
 
 
