@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from autograder import isolation
@@ -30,6 +31,9 @@ from autograder.common import discover_lessons, load_lesson
 from autograder.limits import cell_timeout
 
 NOTEBOOK_TIMEOUT_FACTOR = 3  # a whole notebook under nbgrader: at most this many cell limits
+# (phase, seconds) per student and phase, appended by autograde_one/autograde (list.append is thread-safe):
+# where a class's time goes, for benchmarks/grade_parallel.py. Timing only; no verdict reads it.
+PHASES: list[tuple[str, float]] = []
 
 
 def find_submissions(submissions: Path, lesson_id: str) -> dict[str, Path]:
@@ -133,8 +137,10 @@ def autograde_one(course: Path, lesson_id: str, student: str) -> tuple[Path, lis
         shutil.copy(course / "gradebook.db", work / "gradebook.db")
         shutil.copy(course / "submitted" / student / lesson_id / f"{lesson_id}.ipynb", sub / f"{lesson_id}.ipynb")
         isolation.give(work)
+        started, wall = time.perf_counter(), time.time()
         proc = _nbgrader_autograde(work, lesson_id, student, log)
         verdict = grade_file(lesson_id, course / "submitted" / student / lesson_id / f"{lesson_id}.ipynb")[0]
+        PHASES.append(("sandbox re-grade", time.perf_counter() - started))
         if proc.poll() is None and any(r.message.startswith("超时") for r in verdict):
             _stop(proc)
             note = "nbgrader 的运行已停止：答案在沙箱中已超时（同一答案只计一次时限），代码部分按沙箱成绩计"
@@ -148,6 +154,10 @@ def autograde_one(course: Path, lesson_id: str, student: str) -> tuple[Path, lis
             log.seek(0)
             tail = log.read()[-2000:].decode("utf-8", "replace").strip().splitlines()
             note = f"nbgrader autograde failed; the sandbox's scores stand ({(tail or [''])[-1][:120]})"
+        # nbgrader's own run: to its last gradebook write (it may have ended while the sandbox still ran)
+        elapsed, wdb = time.perf_counter() - started, work / "gradebook.db"
+        written = wdb.lstat().st_mtime - wall if wdb.is_file() and not wdb.is_symlink() else 0.0
+        PHASES.append(("nbgrader execution", written if 0 < written < elapsed else elapsed))
         isolation.copy_out(work / "autograded" / student / lesson_id, course / "autograded" / student / lesson_id)
         src_db = work / "gradebook.db"
         if src_db.is_file() and not src_db.is_symlink():
@@ -243,7 +253,9 @@ def autograde(course: Path, lesson_id: str, students: list[str], jobs: int = 1,
             for fut in done:
                 student = running.pop(fut)
                 db, verdict, note = fut.result()
+                hashed = time.perf_counter()
                 changed = isolation.changed_files(digest, isolation.grader_digest())
+                PHASES.append(("grader files re-hashed", time.perf_counter() - hashed))
                 if changed:
                     db.unlink(missing_ok=True)
                     suspects = sorted({student, *running.values()})  # and whoever ran beside it
@@ -252,7 +264,9 @@ def autograde(course: Path, lesson_id: str, students: list[str], jobs: int = 1,
                         f"{', '.join(changed[:5])}{' ...' if len(changed) > 5 else ''}; their scores were not "
                         "written. Restore the files (e.g. `git checkout -- autograder minivllm notebooks`) "
                         "before grading again.")
+                merged = time.perf_counter()
                 messages[student] = merge(course, lesson_id, student, db, verdict, note)
+                PHASES.append(("gradebook merge", time.perf_counter() - merged))
                 bar.update(1)
                 start_next()
     return messages

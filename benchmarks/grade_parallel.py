@@ -5,9 +5,12 @@
 The submissions cycle through the solution, the unfilled release and every lesson-2 mutant (built from the
 release by autograder.mutation). After a warm-up of each side on the first two submissions (imports, disk
 cache), the sides alternate (-j 1, -j N, -j 1, ...)
-for --pairs pairs in fresh course folders; the script prints each run, the medians, the ratio and
-submissions per minute. Not a test: run it on an otherwise idle machine (each student is one nbgrader
-kernel plus one sandbox process, so -j N wants N free cores).
+for --pairs pairs in fresh course folders; the script prints each run with where its time went (per
+submission: nbgrader's execution and the sandbox's re-grade, which run side by side; the serialized gradebook
+merge and grader re-hash; the rest is the release into the gradebook and the export), the medians, the ratio
+and submissions per minute. `--pairs 0` grades the class once, with -j N only (a quicker look at the phases).
+Not a test: run it on an otherwise idle machine (each student is one nbgrader kernel plus one sandbox process,
+so -j N wants N free cores).
 """
 from __future__ import annotations
 
@@ -41,14 +44,33 @@ def make_submissions(root: Path, n: int) -> Path:
     return root
 
 
-def run(subs: Path, jobs: int) -> float:
-    from autograder.grading import grade
+def phases(total: float, jobs: int, n: int) -> str:
+    """autograder.grading.PHASES of the last run: mean seconds per submission, and the serial rest."""
+    from autograder.grading import PHASES
 
+    sums: dict[str, float] = {}
+    for name, sec in PHASES:
+        sums[name] = sums.get(name, 0.0) + sec
+    per = ", ".join(f"{name} {sec / n:.1f}" for name, sec in sums.items())
+    serial = sums.get("gradebook merge", 0.0) + sums.get("grader files re-hashed", 0.0)
+    workers = max(sums.get("nbgrader execution", 0.0), sums.get("sandbox re-grade", 0.0))
+    return (f"  per submission (s): {per}; release + export + rest of the run ≈ "
+            f"{max(0.0, total - serial - workers / jobs):.0f} s")
+
+
+def run(subs: Path, jobs: int) -> float:
+    from autograder.grading import PHASES, grade
+
+    PHASES.clear()
     with tempfile.TemporaryDirectory(prefix="grade-bench-") as tmp:
         t = time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()):
             grade(subs, Path(tmp) / "course", Path(tmp) / "grades.csv", [LESSON], jobs=jobs)
-        return time.perf_counter() - t
+        total = time.perf_counter() - t
+    n = sum(1 for _ in subs.iterdir())
+    print(f"-j {jobs}, {n} submissions: {total:.0f} s ({n / total * 60:.1f} submissions/min)\n"
+          + phases(total, jobs, n), flush=True)
+    return total
 
 
 def main() -> None:
@@ -60,8 +82,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="grade-bench-subs-") as tmp:
         warm = make_submissions(Path(tmp) / "warm-up", 2)
         subs = make_submissions(Path(tmp) / "class", args.submissions)
-        print(f"warm-up (2 submissions): -j 1 {run(warm, 1):.0f} s, -j {args.jobs} {run(warm, args.jobs):.0f} s",
-              flush=True)
+        print("warm-up (2 submissions):", flush=True)
+        if args.pairs:
+            run(warm, 1)
+        run(warm, args.jobs)
+        if args.pairs == 0:
+            run(subs, args.jobs)
+            return
         one, many = [], []
         for k in range(args.pairs):
             one.append(run(subs, 1))

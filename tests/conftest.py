@@ -2,8 +2,71 @@
 import os
 import shutil
 
+import pytest
+
 if shutil.which("nvidia-smi") is None and not os.path.exists("/dev/nvidia0"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def release_scores(tmp_path_factory):
+    """(lesson, mutant name or None for the solution) -> code points per part of the student release filled with
+    the solution's answers (and that mutant's edits), graded once per session in this process: test_mutants and
+    the full-speed run of test_grading_determinism grade the same notebooks the same way."""
+    from grading_flow import code_scores
+
+    from autograder.mutation import filled_notebook, mutant_notebook
+
+    done: dict = {}
+
+    def scores(lesson_id: str, answer: str | None = None) -> dict[str, float]:
+        if (lesson_id, answer) not in done:
+            nb = filled_notebook(lesson_id) if answer is None else mutant_notebook(lesson_id, answer)
+            done[lesson_id, answer] = code_scores(lesson_id, nb, tmp_path_factory.mktemp(lesson_id))
+        return dict(done[lesson_id, answer])
+
+    return scores
+
+
+@pytest.fixture(scope="session")
+def executed_solution(tmp_path_factory):
+    """lesson -> its solution notebook run once per session (nbclient, each cell within the course's per-cell
+    limit), for every test that inspects that run; read it, do not change it."""
+    done: dict = {}
+
+    def run(lesson_id: str):
+        if lesson_id not in done:
+            import nbformat
+            from nbclient import NotebookClient
+
+            from autograder.common import REPO
+            from autograder.limits import cell_timeout
+
+            nb = nbformat.read(REPO / "solutions" / lesson_id / f"{lesson_id}.ipynb", as_version=4)
+            NotebookClient(nb, timeout=round(cell_timeout()), kernel_name="python3",
+                           resources={"metadata": {"path": str(tmp_path_factory.mktemp(lesson_id))}}).execute()
+            done[lesson_id] = nb
+        return done[lesson_id]
+
+    return run
+
+
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    path = report.nodeid.split("::")[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Where the suite's time goes (#33): seconds per test file, setup + call + teardown, the 25 largest."""
+    if len(_FILE_SECONDS) < 2:
+        return
+    total = sum(_FILE_SECONDS.values())
+    terminalreporter.write_sep("=", f"seconds per test file (setup + call + teardown; {total:.0f} s in all)")
+    for path, sec in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])[:25]:
+        terminalreporter.write_line(f"{sec:8.1f}  {100 * sec / total:4.1f}%  {path}")

@@ -27,6 +27,17 @@ def solution_cells(lesson: str) -> dict[str, str]:
     return {c["id"]: "".join(c["source"]).replace("  ### BLANK", "") for c in nb["cells"]}
 
 
+def code_scores(lesson_id: str, nb: dict, tmp_path: Path) -> dict[str, float]:
+    """Code points per part of notebook `nb`, graded in this process (its setup and answer cells, then the checks)."""
+    from autograder.common import grade_namespace, load_lesson, student_namespace
+
+    path = tmp_path / f"{lesson_id}.ipynb"
+    path.write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
+    ns, errors = student_namespace(path)
+    assert not errors, errors
+    return {r.part.grade_id: r.score for r in grade_namespace(load_lesson(lesson_id), ns) if not r.part.manual}
+
+
 def make_submission(root: Path, lesson: str, student: str, replace: dict[str, str]) -> Path:
     """The student release with the given cells replaced, in nbgrader's collected layout."""
     nb = json.loads((REPO / f"notebooks/{lesson}/{lesson}.ipynb").read_text(encoding="utf-8"))

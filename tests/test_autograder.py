@@ -139,17 +139,10 @@ def test_reading_table_names_exist_in_minivllm(lesson_id):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lesson_id", discover_lessons())
-def test_solution_notebook_runs_on_cpu_with_all_grade_cells_passing(lesson_id, tmp_path):
+def test_solution_notebook_runs_on_cpu_with_all_grade_cells_passing(lesson_id, executed_solution):
     """Every cell within the course's per-cell limit (autograder/limits.py), no errors, no stderr in grade cells.
     (Not a speed assertion: the limit is the bound grading enforces.)"""
-    import nbformat
-    from nbclient import NotebookClient
-
-    from autograder.limits import cell_timeout
-
-    nb = nbformat.read(REPO / "solutions" / lesson_id / f"{lesson_id}.ipynb", as_version=4)
-    NotebookClient(nb, timeout=round(cell_timeout()), kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    nb = executed_solution(lesson_id)
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
         for out in cell.get("outputs", []):

@@ -18,7 +18,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    from autograder.grading import feedback, grade
+    from autograder.grading import PHASES, feedback, grade
 
     tmp = tmp_path_factory.mktemp("feedback")
     subs = tmp / "submissions"
@@ -26,9 +26,11 @@ def graded(tmp_path_factory):
     make_submission(subs, "lesson01", "mutant_student", {
         "l01_engine_core_step": mutant_source("lesson01", "aborts_skipped"),
         "l01_q1": "**Q1 你的答案**：EngineCore 拥有 busy loop 与 abort 队列。"})
+    PHASES.clear()
     results = grade(subs, tmp / "course", tmp / "grades.csv", ["lesson01"], jobs=1)["lesson01"]
+    phases = list(PHASES)
     pages = {p.parts[-3]: p for p in feedback(tmp / "course", ["lesson01"])}
-    return tmp / "course", results, pages
+    return tmp / "course", results, pages, phases
 
 
 def error_outputs(course, student):
@@ -39,8 +41,19 @@ def error_outputs(course, student):
 
 
 @pytest.mark.slow
+def test_grade_times_each_phase_of_each_student(graded):
+    """benchmarks/grade_parallel.py's breakdown: one nbgrader run, one sandbox re-grade and one gradebook merge
+    per student (timing only: no verdict reads it)."""
+    phases = graded[3]
+    for phase in ("nbgrader execution", "sandbox re-grade", "gradebook merge", "grader files re-hashed"):
+        times = [sec for name, sec in phases if name == phase]
+        assert len(times) == 2 and all(sec >= 0 for sec in times), (phase, phases)
+    assert sum(sec for name, sec in phases if name == "nbgrader execution") > 0
+
+
+@pytest.mark.slow
 def test_nbgrader_run_shows_three_lines_per_failing_grade_cell(graded):
-    course, results, _ = graded
+    course, results, _, _ = graded
     blank, mutant = error_outputs(course, "blank_student"), error_outputs(course, "mutant_student")
     assert all(blank.values()) and blank.keys() == {"l01_main_path", "l01_real_engine", "l01_boundary",
                                                     "l01_source_map"}
@@ -55,7 +68,7 @@ def test_nbgrader_run_shows_three_lines_per_failing_grade_cell(graded):
 
 @pytest.mark.slow
 def test_feedback_page_shows_the_short_failure_and_no_instructor_paths(graded, tmp_path):
-    _, _, pages = graded
+    _, _, pages, _ = graded
     text = pages["mutant_student"].read_text(encoding="utf-8")
     plain = html.unescape(re.sub(r"<[^>]+>", "", text))
     assert "__tracebackhide__" not in plain and str(REPO) not in plain and "/tmp/ipykernel" not in plain
@@ -75,7 +88,7 @@ def test_feedback_page_shows_the_short_failure_and_no_instructor_paths(graded, t
 def test_manual_scores_sit_on_the_answer_cells_and_the_lesson_is_worth_10(graded):
     from nbgrader.api import Gradebook
 
-    course, _, _ = graded
+    course, _, _, _ = graded
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         nb = gb.find_notebook("lesson01", "lesson01")
         assert nb.max_score == 10
@@ -95,7 +108,7 @@ def test_formgrader_page_puts_each_score_box_on_its_answer(graded, tmp_path):
     from nbconvert import HTMLExporter
     from nbgrader.server_extensions.formgrader import handlers
 
-    course, _, _ = graded
+    course, _, _, _ = graded
     exporter = HTMLExporter(template_name="formgrade", extra_template_basedirs=[handlers.template_path])
     page, _ = exporter.from_filename(str(course / "autograded/mutant_student/lesson01/lesson01.ipynb"), resources={
         "assignment_id": "lesson01", "notebook_id": "lesson01", "submission_id": "s", "index": 0, "total": 1,

@@ -172,15 +172,8 @@ def test_student_copy_shows_the_blanks():
 
 
 @pytest.mark.slow
-def test_solution_notebook_runs_on_cpu_within_the_cell_limit_with_all_grade_cells_passing(tmp_path):
-    import nbformat
-    from nbclient import NotebookClient
-
-    from autograder.limits import cell_timeout
-
-    nb = nbformat.read(REPO / "solutions/lesson06/lesson06.ipynb", as_version=4)
-    NotebookClient(nb, timeout=round(cell_timeout()), kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+def test_solution_notebook_runs_on_cpu_within_the_cell_limit_with_all_grade_cells_passing(executed_solution):
+    nb = executed_solution("lesson06")  # the run test_autograder checks for every lesson
     text = ""
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})

@@ -1,23 +1,13 @@
 """Every lesson's mutant table (autograder/lessonNN/mutants.py): each wrong notebook, built from the student
 release with the solution's answers and one mutant's edits, scores less than the solution and fails the parts
 its table entry names; the solution built the same way scores full; every edit matches its solution cell once."""
-import json
-
 import pytest
 
-from autograder.common import discover_lessons, grade_namespace, load_lesson, student_namespace
-from autograder.mutation import filled_notebook, mutant_notebook, mutant_source, mutants, solution_cells
+from autograder.common import discover_lessons, load_lesson
+from autograder.mutation import mutant_source, mutants, solution_cells
 
 LESSONS = discover_lessons()
 SLOW = {"lesson03", "lesson10"}  # lesson03: three engine workloads per mutant; lesson10: a TP=2 engine per mutant
-
-
-def code_scores(lesson_id, nb, tmp_path):
-    path = tmp_path / f"{lesson_id}.ipynb"
-    path.write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
-    ns, errors = student_namespace(path)
-    assert not errors, errors
-    return {r.part.grade_id: r.score for r in grade_namespace(load_lesson(lesson_id), ns) if not r.part.manual}
 
 
 @pytest.mark.parametrize("lesson_id", LESSONS)
@@ -32,16 +22,16 @@ def test_every_lesson_has_mutants_whose_edits_apply(lesson_id):
 
 
 @pytest.mark.parametrize("lesson_id", LESSONS)
-def test_solution_built_from_the_release_scores_full(lesson_id, tmp_path):
-    got = code_scores(lesson_id, filled_notebook(lesson_id), tmp_path)
+def test_solution_built_from_the_release_scores_full(lesson_id, release_scores):
+    got = release_scores(lesson_id)
     assert got == {p.grade_id: p.points for p in load_lesson(lesson_id).parts if not p.manual}
 
 
 @pytest.mark.parametrize("lesson_id, name", [
     pytest.param(lesson_id, name, marks=[pytest.mark.slow] if lesson_id in SLOW else [])
     for lesson_id in LESSONS for name in sorted(mutants(lesson_id))])
-def test_mutant_scores_less_than_the_solution(lesson_id, name, tmp_path):
-    got = code_scores(lesson_id, mutant_notebook(lesson_id, name), tmp_path)
+def test_mutant_scores_less_than_the_solution(lesson_id, name, release_scores):
+    got = release_scores(lesson_id, name)
     failed = {k for k, v in got.items() if v == 0}
     assert mutants(lesson_id)[name].fails <= failed, got
     assert sum(got.values()) < sum(p.points for p in load_lesson(lesson_id).parts if not p.manual), got
