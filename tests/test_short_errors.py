@@ -98,3 +98,17 @@ def test_check_finds_the_notebook_from_its_folder_and_from_the_repo_root(tmp_pat
     assert find_notebook("lesson03", "lesson03.ipynb", cwd=REPO) == nb  # the old printed form, from the root
     with pytest.raises(SystemExit, match="run this in the notebook's folder or the repository root"):
         find_notebook("lesson03", cwd=tmp_path)
+
+
+def test_self_check_and_report_cells_stay_quiet_under_grade(monkeypatch, capsys):
+    """Under `grade` the notebook's report and self-check cells print one line and run no check (the grade
+    cells and the sandbox score every part; nbgrader would otherwise pay for every check twice)."""
+    from autograder import common
+
+    calls = []
+    monkeypatch.setattr(common, "run_part", lambda *a: calls.append(a))
+    monkeypatch.setenv("MINIVLLM_GRADING", "1")
+    assert common.self_check("lesson01", {}) is False
+    common.report("lesson01", {})
+    out = capsys.readouterr().out
+    assert "评分时跳过自检" in out and "评分时跳过逐项报告" in out and not calls
