@@ -1,4 +1,4 @@
-"""python -m autograder {build,check,grade,feedback,release} — the course's one command line."""
+"""python -m autograder {build,check,grade,feedback,release,diagnose} — the course's one command line."""
 from __future__ import annotations
 
 import argparse
@@ -27,6 +27,10 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--lesson", action="append")
     r = sub.add_parser("release", help="the student distribution (no solutions, mark schemes, hidden tests, mutants)")
     r.add_argument("dest", type=Path, help="a new, empty folder")
+    d = sub.add_parser("diagnose", help="grade every mutant; write autograder/LESSON/diagnosis.json (instructor)")
+    d.add_argument("lessons", nargs="*", help="lesson ids (default: every lesson)")
+    d.add_argument("--build", action="store_true", required=True, help="(re)build the misconception tables")
+    d.add_argument("--hints-only", action="store_true", help="keep the signatures, rewrite only the hint texts")
     args = ap.parse_args(argv)
 
     if args.cmd == "build":
@@ -61,6 +65,13 @@ def main(argv: list[str] | None = None) -> int:
         written = release(args.dest)
         size = sum((args.dest / p).stat().st_size for p in written)
         print(f"{len(written)} files, {size / 2**20:.1f} MiB in {args.dest}")
+        return 0
+    if args.cmd == "diagnose":
+        from autograder.common import discover_lessons
+        from autograder.diagnosis import build
+
+        for lesson_id in args.lessons or discover_lessons():
+            print(f"written: {build(lesson_id, only_hints=args.hints_only)}", flush=True)
         return 0
     return 2
 

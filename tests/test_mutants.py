@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from autograder import diagnosis
 from autograder.common import discover_lessons, grade_namespace, load_lesson, student_namespace
 from autograder.mutation import filled_notebook, mutant_notebook, mutant_source, mutants, solution_cells
 
@@ -12,12 +13,14 @@ LESSONS = discover_lessons()
 SLOW = {"lesson03", "lesson10"}  # lesson03: three engine workloads per mutant; lesson10: a TP=2 engine per mutant
 
 
-def code_scores(lesson_id, nb, tmp_path):
+def code_scores(lesson_id, nb, tmp_path, messages=None):
     path = tmp_path / f"{lesson_id}.ipynb"
     path.write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
     ns, errors = student_namespace(path)
     assert not errors, errors
-    return {r.part.grade_id: r.score for r in grade_namespace(load_lesson(lesson_id), ns) if not r.part.manual}
+    results = [r for r in grade_namespace(load_lesson(lesson_id), ns) if not r.part.manual]
+    (messages if messages is not None else {}).update({r.part.grade_id: r.message for r in results})
+    return {r.part.grade_id: r.score for r in results}
 
 
 @pytest.mark.parametrize("lesson_id", LESSONS)
@@ -41,7 +44,12 @@ def test_solution_built_from_the_release_scores_full(lesson_id, tmp_path):
     pytest.param(lesson_id, name, marks=[pytest.mark.slow] if lesson_id in SLOW else [])
     for lesson_id in LESSONS for name in sorted(mutants(lesson_id))])
 def test_mutant_scores_less_than_the_solution(lesson_id, name, tmp_path):
-    got = code_scores(lesson_id, mutant_notebook(lesson_id, name), tmp_path)
+    messages = {}
+    got = code_scores(lesson_id, mutant_notebook(lesson_id, name), tmp_path, messages)
     failed = {k for k, v in got.items() if v == 0}
     assert mutants(lesson_id)[name].fails <= failed, got
+    me = diagnosis.hint_id(diagnosis.table(lesson_id)["salt"], name)  # the committed table is fresh: this very
+    for gid in failed:  # verdict is in it and diagnosed as this mutant (or one that fails identically)
+        assert me in diagnosis.lookup(lesson_id, gid, messages[gid]), (gid, messages[gid], "diagnose --build")
+    assert diagnosis.table(lesson_id)["hints"][me] == diagnosis.hint_text(lesson_id, mutants(lesson_id)[name])
     assert sum(got.values()) < sum(p.points for p in load_lesson(lesson_id).parts if not p.manual), got
