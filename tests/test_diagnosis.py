@@ -129,3 +129,10 @@ def test_release_ships_hashes_and_hints_only(released):
         assert not [a for a in source_map_answers(lesson_id).values() if word(a.rsplit(".", 1)[-1]).search(
             " ".join(data["hints"].values()))], lesson_id
     assert "autograder/diagnosis.py" in texts  # the student side needs it
+
+
+def test_every_mutant_has_a_one_line_chinese_hint_that_is_not_its_why():
+    for lesson_id in discover_lessons():
+        for name, m in mutants(lesson_id).items():
+            assert m.hint and "\n" not in m.hint and re.search(r"[\u4e00-\u9fff]", m.hint), (lesson_id, name)
+            assert m.hint != m.why and len(m.hint) <= 80, (lesson_id, name)
