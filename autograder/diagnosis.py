@@ -28,6 +28,7 @@ _NORMALIZE = [
     (re.compile(r"0x[0-9a-fA-F]+"), "0x_"),                                  # object addresses
     (re.compile(r"(?:/[\w.+-]+){2,}"), "<path>"),                            # temp dirs, install paths
     (re.compile(r"\d+(?:\.\d+)?\s*(?:ms|s|秒)(?![A-Za-z_])"), "<t>"),          # durations
+    (re.compile(r"-?\d{10,}"), "<n>"),                                       # hash() values (seeded per process)
 ]
 
 

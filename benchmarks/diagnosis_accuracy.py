@@ -13,6 +13,8 @@ Prints, per lesson and in total:
 """
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -46,10 +48,19 @@ def lesson_figures(lesson_id: str) -> dict:
             "lines": len(lines)}
 
 
+def figures_in_a_fresh_process(lesson_id: str) -> dict:
+    """One lesson per process, as a student's kernel (lesson 6's setup sets up Triton before it is imported)."""
+    out = subprocess.run([sys.executable, __file__, "--one", lesson_id], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main(argv: list[str]) -> None:
+    if argv[:1] == ["--one"]:
+        print(json.dumps(lesson_figures(argv[1])))
+        return
     total: dict = {}
     for lesson_id in argv or discover_lessons():
-        f = lesson_figures(lesson_id)
+        f = figures_in_a_fresh_process(lesson_id)
         print(f"{lesson_id}: named {f['named']}/{f['mutants']}{' missed ' + ','.join(f['missed']) if f['missed'] else ''}"
               f"; solution diagnosed: {f['solution_diagnosed']}; held-out {f['held_out']} mutants: "
               f"{f['held_out_passing']} reported correct, {f['held_unknown']}/{f['held_parts']} failing parts "

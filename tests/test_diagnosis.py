@@ -136,3 +136,20 @@ def test_every_mutant_has_a_one_line_chinese_hint_that_is_not_its_why():
         for name, m in mutants(lesson_id).items():
             assert m.hint and "\n" not in m.hint and re.search(r"[\u4e00-\u9fff]", m.hint), (lesson_id, name)
             assert m.hint != m.why and len(m.hint) <= 80, (lesson_id, name)
+
+
+def test_signatures_do_not_depend_on_the_process():
+    """Lesson 3's verdicts print block hashes (Python's hash(), seeded per process): two processes with different
+    hash seeds give the same signatures, and the committed table's."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json; from autograder import diagnosis as d; from autograder.mutation import mutant_notebook\n"
+            "m = d.failing_messages('lesson03', mutant_notebook('lesson03', 'partial_blocks_hashed'))\n"
+            "print(json.dumps({g: d.signature(d.table('lesson03')['salt'], g, x) for g, x in m.items()}))")
+    runs = [json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                      env=dict(os.environ, PYTHONHASHSEED=seed)).stdout.splitlines()[-1])
+            for seed in ("1", "2")]
+    assert runs[0] == runs[1] and "l03_boundary" in runs[0]
+    assert all(s in diagnosis.table("lesson03")["parts"][g] for g, s in runs[0].items())
