@@ -20,7 +20,7 @@ from autograder.common import REPO
 
 UNKNOWN = "不是已知的错误类型（not a known mistake）"
 PREFIX = "可能的误解："
-NOT_AN_ANSWER = ("还有空 ______ 没有填写", "笔记本里没有定义")  # unfilled blanks / cells not run: no answer to diagnose
+NOT_AN_ANSWER = ("还有空 ______ 没有填写", "还没有填写", "笔记本里没有定义")  # unfilled blanks, cells not run
 _NORMALIZE = [
     (re.compile(r"\x1b\[[0-9;]*m"), ""),                                    # ANSI colours
     (re.compile(r"^(运行你的代码时出错：)+"), ""),                             # graded() prefix; run_part has none

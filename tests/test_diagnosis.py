@@ -9,6 +9,7 @@ import pytest
 from autograder import diagnosis
 from autograder.common import NOTEBOOKS, PartResult, discover_lessons, format_report, load_lesson
 from autograder.mutation import mutant_notebook, mutant_source, mutants, solution_cells
+from tests.test_feedback_page import error_outputs, graded  # noqa: F401  (graded: the fixture, reused)
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -153,3 +154,22 @@ def test_signatures_do_not_depend_on_the_process():
             for seed in ("1", "2")]
     assert runs[0] == runs[1] and "l03_boundary" in runs[0]
     assert all(s in diagnosis.table("lesson03")["parts"][g] for g, s in runs[0].items())
+
+
+@pytest.mark.slow
+def test_grade_and_feedback_carry_the_diagnosis(graded):
+    """nbgrader's run and feedback page show the hint within the three lines; grade's per-part CSV names the
+    mutant in its diagnosis column and the lesson's histogram is drawn beside it."""
+    import csv
+    import html
+
+    course, _, pages = graded
+    hint = diagnosis.hint_text("lesson01", mutants("lesson01")["aborts_skipped"])
+    lines = error_outputs(course, "mutant_student")["l01_main_path"]
+    assert len(lines) <= 3 and lines[0].endswith(diagnosis.PREFIX + hint), lines
+    assert diagnosis.PREFIX + hint in html.unescape(pages["mutant_student"].read_text(encoding="utf-8"))
+    rows = list(csv.DictReader((course.parent / "grades-parts.csv").open(encoding="utf-8")))
+    got = {(r["student"], r["grade_id"]): r["diagnosis"] for r in rows}
+    assert got[("mutant_student", "l01_main_path")] == "aborts_skipped", got
+    assert got[("blank_student", "l01_main_path")] == "" and got[("mutant_student", "l01_source_map")] == ""
+    assert (course.parent / "grades-lesson01-diagnosis.png").read_bytes()[:4] == b"\x89PNG"
