@@ -29,6 +29,7 @@ _NORMALIZE = [
     (re.compile(r"(?:/[\w.+-]+){2,}"), "<path>"),                            # temp dirs, install paths
     (re.compile(r"\d+(?:\.\d+)?\s*(?:ms|s|秒)(?![A-Za-z_])"), "<t>"),          # durations
     (re.compile(r"-?\d{10,}"), "<n>"),                                       # hash() values (seeded per process)
+    (re.compile(r"worker rank \d+ raised"), "worker rank _ raised"),          # which TP rank fails first is a race
 ]
 
 
