@@ -9,9 +9,10 @@ import pytest
 from autograder import diagnosis
 from autograder.common import NOTEBOOKS, PartResult, discover_lessons, format_report, load_lesson
 from autograder.mutation import mutant_notebook, mutant_source, mutants, solution_cells
-from tests.test_feedback_page import error_outputs, graded  # noqa: F401  (graded: the fixture, reused)
+from tests import test_feedback_page
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+graded = test_feedback_page.graded  # its module fixture: one nbgrader run of a blank and a mutant student
 
 
 def test_normalize_drops_what_differs_between_runs():
@@ -165,7 +166,7 @@ def test_grade_and_feedback_carry_the_diagnosis(graded):
 
     course, _, pages = graded
     hint = diagnosis.hint_text("lesson01", mutants("lesson01")["aborts_skipped"])
-    lines = error_outputs(course, "mutant_student")["l01_main_path"]
+    lines = test_feedback_page.error_outputs(course, "mutant_student")["l01_main_path"]
     assert len(lines) <= 3 and lines[0].endswith(diagnosis.PREFIX + hint), lines
     assert diagnosis.PREFIX + hint in html.unescape(pages["mutant_student"].read_text(encoding="utf-8"))
     rows = list(csv.DictReader((course.parent / "grades-parts.csv").open(encoding="utf-8")))
