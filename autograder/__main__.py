@@ -1,7 +1,8 @@
-"""python -m autograder {build,check,grade,feedback,release} — the course's one command line."""
+"""python -m autograder {build,check,grade,feedback,release,diagnose} — the course's one command line."""
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 
@@ -27,6 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--lesson", action="append")
     r = sub.add_parser("release", help="the student distribution (no solutions, mark schemes, hidden tests, mutants)")
     r.add_argument("dest", type=Path, help="a new, empty folder")
+    d = sub.add_parser("diagnose", help="grade every mutant; write autograder/LESSON/diagnosis.json (instructor)")
+    d.add_argument("lessons", nargs="*", help="lesson ids (default: every lesson)")
+    d.add_argument("--build", action="store_true", required=True, help="(re)build the misconception tables")
+    d.add_argument("--hints-only", action="store_true", help="keep the signatures, rewrite only the hint texts")
     args = ap.parse_args(argv)
 
     if args.cmd == "build":
@@ -61,6 +66,17 @@ def main(argv: list[str] | None = None) -> int:
         written = release(args.dest)
         size = sum((args.dest / p).stat().st_size for p in written)
         print(f"{len(written)} files, {size / 2**20:.1f} MiB in {args.dest}")
+        return 0
+    if args.cmd == "diagnose":
+        from autograder.common import discover_lessons
+        from autograder.diagnosis import build
+
+        lessons = args.lessons or discover_lessons()
+        if len(lessons) > 1:  # one process per lesson, as a student's kernel (lesson 6 sets up Triton first)
+            flags = ["--hints-only"] if args.hints_only else []
+            return max(subprocess.run([sys.executable, "-m", "autograder", "diagnose", "--build", *flags, lesson_id]
+                                      ).returncode for lesson_id in lessons)
+        print(f"written: {build(lessons[0], only_hints=args.hints_only)}", flush=True)
         return 0
     return 2
 

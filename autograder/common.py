@@ -302,11 +302,22 @@ def one_line(text: str, limit: int = 300) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def _diagnosis(lesson_id: str, r: PartResult, sep: str) -> str:
+    """sep + the misconception line of a failed code part (autograder/diagnosis.py), else ""."""
+    if r.part.manual or r.score is None or r.score >= r.part.points:
+        return ""
+    from autograder.diagnosis import diagnose
+
+    line = diagnose(lesson_id, r.part.grade_id, r.message)
+    return sep + line if line else ""
+
+
 def format_report(lesson: Lesson, results: list[PartResult]) -> tuple[str, bool]:
     """A table of points per part out of the lesson's total, and the pass verdict at the pass mark.
     Columns are aligned by display width (CJK titles count two columns a character)."""
     scores = ["-" if r.score is None else f"{r.score:g}" for r in results]
-    cells = [(r.part.title, f"{s}/{r.part.points}", one_line(r.message)) for r, s in zip(results, scores, strict=True)]
+    cells = [(r.part.title, f"{s}/{r.part.points}", one_line(r.message) + _diagnosis(lesson.lesson_id, r, "　"))
+             for r, s in zip(results, scores, strict=True)]
     w1 = max([width("部分"), *(width(c[0]) for c in cells)]) + 2
     w2 = max([width("得分"), *(width(c[1]) for c in cells)]) + 2
     lines = [f"{lesson.lesson_id} 自检：{lesson.title}", f"{pad('部分', w1)}{pad('得分', w2)}说明"]
@@ -341,7 +352,7 @@ def report(lesson_id: str, namespace: dict) -> None:
             print(f"·  {part.title}：后面的练习还没运行（需要 {', '.join(n for n in part.needs if n not in namespace)}）")
             continue
         r = run_part(part, namespace)
-        print(f"{'✓' if r.score == part.points else '✗'}  {part.title}：{r.message}")
+        print(f"{'✓' if r.score == part.points else '✗'}  {part.title}：{r.message}{_diagnosis(lesson_id, r, chr(10) + '   ')}")
 
 
 def find_notebook(lesson_id: str, given: str | Path | None = None, cwd: Path | None = None) -> Path:
@@ -425,15 +436,17 @@ def _first_false(test, frame) -> str:
     return ""
 
 
-def failure_lines(part: Part, etype, value, tb) -> list[str]:
-    """A failed grade cell in three lines: the part; what is wrong; the first divergence or where it happened."""
+def failure_lines(part: Part, etype, value, tb, diagnosis: str = "") -> list[str]:
+    """A failed grade cell in three lines: the part (and the misconception it behaves like); what is wrong; the
+    first divergence or where it happened."""
     import ast
 
     frames = [(f, n) for f, n in traceback.walk_tb(tb) if _in_cell(f.f_code.co_filename)]
     cell_frame, cell_line = frames[0] if frames else (None, 0)
     cell_src = linecache.getlines(cell_frame.f_code.co_filename) if cell_frame else []
     stmt = cell_src[cell_line - 1].strip() if 0 < cell_line <= len(cell_src) else ""
-    head = f"{_RED}✗ {part.title}（{part.grade_id}，{part.points} 分）未通过{_RESET}　" + MORE.format(env=FULL_TRACEBACK_ENV)
+    head = (f"{_RED}✗ {part.title}（{part.grade_id}，{part.points} 分）未通过{_RESET}　" + MORE.format(env=FULL_TRACEBACK_ENV)
+            + (f"　{diagnosis}" if diagnosis else ""))
     if isinstance(value, BlankNotFilled):
         return [head, blank_message(value), f"评分单元格第 {cell_line} 行：{stmt[:200]}"]
     if isinstance(value, CheckFailed):
@@ -451,6 +464,15 @@ def failure_lines(part: Part, etype, value, tb) -> list[str]:
     if out_of_memory(value):
         return [head, memory_message(), f"评分单元格第 {cell_line} 行：{stmt[:200]}"]
     return [head, f"运行你的代码时出错：{student_error(value)}", f"评分单元格第 {cell_line} 行：{stmt[:200]}"]
+
+
+def cell_diagnosis(lesson_id: str, part: Part, value: BaseException, namespace: dict) -> str:
+    """The misconception line for a failed grade cell. A check's verdict is diagnosed as it is; a visible assert
+    that failed first stopped the cell before the check ran, so the check runs once here for its verdict."""
+    if isinstance(value, BlankNotFilled):
+        return ""
+    r = PartResult(part, 0, str(value)) if isinstance(value, CheckFailed) else run_part(part, namespace)
+    return _diagnosis(lesson_id, r, "")
 
 
 def short_errors(lesson_id: str, shell=None) -> None:
@@ -486,7 +508,8 @@ def short_errors(lesson_id: str, shell=None) -> None:
         if os.environ.get(FULL_TRACEBACK_ENV) == "full" or (part is None and not isinstance(value, BlankNotFilled)):
             sh.showtraceback((etype, value, tb), tb_offset=tb_offset)
             return None
-        stb = failure_lines(part, etype, value, tb) if part else [blank_message(value), MORE.format(env=FULL_TRACEBACK_ENV)]
+        stb = (failure_lines(part, etype, value, tb, cell_diagnosis(lesson_id, part, value, sh.user_ns)) if part
+               else [blank_message(value), MORE.format(env=FULL_TRACEBACK_ENV)])
         sh._showtraceback(etype, value, stb)
         return stb
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from autograder import isolation
 from autograder.build import dumps, nbgrader, new_course, solution_notebook
 from autograder.common import discover_lessons, load_lesson
+from autograder.diagnosis import label
 from autograder.limits import cell_timeout
 
 NOTEBOOK_TIMEOUT_FACTOR = 3  # a whole notebook under nbgrader: at most this many cell limits
@@ -305,23 +306,51 @@ def grade(submissions: Path, course: Path, csv_path: Path, lessons: list[str] | 
     nbgrader(["export", "--to", str(csv_path.resolve())], course)
     mark_export(csv_path, results)
     parts_csv = csv_path.with_name(csv_path.stem + "-parts.csv")
+    diagnoses: dict[str, dict[str, set[str]]] = {}  # lesson -> misconception -> students
     with open(parts_csv, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["lesson", "student", "grade_id", "score", "max_score", "message"])
+        w.writerow(["lesson", "student", "grade_id", "score", "max_score", "message", "diagnosis"])
         for lesson_id, per_student in results.items():
             lesson = load_lesson(lesson_id)
             for student, got in per_student.items():
                 for p in lesson.parts:
                     s = got.get(p.grade_id)
+                    msg = messages[lesson_id].get(student, {}).get(p.grade_id, "")
+                    why = label(lesson_id, p.grade_id, msg) if s is not None and s < p.points else ""
                     w.writerow([lesson_id, student, p.grade_id, "pending" if s is None else f"{s:g}", p.points,
-                                messages[lesson_id].get(student, {}).get(p.grade_id, "")])
+                                msg, why])
+                    if why:
+                        diagnoses.setdefault(lesson_id, {}).setdefault(why, set()).add(student)
+    figures = [histogram(csv_path, lesson_id, found) for lesson_id, found in diagnoses.items()]
     for lesson_id, per_student in results.items():
         print(f"== {lesson_id} ==\n{table(lesson_id, per_student)}")
         for student, failed in messages[lesson_id].items():
             for gid, msg in failed.items():
                 print(f"  {student} {gid}: {msg}")
     print(f"CSV: {csv_path} (nbgrader export), {parts_csv} (per part); course folder: {course}")
+    for fig in figures:
+        print(f"misconceptions: {fig}")
     return results
+
+
+def histogram(csv_path: Path, lesson_id: str, found: dict[str, set[str]]) -> Path:
+    """One bar per misconception (mutant names, or 'unknown') -> how many students' answers behave like it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = sorted(found, key=lambda k: (-len(found[k]), k))
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.35 * len(names)))
+    ax.barh(names[::-1], [len(found[k]) for k in names[::-1]])
+    ax.set_xlabel("students")
+    ax.set_title(f"{lesson_id}: misconceptions")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    fig.tight_layout()
+    out = csv_path.with_name(f"{csv_path.stem}-{lesson_id}-diagnosis.png")
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
 
 
 def mark_export(csv_path: Path, results: dict[str, dict[str, dict[str, float | None]]]) -> None:

@@ -1,6 +1,6 @@
 """Mutants as data: a wrong answer is a few edits of the solution's exercise cell, named by its misconception.
 
-Each autograder/lessonNN/mutants.py defines ``MUTANTS = {name: Mutant(cell, edits, why)}``. An edit is
+Each autograder/lessonNN/mutants.py defines ``MUTANTS = {name: Mutant(cell, edits, why, fails, hint)}``. An edit is
 ``(old, new)``: ``old`` occurs exactly once in the solution cell (``### BLANK`` markers removed) and is
 replaced by ``new``. ``mutant_notebook`` builds the whole wrong submission from the student release, so a
 test grades exactly what a student with that misconception would hand in.
@@ -21,6 +21,7 @@ class Mutant:
     edits: tuple[tuple[str, str], ...]      # (solution text, wrong text), each solution text unique in the cell
     why: str                                # the misconception, one line
     fails: frozenset[str] | set[str] = frozenset()  # grade ids it must fail (it may fail more)
+    hint: str = ""                          # what to reconsider (Simplified Chinese, never the fix); shipped
 
 
 def mutants(lesson_id: str) -> dict[str, Mutant]:

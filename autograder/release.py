@@ -2,8 +2,9 @@
 
 DIR gets the released notebooks (blanks, no hidden tests, no mark schemes), the engine (minivllm/), the
 shipped model and corpus (data/), pyproject.toml, a student README and the part of autograder/ a student
-runs (the checks, demos, limits, sandbox and self-check). It leaves out solutions/, tests/, benchmarks/,
-every lesson's mutants.py, and the instructor's pipeline (build, grading, release, mutation, nbgrader config).
+runs (the checks, demos, limits, sandbox, self-check, and each lesson's diagnosis.json: signature hashes and
+hint texts only). It leaves out solutions/, tests/, benchmarks/, every lesson's mutants.py, and the
+instructor's pipeline (build, grading, release, mutation, nbgrader config).
 The Colab cell of every notebook clones DIR's published copy (MINIVLLM_RELEASE_URL, see README).
 """
 from __future__ import annotations

@@ -22,11 +22,16 @@ def release_scores(tmp_path_factory):
 
     done: dict = {}
 
-    def scores(lesson_id: str, answer: str | None = None) -> dict[str, float]:
+    def scores(lesson_id: str, answer: str | None = None, messages: dict | None = None) -> dict[str, float]:
+        """`messages`, when given, receives each part's verdict message (for the diagnosis table's check)."""
         if (lesson_id, answer) not in done:
             nb = filled_notebook(lesson_id) if answer is None else mutant_notebook(lesson_id, answer)
-            done[lesson_id, answer] = code_scores(lesson_id, nb, tmp_path_factory.mktemp(lesson_id))
-        return dict(done[lesson_id, answer])
+            said: dict = {}
+            done[lesson_id, answer] = code_scores(lesson_id, nb, tmp_path_factory.mktemp(lesson_id), said), said
+        got, said = done[lesson_id, answer]
+        if messages is not None:
+            messages.update(said)
+        return dict(got)
 
     return scores
 

@@ -27,15 +27,19 @@ def solution_cells(lesson: str) -> dict[str, str]:
     return {c["id"]: "".join(c["source"]).replace("  ### BLANK", "") for c in nb["cells"]}
 
 
-def code_scores(lesson_id: str, nb: dict, tmp_path: Path) -> dict[str, float]:
-    """Code points per part of notebook `nb`, graded in this process (its setup and answer cells, then the checks)."""
+def code_scores(lesson_id: str, nb: dict, tmp_path: Path, messages: dict | None = None) -> dict[str, float]:
+    """Code points per part of notebook `nb`, graded in this process (its setup and answer cells, then the checks);
+    each part's verdict message goes into `messages` when given."""
     from autograder.common import grade_namespace, load_lesson, student_namespace
 
     path = tmp_path / f"{lesson_id}.ipynb"
     path.write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
     ns, errors = student_namespace(path)
     assert not errors, errors
-    return {r.part.grade_id: r.score for r in grade_namespace(load_lesson(lesson_id), ns) if not r.part.manual}
+    results = [r for r in grade_namespace(load_lesson(lesson_id), ns) if not r.part.manual]
+    if messages is not None:
+        messages.update({r.part.grade_id: r.message for r in results})
+    return {r.part.grade_id: r.score for r in results}
 
 
 def make_submission(root: Path, lesson: str, student: str, replace: dict[str, str]) -> Path:

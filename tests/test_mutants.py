@@ -3,6 +3,7 @@ release with the solution's answers and one mutant's edits, scores less than the
 its table entry names; the solution built the same way scores full; every edit matches its solution cell once."""
 import pytest
 
+from autograder import diagnosis
 from autograder.common import discover_lessons, load_lesson
 from autograder.mutation import mutant_source, mutants, solution_cells
 
@@ -31,7 +32,12 @@ def test_solution_built_from_the_release_scores_full(lesson_id, release_scores):
     pytest.param(lesson_id, name, marks=[pytest.mark.slow] if lesson_id in SLOW else [])
     for lesson_id in LESSONS for name in sorted(mutants(lesson_id))])
 def test_mutant_scores_less_than_the_solution(lesson_id, name, release_scores):
-    got = release_scores(lesson_id, name)
+    messages = {}
+    got = release_scores(lesson_id, name, messages)
     failed = {k for k, v in got.items() if v == 0}
     assert mutants(lesson_id)[name].fails <= failed, got
+    me = diagnosis.hint_id(diagnosis.table(lesson_id)["salt"], name)  # the committed table is fresh: this very
+    for gid in failed:  # verdict is in it and diagnosed as this mutant (or one that fails identically)
+        assert me in diagnosis.lookup(lesson_id, gid, messages[gid]), (gid, messages[gid], "diagnose --build")
+    assert diagnosis.table(lesson_id)["hints"][me] == diagnosis.hint_text(lesson_id, mutants(lesson_id)[name])
     assert sum(got.values()) < sum(p.points for p in load_lesson(lesson_id).parts if not p.manual), got

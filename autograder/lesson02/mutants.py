@@ -13,7 +13,8 @@ MUTANTS = {
          ('    # 2. Then WAITING, first come first served.\n'
           '    admit = True')),
     ), 'Admits waiting requests even in a step that had to preempt.',
-       fails={"l02_boundary", "l02_real_engine"}),
+       fails={"l02_boundary", "l02_real_engine"},
+       hint="一步里已经发生了抢占，还应该接纳等待队列中的请求吗？"),
     "budget_not_decremented": Mutant(CELL, (
         (('        token_budget -= n\n'
           '        i += 1'),
@@ -24,12 +25,14 @@ MUTANTS = {
          ('        token_budget -= 0\n'
           '    return scheduled, preempted')),
     ), 'Never takes the scheduled tokens off the budget.',
-       fails={"l02_boundary", "l02_main_path", "l02_real_engine"}),
+       fails={"l02_boundary", "l02_main_path", "l02_real_engine"},
+       hint="每调度一个请求之后，token 预算有没有随之变化？"),
     "preempt_oldest": Mutant(CELL, (
         ('            victim = running.pop()',
          '            victim = running.pop(0)'),
     ), 'Preempts the oldest running request (running[0]) instead of the newest.',
-       fails={"l02_boundary", "l02_real_engine"}),
+       fails={"l02_boundary", "l02_real_engine"},
+       hint="抢占时选中的是哪个运行中的请求？回顾优先级与队列顺序。"),
     "skip_instead_of_preempt": Mutant(CELL, (
         (('        ok = allocate(req, n)\n'
           '        while not ok:\n'
@@ -45,7 +48,8 @@ MUTANTS = {
           '            i += 1\n'
           '            continue')),
     ), 'When allocate fails, skips the request and moves on instead of preempting.',
-       fails={"l02_boundary", "l02_real_engine"}),
+       fails={"l02_boundary", "l02_real_engine"},
+       hint="分配 KV 块失败时，调度器应如何腾出空间，而不是跳过？"),
     "threshold_ignored": Mutant(CELL, (
         (('        n = min(num_new_tokens(req), threshold, token_budget)\n'
           '        ok = allocate(req, n)'),
@@ -56,7 +60,8 @@ MUTANTS = {
          ('        n = min(num_new_tokens(req), token_budget)\n'
           '        if not allocate(req, n):')),
     ), 'Ignores long_prefill_token_threshold: each request gets min(remaining, budget left).',
-       fails={"l02_boundary", "l02_main_path", "l02_real_engine"}),
+       fails={"l02_boundary", "l02_main_path", "l02_real_engine"},
+       hint="每个请求分到的 token 数还受哪个上限约束？"),
     "waiting_before_running": Mutant(CELL, (
         ('    #       allocate 失败就抢占优先级最低的 running 请求；本步抢占过就不再接纳新请求。',
          ('    admit = True\n'
@@ -91,49 +96,57 @@ MUTANTS = {
           '        token_budget -= n'),
          ''),
     ), 'Admits waiting requests before serving the running ones (decodes can starve).',
-       fails={"l02_boundary", "l02_main_path", "l02_real_engine"}),
+       fails={"l02_boundary", "l02_main_path", "l02_real_engine"},
+       hint="运行中的请求与等待中的请求，谁先被服务？想想 decode 会不会饿死。"),
     "waiting_ignores_threshold": Mutant(CELL, (
         (('        n = min(num_new_tokens(req), threshold, token_budget)\n'
           '        if not allocate(req, n):'),
          ('        n = min(num_new_tokens(req), token_budget)\n'
           '        if not allocate(req, n):')),
     ), 'Caps running requests by the threshold but lets a new prompt take the whole budget.',
-       fails={"l02_boundary", "l02_main_path", "l02_real_engine"}),
+       fails={"l02_boundary", "l02_main_path", "l02_real_engine"},
+       hint="长 prefill 的阈值对新进入的 prompt 也适用吗？"),
     "victim_not_removed": Mutant(CELL, (
         ('            victim = running.pop()',
          '            victim = running[-1]'),
     ), 'Reads the preemption victim but leaves it in running (it is preempted again and again).',
-       fails={"l02_boundary", "l02_real_engine"}),
+       fails={"l02_boundary", "l02_real_engine"},
+       hint="被抢占的请求之后还留在 running 里吗？"),
     "running_ignores_threshold": Mutant(CELL, (
         (('        n = min(num_new_tokens(req), threshold, token_budget)\n'
           '        ok = allocate(req, n)'),
          ('        n = min(num_new_tokens(req), token_budget)\n'
           '        ok = allocate(req, n)')),
     ), 'Caps only new prompts by long_prefill_token_threshold: a running chunked prefill takes the whole budget.',
-       fails={"l02_main_path", "l02_real_engine"}),
+       fails={"l02_main_path", "l02_real_engine"},
+       hint="长 prefill 的阈值（long_prefill_token_threshold）对运行中的分块 prefill 也适用吗？"),
     "running_ignores_budget": Mutant(CELL, (
         (('        n = min(num_new_tokens(req), threshold, token_budget)\n'
           '        ok = allocate(req, n)'),
          ('        n = min(num_new_tokens(req), threshold)\n'
           '        ok = allocate(req, n)')),
     ), 'Forgets the budget left for running requests (a decode costs nothing, a chunk is capped by threshold only).',
-       fails={"l02_main_path"}),
+       fails={"l02_main_path"},
+       hint="运行中的请求分到的 token 是否受剩余预算约束？"),
     "decode_costs_one": Mutant(CELL, (
         (('        token_budget -= n\n'
           '        i += 1'),
          ('        token_budget -= 1\n'
           '        i += 1')),
     ), 'Charges each running request one token, as if every running request were decoding.',
-       fails={"l02_main_path", "l02_real_engine"}),
+       fails={"l02_main_path", "l02_real_engine"},
+       hint="一个正在运行的请求这一步需要多少 token？它不一定在 decode。"),
     "waiting_charged_whole_prompt": Mutant(CELL, (
         (('        token_budget -= n\n'
           '    return scheduled, preempted'),
          ('        token_budget -= num_new_tokens(req)\n'
           '    return scheduled, preempted')),
     ), 'Takes a new request\'s whole remaining prompt off the budget, not the chunk it was given.',
-       fails={"l02_main_path", "l02_real_engine"}),
+       fails={"l02_main_path", "l02_real_engine"},
+       hint="新请求从预算里扣掉的，是整段 prompt 还是它这一步实际分到的量？"),
     "victim_is_current": Mutant(CELL, (
         ('            victim = running.pop()', '            victim = running.pop(i)'),
     ), 'Preempts the request whose allocation failed instead of the lowest-priority (last) running one.',
-       fails={"l02_boundary", "l02_real_engine"}),
+       fails={"l02_boundary", "l02_real_engine"},
+       hint="分配失败时被抢占的应该是谁？回顾运行队列中的优先级。"),
 }
