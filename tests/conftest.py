@@ -12,6 +12,16 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 @pytest.fixture(scope="session")
+def student_release(tmp_path_factory):
+    """`python -m autograder release` once per session, for every test that reads the student distribution."""
+    from autograder.release import release
+
+    dest = tmp_path_factory.mktemp("release") / "minivllm-release"
+    release(dest)
+    return dest
+
+
+@pytest.fixture(scope="session")
 def release_scores(tmp_path_factory):
     """(lesson, mutant name or None for the solution) -> code points per part of the student release filled with
     the solution's answers (and that mutant's edits), graded once per session in this process: test_mutants and

@@ -97,25 +97,16 @@ def test_grade_labels_and_histogram(tmp_path):
     assert png == tmp_path / "grades-lesson01-diagnosis.png" and png.read_bytes()[:4] == b"\x89PNG"
 
 
-@pytest.fixture(scope="module")
-def released(tmp_path_factory):
-    from autograder.release import release
-
-    dest = tmp_path_factory.mktemp("rel") / "r"
-    release(dest)
-    return dest
-
-
-def test_release_ships_hashes_and_hints_only(released):
+def test_release_ships_hashes_and_hints_only(student_release):
     """Each lesson's diagnosis.json ships; nothing in it (or anywhere in the release) is mutant code, a mutant's
     `why` or name, a right fill or a SOURCE_MAP answer."""
     from tests.test_release import answer_texts, normalized, released_texts, source_map_answers, word
 
-    texts = released_texts(released)
-    every = "\n".join(p.read_text(encoding="utf-8", errors="ignore") for p in released.rglob("*")
+    texts = released_texts(student_release)
+    every = "\n".join(p.read_text(encoding="utf-8", errors="ignore") for p in student_release.rglob("*")
                       if p.is_file() and p.suffix in (".py", ".ipynb", ".md", ".json", ".txt"))
     for lesson_id in discover_lessons():
-        shipped = (released / "autograder" / lesson_id / "diagnosis.json").read_text(encoding="utf-8")
+        shipped = (student_release / "autograder" / lesson_id / "diagnosis.json").read_text(encoding="utf-8")
         data = json.loads(shipped)
         assert set(data) == {"salt", "parts", "hints"}
         assert all(re.fullmatch(r"[0-9a-f]{16}", s) for sigs in data["parts"].values() for s in sigs)

@@ -10,7 +10,6 @@ import pytest
 
 from autograder.common import REPO, ______, discover_lessons, last_name
 from autograder.mutation import solution_cells
-from autograder.release import release
 
 
 def answer_texts(lesson_id: str) -> dict[str, set[str]]:
@@ -38,13 +37,6 @@ TAUGHT_IN_THE_TEXT = {
     "lesson01": {"grammar = get_grammar(plan)", "process_aborts()"},
     "lesson03": {"max_cache_hit_length = request.num_tokens - 1"},
 }
-
-
-@pytest.fixture(scope="module")
-def student_release(tmp_path_factory):
-    dest = tmp_path_factory.mktemp("release") / "minivllm-release"
-    release(dest)
-    return dest
 
 
 def test_release_has_the_student_files_and_nothing_of_the_instructors(student_release):
