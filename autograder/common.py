@@ -468,8 +468,9 @@ def failure_lines(part: Part, etype, value, tb, diagnosis: str = "") -> list[str
 
 def cell_diagnosis(lesson_id: str, part: Part, value: BaseException, namespace: dict) -> str:
     """The misconception line for a failed grade cell. A check's verdict is diagnosed as it is; a visible assert
-    that failed first stopped the cell before the check ran, so the check runs once here for its verdict."""
-    if isinstance(value, BlankNotFilled):
+    that failed first stopped the cell before the check ran, so the check runs once here for its verdict — not
+    after a time or memory limit (the answer would hang or grow again) or an unfilled blank."""
+    if isinstance(value, (BlankNotFilled, LimitExceeded, MemoryError)):
         return ""
     r = PartResult(part, 0, str(value)) if isinstance(value, CheckFailed) else run_part(part, namespace)
     return _diagnosis(lesson_id, r, "")

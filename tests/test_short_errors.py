@@ -112,3 +112,17 @@ def test_self_check_and_report_cells_stay_quiet_under_grade(monkeypatch, capsys)
     common.report("lesson01", {})
     out = capsys.readouterr().out
     assert "评分时跳过自检" in out and "评分时跳过逐项报告" in out and not calls
+
+
+def test_a_cell_that_hit_a_limit_is_not_run_again_for_its_diagnosis(monkeypatch):
+    """The diagnosis of a failed grade cell may run the check once more (after a visible assert), but never after
+    the cell ran out of time or memory: a looping answer must cost one limit, not two."""
+    from autograder import common
+    from autograder.limits import LimitExceeded
+
+    calls = []
+    monkeypatch.setattr(common, "run_part", lambda *a: calls.append(a))
+    part = common.load_lesson("lesson01").part("l01_main_path")
+    assert common.cell_diagnosis("lesson01", part, LimitExceeded("超时"), {}) == ""
+    assert common.cell_diagnosis("lesson01", part, MemoryError(), {}) == ""
+    assert not calls
