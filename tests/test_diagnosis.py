@@ -155,7 +155,7 @@ def test_grade_and_feedback_carry_the_diagnosis(graded):
     import csv
     import html
 
-    course, _, pages = graded
+    course, _, pages, _ = graded
     hint = diagnosis.hint_text("lesson01", mutants("lesson01")["aborts_skipped"])
     lines = test_feedback_page.error_outputs(course, "mutant_student")["l01_main_path"]
     assert len(lines) <= 3 and lines[0].endswith(diagnosis.PREFIX + hint), lines
