@@ -365,7 +365,12 @@ class EngineCoreProc(EngineCore):
             pass
         except BaseException:
             if engine is None and EngineCoreProc.startup_failure_sent:
-                sys.exit(1)  # the handshake carried the traceback; the client reports it (`serve`: in one line)
+                # The handshake carried the traceback; the client reports it (`serve`: in one line). Exit at once:
+                # an interpreter teardown here races the client's SIGTERM inside zmq's Context.__del__ and prints
+                # an "Exception ignored" traceback of its own.
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(1)
             traceback.print_exc()
             print("EngineCore hit a fatal error; telling the client it is dead.", file=sys.stderr)
             if engine is not None:
