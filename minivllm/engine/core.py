@@ -365,12 +365,12 @@ class EngineCoreProc(EngineCore):
             pass
         except BaseException:
             if engine is None and EngineCoreProc.startup_failure_sent:
-                # The handshake carried the traceback; the client reports it (`serve`: in one line). Exit at once:
-                # an interpreter teardown here races the client's SIGTERM inside zmq's Context.__del__ and prints
-                # an "Exception ignored" traceback of its own.
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(1)
+                # The handshake carried the traceback; the client reports it (`serve`: in one line). The teardown
+                # still has to flush that message, so the client's SIGTERM is ignored from here: raised inside
+                # zmq's Context.__del__ it would print an "Exception ignored" traceback of its own.
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                sys.exit(1)
             traceback.print_exc()
             print("EngineCore hit a fatal error; telling the client it is dead.", file=sys.stderr)
             if engine is not None:
