@@ -160,9 +160,8 @@ def autograde_one(course: Path, lesson_id: str, student: str) -> tuple[Path, lis
         written = wdb.lstat().st_mtime - wall if wdb.is_file() and not wdb.is_symlink() else 0.0
         PHASES.append(("nbgrader execution", written if 0 < written < elapsed else elapsed))
         isolation.copy_out(work / "autograded" / student / lesson_id, course / "autograded" / student / lesson_id)
-        src_db = work / "gradebook.db"
-        if src_db.is_file() and not src_db.is_symlink():
-            shutil.copyfile(src_db, db)
+        if wdb.is_file() and not wdb.is_symlink():
+            shutil.copyfile(wdb, db)
         else:
             shutil.copy(course / "gradebook.db", db)
     if note:
@@ -275,12 +274,7 @@ def autograde(course: Path, lesson_id: str, students: list[str], jobs: int = 1,
 
 def submitted_lessons(submissions: Path) -> list[str]:
     """The lessons at least one student submitted, from the submissions' layout."""
-    found = set()
-    for student in (p for p in submissions.iterdir() if p.is_dir()):
-        for lesson_id in discover_lessons():
-            if any(c.exists() for c in (student / lesson_id / f"{lesson_id}.ipynb", student / f"{lesson_id}.ipynb")):
-                found.add(lesson_id)
-    return sorted(found)
+    return [lesson_id for lesson_id in discover_lessons() if find_submissions(submissions, lesson_id)]
 
 
 def grade(submissions: Path, course: Path, csv_path: Path, lessons: list[str] | None = None, jobs: int = 1) -> dict:
