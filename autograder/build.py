@@ -23,6 +23,9 @@ RELEASE_REPO = os.environ.get("MINIVLLM_RELEASE_REPO", "minivllm/minivllm-releas
 RELEASE_BRANCH = os.environ.get("MINIVLLM_RELEASE_BRANCH", "main")
 COLAB_PLACEHOLDER = "# COLAB INSTALL CELL: autograder/build.py writes INSTALL_CELL here"  # every source's first cell
 NAV_LINE = ("← 上一课", "下一课 →")  # the lines of a lesson source that build.py rewrites
+RUBRIC_LAST_ROW = "| Q1～Q3 |"  # the grading table of every lesson ends with this row; GRADING_RUNS follows it
+GRADING_RUNS = ("nbgrader 评分时只运行准备单元格、答案单元格、评分单元格和你自己添加的单元格；演示、图和“检查方法”"
+                "单元格不运行（不计分，反馈里标着“评分时未运行”），所以答案不能依赖它们。")
 
 INSTALL_CELL = """\
 # 在 Colab 中安装课程的学生发行版（不含答案与评分细则）；本地（make lab）什么也不做。十二课的这一格相同，
@@ -95,7 +98,8 @@ def colab_link(lesson_id: str, repo: str = RELEASE_REPO, branch: str = RELEASE_B
 
 def generated_cells(nb: nbformat.NotebookNode, lesson_id: str, root: Path = REPO) -> nbformat.NotebookNode:
     """Fill what one source must not repeat twelve times: the install cell (the source's first cell is the
-    placeholder), the "Open in Colab" line under the title and the previous/next lesson line."""
+    placeholder), the "Open in Colab" line under the title, the previous/next lesson line and, under the
+    grading table, which cells autograde runs (autograder/preprocessors.py SkipUngradedCells)."""
     first = nb.cells[0]
     if first.cell_type != "code" or first.source.strip() != COLAB_PLACEHOLDER:
         raise SystemExit(f"{lesson_id}: the first cell must be the placeholder `{COLAB_PLACEHOLDER}`")
@@ -107,7 +111,13 @@ def generated_cells(nb: nbformat.NotebookNode, lesson_id: str, root: Path = REPO
     nav = lesson_nav(lesson_id, root)
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            cell.source = "\n".join(nav if line.startswith(NAV_LINE) else line for line in cell.source.split("\n"))
+            lines = [nav if line.startswith(NAV_LINE) else line for line in cell.source.split("\n")]
+            rubric = next((i for i, line in enumerate(lines) if line.startswith(RUBRIC_LAST_ROW)), None)
+            if rubric is not None:
+                lines[rubric + 1:rubric + 1] = ["", GRADING_RUNS]
+            cell.source = "\n".join(lines)
+    if sum(GRADING_RUNS in c.source for c in nb.cells if c.cell_type == "markdown") != 1:
+        raise SystemExit(f"{lesson_id}: the grading table must end with one `{RUBRIC_LAST_ROW}` row")
     return nb
 
 

@@ -12,15 +12,18 @@ from nbgrader.preprocessors import (
     ClearMarkScheme,
     ClearOutput,
     ComputeChecksums,
+    DeduplicateIds,
     GetGrades,
     IncludeHeaderFooter,
     InstantiateTests,
     LockCells,
+    OverwriteCells,
+    OverwriteKernelspec,
     SaveCells,
 )
 
 from autograder.limits import cell_timeout
-from autograder.preprocessors import BlankSolutions
+from autograder.preprocessors import UNGRADED_TAG, BlankSolutions, SkipUngradedCells
 
 c = get_config()  # noqa: F821  (provided by traitlets when it loads this file)
 here = os.path.dirname(os.path.abspath(__file__))
@@ -36,6 +39,11 @@ c.Exchange.path_includes_course = True
 c.Execute.timeout = max(1, round(cell_timeout()))
 c.Execute.kernel_name = "python3"
 c.Execute.interrupt_on_timeout = True
+# Autograde runs what scores read — the locked setup, the answers, the grade cells, any cell a student added —
+# and skips the release's demo cells (most of each notebook's run; autograder/preprocessors.py).
+c.Autograde.sanitize_preprocessors = [ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
+                                      CheckCellMetadata, SkipUngradedCells]
+c.Execute.skip_cells_with_tag = UNGRADED_TAG
 
 # Student copies show blanks as the seed does (`plan = ______`) and answers as a short prompt.
 c.ClearSolutions.code_stub = {"python": "# 在这里写你的代码\nraise NotImplementedError()"}

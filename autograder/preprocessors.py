@@ -8,13 +8,22 @@ In solutions/, a line that ends with ``### BLANK`` is a blank:
 
 An assignment keeps its target, a dict entry keeps its key, anything else becomes a bare ``______``.
 ``### BEGIN SOLUTION`` / ``### END SOLUTION`` regions still work as in nbgrader.
+
+SkipUngradedCells: at autograde, the release's code cells that nbgrader does not grade (demos, figures, the
+"检查方法" explorations, the install and self-check cells) are not executed.
 """
 from __future__ import annotations
 
+import json
 import re
 
-from nbgrader.preprocessors import ClearSolutions
+from nbformat import NotebookNode
+from nbformat.v4 import new_output
+from nbgrader.preprocessors import ClearSolutions, NbGraderPreprocessor
 from traitlets import Unicode
+
+UNGRADED_TAG = "minivllm-not-graded"  # nbgrader's Execute skips cells with this tag (Execute.skip_cells_with_tag)
+NOT_RUN = "（评分时未运行：这个单元格不计分；评分只运行准备单元格、答案单元格、评分单元格和你添加的单元格。）\n"
 
 BLANK = "______"
 _ASSIGN = re.compile(r"^(\s*[A-Za-z_][\w.\[\]\"', ]*?\s*(?:[-+*/]?=)(?!=)\s*)(.+?)\s*$")
@@ -55,3 +64,33 @@ class BlankSolutions(ClearSolutions):
     def _replace_solution_region(self, cell, language) -> bool:
         cell.source, blanked = blank_source(cell.source, self.blank_marker)
         return super()._replace_solution_region(cell, language) or blanked
+
+
+class SkipUngradedCells(NbGraderPreprocessor):
+    """Tag the submission's copies of the release's ungraded code cells so Execute skips them (#33).
+
+    They are most of a notebook's run (lesson 2: 11 of 15 s; lesson 12: 33 of 40 s) and no score reads them:
+    the grade cells use only the setup and answer cells (tests/test_autograder.py checks that statically), and
+    the sandbox never runs them. Cells are found by the release's cell ids; a cell the student added still
+    runs, and a tag the student set on any other cell is removed. A skipped cell's output says it was not run.
+    """
+
+    def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
+        from autograder.common import NOTEBOOKS
+
+        lesson_id = resources.get("nbgrader", {}).get("notebook", "")
+        release = NOTEBOOKS / lesson_id / f"{lesson_id}.ipynb"
+        ungraded = set()
+        if lesson_id and release.is_file():  # an instructor's own assignment: everything runs
+            ungraded = {c["id"] for c in json.loads(release.read_text(encoding="utf-8"))["cells"]
+                        if c["cell_type"] == "code" and "nbgrader" not in c.get("metadata", {})}
+        for cell in nb.cells:
+            tags = [t for t in cell.metadata.get("tags", []) if t != UNGRADED_TAG]
+            skip = cell.cell_type == "code" and cell.get("id") in ungraded and "nbgrader" not in cell.metadata
+            if skip:
+                tags.append(UNGRADED_TAG)
+                cell.outputs = [new_output("stream", name="stdout", text=NOT_RUN)]
+                cell.execution_count = None
+            if tags or "tags" in cell.metadata:
+                cell.metadata["tags"] = tags
+        return nb, resources

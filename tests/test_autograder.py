@@ -211,3 +211,56 @@ def test_lesson_source_is_in_jupytext_normal_form(lesson_id):
     again = jupytext.writes(jupytext.reads(text, fmt="py:percent"), fmt="py:percent")
     again = re.sub(r"#   jupytext:\n(#     .*\n|#       .*\n)+", "", again)
     assert again == text
+
+
+def _names(source: str) -> tuple[set[str], set[str]]:
+    """(names a cell binds, names it reads) — enough to see which cell a name comes from."""
+    import ast
+
+    from autograder.common import _to_python
+
+    tree = ast.parse(_to_python(source))
+    binds = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    binds |= {a.asname or a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+              for a in n.names}
+    binds |= {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    binds |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in n.args + n.kwonlyargs}
+    return binds, {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+@pytest.mark.parametrize("lesson_id", discover_lessons())
+def test_graded_cells_do_not_read_names_only_the_skipped_cells_bind(lesson_id):
+    """Autograde skips the release's ungraded code cells (SkipUngradedCells): no setup, answer or grade cell may
+    read a name that only such a cell binds (lesson 6's boundary cell once read `out_hot` from its exploration)."""
+    bound_by_graded, from_skipped, bad = set(), {}, []
+    for c in cells(REPO / "notebooks" / lesson_id / f"{lesson_id}.ipynb"):
+        if c["cell_type"] != "code":
+            continue
+        binds, reads = _names(src(c))
+        if "nbgrader" in c["metadata"]:
+            bad += [(c["id"], n, from_skipped[n]) for n in reads - binds - bound_by_graded if n in from_skipped]
+            bound_by_graded |= binds
+        else:
+            from_skipped.update(dict.fromkeys(binds - from_skipped.keys(), c["id"]))
+    assert not bad, bad
+
+
+def test_autograde_skips_the_release_demo_cells_and_runs_the_students_own(tmp_path):
+    """The preprocessor alone (the lesson 1 nbgrader flow checks a real autograde): release demo cells tagged and
+    marked not run; a student's added cell and every nbgrader cell run; a student's own skip tag is removed."""
+    import nbformat
+
+    from autograder.preprocessors import NOT_RUN, UNGRADED_TAG, SkipUngradedCells
+
+    nb = nbformat.read(REPO / "notebooks/lesson01/lesson01.ipynb", as_version=4)
+    grade_cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code")
+    grade_cell.metadata["tags"] = [UNGRADED_TAG]
+    nb.cells.append(nbformat.v4.new_code_cell("print('mine')", id="student-added"))
+    nb, _ = SkipUngradedCells().preprocess(nb, {"nbgrader": {"notebook": "lesson01"}})
+    skipped = {c.id for c in nb.cells if UNGRADED_TAG in c.metadata.get("tags", [])}
+    release = {c["id"] for c in cells(REPO / "notebooks/lesson01/lesson01.ipynb")
+               if c["cell_type"] == "code" and "nbgrader" not in c["metadata"]}
+    assert skipped == release and len(release) >= 5
+    assert all(c.outputs[0].text == NOT_RUN for c in nb.cells if c.id in skipped)
+    nb, _ = SkipUngradedCells().preprocess(nb, {"nbgrader": {"notebook": "no-such-lesson"}})
+    assert not [c for c in nb.cells if UNGRADED_TAG in c.metadata.get("tags", [])]  # not ours: everything runs

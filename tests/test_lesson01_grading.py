@@ -2,6 +2,7 @@
 the real engine shows the bug each order mistake causes; the notebook runs; nbgrader agrees end to end."""
 
 import csv
+import json
 
 import pytest
 from grading_flow import grade_three_students
@@ -9,6 +10,7 @@ from grading_flow import grade_three_students
 from autograder.common import REPO, grade_namespace, student_namespace
 from autograder.lesson01 import LESSON, check_source_map, run_engine
 from autograder.mutation import mutant_namespace, mutant_source
+from autograder.preprocessors import NOT_RUN
 
 
 def code_scores(namespace):
@@ -95,3 +97,13 @@ def test_nbgrader_end_to_end(tmp_path):
     assert all("MARK SCHEME" not in p.read_text(encoding="utf-8") for p in html)
     page = next(p for p in html if p.parent.parent.name == "solution_student").read_text(encoding="utf-8")
     assert page.count("pending manual grading") >= 2 and "代码 code 4/4, 2 分待人工评分" in page
+    # autograde ran the setup, answer and grade cells, and none of the release's demo cells (SkipUngradedCells)
+    release = {c["id"]: c for c in json.loads((REPO / "notebooks/lesson01/lesson01.ipynb").read_text())["cells"]}
+    graded = json.loads((tmp_path / "course/autograded/solution_student/lesson01/lesson01.ipynb").read_text())
+    ran = {c["id"]: c.get("execution_count") for c in graded["cells"] if c["cell_type"] == "code"}
+    demos = {i for i, c in release.items() if c["cell_type"] == "code" and "nbgrader" not in c["metadata"]}
+    assert len(demos) >= 5 and all(ran[i] is None for i in demos), ran
+    assert all(ran[i] for i in ran.keys() - demos), ran
+    shown = {c["id"]: "".join("".join(o.get("text", "")) for o in c["outputs"]) for c in graded["cells"]
+             if c["id"] in demos}
+    assert set(shown.values()) == {NOT_RUN}, shown

@@ -316,7 +316,8 @@ edge = L06.make_case([0, 1, 16, 17], seed=4)
 out_edge = L06.run_decode(paged_decode_kernel, edge)
 assert torch.equal(out_edge[0], torch.zeros_like(out_edge[0]))          # seq_len=0：填充行输出 0
 assert torch.allclose(out_edge[1:], L06.reference(edge)[1:], atol=1e-4)  # 1 个 token、整一块、跨一块
-assert torch.allclose(out_hot, L06.reference(hot), atol=1e-4)            # 打分上百也不溢出
+hot = L06.make_case([20, 37], q_scale=200.0, seed=6)                      # 上面“检查方法”里的放大打分
+assert torch.allclose(L06.run_decode(paged_decode_kernel, hot), L06.reference(hot), atol=1e-4)  # 打分上百也不溢出
 ### BEGIN HIDDEN TESTS
 L06.check_boundary(paged_decode_kernel)
 ### END HIDDEN TESTS
