@@ -17,15 +17,20 @@ venv: .venv/.installed
 demo: venv
 	$(PY) -m minivllm.entrypoints.cli generate --prompt "ROMEO:" --max-tokens 64
 
+# Two workers (pytest-xdist), a test file each at a time: module fixtures (a graded class, a served engine) are
+# built once, and the suite's grading flows and notebook runs use both cores. TEST_WORKERS=0 runs it serially.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 test: venv
-	$(PY) -m pytest -q -p no:cacheprovider --durations=40
+	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) --durations=40
 
 # Every lesson's nbgrader three-student flow (make test runs lesson 1's): instructors, before a release.
 test-grading: venv
-	MINIVLLM_ALL_GRADING_FLOWS=1 $(PY) -m pytest -q -p no:cacheprovider -k "grading or mutants"
+	MINIVLLM_ALL_GRADING_FLOWS=1 $(PY) -m pytest -q -p no:cacheprovider $(XDIST) -k "grading or mutants"
 
 test-fast: venv
-	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"
+	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) -m "not slow"
 
 # Students: plain JupyterLab on the notebooks (nbgrader's formgrader and Create Assignment UI switched off).
 lab: venv
