@@ -264,3 +264,11 @@ def test_autograde_skips_the_release_demo_cells_and_runs_the_students_own(tmp_pa
     assert all(c.outputs[0].text == NOT_RUN for c in nb.cells if c.id in skipped)
     nb, _ = SkipUngradedCells().preprocess(nb, {"nbgrader": {"notebook": "no-such-lesson"}})
     assert not [c for c in nb.cells if UNGRADED_TAG in c.metadata.get("tags", [])]  # not ours: everything runs
+
+
+def test_nbformat_import_does_not_build_the_rfc3987_parser():
+    """Every nbgrader call imports nbformat -> jsonschema; jsonschema 4.25+ then imports rfc3987-syntax, which
+    builds an Earley parser at import (1.7 s per process here). pyproject pins jsonschema<4.25 (#33)."""
+    out = subprocess.run([sys.executable, "-c", "import sys, nbformat.validator, nbgrader.apps; "
+                          "print('rfc3987_syntax' in sys.modules)"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

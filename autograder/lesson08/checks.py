@@ -29,6 +29,7 @@ Input space (each dimension -> the part that covers it):
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -326,6 +327,13 @@ def run_engine(choice_bitmask=None) -> EngineRun:
                                 structured_outputs=StructuredOutputsParams(choice=cs))
             add(f"choice{i}", PROMPTS[-1 - i], sp)
             choices[f"choice{i}"] = cs
+        # the grammars compile on the engine's thread pool; a request joins the batch once its grammar is ready.
+        # Wait for all of them, so every run has the same batches whatever the machine's speed (a wrong mask's
+        # garbage, and so its verdict, would otherwise depend on which compile finished first)
+        compiling = [r.structured_output_request for r in core.scheduler.requests.values()
+                     if r.structured_output_request is not None]
+        while not all(so.is_grammar_ready for so in compiling):
+            time.sleep(0.002)
         got = drain()
     finally:
         core.shutdown()
