@@ -17,10 +17,10 @@ venv: .venv/.installed
 demo: venv
 	$(PY) -m minivllm.entrypoints.cli generate --prompt "ROMEO:" --max-tokens 64
 
-# Two workers (pytest-xdist), a test file each at a time: module fixtures (a graded class, a served engine) are
-# built once, and the suite's grading flows and notebook runs use both cores. TEST_WORKERS=0 runs it serially.
+# Two workers (pytest-xdist), one group of tests each at a time (a file, or files sharing a session fixture:
+# tests/conftest.py XDIST_GROUPS), so each fixture is built once and both cores work. TEST_WORKERS=0: serially.
 TEST_WORKERS ?= 2
-XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 
 test: venv
 	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) --durations=40

@@ -69,6 +69,19 @@ def executed_solution(tmp_path_factory):
     return run
 
 
+# pytest-xdist (`make test`: --dist loadgroup): a group runs whole on one worker, so its module and session
+# fixtures are built once. A group is a test file, except files that read the same costly session fixture.
+XDIST_GROUPS = {"test_lesson06_grading.py": "test_autograder.py",  # executed_solution("lesson06")
+                "test_grading_determinism.py": "test_mutants.py",  # release_scores of the same mutants
+                "test_diagnosis.py": "test_release.py"}  # student_release
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
+def pytest_collection_modifyitems(items):
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(XDIST_GROUPS.get(item.path.name, item.path.name)))
+
+
 _FILE_SECONDS: dict[str, float] = {}
 
 
