@@ -98,6 +98,24 @@ def blank_message(e: BlankNotFilled) -> str:
     return f"{e}（{where}）" if where else str(e)
 
 
+@contextlib.contextmanager
+def fixed_rng(seed: int = 0):
+    """Every check starts from the same random state, restored after: a wrong answer's unseeded draw, and so
+    its verdict text (the key of the misconception table), must not depend on what ran before in the process."""
+    import random
+
+    import torch
+
+    state = random.getstate()
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        random.seed(seed)
+        try:
+            yield
+        finally:
+            random.setstate(state)
+
+
 def graded(check: Callable) -> Callable:
     """A part check as grade cells call it: bounded by the cell timeout, and failing with one short line.
 
@@ -108,7 +126,7 @@ def graded(check: Callable) -> Callable:
     def run(*args, **kwargs):
         __tracebackhide__ = True
         try:
-            with time_limit():
+            with time_limit(), fixed_rng():
                 return check(*args, **kwargs)
         except CheckFailed:
             raise
@@ -222,7 +240,7 @@ def run_part(part: Part, namespace: dict) -> PartResult:
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
             warnings.simplefilter("ignore")
-            with time_limit():
+            with time_limit(), fixed_rng():
                 part.check(*(namespace[n] for n in part.needs))
     except CheckFailed as e:
         return PartResult(part, 0, str(e))

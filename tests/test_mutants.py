@@ -9,9 +9,10 @@ from autograder.mutation import mutant_source, mutants, solution_cells
 
 LESSONS = discover_lessons()
 # Wrong answers whose verdict text (not score) differs between runs or machines, so their signature may be
-# "not a known mistake" for a student: a draw the wrong answer makes from an unseeded generator (lesson 9), a
-# worker traceback whose text varies (lesson 10). (Lesson 8's engine check now waits for every grammar before
-# its first step, so its batches, and a wrong mask's garbage, no longer depend on the compile threads.)
+# "not a known mistake" for a student: a draw the wrong answer makes from an unseeded generator (lesson 9; every
+# check now starts from a fixed random state, common.fixed_rng, so this one may be stable now — kept until seen
+# stable on another machine), a worker traceback whose text varies (lesson 10). (Lesson 8's engine check waits for
+# every grammar before its first step, so its batches, and a wrong mask's garbage, no longer depend on threads.)
 UNSTABLE_VERDICTS = {("lesson09", "recover_from_p", "l09_main_path"), ("lesson10", "row_splits_output_dim", "l10_real_engine")}
 SLOW = {"lesson03", "lesson10"}  # lesson03: three engine workloads per mutant; lesson10: a TP=2 engine per mutant
 
