@@ -17,10 +17,10 @@ venv: .venv/.installed
 demo: venv
 	$(PY) -m minivllm.entrypoints.cli generate --prompt "ROMEO:" --max-tokens 64
 
-# Two workers (pytest-xdist), one group of tests each at a time (a file, or files sharing a session fixture:
-# tests/conftest.py XDIST_GROUPS), so each fixture is built once and both cores work. TEST_WORKERS=0: serially.
+# Two workers (pytest-xdist), a whole test file each at a time (its module fixtures built once), longest files
+# first (tests/conftest.py). TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= 2
-XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 test: venv
 	$(PY) -m pytest -q -p no:cacheprovider $(XDIST) --durations=40

@@ -69,25 +69,17 @@ def executed_solution(tmp_path_factory):
     return run
 
 
-# pytest-xdist (`make test`: --dist loadgroup): a group runs whole on one worker, so its module and session
-# fixtures are built once. A group is a test file, except files that read the same costly session fixture.
-XDIST_GROUPS = {"test_lesson06_grading.py": "test_autograder.py",  # executed_solution("lesson06")
-                "test_grading_determinism.py": "test_mutants.py",  # release_scores of the same mutants
-                "test_diagnosis.py": "test_release.py"}  # student_release
-
-
-# Workers take groups in collection order: the longest first (minutes each on 2 cores, from the per-file table
-# below), so the many short files fill the end and neither worker finishes long before the other.
+# pytest-xdist (`make test`: --dist loadfile) hands each worker whole test files, in collection order, so a file's
+# module fixtures (a graded class, a served engine) are built once. The longest files come first (minutes each on
+# 2 cores, from the per-file table below), so the many short ones fill the end and the workers finish together.
+# (--dist loadgroup would also keep files that share a session fixture together, but pytest-xdist 3.8.0 cannot
+# group under pytest 9: it renames `item._nodeid`, which pytest 9 no longer reads.)
 LONGEST_FIRST = ["test_autograder.py", "test_mutants.py", "test_grading_limits.py", "test_grading_isolation.py"]
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
 def pytest_collection_modifyitems(items):
-    group = {id(item): XDIST_GROUPS.get(item.path.name, item.path.name) for item in items}
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(group[id(item)], len(rank)))  # stable: each file keeps its order
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(group[id(item)]))
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its order
 
 
 _FILE_SECONDS: dict[str, float] = {}
