@@ -18,8 +18,8 @@ demo: venv
 	$(PY) -m minivllm.entrypoints.cli generate --prompt "ROMEO:" --max-tokens 64
 
 # TEST_WORKERS=2: two pytest-xdist workers, a whole test file each at a time (its module fixtures built once),
-# longest files first (tests/conftest.py): ~12 min instead of ~19 on 2 cores. Not yet the default: one of four
-# parallel runs had a grading kernel interrupted in lesson 1's setup cell, not seen serially (see #33's note).
+# longest files first (tests/conftest.py): ~12 min instead of ~19 on 2 cores. Not yet the default: the last of five
+# whole parallel runs had a grading kernel interrupted in lesson 1's setup cell, unexplained (#33's note).
 TEST_WORKERS ?= 0
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
