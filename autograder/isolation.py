@@ -9,8 +9,11 @@ starts it under bubblewrap (`bwrap`, Debian's `bubblewrap` package):
   folder or its gradebook, not the other submissions, not solutions/;
 - new network, PID, IPC and UTS namespaces: no connection leaves the run's own loopback, no process of the
   grader can be seen or signalled, and the run dies with its parent;
-- as root (a grading server, CI, a container): the run drops to an unprivileged uid (`nobody`) with
-  `setpriv`, so RLIMIT_NPROC bounds a fork bomb, and the scratch folder is a size-capped tmpfs;
+- as root (a grading server, CI, a container): the run drops to an unprivileged uid of its own with `setpriv`
+  (one of MINIVLLM_SANDBOX_UIDS, 60000-60063, held by a lock while the run lives, like isolate's box uids), so
+  RLIMIT_NPROC bounds a fork bomb to its own run: the kernel counts processes per uid, and with one shared uid a
+  student's fork bomb starved every run graded beside it (`grade -j N`, two test workers) — OpenBLAS, finding no
+  thread to start while numpy imports, raises SIGINT in the victim. The scratch folder is a size-capped tmpfs;
   without root: bwrap in a user namespace (the instructor's uid; the process cap counts from what that uid
   already runs, the disk cap is a per-file RLIMIT_FSIZE).
 
@@ -22,14 +25,17 @@ before the class and after every student, that no file of the grader, the engine
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import hashlib
 import os
+import pwd
 import resource
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +43,9 @@ from pathlib import Path
 from autograder.limits import limit_memory
 
 REPO = Path(__file__).resolve().parent.parent
-SANDBOX_UID = 65534  # nobody
+DEFAULT_SANDBOX_UIDS = "60000-60063"
+UID_LOCKS = Path("/tmp/minivllm-sandbox-uids")  # fixed, not $TMPDIR: every grader on the host must meet here
+_run_uids: dict[Path, int] = {}  # scratch folder -> the uid its run has; written by scratch_dir alone
 GRADER_DIRS = ("autograder", "minivllm", "notebooks", "data")
 SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/sys")
 DEFAULT_PROCESS_LIMIT = 256
@@ -52,9 +60,75 @@ def disk_limit_mb() -> int:
     return int(os.environ.get("MINIVLLM_DISK_LIMIT_MB", DEFAULT_DISK_LIMIT_MB))
 
 
+def sandbox_uids() -> range:
+    """The uids runs take as root, one per live run (MINIVLLM_SANDBOX_UIDS, "first-last")."""
+    first, _, last = os.environ.get("MINIVLLM_SANDBOX_UIDS", DEFAULT_SANDBOX_UIDS).partition("-")
+    return range(int(first), int(last or first) + 1)
+
+
+def _owners() -> dict[int, int]:
+    """{pid: uid} of every process seen from here."""
+    out = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            with contextlib.suppress(OSError):
+                out[int(p.name)] = p.stat().st_uid
+    return out
+
+
+def processes_of(uids) -> set[int]:
+    """pids owned by one of `uids` (a run's processes, seen from the host)."""
+    uids = set(uids)
+    return {pid for pid, uid in _owners().items() if uid in uids}
+
+
+def _has_account(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+        return True
+    except KeyError:
+        return False
+
+
+@contextlib.contextmanager
+def _uid_lease(deadline_s: float = 60.0) -> Iterator[int]:
+    """A uid no other run holds, no account names and no process runs as, until the block ends.
+
+    The lease is an flock on UID_LOCKS/<uid>, so graders in other processes (a second `grade`, test workers)
+    never share one; the lock's fd is close-on-exec, so a run cannot hold it. On leaving, the run's processes
+    (killed with its namespace) are given a moment to go before the uid is free again."""
+    UID_LOCKS.mkdir(mode=0o700, exist_ok=True)
+    candidates = [u for u in sandbox_uids() if not _has_account(u)]
+    if not candidates:
+        raise RuntimeError(f"MINIVLLM_SANDBOX_UIDS={os.environ.get('MINIVLLM_SANDBOX_UIDS')}: every uid has an account")
+    end = time.monotonic() + deadline_s
+    while True:
+        running = set(_owners().values())
+        for uid in (u for u in candidates if u not in running):
+            fd = os.open(UID_LOCKS / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            try:
+                yield uid
+            finally:
+                for _ in range(50):
+                    if not processes_of([uid]):
+                        break
+                    time.sleep(0.1)
+                os.close(fd)
+            return
+        if time.monotonic() > end:
+            raise RuntimeError(f"no free sandbox uid in {sandbox_uids()} after {deadline_s:g} s "
+                               "(raise MINIVLLM_SANDBOX_UIDS' range for more concurrent runs)")
+        time.sleep(0.2)
+
+
 @dataclass(frozen=True)
 class Mode:
-    """How runs are isolated here: "root" (bwrap + setpriv to nobody), "user" (bwrap in a user namespace) or
+    """How runs are isolated here: "root" (bwrap + setpriv to a run's own uid), "user" (bwrap in a user namespace) or
     "none"; `reason` says why when it is "none"."""
 
     kind: str
@@ -128,22 +202,26 @@ def wrap(argv: list[str], scratch: Path, cwd: Path | None = None, binds: tuple[P
             "--setenv", "MPLCONFIGDIR", str(scratch / "home" / ".matplotlib")]
     cmd += ["--chdir", str(cwd or scratch)]
     if m.kind == "root":
-        cmd += ["setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups", "--no-new-privs",
-                "--"]
+        uid = run_uid(scratch)
+        cmd += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--"]
     return cmd + list(argv)
 
 
 @contextlib.contextmanager
 def scratch_dir(prefix: str = "minivllm-run-") -> Iterator[Path]:
-    """A private folder for one run, removed afterwards; as root a tmpfs capped at MINIVLLM_DISK_LIMIT_MB and
-    owned by the sandbox's uid."""
-    path = Path(tempfile.mkdtemp(prefix=prefix))
-    mounted = False
-    try:
+    """A private folder for one run, removed afterwards; as root a tmpfs capped at MINIVLLM_DISK_LIMIT_MB, owned
+    by the uid this run alone has (`wrap` runs as it, `give` hands files to it; the uid is free again last)."""
+    with contextlib.ExitStack() as stack:
+        path = Path(tempfile.mkdtemp(prefix=prefix))
+        stack.callback(shutil.rmtree, path, ignore_errors=True)
         if mode().kind == "root":
-            mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={disk_limit_mb()}m,mode=0700", "tmpfs",
-                                      str(path)], capture_output=True).returncode == 0
-            os.chown(path, SANDBOX_UID, SANDBOX_UID)
+            uid = stack.enter_context(_uid_lease())
+            if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={disk_limit_mb()}m,mode=0700", "tmpfs",
+                               str(path)], capture_output=True).returncode == 0:
+                stack.callback(subprocess.run, ["umount", "-l", str(path)], capture_output=True)
+            os.chown(path, uid, uid)
+            _run_uids[path] = uid
+            stack.callback(_run_uids.pop, path)
         mpl = path / "home" / ".matplotlib"
         mpl.mkdir(parents=True)
         cache = Path(os.environ.get("MPLCONFIGDIR") or Path.home() / ".cache" / "matplotlib")
@@ -151,18 +229,23 @@ def scratch_dir(prefix: str = "minivllm-run-") -> Iterator[Path]:
             shutil.copyfile(f, mpl / f.name)
         give(path)
         yield path
-    finally:
-        if mounted:
-            subprocess.run(["umount", "-l", str(path)], capture_output=True)
-        shutil.rmtree(path, ignore_errors=True)
+
+
+def run_uid(path: Path) -> int:
+    """The uid of the run whose scratch folder holds `path`."""
+    for folder in (path, *path.parents):
+        if folder in _run_uids:
+            return _run_uids[folder]
+    raise KeyError(f"{path} is in no live scratch folder")
 
 
 def give(path: Path) -> None:
     """Hand a file or folder the parent prepared in a scratch folder to the sandbox's uid."""
     if mode().kind != "root":
         return
+    uid = run_uid(path)
     for p in [path, *path.rglob("*")] if path.is_dir() else [path]:
-        os.chown(p, SANDBOX_UID, SANDBOX_UID, follow_symlinks=False)
+        os.chown(p, uid, uid, follow_symlinks=False)
 
 
 def copy_out(src: Path, dest: Path, max_bytes: int = 64 * 2**20) -> list[Path]:

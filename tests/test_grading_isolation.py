@@ -149,14 +149,7 @@ def outputs(path: Path) -> str:
 
 
 def sandboxed_pids() -> set[int]:
-    return {int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _uid(p) == isolation.SANDBOX_UID}
-
-
-def _uid(p: Path) -> int | None:
-    try:
-        return p.stat().st_uid
-    except OSError:
-        return None
+    return isolation.processes_of(isolation.sandbox_uids())
 
 
 def test_a_changed_grader_stops_the_run_and_writes_no_score(tmp_path, monkeypatch):
@@ -207,7 +200,38 @@ def test_isolated_run_sees_only_the_grader_and_its_scratch(tmp_path):
     assert lines["write"] == "False" and lines["solutions"] == "False" and lines["tmp_path"] == "False"
     assert lines["ifaces"] == "['lo']" and lines["scratch"] == "ok"
     if isolation.mode().kind == "root":
-        assert lines["uid"] == str(isolation.SANDBOX_UID)
+        assert int(lines["uid"]) in isolation.sandbox_uids()
+
+
+def test_a_fork_bomb_starves_only_its_own_run(monkeypatch):
+    """Runs graded side by side (`grade -j 2`, two test workers) have a uid each, so one run's fork bomb, held at
+    its process cap, leaves the next run free to start threads: with one shared uid that run's thread starts
+    failed (numpy's OpenBLAS then raised SIGINT mid-import: a KeyboardInterrupt in a setup cell)."""
+    require_isolation()
+    import subprocess
+    import sys
+
+    if isolation.mode().kind != "root":
+        pytest.skip("without root every run has the instructor's uid (autograder/isolation.py)")
+    monkeypatch.setenv("MINIVLLM_PROCESS_LIMIT", "48")
+    bomb_code = ("import os, sys, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
+                 "            time.sleep(600)\n            os._exit(0)\n        n += 1\nexcept OSError:\n"
+                 "    print('FORKS', n, flush=True)\n    time.sleep(600)\n")
+    threads_code = ("import threading\nts = [threading.Thread(target=lambda: None) for _ in range(16)]\n"
+                    "[t.start() for t in ts]; [t.join() for t in ts]\nimport numpy\nprint('threads ok')\n")
+    with isolation.scratch_dir() as a, isolation.scratch_dir() as b:
+        assert isolation.run_uid(a) != isolation.run_uid(b)
+        bomb = subprocess.Popen(isolation.wrap([sys.executable, "-c", bomb_code], a), stdout=subprocess.PIPE,
+                                text=True, preexec_fn=isolation.limit_run, start_new_session=True)
+        try:
+            forks = bomb.stdout.readline()
+            assert forks.startswith("FORKS") and int(forks.split()[1]) >= 40, forks
+            victim = subprocess.run(isolation.wrap([sys.executable, "-c", threads_code], b), capture_output=True,
+                                    text=True, preexec_fn=isolation.limit_run, timeout=120)
+        finally:
+            os.killpg(bomb.pid, signal.SIGKILL)
+            bomb.wait()
+    assert victim.returncode == 0 and victim.stdout.strip() == "threads ok", victim.stderr[-2000:]
 
 
 def test_grade_defaults_to_the_submitted_lessons_and_marks_pending(tmp_path):
