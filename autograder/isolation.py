@@ -192,7 +192,8 @@ def wrap(argv: list[str], scratch: Path, cwd: Path | None = None, binds: tuple[P
     ro += sorted({(os.path.realpath(sys.base_prefix),) * 2, (prefix, prefix), (prefix, os.path.abspath(sys.prefix))})
     ro += [(str(REPO / n),) * 2 for n in GRADER_DIRS if (REPO / n).exists()] + [(str(p),) * 2 for p in binds]
     parents = sorted({str(a) for _, dest in ro + [("", str(scratch))] for a in Path(dest).parents} - {"/", "/tmp"})
-    cmd = _bwrap_base(m.kind) + ["--size", str(256 * 2**20), "--tmpfs", "/tmp"]  # first: binds may lie in /tmp
+    # /tmp first (binds may lie in it), world-writable with the sticky bit: the run's uid is not bwrap's (root)
+    cmd = _bwrap_base(m.kind) + ["--perms", "1777", "--size", str(256 * 2**20), "--tmpfs", "/tmp"]
     for d in parents:  # mount points' parents readable by the sandbox's uid (bwrap makes them 0700)
         cmd += ["--perms", "0755", "--dir", d]
     for src, dest in ro:

@@ -190,7 +190,8 @@ def test_isolated_run_sees_only_the_grader_and_its_scratch(tmp_path):
              f"print('tmp_path', os.path.exists({str(tmp_path)!r}))\n"
              "print('uid', os.getuid())\n"
              "print('ifaces', sorted(n for _, n in socket.if_nameindex()))\n"
-             "pathlib.Path(os.environ['HOME'], 'ok').write_text('x'); print('scratch ok')\n")
+             "pathlib.Path(os.environ['HOME'], 'ok').write_text('x'); print('scratch ok')\n"
+             "import tempfile; tempfile.mkstemp(); print('tempfile', tempfile.gettempdir())\n")
     (tmp_path / "visible").write_text("host file")
     with isolation.scratch_dir() as scratch:
         out = subprocess.run(isolation.wrap([sys.executable, "-c", probe], scratch, cwd=REPO), capture_output=True,
@@ -199,6 +200,7 @@ def test_isolated_run_sees_only_the_grader_and_its_scratch(tmp_path):
     lines = dict(line.split(" ", 1) for line in out.stdout.splitlines())
     assert lines["write"] == "False" and lines["solutions"] == "False" and lines["tmp_path"] == "False"
     assert lines["ifaces"] == "['lo']" and lines["scratch"] == "ok"
+    assert lines["tempfile"] == "/tmp"  # the run's private /tmp is writable (lesson 10's TP=2 check writes there)
     if isolation.mode().kind == "root":
         assert int(lines["uid"]) in isolation.sandbox_uids()
 
