@@ -140,15 +140,23 @@ def test_reading_table_names_exist_in_minivllm(lesson_id):
 @pytest.mark.slow
 @pytest.mark.parametrize("lesson_id", discover_lessons())
 def test_solution_notebook_runs_on_cpu_with_all_grade_cells_passing(lesson_id, executed_solution):
-    """Every cell within the course's per-cell limit (autograder/limits.py), no errors, no stderr in grade cells.
-    (Not a speed assertion: the limit is the bound grading enforces.)"""
+    """Every cell within the course's per-cell limit (autograder/limits.py), no errors, no stderr in grade cells,
+    and the report cell gives every code point. (Not a speed assertion: the limit is the bound grading enforces.)"""
     nb = executed_solution(lesson_id)
+    text = ""
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
         for out in cell.get("outputs", []):
             assert out.output_type != "error", (cell.id, out.get("evalue"))
             if meta.get("grade"):  # nbgrader scores a grade cell that writes to stderr 0
                 assert not (out.output_type == "stream" and out.name == "stderr"), (cell.id, out.text)
+            text += out.get("text", "")
+    code_max = sum(p.points for p in load_lesson(lesson_id).parts if not p.manual)
+    assert f"代码 {code_max}/{code_max}；" in text
+    assert SOLUTION_PRINTS.get(lesson_id, "") in text
+
+
+SOLUTION_PRINTS = {"lesson06": "真实引擎检查通过"}  # a lesson's own line that only a passing run prints
 
 
 @pytest.mark.parametrize("lesson_id", discover_lessons())

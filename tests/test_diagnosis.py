@@ -1,18 +1,14 @@
 """Misconception diagnosis (autograder/diagnosis.py): signatures are stable, a known wrong answer is named with
-its hint in the self-check, the report cell and the grade cell, the instructor gets a column and a histogram,
-and the release carries only hashes and hint texts."""
+its hint in the self-check, the report cell and the grade cell, and the release carries only hashes and hint
+texts. (Through nbgrader and `grade`'s CSV and histogram: test_feedback_page, on its graded class.)"""
 import json
 import re
-
-import pytest
 
 from autograder import diagnosis
 from autograder.common import NOTEBOOKS, PartResult, discover_lessons, format_report, load_lesson
 from autograder.mutation import mutant_notebook, mutant_source, mutants, solution_cells
-from tests import test_feedback_page
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-graded = test_feedback_page.graded  # its module fixture: one nbgrader run of a blank and a mutant student
 
 
 def test_normalize_drops_what_differs_between_runs():
@@ -148,20 +144,3 @@ def test_signatures_do_not_depend_on_the_process():
     assert all(s in diagnosis.table("lesson03")["parts"][g] for g, s in runs[0].items())
 
 
-@pytest.mark.slow
-def test_grade_and_feedback_carry_the_diagnosis(graded):
-    """nbgrader's run and feedback page show the hint within the three lines; grade's per-part CSV names the
-    mutant in its diagnosis column and the lesson's histogram is drawn beside it."""
-    import csv
-    import html
-
-    course, _, pages, _ = graded
-    hint = diagnosis.hint_text("lesson01", mutants("lesson01")["aborts_skipped"])
-    lines = test_feedback_page.error_outputs(course, "mutant_student")["l01_main_path"]
-    assert len(lines) <= 3 and lines[0].endswith(diagnosis.PREFIX + hint), lines
-    assert diagnosis.PREFIX + hint in html.unescape(pages["mutant_student"].read_text(encoding="utf-8"))
-    rows = list(csv.DictReader((course.parent / "grades-parts.csv").open(encoding="utf-8")))
-    got = {(r["student"], r["grade_id"]): r["diagnosis"] for r in rows}
-    assert got[("mutant_student", "l01_main_path")] == "aborts_skipped", got
-    assert got[("blank_student", "l01_main_path")] == "" and got[("mutant_student", "l01_source_map")] == ""
-    assert (course.parent / "grades-lesson01-diagnosis.png").read_bytes()[:4] == b"\x89PNG"

@@ -1,6 +1,8 @@
 """What nbgrader's run, the feedback page and formgrader show (lesson 1, a blank and a wrong student):
 every failing grade cell in at most three lines, no instructor path or `__tracebackhide__` in the feedback, and
-each manual score on the student's answer cell, with the lesson still worth 10 points."""
+each manual score on the student's answer cell, with the lesson still worth 10 points; the wrong student's
+misconception is named in the run, the feedback and grade's CSV. One graded class serves every test here."""
+import csv
 import html
 import json
 import re
@@ -9,8 +11,9 @@ import subprocess
 
 import pytest
 
+from autograder import diagnosis
 from autograder.common import REPO
-from autograder.mutation import mutant_source
+from autograder.mutation import mutant_source, mutants
 from tests.grading_flow import make_submission
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -129,3 +132,19 @@ def test_formgrader_page_puts_each_score_box_on_its_answer(graded, tmp_path):
                         "--window-size=1200,2400", (tmp_path / "formgrade.html").as_uri()], capture_output=True,
                        timeout=120)
         assert shot.exists() and shot.stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_grade_and_feedback_carry_the_diagnosis(graded):
+    """nbgrader's run and feedback page show the hint within the three lines; grade's per-part CSV names the
+    mutant in its diagnosis column and the lesson's histogram is drawn beside it (autograder/diagnosis.py)."""
+    course, _, pages, _ = graded
+    hint = diagnosis.hint_text("lesson01", mutants("lesson01")["aborts_skipped"])
+    lines = error_outputs(course, "mutant_student")["l01_main_path"]
+    assert len(lines) <= 3 and lines[0].endswith(diagnosis.PREFIX + hint), lines
+    assert diagnosis.PREFIX + hint in html.unescape(pages["mutant_student"].read_text(encoding="utf-8"))
+    rows = list(csv.DictReader((course.parent / "grades-parts.csv").open(encoding="utf-8")))
+    got = {(r["student"], r["grade_id"]): r["diagnosis"] for r in rows}
+    assert got[("mutant_student", "l01_main_path")] == "aborts_skipped", got
+    assert got[("blank_student", "l01_main_path")] == "" and got[("mutant_student", "l01_source_map")] == ""
+    assert (course.parent / "grades-lesson01-diagnosis.png").read_bytes()[:4] == b"\x89PNG"

@@ -1,7 +1,7 @@
 """Lesson 6's grader: the solution earns 4/4 code points, the unfilled release 0 without crashing, every mutant
 loses points (the bounds-checked launcher turns a wild pointer into a failed check); the engine plug restores
-the backend; the profiler paths (interpreter counts, the GPU bandwidth code) run; the notebook runs in 60 s;
-nbgrader agrees end to end. Under TRITON_INTERPRET=1 (conftest) on CPU."""
+the backend; the profiler paths (interpreter counts, the GPU bandwidth code) run; nbgrader agrees end to end
+(the notebook's own run is test_autograder's). Under TRITON_INTERPRET=1 (conftest) on CPU."""
 import json
 import subprocess
 import sys
@@ -169,20 +169,6 @@ def test_student_copy_shows_the_blanks():
     assert "tl.store(out_ptr + out_offsets" in kernel and "mask=head_mask[:, None] & dim_mask[None, :])" in kernel
     assert cells["l06_source_map_answer"].count(": ______,") == 8
     assert "assert torch.allclose(out, ref, atol=1e-4)" in cells["l06_main_path"]
-
-
-@pytest.mark.slow
-def test_solution_notebook_runs_on_cpu_within_the_cell_limit_with_all_grade_cells_passing(executed_solution):
-    nb = executed_solution("lesson06")  # the run test_autograder checks for every lesson
-    text = ""
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        for out in cell.get("outputs", []):
-            assert out.output_type != "error", (cell.id, out.get("evalue"))
-            if meta.get("grade"):
-                assert not (out.output_type == "stream" and out.name == "stderr"), (cell.id, out.text)
-            text += out.get("text", "")
-    assert "代码 4/4" in text and "真实引擎检查通过" in text
 
 
 @pytest.mark.slow

@@ -6,9 +6,9 @@ The student writes the MLP's two parallel layers with minivllm's constructor and
 Both read self.tp_rank / self.tp_size and call minivllm.distributed.tensor_model_parallel_all_reduce.
 
 Grade cells and `python -m autograder check lesson10 ...` call the same functions here:
-    check_mlp(column_cls, row_cls)          two gloo ranks (spawned; the classes sent by value): the shards
+    check_mlp(column_cls, row_cls)          two gloo ranks (fresh processes; classes sent by value): the shards
                                             each rank holds, and the MLP equals the unsharded one
-    check_real_engine(column_cls, row_cls)  the classes patched into minivllm's Llama in a spawned helper,
+    check_real_engine(column_cls, row_cls)  the classes patched into minivllm's Llama in a fresh helper,
                                             TP=2 in workers it forks: greedy equals TP=1; the profiler counts
                                             2 all-reduces per layer per step (+1 for the vocab-parallel
                                             embedding)
@@ -71,7 +71,7 @@ def _blank(e: BaseException) -> bool:
 
 def probe(column_cls, row_cls) -> None:
     """Build and run both layers at TP=1 in this process (no group: the all-reduce is the identity), so an
-    unfilled ______ shows as one line here instead of an error inside a spawned rank or engine worker."""
+    unfilled ______ shows as one line here instead of an error inside a rank or engine worker."""
     x = torch.zeros(1, 4)
     try:
         with torch.inference_mode():
@@ -153,8 +153,8 @@ def _rank_mlp(rank: int, column_cls, row_cls) -> dict[str, torch.Tensor]:
 
 
 def _spawned_main(payload: bytes, conn) -> None:
-    """Target of a spawned process: fn(*args) from the cloudpickled payload; its result, or the student's error as
-    one line, goes to the parent on conn."""
+    """Target of a fresh process (run_spawned): fn(*args) from the cloudpickled payload; its result, or the
+    student's error as one line, goes to the parent on conn."""
     try:
         import cloudpickle
         fn, args = cloudpickle.loads(payload)
@@ -170,14 +170,18 @@ def _spawned_main(payload: bytes, conn) -> None:
 
 
 def run_spawned(calls: list[tuple], timeout_s: float, names: list[str]) -> list:
-    """Each (fn, *args) of `calls` in its own spawned process, all at once; their results in order.
+    """Each (fn, *args) of `calls` in its own fresh process, all at once; their results in order.
 
-    Spawned, not forked: a fork copies the caller's threads' locks (a Jupyter kernel's ZMQ and history threads
-    hold some), and a forked child that needs one of them waits forever. The student's classes travel by value
-    with cloudpickle (they live in the notebook's __main__, which a fresh interpreter does not have). The
-    children's fd 2 is /dev/null (see quiet_workers); their errors come back on the pipes."""
+    Not forked from the caller: a fork copies the caller's threads' locks (a Jupyter kernel's ZMQ and history
+    threads hold some), and a forked child that needs one of them waits forever. Forked instead from
+    multiprocessing's forkserver, a single-threaded interpreter started once per caller with torch and these
+    checks imported, so a rank costs a fork, not a torch import (lesson 10's five processes per grading: -2.3 s
+    of a solution's 10.5 s). The student's classes travel by value with cloudpickle (they live in the
+    notebook's __main__, which the server does not have). The children's fd 2 is /dev/null (see quiet_workers);
+    their errors come back on the pipes."""
     import cloudpickle
-    ctx = multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "cloudpickle", __name__])
     pipes = [ctx.Pipe(duplex=False) for _ in calls]
     # Not daemonic: the engine helper starts its own workers. Every child is joined or killed below.
     procs = [ctx.Process(target=_spawned_main, args=(cloudpickle.dumps((c[0], c[1:])), w))
@@ -217,7 +221,7 @@ def _rank_main(rank: int, port: int, fn, *args):
 
 
 def run_two_ranks(fn, *args, timeout_s: float = 60.0) -> list:
-    """fn(rank, *args) on two gloo ranks, each in a spawned process (the student's classes sent by value)."""
+    """fn(rank, *args) on two gloo ranks, each in a fresh process (the student's classes sent by value)."""
     from minivllm.distributed.parallel_state import get_open_port
     port = get_open_port()
     return run_spawned([(_rank_main, r, port, fn, *args) for r in range(TP)], timeout_s,
@@ -305,8 +309,8 @@ def _engine_kwargs() -> dict:
 
 
 def _tp2_run(column_cls, row_cls, max_tokens: int) -> dict:
-    """In a spawned helper: the Llama patched with the student's classes at TP=2 (its workers fork from this
-    single-purpose process, so they see the patch); the greedy tokens and rank 0's all-reduce count."""
+    """In a fresh helper (run_spawned): the Llama patched with the student's classes at TP=2 (its workers fork
+    from this single-purpose process, so they see the patch); the greedy tokens and rank 0's all-reduce count."""
     from minivllm.entrypoints.llm import LLM
     from minivllm.sampling_params import SamplingParams
     sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)

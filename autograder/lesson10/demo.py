@@ -121,7 +121,7 @@ def plot_tp_comparison(cmp: dict):
 
 # ---------------------------------------------------------------------------- the all-reduce in the wrong place
 def _rank_mlp_without_all_reduce(rank: int, column_cls, row_cls) -> dict:
-    """The student's MLP on this rank with the TP group's all-reduce made the identity (this spawned rank only)."""
+    """The student's MLP on this rank with the TP group's all-reduce made the identity (this rank process only)."""
     from autograder.lesson10.checks import _rank_mlp
     from minivllm.distributed import get_tp_group
     get_tp_group().all_reduce = lambda t: t

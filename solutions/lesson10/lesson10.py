@@ -142,7 +142,7 @@ L10.plot_tp_comparison(cmp);
 #
 # 下面是 minivllm（与 vLLM）MLP 里的两个并行线性层，去掉了 vLLM 的量化方法、`skip_bias_add` 等开关。父类 `LinearBase(input_size_per_partition, output_size_per_partition, bias)` 建好本 rank 的 `weight`（`[输出, 输入]`）与 `bias`，并给每个参数挂上 `self.weight_loader`；`self.tp_rank`、`self.tp_size` 是本 rank 的编号和 rank 数（没有进程组时是 0 和 1）。10 处 `______` 是决策点：每个 rank 持有哪一维、从 checkpoint 的哪一段读、放到融合参数的哪里、前向之后通信还是不通信、bias 在哪个 rank 加。
 #
-# 检查会把你的两个类交给两个 gloo rank（spawn 出的新进程；笔记本里定义的类由 cloudpickle 按值发过去），再在一个 spawn 出的辅助进程里把它们换进 minivllm 的 Llama（`minivllm.model_executor.models.llama` 模块里的 `MergedColumnParallelLinear` 与 `RowParallelLinear` 这两个名字，`o_proj` 也用你的行并行层）以 TP=2 运行真实引擎（引擎的两个 worker 从这个只做这件事的辅助进程 fork 出来，所以看得见换进去的类）。
+# 检查会把你的两个类交给两个 gloo rank（新进程：从 multiprocessing 的 forkserver——一个只预先导入了 torch 的单线程干净解释器——fork 出来，不是从笔记本的内核 fork；笔记本里定义的类由 cloudpickle 按值发过去），再在一个同样这样起的辅助进程里把它们换进 minivllm 的 Llama（`minivllm.model_executor.models.llama` 模块里的 `MergedColumnParallelLinear` 与 `RowParallelLinear` 这两个名字，`o_proj` 也用你的行并行层）以 TP=2 运行真实引擎（引擎的两个 worker 从这个只做这件事的辅助进程 fork 出来，所以看得见换进去的类）。
 #
 # 为什么不直接从 Jupyter 内核 fork：`fork` 只复制调用它的那个线程，内核里 ZMQ、历史记录等线程当时持有的锁被原样复制进子进程，却再也没有线程去释放；子进程一旦需要其中一把锁就永远等下去（本课早先的版本就在 CI 里这样挂住过）。vLLM 的 [`docs/design/multiprocessing.md`](https://github.com/vllm-project/vllm/blob/8e958902eee5/docs/design/multiprocessing.md) 说的是同一件事：`fork` 最快，但与使用线程的依赖不兼容；`VLLM_WORKER_MULTIPROC_METHOD` 选择 worker 的启动方式。
 #
@@ -208,7 +208,7 @@ class RowParallelLinear(LinearBase):
 report("lesson10", globals())
 
 # %% [markdown]
-# 第一项检查：两个 gloo rank（`torch.distributed` 的 CPU 后端，两个 spawn 出的进程）各自建一个 `gate_up_proj`（hidden 48 → gate 40 + up 40）和一个 `down_proj`，用 `weight_loader` 从同一份完整权重加载，跑同一个输入。检查每个 rank 持有的分片（形状与内容）、列并行层的输出只是本 rank 那一段，以及两个 rank 的 MLP 输出都等于不切分的 MLP。
+# 第一项检查：两个 gloo rank（`torch.distributed` 的 CPU 后端，两个从 forkserver 起的新进程）各自建一个 `gate_up_proj`（hidden 48 → gate 40 + up 40）和一个 `down_proj`，用 `weight_loader` 从同一份完整权重加载，跑同一个输入。检查每个 rank 持有的分片（形状与内容）、列并行层的输出只是本 rank 那一段，以及两个 rank 的 MLP 输出都等于不切分的 MLP。
 
 # %% nbgrader={"grade": true, "grade_id": "l10_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 gate_up = MergedColumnParallelLinear(8, [6, 6])    # TP=1 here (no process group): each rank would hold it all
@@ -220,7 +220,7 @@ L10.check_mlp(MergedColumnParallelLinear, RowParallelLinear)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：把你的两个类换进 minivllm 的 Llama，以 `tensor_parallel_size=2` 起真实引擎（在 spawn 出的辅助进程里；`MultiprocExecutor` 的两个 worker 由它 fork 出），对 3 个 prompt 贪心生成 8 个 token：输出必须与 TP=1 逐 token 相同；并用 `torch.profiler` 记录 rank 0，数出每步的 all-reduce 次数必须恰好是 4 层 × 2 + 1 = 9。退出时恢复原来的类。
+# 第二项检查：把你的两个类换进 minivllm 的 Llama，以 `tensor_parallel_size=2` 起真实引擎（在从 forkserver 起的辅助进程里；`MultiprocExecutor` 的两个 worker 由它 fork 出），对 3 个 prompt 贪心生成 8 个 token：输出必须与 TP=1 逐 token 相同；并用 `torch.profiler` 记录 rank 0，数出每步的 all-reduce 次数必须恰好是 4 层 × 2 + 1 = 9。退出时恢复原来的类。
 
 # %% nbgrader={"grade": true, "grade_id": "l10_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 L10.check_real_engine(MergedColumnParallelLinear, RowParallelLinear)
