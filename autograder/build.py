@@ -184,17 +184,21 @@ def dumps(nb: nbformat.NotebookNode) -> str:
     return nbformat.writes(nb, version=4).rstrip("\n") + "\n"
 
 
-def nbgrader(args: list[str], course: Path, bounded: bool = False) -> subprocess.CompletedProcess:
-    """Run one nbgrader command in a course folder; raise with its log when it fails. bounded=True caps the
-    memory of nbgrader and every kernel it starts (autograder/limits.py)."""
-    from autograder.limits import limit_memory
-
-    # nbgrader runs `alembic` and the kernel from PATH: put this interpreter's bin/ first (an unactivated venv).
+def nbgrader_env(grading: bool) -> dict[str, str]:
+    """The environment of an nbgrader command: this interpreter's bin/ first on PATH (nbgrader runs `alembic` and
+    the kernel from PATH, and the venv may not be activated); while grading, MINIVLLM_GRADING=1 keeps the
+    notebook's per-part report cell quiet."""
     env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
-    if bounded:
-        env["MINIVLLM_GRADING"] = "1"  # the notebook's per-part report cell stays quiet while graded
+    if grading:
+        env["MINIVLLM_GRADING"] = "1"
+    return env
+
+
+def nbgrader(args: list[str], course: Path) -> subprocess.CompletedProcess:
+    """Run one nbgrader command (not a student's notebook: `grade` starts autograde itself, isolated) in a course
+    folder; raise with its log when it fails."""
     proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, capture_output=True, text=True,
-                          env=env, preexec_fn=limit_memory if bounded else None)
+                          env=nbgrader_env(grading=False))
     if proc.returncode != 0:
         raise RuntimeError(f"nbgrader {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from autograder import isolation
-from autograder.build import dumps, nbgrader, new_course, solution_notebook
+from autograder.build import dumps, nbgrader, nbgrader_env, new_course, solution_notebook
 from autograder.common import discover_lessons, load_lesson
 from autograder.diagnosis import label
 from autograder.limits import cell_timeout
@@ -102,8 +102,7 @@ def table(lesson_id: str, results: dict[str, dict[str, float | None]]) -> str:
 
 def _nbgrader_autograde(work: Path, lesson_id: str, student: str, log) -> subprocess.Popen:
     """nbgrader autograde of one student in its private course folder `work`, started isolated and bounded."""
-    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-               MINIVLLM_GRADING="1")  # the notebook's per-part report cell stays quiet while graded
+    env = nbgrader_env(grading=True)
     argv = [sys.executable, "-m", "nbgrader", "autograde", lesson_id, "--student", student, "--force",
             f"--db=sqlite:///{work / 'gradebook.db'}"]
     return subprocess.Popen(isolation.wrap(argv, work.parent, cwd=work), cwd=work, env=env, stdout=log,
