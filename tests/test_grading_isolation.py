@@ -52,7 +52,7 @@ def attacks(course: Path, subs: Path, port: int, marker: str) -> dict[str, str]:
                         + tries("grader", "open(autograder.common.__file__, 'a').write('\\n# pwned\\n')")
                         + tries("engine", "open(minivllm.__file__, 'a').write('\\n# pwned\\n')")
                         + tries("new_file", f"open(os.path.join(os.path.dirname(minivllm.__file__), '{marker}.py'), 'w')"),
-        "write_outside": "import os\n" + tries("tmp", f"open('/tmp/{marker}', 'w').write('x')")
+        "write_outside": "import os\n" + tries("in_private_tmp", f"open('/tmp/{marker}', 'w').write('x')")
                          + tries("in_scratch_home", f"open(os.path.expanduser('~/../{marker}'), 'w').write('x')")
                          + tries("gradebook", f"open('{course}/gradebook.db', 'a').write('x')")
                          + tries("beside", f"open('{course}/{marker}', 'w').write('x')")
@@ -126,8 +126,9 @@ def test_attacks_fail_and_honest_scores_are_unchanged(tmp_path, monkeypatch):
     assert not leftovers, leftovers
     shown = {p.parent.parent.name: outputs(p) for p in (course / "autograded").glob(f"*/{LESSON}/{LESSON}.ipynb")}
     assert all(SECRET not in text for s, text in shown.items() if s != "solution"), shown
-    # writing inside its own scratch folder is allowed (it is thrown away; `leftovers` checks the host side)
-    assert not re.findall(r"ATTACK (?!in_scratch_)\w+ succeeded", "".join(shown.values())), shown
+    # writing inside its own scratch folder or its private /tmp is allowed (both are thrown away; `leftovers`
+    # checks the host side, the host's /tmp included)
+    assert not re.findall(r"ATTACK (?!in_scratch_|in_private_)\w+ succeeded", "".join(shown.values())), shown
     assert "blocked" in shown["attack_write_grader"] and "blocked" in shown["attack_network"], shown
     forks = [int(n) for n in re.findall(r"FORKS (\d+)", shown.get("attack_fork_bomb", ""))]
     assert all(n <= isolation.process_limit() for n in forks), forks
