@@ -61,8 +61,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 warnings.filterwarnings("ignore")
 logging.disable(logging.WARNING)
 
-import matplotlib.pyplot as plt  # noqa: E402
-
 from autograder import lesson01 as L01  # noqa: E402
 from autograder.common import ______, report, self_check, short_errors  # noqa: E402,F401
 

@@ -59,8 +59,6 @@ logging.disable(logging.WARNING)
 from collections import deque  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 
-import matplotlib.pyplot as plt  # noqa: E402,F401
-
 from autograder import lesson02 as L02  # noqa: E402
 from autograder.common import ______, report, self_check, short_errors  # noqa: E402,F401
 

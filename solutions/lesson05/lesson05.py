@@ -72,7 +72,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 warnings.filterwarnings("ignore")
 logging.disable(logging.WARNING)
 
-import matplotlib.pyplot as plt  # noqa: E402,F401
 import numpy as np  # noqa: E402
 
 from autograder import lesson05 as L05  # noqa: E402

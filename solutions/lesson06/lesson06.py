@@ -63,7 +63,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 warnings.filterwarnings("ignore")
 logging.disable(logging.WARNING)
 
-import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from autograder import lesson06 as L06  # noqa: E402

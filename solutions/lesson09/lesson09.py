@@ -63,7 +63,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 warnings.filterwarnings("ignore")
 logging.disable(logging.WARNING)
 
-import matplotlib.pyplot as plt  # noqa: E402,F401
 import torch  # noqa: E402
 
 from autograder import lesson09 as L09  # noqa: E402

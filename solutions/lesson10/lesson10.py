@@ -58,7 +58,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 warnings.filterwarnings("ignore")
 logging.disable(logging.WARNING)
 
-import matplotlib.pyplot as plt  # noqa: E402,F401
 import torch  # noqa: E402
 
 from autograder import lesson10 as L10  # noqa: E402

@@ -55,7 +55,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 warnings.filterwarnings("ignore")
 logging.disable(logging.WARNING)
 
-import matplotlib.pyplot as plt  # noqa: E402,F401
 from tokenizers.decoders import DecodeStream  # noqa: E402,F401  (the exercise's incremental decoder)
 
 from autograder import lesson12 as L12  # noqa: E402
