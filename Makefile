@@ -17,10 +17,10 @@ venv: .venv/.installed
 demo: venv
 	$(PY) -m minivllm.entrypoints.cli generate --prompt "ROMEO:" --max-tokens 64
 
-# TEST_WORKERS=2: two pytest-xdist workers, a whole test file each at a time (its module fixtures built once),
-# longest files first (tests/conftest.py): ~12 min instead of ~19 on 2 cores. Not yet the default: the last of five
-# whole parallel runs had a grading kernel interrupted in lesson 1's setup cell, unexplained (#33's note).
-TEST_WORKERS ?= 0
+# Two pytest-xdist workers by default, a whole test file each at a time (its module fixtures built once), longest
+# files first (tests/conftest.py). TEST_WORKERS=0 runs in one process (bisecting a failure; ~1.7x the time).
+# Graded runs side by side are independent: each isolated run has a uid of its own (autograder/isolation.py).
+TEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 test: venv

@@ -155,10 +155,17 @@ def sandboxed_pids() -> set[int]:
 
 def test_a_changed_grader_stops_the_run_and_writes_no_score(tmp_path, monkeypatch):
     """Detection, whatever the isolation: a worker whose student changed a grader file stops `autograde`
-    before that student's scores are written, and the message names the student."""
+    before that student's scores are written, and the message names the student. (On a copy of the grader's
+    folders: a file written into the real minivllm/ would stop whatever `grade` another test worker runs.)"""
     from autograder import grading
 
-    marker = REPO / "minivllm" / f"_changed_{uuid.uuid4().hex[:8]}.py"
+    root = tmp_path / "grader"
+    for name in ("autograder", "minivllm", "notebooks"):
+        (root / name).mkdir(parents=True)
+        (root / name / "__init__.py").write_text(f"# {name}\n")
+    real_digest = isolation.grader_digest
+    monkeypatch.setattr(isolation, "grader_digest", lambda: real_digest(root))
+    marker = root / "minivllm" / f"_changed_{uuid.uuid4().hex[:8]}.py"
     merged = []
 
     def fake_one(course, lesson_id, student):
@@ -170,11 +177,8 @@ def test_a_changed_grader_stops_the_run_and_writes_no_score(tmp_path, monkeypatc
 
     monkeypatch.setattr(grading, "autograde_one", fake_one)
     monkeypatch.setattr(grading, "merge", lambda course, lesson, student, *a: merged.append(student) or {})
-    try:
-        with pytest.raises(grading.GraderChanged, match="b_attacker") as e:
-            grading.autograde(tmp_path, LESSON, ["a_honest", "b_attacker", "c_later"], jobs=1)
-    finally:
-        marker.unlink(missing_ok=True)
+    with pytest.raises(grading.GraderChanged, match="b_attacker") as e:
+        grading.autograde(tmp_path, LESSON, ["a_honest", "b_attacker", "c_later"], jobs=1)
     assert merged == ["a_honest"]
     assert marker.name in str(e.value)
 
