@@ -32,6 +32,7 @@ import os
 import pwd
 import resource
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -98,6 +99,9 @@ def _uid_lease(deadline_s: float = 60.0) -> Iterator[int]:
     never share one; the lock's fd is close-on-exec, so a run cannot hold it. On leaving, the run's processes
     (killed with its namespace) are given a moment to go before the uid is free again."""
     UID_LOCKS.mkdir(mode=0o700, exist_ok=True)
+    st = os.lstat(UID_LOCKS)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise RuntimeError(f"{UID_LOCKS} must be a folder of this user's that no one else can write (remove it)")
     candidates = [u for u in sandbox_uids() if not _has_account(u)]
     if not candidates:
         raise RuntimeError(f"MINIVLLM_SANDBOX_UIDS={os.environ.get('MINIVLLM_SANDBOX_UIDS')}: every uid has an account")
@@ -105,7 +109,7 @@ def _uid_lease(deadline_s: float = 60.0) -> Iterator[int]:
     while True:
         running = set(_owners().values())
         for uid in (u for u in candidates if u not in running):
-            fd = os.open(UID_LOCKS / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = os.open(UID_LOCKS / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -210,6 +210,21 @@ def test_isolated_run_sees_only_the_grader_and_its_scratch(tmp_path):
         assert int(lines["uid"]) in isolation.sandbox_uids()
 
 
+def test_uid_leases_are_exclusive_and_skip_uids_in_use(tmp_path, monkeypatch):
+    """Two live runs never share a uid (the lease is an flock, so this holds across processes too), a uid some
+    process already runs as is passed over, and a lock folder others can write is refused."""
+    monkeypatch.setattr(isolation, "UID_LOCKS", tmp_path / "locks")
+    monkeypatch.setenv("MINIVLLM_SANDBOX_UIDS", "61000-61002")
+    with isolation._uid_lease() as a, isolation._uid_lease() as b, isolation._uid_lease() as c:
+        assert sorted([a, b, c]) == [61000, 61001, 61002]
+    monkeypatch.setattr(isolation, "_owners", lambda: {1: 61000})
+    with isolation._uid_lease() as d:
+        assert d == 61001
+    (tmp_path / "locks").chmod(0o777)
+    with pytest.raises(RuntimeError, match="no one else can write"), isolation._uid_lease():
+        pass
+
+
 def test_a_fork_bomb_starves_only_its_own_run(monkeypatch):
     """Runs graded side by side (`grade -j 2`, two test workers) have a uid each, so one run's fork bomb, held at
     its process cap, leaves the next run free to start threads: with one shared uid that run's thread starts
