@@ -32,6 +32,7 @@ import os
 import pwd
 import resource
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -96,8 +97,8 @@ def _uid_lease(deadline_s: float = 60.0) -> Iterator[int]:
     """A uid no other run holds, no account names and no process runs as, until the block ends.
 
     The lease is an flock on UID_LOCKS/<uid>, so graders in other processes (a second `grade`, test workers)
-    never share one; the lock's fd is close-on-exec, so a run cannot hold it. On leaving, the run's processes
-    (killed with its namespace) are given a moment to go before the uid is free again."""
+    never share one; the lock's fd is close-on-exec, so a run cannot hold it. On leaving, whatever still runs as
+    the uid (a run's processes die with its namespace; this is the backstop) is killed before it is free again."""
     UID_LOCKS.mkdir(mode=0o700, exist_ok=True)
     st = os.lstat(UID_LOCKS)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
@@ -118,9 +119,13 @@ def _uid_lease(deadline_s: float = 60.0) -> Iterator[int]:
             try:
                 yield uid
             finally:
-                for _ in range(50):
-                    if not processes_of([uid]):
+                for _ in range(50):  # the uid is this run's alone: whatever still runs as it is the run's
+                    left = processes_of([uid])
+                    if not left:
                         break
+                    for pid in left:
+                        with contextlib.suppress(OSError):
+                            os.kill(pid, signal.SIGKILL)
                     time.sleep(0.1)
                 os.close(fd)
             return
