@@ -222,18 +222,34 @@ def test_lesson_source_is_in_jupytext_normal_form(lesson_id):
 
 
 def _names(source: str) -> tuple[set[str], set[str]]:
-    """(names a cell binds, names it reads) — enough to see which cell a name comes from."""
+    """(names a cell binds at its top level, names it reads) — enough to see which cell a name comes from. A name
+    bound only inside a function, class, lambda or comprehension is that scope's, not the notebook's (lesson 8's
+    grade cell read `row`, which its answer cell binds only as a local of choice_bitmask)."""
     import ast
 
     from autograder.common import _to_python
 
-    tree = ast.parse(_to_python(source))
-    binds = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
-    binds |= {a.asname or a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
-              for a in n.names}
-    binds |= {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-    binds |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in n.args + n.kwonlyargs}
-    return binds, {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp, ast.SetComp,
+              ast.DictComp, ast.GeneratorExp)
+    binds, top_reads, nested_reads, local = set(), set(), set(), set()
+
+    def visit(node: ast.AST, top: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if top and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                binds.add(child.name)
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                (binds if top else local).update(a.asname or a.name.split(".")[0] for a in child.names)
+            if isinstance(child, ast.Name):
+                if isinstance(child.ctx, ast.Load):
+                    (top_reads if top else nested_reads).add(child.id)
+                else:
+                    (binds if top else local).add(child.id)
+            if isinstance(child, ast.arg):
+                local.add(child.arg)
+            visit(child, top and not isinstance(child, scopes))
+
+    visit(ast.parse(_to_python(source)), True)
+    return binds, top_reads | (nested_reads - local)
 
 
 @pytest.mark.parametrize("lesson_id", discover_lessons())

@@ -216,7 +216,9 @@ print(apply_bitmask_and_sample(logits, bitmask, lambda x: x.argmax(dim=-1)))
 # 你的解释：
 
 # %% nbgrader={"grade": true, "grade_id": "l08_boundary", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-assert bool(row[VOCAB.eos_token_id]) and len(row.nonzero()) > 1
+done_no = L08.unpack(choice_bitmask(["r"], {"r": b"no"}, {"r": [b"no", b"none"]}, VOCAB.trie, VOCAB.eos_token_id,
+                                    VOCAB.vocab_size), VOCAB.vocab_size)[0]
+assert bool(done_no[VOCAB.eos_token_id]) and len(done_no.nonzero()) > 1
 logits, bitmask = L08.masked_logits_example()
 assert apply_bitmask_and_sample(logits, bitmask, lambda x: x.argmax(dim=-1)).tolist()[0] in (5, 9)
 ### BEGIN HIDDEN TESTS
