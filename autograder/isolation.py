@@ -171,20 +171,10 @@ def mode() -> Mode:
     return Mode(kind)
 
 
-def _own_processes() -> int:
-    uid = os.getuid()
-    n = 0
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            with contextlib.suppress(OSError):
-                n += p.stat().st_uid == uid
-    return n
-
-
 def limit_run() -> None:
     """preexec_fn of every isolated run: the memory cap, the process cap, the per-file disk cap."""
     limit_memory()
-    nproc = process_limit() + (0 if mode().kind == "root" else _own_processes())
+    nproc = process_limit() + (0 if mode().kind == "root" else len(processes_of([os.getuid()])))
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
     fsize = disk_limit_mb() * 2**20
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
