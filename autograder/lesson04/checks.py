@@ -18,7 +18,10 @@ Input space (each dimension, and the graded part that covers it):
                           ids in one call; a step in flight when the abort lands: check_abort, check_real_engine
     check_stop            min_tokens 0 / on its boundary; EOS, ignore_eos, EOS that is also a stop id; stop ids;
                           max_tokens None / 1 / on its boundary / passed by several tokens of one step (spec
-                          decode); max_model_len on its boundary: check_stop_rules
+                          decode); max_model_len on its boundary; an EOS or stop id sampled before min_tokens,
+                          then generation going on, called token by token (to a later EOS, or to max_tokens);
+                          an EOS inside the prompt (a multi-turn chat):
+                          check_stop_rules
 
 Grade cells and `python -m autograder check lesson04 ...` call the same functions here:
     check_preempt(preempt, finish_requests, check_stop)   a victim's blocks return, it resumes first, same tokens
@@ -480,6 +483,47 @@ def check_stop_rules(check_stop) -> None:
             expect(req.stop_reason == reason, f"{name}：stop_reason 应为 {reason}，实际 {req.stop_reason}。")
         else:
             expect(req.status == RequestStatus.RUNNING, f"{name}：没有停止，状态却改成了 {req.status.name}。")
+    _check_stop_sequences(check_stop, EOS)
+
+
+def _check_stop_sequences(check_stop, EOS) -> None:
+    """Token by token, as update_from_output calls it: an EOS (or stop id) sampled before min_tokens does not
+    stop the request and does not count later; only the last token is judged (vLLM's check_stop reads
+    request.output_token_ids[-1] after the min_tokens test)."""
+    from minivllm.request import RequestStatus
+
+    S, L = RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED
+    cases = [  # (name, params, outputs; check_stop is called after each one, stops only at the last)
+        ("min_tokens=3：第 1 个 token 是 EOS，之后继续生成，第 5 个 token 又是 EOS", dict(max_tokens=10, min_tokens=3),
+         [EOS, 70, 71, 72, EOS], S, None),
+        ("min_tokens=4：第 2 个 token 是 EOS，之后继续生成到 max_tokens=6", dict(max_tokens=6, min_tokens=4),
+         [70, EOS, 71, 72, 73, 74], L, None),
+        ("min_tokens=3 且 max_tokens=3：第 1 个 token 是 EOS，第 3 个 token 到达 max_tokens",
+         dict(max_tokens=3, min_tokens=3), [EOS, 70, 71], L, None),
+        ("min_tokens=2：第 1 个 token 是 stop token，之后继续生成，第 4 个 token 又是它",
+         dict(max_tokens=10, min_tokens=2, stop_token_ids=[71]), [71, 70, 72, 71], S, 71),
+    ]
+    cases.insert(0, ("prompt 里含 EOS（多轮对话的上一轮以 EOS 结束），第 3 个输出 token 才是 EOS", dict(max_tokens=10),
+                     [70, 71, EOS], S, None))
+    for name, params, outs, status, reason in cases:
+        req = make_request("q", 5, eos=EOS, **params)
+        if "prompt" in name:
+            from minivllm.request import Request
+            from minivllm.sampling_params import SamplingParams
+
+            req = Request("q", [11, 12, EOS, 13, 14], SamplingParams(temperature=0.0, **params), eos_token_id=EOS)
+        req.status = RequestStatus.RUNNING
+        for i, t in enumerate(outs, 1):
+            req.append_output_token_ids(t)
+            got = _call(check_stop, req, 256)
+            last = i == len(outs)
+            expect(bool(got) == last, f"{name}：追加第 {i} 个 token（{t}）后 check_stop 应返回 {last}，实际 {got}"
+                                      f"（只看最后一个 token；min_tokens 之前的 EOS/stop token 不停、之后也不再算数）。")
+            if not last:
+                expect(req.status == RequestStatus.RUNNING,
+                       f"{name}：第 {i} 个 token 之后没有停止，状态却改成了 {req.status.name}。")
+        expect(req.status == status, f"{name}：状态应为 {status.name}，实际 {req.status.name}。")
+        expect(req.stop_reason == reason, f"{name}：stop_reason 应为 {reason}，实际 {req.stop_reason}。")
 
 
 # ---------------------------------------------------------------------------- the real engine

@@ -106,4 +106,22 @@ MUTANTS = {
     ), 'Stops only when the output count equals max_tokens: several tokens in one step can jump past it.',
        fails={"l04_stop"},
        hint="一步里可能产生多个 token：只在“恰好相等”时停止够吗？"),
+    "eos_anywhere_in_output": Mutant(CELL, (
+        ('    is_eos = not params.ignore_eos and last == request.eos_token_id',
+         '    is_eos = not params.ignore_eos and request.eos_token_id in request.output_token_ids'),
+    ), 'Stops on any EOS among the outputs: an EOS suppressed before min_tokens stops the request later anyway.',
+       fails={"l04_stop"},
+       hint="min_tokens 之前出现过的 EOS，之后还算数吗？check_stop 只看哪个 token？"),
+    "eos_anywhere_in_sequence": Mutant(CELL, (
+        ('    is_eos = not params.ignore_eos and last == request.eos_token_id',
+         '    is_eos = not params.ignore_eos and request.eos_token_id in request.all_token_ids'),
+    ), 'Looks for EOS in prompt and outputs: a prompt holding EOS (a multi-turn chat) stops at once.',
+       fails={"l04_stop"},
+       hint="EOS 出现在 prompt 里（多轮对话）时，请求应该立刻停吗？check_stop 只看哪个 token？"),
+    "min_tokens_only_just_before": Mutant(CELL, (
+        ('    too_early = num_output_tokens < params.min_tokens',
+         '    too_early = num_output_tokens == params.min_tokens - 1'),
+    ), 'Holds back a stop only at the output just before min_tokens: an earlier EOS still stops the request.',
+       fails={"l04_stop"},
+       hint="min_tokens=3 时第 1 个输出就是 EOS，应该停吗？“不到 min_tokens”包括哪些输出？"),
 }
