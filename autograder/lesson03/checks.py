@@ -14,6 +14,7 @@ Input space (each dimension, and the graded part that covers it):
     tokens hashed         prompt and generated tokens (growing one token at a time; a multi-turn hit on
                           generated text): boundary, real_engine; a preempted request resumed: boundary
     hash inputs           parent chain (same tokens at two positions), token order, extra keys, sha256: main_path,
+                          boundary; two prompts that differ only in the last (or first) token of a full block:
                           boundary
     free-queue order      vLLM's test_evict: unhashed blocks at the head, hashed ones LRU from the head; new
                           blocks from the head: main_path, real_engine
@@ -256,6 +257,29 @@ def _check_hit_stops_at_first_miss(request_block_hasher, get_computed_blocks, ge
            f"第 2 个块已被驱逐：命中必须在第一次未命中处停下（只剩第 1 块，16 个 token），实际命中 {ids}、{n}。")
 
 
+def _check_block_edge_tokens(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks) -> None:
+    """Two prompts that differ in one token only, at a block's edge: every token of a full block is in its hash
+    (hash_block_tokens and the hasher's slice), so the hit stops before the block that differs."""
+    a = list(range(500, 516))
+    for i, where in ((15, "最后一个"), (0, "第一个")):
+        b = list(a)
+        b[i] = 999
+        expect(hash_block_tokens(hash, None, a) != hash_block_tokens(hash, None, b),
+               f"两个块只差{where} token：哈希必须不同（块里的每个 token 都要进哈希键）。")
+    base = list(range(600, 600 + 3 * BLOCK + 1))  # 3 full blocks + 1 token
+    manager = make_manager(20, get_computed_blocks, get_new_blocks)
+    first = make_request("edge0", base, request_block_hasher)
+    manager.allocate_slots(first, len(base))
+    for pos, want in ((2 * BLOCK - 1, BLOCK), (BLOCK - 1, 0), (BLOCK, BLOCK), (3 * BLOCK - 1, 2 * BLOCK)):
+        other = list(base)
+        other[pos] = 999
+        req = make_request(f"edge{pos}", other, request_block_hasher)
+        ids, n = _computed(manager, req)
+        expect(n == want, f"两个 {len(base)} 个 token 的 prompt 只差第 {pos} 个 token（块 {pos // BLOCK + 1} 的"
+                          f"{'最后一个' if pos % BLOCK == BLOCK - 1 else '第一个'}）：第二个应只命中它前面的 {want} 个 token，"
+                          f"实际命中 {ids}、{n}（一个块的每个 token 都要进它的哈希）。")
+
+
 @graded
 def check_boundary(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks) -> None:
     """Boundaries: the n-1 cap, prompts shorter than a block, partial blocks, positions, growing requests.
@@ -276,6 +300,8 @@ def check_boundary(hash_block_tokens, request_block_hasher, get_computed_blocks,
     same = make_request("same", [7] * 32 + [1], request_block_hasher)
     expect(len(set(same.block_hashes)) == 2,
            "同样的 16 个 token 出现在两个位置：两个块的哈希必须不同（父哈希不同）。")
+
+    _check_block_edge_tokens(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks)
 
     # Hidden: the cap at every length around a block boundary, on a warm cache.
     manager = make_manager(20, get_computed_blocks, get_new_blocks)

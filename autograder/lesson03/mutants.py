@@ -114,4 +114,22 @@ MUTANTS = {
     ), 'Hashes with Python\'s hash whatever hash_function the engine configured (sha256 for cross-process caches).',
        fails={"l03_boundary"},
        hint="哈希函数应该由谁决定？检查引擎配置的 hash_function 是否被用到。"),
+    "key_drops_last_token": Mutant(CELL, (
+        ('    key = (parent_block_hash, tuple(curr_block_token_ids), extra_keys)',
+         '    key = (parent_block_hash, tuple(curr_block_token_ids[:-1]), extra_keys)'),
+    ), 'The block key leaves out the block\'s last token: two prompts differing only there share the block.',
+       fails={"l03_boundary"},
+       hint="两个 prompt 只差一个满块的最后一个 token：它们的块哈希一样吗？块的每个 token 都进哈希了吗？"),
+    "key_drops_first_token": Mutant(CELL, (
+        ('    key = (parent_block_hash, tuple(curr_block_token_ids), extra_keys)',
+         '    key = (parent_block_hash, tuple(curr_block_token_ids[1:]), extra_keys)'),
+    ), 'The block key leaves out the block\'s first token: two prompts differing only there share the block.',
+       fails={"l03_boundary"},
+       hint="两个 prompt 只差一个块的第一个 token：它们的块哈希一样吗？块的每个 token 都进哈希了吗？"),
+    "hasher_slice_one_short": Mutant(CELL, (
+        ('        block_tokens = request.all_token_ids[i * block_size:(i + 1) * block_size]',
+         '        block_tokens = request.all_token_ids[i * block_size:(i + 1) * block_size - 1]'),
+    ), 'The hasher slices block_size - 1 tokens per block: a block\'s last token never reaches its hash.',
+       fails={"l03_boundary", "l03_main_path"},
+       hint="哈希一个满块时取了哪几个 token？切片的右端包括块的最后一个 token 吗？"),
 }
