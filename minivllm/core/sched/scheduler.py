@@ -286,20 +286,15 @@ class Scheduler(SchedulerInterface):
             if scheduled_spec and req_id in scheduled_spec:
                 self._roll_back_rejected(request, len(scheduled_spec[req_id]), len(generated) - 1)
             status_before = request.status
-            # Token by token: a stop ends the request there, and later tokens (drafts) are dropped.
+            new_token_ids, stopped = self._update_request_with_output(request, generated, check_stop)
             finish_reason = None
-            new_token_ids = generated
-            for i, token_id in enumerate(generated):
-                request.append_output_token_ids(token_id)
-                if check_stop(request):
-                    finish_reason = request.get_finished_reason()
-                    new_token_ids = generated[:i + 1]
-                    if status_before == RequestStatus.RUNNING:
-                        stopped_running.add(request)
-                    else:
-                        stopped_preempted.add(request)
-                    self._free_request(request)
-                    break
+            if stopped:
+                finish_reason = request.get_finished_reason()
+                if status_before == RequestStatus.RUNNING:
+                    stopped_running.add(request)
+                else:
+                    stopped_preempted.add(request)
+                self._free_request(request)
             new_logprobs = None
             if logprobs is not None and logprobs[req_index] is not None:
                 new_logprobs = logprobs[req_index][:len(new_token_ids)]
@@ -315,6 +310,16 @@ class Scheduler(SchedulerInterface):
             outputs.extend(self._finish_grammar_errors())
         return EngineCoreOutputs(outputs=outputs,
                                  scheduler_stats=self.make_stats() if self.log_stats else None)
+
+    def _update_request_with_output(self, request: Request, new_token_ids: list[int],
+                                    check_stop) -> tuple[list[int], bool]:
+        """Append the sampled tokens one by one: a stop ends the request there, and later tokens (drafts)
+        are dropped (vLLM: same name)."""
+        for i, token_id in enumerate(new_token_ids):
+            request.append_output_token_ids(token_id)
+            if check_stop(request):
+                return new_token_ids[:i + 1], True
+        return new_token_ids, False
 
     def _roll_back_rejected(self, request: Request, num_draft: int, num_accepted: int) -> None:
         """Rejected drafts were computed but are not the request's tokens: forget their KV positions.

