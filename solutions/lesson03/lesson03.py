@@ -14,45 +14,40 @@
 #
 # ## 本课目标与通过标准
 #
-# 本课产出：能说清一个请求的 KV 块如何被哈希、登记、命中、共享、释放和驱逐；亲手补齐块哈希链、`get_computed_blocks` 的命中规则和 `get_new_blocks` 的驱逐端，并把它们接进真实的 minivllm 引擎，用引擎自己的 prefix-cache 统计和“与关闭缓存时输出一致”来证明它们是对的。
+# 本课产出：说清一个 KV 块怎样被哈希、登记、命中、共享、释放和驱逐；补齐块哈希链、`get_computed_blocks` 的命中规则和 `get_new_blocks` 的驱逐端，接进真实的 minivllm 引擎，用引擎的 prefix-cache 统计和“与关闭缓存时输出一致”证明它们是对的。
 #
-# 通过要求：唯一代码填空题通过全部断言；Q1～Q3 都能沿源码对象给出因果链；能指出一个正确性不变量（开启 prefix caching 不改变任何输出）、一个性能边界（命中按整块计、封顶在 n-1，最后一块总要重算）和一个需要 benchmark 才能确认的结论（TTFT 节省多少取决于前缀长度、硬件和负载）；总分至少 8/10。
+# 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；能指出：
+#
+# - 一个正确性不变量：开启 prefix caching 不改变任何输出；
+# - 一个性能边界：命中按整块计、封顶在 n-1，最后一块总要重算；
+# - 一个需要 benchmark 的结论：TTFT 省多少取决于前缀长度、硬件和负载。
+#
+# 总分至少 8/10。
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
-# | 代码·主路径（vLLM prefix-cache 场景 1 分 + 接入真实 EngineCore 1 分） | 2 | 自动 |
-# | 代码·边界条件（n-1 封顶、不满的块、同样的 token 在不同位置、extra keys） | 1 | 自动 |
-# | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
+# | 代码·主路径：vLLM prefix-cache 场景 1 分，接入真实 EngineCore 1 分 | 2 | 自动 |
+# | 代码·边界条件：n-1 封顶、不满的块、同样的 token 在不同位置、只差一个 token 的块、extra keys | 1 | 自动 |
+# | 代码·映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson03`（在本笔记本所在的文件夹或仓库根目录都可以），得分与教师用 nbgrader 评出的自动部分一致。
+# 没有 nbgrader 时（例如 Colab），运行本课末尾的“自检”单元格，或在终端执行 `python -m autograder check lesson03`，得分与 nbgrader 评出的自动部分一致。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 本课程使用固定 commit 的永久链接保证行号可复现，同时链接 current docs 供核对最新变化。阅读时先画出“一个块的一生”（分配 → 满 → 登记哈希 → 被命中/共享 → 释放进空闲队列 → 被驱逐或再次命中），再进入分支；不要从 `kv_cache_utils.py` 第一行机械顺读（它的大半是 KV cache 容量规划，与本课无关）。
+# 源码固定在 vLLM commit 8e958902eee5，本课逐条对照了前一天构建的 0.27.1 发布包；链接见文末参考资料。先画出一个块的一生：分配 → 写满 → 登记哈希 → 被命中共享 → 释放进空闲队列 → 被驱逐或再次命中。再按下表读；`kv_cache_utils.py` 的大半是容量规划，与本课无关。
 #
-# | 顺序 | vLLM 文件与入口（8e958902eee5） | minivllm 对应文件 | 带着什么问题读 |
+# | 顺序 | vLLM 文件与入口（`vllm/v1/core/`） | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | [`vllm/v1/core/kv_cache_utils.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/kv_cache_utils.py)：`hash_block_tokens`、`get_request_block_hasher`、`init_none_hash`（`NONE_HASH`）、`generate_block_hash_extra_keys` | `minivllm/core/kv_cache_utils.py`：`hash_block_tokens`、`get_request_block_hasher`、`NONE_HASH` | 一个块的哈希里装了什么？为什么要带上父块的哈希？哪些块有哈希？ |
-# | 2 | `kv_cache_utils.py`：`KVCacheBlock`、`FreeKVCacheBlockQueue`（`popleft_n`、`remove`、`append_n`、`prepend_n`） | `minivllm/core/block_pool.py`：`KVCacheBlock`、`FreeKVCacheBlockQueue.popleft_n`、`remove`、`append_n`、`prepend_n` | 空闲队列的头和尾各代表什么？为什么要 O(1) 地从中间删除？ |
-# | 3 | [`vllm/v1/core/block_pool.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/block_pool.py)：`BlockHashToBlockMap`、`BlockPool.get_cached_block`、`cache_full_blocks`、`get_new_blocks`、`_maybe_evict_cached_block`、`touch`、`free_blocks` | `minivllm/core/block_pool.py`：`BlockHashToBlockMap`、`BlockPool.get_cached_block`、`cache_full_blocks`、`get_new_blocks`、`_maybe_evict_cached_block`、`touch`、`free_blocks` | 一个块什么时候进入 `cached_block_hash_to_block`，什么时候离开？同一个哈希为什么可以对应几个块？ |
-# | 4 | [`vllm/v1/core/kv_cache_manager.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/kv_cache_manager.py)：`KVCacheManager.get_computed_blocks`、`allocate_slots`、`free` | `minivllm/core/kv_cache_manager.py`：`KVCacheManager.get_computed_blocks`、`allocate_slots`、`free` | 命中为什么封顶在 `num_tokens - 1`？命中的块怎样变成请求的块表？ |
-# | 5 | [`vllm/v1/core/single_type_kv_cache_manager.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/single_type_kv_cache_manager.py)：`FullAttentionManager.find_longest_cache_hit`、`SingleTypeKVCacheManager.free` | `minivllm/core/kv_cache_manager.py`：`get_computed_blocks`、`free` | 为什么在第一次未命中处就停？为什么逆序释放？ |
-# | 6 | [`vllm/v1/core/sched/scheduler.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/scheduler.py)：`Scheduler.schedule`（waiting 队列分支） | `minivllm/core/sched/scheduler.py`：`Scheduler.schedule`、`add_request`、`block_hasher` | 命中的 token 怎样从本步的 token budget 里省出来？ |
+# | 1 | `kv_cache_utils.py`：`hash_block_tokens`、`get_request_block_hasher`、`init_none_hash` | `minivllm/core/kv_cache_utils.py`：同名函数、`NONE_HASH` | 块哈希里装了什么？为什么带上父块的哈希？ |
+# | 2 | `kv_cache_utils.py`：`KVCacheBlock`、`FreeKVCacheBlockQueue` | `minivllm/core/block_pool.py`：同名类 | 空闲队列的头和尾各代表什么？为什么要 O(1) 地从中间删除？ |
+# | 3 | `block_pool.py`：`BlockHashToBlockMap`；`BlockPool` 的 `get_cached_block`、`cache_full_blocks`、`get_new_blocks`、`touch`、`free_blocks` | `minivllm/core/block_pool.py`：同名 | 块什么时候进出哈希表？一个哈希为什么能对应几个块？ |
+# | 4 | `kv_cache_manager.py`：`KVCacheManager` 的 `get_computed_blocks`、`allocate_slots`、`free` | `minivllm/core/kv_cache_manager.py`：同名 | 命中为什么封顶在 `num_tokens - 1`？ |
+# | 5 | `single_type_kv_cache_manager.py`：`FullAttentionManager.find_longest_cache_hit`、`SingleTypeKVCacheManager.free` | `KVCacheManager` 的 `get_computed_blocks`、`free` | 为什么第一次未命中就停？为什么逆序释放？ |
+# | 6 | `sched/scheduler.py`：`Scheduler.schedule` 的 waiting 分支 | `minivllm/core/sched/scheduler.py`：同名 | 命中的 token 怎样从 token budget 里省出来？ |
 #
-# 源码快照：vLLM 8e958902eee5（本课逐条对照了前一天构建的 vLLM 0.27.1 发布包）。方法会继续演进，面试回答应先声明所读版本。
-#
-# > **勘误（对照 vLLM 0.27.1）**：本课早先的版本说“无哈希块放队头”是较新 vLLM 的行为、minivllm 保留的旧规则（释放的块一律追加到队尾）下 `test_evict` 的结果 `[10, 6, 5, 4, 3, 2, 1, 9, 8, 7]` 就是 vLLM 的——不对。固定 commit 里 `BlockPool.free_blocks` 已经把 `ref_cnt` 降到 0、没有哈希的块（例如请求最后那个不满的块）用 `prepend_n` 放到空闲队列**队头**，有哈希的块 `append_n` 到队尾（vLLM PR #42656）；vLLM 的 `test_evict` 得到 `[6, 10, 5, 4, 3, 2, 1, 9, 8, 7]`，`test_prefill` 得到 `[5, 4, 6, 7, 8, 9, 10, 3, 2, 1]`。minivllm 现在与它一致，本课的文字、检查和 Q3 都按这个顺序。
-#
-# minivllm 与固定 commit 的 vLLM 仍有这些差别，读源码时不要被绊住：
-#
-# - **单个 KV-cache 组**：vLLM 的哈希表 `BlockHashToBlockMap` 以 `BlockHashWithGroupId`（块哈希 + KV-cache 组号）为键，`get_cached_block(block_hash, kv_cache_group_ids)` 一次返回每个组的块，查找经 `KVCacheCoordinator` 委托给每组的 `find_longest_cache_hit`；minivllm 只有一个全注意力组，键就是块哈希，块表是一维列表。
-# - **`get_computed_blocks` 的返回值**：vLLM 多返回一个 `shared_prefix_boundary`（滑动窗口 / Mamba 等稀疏保留的组用）；minivllm 返回 `(块, 命中 token 数)`。
-# - **命中粒度**：vLLM 的 `CacheConfig.prefix_match_unit`（默认 `None`，即各组块大小的最大公约数，单组时就是 `block_size`）可以设得比块更细，命中可以停在块内；本课讲默认的整块粒度，minivllm 只有整块。
-# - **统计**：两边都在请求被接纳时记一次查询（vLLM `KVCacheManager.record_prefix_cache_stats`），被抢占后恢复的请求记进 `preempted_*`，不抬高命中率；但 vLLM 的 `make_prefix_cache_stats` 每读一次就换一个新的 `PrefixCacheStats`（读即清零），日志里的命中率是最近 1,000 个请求的滑动窗口（`CachingMetrics(max_recent_requests=1000)`）；minivllm 的统计一直累计，直到 `reset_prefix_cache`。
-# - **`NONE_HASH`**：vLLM 的 `init_none_hash` 在设置了 `PYTHONHASHSEED` 时由它决定，否则每个进程随机（`os.urandom(32)`），所以不同进程的块哈希不同；minivllm 在导入时用固定种子 0 初始化（`init_none_hash(0)`），让测试和课程的结果可复现。
-# - **默认哈希函数**：vLLM 默认 `prefix_caching_hash_algo="sha256"`（pickle 后 SHA-256，另有 `sha256_cbor`、`xxhash`、`xxhash_cbor`）；minivllm 默认用 Python 内建 `hash`，也提供 `sha256`。
+# 方法会继续演进，面试回答先声明所读版本。minivllm 与 vLLM 的差别集中在文末“与 vLLM 0.27.1 的差异”。
 
 # %% nbgrader={"grade": false, "grade_id": "l03_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的图、演示与检查。
@@ -75,26 +70,27 @@ short_errors("lesson03")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 1. 它是什么，解决什么问题
 #
-# 线上负载里大量请求共享同一段前缀：同一个 system prompt、同一组 few-shot 示例、同一篇 RAG 文档，或者多轮对话里上一轮的全部历史。没有前缀缓存时，每个请求都要把这段前缀重新 prefill 一遍：prefill 受算力限制（第 1 课图 1-1），重复的前缀直接变成重复的 GEMM，推高首 token 延迟（TTFT）；每个请求还各自持有一份内容完全相同的 KV，挤占本可以多跑几个请求的显存。
+# 线上大量请求共享同一段前缀：system prompt、few-shot 示例、RAG 文档、多轮对话的历史。没有前缀缓存，每个请求都要重新 prefill 这段前缀：重复的 GEMM 推高首 token 延迟（TTFT），每个请求还各存一份相同的 KV。
 #
-# vLLM V1 的自动前缀缓存（Automatic Prefix Caching）把 KV cache 变成**按块内容寻址**：
+# vLLM V1 的自动前缀缓存（Automatic Prefix Caching）让 KV 块按内容寻址：
 #
-# - 每个**装满**的块（`block_size` 个 token）得到一个哈希，这个哈希代表“从第一个 token 到这个块末尾的整段前缀”；
+# - 每个**装满**的块有一个哈希，代表从第一个 token 到本块末尾的整段前缀；
 # - `BlockPool.cached_block_hash_to_block` 把哈希映射到持有这段 KV 的物理块；
-# - 新请求到来时，`KVCacheManager.get_computed_blocks` 从头沿着它的块哈希查表，命中的块直接挂进它的块表（`ref_cnt` 加一，多个请求共享同一个物理块），scheduler 只为剩下的 token 安排计算；
-# - 请求结束时块被释放，但**哈希留着**：块进入空闲队列，既是可分配的空闲显存，也是还能被命中的缓存。只有当显存真的不够、它被 `get_new_blocks` 从 LRU 队头取走时，旧哈希才被驱逐。
+# - 新请求到来时，`KVCacheManager.get_computed_blocks` 从头沿块哈希查表，命中的块挂进它的块表，`ref_cnt` 加一、多个请求共享；scheduler 只为剩下的 token 安排计算；
+# - 请求结束时块被释放，但**哈希留着**：块进入空闲队列，既是可分配的显存，也是还能命中的缓存。直到 `get_new_blocks` 把它从队头取走复用，旧哈希才被驱逐。
 #
-# 所以缓存不额外占显存：它就住在“空闲”的块里，代价只是哈希计算和查表。V1 中前缀缓存默认开启（固定 commit 的 `CacheConfig.enable_prefix_caching=True`；默认值随版本和模型类型变化，部署前按目标版本核对）。
+# 所以缓存不额外占显存，代价只是哈希和查表。固定 commit 的 `CacheConfig.enable_prefix_caching` 默认为 `True`。
 #
 # ### 2. 它如何工作
 #
-# 1. **块哈希链**（`kv_cache_utils.hash_block_tokens`）：`hash(block_i) = H(hash(block_{i-1}), tokens_i, extra_keys_i)`，第一个块的父哈希是 `NONE_HASH`（vLLM 的 `init_none_hash`：设置了 `PYTHONHASHSEED` 就由它决定，否则每个进程随机；minivllm 固定用种子 0）。`extra_keys` 装的是“同样的 token 却不是同样的 KV”的因素：LoRA 名、多模态输入的哈希与偏移、`cache_salt`（只进第一个块）、prompt embeds。
-# 2. **只哈希满块，随 token 增长**：`Request` 创建时由 `get_request_block_hasher` 返回的函数算出所有满块的哈希，之后每次 `append_output_token_ids` 再接着最后一个哈希往后算新满的块——decode 生成的 token 也会进缓存，下一轮对话可以命中上一轮的回答。
-# 3. **查找**（`KVCacheManager.get_computed_blocks` → `find_longest_cache_hit`）：命中上限 `max_cache_hit_length = request.num_tokens - 1`；沿 `block_hashes[:max_cache_hit_length // block_size]` 逐个查 `cached_block_hash_to_block`，**第一次未命中就停**；命中 token 数 = 命中块数 × `block_size`。
-# 4. **分配与登记**（`allocate_slots`）：命中的块经 `BlockPool.touch` 加引用（若它正躺在空闲队列里，就从队列中间 O(1) 删掉）；其余需要的块由 `get_new_blocks` 从空闲队列**队头**取出（顺手 `_maybe_evict_cached_block` 驱逐它残留的旧哈希）；本步算完会变满的块立刻由 `cache_full_blocks` 登记到哈希表。登记**不去重**：两个请求同时算出同一段前缀时，两个物理块都以同一个哈希登记（`BlockHashToBlockMap` 一个哈希可以对应几个块，命中时取其中任意一个），因为已经交给请求的块号不能再换——块表只追加（append-only），worker 那边的块表也就不必改写。
-# 5. **释放**（`SingleTypeKVCacheManager.free`，minivllm：`KVCacheManager.free`）：把请求的块**逆序**（`reversed(...)`：链尾先）交给 `BlockPool.free_blocks`。`ref_cnt` 降到 0 的块里，**没有哈希**的（例如最后那个不满的块）永远不会被命中，`prepend_n` 到空闲队列**队头**，最先被复用；**有哈希**的 `append_n` 到队尾。有哈希的块之间，队头是最久没用的（LRU），队尾是刚释放的。关闭前缀缓存时所有块都追加到队尾（复用最近用过的块，对 GPU 缓存局部性更好）。
+# 1. **块哈希链**（`hash_block_tokens`）：`hash(block_i) = H(hash(block_{i-1}), tokens_i, extra_keys_i)`，第一块的父哈希是 `NONE_HASH`。`extra_keys` 装“同样的 token、不同的 KV”的因素：LoRA 名、多模态输入的哈希、`cache_salt`（只进第一块）、prompt embeds。
+# 2. **只哈希满块，随 token 增长**：`Request` 创建时算出所有满块的哈希；之后每次 `append_output_token_ids` 接着最后一个哈希算新满的块。decode 生成的 token 也进缓存，下一轮对话能命中上一轮的回答。
+# 3. **查找**（`get_computed_blocks` → `find_longest_cache_hit`）：上限 `max_cache_hit_length = request.num_tokens - 1`；沿前 `max_cache_hit_length // block_size` 个块哈希逐个查表，**第一次未命中就停**；命中 token 数 = 命中块数 × `block_size`。
+# 4. **分配与登记**（`allocate_slots`）：命中的块经 `touch` 加引用，若在空闲队列里就被 O(1) 摘出；其余的块由 `get_new_blocks` 从空闲队列**队头**取，并用 `_maybe_evict_cached_block` 驱逐残留的旧哈希；本步算完会满的块由 `cache_full_blocks` 立刻登记。
+# 5. **登记不去重**：两个物理块可以以同一个哈希登记，命中时取其中任意一个。已交给请求的块号不能再换，块表因此只追加（见 `BlockHashToBlockMap` 的 NOTE）。
+# 6. **释放**（`SingleTypeKVCacheManager.free`）：请求的块**逆序**交给 `BlockPool.free_blocks`。`ref_cnt` 降到 0 的块里，没有哈希的（例如最后不满的块）`prepend_n` 到队头、最先复用；有哈希的 `append_n` 到队尾，队头是最久没用的（LRU）。关闭缓存时全部追加到队尾。
 #
-# 下面不是手画的示意图：三个共享 40 个 token system prompt 的请求（`block_size=16`）一起进入真实的 minivllm 引擎，跑完第一步后直接读 `KVCacheManager.req_to_blocks` 和每个块的 `ref_cnt`、哈希画出来。
+# 下图不是手画的：三个共享 40 个 token system prompt 的请求（`block_size=16`）进入真实的 minivllm 引擎，第一步之后读出 `KVCacheManager.req_to_blocks` 和每个块的 `ref_cnt`、哈希。
 
 # %%
 snap = L03.block_table_snapshot()
@@ -102,31 +98,36 @@ L03.print_block_table(snap)
 L03.plot_block_tables(snap);
 
 # %% [markdown]
-# 图 3-1：第一步之后三个请求的块表。40 个 token 的 system prompt 占满前两个块（32 个 token），剩下 8 个 token 与各自的问题挤在第三个块里——所以只有前两个块能共享（橙色，`ref_cnt=3`），第三个块起每个请求各用各的。三个请求在同一次 `schedule()` 里被接纳：r0 的 `allocate_slots` 一分配就把它的满块登记进哈希表，r1、r2 随即命中（同一步里命中是安全的：每一层都先把本步所有 token 的 K/V 写进缓存，再做 attention）。灰色斜线是不满的块：没有哈希，不能被命中。
+# 图 3-1：第一步之后三个请求的块表。40 个 token 的 system prompt 占满前两个块，剩下 8 个 token 与各自的问题在第三个块里，所以只有前两个块共享（橙色，`ref_cnt=3`）。灰色斜线是不满的块：没有哈希，不能被命中。
+#
+# 三个请求在同一次 `schedule()` 里被接纳：r0 的 `allocate_slots` 立刻登记它的满块，r1、r2 随即命中。同一步里命中是安全的：每一层都先把本步所有 token 的 K/V 写进缓存，再做 attention。
 #
 # ### 3. 正确性条件与常见误区
 #
-# - **正确性不变量：开启前缀缓存不改变任何输出。** 命中只是“跳过重算”，greedy 下每个 token 和 logprob 都应与关闭缓存时一致（浮点误差以内）。本课的真实引擎检查就用这条判你的代码。
-# - **哈希必须覆盖整个前缀。** 如果只哈希本块的 16 个 token，同样的 16 个 token 出现在另一个位置或另一段上文之后就会撞到同一个块；而块里存的 K 已经带着原来位置的 RoPE、V 来自原来的上文。结果不是崩溃，而是输出悄悄变错——这是最危险的一类 bug。
-# - **extra keys 不能漏。** 同一串 token 在不同 LoRA、不同图片、不同租户（`cache_salt`）下对应不同的 KV（或不该被别人探测到），必须哈希成不同的块。
-# - **只有满块有哈希。** 不满的块还会被 decode 继续写入，内容未定；给它哈希等于承诺了一段还不存在的前缀。
-# - **命中封顶在 n-1，而且按整块取。** 采样下一个 token 需要最后一个 token 的 logits，而 logits 只在本步被计算的 token 上产生；全部命中就没有任何 token 可算。命中又必须块对齐，所以一个恰好整块的 prompt 全部命中时，要重算整个最后一块。
-# - **命中必须是前缀。** 查找在第一次未命中处停下：后面的块即使哈希还在，它们的 KV 依赖于缺失那一块的上文。
-# - **块被重新分配前必须驱逐旧哈希。** 否则哈希表仍指向这个块，而它的 KV 已被新内容覆盖。驱逐只摘掉这一个块（`BlockHashToBlockMap.pop(key, block_id)`）：同一个哈希下的其他块照样可以命中。
-# - **重复块不是错误。** 同一段前缀被两个请求同时算出、或一个整块 prompt 全命中后重算了最后一块（Q2），缓存里就有两个同哈希的块。vLLM 有意不去重（`BlockHashToBlockMap` 的 NOTE：保证已分配的块号不变、块表只追加）；代价是暂时多占一个块，它释放后照常按 LRU 被驱逐。
-# - **共享块靠 `ref_cnt`。** 只有降到 0 才进入空闲队列；命中一个躺在空闲队列里的块必须先把它移出队列（`touch`），否则它可能在使用中被驱逐。
+# - **不变量：开启前缀缓存不改变任何输出。** greedy 下每个 token 和 logprob 都应与关闭缓存时一致，差别只在浮点误差以内。真实引擎检查用这条判你的代码。
+# - **哈希必须覆盖整个前缀和块里的每个 token。** 只哈希本块时，同样的 16 个 token 换个位置就撞上同一个块，而块里的 K 带着原位置的 RoPE、V 来自原来的上文。漏掉块里的一个 token 也一样：两个只差这个 token 的 prompt 会共享块。结果不是崩溃，而是输出悄悄变错。
+# - **extra keys 不能漏。** 不同 LoRA、不同图片、不同租户（`cache_salt`）下，同样的 token 对应不同的 KV，或不该被别人探测到。
+# - **只有满块有哈希。** 不满的块还会被继续写入；给它哈希，等于承诺了一段还不存在的前缀。
+# - **命中封顶在 n-1，按整块取。** 采样下一个 token 需要最后一个 token 的 logits，全部命中就没有 token 可算；又因为按整块取，整块的 prompt 全部命中时要重算整个最后一块。
+# - **命中必须是前缀。** 第一次未命中之后的块即使哈希还在，它们的 KV 也依赖缺失那一块的上文。
+# - **复用前先驱逐旧哈希。** 否则哈希表仍指向一个内容已被覆盖的块。驱逐只摘掉这一个块（`BlockHashToBlockMap.pop(key, block_id)`），同哈希的其他块照样能命中。
+# - **共享靠 `ref_cnt`。** 降到 0 才进空闲队列；命中空闲队列里的块要先 `touch` 把它摘出，否则它可能在使用中被驱逐。
 #
 # ### 4. 性能与工程取舍
 #
-# - **省下的是 prefill 计算和重复的 KV 显存**：命中多少 token 就少算多少 token（TTFT 下降），共享块让同样的显存容纳更多请求。代价是每个满块一次哈希（固定 commit 的 vLLM 默认 `sha256`，可选 `sha256_cbor`、`xxhash`、`xxhash_cbor`；默认值随版本变化；minivllm 默认用 Python 内建 `hash`，只求快）和每块一次查表。
-# - **块大小是粒度**：`block_size` 越大，不满的尾块越长，n-1 封顶时重算得越多；越小，块表和哈希越多。
-# - **命中率取决于负载**：共享前缀的长度、请求到达的时间局部性、显存压力。LRU 加逆序释放让公共前缀最后被驱逐；没有哈希的块放队头先被复用，不再挡在有缓存价值的块前面（Q3）。
-# - **需要 benchmark 才能确认的结论**：下面的 TTFT 是在 2 核 CPU 上测的；GPU 上 prefill 快得多，缓存省下的绝对时间、相对比例都不同，而且要和批处理、chunked prefill 的影响分开测。论文或博客里的加速比不能当作普遍结论。
+# - **省下的是 prefill 计算和重复的 KV 显存**：命中多少 token 就少算多少，共享块让同样的显存容纳更多请求。代价是每个满块一次哈希和一次查表。
+# - **块大小是粒度**：`block_size` 越大，尾块越长，n-1 封顶时重算越多；越小，块表和哈希越多。
+# - **命中率取决于负载**：共享前缀的长度、到达的时间局部性、显存压力。逆序释放让公共前缀最后被驱逐；无哈希的块放队头，不挡在有缓存价值的块前面（Q3）。
+# - **要 benchmark 的结论**：下面的 TTFT 是 2 核 CPU 上测的。GPU 上 prefill 快得多，省下的绝对时间和比例都不同，还要与批处理、chunked prefill 的影响分开测。
 
 # %% [markdown]
 # ## 具体演示：共享 system prompt 的负载，命中率与 TTFT
 #
-# 8 个请求共用一段 512 个 token 的 system prompt，各带 16 个 token 的问题，一个接一个到达（前一个结束后下一个才来）。同样的负载分别在开启、关闭前缀缓存的 minivllm 引擎上跑：图 3-2 的命中率与省下的 prefill token 来自引擎的 `SchedulerStats`（`prefix_cache_queries`、`prefix_cache_hits`），图 3-3 左边是每个请求真正送进模型的 prompt token 数（引擎的 `num_cached_tokens` 算出，与机器无关），右边的 TTFT 是墙钟时间：从 `add_request` 到这个请求拿到第一个 token；开、关两种配置交替各跑 3 次，画中位数与最小–最大范围。
+# 8 个请求共用 512 个 token 的 system prompt，各带 16 个 token 的问题，一个结束后下一个才到。同一负载在开、关前缀缓存的引擎上交替各跑 3 次：
+#
+# - 图 3-2：命中率与省下的 prefill token，来自引擎的 `SchedulerStats`（`prefix_cache_queries`、`prefix_cache_hits`）；
+# - 图 3-3 左：每个请求真正送进模型的 prompt token 数，由 `num_cached_tokens` 算出，与机器无关；
+# - 图 3-3 右：TTFT，即从 `add_request` 到拿到第一个 token 的墙钟时间，画中位数与范围。
 
 # %%
 runs = L03.ttft_runs()
@@ -134,19 +135,21 @@ print(L03.ttft_summary(runs))
 L03.plot_hit_rate(runs);
 
 # %% [markdown]
-# 图 3-2：第 1 个请求全部未命中（缓存是空的）；从第 2 个起每个请求命中 512 个 token（32 个整块，上限 527 按整块取），只算 16 个问题 token。累计命中率是 (N−1)·512 / (N·528)：8 个请求时约 85%，请求越多越接近单个请求的 512/528 ≈ 97%；省下的 prefill token 随请求数线性增长。
+# 图 3-2：第 1 个请求全部未命中；从第 2 个起每个请求命中 512 个 token（32 个整块），只算 16 个问题 token。累计命中率是 (N−1)·512 / (N·528)：8 个请求时约 85%，请求越多越接近 512/528 ≈ 97%。
 
 # %%
 L03.plot_ttft(runs)
 print(L03.ttft_caption(runs))
 
 # %% [markdown]
-# 图 3-3：（a）关闭缓存时每个请求都要 prefill 528 个 token，开启后从第 2 个请求起只 prefill 16 个——这是确定的；（b）TTFT 是否随之下降、降多少，看图下方打印的这次运行的实测：中位数、范围，以及有几个请求的两种范围完全分开（对数纵轴）。第 1 个请求两边都要完整 prefill，还包含首次运行的预热。这些数字只属于这台 CPU、这个模型、这个负载：要在 GPU 上下结论，就得在 GPU 上重新测。
+# 图 3-3：关闭缓存时每个请求 prefill 528 个 token，开启后从第 2 个起只 prefill 16 个，这是确定的。TTFT 降多少，看图下打印的实测：中位数、范围，以及有几个请求的两种范围完全分开。第 1 个请求还包含预热。这些数字只属于这台 CPU、这个模型和负载。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
 #
-# 补齐前缀缓存的四个决策点：块哈希里装什么、哪些块有哈希且如何成链、命中到哪里为止、新块从空闲队列的哪一端取。四个函数与 minivllm（和 vLLM）的同名函数签名一致：`get_computed_blocks` 是 `KVCacheManager` 的方法，`get_new_blocks` 是 `BlockPool` 的方法（第一个参数 `self`）。
+# 补齐前缀缓存的四个决策点：块哈希里装什么、哪些块有哈希且如何成链、命中到哪里为止、新块从空闲队列的哪一端取。签名与 minivllm 和 vLLM 的同名函数一致：`get_computed_blocks` 是 `KVCacheManager` 的方法，`get_new_blocks` 是 `BlockPool` 的方法。
+#
+# > **minivllm ≠ vLLM**：vLLM 的 `get_computed_blocks` 按 KV-cache 组查找，多返回一个 `shared_prefix_boundary`；它的哈希器还会算 extra keys。见文末差异。
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
 
@@ -210,7 +213,7 @@ def get_new_blocks(self, num_blocks):
 report("lesson03", globals())
 
 # %% [markdown]
-# 下面的断言来自 vLLM `tests/v1/core/test_prefix_caching.py` 的 `test_prefill`（换成 minivllm 的单组 API：块号是普通列表）。`L03.make_manager` 建一个真实的 minivllm `KVCacheManager`（11 个块，块 0 是 null block），只把它的 `get_computed_blocks` 和它 `BlockPool` 的 `get_new_blocks` 换成你的；`L03.make_request` 用你的 `request_block_hasher` 建 `Request`。
+# 下面的断言来自 vLLM `tests/v1/core/test_prefix_caching.py` 的 `test_prefill`，换成了 minivllm 的单组 API。`L03.make_manager` 建一个真实的 `KVCacheManager`（11 个块，块 0 是 null block）并换上你的两个方法；`L03.make_request` 用你的哈希器建 `Request`。
 
 # %% nbgrader={"grade": true, "grade_id": "l03_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 common = [i for i in range(3) for _ in range(16)]  # 3 full blocks, 48 tokens
@@ -232,11 +235,11 @@ L03.check_main_path(hash_block_tokens, request_block_hasher, get_computed_blocks
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：把你的四个函数接进真实的 minivllm `EngineCore`（`L03.plugged`：在检查期间把 `minivllm.core.kv_cache_utils.hash_block_tokens` 换成你的，把你的 `request_block_hasher` 设为 scheduler 交给每个 `Request` 的 `block_hasher`，把 `get_computed_blocks`、`get_new_blocks` 绑定到引擎的 `KVCacheManager`、`BlockPool` 实例上），跑三个负载：
+# 第二项检查把你的四个函数接进真实的 minivllm `EngineCore`（`L03.plugged`），跑三个负载：
 #
-# 1. **共享前缀**：8 个请求一起到达，system prompt 是 `X + X`（第 3、4 块与第 1、2 块 token 相同、位置不同），其中一个请求就是 system prompt 本身（全部命中，要封顶）。引擎统计的 `prefix_cache_queries/hits` 与每个请求的命中数必须等于 minivllm 自己的实现；每个请求的 token 和 logprob 必须等于关闭缓存时的结果。
-# 2. **驱逐顺序**（vLLM `test_evict`，在引擎上跑）：87 个 token 和 48 个 token 的两个请求结束后，空闲队列必须是 `[6, 10, 5, 4, 3, 2, 1, 9, 8, 7]`（没有哈希的块 6 在队头）；随后命中前两块的请求必须从队头拿到块 6。
-# 3. **驱逐压力**：只有 9 个可用块，6 个请求依次到达（其中一个是多轮对话的下一轮，命中上一轮回答里生成的 token），每个请求之后的累计统计必须等于 minivllm 自己的实现，输出必须等于关闭缓存时的结果。
+# 1. **共享前缀**：8 个请求一起到达，system prompt 是 `X + X`，其中一个请求就是 system prompt 本身，全部命中、要封顶。引擎的命中统计必须等于 minivllm 自己的实现，每个请求的 token 和 logprob 必须等于关闭缓存时的结果。
+# 2. **驱逐顺序**（vLLM `test_evict`）：两个请求结束后，空闲队列必须是 `[6, 10, 5, 4, 3, 2, 1, 9, 8, 7]`；随后命中前两块的请求从队头拿到块 6。
+# 3. **驱逐压力**：9 个可用块，6 个请求依次到达，其中一个是多轮对话的下一轮，命中上一轮生成的 token；统计与输出的要求同上。
 
 # %% nbgrader={"grade": true, "grade_id": "l03_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 engine_runs = L03.check_real_engine(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks)
@@ -247,7 +250,7 @@ print("驱逐顺序：", engine_runs["eviction"].free_order, "→ 新块", engin
 # %% [markdown]
 # ## 检查方法
 #
-# 运行断言；再把同一个恰好 3 个满块（48 个 token）的 prompt 提交两次：第二次命中多少个 token？本步要算多少个？第二个请求的块表是什么？为什么块 3 明明在缓存里、内容也完全一样，却没有被复用？
+# 运行断言；再把同一个恰好 3 个满块（48 个 token）的 prompt 提交两次：第二次命中多少个 token？本步算多少个？第二个请求的块表是什么？块 3 在缓存里、内容也一样，为什么没有被复用？
 
 # %%
 demo = L03.full_hit_demo(request_block_hasher, get_computed_blocks, get_new_blocks)
@@ -273,14 +276,14 @@ L03.check_boundary(hash_block_tokens, request_block_hasher, get_computed_blocks,
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：在 vLLM 8e958902eee5 的 `vllm/v1/core/` 下（`kv_cache_utils.py`、`block_pool.py`、`kv_cache_manager.py`、`single_type_kv_cache_manager.py`）找到实现下面每个概念的名字（函数、方法或字段，字符串；可以带类名或 `self.`，参数可省略；本课正文没有印出它们）：
+# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分。在 vLLM 8e958902eee5 的 `vllm/v1/core/` 下找到实现每个概念的名字：字符串，可带类名或 `self.`，参数可省略；正文没有印出它们。
 #
-# - `free_link`：空闲队列是 `KVCacheBlock` 自己串成的双向链表：指向链表里下一个块的那个字段；
-# - `group_key`：把块哈希和 KV cache 组号拼成 `cached_block_hash_to_block` 的键的那个函数；
-# - `needs_extra`：判断一个请求的块哈希到底需不需要 extra keys（LoRA、多模态、cache_salt……）的那个函数；
-# - `lora_part`：生成 extra keys 里 LoRA 那一部分的函数；
-# - `clear_hash`：块被驱逐时，`KVCacheBlock` 清掉自己哈希的那个方法；
-# - `hashed_count`：单类型 KV cache manager 里按请求记录 “已经缓存（哈希过）了几个满块” 的那个 dict，`cache_full_blocks` 据此只处理新满的块。
+# - `free_link`：空闲队列由 `KVCacheBlock` 串成双向链表，指向下一个块的那个字段；
+# - `group_key`：把块哈希和 KV cache 组号拼成哈希表键的函数；
+# - `needs_extra`：判断请求的块哈希需不需要 extra keys 的函数；
+# - `lora_part`：生成 extra keys 里 LoRA 那部分的函数；
+# - `clear_hash`：块被驱逐时，`KVCacheBlock` 清掉自己哈希的方法；
+# - `hashed_count`：单类型 KV cache manager 里按请求记录“已缓存几个满块”的 dict，`cache_full_blocks` 据此只处理新满的块。
 
 # %% nbgrader={"grade": false, "grade_id": "l03_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
@@ -291,9 +294,6 @@ SOURCE_MAP = {
     "clear_hash": "reset_hash",  ### BLANK
     "hashed_count": "num_cached_block",  ### BLANK
 }
-
-# %% [markdown]
-# 各键的含义：`chain_seed` 第一个块的父哈希；`block_hasher` 为请求逐块计算哈希的函数（的工厂）；`longest_hit` 沿块哈希查找、在第一次未命中处停下的方法；`hash_to_block` 从块哈希到缓存块的映射；`evict_stale_hash` 块被重新分配前清除其旧哈希的方法；`lru_pop` 从空闲队列 LRU 端批量取块的方法。
 
 # %% nbgrader={"grade": true, "grade_id": "l03_source_map", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 L03.check_source_map(SOURCE_MAP)
@@ -330,7 +330,7 @@ L03.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 说清采样下一个 token 需要最后一个 token 的 logits，而 logits 只在本步被调度计算的 token 上产生，所以至少要重算最后一个 token；命中按整块计（`allocate_slots` 要求块对齐），因此整块 prompt 全命中时只命中到前一块、重算整个最后一块（16 个 token），重算出的块写进一个新块，与原来的块同哈希（vLLM 与 minivllm 都把它也登记进 `BlockHashToBlockMap`、不去重；答“新块不登记、表里只保留第一个”描述的是 minivllm 的旧行为，不扣分，只要说清重算与块对齐）；不封顶时 `num_new_tokens = 0`，请求本步没有 token 可算、没有属于它的 logits，首 token 出错或请求卡住。1 分 = 只说出“需要 logits”而没有块对齐的代价，或反之；0 分 = 认为封顶是为了节省显存或提高命中率（混淆正确性与性能，一票否决）。
+# **评分要点**：2 分 = 说清采样下一个 token 需要最后一个 token 的 logits，而 logits 只在本步被调度计算的 token 上产生，所以至少要重算最后一个 token；命中按整块计（`allocate_slots` 要求块对齐），因此整块 prompt 全命中时只命中到前一块、重算整个最后一块（16 个 token），重算出的块写进一个新块，与原来的块同哈希（vLLM 与 minivllm 都由 `BlockHashToBlockMap.insert` 把它也登记在同一个哈希下，不去重；答“新块不登记、表里只保留第一个”是事实错误，扣 1 分）；不封顶时 `num_new_tokens = 0`，请求本步没有 token 可算、没有属于它的 logits，首 token 出错或请求卡住。1 分 = 只说出“需要 logits”而没有块对齐的代价，或反之；0 分 = 认为封顶是为了节省显存或提高命中率（混淆正确性与性能，一票否决）。
 #
 # **参考答案**
 #
@@ -371,15 +371,15 @@ L03.check_source_map(SOURCE_MAP)
 # %% [markdown]
 # ## 评分规则
 #
-# - 代码 4 分：主路径 2 分（vLLM prefix-cache 场景 1 分、接入真实 EngineCore 的统计与输出检查 1 分）、边界条件 1 分、能映射回源码对象 1 分；
+# - 代码 4 分：主路径 2 分（vLLM 场景 1 分、真实 EngineCore 1 分）、边界条件 1 分、映射回源码对象 1 分；
 # - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
 # - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
-# 总分 10 分，至少 8 分通过。参考答案与参考代码只在教师分支（solutions/）中：先独立完成；核对后请更换一个 batch、cache 或硬件条件重新推演，不能只复制。
+# 总分 10 分，至少 8 分通过。参考答案只在教师分支（solutions/）中：先独立完成；核对后换一个 batch、cache 或硬件条件重新推演，不能只复制。
 #
 # ### 自检
 #
-# 下面的单元格用与 nbgrader 相同的检查函数给代码部分打分（Q1～Q3 显示为待人工评分）。
+# 下面的单元格用与 nbgrader 相同的检查函数给代码部分打分，Q1～Q3 显示为待人工评分。
 
 # %%
 self_check("lesson03", globals());
@@ -387,13 +387,27 @@ self_check("lesson03", globals());
 # %% [markdown]
 # ## 参考资料
 #
-# - [vLLM kv_cache_utils.py（hash_block_tokens、get_request_block_hasher、FreeKVCacheBlockQueue）](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/kv_cache_utils.py)
-# - [vLLM block_pool.py（BlockPool）](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/block_pool.py)
-# - [vLLM kv_cache_manager.py（KVCacheManager.get_computed_blocks、allocate_slots）](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/kv_cache_manager.py)
-# - [vLLM single_type_kv_cache_manager.py（find_longest_cache_hit、free）](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/single_type_kv_cache_manager.py)
-# - [vLLM tests/v1/core/test_prefix_caching.py（test_prefill、test_evict）](https://github.com/vllm-project/vllm/blob/8e958902eee5/tests/v1/core/test_prefix_caching.py)
-# - [vLLM Automatic Prefix Caching design](https://docs.vllm.ai/en/latest/design/prefix_caching/)
+# - [vLLM kv_cache_utils.py：块哈希、空闲队列](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/kv_cache_utils.py)
+# - [vLLM block_pool.py：BlockPool](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/block_pool.py)
+# - [vLLM kv_cache_manager.py：get_computed_blocks、allocate_slots](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/kv_cache_manager.py)
+# - [vLLM single_type_kv_cache_manager.py：find_longest_cache_hit、free](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/single_type_kv_cache_manager.py)
+# - [vLLM tests/v1/core/test_prefix_caching.py：test_prefill、test_evict](https://github.com/vllm-project/vllm/blob/8e958902eee5/tests/v1/core/test_prefix_caching.py)
+# - [vLLM Automatic Prefix Caching design（current docs）](https://docs.vllm.ai/en/latest/design/prefix_caching/)
 #
-# 源码链接固定到本课审阅 commit；current docs、支持矩阵和默认参数（是否默认开启、默认哈希函数、命中粒度 `prefix_match_unit`、空闲队列对无哈希块的处理）会变化，面试或部署前必须按目标版本重新核对。
+# 源码链接固定到本课对照的 commit；current docs、默认参数与命中粒度会变化，部署前按目标版本重新核对。
+#
+# ## 与 vLLM 0.27.1 的差异
+#
+# 本课评分的机制与 vLLM 相同：链式哈希、n-1 封顶、按整块命中、LRU 队列、逆序释放、无哈希块放队头。其余差别：
+#
+# - **KV-cache 组**：vLLM 的哈希表以 `BlockHashWithGroupId`（块哈希加组号）为键，查找经 `KVCacheCoordinator` 交给每组的 `find_longest_cache_hit`；minivllm 只有一个全注意力组，键就是块哈希，块表是一维列表。
+# - **返回值**：vLLM 的 `get_computed_blocks` 返回 `(块, 命中 token 数, shared_prefix_boundary)`，第三项供滑动窗口、Mamba 等组使用；minivllm 只返回前两项。
+# - **命中粒度**：`CacheConfig.prefix_match_unit` 只在有多个 KV-cache 组的混合模型上起作用，默认取各组块大小的最大公约数；单组时 `resolve_kv_cache_block_sizes` 直接用 `block_size`。课程的模型都是单组，命中按整块。
+# - **extra keys**：vLLM 的 `get_request_block_hasher` 对需要的请求调用 `generate_block_hash_extra_keys`，算出 LoRA、多模态、`cache_salt`、prompt embeds 的键；minivllm 没有这些功能，练习的哈希器不传 extra keys。
+# - **跳过查找**：请求 prompt logprobs 的请求（`skip_reading_prefix_cache` 因此默认为真）和全量 pooling 请求，vLLM 不查缓存、也不计入统计；minivllm 没有 prompt logprobs，开启缓存时总是查。
+# - **哈希函数**：vLLM 默认 `prefix_caching_hash_algo="sha256"`，即 pickle 后做 SHA-256，另有 `sha256_cbor`、`xxhash`、`xxhash_cbor`；minivllm 默认用 Python 内建 `hash`，也提供 `sha256`。
+# - **`NONE_HASH`**：vLLM 的 `init_none_hash` 在设置了 `PYTHONHASHSEED` 时由它决定，否则每个进程随机（`os.urandom(32)`）；minivllm 导入时固定用种子 0，结果可复现。
+# - **统计**：两边都在请求被接纳时记一次查询，被抢占后恢复的请求记进 `preempted_*`。vLLM 的 `make_prefix_cache_stats` 每读一次就清零，日志里的命中率是最近 1,000 个请求的窗口（`CachingMetrics`）；minivllm 一直累计到 `reset_prefix_cache`。
 #
 # ← 上一课：第 2 课：统一调度器与 KVCacheManager：token budget 与 chunked prefill　｜　下一课 →：第 4 课：抢占、取消与请求生命周期
+
