@@ -5,6 +5,7 @@ same check functions the self-check calls, so nbgrader and ``python -m autograde
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import hashlib
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.limits import LimitExceeded, memory_message, time_limit
+from autograder.limits import LimitExceeded, cell_timeout, memory_message, time_limit
 
 REPO = Path(__file__).resolve().parent.parent
 SOLUTIONS = REPO / "solutions"
@@ -92,10 +93,79 @@ def out_of_memory(e: BaseException) -> bool:
         "can't allocate memory" in str(e) or "out of memory" in str(e).lower()))
 
 
+def _blank_where(e: BlankNotFilled) -> str:
+    """'单元格 In[8]，第 12 行：plan = ______': the line that holds the blank, not the line that used its value.
+
+    The blank's value may travel (`plan = ______` ... `plan[0]`): the innermost cell frame is searched for a line
+    with ``______`` (the last one at or before the raising line, else its first), then the outer cell frames, then
+    the whole cell; without one, the raising line."""
+    frames, tb = [], e.__traceback__
+    while tb is not None:
+        if _in_cell(tb.tb_frame.f_code.co_filename):
+            frames.append((tb.tb_frame, tb.tb_lineno, tb.tb_lasti))
+        tb = tb.tb_next
+    for frame, lineno, lasti in reversed(frames):
+        name = frame.f_code.co_filename
+        lines = linecache.getlines(name)
+        code = frame.f_code
+        span = [n for _, _, n in code.co_lines() if n] + [code.co_firstlineno]
+        first, last = (1, len(lines)) if code.co_name == "<module>" else (min(span), max(span))
+        blanks = [i for i in range(first, min(last, len(lines)) + 1) if "______" in lines[i - 1]]
+        if not blanks:
+            continue
+        here = lines[lineno - 1] if 0 < lineno <= len(lines) else ""
+        with contextlib.suppress(Exception):  # the expression that raised (`plan["k"]`), not its whole line
+            start, end, col, end_col = list(frame.f_code.co_positions())[lasti // 2]
+            if start == end == lineno and col is not None and end_col:
+                here = here.encode()[col:end_col].decode()
+        # the names on the raising line that still hold the blank, and the lines that bound them to it
+        held = {n for n, v in {**frame.f_globals, **frame.f_locals}.items() if v is ______}
+        used = held & set(re.findall(r"[A-Za-z_]\w*", here))
+        bound = [i for i in blanks if any(re.match(rf"\s*(?:[\w\s,]*,\s*)?{re.escape(n)}\b[^=]*=\s*______", lines[i - 1])
+                                          for n in used)]
+        if "______" in here:
+            at = lineno
+        elif bound:
+            at = max((i for i in bound if i <= lineno), default=bound[0])
+        else:
+            at = max((i for i in blanks if i <= lineno), default=blanks[0])
+        return f"单元格 {_cell_name(name)}，第 {at} 行：{lines[at - 1].strip()}"
+    for frame, _, _ in frames:
+        lines = linecache.getlines(frame.f_code.co_filename)
+        at = next((i for i, line in enumerate(lines, 1) if "______" in line), None)
+        if at:
+            return f"单元格 {_cell_name(frame.f_code.co_filename)}，第 {at} 行：{lines[at - 1].strip()}"
+    return student_error(e).split("）", 1)[0].partition("（")[2]
+
+
 def blank_message(e: BlankNotFilled) -> str:
     """The blank's message plus the line of the student's cell that still holds it."""
-    where = student_error(e).split("）", 1)[0].partition("（")[2]
+    where = _blank_where(e)
     return f"{e}（{where}）" if where else str(e)
+
+
+def root_cause(e: BaseException) -> BaseException | None:
+    """The unfilled blank, time limit or memory limit behind an exception, else None. A check that wraps the
+    student's exception in its own CheckFailed (`raise CheckFailed(...) from None`) still keeps it as
+    __context__: the verdict then names the blank or the limit, without the check's guess at a cause."""
+    seen: set[int] = set()
+    x: BaseException | None = e
+    while x is not None and id(x) not in seen:
+        seen.add(id(x))
+        if isinstance(x, (BlankNotFilled, LimitExceeded)) or out_of_memory(x):
+            return x
+        x = x.__cause__ or x.__context__
+    return None
+
+
+def limit_verdict(e: BaseException) -> str:
+    """The one line for a root_cause: the blank and its line, or the limit that was hit."""
+    if isinstance(e, BlankNotFilled):
+        return blank_message(e)
+    return str(e) if isinstance(e, LimitExceeded) else memory_message()
+
+
+SKIPPED_AFTER_TIMEOUT = "（同一答案在前一部分已超时，本部分不再运行）"
 
 
 @contextlib.contextmanager
@@ -128,8 +198,11 @@ def graded(check: Callable) -> Callable:
         try:
             with time_limit(), fixed_rng():
                 return check(*args, **kwargs)
-        except CheckFailed:
-            raise
+        except CheckFailed as e:
+            cause = root_cause(e)
+            if cause is None:
+                raise
+            raise CheckFailed(limit_verdict(cause)) from None
         except BlankNotFilled as e:
             raise CheckFailed(blank_message(e)) from None
         except LimitExceeded as e:
@@ -243,7 +316,8 @@ def run_part(part: Part, namespace: dict) -> PartResult:
             with time_limit(), fixed_rng():
                 part.check(*(namespace[n] for n in part.needs))
     except CheckFailed as e:
-        return PartResult(part, 0, str(e))
+        cause = root_cause(e)
+        return PartResult(part, 0, limit_verdict(cause) if cause else str(e))
     except BlankNotFilled as e:
         return PartResult(part, 0, blank_message(e))
     except (LimitExceeded, AssertionError) as e:
@@ -253,8 +327,50 @@ def run_part(part: Part, namespace: dict) -> PartResult:
     return PartResult(part, part.points, "通过")
 
 
-def grade_namespace(lesson: Lesson, namespace: dict) -> list[PartResult]:
-    return [PartResult(p, None, "待人工评分") if p.manual else run_part(p, namespace) for p in lesson.parts]
+def timed_out(message: str) -> bool:
+    return str(message).startswith("超时")
+
+
+class Hung:
+    """The answers that ran past the time limit in this run: a later part that calls one of them scores 0 at once
+    with the same line, as the sandbox (`python -m autograder check`) does, so a looping answer costs one time
+    limit in all, not one per part. Keyed by name and by the very object (a redefined answer runs again)."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, tuple[object, str]] = {}
+
+    def stuck(self, part: Part, namespace: dict) -> str | None:
+        for name in part.needs:
+            obj, message = self.answers.get(name, (None, ""))
+            if message and namespace.get(name) is obj:
+                return message + SKIPPED_AFTER_TIMEOUT
+        return None
+
+    def note(self, part: Part, namespace: dict, result: PartResult) -> bool:
+        if not timed_out(result.message):
+            return False
+        self.answers.update({n: (namespace.get(n), result.message) for n in part.needs})
+        return True
+
+
+KERNEL_HUNG = Hung()  # in a notebook's kernel: shared by the report, the self-check and the grade cells
+
+
+def grade_namespace(lesson: Lesson, namespace: dict, on_timeout: Callable | None = None,
+                    hung: Hung | None = None) -> list[PartResult]:
+    """Every part graded on a live namespace, in order; after a part times out, the later parts that need the
+    same answers are not run (Hung). `on_timeout(result)` is called as soon as a part times out."""
+    hung, out = hung or Hung(), []
+    for p in lesson.parts:
+        if p.manual:
+            out.append(PartResult(p, None, "待人工评分"))
+            continue
+        stuck = hung.stuck(p, namespace)
+        r = PartResult(p, 0, stuck) if stuck else run_part(p, namespace)
+        if hung.note(p, namespace, r) and on_timeout is not None:
+            on_timeout(r)
+        out.append(r)
+    return out
 
 
 def _to_python(source: str) -> str:
@@ -348,6 +464,9 @@ def format_report(lesson: Lesson, results: list[PartResult]) -> tuple[str, bool]
     lines.append(f"代码 {got:g}/{code_max}；人工评分 {pending} 分待评；通过线 {lesson.pass_mark}/{lesson.total}。")
     if best < lesson.pass_mark:
         lines.append(f"结论：未通过（即使人工部分满分，最多 {best:g}/{lesson.total}）。")
+    elif got < code_max:  # the pass requires every code part: a partial code score is never "达标"
+        lines.append(f"结论：代码部分还差 {code_max - got:g} 分（通过要求代码部分全部通过）：先修好上面标 0 分的部分；"
+                     f"之后人工部分（Q1–Q3）至少还需 {lesson.pass_mark - code_max:g} 分。")
     else:
         need = lesson.pass_mark - got
         lines.append(f"结论：代码部分已达标；人工部分（Q1–Q3）至少还需 {need:g} 分才能通过。")
@@ -362,15 +481,19 @@ def report(lesson_id: str, namespace: dict) -> None:
     if os.environ.get("MINIVLLM_GRADING"):  # set by `grade` for nbgrader: the grade cells and sandbox do this work
         print("（评分时跳过逐项报告：成绩见各评分单元格）")
         return
-    lesson = load_lesson(lesson_id)
+    lesson, hung = load_lesson(lesson_id), KERNEL_HUNG
     for part in lesson.parts:
         if part.manual:
             continue
         if any(n not in namespace for n in part.needs):
-            print(f"·  {part.title}：后面的练习还没运行（需要 {', '.join(n for n in part.needs if n not in namespace)}）")
+            print(f"·  {part.title}：后面的练习还没运行（需要 {', '.join(n for n in part.needs if n not in namespace)}）",
+                  flush=True)
             continue
-        r = run_part(part, namespace)
-        print(f"{'✓' if r.score == part.points else '✗'}  {part.title}：{r.message}{_diagnosis(lesson_id, r, chr(10) + '   ')}")
+        stuck = hung.stuck(part, namespace)
+        r = PartResult(part, 0, stuck) if stuck else run_part(part, namespace)
+        hung.note(part, namespace, r)
+        print(f"{'✓' if r.score == part.points else '✗'}  {part.title}：{r.message}{_diagnosis(lesson_id, r, chr(10) + '   ')}",
+              flush=True)
 
 
 def find_notebook(lesson_id: str, given: str | Path | None = None, cwd: Path | None = None) -> Path:
@@ -404,10 +527,58 @@ def self_check(lesson_id: str, namespace: dict | None = None, notebook: str | Pa
 
         results, errors = grade_file(lesson_id, Path(notebook))
     else:
-        results, errors = grade_namespace(lesson, namespace), []
+        def first_timeout(r: PartResult) -> None:  # at once: the table comes only after every part
+            print(f"✗  {r.part.title}：{r.message}（用到同一答案的其余部分不再运行）", flush=True)
+
+        results, errors = grade_namespace(lesson, namespace, on_timeout=first_timeout, hung=KERNEL_HUNG), []
     text, ok = format_report(lesson, results)
     print("\n".join(errors + [text]))
     return ok
+
+
+PASSED_VISIBLE = ("可见断言通过。隐藏检查不在这里运行：它们的结果见练习后的逐项报告单元格和本课最后的自检"
+                  "（评分时 nbgrader 在这个单元格里同时运行可见断言与隐藏检查）。")
+
+
+class SkippedHung(LimitExceeded):
+    """A grade cell not run because an answer it needs already ran past the time limit in this kernel."""
+
+
+def stop_hung(message: str) -> None:
+    __tracebackhide__ = True
+    raise SkippedHung(message)
+
+
+def start_alarm(seconds: float):
+    """The cell time limit around a whole grade cell (IPython hook): SIGALRM in the main thread, and the checks'
+    own time_limit inside it keeps this outer deadline. Returns what stop_alarm needs, or None."""
+    import signal
+    import threading
+
+    from autograder import limits
+
+    if seconds <= 0 or threading.current_thread() is not threading.main_thread() or getattr(limits._depth, "n", 0):
+        return None
+
+    def on_alarm(signum, frame):
+        raise LimitExceeded(limits.timeout_message(seconds))
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    limits._depth.n = 1
+    return old
+
+
+def stop_alarm(old) -> None:
+    import signal
+
+    from autograder import limits
+
+    if old is None:
+        return
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, old)
+    limits._depth.n = 0
 
 
 FULL_TRACEBACK_ENV = "MINIVLLM_TRACEBACK"  # "full": grade cells show IPython's usual traceback
@@ -465,8 +636,11 @@ def failure_lines(part: Part, etype, value, tb, diagnosis: str = "") -> list[str
     stmt = cell_src[cell_line - 1].strip() if 0 < cell_line <= len(cell_src) else ""
     head = (f"{_RED}✗ {part.title}（{part.grade_id}，{part.points} 分）未通过{_RESET}　" + MORE.format(env=FULL_TRACEBACK_ENV)
             + (f"　{diagnosis}" if diagnosis else ""))
-    if isinstance(value, BlankNotFilled):
-        return [head, blank_message(value), f"评分单元格第 {cell_line} 行：{stmt[:200]}"]
+    if isinstance(value, SkippedHung):
+        return [head, str(value), "本单元格没有运行：先修好超时的答案，重新运行它所在的单元格，再运行本单元格。"]
+    cause = root_cause(value)
+    if cause is not None:
+        return [head, limit_verdict(cause), f"评分单元格第 {cell_line} 行：{stmt[:200]}"]
     if isinstance(value, CheckFailed):
         msg = [x for x in str(value).splitlines() if x.strip()] or ["检查未通过"]
         return [head, msg[0][:400], one_line("；".join(msg[1:]), 400) if msg[1:] else f"评分单元格第 {cell_line} 行：{stmt[:200]}"]
@@ -488,7 +662,7 @@ def cell_diagnosis(lesson_id: str, part: Part, value: BaseException, namespace: 
     """The misconception line for a failed grade cell. A check's verdict is diagnosed as it is; a visible assert
     that failed first stopped the cell before the check ran, so the check runs once here for its verdict — not
     after a time or memory limit (the answer would hang or grow again) or an unfilled blank."""
-    if isinstance(value, (BlankNotFilled, LimitExceeded, MemoryError)):
+    if root_cause(value) is not None:
         return ""
     r = PartResult(part, 0, str(value)) if isinstance(value, CheckFailed) else run_part(part, namespace)
     return _diagnosis(lesson_id, r, "")
@@ -518,6 +692,57 @@ def short_errors(lesson_id: str, shell=None) -> None:
         ids = [gid for gid, visible in cells.items() if src.startswith(visible)]
         gid = max(ids, key=lambda g: len(cells[g]), default=None)
         return next((p for p in lesson.parts if p.grade_id == gid), None)
+
+    def grade_part(raw_cell: str) -> Part | None:
+        src = (raw_cell or "").strip()
+        ids = [gid for gid, visible in cells.items() if src.startswith(visible)]
+        gid = max(ids, key=lambda g: len(cells[g]), default=None)
+        return next((p for p in lesson.parts if p.grade_id == gid), None)
+
+    state: dict = {}
+
+    def pre_run_cell(info) -> None:
+        """A grade cell runs under the cell time limit (its visible asserts call the answers directly) and, when
+        an answer it needs already timed out, not at all (GuardHung puts the stop in front of the cell)."""
+        part = grade_part(getattr(info, "raw_cell", ""))
+        state.clear()
+        if part is None:
+            return
+        state["part"] = part
+        state["stuck"] = KERNEL_HUNG.stuck(part, shell.user_ns)
+        if not state["stuck"]:
+            state["alarm"] = start_alarm(cell_timeout())
+
+    def post_run_cell(result) -> None:
+        part, alarm = state.pop("part", None), state.pop("alarm", None)
+        stop_alarm(alarm)
+        state.clear()
+        if part is None or result is None:
+            return
+        error = result.error_before_exec or result.error_in_exec
+        if error is None:
+            visible = cells.get(part.grade_id, "")
+            hidden = len((result.info.raw_cell or "").strip()) > len(visible) if result.info else False
+            print(f"✓ {part.title}：{'通过（含隐藏检查）。' if hidden else PASSED_VISIBLE}")
+            return
+        cause = root_cause(error)
+        if isinstance(cause, LimitExceeded) and not isinstance(error, SkippedHung):
+            KERNEL_HUNG.note(part, shell.user_ns, PartResult(part, 0, str(cause)))
+
+    class GuardHung(ast.NodeTransformer):
+        def visit_Module(self, node):
+            stuck = state.get("stuck")
+            if stuck and node.body:
+                guard = ast.parse(f"__import__('autograder.common').common.stop_hung({stuck!r})").body[0]
+                node.body.insert(0, ast.copy_location(guard, node.body[0]))
+            return node
+
+    for event, fn in (("pre_run_cell", pre_run_cell), ("post_run_cell", post_run_cell)):
+        for old in [f for f in shell.events.callbacks[event] if getattr(f, "__name__", "") == fn.__name__
+                    and getattr(f, "__module__", "") == __name__]:
+            shell.events.unregister(event, old)  # a re-run setup cell replaces, never stacks, the hooks
+        shell.events.register(event, fn)
+    shell.ast_transformers[:] = [t for t in shell.ast_transformers if type(t).__name__ != "GuardHung"] + [GuardHung()]
 
     def handler(sh, etype, value, tb, tb_offset=None):
         sys.last_type, sys.last_value, sys.last_traceback = etype, value, tb  # for %tb

@@ -18,7 +18,6 @@ from pathlib import Path
 
 from autograder.common import REPO
 
-UNKNOWN = "不是已知的错误类型（not a known mistake）"
 PREFIX = "可能的误解："
 NOT_AN_ANSWER = ("还有空 ______ 没有填写", "还没有填写", "笔记本里没有定义")  # unfilled blanks, cells not run
 _NORMALIZE = [
@@ -71,13 +70,14 @@ def lookup(lesson_id: str, grade_id: str, message: str) -> list[str]:
 
 
 def diagnose(lesson_id: str, grade_id: str, message: str) -> str:
-    """The student's line for a failed part: the known misconception it behaves like, or UNKNOWN; "" when the
-    part has no answer yet (a blank unfilled, a cell not run)."""
+    """The student's line for a failed part: the known misconception it behaves like; "" when it behaves like
+    none (a student learns nothing from "not a known mistake": the verdict itself says what is wrong) or the part
+    has no answer yet (a blank unfilled, a cell not run)."""
     if not applies(message):
         return ""
     hints = table(lesson_id)["hints"]
     texts = list(dict.fromkeys(hints[h] for h in lookup(lesson_id, grade_id, message) if h in hints))
-    return PREFIX + " / ".join(texts[:2]) if texts else UNKNOWN
+    return PREFIX + " / ".join(texts[:2]) if texts else ""
 
 
 # ---------------------------------------------------------------------------- instructor side

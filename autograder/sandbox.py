@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder import isolation
-from autograder.common import REPO, Lesson, PartResult, load_lesson
+from autograder.common import REPO, SKIPPED_AFTER_TIMEOUT, Lesson, PartResult, load_lesson
 from autograder.limits import cell_timeout, memory_limit_mb, memory_message, timeout_message
 
 ALLOWED_IMPORTS = {"math", "collections", "heapq", "itertools", "functools", "hashlib", "dataclasses", "typing",
@@ -250,7 +250,7 @@ def grade_file(lesson_id: str, nb_path: Path) -> tuple[list[PartResult], list[st
         results[first.grade_id] = PartResult(first, 0, why)
         if problem == "timeout":  # the answer hangs even past the alarm: do not wait for it once per part
             for gid in [g for g in todo if set(lesson.part(g).needs) & set(first.needs)]:
-                results[gid] = PartResult(lesson.part(gid), 0, why + "（同一答案在前一部分已超时，本部分不再运行）")
+                results[gid] = PartResult(lesson.part(gid), 0, why + SKIPPED_AFTER_TIMEOUT)
             todo = [g for g in todo if g not in results]
     ordered = [PartResult(p, None, "待人工评分") if p.manual else results[p.grade_id] for p in lesson.parts]
     return ordered, answers.dropped + answers.refused
@@ -292,7 +292,7 @@ def _child() -> None:
     import io
     import warnings
 
-    from autograder.common import ______, exec_source, run_part, student_error
+    from autograder.common import ______, Hung, exec_source, run_part, student_error
     from autograder.limits import LimitExceeded, time_limit
 
     lesson = load_lesson(job["lesson"])
@@ -315,12 +315,12 @@ def _child() -> None:
     changed = _changed(before)
     out.write(json.dumps({"token": token, "ready": True}) + "\n")
     out.flush()
-    hung: dict[str, str] = {}  # answer name -> the time-limit message of the part it hung in
+    hung = Hung()  # one hang per answer is enough: a looping answer costs one time limit, not one per part
     for gid in job["parts"]:
         part = lesson.part(gid)
-        stuck = next((hung[n] for n in part.needs if n in hung), None)
-        if stuck:  # one hang per answer is enough: a looping answer costs one time limit, not one per part
-            report(gid, 0, stuck + "（同一答案在前一部分已超时，本部分不再运行）")
+        stuck = hung.stuck(part, ns)
+        if stuck:
+            report(gid, 0, stuck)
             continue
         if changed:
             report(gid, 0, f"答案在定义时修改了评分器或引擎（{changed[0]}）")
@@ -330,8 +330,7 @@ def _child() -> None:
             report(gid, 0, errors[0])
             continue
         r = run_part(part, ns)
-        if r.message.startswith("超时"):
-            hung.update(dict.fromkeys(part.needs, r.message))
+        hung.note(part, ns, r)
         changed = _changed(before)
         if changed:
             report(gid, 0, f"答案在评分时修改了评分器或引擎（{changed[0]}）")

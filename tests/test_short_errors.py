@@ -41,7 +41,7 @@ def test_a_blank_in_a_grade_cell_is_three_lines(shell, capsys):
     lines = run(sh, capsys, cells["l01_main_path"])
     assert len(lines) == 3, lines
     assert "主路径·种子断言（l01_main_path，1 分）未通过" in lines[0] and "%tb" in lines[0]
-    assert "还有空 ______ 没有填写" in lines[1] and "第 20 行" in lines[1]
+    assert "还有空 ______ 没有填写" in lines[1] and "第 8 行：plan = ______" in lines[1]  # the blank, not its use (l. 20)
     assert lines[2].startswith("评分单元格第 8 行：out, ran, trace = engine_core_step(")
     text = "\n".join(lines)
     assert "Traceback" not in text and "__tracebackhide__" not in text and str(REPO) not in text
