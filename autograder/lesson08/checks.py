@@ -20,7 +20,8 @@ Input space (each dimension -> the part that covers it):
     choices           one a prefix of another, listed shorter-first and longer-first (not in
                       ascending order), completion on a choice other than the first,
                       quotes / backslashes / multi-byte characters                          main, boundary
-    EOS               allowed exactly when the bytes equal a choice, also when a longer one continues   boundary
+    EOS               allowed exactly when the bytes equal a choice, also when a longer one continues;
+                      not when the bytes only end with a choice (on / non, the prefix of nonce)   main, boundary
     bit layout        bit 31 (the int32 sign bit), a vocabulary not a multiple of 32        main, boundary
     masking           disallowed -> -inf before the sampler, allowed logits unchanged       boundary
     engine            free and constrained requests in one batch, greedy and seeded rows, the
@@ -159,6 +160,8 @@ SCENARIOS = [
     _scenario("刚开始生成（空前缀）", [("a", "", ["yes", "no", "perchance"])]),
     _scenario("生成到一半", [("a", "per", ["yes", "no", "perchance"]), ("b", "y", ["yes", "no"])]),
     _scenario("一个选项是另一个的前缀（no / none）", [("r2", "no", ["no", "none"]), ("r10", "n", ["no", "none"])]),
+    _scenario("一个选项是另一个选项某个前缀的后缀（on 与 nonce 的前缀 non）",
+              [("u", "non", ["nonce", "on"]), ("v", "on", ["nonce", "on"]), ("w2", "ache", ["he", "achieve", "ache"])]),
     _scenario("已完整生成一个选项", [("x", "yes", ["yes", "no"]), ("y", "never, my lord", ["never, my lord", "nay"]),
                              ("z", "nay", ["never, my lord", "nay"])]),
     _scenario("一个选项是另一个的前缀，短的排在后面", [("s", "no", ["none", "no"]), ("t", "non", ["nothing", "none", "no"])]),

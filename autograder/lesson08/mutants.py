@@ -61,3 +61,20 @@ MUTANTS = {
         fails={"l08_boundary"},
         hint="被禁止的 token 的 logit 变成了多少？采样器还会选到它吗？"),
 }
+MUTANTS.update({
+    "eos_when_text_ends_with_a_choice": Mutant(CELL, (
+        ("eos_allowed = done in choices[req_id]", "eos_allowed = any(done.endswith(c) for c in choices[req_id])"),
+    ), "Allows EOS when the bytes end with a choice: with choices nonce / on, the prefix non would stop as non.",
+        fails={"l08_main_path", "l08_boundary"},
+        hint="已生成 non、选项是 nonce 与 on 时，能结束吗？EOS 的条件是“以某个选项结尾”还是“等于某个选项”？"),
+    "eos_when_a_choice_is_inside": Mutant(CELL, (
+        ("eos_allowed = done in choices[req_id]", "eos_allowed = any(c in done for c in choices[req_id])"),
+    ), "Allows EOS when some choice occurs inside the bytes (a substring test), not when the bytes equal one.",
+        fails={"l08_main_path", "l08_boundary"},
+        hint="`c in done` 对字节串是子串判断：它与“已生成的字节等于某个选项”一样吗？"),
+    "eos_when_text_starts_with_a_choice": Mutant(CELL, (
+        ("eos_allowed = done in choices[req_id]", "eos_allowed = any(done.startswith(c) for c in choices[req_id])"),
+    ), "Allows EOS once the bytes start with a choice: with no / none, the bytes non could stop.",
+        fails={"l08_main_path", "l08_boundary"},
+        hint="已生成 non、选项是 no 与 none 时，能结束吗？"),
+})
