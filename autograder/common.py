@@ -347,7 +347,8 @@ class Hung:
         return None
 
     def note(self, part: Part, namespace: dict, result: PartResult) -> bool:
-        if not timed_out(result.message):
+        """Remember the answers of a part that just ran into the limit (not of one skipped for an earlier hang)."""
+        if not timed_out(result.message) or SKIPPED_AFTER_TIMEOUT in result.message:
             return False
         self.answers.update({n: (namespace.get(n), result.message) for n in part.needs})
         return True
@@ -536,8 +537,7 @@ def self_check(lesson_id: str, namespace: dict | None = None, notebook: str | Pa
     return ok
 
 
-PASSED_VISIBLE = ("可见断言通过。隐藏检查不在这里运行：它们的结果见练习后的逐项报告单元格和本课最后的自检"
-                  "（评分时 nbgrader 在这个单元格里同时运行可见断言与隐藏检查）。")
+PASSED_VISIBLE = "可见断言通过；隐藏检查不在这里运行，它们的结果见练习后的逐项报告单元格与本课最后的自检。"
 
 
 class SkippedHung(LimitExceeded):

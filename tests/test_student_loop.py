@@ -1,0 +1,123 @@
+"""The student's loop in the notebook's kernel (#43): a looping answer stops the remaining parts as
+`python -m autograder check` does, the first timeout is printed as soon as it happens, grade cells are bounded and
+say when their visible asserts passed, and a blank or a limit is never dressed up as the check's guess at a cause."""
+import json
+import re
+import time
+
+import pytest
+
+from autograder.common import NOTEBOOKS, REPO, SKIPPED_AFTER_TIMEOUT
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+LIMIT_S = 2.0
+LOOPING_CHECK_STOP = "def check_stop(request, max_model_len):\n    while True:\n        pass\n"
+
+
+def cells(path) -> dict[str, str]:
+    return {c["id"]: "".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]}
+
+
+@pytest.fixture
+def lesson04(monkeypatch):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from autograder import common
+
+    monkeypatch.setenv("MINIVLLM_CELL_TIMEOUT", str(LIMIT_S))
+    monkeypatch.setattr(common, "KERNEL_HUNG", common.Hung())
+    sh = InteractiveShell.instance()
+    release = cells(NOTEBOOKS / "lesson04" / "lesson04.ipynb")
+    solution = cells(REPO / "solutions" / "lesson04" / "lesson04.ipynb")
+    assert sh.run_cell(release["l04_setup"]).success
+    assert sh.run_cell(solution["l04_lifecycle"]).success
+    yield sh, release
+    InteractiveShell.clear_instance()
+
+
+def out(capsys) -> list[str]:
+    return [ANSI.sub("", x) for x in capsys.readouterr().out.strip().splitlines()]
+
+
+def timed(fn):
+    t0 = time.monotonic()
+    fn()
+    return time.monotonic() - t0
+
+
+def test_a_looping_answer_costs_one_limit_in_the_notebook_as_in_check(lesson04, capsys):
+    sh, release = lesson04
+    assert sh.run_cell(LOOPING_CHECK_STOP).success
+    capsys.readouterr()
+    # the per-part report: the first part runs into the limit, every later part (same answers) is not run
+    took = timed(lambda: sh.run_cell('report("lesson04", globals())'))
+    lines = out(capsys)
+    assert len(lines) == 4, lines
+    assert lines[0].startswith("✗") and "超时：运行超过 2 s" in lines[0], lines
+    assert all(SKIPPED_AFTER_TIMEOUT in x for x in lines[1:]), lines
+    assert LIMIT_S <= took < LIMIT_S + 8, took  # one limit, not four
+
+    # a grade cell after it: not run at all, with the same line (no second limit)
+    took = timed(lambda: sh.run_cell(release["l04_stop"]))
+    lines = out(capsys)
+    assert took < 2, took
+    assert len(lines) == 3 and "l04_stop" in lines[0] and SKIPPED_AFTER_TIMEOUT in lines[1], lines
+    assert "本单元格没有运行" in lines[2], lines
+
+    # the answer redefined (still looping): the self-check runs it again, prints the first timeout at once, then
+    # the table, in one limit
+    assert sh.run_cell(LOOPING_CHECK_STOP).success
+    capsys.readouterr()
+    took = timed(lambda: sh.run_cell('self_check("lesson04", globals());'))
+    lines = out(capsys)
+    assert lines[0].startswith("✗") and "超时" in lines[0] and "其余部分不再运行" in lines[0], lines
+    table = "\n".join(lines[1:])
+    assert table.count(SKIPPED_AFTER_TIMEOUT) == 3 and "代码 0/4" in table, table
+    assert LIMIT_S <= took < LIMIT_S + 8, took
+
+
+def test_a_grade_cell_is_bounded_and_stops_the_next_one(lesson04, capsys):
+    """The visible asserts call the answer directly (no check around them): the cell limit still stops them."""
+    sh, release = lesson04
+    assert sh.run_cell(LOOPING_CHECK_STOP).success
+    capsys.readouterr()
+    took = timed(lambda: sh.run_cell(release["l04_stop"]))
+    lines = out(capsys)
+    assert LIMIT_S <= took < LIMIT_S + 5, took
+    assert len(lines) == 3 and "l04_stop" in lines[0] and lines[1].startswith("超时"), lines
+    took = timed(lambda: sh.run_cell(release["l04_preempt"]))
+    lines = out(capsys)
+    assert took < 2 and SKIPPED_AFTER_TIMEOUT in lines[1], (took, lines)
+    assert sh.run_cell(cells(REPO / "solutions" / "lesson04" / "lesson04.ipynb")["l04_lifecycle"]).success
+    assert sh.run_cell(release["l04_preempt"]).success  # fixed: the cell runs again
+
+
+def test_a_passing_grade_cell_says_its_hidden_checks_are_elsewhere(lesson04, capsys):
+    from autograder.common import PASSED_VISIBLE
+
+    sh, release = lesson04
+    capsys.readouterr()
+    assert sh.run_cell(release["l04_stop"]).success
+    assert out(capsys) == [f"✓ 边界·停止条件：{PASSED_VISIBLE}"]
+    solution = cells(REPO / "solutions" / "lesson04" / "lesson04.ipynb")["l04_stop"]  # nbgrader's: hidden tests too
+    assert "HIDDEN TESTS" in solution and sh.run_cell(solution).success
+    assert out(capsys) == ["✓ 边界·停止条件：通过（含隐藏检查）。"]
+
+
+def test_a_blank_or_a_limit_is_not_given_the_checks_cause_hint(lesson04, monkeypatch):
+    """Lesson 4's real-engine check wraps any exception of a step in its own verdict with a guess at the cause
+    ("某个已结束的请求还留在队列里？"); a blank or a timeout behind it is reported as such, without the guess."""
+    from autograder.common import load_lesson, run_part
+
+    sh, _ = lesson04
+    monkeypatch.setenv("MINIVLLM_CELL_TIMEOUT", "120")  # the engine and the HF oracle load once here
+    part = load_lesson("lesson04").part("l04_real_engine")
+    assert run_part(part, sh.user_ns).score == 1
+    assert sh.run_cell("def check_stop(request, max_model_len):\n    done = ______\n    return bool(done)\n").success
+    r = run_part(part, sh.user_ns)
+    assert r.score == 0 and r.message.startswith("还有空 ______ 没有填写"), r.message
+    assert "第 2 行：done = ______" in r.message and "？" not in r.message, r.message
+    monkeypatch.setenv("MINIVLLM_CELL_TIMEOUT", "5")
+    assert sh.run_cell(LOOPING_CHECK_STOP).success
+    r = run_part(part, sh.user_ns)
+    assert r.score == 0 and r.message.startswith("超时") and "队列" not in r.message, r.message
