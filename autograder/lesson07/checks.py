@@ -28,7 +28,11 @@ Input space (each dimension -> the part that covers it):
     ties                 greedy rows take the first maximal index (torch/vLLM argmax); tied survivors of
                          a mask are compared as values (vLLM's unstable sort picks which tied index)  main
     seeds                seeded rows alone, shared seeds, mixed with unseeded, chunked prefill  main, real engine
-    logprobs             raw (before temperature), HF's log_softmax                            main, real engine
+                         their distribution: every row seeded (3000 seeds), one generator over 500 steps   main
+    logprobs             raw (before temperature), HF's log_softmax; logprobs=0 (the sampled token's
+                         logprob, not None)                                                    main, real engine
+    logit range          gaps over 100 nats (float32 probabilities underflow to 0), logits near 120
+                         (exp overflows): finite raw logprobs, masks in logit space, no NaN draw  main, boundary
     batch shape          1 row, 4 to 8 mixed rows, 3000 rows (distribution), vocab 4 to 512    main, boundary
     engine               top-k-only steps never sort, top-p steps do (profiler)                 real engine
 """
@@ -269,13 +273,77 @@ def check_sample_order(sample_fn) -> None:
            f"实际 {sampled.tolist()}（temperature 要在 softmax 之前除到 logits 上）。")
 
 
+def check_logprobs_zero(sample_fn) -> None:
+    """logprobs=0 asks for the sampled token's logprob only (vLLM returns it, not None): max_num_logprobs is 0."""
+    x = crafted_logits()[:2]
+    _, lp = call_sample(sample_fn, x.clone(), make_md([0.0, 0.8], logprobs=0))
+    expect(lp is not None and torch.allclose(lp.float(), x.log_softmax(-1), atol=1e-5),
+           "logprobs=0（max_num_logprobs = 0）时也应返回原始 logits 的 log_softmax：vLLM 仍报告被采 token 的 logprob"
+           "（判断要用 `is not None`，0 不是“没有请求 logprobs”）。")
+
+
+GAP_LOGITS = torch.tensor([[120.0, 5.0, 119.0, -10.0, 118.5, -60.0],    # gaps of 110 to 180 nats below the top
+                           [0.0, -150.0, -0.7, -300.0, -1.2, -101.0]])
+
+
+def check_large_gap(sample_fn) -> None:
+    """Logits far apart (> 100 nats: float32 probabilities underflow to 0) and large (exp overflows): the raw
+    logprobs stay finite, and sampling never returns NaN's argmax or a token of probability 0."""
+    x = GAP_LOGITS
+    _, lp = call_sample(sample_fn, x.clone(), make_md([0.0, 0.0], logprobs=2))
+    want = x.double().log_softmax(-1)
+    expect(lp is not None and bool(torch.isfinite(lp).all()) and torch.allclose(lp.double(), want, atol=1e-3),
+           f"相差 100 nats 以上的 logits：raw_logprobs 应是有限的 log_softmax {want[1].tolist()[:4]}…，实际 "
+           f"{None if lp is None else lp[1].tolist()[:4]}…（先 softmax 再 log 会下溢成 -inf）。")
+    n = 400
+    with torch.random.fork_rng():
+        torch.manual_seed(2)
+        sampled, _ = call_sample(sample_fn, x.repeat(n // 2, 1), make_md([1.0, 0.9] * (n // 2)))
+    top = torch.tensor([[0, 2, 4], [0, 2, 4]]).repeat(n // 2, 1)
+    ok = (sampled.unsqueeze(1) == top).any(1)
+    bad = sampled[~ok].tolist()
+    expect(not bad, f"logits 为 120、119、118.5 与更小值（相差 100 nats 以上）的行，随机采样只能抽到 token 0、2、4，实际抽到 "
+           f"{bad[:5]}（softmax 要减去最大值：直接 exp(120) 在 float32 里溢出成 inf）。")
+    counts = np.bincount(sampled[0::2].numpy(), minlength=6)
+    expect(counts[[0, 2, 4]].min() > 0, f"第 0 行三个相近的大 logit（120、119、118.5）都应被抽到过，频数 {counts.tolist()}。")
+
+
+def check_seeded_distribution(sample_fn) -> None:
+    """Seeded rows are reproducible AND distributed as p: every row seeded (distinct seeds, the path without the
+    batch-wide draw), and one generator per request over many steps (its draws must not repeat step after step)."""
+    case = (1.0, 6, 0.9, 0.0)
+    temp, k, p, _ = case
+    probs = exact_probs(*case)
+    n = 2400
+    gens = {i: torch.Generator().manual_seed(1000 + i) for i in range(n)}
+    md = make_md([temp] * n, [k] * n, [p] * n, None, gens)
+    sampled, _ = call_sample(sample_fn, DIST_LOGITS.repeat(n, 1), md)
+    counts = np.bincount(sampled.numpy(), minlength=DIST_LOGITS.numel())
+    pv = chi_square_p_value(counts, probs)
+    expect(pv > CHI_P_MIN, f"每一行都带种子（{n} 个不同的 seed）时，频数 {counts.tolist()} 应服从截断分布 "
+           f"{np.round(probs * n).astype(int).tolist()}（卡方 p = {pv:.2g}）：带种子的行也要按 probs 抽样。")
+    rows, steps = 4, 500
+    gens = {i: torch.Generator().manual_seed(77 + i) for i in range(rows)}
+    md = make_md([temp] * rows, [k] * rows, [p] * rows, None, gens)
+    seq = [call_sample(sample_fn, DIST_LOGITS.repeat(rows, 1), md)[0] for _ in range(steps)]
+    counts = np.bincount(torch.stack(seq).flatten().numpy(), minlength=DIST_LOGITS.numel())
+    pv = chi_square_p_value(counts, probs)
+    expect(pv > CHI_P_MIN, f"同一批 {rows} 个带种子的请求连续 {steps} 步，抽到的 token 频数 {counts.tolist()} 应服从截断分布 "
+           f"{np.round(probs * rows * steps).astype(int).tolist()}（卡方 p = {pv:.2g}）：每步应从请求自己的 generator "
+           "继续取新的噪声，而不是每步重新从 seed 开始。")
+
+
 def check_main_path(apply_min_p, apply_top_k_top_p, random_sample, sample) -> None:
     """Covers: mixed top-k/top-p/min-p rows, top-p after top-k, temperature 0 / 1e-6 / 1e-4 / ordinary in one
-    batch, argmax ties, raw logprobs, seeds, the distribution (3000 rows)."""
+    batch, argmax ties, raw logprobs (also logprobs=0), logit gaps over 100 nats, seeds (reproducible and
+    distributed as p), the distribution (3000 rows)."""
     check_masks(apply_top_k_top_p, apply_min_p)
     check_sample_order(sample)
+    check_logprobs_zero(sample)
+    check_large_gap(sample)
     check_seeded_rows(sample)
     check_distribution(sample)
+    check_seeded_distribution(sample)
 
 
 # ---------------------------------------------------------------------------- boundary
@@ -312,7 +380,8 @@ def sorts(fn) -> bool:
 
 def check_boundary(apply_min_p, apply_top_k_top_p) -> None:
     """Covers: every off value (k = 0 / vocab, p = 1, min_p = 0, None), k on a tie, top-p exactly on a
-    cumulative threshold with ties, min_p = 1 with tied maxima, every row k = 0, the no-sort top-k path."""
+    cumulative threshold with ties, min_p = 1 with tied maxima, every row k = 0, logits over 100 nats apart
+    (the k-th value's probability underflows), the no-sort top-k path."""
     x = crafted_logits()
     n, vocab = x.shape
     expect_masks(apply_top_k_top_p, apply_min_p, "top_p = 1（全部保留）", x, p=torch.ones(n))
@@ -331,6 +400,12 @@ def check_boundary(apply_min_p, apply_top_k_top_p) -> None:
                  min_p=torch.tensor([1.0, 1.0]), k=torch.tensor([0, 0]), p=torch.tensor([1.0, 1.0]))
     expect_masks(apply_top_k_top_p, apply_min_p, "每一行都是 top_k = 0（关闭）且没有 top-p", x,
                  k=torch.zeros(n, dtype=torch.int64))
+    g = GAP_LOGITS                                        # > 100 nats apart: float32 probabilities underflow to 0
+    expect_masks(apply_top_k_top_p, apply_min_p, "相差 100 nats 以上的 logits，只有 top-k（第 k 大的值概率下溢为 0）", g,
+                 k=torch.tensor([4, 5]))
+    expect_masks(apply_top_k_top_p, apply_min_p, "相差 100 nats 以上的 logits，top-k 与 top-p", g,
+                 k=torch.tensor([5, 4]), p=torch.tensor([0.9, 0.99]))
+    expect_masks(apply_top_k_top_p, apply_min_p, "相差 100 nats 以上的 logits，min-p", g, min_p=torch.tensor([0.2, 0.3]))
     none = call(apply_top_k_top_p, x.clone(), None, None, name="apply_top_k_top_p")
     expect(torch.equal(none, x), "k 和 p 都是 None 时 logits 应原样返回。")
     big = torch.randn(8, 512, generator=torch.Generator().manual_seed(11))
@@ -494,6 +569,8 @@ def run_real_engine(sample) -> None:
                f"有请求用 top-p 时应排序（累积概率需要排好序的概率）：profiler 记录 {steps[3:]}。")
         lp_out = llm.generate([prompts[1]], SamplingParams(max_tokens=6, temperature=0.7, top_k=10, logprobs=3,
                                                             seed=3, ignore_eos=True), use_tqdm=False)[0].outputs[0]
+        lp0_out = llm.generate([prompts[2]], SamplingParams(max_tokens=3, temperature=0.7, logprobs=0, seed=5,
+                                                            ignore_eos=True), use_tqdm=False)[0].outputs[0]
     finally:
         shutdown(llm)
         shutdown(small)
@@ -504,6 +581,10 @@ def run_real_engine(sample) -> None:
                if not abs(d.get(t, float("nan")) - v) < 2e-3}
         expect(not bad, f"第 {j} 个 token 的 logprobs 应等于 HF 原始 logits 的 log_softmax（temperature = 0.7 不影响它）："
                f"token: (引擎, HF) = {bad}。")
+    ref0 = hf_raw_logprobs(prompts[2], list(lp0_out.token_ids))
+    for j, (tok, d) in enumerate(zip(lp0_out.token_ids, lp0_out.logprobs, strict=True)):
+        expect(d is not None and set(d) == {tok} and abs(d[tok] - float(ref0[j, tok])) < 2e-3,
+               f"logprobs=0 的请求第 {j} 个位置应只报告被采 token {tok} 的 logprob {float(ref0[j, tok]):.4f}，实际 {d}。")
 
 
 # ---------------------------------------------------------------------------- source map

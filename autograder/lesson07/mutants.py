@@ -85,3 +85,37 @@ MUTANTS = {
         fails={MAIN, BOUNDARY},
         hint="min_p 是绝对概率阈值，还是相对某个概率的比例？"),
 }
+MUTANTS.update({
+    "logprobs_skipped_at_zero": Mutant(CELL, (
+        ("if md.max_num_logprobs is not None else None", "if md.max_num_logprobs else None"),
+    ), "Tests max_num_logprobs for truth: logprobs=0 (the sampled token's logprob only) gets no logprobs at all.",
+        fails={MAIN, ENGINE},
+        hint="logprobs=0 是“不要 logprobs”吗？vLLM 这时返回什么？"),
+    "logprobs_via_softmax_log": Mutant(CELL, (
+        ("raw_logprobs = logits.log_softmax(dim=-1)", "raw_logprobs = logits.softmax(dim=-1).log()"),
+    ), "Takes log(softmax): a token over ~100 nats below the top underflows to probability 0 and reports -inf.",
+        fails={MAIN},
+        hint="logits 相差 100 nats 以上时，先 softmax 再 log 会得到什么？"),
+    "softmax_without_max_shift": Mutant(CELL, (
+        ("probs = x.softmax(dim=-1)", "probs = x.exp() / x.exp().sum(dim=-1, keepdim=True)"),
+    ), "Normalises exp(x) by hand without subtracting the row maximum: logits near 120 overflow to inf and NaN.",
+        fails={MAIN},
+        hint="logits 很大（例如 120）时，exp 在 float32 里会怎样？"),
+    "top_k_in_probability_space": Mutant(CELL, (
+        ("kth = logits.topk(", "kth = logits.softmax(dim=-1).topk("),
+        ("return logits.masked_fill(logits < kth,", "return logits.masked_fill(logits.softmax(dim=-1) < kth,"),
+    ), "Takes the k-th largest probability as the threshold: probabilities that underflow to 0 tie, and all stay.",
+        fails={BOUNDARY},
+        hint="第 k 大的值在概率空间里下溢成 0 时，阈值还能区分 token 吗？"),
+    "seed_restarted_every_step": Mutant(CELL, (
+        ("q[i].exponential_(generator=gen)",
+         "q[i].exponential_(generator=torch.Generator().manual_seed(gen.initial_seed()))"),
+    ), "Restarts each seeded row's noise from its seed every step: reproducible, but the same draw step after step.",
+        fails={MAIN},
+        hint="带种子的请求每一步都从 seed 重新开始取噪声，连续多步的 token 还服从 probs 吗？"),
+    "seeded_rows_uniform_noise": Mutant(CELL, (
+        ("q[i].exponential_(generator=gen)", "q[i].uniform_(generator=gen)"),
+    ), "Draws the seeded rows' race noise from U(0, 1) instead of Exp(1): reproducible, but not a draw from p.",
+        fails={MAIN},
+        hint="带种子的行用的噪声分布对吗？argmax(p / q) 要求 q 服从什么分布？"),
+})
