@@ -53,8 +53,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if self_check(args.lesson, notebook=find_notebook(args.lesson, args.notebook)) else 1
     if args.cmd == "grade":
         from autograder.grading import grade
+        from autograder.sandbox import GraderBroken
 
-        grade(args.submissions, args.course.resolve(), args.csv, args.lesson, jobs=args.jobs)
+        try:
+            grade(args.submissions, args.course.resolve(), args.csv, args.lesson, jobs=args.jobs)
+        except GraderBroken as e:
+            print(f"grade refused: {e}", file=sys.stderr)
+            return 3
         return 0
     if args.cmd == "feedback":
         from autograder.grading import feedback

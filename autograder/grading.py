@@ -139,7 +139,11 @@ def autograde_one(course: Path, lesson_id: str, student: str) -> tuple[Path, lis
         isolation.give(work)
         started, wall = time.perf_counter(), time.time()
         proc = _nbgrader_autograde(work, lesson_id, student, log)
-        verdict = grade_file(lesson_id, course / "submitted" / student / lesson_id / f"{lesson_id}.ipynb")[0]
+        try:
+            verdict = grade_file(lesson_id, course / "submitted" / student / lesson_id / f"{lesson_id}.ipynb")[0]
+        except BaseException:  # GraderBroken (the grader, not this student) or an interrupt: the run stops here
+            _stop(proc)
+            raise
         PHASES.append(("sandbox re-grade", time.perf_counter() - started))
         if proc.poll() is None and any(r.message.startswith("超时") for r in verdict):
             _stop(proc)
@@ -220,6 +224,66 @@ def merge(course: Path, lesson_id: str, student: str, db: Path, verdict: list, n
     return failed
 
 
+CANARY = "_reference_solution"  # the student id the canary runs under (never written to the course gradebook)
+
+
+def _first_error(notebook: Path) -> str:
+    """'cell_id: Ename: evalue' of the first error output of an autograded notebook, else ""."""
+    import json
+
+    if not notebook.is_file():
+        return ""
+    for cell in json.loads(notebook.read_text(encoding="utf-8")).get("cells", []):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                text = " ".join(f"{out.get('ename', '')}: {out.get('evalue', '')}".split())
+                return f"{cell.get('id', '?')}: {text[:300]}"
+    return ""
+
+
+def canary(course: Path, lesson_id: str) -> None:
+    """Grade the lesson's reference solution as a student, in the same isolated environment and by the same
+    worker (nbgrader's kernel and the sandbox) as the class, before the class. Anything short of full marks on
+    every code part means the grader cannot grade here (an engine the isolated run cannot import, a broken
+    kernel, ...): raise GraderBroken naming the cause, so no student is given the 0 the grader would give anyone.
+    Nothing of it reaches the course gradebook, the autograded folder or the feedback."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    from autograder.sandbox import GraderBroken
+
+    lesson = load_lesson(lesson_id)
+    sub = course / "submitted" / CANARY / lesson_id
+    sub.mkdir(parents=True, exist_ok=True)
+    (sub / f"{lesson_id}.ipynb").write_text(dumps(solution_notebook(lesson_id)), encoding="utf-8")
+    problems: list[str] = []
+    try:
+        try:
+            db, verdict, note = autograde_one(course, lesson_id, CANARY)
+        except GraderBroken as e:
+            raise GraderBroken(f"{lesson_id}: the sandbox cannot run the grader: {e}") from None
+        problems += [f"sandbox {r.part.grade_id} {r.score:g}/{r.part.points}: {r.message[:300]}" for r in verdict
+                     if not r.part.manual and r.score != r.part.points]
+        if note:
+            problems.append(f"nbgrader: {note}")
+        kernel = {}
+        with contextlib.suppress(MissingEntry), Gradebook(f"sqlite:///{db}", "minivllm-v1") as gb:
+            kernel = {g.name: g.auto_score for g in gb.find_submission_notebook(lesson_id, lesson_id, CANARY).grades}
+        db.unlink(missing_ok=True)
+        short = [f"{p.grade_id} {kernel.get(p.grade_id) or 0:g}/{p.points}" for p in lesson.parts
+                 if not p.manual and kernel.get(p.grade_id) != p.points]
+        if short and not note:
+            error = _first_error(course / "autograded" / CANARY / lesson_id / f"{lesson_id}.ipynb")
+            problems.append(f"nbgrader's kernel scored {', '.join(short)}" + (f" (first error, {error})" if error else ""))
+    finally:
+        shutil.rmtree(course / "submitted" / CANARY, ignore_errors=True)
+        shutil.rmtree(course / "autograded" / CANARY, ignore_errors=True)
+    if problems:
+        raise GraderBroken(f"{lesson_id}: the reference solution does not score full marks in the grading "
+                           f"environment, so no submission was graded: {'; '.join(problems)}. Fix the environment "
+                           "(e.g. `python -m autograder check " f"{lesson_id} solutions/{lesson_id}/{lesson_id}.ipynb`"
+                           " must give 4/4) before grading.")
+
+
 class GraderChanged(RuntimeError):
     """A file of the grader, the engine or the release changed while submissions ran: the run stops."""
 
@@ -293,6 +357,10 @@ def grade(submissions: Path, course: Path, csv_path: Path, lessons: list[str] | 
     for lesson_id in lessons:
         students = collect(course, lesson_id, submissions)
         if students:
+            print(f"{lesson_id}: grading the reference solution first (canary)", flush=True)
+            started = time.perf_counter()
+            canary(course, lesson_id)
+            PHASES.append(("canary", time.perf_counter() - started))
             messages[lesson_id] = autograde(course, lesson_id, students, jobs, digest)
             results[lesson_id] = scores(course, lesson_id)
     print("[3/3] export", flush=True)

@@ -22,6 +22,7 @@ import secrets
 import select
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,17 @@ FORBIDDEN_ATTRS = {"f_globals", "f_locals", "f_back", "f_builtins", "f_code", "t
                    # a module another module imported (`minivllm.config.os.system(...)`) is still that module
                    "os", "sys", "subprocess", "system", "popen", "spawnv", "execv", "fork", "environ", "modules",
                    "builtins", "importlib", "ctypes", "socket", "signal", "shutil", "pathlib", "multiprocessing"}
+
+
+class GraderBroken(RuntimeError):
+    """The grader itself cannot run here (the lesson's locked setup fails, the grading process cannot start): no
+    score may be given, since every answer, right or wrong, would get 0 for it. The message names the cause."""
+
+
+def broken_message(cause: str) -> str:
+    return (f"评分环境本身无法运行（{cause}）。这不是你的答案的问题：评分进程在运行任何答案之前就失败了（本课的准备单元格"
+            "或引擎的导入），所以没有给出任何分数。检查 minivllm 与 autograder 能否在这个环境里导入（例如 "
+            "`python -c \"import minivllm, autograder.common\"`），修好后再运行。")
 
 
 @dataclass
@@ -173,13 +185,20 @@ def _run_child(lesson_id: str, grade_ids: list[str], answers: Answers, timeout: 
     job = {"lesson": lesson_id, "parts": grade_ids, "setup": setup_source(lesson_id), "answers": answers.cells,
            "token": token, "fd": wfd}
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    with isolation.scratch_dir("minivllm-sandbox-") as scratch:
+    # stderr: only until the setup has run (the child then points it at /dev/null), to name why a grader that
+    # cannot start failed; a student's code never writes here
+    with isolation.scratch_dir("minivllm-sandbox-") as scratch, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(isolation.wrap([sys.executable, "-m", "autograder.sandbox"], scratch, cwd=REPO),
-                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err,
                                 pass_fds=(wfd,), env=env, preexec_fn=isolation.limit_run, start_new_session=True,
                                 cwd=REPO)
         os.close(wfd)
-        return _read_verdicts(proc, rfd, token, grade_ids, job, timeout)
+        got, problem = _read_verdicts(proc, rfd, token, grade_ids, job, timeout)
+        if problem == "broken":  # the grader could not start: name the cause from what it wrote
+            err.seek(0)
+            tail = [x.strip() for x in err.read(1 << 20).decode("utf-8", "replace").splitlines() if x.strip()]
+            problem = "broken:" + (tail[-1][:300] if tail else f"评分进程在准备阶段退出（返回码 {proc.returncode}）")
+        return got, problem
 
 
 def _read_verdicts(proc: subprocess.Popen, rfd: int, token: str, grade_ids: list[str], job: dict,
@@ -188,6 +207,7 @@ def _read_verdicts(proc: subprocess.Popen, rfd: int, token: str, grade_ids: list
     proc.stdin.close()
     got: dict = {}
     buf = b""
+    set_up = False  # the lesson's setup ran: from here on, a death or a hang is the answers'
     deadline = time.monotonic() + STARTUP_S + timeout  # the setup, then the answer definitions themselves
     reader = os.fdopen(rfd, "rb", buffering=0)
     try:
@@ -195,14 +215,14 @@ def _read_verdicts(proc: subprocess.Popen, rfd: int, token: str, grade_ids: list
             left = deadline - time.monotonic()
             if left <= 0:
                 _kill(proc)
-                return got, "timeout"
+                return got, "timeout" if set_up else f"broken:评分进程的准备阶段超过 {STARTUP_S + timeout:g} s 仍未完成"
             ready, _, _ = select.select([reader], [], [], min(left, 1.0))
             if not ready:
                 continue
             chunk = reader.read(65536)
             if not chunk:
                 proc.wait()
-                return got, "died"
+                return got, "died" if set_up else "broken"
             buf += chunk
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
@@ -212,6 +232,10 @@ def _read_verdicts(proc: subprocess.Popen, rfd: int, token: str, grade_ids: list
                     continue
                 if msg.get("token") != token:
                     continue
+                if msg.get("setup") is False:
+                    _kill(proc)
+                    return got, "broken:" + str(msg.get("error", ""))[:300]
+                set_up = set_up or bool(msg.get("setup"))
                 if msg.get("ready") or msg.get("part") in grade_ids:
                     deadline = time.monotonic() + timeout + 2.0  # the child's own alarm fires first
                 if msg.get("part") in grade_ids:
@@ -239,6 +263,8 @@ def grade_file(lesson_id: str, nb_path: Path) -> tuple[list[PartResult], list[st
     timeout = cell_timeout()
     while todo:
         got, problem = _run_child(lesson_id, todo, answers, timeout)
+        if problem and problem.startswith("broken:"):
+            raise GraderBroken(problem.partition(":")[2])
         for gid, (score, message) in got.items():
             results[gid] = PartResult(lesson.part(gid), score, message)
         todo = [g for g in todo if g not in got]
@@ -298,8 +324,19 @@ def _child() -> None:
     lesson = load_lesson(job["lesson"])
     ns: dict = {"__name__": "__student__", "______": ______}
     warnings.simplefilter("ignore")
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        exec_source(job["setup"], ns, "<cell setup>")
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            exec_source(job["setup"], ns, "<cell setup>")
+            import minivllm.engine.core  # noqa: F401  (the engine every check plugs into; setups import it lazily)
+    except BaseException as e:  # noqa: BLE001  (the release's own setup: the grader cannot run here)
+        out.write(json.dumps({"token": token, "setup": False, "error": f"{type(e).__name__}: {e}"}) + "\n")
+        out.flush()
+        os._exit(0)
+    out.write(json.dumps({"token": token, "setup": True}) + "\n")
+    out.flush()
+    null = os.open(os.devnull, os.O_WRONLY)  # from here on the answers run: nothing more reaches the parent's log
+    os.dup2(null, 2)
+    os.close(null)
     before = _snapshot()
     errors = []
     for cid, text in job["answers"]:
