@@ -1,0 +1,173 @@
+"""vLLM 0.27.1 itself as the oracle: run a workload in vLLM (a subprocess on .venv-vllm's Python, JSON in and
+out) and in minivllm, and compare; record vLLM's answers as golden files so that tests, lessons and Colab compare
+against vLLM without installing it.
+
+    python -m autograder.vllm_oracle record [KIND ...]   # re-record data/vllm_oracle/KIND.json.xz (needs make vllm)
+    python -m autograder.vllm_oracle compare [KIND ...]  # minivllm against the recording (and vLLM live, if there)
+
+A golden file holds a header (vLLM's version, the provenance check of the vllm/*.py that answered, the cases'
+sha256) and vLLM's answers, one per case; the cases themselves are regenerated from their seeds (workloads.py).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import lzma
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+GOLDEN_DIR = REPO / "data" / "vllm_oracle"
+VLLM_VERSION = "0.27.1"
+
+
+def vllm_python() -> Path | None:
+    """The interpreter of the vLLM 0.27.1 venv (MINIVLLM_VLLM_PYTHON, else REPO/.venv-vllm), if it exists."""
+    env = os.environ.get("MINIVLLM_VLLM_PYTHON")
+    path = Path(env) if env else REPO / ".venv-vllm" / "bin" / "python"
+    return path if path.exists() else None
+
+
+def vllm_site_packages() -> Path | None:
+    """Where vLLM 0.27.1's source is, once `make vllm` ran: read it there (SOURCE_MAP questions offline)."""
+    py = vllm_python()
+    if py is None:
+        return None
+    found = sorted(py.parent.parent.glob("lib/python3*/site-packages/vllm"))
+    return found[0].parent if found else None
+
+
+class VllmUnavailable(RuntimeError):
+    """No .venv-vllm here: run `make vllm` (or compare against the recorded answers)."""
+
+
+def run_vllm(kind: str, cases: list, timeout: float = 1800) -> list:
+    """vLLM 0.27.1's answers to `cases`, from vllm_side.py in a subprocess on .venv-vllm's Python."""
+    py = vllm_python()
+    if py is None:
+        raise VllmUnavailable("no .venv-vllm: run `make vllm` first (or use the recorded answers)")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "VLLM_LOGGING_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false",
+           "HF_HUB_OFFLINE": "1", "PYTHONHASHSEED": "0"}
+    proc = subprocess.run([str(py), "-m", "autograder.vllm_oracle.vllm_side", kind], input=json.dumps(cases),
+                          capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
+    if proc.returncode:
+        raise RuntimeError(f"vLLM side failed ({kind}, exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout)
+
+
+def cases_digest(cases: list) -> str:
+    return hashlib.sha256(json.dumps(cases, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def golden_path(kind: str) -> Path:
+    return GOLDEN_DIR / f"{kind}.json.xz"
+
+
+def load_golden(kind: str) -> dict:
+    with lzma.open(golden_path(kind), "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def provenance() -> dict:
+    """The provenance check of the vLLM that answers (summary: counts, and whether it is 0.27.1's code)."""
+    from autograder.vllm_oracle.provenance import check
+
+    report = check(vllm_site_packages())
+    return {k: (len(v) if isinstance(v, list) else v) for k, v in report.items()}
+
+
+def record(kind: str) -> dict:
+    comparison = COMPARISONS[kind]
+    cases = comparison.cases()
+    prov = provenance()
+    if not prov["ok"]:
+        raise SystemExit(f"the vLLM in .venv-vllm is not vLLM {VLLM_VERSION}'s code: {prov}")
+    answers = run_vllm(kind, cases)
+    golden = {"header": {"vllm_version": VLLM_VERSION, "provenance": prov, "kind": kind, "num_cases": len(cases),
+                         "cases_sha256": cases_digest(cases),
+                         "recorded_by": f"python -m autograder.vllm_oracle record {kind}"},
+              "answers": answers}
+    GOLDEN_DIR.mkdir(parents=True, exist_ok=True)
+    with lzma.open(golden_path(kind), "wt", encoding="utf-8", preset=9) as f:
+        json.dump(golden, f, separators=(",", ":"))
+    return golden
+
+
+@dataclass
+class Comparison:
+    """One differential comparison: its cases, minivllm's answers, and where an answer pair first differs."""
+
+    cases: Callable[[], list]
+    minivllm: Callable[[list], list]
+    first_divergence: Callable[[dict, dict], str | None]
+
+
+def _scheduler() -> Comparison:
+    from autograder.vllm_oracle import scheduler_harness
+    from autograder.vllm_oracle.workloads import scheduler_workload
+
+    def minivllm(cases):
+        from autograder.vllm_oracle.minivllm_side import run_scheduler
+        return run_scheduler(cases)
+
+    return Comparison(lambda: [scheduler_workload(seed) for seed in range(1200)], minivllm,
+                      scheduler_harness.first_divergence)
+
+
+class _Lazy(dict):
+    """COMPARISONS[kind], built on first use (each imports only what it needs)."""
+
+    FACTORIES = {"scheduler": _scheduler}
+
+    def __missing__(self, kind: str) -> Comparison:
+        if kind not in self.FACTORIES:
+            raise KeyError(f"unknown comparison {kind!r}; known: {', '.join(self.FACTORIES)}")
+        self[kind] = self.FACTORIES[kind]()
+        return self[kind]
+
+
+COMPARISONS: dict[str, Comparison] = _Lazy()
+KINDS = tuple(_Lazy.FACTORIES)
+
+
+def compare(kind: str, answers: list | None = None) -> tuple[int, list[str]]:
+    """minivllm against vLLM's answers (the recording unless given): (cases, first divergence of each that differs)."""
+    comparison = COMPARISONS[kind]
+    cases = comparison.cases()
+    if answers is None:
+        golden = load_golden(kind)
+        if golden["header"]["cases_sha256"] != cases_digest(cases):
+            raise RuntimeError(f"{golden_path(kind).name} was recorded for other cases: re-record with "
+                               f"`make record-vllm` (workloads.py changed)")
+        answers = golden["answers"]
+    mine = comparison.minivllm(cases)
+    diffs = [d for a, b in zip(answers, mine, strict=True) if (d := comparison.first_divergence(a, b))]
+    return len(cases), diffs
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m autograder.vllm_oracle", description=__doc__.splitlines()[0])
+    ap.add_argument("command", choices=["record", "compare"])
+    ap.add_argument("kinds", nargs="*", help=f"default: all ({', '.join(KINDS)})")
+    args = ap.parse_args(argv)
+    status = 0
+    for kind in args.kinds or KINDS:
+        if args.command == "record":
+            golden = record(kind)
+            print(f"{kind}: recorded {golden['header']['num_cases']} cases -> {golden_path(kind)}")
+        n, diffs = compare(kind)
+        print(f"{kind}: {n - len(diffs)} of {n} cases equal vLLM {VLLM_VERSION}'s recorded answers")
+        for d in diffs[:5]:
+            print("   ", d)
+        status |= bool(diffs)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -101,7 +101,10 @@ def _run(backend, workload: dict) -> dict:
                 sched.add_request(backend.make_request(s, cfg))
         aborts = [s["id"] for s in specs if s["abort_step"] == step and s["id"] in sched.requests]
         if aborts:
-            backend.abort(sched, aborts)
+            # One call each, as separate client disconnects arrive: both engines free a batch of ids in set
+            # order, which depends on PYTHONHASHSEED.
+            for req_id in aborts:
+                backend.abort(sched, [req_id])
             events.append({"k": "a", "step": step, "ids": aborts})
         if not sched.has_requests() and not batch_queue:
             if step >= last_arrival:

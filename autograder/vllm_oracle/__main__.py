@@ -1,0 +1,5 @@
+import sys
+
+from autograder.vllm_oracle import main
+
+sys.exit(main())
