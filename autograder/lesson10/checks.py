@@ -13,7 +13,8 @@ Grade cells and `python -m autograder check lesson10 ...` call the same function
                                             2 all-reduces per layer per step (+1 for the vocab-parallel
                                             embedding)
     check_boundary(column_cls, row_cls)     TP=1 in this process (the layers are plain linears); two ranks
-                                            with biases, unequal fused projections and a single token
+                                            with biases, unequal fused projections and a single token; at
+                                            TP=2, sizes that do not split evenly are refused
     check_source_map(SOURCE_MAP)
 
 Input space (each dimension -> the part that covers it):
@@ -21,6 +22,9 @@ Input space (each dimension -> the part that covers it):
                                                                               boundary (1), main, real engine (2)
     tp_rank          0 and 1: each rank's own rows / columns (no constant rank or size)        main, boundary
     output_sizes     equal fused projections (gate 40 + up 40) and unequal ones [16, 8]       main, boundary
+                     sizes tp does not divide, [5, 7] at TP=2 (their sum 12 does): the layer must refuse
+                     to be built, as vLLM's MergedColumnParallelLinear asserts                 boundary
+    input_size       a row layer's input tp does not divide (7 at TP=2): refused too (vLLM: divide)   boundary
     bias             none, and biases on both layers (row bias added exactly once)             main, boundary
     tokens           one token, a batch of tokens, a real engine's prefill and decode steps    boundary, main, engine
     engine           TP=2 greedy output equals TP=1; 2 all-reduces per layer per step (+1 embedding)   real engine
@@ -356,6 +360,7 @@ def _num_layers(llm) -> int:
 
 # ---------------------------------------------------------------------------------------------- boundary
 B_HIDDEN, B_SIZES, B_OUT = 24, (16, 8), 40  # fused projections of unequal size; an o_proj-shaped row layer
+UNEVEN_SIZES, UNEVEN_INPUT = (5, 7), 7  # at TP=2 neither 5 nor 7 splits (their sum does); nor does a row input of 7
 
 
 def _boundary_weights() -> dict[str, torch.Tensor]:
@@ -379,15 +384,28 @@ def _boundary_layers(column_cls, row_cls, w) -> dict[str, torch.Tensor]:
     return {"col": col(w["x"]), "row": row(w["row_x"][:, row.tp_rank * n:(row.tp_rank + 1) * n])}
 
 
-def _rank_boundary(rank: int, column_cls, row_cls) -> dict[str, torch.Tensor]:
-    return _boundary_layers(column_cls, row_cls, _boundary_weights())
+def _refuses(build) -> bool:
+    """Whether building a layer raises (any exception: vLLM asserts, minivllm's divide raises ValueError)."""
+    try:
+        build()
+    except Exception:
+        return True
+    return False
+
+
+def _rank_boundary(rank: int, column_cls, row_cls) -> dict:
+    out = _boundary_layers(column_cls, row_cls, _boundary_weights())
+    out["refused_column"] = _refuses(lambda: column_cls(B_HIDDEN, list(UNEVEN_SIZES), bias=False))
+    out["refused_row"] = _refuses(lambda: row_cls(UNEVEN_INPUT, B_OUT, bias=False))
+    return out
 
 
 @graded
 @once
 def check_boundary(column_cls, row_cls) -> None:
     """TP=1 (no group: all-reduce is the identity) equals plain linears; two ranks with biases, unequal fused
-    projections [16, 8] and one token: each rank's column slice, and the row output with the bias once."""
+    projections [16, 8] and one token: each rank's column slice, and the row output with the bias once; at
+    TP=2 a fused layer of [5, 7] and a row layer of input 7 are refused (vLLM refuses them too)."""
     w = _boundary_weights()
     a, b = B_SIZES
     col_ref = torch.cat([F.linear(w["x"], w["wa"], w["ba"]), F.linear(w["x"], w["wb"], w["bb"])], -1)
@@ -410,6 +428,14 @@ def check_boundary(column_cls, row_cls) -> None:
         expect(out["row"].shape == row_ref.shape and torch.allclose(out["row"], row_ref, **TOL),
                f"两个 rank、带 bias 的行并行层（单个 token）：rank {rank} 的输出与不切分的线性层不一致（最大误差 "
                f"{err:.3g}）。部分和要 all-reduce 才完整；bias 只能加一次：all-reduce 会把每个 rank 加的 bias 都加起来。")
+    for rank, out in enumerate(outs):
+        expect(out["refused_column"],
+               f"两个 rank、融合投影 {list(UNEVEN_SIZES)}：每段都不能被 tp=2 整除（只有总和 {sum(UNEVEN_SIZES)} 能），"
+               f"rank {rank} 却把层建成了，每个 rank 会拿错 gate/up 的行。每段各自 divide(size, tp)，不能整除时应报错"
+               "（vLLM 的 MergedColumnParallelLinear 在构造时断言每段都能整除）。")
+        expect(out["refused_row"],
+               f"两个 rank、行并行层的输入维 {UNEVEN_INPUT}：不能被 tp=2 整除，rank {rank} 却把层建成了，输入的一部分"
+               "没有任何 rank 持有。用 divide(input_size, tp)，不能整除时应报错（vLLM 同样用 divide）。")
 
 
 # ---------------------------------------------------------------------------------------------- source map
@@ -442,7 +468,7 @@ LESSON = Lesson(
     parts=[
         Part("l10_main_path", "主路径·两个 rank 的 MLP", 1, check_mlp, NEEDS),
         Part("l10_real_engine", "主路径·真实引擎 TP=2", 1, check_real_engine, NEEDS),
-        Part("l10_boundary", "边界条件（TP=1、bias、不等长投影、单 token）", 1, check_boundary, NEEDS),
+        Part("l10_boundary", "边界条件（TP=1、bias、不等长或不能整除的投影、单 token）", 1, check_boundary, NEEDS),
         Part("l10_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
         Part("l10_q1", "Q1 为何先列后行", 2, group="manual"),
         Part("l10_q2", "Q2 GQA 的头怎样分给各 rank", 2, group="manual"),

@@ -58,4 +58,21 @@ MUTANTS = {
     ), "Drops the row-parallel bias on every rank to avoid adding it twice, so it is never added.",
         fails={"l10_boundary"},
         hint="行并行层的 bias 最终被加了几次？"),
+    "fused_total_divided": Mutant(CELL, (
+        ("out_per_rank = sum(divide(size, tp) for size in self.output_sizes)",
+         "out_per_rank = divide(sum(self.output_sizes), tp)"),
+    ), "Divides the fused width as a whole: [5, 7] at TP=2 builds a 6-row layer whose rows do not line up with gate and up, "
+       "where vLLM asserts every projection splits evenly.", fails={"l10_boundary"},
+       hint="融合投影的每一段都能被 tp 整除吗？只有总和能整除时该怎么办？"),
+    "fused_sizes_floored": Mutant(CELL, (
+        ("out_per_rank = sum(divide(size, tp) for size in self.output_sizes)",
+         "out_per_rank = sum(size // tp for size in self.output_sizes)"),
+    ), "Floors each projection's share instead of refusing a size tp does not divide: rows are silently dropped.",
+        fails={"l10_boundary"},
+        hint="某段投影不能被 tp 整除时，向下取整会丢掉哪些行？"),
+    "row_input_floored": Mutant(CELL, (
+        ("in_per_rank = divide(input_size, tp)", "in_per_rank = input_size // tp"),
+    ), "Floors the row layer's input share: an input width tp does not divide leaves columns no rank holds.",
+        fails={"l10_boundary"},
+        hint="行并行层的输入维不能被 tp 整除时，哪些列没有任何 rank 持有？"),
 }

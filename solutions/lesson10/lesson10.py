@@ -14,38 +14,41 @@
 #
 # ## 本课目标与通过标准
 #
-# 本课产出：能说清一个模型在 2 个 rank 上怎样切开——每个 rank 持有哪些权重（哪一维、从 checkpoint 的哪一段读来）、一步前向里在哪里通信、通信几次；能沿 `MultiprocExecutor` 说清一次 `execute_model` 怎样广播到每个 worker、为什么所有 rank 必须同步走完同样的集合通信；亲手写出 MLP 里的列并行层（`gate_up_proj`）和行并行层（`down_proj`），并把它们接进真实引擎，让 minivllm 在 TP=2 下用你的层生成与 TP=1 逐 token 相同的结果。
+# 本课产出：
 #
-# 通过要求：唯一代码填空题通过全部断言；Q1～Q3 都能沿源码对象给出因果链；能指出一个正确性不变量（TP=2 的贪心输出与 TP=1 逐 token 相同；每个 rank 在同一步里调用同样次数的 all-reduce）、一个性能边界（每层两次 all-reduce，通信量与 batch 的 token 数 × hidden 成正比，与切分数无关）和一个需要 benchmark 才能确认的结论（在什么硬件与 batch 上 TP 真的更快）；总分至少 8/10。
+# - 说清 TP=2 时每个 rank 持有哪些权重、从 checkpoint 的哪一段读来，一步前向在哪里通信、通信几次；
+# - 说清 `MultiprocExecutor` 怎样把一次 `execute_model` 广播给每个 worker，为什么所有 rank 必须走完同样的集合通信；
+# - 写出 MLP 的列并行层 `gate_up_proj` 与行并行层 `down_proj`，接进真实引擎，让 TP=2 的输出与 TP=1 逐 token 相同。
+#
+# 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；能指出一个正确性不变量、一个性能边界和一个要靠 benchmark 才能确认的结论；总分至少 8/10。
+#
+# - 正确性不变量：TP=2 的贪心输出与 TP=1 逐 token 相同；每个 rank 在同一步调用同样次数的 all-reduce。
+# - 性能边界：每层两次 all-reduce，通信量正比于 token 数 × hidden，与 tp 无关。
+# - 要靠 benchmark 的结论：在什么硬件与 batch 上 TP 真的更快。
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
 # | 代码·主路径（两个 gloo rank 上的 MLP 1 分 + 接入真实引擎 TP=2 1 分） | 2 | 自动 |
-# | 代码·边界条件（TP=1、带 bias、大小不等的融合投影、单个 token） | 1 | 自动 |
+# | 代码·边界条件（TP=1、带 bias、大小不等或不能整除的融合投影、单个 token） | 1 | 自动 |
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson10`（在本笔记本所在的文件夹或仓库根目录都可以），得分与教师用 nbgrader 评出的自动部分一致。
+# 没有 nbgrader 时（例如 Colab），运行最后的“自检”单元格，或在终端执行 `python -m autograder check lesson10`，得分与 nbgrader 评出的自动部分一致。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 本课程使用固定 commit 的永久链接保证行号可复现，同时链接 current docs 供核对最新变化。读张量并行时沿着“一个权重矩阵的一生”读：checkpoint 里的完整张量 → 每个 rank 的 `weight_loader` 取哪一段 → 前向时每个 rank 算出什么（一段输出，还是一个部分和）→ 在哪里 all-reduce；不要从 NCCL 或自定义 all-reduce kernel 开始读。
+# 源码固定在 vLLM commit 8e958902eee5（链接见参考资料）。沿着“一个权重矩阵的一生”读：checkpoint 里的完整张量 → 每个 rank 取哪一段 → 前向算出一段输出还是一个部分和 → 在哪里 all-reduce。不要从 NCCL 或自定义 all-reduce kernel 读起。
 #
-# | 顺序 | vLLM 文件与入口（8e958902eee5） | minivllm 对应文件 | 带着什么问题读 |
+# | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | [`vllm/model_executor/layers/linear.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/model_executor/layers/linear.py)：`ColumnParallelLinear.weight_loader`、`MergedColumnParallelLinear.weight_loader`、`QKVParallelLinear`（`num_kv_head_replicas`）、`RowParallelLinear.forward` | `minivllm/model_executor/layers/linear.py`：`ColumnParallelLinear`、`MergedColumnParallelLinear`、`QKVParallelLinear`、`RowParallelLinear`、`weight_loader` | 列并行切哪一维、行并行切哪一维？融合的 gate_up 为什么要“每段各切”？行并行的 bias 为什么只在 rank 0 加？ |
-# | 2 | [`vllm/model_executor/layers/vocab_parallel_embedding.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/model_executor/layers/vocab_parallel_embedding.py)：`VocabParallelEmbedding.forward`、`get_masked_input_and_mask`、`ParallelLMHead` | `minivllm/model_executor/layers/vocab_parallel_embedding.py`：`VocabParallelEmbedding`、`ParallelLMHead` | 词表切开后，不在本 rank 词表段里的 token 查到什么？为什么 embedding 之后也要一次 all-reduce、而 lm_head 之后是 all-gather？ |
-# | 3 | [`vllm/distributed/parallel_state.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/distributed/parallel_state.py)：`GroupCoordinator.all_reduce`、`init_distributed_environment`、`initialize_model_parallel`；[`vllm/distributed/communication_op.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/distributed/communication_op.py)：`tensor_model_parallel_all_reduce` | `minivllm/distributed/parallel_state.py`：`GroupCoordinator`、`init_distributed_environment`、`initialize_model_parallel`、`get_tp_group`；`minivllm/distributed/communication_op.py`：`tensor_model_parallel_all_reduce` | 一个进程怎样知道自己是第几个 rank？没有加入任何 group 时（TP=1）all-reduce 做什么？ |
-# | 4 | [`vllm/v1/executor/multiproc_executor.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/executor/multiproc_executor.py)：`MultiprocExecutor.collective_rpc`（`rpc_broadcast_mq`）、`WorkerProc.make_worker_process`、`WorkerProc.worker_busy_loop` | `minivllm/executor/multiproc_executor.py`：`MultiprocExecutor`、`collective_rpc`、`WorkerProc`、`worker_busy_loop` | 一次 `execute_model` 怎样送到每个 rank？为什么只有 rank 0 回答？一个 worker 出错时其他 rank 会怎样？ |
+# | 1 | `vllm/model_executor/layers/linear.py`：`MergedColumnParallelLinear`、`QKVParallelLinear`、`RowParallelLinear.forward` | `minivllm/model_executor/layers/linear.py` 的同名类 | 列并行、行并行各切哪一维？融合的 gate_up 为什么每段各切？bias 为什么只在 rank 0 加？ |
+# | 2 | `vllm/model_executor/parameter.py`：`load_merged_column_weight`、`load_qkv_weight`、`load_row_parallel_weight` | 各层的 `weight_loader` | 未量化层的 `weight_loader_v2` 调这些方法：一个 rank 从完整张量里取哪一段？ |
+# | 3 | `vllm/model_executor/layers/vocab_parallel_embedding.py`：`VocabParallelEmbedding.forward`、`ParallelLMHead` | 同名文件 | 不在本 rank 词表段里的 token 查到什么？embedding 之后为什么要 all-reduce？ |
+# | 4 | `vllm/distributed/parallel_state.py`：`GroupCoordinator.all_reduce`、`initialize_model_parallel` | `minivllm/distributed/parallel_state.py` | 进程怎样知道自己是第几个 rank？TP=1 时 all-reduce 做什么？ |
+# | 5 | `vllm/v1/executor/multiproc_executor.py`：`MultiprocExecutor.collective_rpc`、`WorkerProc.worker_busy_loop` | `minivllm/executor/multiproc_executor.py` | 一次 `execute_model` 怎样送到每个 rank？为什么只有一个 rank 交回结果？ |
 #
-# 源码快照：vLLM 8e958902eee5。与 vLLM 的差异：vLLM 的 executor 用共享内存 `MessageQueue`（`rpc_broadcast_mq`）把调用广播给 worker，minivllm 把同一份 pickle 写进每个 worker 一根管道；vLLM 的 all-reduce 在 GPU 上走 NCCL 或自定义 all-reduce kernel，minivllm 在 CPU 上走 gloo（本课全部在 CPU 上跑，两个 rank 是两个进程，共享这台机器的 2 个核）；vLLM 的线性层把计算交给 `quant_method`（`UnquantizedLinearMethod.apply`），minivllm 直接 `F.linear`；vLLM 的 `RowParallelLinear` 还有 `input_is_parallel`、`skip_bias_add` 等开关，minivllm 只保留 `reduce_results`。minivllm 只有张量并行，没有流水线并行和数据并行。
-#
-# > **vLLM 0.27.1 用哪个 runner？** TP 不影响选择：`VllmConfig.use_v2_model_runner`（`config/vllm.py`）对 dense 的 generate 模型（本课程加载的每个模型）在装有 Triton、且没有打开 V2 尚不支持的特性（`_get_v2_model_runner_unsupported_features`：n-gram 投机、TP > 1 时的序列并行等）时选 Model Runner V2（`v1/worker/gpu/model_runner.py`），每个 worker 里跑的是它；本课讲的线性层、all-reduce 与 executor 两个 runner 共用。
-# >
-# > **minivllm ≠ vLLM（本课涉及的差异）**
-# > - 各 rank 采样出相同的 token，不只靠相同的 logits：`lm_head` 之后的 all-gather 让每个 rank 拿到相同的 logits（`LogitsProcessor._gather_logits`，平台默认 `use_all_gather`），随机采样还要求每个 rank 的随机数相同——vLLM 用全局种子保证这一点（`ModelConfig.seed`，默认 0，它的说明写着：不设全局种子，不同的张量并行 worker 会采出不同的 token）。minivllm 同样在每个 worker 里设同一个种子。
-# > - profiler 里看到的名字：本课在 CPU 上数的是 gloo 的 `c10d::allreduce_`。vLLM 在 GPU 上走 NCCL 或自定义 all-reduce kernel；在默认的 `-O2` 下，TP > 1、Hopper / Blackwell 且装有 FlashInfer 时（`enable_allreduce_rms_fusion`），编译 pass 把 all-reduce 与其后的 RMSNorm 融合成一个 `flashinfer_trtllm_fused_allreduce_norm` 调用（`compilation/passes/fusion/allreduce_rms_fusion.py`），所以 profiler 里既看不到单独的 all-reduce，也数不出“每层两次”——通信次数不变，只是换了名字、和归一化合在一起。
+# minivllm 与 vLLM 的差异集中列在文末“与 vLLM 0.27.1 的差异”。
 
 # %% nbgrader={"grade": false, "grade_id": "l10_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。
@@ -70,48 +73,52 @@ short_errors("lesson10")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 1. 它是什么，解决什么问题
 #
-# 模型放不进一张卡，或者一张卡算一步太慢时，张量并行（tensor parallelism，TP）把**每一层的权重矩阵**切成 tp 份，每个 rank（一个进程、一张卡）只存、只算自己那一份；rank 之间用集合通信（all-reduce）把部分结果合起来。TP=2 时每个 rank 只存约一半的权重和一半的 KV cache（每个 rank 只存自己那几个注意力头的 KV），每步的矩阵乘法也各算一半——代价是每层要通信。
+# 模型放不进一张卡，或一张卡算一步太慢时，张量并行（tensor parallelism，TP）把每一层的权重矩阵切成 tp 份。每个 rank（一个进程、一张卡）只存、只算自己那一份，再用集合通信 all-reduce 把部分结果合起来。
+#
+# TP=2 时每个 rank 约存一半权重和一半 KV cache，因为它只存自己那些注意力头的 KV。代价是每层都要通信。
 #
 # ### 2. 它如何工作
 #
-# 线性层 $y = xW^\top$，$W$ 的形状是 `[output_size, input_size]`。有两种切法（Megatron-LM 的做法，vLLM 沿用）：
+# 线性层 $y = xW^\top$，$W$ 的形状是 `[output_size, input_size]`。有两种切法，来自 Megatron-LM，vLLM 沿用：
 #
-# 1. **列并行**（`ColumnParallelLinear`）：按**输出维**切，rank r 持有 $W$ 的第 r 段**行**（`[output_size / tp, input_size]`）。每个 rank 用完整的 x 算出 y 的第 r 段，不需要通信。`gate_up_proj` 是把 gate 和 up 两个投影融合成一个矩阵的 `MergedColumnParallelLinear`：rank r 持有 `[gate 的第 r 段; up 的第 r 段]`——每段投影**各自**切，这样 `SiluAndMul` 在本 rank 里就能把对应的 gate 行和 up 行配对。
-# 2. **行并行**（`RowParallelLinear`）：按**输入维**切，rank r 持有 $W$ 的第 r 段**列**（`[output_size, input_size / tp]`）。它的输入正好是前一个列并行层在本 rank 的那一段输出，于是每个 rank 算出的是 $y$ 的一个**部分和**，一次 all-reduce 把 tp 个部分和加起来，每个 rank 都得到完整的 y。bias 只能加一次：只在 rank 0 加（all-reduce 会把每个 rank 加的都加起来）。
+# 1. **列并行**（`ColumnParallelLinear`）：按输出维切，rank r 持有 $W$ 的第 r 段行，用完整的 x 算出 y 的第 r 段，不通信。
+# 2. **行并行**（`RowParallelLinear`）：按输入维切，rank r 持有 $W$ 的第 r 段列。它的输入正是前一个列并行层在本 rank 的那段输出，算出的是 y 的一个部分和；一次 all-reduce 把 tp 个部分和加起来。
 #
-# 先列后行：MLP 是 `gate_up_proj`（列）→ `SiluAndMul`（逐元素，本 rank 内完成）→ `down_proj`（行）→ all-reduce；注意力是 `qkv_proj`（列，按头切）→ 每个 rank 只算自己的头（KV cache 也只存这些头）→ `o_proj`（行）→ all-reduce。所以**每个 Transformer 层两次 all-reduce**，再加上词表并行的 embedding 一次（每个 rank 只存词表的一段，不在本段的 token 查出 0，all-reduce 后每个 token 恰好有一个 rank 给出它的向量）；`lm_head` 之后是 all-gather（把各段词表的 logits 拼起来）。
+# `gate_up_proj` 是把 gate 与 up 融合成一个矩阵的 `MergedColumnParallelLinear`。rank r 持有 `[gate 的第 r 段; up 的第 r 段]`：每段各自切，`SiluAndMul` 才能在本 rank 内把 gate 行与 up 行配对。
 #
-# 每个参数带一个 `weight_loader(param, 完整的 checkpoint 张量[, shard_id])`：所有 rank 读同一份 safetensors 文件，各自只拷贝自己那一段。
+# MLP 与注意力都是先列后行（`gate_up_proj` → `down_proj`，`qkv_proj` → `o_proj`），所以每个 Transformer 层两次 all-reduce；词表并行的 embedding 之后再有一次，`lm_head` 之后是 all-gather。下面的具体演示逐步数出来。
 #
-# 进程怎样组织：`MultiprocExecutor` 为每个 rank 起一个 worker 进程（`WorkerProc`），每个 worker 加入同一个进程组（`init_distributed_environment` + `initialize_model_parallel`，CPU 上用 gloo），建自己那一份模型和 KV cache。EngineCore 每步调用 `execute_model` 时，executor 把同一个调用广播给所有 worker（`collective_rpc`），所有 rank 同步前向、在同样的位置 all-reduce；只有 rank 0 把结果交回。调度器、KV 块表只有一份，在 EngineCore 里——worker 只负责算。
+# 加载时所有 rank 读同一份 safetensors，每个参数的 `weight_loader` 只拷贝本 rank 那一段。
+#
+# `MultiprocExecutor` 为每个 rank 起一个 worker 进程（`WorkerProc`），它们加入同一个进程组，CPU 上用 gloo。EngineCore 调用 `execute_model` 时，executor 把同一个调用广播给所有 worker（`collective_rpc`），只有一个 rank 交回结果。调度器和块表只有一份，在 EngineCore 里。
 #
 # ### 3. 正确性条件与常见误区
 #
-# - **每个 rank 必须调用同样次数、同样形状的集合通信**：all-reduce 是一个“所有人到齐才结束”的操作。某个 rank 多调一次或少调一次，另一个 rank 会永远等下去（本课的检查有超时，会告诉你是哪个 rank 没有返回）。
-# - **列并行层之后不要 all-reduce**：各 rank 的输出是 y 的不同段，不是部分和；加起来就把不同的中间神经元混在了一起。
-# - **行并行层之后必须 all-reduce**：否则每个 rank 只有一个部分和，后面的残差、归一化全错，而且各 rank 的隐藏状态从此不一致。
-# - **融合投影各段分别切**：把 `[gate; up]` 当作一整块切，rank 0 会拿到全部 gate、rank 1 拿到全部 up，`SiluAndMul` 配对全错。
-# - **bias 只加一次**：行并行层的 bias 在每个 rank 都加，all-reduce 之后就变成了 tp 倍。
-# - **TP=2 的贪心输出应与 TP=1 相同**：切分只改变求和的顺序（只有浮点舍入的差别），贪心的 argmax 在这个模型上不受影响。这是张量并行最强的回归测试。
+# - **每个 rank 调用同样次数、同样形状的集合通信**：all-reduce 要所有 rank 到齐才结束。一个 rank 多调或少调一次，另一个就永远等下去；本课的检查有超时。
+# - **列并行层之后不 all-reduce**：各 rank 的输出是 y 的不同段，不是部分和。
+# - **行并行层之后必须 all-reduce**：否则每个 rank 只有部分和，各 rank 的隐藏状态从此不一致。
+# - **融合投影每段分别切，每段都要能被 tp 整除**：不能整除时在构造层时就报错，vLLM 也这样拒绝。
+# - **行并行的 bias 只加一次**：每个 rank 都加，all-reduce 之后就是 tp 倍。
+# - **TP=2 的贪心输出应与 TP=1 相同**：切分只改变求和顺序，只有浮点舍入的差别。这是张量并行最强的回归测试。
 #
 # ### 4. 性能与工程取舍
 #
-# - 每层两次 all-reduce，每次通信 `num_tokens × hidden_size` 个数，**与 tp 无关**；而每个 rank 的计算量按 1/tp 减少。所以 tp 越大、batch 越小、层越窄，通信占比越高。
-# - 在 GPU 上 all-reduce 走 NVLink（几百 GB/s）时，TP 能把一个大模型的单步延迟接近按 1/tp 缩短；跨 PCIe 或跨机时通信很快成为瓶颈——vLLM 建议 TP 限制在一台机器内、跨机用流水线并行。
-# - 在这台 2 核 CPU 上，两个 rank 分掉同两个核，gloo 的 all-reduce 走本机 TCP，TP=2 不可能更快；下面的演示如实测出这一点（Q3）。
+# - 每层两次 all-reduce，每次 `num_tokens × hidden_size` 个数，与 tp 无关；每个 rank 的计算按 1/tp 减少。tp 越大、batch 越小、层越窄，通信占比越高。
+# - 单机多卡有 NVLink 时，大模型每步的计算足以摊薄通信；跨 PCIe 或跨机时通信很快成为瓶颈，vLLM 的文档建议 TP 不跨机。
+# - 这台 2 核 CPU 上 TP=2 不会更快，图 10-1 测出原因（Q3）。
 
 # %%
 shards = L10.rank_shards()
 L10.print_rank_shards(shards)
 
 # %% [markdown]
-# 表 10-1：本课默认模型（4 层，hidden 256，intermediate 704，8 个 q 头、2 个 kv 头，head_dim 32）第 0 层与 embedding 的参数形状：左边 TP=1，右边是 TP=2 时两个 rank 各自（由引擎自己的层与 `weight_loader` 从同一份 checkpoint 读出）。读表：
+# 表 10-1：默认模型（4 层，hidden 256，intermediate 704，8 个 q 头、2 个 kv 头，head_dim 32）第 0 层与 embedding 的参数形状。左边 TP=1，右边是 TP=2 时每个 rank 的分片。
 #
-# - `qkv_proj.weight`：TP=1 是 `[8×32 + 2×32 + 2×32, 256] = [384, 256]`；TP=2 每个 rank 4 个 q 头、1 个 kv 头：`[128 + 32 + 32, 256] = [192, 256]`——按**头**切输出维（Q2）。
-# - `o_proj.weight` 与 `down_proj.weight`：输出维不变（256），输入维减半——行并行。
-# - `gate_up_proj.weight`：`[2×704, 256]` → `[2×352, 256]`：gate 的一半和 up 的一半。
-# - `embed_tokens.weight`：词表切成两段，每个 rank 一段（词表先补齐到可整除的大小）；`lm_head` 与它共享权重（tie_word_embeddings）。
-# - 最后一行：每个 rank 的参数总数约是 TP=1 的一半（归一化层的小向量每个 rank 都存一份完整的）。
+# - `qkv_proj.weight`：TP=1 是 `[8×32 + 2×32 + 2×32, 256] = [384, 256]`；TP=2 每个 rank 4 个 q 头、1 个 kv 头，`[192, 256]`。输出维按头切（Q2）。
+# - `o_proj.weight`、`down_proj.weight`：输出维不变，输入维减半，这是行并行。
+# - `gate_up_proj.weight`：`[2×704, 256]` → `[2×352, 256]`，gate 的一半和 up 的一半。
+# - `embed_tokens.weight`：词表切成两段（先补齐到能整除）；`lm_head` 与它共享权重。
+# - 最后一行：每个 rank 的参数约是 TP=1 的一半，归一化层的向量每个 rank 都存一份。
 
 # %%
 cmp = L10.tp_comparison()
@@ -119,31 +126,42 @@ L10.print_tp_comparison(cmp)
 L10.plot_tp_comparison(cmp);
 
 # %% [markdown]
-# 图 10-1：同一批 3 个 prompt、每个 16 个 token，贪心。左：TP=1 与 TP=2 交替运行（A B A B，各 3 次，先各预热一次）的墙钟时间；右：对 TP=2 再跑一次并用 `torch.profiler` 记录 rank 0，`execute_model` 的总时间里 `c10d::allreduce_`（gloo 的 all-reduce）占多少。每步 all-reduce 次数 = 4 层 × 2 + 1（embedding）= 9。
+# 图 10-1：3 个 prompt、每个 16 个 token，贪心。左：TP=1 与 TP=2 按 A B A B 交替各跑 3 次的墙钟时间。右：TP=2 时 rank 0 的 profiler 里，gloo 的 all-reduce（`c10d::allreduce_`）占 `execute_model` 的比例。每步 all-reduce 次数 = 4 层 × 2 + 1 = 9。
 #
-# 读图：在这台 2 核 CPU 上 TP=2 比 TP=1 **慢**。原因有三：两个 rank 是两个进程，分掉的是同两个 CPU 核，计算并没有“多出一份硬件”；这个模型很小（每层的矩阵乘法只有几十微秒），每步的时间主要是 Python 与调度开销，切分省下的计算微不足道；每步 9 次 gloo all-reduce 走本机 TCP，每次都要两个进程会合——右图的占比就是这部分代价（具体数字每次运行不同，以你的输出为准）。这不是张量并行的结论，而是“计算太小、通信相对太贵”时的结论（Q3）：在有 NVLink 的多卡机器上、模型大到一张卡放不下或单步计算很重时，TP 才划算。墙钟比较只在这台机器、这个负载上成立。
+# 在这台 2 核 CPU 上 TP=2 比 TP=1 慢，原因有三：
+#
+# - 两个 rank 分掉的是同两个核，没有多出硬件；
+# - 模型很小，每层矩阵乘法只有几十微秒，一步的时间主要是 Python 与调度开销；
+# - 每步 9 次 gloo all-reduce，每次都要两个进程经本机 TCP 会合，右图的占比就是这部分代价。
+#
+# 这是“计算太小、通信相对太贵”时的结论，只对这台机器和这个负载成立（Q3）。
 
 # %% [markdown]
 # ## 具体演示：一步前向里的 all-reduce
 #
-# 上面的 profiler 已经数出每步 9 次 all-reduce。它们在哪里？按一个 token 走一遍 TP=2 的第 0 层（括号里是每个 rank 上张量的形状，T 是本步的 token 数）：
+# 上面的 profiler 数出每步 9 次 all-reduce。按一个 token 走一遍 TP=2 的第 0 层，括号里是每个 rank 上的形状，T 是本步的 token 数：
 #
-# 1. `embed_tokens`（词表并行）：每个 rank 查自己那段词表，不在段内的 token 得 0 → **all-reduce #1** → `[T, 256]`，每个 rank 相同。
-# 2. `qkv_proj`（列并行）：`[T, 256]` → `[T, 192]`（本 rank 的 4 个 q 头、1 个 kv 头），不通信；注意力只在这 4 个头上算，KV cache 也只存本 rank 的 1 个 kv 头。
+# 1. `embed_tokens`（词表并行）：每个 rank 查自己那段词表，段外的 token 得 0 → **all-reduce #1** → `[T, 256]`。
+# 2. `qkv_proj`（列并行）：`[T, 256]` → `[T, 192]`，本 rank 的 4 个 q 头和 1 个 kv 头，不通信；注意力只在这些头上算。
 # 3. `o_proj`（行并行）：`[T, 128]` → `[T, 256]` 的部分和 → **all-reduce #2**。
 # 4. `gate_up_proj`（列并行）：`[T, 256]` → `[T, 704]`（gate 352 + up 352），不通信；`SiluAndMul` → `[T, 352]`。
 # 5. `down_proj`（行并行）：`[T, 352]` → `[T, 256]` 的部分和 → **all-reduce #3**。
 #
-# 以后每层两次，4 层共 1 + 8 = 9 次。`lm_head` 每个 rank 算自己那段词表的 logits，all-gather 拼成完整词表；每个 rank 用相同的 logits、相同的随机数（全局种子，见上方差异列表）采样出相同的 token——所以各 rank 的批状态始终一致，只有 rank 0 把结果交回 EngineCore（vLLM：`MultiprocExecutor` 只取 `output_rank` 那个 worker 的输出）。
+# 以后每层两次，4 层共 1 + 8 = 9 次。`lm_head` 之后 all-gather 出完整的 logits，每个 rank 用相同的 logits 和相同的随机种子采出相同的 token，所以各 rank 的批状态始终一致。只有一个 rank 把结果交回 EngineCore（vLLM：`MultiprocExecutor` 读 `output_rank` 那个 worker）。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
 #
-# 下面是 minivllm（与 vLLM）MLP 里的两个并行线性层，去掉了 vLLM 的量化方法、`skip_bias_add` 等开关。父类 `LinearBase(input_size_per_partition, output_size_per_partition, bias)` 建好本 rank 的 `weight`（`[输出, 输入]`）与 `bias`，并给每个参数挂上 `self.weight_loader`；`self.tp_rank`、`self.tp_size` 是本 rank 的编号和 rank 数（没有进程组时是 0 和 1）。10 处 `______` 是决策点：每个 rank 持有哪一维、从 checkpoint 的哪一段读、放到融合参数的哪里、前向之后通信还是不通信、bias 在哪个 rank 加。
+# 下面是 MLP 里的两个并行线性层，去掉了 vLLM 的量化方法和 `skip_bias_add` 等开关。
 #
-# 检查会把你的两个类交给两个 gloo rank（新进程：从 multiprocessing 的 forkserver——一个只预先导入了 torch 的单线程干净解释器——fork 出来，不是从笔记本的内核 fork；笔记本里定义的类由 cloudpickle 按值发过去），再在一个同样这样起的辅助进程里把它们换进 minivllm 的 Llama（`minivllm.model_executor.models.llama` 模块里的 `MergedColumnParallelLinear` 与 `RowParallelLinear` 这两个名字，`o_proj` 也用你的行并行层）以 TP=2 运行真实引擎（引擎的两个 worker 从这个只做这件事的辅助进程 fork 出来，所以看得见换进去的类）。
+# - 父类 `LinearBase(input_size_per_partition, output_size_per_partition, bias)` 建好本 rank 的 `weight`（`[输出, 输入]`）与 `bias`，并给每个参数挂上 `self.weight_loader`。
+# - `self.tp_rank`、`self.tp_size` 是本 rank 的编号和 rank 数，没有进程组时是 0 和 1。
+# - 10 处 `______` 是决策点：每个 rank 持有哪一维、从 checkpoint 的哪一段读、放到融合参数的哪里、前向之后通不通信、bias 在哪个 rank 加。
+# - 每段投影、行并行层的输入都要能被 tp 整除；不能整除时，构造层就应报错。
 #
-# 为什么不直接从 Jupyter 内核 fork：`fork` 只复制调用它的那个线程，内核里 ZMQ、历史记录等线程当时持有的锁被原样复制进子进程，却再也没有线程去释放；子进程一旦需要其中一把锁就永远等下去（本课早先的版本就在 CI 里这样挂住过）。vLLM 的 [`docs/design/multiprocessing.md`](https://github.com/vllm-project/vllm/blob/8e958902eee5/docs/design/multiprocessing.md) 说的是同一件事：`fork` 最快，但与使用线程的依赖不兼容；`VLLM_WORKER_MULTIPROC_METHOD` 选择 worker 的启动方式。
+# > 与 vLLM 的差异（评分涉及）：vLLM 的层默认返回 `(output, output_bias)` 二元组，未量化层经 `weight_loader_v2` 由参数对象加载；练习只返回 output，加载写在层的 `weight_loader` 里。详见文末。
+#
+# 检查在新进程里运行你的类：进程从 multiprocessing 的 forkserver 起，类由 cloudpickle 按值发过去。不从笔记本内核 fork，因为内核线程持有的锁会被复制进子进程而无人释放。
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
 
@@ -207,7 +225,7 @@ class RowParallelLinear(LinearBase):
 report("lesson10", globals())
 
 # %% [markdown]
-# 第一项检查：两个 gloo rank（`torch.distributed` 的 CPU 后端，两个从 forkserver 起的新进程）各自建一个 `gate_up_proj`（hidden 48 → gate 40 + up 40）和一个 `down_proj`，用 `weight_loader` 从同一份完整权重加载，跑同一个输入。检查每个 rank 持有的分片（形状与内容）、列并行层的输出只是本 rank 那一段，以及两个 rank 的 MLP 输出都等于不切分的 MLP。
+# 第一项检查：两个 gloo rank 各建一个 `gate_up_proj`（hidden 48 → gate 40 + up 40）和一个 `down_proj`，用 `weight_loader` 从同一份完整权重加载，跑同一个输入。检查每个 rank 的分片、列并行层只输出本 rank 那段，以及 MLP 输出等于不切分的 MLP。
 
 # %% nbgrader={"grade": true, "grade_id": "l10_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 gate_up = MergedColumnParallelLinear(8, [6, 6])    # TP=1 here (no process group): each rank would hold it all
@@ -219,7 +237,7 @@ L10.check_mlp(MergedColumnParallelLinear, RowParallelLinear)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：把你的两个类换进 minivllm 的 Llama，以 `tensor_parallel_size=2` 起真实引擎（在从 forkserver 起的辅助进程里；`MultiprocExecutor` 的两个 worker 由它 fork 出），对 3 个 prompt 贪心生成 8 个 token：输出必须与 TP=1 逐 token 相同；并用 `torch.profiler` 记录 rank 0，数出每步的 all-reduce 次数必须恰好是 4 层 × 2 + 1 = 9。退出时恢复原来的类。
+# 第二项检查：把你的两个类换进 minivllm 的 Llama（`o_proj` 也用你的行并行层），在一个辅助进程里以 `tensor_parallel_size=2` 起真实引擎，3 个 prompt 贪心生成 8 个 token。输出必须与 TP=1 逐 token 相同；`torch.profiler` 在 rank 0 数出的 all-reduce 必须恰好每步 9 次。
 
 # %% nbgrader={"grade": true, "grade_id": "l10_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 L10.check_real_engine(MergedColumnParallelLinear, RowParallelLinear)
@@ -228,7 +246,7 @@ print("真实引擎检查通过：TP=2 的贪心输出与 TP=1 相同，每步 9
 # %% [markdown]
 # ## 检查方法
 #
-# 运行断言；再把“all-reduce 放在列并行层之后”和“不做 all-reduce”各想一遍：两个 rank 的输出分别会是什么？用下面的单元格在两个 rank 上实际算一次你的 MLP 与这两种错法（`L10.misplaced_all_reduce` 用你的类，只改 forward 里通信的位置），对照不切分的 MLP 的误差，并解释为什么只有“列之后不通信、行之后 all-reduce”是对的。
+# 运行断言；再设想两种错法：all-reduce 放在列并行层之后，以及完全不做 all-reduce。两个 rank 的输出分别会是什么？下面的单元格用你的类在两个 rank 上实际算一次，只改 forward 里通信的位置。对照误差，解释为什么只有“列之后不通信、行之后 all-reduce”是对的。
 
 # %%
 for name, err in L10.misplaced_all_reduce(MergedColumnParallelLinear, RowParallelLinear).items():
@@ -251,13 +269,13 @@ L10.check_boundary(MergedColumnParallelLinear, RowParallelLinear)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：在 vLLM 8e958902eee5 中找到实现每个概念的名字（类名、函数名或属性名，字符串；大小写不限）。
+# “能映射回源码对象”（1 分）在这里自动评分：在 vLLM 8e958902eee5 中找到实现每个概念的名字（类名、函数名或属性名，字符串，大小写不限）。
 #
-# - `no_split`：每个 rank 都持有完整权重、不做任何切分的线性层类（`vllm/model_executor/layers/linear.py`）；
-# - `shard_widths`：线性层里记录各个（融合的）投影在本 rank 上输出宽度的列表属性，`create_weights` 按它分配权重；
+# - `no_split`：每个 rank 都持有完整权重、不切分的线性层类（`vllm/model_executor/layers/linear.py`）；
+# - `shard_widths`：记录各个融合投影在本 rank 上输出宽度的列表属性，`create_weights` 按它分配权重；
 # - `divisible`：`divide` 相除之前调用的、断言能整除的函数（`vllm/distributed/utils.py`）；
-# - `split_input`：行并行层收到的输入还没切分时（构造参数要求输入已切分的那一项为 False），把输入沿最后一维切成 tp 份的函数；
-# - `gather_outputs`：列并行层被要求输出完整结果时，收集各 rank 输出段的通信函数（`vllm/distributed/communication_op.py`）；
+# - `split_input`：行并行层收到未切分的输入时，把输入沿最后一维切成 tp 份的函数；
+# - `gather_outputs`：列并行层要输出完整结果时，收集各 rank 输出段的通信函数；
 # - `output_rank`：`MultiprocExecutor` 里决定从哪个 worker 读回模型输出的方法。
 
 # %% nbgrader={"grade": false, "grade_id": "l10_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -355,11 +373,11 @@ L10.check_source_map(SOURCE_MAP)
 # - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
 # - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
-# 总分 10 分，至少 8 分通过。参考答案与参考代码只在教师分支（solutions/）中：先独立完成；核对后请换一个 tp、模型形状或 batch 重新推演，不能只复制。
+# 总分 10 分，至少 8 分通过。先独立完成；核对后换一个 tp、模型形状或 batch 重新推演。
 #
 # ### 自检
 #
-# 下面的单元格用与 nbgrader 相同的检查函数给代码部分打分（Q1～Q3 显示为待人工评分）。
+# 下面的单元格用与 nbgrader 相同的检查函数给代码部分打分，Q1～Q3 显示为待人工评分。
 
 # %%
 self_check("lesson10", globals());
@@ -371,9 +389,23 @@ self_check("lesson10", globals());
 # - [vLLM vocab-parallel embedding](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/model_executor/layers/vocab_parallel_embedding.py)
 # - [vLLM parallel state](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/distributed/parallel_state.py)
 # - [vLLM MultiprocExecutor](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/executor/multiproc_executor.py)
-# - [Megatron-LM: Training Multi-Billion Parameter Language Models Using Model Parallelism (Shoeybi et al., 2019)](https://arxiv.org/abs/1909.08053)
+# - [Megatron-LM (Shoeybi et al., 2019)](https://arxiv.org/abs/1909.08053)
 # - [vLLM distributed inference and serving (current docs)](https://docs.vllm.ai/en/latest/serving/parallelism_scaling.html)
 #
-# 源码链接固定到本课审阅 commit；current docs、并行方式与默认参数会变化，面试或部署前必须按目标版本重新核对。
+# current docs 与默认参数会变化，部署前要按目标版本重新核对。
 #
 # ← 上一课：第 9 课：投机解码：n-gram 提议与拒绝采样　｜　下一课 →：第 11 课：CUDA Graph 与动态形状
+
+# %% [markdown]
+# ## 与 vLLM 0.27.1 的差异
+#
+# - **runner**：TP 不改变 runner 的选择。课程的 dense 模型在 0.27.1 默认由 Model Runner V2（`v1/worker/gpu/model_runner.py`）在每个 worker 里运行，minivllm 的 worker 对应 V1 的 `gpu_model_runner.py`；本课的层与 executor 两者共用。
+# - **权重加载**：vLLM 的未量化层在 `__init__` 里把 `weight_loader_v2` 挂到参数上，它再调参数对象的 `load_merged_column_weight`、`load_qkv_weight`、`load_row_parallel_weight`（`model_executor/parameter.py`）。minivllm 与练习把切片写在层的 `weight_loader` 里，切法相同。
+# - **forward 的返回值**：vLLM 的线性层默认返回 `(output, output_bias)`，模型里写 `x, _ = self.down_proj(x)`；`return_bias=False` 时才只返回 output。练习与 minivllm 只返回 output。
+# - **开关**：vLLM 的行并行层还有 `input_is_parallel`、`skip_bias_add`，计算交给 `quant_method`；minivllm 只保留 `reduce_results`，直接 `F.linear`。
+# - **不能整除时**：vLLM 的 `MergedColumnParallelLinear` 在构造时断言每段 `output_size % tp_size == 0`，行并行层用 `divide` 切输入维；minivllm 的 `divide` 抛 `ValueError`。练习接受任何异常。
+# - **广播调用**：vLLM 的 executor 用共享内存 `MessageQueue`（`rpc_broadcast_mq`）广播；minivllm 把同一份 pickle 写进每个 worker 的管道。
+# - **通信后端**：vLLM 在 GPU 上走 NCCL 或自定义 all-reduce kernel；本课在 CPU 上走 gloo，两个 rank 共享 2 个核。minivllm 只有张量并行，没有流水线并行和数据并行。
+# - **profiler 里的名字**：默认 `-O2` 下，Hopper 或 Blackwell 装有 FlashInfer 时，`enable_allreduce_rms_fusion` 把 all-reduce 与其后的 RMSNorm 融合成 `flashinfer_trtllm_fused_allreduce_norm`。
+# - 这个融合只在 tp 为 2、4、8、16 中 FlashInfer 支持的值时启用，且只用于 token 数不超过 `max_token_num` 的小 batch；大 batch 仍是单独的 all-reduce。通信次数不变，只是换了名字。
+# - **各 rank 采出相同的 token**：all-gather 让每个 rank 拿到相同的 logits（`LogitsProcessor._gather_logits`）；随机采样还要相同的随机数，vLLM 靠全局种子 `ModelConfig.seed`（默认 0）。minivllm 同样在每个 worker 里设同一个种子。
