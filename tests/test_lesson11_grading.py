@@ -19,12 +19,13 @@ CODE_PARTS = ("l11_main_path", "l11_real_engine", "l11_boundary", "l11_source_ma
 MESSAGES = {
     "largest_size": ("l11_main_path", "能装下的最小尺寸"),
     "pad_slot_block_0": ("l11_boundary", "填充行必须不写 KV"),
-    "stale_inputs": ("l11_boundary", "残留"),
+    "stale_inputs": ("l11_boundary", "残留的块号"),
     "padded_logits": ("l11_real_engine", "真实行"),  # raised inside the engine step
-    "position_out_of_range": ("l11_boundary", "[3, 17, 40, 0]"),
+    "position_out_of_range": ("l11_boundary", "position 是 -1"),
     "first_fit_in_list_order": ("l11_main_path", "不一定按升序"),
     "strictly_larger_size": ("l11_boundary", "正好是捕获尺寸 8"),
-    "block_table_cleared_in_padded_rows_only": ("l11_boundary", "上一批残留的块号"),
+    "next_power_of_two": ("l11_main_path", "不一定是 2 的幂"),
+    "multiple_of_8_above_8": ("l11_main_path", "间隔不一定是 8"),
 }
 
 

@@ -16,14 +16,19 @@ buffers, so every check here runs on CPU; on a GPU the same plug feeds real CUDA
 Every check is @graded: bounded by the cell limit, one short line on failure.
 
 Input space (each dimension -> the part that covers it):
-    num_reqs        1, between sizes (3, 5), exactly a size (8), above every size (9)    main, boundary
-    capture_sizes   ascending and not in ascending order (the smallest fitting size, not the first)   main, boundary
+    num_reqs        1, between sizes (3, 5, 17, 20, 25, 33), exactly a size (8, 24, 40), above every size (9, 41)
+                                                                                        main, boundary
+    capture_sizes   powers of two [1, 2, 4, 8]; vLLM's default head [1, 2, 4, 8, 16, 24, 32, 40] (not powers of
+                    two: the next power of two is the wrong size); ascending and not in ascending order (the
+                    smallest fitting size, not the first); in the engine also [1, 3, 6]     main, boundary
     buffers         fresh (as allocated), stale from a bigger batch (77 everywhere), a block table
                     narrower than the buffer's                                          main, boundary
-    padded rows     token 0, position 0 (in range), slot PAD_SLOT_ID (no KV written), seq_len 0   main, boundary
+    padded rows     token 0, position 0 (in range), slot PAD_SLOT_ID (no KV written), seq_len 0, block-table
+                    row 0 (vLLM V1 fills NULL_BLOCK_ID, V2 zeroes it); a real row's columns past this batch's
+                    table are not checked (V2 leaves them stale; seq_len bounds every read)  main, boundary
     engine          enforce_eager=False with capture sizes [1, 2, 4, 8]: batches of 3 and 8 shrinking as
-                    requests finish (every size, padded and exact); KV blocks outside the batch untouched
-                                                                                        real engine, boundary
+                    requests finish (every size, padded and exact); with sizes [1, 3, 6]: 5 requests (pad to 6,
+                    then 3, 1); KV blocks outside the batch untouched                   real engine, boundary
 """
 from __future__ import annotations
 
@@ -38,6 +43,8 @@ from minivllm.compilation.cuda_graph import PAD_SLOT_ID, BatchDescriptor
 
 DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
 CAPTURE_SIZES = [1, 2, 4, 8]
+VLLM_HEAD = [1, 2, 4, 8, 16, 24, 32, 40]  # vLLM's default list begins so: [1, 2, 4] + range(8, 256, 8) + ...
+ODD_SIZES = [1, 3, 6]                     # the engine run of check_boundary: no size a power of two above 2
 MAX_TOKENS = 6
 
 
@@ -79,21 +86,24 @@ def surfaced(llm, hook):
     return run
 
 
-def plug(llm, choose_capture_size, fill_static_buffers, real_rows) -> list[tuple[int, int | None]]:
-    """Route the engine's padded path through the student's functions; returns (num_reqs, size) per decode step."""
-    runner, seen = runner_of(llm), []
+def plug(llm, choose_capture_size, fill_static_buffers, real_rows,
+         sizes=tuple(CAPTURE_SIZES)) -> list[tuple[int, int | None]]:
+    """Route the engine's padded path through the student's functions (the engine was built with capture sizes
+    `sizes`); returns (num_reqs, size) per decode step."""
+    runner, seen, sizes = runner_of(llm), [], list(sizes)
     llm.check_errors = []
     max_model_len = runner.max_model_len
 
     def dispatch(num_tokens: int, uniform_decode: bool):
         if not uniform_decode or num_tokens == 0:
             return None
-        size = choose_capture_size(num_tokens, list(CAPTURE_SIZES))
+        size = choose_capture_size(num_tokens, list(sizes))
         seen.append((num_tokens, size))
         if size is None:
             return None
-        expect(isinstance(size, int) and size in CAPTURE_SIZES and size >= num_tokens,
-               f"choose_capture_size({num_tokens}, {CAPTURE_SIZES}) 应返回一个 >= {num_tokens} 的捕获尺寸或 None，得到 {size!r}")
+        expect(isinstance(size, int) and size in sizes and size >= num_tokens,
+               f"choose_capture_size({num_tokens}, {sizes}) 应返回列表里一个 >= {num_tokens} 的捕获尺寸或 None，"
+               f"得到 {size!r}")
         return BatchDescriptor(size, size, True)
 
     def pad(desc, input_ids, positions, md):
@@ -158,15 +168,32 @@ def fresh_case() -> tuple[StaticBuffers, tuple]:
                   torch.tensor([[1, 0, 0], [2, 0, 0], [3, 4, 0], [5, 6, 0], [7, 8, 9]], dtype=torch.int32))
 
 
+def _expect_size(choose_capture_size, n: int, sizes: list[int], why: str = "") -> None:
+    fits = [s for s in sizes if s >= n]
+    want = min(fits) if fits else None
+    got = choose_capture_size(n, list(sizes))
+    if want is None:
+        expect(got is None, f"{n} 个请求超过最大捕获尺寸 {max(sizes)}：choose_capture_size({n}, {sizes}) 应返回 None"
+               f"（走 eager），而不是截断或越界，得到 {got!r}")
+    elif want == n:
+        expect(got == want, f"{n} 个请求正好是捕获尺寸 {n}，不需要填充：choose_capture_size({n}, {sizes}) 应返回 {n}"
+               f"（能装下的最小尺寸），得到 {got!r}" + why)
+    else:
+        expect(got == want, f"choose_capture_size({n}, {sizes}) 应为能装下的最小尺寸 {want}，得到 {got!r}" + why)
+
+
 @graded
 def check_main_path(choose_capture_size, fill_static_buffers, real_rows) -> None:
-    """Covers num_reqs 1 to 8 against ascending and unordered size lists, fresh buffers, the real rows."""
+    """Covers num_reqs 1 to 33 against powers of two and vLLM's default head, ascending and unordered; fresh
+    buffers; the real rows."""
     for sizes in (CAPTURE_SIZES, [8, 2, 4, 1], [4, 8, 1, 2]):
         for n in (1, 3, 5, 8):
-            want = min(s for s in sizes if s >= n)
-            got = choose_capture_size(n, list(sizes))
-            expect(got == want, f"choose_capture_size({n}, {sizes}) 应为能装下的最小尺寸 {want}，得到 {got!r}"
-                   + ("（尺寸列表不一定按升序排列）" if sizes != CAPTURE_SIZES else ""))
+            _expect_size(choose_capture_size, n, sizes, "（尺寸列表不一定按升序排列）" if sizes != CAPTURE_SIZES else "")
+    for sizes in (VLLM_HEAD, [40, 24, 8, 1, 32, 16, 4, 2]):
+        for n in (3, 9, 17, 20, 25, 33):
+            _expect_size(choose_capture_size, n, sizes, "（尺寸不一定是 2 的幂：vLLM 的默认列表里有 24、40……）")
+    for n in (9, 17, 33):
+        _expect_size(choose_capture_size, n, [1, 2, 4, 8, 16, 32, 64], "（相邻尺寸的间隔不一定是 8）")
     bufs, batch = fresh_case()
     fill_static_buffers(bufs, *batch, 8)
     for name, want in (("input_ids", [11, 12, 13, 14, 15, 0, 0, 0]), ("positions", [0, 4, 16, 20, 33, 0, 0, 0]),
@@ -198,28 +225,39 @@ def check_real_engine(choose_capture_size, fill_static_buffers, real_rows) -> No
     expect(any(size is not None and size > n for n, size in seen), "没有任何 decode 批次被填充：plug 未生效？")
 
 
+def _pad_fault(name: str, got: list, want: list, n: int) -> str:
+    """What is wrong in the padded rows of one field, named by the value found there."""
+    pad = got[n:]
+    if any(v == 77 for v in pad):
+        return f"填充行还留着上一批的 77（{name} 的第 {n} 行起每步都要重写）"
+    if any(v < 0 for v in pad) and name == "positions":
+        return f"填充行的 position 是 {min(pad)}：rotary 用它查 cos/sin 表，应在 [0, max_model_len) 之内"
+    return f"填充行应为 {want[n:]}，得到 {pad}" if got[:n] == want[:n] else f"真实行应为 {want[:n]}，得到 {got[:n]}"
+
+
 @graded
 def check_boundary(choose_capture_size, fill_static_buffers, real_rows) -> None:
-    """Covers exactly a capture size and above every size (in either list order), stale buffers from a bigger
-    batch with a narrower block table, untouched KV blocks."""
+    """Covers exactly a capture size and above every size (in either list order, powers of two or not), stale
+    buffers from a bigger batch with a narrower block table, an engine with sizes [1, 3, 6], untouched KV blocks."""
     for sizes in (CAPTURE_SIZES, [8, 4, 2, 1]):
-        got = choose_capture_size(8, list(sizes))
-        expect(got == 8, f"8 个请求正好是捕获尺寸 8，不需要填充：choose_capture_size(8, {sizes}) 应返回 8，得到 {got!r}")
-        got = choose_capture_size(9, list(sizes))
-        expect(got is None, f"9 个请求超过最大捕获尺寸 8：choose_capture_size(9, {sizes}) 应返回 None（走 eager），"
-               f"而不是截断或越界，得到 {got!r}")
+        _expect_size(choose_capture_size, 8, sizes)
+        _expect_size(choose_capture_size, 9, sizes)
+    for sizes in (VLLM_HEAD, [40, 24, 8, 1, 32, 16, 4, 2]):
+        for n in (24, 40, 41):
+            _expect_size(choose_capture_size, n, sizes)
     bufs, batch = stale_case()
     fill_static_buffers(bufs, *batch, 4)
-    expect(bufs.input_ids[:4].tolist() == [5, 6, 7, 0] and bufs.positions[:4].tolist() == [3, 17, 40, 0],
-           f"input_ids/positions 的前 4 行应为 [5, 6, 7, 0] / [3, 17, 40, 0]，得到 {bufs.input_ids[:4].tolist()} / "
-           f"{bufs.positions[:4].tolist()}（上一批残留的 77 不能留在填充行）")
-    expect(bufs.slot_mapping[:4].tolist() == [51, 97, 168, PAD_SLOT_ID],
-           f"slot_mapping 应为 [51, 97, 168, {PAD_SLOT_ID}]：填充行必须不写 KV，得到 {bufs.slot_mapping[:4].tolist()}")
-    expect(bufs.seq_lens[:4].tolist() == [4, 18, 41, 0], f"seq_lens 应为 [4, 18, 41, 0]，得到 {bufs.seq_lens[:4].tolist()}")
-    expect(bufs.block_table[:4].tolist() == [[3, 0, 0, 0], [5, 6, 0, 0], [9, 10, 11, 0], [0, 0, 0, 0]],
-           f"block_table 前 4 行应只含本批的块号（其余为 0，上一批残留的块号不能留下），得到 {bufs.block_table[:4].tolist()}")
-    padded = make_engine(False)
-    plug(padded, choose_capture_size, fill_static_buffers, real_rows)
+    for name, want in (("input_ids", [5, 6, 7, 0]), ("positions", [3, 17, 40, 0]),
+                       ("slot_mapping", [51, 97, 168, PAD_SLOT_ID]), ("seq_lens", [4, 18, 41, 0])):
+        got = getattr(bufs, name)[:4].tolist()
+        expect(got == want, f"{name} 的前 4 行应为 {want}，得到 {got}：" + _pad_fault(name, got, want, 3)
+               + ("；填充行必须不写 KV" if name == "slot_mapping" else ""))
+    table = bufs.block_table[:4]
+    expect(table[:3, :3].tolist() == batch[4].tolist(),
+           f"block_table 真实行的前 3 列应为本批的块表 {batch[4].tolist()}，得到 {table[:3, :3].tolist()}")
+    expect(not table[3].any(), f"block_table 的填充行（第 3 行）应全为 0，不能留上一批残留的块号，得到 {table[3].tolist()}")
+    padded = make_engine(False, capture_sizes=ODD_SIZES)
+    plug(padded, choose_capture_size, fill_static_buffers, real_rows, sizes=ODD_SIZES)
     guard = kv_guard(padded)
     generate(padded, prompts(5, 3))
     expect(guard and max(guard) > 0, "没有检查到任何带填充行的 decode 步")

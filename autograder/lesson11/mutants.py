@@ -43,9 +43,15 @@ MUTANTS = {
     ), "Looks for a size strictly above the batch: a batch of exactly a capture size is padded or run eagerly.",
        fails={"l11_main_path", "l11_boundary"},
        hint="批大小恰好等于某个捕获尺寸时选哪个？检查比较符。"),
-    "block_table_cleared_in_padded_rows_only": Mutant(CELL, (
-        ("bufs.block_table[:size] = 0", "bufs.block_table[n:size] = 0"),
-    ), "Clears only the padded rows: a real row's columns past this batch's table keep the previous batch's ids.",
-       fails={"l11_boundary"},
-       hint="静态缓冲中上一批留下的块号，哪些位置需要清掉？"),
+    "next_power_of_two": Mutant(CELL, (
+        ("size = min(fits) if fits else None", "size = 1 << (num_reqs - 1).bit_length() if fits else None"),
+    ), "Rounds the batch up to the next power of two: right for [1, 2, 4, 8], a size not in vLLM's list for 17 (24).",
+       fails={"l11_main_path", "l11_boundary"},
+       hint="捕获尺寸一定是 2 的幂吗？vLLM 的默认列表里有哪些尺寸？"),
+    "multiple_of_8_above_8": Mutant(CELL, (
+        ("size = min(fits) if fits else None",
+         "size = (min(fits) if num_reqs <= 8 else -(-num_reqs // 8) * 8) if fits else None"),
+    ), "Assumes vLLM's default step of 8 above 8: a list with other steps ([..., 16, 32, 64]) gets a size it lacks.",
+       fails={"l11_main_path"},
+       hint="尺寸是从列表里选的，还是按某个固定间隔算出来的？"),
 }
