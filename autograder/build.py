@@ -28,63 +28,26 @@ GRADING_RUNS = ("nbgrader 评分时只运行准备单元格、答案单元格、
                 "单元格不运行（不计分，反馈里标着“评分时未运行”），所以答案不能依赖它们。")
 
 INSTALL_CELL = """\
-# 在 Colab 中安装课程的学生发行版（不含答案与评分细则）；本地（make lab）什么也不做。十二课的这一格相同，
-# 由 autograder/build.py 生成。唯一的设置：MINIVLLM_RELEASE_URL（发行版的 git 地址，教师发布的位置）。
-# 已装好的 torch 与 triton 原样保留，只补装缺少的包；安装失败后重跑本单元格即可修复。
+# Colab：安装本课程的学生发行版（不含答案）；本地（make lab）什么也不做。十二课相同，由 autograder/build.py 生成。
+# 设置 MINIVLLM_RELEASE_URL：教师发布的发行版 git 地址。失败时按提示改好后重跑本单元格即可修复。
 import os
 import subprocess
 import sys
 
 if "google.colab" in sys.modules or os.environ.get("MINIVLLM_COLAB_INSTALL"):
-    RELEASE_URL = os.environ.get("MINIVLLM_RELEASE_URL", "{url}")
     HOME = os.environ.get("MINIVLLM_HOME", "/content/minivllm")
-    DONE = os.path.join(HOME, ".minivllm-installed")  # written only once pip and the import check succeeded
+    URL = os.environ.get("MINIVLLM_RELEASE_URL", "{url}")
+    if not os.path.isdir(os.path.join(HOME, ".git")):
+        if os.path.exists(HOME) and os.listdir(HOME):
+            raise SystemExit(f"{{HOME}} 已存在但不是发行版的 git 克隆：删掉它，或把 MINIVLLM_HOME 设为别的文件夹。")
+        print(f"[1/3] 克隆发行版 {{URL}} -> {{HOME}}", flush=True)
+        if subprocess.run(["git", "clone", "--depth", "1", URL, HOME]).returncode:
+            raise SystemExit(f"克隆失败：无法从 {{URL}} 克隆。请先运行 "
+                             "os.environ['MINIVLLM_RELEASE_URL'] = '<教师发布的发行版 git 地址>'，再重跑本单元格。")
+    sys.path.insert(0, HOME)
+    from autograder.colab import install  # pip 安装（保留 Colab 的 torch 与 triton）与导入检查
 
-    class InstallFailed(Exception):
-        def _render_traceback_(self):  # IPython shows the message, not a traceback
-            return str(self).splitlines()
-
-    def phase(title, cmd, show, hint):
-        print(title, flush=True)
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        tail = []
-        for line in proc.stdout:
-            tail = (tail + [line.rstrip()])[-12:]
-            if line.startswith(show):
-                print("    " + line.rstrip()[:150], flush=True)
-        if proc.wait():
-            raise InstallFailed("\\n".join([*tail, "", hint]))
-
-    if os.path.exists(DONE):
-        print(f"minivllm 已安装在 {{HOME}}（{{open(DONE).read().strip()}}）")
-    else:
-        if not os.path.isdir(os.path.join(HOME, ".git")):
-            if os.path.exists(HOME) and os.listdir(HOME):
-                raise InstallFailed(f"{{HOME}} 已存在但不是发行版的 git 克隆：删掉它，或把 MINIVLLM_HOME 设为别的文件夹。")
-            phase(f"[1/3] 克隆发行版 {{RELEASE_URL}} -> {{HOME}}", ["git", "clone", "--depth", "1", RELEASE_URL, HOME],
-                  ("Cloning", "fatal", "remote"), f"克隆失败：无法从 {{RELEASE_URL}} 克隆。请先运行 "
-                  "os.environ['MINIVLLM_RELEASE_URL'] = '<教师发布的发行版 git 地址>'，再重跑本单元格。")
-        from importlib.metadata import PackageNotFoundError, version
-
-        keep = []
-        for pkg in ("torch", "triton"):  # pin what is installed: pip may add packages, never swap these
-            try:
-                keep.append(f"{{pkg}}=={{version(pkg)}}")
-            except PackageNotFoundError:
-                pass
-        with open(os.path.join(HOME, "keep-installed.txt"), "w") as f:
-            f.write("\\n".join(keep) + "\\n")
-        phase(f"[2/3] pip 安装 {{HOME}}（保留 {{', '.join(keep) or '无'}}；约 2 分钟）",
-              [sys.executable, "-m", "pip", "install", "--progress-bar", "off", "-c",
-               os.path.join(HOME, "keep-installed.txt"), "-e", HOME, *os.environ.get("MINIVLLM_PIP_ARGS", "").split()],
-              ("Collecting", "Installing", "Successfully", "ERROR"), "pip 安装失败（见上面几行）。修好原因后重跑本单元格：它会重新安装。")
-        phase("[3/3] 检查 minivllm 与 autograder 能否导入", [sys.executable, "-c", "import minivllm, autograder.common"],
-              ("Traceback", "ModuleNotFoundError", "ImportError"), "导入失败（见上面几行）：重跑本单元格会重新安装。")
-        with open(DONE, "w") as f:
-            f.write(" ".join(keep) + "\\n")
-        print(f"完成：minivllm 已安装在 {{HOME}}")
-    if HOME not in sys.path:
-        sys.path.insert(0, HOME)"""
+    install(HOME)"""
 
 
 def release_url(repo: str = RELEASE_REPO) -> str:
@@ -107,6 +70,9 @@ def generated_cells(nb: nbformat.NotebookNode, lesson_id: str, root: Path = REPO
     title = next(c for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("# "))
     head, _, rest = title.source.partition("\n")
     title.source = "\n".join([head, "", colab_link(lesson_id), rest]).rstrip("\n")
+    nb.cells.remove(first)  # the title first; the install cell right under it
+    nb.cells.insert(nb.cells.index(title) + 1, first)
+    setup_guard(nb, lesson_id)
     manual_answer_cells(nb, lesson_id)
     nav = lesson_nav(lesson_id, root)
     for cell in nb.cells:
@@ -119,6 +85,26 @@ def generated_cells(nb: nbformat.NotebookNode, lesson_id: str, root: Path = REPO
     if sum(GRADING_RUNS in c.source for c in nb.cells if c.cell_type == "markdown") != 1:
         raise SystemExit(f"{lesson_id}: the grading table must end with one `{RUBRIC_LAST_ROW}` row")
     return nb
+
+
+SETUP_GUARD = 'assert "{alias}" in globals(), "先运行本课开头的准备单元格（{setup}），再运行本单元格。"'
+
+
+def setup_guard(nb: nbformat.NotebookNode, lesson_id: str) -> None:
+    """Every grade cell starts with one line that names the setup cell when it has not run: a grade cell run
+    first would otherwise show `NameError: name 'L04' is not defined` (nothing of the course is loaded yet to say
+    better). The alias is the one the setup cell imports the lesson's checks as."""
+    import re
+
+    setup = next((c for c in nb.cells if c.cell_type == "code"
+                  and str(c.metadata.get("nbgrader", {}).get("grade_id", "")).endswith("_setup")), None)
+    found = re.search(rf"^from autograder import {lesson_id} as (\w+)", setup.source if setup else "", re.M)
+    if found is None:
+        raise SystemExit(f"{lesson_id}: the setup cell must import `from autograder import {lesson_id} as LNN`")
+    guard = SETUP_GUARD.format(alias=found.group(1), setup=setup.metadata["nbgrader"]["grade_id"])
+    for cell in nb.cells:
+        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade"):
+            cell.source = guard + "\n" + cell.source
 
 
 def manual_answer_cells(nb: nbformat.NotebookNode, lesson_id: str) -> None:

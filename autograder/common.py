@@ -672,6 +672,50 @@ def cell_diagnosis(lesson_id: str, part: Part, value: BaseException, namespace: 
     return _diagnosis(lesson_id, r, "")
 
 
+CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "Source Han Sans CN", "WenQuanYi Zen Hei",
+             "WenQuanYi Micro Hei", "Droid Sans Fallback", "SimHei", "Microsoft YaHei", "PingFang SC", "Heiti SC",
+             "Hiragino Sans GB", "Arial Unicode MS")
+NO_CJK_FONT = ("（图中的中文需要中文字体，本机没有：图照常画出，中文显示为方框。想看到中文：Debian/Ubuntu/Colab 运行 "
+               "`!apt-get -qq install fonts-noto-cjk`，然后重启内核。）")
+
+
+def use_cjk_font() -> str | None:
+    """The figures' Chinese labels: the first installed CJK font goes right after matplotlib's first sans-serif
+    font (Latin glyphs stay as they were; matplotlib takes each missing glyph from the next font in the list).
+    Without one, say once how to get one; the figures still draw (missing glyphs as boxes, their warnings
+    silenced by the setup cell). Returns the font used, or None."""
+    try:
+        import matplotlib
+        from matplotlib import font_manager
+    except ImportError:
+        return None
+    installed = {f.name for f in font_manager.fontManager.ttflist}
+    found = [f for f in CJK_FONTS if f in installed]
+    if not found:
+        print(NO_CJK_FONT)
+        return None
+    sans = [f for f in matplotlib.rcParams["font.sans-serif"] if f not in found]
+    matplotlib.rcParams["font.sans-serif"] = sans[:1] + found[:1] + sans[1:]
+    matplotlib.rcParams["axes.unicode_minus"] = False  # CJK fonts often lack U+2212
+    return found[0]
+
+
+def quiet_progress_bars() -> None:
+    """No "Loading weights: 100%" bar (transformers' tqdm.auto: a widget in a notebook, stderr elsewhere) in a
+    check's output when it loads the HF model as its oracle: the checks and the report capture stdout and stderr,
+    not a widget, and a grade cell must not write to stderr."""
+    import os
+    import sys
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read when huggingface_hub / transformers import
+    if "transformers" in sys.modules:
+        with contextlib.suppress(Exception):
+            sys.modules["transformers"].utils.logging.disable_progress_bar()
+    if "huggingface_hub" in sys.modules:
+        with contextlib.suppress(Exception):
+            sys.modules["huggingface_hub"].utils.disable_progress_bars()
+
+
 def short_errors(lesson_id: str, shell=None) -> None:
     """Make every failing grade cell of this lesson show three lines (failure_lines) instead of a traceback,
     in JupyterLab, Colab and nbgrader's run (hence its feedback). Other cells keep IPython's traceback.
@@ -688,6 +732,10 @@ def short_errors(lesson_id: str, shell=None) -> None:
         shell = get_ipython()
     if shell is None:
         return
+    quiet_progress_bars()
+    if not os.environ.get("MINIVLLM_GRADING") and not getattr(use_cjk_font, "done", False):  # figures are not graded
+        use_cjk_font.done = True
+        use_cjk_font()
     lesson, cells = load_lesson(lesson_id), _grade_cells(lesson_id)
 
     def part_of(tb) -> Part | None:

@@ -27,7 +27,13 @@ reference solutions, mark schemes and hidden tests stay with the instructors.
 
     pip install -e .            # keeps an installed torch (and its triton); add ".[triton]" on a fresh Linux box
     pip install jupyterlab
-    jupyter lab notebooks       # lessons: notebooks/lessonNN/lessonNN.ipynb
+    JUPYTER_CONFIG_PATH=autograder/jupyter-student jupyter lab --notebook-dir=notebooks
+                                # lessons: lessonNN/lessonNN.ipynb; the student config turns off nbgrader's
+                                # instructor menus (formgrader, Create Assignment) if nbgrader is installed
+
+The figures label axes in Chinese: install a CJK font first, or they show boxes instead of characters
+(Debian/Ubuntu: `sudo apt-get install fonts-noto-cjk`; macOS and Windows have one). Each notebook's setup cell
+picks whichever CJK font is installed and says so once when there is none.
 
 Self-check a lesson without nbgrader (the same checks the graders run, in a separate bounded process):
 

@@ -25,7 +25,11 @@ OLD_TRITON = "triton-3.6.0-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_
 
 
 def first_cell(path: Path) -> str:
-    return "".join(json.loads(path.read_text(encoding="utf-8"))["cells"][0]["source"])
+    """The install cell: the first code cell, right under the lesson's title (the first thing a student reads)."""
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    assert cells[0]["cell_type"] == "markdown" and "".join(cells[0]["source"]).startswith("# 第"), path
+    assert cells[1]["cell_type"] == "code", path
+    return "".join(cells[1]["source"])
 
 
 def markdown(path: Path) -> list[str]:
@@ -44,6 +48,7 @@ def test_every_notebook_has_the_one_generated_install_cell_and_a_colab_link():
         assert link in markdown(NOTEBOOKS / lesson / f"{lesson}.ipynb")[0]
     assert "MINIVLLM_REPO_URL" not in cell and "minivllm/minivllm.git" not in cell and " -q" not in cell
     assert f'"MINIVLLM_RELEASE_URL", "https://github.com/{RELEASE_REPO}.git"' in cell
+    assert len(cell.splitlines()) <= 25  # a short cell: the install itself is autograder/colab.py in the release
 
 
 def test_previous_and_next_links_follow_the_course_order():

@@ -46,6 +46,12 @@ def test_release_has_the_student_files_and_nothing_of_the_instructors(student_re
         assert f"autograder/{lesson_id}/checks.py" in names
         assert f"autograder/{lesson_id}/mutants.py" not in names
     assert {"README.md", "pyproject.toml", "minivllm/engine/core.py", "autograder/sandbox.py"} <= names
+    # the student JupyterLab (no nbgrader instructor menus) is what the README launches; the Colab installer ships
+    assert {"autograder/jupyter-student/jupyter_server_config.json", "autograder/jupyter-student/labconfig/page_config.json",
+            "autograder/colab.py"} <= names
+    readme = (student_release / "README.md").read_text(encoding="utf-8")
+    assert "JUPYTER_CONFIG_PATH=autograder/jupyter-student jupyter lab" in readme
+    assert "jupyter lab notebooks" not in readme and "fonts-noto-cjk" in readme
     assert any(n.startswith("data/models/") for n in names)
     assert not [n for n in names if n.startswith(("solutions/", "tests/", "benchmarks/"))
                 or n in ("autograder/mutation.py", "autograder/build.py", "autograder/grading.py")]

@@ -42,7 +42,7 @@ def test_a_blank_in_a_grade_cell_is_three_lines(shell, capsys):
     assert len(lines) == 3, lines
     assert "主路径·种子断言（l01_main_path，1 分）未通过" in lines[0] and "%tb" in lines[0]
     assert "还有空 ______ 没有填写" in lines[1] and "第 8 行：plan = ______" in lines[1]  # the blank, not its use (l. 20)
-    assert lines[2].startswith("评分单元格第 8 行：out, ran, trace = engine_core_step(")
+    assert lines[2].startswith("评分单元格第 9 行：out, ran, trace = engine_core_step(")  # line 1: the setup guard
     text = "\n".join(lines)
     assert "Traceback" not in text and "__tracebackhide__" not in text and str(REPO) not in text
     full = [ANSI.sub("", x) for x in (sh.run_line_magic("tb", ""), capsys.readouterr().out)[1].splitlines()]
@@ -54,7 +54,7 @@ def test_a_bare_visible_assert_names_what_is_false_and_its_value(shell, capsys):
     assert sh.run_cell(mutant_source("lesson01", "aborts_skipped")).success
     lines = run(sh, capsys, cells["l01_main_path"])
     assert len(lines) == 3, lines
-    assert lines[1].startswith("可见断言不成立（评分单元格第 11 行）：assert events == ")
+    assert lines[1].startswith("可见断言不成立（评分单元格第 12 行）：assert events == ")
     assert lines[2] == "不成立的是 `events == ['abort-queue-drained']`：events 实际是 []", lines
 
 

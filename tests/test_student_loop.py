@@ -121,3 +121,38 @@ def test_a_blank_or_a_limit_is_not_given_the_checks_cause_hint(lesson04, monkeyp
     assert sh.run_cell(LOOPING_CHECK_STOP).success
     r = run_part(part, sh.user_ns)
     assert r.score == 0 and r.message.startswith("超时") and "队列" not in r.message, r.message
+
+
+def test_a_grade_cell_run_before_the_setup_cell_says_so():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    sh = InteractiveShell.instance()
+    try:
+        for lesson_id in ("lesson01", "lesson04"):
+            grade_cells = [c for c in json.loads((NOTEBOOKS / lesson_id / f"{lesson_id}.ipynb").read_text("utf-8"))["cells"]
+                           if c["metadata"].get("nbgrader", {}).get("grade") and c["cell_type"] == "code"]
+            for cell in grade_cells:
+                result = sh.run_cell("".join(cell["source"]))
+                assert not result.success and not isinstance(result.error_in_exec, NameError), cell["id"]
+                assert "先运行本课开头的准备单元格" in str(result.error_in_exec), cell["id"]
+    finally:
+        InteractiveShell.clear_instance()
+
+
+def test_setup_silences_weight_loading_bars_and_picks_a_cjk_font(lesson04, monkeypatch, capsys):
+    """After the setup cell no "Loading weights" bar reaches a check's output; figures take an installed CJK font,
+    and without one the setup says once how to get one."""
+    import matplotlib
+    import transformers
+    from matplotlib import font_manager
+
+    from autograder import common
+
+    assert not transformers.utils.logging.is_progress_bar_enabled()
+    monkeypatch.setattr(font_manager.fontManager, "ttflist", [font_manager.FontEntry(name="DejaVu Sans")])
+    assert common.use_cjk_font() is None and "fonts-noto-cjk" in capsys.readouterr().out
+    cjk = font_manager.FontEntry(name="Noto Sans CJK SC")
+    monkeypatch.setattr(font_manager.fontManager, "ttflist", [font_manager.FontEntry(name="DejaVu Sans"), cjk])
+    with matplotlib.rc_context():
+        assert common.use_cjk_font() == "Noto Sans CJK SC"
+        assert matplotlib.rcParams["font.sans-serif"][1] == "Noto Sans CJK SC"
