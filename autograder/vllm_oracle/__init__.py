@@ -118,10 +118,20 @@ def _scheduler() -> Comparison:
                       scheduler_harness.first_divergence)
 
 
+def _sampler() -> Comparison:
+    from autograder.vllm_oracle.workloads import first_sampler_divergence, sampler_case
+
+    def minivllm(cases):
+        from autograder.vllm_oracle.minivllm_side import run_sampler
+        return run_sampler(cases)
+
+    return Comparison(lambda: [sampler_case(seed) for seed in range(400)], minivllm, first_sampler_divergence)
+
+
 class _Lazy(dict):
     """COMPARISONS[kind], built on first use (each imports only what it needs)."""
 
-    FACTORIES = {"scheduler": _scheduler}
+    FACTORIES = {"scheduler": _scheduler, "sampler": _sampler}
 
     def __missing__(self, kind: str) -> Comparison:
         if kind not in self.FACTORIES:

@@ -64,3 +64,38 @@ class MinivllmSchedulerBackend:
 def run_scheduler(cases: list[dict]) -> list[dict]:
     backend = MinivllmSchedulerBackend()
     return [scheduler_harness.run(backend, w) for w in cases]
+
+
+def run_sampler(cases: list[dict]) -> list[dict]:
+    """minivllm's Sampler with the SamplingMetadata its runner builds from an InputBatch holding the rows."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import torch
+
+    from autograder.vllm_oracle.vllm_side import case_logits
+    from minivllm.sample.sampler import Sampler
+    from minivllm.sampling_params import SamplingParams
+    from minivllm.worker.gpu_input_batch import CachedRequestState, InputBatch
+    from minivllm.worker.gpu_model_runner import GPUModelRunner
+
+    answers = []
+    for case in cases:
+        rows = case["rows"]
+        batch = InputBatch(max_num_reqs=len(rows), max_model_len=64, block_size=16)
+        for i, row in enumerate(rows):
+            sp = SamplingParams(temperature=row["temperature"], top_k=row["top_k"], top_p=row["top_p"],
+                                min_p=row["min_p"], seed=row["seed"], logprobs=row["logprobs"],
+                                min_tokens=row["min_tokens"], ignore_eos=row["ignore_eos"],
+                                stop_token_ids=list(row["stop_token_ids"]), max_tokens=16)
+            gen = torch.Generator().manual_seed(row["seed"]) if not sp.greedy else None
+            batch.add_request(CachedRequestState(f"r{i}", [7, 8], sp, gen, [], 2, [5] * row["num_output_tokens"],
+                                                 eos_token_id=case["eos"]))
+        runner = SimpleNamespace(input_batch=batch, device=torch.device("cpu"), _sampling_metadata_key=None,
+                                 _make_sampling_metadata=lambda r: GPUModelRunner._make_sampling_metadata(runner, r))
+        md = GPUModelRunner._sampling_metadata(runner, np.arange(len(rows)))
+        out = Sampler()(case_logits(case), md)
+        answers.append({"seed": case["seed"], "sampled": out.sampled_token_ids.tolist(),
+                        "logprobs": None if out.logprobs is None else [
+                            None if d is None else [[t, lp, None] for t, lp in d.items()] for d in out.logprobs]})
+    return answers

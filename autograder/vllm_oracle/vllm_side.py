@@ -112,7 +112,100 @@ def quiet() -> None:
     logging.disable(logging.WARNING)
 
 
-KINDS = {"scheduler": lambda cases: _scheduler(cases)}
+def case_logits(case: dict):
+    """The case's logits: torch draws them from its seed, the same under either venv (same torch)."""
+    import torch
+
+    g = torch.Generator().manual_seed(case["seed"])
+    logits = torch.randn(len(case["rows"]), case["vocab"], generator=g) * case["scale"]
+    for row, token in case.get("boost", ()):
+        logits[row, token] = logits[row].max() + 120.0  # a gap of over 100 nats
+    return logits
+
+
+def logprob_rows(token_ids, logprobs, ranks, num_logprobs: list) -> list:
+    """vLLM's LogprobsTensors, per row as the OutputProcessor turns them into a {token: Logprob} dict: the
+    sampled token first, then the top-n, a repeated token keeping its first place; [token, logprob, rank]."""
+    rows = []
+    for i, n in enumerate(num_logprobs):
+        if n is None:
+            rows.append(None)
+            continue
+        ids, lps = token_ids[i][:n + 1], logprobs[i][:n + 1]
+        rank = [ranks[i]] + list(range(1, n + 1))
+        d: dict = {}
+        for t, lp, rk in zip(ids, lps, rank):
+            d[t] = [t, lp, rk]
+        rows.append(list(d.values()))
+    return rows
+
+
+def _sampler(cases: list[dict]) -> list[dict]:
+    """vLLM's Sampler (v1/sample/sampler.py) with the SamplingMetadata its InputBatch would build, and its own
+    MinP / MinTokens logits processors fed through BatchUpdate, as the model runner feeds them."""
+    from types import SimpleNamespace
+
+    import torch
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessors
+    from vllm.v1.sample.logits_processor.builtin import MinPLogitsProcessor, MinTokensLogitsProcessor
+    from vllm.v1.sample.metadata import SamplingMetadata
+    from vllm.v1.sample.sampler import Sampler
+
+    config = SimpleNamespace(scheduler_config=SimpleNamespace(max_num_seqs=64))
+    answers = []
+    for case in cases:
+        rows, vocab = case["rows"], case["vocab"]
+        n = len(rows)
+        logits = case_logits(case)
+        params, outputs = [], []
+        for row in rows:
+            sp = SamplingParams(temperature=row["temperature"], top_k=row["top_k"], top_p=row["top_p"],
+                                min_p=row["min_p"], seed=row["seed"], logprobs=row["logprobs"],
+                                min_tokens=row["min_tokens"], ignore_eos=row["ignore_eos"],
+                                stop_token_ids=list(row["stop_token_ids"]), max_tokens=16)
+            sp.update_from_generation_config({}, eos_token_id=case["eos"])
+            params.append(sp)
+            outputs.append([5] * row["num_output_tokens"])
+        procs = [MinPLogitsProcessor(config, torch.device("cpu"), False),
+                 MinTokensLogitsProcessor(config, torch.device("cpu"), False)]
+        update = BatchUpdate(batch_size=n, removed=[], moved=[],
+                             added=[(i, sp, None, out) for i, (sp, out) in enumerate(zip(params, outputs))])
+        for p in procs:
+            p.update_state(update)
+        greedy = [row["temperature"] < 1e-5 for row in rows]
+        generators = {i: torch.Generator().manual_seed(row["seed"]) for i, row in enumerate(rows) if not greedy[i]}
+        nl = [row["logprobs"] for row in rows]
+        md = SamplingMetadata(
+            temperature=None if all(greedy) else torch.tensor([0.0 if g else r["temperature"]
+                                                                for g, r in zip(greedy, rows)]),
+            all_greedy=all(greedy), all_random=not any(greedy),
+            top_p=None if all(r["top_p"] >= 1 for r in rows) else torch.tensor([r["top_p"] for r in rows]),
+            top_k=None if all(not 0 < r["top_k"] < vocab for r in rows) else torch.tensor(
+                [r["top_k"] if 0 < r["top_k"] < vocab else vocab for r in rows]),
+            generators=generators,
+            max_num_logprobs=max((x for x in nl if x is not None), default=None),
+            no_penalties=True, prompt_token_ids=None, frequency_penalties=torch.zeros(n),
+            presence_penalties=torch.zeros(n), repetition_penalties=torch.ones(n), output_token_ids=outputs,
+            allowed_token_ids_mask=None, bad_words_token_ids={}, logitsprocs=LogitsProcessors(procs))
+        sampler = Sampler()
+        # A batch mixing greedy and random rows: the CPU path draws every row from the global RNG when some
+        # row has no generator (forward_cpu); the native path (CUDA with generators) keeps each row's own.
+        path = "forward_cpu"
+        if any(greedy) and not all(greedy):
+            sampler.topk_topp_sampler.forward = sampler.topk_topp_sampler.forward_native
+            path = "forward_native"
+        out = sampler(logits.clone(), md)
+        sampled = out.sampled_token_ids.view(-1).tolist()
+        lp = None
+        if out.logprobs_tensors is not None:
+            t = out.logprobs_tensors
+            lp = logprob_rows(t.logprob_token_ids.tolist(), t.logprobs.tolist(), t.selected_token_ranks.tolist(), nl)
+        answers.append({"seed": case["seed"], "path": path, "sampled": sampled, "logprobs": lp})
+    return answers
+
+
+KINDS = {"scheduler": lambda cases: _scheduler(cases), "sampler": lambda cases: _sampler(cases)}
 
 
 def _scheduler(cases: list[dict]) -> list[dict]:

@@ -60,3 +60,46 @@ def scheduler_workload(seed: int) -> dict:
             "model": model,
         })
     return {"seed": seed, "config": config, "requests": requests, "max_steps": 2000}
+
+
+def sampler_case(seed: int) -> dict:
+    """One batch of logits (drawn from the seed by torch under either venv) and per-row sampling parameters.
+
+    Every random row is seeded: vLLM's CPU sampler draws a batch with any unseeded row from the global RNG
+    (TopKTopPSampler.forward_cpu), and only a seeded row's draw is defined by its own generator."""
+    r = random.Random(seed)
+    rows = []
+    batch = r.randint(1, 8)
+    mode = r.choice(["greedy", "random", "mixed"])
+    for i in range(batch):
+        greedy = mode == "greedy" or (mode == "mixed" and r.random() < 0.5)
+        row = {"temperature": 0.0 if greedy else r.choice([0.3, 0.7, 1.0, 1.5]),
+               "top_k": r.choice([0, 0, 1, 5, 50]), "top_p": r.choice([1.0, 1.0, 0.5, 0.9]),
+               "min_p": r.choice([0.0, 0.0, 0.05, 0.3]), "seed": r.randrange(2**31),
+               "logprobs": r.choice([None, None, 0, 1, 5]), "min_tokens": r.choice([0, 0, 3]),
+               "num_output_tokens": r.choice([0, 1, 5]), "ignore_eos": r.random() < 0.3,
+               "stop_token_ids": [STOP_ID] if r.random() < 0.5 else []}
+        rows.append(row)
+    if mode == "mixed" and all(row["temperature"] == 0.0 for row in rows):
+        rows[0]["temperature"] = 1.0
+    # Rows whose EOS (or stop id) logit leads by far: what min_tokens must hold back.
+    boost = [[i, r.choice([EOS, STOP_ID])] for i in range(batch) if r.random() < 0.3]
+    return {"seed": seed, "vocab": r.choice([64, 257, 1000]), "scale": r.choice([1.0, 3.0, 60.0]), "rows": rows,
+            "eos": EOS, "boost": boost}
+
+
+def first_sampler_divergence(a: dict, b: dict) -> str | None:
+    """Sampled tokens equal; per row the logprob entries (sampled token first, then the top-n) name the same
+    tokens in the same order with logprobs within 1e-5, and the same ranks where minivllm reports one (it
+    reports none yet: README's differences)."""
+    if a["sampled"] != b["sampled"]:
+        return f"sampler seed {a['seed']} ({a['path']}): sampled vLLM {a['sampled']} != minivllm {b['sampled']}"
+    la, lb = a["logprobs"], b["logprobs"]
+    if (la is None) != (lb is None):
+        return f"sampler seed {a['seed']}: logprobs vLLM {la} != minivllm {lb}"
+    for i, (ra, rb) in enumerate(zip(la or [], lb or [], strict=True)):
+        if (ra is None) != (rb is None) or (ra is not None and (
+                [e[0] for e in ra] != [e[0] for e in rb]
+                or any(abs(x[1] - y[1]) > 1e-5 or (y[2] is not None and x[2] != y[2]) for x, y in zip(ra, rb)))):
+            return f"sampler seed {a['seed']}, row {i}: logprobs vLLM {ra} != minivllm {rb}"
+    return None

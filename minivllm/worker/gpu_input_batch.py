@@ -87,8 +87,10 @@ class InputBatch:
         self.num_logprobs[idx] = sp.logprobs
         if state.generator is not None:
             self.generators[idx] = state.generator
+        # vLLM's all_stop_token_ids: EOS is in it even with ignore_eos (update_from_generation_config adds it
+        # regardless), so min_tokens holds EOS back either way; ignore_eos only stops EOS from ending the request.
         stop_ids = set(sp.stop_token_ids or ())
-        if not sp.ignore_eos and state.eos_token_id is not None:
+        if state.eos_token_id is not None:
             stop_ids.add(state.eos_token_id)
         if sp.min_tokens > 0 and stop_ids:
             self.min_tokens[idx] = (sp.min_tokens, n_prompt, sorted(stop_ids))
