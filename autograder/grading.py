@@ -256,11 +256,14 @@ def canary(course: Path, lesson_id: str) -> None:
     sub.mkdir(parents=True, exist_ok=True)
     (sub / f"{lesson_id}.ipynb").write_text(dumps(solution_notebook(lesson_id)), encoding="utf-8")
     problems: list[str] = []
+    phases = len(PHASES)
     try:
         try:
             db, verdict, note = autograde_one(course, lesson_id, CANARY)
         except GraderBroken as e:
             raise GraderBroken(f"{lesson_id}: the sandbox cannot run the grader: {e}") from None
+        finally:
+            del PHASES[phases:]  # the students' phases only; `grade` times the canary as a whole
         problems += [f"sandbox {r.part.grade_id} {r.score:g}/{r.part.points}: {r.message[:300]}" for r in verdict
                      if not r.part.manual and r.score != r.part.points]
         if note:
