@@ -14,52 +14,42 @@
 #
 # ## 本课目标与通过标准
 #
-# 本课产出：能说清调度器的一个 `SchedulerOutput` 怎样变成模型前向的输入张量——runner 怎样把调度器的增量（新请求、继续的请求、结束的请求）写进**持久批** `InputBatch`（行跨步保留：`add_request`、`remove_request`、`condense`、`swap_states`），再把一个参差不齐的混合批（新 prefill、分块 prefill、prefix cache 命中后的 prefill、decode）摊平成一串 varlen 张量：`input_ids`、`positions`、`query_start_loc`、`seq_lens`、`slot_mapping`、`logits_indices`；亲手写出向量化的输入准备（vLLM V1 runner `GPUModelRunner._prepare_inputs` 的非投机部分），把它接进真实引擎，让 minivllm 用你的张量生成文本。
+# 本课讲调度器的 `SchedulerOutput` 怎样变成前向的输入张量。学完你应能：
 #
-# 通过要求：唯一代码填空题通过全部断言；Q1～Q3 都能沿源码对象给出因果链；能指出一个正确性不变量（每个 token 的 K/V 写进它所属请求的**物理**块、位置从 `num_computed_tokens` 接着数；只在请求到达已知 token 末尾时取 logits）、一个性能边界（输入准备在 CPU 上、每步一次、与 token 数线性，不能有按 token 的 Python 循环）和一个需要 benchmark 才能确认的结论（输入准备占一步的多少，取决于模型大小与 batch，而不是一个常数）；总分至少 8/10。
+# - 说清 runner 怎样把调度器的增量写进**持久批** `InputBatch`（`add_request`、`remove_request`、`condense`、`swap_states`）；
+# - 说清一个混合批（新 prefill、分块 prefill、prefix 命中后的 prefill、decode）怎样摊平成 varlen 张量；
+# - 写出向量化的输入准备（V1 runner `GPUModelRunner._prepare_inputs` 的非投机部分），接进真实引擎生成文本。
+#
+# 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；总分至少 8/10。还要能指出：
+#
+# - 正确性不变量：K/V 写进所属请求的**物理**块，位置从 `num_computed_tokens` 接着数，只在到达已知 token 末尾时取 logits；
+# - 性能边界：输入准备每步在 CPU 上做一次，与 token 数线性，不能有按 token 的 Python 循环；
+# - 需要 benchmark 的结论：输入准备占一步的比例取决于模型大小与 batch。
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
-# | 代码·主路径（引擎每一步的混合批，张量逐项相等 1 分 + 接入真实引擎 == HF、追踪与向量化 1 分） | 2 | 自动 |
+# | 代码·主路径（引擎混合批逐项相等 1 分；接入真实引擎与向量化 1 分） | 2 | 自动 |
 # | 代码·边界条件（中途结束的块、命中后块内开始、打乱的块、被交换的行） | 1 | 自动 |
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson05`（在本笔记本所在的文件夹或仓库根目录都可以），得分与教师用 nbgrader 评出的自动部分一致。
+# 没有 nbgrader 时，运行最后的“自检”单元格，或执行 `python -m autograder check lesson05`，得分与 nbgrader 的自动部分一致。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 本课程使用固定 commit 的永久链接保证行号可复现，同时链接 current docs 供核对最新变化。读 runner 时沿着“一个 token 从调度结果到前向输入”的路线读：先看调度器的增量怎样落进持久批，再看持久批怎样被摊平；不要从 CUDA graph、M-RoPE、多模态这些分支开始读。
+# 源码固定在 vLLM commit 8e958902eee5（0.27.1 发布后一天）。沿“一个 token 从调度结果到前向输入”的路线读，CUDA graph、M-RoPE、多模态的分支先跳过。
 #
-# | 顺序 | vLLM 文件与入口（8e958902eee5） | minivllm 对应文件 | 带着什么问题读 |
+# | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | [`vllm/v1/core/sched/output.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/output.py)：`SchedulerOutput`、`NewRequestData`、`CachedRequestData` | `minivllm/core/sched/output.py`：`SchedulerOutput`、`NewRequestData`、`CachedRequestData` | 调度器每步只发“增量”：新请求发全量，继续的请求只发新块和 `num_computed_tokens`。runner 靠什么把增量拼回完整状态？ |
-# | 2 | [`vllm/v1/worker/gpu_input_batch.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_input_batch.py)：`CachedRequestState`、`InputBatch.add_request`、`remove_request`、`swap_states`、`condense` | `minivllm/worker/gpu_input_batch.py`：`CachedRequestState`、`InputBatch`、`add_request`、`remove_request`、`swap_states`、`condense` | 哪些状态按行存成 numpy 数组？一个请求结束后留下的空洞怎样被填上，谁的行号因此改变？ |
-# | 3 | [`vllm/v1/worker/gpu_model_runner.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_model_runner.py)：`_update_states`、`_may_reorder_batch`；[`vllm/v1/attention/backends/utils.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/attention/backends/utils.py)：`reorder_batch_to_split_decodes_and_prefills` | `minivllm/worker/gpu_model_runner.py`：`_update_states`、`_reorder_batch` | 为什么 decode 排在前面？vLLM 只在注意力后端给出 `reorder_batch_threshold` 时才重排（FlashInfer、MLA 后端给 1；FlashAttention、Triton 后端不给，默认 `None`，不重排），重排之后行序与调度器的顺序还一样吗？ |
-# | 4 | [`vllm/v1/worker/gpu_model_runner.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_model_runner.py)：`_prepare_inputs`、`_get_cumsum_and_arange`、`discard_request_mask` | `minivllm/worker/gpu_model_runner.py`：`_prepare_inputs` | `req_indices`、`query_pos`、`positions`、`token_indices` 怎样只用 `np.repeat` / `np.cumsum` 得到？哪些请求这一步不该采样？ |
-# | 5 | [`vllm/v1/worker/block_table.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/block_table.py)：`BlockTable.compute_slot_mapping`、`_compute_slot_mapping_kernel`、`commit_block_table` | `minivllm/worker/gpu_model_runner.py`：`_prepare_inputs`（`slot_mapping`）；`minivllm/worker/gpu_input_batch.py`：`block_table` | 逻辑块号 `pos // block_size` 怎样变成物理块号？为什么 vLLM 在 GPU 上算它？ |
-# | 6 | [`vllm/v1/attention/backend.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/attention/backend.py)：`CommonAttentionMetadata`；[`vllm/v1/utils.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/utils.py)：`CpuGpuBuffer` | `minivllm/attention/backends/abstract.py`：`AttentionMetadata` | kernel 需要哪些张量？哪些有 CPU 副本（字段 `query_start_loc_cpu`；`seq_lens_cpu` 在 vLLM 里是**已弃用**的属性，读它会把 GPU 上的 `seq_lens` 同步拷回 CPU）、哪些异步拷到 GPU？ |
+# | 1 | `vllm/v1/core/sched/output.py`：`NewRequestData`、`CachedRequestData` | `minivllm/core/sched/output.py` | 继续的请求只发新块和 `num_computed_tokens`，runner 怎样拼回完整状态？ |
+# | 2 | `vllm/v1/worker/gpu_input_batch.py`：`CachedRequestState`、`InputBatch` | `minivllm/worker/gpu_input_batch.py` | 哪些状态按行存？空洞怎样填上，谁的行号因此改变？ |
+# | 3 | `vllm/v1/worker/gpu_model_runner.py`：`_update_states`、`_may_reorder_batch` | `minivllm/worker/gpu_model_runner.py`：`_reorder_batch` | 什么时候把 decode 排到前面？ |
+# | 4 | `vllm/v1/worker/gpu_model_runner.py`：`_prepare_inputs`、`discard_request_mask` | `minivllm/worker/gpu_model_runner.py`：`_prepare_inputs` | 位置怎样只用 `np.repeat`、`np.cumsum` 得到？哪些请求不该采样？ |
+# | 5 | `vllm/v1/worker/block_table.py`：`BlockTable.compute_slot_mapping` | `_prepare_inputs` 的 `slot_mapping` | 逻辑块号怎样变成物理块号？ |
+# | 6 | `vllm/v1/attention/backend.py`：`CommonAttentionMetadata` | `minivllm/attention/backends/abstract.py`：`AttentionMetadata` | kernel 需要哪些张量？ |
 #
-# ### 你的模型在 vLLM 0.27.1 里由哪个 runner 跑
-#
-# > **minivllm ≠ vLLM：本课讲的持久批是 V1 runner 的设计，课程的模型在 vLLM 0.27.1 上默认不走它。**
-# > `VllmConfig.use_v2_model_runner`（`vllm/config/vllm.py`）决定 worker 建哪个 runner（`vllm/v1/worker/gpu_worker.py` 读它）：环境变量 `VLLM_USE_V2_MODEL_RUNNER` 设了就听它的；否则 `_is_default_v2_model_runner_model` 要求 `runner_type == "generate"`、不是 attention-free，且架构在 `DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES` 里或不是 MoE（dense 的 Llama、Qwen3 都满足；不在该列表里的 MoE 回到 V1）；再要求装了 Triton（`HAS_TRITON`），且 `_get_v2_model_runner_unsupported_features` 为空——n-gram 投机（`ngram`/`ngram_gpu`）、自定义 logits processor、prompt embeds、stock torch.compile 等任一开启都回到 V1（日志 “Model Runner V2 does not yet support …; using the V1 model runner instead”）。
-# > - **Model Runner V2**（`vllm/v1/worker/gpu/model_runner.py`，类名同样是 `GPUModelRunner`）：每个请求在请求状态表 `RequestState`（`vllm/v1/worker/gpu/states.py`）里占一个固定槽位，从 `free_indices.pop()` 拿到、到结束或被抢占时才还；每一步 `prepare_inputs` 新建一个 `InputBatch`（`vllm/v1/worker/gpu/input_batch.py`），批内顺序由 `sort_batch_req_ids` 决定（decode 在前，再按 token 数），`idx_mapping[批内第 i 行] = 槽位号`，Triton kernel 通过它去状态表里取数据。没有 `condense`、没有 `swap_states`。CUDA graph 由 `ModelCudaGraphManager` / `BatchExecutionDescriptor`（`vllm/v1/worker/gpu/cudagraph_utils.py`）管理。
-# > - **V1 runner**（`vllm/v1/worker/gpu_model_runner.py` + `gpu_input_batch.py`）：本课和 minivllm 讲的持久批。一个 V2 不支持的特性打开时（例如第 9 课的 n-gram 投机），或 MoE 模型、没有 Triton 时，跑的是它。
-# >
-# > 本课先按 V1（也是 minivllm）讲持久批和 varlen 摊平——摊平的数学在两个 runner 里相同；“V1 的持久批与 V2 的请求状态表”一节把两种做法放在同一次运行上对比。
-#
-# 源码快照：vLLM 8e958902eee5。与 vLLM 的差异（本课会反复用到）：
-#
-# - **slot mapping 在哪里算**：vLLM 先把块表异步拷到 GPU（`commit_block_table`），再由 `BlockTable.compute_slot_mapping` 启动 Triton kernel `_compute_slot_mapping_kernel` 在 GPU 上算；`positions`、`seq_lens` 也由 GPU 上的 `num_computed_tokens` 算出（为异步调度和投机解码的“乐观”长度服务）。minivllm 全部在 CPU 上用 numpy 算，再 `non_blocking` 拷过去——语义相同，少了重叠。
-# - **哪些请求取 logits**：vLLM 对每个请求都取最后一个 token 的 logits（`logits_indices = query_start_loc[1:] - 1`），再用 `discard_request_mask`（`seq_len < num_tokens` 的请求）丢掉中途分块的采样结果；minivllm 只对到达已知 token 末尾的请求取 logits（`emit`），少算几行 LM head。本课的练习按 minivllm 的做法。
-# - **投机解码**：有草稿时 vLLM 用 `_calc_spec_decode_metadata` 为每个请求取 k+1 行 logits；minivllm 的 `_prepare_inputs` 也这样做（第 9 课），本课的练习只做非投机的情形。
-# - **持久批的存储**：vLLM V1 的 `InputBatch` 里，token 表 `token_ids_cpu_tensor` **不是** pinned 的（`pin_memory=False`，也没有 GPU 副本：它只在 CPU 上被索引出本步的 `input_ids`）；采样参数（temperature 等）是 pinned CPU 张量配一份 GPU 张量；块表在单独的类 `BlockTable`（按 KV cache 组可有多个）里，是一个 `CpuGpuBuffer`，`commit_block_table(num_reqs)` **每步把前 `num_reqs` 行整个拷到 GPU**（不是只拷变化的部分）。minivllm 的 `InputBatch` 只有 numpy 数组，块表是其中一个二维数组。vLLM 的 `condense` 把末尾的行移进空洞（不交换），minivllm 用 `swap_states`，效果相同。
-# - **decode 排前面**：minivllm 的 `_reorder_batch` 每步都把 decode 换到前面；vLLM V1 的 `_may_reorder_batch` 只在 `reorder_batch_threshold` 不是 `None` 时调用 `reorder_batch_to_split_decodes_and_prefills`（由注意力后端的 metadata builder 给出：FlashInfer、MLA 等给 1，FlashAttention、Triton 后端不给，于是不重排——它们的 varlen kernel 直接处理混合批），重排时分四段：decode、short_extend、long_extend、prefill（首块）。
-# - **写入采样结果**：minivllm 用 `append_token`（minivllm 的名字）把上一步采样的 token 写进行；vLLM V1 在 `_bookkeeping_sync` 里写 `token_ids_cpu`。
-# - **runner 本身**：见上面的方框——课程的模型在 vLLM 0.27.1 上默认由 Model Runner V2 跑，它没有持久批。
-# - CUDA graph 的 padding（第 11 课）在 minivllm 里发生在 `_prepare_inputs` 之后（`_pad_for_cudagraph`），本课不涉及。
+# > **哪个 runner**：本课讲 V1 runner（`vllm/v1/worker/gpu_model_runner.py`）的持久批，minivllm 照它实现。vLLM 0.27.1 默认用 Model Runner V2（`vllm/v1/worker/gpu/`）跑课程的 dense 模型，它没有持久批，对照见演示最后一节。摊平的数学两者相同。
 
 # %% nbgrader={"grade": false, "grade_id": "l05_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。
@@ -84,53 +74,64 @@ short_errors("lesson05")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 1. 它是什么，解决什么问题
 #
-# 调度器决定“这一步每个请求算几个 token”（`num_scheduled_tokens`），但模型要的是张量：一串 token id、每个 token 的位置、每个 token 的 K/V 写到 KV cache 的哪个槽、注意力怎样按请求分段、最后取哪几行算 logits。`GPUModelRunner` 负责这个翻译，每步一次，在 CPU 上完成，而且**必须在 GPU 开始前**完成——GPU 在这段时间里是空闲的。所以它要做到两件事：
+# 调度器决定每个请求这一步算几个 token（`num_scheduled_tokens`）；模型要的是张量：token id、位置、K/V 写进哪个槽、注意力怎样按请求分段、取哪几行算 logits。`GPUModelRunner` 每步在 CPU 上做这个翻译，前向要等它做完。它要做到两件事：
 #
-# 1. **不重建状态**：一个请求活几百步，大多数步里它只多了 1 个 token，偶尔多 1 个块。runner 把每个请求的 token、块表、`num_computed_tokens`、采样参数放在持久批 `InputBatch` 的一行里，跨步保留；调度器只发增量（`CachedRequestData` 里的 `new_block_ids`、`num_computed_tokens`），runner 在 CPU 上只改变化的那几个数（Q1）。（vLLM V1 之后仍把块表的前 `num_reqs` 行整个拷到 GPU；V2 没有持久批，见后面的对比。）
-# 2. **不 padding**：一个批里有 1 个 token 的 decode，也有几百个 token 的 prefill 块。把它们补齐成 `[batch, max_len]` 会让大部分计算浪费在填充上；vLLM 把所有 token 接成一条扁平序列（varlen），用 `query_start_loc`（每个请求在扁平序列里的起点）告诉注意力 kernel 哪些 token 属于同一个请求（Q2）。
+# 1. **不重建状态**：请求活几百步，多数步里只多 1 个 token。runner 把它的 token、块表、`num_computed_tokens`、采样参数放在持久批的一行里跨步保留，每步只改变化的几个数（Q1）。
+# 2. **不 padding**：一批里有 1 个 token 的 decode，也有几百个 token 的 prefill 块。vLLM 不补齐成 `[batch, max_len]`，而是把所有 token 接成一条扁平序列（varlen），用 `query_start_loc` 标出每个请求的起点（Q2）。
 #
 # ### 2. 它如何工作
 #
-# 每一步 `execute_model` 先 `_update_states`，再 `_prepare_inputs`：
+# 每步 `execute_model` 先用 `_update_states` 改持久批：
 #
-# 1. **`_update_states`**（持久批的增删改）：结束的请求 `remove_request`（行变成空洞）；没被调度的（被抢占的）也移出批，但保留 `CachedRequestState`；新请求 `add_request`（优先填空洞）；继续的请求更新 `num_computed_tokens_cpu` 并追加新块 `append_block_ids`；然后 `condense` 把末尾的行移进空洞，使 `[0, num_reqs)` 全是活的行；最后 minivllm 的 `_reorder_batch` 用 `swap_states` 把 decode（本步 1 个 token）换到前面（vLLM V1 只在注意力后端设了 `reorder_batch_threshold` 时这样做，见差异列表）。**所以行序 ≠ 调度器的顺序**：后面的一切都按 `input_batch.req_ids` 的行序来。
-# 2. **`_prepare_inputs`**（摊平），对行 i、本步 `n_i` 个 token、已算 `c_i` 个：
-#    - `query_start_loc = [0, cumsum(n)]`：第 i 个请求的 token 在扁平序列的 `[qsl[i], qsl[i+1])`；
-#    - `req_indices = repeat(arange(num_reqs), n)`：每个 token 属于哪一行；本请求内的偏移 `arange(total) - repeat(qsl[:-1], n)`；
-#    - `positions = c[req_indices] + 偏移`：位置从已经算过的 token 数接着数（prefix cache 命中后 `c_i` 就是命中的长度）；
-#    - `input_ids = token_ids_cpu[req_indices, positions]`；
-#    - `slot_mapping = block_table[req_indices, positions // block_size] * block_size + positions % block_size`：逻辑块号 `pos // block_size` 查块表得到**物理**块号，再加块内偏移；
-#    - `seq_lens = c + n`：本步之后的上下文长度（注意力看多长的 KV）；
-#    - `logits_indices`：只有 `seq_lens >= num_tokens` 的请求（本步到达了已知 token 的末尾）要采样，取它在扁平序列里的最后一个 token `qsl[i+1] - 1`；一个没走到 prompt 末尾的 prefill 块不采样。
-# 3. 这些数组变成 `AttentionMetadata`（`minivllm/attention/backends/abstract.py`）和 `input_ids`、`positions`，拷到设备，前向，`hidden[logits_indices]` 进 LM head。
+# - 结束的请求 `remove_request`，行变成空洞；没被调度的请求也移出批，但保留 `CachedRequestState`；
+# - 新请求 `add_request`，优先填空洞；继续的请求更新 `num_computed_tokens_cpu`，追加新块；
+# - `condense` 把末尾的行移进空洞；minivllm 的 `_reorder_batch` 再用 `swap_states` 把 decode 换到前面。
+#
+# 所以**行序 ≠ 调度器的顺序**。然后 `_prepare_inputs` 按行序摊平，第 i 行本步 `n_i` 个 token、已算 `c_i` 个：
+#
+# - `query_start_loc = [0, cumsum(n)]`：请求 i 占扁平序列的 `[qsl[i], qsl[i+1])`；
+# - `req_indices = repeat(arange(num_reqs), n)`；请求内偏移是 `arange(total) - repeat(qsl[:-1], n)`；
+# - `positions = c[req_indices] + 偏移`，`input_ids = token_ids_cpu[req_indices, positions]`；
+# - `slot_mapping = block_table[req_indices, positions // block_size] * block_size + positions % block_size`；
+# - `seq_lens = c + n`：注意力要看的上下文长度；
+# - `logits_indices`：只有 `seq_lens >= num_tokens` 的请求到达了已知 token 的末尾，取它的最后一个 token `qsl[i+1] - 1`。
+#
+# 这些数组组成 `AttentionMetadata`，拷到设备；前向之后 `hidden[logits_indices]` 进 LM head。
 #
 # ### 3. 正确性条件与常见误区
 #
-# - **物理块而不是逻辑块**：`pos // block_size` 是请求内的第几个块；KV cache 里的块由 BlockPool 分配，分散、可共享（prefix cache）。把逻辑块号当槽位会把 K/V 写进别人的块。
-# - **位置从 `num_computed_tokens` 开始**：分块 prefill 的第二块、decode、prefix 命中后的 prefill，位置都不是从 0 开始；位置错了 RoPE 就错了，注意力的因果边界也错了。
-# - **logits 只取每个请求的最后一个 token，且只在到达末尾时取**：取第一个 token 会用错误的上下文预测；为中途的 prefill 块取 logits 会采出一个 token，把一个还没读完 prompt 的请求当成生成了输出。
-# - **`query_start_loc` 是前缀和**：它是偏移，不是长度；kernel 用 `qsl[i+1] - qsl[i]` 得到长度。
-# - **按持久批的行序**：`num_computed_tokens_cpu`、`block_table`、`token_ids_cpu` 都按行存；用调度器字典的顺序去配行，就把别人的长度配给了这一行（本课的引擎运行里，分块 prefill 的请求排在 decode 前面，重排后两个顺序不同）。
+# - **物理块，不是逻辑块**：块由 BlockPool 分配，分散且可共享。把逻辑块号当物理块号，K/V 会写进别人的块。
+# - **位置从 `num_computed_tokens` 开始**：分块 prefill 的后续块、decode、命中后的 prefill 都不从 0 开始；位置错了，RoPE 和因果边界都错。
+# - **只在到达末尾时取 logits**：为中途的 prefill 块采样，会让没读完 prompt 的请求有了输出。
+# - **按持久批的行序**：按调度器字典的顺序配行，会把别人的长度配给这一行。
 #
 # ### 4. 性能与工程取舍
 #
-# - 输入准备与 token 数线性：一步 8k 个 token 时，按 token 的 Python 循环要几十毫秒，足以让 GPU 空等；`np.repeat`、`np.cumsum`、花式索引把它降到几十微秒。vLLM V1 进一步把 `positions`、`seq_lens`、`slot_mapping` 放到 GPU 上算，并用 pinned 内存异步拷贝（`CpuGpuBuffer.copy_to_gpu`），让 CPU 的工作与拷贝重叠；Model Runner V2 把更多准备工作写成 Triton kernel（`vllm/v1/worker/gpu/input_batch.py` 的 `prepare_prefill_inputs`、`prepare_pos_seq_lens` 等都按 `idx_mapping` 读状态表）（Q3）。
-# - 持久批让每步的 CPU 写入与“变化量”成正比，而不是与“批里所有请求的全部 token”成正比；代价是行会移动（`condense`、`swap_states`），每次移动都要搬一整行的状态。
-# - 输入准备占一步的比例不是常数：小模型、CPU 上前向很快时它占得多，大模型 GPU 上前向慢时占得少；要用步骤追踪实测（图 5-2）。
+# - 输入准备与 token 数线性。16k 个 token 时，按 token 的 Python 循环要几十毫秒，numpy 向量化后不到 1 毫秒（检查里的表）。
+# - 没有异步调度时，GPU 在输入准备期间空闲。vLLM 0.27.1 默认开启异步调度：CPU 准备第 t+1 步时 GPU 还在跑第 t 步，只有准备比前向慢时 GPU 才等（Q3）。
+# - 持久批让每步的 CPU 写入与变化量成正比；代价是行会移动，每次移动都要搬这一行的状态。
+# - 输入准备占一步的比例不是常数，要在目标硬件上实测（图 5-2）。
 
 # %% [markdown]
 # ## 具体演示：一次引擎运行里的每一步
 #
-# 4 个 prompt（prompt 2 与 prompt 0 开头相同），token budget 24、长 prefill 阈值 16（所以 prompt 被分块）、block_size 8；prompt 2 在第 6 步、prompt 3 在第 10 步才到。下表是引擎自己的 `_prepare_inputs` 每一步看到的持久批：`req:调度数@已算数`，按行序；最后一列是调度器字典的顺序。
+# 4 个 prompt，prompt 2 与 prompt 0 开头相同；token budget 24，长 prefill 阈值 16（prompt 会被分块），block_size 8；prompt 2 在第 6 步、prompt 3 在第 10 步到达。
+#
+# 下表是引擎自己的 `_prepare_inputs` 每一步看到的持久批：`req:调度数@已算数`，按行序；最后一列是调度器字典的顺序。
 
 # %%
 run = L05.engine_run()
 L05.print_steps(run)
 
 # %% [markdown]
-# 读表：第 1～3 步 prompt 0 被分成 16 + 16 + 10 的块，prompt 1 是 8 + 6；第 3 步起 prompt 1 在 decode 而 prompt 0 还在 prefill，runner 把 decode 换到第 0 行（`order_differs`：行序与调度器的顺序不同，`moved_row`：某个请求换了行）。prompt 2 到达时 `prefix_hit`：它的前 24 个 token（3 个块）已在 prefix cache 里，`num_computed_tokens` 一开始就是 24，只需算剩下的部分。请求结束后 `condense` 把最后一行移进空洞（`moved_row`）。
+# 读表：
 #
-# 下面是最“混合”的那一步：持久批的每一行，和它摊平后的 6 个张量（引擎自己算的）。
+# - 第 1～3 步，prompt 0 分成 16 + 16 + 10 的块，prompt 1 是 8 + 6；
+# - 第 3 步起 prompt 1 在 decode，runner 把它换到第 0 行：`order_differs` 是行序与调度器的顺序不同，`moved_row` 是有请求换了行；
+# - prompt 2 到达时 `prefix_hit`：前 24 个 token 已在 prefix cache 里，`num_computed_tokens` 从 24 开始；
+# - 请求结束后，`condense` 把最后一行移进空洞。
+#
+# 下面是最“混合”的一步：持久批的每一行，和引擎算出的 6 个摊平张量。
 
 # %%
 step = L05.pick_mixed_step(run)
@@ -138,19 +139,22 @@ L05.print_flat(step)
 L05.plot_mixed_batch(step);
 
 # %% [markdown]
-# 图 5-1：上：持久批的行（灰：KV 已在缓存里；彩色：本步调度的 token；斜线：留给以后步的 prompt）；中：扁平的 varlen 批，一列一个 token，数字是它的位置，`qsl` 标出每行的起点，箭头是取 logits 的 token；下：每个 token 的 K/V 写进哪个物理块的哪个槽——块号分散，不按请求连续。
+# 图 5-1：上：持久批的行（灰：KV 已在缓存里；彩色：本步调度的 token；斜线：留给以后的 prompt）。中：扁平的 varlen 批，一列一个 token，数字是位置，`qsl` 标出每行起点，箭头指向取 logits 的 token。下：每个 token 的 K/V 写进哪个物理块的哪个槽；块号分散，不按请求连续。
 
 # %%
 L05.plot_step_breakdown(run);
 
 # %% [markdown]
-# 图 5-2：步骤追踪（`trace=True`，`Tracer` 的 `prepare_inputs`、`forward`、`sample` 三个阶段）里每一步的时间。这个小模型在 CPU 上的前向只要几毫秒，输入准备仍只占百分之几；换成 GPU 上的大模型，前向变快（或变慢）都会改变这个比例——这是需要在目标硬件上实测的结论，不能从这张图外推。
+# 图 5-2：每一步 `prepare_inputs`、`forward`、`sample` 三个追踪阶段的时间。这个小模型在 CPU 上，输入准备只占百分之几；换成 GPU 上的大模型比例会变，不能从这张图外推。
 #
-# # V1 的持久批与 V2 的请求状态表：同一次运行
+# ### V1 的持久批与 V2 的请求状态表
 #
-# 上面那次运行里，`L05.engine_run()` 还记下了 minivllm 的 `_update_states` 每一步对持久批做了什么：哪些行被 `condense` 从末尾移进空洞（`C 从->到`），哪些行被 `_reorder_batch` 的 `swap_states` 交换（`S`）。同一串 `SchedulerOutput` 再按 Model Runner V2 的规则记账（`L05.v2_tables`，规则取自 `vllm/v1/worker/gpu/states.py` 的 `RequestState.add_request` / `remove_request` 与 `model_runner.py` 的 `finish_requests`、`add_requests`、`prepare_inputs`、`sort_batch_req_ids`）：请求第一次被调度时从 `free_indices.pop()` 拿一个槽位，结束或被抢占时还回去；每一步新建的批按“decode 在前、再按 token 数”排序，`idx_mapping` 给出批内每一行对应的槽位。V2 的数字是由记录推出来的（本机没有跑 vLLM），minivllm 的数字是引擎真实的行。
+# `L05.engine_run()` 还记下了每一步对持久批的改动：`condense` 移动的行（`C 从->到`），`swap_states` 交换的行（`S`）。`L05.v2_tables` 把同一串 `SchedulerOutput` 按 Model Runner V2 的规则记账（`vllm/v1/worker/gpu/states.py` 的 `RequestState`）：
 #
-# > **minivllm ≠ vLLM**：minivllm 只实现了 V1 的持久批；V2 的表是按 vLLM 源码规则从同一次运行的调度输出推算的示意，不是 minivllm 的代码路径。
+# - 请求第一次被调度时从 `free_indices.pop()` 拿一个槽位，结束或被抢占时还回去；
+# - 每步新建的 `InputBatch` 按“decode 在前，再按 token 数”排序，`idx_mapping` 给出批内每一行的槽位号。
+#
+# > **minivllm ≠ vLLM**：minivllm 只实现了 V1 的持久批；V2 的表是按 vLLM 的规则从同一次运行推算的示意。
 
 # %%
 L05.print_v1_v2(run)
@@ -158,13 +162,13 @@ print(L05.moved_rows(run))
 L05.plot_v1_vs_v2(run);
 
 # %% [markdown]
-# 图 5-3：上：minivllm（V1 设计）的持久批，每列一步、每格一行，箭头是本步移动的行（黑：`condense`，红：`swap_states`）；下：同样的步骤在 V2 的请求状态表里——一个请求从进入到结束一直待在同一个槽位，每步变的只是下面那一列 `idx_mapping`（批内第 0、1、… 行各自的槽位号）。
+# 图 5-3：上：minivllm（V1 设计）的持久批，每列一步，箭头是本步移动的行（黑：`condense`，红：`swap_states`）。下：V2 的状态表：请求一直在同一个槽位，每步只变最下面一列 `idx_mapping`。
 #
-# 读图（上面打印的 “V1 row moves” 逐条列出本次运行的每次移动）：V1 里一个请求从 prefill 变成 decode 时可能被 `swap_states` 换到前面，一个请求结束后末尾的行被 `condense` 搬进它的空洞；每次移动都要搬这一行的 token、块表、`num_computed_tokens` 和采样参数，并让按行号索引的一切（generator、min_tokens、上一步的行号映射）跟着改。V2 里这些都不发生：行序变了只是 `idx_mapping` 换了顺序。
+# V1 里每次移动都要搬这一行的 token、块表、`num_computed_tokens` 和采样参数，并改所有按行号索引的状态。V2 里这些都不发生。
 #
-# ### 检查方法
+# ### 想一想（不计分）
 #
-# 对照图 5-3 回答：vLLM 的 Model Runner V2 为什么放弃持久批，改成“固定槽位的状态表 + 每步新建的 `InputBatch` + `idx_mapping`”？至少说出 V1 的两种代价（用图里的移动说明）和 V2 为此付出的东西（提示：谁在读 `idx_mapping`；异步调度时上一步的行号怎样对上这一步的行号——V1 的 `_prepare_inputs` 里为此有 `prev_positions`）。
+# V2 为什么放弃持久批，改用“固定槽位 + 每步新建的 `InputBatch` + `idx_mapping`”？用图里的移动说出 V1 的两种代价，再说 V2 付出了什么。提示：谁在读 `idx_mapping`？异步调度时，上一步的行号怎样对上这一步的（V1 为此有 `prev_positions`）？
 
 # %% [markdown]
 # 你的解释：
@@ -172,9 +176,15 @@ L05.plot_v1_vs_v2(run);
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
 #
-# 写出 `prepare_inputs(scheduler_output, input_batch, block_size)`：从调度结果和（已经 `_update_states` 过的）持久批算出 6 个 numpy 数组 `(input_ids, positions, query_start_loc, seq_lens, slot_mapping, logits_indices)`，与 minivllm `GPUModelRunner._prepare_inputs` 的结果逐项相等。要求**向量化**：不能有按 token 的 Python 循环（按请求的列表推导可以）。7 处 `______` 是决策点：行的顺序、`query_start_loc`、位置、物理块号、槽位、哪些请求取 logits、取哪个 token。
+# 写出 `prepare_inputs(scheduler_output, input_batch, block_size)`：从调度结果和已更新的持久批算出 6 个 numpy 数组，与 minivllm `GPUModelRunner._prepare_inputs` 的结果逐项相等。
 #
-# 用得到的字段：`input_batch.req_ids[:num_reqs]`（行序）、`num_computed_tokens_cpu`、`token_ids_cpu`（`[max_num_reqs, max_model_len]`）、`num_tokens`（每行已知 token 数：prompt + 已生成）、`block_table`（`[max_num_reqs, max_blocks]`，物理块号）；`scheduler_output.num_scheduled_tokens`（`{req_id: n}`）。
+# 要求**向量化**：不能有按 token 的 Python 循环，按请求的列表推导可以。7 处 `______` 是决策点：行序、`query_start_loc`、位置、物理块号、槽位、哪些请求取 logits、取哪个 token。用得到的字段：
+#
+# - `input_batch.req_ids[:num_reqs]`（行序）、`num_computed_tokens_cpu`、`num_tokens`（prompt + 已生成的 token 数）；
+# - `token_ids_cpu`（`[max_num_reqs, max_model_len]`）、`block_table`（`[max_num_reqs, max_blocks]`，物理块号）；
+# - `scheduler_output.num_scheduled_tokens`（`{req_id: n}`）。
+#
+# > **与 vLLM 不同**：vLLM 给每个请求都取 logits，再丢掉中途 prefill 块的采样结果；本练习只为到达末尾的请求取。留下的 token 相同。
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
 
@@ -214,7 +224,13 @@ def prepare_inputs(scheduler_output, input_batch, block_size):
 report("lesson05", globals())
 
 # %% [markdown]
-# 第一项检查：一个手算得出的批（block_size 4）。第 0 行是 decode（已算 6、本步 1）；第 1 行是一个分块 prefill，本步算位置 4～8，prompt 有 13 个 token，所以**不取** logits；第 2 行是 prefix 命中后的最后一块（已算 6、本步 4、prompt 10 个 token），块表分散（`[3, 8, 12]`）。注意调度器字典的顺序与行序相反。隐藏测试再拿引擎运行（上面的演示）里的每一步逐项比较。
+# 第一项检查：一个手算的批（block_size 4），调度器字典的顺序与行序相反。
+#
+# - 第 0 行：decode，已算 6，本步 1；
+# - 第 1 行：分块 prefill，本步算位置 4～8，prompt 13 个 token，所以**不取** logits；
+# - 第 2 行：命中后的最后一块，已算 6，本步 4，prompt 10 个 token，块表分散（`[3, 8, 12]`）。
+#
+# 隐藏测试再拿演示里的每一步逐项比较。
 
 # %% nbgrader={"grade": true, "grade_id": "l05_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 name, so, batch = L05.boundary_cases()[0]
@@ -231,7 +247,11 @@ _ = L05.check_main_path(prepare_inputs)  # a list of the checked cases: not echo
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：把你的函数接进真实引擎。`L05.check_real_engine` 在一个上下文管理器里把 `GPUModelRunner._prepare_inputs` 换成一个包装：它调用你的 `prepare_inputs`，用你的 6 个数组构造 `AttentionMetadata`、`input_ids`、`positions` 和取 logits 的行，退出时恢复原来的方法。检查三件事：演示里那批请求的贪心输出与引擎自己的 `_prepare_inputs` 跑出的逐 token 相同（那次运行与 HF transformers 的贪心逐 token 相同，课程的测试 `tests/test_lesson05_grading.py` 保证这一点）；步骤追踪里每个有前向的步都有 `prepare_inputs` 阶段；在一个 8 个请求、16k 个 token 的批上，你的函数执行的 Python 行数有上限（200 行：按 token 的循环要执行上万行）。数的是行而不是秒，所以判定与机器快慢无关。
+# 第二项检查：`L05.check_real_engine` 暂时把 `GPUModelRunner._prepare_inputs` 换成调用你的函数的包装，退出时恢复。它检查：
+#
+# - 演示那批请求的贪心输出与引擎自己的 `_prepare_inputs` 逐 token 相同（后者与 HF transformers 相同，由课程测试保证）；
+# - 每个有前向的步都有 `prepare_inputs` 追踪阶段；
+# - 在 16k token 的批上，你的函数执行的 Python 行数不超过 200。数行而不是计时，判定与机器快慢无关。
 
 # %% nbgrader={"grade": true, "grade_id": "l05_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 plugged_run = L05.check_real_engine(prepare_inputs)
@@ -242,11 +262,11 @@ print(L05.share_of_step(plugged_run.trace))
 L05.vectorised_vs_loop(prepare_inputs)
 
 # %% [markdown]
-# 上表：同一个 16k token 的批，你的函数、一个按 token 循环的版本（结果相同）、引擎自己的 `_prepare_inputs`。“Python lines”是 `sys.settrace` 数出的、在函数所在文件里执行的行数——它与机器快慢无关，所以评分用它判断“是否向量化”；时间只作参考，不参与评分。
+# 上表：同一个 16k token 的批，用你的函数、按 token 循环的版本和引擎自己的 `_prepare_inputs`。评分只看“Python lines”（`sys.settrace` 数出的行数），时间只作参考。
 #
 # ## 检查方法
 #
-# 运行断言；再做一个变化：把同一个请求的 `num_computed_tokens` 加 1（少算一个 token），看 `positions`、`slot_mapping`、`seq_lens`、`logits_indices` 分别怎样变，解释为什么这一行这一步不再取 logits（或仍然取）。
+# 运行断言；再把一个请求的 `num_computed_tokens` 加 1、本步调度数减 1。看 `positions`、`slot_mapping`、`seq_lens`、`logits_indices` 怎样变，解释这一行为什么仍取（或不再取）logits。
 
 # %%
 name, so, batch = L05.boundary_cases()[0]
@@ -275,14 +295,14 @@ L05.check_boundary(prepare_inputs)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：在 vLLM 8e958902eee5 中找到实现每个概念的名字（类、函数、属性名，字符串；大小写不限）。
+# 这一部分自动评分（1 分）：在 vLLM 8e958902eee5 中找到每个概念的名字（字符串，大小写不限）。
 #
-# - `block_tables`：`InputBatch.block_table` 的类型：为每个 KV cache 组各持有一个 `BlockTable` 的那个类（`vllm/v1/worker/block_table.py`）；
-# - `condense_rows`：`InputBatch.condense` 把末尾的行移进空洞时，对块表调用的那个方法；
-# - `swap_pair`：`InputBatch.swap_states` 交换两行时，对块表调用的那个方法；
-# - `split_counts`：假定批已按 decode 在前重排好，attention 的 metadata builder 用来数出 decode、extend、prefill 三类请求各有多少个、各有多少 token（返回六个数）的那个函数（`vllm/v1/attention/backends/utils.py`）；
-# - `sample_rows`：`GPUModelRunner` 里存放 `num_computed_tokens + num_scheduled_tokens` 的 CPU 张量，`discard_request_mask` 就是拿它与 `num_tokens` 比较得到的——这个属性的名字；
-# - `async_input_ids`：`GPUModelRunner` 里写 `input_ids` 的方法：异步调度时把上一步还留在 GPU 上的采样 token 拷进它们在本步的位置。
+# - `block_tables`：`InputBatch.block_table` 的类型，为每个 KV cache 组各持有一个 `BlockTable` 的类；
+# - `condense_rows`：`InputBatch.condense` 把末尾的行移进空洞时，对块表调用的方法；
+# - `swap_pair`：`InputBatch.swap_states` 交换两行时，对块表调用的方法；
+# - `split_counts`：批已按 decode 在前重排后，数出 decode、extend、prefill 各有多少请求和 token 的函数（`vllm/v1/attention/backends/utils.py`）；
+# - `sample_rows`：`GPUModelRunner` 里存 `num_computed_tokens + num_scheduled_tokens` 的 CPU 张量，`discard_request_mask` 由它与 `num_tokens` 比较得到；
+# - `async_input_ids`：`GPUModelRunner` 里写 `input_ids` 的方法，异步调度时把上一步留在 GPU 上的采样 token 拷进本步的位置。
 
 # %% nbgrader={"grade": false, "grade_id": "l05_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
@@ -345,26 +365,26 @@ L05.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l05_q3", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q3（2 分）
 #
-# 一步里，GPU 开始前向之前 CPU 必须做完哪些事？用图 5-2 和检查里的向量化对比说明这段时间与什么成正比；再说明 vLLM 用哪些手段让 CPU 的工作与 GPU 重叠或缩短（至少两种，说出源码对象）。
+# 一步里，这一步的前向开始之前，CPU 必须做完哪些事？用图 5-2 和检查里的向量化对比说明这段时间与什么成正比；再说明 vLLM 用哪些手段让 CPU 的工作与 GPU 重叠或缩短，至少两种，说出源码对象。
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 列出关键路径：调度（`Scheduler.schedule`）、`_update_states`（增删行、condense、重排）、`_prepare_inputs`（6 个数组 + `AttentionMetadata`）、H2D 拷贝，之后才能 launch 前向；说出成本与 token 数和请求数线性（向量化后是几次 numpy 调用，按 token 的循环则是每 token 若干微秒，16k token 时几十毫秒 vs 亚毫秒，引用检查里的实测数字），占步时间的比例取决于模型与硬件（图 5-2 在 CPU 小模型上是百分之几）；并给出 vLLM 的至少两种重叠手段，带源码对象：pinned 内存 + `non_blocking` 的 `CpuGpuBuffer.copy_to_gpu`、先 `commit_block_table` 再做其余 CPU 工作；`positions`/`seq_lens`/`slot_mapping` 在 GPU 上算（`_compute_slot_mapping_kernel`）；异步调度（`async_scheduling`：第 t+1 步的调度与第 t 步的前向重叠，采样结果留在 GPU 上）；CUDA graph 减少 launch 开销；结构化输出的 bitmask 在前向期间计算（第 8 课）；1 分 = 只列出步骤或只说“异步”，没有对象或没有成本链；0 分 = 认为 GPU 可以在输入准备完成前开始这一步的前向，或把输入准备说成在 GPU 上做所以不占时间（一票否决：混淆算法正确性与性能）。
+# **评分要点**：2 分 = 列出关键路径：调度（`Scheduler.schedule`）、`_update_states`（增删行、condense、重排）、`_prepare_inputs`（6 个数组 + `AttentionMetadata`）、H2D 拷贝，之后才能启动这一步的前向；说出成本与 token 数和请求数线性（向量化后是几次 numpy 调用；按 token 的循环每 token 若干微秒，16k token 时几十毫秒对亚毫秒，引用检查里的实测数字），占步时间的比例取决于模型与硬件（图 5-2 在 CPU 小模型上是百分之几）；并给出至少两种带源码对象的手段：pinned 内存 + `non_blocking` 的 `CpuGpuBuffer.copy_to_gpu`、先 `commit_block_table` 再做其余 CPU 工作；`positions`/`seq_lens`/`slot_mapping` 在 GPU 上算（`BlockTable.compute_slot_mapping`）；异步调度（`async_scheduling`，vLLM 0.27.1 默认开启：第 t+1 步的调度与输入准备和第 t 步的前向重叠，采样结果留在 GPU 上）；CUDA graph 减少 launch 开销；结构化输出的 bitmask 与前向重叠（第 8 课）。1 分 = 只列出步骤或只说“异步”，没有对象或没有成本链。0 分 = 认为 GPU 可以在这一步的输入准备完成前开始这一步的前向，或把输入准备说成在 GPU 上做所以不占时间（一票否决：混淆算法正确性与性能）。**不扣分的说法**：指出“准备期间 GPU 空闲”只在没有异步调度时成立、默认配置下 GPU 此时在跑上一步，是正确的；只说“GPU 空闲”而没有提异步调度，不因此扣分。
 #
 # **参考答案**
 #
-# 1. 关键路径（CPU，每步）：`Scheduler.schedule` 决定 `num_scheduled_tokens` 和块；runner 的 `_update_states` 把增量写进持久批（`add_request`/`remove_request`/`condense`/`swap_states`）；`_prepare_inputs` 算 `input_ids`、`positions`、`query_start_loc`、`seq_lens`、`slot_mapping`、`logits_indices` 并构造 `AttentionMetadata`；把它们拷到 GPU。前向的第一个 kernel 就要读 `input_ids`，注意力要读 `slot_mapping` 和块表，所以这些都要先准备好——这段时间里 GPU 空闲。
-# 2. 成本：与本步 token 数、请求数线性。向量化后是十几次 numpy 调用（检查里 16k token 的批不到 1 ms，执行的 Python 行数是常数）；按 token 的 Python 循环每 token 几微秒，16k token 就是几十毫秒——比一个 decode 步的 GPU 时间还长。图 5-2 里它占 prepare+forward+sample 的百分之几（CPU 上的小模型）；GPU 上前向只要几毫秒时，这个比例会大得多，要实测。
+# 1. 关键路径（CPU，每步）：`Scheduler.schedule` 决定 `num_scheduled_tokens` 和块；runner 的 `_update_states` 把增量写进持久批（`add_request`/`remove_request`/`condense`/`swap_states`）；`_prepare_inputs` 算 `input_ids`、`positions`、`query_start_loc`、`seq_lens`、`slot_mapping`、`logits_indices` 并构造 `AttentionMetadata`；把它们拷到 GPU。这一步前向的第一个 kernel 就要读 `input_ids`，注意力要读 `slot_mapping` 和块表，所以这些都要先准备好。没有异步调度时，这段时间里 GPU 空闲；vLLM 0.27.1 默认开启异步调度，此时 GPU 在跑上一步的前向，只要准备比前向快就不空等。
+# 2. 成本：与本步 token 数、请求数线性。向量化后是十几次 numpy 调用（检查里 16k token 的批不到 1 ms，执行的 Python 行数是常数）；按 token 的 Python 循环每 token 几微秒，16k token 就是几十毫秒，比一个 decode 步的 GPU 时间还长。图 5-2 里它占 prepare+forward+sample 的百分之几（CPU 上的小模型）；GPU 上前向只要几毫秒时，这个比例会大得多，要实测。
 # 3. vLLM 的手段：
 #    - pinned 内存的 `CpuGpuBuffer` + `copy_to_gpu(non_blocking=True)`：拷贝异步进行，CPU 继续算；`_prepare_inputs` 第一件事就是 `commit_block_table`，让块表的拷贝与后面的 CPU 计算重叠；
-#    - 把 `positions`、`seq_lens`、`slot_mapping` 放到 GPU 上算（`num_computed_tokens` 常驻 GPU，`BlockTable.compute_slot_mapping` 启动 `_compute_slot_mapping_kernel`），CPU 只拷小数组；Model Runner V2 把更多输入准备写成按 `idx_mapping` 读状态表的 Triton kernel，也算一种；
-#    - 异步调度（`async_scheduling`）：第 t 步的前向还在 GPU 上跑时，CPU 已经调度并准备第 t+1 步（采样的 token 留在 GPU 上，下一步直接读；`discard_request_mask` 和乐观的 `seq_lens` 为此服务）；
+#    - 把 `positions`、`seq_lens`、`slot_mapping` 放到 GPU 上算（`num_computed_tokens` 常驻 GPU，`BlockTable.compute_slot_mapping` 启动 Triton kernel），CPU 只拷小数组；Model Runner V2 把更多输入准备写成按 `idx_mapping` 读状态表的 Triton kernel（`prepare_prefill_inputs`、`prepare_pos_seq_lens`），也算一种；
+#    - 异步调度（`async_scheduling`，默认开启）：第 t 步的前向还在 GPU 上跑时，CPU 已经调度并准备第 t+1 步（采样的 token 留在 GPU 上，下一步由 runner 直接拷进 `input_ids`；`discard_request_mask` 和乐观的 `seq_lens` 为此服务）；
 #    - CUDA graph：把一步的几百次 kernel launch 变成一次 replay，缩短 CPU 侧的 launch 时间（第 11 课）；结构化输出的 bitmask 在前向期间由 EngineCore 计算（第 8 课）。
 #    minivllm 在 CPU 上用 numpy 算全部数组再 `non_blocking` 拷贝，异步调度见 `async_scheduling`；它没有在 GPU 上算 slot mapping。
 #
-# **附：图 5-3 检查方法的参考解释**（不单独计分）：V1 的代价：(1) 每次 `condense`/`swap_states` 都要在 CPU 上搬一整行（token 行长 `max_model_len`、块表行、采样参数）并改所有按行号索引的状态，本次运行的次数见 `L05.moved_rows(run)` 的输出，批越大、请求进出越频繁移动越多；(2) 行号一变，异步调度时上一步留在 GPU 上的结果（采样 token、`num_computed_tokens`）要用 `prev_positions` 之类的映射重新对齐，重排与 `reorder_batch_threshold`、后端耦合；(3) 块表等仍要按行整段拷到 GPU。V2：请求一直在自己的槽位，行序变化只改 `idx_mapping` 这一个小数组，状态表可以常驻 GPU / UVA、由 Triton kernel 按 `idx_mapping` 间接读取，和异步调度、投机解码配合更简单；代价是每步要建新的 `InputBatch` 和 `idx_mapping`，kernel 多一次间接寻址，状态表按 `max_num_reqs` 预分配（`all_token_ids` 用 UVA 放在主机内存，源码注释说它可达数 GB）。
+# **附：图 5-3“想一想”的参考解释**（不单独计分）：V1 的代价：(1) 每次 `condense`/`swap_states` 都要在 CPU 上搬一行的状态并改所有按行号索引的状态。vLLM V1 只搬有效部分：`swap_states` 交换两行中较长的有效 token 前缀（`max_active_token_count`，源码注释说拷整行 `max_model_len` 太贵），`condense` 拷 `[:num_tokens]` 的 token 和已用的块；minivllm 交换整行。本次运行的移动次数见 `L05.moved_rows(run)` 的输出，批越大、请求进出越频繁，移动越多。(2) 行号一变，异步调度时上一步留在 GPU 上的结果（采样 token、`num_computed_tokens`）要用 `prev_positions` 重新对齐；重排还与 `reorder_batch_threshold`、注意力后端耦合。(3) 块表仍要每步按行整段拷到 GPU。V2：请求一直在自己的槽位，行序变化只改 `idx_mapping` 这一个小数组，状态表可以常驻 GPU 或 UVA，由 Triton kernel 按 `idx_mapping` 间接读取，与异步调度、投机解码配合更简单；代价是每步要建新的 `InputBatch` 和 `idx_mapping`，kernel 多一次间接寻址，状态表按 `max_num_reqs` 预分配（`all_token_ids` 用 UVA 放在主机内存，源码注释说它可达数 GB）。
 #
 # **附：检查方法的参考解释**（不单独计分）：`final` 行已算 7、本步 3：`positions` 变成 7～9，`slot_mapping` 少了第一个槽（34），`query_start_loc` 最后一项变成 9，`seq_lens` 仍是 10；因为 10 ≥ prompt 长度 10，它仍到达末尾，仍取 logits，只是扁平序列里最后一个 token 的下标从 9 变成 8。
 #
@@ -392,13 +412,26 @@ self_check("lesson05", globals());
 # %% [markdown]
 # ## 参考资料
 #
-# - [vLLM GPUModelRunner](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_model_runner.py)
-# - [vLLM InputBatch](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_input_batch.py)
-# - [vLLM BlockTable](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/block_table.py)
-# - [vLLM CommonAttentionMetadata](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/attention/backend.py)
+# - [vLLM GPUModelRunner（V1）](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_model_runner.py)
+# - [vLLM InputBatch（V1）](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_input_batch.py)
+# - [vLLM Model Runner V2](https://github.com/vllm-project/vllm/tree/8e958902eee5/vllm/v1/worker/gpu)
 # - [vLLM V1 architecture (current docs)](https://docs.vllm.ai/en/latest/design/arch_overview.html)
-# - [FlashAttention varlen（`flash_attn_varlen_func`）](https://github.com/Dao-AILab/flash-attention)
 #
-# 源码链接固定到本课审阅 commit；runner 的实现（尤其异步调度与 GPU 上的输入准备）变化很快，current docs 与默认值会变，面试或部署前必须按目标版本重新核对。
+# runner 的实现变化很快，current docs 与默认值会变，部署前按目标版本重新核对。
+#
+# ## 与 vLLM 0.27.1 的差异
+#
+# 本课评分的摊平公式与 vLLM V1 runner 相同。其余差别：
+#
+# - **哪个 runner**：由 `VllmConfig.use_v2_model_runner` 决定。dense 模型默认走 V2，前提是装了 Triton、没开 V2 不支持的特性（如 n-gram 投机）；默认列表外的 MoE 与 hybrid 模型走 V1。
+# - **V2 没有持久批**：请求在 `RequestState` 里占固定槽位；每步新建 `InputBatch`，准备输入的 Triton kernel 按 `idx_mapping` 读状态表。
+# - **取 logits**：vLLM 给每个请求取最后一个 token 的 logits。V1 用 `discard_request_mask` 丢掉中途 prefill 块的采样，V2 在 `get_num_sampled_and_rejected` 里把它们的采样数置 0。minivllm 只为到达末尾的请求取。
+# - **在哪里算**：V1 的 `positions`、`seq_lens` 在 GPU 上由 `num_computed_tokens` 算出，`slot_mapping` 由 `BlockTable.compute_slot_mapping` 的 Triton kernel 算。minivllm 全在 CPU 上用 numpy 算，再 `non_blocking` 拷贝。
+# - **存储**：V1 的 token 表 `token_ids_cpu_tensor` 只在 CPU 上；块表在单独的 `BlockTable` 里，`commit_block_table(num_reqs)` 每步把前 `num_reqs` 行整个拷到 GPU。minivllm 的 `InputBatch` 只有 numpy 数组。
+# - **移动行**：V1 的 `condense` 只拷有效的 token 和块，`swap_states` 只交换有效的 token 前缀；minivllm 的 `condense` 调用 `swap_states`，交换整行。
+# - **重排**：minivllm 每步把 decode 换到前面；V1 只在注意力后端设了 `reorder_batch_threshold` 时重排（如 FlashInfer），FlashAttention、Triton 后端不重排。
+# - **写入采样结果**：minivllm 用 `append_token`；V1 在 `_bookkeeping_sync` 里写 `token_ids_cpu`。
+# - **投机解码**：V1 用 `_calc_spec_decode_metadata` 为每个请求取 k+1 行 logits，minivllm 也这样做（第 9 课）；本课练习只做非投机情形。
+# - **CUDA graph 的 padding**：minivllm 在 `_prepare_inputs` 之后做（`_pad_for_cudagraph`，第 11 课）。
 #
 # ← 上一课：第 4 课：抢占、取消与请求生命周期　｜　下一课 →：第 6 课：PagedAttention：Triton decode kernel
