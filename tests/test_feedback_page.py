@@ -63,7 +63,7 @@ def test_nbgrader_run_shows_three_lines_per_failing_grade_cell(graded):
     for lines in [*blank.values(), *mutant.values()]:
         assert len(lines) <= 3, lines
     assert "主路径·种子断言（l01_main_path，1 分）未通过" in blank["l01_main_path"][0]
-    assert mutant["l01_main_path"][1].startswith("可见断言不成立（评分单元格第 11 行）：assert events ==")
+    assert mutant["l01_main_path"][1].startswith("可见断言不成立（评分单元格第 12 行）：assert events ==")
     assert mutant["l01_main_path"][2].endswith("events 实际是 []")
     assert results["blank_student"]["l01_q1"] == 0  # left as released: nbgrader scores an unchanged answer 0
     assert results["mutant_student"]["l01_q1"] is None  # written: pending until an instructor grades it
@@ -76,7 +76,7 @@ def test_feedback_page_shows_the_short_failure_and_no_instructor_paths(graded, t
     plain = html.unescape(re.sub(r"<[^>]+>", "", text))
     assert "__tracebackhide__" not in plain and str(REPO) not in plain and "/tmp/ipykernel" not in plain
     assert "Traceback (most recent call last)" not in plain and "MARK SCHEME" not in plain
-    assert "可见断言不成立（评分单元格第 11 行）" in plain and "events 实际是 []" in plain
+    assert "可见断言不成立（评分单元格第 12 行）" in plain and "events 实际是 []" in plain
     assert "Q1 你的答案" in plain and "EngineCore 拥有 busy loop" in plain
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
