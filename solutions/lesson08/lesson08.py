@@ -14,46 +14,44 @@
 #
 # ## 本课目标与通过标准
 #
-# 本课产出：能说清一个受约束请求（JSON schema、正则、`choice`）从进入引擎到每一步采样的完整路径：grammar 在哪里编译、请求为什么要在 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR` 等待、每步的 token bitmask 由谁在什么时候算、在 runner 的哪一行作用到 logits 上、采样出的 token 又由谁推进 grammar；并亲手为 `choice` 约束写出与 xgrammar 逐位相同的 bitmask。
+# 本课产出：为 `choice` 约束亲手写出与 xgrammar 逐位相同的 bitmask，并说清一个受约束请求从进入引擎到每一步采样的路径：
 #
-# 通过要求：唯一代码填空题通过全部断言；Q1～Q3 都能沿源码对象给出因果链；能指出一个正确性不变量（bitmask 必须在采样之前作用于 logits，且行与请求一一对应）、一个性能边界（bitmask 的 CPU 时间只有落在 forward 之内才不拖慢每步）和一个需要 benchmark 才能确认的结论（半数请求受 JSON 约束时吞吐下降多少）；总分至少 8/10。
+# - grammar 在哪里编译，请求为什么要在 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR` 等待；
+# - 每步的 token bitmask 由谁、在什么时候算；
+# - 它在 runner 的哪一步作用到 logits 上；
+# - 采样出的 token 又由谁推进 grammar。
+#
+# 通过要求（总分至少 8/10）：
+#
+# - 代码题通过全部断言；Q1～Q3 都能沿源码对象给出因果链；
+# - 一个正确性不变量：bitmask 必须在采样之前作用于 logits，且行与请求一一对应；
+# - 一个性能边界：bitmask 的 CPU 时间只有落在 forward 之内，才不拖慢每一步；
+# - 一个需要 benchmark 才能确认的结论：半数请求受 JSON 约束时吞吐下降多少。
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
 # | 代码·主路径（与 xgrammar 的 bitmask 逐字相同 1 分 + 接入真实引擎 1 分） | 2 | 自动 |
-# | 代码·边界条件（选项完成时的 EOS、mask 先于采样） | 1 | 自动 |
+# | 代码·边界条件（EOS 只在文本等于某个选项时允许、mask 先于采样） | 1 | 自动 |
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson08`（在本笔记本所在的文件夹或仓库根目录都可以）。
+# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson08`。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 先画出“编译 → 等待 → 每步 bitmask → 采样前屏蔽 → 推进状态”这条线，再进入每个文件；不要从 `backend_xgrammar.py` 第一行顺读。
+# 源码固定在 vLLM commit 8e958902eee5，链接见参考资料。先画出“编译 → 等待 → 每步 bitmask → 采样前屏蔽 → 推进状态”这条线，再进入每个文件；不要从 `backend_xgrammar.py` 第一行顺读。
 #
-# | 顺序 | vLLM 文件与入口（8e958902eee5） | minivllm 对应文件 | 带着什么问题读 |
+# | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | [`vllm/sampling_params.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/sampling_params.py)：`StructuredOutputsParams` | `minivllm/sampling_params.py`：`StructuredOutputsParams` | 用户能给哪几种约束？为什么只能给一种？ |
-# | 2 | [`vllm/v1/structured_output/__init__.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/structured_output/__init__.py)：`StructuredOutputManager.grammar_init`、`grammar_bitmask` | `minivllm/structured_output/__init__.py`：`StructuredOutputManager.grammar_init`、`grammar_bitmask` | 编译为什么放进线程池？bitmask 的一行对应谁？ |
-# | 3 | [`vllm/v1/structured_output/backend_xgrammar.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/structured_output/backend_xgrammar.py)：`XgrammarBackend.compile_grammar`、`XgrammarGrammar.accept_tokens`、`fill_bitmask` | `minivllm/structured_output/backend_xgrammar.py`：`XgrammarBackend.compile`、`XgrammarGrammar.accept_tokens` | 编译结果（与分词器有关）和每个请求的匹配状态各放在哪里？ |
-# | 4 | [`vllm/v1/core/sched/scheduler.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/scheduler.py)：`get_grammar_bitmask`、`_try_promote_blocked_waiting_request`、`update_from_output` | `minivllm/core/sched/scheduler.py`：`Scheduler.get_grammar_bitmask`、`_try_promote_grammar_request`、`_check_stop_and_advance_grammar` | 谁把请求从等待编译放行？谁用采样结果推进 grammar？ |
-# | 5 | [`vllm/v1/engine/core.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py)：`EngineCore.step` | `minivllm/engine/core.py`：`EngineCore.step`、`_get_grammar` | bitmask 在 `execute_model(non_block=True)` 之后、`future.result()` 之前计算，重叠了什么？ |
-# | 6 | [`vllm/v1/structured_output/utils.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/structured_output/utils.py)：`apply_grammar_bitmask`；[`vllm/v1/worker/gpu_model_runner.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_model_runner.py)：`GPUModelRunner.sample_tokens`（V1 runner；Model Runner V2 用 `vllm/v1/worker/gpu/structured_outputs.py` 的 `StructuredOutputsWorker.apply_grammar_bitmask`） | `minivllm/structured_output/utils.py`：`apply_grammar_bitmask`；`minivllm/worker/gpu_model_runner.py`：`GPUModelRunner.sample_tokens` | bitmask 的行顺序（调度顺序）怎样变成 logits 的行顺序（批内顺序）？ |
+# | 1 | `vllm/sampling_params.py`：`StructuredOutputsParams` | `minivllm/sampling_params.py` | 用户能给哪几种约束？为什么只能给一种？ |
+# | 2 | `v1/structured_output/__init__.py`：`StructuredOutputManager.grammar_init`、`grammar_bitmask` | `minivllm/structured_output/__init__.py` | 编译为什么放进线程池？bitmask 的一行对应谁？ |
+# | 3 | `v1/structured_output/backend_xgrammar.py`：`XgrammarBackend.compile_grammar`、`XgrammarGrammar` | `minivllm/structured_output/backend_xgrammar.py` | 编译结果和每个请求的匹配状态各放在哪里？ |
+# | 4 | `v1/core/sched/scheduler.py`：`_try_promote_blocked_waiting_request`、`get_grammar_bitmask`、`update_from_output` | `minivllm/core/sched/scheduler.py` | 谁把请求从等待编译放行？谁用采样结果推进 grammar？ |
+# | 5 | `v1/engine/core.py`：`EngineCore.step`、`step_with_batch_queue` | `minivllm/engine/core.py`：`EngineCore.step` | bitmask 在发射 forward 与等待它之间计算，重叠了什么？ |
+# | 6 | `v1/worker/gpu/structured_outputs.py`：`StructuredOutputsWorker.apply_grammar_bitmask` | `minivllm/structured_output/utils.py` | bitmask 的行顺序怎样变成 logits 的行顺序？ |
 #
-# 源码快照：vLLM 8e958902eee5。较早的 vLLM 把等待状态叫 `WAITING_FOR_FSM`（minivllm 保留为别名）；名字会变，先声明所读版本。
-#
-# ## 与 vLLM 0.27.1 的差异
-#
-# > **minivllm ≠ vLLM**（本课的演示与练习按 minivllm 的做法；下面每一条都核对过 0.27.1 发布包）
-# > - **重叠从哪里来**：minivllm 的 `UniProcExecutor` 把 `execute_model` 交给一个 worker 线程（`ThreadPoolExecutor`），所以在 CPU 上 forward 与 EngineCore 线程的 bitmask 填充真的并行。vLLM 的 `UniProcExecutor.execute_model(non_block=True)` 在**调用线程里同步**执行 worker 的 `execute_model`，返回一个已经完成的 `Future`（或 `AsyncOutputFuture`）；GPU 上重叠来自 CUDA kernel 的异步执行——`execute_model` 发射完 kernel 就返回，CPU 填 bitmask 时 GPU 还在算；在 CPU 上跑 vLLM 的单进程 executor 时，forward 在 bitmask 之前就算完了，没有这种重叠。
-# > - **异步调度（默认开启）**：vLLM 0.27.1 默认 `async_scheduling`，busy loop 跑 `EngineCore.step_with_batch_queue`：调度第 N+1 步、发射 `execute_model` 后，若本步有受约束请求的上一步 token 还没回来（`SchedulerOutput.pending_structured_output_tokens`，由 `AsyncScheduler` 按 `num_output_placeholders` 设置），就**推迟** bitmask 与采样，等上一步的输出经 `update_from_output` 推进 grammar 之后再算；否则立刻 `get_grammar_bitmask` 并 `sample_tokens(grammar_output, non_block=True)`。本课画的是同步的 `EngineCore.step`（`--no-async-scheduling`）。
-# > - **请求什么时候结束**：grammar 走到终点并不结束请求。vLLM 的 `update_from_output` 先 `check_stop`（EOS、stop token、长度），再 `accept_tokens` 推进 grammar；一个 grammar 已经终止的请求之后的 bitmask 行被 `_fill_bitmasks` 填成全 1（不再约束）。受约束的请求通常因为 grammar 在终点只允许 EOS、采到 EOS 而结束。
-# > - **`choice` 的实现**：练习里的 TokenTrie 是本课为 `choice` 写的专用做法。vLLM 把 `choice` 在校验时转成 EBNF（`vllm/v1/structured_output/utils.py` 的 `choice_as_grammar`：`root ::= "yes" | "no" | ...`），交给 xgrammar 当普通文法编译（`backend_xgrammar.py`）；xgrammar 的 bitmask 与 TokenTrie 的结果逐字相同（本课第一项检查核对了这一点），算法不同。
-# > - **谁按批内顺序排行**：练习的 `choice_bitmask` 直接按 `batch_req_ids` 出行。vLLM 里 `StructuredOutputManager.grammar_bitmask` 按 `structured_output_request_ids`（调度顺序）填，runner 的 `apply_grammar_bitmask`（V1：`vllm/v1/structured_output/utils.py`；V2：`StructuredOutputsWorker.apply_grammar_bitmask`）再按请求 id 把行排到 logits 的批内位置（含草稿位置）；minivllm 同样在 runner 里重排。
-# > - **草稿的 -1 占位**：不合 grammar 的草稿由 `validate_tokens` 截断；截掉的位置用 -1 补齐到调度的草稿数，这一步在调度器的 `update_draft_token_ids_in_output` 里（异步调度路径），`grammar_bitmask` 遇到 -1 就不再推进、不再约束。
-# > - **编译线程池**：两边的编译池都是 `max_workers = (cpu_count + 1) // 2`。编译缓存：vLLM 借 xgrammar 的编译缓存，minivllm 用 `StructuredOutputManager.compiled`。
-# > - **runner**：课程的 dense 模型在 vLLM 0.27.1 上默认由 Model Runner V2（`vllm/v1/worker/gpu/model_runner.py`，`VllmConfig.use_v2_model_runner`）跑，bitmask 由 `StructuredOutputsWorker` 作用到 logits；V1 的 `gpu_model_runner.py` 在 V2 不支持的特性（例如 n-gram 投机）打开时使用。
+# > **minivllm ≠ vLLM**：课程的 dense 模型在 vLLM 0.27.1 上默认由 Model Runner V2 运行，表中第 6 行是它的；V1 runner 用 `v1/structured_output/utils.py` 的 `apply_grammar_bitmask`。两者的区别见文末差异。
 
 # %% nbgrader={"grade": false, "grade_id": "l08_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的演示与检查。
@@ -80,19 +78,19 @@ VOCAB = L08.default_vocab()  # 默认模型的每个 token 的字节（特殊 to
 #
 # ### 1. 它是什么，解决什么问题
 #
-# 结构化输出让模型的输出必定满足一个形式约束：一个 JSON schema、一个正则、几个候选字符串之一（`choice`）或一段 EBNF 文法。做法不是“生成完再校验、失败重试”，而是在**每一步采样之前**把不可能通向合法输出的 token 的 logit 设为 $-\infty$：模型只会在合法的 token 里选。vLLM V1 默认（`StructuredOutputsConfig.backend = "auto"`）先用 xgrammar 完成这件事，约束不被 xgrammar 支持时才退回 guidance（或 outlines）；minivllm 同样如此（`minivllm/structured_output/`）。
+# 结构化输出让模型的输出必定满足一个形式约束：JSON schema、正则、几个候选字符串之一（`choice`）或一段 EBNF 文法。做法不是生成完再校验、失败重试，而是在**每一步采样之前**把不可能通向合法输出的 token 的 logit 设为 $-\infty$。vLLM 默认（`backend = "auto"`）先用 xgrammar，约束不被支持时才退回 guidance 或 outlines。
 #
-# 被屏蔽的集合每步都变，所以每步要为每个受约束请求算一行 **token bitmask**：`int32` 数组，形状 `[请求数, ceil(vocab/32)]`，第 $w$ 个字的第 $j$ 位为 1 表示 token $32w+j$ 允许出现（第 31 位为 1 时这个 int32 是负数，这只是补码的读法）。
+# 被屏蔽的集合每步都变，所以每步要为每个受约束请求算一行 **token bitmask**：`int32` 数组，形状 `[请求数, ceil(vocab/32)]`。第 $w$ 个字的第 $j$ 位为 1，表示 token $32w+j$ 允许出现；第 31 位为 1 时这个 int32 是负数，这只是补码的读法。
 #
 # ### 2. 它如何工作
 #
-# 一个受约束请求的一生（每一步都是真实源码里的对象）：
+# 一个受约束请求的一生：
 #
-# 1. **编译（线程池）**：`StructuredOutputManager.grammar_init` 把编译任务提交到线程池，请求拿到一个 `Future`；请求的状态是 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`（vLLM 在 `Request.__init__` 里就为带约束的请求设好这个状态，`grammar_init` 由输入处理线程里的 `EngineCore.preprocess_add_request` 调用；minivllm 没有单独的输入线程，由 `EngineCore.add_request` 调用）。编译结果按 key（约束种类 + 规格字符串）缓存，相同 schema 只编译一次。
-# 2. **放行**：每次 `schedule()` 遍历等待队列时，`_try_promote_grammar_request`（vLLM：`_try_promote_blocked_waiting_request`）只“看一眼” Future（从不阻塞）：编好了就改成 `WAITING` 参与调度；没编好就跳过它，**其他请求照常运行**；编译失败则以 `FINISHED_ERROR` 结束这一个请求。
-# 3. **每步 bitmask（与 forward 重叠）**：`EngineCore.step` 在 `execute_model(non_block=True)` 之后、`future.result()` 之前调用 `scheduler.get_grammar_bitmask`：minivllm 里 worker 线程在算 forward，EngineCore 线程同时为本步要采样的受约束请求填 bitmask；vLLM 的 `UniProcExecutor` 没有这个线程，它同步地发射 forward 的 CUDA kernel，GPU 在执行 kernel 时 CPU 填 bitmask（见上面的差异列表；默认的异步调度还可能把 bitmask 推迟到上一步的输出处理之后）。vLLM 的 runner 每步都在 forward 后返回 None（状态留在 `execute_model_state`），EngineCore 再调 `sample_tokens(grammar_output)`（没有受约束请求时 `grammar_output` 为 None）；minivllm 只在 `has_structured_output_requests` 时这样拆开，否则 `execute_model` 直接采样。
-# 4. **采样前屏蔽**：`GPUModelRunner.sample_tokens` 调用 `apply_grammar_bitmask`（排行是 runner 的事；本课练习为了简单，直接按批内顺序出行）：bitmask 的行按调度顺序，logits 的行按批内顺序：先按请求 id 查到它在批内（含草稿位置）的 logits 行，拼出一张与 logits 行数相同的 bitmask（不受约束的行全为 -1，即全部允许），再用 xgrammar 的 kernel 把禁止的 token 置为 $-\infty$，然后才采样。
-# 5. **推进状态**：`update_from_output` 先做停止判断（第 4 课的 `check_stop`），再把采样出的 token 交给该请求的 `accept_tokens`（xgrammar 的 `GrammarMatcher`）。请求因 EOS（grammar 在终点只允许 EOS）等停止条件而结束，不是因为 grammar 终止；grammar 终止后它的 bitmask 行是全 1。
+# 1. **编译**：`StructuredOutputManager.grammar_init` 把编译提交到线程池，请求拿到一个 Future，状态是 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`。编译结果按约束种类与规格缓存，相同 schema 只编译一次。
+# 2. **放行**：`schedule()` 遍历等待队列时只“看一眼” Future，不等编译完成：编好了就改成 `WAITING` 参与调度；没编好就跳过它，其他请求照常运行；编译失败则以 `FINISHED_ERROR` 结束这一个请求。
+# 3. **每步 bitmask**：`EngineCore.step` 在 `execute_model(non_block=True)` 之后、`future.result()` 之前调用 `scheduler.get_grammar_bitmask`，为本步要采样的受约束请求填 bitmask，与 forward 重叠。runner 在 forward 后返回 None，EngineCore 再把 bitmask 交给 `sample_tokens(grammar_output)`。
+# 4. **采样前屏蔽**：bitmask 的行按调度顺序，logits 的行按批内顺序。runner 按请求 id 找到每个请求的 logits 行，含草稿位置，把禁止的 token 置为 $-\infty$，然后才采样。
+# 5. **推进状态**：`update_from_output` 先做停止判断，再把采样出的 token 交给该请求的 `accept_tokens`。请求因 EOS 等停止条件结束，不是因为 grammar 终止；grammar 终止后，它的 bitmask 行是全 1。
 #
 # 下面先看一行 bitmask 到底是什么：选项是 `["yes", "no", "perchance"]`，已经生成了 `"per"`。
 
@@ -101,32 +99,32 @@ print("允许的下一个 token：", L08.allowed_next("per", ["yes", "no", "perc
 L08.show_words("per", ["yes", "no", "perchance"])
 
 # %% [markdown]
-# > **minivllm ≠ vLLM**：下面的 TokenTrie 是本课为 `choice` 写的做法；vLLM 把 `choice` 转成 EBNF（`choice_as_grammar`）交给 xgrammar 编译，得到同样的允许集合。
+# > **minivllm ≠ vLLM**：下面的 TokenTrie 是本课为 `choice` 写的做法；vLLM 把 `choice` 转成 EBNF，交给 xgrammar 编译，得到同样的允许集合。
 #
-# 允许的正是字节串为剩余部分 `"chance"` 的**前缀**的那些 token（`c`、`ch`、`chan`、……）：BPE 可以用许多种切分拼出同一个字符串，约束只关心字节，不关心切分。只看首字符是否匹配是错的：`"cat"` 的首字符 `c` 合法，但它拼出的 `"percat"` 不再是任何选项的前缀。
+# 允许的正是字节串为剩余部分 `"chance"` 的**前缀**的那些 token：`c`、`ch`、`chan`……BPE 可以用许多种切分拼出同一个字符串，约束只关心字节，不关心切分。只看首字符是错的：`"cat"` 的首字符 `c` 合法，但拼出的 `"percat"` 不再是任何选项的前缀。
 #
-# 用一棵 **TokenTrie**（所有 token 的字节组成的字典树）可以一次走完：沿剩余字节 `"chance"` 向下走，途中经过的每个“token 结束”节点都是一个允许的 token，代价是剩余字节的长度，而不是整个词表（这里 4096，真实模型 15 万）。
+# 用一棵 **TokenTrie**，即所有 token 的字节组成的字典树，可以一次走完：沿剩余字节 `"chance"` 向下走，途中经过的每个“token 结束”节点都是一个允许的 token。代价是剩余字节的长度，而不是整个词表的大小。
 #
 # ### 3. 正确性条件与常见误区
 #
-# - **mask 必须在采样之前**：把 mask 作用在已经采样出的结果上没有意义；采样看到的 logits 里，不允许的 token 必须已经是 $-\infty$。
-# - **行与请求一一对应**：bitmask 第 $i$ 行属于谁？xgrammar/vLLM 的 bitmask 行按 `structured_output_request_ids`（调度顺序），runner 的 logits 行按批内顺序（decode 在前），必须按请求 id 重排；行错位时，一个请求会被另一个请求的约束屏蔽——输出既不合法，其他请求也被带偏。
-# - **EOS 只在完成时允许**：已生成的字节恰好等于某个选项时才放行 EOS；若它同时是更长选项的前缀（`no` 与 `none`），EOS 和继续生成都允许。
-# - **位序**：第 $j$ 位（从最低位数）对应 token $32w+j$；位序反了，允许集合就整体错位。
-# - **不受约束的请求不受影响**：它们的行全是 1（`-1`），同批时输出与单独运行完全相同（贪心下逐 token 相等）。
+# - **mask 必须在采样之前**：采样看到的 logits 里，不允许的 token 必须已经是 $-\infty$。
+# - **行与请求一一对应**：bitmask 行按调度顺序，logits 行按批内顺序，必须按请求 id 重排。行错位时，一个请求会被另一个请求的约束屏蔽。
+# - **EOS 只在完成时允许**：已生成的字节恰好等于某个选项时才放行 EOS；若它同时是更长选项的前缀（`no` 与 `none`），EOS 和继续生成都允许。只是以某个选项结尾不算：选项是 `nonce` 与 `on` 时，已生成的 `non` 不能结束。
+# - **位序**：第 $j$ 位从最低位数起；位序反了，允许集合就整体错位。
+# - **不受约束的请求不受影响**：它们的行全是 1，同批时输出与单独运行相同。
 #
 # ### 4. 性能与工程取舍
 #
-# - **编译延迟**：JSON schema 的编译可达毫秒到秒级（与词表大小有关）。放进线程池 + `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`，让它不阻塞 busy loop；代价是该请求的首 token 晚到。相同 key 的缓存让重复的 schema 不再付这笔钱。
-# - **每步 bitmask 的 CPU 时间**：每个受约束请求每步一次填充（本机 4096 词表约 0.1 ms/请求）。它和 forward 重叠时几乎免费；如果 forward 比它短（很小的模型、很小的批），它就会露出来，拖慢每一步——这要用 benchmark 量（`benchmarks/structured_output.py`：半数请求受 JSON 约束 vs 全部自由，A B 交替、取中位数，并从 trace 算出被 forward 掩盖的 grammar 时间占比）。
-# - **没有 grammar 的步骤不付任何代价**：minivllm 的调度器用一个计数器把所有 grammar 钩子关掉，这是热路径上的工程纪律。
+# - **编译延迟**：JSON schema 的编译可能要毫秒到秒级，与词表大小有关。放进线程池，busy loop 不被阻塞；代价是该请求的首 token 晚到。
+# - **每步 bitmask 的 CPU 时间**：每个受约束请求每步一次填充，本机 4096 词表约 0.1 ms。它落在 forward 之内时几乎免费；forward 更短时它就露出来，拖慢每一步。这要用 benchmark 量：`benchmarks/structured_output.py` 比较半数请求受 JSON 约束与全部自由的吞吐。
+# - **没有 grammar 的步骤不付代价**：minivllm 的调度器用一个计数器关掉所有 grammar 钩子，这是热路径上的工程纪律。
 
 # %% [markdown]
 # ## 具体演示：同批的受约束请求与自由请求
 #
-# 在真实的 minivllm `EngineCore` 上：先单独跑 5 个自由（贪心）请求，再把它们与 5 个 `choice` 请求（有贪心、有带种子的随机采样，选项集合各不相同）放进同一批。每个受约束请求的输出必须是它的选项之一；自由请求的输出必须与单独运行时逐 token 相同。trace 画出几步的时间线：红色的 grammar 阶段在 execute 发射之后立即开始，在 worker 的 forward（橙色）结束之前完成，采样（sample）等二者都结束。
+# 在真实的 minivllm `EngineCore` 上，先单独跑 5 个自由的贪心请求，再把它们与 5 个 `choice` 请求放进同一批；`choice` 请求有贪心、有带种子的随机采样，选项各不相同。每个受约束输出必须是它的选项之一，自由请求必须与单独运行时逐 token 相同。
 #
-# 读数时注意：这里只有 5 个 `choice` 请求，bitmask 只要几十微秒，往往在 worker 线程刚开始准备输入时就已算完（CPU 上两个线程共用 GIL，worker 要等 EngineCore 线程让出 GIL 才能开始）；所以“在 forward 结束之前完成”的比例接近 100%，而“与 forward 本身重叠”的比例可能很低。请求多、schema 复杂时 bitmask 更长，两者才会明显交叠（`benchmarks/structured_output.py` 用半批 JSON 请求测量两种比例和吞吐比）。
+# trace 画出几步的时间线：红色的 grammar 阶段在 execute 发射之后开始，在 worker 的 forward（橙色）结束之前完成。这里 bitmask 只要几十微秒，常在 worker 刚开始准备输入时就算完，所以“与 forward 本身重叠”的比例可能很低；请求多、schema 复杂时两者才明显交叠。
 
 # %%
 demo = L08.run_demo()
@@ -140,8 +138,12 @@ L08.plot_overlap(demo.events);
 #
 # 实现 `choice` 约束的 bitmask（不得使用 xgrammar）和“先屏蔽、再采样”：
 #
-# - `choice_bitmask(batch_req_ids, generated, choices, trie, eos_token_id, vocab_size)`：`generated[req_id]` 是该请求已生成的字节，`choices[req_id]` 是它的选项（字节串）；注意 `generated` 与 `choices` 的键顺序是调度顺序，**行必须按 `batch_req_ids`**。`trie.prefixes_of(rest)` 返回字节串为 `rest` 的非空前缀的所有 token。返回 `torch.int32`，形状 `[len(batch_req_ids), ceil(vocab_size/32)]`。
+# - `choice_bitmask(batch_req_ids, generated, choices, trie, eos_token_id, vocab_size)`：返回 `torch.int32`，形状 `[len(batch_req_ids), ceil(vocab_size/32)]`。
+#   - `generated[req_id]` 是该请求已生成的字节，`choices[req_id]` 是它的选项；这两个字典的键按调度顺序，**行必须按 `batch_req_ids`**。
+#   - `trie.prefixes_of(rest)` 返回字节串为 `rest` 的非空前缀的所有 token。
 # - `apply_bitmask_and_sample(logits, bitmask, sample)`：把不允许的 token 置为 $-\infty$，然后调用 `sample`。
+#
+# > **minivllm ≠ vLLM**：vLLM 的 bitmask 按调度顺序出行，由 runner 重排；练习把这一步并进了 `choice_bitmask`。
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
 
@@ -193,7 +195,7 @@ L08.check_choice_bitmask(choice_bitmask)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：把你的 `choice_bitmask` 接入真实的 minivllm（替换 `StructuredOutputManager.grammar_bitmask` 的填充；编译、等待、xgrammar 的 `accept_tokens` 仍是引擎自己的，所以你放行的每个 token 都要被真正的 grammar 接受），重放上面的演示：每个受约束输出都是选项之一；自由请求与单独运行逐 token 相同；trace 中 grammar 阶段与 forward 重叠。
+# 第二项检查：把你的 `choice_bitmask` 接入真实的 minivllm，替换 `StructuredOutputManager.grammar_bitmask` 的填充。编译、等待与 xgrammar 的 `accept_tokens` 仍是引擎自己的，所以你放行的每个 token 都要被真正的 grammar 接受。重放上面的演示：受约束输出都是选项之一，自由请求不变，grammar 阶段与 forward 重叠。
 
 # %% nbgrader={"grade": true, "grade_id": "l08_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 student_run = L08.check_real_engine(choice_bitmask)
@@ -202,7 +204,7 @@ print("真实引擎检查通过：输出都是选项之一；自由请求不变�
 # %% [markdown]
 # ## 检查方法
 #
-# 选项是 `["no", "none"]`，已经生成了 `"no"`：这时 EOS 允许吗？继续生成呢？再把 `apply_bitmask_and_sample` 里的两行对调（先采样、后屏蔽），看看 `sample` 收到的 logits 有什么不同，并解释为什么结果在贪心时“有时仍然对”。
+# 选项是 `["no", "none"]`，已经生成了 `"no"`：这时 EOS 允许吗？继续生成呢？再把 `apply_bitmask_and_sample` 里的两行对调，先采样、后屏蔽，看看 `sample` 收到的 logits 有什么不同，并解释为什么结果在贪心时“有时仍然对”。
 
 # %%
 row = L08.unpack(choice_bitmask(["r"], {"r": b"no"}, {"r": [b"no", b"none"]}, VOCAB.trie, VOCAB.eos_token_id,
@@ -228,12 +230,12 @@ L08.check_boundary(choice_bitmask, apply_bitmask_and_sample)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 打开 vLLM 8e958902eee5，写出每个键在源码中对应的名字（字符串，可带对象前缀与括号）：
+# 打开 vLLM 8e958902eee5，写出每个键在源码中对应的名字，可带对象前缀与括号：
 #
 # - `escape`：`choice_as_grammar` 把每个选项写进 EBNF 字符串字面量之前，给引号和反斜杠加转义的函数；
-# - `parallel_fill`：一批里受约束的请求多于阈值时，`StructuredOutputManager` 把一块块 bitmask 交给线程池去填的方法；
-# - `terminated`：grammar 接口（`StructuredOutputGrammar`）里判断 matcher 已经走到终止状态、不必再填 bitmask 的方法；
-# - `ready`：`StructuredOutputRequest` 里查看编译 Future 是否完成（最多等 100 µs）的方法。
+# - `parallel_fill`：受约束的请求多于阈值时，`StructuredOutputManager` 把一块块 bitmask 交给线程池去填的方法；
+# - `terminated`：grammar 接口（`StructuredOutputGrammar`）里判断 matcher 已走到终止状态、不必再填 bitmask 的方法；
+# - `ready`：`StructuredOutputRequest` 里查看编译 Future 是否完成的方法，最多等 100 µs。
 
 # %% nbgrader={"grade": false, "grade_id": "l08_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
@@ -261,7 +263,7 @@ L08.check_source_map(SOURCE_MAP)
 #
 # 1. 依赖：第 $t$ 步的 bitmask 由每个请求的 `GrammarMatcher` 状态决定，而这个状态要等第 $t-1$ 步的 token 经 `update_from_output` → `accept_tokens` 推进后才确定；采样（`sample_tokens`）又必须先拿到 bitmask。所以它的窗口是“本步 schedule 之后、本步采样之前”。
 # 2. 成本：forward 是本步最长的阶段。`EngineCore.step` 先 `execute_model(non_block=True)` 把 forward 交给 worker，立刻在 EngineCore 线程调用 `scheduler.get_grammar_bitmask`，再 `future.result()`；runner 在 forward 后返回 None（vLLM 每步如此；minivllm 只在 `has_structured_output_requests` 时），EngineCore 再调 `sample_tokens(grammar_output)`。bitmask 的 CPU 时间因此藏在 forward 里：半数请求受约束时每步只多一次线程往返。
-# 3. 重叠靠什么：minivllm 在 CPU 上把 forward 放在 `UniProcExecutor` 的 worker 线程里执行，torch 的算子在 C++ 里释放 GIL，EngineCore 线程的 Python 代码与 xgrammar 的填充可以真正并行（本课 trace 中红色 grammar 落在橙色 forward 之内）——这个线程是 minivllm 的。vLLM 的 `UniProcExecutor` 在调用线程里同步执行 worker 的 `execute_model`，返回一个已完成的 `Future`；在 GPU 上，`execute_model` 只是发射 kernel，kernel 异步执行，CPU 随即填 bitmask，二者重叠；默认的异步调度下，若本步受约束请求的上一步 token 还在路上（`pending_structured_output_tokens`），bitmask 与采样推迟到上一步的输出处理之后。放进 `schedule()` 会把它串行地加到每步的关键路径上；放到 forward 之后同样是串行。
+# 3. 重叠靠什么：minivllm 在 CPU 上把 forward 放在 `UniProcExecutor` 的 worker 线程里执行，torch 的算子在 C++ 里释放 GIL，EngineCore 线程的 Python 代码与 xgrammar 的填充可以真正并行（本课 trace 中红色 grammar 落在橙色 forward 之内）——这个线程是 minivllm 的。vLLM 的 `UniProcExecutor` 在调用线程里同步执行 worker 的 `execute_model`，返回一个已完成的 `Future`；在 GPU 上，`execute_model` 只是发射 kernel，kernel 异步执行，CPU 随即填 bitmask，二者重叠；默认的异步调度下，decode 时受约束请求的上一步 token 总还在路上（`pending_structured_output_tokens`），所以 bitmask 与采样每步都推迟到上一步的输出处理之后，这时本步的 forward 已在 GPU 上运行。放进 `schedule()` 会把它串行地加到每步的关键路径上；放到 forward 之后同样是串行。
 #
 # === END MARK SCHEME ===
 
@@ -299,7 +301,7 @@ L08.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 说清 (a) 每个受约束请求每步需要 $k+1$ 行 bitmask（每个草稿位置一行 + bonus token 一行），第 $i$ 行是依次接受前 $i$ 个草稿后的状态，所以 `grammar_bitmask` 要沿草稿 `accept_tokens` 前进、逐行填充，最后 `rollback` 回原状态（真正接受多少由拒绝采样决定，之后在 `update_from_output` 里推进）；(b) 不合 grammar 的草稿先被 `validate_tokens` 截断（scheduler 的 `update_draft_token_ids`；异步调度路径的 `update_draft_token_ids_in_output` 再用 -1 补齐到调度的草稿数），-1 位置在填 bitmask 时跳过；(c) matcher 要能回滚（`max_rollback_tokens = num_speculative_tokens`），runner 重排时每个请求占 $1+k$ 行；1 分 = 只说出行数变化或回滚之一；0 分 = 认为草稿可以不受约束、只约束最终 token（一票否决）。
+# **评分要点**：2 分 = 说清 (a) 每个受约束请求每步需要 $k+1$ 行 bitmask（每个草稿位置一行 + bonus token 一行），第 $i$ 行是依次接受前 $i$ 个草稿后的状态，所以 `grammar_bitmask` 要沿草稿 `accept_tokens` 前进、逐行填充，最后 `rollback` 回原状态（真正接受多少由拒绝采样决定，之后在 `update_from_output` 里推进）；(b) 不合 grammar 的草稿先被 `validate_tokens` 截断（scheduler 的 `update_draft_token_ids`；推迟 bitmask 的路径上，`update_draft_token_ids_in_output` 再用 -1 补齐到调度的草稿数），-1 位置在填 bitmask 时跳过；(c) matcher 要能回滚（`max_rollback_tokens = num_speculative_tokens`），runner 重排时每个请求占 $1+k$ 行；1 分 = 只说出行数变化或回滚之一；0 分 = 认为草稿可以不受约束、只约束最终 token（一票否决）。
 #
 # **参考答案**
 #
@@ -333,11 +335,25 @@ self_check("lesson08", globals());
 #
 # - [vLLM structured output manager](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/structured_output/__init__.py)
 # - [vLLM xgrammar backend](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/structured_output/backend_xgrammar.py)
-# - [vLLM apply_grammar_bitmask](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/structured_output/utils.py)
+# - [vLLM apply_grammar_bitmask（V1 runner）](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/structured_output/utils.py)
+# - [Model Runner V2 的 StructuredOutputsWorker](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu/structured_outputs.py)
 # - [vLLM EngineCore.step](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py)
 # - [vLLM structured outputs docs](https://docs.vllm.ai/en/latest/features/structured_outputs.html)
 # - [xgrammar documentation](https://xgrammar.mlc.ai/docs/)
 #
-# 源码链接固定到本课审阅 commit；current docs、支持矩阵和默认参数会变化，部署前必须按目标版本重新核对。
+# 源码链接固定到本课对照的 commit；current docs、支持矩阵和默认参数会变化，部署前按目标版本重新核对。
 #
-# ← 上一课：第 7 课：采样器：temperature、top-k/top-p、种子与 logprobs　｜　下一课 →：第 9 课：投机解码：n-gram 提议与拒绝采样
+# ## 与 vLLM 0.27.1 的差异
+#
+# 本课评分的机制与 vLLM 相同：bitmask 的布局与位序、EOS 的规则、先屏蔽再采样、bitmask 在发射 forward 与等待它之间计算。其余差别：
+#
+# - **重叠从哪里来**：minivllm 的 `UniProcExecutor` 把 `execute_model` 交给一个 worker 线程，CPU 上 forward 与 bitmask 填充真的并行。vLLM 的 `UniProcExecutor` 在调用线程里同步执行，返回已完成的 Future；GPU 上重叠来自 kernel 的异步执行；在 CPU 上跑 vLLM 单进程时没有这种重叠。
+# - **异步调度**：vLLM 默认开启，busy loop 跑 `step_with_batch_queue`。decode 时受约束请求的上一步 token 总还在路上，所以 bitmask 与采样每步都推迟到上一步的输出推进 grammar 之后，这是常态；这时 GPU 已在跑本步的 forward。本课画的是同步的 `EngineCore.step`。
+# - **V2 的屏蔽**：`StructuredOutputsWorker` 只拷贝受约束请求的行和它们的 logits 行号，用自己的 Triton kernel 屏蔽。V1 的 `apply_grammar_bitmask` 拼一张与 logits 行数相同、其余行全 1 的 bitmask，交给 xgrammar 的 kernel。minivllm 照 V1 在 runner 里重排。
+# - **谁按批内顺序排行**：练习的 `choice_bitmask` 直接按 `batch_req_ids` 出行；vLLM 的 `grammar_bitmask` 按调度顺序填，由 runner 重排。
+# - **`choice` 的实现**：vLLM 用 `choice_as_grammar` 把选项写成 EBNF（`root ::= "yes" | "no"`），交给 xgrammar；TokenTrie 是本课的做法，两者的 bitmask 逐字相同。
+# - **编译的调用方**：vLLM 由输入处理线程里的 `preprocess_add_request` 调用 `grammar_init`，`Request` 创建时就处于等待编译的状态；minivllm 没有输入线程，由 `EngineCore.add_request` 调用。
+# - **编译缓存**：vLLM 借 xgrammar 的编译缓存，minivllm 用 `StructuredOutputManager.compiled`；两边的编译池都约占一半 CPU 核。
+# - **runner 的拆分**：vLLM 的 runner 每步在 forward 后返回 None，由 `sample_tokens` 采样；minivllm 只在有受约束请求时这样拆开。
+# - **草稿**：不合 grammar 的草稿由 `validate_tokens` 截断。只有在推迟 bitmask 的路径上，`update_draft_token_ids_in_output` 才把截掉的位置用 -1 补齐，填 bitmask 时遇到 -1 就停。
+
