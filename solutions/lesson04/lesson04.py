@@ -380,7 +380,7 @@ for blocks in (64, 8, 7):
 #
 # 1. **一个写者**：前端（`AsyncLLM.generate` 捕获 `CancelledError`/`GeneratorExit`）先在 `OutputProcessor` 里丢掉这个请求的输出状态，再经 `EngineCoreClient.abort_requests` 发消息；`EngineCore` 的输入线程只把消息入队（线程安全的 `queue.Queue`；vLLM 把 ABORT 同时放进 `input_queue` 和 `aborts_queue`，minivllm 只放进 `aborts_queue`），真正改 `Scheduler` 的只有引擎循环自己，而且只在固定的位置：vLLM 在步与步之间（`_process_input_queue` → `EngineCore.abort_requests`，同步调用 `finish_requests`，下一次 `schedule` 之前）和一步之内（`_process_aborts_queue`，`update_from_output` 之前）；minivllm 只在后者。于是调度器看到的永远是一致的快照：一个请求不会在 `schedule()` 遍历 `running` 时凭空消失。
 # 2. **取消之后没有输出**：worker 可能已经为它算了这一步的 token；先处理取消、把它从 `Scheduler.requests` 删除，`update_from_output` 就跳过它。异步调度下前端也会丢掉迟到的输出（`OutputProcessor` 里已经没有这个请求）。
-# 3. **恰好一次、各状态都对**：取消可能落在 WAITING（只在 `waiting` 里，没有块）、prefill 中或 decode 中（在 `running` 里，持有块）、PREEMPTED（在 `waiting` 里、块已在抢占时还掉）。`finish_requests` 要按状态离开正确的队列、写 `FINISHED_ABORTED`、`kv_cache_manager.free` 一次、记进 `finished_req_ids`（下一步的 `SchedulerOutput` 让 worker 删掉它的 `CachedRequestState` 与块表行）。请求可能在同一步自然结束（`check_stop` 为真后已离开 `requests`），或 id 根本不存在：这时取消必须什么都不做，不能重复释放块、不能报错。本课的真实引擎检查在每一步之后核对块守恒与状态转移的合法性，读的正是这些保证。
+# 3. **恰好一次、各状态都对**：取消可能落在 WAITING（只在 `waiting` 里，没有块）、prefill 中或 decode 中（在 `running` 里，持有块）、PREEMPTED（在 `waiting` 里、块已在抢占时还掉）。`finish_requests` 要按状态离开正确的队列、写 `FINISHED_ABORTED`、`kv_cache_manager.free` 一次、记进 `finished_req_ids`（下一步的 `SchedulerOutput` 让 runner 删掉它的请求状态：V1 runner 的 `CachedRequestState` 与块表行；课程模型默认走的 Model Runner V2 在 `finish_requests` 里 `_remove_request`）。请求可能在同一步自然结束（`check_stop` 为真后已离开 `requests`），或 id 根本不存在：这时取消必须什么都不做，不能重复释放块、不能报错。本课的真实引擎检查在每一步之后核对块守恒与状态转移的合法性，读的正是这些保证。
 #
 # === END MARK SCHEME ===
 
