@@ -139,7 +139,7 @@ for seq, (table, n) in enumerate(zip(last.block_table, last.seq_lens)):
 #
 # - **受带宽限制**：每个（query 头, token）约 $4d$ 次浮点运算，每个（kv 头, token）读 $2d$ 个元素，算术强度为 $2G/\text{elt}$ FLOP/B（$G$ = `QUERIES_PER_KV`）。bf16、GQA 4 时约 4 FLOP/B，比 H100 SXM 的拐点（约 295）低两个数量级（图 6-3）。
 # - **目标是每个字节只读一次**：不读 `seq_len` 之后的槽位，不写中间结果。组内 query 头共用一次 K/V 加载；每个头一个 program 时，同一份 K/V 会被读 `QUERIES_PER_KV` 次。
-# - **并行度**：本 kernel 只有 `batch × num_kv_heads` 个 program，小 batch、长上下文时吃不满带宽。vLLM 把一条序列切成多段并行，最后合并 softmax；本 kernel 不分段。
+# - **并行度**：本 kernel 只有 `batch × num_kv_heads` 个 program，小 batch、长上下文时吃不满带宽。vLLM 在纯 decode 的小批上把一条序列切成多段并行，最后合并 softmax；本 kernel 不分段。
 # - **块大小**：块越大，块表读取和循环次数越少；块越小，最后一块浪费的槽位越少，前缀缓存的粒度越细。
 
 # %%
@@ -460,7 +460,7 @@ self_check("lesson06", globals());
 #
 # 本课评分的块循环与 `kernel_paged_attention_2d` 一一对应。其余差别：
 #
-# - **调用的 kernel**：V1 的 Triton 后端在 `TritonAttentionImpl.forward` 里对整批（decode 行与 prefill 行一起）调用一次 `unified_attention`；minivllm 的 Triton 后端先 decode、后 prefill，调用两个 kernel。
+# - **调用的 kernel**：V1 的 Triton 后端在 `TritonAttentionImpl.forward` 里对整批 decode 行与 prefill 行调用一次 `unified_attention`，编码器注意力另走 `context_attention_fwd`；minivllm 的 Triton 后端先 decode、后 prefill，调用两个 kernel。
 # - **写 cache**：vLLM 由 `TritonAttentionImpl.do_kv_cache_update` 在计算之前单独写新 token 的 K/V；minivllm 的 `forward` 先写后算，两步在同一个方法里。
 # - **cache 布局**：vLLM Triton 后端的逻辑形状是 `(num_blocks, num_kv_heads, block_size, 2*head_size)`，默认 NHD 布局下按 token 排，K 与 V 打包在最后一维；minivllm 用 `[2, num_blocks, block_size, num_kv_heads, head_size]`。
 # - **`kernel_paged_attention_2d`**：由 ROCm 后端 `rocm_attn.py` 调用，用按头排的旧 cache 布局。
