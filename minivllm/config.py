@@ -293,6 +293,7 @@ class EngineArgs:
     seed: int = 0
     block_size: int = 16
     num_gpu_blocks: int | None = None
+    num_gpu_blocks_override: int | None = None  # vLLM's name for num_gpu_blocks (either sets the pool size)
     gpu_memory_utilization: float = 0.9
     kv_cache_memory_bytes: int = 256 << 20
     enable_prefix_caching: bool = True
@@ -334,7 +335,8 @@ class EngineArgs:
         batched = self.max_num_batched_tokens or max(2048, max_len if not self.enable_chunked_prefill else 0)
         return VllmConfig(
             model_config=ModelConfig(self.model, self.tokenizer, self.dtype, max_len, self.seed),
-            cache_config=CacheConfig(self.block_size, self.num_gpu_blocks, self.gpu_memory_utilization,
+            cache_config=CacheConfig(self.block_size, self.num_gpu_blocks_override or self.num_gpu_blocks,
+                                     self.gpu_memory_utilization,
                                      self.kv_cache_memory_bytes, self.enable_prefix_caching),
             scheduler_config=SchedulerConfig(batched, self.max_num_seqs, max_len,
                                              self.long_prefill_token_threshold, self.enable_chunked_prefill,

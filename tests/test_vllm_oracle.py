@@ -113,3 +113,18 @@ def test_min_tokens_holds_eos_back_even_with_ignore_eos(monkeypatch):
     monkeypatch.setattr(gib.InputBatch, "add_request", add_request_ignoring_eos_for_min_tokens)
     n, diffs = compare("sampler")
     assert diffs and all("sampled" in d for d in diffs), diffs[:2]
+
+
+def test_detokenizer_cases_cover_stops_hold_back_and_split_characters(monkeypatch):
+    """The recorded detokenizer runs hit stop strings (kept and cut), hold text back while streaming, see U+FFFD
+    from a character split across tokens; and minivllm without the hold-back diverges from them."""
+    answers = load_golden("detokenizer")["answers"]
+    assert sum(any(e[0] is not None for e in a["events"]) for a in answers) >= 50
+    assert sum("\ufffd" in "".join(e[1] for e in a["events"]) for a in answers) >= 10
+    from minivllm.engine.detokenizer import IncrementalDetokenizer
+
+    original = IncrementalDetokenizer.get_next_output_text
+    monkeypatch.setattr(IncrementalDetokenizer, "get_next_output_text",
+                        lambda self, finished, delta: original(self, True, delta))
+    n, diffs = compare("detokenizer")
+    assert len(diffs) >= 20, f"only {len(diffs)} of {n}"

@@ -128,10 +128,43 @@ def _sampler() -> Comparison:
     return Comparison(lambda: [sampler_case(seed) for seed in range(400)], minivllm, first_sampler_divergence)
 
 
+def _engine() -> Comparison:
+    from autograder.vllm_oracle import models
+    from autograder.vllm_oracle.workloads import ENGINE_MODELS, engine_cases, first_engine_divergence
+
+    def cases():
+        for name in ENGINE_MODELS:
+            models.ensure(name)
+        return engine_cases()
+
+    def minivllm(cases):
+        from autograder.vllm_oracle.minivllm_side import run_engine
+        return run_engine(cases)
+
+    return Comparison(cases, minivllm, first_engine_divergence)
+
+
+def _detokenizer() -> Comparison:
+    from autograder.vllm_oracle.workloads import detokenizer_case, first_detokenizer_divergence
+
+    def cases():
+        from tokenizers import Tokenizer
+
+        from autograder.vllm_oracle.models import SHIPPED
+        tokenizer = Tokenizer.from_file(str(SHIPPED / "tokenizer.json"))
+        return [detokenizer_case(seed, tokenizer) for seed in range(400)]
+
+    def minivllm(cases):
+        from autograder.vllm_oracle.minivllm_side import run_detokenizer
+        return run_detokenizer(cases)
+
+    return Comparison(cases, minivllm, first_detokenizer_divergence)
+
+
 class _Lazy(dict):
     """COMPARISONS[kind], built on first use (each imports only what it needs)."""
 
-    FACTORIES = {"scheduler": _scheduler, "sampler": _sampler}
+    FACTORIES = {"scheduler": _scheduler, "sampler": _sampler, "detokenizer": _detokenizer, "engine": _engine}
 
     def __missing__(self, kind: str) -> Comparison:
         if kind not in self.FACTORIES:

@@ -205,7 +205,58 @@ def _sampler(cases: list[dict]) -> list[dict]:
     return answers
 
 
-KINDS = {"scheduler": lambda cases: _scheduler(cases), "sampler": lambda cases: _sampler(cases)}
+def _engine(cases: list[dict]) -> list[dict]:
+    """vLLM's LLM, in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0), fp32, eager, greedy, on the same checkpoint."""
+    import gc
+
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from vllm import LLM, SamplingParams
+
+    from autograder.vllm_oracle.models import model_path
+
+    answers = []
+    for case in cases:
+        try:
+            llm = LLM(model=str(model_path(case["model"])), dtype="float32", enforce_eager=True, seed=0,
+                      kv_cache_memory_bytes=64 << 20, **case["engine"])
+        except Exception as e:  # noqa: BLE001 - a refused configuration is an answer too
+            answers.append({"model": case["model"], "seed": case["seed"], "error": type(e).__name__})
+            continue
+        params = [SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=ie)
+                  for m, ie in zip(case["max_tokens"], case["ignore_eos"])]
+        outs = llm.generate([{"prompt_token_ids": p} for p in case["prompts"]], params, use_tqdm=False)
+        answers.append({"model": case["model"], "seed": case["seed"], "outputs": [
+            [list(o.outputs[0].token_ids), o.outputs[0].finish_reason] for o in outs]})
+        del llm
+        gc.collect()
+    return answers
+
+
+def _detokenizer(cases: list[dict]) -> list[dict]:
+    """vLLM's IncrementalDetokenizer.from_new_request (the fast DecodeStream one) on the shipped tokenizer."""
+    from vllm.sampling_params import SamplingParams
+    from vllm.tokenizers import get_tokenizer
+    from vllm.v1.engine import EngineCoreRequest
+    from vllm.v1.engine.detokenizer import IncrementalDetokenizer
+
+    from autograder.vllm_oracle.workloads import detokenize
+
+    tokenizer = get_tokenizer(MODEL)
+
+    def make(case):
+        params = SamplingParams(max_tokens=64, **case["params"])
+        request = EngineCoreRequest(request_id="r", prompt_token_ids=list(case["prompt"]), mm_features=None,
+                                    sampling_params=params, pooling_params=None, arrival_time=0.0,
+                                    lora_request=None, cache_salt=None, data_parallel_rank=None)
+        return IncrementalDetokenizer.from_new_request(tokenizer, request)
+
+    answers = [detokenize(make, case) for case in cases]
+    assert type(make(cases[0])).__name__ == "FastIncrementalDetokenizer"
+    return answers
+
+
+KINDS = {"detokenizer": lambda cases: _detokenizer(cases), "scheduler": lambda cases: _scheduler(cases), "sampler": lambda cases: _sampler(cases),
+         "engine": lambda cases: _engine(cases)}
 
 
 def _scheduler(cases: list[dict]) -> list[dict]:

@@ -103,3 +103,102 @@ def first_sampler_divergence(a: dict, b: dict) -> str | None:
                 or any(abs(x[1] - y[1]) > 1e-5 or (y[2] is not None and x[2] != y[2]) for x, y in zip(ra, rb)))):
             return f"sampler seed {a['seed']}, row {i}: logprobs vLLM {ra} != minivllm {rb}"
     return None
+
+
+ENGINE_MODELS = ("shakespeare-llama", "tiny-llama", "tiny-qwen2", "tiny-qwen3")
+
+
+def engine_case(model: str, seed: int) -> dict:
+    """One LLM.generate call: greedy prompts (token ids, some sharing a prefix), engine limits that chunk the
+    prefills, a KV pool small enough to preempt or not, prefix caching on or off, async scheduling on or off."""
+    r = random.Random(f"{model}-{seed}")
+    prefix = [r.randrange(4, 4000) for _ in range(r.choice([16, 32]))]
+    prompts = []
+    for _ in range(r.randint(2, 6)):
+        tail = [r.randrange(4, 4000) for _ in range(r.randint(1, 60))]
+        prompts.append((prefix + tail) if r.random() < 0.5 else tail)
+    return {
+        "model": model, "seed": seed, "prompts": prompts,
+        "max_tokens": [r.randint(4, 24) for _ in prompts], "ignore_eos": [r.random() < 0.5 for _ in prompts],
+        "engine": {"max_model_len": 128, "block_size": 16, "max_num_seqs": r.choice([2, 4, 8]),
+                   "max_num_batched_tokens": r.choice([32, 64, 256]),
+                   "enable_prefix_caching": r.random() < 0.7,
+                   "num_gpu_blocks_override": r.choice([10, 16, 64]),
+                   "async_scheduling": r.random() < 0.5},
+    }
+
+
+def engine_cases() -> list[dict]:
+    return [engine_case(m, s) for m in ENGINE_MODELS for s in range(3)]
+
+
+def first_engine_divergence(a: dict, b: dict) -> str | None:
+    if a.get("error") or b.get("error"):
+        if a.get("error") == b.get("error"):
+            return None
+        return f"engine {a['model']} seed {a['seed']}: vLLM {a.get('error') or 'ran'} != minivllm {b.get('error') or 'ran'}"
+    for i, (x, y) in enumerate(zip(a["outputs"], b["outputs"], strict=True)):
+        if x != y:
+            return f"engine {a['model']} seed {a['seed']}, prompt {i}: vLLM {x} != minivllm {y}"
+    return None
+
+
+DETOK_TEXTS = ("ROMEO: But soft, what light through yonder window breaks?",
+               "JULIET: 你好，世界！O Romeo, Romeo, wherefore art thou 🙂 Romeo?",
+               "KING: Now is the winter of our discontent — «made» glorious summer 🌞🌞 by this sun.",
+               "First Citizen: We are accounted poor citizens, the patricians good. ñandú ça 日本語")
+
+
+def detokenizer_case(seed: int, tokenizer) -> dict:
+    """A prompt and an output (token ids of the shipped byte-level BPE tokenizer), cut into steps of 1-3 tokens;
+    stop strings that occur, span tokens or never occur; include_stop_str_in_output, skip_special_tokens,
+    min_tokens; sometimes a stop token ends the output. Prompts may end inside a multi-byte character."""
+    r = random.Random(seed)
+    prompt_text, out_text = r.sample(DETOK_TEXTS, 2)
+    prompt = tokenizer.encode(prompt_text, add_special_tokens=False).ids
+    prompt = prompt[:r.randint(1, len(prompt))]
+    output = tokenizer.encode(out_text, add_special_tokens=False).ids
+    if r.random() < 0.3:
+        output.insert(r.randrange(len(output)), 2)  # </s> inside the text: skip_special_tokens matters
+    stop = []
+    for _ in range(r.choice([0, 1, 2])):
+        start = r.randrange(len(out_text) - 2)
+        stop.append(out_text[start:start + r.randint(1, 6)])
+    if r.random() < 0.2:
+        stop.append("never there")
+    stop_terminated = r.random() < 0.3
+    if stop_terminated:
+        output.append(1)
+    steps, i = [], 0
+    while i < len(output):
+        n = r.randint(1, 3)
+        steps.append(output[i:i + n])
+        i += n
+    return {"seed": seed, "prompt": prompt, "steps": steps, "stop_terminated": stop_terminated,
+            "params": {"stop": stop or None, "include_stop_str_in_output": r.random() < 0.3,
+                       "skip_special_tokens": r.random() < 0.7, "min_tokens": r.choice([0, 0, 2, 5])}}
+
+
+def detokenize(make_detokenizer, case: dict) -> dict:
+    """Drive one IncrementalDetokenizer as the OutputProcessor does: update per step (the last step with
+    stop_terminated when a stop token ended it), then the streamed delta; the final whole text."""
+    detok = make_detokenizer(case)
+    events = []
+    for k, ids in enumerate(case["steps"]):
+        last = k == len(case["steps"]) - 1
+        stop_string = detok.update(list(ids), case["stop_terminated"] and last)
+        finished = last or stop_string is not None
+        events.append([stop_string, detok.get_next_output_text(finished, True)])
+        if stop_string is not None:
+            break
+    return {"seed": case["seed"], "events": events, "text": detok.get_next_output_text(True, False)}
+
+
+def first_detokenizer_divergence(a: dict, b: dict) -> str | None:
+    for k, (x, y) in enumerate(zip(a["events"], b["events"])):
+        if x != y:
+            return f"detokenizer seed {a['seed']}, step {k}: [stop string, streamed delta] vLLM {x} != minivllm {y}"
+    if len(a["events"]) != len(b["events"]) or a["text"] != b["text"]:
+        return (f"detokenizer seed {a['seed']}: vLLM {len(a['events'])} steps, text {a['text']!r} != minivllm "
+                f"{len(b['events'])} steps, text {b['text']!r}")
+    return None
