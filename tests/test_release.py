@@ -53,7 +53,8 @@ def test_release_has_the_student_files_and_nothing_of_the_instructors(student_re
     assert "JUPYTER_CONFIG_PATH=autograder/jupyter-student jupyter lab" in readme
     assert "jupyter lab notebooks" not in readme and "fonts-noto-cjk" in readme
     assert any(n.startswith("data/models/") for n in names)
-    assert not [n for n in names if n.startswith(("solutions/", "tests/", "benchmarks/"))
+    assert not [n for n in names if n.startswith(("solutions/", "tests/", "benchmarks/", "autograder/vllm_oracle/",
+                                                  "data/vllm_oracle/"))
                 or n in ("autograder/mutation.py", "autograder/build.py", "autograder/grading.py")]
 
 
