@@ -113,7 +113,7 @@ def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
                           condense_rows="self.block_table.move_row()", sample_rows="self.optimistic_seq_lens_cpu"))
     for bad in (dict(good, condense_rows=good["swap_pair"], swap_pair=good["condense_rows"]),
                 dict(good, sample_rows="discard_request_mask"), dict(good, block_tables="InputBatch"),
-                dict(good, swap_pair="swap_states"), {k: v for k, v in good.items() if k != "async_input_ids"}):
+                dict(good, swap_pair="swap_states"), {k: v for k, v in good.items() if k != "flat_offsets"}):
         with pytest.raises(AssertionError):
             check_source_map(bad)
 
@@ -126,7 +126,7 @@ def test_source_map_answers_are_not_printed_by_the_lesson():
     outside += (REPO / "autograder/lesson05/demo.py").read_text(encoding="utf-8")
     outside += (REPO / "autograder/lesson05/checks.py").read_text(encoding="utf-8")
     for name in ("MultiGroupBlockTable", "move_row", "swap_row", "split_decodes_prefills_and_extends", "optimistic_seq_lens",
-                 "_prepare_input_ids"):
+                 "_get_cumsum_and_arange"):
         assert name not in outside, name
 
 

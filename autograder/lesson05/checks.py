@@ -552,7 +552,7 @@ def check_boundary(fn) -> None:
 
 
 # ---------------------------------------------------------------------------- source map
-SOURCE_KEYS = ["block_tables", "condense_rows", "swap_pair", "split_counts", "sample_rows", "async_input_ids"]
+SOURCE_KEYS = ["block_tables", "condense_rows", "swap_pair", "split_counts", "sample_rows", "flat_offsets"]
 # Accepted names, as sha256 prefixes of the lower-cased last dotted component (never the names themselves: this
 # file ships to students), checked against vLLM 0.27.1 (vllm/v1/worker/block_table.py, gpu_input_batch.py,
 # gpu_model_runner.py).
@@ -562,7 +562,7 @@ SOURCE_HASHES = {
     "swap_pair": {"bf35445f6fa3a76e"},
     "split_counts": {"54294f45969afdd0"},
     "sample_rows": {"afa780bbc5b6a763"},
-    "async_input_ids": {"884eb4462f927f68"},
+    "flat_offsets": {"02ba63e671fe3b2b"},
 }
 
 

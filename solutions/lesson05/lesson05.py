@@ -302,7 +302,7 @@ L05.check_boundary(prepare_inputs)
 # - `swap_pair`：`InputBatch.swap_states` 交换两行时，对块表调用的方法；
 # - `split_counts`：批已按 decode 在前重排后，数出 decode、extend、prefill 各有多少请求和 token 的函数（`vllm/v1/attention/backends/utils.py`）；
 # - `sample_rows`：`GPUModelRunner` 里存 `num_computed_tokens + num_scheduled_tokens` 的 CPU 张量，`discard_request_mask` 由它与 `num_tokens` 比较得到；
-# - `async_input_ids`：`GPUModelRunner` 里写 `input_ids` 的方法，异步调度时把上一步留在 GPU 上的采样 token 拷进本步的位置。
+# - `flat_offsets`：`_prepare_inputs` 调用的 `GPUModelRunner` 方法，一次算出 `cumsum(n)` 和每个 token 在本请求内的偏移（`[2, 5, 3]` 得到 `[0, 1, 0, 1, 2, 3, 4, 0, 1, 2]`）。
 
 # %% nbgrader={"grade": false, "grade_id": "l05_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
@@ -311,7 +311,7 @@ SOURCE_MAP = {
     "swap_pair": "swap_row",  ### BLANK
     "split_counts": "split_decodes_prefills_and_extends",  ### BLANK
     "sample_rows": "optimistic_seq_lens_cpu",  ### BLANK
-    "async_input_ids": "_prepare_input_ids",  ### BLANK
+    "flat_offsets": "_get_cumsum_and_arange",  ### BLANK
 }
 
 # %% nbgrader={"grade": true, "grade_id": "l05_source_map", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
