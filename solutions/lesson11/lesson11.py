@@ -94,7 +94,7 @@ from minivllm.compilation.cuda_graph import PAD_SLOT_ID  # noqa: E402,F401
 # 一个 decode 批次的一步：
 #
 # 1. **启动时捕获**：`capture_model` 对每个捕获尺寸用静态缓冲预热一次、再录一个 graph，按 `BatchDescriptor` 存起来。
-# 2. **分派**：每步 `CudagraphDispatcher.dispatch(num_tokens, uniform_decode)`。只有 uniform decode 批次、且 token 数不超过最大尺寸，才分到能装下它的**最小**尺寸；否则这一步 eager。
+# 2. **分派**：每步 `CudagraphDispatcher.dispatch(num_tokens, uniform_decode)`。在 minivllm 唯一的 `FULL_DECODE_ONLY` 模式下，只有 uniform decode 批次、且 token 数不超过最大尺寸，才分到能装下它的**最小**尺寸；否则这一步 eager。
 # 3. **填充**：`_pad_for_cudagraph` 把真实的 n 行写进静态缓冲的前 n 行，把 `n..size` 的填充行设成无害的值（见下一节）。
 # 4. **replay**：回放 `size` 行的 graph。CPU 上是对同一组缓冲的一次 eager 前向。
 # 5. **只取真实行**：输出有 `size` 行，只有前 n 行交给 logits 和采样（vLLM：`logits_indices` 只指向真实请求）。
