@@ -43,10 +43,31 @@ def test_unfilled_release_scores_zero_without_crashing():
 
 
 @pytest.mark.parametrize("name", ["decode_each_token_alone", "text_after_stop_kept", "no_hold_back",
-                                  "stream_not_primed", "hold_back_lexicographic_max", "include_stop_ignored"])
+                                  "stream_not_primed", "hold_back_lexicographic_max", "include_stop_ignored",
+                                  "stream_primed_with_last_token", "stream_primed_with_last_two_tokens",
+                                  "stream_primed_without_first_token"])
 def test_mutant_loses_the_output_processor_part(name, solution_ns):
     result = run_part(LESSON.part("l12_main_path"), mutant_ns(name, solution_ns))
     assert result.score == 0 and "NameError" not in result.message, result.message
+
+
+def test_prompt_ending_inside_a_character(solution_ns):
+    """vLLM's primed stream repeats the prompt's text before the completed character; a stream that stepped through
+    the prompt gives the character alone: both pass. A stream primed with the last prompt token shows U+FFFD."""
+    cls, abort = (solution_ns[n] for n in NAMES)
+
+    class SteppedThroughPrompt(cls):
+        def __init__(self, tokenizer, params, prompt_token_ids):
+            super().__init__(tokenizer, params, [])
+            for t in prompt_token_ids:
+                self.stream.step(self.rust_tokenizer, t)
+
+    for cut in (5, 21):
+        checks.expect_split_prompt(cls, abort, cut, "vLLM")
+        checks.expect_split_prompt(SteppedThroughPrompt, abort, cut, "stepped")
+    ns = mutant_ns("stream_primed_with_last_token", solution_ns)
+    with pytest.raises(AssertionError, match="U\\+FFFD"):
+        checks.expect_split_prompt(ns["StreamingDetokenizer"], abort, 21, "last token")
 
 
 @pytest.mark.slow

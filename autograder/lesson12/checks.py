@@ -11,7 +11,10 @@ Input space of the exercise (what changes what the answer must do) and the part 
 |---|---|---|
 | decoder | byte-level BPE: multi-byte characters span tokens | main_path, real_server |
 |         | SentencePiece-like Metaspace: a "▁word" token is " word" after other text, "word" at the start | main_path |
-| prompt | one BOS id; a text prompt the stream must be primed with (Metaspace) | main_path |
+| prompt | one BOS id; a text prompt the stream must be primed with (Metaspace); a prompt ending inside a | main_path |
+|        | multi-byte character whose bytes the output completes (2 or 3 of its bytes in the prompt: priming |  |
+|        | with the last 1-2 prompt tokens, or without the first, shows U+FFFD; vLLM's primed stream repeats |  |
+|        | the prompt's text before that character, and the output without the repeat is accepted too) |  |
 | stop | none; one; several of different lengths (longest neither first, last, nor lexicographic max; the | main_path, |
 |      | match in the middle of the list); one whose text repeats; one never completed | boundary, real_server |
 | include_stop_str_in_output | False: cut before the stop, hold back len(longest) - 1; True: cut after, no hold-back | main_path, boundary, real_server |
@@ -217,6 +220,34 @@ def expect_stream(cls, abort_fn, text, stop, groups, label, finish_last=None, in
     return chunks
 
 
+def expect_split_prompt(cls, abort_fn, cut: int, label: str) -> None:
+    """MULTIBYTE's byte-level tokens, the prompt ending `cut` tokens in, inside a character whose bytes the output
+    completes. The stream must never show U+FFFD. Accepted: vLLM 0.27.1's increments (with tokenizers 0.23 its
+    primed DecodeStream, whose prefix ends in an incomplete character, emits the prompt's text again before the
+    completed character), or the same increments without that repeated prompt text (a stream that stepped
+    through the prompt). A stream primed with only the last prompt token(s) shows U+FFFD."""
+    tok = tokenizer()
+    ids = tok.encode(MULTIBYTE, add_special_tokens=False)
+    prompt_ids, out_ids = ids[:cut], ids[cut:]
+    prompt_text = tok.decode(prompt_ids)
+    expect(prompt_text.endswith(REPLACEMENT), "检查本身出了问题：prompt 应以半个字符结尾。")
+    params = stop_params()
+    want = stream_ids(None, None, out_ids, params, [1] * 400, None, True, tok, prompt_ids)[0]
+    got = stream_ids(cls, abort_fn, out_ids, params, [1] * 400, None, True, tok, prompt_ids)[0]
+    bad = next((k for k, c in enumerate(got) if REPLACEMENT in c), None)
+    expect(bad is None, f"{label}：第 {bad + 1 if bad is not None else 0} 个增量 {_clip(got[bad] if bad is not None else '')}"
+           f" 含替换字符 U+FFFD：补全这个字符的字节有一部分在 prompt 里，解码流没有看到它们。")
+    repeated = prompt_text.rstrip(REPLACEMENT)
+    first = next((k for k, c in enumerate(want) if c), None)
+    clean = list(want)
+    if first is not None and repeated and clean[first].startswith(repeated):
+        clean[first] = clean[first][len(repeated):]
+    if got != want and got != clean:
+        diff = first_difference(got, clean, [])
+        expect(False, f"{label}：{diff}（补全的字符应出现在第一段输出里；vLLM 还会在它前面重复 prompt 的文本 "
+               f"{_clip(repeated)}，两种都接受）。")
+
+
 def check_main_path(cls, abort_fn) -> None:
     """Byte-level and Metaspace decoders, primed prompt; stops across steps, several stops of different lengths,
     include_stop_str_in_output, multi-byte text, delta and cumulative outputs; 1–5 tokens per step."""
@@ -231,6 +262,8 @@ def check_main_path(cls, abort_fn) -> None:
     chunks = expect_stream(cls, abort_fn, MULTIBYTE, None, [1] * 400, "多字节字符、逐 token")
     expect(len([c for c in chunks if c]) > 3, "多字节文本应在多个增量里逐步流出，而不是攒到最后一次性给出。")
     expect_stream(cls, abort_fn, MULTIBYTE + "。停下", ["停下"], uneven_groups(2), "多字节停止串")
+    expect_split_prompt(cls, abort_fn, 5, "prompt 以“好”字的前两个字节结尾")
+    expect_split_prompt(cls, abort_fn, 21, "prompt 以 emoji 的前三个字节结尾")
     ms = metaspace_tokenizer()
     expect_stream(cls, abort_fn, TEXT[16:], None, [1] * 400, "SentencePiece（Metaspace）分词器、带 prompt",
                   tok=ms, prompt=TEXT[:16])

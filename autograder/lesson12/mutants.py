@@ -22,6 +22,24 @@ MUTANTS = {
                             "Starts the stream empty: a SentencePiece/Metaspace first output token loses its space.",
                             {"l12_main_path"},
                             hint="流式解码开始时的状态对第一个 token 的空格有什么影响？"),
+    "stream_primed_with_last_token": _m(((STREAM, "self.stream = DecodeStream(ids=list(prompt_token_ids)[-1:], "
+                                                  "skip_special_tokens=params.skip_special_tokens)"),),
+                                        "Primes with the last prompt token only: enough for a Metaspace space, but a "
+                                        "character whose first bytes end the prompt comes out as U+FFFD.",
+                                        {"l12_main_path"},
+                                        hint="prompt 以半个多字节字符结尾时，解码流需要看到 prompt 的多少？"),
+    "stream_primed_with_last_two_tokens": _m(((STREAM, "self.stream = DecodeStream(ids=list(prompt_token_ids)[-2:], "
+                                                       "skip_special_tokens=params.skip_special_tokens)"),),
+                                             "Primes with a window of two tokens: a 4-byte character with 3 bytes in "
+                                             "the prompt loses its first byte.",
+                                             {"l12_main_path"},
+                                             hint="一个字符最多有几个字节会落在 prompt 的结尾？"),
+    "stream_primed_without_first_token": _m(((STREAM, "self.stream = DecodeStream(ids=list(prompt_token_ids)[1:], "
+                                                      "skip_special_tokens=params.skip_special_tokens)"),),
+                                            "Leaves the first prompt token out of the priming (taking it for BOS): a "
+                                            "prompt whose first character spans tokens decodes to U+FFFD.",
+                                            {"l12_main_path"},
+                                            hint="prompt 的第一个 token 一定是 BOS 吗？"),
     "special_tokens_always_skipped": _m(((STREAM, "self.stream = DecodeStream(ids=list(prompt_token_ids), "
                                                   "skip_special_tokens=True)"),),
                                         "Hard-codes skip_special_tokens=True: the request's own setting is ignored.",

@@ -14,35 +14,38 @@
 #
 # ## 本课目标与通过标准
 #
-# 本课产出：能说清一个流式请求的完整路径——HTTP 请求进入 `api_server`，`AsyncLLM.generate` 把它交给 `InputProcessor` 变成 `EngineCoreRequest`，经 ZMQ（msgspec 编码）送进**另一个进程**里的 `EngineCore`；每一步的 `EngineCoreOutputs` 沿另一条 ZMQ 套接字回来，由输出处理循环（`_run_output_handler`）交给 `OutputProcessor`，增量反分词、检查停止串，放进每个请求的 `RequestOutputCollector`，最后变成一个个 SSE `data:` 事件。亲手写出输出处理器每个请求的那一步：增量反分词（多字节字符跨 token、用 prompt 预热解码流）、停止串检查与 hold-back，以及客户端断开时的 abort 路径，并把它接进真实的服务器。
+# 本课产出：能说清一个流式请求怎样从 HTTP 穿过两个进程、变成一个个 SSE 事件；亲手写出输出处理器里每个请求的那一步：增量反分词、停止串检查与 hold-back，以及客户端断开时的 abort 路径。检查时它们被接进真实的服务器。
 #
-# 通过要求：唯一代码填空题通过全部断言；Q1～Q3 都能沿源码对象给出因果链；能指出一个正确性不变量（流式增量拼起来等于非流式文本，停止串不出现在任何增量里）、一个性能边界（进程拆分用一次序列化与 ZMQ 往返换来前端与 GPU 步的重叠）和一个需要 benchmark 才能确认的结论（服务器在多大请求率下饱和）；总分至少 8/10。
+# 通过要求：代码断言全部通过；Q1～Q3 都能沿源码对象给出因果链；能指出下面三件事；总分至少 8/10。
+#
+# - 正确性不变量：流式增量拼起来等于非流式文本，停止串不出现在任何增量里；
+# - 性能边界：进程拆分用每步一次序列化与 ZMQ 往返，换来前端与模型步的重叠；
+# - 需要 benchmark 才能确认的结论：服务器在多大请求率下饱和。
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
 # | 代码·主路径（真实 `OutputProcessor` 上的流 1 分 + 真实服务器与 openai 客户端 1 分） | 2 | 自动 |
-# | 代码·边界条件（第一个 token 就是停止串、输出比 hold-back 窗口还短、一步给出全部 token、EOS / stop token / 特殊 token、客户端断开后请求离开 EngineCore） | 1 | 自动 |
+# | 代码·边界条件（第一个 token 是停止串、输出比 hold-back 短、一步给出全部 token、EOS、客户端断开） | 1 | 自动 |
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson12`（在本笔记本所在的文件夹或仓库根目录都可以），得分与教师用 nbgrader 评出的自动部分一致。
+# 没有 nbgrader 时（例如 Colab），运行最后的“自检”单元格，或执行 `python -m autograder check lesson12`。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 本课程使用固定 commit 的永久链接保证行号可复现，同时链接 current docs 供核对最新变化。读前端时沿着“一个流式请求的一生”读：从 HTTP handler 开始，跟着 request id 穿过两个进程再回来；不要从 FastAPI 的路由表或 ZMQ 的套接字选项开始读。
+# 源码固定在 commit 8e958902eee5，链接见“参考资料”。沿“一个流式请求的一生”读：从 HTTP handler 开始，跟着 request id 穿过两个进程再回来；不要从 FastAPI 的路由表或 ZMQ 的套接字选项开始读。
 #
-# | 顺序 | vLLM 文件与入口（8e958902eee5） | minivllm 对应文件 | 带着什么问题读 |
+# | 顺序 | vLLM 文件与入口 | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | [`vllm/entrypoints/openai/`](https://github.com/vllm-project/vllm/tree/8e958902eee5/vllm/entrypoints/openai)：`api_server.py`（`build_app`）、`completion/api_router.py`（`create_completion` 返回 `StreamingResponse`）、`completion/serving.py`（`OpenAIServingCompletion.completion_stream_generator`）；[`vllm/entrypoints/serve/utils/api_utils.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/entrypoints/serve/utils/api_utils.py)（`with_cancellation`） | `minivllm/entrypoints/openai/api_server.py`：`build_app`、`create_completion`、`_completion_stream`、`CancellableStreamingResponse`、`with_cancellation`、`sse`；`protocol.py`；`metrics.py` | 一个 SSE 事件里装的是什么？客户端断开时，谁发现、谁取消 `generate()`？ |
-# | 2 | [`vllm/v1/engine/async_llm.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/async_llm.py)：`AsyncLLM.add_request`、`generate`、`_run_output_handler`、`abort` | `minivllm/engine/async_llm.py`：`AsyncLLM.add_request`、`generate`、`_run_output_handler`、`_abort` | 输出处理循环为什么是一个独立的 asyncio task？`generate()` 被取消时做了哪两件事？ |
-# | 3 | [`vllm/v1/engine/core_client.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core_client.py)：`AsyncMPClient`、`MPClient`；[`vllm/v1/serial_utils.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/serial_utils.py)：`MsgpackEncoder`、`MsgpackDecoder`；[`vllm/v1/engine/__init__.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/__init__.py)：`EngineCoreRequest`、`EngineCoreOutputs` | `minivllm/engine/core_client.py`：`AsyncMPClient`、`MPClient`；`minivllm/engine/__init__.py`：msgspec `Struct` | 请求和输出各走哪条 ZMQ 套接字（ROUTER/DEALER、PUSH/PULL）？为什么消息是 `array_like` 的 msgspec Struct？ |
-# | 4 | [`vllm/v1/engine/core.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py)：`EngineCoreProc.run_busy_loop`、`process_input_sockets`、`process_output_sockets` | `minivllm/engine/core.py`：`EngineCoreProc` | 核心进程里谁收、谁算、谁发？三者为什么在不同线程？ |
-# | 5 | [`vllm/v1/engine/output_processor.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/output_processor.py)：`OutputProcessor.process_outputs`、`abort_requests`、`RequestState`、`RequestOutputCollector` | `minivllm/engine/output_processor.py`：同名 | 停止串在前端被发现时，为什么还要回头去 abort 核心里的请求（`reqs_to_abort`）？读得慢的流怎样合并增量？ |
-# | 6 | [`vllm/v1/engine/detokenizer.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/detokenizer.py)：`BaseIncrementalDetokenizer.update`、`get_next_output_text`（`stop_buffer_length`）、`FastIncrementalDetokenizer`（`DecodeStream`：构造时喂入 prompt，出错时重建）、`check_stop_strings` | `minivllm/engine/detokenizer.py`：`IncrementalDetokenizer`、`check_stop_strings` | 为什么不能逐 token 独立解码？解码流为什么要先看到 prompt？运行中为什么要扣下最后 `stop_buffer_length` 个字符？ |
-# | 7 | [`vllm/benchmarks/serve.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/benchmarks/serve.py)：`benchmark`、`calculate_metrics` | `minivllm/benchmarks/serve.py`（`minivllm bench serve`） | TTFT、TPOT、ITL 各从哪两个时间点量出？请求率怎样产生（Poisson）？ |
-#
-# 源码快照：vLLM 8e958902eee5（0.27.1 wheel）。minivllm 与它的每一处差异列在本课末尾的“与 vLLM 0.27.1 的差异”里；本课练习类比 vLLM 少的东西也在那里。
+# | 1 | `vllm/entrypoints/openai/completion/serving.py`：`OpenAIServingCompletion`；`vllm/entrypoints/serve/utils/api_utils.py`：`with_cancellation` | `minivllm/entrypoints/openai/api_server.py` | 一个 SSE 事件里装什么？客户端断开时谁发现、谁取消？ |
+# | 2 | `vllm/renderers/online_renderer.py`：`OnlineRenderer` | `api_server.py`：`create_completion` | prompt 在哪里被渲染、分词？ |
+# | 3 | `vllm/v1/engine/async_llm.py`：`AsyncLLM.add_request`、`generate`、`abort` | `minivllm/engine/async_llm.py` | `generate()` 被取消时做哪两件事？ |
+# | 4 | `vllm/v1/engine/core_client.py`：`AsyncMPClient`；`vllm/v1/serial_utils.py`：`MsgpackEncoder` | `minivllm/engine/core_client.py` | 请求和输出各走哪条 ZMQ 套接字？为什么消息是 `array_like` 的 msgspec Struct？ |
+# | 5 | `vllm/v1/engine/core.py`：`EngineCoreProc` | `minivllm/engine/core.py` | EngineCore 进程里谁收、谁算、谁发？ |
+# | 6 | `vllm/v1/engine/output_processor.py`：`OutputProcessor`、`RequestOutputCollector` | `minivllm/engine/output_processor.py` | 前端发现停止串后，为什么还要 abort EngineCore 里的请求？ |
+# | 7 | `vllm/v1/engine/detokenizer.py`：`FastIncrementalDetokenizer`、`check_stop_strings` | `minivllm/engine/detokenizer.py` | 为什么不能逐 token 独立解码？解码流为什么要先看到 prompt？ |
+# | 8 | `vllm/benchmarks/serve.py`：`benchmark`、`calculate_metrics` | `minivllm/benchmarks/serve.py` | TTFT、TPOT、ITL 各从哪两个时间点量出？ |
 
 # %% nbgrader={"grade": false, "grade_id": "l12_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。
@@ -67,37 +70,48 @@ short_errors("lesson12")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 1. 它是什么，解决什么问题
 #
-# 离线的 `LLM.generate` 一次交进所有请求、等全部结束；在线服务的请求随时到达、随时离开，每个请求都要尽快看到第一个 token（TTFT），之后稳定地一个个流出（TPOT、ITL）。vLLM V1 的前端把这件事拆成两个进程：**API 服务器进程**（FastAPI + `AsyncLLM`）负责 HTTP、分词、反分词、停止串、流；**EngineCore 进程**只做调度与前向。两边通过 ZMQ 交换 msgspec 编码的小消息。这样 GPU 步在核心进程里一刻不停地跑，Python 前端的开销（HTTP 解析、JSON、反分词）与它重叠，而不是串在每一步之间。
+# 在线服务的请求随时到达、随时离开，每个请求要尽快看到第一个 token（TTFT），之后稳定地流出（TPOT、ITL）。vLLM V1 把服务拆成两个进程：
+#
+# - **API 服务器进程**（FastAPI + `AsyncLLM`）：HTTP、分词、反分词、停止串、流；
+# - **EngineCore 进程**：只做调度与前向。
+#
+# 两边通过 ZMQ 交换 msgspec 编码的小消息。Python 前端的工作与 EngineCore 的步重叠，而不是串在每两步之间。
 #
 # ### 2. 它如何工作
 #
-# 一个流式请求的一生（括号里是 minivllm / vLLM 的名字）：
+# 一个流式请求的一生：
 #
-# 1. **HTTP → AsyncLLM**：`create_completion` 校验请求、在线程池里分词（`InputProcessor.process_inputs` 得到 `EngineCoreRequest`），再调 `AsyncLLM.generate`。`add_request` 在 `OutputProcessor` 里登记请求（`RequestState`，带一个 `IncrementalDetokenizer` 和一个 `RequestOutputCollector` 信箱），然后把请求发给核心。
-# 2. **ZMQ/msgspec → EngineCore**：`AsyncMPClient` 用 msgspec 把 `EngineCoreRequest`（`array_like` 的 Struct：按位置编码成 msgpack 数组，不带字段名）编码，从 ROUTER 套接字发出；核心进程的输入线程（`process_input_sockets`）解码后放进队列，忙循环（`run_busy_loop`）取出、`add_request`、`step`。
-# 3. **输出回来**：每一步的 `EngineCoreOutputs`（每个请求本步的新 token id、结束原因）由核心的输出线程编码、经 PUSH/PULL 套接字发回。前端的输出处理循环（`_run_output_handler` 启动的 task）`await get_output_async()`，把它交给 `OutputProcessor.process_outputs`。
-# 4. **OutputProcessor → 反分词**：每个请求：新 token 交给它的反分词器（`update`），得到新文本、检查停止串；再取出这次可以发出的增量（`get_next_output_text`），包成 `RequestOutput` 放进信箱。前端发现了停止串，而核心不认识文本，所以返回 `reqs_to_abort`，由输出循环 abort 核心里的请求。
-# 5. **SSE**：`generate()` 从信箱取出 `RequestOutput` 并 yield；`_completion_stream` 把它写成 `data: {...}\n\n`，最后是 `data: [DONE]`。
+# 1. **HTTP → AsyncLLM**：`OpenAIServingCompletion` 经 `OnlineRenderer` 渲染并分词，再调 `AsyncLLM.generate`。它调 `add_request`：`InputProcessor.process_inputs` 得到 `EngineCoreRequest`，`OutputProcessor` 为它登记反分词器和信箱（`RequestOutputCollector`），再发往 EngineCore。
+# 2. **ZMQ → EngineCore**：`AsyncMPClient` 把请求编码成 msgpack 数组（`array_like` 的 Struct 按位置编码，不带字段名），经 ROUTER/DEALER 套接字送出。EngineCore 的输入线程解码后放进队列，忙循环（`run_busy_loop`）取出、调度、前向。
+# 3. **输出回来**：每一步的 `EngineCoreOutputs` 由输出线程编码，经 PUSH/PULL 套接字发回。前端的输出处理循环（`_run_output_handler` 启动的 task）把它交给 `OutputProcessor.process_outputs`。
+# 4. **反分词**：每个请求的新 token 交给它的反分词器，得到新文本、检查停止串；再取出这次可以发出的增量，放进信箱。EngineCore 不认识文本，所以前端发现停止串后要返回 `reqs_to_abort`，由输出循环 abort EngineCore 里的请求。
+# 5. **SSE**：`generate()` 从信箱取出输出并 yield，服务器把它写成 `data: {...}`，最后是 `data: [DONE]`。
 #
 # ### 3. 正确性条件与常见误区
 #
-# - **增量反分词**：字节级 BPE 里一个汉字或 emoji 的 UTF-8 字节常常分在 2～4 个 token 里。逐个 token 独立解码，每个不完整的字节序列都会变成 U+FFFD（�）。`tokenizers` 的 `DecodeStream` 记住前面的 token，只在字节凑成完整字符时才吐出文本。
-# - **解码流要先看到 prompt**：SentencePiece 一类分词器（`Metaspace` 解码器，Llama 2、T5 等）把空格写成 token 开头的 `▁`，解码时把它变回空格——但序列**开头**的那个 `▁` 被去掉。一个空的解码流把第一个输出 token 当作序列开头，`"▁what"` 就成了 `"what"`，输出前面少一个空格。所以 vLLM 的 `FastIncrementalDetokenizer` 构造 `DecodeStream` 时用构造参数 `ids` 先喂入 prompt 的 token（tokenizers ≥ 0.22 才有，vLLM 称之为 native prefill），之后的 `step` 只返回新 token 带来的文本；字节级 BPE 不受影响。`DecodeStream` 偶尔报 “Invalid prefix encountered”（解码器改写了前面已经给出的文本），vLLM 这时换一个不带 prompt 的新流继续，而不是让请求失败；minivllm 的 `IncrementalDetokenizer` 也这样做。
-# - **停止串与 hold-back**：停止串可以跨 token、跨步出现。第 t 步的文本结尾可能是停止串的前缀（例如停止串是 `"Juliet is"`，这一步的文本以 `" Jul"` 结尾）：它将来可能变成停止串（那时必须被删掉），也可能不会。已经发出的增量收不回来，所以运行中的请求要**扣下**最后 `len(最长停止串) - 1` 个字符（`stop_buffer_length`），结束时再全部放出。
-# - **停止串的搜索起点**：停止串可能从上一步的文本里开始，所以只在“新文本加上前面 `len(s) - 1` 个字符”里找，既不漏也不会重复扫描整段文本。找到后文本截到停止串**之前**，同一步里它后面的文本也一并丢掉。
-# - **增量拼起来等于全文**：每次只发出 `[sent, end)`，结束时发出剩下的全部；发过的不再发。
-# - **断开连接**：客户端断开时，uvicorn 把 `http.disconnect` 消息交给应用。流式请求里发现它的是 Starlette 的 `StreamingResponse`：它一边发送 body、一边等这条消息，收到就取消 body 迭代器（`with_cancellation` 只管 handler 返回之前的那一段，返回 `StreamingResponse` 之后就交给响应对象，vLLM 的 docstring 这样写）。迭代器被关闭，`generate()` 里的 `except (asyncio.CancelledError, GeneratorExit)` 调 `abort`：前端忘掉这个流（`OutputProcessor.abort_requests`），**并且**通知核心（`engine_core.abort_requests_async`），调度器才会在下一步把请求移出 batch、释放它的 KV 块。只做前一半，核心会一直生成到 `max_tokens`，占着 batch 的位置和 KV 块。
+# - **增量反分词**：字节级 BPE 里一个汉字或 emoji 的 UTF-8 字节常分在 2～4 个 token 里。逐个 token 独立解码，不完整的字节会变成 U+FFFD（�）。`tokenizers` 的 `DecodeStream` 记住前面的 token，字节凑成完整字符才吐出文本。
+# - **解码流要先看到 prompt**：SentencePiece 一类分词器（`Metaspace` 解码器）把空格写成 token 开头的 `▁`，但序列**开头**的 `▁` 被去掉。空的解码流把第一个输出 token 当作开头，`"▁what"` 成了 `"what"`。所以 vLLM 构造 `DecodeStream` 时用 `ids` 先喂入 prompt。
+# - **prompt 以半个字符结尾**：补全这个字符的字节在输出里，解码流必须见过 prompt 里的那几个字节。tokenizers 0.23 的预热流此时会把 prompt 的文本连同补全的字符一起吐出，vLLM 0.27.1 的第一段输出因此重复 prompt；检查接受这个输出，也接受只给出补全字符的输出。
+# - **停止串与 hold-back**：停止串可以跨 token、跨步出现。这一步的文本可能以停止串的前缀结尾，例如停止串是 `"Juliet is"`、文本以 `" Jul"` 结尾。已发出的增量收不回来，所以运行中的请求要扣下最后 `len(最长停止串) - 1` 个字符（`stop_buffer_length`），结束时再全部放出。
+# - **搜索起点**：停止串可能从上一步的文本开始，所以只在“新文本加上前面 `len(s) - 1` 个字符”里找。找到后文本截到停止串之前，同一步里它后面的文本也丢掉。
+# - **断开连接**：Starlette 的 `StreamingResponse` 发现断开、取消 body 迭代器，`generate()` 随即 `abort`。abort 要做两件事：前端忘掉这个流（`OutputProcessor.abort_requests`），**并且**通知 EngineCore。只做前一半，EngineCore 会一直生成到 `max_tokens`，占着 batch 的位置和 KV 块。
 #
 # ### 4. 性能与工程取舍
 #
-# - 进程拆分的收益是重叠：核心在算第 t+1 步时，前端在反分词、写 SSE 第 t 步的结果；代价是每步一次 msgspec 编解码和 ZMQ 往返、多一个进程的内存和启动时间，以及在 CPU 很少时两个进程可能互相争抢核——也可能恰恰因为两边并行而更快：哪一种，要看下面“进程拆分”一节在你的机器上的实测（Q1）。
-# - 信箱（`RequestOutputCollector`）里最多放一个输出：读得慢的流把增量合并，而不是堆成越来越长的队列。
-# - 在线服务的性能要看分布：TTFT 主要由排队与 prefill 决定，TPOT/ITL 由每步时间（batch 越大越慢）决定；请求率超过服务能力时，队列无限增长，TTFT 随时间上升（Q3）。
+# - 进程拆分的收益是重叠：EngineCore 算第 t+1 步时，前端在处理第 t 步。代价是每步一次编解码和 ZMQ 往返、多一个进程（Q1）。
+# - 信箱里最多放一个输出：读得慢的流把增量合并，而不是堆成越来越长的队列。
+# - TTFT 主要由排队与 prefill 决定，TPOT/ITL 由每步时间决定（Q3）。
 
 # %% [markdown]
 # ## 具体演示：一个请求穿过两个进程
 #
-# 下面的单元格启动一个真实的服务器（uvicorn 在本进程的一个线程里监听 127.0.0.1，`AsyncLLM` 的 EngineCore 在它自己的进程里；模型是训练过的小模型 shakespeare-llama，2 核 CPU），然后发一个流式请求（12 个 token），记录三个时间：核心每一步结束的时刻（`EngineCoreOutputs.timestamp`，核心进程里的 `time.monotonic()`）、前端收到这批输出的时刻、客户端收到每个 SSE 事件的时刻。不同进程的 monotonic 时间戳只在**同一台主机**上可以相减（Linux 的 `CLOCK_MONOTONIC` 是整台机器一个时钟）；vLLM 在 `EngineCoreEvent` 的 docstring 里提醒这些时间戳不要跨进程比较——它的前端只用它们算同一进程里的间隔。这里两个进程在一台机器上，所以可以画在一条时间轴上。评分检查用的也是这同一个服务器。
+# 下面的单元格启动一个真实的服务器（uvicorn 在本进程的线程里，EngineCore 在自己的进程里），发一个 12 token 的流式请求，记录三个时间：
+#
+# - EngineCore 每一步结束的时刻（`EngineCoreOutputs.timestamp`，EngineCore 进程里的 `time.monotonic()`）；
+# - 前端收到这批输出的时刻；
+# - 客户端收到每个 SSE 事件的时刻。
+#
+# vLLM 的 `EngineCoreEvent` 说明这些时间戳不要跨进程比较；这里两个进程在同一台 Linux 主机上，共用 `CLOCK_MONOTONIC`，所以能画在一条时间轴上。
 
 # %%
 timeline = L12.request_timeline()
@@ -105,18 +119,28 @@ L12.print_timeline(timeline)
 L12.plot_timeline(timeline);
 
 # %% [markdown]
-# 图 12-1：一个流式请求在两个进程之间的时间线。第一个点之前的空白是 HTTP 解析、分词、ZMQ 发送、核心排队与 prefill；之后核心每一步结束（上行），前端很快收到这批输出（中行：msgspec 编解码 + ZMQ + 事件循环调度），再经反分词、JSON、SSE 到达客户端（下行）。表格最后一行是**你这次运行**的数字：核心每步多长、核心到前端的延迟。核心的步与步之间不等前端：前端的工作与下一步的前向重叠——这就是进程拆分买来的东西。机器忙时（例如多人共用 2 个核），前端进程抢不到核，几步的输出在 ZMQ 里攒着、被一次收走：“ZMQ+decode”一列变大，多条连线汇到同一时刻。作者的对照（2 核 CPU 容器，无 GPU）：空闲时核心到前端约 0.3～0.4 ms、每步约 4 ms、TTFT 约 140 ms；8 个进程共用这 2 个核时这一列达到 30 ms、TTFT 约 280 ms。你的数字取决于核数和当时的负载，以你的输出为准。
+# 图 12-1：一个流式请求在两个进程之间的时间线。第一个点之前是 HTTP 解析、分词、ZMQ 发送、排队与 prefill。之后 EngineCore 每一步结束（上行），前端很快收到这批输出（中行），再经反分词、JSON、SSE 到达客户端（下行）。
+#
+# EngineCore 的步与步之间不等前端：前端的工作与下一步的前向重叠。机器忙时前端抢不到核，几步的输出在 ZMQ 里攒着、被一次收走，“ZMQ+decode”一列变大。以你这次运行的数字为准。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
 #
-# 下面是 vLLM `BaseIncrementalDetokenizer`（`FastIncrementalDetokenizer` 的 `DecodeStream` 路径）与 `AsyncLLM.abort` 的精简版，接口与 minivllm 的 `IncrementalDetokenizer` 相同：`OutputProcessor` 为每个请求建一个 `StreamingDetokenizer(tokenizer, params, prompt_token_ids)`，每步调 `update(new_token_ids, stop_terminated)`（`stop_terminated`：这一步的最后一个 token 是 EOS 或 stop token），再调 `get_next_output_text(finished, delta)` 取出这次发给流的文本（`delta=False` 时是到目前为止的全文）。`abort_stream(engine, request_id)` 是 `generate()` 被取消时 `AsyncLLM` 走的路径。8 处 `______` 是决策点。
+# 下面是 vLLM `FastIncrementalDetokenizer` 与 `AsyncLLM.abort` 的精简版，接口与 minivllm 的 `IncrementalDetokenizer` 相同：
 #
-# 要照顾到的输入：两类分词器（字节级 BPE；SentencePiece 式的 Metaspace，它的 `▁` 取决于前文）；没有、一个或几个长短不同的停止串；`include_stop_str_in_output` 与 `skip_special_tokens` 两种取值；一步 1 个或许多个 token（投机解码一步给出 k+1 个）；比 hold-back 窗口还短的输出；以长度、停止串、EOS / stop token 结束或被客户端断开。
+# - `OutputProcessor` 为每个请求建一个 `StreamingDetokenizer(tokenizer, params, prompt_token_ids)`；
+# - 每步调 `update(new_token_ids, stop_terminated)`，`stop_terminated` 表示这一步的最后一个 token 是 EOS 或 stop token；
+# - 再调 `get_next_output_text(finished, delta)` 取出这次发给流的文本，`delta=False` 时是到目前为止的全文；
+# - `abort_stream(engine, request_id)` 是 `generate()` 被取消时 `AsyncLLM` 走的路径。
 #
-# 评分检查把你的类和函数换进真实的前端（`minivllm.engine.output_processor` 里的 `IncrementalDetokenizer` 与 `AsyncLLM._abort`），离开检查时恢复原样。
+# 8 处 `______` 是决策点。要照顾到的输入：
 #
-# 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
+# - 字节级 BPE 与 Metaspace 两类分词器；prompt 可能以半个多字节字符结尾；
+# - 零到几个长短不同的停止串；`include_stop_str_in_output`、`skip_special_tokens` 的两种取值；
+# - 一步 1 个或许多个 token；比 hold-back 窗口还短的输出；
+# - 以长度、停止串、EOS / stop token 结束，或被客户端断开。
+#
+# 评分检查把你的类和函数换进真实的前端，离开检查时恢复原样。只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
 
 # %% nbgrader={"grade": false, "grade_id": "l12_streaming_detokenizer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class StreamingDetokenizer:
@@ -184,7 +208,7 @@ def abort_stream(engine, request_id):
 report("lesson12", globals())
 
 # %% [markdown]
-# 第一项检查：真实的 `OutputProcessor` 用你的类处理一段已知文本的 token（按不均匀的分组一步步送入）：没有停止串时增量拼起来等于全文；停止串跨 token 时它不出现在任何增量里、流正好停在它前面、`finish_reason` 是 `"stop"`；几个长短不同的停止串；`include_stop_str_in_output=True`；非流式（cumulative）输出；中文和 emoji 一个字节 token 一步时不出现 U+FFFD；SentencePiece 式分词器带 prompt 时第一个输出 token 保留它的空格。全文的参考来自字符串本身（`text[:text.find(stop)]`）；每一个增量还要与 minivllm 自己的反分词器（按 vLLM 的规则）在同样分组下给出的增量相同，失败时打印第一个不同的增量。
+# 第一项检查：真实的 `OutputProcessor` 用你的类处理已知文本的 token，按不均匀的分组送入：停止串跨 token、几个停止串、`include_stop_str_in_output`、非流式输出、中文和 emoji、Metaspace 分词器带 prompt、prompt 以半个字符结尾。每个增量都与 minivllm 按 vLLM 规则给出的增量比较。
 
 # %% nbgrader={"grade": true, "grade_id": "l12_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 chunks = L12.expect_stream(StreamingDetokenizer, abort_stream, L12.TEXT, ["Juliet is"], [1] * 400, "停止串跨 token")
@@ -197,7 +221,7 @@ L12.check_main_path(StreamingDetokenizer, abort_stream)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：真实服务器与真实的 openai 客户端。先用引擎自己的反分词器取一次非流式的贪心输出作为参考；换上你的类之后：非流式输出与参考相同；流式增量拼起来与它相同；从参考文本中间取一个跨 token 边界的 7 字符片段当停止串，流式输出的每个增量都不含它，流正好停在它前面；再把它和两个长短不同、不会出现的停止串放在一起，以及打开 `include_stop_str_in_output`（流停在它之后）各跑一次。失败时打印第一个不对的增量。
+# 第二项检查：真实服务器与真实的 openai 客户端。先用引擎自己的反分词器取一次非流式的贪心输出作参考；换上你的类之后，非流式输出、流式增量拼起来的文本都要等于它。再从参考文本中间取一个跨 token 的 7 字符片段当停止串：每个增量都不含它，流正好停在它前面；另有几个停止串一起用、打开 `include_stop_str_in_output` 两种情况。
 
 # %% nbgrader={"grade": true, "grade_id": "l12_real_server", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 L12.check_real_server(StreamingDetokenizer, abort_stream)
@@ -232,11 +256,13 @@ L12.check_boundary(StreamingDetokenizer, abort_stream)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 隐藏测试里还有更多边界（输出比 hold-back 窗口还短、一步给出全部 token、停止串的最后一个字符单独一步、EOS 与特殊 token）和断开连接：用 httpx 发一个 `max_tokens=1000`、`ignore_eos` 的流式请求，收到第一个 token 后关闭连接；等你的 `abort_stream` 执行完，再向 EngineCore 本身要统计（`get_stats`，与 abort 走同一条套接字，所以排在它后面），直到请求离开核心。核心为这个请求发过 `finish_reason="length"` 的输出，就说明 abort 没有到达核心，它把 1000 个 token 全部生成完了；请求离开后 KV 块必须全部空闲。判定看的是核心自己的记录，不看等了多久，所以与机器快慢无关。
+# 隐藏测试里还有更多边界：输出比 hold-back 窗口还短、一步给出全部 token、停止串的最后一个字符单独一步、EOS 与特殊 token。
+#
+# 还有断开连接：一个 `max_tokens=1000` 的流式请求收到第一个 token 后关闭连接。等你的 `abort_stream` 执行完，再向 EngineCore 要统计，直到请求离开。EngineCore 若为它发过 `finish_reason="length"`，说明 abort 没有到达；请求离开后 KV 块必须全部空闲。判定看 EngineCore 自己的记录，与机器快慢无关。
 #
 # ## 基准测试：`minivllm bench serve`
 #
-# 在同一个服务器上以三个请求率跑 `minivllm bench serve` 的 `benchmark()`（随机 token 组成的 32 token prompt、每个输出 16 个 token、16 个请求、Poisson 到达；`inf` 表示同时全部发出）。命令行等价于 `minivllm bench serve --base-url URL --num-prompts 16 --random-input-len 32 --random-output-len 16 --request-rate R`。
+# 在同一个服务器上以三个请求率跑 `minivllm bench serve`：16 个请求，随机的 32 token prompt，每个输出 16 个 token，Poisson 到达；`inf` 表示同时全部发出。
 
 # %%
 bench = L12.bench_rates()
@@ -244,11 +270,17 @@ L12.print_bench(bench)
 L12.plot_bench(bench);
 
 # %% [markdown]
-# 图 12-2：TTFT、TPOT、ITL 的中位数与 p99 随请求率变化；表格下面一行是你这次运行的数字。读法：请求率低于服务能力时，请求一来就被调度，TTFT 约等于一次 prefill、TPOT 约等于小 batch 的一步，几乎不随请求率变化；`inf`（16 个同时到达）时请求在队列里等前面的 prefill，TTFT 中位数跳高，batch 变大使每步变慢、TPOT 上升。ITL 的 p99 远大于中位数，是因为一个新请求的 prefill 插进正在 decode 的 batch，那一步特别长。作者的一次运行（2 核 CPU 容器、多人共用，无 GPU）：2 与 8 req/s 时 TTFT 中位数约 25～30 ms、TPOT 约 7～8 ms，`inf` 时 TTFT 约 240 ms、TPOT 约 18 ms；在空闲的机器上所有数字都更小（例如 TTFT 约 10 ms、`inf` 时约 40 ms），在 GPU 上又是另一回事。这些数字只对那台机器、这个小模型、这个短负载成立，Q3 用你自己的数字。
+# 图 12-2：TTFT、TPOT、ITL 的中位数与 p99 随请求率变化；表格下面一行是你这次运行的数字。读法：
+#
+# - 请求率低于服务能力时，请求一来就被调度：TTFT 约等于一次 prefill，TPOT 约等于小 batch 的一步，几乎不随请求率变化；
+# - `inf` 时请求排队等前面的 prefill，TTFT 跳高；batch 变大，TPOT 上升；
+# - ITL 的 p99 远大于中位数：一个新请求的 prefill 插进正在 decode 的 batch，那一步特别长。
+#
+# 这些数字只对这台机器和这个负载成立。
 #
 # ## 进程拆分的收益与代价（实测，Q1 用）
 #
-# 同一批请求（8 个 prompt × 16 个 token，贪心），EngineCore 在本进程（`LLM(multiprocess=False)`，`InprocClient`）与在自己的进程（`multiprocess=True`，`SyncMPClient`）各跑 3 轮，A B A B 交替，先热身一轮。
+# 同一批请求（8 个 prompt × 16 个 token），EngineCore 在本进程（`LLM(multiprocess=False)`）与在自己的进程（`multiprocess=True`）各跑 3 轮，交替进行，先热身。
 
 # %%
 split = L12.process_split()
@@ -257,16 +289,14 @@ L12.print_split(split)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：在 vLLM 8e958902eee5 中找到实现每个概念的名字（函数、类或属性名，字符串；大小写不限）。
+# 在 vLLM 8e958902eee5 中找到实现每个概念的名字（函数、类或属性名，字符串；大小写不限）。这些名字本课正文没有写出来。
 #
-# 这些名字本课正文没有写出来：要在 vLLM 的源码里找。
-#
-# - `prefix_reset`：`FastIncrementalDetokenizer` 里捕获 “Invalid prefix” 错误、换一个新解码流再试一次的方法（`vllm/v1/engine/detokenizer.py`）；
-# - `fast_switch`：同一个文件里决定能不能用 `DecodeStream` 那条快路径（要求 tokenizers 版本够新）的模块级常量；
-# - `slow_prompt_tokens`：Slow 反分词器构造时把 prompt 的 id 变成 token 字符串与两个偏移量的函数（`vllm/tokenizers/detokenizer_utils.py`）；
-# - `disconnect_listener`：`with_cancellation` 用来等待 `http.disconnect` 消息的那个协程函数（`vllm/entrypoints/serve/utils/api_utils.py`）；
-# - `arrivals`：`vllm bench serve` 里按请求率（与 burstiness）逐个产出请求的异步生成器（`vllm/benchmarks/serve.py`）；
-# - `zero_copy_threshold`：`MsgpackEncoder` 里决定一个张量超过多大就作为单独的零拷贝帧发送的属性（或它读取的环境变量，`vllm/v1/serial_utils.py`）。
+# - `prefix_reset`：`FastIncrementalDetokenizer` 里捕获 “Invalid prefix” 错误、换一个新解码流再试的方法（`vllm/v1/engine/detokenizer.py`）；
+# - `fast_switch`：同一个文件里决定能不能用 `DecodeStream` 快路径的模块级常量；
+# - `slow_prompt_tokens`：Slow 反分词器把 prompt 的 id 变成 token 字符串与两个偏移量的函数（`vllm/tokenizers/detokenizer_utils.py`）；
+# - `disconnect_listener`：`with_cancellation` 用来等待 `http.disconnect` 消息的协程函数；
+# - `arrivals`：`vllm bench serve` 里按请求率逐个产出请求的异步生成器（`vllm/benchmarks/serve.py`）；
+# - `zero_copy_threshold`：`MsgpackEncoder` 里决定张量多大就作为零拷贝帧单独发送的属性或环境变量（`vllm/v1/serial_utils.py`）。
 
 # %% nbgrader={"grade": false, "grade_id": "l12_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
@@ -284,17 +314,17 @@ L12.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l12_q1", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q1（2 分）
 #
-# EngineCore 在自己的进程里运行，这个拆分买来了什么、付出了什么？请结合图 12-1 的时间线和上面 in-process 与 multiprocess 的实测吞吐说明，并指出在什么硬件条件下拆分是划算的。
+# EngineCore 在自己的进程里运行，这个拆分带来了什么、付出了什么？请结合图 12-1 的时间线和上面 in-process 与 multiprocess 的实测吞吐说明，并指出在什么硬件条件下拆分是划算的。
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 收益链完整：核心进程的忙循环只做调度与前向，前端进程（HTTP、分词、`OutputProcessor` 反分词与停止串、JSON/SSE）与它**并行**，GPU 步之间不等 Python 前端，且前端的 GIL 争用不进入步时间；代价链完整：每步一次 msgspec 编码/解码 + ZMQ 往返（图 12-1 约 0.3 ms）、两份进程内存与启动时间、状态要靠消息同步（abort 必须显式发给核心，停止串要 `reqs_to_abort` 回传）；引用学生自己这次运行的数字（比值大于 1 或小于 1 都可以，只要解释与数字一致；作者在多人共用的 2 核 CPU 容器上两次运行：in-process 约 980 / 500 tok/s，multiprocess 约 350 / 800 tok/s，比值 0.36 与 1.6，另一次在空闲时约 1.4）并解释：在 CPU 上前向与前端争抢同样的 2 个核，重叠的收益取决于当时有没有空闲的核，所以比值不稳定、可能小于 1，而且离线 `LLM.generate` 没有 HTTP/反分词负担可以重叠；能指出这次测量的波动本身说明什么（要多轮 A B 交替、看中位数与范围）；结论：拆分在 GPU 上、前端工作量大（很多流、长文本反分词、JSON）时划算；1 分 = 只说“避免 GIL/重叠”而没有代价或没有数字；0 分 = 认为多进程会改变输出，或把本机的比值当作 GPU 上的结论（一票否决：把单一负载的实测写成普遍结论）。
+# **评分要点**：2 分 = 收益链完整：核心进程的忙循环只做调度与前向，前端进程（HTTP、分词、`OutputProcessor` 反分词与停止串、JSON/SSE）与它**并行**，EngineCore 的步与步之间不等 Python 前端，且前端的 GIL 争用不进入步时间；代价链完整：每步一次 msgspec 编码/解码 + ZMQ 往返（图 12-1 中核心到前端的延迟），再加至少一项学生自己举出的代价（两份进程内存与启动时间、两个进程争抢同样的 CPU 核、状态要靠消息同步等，任一项说清因果即可；题目没有提示的代价不作要求）；引用学生自己这次运行的数字（比值大于 1 或小于 1 都可以，只要解释与数字一致；作者在多人共用的 2 核 CPU 容器上两次运行：in-process 约 980 / 500 tok/s，multiprocess 约 350 / 800 tok/s，比值 0.36 与 1.6，另一次在空闲时约 1.4）并解释：在 CPU 上前向与前端争抢同样的 2 个核，重叠的收益取决于当时有没有空闲的核，所以比值不稳定、可能小于 1，而且离线 `LLM.generate` 没有 HTTP/反分词负担可以重叠；能指出这次测量的波动本身说明什么（要多轮 A B 交替、看中位数与范围）；结论：拆分在 GPU 上、前端工作量大（很多流、长文本反分词、JSON）时划算；1 分 = 只说“避免 GIL/重叠”而没有任何代价或没有数字；0 分 = 认为多进程会改变输出，或把本机的比值当作 GPU 上的结论（一票否决：把单一负载的实测写成普遍结论）。
 #
 # **参考答案**
 #
-# 1. 收益：EngineCore 的忙循环（`run_busy_loop`）只做 `schedule` → 前向 → `update_from_output`，输入输出的编解码在它的 IO 线程里。API 服务器进程里的 Python 工作（HTTP 解析、`InputProcessor` 分词、`OutputProcessor` 的增量反分词与停止串、JSON 序列化与 SSE）与下一步的前向并行。图 12-1 中核心步与步之间没有空隙等前端；如果同进程，这些工作串在每两步之间（同一个 GIL），GPU 空闲，TPOT 变长。
+# 1. 收益：EngineCore 的忙循环（`run_busy_loop`）只做 `schedule` → 前向 → `update_from_output`，输入输出的编解码在它的 IO 线程里。API 服务器进程里的 Python 工作（HTTP 解析、`OnlineRenderer` 渲染与分词、`OutputProcessor` 的增量反分词与停止串、JSON 序列化与 SSE）与下一步的前向并行。图 12-1 中核心步与步之间没有空隙等前端；如果同进程，这些工作串在每两步之间（同一个 GIL），GPU 空闲，TPOT 变长。
 # 2. 代价：每步一次 msgspec 编解码和 ZMQ 往返（图 12-1 约 0.3～0.4 ms，小消息，`array_like` Struct 只按位置编码字段）；多一个进程的内存（模型权重在核心进程，前端进程另有分词器）和启动时间；状态分在两个进程：前端发现的停止串、客户端断开都必须显式发消息给核心（`reqs_to_abort`、`abort_requests`），否则核心继续占着 KV 块；核心死掉要靠监测（`EngineDeadError`）。
 # 3. 实测（作者的 2 核 CPU 容器，多人共用；学生的数字会不同，以它为准）：一次 in-process 约 980 tok/s、multiprocess 约 350 tok/s（比值 0.36）；另一次（机器更忙）约 500 与 800 tok/s（比值 1.6），各轮从 270 到 1140 不等；机器空闲时 multiprocess 约快 1.4 倍。原因：这里的“GPU”就是同样的 2 个 CPU 核，核心进程的前向与前端进程争抢同一批核，拆分是否有收益取决于当时有没有空闲的核；离线 `LLM.generate` 没有 HTTP 与 SSE 的负担可以重叠；每步的 ZMQ 往返与解码在步时间只有几毫秒时占比可观。这样大的波动本身就说明结论必须来自多轮 A B 交替的中位数，而不是一次运行。
 # 4. 结论：在 GPU 上（前向在设备上，CPU 核空着可以做前端工作）、并发流多、输出长时拆分划算——这也是 vLLM 默认多进程的原因；在 CPU 很少、核被占满的机器上它可能更慢。要在目标硬件上 A B 交替测量，不能从这台机器外推。
@@ -330,7 +360,7 @@ L12.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l12_q3", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q3（2 分）
 #
-# 怎样从 TTFT/TPOT 随请求率变化的曲线判断服务器已经饱和？用图 12-2 的实测数字说明：饱和前后 TTFT、TPOT、吞吐分别怎么变，为什么；再说明要确认饱和还应该看哪些指标（/metrics）、怎样设计这次基准测试。
+# 怎样从 TTFT/TPOT 随请求率变化的曲线判断服务器已经饱和？用图 12-2 的实测数字说明饱和前后 TTFT、TPOT、吞吐分别怎么变、为什么；再说明要确认饱和还应该看哪些指标（/metrics）、怎样设计这次基准测试。
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
@@ -359,7 +389,7 @@ L12.check_source_map(SOURCE_MAP)
 # - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
 # - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
-# 总分 10 分，至少 8 分通过。参考答案与参考代码只在教师分支（solutions/）中：先独立完成；核对后请换一组停止串、一段多字节文本或一个请求率重新推演，不能只复制。
+# 总分 10 分，至少 8 分通过。参考答案只在教师分支（solutions/）中：先独立完成；核对后请换一组停止串、一段多字节文本或一个请求率重新推演。
 #
 # ### 自检
 #
@@ -371,18 +401,19 @@ self_check("lesson12", globals());
 # %% [markdown]
 # ## 与 vLLM 0.27.1 的差异
 #
-# 对照的是 vLLM 0.27.1 的 wheel（pin 8e958902eee5 的前一天构建）。本课评分的机制（增量反分词、停止串、hold-back、abort）与 vLLM 相同；按 vLLM 写的正确答案不会失分。
+# 本课评分的机制与 vLLM 相同；按 vLLM 写的答案不会失分。
 #
-# - **练习类比 vLLM 少的东西**：本课练习的类（minivllm 课程里的 `StreamingDetokenizer`）没有 `min_tokens`（vLLM 与 minivllm 的 `IncrementalDetokenizer` 都有：前 `min_tokens` 个 token 的文本不检查停止串）、没有 “Invalid prefix” 时重建解码流（两者都有）、没有 `spaces_between_special_tokens`（vLLM 的 Fast 反分词器在它为 False 时去掉相邻特殊 token 之间的空格；minivllm 没有这个参数），也不像 vLLM 那样在 `DecodeStream.step` 抛 `OverflowError`/`TypeError`（非法 token id）时记录日志、这一步不出文本。评分检查不触发这些情况。
-# - **反分词器**：vLLM 有 Fast（`DecodeStream`，tokenizers ≥ 0.22 且 transformers 的 `TokenizersBackend`）和 Slow（Python 的 `detokenize_incrementally`）两种；minivllm 只有 Fast（只接受 fast tokenizer）。
-# - **断开连接**：vLLM 的 `/v1/completions` 返回 Starlette 的 `StreamingResponse`，它在 ASGI spec < 2.4 时（uvicorn 报告 2.3）一边发送一边等 `http.disconnect`；spec ≥ 2.4 时 Starlette 不再等，要到下一次发送失败才发现。minivllm 用一个子类 `CancellableStreamingResponse`，任何 spec 下都等这条消息。非流式的 handler 两边都由 `with_cancellation` 取消。
-# - **abort**：vLLM 的 `AsyncLLM.abort(request_id, internal)` 与 `OutputProcessor.abort_requests(request_ids, internal)` 区分外部 id 与内部 id（并行采样的子请求等）；minivllm 只有一种 id，对应的方法是 `AsyncLLM._abort`（`abort` 调它）。vLLM 发给核心用 `abort_requests_async`，minivllm 的 `AsyncMPClient.abort_requests` 是同步的（取消清理里不必 await）。
-# - **消息与序列化**：vLLM 的 `MsgpackEncoder` 对张量走零拷贝的辅助帧（超过阈值时）；minivllm 直接用 `msgspec.msgpack.Encoder`（消息里只有 token id 等小对象）。vLLM 的 `EngineCoreOutputs` 还带 `finished_requests`、数据并行的 wave 字段，minivllm 没有。
-# - **时间戳**：两边的 `EngineCoreOutputs.timestamp` 都是核心进程的 `time.monotonic()`。vLLM 的 `EngineCoreEvent` docstring 说不要跨进程比较这些时间戳（它只在同一进程里算间隔）；图 12-1 把两个进程的时间画在一条轴上，只因为它们在同一台 Linux 主机上，跨主机不成立。
-# - **OutputProcessor**：vLLM 支持 n > 1（`ParentRequest`）、pooling 输出与流式输入；minivllm 每个请求一个输出。排队时间：vLLM 由核心的 QUEUED/SCHEDULED 事件算出（`vllm:request_queue_time_seconds`），minivllm 把它放在第一个 `EngineCoreOutput.queue_time` 上。
-# - **默认设置**：vLLM 默认开 async scheduling、默认多进程（`VLLM_ENABLE_V1_MULTIPROCESSING=1`）；minivllm 的服务器同样让 EngineCore 在自己的进程里，但 async scheduling 默认关。两者只改变 `OutputProcessor` 每步收到几个 token、何时收到，评分检查用不同的分组覆盖了这一点。
-# - **指标与基准**：minivllm 的指标前缀是 `minivllm:`（vLLM 是 `vllm:`），只有其中一部分；`minivllm bench serve` 是 `vllm bench serve` 的一个子集（随机数据集、Poisson 到达、TTFT/TPOT/ITL/E2EL 百分位）。
-#
+# - **练习的类少的东西**：`min_tokens`、“Invalid prefix” 时重建解码流、`spaces_between_special_tokens`、非法 token id 的容错。评分检查不触发这些情况。
+# - **反分词器**：vLLM 有 Fast（`DecodeStream`）和 Slow 两种；minivllm 只有 Fast，只接受 fast tokenizer。
+# - **分词**：vLLM 由 `OnlineRenderer` 渲染并分词，再交给 `AsyncLLM`；minivllm 的服务器在线程池里直接分词，没有 renderer。
+# - **断开连接**：Starlette 的 `StreamingResponse` 只在 ASGI spec < 2.4 时边发送边等 `http.disconnect`，uvicorn 报告 2.3；minivllm 用子类 `CancellableStreamingResponse`，任何 spec 下都等。
+# - **abort**：vLLM 区分外部与内部 request id（并行采样的子请求等），用 `abort_requests_async` 通知 EngineCore；minivllm 只有一种 id，对应 `AsyncLLM._abort`，其 `AsyncMPClient.abort_requests` 是同步的。
+# - **消息**：vLLM 的 `MsgpackEncoder` 对大张量走零拷贝帧；minivllm 直接用 `msgspec.msgpack.Encoder`。
+# - **OutputProcessor**：vLLM 支持 n > 1、pooling 输出与流式输入；minivllm 每个请求一个输出。排队时间：vLLM 由 QUEUED/SCHEDULED 事件算出，minivllm 放在第一个 `EngineCoreOutput.queue_time` 上。
+# - **async scheduling**：vLLM 默认开，minivllm 默认关；它只改变 `OutputProcessor` 每步收到几个 token，检查用不同的分组覆盖了它。
+# - **指标与基准**：minivllm 的指标前缀是 `minivllm:`；`minivllm bench serve` 是 `vllm bench serve` 的子集。
+
+# %% [markdown]
 # ## 参考资料
 #
 # - [vLLM AsyncLLM](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/async_llm.py)
@@ -390,11 +421,10 @@ self_check("lesson12", globals());
 # - [vLLM output processor](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/output_processor.py)
 # - [vLLM incremental detokenizer](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/detokenizer.py)
 # - [vLLM OpenAI-compatible server](https://github.com/vllm-project/vllm/tree/8e958902eee5/vllm/entrypoints/openai)
+# - [vLLM OnlineRenderer](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/renderers/online_renderer.py)
 # - [vLLM benchmarks/serve.py](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/benchmarks/serve.py)
-# - [vLLM V1 架构博客（进程拆分）](https://blog.vllm.ai/2025/01/27/v1-alpha-release.html)
-# - [msgspec](https://jcristharif.com/msgspec/)、[ZeroMQ guide](https://zguide.zeromq.org/)、[Server-Sent Events（WHATWG）](https://html.spec.whatwg.org/multipage/server-sent-events.html)
-# - [vLLM OpenAI-compatible server (current docs)](https://docs.vllm.ai/en/latest/serving/openai_compatible_server.html)
+# - [msgspec](https://jcristharif.com/msgspec/)、[ZeroMQ guide](https://zguide.zeromq.org/)、[Server-Sent Events](https://html.spec.whatwg.org/multipage/server-sent-events.html)
 #
-# 源码链接固定到本课审阅 commit；current docs、默认参数与消息格式会变化，面试或部署前必须按目标版本重新核对。
+# 源码链接固定到本课审阅的 commit；默认参数与消息格式会变化，部署前按目标版本重新核对。
 #
 # ← 上一课：第 11 课：CUDA Graph 与动态形状　｜　本课程到此结束。
