@@ -44,7 +44,8 @@ if "google.colab" in sys.modules or os.environ.get("MINIVLLM_COLAB_INSTALL"):
         if subprocess.run(["git", "clone", "--depth", "1", URL, HOME]).returncode:
             raise SystemExit(f"克隆失败：无法从 {{URL}} 克隆。请先运行 "
                              "os.environ['MINIVLLM_RELEASE_URL'] = '<教师发布的发行版 git 地址>'，再重跑本单元格。")
-    sys.path.insert(0, HOME)
+    if HOME not in sys.path:
+        sys.path.insert(0, HOME)
     from autograder.colab import install  # pip 安装（保留 Colab 的 torch 与 triton）与导入检查
 
     install(HOME)"""
