@@ -88,7 +88,7 @@ def generated_cells(nb: nbformat.NotebookNode, lesson_id: str, root: Path = REPO
     return nb
 
 
-SETUP_GUARD = 'assert "{alias}" in globals(), "先运行本课开头的准备单元格（{setup}），再运行本单元格。"'
+SETUP_GUARD = 'assert "{alias}" in globals(), "先运行本课开头的准备单元格（{setup}，要无错运行完），再运行本单元格。"'
 
 
 def setup_guard(nb: nbformat.NotebookNode, lesson_id: str) -> None:
