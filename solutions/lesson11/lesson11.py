@@ -80,7 +80,7 @@ from minivllm.compilation.cuda_graph import PAD_SLOT_ID  # noqa: E402,F401
 #
 # ### 1. 它是什么，解决什么问题
 #
-# 一次 decode 前向有几百个小 kernel：每层的 RMSNorm、QKV 投影、rotary、写 KV、attention、输出投影、MLP。batch 小时每个 kernel 在 GPU 上只跑几微秒，而 CPU 每发一次 launch 也要几微秒：GPU 大部分时间在等 CPU。
+# 一次 decode 前向有几十到几百个小 kernel：每层的 RMSNorm、QKV 投影、rotary、写 KV、attention、输出投影、MLP。batch 小时每个 kernel 在 GPU 上只跑几微秒，而 CPU 每发一次 launch 也要几微秒：GPU 大部分时间在等 CPU。
 #
 # CUDA graph 把一次前向的全部 kernel **录制**一次，之后每步只调用一次 `cudaGraphLaunch` **replay**。CPU 开销从“每个 kernel 一次”降到“每步一次”。
 #
