@@ -14,9 +14,16 @@
 #
 # ## 本课目标与通过标准
 #
-# 本课产出：能说清一个草稿 token 从提议、调度、验证到回滚的全过程——谁提出草稿（`NgramProposer`）、谁把它和请求一起排进下一步（`scheduled_spec_decode_tokens`）、谁在一次前向里验证 k+1 个位置（`RejectionSampler`）、谁把被拒草稿占用的 KV 位置退回（`num_computed_tokens` 回滚）；亲手写出拒绝采样器（贪心与随机两条路径、从归一化的 $(p-q)^+$ 恢复、奖励 token），并把它接进真实引擎，让 minivllm 用你的函数做投机解码。
+# 本课产出：
 #
-# 通过要求：唯一代码填空题通过全部断言；Q1～Q3 都能沿源码对象给出因果链；能指出一个正确性不变量（贪心时投机与不投机逐 token 相同；随机时每个输出 token 的分布仍是目标分布 $p$）、一个性能边界（每步最多多出 k 个 token，代价是每个请求多算 k 个位置）和一个需要 benchmark 才能确认的结论（在什么工作负载上投机真的更快）；总分至少 8/10。
+# - 说清一个草稿 token 从提议、调度、验证到回滚的一生，每一步由哪个对象负责；
+# - 写出拒绝采样器：贪心与随机两条路径、从归一化的 $(p-q)^+$ 恢复、奖励 token，并把它接进真实引擎做投机解码。
+#
+# 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；能指出下面三条；总分至少 8/10。
+#
+# - 正确性不变量：贪心时投机与不投机逐 token 相同；随机时每个输出 token 的分布仍是目标分布 $p$。
+# - 性能边界：每步最多多出 k 个 token，代价是每个请求多算 k 个位置。
+# - 要靠 benchmark 的结论：在什么工作负载上投机真的更快。
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
@@ -25,32 +32,26 @@
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson09`（在本笔记本所在的文件夹或仓库根目录都可以），得分与教师用 nbgrader 评出的自动部分一致。
+# 没有 nbgrader 时（例如 Colab），运行最后的“自检”单元格，或在终端执行 `python -m autograder check lesson09`，得分与 nbgrader 评出的自动部分一致。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 本课程使用固定 commit 的永久链接保证行号可复现，同时链接 current docs 供核对最新变化。读投机解码时沿着“一个草稿 token 的一生”读：它在哪一步被提出、在哪一步被调度、被哪一行 logits 验证、被拒后谁把状态退回去；不要从 Triton kernel 的指针运算开始读。
+# 源码固定在 vLLM commit 8e958902eee5（链接见参考资料）。沿着一个草稿 token 的一生读，不要从 Triton kernel 的指针运算读起。
 #
-# | 顺序 | vLLM 文件与入口（8e958902eee5） | minivllm 对应文件 | 带着什么问题读 |
+# | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | [`vllm/v1/spec_decode/ngram_proposer.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/spec_decode/ngram_proposer.py)：`NgramProposer.batch_propose`、`_find_longest_matched_ngram_and_propose_tokens` | `minivllm/spec_decode/ngram_proposer.py`：`NgramProposer`、`propose`、`find_ngram_draft` | 草稿从哪里来？为什么取“最长、再最早”的匹配？草稿为什么不需要概率分布 q？ |
-# | 2 | [`vllm/v1/core/sched/scheduler.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/scheduler.py)：`schedule`（`scheduled_spec_decode_tokens`）、`update_from_output`（`num_rejected`）、`update_draft_token_ids`、`make_spec_decoding_stats` | `minivllm/core/sched/scheduler.py`：`schedule`、`scheduled_spec_decode_tokens`、`update_from_output`、`_roll_back_rejected`、`update_draft_token_ids` | 草稿 token 怎样占用 token budget 和 KV 槽位？被拒时 `num_computed_tokens` 退回多少，为什么块不用释放？ |
-# | 3 | [`vllm/v1/worker/gpu_model_runner.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_model_runner.py)（V1 runner：n-gram 投机时运行的就是它，见下方说明）：`_calc_spec_decode_metadata`、`propose_draft_token_ids`、`take_draft_token_ids`；[`vllm/v1/spec_decode/metadata.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/spec_decode/metadata.py)：`SpecDecodeMetadata` | `minivllm/worker/gpu_model_runner.py`：`_prepare_inputs`、`sample_tokens`、`_propose_drafts`、`take_draft_token_ids`；`minivllm/sample/rejection_sampler.py`：`SpecDecodeMetadata` | 一个有 k 个草稿的请求为什么要 k+1 行 logits？`target_logits_indices` 和 `bonus_logits_indices` 指向哪里？ |
-# | 4 | [`vllm/v1/sample/rejection_sampler.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/sample/rejection_sampler.py)：`RejectionSampler.forward`、`rejection_sample`、`generate_uniform_probs`、`sample_recovered_tokens`、`rejection_greedy_sample_kernel`、`rejection_random_sample_kernel` | `minivllm/sample/rejection_sampler.py`：`RejectionSampler`、`generate_uniform_probs`、`PLACEHOLDER_TOKEN_ID` | 接受条件为什么是 `target_prob / draft_prob >= uniform_prob`？恢复为什么从 $(p-q)^+$ 采？奖励 token 何时出现？ |
-# | 5 | [`vllm/v1/spec_decode/metrics.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/spec_decode/metrics.py)：`SpecDecodingStats.observe_draft`、`SpecDecodingLogging.log` | `minivllm/engine/__init__.py`：`SpecDecodingStats`、`observe_draft`、`acceptance_rate`、`mean_acceptance_length` | 接受率、平均接受长度、逐位置接受率各自怎么算？分子分母是什么？ |
-# | 6 | [`vllm/v1/engine/core.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py)：`EngineCore.post_step` | `minivllm/engine/core.py`：`post_step` | 草稿在采样之后才提出，怎样在下一次 `schedule` 之前交给调度器？ |
-# | 7 | [`vllm/config/vllm.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/config/vllm.py)：`VllmConfig.use_v2_model_runner`、`_get_v2_model_runner_unsupported_features`；[`vllm/v1/worker/gpu/spec_decode/rejection_sampler.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu/spec_decode/rejection_sampler.py)：`RejectionSampler` | —（minivllm 的 runner 对应 V1 的 `gpu_model_runner.py`） | 同一个 Llama，开 n-gram 投机与开 EAGLE/MTP 时，vLLM 0.27.1 分别用哪个 runner？ |
+# | 1 | `vllm/v1/spec_decode/ngram_proposer.py`：`NgramProposer.batch_propose`、`_find_longest_matched_ngram_and_propose_tokens` | `minivllm/spec_decode/ngram_proposer.py` | 草稿从哪里来？为什么取“最长、再最早”的匹配？为什么不需要概率分布 q？ |
+# | 2 | `vllm/v1/core/sched/scheduler.py`：`schedule`、`update_from_output`、`update_draft_token_ids` | `minivllm/core/sched/scheduler.py` 的同名方法 | 草稿怎样占用 token budget 和 KV 槽位？被拒时 `num_computed_tokens` 退回多少，块为什么不用释放？ |
+# | 3 | `vllm/v1/worker/gpu_model_runner.py`：`_calc_spec_decode_metadata`、`take_draft_token_ids` | `minivllm/worker/gpu_model_runner.py` | k 个草稿为什么要 k+1 行 logits？`target_logits_indices`、`bonus_logits_indices` 指向哪里？ |
+# | 4 | `vllm/v1/sample/rejection_sampler.py`：`RejectionSampler.forward`、`rejection_random_sample_kernel`、`sample_recovered_tokens` | `minivllm/sample/rejection_sampler.py` | 接受条件为什么是 `target_prob / draft_prob >= uniform_prob`？恢复为什么从 $(p-q)^+$ 采？ |
+# | 5 | `vllm/v1/spec_decode/metrics.py`：`SpecDecodingStats.observe_draft`、`SpecDecodingLogging.log` | `minivllm/engine/__init__.py` | 接受率、平均接受长度、逐位置接受率的分子分母各是什么？ |
+# | 6 | `vllm/v1/engine/core.py`：`EngineCore.post_step` | `minivllm/engine/core.py` | 草稿在采样之后才提出，怎样在下一次 `schedule` 之前交给调度器？ |
+# | 7 | `vllm/config/vllm.py`：`VllmConfig.use_v2_model_runner`、`_get_v2_model_runner_unsupported_features` | — | 开 n-gram 投机与开 EAGLE 时，vLLM 0.27.1 分别用哪个 runner？ |
 #
-# 源码快照：vLLM 8e958902eee5。与 vLLM 的差异：vLLM 的拒绝采样用 Triton kernel（每个请求一个 program），minivllm 用批量 torch 运算，本课的练习用逐请求的 Python 循环——三者语义相同；vLLM 的 `SpecDecodingStats` 每步新建、由前端累加，minivllm 的在调度器里累计；`SpecDecodeMetadata` 在 vLLM 位于 `v1/spec_decode/metadata.py`，minivllm 把它放在 `sample/rejection_sampler.py`。vLLM 的投机方法还有 EAGLE、MTP、draft model 等，本课只讲 n-gram（提示查找）。
+# > **runner**：n-gram 投机在 0.27.1 走 V1 的 `gpu_model_runner.py`，因为 `_get_v2_model_runner_unsupported_features` 把 n-gram 列为 Model Runner V2 尚不支持的特性。不开投机、或开 EAGLE / MTP 时，课程的 dense 模型走 V2（`v1/worker/gpu/`）。minivllm 的 runner 对应 V1。
 #
-# > **vLLM 0.27.1 用哪个 runner 跑本课的投机解码？** 在 0.27.1，`VllmConfig.use_v2_model_runner`（`config/vllm.py`）对 dense 的 generate 模型（本课程加载的每个模型）在装有 Triton、且没有打开 V2 尚不支持的特性时选 Model Runner V2（`v1/worker/gpu/model_runner.py`）。n-gram 投机正是这样的特性：`_get_v2_model_runner_unsupported_features` 把 `ngram` / `ngram_gpu` 列为 V2 尚不支持，于是开了 n-gram 投机的 Llama 或 Qwen3 **回退到 V1 的 `gpu_model_runner.py`**——上表第 3、4 行（`_calc_spec_decode_metadata`、`v1/sample/rejection_sampler.py`）就是它真正走的路径。同一个模型不开投机、或开 EAGLE / EAGLE3 / MTP 时（其余条件满足）走 V2，V2 有自己的投机实现（`v1/worker/gpu/spec_decode/`，其中有另一个 `RejectionSampler`）。n-gram（CPU）投机还会关掉默认开启的异步调度（`VllmConfig.__post_init__` 的检查：异步调度只支持 EAGLE/MTP、draft model、`ngram_gpu` 与 DSpark），所以每步之后由 `EngineCore.post_step` 取草稿交给调度器（`update_draft_token_ids`），正如下文所述；异步调度下草稿由 worker 填进调度器预留的 -1 占位（`update_draft_token_ids_in_output`）。minivllm 的 runner 对应 V1。
-# >
-# > **minivllm ≠ vLLM（本课涉及的差异）**
-# > - 输入布局：vLLM 的 `RejectionSampler.forward` 拿到整批 logits，按 `target_logits_indices` 取出**只含草稿位置**的目标 logits（`[sum(k_i), V]`）交给模块级函数 `rejection_sample`，奖励行按 `bonus_logits_indices` 取出、由普通 `Sampler` 另行采样；本课练习的 `target_probs` 把每个请求的奖励行**插在**它的草稿行之后（`[sum(k_i + 1), V]`），与 minivllm 的 `SpecDecodeMetadata` 相同。
-# > - 接受条件：vLLM 的 `rejection_random_sample_kernel` 写的是 `draft_prob > 0 and target_prob / draft_prob >= uniform_prob`——q(x) = 0 时直接拒绝；练习的写法 `u <= min(1, p(x)/q(x))` 没有这道保护，q(x) = 0 时会除以零。草稿从 q 抽出时 q(x) > 0，两者结果相同。
-# > - p 是处理过的分布：验证之前，vLLM 先对目标 logits 施加温度与 top-k / top-p（`apply_sampling_constraints`），练习里的 `target_probs` 就是这之后的 softmax；minivllm 的 `RejectionSampler` 做同样的处理。
-# > - 统计：vLLM 的 `SpecDecodingStats` 每步新建、由前端的 `SpecDecodingLogging` 累加，逐位置接受率除以 `num_drafts`；minivllm 在调度器里累计（图 9-2 两种分母都画）。
+# minivllm 与 vLLM 的其他差异集中列在文末“与 vLLM 0.27.1 的差异”。
 
 # %% nbgrader={"grade": false, "grade_id": "l09_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。
@@ -75,34 +76,37 @@ short_errors("lesson09")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 1. 它是什么，解决什么问题
 #
-# Decode 每步每个请求只产出 1 个 token，而每一步都要把全部权重和整段 KV 从显存读一遍（第 6 课：decode 受带宽限制）。如果能**一次前向验证多个 token**，读一遍权重就能产出多个 token。投机解码（speculative decoding）就是这样做的：先用很便宜的办法猜出接下来的 k 个 token（草稿，draft），再让目标模型在一次前向里同时算出这 k+1 个位置的 logits，用**拒绝采样**决定接受草稿的哪一段前缀。被接受的 token 与目标模型自己采样出来的分布完全相同——投机只改变速度，不改变输出分布。
+# Decode 每步每个请求只产出 1 个 token，却要把全部权重和整段 KV 从显存读一遍（第 6 课：decode 受带宽限制）。如果一次前向能验证多个 token，读一遍权重就能产出多个 token。
 #
-# n-gram 提议（prompt lookup）是最便宜的草稿来源：不需要草稿模型，只在请求自己的 token 序列里找“与结尾匹配的 n-gram 更早出现在哪里”（n 取 `[prompt_lookup_min, prompt_lookup_max]` 里能匹配的最长值，同样长的匹配取**最早**的一处，vLLM `_find_longest_matched_ngram_and_propose_tokens` 的规则），把它后面的 k 个 token 当作草稿。它对“重复已有文本”的工作负载（代码修改、引用文档、摘要、多轮对话里复述）非常有效，对全新内容几乎无效。
+# 投机解码就是这样做的：先用便宜的办法猜出接下来的 k 个 token（草稿），再让目标模型在一次前向里算出这 k+1 个位置的 logits，用拒绝采样决定接受草稿的哪一段前缀。输出的分布与目标模型自己采样完全相同，投机只改变速度。
+#
+# n-gram 提议（prompt lookup）不需要草稿模型：在请求自己的 token 序列里找与结尾匹配的 n-gram 更早出现在哪里，把它后面的 k 个 token 当草稿。n 取 `[prompt_lookup_min, prompt_lookup_max]` 里能匹配的最长值，同样长时取最早的一处。它对复述已有文本的负载（改代码、引用文档、摘要）很有效，对全新内容几乎无效。
 #
 # ### 2. 它如何工作
 #
-# 一个草稿 token 的一生（括号里是 minivllm / vLLM 的名字）：
+# 一个草稿 token 的一生：
 #
-# 1. **提议**：第 t 步采样之后，runner 对每个刚产出 token 的请求调用 `NgramProposer.propose`，得到 ≤ k 个草稿（`_propose_drafts`）；`EngineCore.post_step` 把草稿交给调度器（`update_draft_token_ids`），存进 `request.spec_token_ids`。
-# 2. **调度**：第 t+1 步，调度器把 1 个已知 token 加上草稿一起排进本步（`num_new_tokens = 1 + k`，占 token budget，也分配 KV 槽位），草稿记在 `SchedulerOutput.scheduled_spec_decode_tokens`。
-# 3. **验证**：runner 把这 1+k 个 token 当作一个短的“prefill 块”跑一次前向，取 k+1 行 logits：第 j 行是在看到草稿前 j 个 token 之后的目标分布 $p_j$，用来验证草稿 $x_j$；最后一行是奖励（bonus）行。`SpecDecodeMetadata` 记下这些行的位置（`target_logits_indices`、`bonus_logits_indices`）。
-# 4. **拒绝采样**：`RejectionSampler` 先对目标 logits 施加温度与 top-k / top-p（vLLM：`apply_sampling_constraints`），下文的 $p_j$ 指处理后的分布；再逐个检查草稿：贪心请求在 $x_j = \arg\max p_j$ 时接受；随机请求以概率 $\min(1, p_j(x_j)/q_j(x_j))$ 接受。第一次拒绝时，从归一化的 $(p_j - q_j)^+$ 采一个恢复（recovered）token，然后**停止**；全部接受时，再加上奖励行采出的 token。每个请求这一步产出 `num_accepted + 1` 个 token，其余位置填 `PLACEHOLDER_TOKEN_ID`（-1）。
-# 5. **回滚**：调度器在 `update_from_output` 里用产出的 token 数算出 `num_accepted = len(generated) - 1`、`num_rejected = k - num_accepted`，把 `num_computed_tokens` 减去 `num_rejected`：被拒草稿的 KV 已经写进了槽位，但那些位置不再属于这个请求，下一步的 token 会覆盖它们。块不用释放——它们仍在请求的块表里，马上会被写满。
+# 1. **提议**：第 t 步采样之后，runner 调用 `NgramProposer.propose`，为批里每个请求提出至多 k 个草稿；`EngineCore.post_step` 把它们交给调度器（`update_draft_token_ids`），存进 `request.spec_token_ids`。n-gram 投机会关掉默认开启的异步调度，所以走的是这条同步路径。
+# 2. **调度**：第 t+1 步，调度器把 1 个已知 token 和草稿一起排进本步（`num_new_tokens = 1 + k`），占 token budget 和 KV 槽位；草稿记在 `SchedulerOutput.scheduled_spec_decode_tokens`。
+# 3. **验证**：runner 把这 1+k 个 token 当作一个短的 prefill 块跑一次前向，取 k+1 行 logits。第 j 行是看到前 j 个草稿之后的目标分布 $p_j$，用来验证草稿 $x_j$；最后一行是奖励（bonus）行。
+# 4. **拒绝采样**：贪心请求在 $x_j = \arg\max p_j$ 时接受；随机请求以概率 $\min(1, p_j(x_j)/q_j(x_j))$ 接受。第一次拒绝时，从归一化的 $(p_j - q_j)^+$ 采一个恢复 token，然后停止；全部接受时，加上奖励行采出的 token。每个请求本步产出 `num_accepted + 1` 个 token，其余位置填 `PLACEHOLDER_TOKEN_ID`（-1）。
+# 5. **回滚**：调度器在 `update_from_output` 里算出 `num_accepted = len(generated) - 1`、`num_rejected = k - num_accepted`，把 `num_computed_tokens` 减去 `num_rejected`。被拒草稿的 KV 已写进槽位，但这些位置不再属于请求，下一步会覆盖它们；块仍在块表里，不用释放。
 #
-# n-gram 草稿没有概率分布：q 是草稿 token 上的 one-hot，所以接受概率就是 $p(x)$，恢复分布是“去掉 x 后重新归一化的 p”。
+# 这里的 $p_j$ 是处理后的分布：验证之前，vLLM 的 `RejectionSampler` 先施加 penalties 等 logits 处理，再施加温度与 top-k / top-p。n-gram 草稿没有概率分布，q 是草稿 token 上的 one-hot，所以接受概率就是 $p(x)$，恢复分布是去掉 x 后重新归一化的 p。
 #
 # ### 3. 正确性条件与常见误区
 #
-# - **第一次拒绝后必须停止**：第 j+1 行的 logits 是在“草稿 $x_j$ 已经在序列里”的前提下算出来的。$x_j$ 被拒、换成了恢复 token，后面所有行都以错误的前缀为条件，必须丢弃。
-# - **恢复分布是 $(p - q)^+$ 归一化，不是 p**：从 p 重采会让被拒草稿 x 再次有机会出现，x 的总概率变成 $\min(p,q) + (1-\beta)p(x)$，偏离 p（Q1）。
-# - **奖励 token 只在全部接受时出现**：它来自最后一行 logits，条件是全部 k 个草稿都已在序列里。
-# - **接受个数决定 KV 回滚**：调度器只从“产出了几个 token”推出接受了几个（`len(generated) - 1`），再把 `num_computed_tokens` 退回 `num_rejected` 个位置。多算一个，就把一个被拒草稿（或占位符）当成了请求的 token，它的 KV 位置不会被回滚，后面的 token 都接在错误的前缀上；少算一个，本步本可产出的恢复或奖励 token 被丢掉、一个已接受草稿的 KV 被退回重算——贪心输出碰巧不变，但每步产出变少，接受统计也错（本课的检查会抓住这种“输出对、统计错”的答案）。
-# - **贪心必须与不投机逐 token 相同**：这是投机解码最强的回归测试（`tests/test_spec_decode.py` 在 chunked prefill、prefix caching、抢占下都检查它）。算法上它严格成立；实现上 vLLM 的文档说投机解码“在硬件数值精度范围内”无损：验证时一次前向算 k+1 个位置，批的形状不同，GPU 上可能走不同的 kernel 与归约顺序，极少数 logits 几乎相等的位置 argmax 会翻转。minivllm 在这台 CPU 上的小模型里逐 token 相同。
+# - **第一次拒绝后必须停止**：第 j+1 行的 logits 以草稿 $x_j$ 在序列里为前提。$x_j$ 被拒后，后面所有行的前缀都是错的。
+# - **恢复分布是归一化的 $(p - q)^+$，不是 p**：从 p 重采会让被拒的 x 再次出现，输出偏离 p（Q1）。
+# - **奖励 token 只在全部接受时出现**：它来自最后一行，前提是 k 个草稿都在序列里。
+# - **接受个数决定 KV 回滚**：调度器从产出的 token 数推出接受了几个。多算一个，被拒草稿的 KV 不回滚，后面接在错误的前缀上；少算一个，贪心输出碰巧不变，但接受统计错了，检查会抓住。
+# - **贪心必须与不投机逐 token 相同**：这是投机解码最强的回归测试。算法上它严格成立；vLLM 的文档说实现只在硬件数值精度内无损，GPU 上一次前向算 k+1 个位置可能换 kernel 与归约顺序，极少数近乎并列的 argmax 会翻转。
 #
 # ### 4. 性能与工程取舍
 #
-# - 每个请求每步多算 k 个位置（前向的 token 数从 1 变成 k+1），换来期望 $1 + \sum_{j=1}^{k} \prod_{i \le j} \alpha_i$ 个 token（$\alpha_i$ 是第 i 个位置在前面都接受的条件下的接受率）。decode 受带宽限制时，多算几个位置几乎不增加时间，所以接受一个就赚一个；batch 大到计算受限时，多算的位置就是真实成本（Q2）。
-# - k 越大，能赚的上限 k+1 越高，但越靠后的草稿越难被接受（要求前面全部接受），而每个草稿都占 token budget 和算力（Q3，图 9-1、9-2）。
+# - 每个请求每步多算 k 个位置，换来期望 $1 + \sum_{j=1}^{k} \prod_{i \le j} \alpha_i$ 个 token，$\alpha_i$ 是前面都接受时第 i 个位置的接受率。
+# - decode 受带宽限制时，多算几个位置几乎不增加时间；batch 大到计算受限时，多算的位置就是真实成本（Q2）。
+# - k 越大，上限 k+1 越高，但越靠后的草稿越难被接受，而每个草稿都占 token budget 和算力（Q3，图 9-1、9-2）。
 
 # %%
 sweep = L09.k_sweep()
@@ -110,30 +114,44 @@ L09.print_sweep(sweep)
 L09.plot_sweep(sweep);
 
 # %% [markdown]
-# 图 9-1：同一批 3 个 prompt、每个 40 个 token，贪心；不投机时 40 步、每步 3 个 token（每个请求 1 个）。左：接受率（接受的草稿 / 提出的草稿）随 k 增大而下降；中：每次验证平均产出的 token 数（`mean_acceptance_length`）随 k 增大而上升，但远低于上限 k+1；右：每个引擎步产出的 token 数。`== plain` 一列说明每个 k 的贪心输出都与不投机时逐 token 相同。这个小模型只在陷入循环（舞台提示、重复的台词）时草稿才会命中，所以收益有限——这正是 n-gram 投机的典型情形：收益完全取决于工作负载里有多少重复。
+# 图 9-1：3 个 prompt、每个 40 个 token，贪心；不投机时 40 步、每步 3 个 token。左：接受率（接受的草稿 / 提出的草稿）随 k 增大而下降。中：每次验证平均产出的 token 数（`mean_acceptance_length`）随 k 上升，但远低于上限 k+1。右：每个引擎步产出的 token 数。
+#
+# `== plain` 一列说明每个 k 的贪心输出都与不投机时相同。这个小模型只在陷入循环时草稿才会命中，收益有限：n-gram 投机的收益取决于负载里有多少重复。
 
 # %%
 L09.plot_per_position(sweep);
 
 # %% [markdown]
-# 图 9-2：逐位置接受率的两种分母。左：vLLM 的算法（`SpecDecodingLogging.log`，以及 `metrics.py` 注释里给 Prometheus 的查询）：`num_accepted_tokens_per_pos[j] / num_drafts`，分母是验证次数。第 j 个草稿只有在前 j-1 个都被接受时才会被接受，所以分子随 j 不增，这条曲线**必然**单调不增。右：`num_accepted_tokens_per_pos[j] / num_draft_tokens_per_pos[j]`，分母是真的有第 j 个草稿的次数（n-gram 的草稿可以短于 k）；短草稿多时它可以不单调。这里 n-gram 草稿几乎都是满长的，两边几乎重合。k 越大，尾部的草稿越是白算。
+# 图 9-2：逐位置接受率的两种分母。
+#
+# - 左，vLLM 的算法（`SpecDecodingLogging.log`）：`num_accepted_tokens_per_pos[j] / num_drafts`，分母是验证次数。第 j 个草稿只有前面都被接受时才会被接受，所以这条曲线必然单调不增。
+# - 右：分母是真的有第 j 个草稿的次数（`num_draft_tokens_per_pos[j]`）。n-gram 草稿可以短于 k，短草稿多时它可以不单调。这里草稿几乎都是满长的，两边几乎重合。
 #
 # ## 具体演示：一个验证步里发生了什么
 #
-# 图 9-1 的 k = 3 那次运行（引擎自带的 `RejectionSampler`，记录每一步每个请求的草稿与产出）：3 个 prompt 同批贪心生成 40 个 token，n-gram 匹配长度 1～3。每一行是某一步里一个请求的草稿和这一步实际产出的 token。
+# 图 9-1 中 k = 3 的那次运行：引擎自带的 `RejectionSampler`，3 个 prompt 同批贪心生成 40 个 token。每一行是某一步里一个请求的草稿和这一步实际产出的 token。
 
 # %%
 L09.print_trace(L09.verification_trace())
 
 # %% [markdown]
-# 读表：`no draft` 是 n-gram 没有找到匹配（例如刚开始生成时、或结尾的 n-gram 从未出现过），这一步与不投机时一样只产出 1 个 token；`recovered` 是在某个位置被拒，产出“已接受的草稿 + 1 个恢复 token”，被拒草稿的 KV 位置由调度器回滚；`bonus` 是 3 个草稿全部接受，产出 4 个 token——一次前向、4 个 token。同一步里三个请求的草稿数可以不同（0、2、3），这正是练习里“每个请求不同草稿数”的批。
+# 读表：
 #
-# 在这台 2 核 CPU 上，一步的时间主要是 Python 调度与 torch 调用开销，前向多算几个位置几乎不花时间，所以省下的步数近似就是省下的时间；GPU 上大 batch 时未必如此（Q2）。墙钟时间的比较要靠按 A B A B 交替、报告中位数与比值的基准（`benchmarks/spec_decode.py`），不能凭一次运行下结论。
+# - `no draft`：n-gram 没有找到匹配，这一步与不投机时一样只产出 1 个 token；
+# - `recovered`：在某个位置被拒，产出已接受的草稿加 1 个恢复 token，被拒草稿的 KV 位置由调度器回滚；
+# - `bonus`：3 个草稿全部接受，一次前向产出 4 个 token。
+#
+# 同一步里三个请求的草稿数可以不同，这正是练习里的批。这台 2 核 CPU 上省下的步数近似就是省下的时间，GPU 上大 batch 时未必如此（Q2）；墙钟比较要靠交替运行的基准 `benchmarks/spec_decode.py`。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
 #
-# 下面是 vLLM `rejection_greedy_sample_kernel` 与 `rejection_random_sample_kernel` 的逐请求版本（恢复 token 由 `sample_recovered_tokens` 在 kernel 之前采好，这里在循环里就地采）。输入的布局与 minivllm 的 `SpecDecodeMetadata` 相同：请求 i 的 $k_i$ 个草稿行、然后它的奖励行，一个请求接一个请求（vLLM 的 `rejection_sample` 只拿草稿行，奖励 token 另行采好传入，见上方差异列表）；$k_i$ 可以不同，也可以是 0。6 处 `______` 是决策点：贪心的接受条件、随机的接受条件、接受后累计的个数、恢复分布、拒绝之后做什么、奖励 token。
+# 下面是 vLLM `rejection_greedy_sample_kernel` 与 `rejection_random_sample_kernel` 的逐请求版本，恢复 token 在循环里就地采。
+#
+# - 输入布局与 minivllm 的 `SpecDecodeMetadata` 相同：请求 i 的 $k_i$ 个草稿行、然后它的奖励行，一个请求接一个请求；$k_i$ 可以不同，也可以是 0。
+# - 6 处 `______` 是决策点：贪心的接受条件、随机的接受条件、接受后累计的个数、恢复分布、拒绝之后做什么、奖励 token。
+#
+# > 与 vLLM 的差异（评分涉及）：vLLM 的 `rejection_sample` 只拿草稿行，奖励 token 由普通采样器另行采好；q(x) = 0 时直接拒绝。草稿从 q 抽出时两种写法结果相同，详见文末。
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
 
@@ -204,7 +222,7 @@ def rejection_sample(draft_token_ids, target_probs, draft_probs, bonus_token_ids
 report("lesson09", globals())
 
 # %% [markdown]
-# 第一项检查：构造的用例，结果完全确定。贪心批是 vLLM `tests/v1/sample/test_rejection_sampler.py` 的几种情形放进同一批（k = 3, 0, 2, 1）：部分接受、没有草稿、全部接受、第一个就被拒。随机批给出草稿分布 q，每个决定都被均匀数 u 或 $(p-q)^+$ 唯一确定。隐藏测试再做分布检验：1500 个请求、每个 2 个从 q 抽出的草稿，输出的第一个 token（以及第一个草稿被接受时的第二个 token）与目标分布 p 做卡方检验（固定种子）。
+# 第一项检查：构造的用例，结果完全确定。贪心批是 vLLM `tests/v1/sample/test_rejection_sampler.py` 的几种情形放进同一批（k = 3, 0, 2, 1）；随机批给出草稿分布 q，每个决定都由均匀数 u 唯一确定。隐藏测试再做分布检验：1500 个请求、每个 2 个草稿，输出与目标分布 p 做卡方检验。
 
 # %% nbgrader={"grade": true, "grade_id": "l09_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 drafts, target, bonus, want, want_n = L09.greedy_case()
@@ -223,10 +241,12 @@ L09.check_main_path(rejection_sample)
 L09.plot_distribution(rejection_sample);
 
 # %% [markdown]
-# 图 9-3：你的函数输出的第一个 token 的频率（蓝：有草稿分布 q；橙：n-gram，q 是 one-hot），与目标分布 p（黑）和草稿分布 q（灰）。草稿几乎按 q 抽出，输出却按 p 分布：拒绝采样把多出来的概率质量（q > p 的 token）拒掉，再用 $(p-q)^+$ 把不足的质量补上。
+# 图 9-3：你的函数输出的第一个 token 的频率（蓝：有草稿分布 q；橙：n-gram）与目标分布 p（黑）、草稿分布 q（灰）。草稿按 q 抽出，输出却按 p 分布：q > p 的质量被拒掉，不足的质量由 $(p-q)^+$ 补上。
 
 # %% [markdown]
-# 第二项检查：把你的函数接进真实引擎。`L09.check_real_engine` 在一个上下文管理器里把 runner 使用的 `RejectionSampler`（`minivllm/worker/gpu_model_runner.py` 模块里的名字）换成一个包装：它算出目标概率、奖励 token 和每个草稿一个均匀数，调用你的 `rejection_sample`，把每个请求的前 `num_accepted + 1` 个 token 交给引擎——所以你的 `num_accepted` 直接决定调度器回滚多少 KV 位置。退出时恢复原来的类。检查两件事：贪心输出与不投机的运行逐 token 相同；引擎的 `SpecDecodingStats`（草稿次数、草稿 token 数、接受数、逐位置计数）与用引擎自己的 `RejectionSampler` 时完全相同。
+# 第二项检查：把你的函数接进真实引擎。`L09.check_real_engine` 临时替换 runner 使用的 `RejectionSampler`，由它算出目标概率、奖励 token 和均匀数，调用你的 `rejection_sample`，把每个请求的前 `num_accepted + 1` 个 token 交给引擎。所以你的 `num_accepted` 直接决定调度器回滚多少 KV 位置。
+#
+# 检查两件事：贪心输出与不投机的运行逐 token 相同；引擎的 `SpecDecodingStats` 与用引擎自己的 `RejectionSampler` 时完全相同。
 
 # %% nbgrader={"grade": true, "grade_id": "l09_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 L09.check_real_engine(rejection_sample)
@@ -235,7 +255,7 @@ print("真实引擎检查通过：贪心输出与不投机相同，接受统计�
 # %% [markdown]
 # ## 检查方法
 #
-# 运行断言；再用你的函数对三种草稿分布 q 测第一个草稿的接受率：q = p、图 9-3 的 q、以及只在 p 的尾部有质量的 q。与理论值 $\sum_x \min(p(x), q(x))$ 比较，并解释为什么 q = p 时每个草稿都被接受、而输出分布仍然是 p。
+# 运行断言；再用你的函数对三种草稿分布 q 测第一个草稿的接受率：q = p、图 9-3 的 q、只在 p 的尾部有质量的 q。与理论值 $\sum_x \min(p(x), q(x))$ 比较，并解释为什么 q = p 时每个草稿都被接受、而输出分布仍然是 p。
 
 # %%
 for name, measured, theory in L09.acceptance_vs_overlap(rejection_sample):
@@ -261,14 +281,14 @@ L09.check_boundary(rejection_sample)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：在 vLLM 8e958902eee5 中找到实现每个概念的名字（函数、常量或变量名，字符串；大小写不限）。
+# “能映射回源码对象”（1 分）在这里自动评分：在 vLLM 8e958902eee5 中找到实现每个概念的名字（函数、常量或变量名，字符串，大小写不限）。
 #
-# - `per_request_to_per_token`：把按请求的张量（例如每个请求的 temperature）按各自的草稿数展开成按 token 的张量的函数（`vllm/v1/sample/rejection_sampler.py`）；
+# - `per_request_to_per_token`：把按请求的张量（例如 temperature）按各自的草稿数展开成按 token 的张量的函数（`vllm/v1/sample/rejection_sampler.py`）；
 # - `cumulative_drafts`：`SpecDecodeMetadata` 里各请求草稿数的前缀和字段，kernel 用它找到第 i 个请求的草稿；
-# - `no_q_flag`：接受检验 kernel 的编译期常量：没有草稿概率（n-gram）时把 q(x) 当作 1；
-# - `parse`：`RejectionSampler` 把 [batch, max_spec_len + 1] 的输出去掉占位、变成每个请求一个 token 列表的静态方法；
+# - `no_q_flag`：接受检验 kernel 的编译期常量：没有草稿概率时把 q(x) 当作 1；
+# - `parse`：`RejectionSampler` 把 [batch, max_spec_len + 1] 的输出去掉占位、变成每个请求一个列表的静态方法；
 # - `parallel_ngram`：`NgramProposer` 用 numba 并行地为一批请求找 n-gram 的函数；
-# - `fixed_acceptance`：`SpeculativeConfig` 里的字段：按配置的每个位置的接受率、而不是 p/q 决定接受（合成的接受过程，不看模型的分布）。
+# - `fixed_acceptance`：`SpeculativeConfig` 里按配置的逐位置接受率、而不是按 p/q 决定接受的字段。
 
 # %% nbgrader={"grade": false, "grade_id": "l09_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
@@ -292,7 +312,7 @@ L09.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 写出（或说清）某个 token y 的输出概率的两部分：被草稿抽中并被接受 $q(y)\min(1, p(y)/q(y)) = \min(p(y), q(y))$，加上被拒后恢复成 y 的 $(1-\beta)\cdot (p(y)-q(y))^+/(1-\beta)$，其中拒绝概率 $1-\beta = 1 - \sum_x \min(p,q) = \sum_x (p-q)^+$，两部分相加 $\min(p,q) + (p-q)^+ = p(y)$；并指出对多个位置逐个成立（第 j+1 个位置以前 j 个已接受为条件，所以第一次拒绝后必须停止）；并说出从 p 重采的后果（y 的概率变成 $\min(p,q) + (1-\beta)p(y)$，q 偏大的 token 被多采，分布偏向草稿；卡方检验拒绝）；1 分 = 只有“接受 + 恢复 = p”的结论没有推导、或漏掉拒绝后停止的条件、或不能说出从 p 重采错在哪；0 分 = 认为只有贪心或 q = p 时分布才不变，或认为拒绝采样这个**算法**只是“近似”保持分布（一票否决：混淆算法正确性与性能）。不扣分的补充：指出实现只在浮点数值精度内无损（vLLM 文档原话：lossless up to the precision limits of hardware numerics；k+1 个位置一起前向时 kernel 与归约顺序不同，GPU 上偶有 argmax 翻转）是正确的，与“算法保持分布”并不矛盾；说 vLLM 在 q(x) = 0 时直接拒绝（`draft_prob > 0`）也对。
+# **评分要点**：2 分 = 写出（或说清）某个 token y 的输出概率的两部分：被草稿抽中并被接受 $q(y)\min(1, p(y)/q(y)) = \min(p(y), q(y))$，加上被拒后恢复成 y 的 $(1-\beta)\cdot (p(y)-q(y))^+/(1-\beta)$，其中拒绝概率 $1-\beta = 1 - \sum_x \min(p,q) = \sum_x (p-q)^+$，两部分相加 $\min(p,q) + (p-q)^+ = p(y)$；并说出从 p 重采的后果（y 的概率变成 $\min(p,q) + (1-\beta)p(y)$，q 偏大的 token 被多采，分布偏向草稿；卡方检验拒绝）；1 分 = 只有“接受 + 恢复 = p”的结论没有推导、或不能说出从 p 重采错在哪；0 分 = 认为只有贪心或 q = p 时分布才不变，或认为拒绝采样这个**算法**只是“近似”保持分布（一票否决：混淆算法正确性与性能）。题目只问单个位置，多个位置不作要求；说出论证逐位置成立、第一次拒绝后必须停止，是正确的补充，不另加分。不扣分的补充：指出实现只在浮点数值精度内无损（vLLM 文档原话：lossless up to the precision limits of hardware numerics；k+1 个位置一起前向时 kernel 与归约顺序不同，GPU 上偶有 argmax 翻转）是正确的，与“算法保持分布”并不矛盾；说 vLLM 在 q(x) = 0 时直接拒绝（`draft_prob > 0`）也对。
 #
 # **参考答案**
 #
@@ -368,11 +388,11 @@ L09.check_source_map(SOURCE_MAP)
 # - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
 # - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
-# 总分 10 分，至少 8 分通过。参考答案与参考代码只在教师分支（solutions/）中：先独立完成；核对后请更换一个 batch、工作负载或 k 重新推演，不能只复制。
+# 总分 10 分，至少 8 分通过。先独立完成；核对后换一个 batch、工作负载或 k 重新推演。
 #
 # ### 自检
 #
-# 下面的单元格用与 nbgrader 相同的检查函数给代码部分打分（Q1～Q3 显示为待人工评分）。
+# 下面的单元格用与 nbgrader 相同的检查函数给代码部分打分，Q1～Q3 显示为待人工评分。
 
 # %%
 self_check("lesson09", globals());
@@ -382,13 +402,25 @@ self_check("lesson09", globals());
 #
 # - [vLLM n-gram proposer](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/spec_decode/ngram_proposer.py)
 # - [vLLM rejection sampler](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/sample/rejection_sampler.py)
-# - [vLLM scheduler（spec token 的调度与回滚）](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/scheduler.py)
+# - [vLLM scheduler](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/scheduler.py)
 # - [vLLM spec decode metrics](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/spec_decode/metrics.py)
-# - [Fast Inference from Transformers via Speculative Decoding (Leviathan et al., ICML 2023)](https://arxiv.org/abs/2211.17192)
-# - [Accelerating Large Language Model Decoding with Speculative Sampling (Chen et al., 2023)](https://arxiv.org/abs/2302.01318)
+# - [Leviathan et al., Fast Inference from Transformers via Speculative Decoding (ICML 2023)](https://arxiv.org/abs/2211.17192)
+# - [Chen et al., Accelerating LLM Decoding with Speculative Sampling (2023)](https://arxiv.org/abs/2302.01318)
 # - [Prompt Lookup Decoding (Saxena, 2023)](https://github.com/apoorvumang/prompt-lookup-decoding)
 # - [vLLM speculative decoding (current docs)](https://docs.vllm.ai/en/latest/features/spec_decode.html)
 #
-# 源码链接固定到本课审阅 commit；current docs、支持的投机方法和默认参数会变化，面试或部署前必须按目标版本重新核对。
+# current docs、支持的投机方法和默认参数会变化，部署前要按目标版本重新核对。
 #
 # ← 上一课：第 8 课：结构化输出：grammar bitmask 与 CPU/GPU 重叠　｜　下一课 →：第 10 课：分布式执行：张量并行、Executor 与 all-reduce
+
+# %% [markdown]
+# ## 与 vLLM 0.27.1 的差异
+#
+# - **输入布局**：vLLM 的 `RejectionSampler.forward` 按 `target_logits_indices` 只取草稿位置的 logits 交给 `rejection_sample`，奖励行按 `bonus_logits_indices` 取出、由普通 `Sampler` 采样。练习把奖励行插在每个请求的草稿行之后，与 minivllm 相同。
+# - **接受条件**：vLLM 的 kernel 写 `draft_prob > 0 and target_prob / draft_prob >= uniform_prob`，q(x) = 0 时直接拒绝；练习的 `u <= min(1, p(x)/q(x))` 没有这道保护。草稿从 q 抽出时 q(x) > 0，两者结果相同。
+# - **-1 草稿**：vLLM 的 kernel 把 id 为负的草稿直接判为拒绝，例如结构化输出里被 grammar 截掉后补成 -1 的位置。练习没有这种输入。
+# - **p 的处理**：验证前 vLLM 先施加 penalties、bad words 等（`apply_logits_processors`），再施加温度与 top-k / top-p（`apply_sampling_constraints`）。minivllm 没有 penalties，但还施加 min-p，vLLM 验证时不施加 min-p。
+# - **实现**：vLLM 用 Triton kernel，每个请求一个 program；恢复 token 由 `sample_recovered_tokens` 在 kernel 之前采好。minivllm 用批量 torch 运算，练习用逐请求的循环，语义相同。
+# - **异步调度**：EAGLE、MTP 等开异步调度时，`AsyncScheduler` 先给下一步排 -1 占位草稿，worker 把自己提出的草稿直接写进下一步的输入（V1：`_prepare_input_ids`）。`update_draft_token_ids_in_output` 只用在推迟 grammar bitmask 的结构化输出路径上。
+# - **统计**：vLLM 的 `SpecDecodingStats` 每步新建、由前端的 `SpecDecodingLogging` 累加；minivllm 在调度器里累计。
+# - **文件与方法**：`SpecDecodeMetadata` 在 vLLM 位于 `v1/spec_decode/metadata.py`，minivllm 放在 `sample/rejection_sampler.py`。vLLM 还有 EAGLE、MTP、draft model 等投机方法，本课只讲 n-gram。
