@@ -110,7 +110,6 @@ short_errors("lesson05")  # 评分单元格失败时只显示三行：哪一部�
 # - 输入准备与 token 数线性。16k 个 token 时，按 token 的 Python 循环要几十毫秒，numpy 向量化后不到 1 毫秒（检查里的表）。
 # - 没有异步调度时，GPU 在输入准备期间空闲。vLLM 0.27.1 默认开启异步调度：CPU 准备第 t+1 步时 GPU 还在跑第 t 步，只有准备比前向慢时 GPU 才等（Q3）。
 # - 持久批让每步的 CPU 写入与变化量成正比；代价是行会移动，每次移动都要搬这一行的状态。
-# - 输入准备占一步的比例不是常数，要在目标硬件上实测（图 5-2）。
 
 # %% [markdown]
 # ## 具体演示：一次引擎运行里的每一步
@@ -168,7 +167,7 @@ L05.plot_v1_vs_v2(run);
 #
 # ### 想一想（不计分）
 #
-# V2 为什么放弃持久批，改用“固定槽位 + 每步新建的 `InputBatch` + `idx_mapping`”？用图里的移动说出 V1 的两种代价，再说 V2 付出了什么。提示：谁在读 `idx_mapping`？异步调度时，上一步的行号怎样对上这一步的（V1 为此有 `prev_positions`）？
+# V2 为什么放弃持久批，改用“固定槽位 + 每步新建的 `InputBatch` + `idx_mapping`”？用图里的移动说出 V1 的两种代价，再说 V2 的代价。提示：谁在读 `idx_mapping`？异步调度时，上一步的行号怎样对上这一步的（V1 为此有 `prev_positions`）？
 
 # %% [markdown]
 # 你的解释：
@@ -262,7 +261,7 @@ print(L05.share_of_step(plugged_run.trace))
 L05.vectorised_vs_loop(prepare_inputs)
 
 # %% [markdown]
-# 上表：同一个 16k token 的批，用你的函数、按 token 循环的版本和引擎自己的 `_prepare_inputs`。评分只看“Python lines”（`sys.settrace` 数出的行数），时间只作参考。
+# 上表：同一个 16k token 的批上的三种实现。评分只看“Python lines”（`sys.settrace` 数出的行数），时间只作参考。
 #
 # ## 检查方法
 #
@@ -365,7 +364,7 @@ L05.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l05_q3", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q3（2 分）
 #
-# 一步里，这一步的前向开始之前，CPU 必须做完哪些事？用图 5-2 和检查里的向量化对比说明这段时间与什么成正比；再说明 vLLM 用哪些手段让 CPU 的工作与 GPU 重叠或缩短，至少两种，说出源码对象。
+# 这一步的前向开始之前，CPU 必须做完哪些事？用图 5-2 和检查里的向量化对比说明这段时间与什么成正比；再说明 vLLM 用哪些手段让 CPU 的工作与 GPU 重叠或缩短，至少两种，说出源码对象。
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
@@ -432,6 +431,5 @@ self_check("lesson05", globals());
 # - **重排**：minivllm 每步把 decode 换到前面；V1 只在注意力后端设了 `reorder_batch_threshold` 时重排（如 FlashInfer），FlashAttention、Triton 后端不重排。
 # - **写入采样结果**：minivllm 用 `append_token`；V1 在 `_bookkeeping_sync` 里写 `token_ids_cpu`。
 # - **投机解码**：V1 用 `_calc_spec_decode_metadata` 为每个请求取 k+1 行 logits，minivllm 也这样做（第 9 课）；本课练习只做非投机情形。
-# - **CUDA graph 的 padding**：minivllm 在 `_prepare_inputs` 之后做（`_pad_for_cudagraph`，第 11 课）。
 #
 # ← 上一课：第 4 课：抢占、取消与请求生命周期　｜　下一课 →：第 6 课：PagedAttention：Triton decode kernel
