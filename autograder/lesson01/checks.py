@@ -136,7 +136,7 @@ SOURCE_HASHES = {
     "plan": {"ec18205fc7eb15d3"},
     "future": {"f0d1e3803bcc7eec"},
     "grammar": {"a98c7d0ca6f69b1e"},
-    "model_output": {"9a0c9d7b937f819e"},
+    "model_output": {"ae493c7adce2eff0"},
     "aborts": {"a2fc9250c0d3af89"},
     "outputs": {"285a0c06cf83da7b"},
 }

@@ -31,7 +31,7 @@ def late_abort_run() -> EngineRun:
 def print_late_abort(run: EngineRun) -> None:
     leaked = [o.new_token_ids for o in run.outputs.get(run.abort_step, []) if o.request_id == run.victim]
     free, total = run.free_blocks
-    print(f"第 {run.abort_step} 步 r0 被取消后仍输出了 token：{leaked}（推给了已断开的客户端）")
+    print(f"第 {run.abort_step} 步 r0 被取消后，EngineCore 仍为它输出了 token：{leaked}")
     print(f"结束时空闲块 {free} / 可用块 {total}：每个块都恰好释放一次，没有 use-after-free")
 
 

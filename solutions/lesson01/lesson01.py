@@ -25,7 +25,7 @@
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson01`（在本笔记本所在的文件夹或仓库根目录都可以），得分与教师用 nbgrader 评出的自动部分一致。
+# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson01`，得分与教师用 nbgrader 评出的自动部分一致。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
@@ -36,19 +36,15 @@
 #
 # | 顺序 | vLLM 文件与入口（8e958902eee5） | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | [`vllm/v1/engine/async_llm.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/async_llm.py)：`AsyncLLM.generate`、`_add_request`、`_run_output_handler` | `minivllm/engine/async_llm.py`：`AsyncLLM.generate`、`_run_output_handler` | 谁负责 tokenization、请求流和客户端取消？ |
-# | 2 | [`vllm/v1/engine/core.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py)：`EngineCore.step`（另见 `step_with_batch_queue` 与二者之间的选择 `self.step_fn`，下文的勘误框） | `minivllm/engine/core.py`：`EngineCore.step`、`engine_core_step` | 一次迭代为何是 schedule → execute → update？ |
-# | 3 | `core.py`：`EngineCoreProc.run_busy_loop`、`_process_engine_step` | `minivllm/engine/core.py`：`EngineCoreProc.run_busy_loop`、`_process_engine_step` | frontend 与 engine core 为什么分进程？ |
-# | 4 | [`vllm/v1/core/sched/interface.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/interface.py)：`SchedulerInterface` | `minivllm/core/sched/interface.py`：`SchedulerInterface` | scheduler 的输入输出合同是什么？ |
-# | 5 | [`vllm/v1/worker/gpu_model_runner.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_model_runner.py) | `minivllm/worker/gpu_model_runner.py`：`GPUModelRunner` | 哪些状态必须在 GPU worker 内，哪些不能由 frontend 猜？ |
+# | 1 | `vllm/v1/engine/async_llm.py`：`AsyncLLM.generate`、`_add_request`、`_run_output_handler` | `minivllm/engine/async_llm.py` | 谁负责 tokenization、请求流和客户端取消？ |
+# | 2 | `vllm/v1/engine/core.py`：`EngineCore.step`、`step_with_batch_queue` | `minivllm/engine/core.py`：`engine_core_step` | 一次迭代为何是 schedule → execute → update？ |
+# | 3 | `core.py`：`EngineCoreProc.run_busy_loop`、`_process_engine_step` | `minivllm/engine/core.py` | frontend 与 engine core 为什么分进程？ |
+# | 4 | `vllm/v1/core/sched/interface.py`：`SchedulerInterface` | `minivllm/core/sched/interface.py` | scheduler 的输入输出合同是什么？ |
+# | 5 | `vllm/v1/worker/gpu_model_runner.py` | `minivllm/worker/gpu_model_runner.py` | 哪些状态必须在 GPU worker 内，哪些不能由 frontend 猜？ |
 #
 # 源码快照：vLLM 8e958902eee5。方法会继续演进，面试回答应先声明所读版本。
 #
-# > **勘误与补充（对照 vLLM 0.27.1）：第 5 行的 `gpu_model_runner.py` 不是课程模型默认跑的 runner。**
-# >
-# > - worker（`vllm/v1/worker/gpu_worker.py`）按 `VllmConfig.use_v2_model_runner`（`vllm/config/vllm.py`）选 runner：环境变量 `VLLM_USE_V2_MODEL_RUNNER` 设了就听它的；否则对 `runner_type == "generate"`、非 attention-free、架构在 `DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES` 里或不是 MoE 的模型（课程用的 dense Llama、Qwen3 都是），在装了 Triton 且 `_get_v2_model_runner_unsupported_features` 为空时返回 `True`。
-# > - 于是默认跑的是 **Model Runner V2**：[`vllm/v1/worker/gpu/model_runner.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu/model_runner.py)（类名也叫 `GPUModelRunner`）：请求状态按固定槽位存在 `RequestState`（`gpu/states.py`），每步新建 `InputBatch`（`gpu/input_batch.py`）并用 `idx_mapping` 指向槽位，没有持久批的 condense/swap；CUDA graph 由 `gpu/cudagraph_utils.py` 的 `ModelCudaGraphManager` / `BatchExecutionDescriptor` 管理。
-# > - V1 的 `gpu_model_runner.py` 在 V2 不支持的特性打开时（例如 n-gram 投机 `ngram`/`ngram_gpu`、自定义 logits processor、prompt embeds）、MoE 模型（不在上面的架构列表里）或没有 Triton 时使用，日志会写 “Model Runner V2 does not yet support …; using the V1 model runner instead”。minivllm 的 `GPUModelRunner` 对应的是 V1 这一个（第 5 课对比两者）。上表“哪些状态必须在 GPU worker 内”的问题对两个 runner 都成立。
+# > **vLLM 0.27.1**：课程的 dense 模型默认由 Model Runner V2（`v1/worker/gpu/model_runner.py`）运行；第 5 行的 V1 runner 在 V2 不支持的特性打开时才用。minivllm 对应 V1 runner，见文末差异。
 
 # %% nbgrader={"grade": false, "grade_id": "l01_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的图、演示与检查。
@@ -79,13 +75,19 @@ short_errors("lesson01")  # 评分单元格失败时只显示三行：哪一部�
 L01.fig_architecture();
 
 # %% [markdown]
-# 图 1-2：vLLM V1 三层解耦核心架构（Frontend → EngineCore → Workers）。API Server / Frontend 的 AsyncLLM 异步服务接口把请求放入输入请求队列（Input Queue）；EngineCore（单事件循环单线程）内含 Unified Scheduler（统一调度器）与 KVCacheManager（显存块分配）；分布式 Worker 集群（WorkerPool）中每个 ModelRunner 对应一张 GPU（TP Rank 0、TP Rank 1）；层间经 ZMQ / IPC 通道发送执行指令。
+# 图 1-2：vLLM V1 三层解耦核心架构（Frontend → EngineCore → Workers）。
 #
 # - **AsyncLLM（前端服务层）**：面向客户端的异步 HTTP/gRPC/SSE 接入网关，负责请求接入、Tokenization 分词、流式输出解包与取消信号监听；
 # - **EngineCore / EngineCoreProc（调度核心内核层）**：运行在完全物理隔离的独立进程中，由单事件循环主导，独占全局请求生命周期调度器（Scheduler）与显存逻辑账本（KVCacheManager）；
 # - **Worker / GPUModelRunner（设备执行层）**：由分布式并行（TP/PP）驱动的执行引擎，独占物理 GPU 张量、物理 KV Block 内存池与 CUDA Graph 捕获环境。
 #
+# > **更正**：HTTP 与 SSE 属于 API server（`vllm/entrypoints/openai/api_server.py`），AsyncLLM 是它调用的引擎客户端；等待调度的队列是 Scheduler 的 `waiting`。
+#
+# > **更正**：推进 step 的只有 busy loop 一个线程；`EngineCoreProc` 另有两个 ZMQ IO 线程收发消息。
+#
 # 它解决的核心工程问题是：通过清晰的单写者状态所有权（Single-Writer State Ownership）与轻量化 IPC 进程解耦，将 CPU 控制侧的每步调度耗时压制在微秒级，实现调度步频与 GPU 硬件峰值吞吐的完全匹配。
+#
+# > **注意**：“微秒级”与“完全匹配”是设计目标，不是测量结果；每步的 CPU 开销要在目标部署上用 profiler 测。
 #
 # ### 2. 它如何工作
 #
@@ -100,7 +102,7 @@ L01.fig_arithmetic_intensity();
 # - **Prefill（处理 prompt）**：一次计算全部 $S$ 个 token：GEMM；算术强度约 $B \cdot S$ FLOP/Byte（FP16，$B \cdot S \ll d$ 时）；$B \cdot S$ 到几百即越过 H100 拐点（约 295）。
 # - **Decode（逐 token 生成）**：每个请求每步只算 1 个 token：GEMV；算术强度约 $B$ FLOP/Byte；每步都要读完整权重和全部 KV Cache。
 #
-# > **补充（硬件型号）**：上面的 “H100 拐点约 295” 指 **H100 SXM**：BF16 稠密峰值约 989 TFLOPS ÷ HBM3 带宽约 3.35 TB/s ≈ 295 FLOP/Byte。**H100 PCIe** 约 756 TFLOPS ÷ 2.0 TB/s ≈ 378。拐点随型号、精度（FP8 翻倍）和实际可达带宽变化，引用时要写明型号。
+# > **注意**：约 295 指 H100 SXM 的 BF16 稠密峰值与 HBM 带宽之比；PCIe 版与 FP8 各不相同。
 #
 # 对策：Continuous Batching 增大 $B$；PagedAttention 减少 KV 碎片以容纳更多请求；投机解码把多步 decode 合成一次验证前向。
 #
@@ -110,14 +112,11 @@ L01.fig_arithmetic_intensity();
 #    - 等待同步与取消处理（Wait & Abort Drain）：同步等待 Worker 的 `future()` 返回本次推理结果；在应用输出前，优先消费清空执行期间积累的取消请求队列 `process_aborts()`；
 #    - 状态递推更新（Update）：调用 `scheduler.update_from_output(plan, model_output)`，更新每个请求的已计算 Token 计数并回收已完结请求的逻辑 KV 块。
 #
-#    > **勘误与补充（对照 vLLM 0.27.1，固定 commit 8e958902eee5 前一天构建）：固定 commit 的 EngineCore 实际跑哪个 step？**
-#    >
-#    > - 上面的顺序是 [`EngineCore.step`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py) 的顺序：`scheduler.schedule()` → `model_executor.execute_model(scheduler_output, non_block=True)` → `scheduler.get_grammar_bitmask(scheduler_output)` → `future.result()` → `_process_aborts_queue()` → `scheduler.update_from_output(...)`，也是本课练习 `engine_core_step` 的模型。一个细节：固定 commit 里 forward 与采样是两次调用，`execute_model` 的 future 返回 `None` 时，再由 `model_executor.sample_tokens(grammar_output)` 带着 bitmask 采样。
-#    > - 但 busy loop（`EngineCoreProc._process_engine_step`）调用的是 `self.step_fn`：`EngineCore.__init__` 里 `self.step_fn = self.step if self.batch_queue is None else self.step_with_batch_queue`，批队列只在 `vllm_config.max_concurrent_batches > 1` 时创建。
-#    > - async scheduling 在固定 commit **默认开启**：`SchedulerConfig.async_scheduling` 默认 `None`，`VllmConfig.__post_init__` 在没有不兼容选项（pooling 模型；EAGLE/EAGLE3/MTP/DFlash、`ngram_gpu` 与 DSpark 以外的投机解码，例如 CPU 上的 `ngram` 或独立的 draft model；不支持它的 executor 等）时把它设为 `True`；调度器随之换成 `AsyncScheduler`，`max_concurrent_batches` 为 2（V1 model runner、没有流水线并行；课程模型默认的 Model Runner V2 是 `pipeline_parallel_size + 1`，没有流水线并行时同样是 2）。所以默认配置下跑的是 **`step_with_batch_queue`**；只有 `--no-async-scheduling`（且没有流水线并行）时才是 `step`。
-#    > - `step_with_batch_queue` 把同样的阶段拆到相邻两次调用里：批队列没满时，它调度第 N+1 步、发射 `execute_model` 和带 bitmask 的 `sample_tokens`（都 `non_block=True`），把 future 放进 `batch_queue` 就返回，不等结果；队列满了（或没有新的可调度工作）才取出最早的一批，等它的 future，再 `_process_aborts_queue()`、`update_from_output()`。于是第 N+1 步的调度与第 N 步的 GPU 执行重叠：调度器要在结果回来之前推进请求，`AsyncScheduler` 用 `Request.num_output_placeholders` 给还没回来的 token 占位（第 2 课）；需要上一步 token 才能算 bitmask 的结构化输出请求，采样推迟到上一步的输出处理之后（`pending_structured_output_tokens`）。“aborts 在 update 之前” 这条顺序两种 step 都遵守。
-#    > - minivllm 的状态：`minivllm/engine/core.py` 目前只实现同步的 `EngineCore.step`（相当于 vLLM 的 `--no-async-scheduling`），没有 `step_with_batch_queue`；async scheduling 正由另一项工作加入。本课的 trace、甘特图和真实引擎检查都是同步 `step` 的。
-#    > - **更正（复核时，上一条已过时）**：minivllm 现在**已有** `EngineCore.step_with_batch_queue` 和 async scheduling（`EngineArgs(async_scheduling=True)` → `SchedulerConfig.async_scheduling`，调度器换成 `AsyncScheduler`，`EngineCore.batch_queue` 非空）；与 vLLM 不同，minivllm 默认**关闭**它（vLLM 默认开启），因为本课要把一个同步的 step 函数（`engine_core_step`）插进 `EngineCore`。本课的 trace、甘特图和真实引擎检查仍然都是同步 `step` 的。
+#    > **更正**：输入队列由 busy loop 在 step 之前清空（`EngineCoreProc._process_input_queue`）；`schedule()` 只读调度器自己的队列。
+#
+#    > **更正**：已计算 token 数在 `schedule()` 里就已推进（`_update_after_schedule`）；`update_from_output` 只在投机 token 被拒绝时把它往回拨。
+#
+#    > **vLLM 0.27.1**：默认开启 async scheduling，busy loop 跑的是 `step_with_batch_queue`；aborts 仍在 update 之前。见文末差异。
 # 2. **端到端流水线推进（图 1-3）**：
 
 # %%
@@ -134,15 +133,21 @@ L01.fig_request_flow();
 #   - AsyncLLM 独占流式传输通道与输入请求缓冲，严禁越权修改内部 KV 账本；
 #   - EngineCore 与 Scheduler 独占跨步请求生命周期（WAITING、RUNNING、PREEMPTED、FINISHED_*；V1 没有 SWAPPED 状态，抢占后的请求释放 KV 块并在恢复时重算），严禁 Worker 擅自更改请求状态；
 #   - GPUModelRunner 独占物理显存与算子 Kernel 执行。若跨进程试图共享可变全局对象，会导致灾难性的数据竞争与状态错位。
-#
-#   > **补充（对照 vLLM 0.27.1）**：上面列的是主要状态。固定 commit 的 `RequestStatus`（`vllm/v1/request.py`）还有 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`、`WAITING_FOR_REMOTE_KVS`、`WAITING_FOR_STREAMING_REQ` 三种等待状态和 `FINISHED_ERROR`、`FINISHED_REPETITION` 两种结束状态；确实没有 SWAPPED。
 # - **Abort 取消处理的原子时序边界**：若请求在 GPU 执行前向传播期间被客户端主动取消（如用户关闭网页），EngineCore 必须在调用 `scheduler.update_from_output` 之前消费并处理取消信号。若顺序颠倒（先更新再取消），模型刚生成的 Token 会被误推送给已断开的客户端，甚至引起已被释放的物理 Block 发生二次读写踩内存。
+#
+#   > **更正**：反序不会踩内存，每个块只释放一次。后果是 EngineCore 仍为它输出本步的 token；`AsyncLLM.abort` 已先把请求移出前端，这条输出被丢弃。
 # - **计划与执行结果的版本一致性不变量**：SchedulerOutput 与 ModelRunnerOutput 必须严格属于同一个迭代步骤。严禁在 Worker 执行失败时返回伪造的静默空输出，必须通过强类型异常驱动全局容错与降级。
+#
+#   > **更正**：vLLM 0.27.1 默认不降级：worker 出错时 EngineCore 退出，前端抛出 `EngineDeadError`。
 #
 # ### 4. 性能与工程取舍
 #
-# - **进程解耦带来的 IPC 序列化开销 vs GIL 消除红利**：将 EngineCore 独立为子进程释放了 Python GIL 的并发阻塞，但引入了进程间通信开销。vLLM V1 在 Frontend 与 EngineCore 之间使用 ZMQ socket 加 msgspec 序列化传输请求与输出（大张量可走零拷贝的附加缓冲区）；共享内存消息队列（MessageQueue）用于多卡场景下 Executor 向各 Worker 广播调度结果。通信开销被控制在较小比例，使架构收益超过通信开销。
+# - **进程解耦带来的 IPC 序列化开销 vs GIL 消除红利**：将 EngineCore 独立为子进程释放了 Python GIL 的并发阻塞，但引入了进程间通信开销。vLLM V1 在 Frontend 与 EngineCore 之间使用 ZMQ socket 加 msgspec 序列化传输请求与输出（大张量可走零拷贝的附加缓冲区）；
+#
+#   共享内存消息队列（MessageQueue）用于多卡场景下 Executor 向各 Worker 广播调度结果。通信开销被控制在较小比例，使架构收益超过通信开销。
 # - **Grammar 准备与 GPU 计算的精妙重叠**：在 JSON 等强约束解码（Structured Outputs）中，计算下一个合法 Token 的 Bitmask 极其消耗 CPU 算力。通过在 `execute_model(non_block=True)` 发射后立即开始计算 Grammar，系统完美地将 CPU 纯逻辑与 GPU 算力执行掩盖在同一时序窗口内，实现了近乎零气泡的控制流水线。
+#
+#   > **注意**：“近乎零气泡”没有经过测量：bitmask 比 forward 慢时仍有空泡，要用 profiler 测。
 
 # %% [markdown]
 # ## 具体演示：单请求执行取消与控制流跟踪演练
@@ -160,7 +165,7 @@ L01.fig_request_flow();
 #
 # 断言 trace 序列严格保持：`["schedule", "execute", "grammar", "wait", "aborts", "update"]`，完整闭环。
 #
-# 下面在真实的 minivllm `EngineCore` 上跑这个场景：两个贪心请求 r0、r1；第 3 步 `execute_async` 刚返回、worker 线程上的 forward 还在进行时，调用 `core.abort_requests(["r0"])`（就像 AsyncLLM 收到客户端断开：这个调用线程安全，只把请求 id 放进 `aborts_queue`，真正的取消要等本步的 aborts 阶段）。`EngineCore(trace=True)` 记录每一步每个阶段的起止时间，甘特图直接由这些 trace 事件画出（`core.tracer.to_chrome_trace(path)` 可导出给 Perfetto 查看）。
+# 下面在真实的 minivllm `EngineCore` 上跑这个场景：两个贪心请求 r0、r1；第 3 步 forward 还在进行时，调用 `core.abort_requests(["r0"])`。甘特图由 `EngineCore(trace=True)` 记录的各阶段起止时间画出。
 
 # %%
 run = L01.run_engine()  # minivllm 自带的 engine_core_step；r0 在第 3 步 forward 期间被取消
@@ -170,15 +175,11 @@ L01.print_outputs(run)
 L01.plot_timeline(run);
 
 # %% [markdown]
-# > **补充（minivllm ≠ vLLM）**：上面的 “worker 线程” 和 “`abort_requests` 只把 id 放进 `aborts_queue`” 都是 minivllm 的做法。vLLM 的 `UniProcExecutor`（单卡默认，`distributed_executor_backend = "uni"`，worker 与 EngineCore 同一进程）在调用线程里同步执行 worker 的 `execute_model`、返回一个已完成的 `Future`；GPU 上的重叠来自 CUDA kernel 的异步执行。vLLM 的输入线程把 ABORT 同时放进 `aborts_queue` 和 `input_queue`，`EngineCore.abort_requests` 本身是同步的（直接 `scheduler.finish_requests`）：步与步之间到达的取消由 `_process_input_queue` 在下一次 `schedule` 之前处理，只有 forward 执行期间到达的才由 `_process_aborts_queue` 在 update 之前处理——正是本演示的情形（第 4 课细讲）。
+# > **minivllm ≠ vLLM**：worker 线程和只入队的 `abort_requests` 是 minivllm 的做法，见文末差异。
 #
-# 读图：红色虚线是取消到达的时刻：第 3 步的 execute_model 已经发射，worker 线程上的 forward 还没有结束；EngineCore 线程上 grammar 紧跟 execute 开始，早在 forward 结束之前（CPU 工作与 forward 重叠）；wait 结束后先 aborts 再 update，所以 r0 在第 3 步虽然算出了 token，却没有任何输出——它在 update 之前已被标记为 `FINISHED_ABORTED`，而 r1 照常生成到 `max_tokens`。
-
-# %% [markdown]
-# > **勘误（上文保留原话，这里对照真实引擎更正）**
-# >
-# > 1. “若顺序颠倒（先更新再取消）……甚至引起已被释放的物理 Block 发生二次读写踩内存”：在 vLLM 与 minivllm 中，先 update 后 aborts **不会**造成 use-after-free——update 时被取消的请求仍持有自己的块，随后的 abort 才释放它们，每个块只释放一次。真正的后果是：这个已被取消的请求在这一步**仍然输出了 token**，被推给已经断开的客户端。下面用引擎自己的 step，只把 aborts 挪到 update 之后来演示。
-# > 2. “EngineCore（单事件循环单线程）”：推进 step 的确实只有 busy loop 这一个线程，但 `EngineCoreProc` 进程里另有两个 ZMQ IO 线程：一个以 `process_input_sockets` 为 target（收请求、反序列化、放进 `input_queue`），一个以 `process_output_sockets` 为 target（从 `output_queue` 取输出、序列化、发回前端），socket 收发因此与模型前向重叠。vLLM 0.27.1 的这两个 `threading.Thread` 没有命名；下面列出的线程名是 minivllm 起的（minivllm 的 `EngineCoreInputIO` / `EngineCoreOutputIO`）。下面直接列出一个 minivllm `EngineCoreProc` 启动的线程。
+# 读图：红色虚线是取消到达的时刻。grammar 紧跟 execute 开始，早于 forward 结束。wait 之后先 aborts 再 update：r0 在第 3 步算出了 token 却没有输出，它已是 `FINISHED_ABORTED`；r1 照常生成到 `max_tokens`。
+#
+# 下面只把 aborts 挪到 update 之后再跑一次，并列出 `EngineCoreProc` 在 busy loop 之外启动的线程。
 
 # %%
 L01.print_late_abort(L01.late_abort_run())
@@ -190,6 +191,8 @@ print("EngineCoreProc 在 busy loop 之外启动的线程：", L01.engine_core_t
 # 补齐一个最小 EngineCore.step 控制流模型。重点不是模拟 GPU，而是保持官方源码中的顺序合同；不得删除 trace 断言。
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
+#
+# > **minivllm ≠ vLLM**：练习是同步的 `step`，forward 与采样合成一次；vLLM 0.27.1 分两次调用，默认跑 `step_with_batch_queue`。见文末差异。
 
 # %% nbgrader={"grade": false, "grade_id": "l01_engine_core_step", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def engine_core_step(has_requests, schedule, execute_async,
@@ -236,7 +239,13 @@ L01.check_main_path(engine_core_step)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：把你的 `engine_core_step` 接入真实的 minivllm `EngineCore(step_fn=engine_core_step)`，重放上面的取消场景，检查每一步对引擎阶段函数的调用顺序与输出：grammar 在 execute 返回（forward 已在 worker 上开始）之后、等待结果之前（CPU 与“GPU”重叠）；aborts 在 update 之前；r0 在 forward 期间被取消之后，不再输出任何 token。判定只看发生了什么（调用顺序、输出），不看时钟，所以与机器快慢无关。
+# 第二项检查：把你的 `engine_core_step` 接入真实的 minivllm `EngineCore(step_fn=engine_core_step)`，重放上面的取消场景。检查每一步对引擎阶段函数的调用顺序与输出：
+#
+# - grammar 在 execute 返回之后、等待结果之前，与 forward 重叠；
+# - aborts 在 update 之前；
+# - r0 在 forward 期间被取消之后，不再输出任何 token。
+#
+# 判定只看调用顺序和输出，不看时钟，与机器快慢无关。
 
 # %% nbgrader={"grade": true, "grade_id": "l01_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 student_run = L01.check_real_engine(engine_core_step)
@@ -267,14 +276,14 @@ L01.check_boundary(engine_core_step)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分。上面已经给出了练习的六个空在 `EngineCore.step` 里对应的调用；这里沿着每个空在 vLLM 8e958902eee5 里再走一步，写出下面每一项的名字（类、方法或字段，字符串；可以带 `obj.` 前缀和括号，大小写不限；本课正文没有印出它们）：
+# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分。沿着练习的每个空在 vLLM 8e958902eee5 里再走一步，写出下面每一项的名字：类、方法或字段，字符串。可以带 `obj.` 前缀和括号，大小写不限；本课正文没有印出它们。
 #
-# - `plan`：`scheduler.schedule()` 返回的 `SchedulerOutput` 里，按 KV cache 组给出 “所有 running 请求共享的前缀块数”（cascade attention 用）的那个字段（`vllm/v1/core/sched/output.py`）；
+# - `plan`：`scheduler.schedule()` 返回的 `SchedulerOutput` 里，按 KV cache 组给出“所有 running 请求共享的前缀块数”的那个字段，cascade attention 用它（`vllm/v1/core/sched/output.py`）；
 # - `future`：多进程 executor（`vllm/v1/executor/multiproc_executor.py`）的 `execute_model(..., non_block=True)` 返回的那个 future 的类；
 # - `grammar`：`scheduler.get_grammar_bitmask` 返回的对象的类；
-# - `model_output`：`future.result()` 返回的 `ModelRunnerOutput` 里，每个请求本步采样出的 token 所在的字段（`vllm/v1/outputs.py`）；
+# - `model_output`：`future.result()` 返回的 `ModelRunnerOutput` 里，按请求记录本步 logits 中 NaN 个数的那个字段（`vllm/v1/outputs.py`）；
 # - `aborts`：`EngineCoreProc` 的输入线程按哪个枚举的 `ABORT` 成员，把一条消息额外放进 `aborts_queue`（`vllm/v1/engine/__init__.py`）；
-# - `outputs`：`scheduler.update_from_output` 返回一个 dict（值是 `EngineCoreOutputs`），它的键是 `Request` 的哪个字段——说明输出要发回哪个前端进程。
+# - `outputs`：`scheduler.update_from_output` 返回一个值为 `EngineCoreOutputs` 的 dict，它的键是 `Request` 的哪个字段？它说明输出要发回哪个前端进程。
 
 # %% nbgrader={"grade": false, "grade_id": "l01_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
@@ -284,8 +293,8 @@ SOURCE_MAP = {
     "future": "FutureWrapper",  ### BLANK
     # grammar = scheduler.get_grammar_bitmask(...)：返回值的类
     "grammar": "GrammarOutput",  ### BLANK
-    # model_output = future.result()：ModelRunnerOutput 的一个字段
-    "model_output": "sampled_token_ids",  ### BLANK
+    # model_output = future.result()：ModelRunnerOutput 的一个字段（按请求计数）
+    "model_output": "num_nans_in_logits",  ### BLANK
     # _process_aborts_queue() 读的 aborts_queue 由哪个枚举的 ABORT 成员填入
     "aborts": "EngineCoreRequestType",  ### BLANK
     # outputs = scheduler.update_from_output(...)：返回的 dict 以请求的哪个字段为键
@@ -304,13 +313,15 @@ L01.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 四个对象的状态各自说清（至少：前端的请求流/分词与取消，EngineCore 的 busy loop 与 abort 队列，Scheduler 的请求状态机与 KV 块账本，Worker 的 GPU 张量与 KV 池）并给出“为何不能合并”的因果链（进程隔离/GIL、单写者避免竞争、故障隔离与可重放）；1 分 = 只列出状态或只讲原因之一；0 分 = 只背类名，说不清状态所有权（一票否决）。
+# **评分要点**：2 分 = 四个对象的状态各自说清（至少：前端的请求输出流/分词与取消，EngineCore 的 busy loop 与 input/abort 队列，Scheduler 的 waiting/running 队列、请求状态机与 KV 块账本，Worker 的 GPU 张量与 KV 池）并给出“为何不能合并”的因果链（进程隔离/GIL、单写者避免竞争、故障边界清楚）；1 分 = 只列出状态或只讲原因之一；0 分 = 只背类名，说不清状态所有权（一票否决）。
+#
+# 以下答案按 vLLM 0.27.1 是正确的，不扣分：HTTP/SSE 属于 API server 而不是 AsyncLLM；等待调度的队列在 Scheduler；单卡时 Worker 在 EngineCore 进程内（`UniProcExecutor`）；默认没有容错降级（`ParallelConfig.enable_fault_tolerance` 默认 False，worker 出错时引擎退出，前端抛 `EngineDeadError`）。
 #
 # **参考答案**
 #
 # 1. 各层核心对象的状态所有权矩阵（State Ownership Matrix）：
-#    - AsyncLLM（前端服务层）：拥有 HTTP/gRPC/SSE 客户端连接句柄、异步 Request Output 流、Tokenization/Detokenization 缓存以及尚未进入调度的待处理请求队列。负责面向客户端的生命周期生命线；
-#    - EngineCore（调度协调层）：拥有主事件循环（Busy Loop）、跨进程 IPC 通信通道、输入/输出序列化协议栈，以及对 Executor 的协调控制逻辑；
+#    - AsyncLLM（前端服务层）：拥有每个请求的异步输出流（`OutputProcessor` 里的请求状态与增量 detokenizer）、把输入变成 `EngineCoreRequest` 的 `InputProcessor`，以及取消入口 `AsyncLLM.abort`。HTTP/SSE 连接属于调用它的 API server；尚未调度的请求在 Scheduler 的 `waiting` 里；
+#    - EngineCore（调度协调层）：拥有主事件循环（Busy Loop）、`input_queue` 与 `aborts_queue`、跨进程 IPC 通信通道与两个 IO 线程、输入/输出序列化协议栈，以及对 Executor 的协调控制逻辑；
 #    - Scheduler（权威裁决层）：拥有全局请求状态机（WAITING、RUNNING、PREEMPTED、FINISHED_*，抢占采用重算而非换出）、逻辑 Token 计数（num_computed_tokens, total_tokens）、逻辑 KV Block 映射账本以及请求抢占（Preemption）决策权；
 #    - GPUModelRunner / Worker（设备执行层）：独占物理 GPU 显存张量、PagedAttention 物理 KV 显存池（Block Table）、CUDA Graph 预热与执行环境、采样器状态以及分布式通信（NCCL TP/PP）组。
 # 2. 严禁合成全局可变对象的深层因果：
@@ -318,7 +329,7 @@ L01.check_source_map(SOURCE_MAP)
 #
 #      > **更正（对照 vLLM 0.27.1）**：Frontend 与 EngineCore 确实是两个进程（`VLLM_ENABLE_V1_MULTIPROCESSING` 默认开启）；但单卡（`world_size == 1`）时 `ParallelConfig` 把 `distributed_executor_backend` 设为 `"uni"`，`UniProcExecutor` 把 Worker 放在 **EngineCore 进程里**，只有多卡（`"mp"`，`MultiprocExecutor`）时 Worker 才是独立进程。“Worker 不写 Scheduler 状态”靠的是消息契约（`SchedulerOutput` → `ModelRunnerOutput`），不完全靠进程边界。学生写“单卡时 Worker 在 EngineCore 进程内”是正确的，不扣分。
 #    - 杜绝多写者脑裂（Brain-Split & Race Condition）：若允许 Worker 越权修改 Scheduler 状态，在分布式流水线或异步执行中会产生无序状态竞争，无法确定哪个组件持有真值；
-#    - 故障隔离与可重放契约：单写者加显式消息契约（IPC / Message Queue）使得每个组件的输入输出严格成对可审计，当某个 GPU Worker 发生 OOM 或 NCCL 崩溃时，EngineCore 能够精准定位故障边界，执行请求安全重排或优雅降级。
+#    - 故障边界与可审计契约：单写者加显式消息契约（IPC / Message Queue）使得每个组件的输入输出严格成对可审计。某个 GPU Worker 发生 OOM 或 NCCL 崩溃时，故障停在清楚的边界上：vLLM 0.27.1 默认不降级（`enable_fault_tolerance` 默认 False），EngineCore 退出，前端把在途请求以 `EngineDeadError` 结束，而不是带着不一致的状态继续运行。
 #
 # === END MARK SCHEME ===
 
@@ -362,7 +373,9 @@ L01.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 指出 model output 里已有该请求本步的 token，先 abort 才能在 update 中丢弃它并安全释放 KV 块，且说明反序的后果（幽灵 token 推给已断开的客户端、已释放块被重新标记使用）；1 分 = 只给出结论或只给出一个后果；0 分 = 没有沿对象与状态变化给出因果链。
+# **评分要点**：2 分 = 指出 model output 里已有该请求本步的 token；先 abort 使请求在 update 之前成为 `FINISHED_ABORTED`、释放它的 KV 块，update 因而跳过它、不再为它追加 token 或产生输出；并说明反序的后果：引擎为已取消的请求更新状态并输出本步 token（在 vLLM 里前端已由 `AsyncLLM.abort` 移除该请求，这条输出被丢弃，客户端收不到）。1 分 = 只给出结论或只给出后果；0 分 = 没有沿对象与状态变化给出因果链。
+#
+# 不要求、也不奖励“反序会 use-after-free”：先 update 后 abort 时每个块仍只释放一次（本课演示）。写“输出推给了已断开的客户端”而因果链其余正确的，不扣分；写出前端丢弃这条输出的，同样得分。
 #
 # **参考答案**
 #
@@ -370,11 +383,10 @@ L01.check_source_map(SOURCE_MAP)
 #
 # 1. 防止已取消请求产出“幽灵 Token”并破坏前端流：
 #    - GPU 执行的是发射时刻快照决定的批次，因此 Model Output 中必定包含该请求刚刚生成的下一个 Token；
-#    - 若先调用 update_from_output，调度器会将该新生成的 Token 视作有效计算结果，更新其已完成计数并触发 Output Processor 向客户端推送。此时已断开连接的客户端不仅无法接收，还会引发前端管道断裂异常或日志报错；
+#    - 若先调用 update_from_output，调度器会将该新生成的 Token 视作有效计算结果，追加到请求里、做停止检查，并在 `EngineCoreOutputs` 里为它输出。vLLM 的 `AsyncLLM.abort` 先调用 `OutputProcessor.abort_requests` 再通知 EngineCore，所以这条迟到的输出在前端被丢弃（`output_processor.py`：“Ignore output for already-aborted request”），客户端收不到；浪费的是引擎对一个已死请求的更新和一次输出；
 # 2. 保障物理显存与逻辑账本原子释放：
 #    - 优先执行 process_aborts() 会将该请求在调度器的活动集合中正式注销，并向 KVCacheManager 宣告其占有的所有逻辑与物理 KV Block 可以被安全回收；
-#    - 随后执行 update_from_output 时，调度器便能根据最新的“存活请求子集”做过滤，直接将已取消请求的输出丢弃，且绝不会把已被回收释放的 Block 重新标记为活动状态（防止 Block Use-After-Free 悬空指针踩内存）；
-#    - **批改勘误（相对 seed）**：上一条里的“防止 Block Use-After-Free”在 vLLM 与 minivllm 中并不成立：先 update 后 aborts 时，被取消的请求在 update 里仍持有自己的块，随后的 abort 才释放它们，每个块只释放一次（见本课前面的勘误框，现场演示）。真实后果是已取消的请求在这一步仍输出 token。学生写出这一真实后果，该点应判为正确；沿用 seed 原话者按 seed 的评分规则不扣分。
+#    - 随后执行 update_from_output 时，调度器便能根据最新的“存活请求子集”做过滤，直接将已取消请求的输出丢弃。反序并不会造成 use-after-free：update 时被取消的请求仍持有自己的块，随后的 abort 才释放它们，每个块只释放一次（本课演示）；
 # 3. 提供清晰的串行化审计点：先处理事件、再应用批次更新，保证了每一次迭代步的结束状态都是自洽、闭合且全局一致的。
 #
 # **附：检查方法（`scheduled_tokens=0`）的参考解释**（不单独计分，供批改时核对学生在“检查方法”下写的解释）：`has_requests` 只说明 scheduler 里还有请求（包括刚结束、要在本步移除并通知前端的请求），不保证本步有 token 可算（例如 KV 块不够、请求都在等待）。此时 `schedule()` 仍产出一个空计划，execute/grammar/wait/aborts/update 照常走完：aborts 仍要清空，update 仍要释放已完成请求的块、发出结束通知；但模型没有处理任何 token，所以 `ran = plan["scheduled_tokens"] > 0` 为 False（vLLM：`scheduler_output.total_num_scheduled_tokens > 0`），busy loop 据此知道这一步没有执行模型。上面演示的最后一步正是这种情况：r1 在上一步结束，这一步只做收尾，没有输出 token。
@@ -412,3 +424,16 @@ self_check("lesson01", globals());
 # 源码链接固定到本课审阅 commit；current docs、支持矩阵和默认参数会变化，面试或部署前必须按目标版本重新核对。
 #
 # 下一课 →：第 2 课：统一调度器与 KVCacheManager：token budget 与 chunked prefill
+
+# %% [markdown]
+# ## 与 vLLM 0.27.1 的差异
+#
+# 本课评分的顺序合同与 vLLM 的 `EngineCore.step` 相同。其余差别：
+#
+# - **runner**：课程的 dense 模型默认用 Model Runner V2（`v1/worker/gpu/`）；V2 不支持的特性打开时（例如 n-gram 投机）、多数 MoE 模型或没有 Triton 时用 V1 的 `gpu_model_runner.py`。minivllm 对应 V1。
+# - **默认的 step**：vLLM 默认开启 async scheduling（`AsyncScheduler`），busy loop 调用 `step_with_batch_queue`：先发射第 N+1 步，再等第 N 步的结果做 aborts 与 update。minivllm 也有它，但默认关闭；本课全部用同步的 `step`。
+# - **forward 与采样**：vLLM 里 `execute_model` 的 future 返回 `None` 后，再调用 `sample_tokens(grammar_output)`，bitmask 作为参数进入采样。练习把两者合成一次。
+# - **executor**：单卡默认 `UniProcExecutor`，worker 在 EngineCore 进程的调用线程上同步执行，重叠来自 CUDA kernel 的异步执行。minivllm 把 forward 放在 worker 线程上。
+# - **取消**：vLLM 的 ABORT 同时进入 `aborts_queue` 和 `input_queue`；步间到达的在下一次 `schedule` 之前处理，forward 期间到达的由 `_process_aborts_queue` 处理。minivllm 的 `abort_requests` 只入队。
+# - **请求状态**：`RequestStatus` 还有三种 WAITING_FOR_* 状态和 `FINISHED_ERROR`、`FINISHED_REPETITION`。
+# - **IO 线程**：vLLM 的两个 IO 线程没有命名；演示里的线程名是 minivllm 起的。
