@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from minivllm.logprobs import Logprob
+
 
 @dataclass
 class CompletionOutput:
@@ -12,7 +14,7 @@ class CompletionOutput:
     text: str
     token_ids: list[int]
     cumulative_logprob: float | None = None
-    logprobs: list[dict[int, float]] | None = None
+    logprobs: list[dict[int, Logprob]] | None = None  # per position: sampled token first, then the top-n
     finish_reason: str | None = None
     stop_reason: int | str | None = None
 

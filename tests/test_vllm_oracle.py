@@ -128,3 +128,28 @@ def test_detokenizer_cases_cover_stops_hold_back_and_split_characters(monkeypatc
                         lambda self, finished, delta: original(self, True, delta))
     n, diffs = compare("detokenizer")
     assert len(diffs) >= 20, f"only {len(diffs)} of {n}"
+
+
+def test_completion_logprobs_are_vllm_logprob_entries():
+    """CompletionOutput.logprobs: per position {token: Logprob(logprob, rank, decoded_token)} as in vLLM, the
+    sampled token first; logprobs=0 gives the sampled token alone (with its true rank)."""
+    from minivllm import LLM, SamplingParams
+    from minivllm.logprobs import Logprob
+
+    llm = LLM(multiprocess=False, enforce_eager=True)
+    tok = llm.get_tokenizer()
+    greedy, sampled = llm.generate(["ROMEO:", "JULIET:"], [SamplingParams(max_tokens=4, temperature=0, logprobs=2),
+                                                            SamplingParams(max_tokens=6, seed=3, logprobs=0)],
+                                   use_tqdm=False)
+    for token, entries in zip(greedy.outputs[0].token_ids, greedy.outputs[0].logprobs, strict=True):
+        assert all(isinstance(v, Logprob) for v in entries.values())
+        assert next(iter(entries)) == token and entries[token].rank == 1 and len(entries) == 2
+        assert [v.rank for v in entries.values()] == [1, 2]
+        assert all(v.decoded_token == tok.decode([t]) and v.logprob == float(v) <= 0 for t, v in entries.items())
+    ranks = []
+    for token, entries in zip(sampled.outputs[0].token_ids, sampled.outputs[0].logprobs, strict=True):
+        assert list(entries) == [token]
+        ranks.append(entries[token].rank)
+    assert all(r >= 1 for r in ranks) and abs(sampled.outputs[0].cumulative_logprob -
+                                              sum(e[t] for t, e in zip(sampled.outputs[0].token_ids,
+                                                                       sampled.outputs[0].logprobs, strict=True))) < 1e-5

@@ -37,7 +37,7 @@ class MinivllmSchedulerBackend:
 
     @staticmethod
     def resumed_ids(cached) -> set[str]:
-        return {i for i, resumed in zip(cached.req_ids, cached.resumed_from_preemption) if resumed}
+        return {i for i, resumed in zip(cached.req_ids, cached.resumed_from_preemption, strict=True) if resumed}
 
     @staticmethod
     def update(sched, so, req_ids, sampled):
@@ -68,12 +68,14 @@ def run_scheduler(cases: list[dict]) -> list[dict]:
 
 def run_sampler(cases: list[dict]) -> list[dict]:
     """minivllm's Sampler with the SamplingMetadata its runner builds from an InputBatch holding the rows."""
+    import functools
     from types import SimpleNamespace
 
     import numpy as np
     import torch
 
     from autograder.vllm_oracle.vllm_side import case_logits
+    from minivllm.logprobs import entry_ranks
     from minivllm.sample.sampler import Sampler
     from minivllm.sampling_params import SamplingParams
     from minivllm.worker.gpu_input_batch import CachedRequestState, InputBatch
@@ -91,13 +93,16 @@ def run_sampler(cases: list[dict]) -> list[dict]:
             gen = torch.Generator().manual_seed(row["seed"]) if not sp.greedy else None
             batch.add_request(CachedRequestState(f"r{i}", [7, 8], sp, gen, [], 2, [5] * row["num_output_tokens"],
                                                  eos_token_id=case["eos"]))
-        runner = SimpleNamespace(input_batch=batch, device=torch.device("cpu"), _sampling_metadata_key=None,
-                                 _make_sampling_metadata=lambda r: GPUModelRunner._make_sampling_metadata(runner, r))
+        runner = SimpleNamespace(input_batch=batch, device=torch.device("cpu"), _sampling_metadata_key=None)
+        runner._make_sampling_metadata = functools.partial(GPUModelRunner._make_sampling_metadata, runner)
         md = GPUModelRunner._sampling_metadata(runner, np.arange(len(rows)))
         out = Sampler()(case_logits(case), md)
-        answers.append({"seed": case["seed"], "sampled": out.sampled_token_ids.tolist(),
-                        "logprobs": None if out.logprobs is None else [
-                            None if d is None else [[t, lp, None] for t, lp in d.items()] for d in out.logprobs]})
+        lp = None
+        if out.logprobs is not None:
+            lp = [None if d is None else [[t, v, k] for (t, v), k in zip(
+                d.items(), entry_ranks(rows[i]["logprobs"], len(d), out.sampled_ranks[i]), strict=True)]
+                  for i, d in enumerate(out.logprobs)]
+        answers.append({"seed": case["seed"], "sampled": out.sampled_token_ids.tolist(), "logprobs": lp})
     return answers
 
 

@@ -78,7 +78,8 @@ def _run(backend, workload: dict) -> dict:
             # A new request's num_computed_tokens is its prefix-cache hit (full blocks found by hash).
             "new": [[d.req_id, _blocks(d.block_ids), d.num_computed_tokens] for d in so.scheduled_new_reqs],
             "cached": [[i, i in resumed, _blocks(b), c]
-                       for i, b, c in zip(cached.req_ids, cached.new_block_ids, cached.num_computed_tokens)],
+                       for i, b, c in zip(cached.req_ids, cached.new_block_ids, cached.num_computed_tokens,
+                                              strict=True)],
             "preempted": sorted(so.preempted_req_ids or ()),
             "finished": sorted(so.finished_req_ids),
             "computed": {i: sched.requests[i].num_computed_tokens for i in so.num_scheduled_tokens},
@@ -139,7 +140,7 @@ def first_divergence(a: dict, b: dict) -> str | None:
             return None
         return f"seed {a['seed']}: vLLM {a.get('error') or 'ran'} ({a.get('message', '')}) != minivllm " \
                f"{b.get('error') or 'ran'} ({b.get('message', '')})"
-    for ea, eb in zip(a["events"], b["events"]):
+    for ea, eb in zip(a["events"], b["events"], strict=False):  # lengths compared after
         if ea == eb:
             continue
         where = f"step {ea.get('step')} ({ {'s': 'schedule', 'u': 'update_from_output', 'a': 'abort'}[ea['k']]})"

@@ -134,7 +134,7 @@ def logprob_rows(token_ids, logprobs, ranks, num_logprobs: list) -> list:
         ids, lps = token_ids[i][:n + 1], logprobs[i][:n + 1]
         rank = [ranks[i]] + list(range(1, n + 1))
         d: dict = {}
-        for t, lp, rk in zip(ids, lps, rank):
+        for t, lp, rk in zip(ids, lps, rank, strict=True):
             d[t] = [t, lp, rk]
         rows.append(list(d.values()))
     return rows
@@ -170,7 +170,7 @@ def _sampler(cases: list[dict]) -> list[dict]:
         procs = [MinPLogitsProcessor(config, torch.device("cpu"), False),
                  MinTokensLogitsProcessor(config, torch.device("cpu"), False)]
         update = BatchUpdate(batch_size=n, removed=[], moved=[],
-                             added=[(i, sp, None, out) for i, (sp, out) in enumerate(zip(params, outputs))])
+                             added=[(i, sp, None, out) for i, (sp, out) in enumerate(zip(params, outputs, strict=True))])
         for p in procs:
             p.update_state(update)
         greedy = [row["temperature"] < 1e-5 for row in rows]
@@ -178,7 +178,7 @@ def _sampler(cases: list[dict]) -> list[dict]:
         nl = [row["logprobs"] for row in rows]
         md = SamplingMetadata(
             temperature=None if all(greedy) else torch.tensor([0.0 if g else r["temperature"]
-                                                                for g, r in zip(greedy, rows)]),
+                                                                for g, r in zip(greedy, rows, strict=True)]),
             all_greedy=all(greedy), all_random=not any(greedy),
             top_p=None if all(r["top_p"] >= 1 for r in rows) else torch.tensor([r["top_p"] for r in rows]),
             top_k=None if all(not 0 < r["top_k"] < vocab for r in rows) else torch.tensor(
@@ -223,7 +223,7 @@ def _engine(cases: list[dict]) -> list[dict]:
             answers.append({"model": case["model"], "seed": case["seed"], "error": type(e).__name__})
             continue
         params = [SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=ie)
-                  for m, ie in zip(case["max_tokens"], case["ignore_eos"])]
+                  for m, ie in zip(case["max_tokens"], case["ignore_eos"], strict=True)]
         outs = llm.generate([{"prompt_token_ids": p} for p in case["prompts"]], params, use_tqdm=False)
         answers.append({"model": case["model"], "seed": case["seed"], "outputs": [
             [list(o.outputs[0].token_ids), o.outputs[0].finish_reason] for o in outs]})

@@ -52,6 +52,8 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=F
     stop_reason: int | str | None = None
     num_cached_tokens: int = 0
     queue_time: float | None = None  # on a request's first output: arrival -> first scheduled, in seconds
+    # The sampled token's rank at each new position (vLLM: LogprobsLists.sampled_token_ranks); with new_logprobs.
+    new_logprob_ranks: list[int] | None = None
 
     @property
     def finished(self) -> bool:

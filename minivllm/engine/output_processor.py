@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from minivllm.engine import EngineCoreOutput, EngineCoreRequest, FinishReason
 from minivllm.engine.detokenizer import IncrementalDetokenizer
 from minivllm.engine.exceptions import EngineGenerateError
+from minivllm.logprobs import Logprob, entry_ranks
 from minivllm.outputs import CompletionOutput, RequestOutput
 
 
@@ -99,7 +100,8 @@ class RequestState:
     stream_delta: bool = False
     queue: RequestOutputCollector | None = None
     output_token_ids: list[int] = field(default_factory=list)
-    logprobs: list[dict[int, float]] | None = None
+    logprobs: list[dict[int, Logprob]] | None = None
+    num_logprobs: int = 0
     cumulative_logprob: float | None = None
     num_cached_tokens: int = 0
     sent_tokens: int = 0
@@ -133,9 +135,20 @@ class OutputProcessor:
         self.request_states[request.request_id] = RequestState(
             request.request_id, prompt, request.prompt_token_ids,
             IncrementalDetokenizer(self.tokenizer, params, request.prompt_token_ids), stream_delta, queue,
-            logprobs=[] if params.logprobs is not None else None,
+            logprobs=[] if params.logprobs is not None else None, num_logprobs=params.logprobs or 0,
             cumulative_logprob=0.0 if params.logprobs is not None else None,
             arrival_time=request.arrival_time, max_tokens_param=params.max_tokens, n_param=params.n)
+
+    def _append_logprobs(self, state: RequestState, out: EngineCoreOutput) -> None:
+        """Each new position's {token: Logprob}: the sampled token first (its rank from the sampler), then the
+        top-n ranked 1..n, each with its text decoded on its own (vLLM: LogprobsProcessor)."""
+        ranks = out.new_logprob_ranks
+        for i, (tok, lps) in enumerate(zip(out.new_token_ids, out.new_logprobs, strict=False)):
+            entry_rank = (entry_ranks(state.num_logprobs, len(lps), ranks[i]) if ranks is not None
+                          else [None] * len(lps))
+            state.logprobs.append({t: Logprob(lp, rank, self.tokenizer.decode([t]))
+                                   for (t, lp), rank in zip(lps.items(), entry_rank, strict=True)})
+            state.cumulative_logprob += lps[tok]
 
     def abort_requests(self, request_ids) -> list[str]:
         """Forget requests; a stream still being read gets a final output with finish_reason "abort"."""
@@ -189,9 +202,7 @@ class OutputProcessor:
             state.output_token_ids.extend(out.new_token_ids)
             state.num_cached_tokens = out.num_cached_tokens
             if out.new_logprobs is not None and state.logprobs is not None:
-                for tok, lp in zip(out.new_token_ids, out.new_logprobs, strict=False):
-                    state.logprobs.append(lp)
-                    state.cumulative_logprob += lp[tok]
+                self._append_logprobs(state, out)
             # A stop string wins over the core's reason, even "length" from the same (last) token, as in vLLM.
             stop_str = state.detokenizer.update(out.new_token_ids, finish_reason == FinishReason.STOP)
             if stop_str is not None:

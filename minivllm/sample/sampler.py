@@ -15,10 +15,12 @@ from minivllm.sample.metadata import SamplingMetadata
 
 @dataclass
 class SamplerOutput:
-    """sampled_token_ids [n]; logprobs per row (top-k plus the sampled token) or None."""
+    """sampled_token_ids [n]; logprobs per row (top-k plus the sampled token) or None, and the sampled token's
+    rank in each row (vLLM: LogprobsTensors.selected_token_ranks)."""
 
     sampled_token_ids: torch.Tensor
     logprobs: list[dict[int, float] | None] | None
+    sampled_ranks: list[int] | None = None
 
 
 def apply_top_k_top_p(logits: torch.Tensor, k: torch.Tensor | None, p: torch.Tensor | None) -> torch.Tensor:
@@ -91,6 +93,12 @@ def gather_logprobs(logprobs: torch.Tensor, sampled: torch.Tensor,
     return out
 
 
+def sampled_token_ranks(logprobs: torch.Tensor, sampled: torch.Tensor) -> list[int]:
+    """Each sampled token's rank in its row: how many tokens are at least as likely (vLLM:
+    batched_count_greater_than, a >= count, so rank 1 is the most likely token)."""
+    return (logprobs >= logprobs.gather(1, sampled.unsqueeze(1))).sum(dim=-1).tolist()
+
+
 class Sampler(nn.Module):
     """Greedy and random requests in one batch; optional logprobs of the raw distribution."""
 
@@ -113,7 +121,8 @@ class Sampler(nn.Module):
             sampled = random_sample(x.softmax(dim=-1), md.generators)
             if greedy is not None:
                 sampled = torch.where(md.temperature < 1e-5, greedy, sampled)
-        logprobs = None
+        logprobs = ranks = None
         if raw_logprobs is not None:
             logprobs = gather_logprobs(raw_logprobs, sampled, md.num_logprobs)
-        return SamplerOutput(sampled, logprobs)
+            ranks = sampled_token_ranks(raw_logprobs, sampled)
+        return SamplerOutput(sampled, logprobs, ranks)

@@ -27,7 +27,7 @@ from minivllm.core.sched.output import SchedulerOutput
 from minivllm.distributed import get_tensor_model_parallel_world_size
 from minivllm.sample.metadata import SamplingMetadata
 from minivllm.sample.rejection_sampler import PLACEHOLDER_TOKEN_ID, RejectionSampler, SpecDecodeMetadata
-from minivllm.sample.sampler import Sampler, gather_logprobs
+from minivllm.sample.sampler import Sampler, gather_logprobs, sampled_token_ranks
 from minivllm.spec_decode.ngram_proposer import NgramProposer
 from minivllm.structured_output.utils import apply_grammar_bitmask
 from minivllm.tracing import Tracer
@@ -271,27 +271,32 @@ class GPUModelRunner:
         num_reqs = batch.num_reqs
         req_ids = list(batch.req_ids[:num_reqs])
         sampled_token_ids: list[list[int]] = [[] for _ in range(num_reqs)]
-        logprobs = None
+        logprobs = ranks = None
         if logits is not None:
             if grammar_output is not None:
                 apply_grammar_bitmask(grammar_output, [req_ids[i] for i in emit], logits,
                                       spec_tokens)
-            rows_logprobs = None  # per emitted row: one dict per token, or None
+            rows_logprobs = rows_ranks = None  # per emitted row: one dict (and one rank) per token, or None
             if spec_md is not None:
                 with self.tracer.span("sample", self._step):
                     out_ids = self.rejection_sampler(spec_md, None, self._mask_min_tokens(logits, spec_md, emit),
                                                      self._sampling_metadata(emit))
                 rows_tokens = [[t for t in r if t != PLACEHOLDER_TOKEN_ID] for r in out_ids.tolist()]
                 if any(batch.num_logprobs[r] is not None for r in emit):
-                    rows_logprobs = self._spec_logprobs(logits, spec_md, emit, rows_tokens)
+                    rows_logprobs, rows_ranks = self._spec_logprobs(logits, spec_md, emit, rows_tokens)
             else:
                 with self.tracer.span("sample", self._step):
                     out = self.sampler(logits, self._sampling_metadata(emit))
                 rows_tokens = [[t] for t in out.sampled_token_ids.tolist()]
                 if out.logprobs is not None:
                     rows_logprobs = [None if d is None else [d] for d in out.logprobs]
+                    if out.sampled_ranks is not None:
+                        rows_ranks = [None if d is None else [r] for d, r in zip(out.logprobs, out.sampled_ranks,
+                                                                                 strict=True)]
             if rows_logprobs is not None:
                 logprobs = [None] * num_reqs
+            if rows_ranks is not None:
+                ranks = [None] * num_reqs
             for j, row in enumerate(emit.tolist()):
                 tokens = rows_tokens[j]
                 sampled_token_ids[row] = tokens
@@ -300,9 +305,12 @@ class GPUModelRunner:
                     batch.append_token(row, token)
                 if rows_logprobs is not None:
                     logprobs[row] = rows_logprobs[j]
+                if rows_ranks is not None:
+                    ranks[row] = rows_ranks[j]
             if self.drafter is not None:
                 self._propose_drafts(req_ids, emit)
-        return ModelRunnerOutput(req_ids, {r: i for i, r in enumerate(req_ids)}, sampled_token_ids, logprobs)
+        return ModelRunnerOutput(req_ids, {r: i for i, r in enumerate(req_ids)}, sampled_token_ids, logprobs,
+                                 logprob_ranks=ranks)
 
     def _mask_min_tokens(self, logits: torch.Tensor, spec_md: SpecDecodeMetadata, emit: np.ndarray) -> torch.Tensor:
         """The Sampler's min_tokens mask for verification rows: position p of a request samples its
@@ -323,8 +331,9 @@ class GPUModelRunner:
         return logits
 
     def _spec_logprobs(self, logits: torch.Tensor, spec_md: SpecDecodeMetadata, emit: np.ndarray,
-                       rows_tokens: list[list[int]]) -> list:
-        """Per emitted row, the logprobs of each emitted token from the raw logits row that produced it."""
+                       rows_tokens: list[list[int]]) -> tuple[list, list]:
+        """Per emitted row, the logprobs (and the sampled token's rank) of each emitted token, from the raw
+        logits row that produced it."""
         num_logprobs = self.input_batch.num_logprobs
         first_row = (spec_md.bonus_logits_indices.cpu() - torch.tensor(spec_md.num_draft_tokens)).tolist()
         sel_rows, sel_tokens, sel_n, owners = [], [], [], []
@@ -337,12 +346,15 @@ class GPUModelRunner:
                 sel_n.append(num_logprobs[row])
                 owners.append(j)
         out: list = [None] * len(emit)
+        out_ranks: list = [None] * len(emit)
         if sel_rows:
             raw = logits[torch.tensor(sel_rows, device=logits.device)].float().log_softmax(dim=-1)
-            dicts = gather_logprobs(raw, torch.tensor(sel_tokens, device=raw.device), sel_n)
-            for j, d in zip(owners, dicts, strict=True):
+            sel = torch.tensor(sel_tokens, device=raw.device)
+            dicts = gather_logprobs(raw, sel, sel_n)
+            for j, d, rank in zip(owners, dicts, sampled_token_ranks(raw, sel), strict=True):
                 out[j] = (out[j] or []) + [d]
-        return out
+                out_ranks[j] = (out_ranks[j] or []) + [rank]
+        return out, out_ranks
 
     def _propose_drafts(self, req_ids: list[str], emit: np.ndarray) -> None:
         """N-gram drafts for every request that just emitted tokens (prefill chunks get none)."""

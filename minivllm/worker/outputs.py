@@ -12,6 +12,7 @@ class ModelRunnerOutput:
     req_id_to_index: dict[str, int]
     sampled_token_ids: list[list[int]]
     logprobs: list[list[dict[int, float]] | None] | None = None  # per request, one dict per token
+    logprob_ranks: list[list[int] | None] | None = None  # per request, the sampled token's rank per token
     num_nans_in_logits: dict[str, int] = field(default_factory=dict)
 
 

@@ -266,6 +266,7 @@ class Scheduler(SchedulerInterface):
                            model_runner_output: ModelRunnerOutput) -> EngineCoreOutputs:
         sampled_token_ids = model_runner_output.sampled_token_ids
         logprobs = model_runner_output.logprobs
+        logprob_ranks = model_runner_output.logprob_ranks
         req_id_to_index = model_runner_output.req_id_to_index
         requests = self.requests
         # Only a step with a grammar pays for grammars: the check then also advances them.
@@ -295,12 +296,15 @@ class Scheduler(SchedulerInterface):
                 else:
                     stopped_preempted.add(request)
                 self._free_request(request)
-            new_logprobs = None
+            new_logprobs = new_ranks = None
             if logprobs is not None and logprobs[req_index] is not None:
                 new_logprobs = logprobs[req_index][:len(new_token_ids)]
+                if logprob_ranks is not None and logprob_ranks[req_index] is not None:
+                    new_ranks = logprob_ranks[req_index][:len(new_token_ids)]
             num_cached_tokens = request.num_cached_tokens  # -1 until admission sets it
             outputs.append(EngineCoreOutput(req_id, new_token_ids, new_logprobs, finish_reason,
-                                            request.stop_reason, num_cached_tokens if num_cached_tokens > 0 else 0))
+                                            request.stop_reason, num_cached_tokens if num_cached_tokens > 0 else 0,
+                                            new_logprob_ranks=new_ranks))
         if stopped_running:
             self.running = [r for r in self.running if r not in stopped_running]
         if stopped_preempted:
