@@ -35,7 +35,7 @@
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 本课在 CPU 上运行。CPU 没有 CUDA graph，但 minivllm 在 `enforce_eager=False` 时走与 GPU 相同的填充路径，只把 replay 换成对同一组静态缓冲的一次 eager 前向。所以三步都能在 CPU 上检查；launch 次数只有 GPU 能给出（本课最后一节）。
+# 本课在 CPU 上运行。CPU 没有 CUDA graph，但 minivllm 在 `enforce_eager=False` 时走与 GPU 相同的填充路径，只把 replay 换成对同一组静态缓冲的一次 eager 前向。所以三步都能在 CPU 上检查；launch 次数只有 GPU 能给出（见“CPU 看不到的”一节）。
 #
 # 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson11`。
 
@@ -289,7 +289,7 @@ L11.print_launch_counts(L11.launch_counts(8))
 # 2. 每个 kernel 的时间：小 batch 的 decode 受带宽限制，一个 kernel 读一层的一部分权重只要几 µs；而 CPU 发一次 launch 要 5～10 µs。CPU 发得比 GPU 算得慢，GPU 在 kernel 之间空等，一步的时间 ≈ launch 数 × 单次开销。
 # 3. graph 去掉什么：录制一次之后，每步只调用一次 `cudaGraphLaunch`，CPU 开销从几百次变成一次，kernel 之间的空隙消失。没去掉的：kernel 本身的执行时间、graph 之外的 CPU 工作（调度、`_prepare_inputs`、拷进静态缓冲、采样），以及填充行多算的那一点。
 # 4. batch 变大：每个 kernel 处理更多行，执行时间变长（最终计算受限），launch 数不变，开销占比下降；所以 graph 的收益在 batch 1～几十时最大，vLLM 的默认尺寸也在小 batch 处最密。
-# 5. 验证：本课最后一节的 profiler 计数；速度结论要在目标 GPU 上用交替的 benchmark 确认。
+# 5. 验证：“CPU 看不到的”一节的 profiler 计数；速度结论要在目标 GPU 上用交替的 benchmark 确认。
 #
 # === END MARK SCHEME ===
 
