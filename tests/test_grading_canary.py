@@ -58,14 +58,19 @@ def test_grade_refuses_a_class_when_the_reference_solution_cannot_score(tmp_path
     assert not (course / "submitted" / CANARY).exists() and not (course / "autograded" / CANARY).exists()
 
 
-def test_check_refuses_to_blame_the_student_when_the_grader_cannot_run(no_engine):
-    import os
+def test_check_refuses_to_blame_the_student_when_the_grader_cannot_run(no_engine, capsys):
+    from autograder.__main__ import main
 
-    proc = subprocess.run([sys.executable, "-m", "autograder", "check", LESSON], cwd=REPO, capture_output=True,
-                          text=True, timeout=300, env=dict(os.environ))
-    assert proc.returncode == 2, proc.stdout + proc.stderr[-2000:]
-    assert "没有评分" in proc.stdout and "No module named 'minivllm'" in proc.stdout, proc.stdout
-    assert "这不是你的答案的问题" in proc.stdout and "0/1" not in proc.stdout and "代码 0/4" not in proc.stdout
+    with pytest.raises(SystemExit) as refused:  # in-process: the isolated variant patches this process
+        main(["check", LESSON, str(NOTEBOOKS / LESSON / f"{LESSON}.ipynb")])
+    out = capsys.readouterr().out
+    assert refused.value.code == 2, out
+    assert "没有评分" in out and "No module named 'minivllm'" in out and "这不是你的答案的问题" in out, out
+    assert "0/1" not in out and "代码 0/4" not in out
+    if not isolation.mode().isolated:  # the command line as a student runs it (a new process: the hook holds)
+        proc = subprocess.run([sys.executable, "-m", "autograder", "check", LESSON], cwd=REPO, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 2 and "No module named 'minivllm'" in proc.stdout, proc.stdout + proc.stderr[-2000:]
 
 
 def test_the_canary_passes_and_leaves_nothing_behind(tmp_path):
