@@ -18,8 +18,11 @@ Input space (each dimension, and the graded part that covers it):
                           budget): main_path, boundary; enable_chunked_prefill=False: main_path
     admission gate        scheduler_reserve_full_isl on (default) and off: boundary, real_engine W2
     async scheduling      off: the Scheduler's own; placeholders live in num_new_tokens, which is given
-    budget / threshold    remaining < threshold < budget, threshold == budget, budget used up mid-list: main_path
-    max_num_seqs          a cap of 3 with 5 requests: main_path
+    budget / threshold    remaining < threshold < budget, threshold == budget, budget used up at the end of the
+                          running list and in the middle of it (the rest get no entry, no allocate): main_path
+    max_num_seqs          a cap of 3 with 5 requests (not 4, not 5): main_path
+    waiting head blocked  the head does not fit (chunked prefill off; the admission gate in W1 step 4): stop, no
+                          later request overtakes it (FCFS): main_path, boundary, real_engine W1
     KV pool               runs out: preempt the last running (FCFS), itself when it is the only one, retry, admit
                           nobody in that step: boundary, real_engine W2
     batch shapes          decodes only, prefills only, decodes + a late long prompt, 1 request: main_path, boundary
@@ -370,6 +373,10 @@ def check_main_path(schedule_step) -> None:
            f"{{'r0': 4, 'r1': 1, 'r2': 1}}，实际 {p['scheduled']}。")
     expect(p["waiting"] == ["w0"] and p["running"] == ["r0", "r1", "r2"],
            f"预算用完后 w0 应留在 waiting，实际 running={p['running']}，waiting={p['waiting']}。")
+    p = _probe(schedule_step, [5, 1, 1], budget=4, threshold=4, waiting_todos=[9])
+    expect(p["scheduled"] == {"r0": 4} and p["waiting"] == ["w0"],
+           f"预算在 running 列表中途用完（budget 4，r0 拿走 4）：后面的请求本步不调度，也不记 0 个 token，w0 留在 "
+           f"waiting；应为 {{'r0': 4}}，实际 {p['scheduled']}，waiting={p['waiting']}。")
     for i in range(len(MAIN_SCENARIOS)):
         _compare_scenario(schedule_step, i, boundary=False)
 

@@ -149,4 +149,44 @@ MUTANTS = {
     ), 'Preempts the request whose allocation failed instead of the lowest-priority (last) running one.',
        fails={"l02_boundary", "l02_real_engine"},
        hint="分配失败时被抢占的应该是谁？回顾运行队列中的优先级。"),
+    "waiting_skips_head": Mutant(CELL, (
+        (('    while admit and waiting and token_budget > 0 and len(running) < max_num_seqs:\n'
+          '        req = waiting[0]'),
+         ('    for req in list(waiting):\n'
+          '        if not (admit and token_budget > 0 and len(running) < max_num_seqs):\n'
+          '            break')),
+        (('        if not allocate(req, n):\n'
+          '            break\n'
+          '        running.append(waiting.popleft())'),
+         ('        if not allocate(req, n):\n'
+          '            continue\n'
+          '        waiting.remove(req)\n'
+          '        running.append(req)')),
+    ), 'When the waiting head does not fit, admits the requests behind it (no FCFS head-of-line stop).',
+       fails={"l02_main_path", "l02_boundary", "l02_real_engine"},
+       hint="等待队列的队首放不下时，后面的请求可以越过它先进来吗？"),
+    "max_num_seqs_ignored": Mutant(CELL, (
+        ('    while admit and waiting and token_budget > 0 and len(running) < max_num_seqs:',
+         '    while admit and waiting and token_budget > 0:'),
+    ), 'Admits new requests without looking at max_num_seqs.',
+       fails={"l02_main_path"},
+       hint="running 里最多能有多少个请求？接纳时检查了吗？"),
+    "max_num_seqs_off_by_one": Mutant(CELL, (
+        ('    while admit and waiting and token_budget > 0 and len(running) < max_num_seqs:',
+         '    while admit and waiting and token_budget > 0 and len(running) <= max_num_seqs:'),
+    ), 'Lets running grow to max_num_seqs + 1.',
+       fails={"l02_main_path"},
+       hint="接纳之后 running 的长度最多是多少？检查边界。"),
+    "waiting_ignores_budget_left": Mutant(CELL, (
+        ('    while admit and waiting and token_budget > 0 and len(running) < max_num_seqs:',
+         '    while admit and waiting and len(running) < max_num_seqs:'),
+    ), 'Keeps admitting after the budget is used up (a new request with 0 tokens).',
+       fails={"l02_main_path", "l02_real_engine"},
+       hint="预算用完之后，还应该接纳新的请求吗？"),
+    "running_ignores_budget_left": Mutant(CELL, (
+        ('    while i < len(running) and token_budget > 0:',
+         '    while i < len(running):'),
+    ), 'Walks the whole running list after the budget is used up, giving the rest 0 tokens.',
+       fails={"l02_main_path"},
+       hint="预算用完之后，running 列表里剩下的请求本步还要处理吗？"),
 }

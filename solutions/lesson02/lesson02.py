@@ -14,9 +14,13 @@
 #
 # ## 本课目标与通过标准
 #
-# 本课产出：能沿 `Scheduler.schedule()` 的源码说清一步之内 token budget 怎样在 running 与 waiting 请求之间分配、长 prompt 怎样被切成 chunk、KV 块不够时谁被抢占，并能用真实引擎的测量说明 chunked prefill 用什么换来了什么。
+# 本课产出：能沿 `Scheduler.schedule()` 的源码说清 token budget 怎样在 running 与 waiting 请求之间分配、长 prompt 怎样切成 chunk、KV 块不够时谁被抢占，并用测量说明 chunked prefill 的取舍。
 #
-# 通过要求：唯一代码填空题通过全部断言；Q1～Q3 都能沿源码对象给出因果链；能指出一个正确性不变量（例如每步调度的 token 数不超过 budget、正在 decode 的请求每步都拿到 token）、一个性能边界（例如一步的耗时随调度的 token 数增长，长 prefill 会拉高同一步里所有 decode 的 inter-token latency）和一个需要 benchmark 才能确认的结论（例如 `long_prefill_token_threshold` 取多少最合适）；总分至少 8/10。
+# 通过要求：唯一代码填空题通过全部断言；Q1～Q3 都能沿源码对象给出因果链；总分至少 8/10。还要能指出：
+#
+# - 一个正确性不变量，例如每步的 token 数不超过 budget；
+# - 一个性能边界，例如长 prefill 拉高同一步里 decode 的 ITL；
+# - 一个需要 benchmark 的结论，例如 threshold 取多少最合适。
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
@@ -25,25 +29,21 @@
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson02`（在本笔记本所在的文件夹或仓库根目录都可以），得分与教师用 nbgrader 评出的自动部分一致。
+# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson02`，得分与教师用 nbgrader 评出的自动部分一致。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 本课程使用固定 commit 的永久链接保证行号可复现，同时链接 current docs 供核对最新变化。`scheduler.py` 有两千多行，大部分是多模态、KV connector、投机解码、LoRA 等分支；本课只读 `schedule()` 的骨架：两个循环、一次 `allocate_slots`、一次抢占、一个 `SchedulerOutput`。先找到下表中的注释和变量名，再看分支。
+# 源码固定在 vLLM commit 8e958902eee5，链接见参考资料。`scheduler.py` 有两千多行，本课只读 `schedule()` 的骨架：两个循环、一次 `allocate_slots`、一次抢占、一个 `SchedulerOutput`。
 #
 # | 顺序 | vLLM 文件与入口（8e958902eee5） | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | [`vllm/v1/core/sched/scheduler.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/scheduler.py)：`Scheduler.schedule` 开头的 `NOTE(woosuk)` 注释与 `token_budget = self.max_num_scheduled_tokens` | `minivllm/core/sched/scheduler.py`：`Scheduler.schedule` | 为什么调度器里没有 “prefill 阶段” 和 “decode 阶段”？ |
-# | 2 | 同文件 `# First, schedule the RUNNING requests.`：`long_prefill_token_threshold`、`while True` 里的 `kv_cache_manager.allocate_slots`、`self.running.pop()`（FCFS）或 `max(self.running, key=...)`（priority）与 `_preempt_request` | `minivllm/core/sched/scheduler.py`：`Scheduler.schedule`、`Scheduler._preempt` | 每个请求本步拿多少 token？块不够时抢占谁，为什么是它？ |
-# | 3 | 同文件 `# Next, schedule the WAITING requests.`：`if not preempted_reqs and self._pause_state == PauseState.UNPAUSED`、`get_computed_blocks`、`enable_chunked_prefill`、`allocate_slots(..., full_sequence_must_fit=self.scheduler_reserve_full_isl, has_scheduled_reqs=bool(self.running))` | `minivllm/core/sched/scheduler.py`：`Scheduler.schedule` | 为什么抢占过的一步不接纳新请求？为什么要整段 prompt 放得下才接纳？prefix cache 命中怎样减少本步要算的 token？ |
-# | 4 | [`vllm/v1/core/kv_cache_manager.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/kv_cache_manager.py)：`KVCacheManager.allocate_slots`（`full_sequence_must_fit`、`watermark_blocks`）、`get_computed_blocks`；[`single_type_kv_cache_manager.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/single_type_kv_cache_manager.py)：`SingleTypeKVCacheManager.req_to_blocks`、`get_num_blocks_to_allocate` | `minivllm/core/kv_cache_manager.py`：`KVCacheManager.allocate_slots`、`KVCacheManager.get_computed_blocks`、`KVCacheManager.req_to_blocks` | `allocate_slots` 返回 `None` 意味着什么？为什么失败时（对全注意力模型）什么都不改？ |
-# | 5 | [`vllm/v1/core/sched/output.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/output.py)：`SchedulerOutput`、`NewRequestData`、`CachedRequestData` | `minivllm/core/sched/output.py`：`SchedulerOutput`、`NewRequestData`、`CachedRequestData` | worker 从一步的计划里拿到什么？`num_scheduled_tokens` 与 `preempted_req_ids` 各告诉它什么？ |
-# | 6 | `scheduler.py`：`_update_after_schedule`、`update_from_output` | `minivllm/core/sched/scheduler.py`：`Scheduler.update_from_output` | `num_computed_tokens` 在哪一刻推进？为什么一个没算完的 prefill chunk 不产生输出 token？ |
-#
-# 源码快照：vLLM 8e958902eee5（本课逐条对照了前一天构建的 vLLM 0.27.1 发布包）。这个版本里抢占由 `Scheduler._preempt_request` 完成，`schedule()` 里有 priority 策略的分支，running 循环用 `num_output_placeholders` 处理 async scheduling 的占位 token（async scheduling 在这个版本是默认开启的：`SchedulerConfig.async_scheduling=None` 在没有不兼容选项时被 `VllmConfig.__post_init__` 设为 `True`，调度器类随之换成 `AsyncScheduler`，见第 1 课；minivllm 的调度器目前是同步的，本课的每步计划都是同步调度下的计划），waiting 循环在接纳前做整段 prompt 的准入检查（`scheduler_reserve_full_isl`）；这些都在骨架之外，骨架不变。方法会继续演进，面试回答应先声明所读版本。
-#
-# > **勘误（对照 vLLM 0.27.1）**：本课早先的版本说 `_preempt_request`、priority 策略和 async 占位 token 是“较新版本”才有的——不对，它们都在固定的 commit 里。
+# | 1 | `vllm/v1/core/sched/scheduler.py`：`Scheduler.schedule` 开头的 `NOTE(woosuk)` 注释 | `minivllm/core/sched/scheduler.py` | 为什么调度器里没有 “prefill 阶段” 和 “decode 阶段”？ |
+# | 2 | 同文件 `# First, schedule the RUNNING requests.`：`allocate_slots`、`self.running.pop()`、`_preempt_request` | `minivllm/core/sched/scheduler.py`：`Scheduler._preempt` | 每个请求本步拿多少 token？块不够时抢占谁？ |
+# | 3 | 同文件 `# Next, schedule the WAITING requests.`：`preempted_reqs`、`get_computed_blocks`、`scheduler_reserve_full_isl` | 同上 | 为什么抢占过的一步不接纳？为什么整段 prompt 放得下才接纳？ |
+# | 4 | `vllm/v1/core/kv_cache_manager.py`：`KVCacheManager.allocate_slots`、`get_computed_blocks` | `minivllm/core/kv_cache_manager.py` | `allocate_slots` 返回 `None` 意味着什么？ |
+# | 5 | `vllm/v1/core/sched/output.py`：`SchedulerOutput`、`NewRequestData`、`CachedRequestData` | `minivllm/core/sched/output.py` | worker 从一步的计划里拿到什么？ |
+# | 6 | `scheduler.py`：`_update_after_schedule`、`update_from_output` | `minivllm/core/sched/scheduler.py` | `num_computed_tokens` 在哪一刻推进？ |
 
 # %% nbgrader={"grade": false, "grade_id": "l02_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的图、演示与检查。
@@ -69,60 +69,74 @@ short_errors("lesson02")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 1. 它是什么，解决什么问题
 #
-# V0 的默认调度器把一步分成 “prefill 批” 和 “decode 批”，并优先 prefill：一个长 prompt 到来时，整步都被它占住，所有正在生成的请求在这一步里一个 token 也拿不到。（V0 打开 chunked prefill 后的调度器已经能把 decode 和 prefill chunk 放进同一步：先排 decode、再用剩余预算排 prefill chunk；但它仍按 prefill / decode 两类请求分别处理，是一个可选模式。）V1 的 `Scheduler` 换了一个更简单、总是生效的模型（源码开头 `NOTE(woosuk)` 的注释）：**调度器里没有 prefill 阶段，也没有 decode 阶段**。每个请求只有两个数：`num_computed_tokens`（KV 已经算好的 token 数）和 `num_tokens_with_spec`（prompt + 已生成 + 投机 token）。每一步，调度器给请求分 token，让前者追赶后者：
+# V0 的默认调度器把一步分成 prefill 批和 decode 批，并优先 prefill：一个长 prompt 到来时，正在生成的请求这一步一个 token 也拿不到。
 #
-# - 新请求差一整个 prompt，拿到的 token 就是 prefill（或 prefill 的一个 chunk）；
+# V1 的 `Scheduler` 换了一个总是生效的模型，见源码开头 `NOTE(woosuk)` 的注释：**调度器里没有 prefill 阶段，也没有 decode 阶段**。每个请求只有两个数：KV 已算好的 `num_computed_tokens`，和全部 token 数 `num_tokens_with_spec`。
+#
+# 每一步，调度器给请求分 token，让前者追赶后者：
+#
+# - 新请求差一整个 prompt，拿到的 token 就是 prefill 或它的一个 chunk；
 # - 正在生成的请求只差 1 个 token，拿到的就是 decode；
-# - prefix cache 命中的请求，`num_computed_tokens` 一开始就不是 0，只差剩下的部分；
+# - prefix cache 命中的请求，`num_computed_tokens` 一开始就不是 0；
 # - 被抢占的请求 `num_computed_tokens` 归零，重新追（recompute）。
 #
-# 一步能分出去的 token 总数是 **token budget**（源码里是 `self.max_num_scheduled_tokens`：默认等于 `max_num_batched_tokens`；开启投机解码时 `VllmConfig._set_max_num_scheduled_tokens` 会减去 drafter 在一步里可能插入的槽位数 `max_num_new_slots_for_drafting × max_num_seqs`，所以更小）。它同时约束了一步 forward 的计算量和 worker 要准备的输入大小。chunked prefill 不是一个独立的机制，而是这条规则的自然结果：预算不够一个完整的 prompt，就先算一部分，下一步接着算。
+# 一步能分出去的 token 总数是 **token budget**，源码里是 `self.max_num_scheduled_tokens`，默认等于 `max_num_batched_tokens`。chunked prefill 是这条规则的自然结果：预算不够一个完整的 prompt，就先算一部分，下一步接着算。
 #
 # ### 2. 它如何工作
 #
 # `schedule()` 的骨架只有两个循环：
 #
-# 1. **先 RUNNING**：按加入顺序遍历 `self.running`。每个请求本步拿 `min(剩余 token, long_prefill_token_threshold, 剩余预算)`（threshold 为 0 表示不设上限），再调用 `kv_cache_manager.allocate_slots(request, num_new_tokens)` 为这些 token 要 KV 块。失败（返回 `None`）就抢占 **优先级最低** 的 running 请求——FCFS 下是最后加入的那个，`self.running.pop()`；priority 策略下是 `max(self.running, key=lambda r: (r.priority, r.arrival_time))`——再由 `_preempt_request` 按重算处理：释放它的全部块、状态改为 `PREEMPTED`、`num_computed_tokens = 0`、放回 waiting 队首；然后重试。如果被抢占的正是当前请求本身，说明没有别人可让，本请求也无法调度，循环结束。（async scheduling 下 running 请求的剩余 token 还要算上 `num_output_placeholders`：上一步已调度、结果还没回来的 token。）
-# 2. **再 WAITING**：只有本步**没有发生抢占**时才接纳新请求（`if not preempted_reqs`，外加引擎未暂停）。对队首请求先查 prefix cache（`get_computed_blocks`），同样取 `min(剩余, threshold, 剩余预算)`，再调用 `allocate_slots(..., full_sequence_must_fit=self.scheduler_reserve_full_isl, has_scheduled_reqs=bool(self.running))`：
-#    - **准入检查**（`scheduler_reserve_full_isl`，固定 commit 的默认值是 `True`）：不仅本步的 chunk，**整段 prompt** 除去 prefix cache 命中后需要的块，当前空闲块都要放得下，否则不接纳。否则 chunked prefill 下几个长 prompt 凭各自的第一个 chunk 同时进来，算到一半 KV 池就干了，只能互相抢占、反复重算；
-#    - **watermark**（`watermark`，默认 `0.0` 即关闭）：本步已有请求被调度时，接纳 waiting / preempted 请求还要额外留出 `int(watermark × 总块数)` 个空闲块，给 running 请求继续生长；
-#    - 成功才把它移入 running；失败就停止（FCFS：不跳过队首去接纳后面的请求）。
-#    minivllm 的 `SchedulerConfig` / `EngineArgs` 有同名、同默认值的 `scheduler_reserve_full_isl` 与 `watermark`。
+# 1. **先 RUNNING**：按加入顺序遍历 `self.running`。每个请求本步拿 `min(剩余 token, long_prefill_token_threshold, 剩余预算)`，threshold 为 0 表示不设上限；再调用 `kv_cache_manager.allocate_slots` 为这些 token 要 KV 块。
+#    - 失败（返回 `None`）就抢占优先级最低的 running 请求，FCFS 下是 `self.running.pop()`；然后重试。
+#    - `_preempt_request` 按重算处理它：释放全部块、状态改为 `PREEMPTED`、`num_computed_tokens = 0`、放回 waiting 队首。
+#    - 被抢占的若正是当前请求本身，循环结束。
+# 2. **再 WAITING**：本步没有发生抢占时才接纳新请求（`if not preempted_reqs`）。对队首请求先查 prefix cache（`get_computed_blocks`），同样取三者的最小值，再调用 `allocate_slots`。它包含两道检查：
+#    - **准入检查**（`scheduler_reserve_full_isl`，默认 `True`）：整段 prompt 除去命中部分所需的块，当前空闲块都要放得下，否则不接纳；
+#    - **watermark**（默认 `0.0`，即关闭）：本步已有请求被调度时，再额外留出 `watermark × 总块数` 个空闲块。
 #
-# 最后把结果装进 `SchedulerOutput`（每个请求本步的 `num_scheduled_tokens`、新请求的完整数据、老请求的增量、被抢占的 id），并立刻把 `num_computed_tokens` 推进（`_update_after_schedule`），worker 按这个计划执行。
+#    成功就移入 running；失败就停止，FCFS 不跳过队首。
 #
-# vLLM 的测试 `test_schedule_concurrent_partial_requests` 给出了一个精确的例子：budget 1024、threshold 400、三个 800-token 的 prompt。下图直接由 minivllm 的 `Scheduler` 跑出来（没有模型：用假的 worker 输出推进请求，和 vLLM 的调度器单测一样）。
+# 最后把结果装进 `SchedulerOutput`，并立刻推进 `num_computed_tokens`（`_update_after_schedule`），worker 按这个计划执行。
+#
+# vLLM 的测试 `test_schedule_concurrent_partial_requests` 给出了一个例子：budget 1024、threshold 400、三个 800-token 的 prompt。下图由 minivllm 的 `Scheduler` 跑出，用假的 worker 输出推进请求。
 
 # %%
 L02.fig_concurrent_partial();
 
 # %% [markdown]
-# 图 2-1：每一步三个请求各分到的 token。第 1 步 400 + 400 + 224 = 1024，第三个请求只拿到剩余预算；第 2 步三个请求都已在 running 里，同样是 400、400、224；此时请求 0、1 的 800 个 prompt token 全部算完并采样出第一个 token，第 3 步它们各只要 1 个 token（decode），请求 2 拿到剩下的 800 − 224 − 224 = 352；第 4 步三者都在 decode。prefill 与 decode 在同一步、同一个 batch 里。
+# 图 2-1：每一步三个请求各分到的 token。第 1、2 步都是 400 + 400 + 224 = 1024，第三个请求只拿到剩余预算。第 3 步请求 0、1 已算完 prompt，各只要 1 个 token，请求 2 拿到剩下的 352。prefill 与 decode 在同一步、同一个 batch 里。
 #
 # ### 3. 正确性条件与常见误区
 #
-# - **预算不变量**：每步 `sum(num_scheduled_tokens) ≤ max_num_batched_tokens`，每个请求的 chunk ≤ threshold（threshold > 0 时）。worker 按 `max_num_batched_tokens` 预留输入缓冲和激活内存，超出预算不只是 “慢一点”。
-# - **running 优先**：正在 decode 的请求每步都应拿到它的 1 个 token（除非被抢占）。如果先接纳 waiting，一批长 prompt 就能吃光预算，所有在线请求的输出流在这一步停住。
-# - **`allocate_slots` 全有或全无（对全注意力模型）**：它要么为这批 token 分到全部所需的块，要么返回 `None` 且不改请求的块表。所以调度器可以放心地 “先试、失败再抢占、再试”。严格说这只对全注意力层成立：vLLM 的 `allocate_slots` 在检查空闲块之前先调用 `coordinator.remove_skipped_blocks`，把滑动窗口（sliding window）等层已经移出窗口的块释放掉——即使随后返回 `None`，这些块也已经还回去了（源码注释：“We can do this even if we cannot schedule this request”）。minivllm 只有全注意力，失败时什么都不改。
-# - **抢占最低优先级的那个**：FCFS 下 running 列表按加入顺序排列，末尾的请求最新、优先级最低，也是本步还没被分到 token 的那个（循环从头往后走），被抢占的请求本步还没拿到任何东西。priority 策略下优先级最低的请求可能排在前面、本步已经分到了 token：vLLM 这时把它从 `scheduled_running_reqs` 里删掉、把它的 token 还给 `token_budget`、删掉它本步的新块记录、`req_index -= 1`——这是簿记，计划并不矛盾。练习只考 FCFS：从尾部 `pop()`；从头部抢占最老的请求会把已经分好 token 的请求踢出去而不做这笔簿记，本步计划就自相矛盾了。
-# - **抢占按重算（recompute）**：V1 没有 swap，被抢占请求的 KV 块全部释放，恢复时从头算（prefix cache 可能命中其中一部分）；它放回 waiting 的**队首**，下一步优先恢复。
-# - **抢占过的一步不接纳新请求**：抢占说明 KV 池已经不够分；这时接纳新请求只会把刚释放的块再分出去，下一步 running 请求又要块，又得抢占，形成抖动（thrashing）。准入检查（整段 prompt 放得下才接纳）从另一头防同一件事：它只保证新请求自己的 prompt 放得下当前的空闲块，不为 running 请求以后的 decode 留块（那是 `watermark` 的事），所以两条规则都需要。
-# - **`num_computed_tokens` 在调度时推进**（`_update_after_schedule`）：一个没算完 prompt 的 chunk 也会被 worker 采样，但这个 token 没有意义。vLLM 里由 runner 丢弃它：`GPUModelRunner._prepare_inputs` 把 “本步算完后仍短于请求长度” 的请求记进 `discard_request_mask`，`_bookkeeping_sync` 清掉这些请求的采样结果（并把它们随机数生成器的 offset 倒回去），所以 `update_from_output` 收到的是空列表。minivllm 的 worker 同样对 partial prefill 返回空列表。
+# - **预算不变量**：每步 `sum(num_scheduled_tokens) ≤ max_num_batched_tokens`；threshold > 0 时每个 chunk ≤ threshold。worker 按预算预留缓冲，超出预算不只是慢。
+# - **running 优先**：正在 decode 的请求每步都应拿到它的 1 个 token，除非被抢占。先接纳 waiting 的话，一批长 prompt 就能吃光预算。
+# - **`allocate_slots` 全有或全无**：要么分到全部所需的块，要么返回 `None` 且不改块表，所以调度器可以“先试、失败再抢占、再试”。这只对全注意力层成立，见文末差异。
+# - **抢占最低优先级的那个**：FCFS 下 running 末尾的请求最新，也是本步还没分到 token 的那个。从头部抢占，会把已经分好 token 的请求踢出去，计划就自相矛盾。
+# - **抢占按重算**：V1 没有 swap，被抢占请求的块全部释放，恢复时从头算；它放回 waiting 队首，下一步优先恢复。
+# - **抢占过的一步不接纳**：抢占说明 KV 池已经不够分；这时接纳只会把刚释放的块再分出去，下一步又要抢占，形成抖动（thrashing）。
+# - **准入检查不能代替上一条**：它只保证新请求自己的 prompt 放得下当前空闲块，不为 running 请求以后的 decode 留块。
+# - **`num_computed_tokens` 在调度时推进**：没算完 prompt 的 chunk 不产生输出 token，`update_from_output` 收到的是空列表。丢弃的方式取决于 runner，见文末差异。
 #
 # ### 4. 性能与工程取舍
 #
-# - **budget 决定一步的大小**：一步的耗时大致随调度的 token 数增长（GPU 上在越过算术强度拐点之后），所以 budget 越大，吞吐越高、长 prompt 的 TTFT 越短，但同一步里 decode 请求的 inter-token latency（ITL）越长；budget 越小则相反。
-# - **threshold 限制单个请求**：`long_prefill_token_threshold` 让一个长 prompt 不能独占 budget，几个长 prompt 可以并行推进，短请求也能挤进来；代价是长 prompt 需要更多步才算完。
-# - **chunk 的额外成本**：每多一步就多一次调度、一次 forward 的固定开销、一次采样；后面的 chunk 还要在 attention 里重新读取前面 chunk 的 KV。chunk 太小时，GEMM 的算术强度低于硬件拐点，GPU 在读权重而不是在算。
-# - **重算 vs. 交换**：重算浪费计算，但不需要 CPU 内存和 PCIe 带宽，也不需要 swap 的状态机；被抢占的大多是刚加入、KV 还不多的请求，重算代价有限——但 KV 池太小、又只看第一个 chunk 就接纳时，会反复抢占同一个请求（下面的真实引擎负载 W2 关掉了准入检查，就是这样；vLLM 正是为此加了默认开启的 `scheduler_reserve_full_isl`）。
-# - **准入检查的代价**：整段 prompt 放得下才接纳，长 prompt 可能在 waiting 里多等几步（下面 W1 的 b0、b1 就等到 a1 结束才进来），换来的是不再中途被抢占、不再重算；watermark 再用一部分 KV 池换更少的抢占。两者的取值都要在目标负载上测。
+# - **budget 决定一步的大小**：一步的耗时大致随调度的 token 数增长。budget 越大，吞吐越高、长 prompt 的 TTFT 越短，但同一步里 decode 的 ITL 越长。
+# - **threshold 限制单个请求**：一个长 prompt 不能独占 budget，短请求也能挤进来；代价是它要多走几步。
+# - **chunk 的额外成本**：每多一步就多一次固定开销，后面的 chunk 还要重读前面 chunk 的 KV；chunk 太小时，GEMM 的算术强度低于硬件拐点。
+# - **重算 vs. 交换**：重算浪费计算，但不需要 CPU 内存和 PCIe 带宽；被抢占的多是刚加入、KV 还不多的请求。
+# - **准入检查的代价**：长 prompt 可能在 waiting 里多等几步，换来的是不再中途被抢占、重算。
 
 # %% [markdown]
 # ## 具体演示：真实引擎上的 budget、chunked prefill 与抢占
 #
-# 下面在真实的 minivllm `EngineCore`（默认模型 `data/models/shakespeare-llama`，CPU，torch attention 后端）上跑两件事。
+# 下面在真实的 minivllm `EngineCore` 上跑两件事。
 #
-# **一、混合负载上的每步计划。** 这是本课评分用的负载 W1（budget 96、threshold 48、只有 21 个可用 KV 块，每块 16 个 token，准入检查按默认开启）：a0、a1、a2 一开始到达，b0（150 个 token）、b1（104 个 token，前 64 个与 a1 相同，prefix cache 命中）在第 4 步到达，c0、c1 在第 7、10 步到达。每行是一步：`请求:token 数`，`d` 表示 decode，`p` 表示 prefill（或重算）chunk。
+# **一、混合负载上的每步计划。** 这是评分用的负载 W1：budget 96、threshold 48、21 个可用 KV 块，每块 16 个 token，准入检查开启。
+#
+# - a0、a1、a2 一开始到达；
+# - b0（150 个 token）和 b1（104 个 token，前 64 个与 a1 相同）在第 4 步到达；
+# - c0、c1 在第 7、10 步到达。
+#
+# 每行是一步：`请求:token 数`，`d` 表示 decode，`p` 表示 prefill 或重算的 chunk。
 
 # %%
 w1, w2 = L02.reference_runs()  # minivllm 自带的 Scheduler；后面的评分也拿它作参考
@@ -131,9 +145,16 @@ print("...")
 L02.print_steps(w1, 18, 31)
 
 # %% [markdown]
-# 读法：第 1 步三个新请求分掉整个 budget（a1 的 120 个 token 被 threshold 截成 48）；第 2 步 a0 已在 decode，a1、a2 继续 prefill，第 3 步 a1 算完最后 24 个 token。第 4 步 b0、b1 到达，budget 还剩 93 个 token，却一个也没有接纳：**准入检查**要求 b0 的整段 150-token prompt（10 个块）放得下当前的空闲块，而三个 running 请求正占着大部分 KV 池；FCFS 下 b1 也不能越过队首的 b0。它们一直等到第 19 步 a1 结束、块被释放，才一起进来（b1 前 4 个块命中 prefix cache，只需算 40 个 token）。准入检查只管接纳那一刻的 prompt，不为以后生成的 token 留块：running 请求继续生长，第 21 步 KV 池又不够，最后加入的 b1 被抢占，本步不再接纳任何请求；第 25 步 a0 结束后 b1 恢复，它之前算好的完整块又从 prefix cache 命中，只需重算 58 个 token（48 + 10）。c0、c1 同样在 waiting 里等到第 30 步才被接纳。对比关掉准入检查的同一负载：b0、b1 会在第 4 步凭第一个 chunk 进来，再在 KV 池耗尽时被抢占、重算——这就是 vLLM 把 `scheduler_reserve_full_isl` 默认打开要防的事。
+# 读法：
 #
-# **二、chunked prefill 的取舍。** 四个短请求正在 decode，第 5 步和第 15 步各来一个 480-token 的长 prompt。比较 “关闭 chunked prefill”（`enable_chunked_prefill=False`，budget 512，长 prompt 一步算完）和几个 `long_prefill_token_threshold`（budget 同为 512）：每步调度多少 prefill、多少 decode token，每步的墙钟时间，以及长 prompt 的 TTFT 和 decode 请求的 ITL。所有数字都是这台机器上实测的。
+# - 第 1 步三个新请求分掉整个 budget，a1 的 120 个 token 被 threshold 截成 48。
+# - 第 4 步 b0、b1 到达却没有被接纳：准入检查要求 b0 的整段 prompt（10 个块）放得下当前的空闲块，FCFS 下 b1 也不能越过 b0。
+# - 第 19 步 a1 结束、释放块，b0、b1 才一起进来；b1 前 4 个块命中 prefix cache，只需算 40 个 token。
+# - 第 21 步 KV 池又不够，最后加入的 b1 被抢占；第 25 步恢复时已算好的完整块再次命中，只需重算 58 个 token。
+#
+# 准入检查不为以后生成的 token 留块，所以第 21 步仍有抢占。关掉它，b0、b1 会在第 4 步凭第一个 chunk 进来，再被抢占、重算。
+#
+# **二、chunked prefill 的取舍。** 四个短请求正在 decode，第 5 步和第 15 步各来一个 480-token 的长 prompt。比较关闭 chunked prefill（budget 512，长 prompt 一步算完）和几个 threshold。数字都是这台机器上实测的。
 
 # %%
 runs = L02.run_demo()  # 约 10 秒：一个引擎，每种配置跑两遍（第一遍兼作预热）
@@ -142,31 +163,37 @@ L02.print_latency_table(rows)
 L02.fig_prefill_decode(runs);
 
 # %% [markdown]
-# 图 2-2：每步调度的 decode token（蓝）与 prefill token（橙），黑线是这一步的墙钟时间（右轴，两幅图同一刻度）。上图关闭 chunked prefill：长 prompt 到达的那一步一次算完 480 个 token，这一步的耗时是普通 decode 步的许多倍，四个 decode 请求在这一步里都在等；下图 threshold = 128：同样的 prompt 分 4 步算完，每步只多出一百多个 token，decode 请求每步照常拿到 token。
+# 图 2-2：每步调度的 decode token（蓝）与 prefill token（橙），黑线是这一步的墙钟时间。上图关闭 chunked prefill，长 prompt 那一步的耗时是 decode 步的许多倍；下图 threshold = 128，同样的 prompt 分 4 步算完。
 
 # %%
 L02.fig_tradeoff(rows);
 
 # %% [markdown]
-# 图 2-3：左边是长 prompt 的 TTFT（到达到第一个输出 token），右边是 decode 请求的 ITL：所有步的中位数、同时带着 prefill（或 chunk）的那些步的平均值（表中 `in prefill steps`）、最大值。表中 `prefill steps` 是长 prompt 从第一个 chunk 到算完用了几步：off 是 1 步，threshold 256、128、64 分别是 2、4、8 步——这是确定的；毫秒数由每步的墙钟时间算出（每种配置跑两遍，每步取较快的一次），会随机器负载波动，在多人共用的机器上尤其如此。
+# 图 2-3：左边是长 prompt 的 TTFT，右边是 decode 请求的 ITL。`prefill steps` 是长 prompt 算完用的步数，是确定的；毫秒数随机器负载波动。
 #
-# 读图：带 prefill 的步里 decode 的 ITL（橙线）随 threshold 变小而下降，最大值也大体如此（最大值只由一步决定，容易被机器上别的负载的一次抖动左右，看趋势）；中位数几乎不变，因为大多数步本来就只有 decode——这就是 chunked prefill 买到的东西：一步的大小有了上界，decode 不再被一个长 prefill 卡住。它的代价是长 prompt 要多走几步：每一步都有固定开销，还要在 attention 里重读前面 chunk 的 KV，所以 threshold 小到一定程度时 TTFT 会上升。在这台 CPU 上，这个代价几乎看不出来：固定开销很小，而一个 480-token 的大步并不比几个小步加起来快（大矩阵超出缓存，attention 的开销随长度平方增长），测得的 TTFT 往往不升反降；在 GPU 上，一个只有几个 decode token 的步和一个 256-token 的步耗时相差无几（decode 受带宽限制，每步都要读一遍权重），每多一个 chunk 就几乎多出一整步，TTFT 的代价要大得多。这正是为什么 threshold 和 budget 的取值必须在目标硬件、目标负载上用 benchmark 决定，不能照搬这里（或任何一篇文章）的数字。
+# 读图：带 prefill 的步里 decode 的 ITL 随 threshold 变小而下降；中位数几乎不变，因为大多数步只有 decode。这就是 chunked prefill 带来的：一步的大小有了上界。
+#
+# 代价是长 prompt 要多走几步。这台 CPU 上这个代价几乎看不出来，TTFT 甚至不升反降：固定开销小，一个 480-token 的大步也不比几个小步快。GPU 上 decode 受带宽限制，多一个 chunk 就几乎多一整步，代价大得多。
+#
+# 所以 threshold 和 budget 要在目标硬件、目标负载上用 benchmark 决定。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
 #
-# 补齐 `schedule()` 的核心：一步之内的 token-budget 循环。先 running、后 waiting；每个请求拿 `min(剩余 token, threshold, 剩余预算)`；`allocate` 失败时按重算抢占优先级最低的 running 请求；本步抢占过就不再接纳新请求。
+# 补齐 `schedule()` 的核心：一步之内的 token-budget 循环，规则就是上文“它如何工作”的两个循环。
 #
-# 函数只看到一个很小的接口（评分时由 `autograder` 把它接到真实的 minivllm `Scheduler` 上）：
+# 函数的接口如下，评分时由 `autograder` 把它接到 minivllm 的 `Scheduler` 上：
 #
-# - `running`：running 请求的 list，按加入顺序（最后一个优先级最低）；`waiting`：waiting 请求的 deque（FCFS）。二者就是 `Scheduler.running` / `Scheduler.waiting` 本身，原地修改。
-# - `token_budget`：本步的 token 预算；`threshold`：单个请求本步最多拿多少 token（`long_prefill_token_threshold`，为 0 即关闭时传入的就是 budget）；`max_num_seqs`：running 的上限。
-# - `num_new_tokens(req)`：请求还差多少 token（waiting 请求已扣除 prefix cache 命中的部分）。
-# - `allocate(req, n)`：为 `req` 的 `n` 个新 token 分配 KV 块（`KVCacheManager.allocate_slots`），成功返回 `True`，失败返回 `False` 且什么都不改。对 waiting 请求它已经包含了准入检查（`full_sequence_must_fit=scheduler_reserve_full_isl`）和 watermark，和 vLLM 一样在 `allocate_slots` 里面做，不是这个循环的事。
-# - `preempt(req)`：按重算抢占一个**已经从 running 里取出**的请求：释放 KV 块、状态改为 PREEMPTED、放回 `waiting` 队首。
+# - `running`：running 请求的 list，按加入顺序，最后一个优先级最低；`waiting`：waiting 请求的 deque（FCFS）。二者都原地修改。
+# - `token_budget`：本步的 token 预算；`threshold`：单个请求本步最多拿多少 token，关闭时传入的就是 budget；`max_num_seqs`：running 的上限。
+# - `num_new_tokens(req)`：请求还差多少 token；waiting 请求已扣除 prefix cache 命中的部分。
+# - `allocate(req, n)`：为 `n` 个新 token 分配 KV 块，成功返回 `True`，失败返回 `False` 且什么都不改。准入检查和 watermark 在它里面。
+# - `preempt(req)`：按重算抢占一个已经从 running 里取出的请求：释放块、状态改为 PREEMPTED、放回 `waiting` 队首。
 # - 返回 `(scheduled, preempted)`：`{request_id: 本步 token 数}`，以及本步被抢占的请求列表。
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
+#
+# > **minivllm ≠ vLLM**：练习只考 FCFS，并省去 vLLM 循环里的几个分支，例如 0 个新 token 的跳过和 `max_model_len` 上限，见文末差异。
 
 # %% nbgrader={"grade": false, "grade_id": "l02_schedule_step", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def schedule_step(running, waiting, token_budget, threshold, max_num_seqs,
@@ -229,7 +256,12 @@ L02.check_main_path(schedule_step)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：把你的 `schedule_step` 接进真实的 minivllm `EngineCore` 的 `Scheduler`（只替换这个实例的 `schedule`，其余——prefix cache 查询、`allocate_slots`、抢占、`SchedulerOutput`——都是引擎自己的），在默认模型上跑两个混合负载：W1 是上面演示的负载；W2 没有 threshold、没有 prefix cache、KV 池很小，并且关掉了准入检查（`scheduler_reserve_full_isl=False`），一个长 prompt 凭第一个 chunk 被接纳，又在两个 decode 请求旁边反复被抢占——这正是准入检查要防的抖动，也是错误的循环（例如抢占后又接纳）最容易暴露的地方。检查读取每一步的 `SchedulerOutput`：token 总数不超过 budget、chunk 不超过 threshold、正在 decode 的请求每步都拿到 token、抢占的一步没有接纳新请求、每步调度与 minivllm 自带的调度器完全一致；最后所有请求的贪心输出必须与参考引擎相同。
+# 第二项检查：把你的 `schedule_step` 接进真实的 minivllm `EngineCore` 的调度器，跑两个负载：
+#
+# - W1：上面演示的负载；
+# - W2：没有 threshold、KV 池很小、关掉准入检查；一个长 prompt 在两个 decode 请求旁边反复被抢占。
+#
+# 检查每一步的 `SchedulerOutput`：预算与 threshold、decode 每步有 token、抢占的一步不接纳、与 minivllm 自带的调度器一致；最后贪心输出必须与参考引擎相同。
 
 # %% nbgrader={"grade": true, "grade_id": "l02_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 student_runs = L02.check_real_engine(schedule_step)
@@ -272,14 +304,14 @@ L02.check_boundary(schedule_step)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：打开 vLLM 8e958902eee5 的 `vllm/v1/core/sched/scheduler.py`，在 `Scheduler`（`__init__`、`schedule()`、`_preempt_request`）和 `vllm/v1/core/sched/request_queue.py` 里找到下面每一项的名字（字符串，例如 `"obj.attr"`；可以带 `self.`，调用的括号和参数可省略；本课正文没有印出它们）：
+# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分。在 vLLM 的 `vllm/v1/core/sched/scheduler.py` 与 `request_queue.py` 里找到下面每一项的名字，写成字符串，可以带 `self.`；本课正文没有印出它们。
 #
-# - `queue_factory`：`Scheduler.__init__` 按调度策略（FCFS 或 priority）构造 `self.waiting` 的那个函数；
+# - `queue_factory`：`Scheduler.__init__` 按调度策略构造 `self.waiting` 的那个函数；
 # - `peek`：waiting 循环查看队首请求、但不把它取出的那个队列方法；
-# - `requeue`：`schedule()` 一轮遍历 waiting 时跳过的请求（例如还在等远端 KV 的），在这一轮结束时被整批放回 `skipped_waiting` 队首所用的那个队列方法；
+# - `requeue`：一轮遍历 waiting 时跳过的请求，在这一轮结束时被整批放回 `skipped_waiting` 队首所用的那个队列方法；
 # - `pick_queue`：每接纳一个请求前，选择从 `self.waiting` 还是另一个 waiting 队列里取请求的那个方法；
 # - `new_blocks`：`schedule()` 里记录本步每个请求新分到的 KV 块（`KVCacheBlocks`）的那个局部 dict；
-# - `cached_data`：为本步继续运行（和恢复）的请求构造 `CachedRequestData` 的那个 `Scheduler` 方法。
+# - `cached_data`：为本步继续运行和恢复的请求构造 `CachedRequestData` 的那个 `Scheduler` 方法。
 
 # %% nbgrader={"grade": false, "grade_id": "l02_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
@@ -325,7 +357,7 @@ L02.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 指出抢占的含义是 KV 池已不够分（`allocate_slots` 返回 `None`），刚释放的块是为 running 请求腾的；此时接纳（常常就是刚被抢占、排在 waiting 队首的请求）会把块再分出去，下一步 running 请求又要块 → 再抢占 → 抖动与重复重算；说明 budget 有剩余不代表 KV 有剩余（两种资源）；并说清它与准入检查（`scheduler_reserve_full_isl`，固定 commit 默认开启）的关系：准入检查只看新请求自己的整段 prompt 是否放得下当前空闲块，不为 running 请求以后的增长留块，刚释放的块足以让它通过，所以抢占过的一步仍要停止接纳（答 “有了准入检查就不需要这条规则” 不得 2 分）。1 分 = 只说 “避免抖动” 而没有沿块的流向解释，或只说两种资源不同，或没有提到准入检查。0 分 = 认为是为了公平或性能优化而没有因果链。
+# **评分要点**：2 分 = 指出抢占的含义是 KV 池已不够分（`allocate_slots` 返回 `None`），刚释放的块是为 running 请求腾的；此时接纳（常常就是刚被抢占、排在 waiting 队首的请求）会把块再分出去，下一步 running 请求又要块 → 再抢占 → 抖动与重复重算；说明 budget 有剩余不代表 KV 有剩余（两种资源）。题目没有问准入检查，不提它不扣分；答 “有了准入检查（`scheduler_reserve_full_isl`）就不需要这条规则” 是错的（它不为 running 请求以后的增长留块），这样答的最多 1 分。1 分 = 只说 “避免抖动” 而没有沿块的流向解释，或只说两种资源不同。0 分 = 认为是为了公平或性能优化而没有因果链。
 #
 # **参考答案**
 #
@@ -384,11 +416,24 @@ self_check("lesson02", globals());
 #
 # - [vLLM Scheduler source](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/scheduler.py)
 # - [vLLM SchedulerOutput](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/output.py)
-# - [vLLM KVCacheManager](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/kv_cache_manager.py)（`allocate_slots` 的 `full_sequence_must_fit` 与 watermark）
-# - [vLLM SchedulerConfig](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/config/scheduler.py)（`scheduler_reserve_full_isl`、`watermark`、`async_scheduling` 的默认值）
-# - [vLLM scheduler tests（`test_schedule_concurrent_partial_requests` 等）](https://github.com/vllm-project/vllm/blob/8e958902eee5/tests/v1/core/test_scheduler.py)
+# - [vLLM KVCacheManager](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/kv_cache_manager.py)
+# - [vLLM SchedulerConfig](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/config/scheduler.py)：各选项的默认值
+# - [vLLM scheduler tests](https://github.com/vllm-project/vllm/blob/8e958902eee5/tests/v1/core/test_scheduler.py)
 # - [vLLM Optimization and Tuning（Preemption、Chunked Prefill）](https://docs.vllm.ai/en/latest/configuration/optimization/)
 #
 # 源码链接固定到本课审阅 commit；current docs、支持矩阵和默认参数会变化，面试或部署前必须按目标版本重新核对。
 #
-# ← 上一课：第 1 课：vLLM V1 源码地图：AsyncLLM、EngineCore 与 Worker　｜　下一课 →：第 3 课：BlockPool 与 Prefix Caching：块哈希链、命中与 LRU 驱逐
+# ← 上一课：第 1 课　｜　下一课 →：第 3 课：BlockPool 与 Prefix Caching
+
+
+# %% [markdown]
+# ## 与 vLLM 0.27.1 的差异
+#
+# 本课评分的循环与 vLLM FCFS 策略下的 `Scheduler.schedule` 骨架相同：先 running、后 waiting，取三者最小值，从尾部抢占，抢占过不接纳。其余差别：
+#
+# - **async scheduling**：vLLM 默认开启（第 1 课），调度器是 `AsyncScheduler`，剩余 token 还要算上结果未回的 `num_output_placeholders`。本课的计划都是同步调度下的。
+# - **没算完的 prefill chunk**：Model Runner V2（课程模型的默认）对这些请求取 `num_sampled = 0`（`v1/worker/gpu/input_batch.py`）。V1 runner 照常采样，再用 `discard_request_mask` 丢弃结果并倒回随机数生成器的 offset。minivllm 的 worker 直接返回空列表。
+# - **投机解码的 budget**：只有 draft model 或并行 drafting 时，`VllmConfig._set_max_num_scheduled_tokens` 才把 budget 减去 drafter 可能插入的槽位数；n-gram、EAGLE、MTP 默认不减。
+# - **priority 策略**：抢占 `max(self.running, key=...)`，它可能本步已分到 token，vLLM 把这些 token 还给 budget。练习与评分只用 FCFS。
+# - **`allocate_slots` 的例外**：vLLM 在检查空闲块之前先调用 `remove_skipped_blocks`，滑动窗口层的块即使随后返回 `None` 也已释放。minivllm 只有全注意力。
+# - **练习省去的分支**：running 请求 0 个新 token 时跳过它、看下一个（`continue`）；running 请求的 chunk 还受 `max_model_len` 限制；不开 chunked prefill 时，waiting 请求超出剩余预算就停止接纳；引擎暂停时不接纳；还有 encoder、KV connector 等分支。
