@@ -10,7 +10,8 @@ Input space (each dimension, and the graded part that covers it):
     has_requests          True: main_path, boundary, real_engine; False (nothing called, ({}, False, [])): boundary
     scheduled_tokens      4 (main_path), 0 and 1 (boundary: ran is `> 0`), the real engine's steps (real_engine)
     call order and data   each callable called once, in vLLM's order, with the plan / model_output it must pass
-                          on (identity-checked): main_path, boundary (Probe), real_engine (the engine's callables)
+                          on (identity-checked; the future handed on in their place is rejected): main_path,
+                          boundary (Probe), real_engine (the engine's callables)
     aborts                one queued while the step's forward is in flight (after execute, before wait), and
                           the steps after it: real_engine (verdict from outputs and call order, never a clock)
     engine settings       the synchronous EngineCore.step (async scheduling's step_with_batch_queue does not

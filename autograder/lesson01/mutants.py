@@ -86,4 +86,14 @@ MUTANTS = {
     ), 'Calls the future again for update instead of passing the model_output it already returned.',
        fails={"l01_main_path", "l01_real_engine"},
        hint="future 被调用了几次？update 用的是哪份模型输出？"),
+    "grammar_from_future": Mutant(CELL, (
+        ('    grammar = get_grammar(plan)', '    grammar = get_grammar(future)'),
+    ), 'Hands the grammar step the future instead of the plan it must build the bitmask for.',
+       fails={"l01_main_path"},
+       hint="grammar 的 bitmask 是为哪一份调度计划准备的？它收到的参数对吗？"),
+    "update_with_future": Mutant(CELL, (
+        ('    outputs = update(plan, model_output)', '    outputs = update(plan, future)'),
+    ), 'Passes update the future itself, not the model output the wait returned.',
+       fails={"l01_main_path"},
+       hint="update 需要的是模型输出本身，还是还没取结果的 future？"),
 }
