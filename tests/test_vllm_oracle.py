@@ -153,3 +153,22 @@ def test_completion_logprobs_are_vllm_logprob_entries():
     assert all(r >= 1 for r in ranks) and abs(sampled.outputs[0].cumulative_logprob -
                                               sum(e[t] for t, e in zip(sampled.outputs[0].token_ids,
                                                                        sampled.outputs[0].logprobs, strict=True))) < 1e-5
+
+
+def test_structured_output_walks_cover_drafts_and_can_diverge(monkeypatch):
+    """The recorded grammar walks include draft rows and terminated grammars; a mask that also lets EOS through
+    everywhere (a classic choice/regex mistake) diverges from vLLM's rows."""
+    answers = load_golden("structured_output")["answers"]
+    assert sum("draft_rows" in s for a in answers for s in a["steps"]) >= 50
+    assert sum(a["terminated"] for a in answers) >= 20
+    from minivllm.structured_output.backend_xgrammar import XgrammarGrammar
+
+    original = XgrammarGrammar.fill_bitmask
+
+    def eos_always(self, bitmask, idx):
+        original(self, bitmask, idx)
+        bitmask[idx, 0] |= 1 << 2  # token 2, the shipped model's EOS
+
+    monkeypatch.setattr(XgrammarGrammar, "fill_bitmask", eos_always)
+    n, diffs = compare("structured_output")
+    assert len(diffs) >= 20, f"only {len(diffs)} of {n}"

@@ -161,10 +161,22 @@ def _detokenizer() -> Comparison:
     return Comparison(cases, minivllm, first_detokenizer_divergence)
 
 
+def _structured_output() -> Comparison:
+    from autograder.vllm_oracle.workloads import first_structured_output_divergence, structured_output_case
+
+    def minivllm(cases):
+        from autograder.vllm_oracle.minivllm_side import run_structured_output
+        return run_structured_output(cases)
+
+    return Comparison(lambda: [structured_output_case(seed) for seed in range(48)], minivllm,
+                      first_structured_output_divergence)
+
+
 class _Lazy(dict):
     """COMPARISONS[kind], built on first use (each imports only what it needs)."""
 
-    FACTORIES = {"scheduler": _scheduler, "sampler": _sampler, "detokenizer": _detokenizer, "engine": _engine}
+    FACTORIES = {"scheduler": _scheduler, "sampler": _sampler, "detokenizer": _detokenizer,
+                 "structured_output": _structured_output, "engine": _engine}
 
     def __missing__(self, kind: str) -> Comparison:
         if kind not in self.FACTORIES:

@@ -140,3 +140,31 @@ def run_detokenizer(cases: list[dict]) -> list[dict]:
         return IncrementalDetokenizer(tokenizer, SamplingParams(max_tokens=64, **case["params"]), case["prompt"])
 
     return [detokenize(make, case) for case in cases]
+
+
+def run_structured_output(cases: list[dict]) -> list[dict]:
+    """minivllm's StructuredOutputManager (xgrammar) on the shipped model's tokenizer and vocab."""
+    import json
+
+    from autograder.vllm_oracle.models import SHIPPED
+    from autograder.vllm_oracle.workloads import structured_output_walk
+    from minivllm.config import EngineArgs
+    from minivllm.request import Request
+    from minivllm.sampling_params import SamplingParams, StructuredOutputsParams
+    from minivllm.structured_output import StructuredOutputManager
+
+    config = EngineArgs(model=str(SHIPPED)).create_engine_config(1024)
+
+    def make(case):
+        constraint = dict(case["constraint"])
+        if "json" in constraint:
+            constraint["json"] = json.dumps(constraint["json"])
+        params = SamplingParams(max_tokens=64, structured_outputs=StructuredOutputsParams(**constraint))
+        request = Request("r", [5, 6], params, eos_token_id=2)
+        manager = StructuredOutputManager(config)
+        manager.grammar_init(request)
+        so_request = request.structured_output_request
+        so_request.grammar = so_request._grammar.result(timeout=120)
+        return manager, {"r": request}, "r", so_request.grammar
+
+    return [structured_output_walk(make, case) for case in cases]

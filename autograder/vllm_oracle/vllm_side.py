@@ -255,7 +255,41 @@ def _detokenizer(cases: list[dict]) -> list[dict]:
     return answers
 
 
-KINDS = {"detokenizer": lambda cases: _detokenizer(cases), "scheduler": lambda cases: _scheduler(cases), "sampler": lambda cases: _sampler(cases),
+def _structured_output(cases: list[dict]) -> list[dict]:
+    """vLLM's StructuredOutputManager with its xgrammar backend, on the shipped model's tokenizer and vocab."""
+    import json as _json
+
+    from vllm.config import ModelConfig, VllmConfig
+    from vllm.sampling_params import SamplingParams, StructuredOutputsParams
+    from vllm.v1.request import Request
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    from autograder.vllm_oracle.workloads import structured_output_walk
+
+    from vllm.tokenizers import get_tokenizer
+
+    config = VllmConfig(model_config=ModelConfig(model=MODEL, dtype="float32", seed=0, max_model_len=1024))
+    tokenizer = get_tokenizer(MODEL)
+
+    def make(case):
+        constraint = dict(case["constraint"])
+        if "json" in constraint:
+            constraint["json"] = _json.dumps(constraint["json"])
+        params = SamplingParams(max_tokens=64, structured_outputs=StructuredOutputsParams(**constraint))
+        # What the InputProcessor does: pick the backend ("auto" -> xgrammar here), rewrite a choice as a grammar.
+        params._validate_structured_outputs(config.model_config, config.structured_outputs_config, tokenizer)
+        request = Request(request_id="r", prompt_token_ids=[5, 6], sampling_params=params, pooling_params=None)
+        manager = StructuredOutputManager(config)
+        manager.grammar_init(request)
+        so_request = request.structured_output_request
+        so_request._grammar = so_request._grammar.result(timeout=120) if hasattr(
+            so_request._grammar, "result") else so_request._grammar
+        return manager, {"r": request}, "r", so_request.grammar
+
+    return [structured_output_walk(make, case) for case in cases]
+
+
+KINDS = {"structured_output": lambda cases: _structured_output(cases), "detokenizer": lambda cases: _detokenizer(cases), "scheduler": lambda cases: _scheduler(cases), "sampler": lambda cases: _sampler(cases),
          "engine": lambda cases: _engine(cases)}
 
 

@@ -201,3 +201,65 @@ def first_detokenizer_divergence(a: dict, b: dict) -> str | None:
         return (f"detokenizer seed {a['seed']}: vLLM {len(a['events'])} steps, text {a['text']!r} != minivllm "
                 f"{len(b['events'])} steps, text {b['text']!r}")
     return None
+
+
+SO_CONSTRAINTS = (
+    {"choice": ["merry", "sad", "sadder", "mad"]},
+    {"choice": ["non", "nonce", "on"]},
+    {"regex": r"[a-c]{2,5}(x|yz)"},
+    {"regex": r"(ROMEO|JULIET): [a-z ]{3,12}\."},
+    {"json": {"type": "object", "properties": {"mood": {"enum": ["merry", "sad"]}, "n": {"type": "integer"}},
+              "required": ["mood", "n"]}},
+    {"json": {"type": "array", "items": {"type": "boolean"}, "maxItems": 3}},
+    {"grammar": 'root ::= "yes" | "no" | "maybe " root'},
+    {"json_object": True},
+)
+
+
+def structured_output_case(seed: int) -> dict:
+    """A constraint and a seed for a walk: at each step the bitmask row, then (sometimes) the rows with the
+    next token scheduled as a draft, then a token the row allows, until the grammar terminates."""
+    r = random.Random(seed)
+    return {"seed": seed, "constraint": SO_CONSTRAINTS[seed % len(SO_CONSTRAINTS)], "max_steps": 24,
+            "draft_steps": sorted(r.sample(range(24), 6))}
+
+
+def structured_output_walk(make, case: dict) -> dict:
+    """Drive one request's grammar through a StructuredOutputManager as the scheduler does. `make(case)` gives
+    (manager, requests dict, request id, grammar). Rows are the int32 words of the packed bitmask."""
+    manager, requests, req_id, grammar = make(case)
+    r = random.Random(case["seed"])
+    steps = []
+    for k in range(case["max_steps"]):
+        if grammar.is_terminated():
+            break
+        row = [int(x) for x in manager.grammar_bitmask(requests, [req_id], {})[0]]
+        allowed = [t for t in range(len(row) * 32) if (row[t // 32] >> (t % 32)) & 1]
+        step = {"row": row}
+        if not allowed:
+            steps.append(step)
+            break
+        token = allowed[r.randrange(len(allowed))]
+        if k in case["draft_steps"]:
+            rows = manager.grammar_bitmask(requests, [req_id], {req_id: [token, -1]})
+            step["draft_rows"] = [[int(x) for x in w] for w in rows]
+        step["token"] = token
+        step["accepted"] = bool(grammar.accept_tokens(req_id, [token]))
+        steps.append(step)
+    return {"seed": case["seed"], "steps": steps, "terminated": bool(grammar.is_terminated())}
+
+
+def first_structured_output_divergence(a: dict, b: dict) -> str | None:
+    for k, (x, y) in enumerate(zip(a["steps"], b["steps"], strict=False)):
+        for key in ("row", "draft_rows", "token", "accepted"):
+            if x.get(key) != y.get(key):
+                if key == "row":
+                    xs = {t for t in range(len(x["row"]) * 32) if (x["row"][t // 32] >> (t % 32)) & 1}
+                    ys = {t for t in range(len(y["row"]) * 32) if (y["row"][t // 32] >> (t % 32)) & 1}
+                    return (f"structured output seed {a['seed']}, step {k}: tokens only vLLM allows "
+                            f"{sorted(xs - ys)[:10]}, only minivllm {sorted(ys - xs)[:10]}")
+                return f"structured output seed {a['seed']}, step {k}, {key}: vLLM {x.get(key)} != minivllm {y.get(key)}"
+    if len(a["steps"]) != len(b["steps"]) or a["terminated"] != b["terminated"]:
+        return (f"structured output seed {a['seed']}: vLLM {len(a['steps'])} steps (terminated {a['terminated']}) "
+                f"!= minivllm {len(b['steps'])} (terminated {b['terminated']})")
+    return None
