@@ -226,7 +226,15 @@ def structured_output_case(seed: int) -> dict:
 
 def structured_output_walk(make, case: dict) -> dict:
     """Drive one request's grammar through a StructuredOutputManager as the scheduler does. `make(case)` gives
-    (manager, requests dict, request id, grammar). Rows are the int32 words of the packed bitmask."""
+    (manager, requests dict, request id, grammar). Rows are the int32 words of the packed bitmask. An engine
+    that raises answers with the exception's type."""
+    try:
+        return _walk(make, case)
+    except Exception as e:  # noqa: BLE001 - an engine's failure is an answer to compare
+        return {"seed": case["seed"], "steps": [], "terminated": None, "error": type(e).__name__}
+
+
+def _walk(make, case: dict) -> dict:
     manager, requests, req_id, grammar = make(case)
     r = random.Random(case["seed"])
     steps = []
@@ -250,6 +258,10 @@ def structured_output_walk(make, case: dict) -> dict:
 
 
 def first_structured_output_divergence(a: dict, b: dict) -> str | None:
+    if a.get("error") or b.get("error"):
+        if a.get("error") == b.get("error"):
+            return None
+        return f"structured output seed {a['seed']}: vLLM {a.get('error') or 'ran'} != minivllm {b.get('error') or 'ran'}"
     for k, (x, y) in enumerate(zip(a["steps"], b["steps"], strict=False)):
         for key in ("row", "draft_rows", "token", "accepted"):
             if x.get(key) != y.get(key):
