@@ -261,12 +261,11 @@ def _structured_output(cases: list[dict]) -> list[dict]:
 
     from vllm.config import ModelConfig, VllmConfig
     from vllm.sampling_params import SamplingParams, StructuredOutputsParams
+    from vllm.tokenizers import get_tokenizer
     from vllm.v1.request import Request
     from vllm.v1.structured_output import StructuredOutputManager
 
     from autograder.vllm_oracle.workloads import structured_output_walk
-
-    from vllm.tokenizers import get_tokenizer
 
     config = VllmConfig(model_config=ModelConfig(model=MODEL, dtype="float32", seed=0, max_model_len=1024))
     tokenizer = get_tokenizer(MODEL)
