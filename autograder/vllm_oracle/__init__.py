@@ -150,9 +150,11 @@ def _detokenizer() -> Comparison:
     def cases():
         from tokenizers import Tokenizer
 
-        from autograder.vllm_oracle.models import SHIPPED
-        tokenizer = Tokenizer.from_file(str(SHIPPED / "tokenizer.json"))
-        return [detokenizer_case(seed, tokenizer) for seed in range(400)]
+        from autograder.vllm_oracle.models import SHIPPED, ensure_metaspace_tokenizer
+        shipped = Tokenizer.from_file(str(SHIPPED / "tokenizer.json"))
+        metaspace = Tokenizer.from_file(str(ensure_metaspace_tokenizer() / "tokenizer.json"))
+        return ([detokenizer_case(seed, shipped) for seed in range(400)]
+                + [detokenizer_case(seed, metaspace, "metaspace") for seed in range(400, 600)])
 
     def minivllm(cases):
         from autograder.vllm_oracle.minivllm_side import run_detokenizer

@@ -128,16 +128,17 @@ def run_engine(cases: list[dict]) -> list[dict]:
 
 
 def run_detokenizer(cases: list[dict]) -> list[dict]:
-    from autograder.vllm_oracle.models import SHIPPED
+    from autograder.vllm_oracle.models import METASPACE, SHIPPED
     from autograder.vllm_oracle.workloads import detokenize
     from minivllm.engine.detokenizer import IncrementalDetokenizer
     from minivllm.sampling_params import SamplingParams
     from minivllm.tokenizer import get_tokenizer
 
-    tokenizer = get_tokenizer(str(SHIPPED))
+    tokenizers = {"shipped": get_tokenizer(str(SHIPPED)), "metaspace": get_tokenizer(str(METASPACE))}
 
     def make(case):
-        return IncrementalDetokenizer(tokenizer, SamplingParams(max_tokens=64, **case["params"]), case["prompt"])
+        return IncrementalDetokenizer(tokenizers[case["tokenizer"]], SamplingParams(max_tokens=64, **case["params"]),
+                                      case["prompt"])
 
     return [detokenize(make, case) for case in cases]
 

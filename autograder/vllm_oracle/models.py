@@ -46,3 +46,45 @@ def ensure(name: str) -> Path:
             shutil.copy(SHIPPED / f, tmp / f)
     tmp.rename(path)
     return path
+
+
+METASPACE = MODELS_DIR / "metaspace-tokenizer"
+
+
+def ensure_metaspace_tokenizer() -> Path:
+    """A SentencePiece-style tokenizer (Metaspace pre-tokenizer, byte fallback, Llama 2's
+    decoder), trained offline on
+    the shipped Shakespeare text: the other family of detokenization (leading "▁" instead of byte-level "Ġ")."""
+    if (METASPACE / "tokenizer.json").exists():
+        return METASPACE
+    import json
+    import lzma
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    text = lzma.open(REPO / "data" / "shakespeare.txt.xz", "rt", encoding="utf-8").read()[:400_000]
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    # Llama 2's decoder: "▁" back to a space, byte pieces to bytes, one string, the first space dropped.
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    trainer = trainers.BpeTrainer(vocab_size=1000, special_tokens=["<unk>", "<s>", "</s>", "<pad>"],
+                                  show_progress=False)
+    tok.train_from_iterator(text.splitlines(), trainer)
+    # The 256 byte pieces byte fallback needs, as ordinary vocabulary (as in Llama 2's tokenizer).
+    spec = json.loads(tok.to_str())
+    vocab = spec["model"]["vocab"]
+    for i in range(256):
+        vocab.setdefault(f"<0x{i:02X}>", len(vocab))
+    tok = Tokenizer.from_str(json.dumps(spec))
+    tmp = METASPACE.with_name(METASPACE.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    tok.save(str(tmp / "tokenizer.json"))
+    (tmp / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+        "unk_token": "<unk>", "pad_token": "<pad>", "model_max_length": 1024}))
+    # minivllm loads tokenizers from model folders, which have a config.json: a tiny Llama's, naming the vocab.
+    (tmp / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+                                                 "vocab_size": tok.get_vocab_size()}))
+    tmp.rename(METASPACE)
+    return METASPACE

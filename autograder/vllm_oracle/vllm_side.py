@@ -233,7 +233,7 @@ def _engine(cases: list[dict]) -> list[dict]:
 
 
 def _detokenizer(cases: list[dict]) -> list[dict]:
-    """vLLM's IncrementalDetokenizer.from_new_request (the fast DecodeStream one) on the shipped tokenizer."""
+    """vLLM's IncrementalDetokenizer.from_new_request (the fast DecodeStream one), shipped and Metaspace tokenizers."""
     from vllm.sampling_params import SamplingParams
     from vllm.tokenizers import get_tokenizer
     from vllm.v1.engine import EngineCoreRequest
@@ -241,17 +241,19 @@ def _detokenizer(cases: list[dict]) -> list[dict]:
 
     from autograder.vllm_oracle.workloads import detokenize
 
-    tokenizer = get_tokenizer(MODEL)
+    from autograder.vllm_oracle.models import METASPACE
+
+    tokenizers = {"shipped": get_tokenizer(MODEL), "metaspace": get_tokenizer(str(METASPACE))}
 
     def make(case):
         params = SamplingParams(max_tokens=64, **case["params"])
         request = EngineCoreRequest(request_id="r", prompt_token_ids=list(case["prompt"]), mm_features=None,
                                     sampling_params=params, pooling_params=None, arrival_time=0.0,
                                     lora_request=None, cache_salt=None, data_parallel_rank=None)
-        return IncrementalDetokenizer.from_new_request(tokenizer, request)
+        return IncrementalDetokenizer.from_new_request(tokenizers[case["tokenizer"]], request)
 
     answers = [detokenize(make, case) for case in cases]
-    assert type(make(cases[0])).__name__ == "FastIncrementalDetokenizer"
+    assert {type(make(c)).__name__ for c in cases} == {"FastIncrementalDetokenizer"}
     return answers
 
 

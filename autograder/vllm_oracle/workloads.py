@@ -148,8 +148,9 @@ DETOK_TEXTS = ("ROMEO: But soft, what light through yonder window breaks?",
                "First Citizen: We are accounted poor citizens, the patricians good. ñandú ça 日本語")
 
 
-def detokenizer_case(seed: int, tokenizer) -> dict:
-    """A prompt and an output (token ids of the shipped byte-level BPE tokenizer), cut into steps of 1-3 tokens;
+def detokenizer_case(seed: int, tokenizer, tokenizer_name: str = "shipped") -> dict:
+    """A prompt and an output (token ids of the shipped byte-level BPE tokenizer, or of the Metaspace one with
+    byte fallback), cut into steps of 1-3 tokens;
     stop strings that occur, span tokens or never occur; include_stop_str_in_output, skip_special_tokens,
     min_tokens; sometimes a stop token ends the output. Prompts may end inside a multi-byte character."""
     r = random.Random(seed)
@@ -173,7 +174,8 @@ def detokenizer_case(seed: int, tokenizer) -> dict:
         n = r.randint(1, 3)
         steps.append(output[i:i + n])
         i += n
-    return {"seed": seed, "prompt": prompt, "steps": steps, "stop_terminated": stop_terminated,
+    return {"seed": seed, "tokenizer": tokenizer_name, "prompt": prompt, "steps": steps,
+            "stop_terminated": stop_terminated,
             "params": {"stop": stop or None, "include_stop_str_in_output": r.random() < 0.3,
                        "skip_special_tokens": r.random() < 0.7, "min_tokens": r.choice([0, 0, 2, 5])}}
 
