@@ -239,9 +239,8 @@ def _detokenizer(cases: list[dict]) -> list[dict]:
     from vllm.v1.engine import EngineCoreRequest
     from vllm.v1.engine.detokenizer import IncrementalDetokenizer
 
-    from autograder.vllm_oracle.workloads import detokenize
-
     from autograder.vllm_oracle.models import METASPACE
+    from autograder.vllm_oracle.workloads import detokenize
 
     tokenizers = {"shipped": get_tokenizer(MODEL), "metaspace": get_tokenizer(str(METASPACE))}
 
