@@ -175,7 +175,7 @@ L01.print_outputs(run)
 L01.plot_timeline(run);
 
 # %% [markdown]
-# > **minivllm ≠ vLLM**：worker 线程和只入队的 `abort_requests` 是 minivllm 的做法，见文末差异。
+# > **minivllm ≠ vLLM**：minivllm 在 worker 线程上跑 forward，`abort_requests` 只把 id 放进 `aborts_queue`；vLLM 的做法见文末差异。
 #
 # 读图：红色虚线是取消到达的时刻。grammar 紧跟 execute 开始，早于 forward 结束。wait 之后先 aborts 再 update：r0 在第 3 步算出了 token 却没有输出，它已是 `FINISHED_ABORTED`；r1 照常生成到 `max_tokens`。
 #

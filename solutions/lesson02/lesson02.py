@@ -92,7 +92,7 @@ short_errors("lesson02")  # 评分单元格失败时只显示三行：哪一部�
 #    - 被抢占的若正是当前请求本身，循环结束。
 # 2. **再 WAITING**：本步没有发生抢占时才接纳新请求（`if not preempted_reqs`）。对队首请求先查 prefix cache（`get_computed_blocks`），同样取三者的最小值，再调用 `allocate_slots`。它包含两道检查：
 #    - **准入检查**（`scheduler_reserve_full_isl`，默认 `True`）：整段 prompt 除去命中部分所需的块，当前空闲块都要放得下，否则不接纳；
-#    - **watermark**（默认 `0.0`，即关闭）：本步已有请求被调度时，再额外留出 `watermark × 总块数` 个空闲块。
+#    - **watermark**（默认 `0.0`，即关闭）：running 非空时，再额外留出 `watermark × 总块数` 个空闲块。
 #
 #    成功就移入 running；失败就停止，FCFS 不跳过队首。
 #
