@@ -29,6 +29,7 @@ BENCHMARKS = [
     ("structured_output", ["--batch", "16", "--max-tokens", "48"], "half the batch JSON-constrained vs none"),
     ("spec_decode", ["--num-prompts", "2", "--max-tokens", "96"], "n-gram speculative decoding vs plain, batch 1"),
     ("tensor_parallel", ["--num-prompts", "16"], "TP=2 vs TP=1 (gloo, 2 CPU ranks) and the all-reduce share"),
+    ("vs_vllm", [], "throughput (shipped, ~100M Llama) and scheduler cost vs vLLM 0.27.1 itself (needs make vllm)"),
 ]
 
 

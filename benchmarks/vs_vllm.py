@@ -202,6 +202,10 @@ def main() -> None:
         return serve_engine(args.side, args.serve, args)
     if args.scheduler_child:
         return scheduler_cost(args.side, args)
+    from autograder.vllm_oracle import vllm_python as find_vllm
+    if find_vllm() is None:
+        print("skipped: no .venv-vllm here (run `make vllm` to measure against vLLM 0.27.1)")
+        return
     env = environment()
     print(environment_line(env), flush=True)
     ratios, figures = [], {}
