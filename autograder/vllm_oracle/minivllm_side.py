@@ -108,23 +108,13 @@ def run_sampler(cases: list[dict]) -> list[dict]:
 
 def run_engine(cases: list[dict]) -> list[dict]:
     """minivllm's LLM, in-process, fp32, eager, greedy, on the same checkpoint."""
-    from autograder.vllm_oracle.models import model_path
+    from autograder.vllm_oracle.workloads import generate_case
     from minivllm import LLM, SamplingParams
 
-    answers = []
-    for case in cases:
-        try:
-            llm = LLM(str(model_path(case["model"])), multiprocess=False, dtype="float32", enforce_eager=True,
-                      seed=0, **case["engine"])
-        except Exception as e:  # noqa: BLE001 - a refused configuration is an answer too
-            answers.append({"model": case["model"], "seed": case["seed"], "error": type(e).__name__})
-            continue
-        params = [SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=ie)
-                  for m, ie in zip(case["max_tokens"], case["ignore_eos"], strict=True)]
-        outs = llm.generate([{"prompt_token_ids": p} for p in case["prompts"]], params, use_tqdm=False)
-        answers.append({"model": case["model"], "seed": case["seed"], "outputs": [
-            [list(o.outputs[0].token_ids), o.outputs[0].finish_reason] for o in outs]})
-    return answers
+    def make(model, engine):
+        return LLM(model, multiprocess=False, dtype="float32", enforce_eager=True, seed=0, **engine)
+
+    return [generate_case(make, SamplingParams, case) for case in cases]
 
 
 def run_detokenizer(cases: list[dict]) -> list[dict]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections import deque
 
+from autograder.vllm_oracle.workloads import error_divergence
+
 
 class Canon:
     """Block hashes differ between engines (hash function, seed); their equalities must not. Each distinct hash
@@ -135,11 +137,9 @@ def _run(backend, workload: dict) -> dict:
 
 def first_divergence(a: dict, b: dict) -> str | None:
     """Where two runs of one workload first differ: the event (step, kind), the request and the field."""
-    if "error" in a or "error" in b:
-        if a.get("error") == b.get("error"):
-            return None
-        return f"seed {a['seed']}: vLLM {a.get('error') or 'ran'} ({a.get('message', '')}) != minivllm " \
-               f"{b.get('error') or 'ran'} ({b.get('message', '')})"
+    failed, diff = error_divergence(f"seed {a['seed']}", a, b)
+    if failed:
+        return diff and f"{diff} ({a.get('message', '')} | {b.get('message', '')})"
     for ea, eb in zip(a["events"], b["events"], strict=False):  # lengths compared after
         if ea == eb:
             continue

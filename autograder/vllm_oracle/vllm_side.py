@@ -212,24 +212,13 @@ def _engine(cases: list[dict]) -> list[dict]:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm import LLM, SamplingParams
 
-    from autograder.vllm_oracle.models import model_path
+    from autograder.vllm_oracle.workloads import generate_case
 
-    answers = []
-    for case in cases:
-        try:
-            llm = LLM(model=str(model_path(case["model"])), dtype="float32", enforce_eager=True, seed=0,
-                      kv_cache_memory_bytes=64 << 20, **case["engine"])
-        except Exception as e:  # noqa: BLE001 - a refused configuration is an answer too
-            answers.append({"model": case["model"], "seed": case["seed"], "error": type(e).__name__})
-            continue
-        params = [SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=ie)
-                  for m, ie in zip(case["max_tokens"], case["ignore_eos"], strict=True)]
-        outs = llm.generate([{"prompt_token_ids": p} for p in case["prompts"]], params, use_tqdm=False)
-        answers.append({"model": case["model"], "seed": case["seed"], "outputs": [
-            [list(o.outputs[0].token_ids), o.outputs[0].finish_reason] for o in outs]})
-        del llm
-        gc.collect()
-    return answers
+    def make(model, engine):
+        gc.collect()  # the previous case's engine
+        return LLM(model=model, dtype="float32", enforce_eager=True, seed=0, kv_cache_memory_bytes=64 << 20, **engine)
+
+    return [generate_case(make, SamplingParams, case) for case in cases]
 
 
 def _detokenizer(cases: list[dict]) -> list[dict]:

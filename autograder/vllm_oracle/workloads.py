@@ -131,11 +131,35 @@ def engine_cases() -> list[dict]:
     return [engine_case(m, s) for m in ENGINE_MODELS for s in range(3)]
 
 
+def error_divergence(label: str, a: dict, b: dict) -> tuple[bool, str | None]:
+    """(either side failed, how they differ): engines that both refuse a case the same way agree."""
+    if not (a.get("error") or b.get("error")):
+        return False, None
+    if a.get("error") == b.get("error"):
+        return True, None
+    return True, f"{label}: vLLM {a.get('error') or 'ran'} != minivllm {b.get('error') or 'ran'}"
+
+
+def generate_case(make_llm, sampling_params_cls, case: dict) -> dict:
+    """One engine case through an LLM (vLLM's or minivllm's, from make_llm(model, engine args)): greedy token
+    ids and finish reason per prompt, or the error type of a refused configuration."""
+    from autograder.vllm_oracle.models import model_path
+
+    try:
+        llm = make_llm(str(model_path(case["model"])), case["engine"])
+    except Exception as e:  # noqa: BLE001 - a refused configuration is an answer too
+        return {"model": case["model"], "seed": case["seed"], "error": type(e).__name__}
+    params = [sampling_params_cls(temperature=0.0, max_tokens=m, ignore_eos=ie)
+              for m, ie in zip(case["max_tokens"], case["ignore_eos"], strict=True)]
+    outs = llm.generate([{"prompt_token_ids": p} for p in case["prompts"]], params, use_tqdm=False)
+    return {"model": case["model"], "seed": case["seed"],
+            "outputs": [[list(o.outputs[0].token_ids), o.outputs[0].finish_reason] for o in outs]}
+
+
 def first_engine_divergence(a: dict, b: dict) -> str | None:
-    if a.get("error") or b.get("error"):
-        if a.get("error") == b.get("error"):
-            return None
-        return f"engine {a['model']} seed {a['seed']}: vLLM {a.get('error') or 'ran'} != minivllm {b.get('error') or 'ran'}"
+    failed, diff = error_divergence(f"engine {a['model']} seed {a['seed']}", a, b)
+    if failed:
+        return diff
     for i, (x, y) in enumerate(zip(a["outputs"], b["outputs"], strict=True)):
         if x != y:
             return f"engine {a['model']} seed {a['seed']}, prompt {i}: vLLM {x} != minivllm {y}"
@@ -260,10 +284,9 @@ def _walk(make, case: dict) -> dict:
 
 
 def first_structured_output_divergence(a: dict, b: dict) -> str | None:
-    if a.get("error") or b.get("error"):
-        if a.get("error") == b.get("error"):
-            return None
-        return f"structured output seed {a['seed']}: vLLM {a.get('error') or 'ran'} != minivllm {b.get('error') or 'ran'}"
+    failed, diff = error_divergence(f"structured output seed {a['seed']}", a, b)
+    if failed:
+        return diff
     for k, (x, y) in enumerate(zip(a["steps"], b["steps"], strict=False)):
         for key in ("row", "draft_rows", "token", "accepted"):
             if x.get(key) != y.get(key):
