@@ -318,7 +318,7 @@ def _child() -> None:
     import io
     import warnings
 
-    from autograder.common import ______, Hung, exec_source, run_part, student_error
+    from autograder.common import Hung, ______, exec_source, run_part, student_error
     from autograder.limits import LimitExceeded, time_limit
 
     lesson = load_lesson(job["lesson"])
