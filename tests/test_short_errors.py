@@ -126,3 +126,17 @@ def test_a_cell_that_hit_a_limit_is_not_run_again_for_its_diagnosis(monkeypatch)
     assert common.cell_diagnosis("lesson01", part, LimitExceeded("超时"), {}) == ""
     assert common.cell_diagnosis("lesson01", part, MemoryError(), {}) == ""
     assert not calls
+
+
+def test_the_verdict_never_says_the_code_is_done_below_full_code_marks():
+    """3/4 leaves a pass possible (9/10 with full manual marks) but the code part is not done: the pass requires
+    every code part."""
+    parts = [Part(g, g, 1, check=lambda: None) for g in "abcd"] + [Part(f"q{i}", f"Q{i}", 2, group="manual")
+                                                                      for i in (1, 2, 3)]
+    lesson = Lesson("lesson99", "测试", parts)
+    code = [PartResult(p, 1, "通过") for p in parts[:4]]
+    manual = [PartResult(p, None, "待人工评分") for p in parts[4:]]
+    full, _ = format_report(lesson, code + manual)
+    assert "结论：代码部分已达标" in full
+    three, ok = format_report(lesson, [PartResult(parts[0], 0, "不对"), *code[1:], *manual])
+    assert not ok and "已达标" not in three and "代码部分还差 1 分" in three, three
