@@ -521,20 +521,21 @@ def self_check(lesson_id: str, namespace: dict | None = None, notebook: str | Pa
         print("（评分时跳过自检：成绩见各评分单元格）")
         return False
     lesson = load_lesson(lesson_id)
+
+    def first_timeout(r: PartResult) -> None:  # at once: the table comes only after every part
+        print(f"✗  {r.part.title}：{r.message}（用到同一答案的其余部分不再运行）", flush=True)
+
     if namespace is None:
         if not Path(notebook).is_file():
             raise SystemExit(f"no notebook at {notebook}")
         from autograder.sandbox import GraderBroken, broken_message, grade_file
 
         try:
-            results, errors = grade_file(lesson_id, Path(notebook))
+            results, errors = grade_file(lesson_id, Path(notebook), on_timeout=first_timeout)
         except GraderBroken as e:  # no score at all rather than a 0 that blames the answer
             print(f"{lesson_id} 自检：没有评分。{broken_message(str(e))}")
             raise SystemExit(2) from None
     else:
-        def first_timeout(r: PartResult) -> None:  # at once: the table comes only after every part
-            print(f"✗  {r.part.title}：{r.message}（用到同一答案的其余部分不再运行）", flush=True)
-
         results, errors = grade_namespace(lesson, namespace, on_timeout=first_timeout, hung=KERNEL_HUNG), []
     text, ok = format_report(lesson, results)
     print("\n".join(errors + [text]))

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder import isolation
-from autograder.common import REPO, SKIPPED_AFTER_TIMEOUT, Lesson, PartResult, load_lesson
+from autograder.common import REPO, SKIPPED_AFTER_TIMEOUT, Lesson, PartResult, load_lesson, timed_out
 from autograder.limits import cell_timeout, memory_limit_mb, memory_message, timeout_message
 
 ALLOWED_IMPORTS = {"math", "collections", "heapq", "itertools", "functools", "hashlib", "dataclasses", "typing",
@@ -178,7 +178,8 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _run_child(lesson_id: str, grade_ids: list[str], answers: Answers, timeout: float) -> tuple[dict, str | None]:
+def _run_child(lesson_id: str, grade_ids: list[str], answers: Answers, timeout: float,
+               on_verdict=None) -> tuple[dict, str | None]:
     """Run parts in one child until done, dead or past a deadline. Returns ({grade_id: (score, msg)}, problem)."""
     rfd, wfd = os.pipe()
     token = secrets.token_hex(16)
@@ -193,7 +194,7 @@ def _run_child(lesson_id: str, grade_ids: list[str], answers: Answers, timeout: 
                                 pass_fds=(wfd,), env=env, preexec_fn=isolation.limit_run, start_new_session=True,
                                 cwd=REPO)
         os.close(wfd)
-        got, problem = _read_verdicts(proc, rfd, token, grade_ids, job, timeout)
+        got, problem = _read_verdicts(proc, rfd, token, grade_ids, job, timeout, on_verdict)
         if problem == "broken":  # the grader could not start: name the cause from what it wrote
             err.seek(0)
             tail = [x.strip() for x in err.read(1 << 20).decode("utf-8", "replace").splitlines() if x.strip()]
@@ -202,7 +203,7 @@ def _run_child(lesson_id: str, grade_ids: list[str], answers: Answers, timeout: 
 
 
 def _read_verdicts(proc: subprocess.Popen, rfd: int, token: str, grade_ids: list[str], job: dict,
-                   timeout: float) -> tuple[dict, str | None]:
+                   timeout: float, on_verdict=None) -> tuple[dict, str | None]:
     proc.stdin.write(json.dumps(job).encode())
     proc.stdin.close()
     got: dict = {}
@@ -240,6 +241,8 @@ def _read_verdicts(proc: subprocess.Popen, rfd: int, token: str, grade_ids: list
                     deadline = time.monotonic() + timeout + 2.0  # the child's own alarm fires first
                 if msg.get("part") in grade_ids:
                     got[msg["part"]] = (msg["score"], msg["message"])
+                    if on_verdict is not None:
+                        on_verdict(msg["part"], msg["message"])
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         _kill(proc)
@@ -250,8 +253,10 @@ def _read_verdicts(proc: subprocess.Popen, rfd: int, token: str, grade_ids: list
     return got, None
 
 
-def grade_file(lesson_id: str, nb_path: Path) -> tuple[list[PartResult], list[str]]:
-    """Every part of the lesson scored by the sandbox (manual parts: None); plus notes for the report."""
+def grade_file(lesson_id: str, nb_path: Path, on_timeout=None) -> tuple[list[PartResult], list[str]]:
+    """Every part of the lesson scored by the sandbox (manual parts: None); plus notes for the report.
+    `on_timeout(result)` is called as soon as a part runs past the time limit (the later parts with the same
+    answers are then not run)."""
     lesson: Lesson = load_lesson(lesson_id)
     answers = extract_answers(lesson_id, Path(nb_path))
     code = [p for p in lesson.parts if not p.manual]
@@ -261,8 +266,12 @@ def grade_file(lesson_id: str, nb_path: Path) -> tuple[list[PartResult], list[st
         results = {p.grade_id: PartResult(p, 0, msg) for p in code}
     todo = [p.grade_id for p in code if p.grade_id not in results]
     timeout = cell_timeout()
+    def verdict(gid: str, message: str) -> None:
+        if on_timeout is not None and timed_out(message) and SKIPPED_AFTER_TIMEOUT not in message:
+            on_timeout(PartResult(lesson.part(gid), 0, message))
+
     while todo:
-        got, problem = _run_child(lesson_id, todo, answers, timeout)
+        got, problem = _run_child(lesson_id, todo, answers, timeout, verdict)
         if problem and problem.startswith("broken:"):
             raise GraderBroken(problem.partition(":")[2])
         for gid, (score, message) in got.items():
@@ -274,6 +283,7 @@ def grade_file(lesson_id: str, nb_path: Path) -> tuple[list[PartResult], list[st
         why = timeout_message(timeout) if problem == "timeout" else (
             f"评分进程异常退出（可能超出内存上限 {memory_limit_mb()} MiB，或代码让解释器崩溃）")
         results[first.grade_id] = PartResult(first, 0, why)
+        verdict(first.grade_id, why)
         if problem == "timeout":  # the answer hangs even past the alarm: do not wait for it once per part
             for gid in [g for g in todo if set(lesson.part(g).needs) & set(first.needs)]:
                 results[gid] = PartResult(lesson.part(gid), 0, why + SKIPPED_AFTER_TIMEOUT)

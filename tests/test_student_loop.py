@@ -156,3 +156,21 @@ def test_setup_silences_weight_loading_bars_and_picks_a_cjk_font(lesson04, monke
     with matplotlib.rc_context():
         assert common.use_cjk_font() == "Noto Sans CJK SC"
         assert matplotlib.rcParams["font.sans-serif"][1] == "Noto Sans CJK SC"
+
+
+def test_check_prints_the_first_timeout_at_once_and_runs_the_answer_once(tmp_path, monkeypatch, capsys):
+    """`python -m autograder check`, the bound the notebook now keeps: one limit, the first timeout printed before
+    the table."""
+    from autograder.common import self_check
+    from autograder.mutation import filled_notebook, solution_cells
+
+    monkeypatch.setenv("MINIVLLM_CELL_TIMEOUT", "3")
+    nb = filled_notebook("lesson04", {"l04_lifecycle": solution_cells("lesson04")["l04_lifecycle"] + "\n\n"
+                                      + LOOPING_CHECK_STOP})
+    path = tmp_path / "lesson04.ipynb"
+    path.write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
+    assert self_check("lesson04", notebook=path) is False
+    lines = out(capsys)
+    assert lines[0].startswith("✗") and "超时：运行超过 3 s" in lines[0] and "其余部分不再运行" in lines[0], lines
+    table = "\n".join(lines[1:])
+    assert table.count(SKIPPED_AFTER_TIMEOUT) == 3 and "代码 0/4" in table, table
