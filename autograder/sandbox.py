@@ -337,7 +337,7 @@ def _child() -> None:
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             exec_source(job["setup"], ns, "<cell setup>")
-            import minivllm.engine.core  # noqa: F401  (the engine every check plugs into; setups import it lazily)
+            import minivllm  # noqa: F401  (the engine every check plugs into; setups import it lazily)
     except BaseException as e:  # noqa: BLE001  (the release's own setup: the grader cannot run here)
         out.write(json.dumps({"token": token, "setup": False, "error": f"{type(e).__name__}: {e}"}) + "\n")
         out.flush()
