@@ -94,8 +94,8 @@ def gather_logprobs(logprobs: torch.Tensor, sampled: torch.Tensor,
 
 
 def sampled_token_ranks(logprobs: torch.Tensor, sampled: torch.Tensor) -> list[int]:
-    """Each sampled token's rank in its row: how many tokens are at least as likely (vLLM:
-    batched_count_greater_than, a >= count, so rank 1 is the most likely token)."""
+    """Each sampled token's rank in its row: how many tokens are at least as likely (a >= count, as vLLM's
+    Sampler counts it), so rank 1 is the most likely token."""
     return (logprobs >= logprobs.gather(1, sampled.unsqueeze(1))).sum(dim=-1).tolist()
 
 
