@@ -433,6 +433,5 @@ self_check("lesson07", globals());
 # - **min-p 的位置**：vLLM 存在 `MinPLogitsProcessor` 自己的状态里，minivllm 放在 `SamplingMetadata.min_p`。
 # - **top-k 的“关闭”**：`SamplingParams.top_k` 默认都是 0；vLLM 的 `InputBatch.add_request` 把关闭的行存成词表大小，minivllm 存 0。
 # - **logprobs**：vLLM 的 `logprobs=-1` 表示整个词表，另有返回处理后 logits 或 logprobs 的模式；minivllm 只有原始 logprobs。
-
 #
 # ← 上一课：第 6 课：PagedAttention：Triton decode kernel　｜　下一课 →：第 8 课：结构化输出：grammar bitmask 与 CPU/GPU 重叠

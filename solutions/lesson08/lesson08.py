@@ -356,4 +356,5 @@ self_check("lesson08", globals());
 # - **编译缓存**：vLLM 借 xgrammar 的编译缓存，minivllm 用 `StructuredOutputManager.compiled`；两边的编译池都约占一半 CPU 核。
 # - **runner 的拆分**：vLLM 的 runner 每步在 forward 后返回 None，由 `sample_tokens` 采样；minivllm 只在有受约束请求时这样拆开。
 # - **草稿**：不合 grammar 的草稿由 `validate_tokens` 截断。只有在推迟 bitmask 的路径上，`update_draft_token_ids_in_output` 才把截掉的位置用 -1 补齐，填 bitmask 时遇到 -1 就停。
-
+#
+# ← 上一课：第 7 课：采样器：temperature、top-k/top-p、种子与 logprobs　｜　下一课 →：第 9 课：投机解码：n-gram 提议与拒绝采样
