@@ -72,7 +72,7 @@ def load_golden(kind: str) -> dict:
         return json.load(f)
 
 
-def provenance() -> dict:
+def provenance_summary() -> dict:
     """The provenance check of the vLLM that answers (summary: counts, and whether it is 0.27.1's code)."""
     from autograder.vllm_oracle.provenance import check
 
@@ -83,7 +83,7 @@ def provenance() -> dict:
 def record(kind: str) -> dict:
     comparison = COMPARISONS[kind]
     cases = comparison.cases()
-    prov = provenance()
+    prov = provenance_summary()
     if not prov["ok"]:
         raise SystemExit(f"the vLLM in .venv-vllm is not vLLM {VLLM_VERSION}'s code: {prov}")
     answers = run_vllm(kind, cases)
