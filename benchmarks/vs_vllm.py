@@ -96,11 +96,11 @@ def scheduler_cost(side: str, args) -> None:
             prompt = [rng.randrange(3, 4000) for _ in range(32)]
             sched.add_request(backend.make_request({"id": f"r{i}", "prompt": prompt, "max_tokens": steps + 8,
                                                     "min_tokens": 0, "ignore_eos": True, "stop_token_ids": []}, cfg))
-        so = backend.schedule(sched)  # the prefill step: not timed
+        so = sched.schedule()  # the prefill step: not timed
         backend.update(sched, so, list(so.num_scheduled_tokens), [[5] for _ in so.num_scheduled_tokens])
         t0 = time.perf_counter()
         for _ in range(steps):
-            so = backend.schedule(sched)
+            so = sched.schedule()
             ids = list(so.num_scheduled_tokens)
             backend.update(sched, so, ids, [[7] for _ in ids])
         results.append((time.perf_counter() - t0) / (steps * n) * 1e6)

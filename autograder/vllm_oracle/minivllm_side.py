@@ -32,10 +32,6 @@ class MinivllmSchedulerBackend:
         return Request(spec["id"], list(spec["prompt"]), params, eos_token_id=EOS)
 
     @staticmethod
-    def schedule(sched):
-        return sched.schedule()
-
-    @staticmethod
     def resumed_ids(cached) -> set[str]:
         return {i for i, resumed in zip(cached.req_ids, cached.resumed_from_preemption, strict=True) if resumed}
 
@@ -51,14 +47,6 @@ class MinivllmSchedulerBackend:
         from minivllm.request import RequestStatus
 
         sched.finish_requests(ids, RequestStatus.FINISHED_ABORTED)
-
-    @staticmethod
-    def num_free_blocks(sched) -> int:
-        return sched.kv_cache_manager.block_pool.get_num_free_blocks()
-
-    @staticmethod
-    def block_pool(sched):
-        return sched.kv_cache_manager.block_pool
 
 
 def run_scheduler(cases: list[dict]) -> list[dict]:

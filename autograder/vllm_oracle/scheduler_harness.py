@@ -71,7 +71,7 @@ def _run(backend, workload: dict) -> dict:
     def schedule():
         base.clear()
         base.update({i: r.num_tokens + getattr(r, "num_output_placeholders", 0) for i, r in sched.requests.items()})
-        so = backend.schedule(sched)
+        so = sched.schedule()
         cached = so.scheduled_cached_reqs
         resumed = backend.resumed_ids(cached)
         events.append({
@@ -85,7 +85,7 @@ def _run(backend, workload: dict) -> dict:
             "preempted": sorted(so.preempted_req_ids or ()),
             "finished": sorted(so.finished_req_ids),
             "computed": {i: sched.requests[i].num_computed_tokens for i in so.num_scheduled_tokens},
-            "free_blocks": backend.num_free_blocks(sched),
+            "free_blocks": sched.kv_cache_manager.block_pool.get_num_free_blocks(),
         })
         return so, model(so)
 
@@ -124,7 +124,7 @@ def _run(backend, workload: dict) -> dict:
             so, out = batch_queue.pop()
             update(so, out)
         step += 1
-    pool = backend.block_pool(sched)
+    pool = sched.kv_cache_manager.block_pool
     return {
         "seed": workload["seed"],
         "steps": step,

@@ -78,9 +78,6 @@ class VllmSchedulerBackend:
         return self.Request(request_id=spec["id"], prompt_token_ids=list(spec["prompt"]), sampling_params=params,
                             pooling_params=None, block_hasher=hasher)
 
-    def schedule(self, sched):
-        return sched.schedule()
-
     @staticmethod
     def resumed_ids(cached) -> set[str]:
         return set(cached.resumed_req_ids)
@@ -95,14 +92,6 @@ class VllmSchedulerBackend:
 
     def abort(self, sched, ids):
         sched.finish_requests(ids, self.RequestStatus.FINISHED_ABORTED)
-
-    @staticmethod
-    def num_free_blocks(sched) -> int:
-        return sched.kv_cache_manager.block_pool.get_num_free_blocks()
-
-    @staticmethod
-    def block_pool(sched):
-        return sched.kv_cache_manager.block_pool
 
 
 def quiet() -> None:
