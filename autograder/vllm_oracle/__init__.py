@@ -10,7 +10,6 @@ sha256) and vLLM's answers, one per case; the cases themselves are regenerated f
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import lzma
 import os
@@ -20,29 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from autograder.vllm_views import VllmUnavailable, vllm_python, vllm_site_packages  # noqa: F401 (re-exported)
+from autograder.vllm_views import digest as cases_digest
+
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN_DIR = REPO / "data" / "vllm_oracle"
 VLLM_VERSION = "0.27.1"
-
-
-def vllm_python() -> Path | None:
-    """The interpreter of the vLLM 0.27.1 venv (MINIVLLM_VLLM_PYTHON, else REPO/.venv-vllm), if it exists."""
-    env = os.environ.get("MINIVLLM_VLLM_PYTHON")
-    path = Path(env) if env else REPO / ".venv-vllm" / "bin" / "python"
-    return path if path.exists() else None
-
-
-def vllm_site_packages() -> Path | None:
-    """Where vLLM 0.27.1's source is, once `make vllm` ran: read it there (SOURCE_MAP questions offline)."""
-    py = vllm_python()
-    if py is None:
-        return None
-    found = sorted(py.parent.parent.glob("lib/python3*/site-packages/vllm"))
-    return found[0].parent if found else None
-
-
-class VllmUnavailable(RuntimeError):
-    """No .venv-vllm here: run `make vllm` (or compare against the recorded answers)."""
 
 
 def run_vllm(kind: str, cases: list, timeout: float = 1800) -> list:
@@ -57,10 +39,6 @@ def run_vllm(kind: str, cases: list, timeout: float = 1800) -> list:
     if proc.returncode:
         raise RuntimeError(f"vLLM side failed ({kind}, exit {proc.returncode}):\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout)
-
-
-def cases_digest(cases: list) -> str:
-    return hashlib.sha256(json.dumps(cases, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def golden_path(kind: str) -> Path:

@@ -1,0 +1,5 @@
+import sys
+
+from autograder.vllm_views import main
+
+sys.exit(main())
