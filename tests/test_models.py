@@ -119,3 +119,27 @@ def test_bfloat16_load(model_dirs):
     runner.kv_caches = [c.bfloat16() for c in runner.kv_caches]
     logits = runner(torch.arange(4, 24), 0)
     assert logits.dtype == torch.float32 and logits.isfinite().all()
+
+
+def test_cpu_linears_run_onednn_on_prepacked_weights(model_dirs):
+    """After loading, every linear and the LM head run vLLM's CPU GEMM path (oneDNN, prepacked weights):
+    within float32 rounding of F.linear on the same weights, at decode and prefill row counts."""
+    from minivllm.model_executor.layers.linear import LinearBase
+    from minivllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+    net = get_model(str(model_dirs["default"]), torch.float32, "cpu", TorchAttentionBackend)
+    layers = [m for m in net.modules() if isinstance(m, (LinearBase, ParallelLMHead))]
+    assert layers and all(m.cpu_linear is not torch.nn.functional.linear for m in layers)
+    gen = torch.Generator().manual_seed(0)
+    for m in layers:
+        for rows in (1, 7, 64):
+            x = torch.randn(rows, m.weight.shape[1], generator=gen)
+            bias = getattr(m, "bias", None)
+            got, want = m.cpu_linear(x, m.weight, bias), torch.nn.functional.linear(x, m.weight, bias)
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    m = layers[0]
+    x = torch.randn(4, m.weight.shape[1], generator=gen)
+    before = m.cpu_linear(x, m.weight, None)
+    m.weight.data.mul_(2)  # the packed copy was taken at load time: re-dispatching picks up new weights
+    m.process_weights_after_loading()
+    torch.testing.assert_close(m.cpu_linear(x, m.weight, None), 2 * before, rtol=1e-5, atol=1e-5)

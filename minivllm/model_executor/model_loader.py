@@ -19,6 +19,7 @@ from torch import nn
 from transformers import AutoConfig, PretrainedConfig
 
 from minivllm.attention.backends.abstract import AttentionBackend
+from minivllm.model_executor.layers.utils import process_weights_after_loading
 from minivllm.model_executor.models import get_model_architecture
 
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "tokenizer.model"]
@@ -99,4 +100,5 @@ def get_model(model: str, dtype: torch.dtype, device: torch.device | str,
     with _default_dtype(dtype), torch.device(device):
         net = model_cls(config, attn_backend)
     net.load_weights(safetensors_weights_iterator(path))
+    process_weights_after_loading(net)
     return net.eval()

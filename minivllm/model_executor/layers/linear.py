@@ -7,12 +7,12 @@ Column then row costs one all-reduce per block (attention: qkv -> o_proj; MLP: g
 
 Every parameter carries a weight_loader(param, full_checkpoint_tensor[, shard_id]) that copies just this
 rank's slice, so all ranks read the same safetensors files. At tp=1 the slices are the whole tensors and
-forward is F.linear, the same arithmetic as nn.Linear.
+forward is F.linear, the same arithmetic as nn.Linear; on CPU, after loading, it is oneDNN's matmul on a
+prepacked copy of the weight, as in vLLM (layers/utils.py).
 """
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from minivllm.distributed import (
@@ -21,6 +21,7 @@ from minivllm.distributed import (
     tensor_model_parallel_all_gather,
     tensor_model_parallel_all_reduce,
 )
+from minivllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm, unquantized_gemm
 
 
 def divide(numerator: int, denominator: int) -> int:
@@ -52,8 +53,13 @@ class LinearBase(nn.Module):
     def weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor) -> None:
         default_weight_loader(param, loaded_weight)
 
+    def process_weights_after_loading(self) -> None:
+        """vLLM's UnquantizedLinearMethod hook: on CPU, prepack the loaded weight for oneDNN."""
+        if self.weight.device.type == "cpu":
+            dispatch_cpu_unquantized_gemm(self)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return unquantized_gemm(self)(x, self.weight, self.bias)
 
 
 class ColumnParallelLinear(LinearBase):
@@ -70,7 +76,7 @@ class ColumnParallelLinear(LinearBase):
         default_weight_loader(param, loaded_weight.narrow(0, self.tp_rank * n, n))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.linear(x, self.weight, self.bias)
+        y = unquantized_gemm(self)(x, self.weight, self.bias)
         return tensor_model_parallel_all_gather(y) if self.gather_output else y
 
 
@@ -148,5 +154,5 @@ class RowParallelLinear(LinearBase):
         default_weight_loader(param, loaded_weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.linear(x, self.weight, self.bias if self.tp_rank == 0 else None)
+        y = unquantized_gemm(self)(x, self.weight, self.bias if self.tp_rank == 0 else None)
         return tensor_model_parallel_all_reduce(y) if self.reduce_results and self.tp_size > 1 else y

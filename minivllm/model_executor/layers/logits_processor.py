@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from minivllm.distributed import tensor_model_parallel_all_gather
+from minivllm.model_executor.layers.utils import unquantized_gemm
 from minivllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
 
@@ -18,5 +18,5 @@ class LogitsProcessor(nn.Module):
         self.vocab_size = vocab_size
 
     def forward(self, lm_head: ParallelLMHead, hidden_states: torch.Tensor) -> torch.Tensor:
-        logits = tensor_model_parallel_all_gather(F.linear(hidden_states, lm_head.weight))
+        logits = tensor_model_parallel_all_gather(unquantized_gemm(lm_head)(hidden_states, lm_head.weight, None))
         return logits[..., :self.vocab_size].float().contiguous()

@@ -17,6 +17,7 @@ from minivllm.distributed import (
     tensor_model_parallel_all_reduce,
 )
 from minivllm.model_executor.layers.linear import divide
+from minivllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
 
 DEFAULT_VOCAB_PADDING_SIZE = 64
 
@@ -64,6 +65,11 @@ class ParallelLMHead(VocabParallelEmbedding):
     def tie_weights(self, embed_tokens: VocabParallelEmbedding) -> ParallelLMHead:
         self.weight = embed_tokens.weight
         return self
+
+    def process_weights_after_loading(self) -> None:
+        """On CPU the logits GEMM runs on a oneDNN-prepacked copy (vLLM keeps the weight: tied embeddings)."""
+        if self.weight.device.type == "cpu":
+            dispatch_cpu_unquantized_gemm(self)
 
     def forward(self, input_):
         raise RuntimeError("ParallelLMHead has no forward; LogitsProcessor computes the logits")
