@@ -1,0 +1,414 @@
+"""minivllm's OpenAI server against vLLM 0.27.1's, request for request, over real HTTP on loopback.
+
+    python -m autograder.vllm_oracle.server_diff record            # vLLM's answers -> data/vllm_oracle/server.json.xz
+    python -m autograder.vllm_oracle.server_diff compare [--live]  # minivllm against the recording (or live vLLM)
+
+Each side is a real uvicorn server in its own process (`python -m minivllm.entrypoints.cli serve` and
+`python -m vllm.entrypoints.openai.api_server` on .venv-vllm's Python), on a free port, with the shipped model,
+float32, eager, max_model_len 256 and an API key; both are killed in a finally. The corpus (server_corpus.py)
+goes out over httpx; each answer is normalized (ids, timestamps, fingerprints and error messages dropped; JSON
+reduced to its shape at every level plus its values; an SSE stream to its framing, chunk shapes and the merged
+text, token ids, logprobs, finish reasons and usage; /metrics to its families) and compared, floats within 1e-3.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import lzma
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from autograder.vllm_oracle import (
+    GOLDEN_DIR,
+    REPO,
+    VLLM_VERSION,
+    cases_digest,
+    provenance_summary,
+    vllm_python,
+)
+from autograder.vllm_oracle.server_corpus import API_KEY, CATS, MAX_MODEL_LEN, MODEL, server_cases
+
+MODEL_DIR = "data/models/shakespeare-llama"
+GOLDEN = GOLDEN_DIR / "server.json.xz"
+IGNORED_KEYS = {"id", "created", "system_fingerprint"}
+# Values that differ between any two runs of the same server, or name the server: compared by type only.
+TYPE_ONLY_PATHS = {"error.message", "version"}
+TEXT_KEYS = {"text", "content", "tokens", "token_logprobs", "top_logprobs", "text_offset", "token_ids", "token",
+             "logprob", "bytes", "completion_tokens", "total_tokens", "finish_reason", "stop_reason", "reasoning"}
+TOL = 1e-3
+REQUEST_TIMEOUT = 60.0
+START_TIMEOUT = 240.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_command(side: str, port: int) -> list[str]:
+    common = ["--dtype", "float32", "--enforce-eager", "--max-model-len", str(MAX_MODEL_LEN),
+              "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(port), "--api-key", API_KEY]
+    if side == "vllm":
+        py = vllm_python()
+        if py is None:
+            raise RuntimeError("no .venv-vllm: run `make vllm` first (or compare against the recording)")
+        return [str(py), "-m", "vllm.entrypoints.openai.api_server", "--model", MODEL_DIR,
+                "--kv-cache-memory-bytes", str(256 << 20), *common]
+    return [sys.executable, "-m", "minivllm.entrypoints.cli", "serve", MODEL_DIR, *common]
+
+
+@contextmanager
+def running_server(side: str, log_path: Path | None = None) -> Iterator[str]:
+    """A server of `side` ("vllm" or "minivllm") on loopback; yields its base URL, kills it (and its children)."""
+    port = free_port()
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
+           "PYTHONHASHSEED": "0", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    if side == "minivllm":
+        env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    log = open(log_path or os.devnull, "wb")  # noqa: SIM115 (closed in the finally)
+    proc = subprocess.Popen(server_command(side, port), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the {side} server exited ({proc.returncode}) before answering /health"
+                                   + (f"; see {log_path}" if log_path else ""))
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the {side} server did not answer /health within {START_TIMEOUT:.0f} s")
+            time.sleep(0.5)
+        yield url
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=15)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=15)
+        log.close()
+
+
+# ---------------------------------------------------------------------------- sending
+async def _send(client: httpx.AsyncClient, case: dict) -> dict:
+    headers = {"Authorization": f"Bearer {API_KEY}"} | case.get("headers", {})
+    headers = {k: v for k, v in headers.items() if v}
+    kw: dict = {"headers": headers}
+    if "raw" in case:
+        kw["content"] = case["raw"].encode("utf-8", "surrogatepass")
+    elif "body" in case:
+        kw["json"] = case["body"]
+    try:
+        r = await client.request(case["method"], case["path"], **kw)
+    except httpx.HTTPError as e:
+        return {"status": None, "content_type": None, "text": f"{type(e).__name__}: {e}"}
+    return {"status": r.status_code, "content_type": r.headers.get("content-type", "").split(";")[0],
+            "text": r.text}
+
+
+async def _send_all(url: str, cases: list[dict], concurrency: int) -> list[dict]:
+    sem = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(base_url=url, timeout=REQUEST_TIMEOUT) as client:
+        async def one(case):
+            async with sem:
+                return await _send(client, case)
+        last = [i for i, c in enumerate(cases) if c["cat"] == "metrics"]
+        first = [i for i in range(len(cases)) if i not in last]
+        raw: list = [None] * len(cases)
+        for i, r in zip(first, await asyncio.gather(*[one(cases[i]) for i in first]), strict=True):
+            raw[i] = r
+        for i in last:  # after everything else, so every family has seen traffic
+            raw[i] = await one(cases[i])
+    return raw
+
+
+def send_all(url: str, cases: list[dict], concurrency: int = 8) -> list[dict]:
+    return asyncio.run(_send_all(url, cases, concurrency))
+
+
+# ---------------------------------------------------------------------------- normalizing
+def shape(obj):
+    """Key sets and value types at every level; a list's shape is its items' distinct shapes."""
+    if isinstance(obj, dict):
+        return {k: shape(v) for k, v in sorted(obj.items())}
+    if isinstance(obj, list):
+        shapes = []
+        for s in (shape(v) for v in obj):
+            if s not in shapes:
+                shapes.append(s)
+        return shapes
+    if isinstance(obj, bool) or obj is None:
+        return type(obj).__name__
+    if isinstance(obj, (int, float)):
+        return "number"
+    return type(obj).__name__
+
+
+def flatten(obj, prefix: str = "") -> dict:
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            if k in IGNORED_KEYS:
+                continue
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    if isinstance(obj, list) and obj:
+        out = {}
+        for i, v in enumerate(obj):
+            out.update(flatten(v, f"{prefix}[{i}]"))
+        return out
+    return {prefix: obj}
+
+
+def sampled(case: dict) -> bool:
+    """Temperature > 0 without a seed: the text is not reproducible, so only shapes count."""
+    body = case.get("body")
+    if not isinstance(body, dict):
+        return False
+    t = body.get("temperature", 1.0)
+    return (t is None or (isinstance(t, (int, float)) and t > 1e-5)) and body.get("seed") is None
+
+
+def _values(obj, case: dict) -> dict:
+    values = {}
+    mask = sampled(case)
+    for path, v in flatten(obj).items():
+        last = path.rsplit(".", 1)[-1].split("[", 1)[0]
+        if path in TYPE_ONLY_PATHS or (mask and (last in TEXT_KEYS or ".top_logprobs." in path)):
+            v = shape(v)
+        values[path] = v
+    if mask:  # sampled top_logprobs are keyed by token text: keep their count only
+        values = {p: v for p, v in values.items() if ".top_logprobs." not in p}
+    return values
+
+
+def _stream(text: str, case: dict) -> dict:
+    """An SSE body: framing, the distinct chunk shapes, and the chunks' content merged per choice."""
+    events, bad_lines = [], []
+    for block in text.split("\n\n"):
+        if not block.strip():
+            continue
+        for line in block.split("\n"):
+            if line.startswith("data: "):
+                events.append(line[len("data: "):])
+            else:
+                bad_lines.append(line[:40])
+    done = bool(events) and events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events if e != "[DONE]"]
+    shapes = []
+    for c in chunks:
+        s = shape({k: v for k, v in c.items() if k not in IGNORED_KEYS})
+        if s not in shapes:
+            shapes.append(s)
+    merged: dict = {}
+    for c in chunks:
+        if "error" in c:
+            merged["error"] = {k: v for k, v in c["error"].items() if k != "message"}
+        if c.get("usage") is not None and not c.get("choices"):
+            merged["usage"] = c["usage"]
+        for ch in c.get("choices", []):
+            m = merged.setdefault(f"choice{ch['index']}", {"text": "", "token_ids": [], "logprobs": []})
+            delta = ch.get("delta", {})
+            m["text"] += ch.get("text") or delta.get("content") or ""
+            if delta.get("role"):
+                m["role"] = delta["role"]
+            m["token_ids"] += ch.get("token_ids") or []
+            if ch.get("prompt_token_ids"):
+                m["prompt_token_ids"] = ch["prompt_token_ids"]
+            lp = ch.get("logprobs")
+            if isinstance(lp, dict):
+                if "content" in lp:
+                    m["logprobs"] += lp["content"] or []
+                else:
+                    m["logprobs"] += [dict(zip(("token", "logprob", "top", "offset"), t, strict=True)) for t in
+                                      zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"], lp["text_offset"],
+                                          strict=True)]
+            if ch.get("finish_reason") is not None:
+                m["finish_reason"], m["stop_reason"] = ch["finish_reason"], ch.get("stop_reason")
+    return {"done_last": done, "bad_lines": sorted(set(bad_lines)), "chunk_shapes": shapes,
+            "values": _values(merged, case)}
+
+
+def _metric_families(text: str) -> list[str]:
+    fams = set()
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            fams.add(f"{name.replace('minivllm:', 'vllm:', 1)} {kind}")
+    return sorted(fams)
+
+
+def normalize(case: dict, raw: dict) -> dict:
+    out = {"status": raw["status"], "content_type": raw["content_type"]}
+    text = raw["text"]
+    if case["cat"] == "metrics" and raw["status"] == 200:
+        out["families"] = _metric_families(text)
+    elif raw["content_type"] == "text/event-stream":
+        out["sse"] = _stream(text, case)
+    else:
+        try:
+            body = json.loads(text) if text else None
+        except ValueError:
+            out["text"] = text[:200]
+        else:
+            out["shape"] = shape(body if not isinstance(body, dict) else
+                                 {k: v for k, v in body.items() if k not in IGNORED_KEYS})
+            out["values"] = _values(body, case)
+    return out
+
+
+# ---------------------------------------------------------------------------- comparing
+def _equal(a, b) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None:
+        return a == b and type(a) is type(b)
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(a, b, abs_tol=TOL) if isinstance(a, float) or isinstance(b, float) else a == b
+    return a == b
+
+
+def differences(a: dict, b: dict) -> list[str]:
+    """Every field where the normalized answers a (vLLM) and b (minivllm) differ, as 'field: vLLM ... minivllm ...'."""
+    diffs = []
+    for key in ("status", "content_type", "text"):
+        if a.get(key) != b.get(key):
+            diffs.append(f"{key}: vLLM {a.get(key)!r}, minivllm {b.get(key)!r}")
+    if "families" in a or "families" in b:
+        fa, fb = set(a.get("families", [])), set(b.get("families", []))
+        diffs += [f"metric family {f}: vLLM only" for f in sorted(fa - fb)]
+        diffs += [f"metric family {f}: minivllm only" for f in sorted(fb - fa)]
+    sa, sb = a.get("sse"), b.get("sse")
+    if (sa is None) != (sb is None):
+        diffs.append(f"sse: vLLM {'streamed' if sa else 'did not stream'}, minivllm "
+                     f"{'streamed' if sb else 'did not stream'}")
+    elif sa is not None:
+        for key in ("done_last", "bad_lines"):
+            if sa[key] != sb[key]:
+                diffs.append(f"sse.{key}: vLLM {sa[key]!r}, minivllm {sb[key]!r}")
+        only_a = [s for s in sa["chunk_shapes"] if s not in sb["chunk_shapes"]]
+        only_b = [s for s in sb["chunk_shapes"] if s not in sa["chunk_shapes"]]
+        if only_a or only_b:
+            diffs.append(f"sse.chunk_shapes: vLLM only {json.dumps(only_a)[:300]}, minivllm only "
+                         f"{json.dumps(only_b)[:300]}")
+        diffs += _value_diffs(sa["values"], sb["values"], "sse.")
+    if a.get("shape") != b.get("shape") and "shape" in a and "shape" in b:
+        diffs.append(f"shape: vLLM {json.dumps(a['shape'])[:400]}, minivllm {json.dumps(b['shape'])[:400]}")
+    if "values" in a and "values" in b:
+        diffs += _value_diffs(a["values"], b["values"], "")
+    elif ("values" in a) != ("values" in b):
+        diffs.append("body: one side is not JSON")
+    return diffs
+
+
+def _value_diffs(va: dict, vb: dict, prefix: str) -> list[str]:
+    out = []
+    for path in sorted(set(va) | set(vb)):
+        if path not in va or path not in vb:
+            out.append(f"{prefix}{path}: vLLM {va.get(path, '<absent>')!r}, minivllm {vb.get(path, '<absent>')!r}")
+        elif not _equal(va[path], vb[path]):
+            out.append(f"{prefix}{path}: vLLM {va[path]!r}, minivllm {vb[path]!r}")
+    return out
+
+
+def first_divergence(case: dict, a: dict, b: dict) -> str | None:
+    d = differences(a, b)
+    return f"{case['name']} ({case['method']} {case['path']}): {'; '.join(d[:3])}" if d else None
+
+
+# ---------------------------------------------------------------------------- recording and reports
+def answers_of(side: str, cases: list[dict], log_path: Path | None = None) -> list[dict]:
+    with running_server(side, log_path) as url:
+        raw = send_all(url, cases)
+    return [normalize(c, r) for c, r in zip(cases, raw, strict=True)]
+
+
+def record() -> dict:
+    cases = server_cases()
+    prov = provenance_summary()
+    if not prov["ok"]:
+        raise SystemExit(f"the vLLM in .venv-vllm is not vLLM {VLLM_VERSION}'s code: {prov}")
+    answers = answers_of("vllm", cases)
+    golden = {"header": {"vllm_version": VLLM_VERSION, "provenance": prov, "kind": "server", "num_cases": len(cases),
+                         "cases_sha256": cases_digest(cases),
+                         "served_by": "python -m vllm.entrypoints.openai.api_server " + " ".join(
+                             server_command("vllm", 0)[3:]).replace("--port 0 ", ""),
+                         "recorded_by": "python -m autograder.vllm_oracle.server_diff record"},
+              "answers": answers}
+    with lzma.open(GOLDEN, "wt", encoding="utf-8", preset=9) as f:
+        json.dump(golden, f, separators=(",", ":"))
+    return golden
+
+
+def load_golden() -> dict:
+    with lzma.open(GOLDEN, "rt", encoding="utf-8") as f:
+        golden = json.load(f)
+    if golden["header"]["cases_sha256"] != cases_digest(server_cases()):
+        raise RuntimeError(f"{GOLDEN.name} was recorded for other cases (server_corpus.py changed): re-record with "
+                           f"`python -m autograder.vllm_oracle.server_diff record`")
+    return golden
+
+
+def report(cases: list[dict], vllm: list[dict], mine: list[dict]) -> dict:
+    """Matching counts by category, and the first divergence of every case that differs."""
+    by_cat = {cat: [0, 0] for cat in CATS}
+    diverging = {}
+    for c, a, b in zip(cases, vllm, mine, strict=True):
+        d = first_divergence(c, a, b)
+        by_cat[c["cat"]][1] += 1
+        by_cat[c["cat"]][0] += d is None
+        if d:
+            diverging[c["name"]] = d
+    fams = [(set(a.get("families", [])), set(b.get("families", []))) for c, a, b in
+            zip(cases, vllm, mine, strict=True) if c["cat"] == "metrics"]
+    out = {"by_category": {k: f"{v[0]}/{v[1]}" for k, v in by_cat.items()},
+           "total": f"{sum(v[0] for v in by_cat.values())}/{len(cases)}", "diverging": diverging}
+    if fams:
+        fa, fb = fams[0]
+        out["metric_families"] = f"{len(fa & fb)}/{len(fa)} of vLLM's families in minivllm"
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m autograder.vllm_oracle.server_diff", description=__doc__.split("\n")[0])
+    ap.add_argument("command", choices=["record", "compare"])
+    ap.add_argument("--live", action="store_true", help="compare against a live vLLM server, not the recording")
+    ap.add_argument("--save", type=Path, help="write the report (counts and divergences) here as JSON")
+    args = ap.parse_args(argv)
+    cases = server_cases()
+    if args.command == "record":
+        vllm = record()["answers"]
+        print(f"server: recorded {len(vllm)} answers -> {GOLDEN}")
+    else:
+        vllm = answers_of("vllm", cases) if args.live else load_golden()["answers"]
+    mine = answers_of("minivllm", cases)
+    rep = report(cases, vllm, mine)
+    if args.save:
+        args.save.write_text(json.dumps(rep, indent=1, ensure_ascii=False))
+    print(json.dumps({k: v for k, v in rep.items() if k != "diverging"}, indent=1))
+    for d in list(rep["diverging"].values())[:40]:
+        print("   ", d[:400])
+    return 1 if rep["diverging"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
