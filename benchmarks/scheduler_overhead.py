@@ -25,6 +25,7 @@ import argparse
 import cProfile
 import gc
 import importlib
+import inspect
 import io
 import os
 import pstats
@@ -170,16 +171,18 @@ class NanoVllmSide:
             max_num_seqs=num_reqs, max_num_batched_tokens=max(8192, sum(map(len, prompts))), eos=EOS,
             kvcache_block_size=block_size, num_kvcache_blocks=num_reqs * (max_model_len // block_size + 2) + 1)
         self.scheduler = nano.scheduler.Scheduler(config)
+        post = self.scheduler.postprocess  # before nano-vllm's chunked-prefill refactor (2026-04-26): no is_prefill
+        self.postprocess = post if len(inspect.signature(post).parameters) == 3 else (lambda s, t, _: post(s, t))
         params = nano.sampling_params.SamplingParams(temperature=1.0, max_tokens=1 << 40, ignore_eos=True)
         for prompt in prompts:
             self.scheduler.add(nano.sequence.Sequence(prompt, params))
         while self.scheduler.waiting:  # the prefill
             seqs, is_prefill = self.scheduler.schedule()
-            self.scheduler.postprocess(seqs, [FAKE_TOKEN] * len(seqs), is_prefill)
+            self.postprocess(seqs, [FAKE_TOKEN] * len(seqs), is_prefill)
         assert len(self.scheduler.running) == num_reqs
 
     def round(self, steps: int, profiler=None) -> list[int]:
-        scheduler, clock, num_reqs = self.scheduler, time.perf_counter_ns, self.num_reqs
+        scheduler, postprocess, clock, num_reqs = self.scheduler, self.postprocess, time.perf_counter_ns, self.num_reqs
         token_ids = [FAKE_TOKEN] * num_reqs
         step_ns, split = [], []
         gc.collect()
@@ -189,7 +192,7 @@ class NanoVllmSide:
             t1 = clock()
             assert len(seqs) == num_reqs and not is_prefill, "not a pure decode step"
             t2 = clock()
-            scheduler.postprocess(seqs, token_ids, is_prefill)
+            postprocess(seqs, token_ids, is_prefill)
             t3 = clock()
             step_ns.append(t1 - t0 + t3 - t2)
             split.append((t1 - t0, t3 - t2))
