@@ -15,6 +15,7 @@ import msgspec
 from minivllm.exceptions import VLLMValidationError
 
 _GREEDY_EPS = 1e-5
+MAX_N_SEQUENCES = 16384  # vLLM's VLLM_MAX_N_SEQUENCES default
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -53,6 +54,9 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=T
     """Decoding parameters; temperature 0 means greedy."""
 
     n: int = 1
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
     max_tokens: int | None = 16
     temperature: float = 1.0
     top_p: float = 1.0
@@ -66,21 +70,31 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=T
     logprobs: int | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
+    prompt_logprobs: int | None = None
     structured_outputs: StructuredOutputsParams | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
-        for name in ("n", "max_tokens", "top_k", "seed", "min_tokens", "logprobs"):
+        for name in ("n", "max_tokens", "top_k", "seed", "min_tokens", "logprobs", "prompt_logprobs"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 raise VLLMValidationError(f"{name} must be an integer, got {value!r}", name)
-        for name in ("temperature", "top_p", "min_p"):
+        for name in ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise VLLMValidationError(f"{name} must be a finite number, got {value!r}", name)
-        if self.n != 1:
-            raise VLLMValidationError(f"n must be 1 (parallel sampling is not supported), got {self.n}", "n")
+        # vLLM's _verify_args names no parameter for n, the penalties, top_k, min_p and min_tokens.
+        if self.n < 1:
+            raise VLLMValidationError(f"n must be at least 1, got {self.n}.")
+        if self.n > MAX_N_SEQUENCES:
+            raise VLLMValidationError(f"n must be at most {MAX_N_SEQUENCES}, got {self.n}.")
+        if not -2.0 <= self.presence_penalty <= 2.0:
+            raise VLLMValidationError(f"presence_penalty must be in [-2, 2], got {self.presence_penalty}.")
+        if not -2.0 <= self.frequency_penalty <= 2.0:
+            raise VLLMValidationError(f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}.")
+        if self.repetition_penalty <= 0.0:
+            raise VLLMValidationError(f"repetition_penalty must be greater than zero, got {self.repetition_penalty}.")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise VLLMValidationError(f"max_tokens must be at least 1, got {self.max_tokens}", "max_tokens")
         if self.temperature < 0.0:
@@ -90,23 +104,27 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=T
         if not 0.0 < self.top_p <= 1.0:
             raise VLLMValidationError(f"top_p must be in (0, 1], got {self.top_p}", "top_p")
         if self.top_k < -1:
-            raise VLLMValidationError(f"top_k must be 0 (disable), or at least 1, got {self.top_k}", "top_k")
+            raise VLLMValidationError(f"top_k must be 0 (disable), or at least 1, got {self.top_k}.")
         if self.top_k == -1:
             self.top_k = 0
         if not 0.0 <= self.min_p <= 1.0:
-            raise VLLMValidationError(f"min_p must be in [0, 1], got {self.min_p}", "min_p")
+            raise VLLMValidationError(f"min_p must be in [0, 1], got {self.min_p}.")
         if self.seed == -1:
             self.seed = None
         if self.seed is not None and not _INT64_MIN <= self.seed <= _INT64_MAX:
             raise VLLMValidationError(f"seed must be a 64-bit signed integer, got {self.seed}", "seed")
         if self.min_tokens < 0:
-            raise VLLMValidationError(f"min_tokens must be greater than or equal to 0, got {self.min_tokens}",
-                                      "min_tokens")
+            raise VLLMValidationError(f"min_tokens must be greater than or equal to 0, got {self.min_tokens}.")
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
-            raise VLLMValidationError(f"min_tokens ({self.min_tokens}) must be less than or equal to "
-                                      f"max_tokens ({self.max_tokens})", "min_tokens")
+            raise VLLMValidationError(f"min_tokens must be less than or equal to max_tokens={self.max_tokens}, "
+                                      f"got {self.min_tokens}.")
         if self.logprobs is not None and self.logprobs < 0:
             raise VLLMValidationError(f"logprobs must be non-negative, got {self.logprobs}", "logprobs")
+        if self.prompt_logprobs is not None and self.prompt_logprobs < 0:
+            raise VLLMValidationError(f"prompt_logprobs must be non-negative, got {self.prompt_logprobs}",
+                                      "prompt_logprobs")
+        if self.n > 1 and self.greedy:
+            raise VLLMValidationError(f"n must be 1 when using greedy sampling, got {self.n}.")
         if self.stop is not None and any((not isinstance(s, str)) or s == "" for s in self.stop):
             raise VLLMValidationError("stop must be a list of non-empty strings", "stop")
         if self.stop_token_ids is not None and any(isinstance(t, bool) or not isinstance(t, int)
@@ -116,6 +134,10 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=T
     @property
     def greedy(self) -> bool:
         return self.temperature < _GREEDY_EPS
+
+    @property
+    def has_penalties(self) -> bool:
+        return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0 or self.repetition_penalty != 1.0
 
     @property
     def all_stop_token_ids(self) -> frozenset[int]:

@@ -141,7 +141,12 @@ async def _send_all(url: str, cases: list[dict], concurrency: int) -> list[dict]
     return raw
 
 
-def send_all(url: str, cases: list[dict], concurrency: int = 8) -> list[dict]:
+# One request at a time: every request then runs alone in its batch, so neither server's answer depends on
+# what else was in flight (batched CPU matmuls can flip a near-tie between two tokens).
+CONCURRENCY = 1
+
+
+def send_all(url: str, cases: list[dict], concurrency: int = CONCURRENCY) -> list[dict]:
     return asyncio.run(_send_all(url, cases, concurrency))
 
 

@@ -90,7 +90,7 @@ class InputProcessor:
         self.check_prompt_len(len(token_ids))
         bad = [t for t in token_ids if not 0 <= t < self.vocab_size]
         if bad:
-            raise VLLMValidationError(f"Token id {bad[0]} is out of vocabulary (size {self.vocab_size})", "prompt")
+            raise VLLMValidationError(f"Token id {bad[0]} is out of vocabulary (size {self.vocab_size})")
         bad = [t for t in params.stop_token_ids or () if t >= self.vocab_size]
         if bad:
             raise VLLMValidationError(f"stop_token_ids: token id {bad[0]} is out of vocabulary (size "

@@ -7,6 +7,18 @@ import torch
 
 
 @dataclass
+class Penalties:
+    """The rows' presence/frequency/repetition penalties and their prompt and output token ids, padded
+    with -1 (vLLM pads with vocab_size; the Sampler maps -1 there)."""
+
+    presence: torch.Tensor       # [n] float32
+    frequency: torch.Tensor      # [n] float32
+    repetition: torch.Tensor     # [n] float32
+    prompt_token_ids: torch.Tensor  # [n, max prompt len] int64
+    output_token_ids: torch.Tensor  # [n, max output len] int64
+
+
+@dataclass
 class SamplingMetadata:
     """Row i describes request i of the logits passed to the Sampler."""
 
@@ -20,3 +32,4 @@ class SamplingMetadata:
     max_num_logprobs: int | None       # largest logprobs asked for in the batch, None if none
     num_logprobs: list[int | None] | None = None
     min_tokens: dict[int, list[int]] | None = None  # row -> stop/EOS ids masked (still below min_tokens)
+    penalties: Penalties | None = None  # refreshed every step (the output tokens grow); None if no row has any

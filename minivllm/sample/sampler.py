@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from minivllm.sample.metadata import SamplingMetadata
+from minivllm.sample.metadata import Penalties, SamplingMetadata
 
 
 @dataclass
@@ -64,6 +64,29 @@ def apply_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
     return logits.masked_fill(probs < threshold, float("-inf"))
 
 
+def token_bin_counts_and_mask(tokens: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row, how often each vocabulary id occurs in `tokens` (padding -1 counted in an extra bin, dropped)."""
+    tokens = tokens.masked_fill(tokens < 0, vocab_size)
+    counts = torch.zeros((tokens.shape[0], vocab_size + 1), dtype=torch.long, device=tokens.device)
+    counts.scatter_add_(1, tokens, torch.ones_like(tokens))
+    counts = counts[:, :vocab_size]
+    return counts, counts > 0
+
+
+def apply_penalties(logits: torch.Tensor, p: Penalties) -> torch.Tensor:
+    """vLLM's apply_penalties (model_executor/layers/utils.py): the repetition penalty divides positive and
+    multiplies negative logits of every token seen in the prompt or the output; then frequency (times the
+    output count) and presence (once if in the output) are subtracted, as OpenAI defines them."""
+    vocab = logits.shape[-1]
+    _, prompt_mask = token_bin_counts_and_mask(p.prompt_token_ids, vocab)
+    output_counts, output_mask = token_bin_counts_and_mask(p.output_token_ids, vocab)
+    rep = torch.where(prompt_mask | output_mask, p.repetition.unsqueeze(1), 1.0)
+    logits = torch.where(logits > 0, logits / rep, logits * rep)
+    logits -= p.frequency.unsqueeze(1) * output_counts
+    logits -= p.presence.unsqueeze(1) * output_mask
+    return logits
+
+
 def random_sample(probs: torch.Tensor, generators: dict[int, torch.Generator]) -> torch.Tensor:
     q = torch.empty_like(probs)
     if len(generators) != probs.shape[0]:
@@ -109,6 +132,8 @@ class Sampler(nn.Module):
             logits = logits.clone()
             for row, ids in md.min_tokens.items():
                 logits[row, ids] = float("-inf")
+        if md.penalties is not None:
+            logits = apply_penalties(logits, md.penalties)
         greedy = logits.argmax(dim=-1) if not md.all_random else None
         if md.all_greedy:
             sampled = greedy

@@ -49,6 +49,13 @@ class InputBatch:
         self.top_p = np.ones(max_num_reqs, dtype=np.float32)
         self.top_k = np.zeros(max_num_reqs, dtype=np.int64)
         self.min_p = np.zeros(max_num_reqs, dtype=np.float32)
+        # Penalties (vLLM's InputBatch keeps the same three arrays); the output tokens they count are the
+        # row's token_ids_cpu past its prompt.
+        self.presence_penalty = np.zeros(max_num_reqs, dtype=np.float32)
+        self.frequency_penalty = np.zeros(max_num_reqs, dtype=np.float32)
+        self.repetition_penalty = np.ones(max_num_reqs, dtype=np.float32)
+        self.num_prompt_tokens = np.zeros(max_num_reqs, dtype=np.int64)
+        self.has_penalties: set[int] = set()
         self.num_logprobs: list[int | None] = [None] * max_num_reqs
         self.generators: dict[int, torch.Generator] = {}
         # row -> (min_tokens, prompt length, ids masked until then): vLLM's MinTokensLogitsProcessor state
@@ -84,6 +91,12 @@ class InputBatch:
         self.top_p[idx] = sp.top_p
         self.top_k[idx] = sp.top_k
         self.min_p[idx] = sp.min_p
+        self.presence_penalty[idx] = sp.presence_penalty
+        self.frequency_penalty[idx] = sp.frequency_penalty
+        self.repetition_penalty[idx] = sp.repetition_penalty
+        self.num_prompt_tokens[idx] = n_prompt
+        if sp.has_penalties:
+            self.has_penalties.add(idx)
         self.num_logprobs[idx] = sp.logprobs
         if state.generator is not None:
             self.generators[idx] = state.generator
@@ -115,6 +128,7 @@ class InputBatch:
         self.req_ids[idx] = None
         self.generators.pop(idx, None)
         self.min_tokens.pop(idx, None)
+        self.has_penalties.discard(idx)
         self.num_logprobs[idx] = None
         return idx
 
@@ -127,7 +141,8 @@ class InputBatch:
         if rj is not None:
             self.req_id_to_index[rj] = i
         for arr in (self.token_ids_cpu, self.num_tokens, self.num_computed_tokens_cpu, self.block_table,
-                    self.num_blocks, self.temperature, self.top_p, self.top_k, self.min_p):
+                    self.num_blocks, self.temperature, self.top_p, self.top_k, self.min_p, self.presence_penalty,
+                    self.frequency_penalty, self.repetition_penalty, self.num_prompt_tokens):
             arr[[i, j]] = arr[[j, i]]
         self.num_logprobs[i], self.num_logprobs[j] = self.num_logprobs[j], self.num_logprobs[i]
         for per_row in (self.generators, self.min_tokens):
@@ -136,6 +151,9 @@ class InputBatch:
                 per_row[i] = vj
             if vi is not None:
                 per_row[j] = vi
+        pi, pj = i in self.has_penalties, j in self.has_penalties
+        self.has_penalties.difference_update((i, j))
+        self.has_penalties.update(([i] if pj else []) + ([j] if pi else []))
 
     def condense(self) -> None:
         """Move the last rows into holes so rows [0, num_reqs) are all live."""

@@ -36,10 +36,12 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+import minivllm
 from minivllm.config import EngineArgs
 from minivllm.engine import EngineCoreRequest
 from minivllm.engine.async_llm import AsyncLLM
 from minivllm.engine.exceptions import EngineDeadError, EngineGenerateError
+from minivllm.engine.parallel_sampling import ParentRequest
 from minivllm.entrypoints.openai.metrics import PrometheusStatLogger
 from minivllm.entrypoints.openai.protocol import (
     ChatCompletionRequest,
@@ -78,6 +80,10 @@ def stream_error(exc: BaseException) -> str:
     return sse({"error": {"message": str(exc), "type": type(exc).__name__, "param": None, "code": status}})
 
 
+class ModelNotFound(Exception):
+    """A request named a model this server does not serve (vLLM: 404 NotFoundError, param "model")."""
+
+
 class RequestTooLarge(StarletteHTTPException):
     def __init__(self, limit: int) -> None:
         super().__init__(413, f"The request body is larger than the server's limit of {limit} bytes "
@@ -110,19 +116,38 @@ class BodySizeLimitMiddleware:
         await self.app(scope, limited_receive, send)
 
 
+_LOC_TYPE_MARKERS = frozenset({"str", "int", "float", "bool", "list", "dict", "none", "nonetype"})
+
+
+def clean_loc_for_param(loc: tuple) -> str:
+    """A pydantic error's loc as vLLM's `param` ("body.max_tokens"), without union-branch markers."""
+    parts = [str(p) for p in loc if not ("[" in str(p) or str(p).lower() in _LOC_TYPE_MARKERS)]
+    return ".".join(parts or [str(p) for p in loc])
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def validation_error(_, exc: RequestValidationError):
+        """vLLM's validation_exception_handler: type "Bad Request", param the failing field's dotted loc."""
         errs = exc.errors()
-        first = errs[0] if errs else {}
-        loc = [x for x in first.get("loc", ()) if isinstance(x, str) and x != "body"]
+        param = next((e["ctx"]["error"].parameter for e in errs if isinstance(e.get("ctx", {}).get("error"),
+                                                                              VLLMValidationError)), None)
+        if param is None and errs and errs[0].get("loc"):
+            param = clean_loc_for_param(errs[0]["loc"])
         msg = "; ".join(f"{'.'.join(str(x) for x in e.get('loc', ()) if x != 'body') or 'body'}: {e.get('msg')}"
                         for e in errs[:5]) or "invalid request"
-        return error_response(400, msg, "BadRequestError", loc[0] if loc else None)
+        return error_response(400, msg, HTTPStatus.BAD_REQUEST.phrase, param)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_, exc: StarletteHTTPException):
-        return error_response(exc.status_code, str(exc.detail))
+        """FastAPI's own {"detail": ...} for unknown routes and methods, as vLLM leaves them."""
+        if isinstance(exc, RequestTooLarge):
+            return error_response(exc.status_code, str(exc.detail))
+        return JSONResponse({"detail": exc.detail}, exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(ModelNotFound)
+    async def model_not_found(_, exc: ModelNotFound):
+        return error_response(404, str(exc), "NotFoundError", "model")
 
     @app.exception_handler(ValueError)
     async def value_error(_, exc: ValueError):
@@ -266,46 +291,48 @@ class OpenAIServing:
 
     def check_model(self, model: str | None) -> None:
         if model is not None and model != self.model_name:
-            raise StarletteHTTPException(404, f"The model `{model}` does not exist.")
+            raise ModelNotFound(f"The model `{model}` does not exist.")
 
     def token_str(self, token_id: int) -> str:
         return self.tokenizer.decode([token_id])
 
-    def chat_prompt(self, messages: list[ChatMessage], add_generation_prompt: bool = True) -> dict:
+    def chat_prompt(self, messages: list[ChatMessage], add_generation_prompt: bool = True,
+                    continue_final_message: bool = False, chat_template_kwargs: dict | None = None) -> dict:
+        """The chat template applied; text parts joined with "\\n" and any role passed through, as vLLM does."""
         msgs = []
         for m in messages:
             content = m.content or ""
             if isinstance(content, list):
                 if any(p.get("type") != "text" for p in content):
                     raise ValueError("messages: only text content parts are supported")
-                content = "".join(str(p.get("text", "")) for p in content)
+                content = "\n".join(str(p.get("text", "")) for p in content)
             msgs.append({"role": m.role, "content": content})
         template = None if getattr(self.tokenizer, "chat_template", None) else DEFAULT_CHAT_TEMPLATE
         text = self.tokenizer.apply_chat_template(msgs, chat_template=template, tokenize=False,
-                                                  add_generation_prompt=add_generation_prompt)
+                                                  add_generation_prompt=add_generation_prompt,
+                                                  continue_final_message=continue_final_message,
+                                                  **(chat_template_kwargs or {}))
         self.engine.input_processor.check_text_len(text)
         return {"prompt": text, "prompt_token_ids": self.tokenizer.encode(text, add_special_tokens=False)}
 
-    def completion_logprobs(self, output, offset: int, num: int) -> dict | None:
-        c = output.outputs[0]
-        if c.logprobs is None:
+    def completion_logprobs(self, token_ids, logprobs, offset: int, num: int) -> dict | None:
+        if logprobs is None:
             return None
         tokens, token_lps, tops, offsets = [], [], [], []
-        for tok, lps in zip(c.token_ids, c.logprobs, strict=False):
+        for tok, lps in zip(token_ids, logprobs, strict=False):
             s = self.token_str(tok)
             tokens.append(s)
             token_lps.append(lps.get(tok))
-            tops.append({self.token_str(t): lp for t, lp in list(lps.items())[:num]} if num else None)
+            tops.append({self.token_str(t): lp for t, lp in list(lps.items())[:max(num, 1)]})
             offsets.append(offset)
             offset += len(s)
-        return {"tokens": tokens, "token_logprobs": token_lps, "top_logprobs": tops, "text_offset": offsets}
+        return {"text_offset": offsets, "token_logprobs": token_lps, "tokens": tokens, "top_logprobs": tops}
 
-    def chat_logprobs(self, output, num: int) -> dict | None:
-        c = output.outputs[0]
-        if c.logprobs is None:
+    def chat_logprobs(self, token_ids, logprobs, num: int) -> dict | None:
+        if logprobs is None:
             return None
         content = []
-        for tok, lps in zip(c.token_ids, c.logprobs, strict=False):
+        for tok, lps in zip(token_ids, logprobs, strict=False):
             s = self.token_str(tok)
             content.append({"token": s, "logprob": lps.get(tok), "bytes": list(s.encode()),
                             "top_logprobs": [{"token": self.token_str(t), "logprob": lp,
@@ -316,61 +343,110 @@ class OpenAIServing:
 
 def _prompts(prompt) -> list:
     if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and isinstance(prompt[0], int)):
-        return [prompt]
-    if isinstance(prompt, list) and not prompt:
+        prompts = [prompt]
+    elif isinstance(prompt, list) and not prompt:
         raise ValueError("prompt must not be empty")
-    return list(prompt)
+    else:
+        prompts = list(prompt)
+    if any(isinstance(p, list) and not p for p in prompts):
+        raise ValueError("a prompt of token ids must not be empty")
+    if any(p == "" for p in prompts):
+        raise VLLMValidationError("Prompt cannot be empty", "prompt")
+    return prompts
 
 
-def _usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+def _usage(prompt_tokens: int, completion_tokens: int, details: bool = True) -> dict:
+    usage = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
+             "completion_tokens": completion_tokens}
+    return usage | {"prompt_tokens_details": None} if details else usage
 
 
-# ---------------------------------------------------------------------------- completions
-async def create_completion(serving: OpenAIServing, req: CompletionRequest, raw: Request):
-    serving.check_model(req.model)
-    if req.suffix:
-        raise ValueError("suffix is not supported")
-    params = req.to_sampling_params(req.max_tokens, req.logprobs)
-    prompts = _prompts(req.prompt)
-    rid, created = random_id("cmpl"), now()
-    engine = serving.engine
-    # Validate and register every prompt before streaming starts, so bad input is a 400, not a broken stream.
-    processed = [await serving.process_inputs(f"{rid}-{i}", p, params, req.max_tokens) for i, p in enumerate(prompts)]
+# Fields vLLM 0.27.1 always writes (null unless a feature minivllm does not have is in use).
+_RESPONSE_EXTRAS = {"service_tier": None, "system_fingerprint": None}
+_TRANSFER_EXTRAS = {"kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}
+_MESSAGE_EXTRAS = {"refusal": None, "annotations": None, "audio": None, "function_call": None, "reasoning": None}
+
+
+async def start_children(serving: OpenAIServing, rid: str, prompts: list, params: SamplingParams, stream: bool,
+                         max_tokens: int | None, field: str = "max_tokens") -> list[PrimedGenerate]:
+    """One engine request per (prompt, sample): n > 1 fans out as vLLM's ParentRequest does (child i of a
+    seeded request gets seed + i). All are validated and registered before a stream starts, so bad input
+    is a 400, not a broken stream. Generator k answers choice k = prompt index * n + sample index."""
+    processed = []
+    for i, p in enumerate(prompts):
+        parent = ParentRequest(f"{rid}-{i}" if len(prompts) > 1 else rid, params)
+        for j in range(params.n):
+            child_id, child_params = parent.get_child_info(j) if params.n > 1 else (parent.request_id, params)
+            text, request = await serving.process_inputs(child_id, p, child_params, max_tokens, field)
+            processed.append((text, request, child_params))
     gens: list[PrimedGenerate] = []
     try:
-        for text, request in processed:
-            gens.append(PrimedGenerate(engine.generate(request, params, request.request_id, delta=req.stream,
-                                                       prompt_text=text)))
+        for text, request, child_params in processed:
+            gens.append(PrimedGenerate(serving.engine.generate(request, child_params, request.request_id,
+                                                               delta=stream, prompt_text=text)))
             await gens[-1].start()
     except BaseException:
         for g in gens:
             await g.aclose()
         raise
+    return gens
+
+
+async def finals_of(gens: list[PrimedGenerate]) -> list[RequestOutput]:
+    finals: list = [None] * len(gens)
+    try:
+        async for i, out in merge_async_iterators(*[g.iterate() for g in gens]):
+            finals[i] = out
+    finally:
+        for g in gens:
+            await g.aclose()
+    return finals
+
+
+# ---------------------------------------------------------------------------- completions
+async def create_completion(serving: OpenAIServing, req: CompletionRequest, raw: Request):
+    serving.check_model(req.model)
+    req.check_stream_options()
+    if req.suffix:
+        raise ValueError("suffix is not supported")
+    # vLLM: echo with max_tokens 0 generates one token it does not return (echo_without_generation).
+    echo_only = bool(req.echo) and req.max_tokens == 0
+    max_tokens = 1 if echo_only else req.max_tokens
+    prompt_logprobs = req.prompt_logprobs if req.prompt_logprobs is not None or not req.echo else req.logprobs
+    if prompt_logprobs is not None:
+        raise VLLMValidationError("prompt logprobs (prompt_logprobs, or echo with logprobs) are not supported",
+                                  "prompt_logprobs")
+    params = req.to_sampling_params(max_tokens, req.logprobs)
+    prompts = _prompts(req.prompt)
+    rid, created = random_id("cmpl"), now()
+    gens = await start_children(serving, rid, prompts, params, bool(req.stream), max_tokens)
     echo_texts = [(p if isinstance(p, str) else serving.tokenizer.decode(p)) if req.echo else "" for p in prompts]
+    echo_texts = [t for t in echo_texts for _ in range(params.n)]
     if req.stream:
-        return CancellableStreamingResponse(_completion_stream(serving, req, gens, rid, created, echo_texts),
+        return CancellableStreamingResponse(_completion_stream(serving, req, gens, rid, created, echo_texts,
+                                                               params.n, echo_only),
                                             media_type="text/event-stream")
 
     async def run():
-        finals: list[RequestOutput | None] = [None] * len(gens)
-        try:
-            async for i, out in merge_async_iterators(*[g.iterate() for g in gens]):
-                finals[i] = out
-        finally:
-            for g in gens:
-                await g.aclose()
+        finals = await finals_of(gens)
         choices, n_prompt, n_gen = [], 0, 0
-        for i, out in enumerate(finals):
+        for k, out in enumerate(finals):
             c = out.outputs[0]
-            n_prompt += len(out.prompt_token_ids)
+            if k % params.n == 0:
+                n_prompt += len(out.prompt_token_ids)
             n_gen += len(c.token_ids)
-            choices.append({"index": i, "text": echo_texts[i] + c.text,
-                            "logprobs": serving.completion_logprobs(out, len(echo_texts[i]), req.logprobs or 0),
-                            "finish_reason": c.finish_reason, "stop_reason": c.stop_reason})
-        return JSONResponse({"id": rid, "object": "text_completion", "created": created,
-                             "model": serving.model_name, "choices": choices, "usage": _usage(n_prompt, n_gen)})
+            text = echo_texts[k] if echo_only else echo_texts[k] + c.text
+            lp = None if echo_only else serving.completion_logprobs(c.token_ids, c.logprobs, len(echo_texts[k]),
+                                                                    req.logprobs or 0)
+            choices.append({"index": k, "text": text, "logprobs": lp, "finish_reason": c.finish_reason,
+                            "stop_reason": c.stop_reason,
+                            "token_ids": list(c.token_ids) if req.return_token_ids else None,
+                            "prompt_logprobs": None,
+                            "prompt_token_ids": list(out.prompt_token_ids) if req.return_token_ids else None,
+                            "routed_experts": None})
+        return JSONResponse({"id": rid, "object": "text_completion", "created": created, "model": serving.model_name,
+                             "choices": choices} | _RESPONSE_EXTRAS | {"usage": _usage(n_prompt, n_gen)}
+                            | _TRANSFER_EXTRAS)
     return await with_cancellation(raw, run())
 
 
@@ -404,30 +480,42 @@ class PrimedGenerate:
         await self.gen.aclose()
 
 
-async def _completion_stream(serving, req, gens, rid, created, echo_texts):
-    include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    n_prompt, n_gen = 0, 0
+def _stream_usage_flags(req) -> tuple[bool, bool]:
+    so = req.stream_options
+    include = bool(so and so.include_usage)
+    return include, include and bool(so.continuous_usage_stats)
+
+
+async def _completion_stream(serving, req, gens, rid, created, echo_texts, n, echo_only):
+    include_usage, continuous = _stream_usage_flags(req)
+    head = {"id": rid, "object": "text_completion", "created": created, "model": serving.model_name}
+    n_prompt, n_gen = [0] * len(gens), [0] * len(gens)
     offsets = [len(t) for t in echo_texts]
     first = [True] * len(gens)
     try:
         async for i, out in merge_async_iterators(*[g.iterate() for g in gens]):
             c = out.outputs[0]
-            text = c.text
+            text = "" if echo_only else c.text
+            prompt_ids = None
             if first[i]:
                 first[i] = False
-                n_prompt += len(out.prompt_token_ids)
+                n_prompt[i] = len(out.prompt_token_ids) if i % n == 0 else 0
                 text = echo_texts[i] + text
-            n_gen += len(c.token_ids)
+                prompt_ids = list(out.prompt_token_ids) if req.return_token_ids else None
+            n_gen[i] += len(c.token_ids)
             if not text and not c.finish_reason:
                 continue  # text held back (a stop string may be forming) and nothing else to say
-            lp = serving.completion_logprobs(out, offsets[i], req.logprobs or 0)
+            lp = None if echo_only else serving.completion_logprobs(c.token_ids, c.logprobs, offsets[i],
+                                                                    req.logprobs or 0)
             offsets[i] += len(c.text)
-            yield sse({"id": rid, "object": "text_completion", "created": created, "model": serving.model_name,
-                       "choices": [{"index": i, "text": text, "logprobs": lp, "finish_reason": c.finish_reason,
-                                    "stop_reason": c.stop_reason}]})
+            chunk = head | {"choices": [{"index": i, "text": text, "logprobs": lp, "finish_reason": c.finish_reason,
+                                         "stop_reason": c.stop_reason, "prompt_token_ids": prompt_ids,
+                                         "token_ids": list(c.token_ids) if req.return_token_ids else None}]}
+            if continuous:
+                chunk["usage"] = _usage(n_prompt[i], n_gen[i], details=False)
+            yield sse(chunk)
         if include_usage:
-            yield sse({"id": rid, "object": "text_completion", "created": created, "model": serving.model_name,
-                       "choices": [], "usage": _usage(n_prompt, n_gen)})
+            yield sse(head | {"choices": [], "usage": _usage(sum(n_prompt), sum(n_gen), details=False)})
     except Exception as e:
         yield stream_error(e)
     finally:
@@ -437,60 +525,99 @@ async def _completion_stream(serving, req, gens, rid, created, echo_texts):
 
 
 # ---------------------------------------------------------------------------- chat
+def _check_chat_request(req: ChatCompletionRequest) -> None:
+    """vLLM's 400s for chat options this server cannot honour or that contradict each other."""
+    req.check_stream_options()
+    if req.top_logprobs and not req.logprobs:
+        raise VLLMValidationError("when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
+    if req.continue_final_message and req.add_generation_prompt:
+        raise ValueError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+    if req.chat_template is not None:
+        raise ValueError("Chat template is passed with request, but --trust-request-chat-template is not set. "
+                         "Refused request with untrusted chat template.")
+    if req.tool_choice == "auto":
+        raise ValueError('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
+    if req.tool_choice == "required" and not req.tools:
+        raise VLLMValidationError("When using `tool_choice`, `tools` must be set.", "tool_choice")
+    if req.echo:
+        raise VLLMValidationError("echo needs prompt logprobs, which are not supported", "echo")
+
+
 async def create_chat_completion(serving: OpenAIServing, req: ChatCompletionRequest, raw: Request):
     serving.check_model(req.model)
-    if req.top_logprobs is not None and not req.logprobs:
-        raise ValueError("top_logprobs needs logprobs=true")
+    _check_chat_request(req)
     num_lp = (req.top_logprobs or 0) if req.logprobs else None
     max_tokens = req.max_completion_tokens or req.max_tokens
     params = req.to_sampling_params(max_tokens, num_lp)
-    prompt = await serving.in_pool(serving.chat_prompt, req.messages, req.add_generation_prompt)
+    prompt = await serving.in_pool(serving.chat_prompt, req.messages, req.add_generation_prompt,
+                                   req.continue_final_message, req.chat_template_kwargs)
+    # vLLM's get_chat_request_role: the reply speaks as the assistant only when the prompt asks for one.
+    role = "assistant" if req.add_generation_prompt else req.messages[-1].role
     rid, created = random_id("chatcmpl"), now()
-    text, request = await serving.process_inputs(rid, prompt, params, max_tokens,
-                                                 "max_completion_tokens" if req.max_completion_tokens else "max_tokens")
-    gen = await PrimedGenerate(serving.engine.generate(request, params, rid, delta=req.stream,
-                                                       prompt_text=text)).start()
+    gens = await start_children(serving, rid, [prompt], params, bool(req.stream), max_tokens,
+                                "max_completion_tokens" if req.max_completion_tokens else "max_tokens")
     if req.stream:
-        return CancellableStreamingResponse(_chat_stream(serving, req, gen, rid, created, num_lp or 0),
+        return CancellableStreamingResponse(_chat_stream(serving, req, gens, rid, created, num_lp or 0, role),
                                             media_type="text/event-stream")
 
     async def run():
-        try:
-            async for final in gen.iterate():
-                out = final
-        finally:
-            await gen.aclose()
-        c = out.outputs[0]
-        choice = {"index": 0, "message": {"role": "assistant", "content": c.text},
-                  "logprobs": serving.chat_logprobs(out, num_lp or 0), "finish_reason": c.finish_reason,
-                  "stop_reason": c.stop_reason}
+        finals = await finals_of(gens)
+        choices, n_gen = [], 0
+        for k, out in enumerate(finals):
+            c = out.outputs[0]
+            n_gen += len(c.token_ids)
+            choices.append({"index": k, "message": {"role": role, "content": c.text} | _MESSAGE_EXTRAS,
+                            "logprobs": serving.chat_logprobs(c.token_ids, c.logprobs, num_lp or 0),
+                            "finish_reason": c.finish_reason, "stop_reason": c.stop_reason,
+                            "token_ids": list(c.token_ids) if req.return_token_ids else None,
+                            "routed_experts": None})
+        ids = finals[0].prompt_token_ids
         return JSONResponse({"id": rid, "object": "chat.completion", "created": created, "model": serving.model_name,
-                             "choices": [choice], "usage": _usage(len(out.prompt_token_ids), len(c.token_ids))})
+                             "choices": choices} | _RESPONSE_EXTRAS | {
+            "usage": _usage(len(ids), n_gen), "prompt_logprobs": None,
+            "prompt_token_ids": list(ids) if req.return_token_ids else None, "prompt_text": None}
+                            | _TRANSFER_EXTRAS)
     return await with_cancellation(raw, run())
 
 
-async def _chat_stream(serving, req, gen, rid, created, num_lp):
-    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+async def _chat_stream(serving, req, gens, rid, created, num_lp, role):
+    include_usage, continuous = _stream_usage_flags(req)
     head = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": serving.model_name}
-    n_prompt, n_gen = 0, 0
+    n_prompt, n_gen = 0, [0] * len(gens)
+    first = [True] * len(gens)
     try:
-        yield sse(head | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                       "logprobs": None, "finish_reason": None}]})
-        async for out in gen.iterate():
+        async for i, out in merge_async_iterators(*[g.iterate() for g in gens]):
             c = out.outputs[0]
             n_prompt = len(out.prompt_token_ids)
-            n_gen += len(c.token_ids)
+            if first[i]:
+                first[i] = False
+                chunk = head | {"choices": [{"index": i, "delta": {"role": role, "content": ""}, "logprobs": None,
+                                             "finish_reason": None}],
+                                "prompt_token_ids": list(out.prompt_token_ids) if req.return_token_ids else None,
+                                "prompt_text": None}
+                if continuous:
+                    chunk["usage"] = _usage(n_prompt, 0, details=False)
+                yield sse(chunk)
+            n_gen[i] += len(c.token_ids)
             if not c.text and not c.finish_reason:
                 continue
-            yield sse(head | {"choices": [{"index": 0, "delta": {"content": c.text} if c.text else {},
-                                           "logprobs": serving.chat_logprobs(out, num_lp),
-                                           "finish_reason": c.finish_reason, "stop_reason": c.stop_reason}]})
+            choice = {"index": i, "delta": {"content": c.text},
+                      "logprobs": serving.chat_logprobs(c.token_ids, c.logprobs, num_lp),
+                      "finish_reason": c.finish_reason}
+            if c.finish_reason is not None:
+                choice["stop_reason"] = c.stop_reason
+            choice["token_ids"] = list(c.token_ids) if req.return_token_ids else None
+            chunk = head | {"choices": [choice]}
+            if continuous:
+                chunk["usage"] = _usage(n_prompt, n_gen[i], details=False)
+            yield sse(chunk)
         if include_usage:
-            yield sse(head | {"choices": [], "usage": _usage(n_prompt, n_gen)})
+            yield sse(head | {"choices": [], "usage": _usage(n_prompt, sum(n_gen), details=False)})
     except Exception as e:
         yield stream_error(e)
     finally:
-        await gen.aclose()
+        for g in gens:
+            await g.aclose()
     yield "data: [DONE]\n\n"
 
 
@@ -540,10 +667,10 @@ def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api
     if api_key:
         @app.middleware("http")
         async def authentication(request: Request, call_next):
-            if request.url.path.startswith(("/v1", "/tokenize", "/detokenize")) and \
+            """vLLM's AuthenticationMiddleware: /v1/* needs the key (other routes, /tokenize included, do not)."""
+            if request.method != "OPTIONS" and request.url.path.startswith("/v1") and \
                     not _authorized(request.headers.get("Authorization", ""), api_key):
-                return error_response(401, "Invalid or missing API key (send 'Authorization: Bearer <key>')",
-                                      "AuthenticationError")
+                return JSONResponse({"error": "Unauthorized"}, 401)
             return await call_next(request)
 
     def serving(request: Request) -> OpenAIServing:
@@ -555,12 +682,25 @@ def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api
             return error_response(503, "EngineCore is dead", "EngineDeadError")
         return Response(status_code=200)
 
+    @app.api_route("/ping", methods=["GET", "POST"])
+    async def ping(request: Request):
+        """SageMaker's liveness route, as vLLM serves it: /health under another name."""
+        return await health(request)
+
+    @app.get("/version")
+    async def version():
+        return {"version": minivllm.__version__}
+
     @app.get("/v1/models")
     async def models(request: Request):
         s = serving(request)
+        permission = {"id": random_id("modelperm"), "object": "model_permission", "created": now(),
+                      "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
+                      "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
+                      "organization": "*", "group": None, "is_blocking": False}
         return {"object": "list", "data": [{"id": s.model_name, "object": "model", "created": now(),
-                                            "owned_by": "minivllm", "root": engine_args.model,
-                                            "max_model_len": s.max_model_len}]}
+                                            "owned_by": "minivllm", "root": engine_args.model, "parent": None,
+                                            "max_model_len": s.max_model_len, "permission": [permission]}]}
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request):
@@ -572,25 +712,24 @@ def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api
 
     @app.post("/tokenize")
     async def tokenize(req: TokenizeRequest, request: Request):
+        """vLLM's two request kinds: chat (messages, when no prompt is given) or completion (prompt)."""
         s = serving(request)
         s.check_model(req.model)
-        if (req.prompt is None) == (req.messages is None):
-            raise ValueError("give exactly one of prompt or messages")
-        if req.messages is not None:
-            tokens = (await s.in_pool(s.chat_prompt, req.messages))["prompt_token_ids"]
+        if req.prompt is None and req.messages is not None:
+            tokens = (await s.in_pool(s.chat_prompt, req.messages, req.add_generation_prompt))["prompt_token_ids"]
+        elif req.prompt is None:
+            raise RequestValidationError([{"type": "missing", "loc": ("body", "prompt"), "msg": "Field required",
+                                           "input": None}])
         else:
-            s.engine.input_processor.check_text_len(req.prompt, s.max_model_len)
             tokens = await s.in_pool(partial(s.tokenizer.encode, req.prompt, add_special_tokens=req.add_special_tokens))
-        return {"tokens": tokens, "count": len(tokens), "max_model_len": s.max_model_len}
+        strs = s.tokenizer.convert_ids_to_tokens(tokens) if req.return_token_strs else None
+        return {"count": len(tokens), "max_model_len": s.max_model_len, "tokens": tokens, "token_strs": strs}
 
     @app.post("/detokenize")
     async def detokenize(req: DetokenizeRequest, request: Request):
         s = serving(request)
         s.check_model(req.model)
-        bad = [t for t in req.tokens if not 0 <= t < len(s.tokenizer)]
-        if bad:
-            raise ValueError(f"tokens: token id {bad[0]} is out of vocabulary (size {len(s.tokenizer)})")
-        return {"prompt": s.tokenizer.decode(req.tokens)}
+        return {"prompt": await s.in_pool(s.tokenizer.decode, [t for t in req.tokens if t < len(s.tokenizer)])}
 
     @app.get("/metrics")
     async def metrics(request: Request):

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from minivllm.exceptions import VLLMValidationError
 from minivllm.sampling_params import SamplingParams, StructuredOutputsParams
@@ -55,7 +55,8 @@ class ErrorResponse(OpenAIBaseModel):
 
 
 class StreamOptions(OpenAIBaseModel):
-    include_usage: bool = False
+    include_usage: bool | None = False
+    continuous_usage_stats: bool | None = False  # usage on every chunk (vLLM's extension)
 
 
 class JsonSchemaResponseFormat(OpenAIBaseModel):
@@ -80,23 +81,32 @@ class SamplingRequest(OpenAIBaseModel):
     temperature: float | None = None
     top_p: float | None = None
     n: int = 1
-    stream: bool = False
+    stream: bool | None = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
     seed: int | None = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
+    presence_penalty: float | None = 0.0
+    frequency_penalty: float | None = 0.0
     user: str | None = None
     # extras (vLLM's sampling params)
     top_k: int | None = None
     min_p: float | None = None
+    repetition_penalty: float | None = None
     ignore_eos: bool = False
     min_tokens: int = 0
     stop_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
+    prompt_logprobs: int | None = None
+    return_token_ids: bool | None = None
+    stream_interval: Annotated[int, Field(ge=1)] | None = None
     response_format: ResponseFormat | None = None
     structured_outputs: dict[str, Any] | None = None  # vLLM's StructuredOutputsParams fields
+
+    def check_stream_options(self) -> None:
+        """vLLM's 400 for stream_options on a request that does not stream."""
+        if self.stream_options is not None and not self.stream:
+            raise VLLMValidationError("Stream options can only be defined when `stream=True`.", "stream_options")
 
     def structured_outputs_params(self) -> StructuredOutputsParams | None:
         """structured_outputs, with response_format's constraint put over it (vLLM's precedence)."""
@@ -106,8 +116,11 @@ class SamplingRequest(OpenAIBaseModel):
             so["json_object"] = True
         elif rf is not None and rf.type == "json_schema":
             if rf.json_schema is None or rf.json_schema.json_schema is None:
-                raise ValueError("response_format: type json_schema needs json_schema.schema")
+                raise VLLMValidationError("response_format: type json_schema needs json_schema.schema",
+                                          "response_format")
             so["json"] = rf.json_schema.json_schema
+        if self.structured_outputs is not None and not so:
+            raise ValueError("structured_outputs needs exactly one kind of constraint, got none")
         if not so:
             return None
         try:
@@ -117,16 +130,15 @@ class SamplingRequest(OpenAIBaseModel):
             raise ValueError(message if message.startswith("structured_outputs") else
                              f"structured_outputs: {message}") from None
 
-    def to_sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
-        for name in ("presence_penalty", "frequency_penalty"):
-            if getattr(self, name):  # vLLM's range is [-2, 2]; our sampler has no penalties
-                raise VLLMValidationError(f"{name} is not supported (must be 0), got {getattr(self, name)}", name)
+    def to_sampling_params(self, max_tokens: int | None, logprobs: int | None,
+                           prompt_logprobs: int | None = None) -> SamplingParams:
         kw = dict(n=self.n, max_tokens=max_tokens, seed=self.seed, stop=self.stop, ignore_eos=self.ignore_eos,
                   min_tokens=self.min_tokens, stop_token_ids=self.stop_token_ids, logprobs=logprobs,
                   include_stop_str_in_output=self.include_stop_str_in_output,
-                  skip_special_tokens=self.skip_special_tokens,
+                  skip_special_tokens=self.skip_special_tokens, prompt_logprobs=prompt_logprobs,
                   structured_outputs=self.structured_outputs_params())
-        for name in ("temperature", "top_p", "top_k", "min_p"):
+        for name in ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+                     "repetition_penalty"):
             if getattr(self, name) is not None:
                 kw[name] = getattr(self, name)
         return SamplingParams(**kw)
@@ -136,21 +148,35 @@ class CompletionRequest(SamplingRequest):
     prompt: str | list[str] | list[int] | list[list[int]]
     max_tokens: int | None = 16
     logprobs: int | None = None
-    echo: bool = False
+    echo: bool | None = False
     suffix: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def normalize_null_max_tokens(cls, data):
+        """`"max_tokens": null` is the default (16), as in vLLM's CompletionRequest."""
+        if isinstance(data, dict) and data.get("max_tokens") is None:
+            data = {**data, "max_tokens": cls.model_fields["max_tokens"].default}
+        return data
 
 
 class ChatMessage(OpenAIBaseModel):
-    role: Literal["system", "user", "assistant", "developer", "tool"]
+    role: str  # any role the chat template knows (vLLM passes custom roles through)
     content: str | list[dict] | None = None
 
 
 class ChatCompletionRequest(SamplingRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = None
-    logprobs: bool = False
-    top_logprobs: int | None = None
+    logprobs: bool | None = False
+    top_logprobs: int | None = 0
     add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    echo: bool = False
+    chat_template: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = "none"
 
 
 class TokenizeRequest(OpenAIBaseModel):
@@ -158,11 +184,13 @@ class TokenizeRequest(OpenAIBaseModel):
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
     add_special_tokens: bool = True
+    add_generation_prompt: bool = True
+    return_token_strs: bool | None = False
 
 
 class DetokenizeRequest(OpenAIBaseModel):
     model: str | None = None
-    tokens: list[int]
+    tokens: list[Annotated[int, Field(ge=0)]]
 
 
 def random_id(prefix: str) -> str:
