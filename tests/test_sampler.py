@@ -75,3 +75,30 @@ def test_cached_sampling_metadata_follows_every_batch_change():
     batch.append_token(2, 9)
     batch.append_token(2, 9)
     assert md().min_tokens is None  # two outputs now: nothing masked, with no batch change in between
+    assert md().penalties is None
+    batch.add_request(state("e", temperature=0.0, presence_penalty=0.5, repetition_penalty=1.2))  # row 3
+    batch.append_token(3, 11)
+    p = md().penalties
+    assert p.presence.tolist() == [0, 0, 0, 0.5] and p.repetition.tolist() == [1, 1, 1, np.float32(1.2)]
+    assert p.prompt_token_ids[3].tolist() == [5, 6, 7] and p.output_token_ids[3].tolist() == [11, -1]
+    assert p.output_token_ids[2].tolist() == [9, 9]
+    batch.swap_states(2, 3)  # the penalties move with their request
+    assert md().penalties.presence.tolist() == [0, 0, 0.5, 0]
+    batch.remove_request("e")
+    assert md().penalties is None
+
+
+def test_penalties_are_vllms_formulas():
+    """vLLM's apply_penalties: repetition divides positive / multiplies negative logits of every token seen in the
+    prompt or the output; frequency subtracts per output occurrence, presence once per output token."""
+    from minivllm.sample.metadata import Penalties
+    from minivllm.sample.sampler import apply_penalties
+
+    logits = torch.tensor([[2.0, -1.0, 0.5, 3.0, -2.0]])
+    p = Penalties(torch.tensor([0.5]), torch.tensor([0.25]), torch.tensor([2.0]),
+                  torch.tensor([[0, -1]]), torch.tensor([[1, 3, 3]]))
+    out = apply_penalties(logits.clone(), p)
+    # token 0: prompt only -> 2/2; token 1: output once -> -1*2 - 0.25 - 0.5; token 3: output twice -> 3/2 - 0.5 - 0.5
+    assert torch.allclose(out, torch.tensor([[1.0, -2.75, 0.5, 0.5, -2.0]]))
+    none = Penalties(torch.zeros(1), torch.zeros(1), torch.ones(1), torch.tensor([[0]]), torch.tensor([[1]]))
+    assert torch.equal(apply_penalties(logits.clone(), none), logits)

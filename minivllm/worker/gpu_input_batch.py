@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from minivllm.sample.metadata import Penalties
 from minivllm.sampling_params import SamplingParams
 
 
@@ -108,6 +109,20 @@ class InputBatch:
         if sp.min_tokens > 0 and stop_ids:
             self.min_tokens[idx] = (sp.min_tokens, n_prompt, sorted(stop_ids))
         return idx
+
+    def penalties(self, rows: np.ndarray, device: torch.device) -> Penalties | None:
+        """The rows' penalties with their prompt and output tokens so far (built every step: outputs grow);
+        None when no row has any."""
+        if not self.has_penalties.intersection(rows.tolist()):
+            return None
+        n_prompt, n_total = self.num_prompt_tokens[rows], np.minimum(self.num_tokens[rows], self.max_model_len)
+        prompt = np.full((len(rows), max(int(n_prompt.max()), 1)), -1, dtype=np.int64)
+        output = np.full((len(rows), max(int((n_total - n_prompt).max()), 1)), -1, dtype=np.int64)
+        for i, r in enumerate(rows.tolist()):
+            prompt[i, :n_prompt[i]] = self.token_ids_cpu[r, :n_prompt[i]]
+            output[i, :n_total[i] - n_prompt[i]] = self.token_ids_cpu[r, n_prompt[i]:n_total[i]]
+        return Penalties(*(torch.from_numpy(a).to(device) for a in (
+            self.presence_penalty[rows], self.frequency_penalty[rows], self.repetition_penalty[rows], prompt, output)))
 
     def append_block_ids(self, idx: int, block_ids: list[int]) -> None:
         start = self.num_blocks[idx]

@@ -25,7 +25,7 @@ from minivllm.compilation.cuda_graph import (
 from minivllm.config import VllmConfig
 from minivllm.core.sched.output import SchedulerOutput
 from minivllm.distributed import get_tensor_model_parallel_world_size
-from minivllm.sample.metadata import Penalties, SamplingMetadata
+from minivllm.sample.metadata import SamplingMetadata
 from minivllm.sample.rejection_sampler import PLACEHOLDER_TOKEN_ID, RejectionSampler, SpecDecodeMetadata
 from minivllm.sample.sampler import Sampler, gather_logprobs, sampled_token_ranks
 from minivllm.spec_decode.ngram_proposer import NgramProposer
@@ -222,24 +222,7 @@ class GPUModelRunner:
             mt = b.min_tokens.get(r)
             if mt is not None and b.num_tokens[r] - mt[1] < mt[0]:
                 min_tokens[i] = mt[2]
-        return dataclasses.replace(md, min_tokens=min_tokens or None, penalties=self._penalties(rows))
-
-    def _penalties(self, rows: np.ndarray) -> Penalties | None:
-        """The rows' penalties with their prompt and output tokens so far (every step: the outputs grow)."""
-        b = self.input_batch
-        if not b.has_penalties.intersection(rows.tolist()):
-            return None
-        n_prompt, n_total = b.num_prompt_tokens[rows], np.minimum(b.num_tokens[rows], b.max_model_len)
-        prompt = np.full((len(rows), max(int(n_prompt.max()), 1)), -1, dtype=np.int64)
-        output = np.full((len(rows), max(int((n_total - n_prompt).max()), 1)), -1, dtype=np.int64)
-        for i, r in enumerate(rows.tolist()):
-            prompt[i, :n_prompt[i]] = b.token_ids_cpu[r, :n_prompt[i]]
-            output[i, :n_total[i] - n_prompt[i]] = b.token_ids_cpu[r, n_prompt[i]:n_total[i]]
-        dev = self.device
-        return Penalties(torch.from_numpy(b.presence_penalty[rows]).to(dev),
-                         torch.from_numpy(b.frequency_penalty[rows]).to(dev),
-                         torch.from_numpy(b.repetition_penalty[rows]).to(dev),
-                         torch.from_numpy(prompt).to(dev), torch.from_numpy(output).to(dev))
+        return dataclasses.replace(md, min_tokens=min_tokens or None, penalties=b.penalties(rows, self.device))
 
     def _make_sampling_metadata(self, rows: np.ndarray) -> SamplingMetadata:
         b = self.input_batch
@@ -430,6 +413,7 @@ class GPUModelRunner:
         md None: every row is padding (the dummy batch that capture runs).
         """
         n, size = (0 if md is None else md.num_actual_tokens), batch_desc.num_tokens
+        self.cg_attn_metadata[size].backend_cache.clear()
         self.cg_block_table[:size].zero_()
         if n:
             self.cg_input_ids[:n].copy_(input_ids, non_blocking=True)
