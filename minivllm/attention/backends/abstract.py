@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -34,6 +34,9 @@ class AttentionMetadata:
     num_prefills: int = 0         # the rest
     query_start_loc_cpu: torch.Tensor | None = None  # host copies so kernels' launch math needs no sync
     seq_lens_cpu: torch.Tensor | None = None
+    # What a backend derives from the above once per step and every layer reuses (vLLM: its per-backend
+    # metadata builder). Whoever refills a persistent metadata in place (the CUDA-graph buffers) clears it.
+    backend_cache: dict = field(default_factory=dict)
 
     @property
     def num_reqs(self) -> int:
