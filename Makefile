@@ -32,7 +32,7 @@ vllm: .venv-vllm/.installed
 
 # Live differential tests: vLLM 0.27.1 re-runs every recorded workload and must equal its recording (and minivllm).
 test-vllm: venv vllm
-	MINIVLLM_VLLM_LIVE=1 $(PY) -m pytest -q -p no:cacheprovider tests/test_vllm_oracle.py tests/test_vllm_views.py -k live
+	MINIVLLM_VLLM_LIVE=1 $(PY) -m pytest -q -p no:cacheprovider tests/test_vllm_oracle.py tests/test_vllm_views.py tests/test_vllm_server_oracle.py -k live
 
 # Re-record vLLM 0.27.1's answers (data/vllm_oracle/*.json.xz, the lessons' data/vllm_views/*.json.xz).
 record-vllm: venv vllm

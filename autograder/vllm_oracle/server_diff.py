@@ -265,7 +265,7 @@ def _metric_families(text: str) -> list[str]:
 def normalize(case: dict, raw: dict) -> dict:
     out = {"status": raw["status"], "content_type": raw["content_type"]}
     text = raw["text"]
-    if case["cat"] == "metrics" and raw["status"] == 200:
+    if case["path"] == "/metrics" and raw["status"] == 200:
         out["families"] = _metric_families(text)
     elif raw["content_type"] == "text/event-stream":
         out["sse"] = _stream(text, case)

@@ -276,18 +276,30 @@ class OpenAIServing:
                 f"number of requested output tokens.", "input_tokens", num_prompt_tokens)
 
     def _process(self, request_id: str, prompt, params: SamplingParams, max_tokens: int | None,
-                 field: str) -> tuple[str | None, EngineCoreRequest]:
+                 field: str, truncate: int | None = None,
+                 add_special_tokens: bool = True) -> tuple[str | None, EngineCoreRequest]:
         processor = self.engine.input_processor
-        if isinstance(prompt, str) and max_tokens is not None and max_tokens < self.max_model_len:
+        if truncate is not None and truncate > self.max_model_len:
+            raise VLLMValidationError(f"truncate_prompt_tokens value ({truncate}) is greater than max_model_len "
+                                      f"({self.max_model_len}). Please request a smaller truncation size.",
+                                      "truncate_prompt_tokens", truncate)
+        if isinstance(prompt, str) and max_tokens is not None and max_tokens < self.max_model_len and truncate is None:
             processor.check_text_len(prompt, self.max_model_len - max_tokens)
+        if isinstance(prompt, str) and not add_special_tokens:
+            processor.check_text_len(prompt)
+            prompt = {"prompt": prompt, "prompt_token_ids": self.tokenizer.encode(prompt, add_special_tokens=False)}
         text, token_ids = processor.tokenize(prompt)
+        if truncate is not None:  # vLLM keeps the last tokens (-1: as many as the context holds)
+            token_ids = token_ids[-(self.max_model_len if truncate == -1 else truncate):] if truncate else []
         self.check_context(len(token_ids), max_tokens, field)
         return processor.process_inputs(request_id, {"prompt": text, "prompt_token_ids": token_ids}, params)
 
     async def process_inputs(self, request_id: str, prompt, params: SamplingParams, max_tokens: int | None,
-                             field: str = "max_tokens") -> tuple[str | None, EngineCoreRequest]:
+                             field: str = "max_tokens", truncate: int | None = None,
+                             add_special_tokens: bool = True) -> tuple[str | None, EngineCoreRequest]:
         """Tokenize and validate on the pool: (prompt text, the EngineCoreRequest for AsyncLLM.generate)."""
-        return await self.in_pool(self._process, request_id, prompt, params, max_tokens, field)
+        return await self.in_pool(self._process, request_id, prompt, params, max_tokens, field, truncate,
+                                  add_special_tokens)
 
     def check_model(self, model: str | None) -> None:
         if model is not None and model != self.model_name:
@@ -368,7 +380,8 @@ _MESSAGE_EXTRAS = {"refusal": None, "annotations": None, "audio": None, "functio
 
 
 async def start_children(serving: OpenAIServing, rid: str, prompts: list, params: SamplingParams, stream: bool,
-                         max_tokens: int | None, field: str = "max_tokens") -> list[PrimedGenerate]:
+                         max_tokens: int | None, field: str = "max_tokens", truncate: int | None = None,
+                         add_special_tokens: bool = True) -> list[PrimedGenerate]:
     """One engine request per (prompt, sample): n > 1 fans out as vLLM's ParentRequest does (child i of a
     seeded request gets seed + i). All are validated and registered before a stream starts, so bad input
     is a 400, not a broken stream. Generator k answers choice k = prompt index * n + sample index."""
@@ -377,7 +390,8 @@ async def start_children(serving: OpenAIServing, rid: str, prompts: list, params
         parent = ParentRequest(f"{rid}-{i}" if len(prompts) > 1 else rid, params)
         for j in range(params.n):
             child_id, child_params = parent.get_child_info(j) if params.n > 1 else (parent.request_id, params)
-            text, request = await serving.process_inputs(child_id, p, child_params, max_tokens, field)
+            text, request = await serving.process_inputs(child_id, p, child_params, max_tokens, field, truncate,
+                                                         add_special_tokens)
             processed.append((text, request, child_params))
     gens: list[PrimedGenerate] = []
     try:
@@ -403,9 +417,20 @@ async def finals_of(gens: list[PrimedGenerate]) -> list[RequestOutput]:
     return finals
 
 
+def check_prompt_logprobs(params: SamplingParams) -> None:
+    """Prompt logprobs need the model runner to keep every prompt position's logits, which it does not."""
+    if params.prompt_logprobs is not None:
+        raise VLLMValidationError("prompt logprobs (prompt_logprobs, or echo with logprobs) are not supported",
+                                  "prompt_logprobs")
+
+
 # ---------------------------------------------------------------------------- completions
 async def create_completion(serving: OpenAIServing, req: CompletionRequest, raw: Request):
     serving.check_model(req.model)
+    if req.prompt_embeds is not None:
+        raise VLLMValidationError("You must set `--enable-prompt-embeds` to input `prompt_embeds`.", "prompt_embeds")
+    if req.prompt is None:
+        raise VLLMValidationError("Either prompt or prompt_embeds must be provided and non-empty.", "prompt")
     req.check_stream_options()
     if req.suffix:
         raise ValueError("suffix is not supported")
@@ -413,13 +438,12 @@ async def create_completion(serving: OpenAIServing, req: CompletionRequest, raw:
     echo_only = bool(req.echo) and req.max_tokens == 0
     max_tokens = 1 if echo_only else req.max_tokens
     prompt_logprobs = req.prompt_logprobs if req.prompt_logprobs is not None or not req.echo else req.logprobs
-    if prompt_logprobs is not None:
-        raise VLLMValidationError("prompt logprobs (prompt_logprobs, or echo with logprobs) are not supported",
-                                  "prompt_logprobs")
-    params = req.to_sampling_params(max_tokens, req.logprobs)
+    params = req.to_sampling_params(max_tokens, req.logprobs, prompt_logprobs)
+    check_prompt_logprobs(params)
     prompts = _prompts(req.prompt)
     rid, created = random_id("cmpl"), now()
-    gens = await start_children(serving, rid, prompts, params, bool(req.stream), max_tokens)
+    gens = await start_children(serving, rid, prompts, params, bool(req.stream), max_tokens,
+                                truncate=req.truncate_prompt_tokens, add_special_tokens=req.add_special_tokens)
     echo_texts = [(p if isinstance(p, str) else serving.tokenizer.decode(p)) if req.echo else "" for p in prompts]
     echo_texts = [t for t in echo_texts for _ in range(params.n)]
     if req.stream:
@@ -501,7 +525,7 @@ async def _completion_stream(serving, req, gens, rid, created, echo_texts, n, ec
                 first[i] = False
                 n_prompt[i] = len(out.prompt_token_ids) if i % n == 0 else 0
                 text = echo_texts[i] + text
-                prompt_ids = list(out.prompt_token_ids) if req.return_token_ids else None
+                prompt_ids = list(out.prompt_token_ids) if req.return_token_ids or req.echo else None
             n_gen[i] += len(c.token_ids)
             if not text and not c.finish_reason:
                 continue  # text held back (a stop string may be forming) and nothing else to say
@@ -528,6 +552,8 @@ async def _completion_stream(serving, req, gens, rid, created, echo_texts, n, ec
 def _check_chat_request(req: ChatCompletionRequest) -> None:
     """vLLM's 400s for chat options this server cannot honour or that contradict each other."""
     req.check_stream_options()
+    if not req.messages:
+        raise ValueError("messages must not be empty")
     if req.top_logprobs and not req.logprobs:
         raise VLLMValidationError("when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
     if req.continue_final_message and req.add_generation_prompt:
@@ -548,14 +574,16 @@ async def create_chat_completion(serving: OpenAIServing, req: ChatCompletionRequ
     _check_chat_request(req)
     num_lp = (req.top_logprobs or 0) if req.logprobs else None
     max_tokens = req.max_completion_tokens or req.max_tokens
-    params = req.to_sampling_params(max_tokens, num_lp)
+    params = req.to_sampling_params(max_tokens, num_lp, req.prompt_logprobs)
+    check_prompt_logprobs(params)
     prompt = await serving.in_pool(serving.chat_prompt, req.messages, req.add_generation_prompt,
                                    req.continue_final_message, req.chat_template_kwargs)
     # vLLM's get_chat_request_role: the reply speaks as the assistant only when the prompt asks for one.
     role = "assistant" if req.add_generation_prompt else req.messages[-1].role
     rid, created = random_id("chatcmpl"), now()
     gens = await start_children(serving, rid, [prompt], params, bool(req.stream), max_tokens,
-                                "max_completion_tokens" if req.max_completion_tokens else "max_tokens")
+                                "max_completion_tokens" if req.max_completion_tokens else "max_tokens",
+                                truncate=req.truncate_prompt_tokens)
     if req.stream:
         return CancellableStreamingResponse(_chat_stream(serving, req, gens, rid, created, num_lp or 0, role),
                                             media_type="text/event-stream")
@@ -575,7 +603,8 @@ async def create_chat_completion(serving: OpenAIServing, req: ChatCompletionRequ
         return JSONResponse({"id": rid, "object": "chat.completion", "created": created, "model": serving.model_name,
                              "choices": choices} | _RESPONSE_EXTRAS | {
             "usage": _usage(len(ids), n_gen), "prompt_logprobs": None,
-            "prompt_token_ids": list(ids) if req.return_token_ids else None, "prompt_text": None}
+            "prompt_token_ids": list(ids) if req.return_token_ids else None,
+            "prompt_text": prompt["prompt"] if req.return_prompt_text else None}
                             | _TRANSFER_EXTRAS)
     return await with_cancellation(raw, run())
 
@@ -715,7 +744,7 @@ def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api
         """vLLM's two request kinds: chat (messages, when no prompt is given) or completion (prompt)."""
         s = serving(request)
         s.check_model(req.model)
-        if req.prompt is None and req.messages is not None:
+        if req.messages is not None:
             tokens = (await s.in_pool(s.chat_prompt, req.messages, req.add_generation_prompt))["prompt_token_ids"]
         elif req.prompt is None:
             raise RequestValidationError([{"type": "missing", "loc": ("body", "prompt"), "msg": "Field required",

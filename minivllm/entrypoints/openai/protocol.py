@@ -100,6 +100,7 @@ class SamplingRequest(OpenAIBaseModel):
     prompt_logprobs: int | None = None
     return_token_ids: bool | None = None
     stream_interval: Annotated[int, Field(ge=1)] | None = None
+    truncate_prompt_tokens: Annotated[int, Field(ge=-1)] | None = None
     response_format: ResponseFormat | None = None
     structured_outputs: dict[str, Any] | None = None  # vLLM's StructuredOutputsParams fields
 
@@ -145,7 +146,9 @@ class SamplingRequest(OpenAIBaseModel):
 
 
 class CompletionRequest(SamplingRequest):
-    prompt: str | list[str] | list[int] | list[list[int]]
+    prompt: str | list[str] | list[int] | list[list[int]] | None = None
+    prompt_embeds: Any = None  # refused: minivllm has no --enable-prompt-embeds
+    add_special_tokens: bool = True
     max_tokens: int | None = 16
     logprobs: int | None = None
     echo: bool | None = False
@@ -166,13 +169,15 @@ class ChatMessage(OpenAIBaseModel):
 
 
 class ChatCompletionRequest(SamplingRequest):
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: list[ChatMessage]
     max_completion_tokens: int | None = None
     logprobs: bool | None = False
     top_logprobs: int | None = 0
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     echo: bool = False
+    add_special_tokens: bool = False
+    return_prompt_text: bool | None = None
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None
