@@ -30,6 +30,7 @@ BENCHMARKS = [
     ("spec_decode", ["--num-prompts", "2", "--max-tokens", "96"], "n-gram speculative decoding vs plain, batch 1"),
     ("tensor_parallel", ["--num-prompts", "16"], "TP=2 vs TP=1 (gloo, 2 CPU ranks) and the all-reduce share"),
     ("vs_vllm", [], "throughput (shipped, ~100M Llama) and scheduler cost vs vLLM 0.27.1 itself (needs make vllm)"),
+    ("profile_vs_vllm", [], "where the time goes per generated token (torch.profiler), minivllm and vLLM 0.27.1, ~100M Llama"),
     ("serve_vs_vllm", [], "serving TTFT / TPOT / throughput vs vLLM 0.27.1's server, by vLLM's own bench client"),
 ]
 
