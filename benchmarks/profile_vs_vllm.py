@@ -134,6 +134,31 @@ def main() -> None:
         print(f"  {n:28s} {a:9.3f} {b:9.3f} {a / b if b else float('nan'):7.2f}")
     figures["rows"] = rows
     write_json(args.json_out, "profile_vs_vllm", [], figures, env)
+    if args.json_out:
+        plot(Path(args.json_out).with_suffix(".png"), rows, names[:-1], args.model)
+
+
+def plot(path: Path, rows: dict, names: list[str], model: str) -> None:
+    """One stacked bar per engine: ms per generated token by kind."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(figsize=(8, 2.4))
+    sides = ["minivllm", "vllm"]
+    left = [0.0, 0.0]
+    for n in names:
+        widths = [rows[s].get(n, 0.0) for s in sides]
+        ax.barh(["minivllm", "vLLM 0.27.1"], widths, left=left, label=n)
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    ax.set_xlabel(f"ms per generated token ({model}, torch.profiler, top-level ops)")
+    ax.invert_yaxis()
+    ax.legend(fontsize=7, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -100,6 +100,8 @@ def write_report(out: Path, sections, start_env: dict) -> None:
             for key, value in record["figures"].items():
                 lines.append(f"- {key}: {json.dumps(value)}")
         lines += ["", "```", stdout.strip(), "```", ""]
+        if (out / f"{name}.png").exists():
+            lines += [f"![{name}]({name}.png)", ""]
     if all_ratios and plot(out / "ratios.png", all_ratios):
         lines += ["![ratios](ratios.png)", ""]
     (out / "report.md").write_text("\n".join(lines))
