@@ -50,6 +50,14 @@ class StructuredOutputsParams(msgspec.Struct, omit_defaults=True, forbid_unknown
 _CONSTRAINTS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
 
 
+def _is_int_key(key) -> bool:
+    try:
+        int(key)
+    except (TypeError, ValueError):
+        return False
+    return not isinstance(key, bool)
+
+
 class SamplingParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
     """Decoding parameters; temperature 0 means greedy."""
 
@@ -71,11 +79,21 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=T
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     prompt_logprobs: int | None = None
+    logit_bias: dict[int, float] | None = None     # token id -> added to its logit, clamped to [-100, 100]
+    allowed_token_ids: list[int] | None = None     # only these tokens may be sampled
     structured_outputs: StructuredOutputsParams | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
+        if self.logit_bias:  # OpenAI sends the token ids as JSON object keys (strings)
+            bad = [k for k in self.logit_bias if not _is_int_key(k)]
+            if bad:
+                raise VLLMValidationError(f"logit_bias contains key(s) that cannot be converted to integer token "
+                                          f"IDs: {bad!r}", "logit_bias")
+            self.logit_bias = {int(k): min(100.0, max(-100.0, float(v))) for k, v in self.logit_bias.items()}
+        if self.allowed_token_ids is not None and len(self.allowed_token_ids) == 0:
+            raise VLLMValidationError("allowed_token_ids is not None and empty!", "allowed_token_ids")
         for name in ("n", "max_tokens", "top_k", "seed", "min_tokens", "logprobs", "prompt_logprobs"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):

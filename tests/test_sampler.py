@@ -102,3 +102,18 @@ def test_penalties_are_vllms_formulas():
     assert torch.allclose(out, torch.tensor([[1.0, -2.75, 0.5, 0.5, -2.0]]))
     none = Penalties(torch.zeros(1), torch.zeros(1), torch.ones(1), torch.tensor([[0]]), torch.tensor([[1]]))
     assert torch.equal(apply_penalties(logits.clone(), none), logits)
+
+
+def test_allowed_token_ids_and_logit_bias():
+    """vLLM's allowed_token_ids mask and LogitBiasLogitsProcessor change what is sampled, not the raw logprobs."""
+    from minivllm.sample.metadata import SamplingMetadata
+    from minivllm.sample.sampler import Sampler
+
+    logits = torch.tensor([[5.0, 1.0, 0.0, -1.0], [5.0, 1.0, 0.0, -1.0], [5.0, 1.0, 0.0, -1.0]])
+    md = SamplingMetadata(temperature=None, all_greedy=True, all_random=False, top_p=None, top_k=None, min_p=None,
+                          generators={}, max_num_logprobs=0, num_logprobs=[0, 0, 0],
+                          allowed_token_ids={0: [2, 3]}, logit_bias={1: {3: 100.0}})
+    out = Sampler()(logits, md)
+    assert out.sampled_token_ids.tolist() == [2, 3, 0]
+    raw = logits.log_softmax(-1)
+    assert out.logprobs[0] == {2: raw[0, 2].item()}  # the raw distribution's logprob of the sampled token

@@ -43,13 +43,6 @@ OPEN_GAPS: dict[str, str] = {
         "cmpl/prompt_logprobs_0", "cmpl/prompt_logprobs_2", "cmpl/echo_logprobs", "cmpl/echo_logprobs_0",
         "cmpl/echo_max_tokens_0_logprobs", "cmpl/echo_list", "cmpl/stream/echo_logprobs", "chat/prompt_logprobs_0",
         "chat/prompt_logprobs_2", "chat/echo", "chat/echo_continue", "chat/stream/echo")},
-    **{f"{ep}/logit_bias": "logit_bias is ignored (vLLM adds it to the logits)" for ep in ("cmpl", "chat")},
-    **{f"{ep}/allowed_token_ids": "allowed_token_ids is ignored (vLLM masks every other token)"
-       for ep in ("cmpl", "chat")},
-    **{f"{ep}/bad/logit_bias_bad_key": "logit_bias is not validated (vLLM: 400, param logit_bias)"
-       for ep in ("cmpl", "chat")},
-    **{f"{ep}/bad/allowed_token_ids_oov": "allowed_token_ids is not validated (vLLM: 400, param allowed_token_ids)"
-       for ep in ("cmpl", "chat")},
     "cmpl/truncate_prompt_tokens": "vLLM reports 2 prompt tokens but answers as for the whole prompt; minivllm "
                                    "generates from the last 2",
     "cmpl/return_token_ids_echo": "vLLM leaves the echoed prompt out of the text when return_token_ids is set",

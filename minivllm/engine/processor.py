@@ -95,6 +95,12 @@ class InputProcessor:
         if bad:
             raise VLLMValidationError(f"stop_token_ids: token id {bad[0]} is out of vocabulary (size "
                                       f"{self.vocab_size})", "stop_token_ids")
+        bad = [t for t in params.logit_bias or () if not 0 <= t < self.vocab_size]
+        if bad:
+            raise VLLMValidationError(f"token_id(s) {bad} in logit_bias contain out-of-vocab token ids. Vocabulary "
+                                      f"size: {self.vocab_size}", "logit_bias")
+        if any(not 0 <= t < len(self.tokenizer) for t in params.allowed_token_ids or ()):
+            raise VLLMValidationError("allowed_token_ids contains out-of-vocab token id!", "allowed_token_ids")
         if params.logprobs is not None and params.logprobs > min(20, self.vocab_size):
             raise VLLMValidationError(f"logprobs must be at most {min(20, self.vocab_size)}, got {params.logprobs}",
                                       "logprobs")

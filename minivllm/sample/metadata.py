@@ -32,4 +32,6 @@ class SamplingMetadata:
     max_num_logprobs: int | None       # largest logprobs asked for in the batch, None if none
     num_logprobs: list[int | None] | None = None
     min_tokens: dict[int, list[int]] | None = None  # row -> stop/EOS ids masked (still below min_tokens)
-    penalties: Penalties | None = None  # refreshed every step (the output tokens grow); None if no row has any
+    penalties: Penalties | None = None
+    logit_bias: dict[int, dict[int, float]] | None = None  # row -> token id -> bias added to its logit
+    allowed_token_ids: dict[int, list[int]] | None = None  # row -> the only ids it may sample  # refreshed every step (the output tokens grow); None if no row has any

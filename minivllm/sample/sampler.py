@@ -128,10 +128,16 @@ class Sampler(nn.Module):
     def forward(self, logits: torch.Tensor, md: SamplingMetadata) -> SamplerOutput:
         logits = logits.float()
         raw_logprobs = logits.log_softmax(dim=-1) if md.max_num_logprobs is not None else None
-        if md.min_tokens:  # vLLM's MinTokensLogitsProcessor: no stop token / EOS before min_tokens
+        if md.allowed_token_ids or md.min_tokens or md.logit_bias:
             logits = logits.clone()
-            for row, ids in md.min_tokens.items():
-                logits[row, ids] = float("-inf")
+        for row, ids in (md.allowed_token_ids or {}).items():  # vLLM's allowed_token_ids mask comes first
+            allowed = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
+            allowed[ids] = True
+            logits[row].masked_fill_(~allowed, float("-inf"))
+        for row, ids in (md.min_tokens or {}).items():  # vLLM's MinTokensLogitsProcessor: no stop/EOS before min_tokens
+            logits[row, ids] = float("-inf")
+        for row, bias in (md.logit_bias or {}).items():  # vLLM's LogitBiasLogitsProcessor
+            logits[row, list(bias)] += torch.tensor(list(bias.values()), dtype=logits.dtype, device=logits.device)
         if md.penalties is not None:
             logits = apply_penalties(logits, md.penalties)
         greedy = logits.argmax(dim=-1) if not md.all_random else None

@@ -57,6 +57,8 @@ class InputBatch:
         self.repetition_penalty = np.ones(max_num_reqs, dtype=np.float32)
         self.num_prompt_tokens = np.zeros(max_num_reqs, dtype=np.int64)
         self.has_penalties: set[int] = set()
+        self.logit_bias: dict[int, dict[int, float]] = {}  # row -> token id -> bias
+        self.allowed_token_ids: dict[int, list[int]] = {}  # row -> the only ids it may sample
         self.num_logprobs: list[int | None] = [None] * max_num_reqs
         self.generators: dict[int, torch.Generator] = {}
         # row -> (min_tokens, prompt length, ids masked until then): vLLM's MinTokensLogitsProcessor state
@@ -98,6 +100,10 @@ class InputBatch:
         self.num_prompt_tokens[idx] = n_prompt
         if sp.has_penalties:
             self.has_penalties.add(idx)
+        if sp.logit_bias:
+            self.logit_bias[idx] = sp.logit_bias
+        if sp.allowed_token_ids:
+            self.allowed_token_ids[idx] = sp.allowed_token_ids
         self.num_logprobs[idx] = sp.logprobs
         if state.generator is not None:
             self.generators[idx] = state.generator
@@ -144,6 +150,8 @@ class InputBatch:
         self.generators.pop(idx, None)
         self.min_tokens.pop(idx, None)
         self.has_penalties.discard(idx)
+        self.logit_bias.pop(idx, None)
+        self.allowed_token_ids.pop(idx, None)
         self.num_logprobs[idx] = None
         return idx
 
@@ -160,7 +168,7 @@ class InputBatch:
                     self.frequency_penalty, self.repetition_penalty, self.num_prompt_tokens):
             arr[[i, j]] = arr[[j, i]]
         self.num_logprobs[i], self.num_logprobs[j] = self.num_logprobs[j], self.num_logprobs[i]
-        for per_row in (self.generators, self.min_tokens):
+        for per_row in (self.generators, self.min_tokens, self.logit_bias, self.allowed_token_ids):
             vi, vj = per_row.pop(i, None), per_row.pop(j, None)
             if vj is not None:
                 per_row[i] = vj

@@ -239,7 +239,9 @@ class GPUModelRunner:
             top_k=torch.from_numpy(b.top_k[rows]).to(dev) if (b.top_k[rows] > 0).any() else None,
             min_p=torch.from_numpy(b.min_p[rows]).to(dev) if (b.min_p[rows] > 0).any() else None,
             generators={row_of[r]: g for r, g in b.generators.items() if r in row_of},
-            max_num_logprobs=max(asked) if asked else None, num_logprobs=num_logprobs)
+            max_num_logprobs=max(asked) if asked else None, num_logprobs=num_logprobs,
+            logit_bias={row_of[r]: v for r, v in b.logit_bias.items() if r in row_of} or None,
+            allowed_token_ids={row_of[r]: v for r, v in b.allowed_token_ids.items() if r in row_of} or None)
 
     # ------------------------------------------------------------------ step
     @torch.inference_mode()

@@ -98,6 +98,8 @@ class SamplingRequest(OpenAIBaseModel):
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     prompt_logprobs: int | None = None
+    logit_bias: dict[str, float] | None = None
+    allowed_token_ids: list[int] | None = None
     return_token_ids: bool | None = None
     stream_interval: Annotated[int, Field(ge=1)] | None = None
     truncate_prompt_tokens: Annotated[int, Field(ge=-1)] | None = None
@@ -137,6 +139,7 @@ class SamplingRequest(OpenAIBaseModel):
                   min_tokens=self.min_tokens, stop_token_ids=self.stop_token_ids, logprobs=logprobs,
                   include_stop_str_in_output=self.include_stop_str_in_output,
                   skip_special_tokens=self.skip_special_tokens, prompt_logprobs=prompt_logprobs,
+                  logit_bias=self.logit_bias, allowed_token_ids=self.allowed_token_ids,
                   structured_outputs=self.structured_outputs_params())
         for name in ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
                      "repetition_penalty"):
