@@ -339,9 +339,10 @@ def first_divergence(case: dict, a: dict, b: dict) -> str | None:
 
 
 # ---------------------------------------------------------------------------- recording and reports
-def answers_of(side: str, cases: list[dict], log_path: Path | None = None) -> list[dict]:
+def answers_of(side: str, cases: list[dict], log_path: Path | None = None,
+               concurrency: int = CONCURRENCY) -> list[dict]:
     with running_server(side, log_path) as url:
-        raw = send_all(url, cases)
+        raw = send_all(url, cases, concurrency)
     return [normalize(c, r) for c, r in zip(cases, raw, strict=True)]
 
 

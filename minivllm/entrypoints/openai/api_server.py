@@ -23,6 +23,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -123,6 +124,36 @@ def clean_loc_for_param(loc: tuple) -> str:
     """A pydantic error's loc as vLLM's `param` ("body.max_tokens"), without union-branch markers."""
     parts = [str(p) for p in loc if not ("[" in str(p) or str(p).lower() in _LOC_TYPE_MARKERS)]
     return ".".join(parts or [str(p) for p in loc])
+
+
+class HttpMetricsMiddleware:
+    """Feeds the stat logger's HTTP families (vLLM's Instrumentator): handler is the matched route's path."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start, status, sent = time.perf_counter(), 500, 0
+
+        async def counting_send(message) -> None:
+            nonlocal status, sent
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body":
+                sent += len(message.get("body", b""))
+            await send(message)
+        try:
+            await self.app(scope, receive, counting_send)
+        finally:
+            serving = getattr(scope["app"].state, "serving", None)
+            route = scope.get("route")
+            if serving is not None:
+                length = dict(scope["headers"]).get(b"content-length", b"0")
+                serving.stat_logger.http.observe(scope["method"], getattr(route, "path", "none"), status,
+                                                 int(length) if length.isdigit() else 0, sent,
+                                                 time.perf_counter() - start)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -253,7 +284,8 @@ class OpenAIServing:
         self.tokenizer = engine.get_tokenizer()
         self.model_name = served_model_name
         self.max_model_len = engine.vllm_config.scheduler_config.max_model_len
-        self.stat_logger = PrometheusStatLogger(served_model_name, self.max_model_len)
+        self.stat_logger = PrometheusStatLogger(served_model_name, self.max_model_len,
+                                                engine.vllm_config.cache_config)
         engine.stat_loggers.append(self.stat_logger)
         # Tokenizing and chat templating run here, off the event loop (HF tokenizers release the GIL).
         self.tokenizer_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenizer")
@@ -692,6 +724,7 @@ def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api
     app = FastAPI(title="minivllm OpenAI-compatible server", lifespan=lifespan)
     install_error_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_request_body_bytes)
+    app.add_middleware(HttpMetricsMiddleware)
 
     if api_key:
         @app.middleware("http")

@@ -7,16 +7,32 @@ logger has its own registry, so several apps in one process never collide. Multi
 with PROMETHEUS_MULTIPROC_DIR set (several server processes), values live in the directory's mmap files
 and render() aggregates every process's with a MultiProcessCollector.
 Beyond vLLM's set: num_free_kv_blocks, num_total_kv_blocks and prefix_cache_hit_rate (for the lessons).
-Not computed (nothing in minivllm produces them): num_requests_waiting_by_reason, engine_sleep_state,
-corrupted_requests, external_prefix_cache_*, mm_cache_*, kv_block_* (KV-cache residency sampling),
-lora_requests_info, cache_config_info. The phase times use the frontend's arrival of the first and last
-token where vLLM uses the EngineCore's output timestamps.
+Also vLLM's unprefixed families: the HTTP ones of prometheus_fastapi_instrumentator's default set (HttpMetrics,
+fed by the server's middleware; vLLM's excluded handlers left out), and prometheus_client's process_* and
+python_* collectors. cache_config_info carries the CacheConfig as labels; engine_sleep_state is always
+awake (minivllm has no sleep mode).
+Not computed (nothing in minivllm produces them): num_requests_waiting_by_reason, corrupted_requests,
+external_prefix_cache_* (no KV connector), mm_cache_* (no multimodal inputs), kv_block_* (KV-cache residency
+sampling), estimated_flops/read_bytes/write_bytes_per_gpu, lora_requests_info. The phase times use the
+frontend's arrival of the first and last token where vLLM uses the EngineCore's output timestamps.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Summary,
+    generate_latest,
+    multiprocess,
+)
 
 from minivllm.engine import SchedulerStats
 from minivllm.engine.output_processor import IterationStats
@@ -43,6 +59,42 @@ def build_1_2_5_buckets(max_value: int) -> list[int]:
         scale *= 10
 
 
+# prometheus_fastapi_instrumentator.metrics.default's buckets, and the handlers vLLM leaves out of them.
+HTTP_HIGHR_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5, 5, 7.5, 10, 30,
+                      60)
+HTTP_LOWR_BUCKETS = (0.1, 0.5, 1)
+HTTP_EXCLUDED_HANDLERS = frozenset({"/metrics", "/health", "/load", "/ping", "/version", "/server_info"})
+
+
+class HttpMetrics:
+    """The instrumentator's default HTTP families, as vLLM exports them (status grouped as 2xx, 4xx, ...)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.total = Counter("http_requests_total", "Total number of requests by method, status and handler.",
+                             ["method", "status", "handler"], registry=r)
+        self.in_size = Summary("http_request_size_bytes", "Content length of incoming requests by handler. Only "
+                               "value of header is respected. Otherwise ignored.", ["handler"], registry=r)
+        self.out_size = Summary("http_response_size_bytes", "Content length of outgoing responses by handler. Only "
+                                "value of header is respected. Otherwise ignored.", ["handler"], registry=r)
+        self.latency_highr = Histogram("http_request_duration_highr_seconds", "Latency with many buckets but no API "
+                                       "specific labels. Made for more accurate percentile calculations.",
+                                       buckets=HTTP_HIGHR_BUCKETS, registry=r)
+        self.latency_lowr = Histogram("http_request_duration_seconds", "Latency with only few buckets by handler. "
+                                      "Made to be only used if aggregation by handler is important.",
+                                      ["method", "handler"], buckets=HTTP_LOWR_BUCKETS, registry=r)
+
+    def observe(self, method: str, handler: str, status: int, request_size: int, response_size: int,
+                seconds: float) -> None:
+        if handler in HTTP_EXCLUDED_HANDLERS:
+            return
+        self.total.labels(method, f"{str(status)[0]}xx", handler).inc()
+        self.in_size.labels(handler).observe(request_size)
+        self.out_size.labels(handler).observe(response_size)
+        self.latency_highr.observe(seconds)
+        self.latency_lowr.labels(method, handler).observe(seconds)
+
+
 def multiprocess_mode() -> bool:
     return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 
@@ -50,9 +102,12 @@ def multiprocess_mode() -> bool:
 class PrometheusStatLogger:
     """Records what AsyncLLM's output handler reports; render() gives the /metrics body."""
 
-    def __init__(self, model_name: str, max_model_len: int = 2048) -> None:
+    def __init__(self, model_name: str, max_model_len: int = 2048, cache_config=None) -> None:
         self.registry = CollectorRegistry()
         r, labels = self.registry, ["model_name"]
+        for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):  # this process's own numbers
+            r.register(collector)
+        self.http = HttpMetrics(r)
 
         def gauge(name: str, doc: str):
             return Gauge(PREFIX + name, doc, labels, registry=r, multiprocess_mode="mostrecent").labels(model_name)
@@ -128,6 +183,15 @@ class PrometheusStatLogger:
                                                  "Accepted / draft tokens since start (minivllm; vLLM derives it).")
         self.spec_decode_mean_acceptance_length = gauge(
             "spec_decode_mean_acceptance_length", "1 + accepted tokens per draft since start (minivllm).")
+        sleep_state = Gauge(PREFIX + "engine_sleep_state", "Engine sleep state; awake = 1 means engine is awake "
+                            "(minivllm has no sleep mode).", ["model_name", "sleep_state"], registry=r,
+                            multiprocess_mode="mostrecent")
+        for state, value in (("awake", 1), ("weights_offloaded", 0), ("discard_all", 0)):
+            sleep_state.labels(model_name, state).set(value)
+        if cache_config is not None:  # an info metric as vLLM emulates it: a gauge at 1, the config as labels
+            info = {k: str(v) for k, v in dataclasses.asdict(cache_config).items()} | {"engine": "0"}
+            Gauge(PREFIX + "cache_config_info", "Information of the LLMEngine CacheConfig", list(info),
+                  registry=r, multiprocess_mode="mostrecent").labels(**info).set(1)
         self._totals = {"queries": 0, "hits": 0, "preemptions": 0}  # the core's cumulative counts seen so far
 
     def _set_scheduler_stats(self, s: SchedulerStats) -> None:
