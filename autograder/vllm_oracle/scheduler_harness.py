@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from collections import deque
 
-from autograder.vllm_oracle.workloads import error_divergence
-
 
 class Canon:
     """Block hashes differ between engines (hash function, seed); their equalities must not. Each distinct hash
@@ -136,7 +134,10 @@ def _run(backend, workload: dict) -> dict:
 
 
 def first_divergence(a: dict, b: dict) -> str | None:
-    """Where two runs of one workload first differ: the event (step, kind), the request and the field."""
+    """Where two runs of one workload first differ: the event (step, kind), the request and the field.
+    (workloads is imported here: the student release ships this file, not workloads.py.)"""
+    from autograder.vllm_oracle.workloads import error_divergence
+
     failed, diff = error_divergence(f"seed {a['seed']}", a, b)
     if failed:
         return diff and f"{diff} ({a.get('message', '')} | {b.get('message', '')})"
