@@ -114,7 +114,7 @@ def test_from_engine_core_request():
 
 # ---------------------------------------------------------------- SamplingParams
 @pytest.mark.parametrize("kwargs, field", [
-    ({"n": 2}, "n"),
+    ({"n": 0}, "n"),
     ({"max_tokens": 0}, "max_tokens"),
     ({"temperature": -0.1}, "temperature"),
     ({"temperature": math.nan}, "temperature"),
@@ -138,7 +138,10 @@ def test_from_engine_core_request():
 def test_sampling_params_rejects_bad_values(kwargs, field):
     with pytest.raises(ValueError, match=field) as e:
         SamplingParams(**kwargs)
-    assert e.value.parameter == field  # the server's 400 names it in `param`
+    # the server's 400 names it in `param`, except where vLLM's _verify_args names no parameter
+    unnamed = kwargs in ({"n": 0}, {"top_k": -2}, {"min_p": 1.5}, {"min_p": -0.1}, {"min_tokens": -1},
+                         {"min_tokens": 5, "max_tokens": 4})
+    assert e.value.parameter == (None if unnamed else field)
 
 
 def test_sampling_params_normalises():

@@ -86,6 +86,9 @@ class InputProcessor:
                        arrival_time: float | None = None) -> tuple[str | None, EngineCoreRequest]:
         if not isinstance(params, SamplingParams):
             raise ValueError(f"sampling params must be SamplingParams, got {type(params).__name__}")
+        if params.n > 1:
+            raise VLLMValidationError(f"n={params.n}: one engine request samples once; fan it out into n requests "
+                                      f"with ParentRequest (LLM.generate and the OpenAI server do)", "n")
         text, token_ids = self.tokenize(prompt)
         self.check_prompt_len(len(token_ids))
         bad = [t for t in token_ids if not 0 <= t < self.vocab_size]

@@ -1,12 +1,15 @@
 """LLM (vLLM: vllm/entrypoints/llm.py): offline batched generation with a progress bar."""
 from __future__ import annotations
 
+import dataclasses
+import uuid
 from collections.abc import Sequence
 
 from tqdm.auto import tqdm
 
 from minivllm.config import EngineArgs
 from minivllm.engine.llm_engine import LLMEngine
+from minivllm.engine.parallel_sampling import ParentRequest
 from minivllm.engine.processor import PromptType
 from minivllm.metrics.reader import Metric
 from minivllm.outputs import RequestOutput
@@ -52,21 +55,30 @@ class LLM:
         if len(params) != len(prompts):
             raise ValueError(f"got {len(prompts)} prompts but {len(params)} sampling params")
         engine = self.llm_engine
-        order: dict[str, int] = {}
+        order: dict[str, tuple[int, int]] = {}  # engine request id -> (prompt index, sample index)
         for i, (prompt, sp) in enumerate(zip(prompts, params, strict=True)):
             try:
-                order[engine.add_request(None, prompt, sp)] = i
+                if sp.n == 1:
+                    order[engine.add_request(None, prompt, sp)] = (i, 0)
+                    continue
+                parent = ParentRequest(f"{i}-{uuid.uuid4().hex}", sp)  # vLLM's fan-out of n samples
+                for j in range(sp.n):
+                    child_id, child_params = parent.get_child_info(j)
+                    order[engine.add_request(child_id, prompt, child_params)] = (i, j)
             except ValueError:
                 engine.abort_request(list(order))
                 raise
-        results: list[RequestOutput | None] = [None] * len(prompts)
+        samples: list[list[RequestOutput | None]] = [[None] * sp.n for sp in params]
         with tqdm(total=len(prompts), desc="Processed prompts", disable=not use_tqdm) as bar:
             while engine.has_unfinished_requests():
                 for out in engine.step():
                     if out.finished and out.request_id in order:
-                        results[order[out.request_id]] = out
-                        bar.update(1)
-        return results
+                        i, j = order[out.request_id]
+                        samples[i][j] = out
+                        bar.update(all(o is not None for o in samples[i]))
+        return [outs[0] if len(outs) == 1 else dataclasses.replace(
+            outs[0], outputs=[dataclasses.replace(o.outputs[0], index=j) for j, o in enumerate(outs)])
+            for outs in samples]
 
     def start_profile(self, path: str = "minivllm_profile.json") -> None:
         """Start torch.profiler on the worker; stop_profile() writes a Chrome trace to path."""
