@@ -143,3 +143,31 @@ def test_nbgrader_end_to_end(tmp_path):
         mutant_source("lesson02", "admission_after_preemption"))
     code = {s: sum(v or 0 for k, v in got.items() if k in CODE_PARTS) for s, got in results.items()}
     assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 2}
+
+
+# ---------------------------------------------------------------------------- against vLLM 0.27.1 (recorded)
+def test_minivllms_scheduler_plans_every_recorded_workload_as_vllm_does():
+    """Not only the plans: block ids, computed tokens, free blocks and outputs, event by event."""
+    from autograder import vllm_views
+    from autograder.vllm_oracle.scheduler_harness import first_divergence
+
+    for name in vllm_views.scenarios("lesson02"):
+        assert first_divergence(vllm_views.recorded("lesson02", name), L02.run_vllm_view(name)) is None, name
+
+
+def test_vllm_comparison_passes_the_solution_and_catches_wrong_loops(solution_ns):
+    for prefix in ("main_", "boundary_"):
+        L02.compare_with_vllm(solution_ns["schedule_step"], prefix)
+    for name, prefix in (("no_retry_after_preempt", "boundary_"), ("threshold_ignored", "main_"),
+                         ("waiting_skips_head", "main_"), ("victim_is_current", "boundary_")):
+        with pytest.raises(CheckFailed, match="vLLM 0.27.1"):
+            L02.compare_with_vllm(mutant(name), prefix)
+
+
+def test_vllm_side_by_side_from_the_recording(monkeypatch, capsys):
+    from autograder import vllm_views
+
+    monkeypatch.setattr(vllm_views, "vllm_python", lambda: None)
+    L02.vllm_side_by_side()
+    out = capsys.readouterr().out
+    assert "读取录制结果" in out and "!2 !3" in out and "✗" not in out

@@ -7,9 +7,10 @@ allocate, preempt) -> (scheduled, preempted)`: the token-budget loop at the hear
 and waiting deque, lets `allocate` call KVCacheManager.allocate_slots, and builds the real SchedulerOutput.
 
 Grade cells and `python -m autograder check lesson02 ...` call the same functions here:
-    check_main_path(schedule_step)    seed scenarios on minivllm's Scheduler (3 x 800, threshold, decodes)
+    check_main_path(schedule_step)    seed scenarios on minivllm's Scheduler (3 x 800, threshold, decodes), then
+                                      every step equal to vLLM 0.27.1's own Scheduler (recorded, vllm_views)
     check_real_engine(schedule_step)  the policy inside EngineCore on the default model, per-step outputs
-    check_boundary(schedule_step)     KV pool runs out: preempt the newest by recompute, admit nobody
+    check_boundary(schedule_step)     KV pool runs out: preempt the newest by recompute, admit nobody; == vLLM
     check_source_map(SOURCE_MAP)      names around Scheduler.schedule() the lesson does not print
 
 Input space (each dimension, and the graded part that covers it):
@@ -35,6 +36,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from autograder import vllm_views
 from autograder.common import CheckFailed, Lesson, Part, check_name_map, expect, graded, last_name_hash
 
 BLANKS = ["queue_factory", "peek", "requeue", "pick_queue", "new_blocks", "cached_data"]
@@ -328,6 +330,64 @@ def _compare_scenario(schedule_step, index: int, boundary: bool) -> None:
         expect(ga == wa, f"场景「{title}」第 {k + 1} 步：应接纳 {wa}，实际接纳 {ga}。")
 
 
+# ---------------------------------------------------------------------------- against vLLM 0.27.1
+def harness_scheduler(cfg: dict, schedule_step=None):
+    """minivllm's Scheduler for one autograder/vllm_views/lesson02.py workload, the student's loop plugged in."""
+    from minivllm.config import CacheConfig, SchedulerConfig
+    from minivllm.core.sched.scheduler import Scheduler
+
+    sched = Scheduler(SchedulerConfig(
+        max_num_batched_tokens=cfg["max_num_batched_tokens"], max_num_seqs=cfg["max_num_seqs"],
+        max_model_len=cfg["max_model_len"], long_prefill_token_threshold=cfg["long_prefill_token_threshold"],
+        enable_chunked_prefill=cfg["enable_chunked_prefill"],
+        scheduler_reserve_full_isl=cfg["scheduler_reserve_full_isl"]),
+        CacheConfig(block_size=cfg["block_size"], enable_prefix_caching=cfg["enable_prefix_caching"]),
+        num_gpu_blocks=cfg["num_blocks"])
+    if schedule_step is not None:
+        plug(sched, schedule_step)
+    return sched
+
+
+def run_vllm_view(name: str, schedule_step=None) -> dict:
+    """The workload SCENARIOS[name] through the same harness loop vLLM's answer was recorded with, on
+    minivllm's Scheduler (its own loop, or the student's)."""
+    from autograder.vllm_oracle import scheduler_harness
+    from autograder.vllm_oracle.minivllm_side import MinivllmSchedulerBackend
+
+    class Backend(MinivllmSchedulerBackend):
+        @staticmethod
+        def make_scheduler(cfg):
+            return harness_scheduler(cfg, schedule_step)
+
+    got = scheduler_harness.run(Backend(), vllm_views.scenarios("lesson02")[name])
+    if got.get("error") == "CheckFailed":
+        raise CheckFailed(got["message"])
+    return got
+
+
+def plan(record: dict) -> list[tuple[dict, list]]:
+    """Per schedule(): ({request: tokens}, preempted ids)."""
+    return [(dict(e["sched"]), e["preempted"]) for e in record["events"] if e["k"] == "s"]
+
+
+def compare_with_vllm(schedule_step, prefix: str) -> None:
+    """Every step of every recorded workload named demo_/prefix*: the student's loop schedules and preempts
+    exactly what vLLM 0.27.1's own Scheduler did on the same inputs."""
+    for name in vllm_views.scenarios("lesson02"):
+        if not name.startswith((prefix, "demo_" + ("3x800" if prefix == "main_" else "preemption"))):
+            continue
+        want = plan(vllm_views.recorded("lesson02", name))
+        try:
+            got = plan(run_vllm_view(name, schedule_step))
+        except CheckFailed as e:
+            raise CheckFailed(f"与 vLLM 0.27.1 对照（场景 {name}）：{e}") from None
+        for k, ((gs, gp), (ws, wp)) in enumerate(zip(got, want, strict=False)):
+            expect(gs == ws and gp == wp, f"与 vLLM 0.27.1 的 Scheduler 对照（场景 {name}）第 {k + 1} 步：vLLM 调度 "
+                                          f"{ws}（抢占 {wp}），你的循环调度 {gs}（抢占 {gp}）。")
+        expect(len(got) == len(want), f"与 vLLM 0.27.1 对照（场景 {name}）：vLLM 调度了 {len(want)} 步，"
+                                      f"你的循环 {len(got)} 步。")
+
+
 # ---------------------------------------------------------------------------- unit-level probes
 @dataclass
 class FakeReq:
@@ -379,6 +439,7 @@ def check_main_path(schedule_step) -> None:
            f"waiting；应为 {{'r0': 4}}，实际 {p['scheduled']}，waiting={p['waiting']}。")
     for i in range(len(MAIN_SCENARIOS)):
         _compare_scenario(schedule_step, i, boundary=False)
+    compare_with_vllm(schedule_step, "main_")
 
 
 @graded
@@ -399,6 +460,7 @@ def check_boundary(schedule_step) -> None:
     expect(p["calls"] == [("r0", 1)], f"抢占了请求自己之后不应再为任何请求 allocate，实际调用 {p['calls']}。")
     for i in range(len(BOUNDARY_SCENARIOS)):
         _compare_scenario(schedule_step, i, boundary=True)
+    compare_with_vllm(schedule_step, "boundary_")
 
 
 # The accepted names, as sha256 prefixes of the lower-cased last dotted name (common.last_name_hash), so the

@@ -189,4 +189,12 @@ MUTANTS = {
     ), 'Walks the whole running list after the budget is used up, giving the rest 0 tokens.',
        fails={"l02_main_path"},
        hint="预算用完之后，running 列表里剩下的请求本步还要处理吗？"),
+    "no_retry_after_preempt": Mutant(CELL, (
+        (('            ok = allocate(req, n)\n'
+          '        if not ok:'),
+         ('            break\n'
+          '        if not ok:')),
+    ), 'After preempting one victim, gives up on the request instead of retrying allocate (vLLM frees until it fits).',
+       fails={"l02_boundary", "l02_real_engine"},
+       hint="抢占一个请求腾出块之后，应该就此放弃，还是再为当前请求试一次 allocate？"),
 }

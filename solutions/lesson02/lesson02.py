@@ -25,16 +25,16 @@
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
 # | 代码·主路径（调度器场景 1 分 + 接入真实 EngineCore 1 分） | 2 | 自动 |
-# | 代码·边界条件（KV 块不够：抢占、抢占自己、抢占后不接纳） | 1 | 自动 |
+# | 代码·边界条件（KV 块不够时的抢占） | 1 | 自动 |
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson02`，得分与教师用 nbgrader 评出的自动部分一致。
+# 没有 nbgrader 时（例如 Colab），运行最后的“自检”单元格或 `python -m autograder check lesson02`，得分与 nbgrader 的自动部分一致。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM commit 8e958902eee5，链接见参考资料。`scheduler.py` 有两千多行，本课只读 `schedule()` 的骨架：两个循环、一次 `allocate_slots`、一次抢占、一个 `SchedulerOutput`。
+# 源码固定在 vLLM commit 8e958902eee5，链接见参考资料。本课只读两千多行的 `scheduler.py` 里 `schedule()` 的骨架。
 #
 # | 顺序 | vLLM 文件与入口（8e958902eee5） | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
@@ -98,13 +98,13 @@ short_errors("lesson02")  # 评分单元格失败时只显示三行：哪一部�
 #
 # 最后把结果装进 `SchedulerOutput`，并立刻推进 `num_computed_tokens`（`_update_after_schedule`），worker 按这个计划执行。
 #
-# vLLM 的测试 `test_schedule_concurrent_partial_requests` 给出了一个例子：budget 1024、threshold 400、三个 800-token 的 prompt。下图由 minivllm 的 `Scheduler` 跑出，用假的 worker 输出推进请求。
+# vLLM 的测试 `test_schedule_concurrent_partial_requests` 给出了一个例子：budget 1024、threshold 400、三个 800-token 的 prompt。下图由 minivllm 的 `Scheduler` 跑出（worker 是假的）。
 
 # %%
 L02.fig_concurrent_partial();
 
 # %% [markdown]
-# 图 2-1：每一步三个请求各分到的 token。第 1、2 步都是 400 + 400 + 224 = 1024，第三个请求只拿到剩余预算。第 3 步请求 0、1 已算完 prompt，各只要 1 个 token，请求 2 拿到剩下的 352。prefill 与 decode 在同一步、同一个 batch 里。
+# 图 2-1：每步三个请求各分到的 token。第 1、2 步都是 400 + 400 + 224 = 1024，第三个请求只拿到剩余预算。第 3 步请求 0、1 已算完 prompt，各只要 1 个 token，请求 2 拿到剩下的 352。prefill 与 decode 在同一步、同一个 batch 里。
 #
 # ### 3. 正确性条件与常见误区
 #
@@ -112,8 +112,8 @@ L02.fig_concurrent_partial();
 # - **running 优先**：正在 decode 的请求每步都应拿到它的 1 个 token，除非被抢占。先接纳 waiting 的话，一批长 prompt 就能吃光预算。
 # - **`allocate_slots` 全有或全无**：要么分到全部所需的块，要么返回 `None` 且不改块表，所以调度器可以“先试、失败再抢占、再试”。这只对全注意力层成立，见文末差异。
 # - **抢占最低优先级的那个**：FCFS 下 running 末尾的请求最新，也是本步还没分到 token 的那个。从头部抢占，会把已经分好 token 的请求踢出去，计划就自相矛盾。
-# - **抢占按重算**：V1 没有 swap，被抢占请求的块全部释放，恢复时从头算；它放回 waiting 队首，下一步优先恢复。
-# - **抢占过的一步不接纳**：抢占说明 KV 池已经不够分；这时接纳只会把刚释放的块再分出去，下一步又要抢占，形成抖动（thrashing）。
+# - **抢占按重算**：V1 没有 swap，被抢占请求的块全部释放，它回到 waiting 队首，下一步从头重算。
+# - **抢占过的一步不接纳**：抢占说明 KV 池已不够分；这时接纳只会把刚释放的块再分出去，下一步又要抢占（thrashing）。
 # - **准入检查不能代替上一条**：它只保证新请求自己的 prompt 放得下当前空闲块，不为 running 请求以后的 decode 留块。
 # - **`num_computed_tokens` 在调度时推进**：没算完 prompt 的 chunk 不产生输出 token，`update_from_output` 收到的是空列表。丢弃的方式取决于 runner，见文末差异。
 #
@@ -163,17 +163,17 @@ L02.print_latency_table(rows)
 L02.fig_prefill_decode(runs);
 
 # %% [markdown]
-# 图 2-2：每步调度的 decode token（蓝）与 prefill token（橙），黑线是这一步的墙钟时间。上图关闭 chunked prefill，长 prompt 那一步的耗时是 decode 步的许多倍；下图 threshold = 128，同样的 prompt 分 4 步算完。
+# 图 2-2：每步调度的 decode token（蓝）与 prefill token（橙），黑线是这一步的墙钟时间。上图关闭 chunked prefill，长 prompt 那一步比 decode 步慢许多倍；下图 threshold = 128，同样的 prompt 分 4 步算完。
 
 # %%
 L02.fig_tradeoff(rows);
 
 # %% [markdown]
-# 图 2-3：左边是长 prompt 的 TTFT，右边是 decode 请求的 ITL。`prefill steps` 是长 prompt 算完用的步数，是确定的；毫秒数随机器负载波动。
+# 图 2-3：左边是长 prompt 的 TTFT，右边是 decode 请求的 ITL。`prefill steps`（长 prompt 算完用的步数）是确定的；毫秒数随负载波动。
 #
-# 读图：带 prefill 的步里 decode 的 ITL 随 threshold 变小而下降；中位数几乎不变，因为大多数步只有 decode。这就是 chunked prefill 带来的：一步的大小有了上界。
+# 读图：带 prefill 的步里 decode 的 ITL 随 threshold 变小而下降；中位数几乎不变，因为大多数步只有 decode。chunked prefill 给一步的大小加了上界。
 #
-# 代价是长 prompt 要多走几步。这台 CPU 上这个代价几乎看不出来，TTFT 甚至不升反降：固定开销小，一个 480-token 的大步也不比几个小步快。GPU 上 decode 受带宽限制，多一个 chunk 就几乎多一整步，代价大得多。
+# 代价是长 prompt 要多走几步。这台 CPU 上几乎看不出来，TTFT 甚至下降：固定开销小。GPU 上 decode 受带宽限制，多一个 chunk 就几乎多一整步。
 #
 # 所以 threshold 和 budget 要在目标硬件、目标负载上用 benchmark 决定。
 
@@ -261,7 +261,7 @@ L02.check_main_path(schedule_step)
 # - W1：上面演示的负载；
 # - W2：没有 threshold、KV 池很小、关掉准入检查；一个长 prompt 在两个 decode 请求旁边反复被抢占。
 #
-# 检查每一步的 `SchedulerOutput`：预算与 threshold、decode 每步有 token、抢占的一步不接纳、与 minivllm 自带的调度器一致；最后贪心输出必须与参考引擎相同。
+# 检查每一步的 `SchedulerOutput`：预算与 threshold、decode 每步有 token、抢占的一步不接纳、与 minivllm 自带的调度器一致；贪心输出与参考引擎相同。
 
 # %% nbgrader={"grade": true, "grade_id": "l02_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 student_runs = L02.check_real_engine(schedule_step)
@@ -412,6 +412,16 @@ L02.check_source_map(SOURCE_MAP)
 self_check("lesson02", globals());
 
 # %% [markdown]
+# ## 在真实 vLLM 0.27.1 上看同一件事
+#
+# 本课两个场景（3 × 800 / 1024 / 400 和 KV 池耗尽的抢占）交给 vLLM 0.27.1 自己的 `Scheduler`（按 vLLM 测试的 `create_scheduler` 在 CPU 上构造），与 minivllm 的逐步对照：`!` 是抢占，free 是调度后的空闲块。
+#
+# 主路径与边界两项评分也跑这两个场景和另外五个（`autograder/vllm_views/lesson02.py`）：你的循环每步都要与 vLLM 录下的相同。
+
+# %%
+L02.vllm_side_by_side()
+
+# %% [markdown]
 # ## 参考资料
 #
 # - [vLLM Scheduler source](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/scheduler.py)
@@ -429,7 +439,7 @@ self_check("lesson02", globals());
 # %% [markdown]
 # ## 与 vLLM 0.27.1 的差异
 #
-# 本课评分的循环与 vLLM FCFS 策略下的 `Scheduler.schedule` 骨架相同：先 running、后 waiting，取三者最小值，从尾部抢占，抢占过不接纳。其余差别：
+# 本课评分的循环与 vLLM FCFS 下 `Scheduler.schedule` 的骨架相同（上面逐步对照过）。其余差别：
 #
 # - **async scheduling**：vLLM 默认开启（第 1 课），调度器是 `AsyncScheduler`，剩余 token 还要算上结果未回的 `num_output_placeholders`。本课的计划都是同步调度下的。
 # - **没算完的 prefill chunk**：Model Runner V2（课程模型的默认）对这些请求取 `num_sampled = 0`（`v1/worker/gpu/input_batch.py`）。V1 runner 照常采样，再用 `discard_request_mask` 丢弃结果并倒回随机数生成器的 offset。minivllm 的 worker 直接返回空列表。

@@ -1,0 +1,73 @@
+"""Lesson 2 on vLLM 0.27.1: its own Scheduler (v1/core/sched/scheduler.py) on the lesson's scheduler scenarios.
+
+Each scenario is a scheduler_harness workload (the loop EngineCore runs: arrivals, schedule, update_from_output)
+on a bare Scheduler built as vLLM's tests/v1/core/utils.py create_scheduler builds one. "demo_*" are the ones
+the notebook shows; "main_*" and "boundary_*" cover the exercise's input-space table (autograder/lesson02/checks.py)
+and grade the student's loop, which runs inside minivllm's Scheduler, against vLLM's own decisions.
+Runs under .venv-vllm only (imports vllm, never minivllm).
+"""
+from __future__ import annotations
+
+SAMPLED = 7  # every sampled token: not EOS, not a stop id
+
+
+def _workload(prompts, steps, max_tokens=64, arrivals=None, block_size=16, num_blocks=10000, max_num_seqs=16,
+              max_num_batched_tokens=1024, long_prefill_token_threshold=0, max_model_len=None,
+              enable_prefix_caching=True, enable_chunked_prefill=True, scheduler_reserve_full_isl=True) -> dict:
+    """A harness workload: requests "0", "1", ... in arrival order; prompts[i] its token ids (an int n means
+    n copies of i + 10, as the lesson's run_scenario builds them)."""
+    config = {"block_size": block_size, "max_model_len": max_model_len or max_num_batched_tokens,
+              "max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs,
+              "long_prefill_token_threshold": long_prefill_token_threshold,
+              "enable_chunked_prefill": enable_chunked_prefill, "enable_prefix_caching": enable_prefix_caching,
+              "async_scheduling": False, "num_blocks": num_blocks,
+              "scheduler_reserve_full_isl": scheduler_reserve_full_isl}
+    at = {i: 0 for i in range(len(prompts))}
+    for step, ids in (arrivals or {}).items():
+        at.update(dict.fromkeys(ids, step))
+    requests = [{"id": str(i), "prompt": [i + 10] * p if isinstance(p, int) else list(p), "max_tokens": max_tokens,
+                 "min_tokens": 0, "ignore_eos": True, "stop_token_ids": [], "arrival_step": at[i],
+                 "abort_step": None, "model": [SAMPLED] * (max_tokens + 1)} for i, p in enumerate(prompts)]
+    return {"seed": 0, "config": config, "requests": requests, "max_steps": steps}
+
+
+SCENARIOS = {
+    # The lesson's demo scenarios.
+    "demo_3x800": _workload([800, 800, 800], 4, max_tokens=8, long_prefill_token_threshold=400),
+    "demo_preemption": _workload([32, 32, 32, 32], 6, max_num_batched_tokens=256, num_blocks=9,
+                                 enable_prefix_caching=False, max_model_len=256, max_num_seqs=8),
+    # Main path: threshold off, decodes + a late long prompt, max_num_seqs, chunked prefill off, a prefix hit.
+    "main_no_threshold": _workload([800, 800, 800], 4, max_tokens=8),
+    "main_late_long_prompt": _workload([20, 20, 20, 20, 500], 10, arrivals={3: [4]}, max_num_batched_tokens=96,
+                                       long_prefill_token_threshold=64, max_model_len=1024),
+    "main_max_num_seqs": _workload([30] * 5, 4, max_tokens=2, max_num_batched_tokens=512, max_num_seqs=3),
+    "main_no_chunked_prefill": _workload([40, 100, 20], 4, max_tokens=3, max_num_batched_tokens=128,
+                                         enable_chunked_prefill=False, max_model_len=128),
+    "main_prefix_hit": _workload([list(range(10, 110)), list(range(300, 400)),
+                                  list(range(10, 90)) + list(range(500, 520))], 6, arrivals={2: [2]},
+                                 max_num_batched_tokens=64, long_prefill_token_threshold=48, max_model_len=512),
+    # Boundary: the KV pool runs out (an arrival in the preempting step), the only request, the gate off.
+    "boundary_no_admission": _workload([32, 32, 32, 32, 8], 6, arrivals={1: [4]}, max_num_batched_tokens=256,
+                                       num_blocks=9, enable_prefix_caching=False, max_model_len=256,
+                                       max_num_seqs=8),
+    "boundary_self_preemption": _workload([32], 3, max_num_batched_tokens=64, num_blocks=3,
+                                          enable_prefix_caching=False, max_model_len=64),
+    "boundary_gate_off": _workload([24, 24, 200], 12, max_num_batched_tokens=64, long_prefill_token_threshold=40,
+                                   num_blocks=15, enable_prefix_caching=False, max_model_len=256,
+                                   scheduler_reserve_full_isl=False),
+}
+
+
+def vllm_answer(name: str, payload: dict) -> dict:
+    """vLLM's Scheduler through the harness: per step what it scheduled, preempted, and the free blocks."""
+    from autograder.vllm_oracle import scheduler_harness
+    from autograder.vllm_oracle.vllm_side import VllmSchedulerBackend
+
+    class Backend(VllmSchedulerBackend):
+        def make_scheduler(self, cfg):
+            sched = super().make_scheduler(cfg)
+            # Scheduler.__init__ copies SchedulerConfig.scheduler_reserve_full_isl into this attribute.
+            sched.scheduler_reserve_full_isl = cfg["scheduler_reserve_full_isl"]
+            return sched
+
+    return scheduler_harness.run(Backend(), payload)
