@@ -10,9 +10,11 @@ from grading_flow import grade_three_students
 
 from autograder.common import REPO, CheckFailed, student_namespace
 from autograder.lesson09 import (
+    check_against_vllm,
     check_source_map,
     chi_square_p_value,
     distribution_run,
+    greedy_case,
     plugged,
     run_engine,
 )
@@ -49,6 +51,18 @@ def test_distribution_test_can_fail(solution_ns):
     assert min(good.p_values.values()) > 1e-3
     bad = distribution_run(mutant("recover_from_p"))
     assert min(bad.p_values.values()) < 1e-6
+
+
+def test_vllm_recording_confirms_the_hand_cases_and_catches_a_greedy_row_reading_q(solution_ns):
+    """vLLM 0.27.1's recorded rejection_sample agrees with the hand-written greedy batch, the solution matches
+    vLLM on every recorded batch, and a greedy row that needs q(x) > 0 is caught there."""
+    from autograder.vllm_views import recorded
+
+    *_, want_out, want_n = greedy_case()
+    assert recorded("lesson09", "greedy_batch") == {"output_token_ids": want_out, "num_accepted": want_n}
+    check_against_vllm(solution_ns["rejection_sample"])
+    with pytest.raises(CheckFailed, match="greedy_with_q"):
+        check_against_vllm(mutant("greedy_needs_q_positive"))
 
 
 @pytest.mark.slow

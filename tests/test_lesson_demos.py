@@ -47,3 +47,63 @@ def test_lesson04_caption_says_what_the_run_showed():
     assert "最后一次取消（第 4 步）之后还有 1 次抢占" in text
     quiet = caption_swimlane([plain, _run([["w"]], {"w": (3, "WAITING")}, 3)])
     assert "之后没有再发生抢占" in quiet
+
+
+def test_lesson09_vllm_side_matches_the_solution_from_the_recording(capsys):
+    """Lesson 9's side-by-side (recorded vLLM 0.27.1 rejection_sample): every forced batch equal, the shared
+    uniforms give the same accepted counts."""
+    from autograder.common import REPO, student_namespace
+    from autograder.lesson09.demo import vllm_side_by_side
+
+    ns, errors = student_namespace(REPO / "solutions/lesson09/lesson09.ipynb")
+    assert not errors
+    shown = vllm_side_by_side(ns["rejection_sample"])
+    out = capsys.readouterr().out
+    assert "读取录制结果" in out and "DIFFERENT" not in out
+    assert sum(line.rstrip().endswith("=") for line in out.splitlines()) == 12
+    hist = shown["vllm"]["distribution"]["accepted_hist"]
+    assert f"vLLM {hist}, yours {hist}" in out
+
+
+def _from_recording(monkeypatch, lesson_id, name=None):
+    """The lesson's answer cells (solution, or a mutant), with vLLM's side read from the recording."""
+    from autograder.common import REPO, student_namespace
+    from autograder.mutation import mutant_namespace
+
+    monkeypatch.setenv("MINIVLLM_VLLM_PYTHON", str(REPO / "no-such-venv" / "python"))
+    if name:
+        return mutant_namespace(lesson_id, name)
+    ns, errors = student_namespace(REPO / f"solutions/{lesson_id}/{lesson_id}.ipynb")
+    assert not errors
+    return ns
+
+
+def test_lesson07_vllm_view_shows_the_recorded_sampler_beside_yours(monkeypatch, capsys):
+    import torch
+
+    from autograder.lesson07.demo import vllm_side_by_side
+
+    ns = _from_recording(monkeypatch, "lesson07")
+    row = torch.randn(4096, generator=torch.Generator().manual_seed(0)) * 3   # not the lesson's row: stages differ
+    vllm_side_by_side(row, ns["apply_min_p"], ns["apply_top_k_top_p"], ns["sample"])
+    out = capsys.readouterr().out
+    assert "读取录制结果 data/vllm_views/lesson07.json.xz" in out and "minivllm 不同" in out
+    batch = out.split("评分批 grade_mixed")[1].splitlines()[2:]
+    assert len(batch) == 8 and all(line.endswith("✓") for line in batch)
+    bad = _from_recording(monkeypatch, "lesson07", "seeded_noise_from_log_uniform")
+    vllm_side_by_side(row, bad["apply_min_p"], bad["apply_top_k_top_p"], bad["sample"])
+    assert "✗" in capsys.readouterr().out.split("评分批 grade_mixed")[1]
+
+
+def test_lesson08_vllm_view_reorders_vllms_rows_and_walks_to_eos(monkeypatch, capsys):
+    from autograder.lesson08.demo import vllm_side_by_side
+
+    ns = _from_recording(monkeypatch, "lesson08")
+    vllm_side_by_side(ns["choice_bitmask"])
+    out = capsys.readouterr().out
+    assert "读取录制结果 data/vllm_views/lesson08.json.xz" in out and "逐字相同：✓" in out and "✗" not in out
+    assert "is_terminated = True" in out and out.count("✓") == 1 + 6      # one batch, six steps to EOS
+    bad = _from_recording(monkeypatch, "lesson08", "rows_in_scheduler_order")
+    bad.setdefault("torch", __import__("torch"))
+    vllm_side_by_side(bad["choice_bitmask"])
+    assert "逐字相同：✗" in capsys.readouterr().out

@@ -9,7 +9,9 @@ Grade cells and `python -m autograder check lesson09 ...` call the same function
                            tokens against the target distribution, with and without draft probabilities
     check_real_engine(fn)  fn as the runner's rejection sampler: greedy outputs with n-gram speculation equal
                            the non-speculative run, and the SpecDecodingStats equal the engine's own sampler's
-    check_boundary(fn)     requests without drafts, every draft accepted (bonus), p/q > 1, q(x) = 0 tokens
+    check_boundary(fn)     requests without drafts, every draft accepted (bonus), p/q > 1, q(x) = 0 tokens;
+                           then fn against vLLM 0.27.1's own rejection_sample on the same batches (recorded
+                           in data/vllm_views/lesson09.json.xz, so grading never needs vLLM)
     check_source_map(SOURCE_MAP)
 
 The engine plug (`plugged(fn)`) replaces the name RejectionSampler in minivllm.worker.gpu_model_runner for its
@@ -25,6 +27,7 @@ Input space (each dimension -> the part that covers it):
     acceptance           p/q < 1, = 1, > 1 (any u), u exactly equal to p/q (vLLM accepts:
                          target_prob / draft_prob >= uniform_prob), each request its own uniforms  main, boundary
     greedy ties          the target's argmax takes the first maximal index (vLLM's argmax)   boundary
+    greedy row with q    a draft model's q beside greedy rows: q unused (accept at q(x) = 0, recover argmax p)  boundary
     outcomes             first draft rejected, a rejection after accepted drafts, all accepted (bonus)   boundary
     recovery             from the normalised (p - q)+, seeded generator                    main, boundary
     engine               n-gram speculation (3 drafts a step), greedy output and SpecDecodingStats   real engine
@@ -261,6 +264,31 @@ def check_boundary(fn) -> None:
         expect(row[:2] == [1, 2] and row[2] in (0, 2) and row[3] == P and n[0] == 2,
                f"p/q > 1 的草稿必须接受、拒绝后从 (p - q)+ 恢复（只可能是 0 或 2）：实际第 0 行 {row}、num_accepted {n[0]}。")
         expect(out[1].tolist() == [0, 1, P, P] and n[1] == 1, f"第 1 行应为 [0, 1, -1, -1]、接受 1 个，实际 {out[1].tolist()}。")
+    check_against_vllm(fn)
+
+
+# ---------------------------------------------------------------------------- against vLLM 0.27.1 itself
+def vllm_case_inputs(payload: dict) -> tuple:
+    """A recorded case (autograder/vllm_views/lesson09.py) in the exercise's argument order, as tensors."""
+    dp = payload["draft_probs"]
+    return (payload["drafts"], torch.tensor(payload["target_probs"], dtype=torch.float64),
+            None if dp is None else torch.tensor(dp, dtype=torch.float64), torch.tensor(payload["bonus"]),
+            payload["is_greedy"], torch.tensor(payload["uniform"], dtype=torch.float64))
+
+
+def check_against_vllm(fn) -> None:
+    """fn and vLLM 0.27.1's own rejection_sample (its Triton kernels, recorded) on the same batches: every case
+    of the input-space table whose answer is forced, including a greedy row next to a draft model's q."""
+    from autograder.vllm_views import recorded
+    from autograder.vllm_views.lesson09 import GRADED
+
+    for name, payload in GRADED.items():
+        want = recorded("lesson09", name)
+        out, n = call(fn, *vllm_case_inputs(payload), generator=torch.Generator().manual_seed(0))
+        expect(out.tolist() == want["output_token_ids"] and n == want["num_accepted"],
+               f"与 vLLM 0.27.1 的 rejection_sample 在同一批上结果不同（用例 {name}，drafts={payload['drafts']}，"
+               f"is_greedy={payload['is_greedy']}）：vLLM 输出 {want['output_token_ids']}、num_accepted="
+               f"{want['num_accepted']}；你的 {out.tolist()}、{n}。")
 
 
 # ---------------------------------------------------------------------------- the real engine

@@ -164,3 +164,45 @@ def acceptance_vs_overlap(fn, n: int = 2000, seed: int = 1) -> list:
                       [False] * n, torch.rand(n, dtype=torch.float64, generator=g), g)
         rows.append((name, float(np.mean(acc)), float(torch.minimum(p, q).sum())))
     return rows
+
+
+# ---------------------------------------------------------------------------- the same thing in vLLM 0.27.1
+def vllm_side_by_side(fn) -> dict:
+    """The lesson's batches through vLLM 0.27.1's own rejection_sample (the C++ kernels its CPU runner installs)
+    next to fn; then vLLM's and fn's first emitted token over the distribution batch, against n * p."""
+    import torch
+
+    from autograder import vllm_views
+    from autograder.lesson09.checks import P, call, vllm_case_inputs
+    from autograder.vllm_views.lesson09 import SCENARIOS
+
+    got, line = vllm_views.answers("lesson09")
+    print(line)
+    print(f"{'batch':<22}{'drafts':<28}{'vLLM rejection_sample':<38}{'your rejection_sample':<38}same")
+    for name, payload in SCENARIOS.items():
+        if name == "distribution":
+            continue
+        out, n = call(fn, *vllm_case_inputs(payload), generator=torch.Generator().manual_seed(0))
+        want = got[name]
+        mine, theirs = [[t for t in r if t != P] for r in out.tolist()], \
+            [[t for t in r if t != P] for r in want["output_token_ids"]]
+        print(f"{name:<22}{str(payload['drafts']):<28}{str(theirs):<38}{str(mine):<38}"
+              f"{'=' if mine == theirs and n == want['num_accepted'] else 'DIFFERENT'}")
+    d = SCENARIOS["distribution"]
+    n, k = d["n"], d["k"]
+    g = torch.Generator().manual_seed(d["seed"])
+    p, q = torch.tensor(d["target"], dtype=torch.float64), torch.tensor(d["draft_q"], dtype=torch.float64)
+    drafts = torch.multinomial(q.float(), k * n, replacement=True, generator=g).view(n, k).tolist()
+    bonus = torch.multinomial(p.float(), n, replacement=True, generator=g)
+    g2 = torch.Generator().manual_seed(d["seed"] + 1)        # the uniforms vLLM drew (torch.manual_seed(seed + 1))
+    out, acc = call(fn, drafts, p.repeat((k + 1) * n, 1), q.repeat(k * n, 1), bonus, [False] * n,
+                    torch.rand(k * n, dtype=torch.float64, generator=g2), g2)
+    mine = np.bincount(out[:, 0].numpy(), minlength=len(p)).tolist()
+    theirs = got["distribution"]["first_token_counts"]
+    print(f"\nfirst emitted token of {n} requests (k = {k}, drafts from q), counts:")
+    print(f"{'token':<8}{'n * p':>8}{'n * q':>8}{'vLLM':>8}{'yours':>8}")
+    for t in range(len(p)):
+        print(f"{t:<8}{n * float(p[t]):>8.0f}{n * float(q[t]):>8.0f}{theirs[t]:>8}{mine[t]:>8}")
+    print(f"accepted drafts per request 0/1/2: vLLM {got['distribution']['accepted_hist']}, "
+          f"yours {np.bincount(acc, minlength=k + 1).tolist()}")
+    return {"vllm": got, "yours": mine}

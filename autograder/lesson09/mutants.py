@@ -64,6 +64,11 @@ MUTANTS = {
     ), "Indexes the uniforms by the draft position only: every request reuses the first request's draws.",
         fails={"l09_main_path"},
         hint="每个请求的均匀随机数是怎么索引的？会不会共用？"),
+    "greedy_needs_q_positive": Mutant(CELL, (
+        ("accept = int(p.argmax()) == x", "accept = int(p.argmax()) == x and float(q[x]) > 0.0"),
+    ), "Copies the random kernel's draft_prob > 0 guard into greedy rows: vLLM's greedy kernel never reads q.",
+        fails={"l09_boundary"},
+        hint="贪心行的接受条件需要看草稿分布 q 吗？"),
     "bonus_in_the_last_column": Mutant(CELL, (
         ("out[i, k] = int(bonus_token_ids[i])", "out[i, max_k] = int(bonus_token_ids[i])"),
     ), "Writes the bonus token into the batch's last column, not right after this request's k drafts.",

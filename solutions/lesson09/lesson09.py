@@ -398,6 +398,18 @@ L09.check_source_map(SOURCE_MAP)
 self_check("lesson09", globals());
 
 # %% [markdown]
+# ## 在真实 vLLM 0.27.1 上看同一件事
+#
+# CPU 上 vLLM 没有 Triton。V1 的 `CPUModelRunner` 构造时用 `_postprocess_triton` 把 `rejection_sampler.py` 的四个 kernel 换成 `vllm/utils/cpu_triton_utils.py` 的 C++ 实现。下面照做后调用 vLLM 的 `rejection_sample`。
+#
+# 第一张表是边界条件评分用的录制批：均匀数给定、恢复 token 唯一，两边必须逐 token 相同。`greedy_with_q` 的贪心行带着草稿的 q：vLLM 的贪心 kernel 不读 q，恢复 token 就是 argmax p。
+#
+# 第二张表由 vLLM 自抽 400 个请求的均匀数和恢复 token，你的函数用同一串均匀数，接受个数相同；恢复 token 抽法不同（vLLM 用指数噪声），只在统计上一致。vLLM 源码在 `.venv-vllm` 的 site-packages/vllm 下。
+
+# %%
+L09.vllm_side_by_side(rejection_sample);
+
+# %% [markdown]
 # ## 参考资料
 #
 # - [vLLM n-gram proposer](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/spec_decode/ngram_proposer.py)
@@ -416,11 +428,11 @@ self_check("lesson09", globals());
 # %% [markdown]
 # ## 与 vLLM 0.27.1 的差异
 #
-# - **输入布局**：vLLM 的 `RejectionSampler.forward` 按 `target_logits_indices` 只取草稿位置的 logits 交给 `rejection_sample`，奖励行按 `bonus_logits_indices` 取出、由普通 `Sampler` 采样。练习把奖励行插在每个请求的草稿行之后，与 minivllm 相同。
-# - **接受条件**：vLLM 的 kernel 写 `draft_prob > 0 and target_prob / draft_prob >= uniform_prob`，q(x) = 0 时直接拒绝；练习的 `u <= min(1, p(x)/q(x))` 没有这道保护。草稿从 q 抽出时 q(x) > 0，两者结果相同。
-# - **-1 草稿**：vLLM 的 kernel 把 id 为负的草稿直接判为拒绝，例如结构化输出里被 grammar 截掉后补成 -1 的位置。练习没有这种输入。
-# - **p 的处理**：验证前 vLLM 先施加 penalties、bad words 等（`apply_logits_processors`），再施加温度与 top-k / top-p（`apply_sampling_constraints`）。minivllm 没有 penalties，但还施加 min-p，vLLM 验证时不施加 min-p。
-# - **实现**：vLLM 用 Triton kernel，每个请求一个 program；恢复 token 由 `sample_recovered_tokens` 在 kernel 之前采好。minivllm 用批量 torch 运算，练习用逐请求的循环，语义相同。
+# - **输入布局**：vLLM 的 `RejectionSampler.forward` 按 `target_logits_indices` 只取草稿位置的 logits 交给 `rejection_sample`，奖励行按 `bonus_logits_indices` 取出、由普通 `Sampler` 采样。练习与 minivllm 把奖励行插在各请求的草稿行之后。
+# - **接受条件**：vLLM 的 kernel 写 `draft_prob > 0 and target_prob / draft_prob >= uniform_prob`；练习没有 q(x) > 0 这道保护，草稿从 q 抽出时两者相同。
+# - **-1 草稿**：vLLM 的 kernel 把 id 为负的草稿直接判为拒绝（如结构化输出里被 grammar 截掉、补成 -1 的位置），练习没有这种输入。
+# - **p 的处理**：验证前 vLLM 先施加 penalties、bad words 等（`apply_logits_processors`），再施加温度与 top-k / top-p（`apply_sampling_constraints`）。minivllm 验证时不施加 penalties，但施加 min-p，vLLM 验证时不施加 min-p。
+# - **实现**：vLLM 的 kernel 每个请求一个 program，恢复 token 在 kernel 之前采好；minivllm 用批量 torch 运算。
 # - **异步调度**：EAGLE、MTP 等开异步调度时，`AsyncScheduler` 先给下一步排 -1 占位草稿，worker 把自己提出的草稿直接写进下一步的输入（V1：`_prepare_input_ids`）。`update_draft_token_ids_in_output` 只用在推迟 grammar bitmask 的结构化输出路径上。
 # - **统计**：vLLM 的 `SpecDecodingStats` 每步新建、由前端的 `SpecDecodingLogging` 累加；minivllm 在调度器里累计。
 # - **文件与方法**：`SpecDecodeMetadata` 在 vLLM 位于 `v1/spec_decode/metadata.py`，minivllm 放在 `sample/rejection_sampler.py`。vLLM 还有 EAGLE、MTP、draft model 等投机方法，本课只讲 n-gram。
