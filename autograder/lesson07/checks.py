@@ -34,6 +34,8 @@ Input space (each dimension -> the part that covers it):
     logit range          gaps over 100 nats (float32 probabilities underflow to 0), logits near 120
                          (exp overflows): finite raw logprobs, masks in logit space, no NaN draw  main, boundary
     batch shape          1 row, 4 to 8 mixed rows, 3000 rows (distribution), vocab 4 to 512    main, boundary
+    vLLM 0.27.1          its Sampler's masks, seeded tokens and raw logprobs on six recorded batches covering the
+                         rows above (data/vllm_views/lesson07.json.xz)                          main
     engine               top-k-only steps never sort, top-p steps do (profiler)                 real engine
 """
 from __future__ import annotations
@@ -333,6 +335,54 @@ def check_seeded_distribution(sample_fn) -> None:
            "继续取新的噪声，而不是每步重新从 seed 开始。")
 
 
+# ---------------------------------------------------------------------------- against vLLM 0.27.1's own Sampler
+def vllm_batch(case: dict):
+    """A recorded grading batch as the student's inputs: its logits, SamplingMetadata and per-row masking args."""
+    from autograder.vllm_views.lesson07 import case_logits
+
+    rows, vocab = case["rows"], case["vocab"]
+    logits = case_logits(case)
+    greedy = [r["temperature"] < 1e-5 for r in rows]
+    on = [r["top_k"] if 0 < r["top_k"] < vocab else 0 for r in rows]    # 0 = off, as minivllm stores it
+    k = None if not any(on) else on
+    p = None if all(r["top_p"] >= 1 for r in rows) else [r["top_p"] for r in rows]
+    min_p = None if all(r["min_p"] == 0 for r in rows) else [r["min_p"] for r in rows]
+    nl = [r["logprobs"] for r in rows]
+    md = make_md([r["temperature"] for r in rows], k, p, min_p,
+                 {i: torch.Generator().manual_seed(r["seed"]) for i, r in enumerate(rows) if r["seed"] is not None},
+                 max((x for x in nl if x is not None), default=None))
+    temp = torch.tensor([1.0 if g else r["temperature"] for g, r in zip(greedy, rows, strict=True)])
+    return logits, md, temp
+
+
+def check_vllm(apply_min_p, apply_top_k_top_p, sample) -> None:
+    """The student's masks, seeded tokens and raw logprobs equal vLLM 0.27.1's Sampler on the recorded batches
+    (autograder/vllm_views/lesson07.py): same logits, same seeds, same torch.Generator streams."""
+    from autograder.vllm_views import recorded
+    from autograder.vllm_views.lesson07 import GRADING
+
+    for name, case in GRADING.items():
+        want = recorded("lesson07", f"grade_{name}")
+        logits, md, temp = vllm_batch(case)
+        if want["kept"] is not None:
+            got = masked(apply_top_k_top_p, apply_min_p, logits / temp.unsqueeze(1), md.top_k, md.top_p, md.min_p)
+            for i, keep in enumerate(want["kept"]):
+                mine = torch.isfinite(got[i]).nonzero().view(-1).tolist()
+                expect(mine == keep, f"批 {name} 第 {i} 行（{case['rows'][i]}）：vLLM 0.27.1 的 Sampler 保留 token "
+                       f"{keep}，你的掩码保留 {mine}。")
+        sampled, raw = call_sample(sample, logits.clone(), md)
+        expect(sampled.tolist() == want["sampled"],
+               f"批 {name}：同样的 logits 与种子，vLLM 0.27.1 的 Sampler 采到 {want['sampled']}，你的 sample 采到 "
+               f"{sampled.tolist()}（带种子的行应从自己的 generator 用 exponential_ 取噪声）。")
+        for i, row in enumerate(want["logprobs"] or []):
+            if row is None:
+                continue
+            expect(raw is not None, f"批 {name}：请求了 logprobs，sample 却返回 None。")
+            for token, lp, _rank in row:
+                expect(abs(float(raw[i, token]) - lp) < 1e-4,
+                       f"批 {name} 第 {i} 行 token {token}：vLLM 报告的 logprob 是 {lp:.5f}，你的是 {float(raw[i, token]):.5f}。")
+
+
 def check_main_path(apply_min_p, apply_top_k_top_p, random_sample, sample) -> None:
     """Covers: mixed top-k/top-p/min-p rows, top-p after top-k, temperature 0 / 1e-6 / 1e-4 / ordinary in one
     batch, argmax ties, raw logprobs (also logprobs=0), logit gaps over 100 nats, seeds (reproducible and
@@ -344,6 +394,7 @@ def check_main_path(apply_min_p, apply_top_k_top_p, random_sample, sample) -> No
     check_seeded_rows(sample)
     check_distribution(sample)
     check_seeded_distribution(sample)
+    check_vllm(apply_min_p, apply_top_k_top_p, sample)
 
 
 # ---------------------------------------------------------------------------- boundary

@@ -126,3 +126,43 @@ def print_sort_cost(cost) -> None:
         print(f"{name:<11} median {ms:7.2f} ms   sort: {'aten::sort' in ops}   ops: {', '.join(o[6:] for o in ops)}")
     a, b = (cost[n][0] for n in ("top_p", "top_k only"))
     print(f"top_p / top_k only = {a / b:.1f}x")
+
+
+# ---------------------------------------------------------------------------- the same row on vLLM 0.27.1
+def vllm_side_by_side(row, apply_min_p, apply_top_k_top_p, sample) -> dict:
+    """vLLM 0.27.1's Sampler pieces and your functions on the lesson's row (kept tokens and probabilities of the
+    raw top tokens after each step), then one recorded grading batch: vLLM's tokens and yours, row by row."""
+    from autograder import vllm_views
+    from autograder.lesson07.checks import masked, vllm_batch
+
+    answers, line = vllm_views.answers("lesson07", ["lesson", "grade_mixed"])
+    print(line)
+    v = answers["lesson"]
+    top = v["top_ids"]
+    same_row = row.argsort(descending=True)[: len(top)].tolist() == top
+    lp = row.log_softmax(-1)
+    print(f"同一行 logits 的前 {len(top)} 个 token：vLLM 一侧（HF transformers）{top}，minivllm {'相同' if same_row else '不同'}；"
+          f"原始 logprobs 最大差 {max(abs(float(lp[t]) - x) for t, x in zip(top, v['raw_logprobs'], strict=True)):.1e}")
+    mine = transform_stages(row, apply_min_p, apply_top_k_top_p)
+    print(f"\n{'stage':<17}{'kept vLLM':>10}{'minivllm':>10}   {'vLLM p(top 5)':<40}max|Δp|  同")
+    out = {}
+    for name, m in mine.items():
+        vs = v["stages"][name]
+        dp = max(abs(float(m[t]) - x) for t, x in zip(top, vs["probs"], strict=True))
+        kept = int((m > 0).sum())
+        out[name] = (vs["kept"], kept, dp)
+        probs = " ".join(f"{x:.3f}" for x in vs["probs"][:5])
+        print(f"{name:<17}{vs['kept']:>10}{kept:>10}   {probs:<40}{dp:7.1e}  {'✓' if kept == vs['kept'] and dp < 1e-4 else '✗'}")
+    case = vllm_views.scenarios("lesson07")["grade_mixed"]
+    w = answers["grade_mixed"]
+    logits, md, temp = vllm_batch(case)
+    got = masked(apply_top_k_top_p, apply_min_p, logits / temp.unsqueeze(1), md.top_k, md.top_p, md.min_p)
+    sampled = sample(logits.clone(), md)[0].tolist()
+    print(f"\n评分批 grade_mixed（词表 {case['vocab']}，vLLM 走 {w['path']}）：每行保留的 token 数与采到的 token")
+    print(f"{'row':>3}  {'T':>4} {'top_k':>5} {'top_p':>5} {'min_p':>5} {'seed':>5}   kept v/m   token v/m  同")
+    for i, r in enumerate(case["rows"]):
+        kv, km = len(w["kept"][i]), int(torch.isfinite(got[i]).sum())
+        ok = w["kept"][i] == torch.isfinite(got[i]).nonzero().view(-1).tolist() and w["sampled"][i] == sampled[i]
+        print(f"{i:>3}  {r['temperature']:>4} {r['top_k']:>5} {r['top_p']:>5} {r['min_p']:>5} {r['seed']!s:>5}"
+              f"   {kv:>3}/{km:<3}    {w['sampled'][i]:>3}/{sampled[i]:<3}   {'✓' if ok else '✗'}")
+    return out

@@ -118,4 +118,10 @@ MUTANTS.update({
     ), "Draws the seeded rows' race noise from U(0, 1) instead of Exp(1): reproducible, but not a draw from p.",
         fails={MAIN},
         hint="带种子的行用的噪声分布对吗？argmax(p / q) 要求 q 服从什么分布？"),
+    "seeded_noise_from_log_uniform": Mutant(CELL, (
+        ("q[i].exponential_(generator=gen)", "q[i] = -torch.rand(q.shape[1], generator=gen).log()"),
+    ), "Draws the seeded rows' Exp(1) noise as -log(U): the right distribution and reproducible, but another stream "
+       "than vLLM's exponential_, so a seed gives other tokens than vLLM 0.27.1 gives (only the vLLM comparison sees it).",
+        fails={MAIN},
+        hint="同一个 seed，你的 token 和 vLLM 的一样吗？它从 generator 取噪声用的是哪个函数？"),
 })

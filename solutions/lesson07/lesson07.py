@@ -31,7 +31,7 @@
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
-# | 代码·主路径（精确掩码、logprobs、带种子行的分布与卡方检验 1 分 + 接入真实引擎 1 分） | 2 | 自动 |
+# | 代码·主路径（精确掩码、logprobs、卡方检验、与 vLLM 的 `Sampler` 逐行相同 1 分 + 接入真实引擎 1 分） | 2 | 自动 |
 # | 代码·边界条件（并列值、top_p = 1、top_k = 词表大小、相差 100 nats 以上的 logits、不排序的快速路径） | 1 | 自动 |
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
@@ -81,7 +81,7 @@ short_errors("lesson07")  # 评分单元格失败时只显示三行：哪一部�
 # - **报告**：用户要的 logprobs，必须是模型本身的分布；
 # - **选择**：按这个请求自己的 temperature、top-k、top-p、min-p 和种子挑出一个 token。
 #
-# 难点是一批里每个请求的参数都不同。逐请求循环会让 GPU 跑一串小 kernel。vLLM 把参数变成每行一个值的张量（`SamplingMetadata` 的 `temperature[i]`、`top_k[i]`、`top_p[i]`），整批一次算完；只有带种子的行需要各自的 `torch.Generator`。
+# 难点是一批里每个请求的参数都不同，逐请求循环会让 GPU 跑一串小 kernel。vLLM 把参数变成每行一个值的张量（`SamplingMetadata` 的 `temperature[i]`、`top_k[i]`、`top_p[i]`），整批一次算完；只有带种子的行需要各自的 `torch.Generator`。
 #
 # ### 2. 它如何工作
 #
@@ -110,7 +110,7 @@ short_errors("lesson07")  # 评分单元格失败时只显示三行：哪一部�
 # ### 4. 性能与工程取舍
 #
 # - **排序**：在 PyTorch 路径上，top-p 要把整行排序，每行 $O(V\log V)$，V 常是 15 万；只有 top-k 时 `topk(max k)` 便宜得多。都不用时 `top_p`、`top_k` 是 None，“没人用”是一次 Python 判断，不启动 kernel。
-# - **GPU 上的默认路径**：vLLM 在 CUDA 上通常不做这次排序。批里没有带种子的请求时，交给 FlashInfer 的拒绝采样；否则 batch ≥ 8 时用基于 pivot 的 Triton kernel，只有小 batch 才排序。
+# - **GPU 上**：vLLM 在 CUDA 上多半不排序：没有带种子的请求时交给 FlashInfer 的拒绝采样，否则 batch ≥ 8 用基于 pivot 的 Triton kernel。
 # - **不用 `torch.multinomial`**：它在 CUDA 上引起 CPU-GPU 同步（`random_sample` 的 docstring）；指数竞赛只是逐元素运算加一次 argmax，可以异步排队。
 # - **种子的代价**：带种子的行要逐行调用 `exponential_(generator=...)`，vLLM 的注释说它“can be slow”；FlashInfer 不支持逐请求 generator。
 
@@ -123,8 +123,6 @@ short_errors("lesson07")  # 评分单元格失败时只显示三行：哪一部�
 # ## 实践任务：唯一代码填空题
 #
 # 下面是 vLLM `Sampler.sample`、`apply_top_k_top_p_pytorch`、`apply_top_k_only`、`MinPLogitsProcessor.apply` 与 `random_sample` 的精简版，读 minivllm 的 `SamplingMetadata`。不用某个参数时它是 None；`md.top_k` 的 0 表示关闭。
-#
-# 10 处 `______` 都是决策点：min-p 的阈值、不排序的 top-k 阈值、排序后的 top-k 阈值、top-p 用哪些概率、丢哪些 token、带种子行的噪声、竞赛的胜者、logprobs 在哪里算、temperature 作用在哪里、哪些行取贪心结果。
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
 
@@ -222,7 +220,7 @@ L07.plot_stages(stages);
 #
 # - 8 行、词表 10，每行自己的 top_k / top_p / min_p 混在一批，保留下来的 token 集合与逐行的 float64 参考比较；
 # - 贪心行取 argmax，temperature → 0 等于贪心，logprobs 等于原始 logits 的 log_softmax，也包括 logprobs=0 与相差 100 nats 以上的 logits；
-# - 隐藏测试再做分布检验：同一行 logits 复制几千行，频数与精确的截断分布做卡方检验；每行都带种子、一个 generator 连抽 500 步，也要服从同一分布。
+# - 隐藏测试：频数与精确的截断分布做卡方检验（几千行；一个 generator 连抽 500 步）；六个录制的批上与 vLLM 0.27.1 的 `Sampler` 逐行相同。
 
 # %% nbgrader={"grade": true, "grade_id": "l07_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 x = torch.tensor([[3.0, 1.0, 2.0, 0.0, 2.5], [0.0, 4.0, 1.0, 1.0, -1.0]])
@@ -238,7 +236,7 @@ L07.check_main_path(apply_min_p, apply_top_k_top_p, random_sample, sample)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：`L07.check_real_engine` 临时把 runner 的 `Sampler` 换成一个包装，它调用你的 `sample`，再用引擎的 `gather_logprobs` 取 logprobs。检查：
+# 第二项检查：`L07.check_real_engine` 把你的 `sample` 接进 runner。检查：
 #
 # - 带种子的请求单独跑、与参数各异的请求同批、在每步 4 个 token 的 chunked prefill 下，输出完全相同；
 # - temperature 1e-4 等于贪心；
@@ -255,7 +253,7 @@ print("真实引擎检查通过：种子输出与批组成、分块无关；T→
 # 运行断言，再看下面两组真实运行，并解释结果：
 #
 # - 同一个 seed=1234 的请求：单独跑、和 3 个参数各异的请求同批、在 chunked prefill 下跑，以及不带种子跑两次。为什么带种子的三行相同，不带种子的两行不同？
-# - profiler 看到的算子与中位时间：[8, 32000] 的 logits，只有 top-k 与有 top-p 两种，交替运行、预热后取中位数。为什么有 top-p 的一栏多出了 `sort`，它贵多少？
+# - profiler 看到的算子与中位时间（[8, 32000] 的 logits，只有 top-k 与有 top-p 交替运行、预热后取中位数）：为什么有 top-p 的一栏多出了 `sort`，它贵多少？
 #
 # > **minivllm ≠ vLLM**：只有 top-k 时不排序是 minivllm 的规则，边界检查按它评；vLLM 只在 CPU 无 Triton 时这样做，见文末差异。
 
@@ -265,7 +263,7 @@ L07.print_seed_demo(runs)
 L07.plot_seed_demo(runs);
 
 # %% [markdown]
-# 图 7-2：每个输出位置上是否与“seed, alone”的 token 相同，绿色表示相同。带种子的请求只从自己的 generator 取噪声，而且只在产出 token 的那一步取一次：minivllm 的分块 prefill 中间块不采样，所以三行全绿。不带种子的请求用全局随机数，两次运行在第一个随机分叉处就不同了。
+# 图 7-2：每个位置是否与“seed, alone”的 token 相同（绿色）。带种子的请求只在产出 token 的那一步从自己的 generator 取噪声（minivllm 的分块 prefill 中间块不采样），所以三行全绿；不带种子的两次运行在第一个随机分叉处就不同。
 #
 # > **minivllm ≠ vLLM**：vLLM 对分块 prefill 的中间块也采样再丢弃；它也不默认承诺与批组成无关。见文末差异。
 
@@ -404,6 +402,18 @@ L07.check_source_map(SOURCE_MAP)
 self_check("lesson07", globals());
 
 # %% [markdown]
+# ## 在真实 vLLM 0.27.1 上看同一件事
+#
+# 第一张表：演示那行 logits（vLLM 一侧用 HF transformers 算）逐步经过 vLLM 的 `Sampler.apply_temperature`、`MinPLogitsProcessor`、`apply_top_k_top_p` 和你的函数。
+#
+# 第二张表是主路径评分的六个录制批之一：每行的掩码、带种子行的 token、原始 logprobs 都要与 vLLM 的 `Sampler` 相同。
+#
+# 本机 vLLM 没有 Triton，跑 V1 的 `CPUModelRunner` 和这个 `Sampler`。它的 `forward_cpu` 只要批里不是每行都带种子，就整批用 `compiled_random_sample`、不读 `generators`，所以第二张表用 `forward_native`。vLLM 源码在 `.venv-vllm` 的 site-packages/vllm 下。
+
+# %%
+L07.vllm_side_by_side(row, apply_min_p, apply_top_k_top_p, sample);
+
+# %% [markdown]
 # ## 参考资料
 #
 # - [vLLM sampler](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/sample/sampler.py)
@@ -421,17 +431,16 @@ self_check("lesson07", globals());
 #
 # 本课评分的机制与 vLLM V1 采样器的 PyTorch 版相同：步骤顺序、掩码、指数竞赛、每个带种子请求一个 generator。其余差别：
 #
-# - **runner**：`VllmConfig.use_v2_model_runner` 为真时用 Model Runner V2；V2 不支持的特性打开时（例如 n-gram 投机）、多数 MoE 模型或没有 Triton 时用 V1 runner。
+# - **runner**：`VllmConfig.use_v2_model_runner` 为真时用 Model Runner V2；V2 不支持的特性（如 n-gram 投机）、多数 MoE 模型或没有 Triton 时用 V1。
 # - **V2 的采样器**：参数存在按请求槽位索引的 `SamplingStates` 里；随机采样是 Triton 的 Gumbel-max（`gumbel_sample`），噪声由每请求的 seed 和 token 位置决定，没有 `torch.Generator`。
 # - **V2 与 FlashInfer**：V2 只在批里没有贪心行、没有显式 seed 时用 FlashInfer。
 # - **只有 top-k 时不排序**：vLLM 的 `apply_top_k_only` 只在 CPU 上、没有 Triton 时使用；GPU 上的 PyTorch 版照样排序，batch ≥ 8 时用 Triton 版。minivllm 只有 top-k 时一律不排序。
 # - **CUDA 上的采样**：FlashInfer 的采样与 `random_sample` 只在统计上等价，输出不一定逐 token 相同。
-# - **CPU 上的种子**：`TopKTopPSampler.forward_cpu` 只要批里不是每一行都带种子，就整批用 `compiled_random_sample`，不读 `generators`：混合批里带种子的行在 CPU 上不用自己的 generator。
 # - **分块 prefill**：V1 对中间块也采样，用 `discard_request_mask` 丢掉结果，并在 `_bookkeeping_sync` 里把这个请求 generator 的偏移往回拨；V2 给这些请求 `num_sampled = 0`，噪声不依赖状态。minivllm 的中间块不进采样器。
-# - **可复现性**：vLLM 默认不承诺输出与批组成无关：GPU 上不同的批形状可能选到不同的 kernel，logits 有浮点差异；批不变要设 `VLLM_BATCH_INVARIANT=1`。本课的 CPU 运行里 logits 与批组成无关。
-# - **logits processor**：minivllm 没有惩罚、logit_bias、bad words、allowed_token_ids。min_tokens 在 minivllm 的 `Sampler.forward` 里掩码，vLLM 用 `MinTokensLogitsProcessor`。
-# - **min-p 的位置**：vLLM 存在 `MinPLogitsProcessor` 自己的状态里，minivllm 放在 `SamplingMetadata.min_p`。
+# - **可复现性**：vLLM 默认不承诺输出与批组成无关（GPU 上不同批形状可能选到不同 kernel），批不变要设 `VLLM_BATCH_INVARIANT=1`。本课的 CPU 运行里 logits 与批组成无关。
+# - **logits processor**：minivllm 没有 logit_bias、bad words、allowed_token_ids。min_tokens 在 minivllm 的 `Sampler.forward` 里掩码，vLLM 用 `MinTokensLogitsProcessor`。
+# - **min-p 的状态**：vLLM 在 `MinPLogitsProcessor` 里，minivllm 在 `SamplingMetadata.min_p`。
 # - **top-k 的“关闭”**：`SamplingParams.top_k` 默认都是 0；vLLM 的 `InputBatch.add_request` 把关闭的行存成词表大小，minivllm 存 0。
-# - **logprobs**：vLLM 的 `logprobs=-1` 表示整个词表，另有返回处理后 logits 或 logprobs 的模式；minivllm 只有原始 logprobs。
+# - **logprobs**：vLLM 另有 `logprobs=-1`（整个词表）和返回处理后 logits/logprobs 的模式；minivllm 只有原始 logprobs。
 #
 # ← 上一课：第 6 课：PagedAttention：Triton decode kernel　｜　下一课 →：第 8 课：结构化输出：grammar bitmask 与 CPU/GPU 重叠
