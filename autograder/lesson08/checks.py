@@ -26,6 +26,9 @@ Input space (each dimension -> the part that covers it):
     masking           disallowed -> -inf before the sampler, allowed logits unchanged       boundary
     engine            free and constrained requests in one batch, greedy and seeded rows, the
                       bitmask computed between launching the forward and waiting for it     real engine
+    vLLM 0.27.1       its StructuredOutputManager.grammar_bitmask rows on the same batches (scheduler order,
+                      reordered by request id) and three choice lists walked token by token to EOS, one
+                      with choices that start or end with a space                            main
     Not covered: speculative drafts (one bitmask row per draft position); the plug serves one position.
 """
 from __future__ import annotations
@@ -220,6 +223,51 @@ def check_choice_bitmask(choice_bitmask) -> None:
             detail.append("允许集合相同，但打包后的 int32 字不同（检查位序与符号位）")
         raise CheckFailed(f"场景「{sc.name}」第 {row} 行（请求 {req_id!r}，已生成 {sc.generated[req_id]!r}，"
                           f"选项 {sc.choices[req_id]}）与 xgrammar 不一致：" + "；".join(detail) + "。")
+    check_vllm_bitmask(choice_bitmask)
+
+
+def vllm_rows_in_batch_order(answer: dict, batch_req_ids: list[str]) -> torch.Tensor:
+    """vLLM's recorded rows (scheduler order, as grammar_bitmask fills them) moved to the batch's rows by
+    request id, as its runner's apply_grammar_bitmask does."""
+    by_id = dict(zip(answer["order"], answer["rows"], strict=True))
+    return torch.tensor([by_id[r] for r in batch_req_ids], dtype=torch.int32)
+
+
+def vllm_walk_steps(answer: dict, choices: list[bytes], vocab: Vocab):
+    """(step, bytes generated before it, vLLM's row) of a recorded walk, until EOS."""
+    done = b""
+    for k, step in enumerate(answer["steps"]):
+        yield k, done, torch.tensor([step["row"]], dtype=torch.int32)
+        done += vocab.token_bytes[step["token"]]
+
+
+def check_vllm_bitmask(choice_bitmask) -> None:
+    """Equal to vLLM 0.27.1's StructuredOutputManager.grammar_bitmask, word for word (recorded in
+    data/vllm_views/lesson08.json.xz): the lesson's batches, and three requests walked token by token."""
+    __tracebackhide__ = True
+    from autograder.vllm_views import recorded, scenarios
+
+    vocab = default_vocab()
+    for name, case in scenarios("lesson08").items():
+        want = recorded("lesson08", name)
+        if name.startswith("batch_"):
+            generated = {r: bytes(case["generated"][r]) for r in case["scheduled"]}
+            choices = {r: [c.encode() for c in case["choices"][r]] for r in case["scheduled"]}
+            sc = Scenario(name, list(case["batch"]), generated, choices)
+            got = _call_bitmask(choice_bitmask, sc, vocab)
+            expect(torch.equal(got, vllm_rows_in_batch_order(want, sc.batch_req_ids)),
+                   f"批 {name}（批内行 {sc.batch_req_ids}）：与 vLLM 0.27.1 的 grammar_bitmask 按请求 id 重排后的行不同。")
+            continue
+        choices = [c.encode() for c in case["choices"]]
+        for k, done, row in vllm_walk_steps(want, choices, vocab):
+            sc = Scenario(name, ["r"], {"r": done}, {"r": list(choices)})
+            got = unpack(_call_bitmask(choice_bitmask, sc, vocab), vocab.vocab_size)[0]
+            w = unpack(row, vocab.vocab_size)[0]
+            extra, missing = (got & ~w).nonzero().flatten().tolist(), (w & ~got).nonzero().flatten().tolist()
+            expect(not extra and not missing,
+                   f"选项 {choices}、已生成 {done!r}（第 {k} 步）：vLLM 0.27.1 的 grammar_bitmask 允许 {int(w.sum())} 个 "
+                   f"token，你的多允许 {[_describe(vocab, t) for t in extra[:3]]}、漏掉 "
+                   f"{[_describe(vocab, t) for t in missing[:3]]}。")
 
 
 def check_apply_bitmask(apply_bitmask_and_sample) -> None:

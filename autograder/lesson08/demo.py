@@ -92,3 +92,48 @@ def masked_logits_example():
     logits = torch.randn(2, 70, generator=gen)
     bitmask = torch.tensor([[1 << 5 | 1 << 9, 0, 0], [-1, -1, -1]], dtype=torch.int32)
     return logits, bitmask
+
+
+# ---------------------------------------------------------------------------- the same rows on vLLM 0.27.1
+def _tokens(vocab, allowed_row, top: int = 4) -> str:
+    ids = allowed_row.nonzero().flatten().tolist()
+    shown = ["EOS" if t == vocab.eos_token_id else repr(vocab.token_bytes[t].decode("utf-8", "replace"))
+             for t in ids[:top]]
+    return f"{len(ids):>3} " + " ".join(shown) + (" …" if len(ids) > top else "")
+
+
+def vllm_side_by_side(choice_bitmask, batch: str = "batch_batch_order", walk: str = "walk_perchance") -> None:
+    """vLLM 0.27.1's StructuredOutputManager.grammar_bitmask rows (scheduler order) beside yours (batch order)
+    for one of the lesson's batches, then one request walked token by token: allowed tokens per step."""
+    from autograder import vllm_views
+    from autograder.lesson08.checks import Scenario, vllm_rows_in_batch_order, vllm_walk_steps
+
+    vocab = default_vocab()
+    answers, line = vllm_views.answers("lesson08", [batch, walk])
+    print(line)
+    case, want = vllm_views.scenarios("lesson08")[batch], answers[batch]
+    sc = Scenario(batch, list(case["batch"]), {r: bytes(case["generated"][r]) for r in case["scheduled"]},
+                  {r: [c.encode() for c in case["choices"][r]] for r in case["scheduled"]})
+    mine = choice_bitmask(sc.batch_req_ids, dict(sc.generated), dict(sc.choices), vocab.trie, vocab.eos_token_id,
+                          vocab.vocab_size)
+    v_rows = unpack(torch.tensor(want["rows"], dtype=torch.int32), vocab.vocab_size)
+    m_rows = unpack(mine, vocab.vocab_size)
+    print(f"\n{'row':>3}  {'vLLM grammar_bitmask（调度顺序）':<44}{'你的 choice_bitmask（批内顺序）':<40}")
+    for i in range(len(sc.batch_req_ids)):
+        print(f"{i:>3}  {want['order'][i]:<7}{_tokens(vocab, v_rows[i]):<38}"
+              f"{sc.batch_req_ids[i]:<7}{_tokens(vocab, m_rows[i])}")
+    same = torch.equal(mine, vllm_rows_in_batch_order(want, sc.batch_req_ids))
+    print(f"按请求 id 把 vLLM 的行重排成批内顺序（runner 的 apply_grammar_bitmask 做的事）后逐字相同：{'✓' if same else '✗'}")
+    choices = [c.encode() for c in vllm_views.scenarios("lesson08")[walk]["choices"]]
+    print(f"\n选项 {[c.decode() for c in choices]}，vLLM 一步步从允许集合里随机取一个 token 并 accept_tokens：")
+    print(f"{'step':>4}  {'已生成':<14}{'vLLM 允许':<30}{'你的允许':<30}取   同")
+    for k, done, row in vllm_walk_steps(answers[walk], choices, vocab):
+        sc = Scenario(walk, ["r"], {"r": done}, {"r": list(choices)})
+        m = unpack(choice_bitmask(["r"], {"r": done}, {"r": list(choices)}, vocab.trie, vocab.eos_token_id,
+                                  vocab.vocab_size), vocab.vocab_size)[0]
+        w = unpack(row, vocab.vocab_size)[0]
+        token = answers[walk]["steps"][k]["token"]
+        pick = "EOS" if token == vocab.eos_token_id else repr(vocab.token_bytes[token].decode("utf-8", "replace"))
+        print(f"{k:>4}  {done.decode('utf-8', 'replace')!r:<14}{_tokens(vocab, w, 3):<30}{_tokens(vocab, m, 3):<30}"
+              f"{pick:<5}{'✓' if torch.equal(w, m) else '✗'}")
+    print(f"EOS 之后 grammar 终止（is_terminated = {answers[walk]['terminated']}）。")

@@ -30,7 +30,7 @@
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
-# | 代码·主路径（与 xgrammar 的 bitmask 逐字相同 1 分 + 接入真实引擎 1 分） | 2 | 自动 |
+# | 代码·主路径（与 xgrammar、vLLM 0.27.1 的 bitmask 逐字相同 1 分 + 接入真实引擎 1 分） | 2 | 自动 |
 # | 代码·边界条件（EOS 只在文本等于某个选项时允许、mask 先于采样） | 1 | 自动 |
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
@@ -329,6 +329,18 @@ L08.check_source_map(SOURCE_MAP)
 
 # %%
 self_check("lesson08", globals());
+
+# %% [markdown]
+# ## 在真实 vLLM 0.27.1 上看同一件事
+#
+# 第一张表：评分场景里“批内顺序与调度顺序不同”的那一批交给 vLLM 自己的 `StructuredOutputManager.grammar_bitmask`（选项由 `SamplingParams._validate_structured_outputs` 改写成 EBNF，xgrammar 编译）。vLLM 按调度顺序出行，你的函数按批内顺序；按请求 id 重排后应逐字相同。
+#
+# 第二张表：vLLM 一步步走完一个 `choice` 请求，每步取一行 bitmask、随机选一个允许的 token 交给 `accept_tokens`；旁边是你的函数对同一前缀算出的允许集合，直到 EOS 后 grammar 终止。
+#
+# 主路径评分也读这些录制结果：本课全部批和三条这样的路径（`autograder/vllm_views/lesson08.py`）。本机 vLLM 没有 Triton，跑 V1 的 `CPUModelRunner`，屏蔽用 `v1/structured_output/utils.py` 的 `apply_grammar_bitmask`。`make vllm` 之后，vLLM 的源码在 `.venv-vllm` 的 site-packages/vllm 下。
+
+# %%
+L08.vllm_side_by_side(choice_bitmask)
 
 # %% [markdown]
 # ## 参考资料
