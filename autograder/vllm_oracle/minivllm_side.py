@@ -5,8 +5,8 @@ from autograder.vllm_oracle import scheduler_harness
 
 
 class MinivllmSchedulerBackend:
-    """Adapter for scheduler_harness: minivllm's Scheduler and Request. (workloads is imported where used: the
-    student release ships this file and the harness for lesson 2's grader, not workloads.py.)"""
+    """Adapter for scheduler_harness: minivllm's Scheduler and Request. (It imports nothing from workloads.py:
+    the student release ships this file and the harness for the lessons' vLLM-graded parts, not workloads.py.)"""
 
     @staticmethod
     def make_scheduler(cfg: dict):
@@ -24,13 +24,12 @@ class MinivllmSchedulerBackend:
 
     @staticmethod
     def make_request(spec: dict, cfg: dict):
-        from autograder.vllm_oracle.workloads import EOS
         from minivllm.request import Request
         from minivllm.sampling_params import SamplingParams
 
         params = SamplingParams(max_tokens=spec["max_tokens"], min_tokens=spec["min_tokens"],
                                 ignore_eos=spec["ignore_eos"], stop_token_ids=list(spec["stop_token_ids"]))
-        return Request(spec["id"], list(spec["prompt"]), params, eos_token_id=EOS)
+        return Request(spec["id"], list(spec["prompt"]), params, eos_token_id=1)  # workloads.EOS, as in vllm_side
 
     @staticmethod
     def resumed_ids(cached) -> set[str]:
