@@ -26,6 +26,7 @@ MESSAGES = {
     "strictly_larger_size": ("l11_boundary", "正好是捕获尺寸 8"),
     "next_power_of_two": ("l11_main_path", "不一定是 2 的幂"),
     "multiple_of_8_above_8": ("l11_main_path", "间隔不一定是 8"),
+    "clamped_to_largest": ("l11_main_path", "CudagraphDispatcher.dispatch"),  # caught by the vLLM comparison
 }
 
 
@@ -56,6 +57,19 @@ def test_mutant_failure_names_the_misconception(name, solution_ns):
     exec_source(mutant_source("lesson11", name), ns, f"<mutant {name}>")
     result = run_part(next(p for p in LESSON.parts if p.grade_id == part_id), ns)
     assert result.score == 0 and phrase in result.message, result.message
+
+
+def test_vllm_recording_backs_the_lessons_lists():
+    """The recorded vLLM 0.27.1 side: its default list at max_num_seqs 20 is the VLLM_HEAD the checks use, the
+    engine's sizes come back sorted, and on CPU vLLM captures nothing."""
+    from autograder.lesson11.checks import CAPTURE_SIZES, ODD_SIZES, VLLM_HEAD
+    from autograder.vllm_views import recorded
+
+    assert recorded("lesson11", "default_20_seqs")["cudagraph_capture_sizes"] == VLLM_HEAD
+    assert recorded("lesson11", "lesson_engine")["decode_capture_sizes"] == CAPTURE_SIZES
+    assert recorded("lesson11", "odd_sizes")["decode_capture_sizes"] == ODD_SIZES
+    assert all(recorded("lesson11", n)["on_cpu"]["cudagraph_capture_sizes"] == [] for n in
+               ("default_20_seqs", "lesson_engine"))
 
 
 def test_source_map_accepts_vllm_names_and_rejects_others(solution_ns):

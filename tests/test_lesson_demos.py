@@ -107,3 +107,20 @@ def test_lesson08_vllm_view_reorders_vllms_rows_and_walks_to_eos(monkeypatch, ca
     bad.setdefault("torch", __import__("torch"))
     vllm_side_by_side(bad["choice_bitmask"])
     assert "逐字相同：✗" in capsys.readouterr().out
+
+
+def test_lesson11_vllm_side_shows_the_decode_graphs_from_the_recording(capsys):
+    """Lesson 11's side-by-side: with max_num_seqs 20, vLLM's full decode graphs stop at 16 (17..20 eager) while
+    minivllm adds 20; the solution's choose_capture_size follows vLLM's column."""
+    from autograder.lesson11.demo import vllm_side_by_side
+
+    def choose(n, sizes):
+        fits = [s for s in sizes if s >= n]
+        return min(fits) if fits else None
+
+    shown = vllm_side_by_side(choose)
+    out = capsys.readouterr().out
+    assert "读取录制结果" in out
+    assert shown["minivllm"]["default_20_seqs"] == [1, 2, 4, 8, 16, 20]
+    rows = {int(line.split()[0]): line.split()[1:] for line in out.splitlines() if line[:1].isdigit()}
+    assert rows[17] == ["20", "eager", "eager"] and rows[9] == ["16", "16", "16"]

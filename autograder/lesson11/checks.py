@@ -9,7 +9,8 @@ The exercise pads a decode batch to a capture size, in three small functions (th
 plug() puts them into minivllm's GPUModelRunner in place of CudagraphDispatcher.dispatch and
 _pad_for_cudagraph. On CPU the engine's enforce_eager=False path "replays" eagerly from the same static
 buffers, so every check here runs on CPU; on a GPU the same plug feeds real CUDA graphs.
-    check_main_path(...)   the size chosen is the smallest that fits; a batch padded in fresh buffers; real rows kept
+    check_main_path(...)   the size chosen is the smallest that fits; a batch padded in fresh buffers; real rows kept;
+                           then every batch size against vLLM 0.27.1's own dispatcher (recorded, six settings)
     check_real_engine(...) greedy tokens through the plugged engine equal the unpadded eager run
     check_boundary(...)    a full batch, a batch above every size, stale buffers, padded rows never write KV
     check_source_map(SOURCE_MAP)  three padding concepts -> vLLM 0.27.1's names the lesson does not print (hashed)
@@ -18,7 +19,9 @@ Every check is @graded: bounded by the cell limit, one short line on failure.
 Input space (each dimension -> the part that covers it):
     num_reqs        1, between sizes (3, 5, 17, 20, 25, 33), exactly a size (8, 24, 40), above every size (9, 41)
                                                                                         main, boundary
-    capture_sizes   powers of two [1, 2, 4, 8]; vLLM's default head [1, 2, 4, 8, 16, 24, 32, 40] (not powers of
+    capture_sizes   vLLM's decode graphs for six settings (defaults at max_num_seqs 20 and 256, interactivity,
+                    user lists, sizes above the token budget), every n up to the largest + 1  main (vLLM)
+                    powers of two [1, 2, 4, 8]; vLLM's default head [1, 2, 4, 8, 16, 24, 32, 40] (not powers of
                     two: the next power of two is the wrong size); ascending and not in ascending order (the
                     smallest fitting size, not the first); in the engine also [1, 3, 6]     main, boundary
     buffers         fresh (as allocated), stale from a bigger batch (77 everywhere), a block table
@@ -182,10 +185,29 @@ def _expect_size(choose_capture_size, n: int, sizes: list[int], why: str = "") -
         expect(got == want, f"choose_capture_size({n}, {sizes}) 应为能装下的最小尺寸 {want}，得到 {got!r}" + why)
 
 
+def check_against_vllm(choose_capture_size) -> None:
+    """choose_capture_size against vLLM 0.27.1's own CudagraphDispatcher.dispatch (recorded: grading never needs
+    vLLM): for each setting of autograder/vllm_views/lesson11.py, given the decode graphs vLLM captured (in
+    reverse order for every other setting), every batch of 1 .. max_cudagraph_capture_size + 1 requests must run
+    at vLLM's size, or eagerly (None) where vLLM runs it without a graph."""
+    from autograder.vllm_views import recorded
+    from autograder.vllm_views.lesson11 import SCENARIOS
+
+    for i, name in enumerate(SCENARIOS):
+        ans = recorded("lesson11", name)
+        sizes = ans["decode_capture_sizes"][::-1] if i % 2 else list(ans["decode_capture_sizes"])
+        for n, mode, rows in ans["decode_padding"]:
+            want = rows if mode == "FULL" else None
+            got = choose_capture_size(n, list(sizes))
+            expect(got == want, f"与 vLLM 0.27.1 的 CudagraphDispatcher.dispatch 不同（设置 {name}，vLLM 为 decode 捕获的"
+                   f"尺寸 {sizes}）：{n} 个请求 vLLM " + (f"填充到 {want} 行" if want is not None else "不用图、eager 运行")
+                   + f"，choose_capture_size 得到 {got!r}")
+
+
 @graded
 def check_main_path(choose_capture_size, fill_static_buffers, real_rows) -> None:
     """Covers num_reqs 1 to 33 against powers of two and vLLM's default head, ascending and unordered; fresh
-    buffers; the real rows."""
+    buffers; the real rows; then every batch size of the recorded vLLM settings against vLLM's dispatcher."""
     for sizes in (CAPTURE_SIZES, [8, 2, 4, 1], [4, 8, 1, 2]):
         for n in (1, 3, 5, 8):
             _expect_size(choose_capture_size, n, sizes, "（尺寸列表不一定按升序排列）" if sizes != CAPTURE_SIZES else "")
@@ -208,6 +230,7 @@ def check_main_path(choose_capture_size, fill_static_buffers, real_rows) -> None
     rows = real_rows(logits, 5)
     expect(isinstance(rows, torch.Tensor) and rows.tolist() == logits[:5].tolist(),
            f"real_rows(8 行 logits, 5) 应只返回前 5 个真实行，得到 {rows!r}")
+    check_against_vllm(choose_capture_size)
 
 
 @graded

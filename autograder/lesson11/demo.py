@@ -78,3 +78,44 @@ def print_launch_counts(counts: dict | None) -> None:
     print(f"{'path':>6} {'cudaLaunchKernel':>17} {'cudaGraphLaunch':>16}")
     for name, c in counts.items():
         print(f"{name:>6} {c['kernel_launches']:>17} {c['graph_launches']:>16}")
+
+
+# ---------------------------------------------------------------------------- the same thing in vLLM 0.27.1
+def vllm_side_by_side(choose_capture_size, show: str = "default_20_seqs") -> dict:
+    """vLLM 0.27.1's capture lists for the lesson's settings next to minivllm's (CompilationConfig.
+    set_cudagraph_sizes), then, for one setting, each decode batch's rows in minivllm, in vLLM and by your
+    choose_capture_size given vLLM's decode graphs."""
+    from autograder import vllm_views
+    from autograder.vllm_views.lesson11 import SCENARIOS
+    from minivllm.config import CompilationConfig
+
+    got, line = vllm_views.answers("lesson11")
+    print(line)
+    mini = {}
+    for name, s in SCENARIOS.items():
+        if s["performance_mode"] is not None:       # minivllm has no performance_mode
+            continue
+        cc = CompilationConfig(cudagraph_capture_sizes=s["cudagraph_capture_sizes"])
+        cc.set_cudagraph_sizes(s["max_num_seqs"])
+        mini[name] = cc.cudagraph_capture_sizes
+
+    def short(sizes):
+        return str(sizes) if len(sizes) <= 9 else f"[{', '.join(map(str, sizes[:5]))}, ... {sizes[-1]}] ({len(sizes)})"
+
+    print(f"{'setting':<26}{'max_num_seqs':>13}  {'vLLM captures (GPU)':<34}{'vLLM decode graphs':<34}"
+          f"{'vLLM on CPU':<13}minivllm")
+    for name, s in SCENARIOS.items():
+        a = got[name]
+        print(f"{name:<26}{s['max_num_seqs']:>13}  {short(a['cudagraph_capture_sizes']):<34}"
+              f"{short(a['decode_capture_sizes']):<34}{short(a['on_cpu']['cudagraph_capture_sizes']):<13}"
+              f"{short(mini[name]) if name in mini else '(no performance_mode)'}")
+    a = got[show]
+    d = CudagraphDispatcher(mini[show])
+    print(f"\n{show}: rows each decode batch runs at (eager = no graph)")
+    print(f"{'requests':<10}{'minivllm':>10}{'vLLM':>10}{'yours':>10}")
+    for n, mode, rows in a["decode_padding"][:SCENARIOS[show]["max_num_seqs"]]:
+        vllm = rows if mode == "FULL" else None
+        mine = d.padded_size(n)
+        yours = choose_capture_size(n, list(a["decode_capture_sizes"]))
+        print(f"{n:<10}{str(mine or 'eager'):>10}{str(vllm or 'eager'):>10}{str(yours or 'eager'):>10}")
+    return {"vllm": got, "minivllm": mini}

@@ -48,6 +48,11 @@ MUTANTS = {
     ), "Rounds the batch up to the next power of two: right for [1, 2, 4, 8], a size not in vLLM's list for 17 (24).",
        fails={"l11_main_path", "l11_boundary"},
        hint="捕获尺寸一定是 2 的幂吗？vLLM 的默认列表里有哪些尺寸？"),
+    "clamped_to_largest": Mutant(CELL, (
+        ("size = min(fits) if fits else None", "size = min(fits) if fits else max(capture_sizes)"),
+    ), "Runs a batch above every size in the largest graph, which has fewer rows than the batch (vLLM: eager).",
+       fails={"l11_main_path", "l11_boundary"},
+       hint="批大小超过所有捕获尺寸时，还能用哪张图？"),
     "multiple_of_8_above_8": Mutant(CELL, (
         ("size = min(fits) if fits else None",
          "size = (min(fits) if num_reqs <= 8 else -(-num_reqs // 8) * 8) if fits else None"),

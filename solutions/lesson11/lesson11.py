@@ -361,6 +361,18 @@ L11.print_launch_counts(L11.launch_counts(8))
 self_check("lesson11", globals());
 
 # %% [markdown]
+# ## 在真实 vLLM 0.27.1 上看同一件事
+#
+# 本课的几组设置交给 vLLM 自己的 `VllmConfig`。CPU 上 `CpuPlatform.check_and_update_config` 清空捕获列表（“vLLM on CPU” 一列）；于是在同一个配置上换回 `FULL_DECODE_ONLY`、重跑 vLLM 的 `_set_cudagraph_sizes`，再问 V1 的 `CudagraphDispatcher.dispatch` 每个 decode 批次跑多少行：这是 GPU 上会发生的事。
+#
+# 看 `default_20_seqs`：vLLM 的列表到 2 × max_num_seqs = 40，但整图 decode 只录不超过 max_num_seqs 的尺寸（`initialize_cudagraph_keys`），17～20 个请求在这个模式下 eager；minivllm 把 20 本身加进列表。vLLM 默认的 `FULL_AND_PIECEWISE` 让它们走分段图。
+#
+# 主路径评分的最后一步就是这张表：给你的 `choose_capture_size` vLLM 录下的 decode 尺寸，每个批次大小都要与 `dispatch` 相同。
+
+# %%
+L11.vllm_side_by_side(choose_capture_size);
+
+# %% [markdown]
 # ## 与 vLLM 0.27.1 的差异
 #
 # - **runner**：minivllm 对应 V1 的 `gpu_model_runner.py`；vLLM 0.27.1 跑本课程的 dense 模型时通常用 Model Runner V2（`v1/worker/gpu/`），它的图由 `ModelCudaGraphManager` 管理。
