@@ -118,3 +118,35 @@ def test_nbgrader_end_to_end(tmp_path):
     for student, got in results.items():  # the Colab self-check gives the same points per part
         ns, _ = student_namespace(subs / student / "lesson03" / "lesson03.ipynb")
         assert code_scores(ns) == {k: v for k, v in got.items() if k in parts}, student
+
+
+# ---------------------------------------------------------------------------- against vLLM 0.27.1 (recorded)
+def test_minivllms_kv_cache_manager_answers_every_recorded_scenario_as_vllm_does():
+    from autograder import vllm_views
+    from autograder.lesson03 import run_vllm_view
+
+    for name in vllm_views.scenarios("lesson03"):
+        assert run_vllm_view(name) == vllm_views.recorded("lesson03", name), name
+
+
+def test_vllm_comparison_passes_the_solution_and_catches_wrong_pieces(solution_ns):
+    from autograder.lesson03 import compare_with_vllm
+
+    pieces = ("request_block_hasher", "get_computed_blocks", "get_new_blocks")
+    for prefixes in (("demo_", "main_"), ("boundary_",)):
+        compare_with_vllm(*(solution_ns[k] for k in pieces), prefixes)
+    for name, prefixes in (("generated_tokens_not_hashed", ("boundary_",)), ("cap_from_prompt_length", ("boundary_",)),
+                           ("stale_hash_kept", ("demo_",)), ("key_drops_last_token", ("boundary_",))):
+        ns = dict(solution_ns, **mutant(name))
+        with pytest.raises(CheckFailed, match="vLLM 0.27.1"):
+            compare_with_vllm(*(ns[k] for k in pieces), prefixes)
+
+
+def test_vllm_side_by_side_from_the_recording(monkeypatch, capsys):
+    from autograder import vllm_views
+    from autograder.lesson03 import vllm_side_by_side
+
+    monkeypatch.setattr(vllm_views, "vllm_python", lambda: None)
+    vllm_side_by_side()
+    out = capsys.readouterr().out
+    assert "读取录制结果" in out and "[6, 10, 5, 4, 3, 2, 1, 9, 8, 7]" in out and "✗" not in out

@@ -22,11 +22,12 @@ Input space (each dimension, and the graded part that covers it):
     async scheduling      off; it does not change which blocks are hashed or hit
 
 Grade cells and `python -m autograder check lesson03 ...` call the same functions here:
-    check_main_path(*funcs)    vLLM's test_prefill / test_evict / hash scenarios on a KVCacheManager
+    check_main_path(*funcs)    vLLM's test_prefill / test_evict / hash scenarios on a KVCacheManager, then
+                               every operation equal to vLLM 0.27.1's own (recorded, autograder/vllm_views)
     check_real_engine(*funcs)  the four pieces plugged into minivllm's EngineCore: a shared-prefix batch,
                                the eviction-order scenario and a workload under eviction pressure, judged
                                by the engine's prefix-cache stats and by outputs equal to caching off
-    check_boundary(*funcs)     the n-1 cap, partial blocks, same tokens at two positions, extra keys
+    check_boundary(*funcs)     the n-1 cap, partial blocks, same tokens at two positions, extra keys; == vLLM
     check_source_map(SOURCE_MAP)
 
 How the pieces plug into the engine (no edit to minivllm): `plugged(core, funcs)` patches
@@ -53,6 +54,7 @@ from autograder.common import (
     graded,
     last_name,
     last_name_hash,
+    student_error,
 )
 
 BLOCK = 16
@@ -114,6 +116,44 @@ def _computed(manager, request) -> tuple[list[int], int]:
     return blocks.get_block_ids(), n
 
 
+# ---------------------------------------------------------------------------- against vLLM 0.27.1
+OPS_ZH = {"add": "加入请求：块哈希", "hit": "get_computed_blocks：命中的块、token 数",
+          "alloc": "allocate_slots：新分到的块、剩余空闲块数", "append": "追加生成的 token：块哈希",
+          "free": "free：空闲队列（LRU 队头在前）", "preempt": "抢占（free，进度清零）：空闲队列"}
+
+
+def run_vllm_view(name: str, request_block_hasher=None, get_computed_blocks=None, get_new_blocks=None) -> list:
+    """autograder/vllm_views/lesson03.py's scenario `name`, operation by operation, on minivllm's KVCacheManager
+    with the student's pieces plugged (None: minivllm's own), by the same driver vLLM's answer came from."""
+    from autograder import vllm_views
+    from autograder.vllm_views.lesson03 import run_ops
+
+    return run_ops(lambda n, bs: make_manager(n, get_computed_blocks, get_new_blocks, block_size=bs),
+                   lambda rid, prompt, bs: make_request(rid, prompt, request_block_hasher, block_size=bs),
+                   _computed_blocks, vllm_views.scenarios("lesson03")[name])
+
+
+def compare_with_vllm(request_block_hasher, get_computed_blocks, get_new_blocks, prefixes: tuple) -> None:
+    """Every operation of every recorded scenario named prefixes*: the same answer as vLLM 0.27.1's own
+    KVCacheManager and BlockPool (block hashes compared by their equalities, numbered by first appearance)."""
+    from autograder import vllm_views
+
+    for name in vllm_views.scenarios("lesson03"):
+        if not name.startswith(prefixes):
+            continue
+        want = vllm_views.recorded("lesson03", name)
+        try:
+            got = run_vllm_view(name, request_block_hasher, get_computed_blocks, get_new_blocks)
+        except CheckFailed:
+            raise
+        except Exception as e:  # noqa: BLE001 - the student's pieces broke the manager: name the scenario
+            raise CheckFailed(f"与 vLLM 0.27.1 的 KVCacheManager 对照（场景 {name}）：运行出错（{student_error(e)}）；"
+                              f"vLLM 在这个场景里逐个操作的结果是 {want}。") from None
+        for k, (g, w) in enumerate(zip(got, want, strict=True)):
+            expect(g == w, f"与 vLLM 0.27.1 的 KVCacheManager 对照（场景 {name}）第 {k + 1} 个操作「{w[0]} {w[1]}」"
+                           f"（{OPS_ZH[w[0]]}）：vLLM 得到 {w[2:]}，你的实现得到 {g[2:]}（块哈希按首次出现的顺序编号）。")
+
+
 # ---------------------------------------------------------------------------- part checks
 def _require_filled(*funcs) -> None:
     """A function that still names `______` fails here, with the blank's message, before it runs."""
@@ -171,6 +211,7 @@ def check_main_path(hash_block_tokens, request_block_hasher, get_computed_blocks
     check_eviction_order(get_computed_blocks, get_new_blocks, request_block_hasher)
     _check_stale_hash_evicted(request_block_hasher, get_computed_blocks, get_new_blocks)
     _check_hit_stops_at_first_miss(request_block_hasher, get_computed_blocks, get_new_blocks)
+    compare_with_vllm(request_block_hasher, get_computed_blocks, get_new_blocks, ("demo_", "main_"))
 
 
 def _check_chain(hash_block_tokens, request_block_hasher) -> None:
@@ -368,6 +409,7 @@ def check_boundary(hash_block_tokens, request_block_hasher, get_computed_blocks,
         _, n = _computed(manager, probe)
         expect(n == want, f"block_size={bs}：已缓存 50 个 token，长 40 的 prompt 应命中 {want} 个 token"
                           f"（上限 39，按整块取），实际 {n}（块大小要用 self.block_size）。")
+    compare_with_vllm(request_block_hasher, get_computed_blocks, get_new_blocks, ("boundary_",))
 
 
 # The accepted names, as sha256 prefixes of the lower-cased last dotted component (so `Class.name`,

@@ -192,3 +192,20 @@ def full_hit_demo(request_block_hasher=None, get_computed_blocks=None, get_new_b
     return {"first": manager.get_block_ids("first"), "hit_blocks": computed.get_block_ids(), "hit_tokens": n,
             "to_compute": 48 - n, "new_blocks": new.get_block_ids() if new else None,
             "second": manager.get_block_ids("second"), "cached_hashes": len(manager.cached_hashes())}
+
+
+# ---------------------------------------------------------------------------- the same scenarios on vLLM 0.27.1
+def vllm_side_by_side(names=("demo_prefill", "demo_evict")) -> None:
+    """vLLM 0.27.1's KVCacheManager and BlockPool and minivllm's on the same operations: block hashes (numbered
+    by first appearance), hits, new blocks and the free queue; the last column says whether they are equal."""
+    from autograder import vllm_views
+    from autograder.lesson03.checks import run_vllm_view
+
+    answers, line = vllm_views.answers("lesson03", list(names))
+    print(line)
+    for name in names:
+        print(f"\n{name}")
+        print(f"{'操作':<12}{'vLLM 0.27.1':<40}{'minivllm':<40}同")
+        for v, m in zip(answers[name], run_vllm_view(name), strict=True):
+            cells = [" ".join(str(x) for x in r[2:]) for r in (v, m)]
+            print(f"{v[0] + ' ' + v[1]:<12}{cells[0]:<40}{cells[1]:<40}{'✓' if v == m else '✗'}")

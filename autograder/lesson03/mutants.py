@@ -132,4 +132,10 @@ MUTANTS = {
     ), 'The hasher slices block_size - 1 tokens per block: a block\'s last token never reaches its hash.',
        fails={"l03_boundary", "l03_main_path"},
        hint="哈希一个满块时取了哪几个 token？切片的右端包括块的最后一个 token 吗？"),
+    "generated_tokens_not_hashed": Mutant(CELL, (
+        ('    num_full_blocks = request.num_tokens // block_size',
+         '    num_full_blocks = request.num_prompt_tokens // block_size'),
+    ), 'Hashes only the prompt\'s full blocks: generated tokens never become cached blocks (no multi-turn hit).',
+       fails={"l03_boundary"},
+       hint="请求生成的 token 填满一个块之后，这个块会有哈希吗？下一轮对话能命中上一轮的输出吗？"),
 }

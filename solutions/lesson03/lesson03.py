@@ -31,7 +31,7 @@
 # | 代码·映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行本课末尾的“自检”单元格，或在终端执行 `python -m autograder check lesson03`，得分与 nbgrader 评出的自动部分一致。
+# 没有 nbgrader 时（例如 Colab），运行最后的“自检”单元格或 `python -m autograder check lesson03`，得分与 nbgrader 的自动部分一致。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
@@ -70,7 +70,7 @@ short_errors("lesson03")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 1. 它是什么，解决什么问题
 #
-# 线上大量请求共享同一段前缀：system prompt、few-shot 示例、RAG 文档、多轮对话的历史。没有前缀缓存，每个请求都要重新 prefill 这段前缀：重复的 GEMM 推高首 token 延迟（TTFT），每个请求还各存一份相同的 KV。
+# 线上大量请求共享同一段前缀：system prompt、few-shot 示例、RAG 文档、多轮对话历史。没有前缀缓存，每个请求都要重新 prefill 这段前缀：重复的 GEMM 推高 TTFT，每个请求还各存一份相同的 KV。
 #
 # vLLM V1 的自动前缀缓存（Automatic Prefix Caching）让 KV 块按内容寻址：
 #
@@ -118,7 +118,7 @@ L03.plot_block_tables(snap);
 # - **省下的是 prefill 计算和重复的 KV 显存**：命中多少 token 就少算多少，共享块让同样的显存容纳更多请求。代价是每个满块一次哈希和一次查表。
 # - **块大小是粒度**：`block_size` 越大，尾块越长，n-1 封顶时重算越多；越小，块表和哈希越多。
 # - **命中率取决于负载**：共享前缀的长度、到达的时间局部性、显存压力。逆序释放让公共前缀最后被驱逐；无哈希的块放队头，不挡在有缓存价值的块前面（Q3）。
-# - **要 benchmark 的结论**：下面的 TTFT 是 2 核 CPU 上测的。GPU 上 prefill 快得多，省下的绝对时间和比例都不同，还要与批处理、chunked prefill 的影响分开测。
+# - **要 benchmark 的结论**：下面的 TTFT 是 2 核 CPU 上测的。GPU 上 prefill 快得多，省下的时间和比例都不同，还要与批处理、chunked prefill 的影响分开测。
 
 # %% [markdown]
 # ## 具体演示：共享 system prompt 的负载，命中率与 TTFT
@@ -142,7 +142,7 @@ L03.plot_ttft(runs)
 print(L03.ttft_caption(runs))
 
 # %% [markdown]
-# 图 3-3：关闭缓存时每个请求 prefill 528 个 token，开启后从第 2 个起只 prefill 16 个，这是确定的。TTFT 降多少，看图下打印的实测：中位数、范围，以及有几个请求的两种范围完全分开。第 1 个请求还包含预热。这些数字只属于这台 CPU、这个模型和负载。
+# 图 3-3：关闭缓存时每个请求 prefill 528 个 token，开启后从第 2 个起只 prefill 16 个，这是确定的。TTFT 降多少，看图下打印的实测：中位数、范围，以及有几个请求的两种范围完全分开。第 1 个请求还包含预热。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
@@ -383,6 +383,16 @@ L03.check_source_map(SOURCE_MAP)
 
 # %%
 self_check("lesson03", globals());
+
+# %% [markdown]
+# ## 在真实 vLLM 0.27.1 上看同一件事
+#
+# 把 vLLM 测试的 `test_prefill`、`test_evict` 交给 vLLM 0.27.1 自己的 `KVCacheManager`、`BlockPool` 和哈希器（sha256），与 minivllm 逐个操作对照。哈希值两边不同，表里按首次出现编号，相等关系须一致。
+#
+# 主路径与边界两项评分也跑这两个场景和另外九个（`autograder/vllm_views/lesson03.py`）：你的函数接进 minivllm 后，每个操作都要与 vLLM 录下的相同。
+
+# %%
+L03.vllm_side_by_side()
 
 # %% [markdown]
 # ## 参考资料
