@@ -33,3 +33,5 @@ class RequestOutput:
     finished: bool
     num_cached_tokens: int = 0
     metrics: dict = field(default_factory=dict)
+    # vLLM's prompt_logprobs: None for the first position, then {token: Logprob} (the prompt token first)
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None

@@ -125,6 +125,12 @@ class Request:
         return self.structured_output_request is not None
 
     @property
+    def skip_reading_prefix_cache(self) -> bool:
+        """vLLM skips prefix-cache hits for a request that wants prompt logprobs: every prompt position's
+        logits must be computed."""
+        return self.sampling_params.prompt_logprobs is not None
+
+    @property
     def num_tokens(self) -> int:
         return len(self.all_token_ids)
 

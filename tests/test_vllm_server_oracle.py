@@ -40,12 +40,7 @@ DELIBERATE = {
 }
 
 # vLLM behaviour minivllm does not have yet: case -> what is missing. Each must still differ.
-_PROMPT_LOGPROBS = "prompt logprobs (SamplingParams.prompt_logprobs): the runner keeps no prompt-position logits; 400"
 OPEN_GAPS: dict[str, str] = {
-    **{name: _PROMPT_LOGPROBS for name in (
-        "cmpl/prompt_logprobs_0", "cmpl/prompt_logprobs_2", "cmpl/echo_logprobs", "cmpl/echo_logprobs_0",
-        "cmpl/echo_max_tokens_0_logprobs", "cmpl/echo_list", "cmpl/stream/echo_logprobs", "chat/prompt_logprobs_0",
-        "chat/prompt_logprobs_2", "chat/echo", "chat/echo_continue", "chat/stream/echo")},
     "cmpl/truncate_prompt_tokens": "vLLM reports 2 prompt tokens but answers as for the whole prompt; minivllm "
                                    "generates from the last 2",
     "cmpl/return_token_ids_echo": "vLLM leaves the echoed prompt out of the text when return_token_ids is set",

@@ -98,7 +98,7 @@ class KVCacheManager:
         not recorded here: the scheduler records them at admission (record_prefix_cache_stats), so a
         lookup retried while the request waits for blocks counts once.
         """
-        if not self.enable_caching:
+        if not self.enable_caching or request.skip_reading_prefix_cache:
             return KVCacheBlocks([]), 0
         max_cache_hit_length = request.num_tokens - 1
         computed: list[KVCacheBlock] = []

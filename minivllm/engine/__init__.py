@@ -54,6 +54,10 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True, gc=F
     queue_time: float | None = None  # on a request's first output: arrival -> first scheduled, in seconds
     # The sampled token's rank at each new position (vLLM: LogprobsLists.sampled_token_ranks); with new_logprobs.
     new_logprob_ranks: list[int] | None = None
+    # With the first token of a request that asked for prompt logprobs: per prompt position 1.., {token: logprob}
+    # (the prompt token first, then the top prompt_logprobs) and the prompt token's rank.
+    new_prompt_logprobs: list[dict[int, float]] | None = None
+    new_prompt_logprob_ranks: list[int] | None = None
 
     @property
     def finished(self) -> bool:

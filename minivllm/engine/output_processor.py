@@ -112,6 +112,9 @@ class RequestState:
     scheduled_time: float | None = None  # arrival + the core's queue time: when it was first scheduled
     max_tokens_param: int | None = None
     n_param: int = 1
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None
+    num_prompt_logprobs: int = 0
+    prompt_logprobs_sent: bool = False
 
 
 @dataclass
@@ -137,7 +140,8 @@ class OutputProcessor:
             IncrementalDetokenizer(self.tokenizer, params, request.prompt_token_ids), stream_delta, queue,
             logprobs=[] if params.logprobs is not None else None, num_logprobs=params.logprobs or 0,
             cumulative_logprob=0.0 if params.logprobs is not None else None,
-            arrival_time=request.arrival_time, max_tokens_param=params.max_tokens, n_param=params.n)
+            arrival_time=request.arrival_time, max_tokens_param=params.max_tokens, n_param=params.n,
+            num_prompt_logprobs=params.prompt_logprobs or 0)
 
     def _append_logprobs(self, state: RequestState, out: EngineCoreOutput) -> None:
         """Each new position's {token: Logprob}: the sampled token first (its rank from the sampler), then the
@@ -203,6 +207,12 @@ class OutputProcessor:
             state.num_cached_tokens = out.num_cached_tokens
             if out.new_logprobs is not None and state.logprobs is not None:
                 self._append_logprobs(state, out)
+            if out.new_prompt_logprobs is not None:
+                k = state.num_prompt_logprobs
+                state.prompt_logprobs = [None] + [
+                    {t: Logprob(lp, r, self.tokenizer.decode([t])) for (t, lp), r in
+                     zip(lps.items(), entry_ranks(k, len(lps), rank), strict=True)}
+                    for lps, rank in zip(out.new_prompt_logprobs, out.new_prompt_logprob_ranks, strict=True)]
             # A stop string wins over the core's reason, even "length" from the same (last) token, as in vLLM.
             stop_str = state.detokenizer.update(out.new_token_ids, finish_reason == FinishReason.STOP)
             if stop_str is not None:
@@ -262,5 +272,8 @@ class OutputProcessor:
             state.sent_tokens = len(state.output_token_ids)
         completion = CompletionOutput(0, text, token_ids, state.cumulative_logprob, logprobs,
                                       str(finish_reason) if finished else None, stop_reason)
+        prompt_logprobs = None
+        if state.prompt_logprobs is not None and not (delta and state.prompt_logprobs_sent):
+            prompt_logprobs, state.prompt_logprobs_sent = state.prompt_logprobs, True  # once when streaming
         return RequestOutput(state.request_id, state.prompt, state.prompt_token_ids, [completion], finished,
-                             state.num_cached_tokens)
+                             state.num_cached_tokens, prompt_logprobs=prompt_logprobs)

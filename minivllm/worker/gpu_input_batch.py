@@ -26,6 +26,9 @@ class CachedRequestState:
     num_computed_tokens: int
     output_token_ids: list[int] = field(default_factory=list)
     eos_token_id: int | None = None
+    # prompt position -> ({token: logprob}, the prompt token's rank), filled as the prefill runs
+    prompt_logprobs: dict[int, tuple[dict[int, float], int]] = field(default_factory=dict)
+    prompt_logprobs_sent: bool = False
 
     @property
     def num_tokens(self) -> int:
@@ -59,6 +62,7 @@ class InputBatch:
         self.has_penalties: set[int] = set()
         self.logit_bias: dict[int, dict[int, float]] = {}  # row -> token id -> bias
         self.allowed_token_ids: dict[int, list[int]] = {}  # row -> the only ids it may sample
+        self.prompt_logprobs_reqs: set[str] = set()  # requests that want prompt logprobs (vLLM: num_prompt_logprobs)
         self.num_logprobs: list[int | None] = [None] * max_num_reqs
         self.generators: dict[int, torch.Generator] = {}
         # row -> (min_tokens, prompt length, ids masked until then): vLLM's MinTokensLogitsProcessor state
@@ -100,6 +104,8 @@ class InputBatch:
         self.num_prompt_tokens[idx] = n_prompt
         if sp.has_penalties:
             self.has_penalties.add(idx)
+        if sp.prompt_logprobs is not None:
+            self.prompt_logprobs_reqs.add(state.req_id)
         if sp.logit_bias:
             self.logit_bias[idx] = sp.logit_bias
         if sp.allowed_token_ids:
@@ -150,6 +156,7 @@ class InputBatch:
         self.generators.pop(idx, None)
         self.min_tokens.pop(idx, None)
         self.has_penalties.discard(idx)
+        self.prompt_logprobs_reqs.discard(req_id)
         self.logit_bias.pop(idx, None)
         self.allowed_token_ids.pop(idx, None)
         self.num_logprobs[idx] = None

@@ -258,6 +258,7 @@ class GPUModelRunner:
         with self.tracer.span("forward", so.step, list(so.num_scheduled_tokens)):
             hidden = self._model_forward(batch_desc, input_ids, positions, md)
             logits = self.model.compute_logits(hidden[logits_indices]) if len(emit) else None
+            self._collect_prompt_logprobs(hidden, so)
         self._pending = (emit, logits, spec_md, so.scheduled_spec_decode_tokens)
         self._step = so.step
         if so.has_structured_output_requests:
@@ -273,6 +274,7 @@ class GPUModelRunner:
         num_reqs = batch.num_reqs
         req_ids = list(batch.req_ids[:num_reqs])
         sampled_token_ids: list[list[int]] = [[] for _ in range(num_reqs)]
+        prompt_logprobs: dict[str, tuple[list[dict[int, float]], list[int]]] = {}
         logprobs = ranks = None
         if logits is not None:
             if grammar_output is not None:
@@ -302,6 +304,11 @@ class GPUModelRunner:
             for j, row in enumerate(emit.tolist()):
                 tokens = rows_tokens[j]
                 sampled_token_ids[row] = tokens
+                state = self.requests[req_ids[row]]
+                if state.sampling_params.prompt_logprobs is not None and not state.prompt_logprobs_sent:
+                    state.prompt_logprobs_sent = True
+                    entries = [state.prompt_logprobs[p] for p in range(1, len(state.prompt_token_ids))]
+                    prompt_logprobs[req_ids[row]] = ([e[0] for e in entries], [e[1] for e in entries])
                 self.requests[req_ids[row]].output_token_ids.extend(tokens)
                 for token in tokens:
                     batch.append_token(row, token)
@@ -312,7 +319,34 @@ class GPUModelRunner:
             if self.drafter is not None:
                 self._propose_drafts(req_ids, emit)
         return ModelRunnerOutput(req_ids, {r: i for i, r in enumerate(req_ids)}, sampled_token_ids, logprobs,
-                                 logprob_ranks=ranks)
+                                 logprob_ranks=ranks, prompt_logprobs=prompt_logprobs)
+
+    def _collect_prompt_logprobs(self, hidden: torch.Tensor, so: SchedulerOutput) -> None:
+        """vLLM's prompt logprobs: for each prompt position this step computes, the raw logprob of the next
+        prompt token, its rank, and the top prompt_logprobs tokens (kept until the request's first token)."""
+        batch = self.input_batch
+        if not batch.prompt_logprobs_reqs:
+            return
+        start = 0
+        for row, req_id in enumerate(batch.req_ids[:batch.num_reqs]):
+            n = so.num_scheduled_tokens[req_id]
+            state = self.requests[req_id]
+            k = state.sampling_params.prompt_logprobs
+            first, prompt = int(batch.num_computed_tokens_cpu[row]), state.prompt_token_ids
+            last = min(first + n, len(prompt) - 1)  # position p predicts prompt token p + 1
+            if k is not None and first < last:
+                lp = self.model.compute_logits(hidden[start:start + last - first]).float().log_softmax(-1)
+                target = torch.tensor(prompt[first + 1:last + 1], device=lp.device).unsqueeze(1)
+                actual = lp.gather(1, target)
+                ranks = (lp >= actual).sum(-1).tolist()
+                top = lp.topk(k, dim=-1) if k > 0 else None
+                for i, p in enumerate(range(first, last)):
+                    entry = {prompt[p + 1]: actual[i, 0].item()}
+                    if top is not None:
+                        for tok, v in zip(top.indices[i].tolist(), top.values[i].tolist(), strict=True):
+                            entry.setdefault(tok, v)
+                    state.prompt_logprobs[p + 1] = (entry, ranks[i])
+            start += n
 
     def _mask_min_tokens(self, logits: torch.Tensor, spec_md: SpecDecodeMetadata, emit: np.ndarray) -> torch.Tensor:
         """The Sampler's min_tokens mask for verification rows: position p of a request samples its

@@ -14,6 +14,9 @@ class ModelRunnerOutput:
     logprobs: list[list[dict[int, float]] | None] | None = None  # per request, one dict per token
     logprob_ranks: list[list[int] | None] | None = None  # per request, the sampled token's rank per token
     num_nans_in_logits: dict[str, int] = field(default_factory=dict)
+    # req_id -> (per prompt position 1.., {token: logprob} with the prompt token first; the prompt token's rank),
+    # sent once, with the request's first sampled token
+    prompt_logprobs: dict[str, tuple[list[dict[int, float]], list[int]]] = field(default_factory=dict)
 
 
 EMPTY_MODEL_RUNNER_OUTPUT = ModelRunnerOutput([], {}, [])

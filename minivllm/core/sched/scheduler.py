@@ -302,9 +302,11 @@ class Scheduler(SchedulerInterface):
                 if logprob_ranks is not None and logprob_ranks[req_index] is not None:
                     new_ranks = logprob_ranks[req_index][:len(new_token_ids)]
             num_cached_tokens = request.num_cached_tokens  # -1 until admission sets it
+            prompt_lps, prompt_ranks = model_runner_output.prompt_logprobs.get(req_id, (None, None))
             outputs.append(EngineCoreOutput(req_id, new_token_ids, new_logprobs, finish_reason,
                                             request.stop_reason, num_cached_tokens if num_cached_tokens > 0 else 0,
-                                            new_logprob_ranks=new_ranks))
+                                            new_logprob_ranks=new_ranks, new_prompt_logprobs=prompt_lps,
+                                            new_prompt_logprob_ranks=prompt_ranks))
         if stopped_running:
             self.running = [r for r in self.running if r not in stopped_running]
         if stopped_preempted:

@@ -360,17 +360,28 @@ class OpenAIServing:
         return {"prompt": text, "prompt_token_ids": self.tokenizer.encode(text, add_special_tokens=False)}
 
     def completion_logprobs(self, token_ids, logprobs, offset: int, num: int) -> dict | None:
+        """OpenAI's completion logprobs; each position lists its token and its top `num` (vLLM's
+        _create_completion_logprobs). A None entry is the prompt's first token, which has no logprob."""
         if logprobs is None:
             return None
         tokens, token_lps, tops, offsets = [], [], [], []
         for tok, lps in zip(token_ids, logprobs, strict=False):
             s = self.token_str(tok)
             tokens.append(s)
-            token_lps.append(lps.get(tok))
-            tops.append({self.token_str(t): lp for t, lp in list(lps.items())[:max(num, 1)]})
+            token_lps.append(None if lps is None else lps.get(tok))
+            tops.append(None if lps is None else {self.token_str(t): lp for t, lp in list(lps.items())[:num + 1]})
             offsets.append(offset)
             offset += len(s)
         return {"text_offset": offsets, "token_logprobs": token_lps, "tokens": tokens, "top_logprobs": tops}
+
+    @staticmethod
+    def prompt_logprobs_json(prompt_logprobs) -> list | None:
+        """vLLM's prompt_logprobs: per prompt position, {token id: {logprob, rank, decoded_token}}."""
+        if prompt_logprobs is None:
+            return None
+        return [None if d is None else {str(t): {"logprob": float(lp), "rank": lp.rank,
+                                                 "decoded_token": lp.decoded_token} for t, lp in d.items()}
+                for d in prompt_logprobs]
 
     def chat_logprobs(self, token_ids, logprobs, num: int) -> dict | None:
         if logprobs is None:
@@ -449,13 +460,6 @@ async def finals_of(gens: list[PrimedGenerate]) -> list[RequestOutput]:
     return finals
 
 
-def check_prompt_logprobs(params: SamplingParams) -> None:
-    """Prompt logprobs need the model runner to keep every prompt position's logits, which it does not."""
-    if params.prompt_logprobs is not None:
-        raise VLLMValidationError("prompt logprobs (prompt_logprobs, or echo with logprobs) are not supported",
-                                  "prompt_logprobs")
-
-
 # ---------------------------------------------------------------------------- completions
 async def create_completion(serving: OpenAIServing, req: CompletionRequest, raw: Request):
     serving.check_model(req.model)
@@ -471,7 +475,6 @@ async def create_completion(serving: OpenAIServing, req: CompletionRequest, raw:
     max_tokens = 1 if echo_only else req.max_tokens
     prompt_logprobs = req.prompt_logprobs if req.prompt_logprobs is not None or not req.echo else req.logprobs
     params = req.to_sampling_params(max_tokens, req.logprobs, prompt_logprobs)
-    check_prompt_logprobs(params)
     prompts = _prompts(req.prompt)
     rid, created = random_id("cmpl"), now()
     gens = await start_children(serving, rid, prompts, params, bool(req.stream), max_tokens,
@@ -492,12 +495,18 @@ async def create_completion(serving: OpenAIServing, req: CompletionRequest, raw:
                 n_prompt += len(out.prompt_token_ids)
             n_gen += len(c.token_ids)
             text = echo_texts[k] if echo_only else echo_texts[k] + c.text
-            lp = None if echo_only else serving.completion_logprobs(c.token_ids, c.logprobs, len(echo_texts[k]),
-                                                                    req.logprobs or 0)
+            pl = out.prompt_logprobs
+            if req.echo and req.logprobs is not None:  # the prompt's logprobs come first, offsets from 0
+                ids, lps = list(out.prompt_token_ids), list(pl or [])
+                if not echo_only:
+                    ids, lps = ids + list(c.token_ids), lps + list(c.logprobs or [])
+                lp = serving.completion_logprobs(ids, lps, 0, req.logprobs)
+            else:
+                lp = serving.completion_logprobs(c.token_ids, c.logprobs, len(echo_texts[k]), req.logprobs or 0)
             choices.append({"index": k, "text": text, "logprobs": lp, "finish_reason": c.finish_reason,
                             "stop_reason": c.stop_reason,
                             "token_ids": list(c.token_ids) if req.return_token_ids else None,
-                            "prompt_logprobs": None,
+                            "prompt_logprobs": serving.prompt_logprobs_json(pl),
                             "prompt_token_ids": list(out.prompt_token_ids) if req.return_token_ids else None,
                             "routed_experts": None})
         return JSONResponse({"id": rid, "object": "text_completion", "created": created, "model": serving.model_name,
@@ -546,7 +555,7 @@ async def _completion_stream(serving, req, gens, rid, created, echo_texts, n, ec
     include_usage, continuous = _stream_usage_flags(req)
     head = {"id": rid, "object": "text_completion", "created": created, "model": serving.model_name}
     n_prompt, n_gen = [0] * len(gens), [0] * len(gens)
-    offsets = [len(t) for t in echo_texts]
+    offsets = [0] * len(gens)  # vLLM counts the offsets of later chunks from the generated text alone
     first = [True] * len(gens)
     try:
         async for i, out in merge_async_iterators(*[g.iterate() for g in gens]):
@@ -561,8 +570,14 @@ async def _completion_stream(serving, req, gens, rid, created, echo_texts, n, ec
             n_gen[i] += len(c.token_ids)
             if not text and not c.finish_reason:
                 continue  # text held back (a stop string may be forming) and nothing else to say
-            lp = None if echo_only else serving.completion_logprobs(c.token_ids, c.logprobs, offsets[i],
-                                                                    req.logprobs or 0)
+            if prompt_ids is not None and req.echo and req.logprobs is not None:  # first chunk: prompt + token
+                ids, lps = list(out.prompt_token_ids), list(out.prompt_logprobs or [])
+                if not echo_only:
+                    ids, lps = ids + list(c.token_ids), lps + list(c.logprobs or [])
+                lp = serving.completion_logprobs(ids, lps, 0, req.logprobs)
+            else:
+                lp = None if echo_only else serving.completion_logprobs(c.token_ids, c.logprobs, offsets[i],
+                                                                        req.logprobs or 0)
             offsets[i] += len(c.text)
             chunk = head | {"choices": [{"index": i, "text": text, "logprobs": lp, "finish_reason": c.finish_reason,
                                          "stop_reason": c.stop_reason, "prompt_token_ids": prompt_ids,
@@ -597,8 +612,6 @@ def _check_chat_request(req: ChatCompletionRequest) -> None:
         raise ValueError('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
     if req.tool_choice == "required" and not req.tools:
         raise VLLMValidationError("When using `tool_choice`, `tools` must be set.", "tool_choice")
-    if req.echo:
-        raise VLLMValidationError("echo needs prompt logprobs, which are not supported", "echo")
 
 
 async def create_chat_completion(serving: OpenAIServing, req: ChatCompletionRequest, raw: Request):
@@ -606,18 +619,26 @@ async def create_chat_completion(serving: OpenAIServing, req: ChatCompletionRequ
     _check_chat_request(req)
     num_lp = (req.top_logprobs or 0) if req.logprobs else None
     max_tokens = req.max_completion_tokens or req.max_tokens
-    params = req.to_sampling_params(max_tokens, num_lp, req.prompt_logprobs)
-    check_prompt_logprobs(params)
+    # vLLM: echo reports the prompt's logprobs (top_logprobs of them) unless prompt_logprobs says otherwise
+    prompt_logprobs = req.prompt_logprobs if req.prompt_logprobs is not None or not req.echo else req.top_logprobs
+    params = req.to_sampling_params(max_tokens, num_lp, prompt_logprobs)
     prompt = await serving.in_pool(serving.chat_prompt, req.messages, req.add_generation_prompt,
                                    req.continue_final_message, req.chat_template_kwargs)
     # vLLM's get_chat_request_role: the reply speaks as the assistant only when the prompt asks for one.
     role = "assistant" if req.add_generation_prompt else req.messages[-1].role
+    # vLLM's echo: the reply starts with the last message's content when that message speaks as the reply does
+    last = req.messages[-1]
+    echo_text = ""
+    if req.echo and last.role == role and last.content:
+        echo_text = last.content if isinstance(last.content, str) else \
+            "\n".join(str(p.get("text", "")) for p in last.content if p.get("type") == "text")
     rid, created = random_id("chatcmpl"), now()
     gens = await start_children(serving, rid, [prompt], params, bool(req.stream), max_tokens,
                                 "max_completion_tokens" if req.max_completion_tokens else "max_tokens",
                                 truncate=req.truncate_prompt_tokens)
     if req.stream:
-        return CancellableStreamingResponse(_chat_stream(serving, req, gens, rid, created, num_lp or 0, role),
+        return CancellableStreamingResponse(_chat_stream(serving, req, gens, rid, created, num_lp or 0, role,
+                                                         echo_text),
                                             media_type="text/event-stream")
 
     async def run():
@@ -626,7 +647,7 @@ async def create_chat_completion(serving: OpenAIServing, req: ChatCompletionRequ
         for k, out in enumerate(finals):
             c = out.outputs[0]
             n_gen += len(c.token_ids)
-            choices.append({"index": k, "message": {"role": role, "content": c.text} | _MESSAGE_EXTRAS,
+            choices.append({"index": k, "message": {"role": role, "content": echo_text + c.text} | _MESSAGE_EXTRAS,
                             "logprobs": serving.chat_logprobs(c.token_ids, c.logprobs, num_lp or 0),
                             "finish_reason": c.finish_reason, "stop_reason": c.stop_reason,
                             "token_ids": list(c.token_ids) if req.return_token_ids else None,
@@ -634,14 +655,14 @@ async def create_chat_completion(serving: OpenAIServing, req: ChatCompletionRequ
         ids = finals[0].prompt_token_ids
         return JSONResponse({"id": rid, "object": "chat.completion", "created": created, "model": serving.model_name,
                              "choices": choices} | _RESPONSE_EXTRAS | {
-            "usage": _usage(len(ids), n_gen), "prompt_logprobs": None,
+            "usage": _usage(len(ids), n_gen), "prompt_logprobs": serving.prompt_logprobs_json(finals[0].prompt_logprobs),
             "prompt_token_ids": list(ids) if req.return_token_ids else None,
             "prompt_text": prompt["prompt"] if req.return_prompt_text else None}
                             | _TRANSFER_EXTRAS)
     return await with_cancellation(raw, run())
 
 
-async def _chat_stream(serving, req, gens, rid, created, num_lp, role):
+async def _chat_stream(serving, req, gens, rid, created, num_lp, role, echo_text=""):
     include_usage, continuous = _stream_usage_flags(req)
     head = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": serving.model_name}
     n_prompt, n_gen = 0, [0] * len(gens)
@@ -659,6 +680,9 @@ async def _chat_stream(serving, req, gens, rid, created, num_lp, role):
                 if continuous:
                     chunk["usage"] = _usage(n_prompt, 0, details=False)
                 yield sse(chunk)
+                if echo_text:
+                    yield sse(head | {"choices": [{"index": i, "delta": {"content": echo_text}, "logprobs": None,
+                                                   "finish_reason": None}]})
             n_gen[i] += len(c.token_ids)
             if not c.text and not c.finish_reason:
                 continue
