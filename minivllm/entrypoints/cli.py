@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--api-key", default=None,
-                   help="require 'Authorization: Bearer KEY' on /v1/*, /tokenize and /detokenize")
+                   help="require 'Authorization: Bearer KEY' on /v1/* (as vLLM does)")
     s.add_argument("--max-request-body-bytes", type=int, default=8 << 20, help="larger bodies get a 413")
     s.add_argument("--shutdown-grace-period", type=float, default=5.0,
                    help="seconds in-flight requests may finish after SIGTERM before they end with an error")

@@ -1,9 +1,13 @@
 """OpenAI-compatible server (vLLM: entrypoints/openai/api_server.py + serving_*.py), FastAPI over AsyncLLM.
 
 Routes: /v1/completions, /v1/chat/completions (streaming as SSE `data: {...}` ... `data: [DONE]`),
-/v1/models, /health (503 once the core is dead), /metrics (Prometheus text), /tokenize, /detokenize.
-Every error is OpenAI-shaped, {"error": {"message", "type", "param", "code"}}: bad input gets a 4xx whose
-`param` names the field (or is null); anything unexpected a logged 500 carrying a request id. A client
+/v1/models, /health and /ping (503 once the core is dead), /version, /metrics (Prometheus text), /tokenize,
+/detokenize. Request and response fields, errors and routes answer as vLLM 0.27.1's server does, request for
+request (tests/test_vllm_server_oracle.py against its recorded answers): errors are OpenAI-shaped,
+{"error": {"message", "type", "param", "code"}}, with vLLM's types and params (a schema-level error is
+"Bad Request" with param "body.<field>"); unknown routes get FastAPI's {"detail": ...}; a missing or wrong
+API key on /v1/* gets 401 {"error": "Unauthorized"}; anything unexpected a logged 500 carrying a request id.
+n > 1 fans out into n engine requests (vLLM's ParentRequest). A client
 that disconnects has its request aborted in the core (streaming or not). Request bodies are capped
 (413), and tokenization runs on a thread pool, so one huge prompt never stalls the event loop.
 
