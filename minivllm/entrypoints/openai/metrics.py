@@ -247,7 +247,8 @@ class PrometheusStatLogger:
                              (self.prefill_time, it.prefill_times), (self.decode_time, it.decode_times),
                              (self.inference_time, it.inference_times),
                              (self.request_prefill_kv_computed, it.request_prefill_kv_computed_tokens),
-                             # n is always 1 here, so a request's max over its n samples is its own count
+                             # each of an n > 1 request's children is its own request (n = 1) here, so these
+                             # record per child where vLLM records the parent's n and its children's max
                              (self.request_max_num_generation_tokens, it.request_generation_tokens),
                              (self.request_params_n, it.n_params),
                              (self.request_params_max_tokens, it.request_max_tokens)):
