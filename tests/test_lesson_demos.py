@@ -2,6 +2,8 @@
 idx_mapping) and lesson 4's captions, on hand-built inputs (no engine run)."""
 from types import SimpleNamespace
 
+import pytest
+
 from autograder.lesson04.demo import caption_swimlane, preemption_summary
 from autograder.lesson05.demo import BatchStep, v2_tables
 from minivllm.core.sched.output import CachedRequestData, SchedulerOutput
@@ -124,3 +126,18 @@ def test_lesson11_vllm_side_shows_the_decode_graphs_from_the_recording(capsys):
     assert shown["minivllm"]["default_20_seqs"] == [1, 2, 4, 8, 16, 20]
     rows = {int(line.split()[0]): line.split()[1:] for line in out.splitlines() if line[:1].isdigit()}
     assert rows[17] == ["20", "eager", "eager"] and rows[9] == ["16", "16", "16"]
+
+
+@pytest.mark.slow  # ~10 s: one minivllm engine at block size 16
+def test_lesson05_vllm_cpu_runner_prepares_the_same_arrays_per_request(monkeypatch):
+    """vLLM 0.27.1's CPUModelRunner (recorded) and minivllm's runner on the lesson's workload at block size 16:
+    every request's tokens, positions, seq_len and slots equal at every step; the deliberate differences show
+    (minivllm puts decodes first, vLLM also takes logits of mid-prompt chunks)."""
+    from autograder.common import REPO
+    from autograder.lesson05.demo import vllm_side_by_side
+
+    monkeypatch.setenv("MINIVLLM_VLLM_PYTHON", str(REPO / "no-such-venv" / "python"))
+    rows = vllm_side_by_side()
+    assert len(rows) == 17 and all(same and slots for same, slots, _, _ in rows)
+    assert rows[0][2:] == (["0", "1"], []) and rows[2][2:] == (["0", "1"], ["1", "0"])
+    assert all(sorted(v) == sorted(m) for _, _, v, m in rows[2:])

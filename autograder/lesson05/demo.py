@@ -336,3 +336,64 @@ def vectorised_vs_loop(fn) -> None:
     print(f"{'engine _prepare_inputs':<22}{'':>14}{eng * 1e3:>12.2f}{1.0:>10.1f}")
     assert all((engine_inputs(so, batch, 16)[k] == v).all()
                for k, v in zip(NAMES, per_token_loop(so, batch, 16), strict=True))
+
+
+# ---------------------------------------------------------------------------- the same workload on vLLM 0.27.1
+def minivllm_steps(case: dict) -> list:
+    """minivllm's engine on the vLLM view's workload (its block size): every step's rows and six arrays."""
+    from autograder.lesson05.checks import make_llm, recording
+    from minivllm.sampling_params import SamplingParams
+
+    llm = make_llm(**case["engine"])
+    try:
+        tok = llm.get_tokenizer()
+        ids = [tok.encode(t) for t in case["prompts"]]
+        engine, steps, step = llm.llm_engine, [], 0
+        with recording(steps):
+            while step < 500 and (step <= max(case["arrivals"]) or engine.has_unfinished_requests()):
+                for i, at in enumerate(case["arrivals"]):
+                    if at == step:
+                        engine.add_request(str(i), ids[i], SamplingParams(max_tokens=case["max_tokens"][i],
+                                                                          temperature=0.0, ignore_eos=True))
+                engine.step()
+                step += 1
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+    return [{"rows": list(s.batch.req_ids[:s.batch.num_reqs]), "scheduled": dict(s.so.num_scheduled_tokens),
+             **{n: s.want[n].tolist() for n in NAMES}} for s in steps]
+
+
+def per_request(step: dict) -> dict:
+    """One step's arrays by request: (input_ids, positions, slot_mapping, seq_len, takes logits)."""
+    qsl, out = step["query_start_loc"], {}
+    for i, r in enumerate(step["rows"]):
+        lo, hi = qsl[i], qsl[i + 1]
+        out[r] = (step["input_ids"][lo:hi], step["positions"][lo:hi], step["slot_mapping"][lo:hi],
+                  step["seq_lens"][i], hi - 1 in step["logits_indices"])
+    return out
+
+
+def vllm_side_by_side() -> list:
+    """vLLM 0.27.1's CPUModelRunner and minivllm's runner on the same workload, step by step: each persistent
+    batch's rows (req:scheduled), whether every request's tokens, positions, seq_len and slots are equal, and
+    which requests' last token goes to the LM head (logits_indices)."""
+    from autograder import vllm_views
+
+    answers, line = vllm_views.answers("lesson05", ["lesson"])
+    print(line)
+    v = answers["lesson"]
+    case = vllm_views.scenarios("lesson05")["lesson"]
+    m = minivllm_steps(case)
+    print(f"vLLM 的 runner：{v['runner']}（父类 {v['bases'][0]}）；block_size {case['engine']['block_size']}")
+    print(f"\n{'step':>4}  {'vLLM rows':<20}{'minivllm rows':<20}{'ids·pos·len':>11}{'slot':>6}   logits: vLLM / minivllm")
+    out = []
+    for k, (a, b) in enumerate(zip(v["steps"], m, strict=True)):
+        pa, pb = per_request(a), per_request(b)
+        same = all(pa[r][:2] + pa[r][3:4] == pb[r][:2] + pb[r][3:4] for r in pa) and pa.keys() == pb.keys()
+        slots = all(pa[r][2] == pb[r][2] for r in pa)
+        la, lb = ([r for r, x in p.items() if x[4]] for p in (pa, pb))
+        out.append((same, slots, la, lb))
+        cell = [" ".join(f"{r}:{s['scheduled'][r]}" for r in s["rows"]) for s in (a, b)]
+        print(f"{k + 1:>4}  {cell[0]:<20}{cell[1]:<20}{'=' if same else '≠':>11}{'=' if slots else '≠':>6}   "
+              f"{','.join(la) or '-'} / {','.join(lb) or '-'}")
+    return out

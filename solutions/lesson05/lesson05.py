@@ -49,7 +49,7 @@
 # | 5 | `vllm/v1/worker/block_table.py`：`BlockTable.compute_slot_mapping` | `_prepare_inputs` 的 `slot_mapping` | 逻辑块号怎样变成物理块号？ |
 # | 6 | `vllm/v1/attention/backend.py`：`CommonAttentionMetadata` | `minivllm/attention/backends/abstract.py`：`AttentionMetadata` | kernel 需要哪些张量？ |
 #
-# > **哪个 runner**：本课讲 V1 runner（`vllm/v1/worker/gpu_model_runner.py`）的持久批，minivllm 照它实现。vLLM 0.27.1 默认用 Model Runner V2（`vllm/v1/worker/gpu/`）跑课程的 dense 模型，它没有持久批，对照见演示最后一节。摊平的数学两者相同。
+# > **哪个 runner**：本课讲 V1 runner（`vllm/v1/worker/gpu_model_runner.py`）的持久批，minivllm 照它实现。GPU 上 vLLM 0.27.1 默认用 Model Runner V2（`vllm/v1/worker/gpu/`）跑课程的 dense 模型，它没有持久批，对照见演示最后一节。摊平的数学两者相同。
 
 # %% nbgrader={"grade": false, "grade_id": "l05_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。
@@ -109,7 +109,7 @@ short_errors("lesson05")  # 评分单元格失败时只显示三行：哪一部�
 #
 # - 输入准备与 token 数线性。16k 个 token 时，按 token 的 Python 循环要几十毫秒，numpy 向量化后不到 1 毫秒（检查里的表）。
 # - 没有异步调度时，GPU 在输入准备期间空闲。vLLM 0.27.1 默认开启异步调度：CPU 准备第 t+1 步时 GPU 还在跑第 t 步，只有准备比前向慢时 GPU 才等（Q3）。
-# - 持久批让每步的 CPU 写入与变化量成正比；代价是行会移动，每次移动都要搬这一行的状态。
+# - 持久批让每步的 CPU 写入与变化量成正比；代价是行会移动：每次移动都要搬这一行的 token、块表、`num_computed_tokens` 和采样参数，并改所有按行号索引的状态。
 
 # %% [markdown]
 # ## 具体演示：一次引擎运行里的每一步
@@ -162,8 +162,6 @@ L05.plot_v1_vs_v2(run);
 
 # %% [markdown]
 # 图 5-3：上：minivllm（V1 设计）的持久批，每列一步，箭头是本步移动的行（黑：`condense`，红：`swap_states`）。下：V2 的状态表：请求一直在同一个槽位，每步只变最下面一列 `idx_mapping`。
-#
-# V1 里每次移动都要搬这一行的 token、块表、`num_computed_tokens` 和采样参数，并改所有按行号索引的状态。V2 里这些都不发生。
 #
 # ### 想一想（不计分）
 #
@@ -409,6 +407,16 @@ L05.check_source_map(SOURCE_MAP)
 self_check("lesson05", globals());
 
 # %% [markdown]
+# ## 在真实 vLLM 0.27.1 上看同一件事
+#
+# 本课的 4 个 prompt、到达时间与调度参数交给 vLLM 0.27.1 自己的引擎（CPU，进程内，V1 的 `CPUModelRunner`）。包装它的 `_prepare_inputs`，从它自己的缓冲区读出六个数组，按请求与 minivllm 对照。
+#
+# vLLM 的 CPU 注意力后端只支持 16 的倍数的 block_size，两边都用 16。表里看得到文末差异的“重排”与“取 logits”两条。`make vllm` 之后，vLLM 的源码在 `.venv-vllm` 的 site-packages/vllm 下。
+
+# %%
+L05.vllm_side_by_side();
+
+# %% [markdown]
 # ## 参考资料
 #
 # - [vLLM GPUModelRunner（V1）](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_model_runner.py)
@@ -428,8 +436,7 @@ self_check("lesson05", globals());
 # - **在哪里算**：V1 的 `positions`、`seq_lens` 在 GPU 上由 `num_computed_tokens` 算出，`slot_mapping` 由 `BlockTable.compute_slot_mapping` 的 Triton kernel 算。minivllm 全在 CPU 上用 numpy 算，再 `non_blocking` 拷贝。
 # - **存储**：V1 的 token 表 `token_ids_cpu_tensor` 只在 CPU 上；块表在单独的 `BlockTable` 里，`commit_block_table(num_reqs)` 每步把前 `num_reqs` 行整个拷到 GPU。minivllm 的 `InputBatch` 只有 numpy 数组。
 # - **移动行**：V1 的 `condense` 只拷有效的 token 和块，`swap_states` 只交换有效的 token 前缀；minivllm 的 `condense` 调用 `swap_states`，交换整行。
-# - **重排**：minivllm 每步把 decode 换到前面；V1 只在注意力后端设了 `reorder_batch_threshold` 时重排（如 FlashInfer），FlashAttention、Triton 后端不重排。
+# - **重排**：minivllm 每步把 decode 换到前面；V1 只在注意力后端设了 `reorder_batch_threshold` 时重排（如 FlashInfer），FlashAttention、Triton 与 CPU 后端不重排。
 # - **写入采样结果**：minivllm 用 `append_token`；V1 在 `_bookkeeping_sync` 里写 `token_ids_cpu`。
-# - **投机解码**：V1 用 `_calc_spec_decode_metadata` 为每个请求取 k+1 行 logits，minivllm 也这样做（第 9 课）；本课练习只做非投机情形。
 #
 # ← 上一课：第 4 课：抢占、取消与请求生命周期　｜　下一课 →：第 6 课：PagedAttention：Triton decode kernel
