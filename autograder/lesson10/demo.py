@@ -22,7 +22,29 @@ def _rank_shapes(rank: int, model: str) -> dict:
     net = get_model(resolve_model_path(model), torch.float32, "cpu", get_attn_backend("torch", "cpu"))
     shapes = {name: tuple(p.shape) for name, p in net.named_parameters()
               if ".layers.0." in name or "embed" in name or "lm_head" in name}
-    return {"shapes": shapes, "params": sum(p.numel() for p in net.parameters())}
+    return {"shapes": shapes, "params": sum(p.numel() for p in net.parameters()),
+            "slices": _checkpoint_slices(net, resolve_model_path(model))}
+
+
+def _checkpoint_slices(net, path) -> dict:
+    """Which checkpoint rows/columns each sharded layer-0 weight and the embedding hold on this rank (matched by
+    value, as autograder/vllm_views/lesson10.py records vLLM's)."""
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    from autograder.vllm_views.lesson10 import _source
+
+    ckpt = {k: v.float() for k, v in load_file(str(Path(path) / "model.safetensors")).items()}
+    p = "model.layers.0."
+    sources = {"self_attn.qkv_proj": ({n: ckpt[f"{p}self_attn.{n}.weight"] for n in ("q_proj", "k_proj", "v_proj")}, 0),
+               "self_attn.o_proj": ({"o_proj": ckpt[f"{p}self_attn.o_proj.weight"]}, 1),
+               "mlp.gate_up_proj": ({n: ckpt[f"{p}mlp.{n}.weight"] for n in ("gate_proj", "up_proj")}, 0),
+               "mlp.down_proj": ({"down_proj": ckpt[f"{p}mlp.down_proj.weight"]}, 1),
+               "embed_tokens": ({"embed_tokens": ckpt["model.embed_tokens.weight"]}, 0)}
+    params = dict(net.named_parameters())
+    return {k: _source(params["model.embed_tokens.weight" if k == "embed_tokens" else f"{p}{k}.weight"].detach(), s, d)
+            for k, (s, d) in sources.items()}
 
 
 def rank_shards(model: str = DEFAULT_MODEL) -> dict:
@@ -144,3 +166,35 @@ def misplaced_all_reduce(column_cls, row_cls) -> dict[str, float]:
             "no all-reduce at all": (_rank_mlp_without_all_reduce, column_cls)}
     return {name: (run_two_ranks(fn, c, row_cls)[0]["out"] - ref).abs().max().item()
             for name, (fn, c) in runs.items()}
+
+
+# ---------------------------------------------------------------------------- the same thing in vLLM 0.27.1
+def vllm_side_by_side(shards: dict) -> dict:
+    """vLLM 0.27.1's own layers loading the same checkpoint per rank (live or recorded): each shard's shape and
+    the checkpoint rows/columns it holds, next to minivllm's shapes from rank_shards()."""
+    from autograder import vllm_views
+
+    got, line = vllm_views.answers("lesson10")
+    print(line)
+    a = got["layer0_and_embedding"]
+    two = shards["tp2"]
+
+    def where(x):
+        return " + ".join(f"{n}[{','.join(f'{s}:{e}' for s, e in r)}]" for n, r in x["source"]) + \
+            (" rows" if x["source_dim"] == 0 else " cols")
+
+    same = True
+    print(f"{'parameter (vLLM class)':<48}{'rank':>5}  {'vLLM shape':<12}{'minivllm':<12}{'slice':<7}"
+          "checkpoint slice (vLLM)")
+    for k in a["tp2_rank0"]:
+        mini_name = "model.embed_tokens.weight" if k == "embed_tokens" else f"model.layers.0.{k}.weight"
+        for rank in (0, 1):
+            x = a[f"tp2_rank{rank}"][k]
+            mine = list(two[rank]["shapes"][mini_name])
+            sliced = two[rank]["slices"][k] == x["source"]
+            same &= mine == x["shape"] and sliced
+            label = f"{k} ({x['class']})" if rank == 0 else ""
+            print(f"{label:<48}{rank:>5}  {str(x['shape']):<12}{str(mine):<12}{'same' if sliced else 'OTHER':<7}"
+                  f"{where(x)}")
+    print("minivllm's ranks hold the same shapes and the same checkpoint slices as vLLM's:", same)
+    return {"vllm": got, "same_shapes": same}

@@ -86,7 +86,7 @@ short_errors("lesson10")  # 评分单元格失败时只显示三行：哪一部�
 #
 # `gate_up_proj` 是把 gate 与 up 融合成一个矩阵的 `MergedColumnParallelLinear`。rank r 持有 `[gate 的第 r 段; up 的第 r 段]`：每段各自切，`SiluAndMul` 才能在本 rank 内把 gate 行与 up 行配对。
 #
-# MLP 与注意力都是先列后行（`gate_up_proj` → `down_proj`，`qkv_proj` → `o_proj`），所以每个 Transformer 层两次 all-reduce；词表并行的 embedding 之后再有一次，`lm_head` 之后是 all-gather。下面的具体演示逐步数出来。
+# MLP 与注意力都是先列后行（`gate_up_proj` → `down_proj`，`qkv_proj` → `o_proj`），所以每个 Transformer 层两次 all-reduce；词表并行的 embedding 之后再有一次，`lm_head` 之后是 all-gather。
 #
 # 加载时所有 rank 读同一份 safetensors，每个参数的 `weight_loader` 只拷贝本 rank 那一段。
 #
@@ -139,7 +139,7 @@ L10.plot_tp_comparison(cmp);
 # %% [markdown]
 # ## 具体演示：一步前向里的 all-reduce
 #
-# 上面的 profiler 数出每步 9 次 all-reduce。按一个 token 走一遍 TP=2 的第 0 层，括号里是每个 rank 上的形状，T 是本步的 token 数：
+# 按一个 token 走一遍 TP=2 的第 0 层，括号里是每个 rank 上的形状，T 是本步的 token 数：
 #
 # 1. `embed_tokens`（词表并行）：每个 rank 查自己那段词表，段外的 token 得 0 → **all-reduce #1** → `[T, 256]`。
 # 2. `qkv_proj`（列并行）：`[T, 256]` → `[T, 192]`，本 rank 的 4 个 q 头和 1 个 kv 头，不通信；注意力只在这些头上算。
@@ -161,7 +161,7 @@ L10.plot_tp_comparison(cmp);
 #
 # > 与 vLLM 的差异（评分涉及）：vLLM 的层默认返回 `(output, output_bias)` 二元组，未量化层经 `weight_loader_v2` 由参数对象加载；练习只返回 output，加载写在层的 `weight_loader` 里。详见文末。
 #
-# 检查在新进程里运行你的类：进程从 multiprocessing 的 forkserver 起，类由 cloudpickle 按值发过去。不从笔记本内核 fork，因为内核线程持有的锁会被复制进子进程而无人释放。
+# 检查在新进程里运行你的类：进程从 multiprocessing 的 forkserver 起，类由 cloudpickle 按值发过去。不从内核 fork：内核线程持有的锁会被复制进子进程而无人释放。
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
 
@@ -383,6 +383,16 @@ L10.check_source_map(SOURCE_MAP)
 self_check("lesson10", globals());
 
 # %% [markdown]
+# ## 在真实 vLLM 0.27.1 上看同一件事
+#
+# 同一份 checkpoint 的第 0 层与 embedding，由 vLLM 的四种并行层每个 rank 建一次、用参数的 `weight_loader` 加载。
+#
+# 这里不建进程组，只把 vLLM 读 rank 与 world size 的函数换成要建的 rank：加载只切片、不通信。表中按数值找出每个分片取自 checkpoint 的哪些行或列，并与 minivllm 对照。
+
+# %%
+L10.vllm_side_by_side(shards);
+
+# %% [markdown]
 # ## 参考资料
 #
 # - [vLLM parallel linear layers](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/model_executor/layers/linear.py)
@@ -400,7 +410,7 @@ self_check("lesson10", globals());
 # ## 与 vLLM 0.27.1 的差异
 #
 # - **runner**：TP 不改变 runner 的选择。课程的 dense 模型在 0.27.1 默认由 Model Runner V2（`v1/worker/gpu/model_runner.py`）在每个 worker 里运行，minivllm 的 worker 对应 V1 的 `gpu_model_runner.py`；本课的层与 executor 两者共用。
-# - **权重加载**：vLLM 的未量化层在 `__init__` 里把 `weight_loader_v2` 挂到参数上，它再调参数对象的 `load_merged_column_weight`、`load_qkv_weight`、`load_row_parallel_weight`（`model_executor/parameter.py`）。minivllm 与练习把切片写在层的 `weight_loader` 里，切法相同。
+# - **权重加载**：vLLM 的未量化层用 `weight_loader_v2`，由参数对象的 `load_merged_column_weight`、`load_qkv_weight`、`load_row_parallel_weight` 切片；minivllm 与练习写在层的 `weight_loader` 里，切法相同（见上表）。
 # - **forward 的返回值**：vLLM 的线性层默认返回 `(output, output_bias)`，模型里写 `x, _ = self.down_proj(x)`；`return_bias=False` 时才只返回 output。练习与 minivllm 只返回 output。
 # - **开关**：vLLM 的行并行层还有 `input_is_parallel`、`skip_bias_add`，计算交给 `quant_method`；minivllm 只保留 `reduce_results`，直接 `F.linear`。
 # - **不能整除时**：vLLM 的 `MergedColumnParallelLinear` 在构造时断言每段 `output_size % tp_size == 0`，行并行层用 `divide` 切输入维；minivllm 的 `divide` 抛 `ValueError`。练习接受任何异常。
