@@ -141,3 +141,16 @@ def test_lesson05_vllm_cpu_runner_prepares_the_same_arrays_per_request(monkeypat
     assert len(rows) == 17 and all(same and slots for same, slots, _, _ in rows)
     assert rows[0][2:] == (["0", "1"], []) and rows[2][2:] == (["0", "1"], ["1", "0"])
     assert all(sorted(v) == sorted(m) for _, _, v, m in rows[2:])
+
+
+def test_lesson06_vllm_cpu_attention_equals_the_torch_reference_and_the_kernel(monkeypatch, capsys):
+    """vLLM 0.27.1's CPU attention op (recorded) on the lesson's paged decode batches: within float32 rounding of
+    minivllm's torch reference and of minivllm's Triton kernel (interpreter on CPU)."""
+    from autograder.common import REPO
+    from autograder.lesson06.demo import vllm_side_by_side
+    from minivllm.attention.ops.triton_decode_attention import _paged_decode_attention_kernel
+
+    monkeypatch.setenv("MINIVLLM_VLLM_PYTHON", str(REPO / "no-such-venv" / "python"))
+    shown = vllm_side_by_side(_paged_decode_attention_kernel)
+    assert set(shown) == {"lesson", "long_gqa"} and all(e < 1e-5 for errs in shown.values() for e in errs)
+    assert "读取录制结果 data/vllm_views/lesson06.json.xz" in capsys.readouterr().out

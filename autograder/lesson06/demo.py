@@ -269,3 +269,29 @@ def print_bandwidth(result) -> None:
     for r in result["rows"]:
         print(f"{r['batch']:>6} {r['us']:>9.1f} {r['gbs']:>8.0f} {100 * r['gbs'] / result['copy_gbs']:>6.1f}% "
               f"{r['tflops']:>8.2f} {r['ai']:>7.2f}")
+
+
+# ---------------------------------------------------------------------------- the same batch on vLLM 0.27.1
+def vllm_side_by_side(kernel) -> dict:
+    """vLLM 0.27.1's CPU attention op (its Triton kernels need a GPU) on the lesson's paged decode batches, beside
+    minivllm's torch reference and your kernel: the largest difference between each pair."""
+    from autograder import vllm_views
+    from autograder.lesson06.checks import make_case, reference, run_decode
+
+    answers, line = vllm_views.answers("lesson06")
+    print(line)
+    print(f"{'batch':<10}{'seq_lens':<20}{'H/KVH/D':<10}{'isa':<7}{'|vLLM-ref|':>11}{'|yours-ref|':>12}{'|yours-vLLM|':>13}")
+    shown = {}
+    for name, spec in vllm_views.scenarios("lesson06").items():
+        case = make_case(seq_lens=spec["seq_lens"], num_heads=spec["num_heads"], num_kv_heads=spec["num_kv_heads"],
+                         head_size=spec["head_size"], block_size=spec["block_size"], seed=spec["seed"])
+        n = len(spec["seq_lens"])
+        ref = reference(case).float().cpu().reshape(n, -1)
+        yours = run_decode(kernel, case).float().cpu().reshape(n, -1)
+        v = torch.tensor(answers[name]["output"])
+        errs = [float((a - b).abs().max()) for a, b in ((v, ref), (yours, ref), (yours, v))]
+        shown[name] = errs
+        shape = f"{spec['num_heads']}/{spec['num_kv_heads']}/{spec['head_size']}"
+        print(f"{name:<10}{str(spec['seq_lens']):<20}{shape:<10}{answers[name]['isa']:<7}"
+              + "".join(f"{e:>12.1e}" for e in errs))
+    return shown

@@ -446,6 +446,18 @@ L06.check_source_map(SOURCE_MAP)
 self_check("lesson06", globals());
 
 # %% [markdown]
+# ## 在真实 vLLM 0.27.1 上看同一件事
+#
+# vLLM 的 paged attention Triton kernel（`kernel_paged_attention_2d`、`unified_attention`）要 GPU；本机的 vLLM 是 CPU 版，没有 Triton，这些 kernel 不运行。
+#
+# 能跑的最近的东西是它的 CPU 注意力后端：照 `CPUAttentionBackendImpl.forward` 的调用，`cpu_attn_reshape_and_cache` 把 K/V 写进它自己的缓存布局，`cpu_attention_with_kv_cache` 在同一张块表上做 decode。
+#
+# 下表是两个 decode 批（本课的批，和一个更长的 head_dim 64 的批；同一个种子，块同样打散）上 vLLM 的 CPU 算子、minivllm 的 torch 参考与你的 kernel 两两的最大差。CPU 上 vLLM 跑 V1 的 `CPUModelRunner`。`make vllm` 之后，vLLM 的源码在 `.venv-vllm` 的 site-packages/vllm 下。
+
+# %%
+L06.vllm_side_by_side(paged_decode_kernel);
+
+# %% [markdown]
 # ## 参考资料
 #
 # - [vLLM Triton attention backend](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/attention/backends/triton_attn.py)
