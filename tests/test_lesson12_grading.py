@@ -116,6 +116,27 @@ def test_disconnect_verdict_does_not_depend_on_engine_speed(speed, solution_ns, 
     assert {k: r.score for k, r in scores.items()} == {"solution": 1, "mutant": 0}, {k: r.message for k, r in scores.items()}
 
 
+def test_vllm_comparison_accepts_both_primings_and_catches_a_boundary_mistake(solution_ns):
+    """check_against_vllm (recorded vLLM 0.27.1 IncrementalDetokenizer, 18 streams) passes the solution and a
+    stream that stepped through the prompt, and catches a stop search that skips a character; the recorded
+    split-prompt stream shows vLLM repeating the prompt's text."""
+    from autograder.vllm_views import recorded
+
+    cls = solution_ns["StreamingDetokenizer"]
+
+    class SteppedThroughPrompt(cls):
+        def __init__(self, tokenizer, params, prompt_token_ids):
+            super().__init__(tokenizer, params, [])
+            for t in prompt_token_ids:
+                self.stream.step(self.rust_tokenizer, t)
+
+    checks.check_against_vllm(cls)
+    checks.check_against_vllm(SteppedThroughPrompt)
+    with pytest.raises(AssertionError, match="IncrementalDetokenizer"):
+        checks.check_against_vllm(mutant_ns("search_skips_one_char", solution_ns)["StreamingDetokenizer"])
+    assert recorded("lesson12", "prompt_ends_inside_a_character")["events"][0] == [None, "你好"]
+
+
 def test_source_map_rejects_swaps(solution_ns):
     good = solution_ns["SOURCE_MAP"]
     check_source_map({k: f"`{v}`" for k, v in good.items()})

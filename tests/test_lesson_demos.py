@@ -128,6 +128,21 @@ def test_lesson11_vllm_side_shows_the_decode_graphs_from_the_recording(capsys):
     assert rows[17] == ["20", "eager", "eager"] and rows[9] == ["16", "16", "16"]
 
 
+def test_lesson12_vllm_side_matches_the_solution_from_the_recording(capsys):
+    """Lesson 12's side-by-side (recorded vLLM 0.27.1 IncrementalDetokenizer): every stream equal to the solution's,
+    the hold-back visible as empty first deltas."""
+    from autograder.common import REPO, student_namespace
+    from autograder.lesson12.demo import vllm_side_by_side
+
+    ns, errors = student_namespace(REPO / "solutions/lesson12/lesson12.ipynb")
+    assert not errors
+    shown = vllm_side_by_side(ns["StreamingDetokenizer"])
+    out = capsys.readouterr().out
+    assert "读取录制结果" in out and "DIFFERENT" not in out
+    assert shown["yours"] == shown["vllm"]
+    assert shown["vllm"]["stop_across_steps"]["events"][:2] == [[None, ""], [None, ""]]
+
+
 @pytest.mark.slow  # ~10 s: one minivllm engine at block size 16
 def test_lesson05_vllm_cpu_runner_prepares_the_same_arrays_per_request(monkeypatch):
     """vLLM 0.27.1's CPUModelRunner (recorded) and minivllm's runner on the lesson's workload at block size 16:
@@ -141,6 +156,24 @@ def test_lesson05_vllm_cpu_runner_prepares_the_same_arrays_per_request(monkeypat
     assert len(rows) == 17 and all(same and slots for same, slots, _, _ in rows)
     assert rows[0][2:] == (["0", "1"], []) and rows[2][2:] == (["0", "1"], ["1", "0"])
     assert all(sorted(v) == sorted(m) for _, _, v, m in rows[2:])
+
+
+def test_lesson10_vllm_side_tp1_slices_match_minivllm_from_the_recording(capsys):
+    """Lesson 10: minivllm's TP=1 layer 0 and embedding hold the checkpoint slices vLLM 0.27.1's own layers
+    recorded (TP=2's ranks run in the notebook: two worker processes, too slow here); the side-by-side prints
+    them from the recording."""
+    from autograder.lesson10.demo import DEFAULT_MODEL, _rank_shapes, vllm_side_by_side
+    from autograder.vllm_views import recorded
+
+    vllm = recorded("lesson10", "layer0_and_embedding")
+    mine = _rank_shapes(0, DEFAULT_MODEL)
+    assert mine["slices"] == {k: x["source"] for k, x in vllm["tp1_rank0"].items()}
+    fake = {"tp2": {r: {"shapes": {("model.embed_tokens.weight" if k == "embed_tokens" else f"model.layers.0.{k}.weight"):
+                                   tuple(x["shape"]) for k, x in vllm[f"tp2_rank{r}"].items()},
+                        "slices": {k: x["source"] for k, x in vllm[f"tp2_rank{r}"].items()}} for r in (0, 1)}}
+    assert vllm_side_by_side(fake)["same_shapes"]
+    out = capsys.readouterr().out
+    assert "读取录制结果" in out and "q_proj[128:256] + k_proj[32:64] + v_proj[32:64] rows" in out
 
 
 def test_lesson06_vllm_cpu_attention_equals_the_torch_reference_and_the_kernel(monkeypatch, capsys):

@@ -34,7 +34,8 @@ Every stream is compared increment by increment with the engine's own Incrementa
 the same groups through the same OutputProcessor; whole texts come from the string itself.
 
     check_main_path(cls, abort)   the real OutputProcessor with cls: both decoders, stop strings across steps,
-                                  several stops, include_stop_str_in_output, multi-byte text, cumulative outputs
+                                  several stops, include_stop_str_in_output, multi-byte text, cumulative outputs;
+                                  then cls against vLLM 0.27.1's IncrementalDetokenizer (recorded) on 18 streams
     check_real_server(cls, abort) a real server (uvicorn on loopback in a thread, its EngineCore in its own
                                   process) with cls plugged in, driven by the openai client
     check_boundary(cls, abort)    first-token stop, output shorter than the hold-back window, one-step outputs,
@@ -269,6 +270,42 @@ def check_main_path(cls, abort_fn) -> None:
                   tok=ms, prompt=TEXT[:16])
     expect_stream(cls, abort_fn, TEXT[16:], ["Juliet is"], uneven_groups(6), "Metaspace 分词器与停止串",
                   tok=ms, prompt=TEXT[:16])
+    check_against_vllm(cls)
+
+
+def vllm_events(cls, case: dict) -> dict:
+    """cls driven as vLLM's OutputProcessor drives a detokenizer (autograder/vllm_views/lesson12.py): per step
+    update(ids, stop_terminated on the last step) -> stop string, then the delta; the whole text at the end."""
+    from minivllm.sampling_params import SamplingParams
+
+    p = case["params"]
+    params = SamplingParams(max_tokens=64, stop=p["stop"], include_stop_str_in_output=p["include_stop_str_in_output"],
+                            skip_special_tokens=p["skip_special_tokens"])
+    detok = _call(cls, tokenizer(), params, list(case["prompt"]))
+    events = []
+    for k, ids in enumerate(case["steps"]):
+        last = k == len(case["steps"]) - 1
+        stop = _call(detok.update, list(ids), case["stop_terminated"] and last)
+        events.append([stop, _call(detok.get_next_output_text, last or stop is not None, True)])
+        if stop is not None:
+            break
+    return {"seed": case["seed"], "events": events, "text": _call(detok.get_next_output_text, True, False)}
+
+
+def check_against_vllm(cls) -> None:
+    """cls against vLLM 0.27.1's own IncrementalDetokenizer (recorded: grading never needs vLLM) on the lesson's
+    stop-string streams: every step's stop string and delta, and the whole text."""
+    from autograder.vllm_views import recorded
+    from autograder.vllm_views.lesson12 import GRADED, SCENARIOS
+
+    for name in GRADED:
+        want, got = recorded("lesson12", name), vllm_events(cls, SCENARIOS[name])
+        k = next((k for k, (a, b) in enumerate(zip(got["events"], want["events"], strict=False)) if a != b),
+                 min(len(got["events"]), len(want["events"])))
+        expect(got == want, f"与 vLLM 0.27.1 的 IncrementalDetokenizer 不同（用例 {name}，停止串 "
+               f"{SCENARIOS[name]['params']['stop']}）：第 {k + 1} 步 [停止串, 增量] vLLM "
+               f"{want['events'][k:k + 1]}，你的 {got['events'][k:k + 1]}；全文 vLLM {_clip(want['text'])}，"
+               f"你的 {_clip(got['text'])}。")
 
 
 def check_boundary(cls, abort_fn) -> None:

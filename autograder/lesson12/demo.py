@@ -190,3 +190,29 @@ def print_split(split: dict) -> None:
     hi = max(split["runs"]["multiprocess"]) / min(split["runs"]["in-process"])
     verdict = "多进程更快" if lo > 1 else "同进程更快" if hi < 1 else "各轮的范围重叠，这几轮分不出快慢"
     print(f"multiprocess / in-process = {r:.2f}（各轮之间 {lo:.2f}～{hi:.2f}）：这台机器上这次{verdict}。")
+
+
+# ---------------------------------------------------------------------------- the same thing in vLLM 0.27.1
+def vllm_side_by_side(cls, detail: str = "stop_across_steps") -> dict:
+    """vLLM 0.27.1's IncrementalDetokenizer on the lesson's stop-string streams next to cls (live or recorded):
+    one line per stream, then one stream step by step, then a prompt ending inside a character."""
+    from autograder import vllm_views
+    from autograder.lesson12.checks import vllm_events
+    from autograder.vllm_views.lesson12 import SCENARIOS
+
+    got, line = vllm_views.answers("lesson12")
+    print(line)
+    mine = {name: vllm_events(cls, case) for name, case in SCENARIOS.items()}
+    print(f"{'stream':<32}{'stop':<30}{'steps':>6}  {'vLLM text ends':<26}same")
+    for name, case in SCENARIOS.items():
+        a = got[name]
+        print(f"{name:<32}{str(case['params']['stop'])[:28]:<30}{len(a['events']):>6}  {a['text'][-22:]!r:<26}"
+              f"{'=' if mine[name] == a else 'DIFFERENT'}")
+    case = SCENARIOS[detail]
+    print(f"\n{detail}: stop {case['params']['stop']}, per step [stop string, delta]")
+    for k, (v, y) in enumerate(zip(got[detail]["events"], mine[detail]["events"], strict=False)):
+        print(f"  step {k + 1:>2} {str(case['steps'][k]):<22} vLLM {str(v):<34} yours {y}")
+    split = "prompt_ends_inside_a_character"
+    print(f"\n{split}: first deltas  vLLM {[e[1] for e in got[split]['events'][:3]]}  "
+          f"yours {[e[1] for e in mine[split]['events'][:3]]}")
+    return {"vllm": got, "yours": mine}

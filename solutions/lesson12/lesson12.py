@@ -258,7 +258,7 @@ L12.check_boundary(StreamingDetokenizer, abort_stream)
 # %% [markdown]
 # 隐藏测试里还有更多边界：输出比 hold-back 窗口还短、一步给出全部 token、停止串的最后一个字符单独一步、EOS 与特殊 token。
 #
-# 还有断开连接：一个 `max_tokens=1000` 的流式请求收到第一个 token 后关闭连接。等你的 `abort_stream` 执行完，再向 EngineCore 要统计，直到请求离开。EngineCore 若为它发过 `finish_reason="length"`，说明 abort 没有到达；请求离开后 KV 块必须全部空闲。判定看 EngineCore 自己的记录，与机器快慢无关。
+# 还有断开连接：`max_tokens=1000` 的流式请求收到第一个 token 后断开；`abort_stream` 执行完后查 EngineCore 的统计直到请求离开。EngineCore 若为它发过 `finish_reason="length"`，abort 就没有到达；离开后 KV 块必须全部空闲。判定只看 EngineCore 的记录，与机器快慢无关。
 #
 # ## 基准测试：`minivllm bench serve`
 #
@@ -399,18 +399,27 @@ L12.check_source_map(SOURCE_MAP)
 self_check("lesson12", globals());
 
 # %% [markdown]
+# ## 在真实 vLLM 0.27.1 上看同一件事
+#
+# 本课检查用的 18 条流交给 vLLM 的 `IncrementalDetokenizer.from_new_request`，按 `OutputProcessor` 的方式逐步调用，与你的类并排；主路径评分逐步比较这些流。
+#
+# 逐步表里前两步为空：hold-back 留着最长停止串减 1 个字符。最后一行即上文“prompt 以半个字符结尾”：vLLM 把“你”又输出一遍。
+
+# %%
+L12.vllm_side_by_side(StreamingDetokenizer);
+
+# %% [markdown]
 # ## 与 vLLM 0.27.1 的差异
 #
 # 本课评分的机制与 vLLM 相同；按 vLLM 写的答案不会失分。
 #
 # - **练习的类少的东西**：`min_tokens`、“Invalid prefix” 时重建解码流、`spaces_between_special_tokens`、非法 token id 的容错。评分检查不触发这些情况。
-# - **反分词器**：vLLM 有 Fast（`DecodeStream`）和 Slow 两种；minivllm 只有 Fast，只接受 fast tokenizer。
+# - **反分词器**：vLLM 有 Fast（`DecodeStream`）和 Slow 两种，minivllm 只有 Fast。
 # - **分词**：vLLM 由 `OnlineRenderer` 渲染并分词，再交给 `AsyncLLM`；minivllm 的服务器在线程池里直接分词，没有 renderer。
 # - **断开连接**：Starlette 的 `StreamingResponse` 只在 ASGI spec < 2.4 时边发送边等 `http.disconnect`，uvicorn 报告 2.3；minivllm 用子类 `CancellableStreamingResponse`，任何 spec 下都等。
 # - **abort**：vLLM 区分外部与内部 request id（并行采样的子请求等），用 `abort_requests_async` 通知 EngineCore；minivllm 只有一种 id，对应 `AsyncLLM._abort`，其 `AsyncMPClient.abort_requests` 是同步的。
-# - **消息**：vLLM 的 `MsgpackEncoder` 对大张量走零拷贝帧；minivllm 直接用 `msgspec.msgpack.Encoder`。
-# - **OutputProcessor**：vLLM 支持 n > 1、pooling 输出与流式输入；minivllm 每个请求一个输出。排队时间：vLLM 由 QUEUED/SCHEDULED 事件算出，minivllm 放在第一个 `EngineCoreOutput.queue_time` 上。
-# - **async scheduling**：vLLM 默认开，minivllm 默认关；它只改变 `OutputProcessor` 每步收到几个 token，检查用不同的分组覆盖了它。
+# - **OutputProcessor**：vLLM 的还支持 pooling 输出与流式输入。排队时间：vLLM 由 QUEUED/SCHEDULED 事件算出，minivllm 放在第一个 `EngineCoreOutput.queue_time` 上。
+# - **async scheduling**：vLLM 默认开，minivllm 默认关；它只改变每步到达的 token 数，检查的分组已覆盖。
 # - **指标与基准**：minivllm 的指标前缀是 `minivllm:`；`minivllm bench serve` 是 `vllm bench serve` 的子集。
 
 # %% [markdown]
