@@ -100,3 +100,33 @@ def test_nbgrader_end_to_end(tmp_path):
         tmp_path, "lesson04", ("l04_lifecycle",), "l04_lifecycle", mutant_source("lesson04", "min_tokens_ignored"))
     code = {s: sum(v or 0 for k, v in got.items() if k in CODE_PARTS) for s, got in results.items()}
     assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 3}
+
+
+# ---------------------------------------------------------------------------- against vLLM 0.27.1 (recorded)
+def test_minivllms_scheduler_and_check_stop_answer_every_recorded_scenario_as_vllm_does():
+    from autograder import vllm_views
+
+    for name in vllm_views.scenarios("lesson04"):
+        assert L04.vllm_difference(name, L04.run_vllm_view(name), vllm_views.recorded("lesson04", name)) is None, name
+
+
+def test_vllm_comparison_passes_the_solution_and_catches_wrong_lifecycles(solution_ns):
+    funcs = ("preempt", "finish_requests", "check_stop")
+    groups = {"preempt": ("demo_to_the_end", "preempt_"), "abort": ("demo_lifecycle", "abort_"), "stop": ("stop_",)}
+    for prefixes in groups.values():
+        L04.compare_with_vllm(prefixes, *(solution_ns[k] for k in funcs))
+    for name, group in (("stop_reason_not_set", "stop"), ("min_tokens_off_by_one", "stop"),
+                        ("abort_pops_waiting_head", "abort"), ("victim_at_back", "preempt"),
+                        ("computed_not_reset", "preempt")):
+        ns = mutant_namespace("lesson04", name)
+        with pytest.raises(CheckFailed, match="vLLM 0.27.1"):
+            L04.compare_with_vllm(groups[group], *(ns[k] for k in funcs))
+
+
+def test_vllm_side_by_side_from_the_recording(monkeypatch, capsys):
+    from autograder import vllm_views
+
+    monkeypatch.setattr(vllm_views, "vllm_python", lambda: None)
+    L04.vllm_side_by_side()
+    out = capsys.readouterr().out
+    assert "读取录制结果" in out and "RPRRRPA" in out and "✗" not in out and "都与 vLLM 相同" in out

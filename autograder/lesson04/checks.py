@@ -207,6 +207,80 @@ def preemption_scenario(preempt=None, finish_requests=None, check_stop=None, num
     return sched, life, tokens, log
 
 
+# ---------------------------------------------------------------------------- against vLLM 0.27.1
+def run_vllm_view(name: str, preempt=None, finish_requests=None, check_stop=None):
+    """autograder/vllm_views/lesson04.py's scenario `name` on minivllm's Scheduler with the student's functions
+    plugged (None: minivllm's own), by the same driver vLLM's answer was recorded with."""
+    from autograder import vllm_views
+    from autograder.lesson02.checks import harness_scheduler
+    from autograder.vllm_oracle import scheduler_harness
+    from autograder.vllm_oracle.minivllm_side import MinivllmSchedulerBackend
+    from autograder.vllm_views.lesson04 import stop_trace
+    from minivllm.request import Request, RequestStatus
+    from minivllm.sampling_params import SamplingParams
+
+    payload = vllm_views.scenarios("lesson04")[name]
+    if name == "stop_rules":
+        def make_request(prompt, fields):
+            req = Request("r", list(prompt), SamplingParams(**fields), eos_token_id=payload["eos"])
+            req.status = RequestStatus.RUNNING
+            return req
+
+        def own_check_stop(request, max_model_len):
+            return make_scheduler(max_model_len=max_model_len)._check_stop(request)
+        return stop_trace(make_request, check_stop or own_check_stop, payload)
+
+    class Backend(MinivllmSchedulerBackend):
+        @staticmethod
+        def make_scheduler(cfg):
+            sched = harness_scheduler(cfg)
+            plug(sched, preempt, finish_requests, check_stop)
+            return sched
+
+    return scheduler_harness.run(Backend(), payload)
+
+
+EVENT_ZH = {"s": "schedule()", "u": "update_from_output()", "a": "abort"}
+
+
+def vllm_difference(name: str, got, want) -> str | None:
+    """Where a run first differs from vLLM's recorded one, in words; None if it does not."""
+    from autograder import vllm_views
+
+    if name == "stop_rules":
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            if g != w:
+                prompt, fields, outputs, mml = vllm_views.scenarios("lesson04")["stop_rules"]["cases"][i]
+                return (f"check_stop 逐 token 调用（prompt 长 {len(prompt)}，{fields}，max_model_len={mml}，依次追加 "
+                        f"{outputs}）：vLLM 每次返回 [是否停止, status, stop_reason] = {w}，你的 {g}。")
+        return None
+    if "error" in got:
+        return f"运行出错（{got['error']}: {got['message']}）"
+    for g, w in zip(got["events"], want["events"], strict=False):
+        if g != w:
+            key = next(k for k in sorted(set(g) | set(w)) if g.get(k) != w.get(k))
+            return (f"第 {w['step']} 步的 {EVENT_ZH[w['k']]}，字段 {key}：vLLM {w.get(key)!r}，你的实现 {g.get(key)!r}"
+                    "（sched：本步调度的 token；out：[请求, 新 token, 结束原因, stop_reason]；free_blocks：空闲块数）")
+    if len(got["events"]) != len(want["events"]):
+        return f"vLLM 记录了 {len(want['events'])} 个事件，你的实现 {len(got['events'])} 个。"
+    for key in ("steps", "unfinished", "free_queue"):
+        if got[key] != want[key]:
+            return f"结束时 {key}：vLLM {want[key]!r}，你的实现 {got[key]!r}。"
+    return None
+
+
+def compare_with_vllm(prefixes: tuple, preempt, finish_requests, check_stop) -> None:
+    """Every recorded scenario named prefixes*: the student's functions inside minivllm's Scheduler give what
+    vLLM 0.27.1's own Scheduler and check_stop gave on the same inputs, event by event."""
+    from autograder import vllm_views
+
+    for name in vllm_views.scenarios("lesson04"):
+        if name.startswith(prefixes):
+            diff = vllm_difference(name, run_vllm_view(name, preempt, finish_requests, check_stop),
+                                   vllm_views.recorded("lesson04", name))
+            expect(diff is None, f"与 vLLM 0.27.1 对照（场景 {name}）：{diff}")
+
+
 def _call(fn, *args):
     try:
         return fn(*args)
@@ -277,6 +351,7 @@ def check_preempt(preempt, finish_requests, check_stop) -> None:
         expect(tokens.get(rid) == want[rid],
                f"被抢占后恢复的 {rid} 输出与不抢占的运行不同：应为 {want[rid]}，实际 {tokens.get(rid)}。")
     _check_preempt_with_prefix_cache(preempt, finish_requests, check_stop)
+    compare_with_vllm(("demo_to_the_end", "preempt_"), preempt, finish_requests, check_stop)
 
 
 def shared_prefix_requests():
@@ -407,6 +482,7 @@ def check_abort(preempt, finish_requests, check_stop) -> None:
         expect(not sched.running and not sched.waiting, f"{where}全部结束后 running/waiting 不空。")
         _check_transitions(life, f"场景“{state}”")
     _check_finish_with_status(preempt, finish_requests, check_stop)
+    compare_with_vllm(("demo_lifecycle", "abort_"), preempt, finish_requests, check_stop)
 
 
 def _check_finish_with_status(preempt, finish_requests, check_stop) -> None:
@@ -484,6 +560,7 @@ def check_stop_rules(check_stop) -> None:
         else:
             expect(req.status == RequestStatus.RUNNING, f"{name}：没有停止，状态却改成了 {req.status.name}。")
     _check_stop_sequences(check_stop, EOS)
+    compare_with_vllm(("stop_",), None, None, check_stop)
 
 
 def _check_stop_sequences(check_stop, EOS) -> None:

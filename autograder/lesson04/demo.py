@@ -127,3 +127,61 @@ def print_recompute_cost(rows) -> None:
     for r in rows:
         print(f"{'on' if r['prefix_caching'] else 'off':>14} {r['preemptions']:>11} {r['steps']:>6} "
               f"{r['computed_tokens']:>9} {r['recomputed_tokens']:>10} {r['seconds']:>8.2f}")
+
+
+# ---------------------------------------------------------------------------- the same workload on vLLM 0.27.1
+LANE = {"WAITING": "·", "RUNNING": "R", "RUNNING-IDLE": "r", "PREEMPTED": "P", "ABORTED": "A", "length": "L",
+        "stop": "S"}
+
+
+def lanes(record: dict, payload: dict) -> dict[str, str]:
+    """Per request, one character per step: its state after the step (· waiting, R scheduled, r running but
+    not scheduled, P preempted, A aborted, L/S finished by length/stop), blank before it arrives and after."""
+    state: dict[str, str] = {}
+    rows: dict[str, list[str]] = {r["id"]: [] for r in payload["requests"]}
+    arrival = {r["id"]: r["arrival_step"] for r in payload["requests"]}
+    by_step: dict[int, list] = {}
+    for e in record["events"]:
+        by_step.setdefault(e["step"], []).append(e)
+    for step in range(record["steps"]):
+        mark = {}
+        for rid, at in arrival.items():
+            if at == step:
+                state[rid] = "WAITING"
+        for e in by_step.get(step, []):
+            if e["k"] == "a":
+                mark.update(dict.fromkeys(e["ids"], "ABORTED"))
+            elif e["k"] == "s":
+                mark.update({rid: "RUNNING" for rid, _ in e["sched"]})
+                mark.update(dict.fromkeys(e["preempted"], "PREEMPTED"))
+                state.update(dict.fromkeys(e["preempted"], "PREEMPTED"))
+            else:
+                mark.update({o[0]: o[2] for o in e["out"] if o[2]})
+        for rid in rows:
+            now = mark.get(rid) or state.get(rid)
+            rows[rid].append(" " if now is None or now == "DONE" else LANE[now])
+            if mark.get(rid) in ("ABORTED", "length", "stop"):
+                state[rid] = "DONE"
+            elif mark.get(rid) == "RUNNING":
+                state[rid] = "RUNNING-IDLE"
+    return {rid: "".join(cells).rstrip() for rid, cells in rows.items()}
+
+
+def vllm_side_by_side(name: str = "demo_lifecycle") -> None:
+    """The lesson's workload with its four aborts through vLLM 0.27.1's own Scheduler and minivllm's, as lanes
+    (r: running but not scheduled this step), one line each; the last column says whether they are equal."""
+    from autograder import vllm_views
+    from autograder.lesson04.checks import run_vllm_view, vllm_difference
+
+    answers, line = vllm_views.answers("lesson04", [name])
+    print(line)
+    payload = vllm_views.scenarios("lesson04")[name]
+    v, m = answers[name], run_vllm_view(name)
+    lv, lm = lanes(v, payload), lanes(m, payload)
+    print("· waiting  R scheduled  r running, not scheduled  P preempted  A aborted  L/S finished (length/stop)")
+    print(f"{'':10}{''.join(str(k // 10) if k % 10 == 0 else ' ' for k in range(v['steps']))}")
+    for rid in lv:
+        print(f"{rid:<3}vLLM   {lv[rid]}")
+        print(f"{'':<3}mini   {lm[rid]}  {'✓' if lv[rid] == lm[rid] else '✗'}")
+    diff = vllm_difference(name, m, v)
+    print("每一步的调度、抢占、输出与空闲块数都与 vLLM 相同。" if diff is None else f"不同：{diff}")

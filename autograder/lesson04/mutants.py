@@ -124,4 +124,9 @@ MUTANTS = {
     ), 'Holds back a stop only at the output just before min_tokens: an earlier EOS still stops the request.',
        fails={"l04_stop"},
        hint="min_tokens=3 时第 1 个输出就是 EOS，应该停吗？“不到 min_tokens”包括哪些输出？"),
+    "stop_reason_not_set": Mutant(CELL, (
+        ('        request.stop_reason = last\n', ''),
+    ), 'Stops on a stop token id but leaves stop_reason unset (the client never learns which id stopped it).',
+       fails={"l04_stop"},
+       hint="因 stop token 停下时，请求上还要记下什么？客户端怎样知道是哪个 token 让它停下的？"),
 }

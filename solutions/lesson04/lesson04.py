@@ -30,7 +30,7 @@
 # | 代码·边界条件：各状态下的取消 1 分，停止条件 1 分 | 2 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行本课末尾的“自检”单元格，或在终端执行 `python -m autograder check lesson04`，得分与 nbgrader 评出的自动部分一致。
+# 没有 nbgrader 时（例如 Colab），运行最后的“自检”单元格或 `python -m autograder check lesson04`，得分与 nbgrader 的自动部分一致。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
@@ -45,8 +45,6 @@
 # | 4 | `engine/core.py`：`EngineCore.abort_requests`、`EngineCore._process_aborts_queue`、`EngineCore.step` | `minivllm/engine/core.py`：同名、`engine_core_step` | 取消为什么要在 `update_from_output` 之前处理？ |
 # | 5 | `engine/async_llm.py`：`AsyncLLM.generate` 的取消分支、`AsyncLLM.abort` | `minivllm/engine/async_llm.py`：同名 | 客户端断开怎样变成一条 abort 消息？前端自己先做了什么？ |
 # | 6 | `core/sched/utils.py`：`check_stop`；`Scheduler.update_from_output` | 同上：`_check_stop`、`update_from_output` | 停止条件按什么顺序检查？EOS 恰是第 `max_tokens` 个 token 时结束原因是什么？ |
-#
-# 方法会继续演进，面试回答先声明所读版本。minivllm 与 vLLM 的差别集中在文末“与 vLLM 0.27.1 的差异”。
 
 # %% nbgrader={"grade": false, "grade_id": "l04_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的图、演示与检查。
@@ -127,7 +125,7 @@ L04.fig_swimlane(runs)
 print(L04.caption_swimlane(runs))
 
 # %% [markdown]
-# 图 4-1：每个请求每一步 `update` 之后的状态（灰：等待；青绿：运行；橙红：被抢占；深蓝：正常结束；紫：取消）。读图以上面打印的说明为准：它由这两次运行算出。
+# 图 4-1：每个请求每一步 `update` 之后的状态（灰：等待；青绿：运行；橙红：被抢占；深蓝：正常结束；紫：取消）。
 #
 # KV 池一满，调度器就抢占 running 里最晚加入的请求；取消让块提前回到池里，抢占随之变少。左边那次运行每一步之后在用的 KV 块数如下，红色三角是发生抢占的步：
 
@@ -135,7 +133,7 @@ print(L04.caption_swimlane(runs))
 L04.fig_blocks(runs[0]);
 
 # %% [markdown]
-# 图 4-2：在用块数一碰到上限 9，下一次要块的 decode 就触发抢占，被抢占请求的块立刻回到池里。空闲块 + 在用块每一步都等于 9，这是真实引擎检查的不变量之一。
+# 图 4-2：在用块数一碰到上限 9，下一次要块的 decode 就触发抢占，被抢占请求的块立刻回到池里。空闲块 + 在用块每一步都等于 9（真实引擎检查的不变量）。
 #
 # ### 3. 正确性条件与常见误区
 #
@@ -156,9 +154,9 @@ cost = L04.recompute_cost()  # 每种配置 2 次，交替运行（引擎已由�
 L04.print_recompute_cost(cost)
 
 # %% [markdown]
-# 表 4-1：开启 prefix cache 后重算的 token 少得多：恢复时算满的块大多还在缓存里。抢占次数也可能变化：恢复更快，队列的形状就不同了。
+# 表 4-1：开启 prefix cache 后重算的 token 少得多：恢复时算满的块大多还在缓存里。
 #
-# 表里的墙钟时间只作参考：这台多人共用的 CPU 上每步的固定开销占主导，两次运行可以差一倍。GPU 上重算的代价要在目标硬件上 benchmark。
+# 表里的墙钟时间只作参考：这台共用 CPU 上每步的固定开销占主导。GPU 上重算的代价要在目标硬件上 benchmark。
 #
 # 抢占频繁说明 KV 池太小：vLLM 文档建议加大 `gpu_memory_utilization`，减小 `max_num_seqs` 或 `max_num_batched_tokens`，或增加并行度，而不是指望抢占便宜。
 #
@@ -402,6 +400,16 @@ for blocks in (64, 8, 7):
 
 # %%
 self_check("lesson04", globals());
+
+# %% [markdown]
+# ## 在真实 vLLM 0.27.1 上看同一件事
+#
+# 演示的负载和四个取消交给 vLLM 0.27.1 自己的 `Scheduler`（不带模型，按 `EngineCore` 的循环驱动），与 minivllm 的并排：每个请求一行，每步一格。
+#
+# 抢占、取消、停止三项评分也跑 `autograder/vllm_views/lesson04.py` 的场景，并逐 token 调用 vLLM 的 `check_stop`：你的函数接进 minivllm 后，每步都要与 vLLM 录下的相同。
+
+# %%
+L04.vllm_side_by_side()
 
 # %% [markdown]
 # ## 参考资料
