@@ -10,6 +10,7 @@ of the course model's byte-level BPE tokenizer, cut into the steps the lesson's 
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 MODEL = Path(__file__).resolve().parents[2] / "data" / "models" / "shakespeare-llama"
@@ -20,10 +21,15 @@ BOS, EOS = 1, 2
 UNEVEN = [1, 2, 1, 3, 5, 1, 1, 2]   # 1-5 tokens a step, as speculative decoding delivers them
 
 
-def _encode(text: str) -> list[int]:
+@functools.cache
+def _tokenizer():
     from tokenizers import Tokenizer
 
-    return Tokenizer.from_file(str(MODEL / "tokenizer.json")).encode(text, add_special_tokens=False).ids
+    return Tokenizer.from_file(str(MODEL / "tokenizer.json"))
+
+
+def _encode(text: str) -> list[int]:
+    return _tokenizer().encode(text, add_special_tokens=False).ids
 
 
 def _steps(ids: list[int], sizes: list[int]) -> list[list[int]]:
