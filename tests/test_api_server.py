@@ -471,6 +471,22 @@ def _engine_core_pid(server_pid: int) -> int:
     raise AssertionError("no EngineCore child process found")
 
 
+def test_parallel_sampling_offline_and_served(client, offline):
+    """n > 1 as vLLM's ParentRequest fans it out: sample j of a seeded request is the single request with seed + j,
+    offline (LLM.generate groups them into one RequestOutput) and served (choices index j)."""
+    sp = dict(max_tokens=6, temperature=1.0, ignore_eos=True)
+    [grouped] = offline.generate(["KING:"], SamplingParams(n=3, seed=40, **sp), use_tqdm=False)
+    singles = [offline.generate(["KING:"], SamplingParams(seed=40 + j, **sp), use_tqdm=False)[0].outputs[0].text
+               for j in range(3)]
+    assert [c.index for c in grouped.outputs] == [0, 1, 2] and [c.text for c in grouped.outputs] == singles
+    served = client.completions.create(model=NAME, prompt="KING:", n=3, seed=40, max_tokens=6, temperature=1.0,
+                                       extra_body={"ignore_eos": True})
+    assert [c.text for c in sorted(served.choices, key=lambda c: c.index)] == singles
+    assert served.usage.completion_tokens == 18 and served.usage.prompt_tokens == len(grouped.prompt_token_ids)
+    with pytest.raises(ValueError, match="fan it out"):
+        offline.llm_engine.add_request(None, "x", SamplingParams(n=2))
+
+
 def test_killed_engine_core_fails_fast(server, client):
     """Last: SIGKILL the EngineCore with streams in flight."""
     proc, base = server
@@ -503,19 +519,3 @@ def test_killed_engine_core_fails_fast(server, client):
                    headers={"Authorization": f"Bearer {API_KEY}"})
     assert r.status_code == 503 and r.json()["error"]["type"] == "EngineDeadError"
     assert proc.wait(20) == 1, "as vLLM, the server exits non-zero soon after its core died (for a supervisor)"
-
-
-def test_parallel_sampling_offline_and_served(client, offline):
-    """n > 1 as vLLM's ParentRequest fans it out: sample j of a seeded request is the single request with seed + j,
-    offline (LLM.generate groups them into one RequestOutput) and served (choices index j)."""
-    sp = dict(max_tokens=6, temperature=1.0, ignore_eos=True)
-    [grouped] = offline.generate(["KING:"], SamplingParams(n=3, seed=40, **sp), use_tqdm=False)
-    singles = [offline.generate(["KING:"], SamplingParams(seed=40 + j, **sp), use_tqdm=False)[0].outputs[0].text
-               for j in range(3)]
-    assert [c.index for c in grouped.outputs] == [0, 1, 2] and [c.text for c in grouped.outputs] == singles
-    served = client.completions.create(model=NAME, prompt="KING:", n=3, seed=40, max_tokens=6, temperature=1.0,
-                                       extra_body={"ignore_eos": True})
-    assert [c.text for c in sorted(served.choices, key=lambda c: c.index)] == singles
-    assert served.usage.completion_tokens == 18 and served.usage.prompt_tokens == len(grouped.prompt_token_ids)
-    with pytest.raises(ValueError, match="fan it out"):
-        offline.llm_engine.add_request(None, "x", SamplingParams(n=2))
