@@ -111,6 +111,7 @@ def plug(llm, choose_capture_size, fill_static_buffers, real_rows,
 
     def pad(desc, input_ids, positions, md):
         n, size = md.num_actual_tokens, desc.num_tokens
+        runner.cg_attn_metadata[size].backend_cache.clear()  # the runner's bookkeeping, as in _pad_for_cudagraph
         fill_static_buffers(buffers_of(runner), input_ids, positions, md.slot_mapping, md.seq_lens, md.block_table,
                             size)
         pos = runner.cg_positions[:size]
