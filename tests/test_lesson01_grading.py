@@ -107,3 +107,21 @@ def test_nbgrader_end_to_end(tmp_path):
     shown = {c["id"]: "".join("".join(o.get("text", "")) for o in c["outputs"]) for c in graded["cells"]
              if c["id"] in demos}
     assert set(shown.values()) == {NOT_RUN}, shown
+
+
+def test_vllm_side_by_side_from_the_recording(monkeypatch, capsys):
+    """vLLM 0.27.1's EngineCore (recorded) called the same phases in the same order and gave the same tokens on
+    the lesson's run, r0 silent from its abort on; its AsyncScheduler pipelines as minivllm's does."""
+    from autograder import lesson01 as L01
+    from autograder import vllm_views
+
+    rec = vllm_views.recorded("lesson01", "demo_step_phases")
+    assert not [o for s, outs in rec["outputs"].items() if int(s) >= 3 for o in outs if o[0] == "r0"]
+    monkeypatch.setattr(vllm_views, "vllm_python", lambda: None)
+    L01.vllm_side_by_side(run_engine())
+    out = capsys.readouterr().out
+    assert "读取录制结果" in out and "✗" not in out
+    assert sum(line.endswith("✓") for line in out.splitlines()) == len(rec["outputs"])
+    assert "vLLM AsyncScheduler     S0 S1 U0 S2 U1" in out
+    orders = [line.split("AsyncScheduler")[1].strip() for line in out.splitlines() if "AsyncScheduler" in line]
+    assert len(orders) == 2 and orders[0] == orders[1]

@@ -1,7 +1,7 @@
 """Lesson 1 — vLLM V1 源码地图: what the notebook shows (live demos, tables, figures); no check calls these."""
 from __future__ import annotations
 
-from autograder.lesson01.checks import TRACE, EngineRun, run_engine
+from autograder.lesson01.checks import TRACE, EngineRun, engine_calls, run_engine
 
 
 def print_outputs(run: EngineRun) -> None:
@@ -196,3 +196,51 @@ def fig_request_flow():
     ax.axis("off")
     ax.set_title("Figure 1-3  Request flow, stage by stage, in the process each runs in", fontsize=9, loc="left")
     return fig
+
+
+# ---------------------------------------------------------------------------- the same run on vLLM 0.27.1
+def _event_order(record: dict) -> str:
+    """scheduler_harness events as a line: S3 = schedule() of step 3, U3 = update_from_output() of the batch
+    scheduled at step 3 (its outputs arrive with the step that collects it)."""
+    marks, scheduled = [], []
+    for e in record["events"]:
+        if e["k"] == "s":
+            scheduled.append(e["step"])
+            marks.append(f"S{e['step']}")
+        elif e["k"] == "u":
+            marks.append(f"U{scheduled.pop(0)}")
+    return " ".join(marks)
+
+
+def vllm_side_by_side(run: EngineRun) -> None:
+    """vLLM 0.27.1's EngineCore on the lesson's run (two greedy requests, r0 aborted during step 3's forward):
+    per step the order in which its step called the scheduler and executor, and the tokens each request got,
+    beside minivllm's `run`; then the batch-queue order of async scheduling, vLLM's AsyncScheduler beside
+    minivllm's, driven the same way."""
+    import itertools
+
+    from autograder import vllm_views
+    from autograder.vllm_oracle import scheduler_harness
+    from autograder.vllm_oracle.minivllm_side import MinivllmSchedulerBackend
+
+    answers, line = vllm_views.answers("lesson01")
+    print(line)
+    site = vllm_views.vllm_site_packages()
+    print("vLLM 0.27.1 的源码：", f"{site}/vllm/" if site else "本机未安装（`make vllm` 之后在 .venv-vllm 的 site-packages/vllm/）")
+    v = answers["demo_step_phases"]
+    print(f"vLLM 的 EngineCore 用 {v['step_fn']}（async_scheduling={v['async_scheduling']}）；sample = "
+          "execute_model 返回 None 时 step 另调的 sample_tokens（minivllm 没有这一段，不计入 ✓）")
+    phases = {k: [c[1] for c in g] for k, g in itertools.groupby(v["calls"], key=lambda c: c[0])}
+    steps = sorted(set(phases) | {s for s, _ in run.calls})
+    for s in steps:
+        mine = engine_calls(run, s)
+        toks_v = {r: t for r, t, _ in v["outputs"].get(str(s), [])}
+        toks_m = {o.request_id: list(o.new_token_ids) for o in run.outputs.get(s, [])}
+        same = "✓" if [p for p in phases.get(s, []) if p != "sample"] == mine and toks_v == toks_m else "✗"
+        print(f"step {s}  vLLM     {' → '.join(phases.get(s, []))}   {toks_v}")
+        print(f"        minivllm {' → '.join(mine)}   {toks_m}  {same}")
+
+    mine = scheduler_harness.run(MinivllmSchedulerBackend(), vllm_views.scenarios("lesson01")["demo_async_batch_queue"])
+    print("\nasync scheduling（两批在途，step_with_batch_queue 的顺序）：")
+    print("  vLLM AsyncScheduler    ", _event_order(answers["demo_async_batch_queue"]))
+    print("  minivllm AsyncScheduler", _event_order(mine))

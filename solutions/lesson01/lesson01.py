@@ -87,7 +87,7 @@ L01.fig_architecture();
 #
 # 它解决的核心工程问题是：通过清晰的单写者状态所有权（Single-Writer State Ownership）与轻量化 IPC 进程解耦，将 CPU 控制侧的每步调度耗时压制在微秒级，实现调度步频与 GPU 硬件峰值吞吐的完全匹配。
 #
-# > **注意**：“微秒级”与“完全匹配”是设计目标，不是测量结果；每步的 CPU 开销要在目标部署上用 profiler 测。
+# > **注意**：“微秒级”“完全匹配”是设计目标，不是测量结果；要在目标部署上用 profiler 测。
 #
 # ### 2. 它如何工作
 #
@@ -116,7 +116,7 @@ L01.fig_arithmetic_intensity();
 #
 #    > **更正**：已计算 token 数在 `schedule()` 里就已推进（`_update_after_schedule`）；`update_from_output` 只在投机 token 被拒绝时把它往回拨。
 #
-#    > **vLLM 0.27.1**：默认开启 async scheduling，busy loop 跑的是 `step_with_batch_queue`；aborts 仍在 update 之前。见文末差异。
+#    > **vLLM 0.27.1**：默认开启 async scheduling，busy loop 跑 `step_with_batch_queue`；aborts 仍在 update 之前。
 # 2. **端到端流水线推进（图 1-3）**：
 
 # %%
@@ -177,7 +177,7 @@ L01.plot_timeline(run);
 # %% [markdown]
 # > **minivllm ≠ vLLM**：minivllm 在 worker 线程上跑 forward，`abort_requests` 只把 id 放进 `aborts_queue`；vLLM 的做法见文末差异。
 #
-# 读图：红色虚线是取消到达的时刻。grammar 紧跟 execute 开始，早于 forward 结束。wait 之后先 aborts 再 update：r0 在第 3 步算出了 token 却没有输出，它已是 `FINISHED_ABORTED`；r1 照常生成到 `max_tokens`。
+# 读图：红色虚线是取消到达的时刻。grammar 紧跟 execute 开始，早于 forward 结束。wait 之后先 aborts 再 update：r0 第 3 步算出的 token 没有输出（已 `FINISHED_ABORTED`）；r1 照常生成到 `max_tokens`。
 #
 # 下面只把 aborts 挪到 update 之后再跑一次，并列出 `EngineCoreProc` 在 busy loop 之外启动的线程。
 
@@ -239,13 +239,13 @@ L01.check_main_path(engine_core_step)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：把你的 `engine_core_step` 接入真实的 minivllm `EngineCore(step_fn=engine_core_step)`，重放上面的取消场景。检查每一步对引擎阶段函数的调用顺序与输出：
+# 第二项检查：把你的 `engine_core_step` 接入真实的 minivllm `EngineCore(step_fn=...)`，重放上面的取消场景，检查每一步的调用顺序与输出：
 #
 # - grammar 在 execute 返回之后、等待结果之前，与 forward 重叠；
 # - aborts 在 update 之前；
 # - r0 在 forward 期间被取消之后，不再输出任何 token。
 #
-# 判定只看调用顺序和输出，不看时钟，与机器快慢无关。
+# 判定只看调用顺序和输出，不看时钟。
 
 # %% nbgrader={"grade": true, "grade_id": "l01_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 student_run = L01.check_real_engine(engine_core_step)
@@ -413,6 +413,16 @@ L01.check_source_map(SOURCE_MAP)
 self_check("lesson01", globals());
 
 # %% [markdown]
+# ## 在真实 vLLM 0.27.1 上看同一件事
+#
+# 演示的两个请求交给 vLLM 自己的 `EngineCore`（进程内，CPU 上的 runner 是 `CPUModelRunner`），同样在第 3 步 forward 中取消 r0。CPU 平台关掉了 async scheduling，最后两行对照两边 `AsyncScheduler` 两批在途的顺序。
+#
+# 第二行是 vLLM 源码的位置：装好 `.venv-vllm` 后 `SOURCE_MAP` 可以离线查。
+
+# %%
+L01.vllm_side_by_side(run)
+
+# %% [markdown]
 # ## 参考资料
 #
 # - [vLLM AsyncLLM source](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/async_llm.py)
@@ -428,12 +438,11 @@ self_check("lesson01", globals());
 # %% [markdown]
 # ## 与 vLLM 0.27.1 的差异
 #
-# 本课评分的顺序合同与 vLLM 的 `EngineCore.step` 相同。其余差别：
+# 本课评分的顺序与 vLLM 的 `EngineCore.step` 相同。其余差别：
 #
-# - **runner**：课程的 dense 模型默认用 Model Runner V2（`v1/worker/gpu/`）；V2 不支持的特性打开时（例如 n-gram 投机）、多数 MoE 模型或没有 Triton 时用 V1 的 `gpu_model_runner.py`。minivllm 对应 V1。
-# - **默认的 step**：vLLM 默认开启 async scheduling（`AsyncScheduler`），busy loop 调用 `step_with_batch_queue`：先发射第 N+1 步，再等第 N 步的结果做 aborts 与 update。minivllm 也有它，但默认关闭；本课全部用同步的 `step`。
-# - **forward 与采样**：vLLM 里 `execute_model` 的 future 返回 `None` 后，再调用 `sample_tokens(grammar_output)`，bitmask 作为参数进入采样。练习把两者合成一次。
-# - **executor**：单卡默认 `UniProcExecutor`，worker 在 EngineCore 进程的调用线程上同步执行，重叠来自 CUDA kernel 的异步执行。minivllm 把 forward 放在 worker 线程上。
+# - **runner**：V1 的 `gpu_model_runner.py` 只用于 V2 不支持的特性（例如 n-gram 投机）、多数 MoE 模型和没有 Triton 的机器。
+# - **默认的 step**：vLLM 默认开启 async scheduling（`AsyncScheduler`），busy loop 调用 `step_with_batch_queue`：先发射第 N+1 步，再处理第 N 步。minivllm 默认关闭。
+# - **forward 与采样**：`execute_model` 的 future 返回 `None` 后，vLLM 再调用 `sample_tokens(grammar_output)`。练习把两者合成一次。
+# - **executor**：单卡默认 `UniProcExecutor`，worker 在 EngineCore 的调用线程上同步执行，重叠来自 CUDA kernel 的异步执行。minivllm 把 forward 放在 worker 线程上。
 # - **取消**：vLLM 的 ABORT 同时进入 `aborts_queue` 和 `input_queue`；步间到达的在下一次 `schedule` 之前处理，forward 期间到达的由 `_process_aborts_queue` 处理。minivllm 的 `abort_requests` 只入队。
-# - **请求状态**：`RequestStatus` 还有三种 WAITING_FOR_* 状态和 `FINISHED_ERROR`、`FINISHED_REPETITION`。
-# - **IO 线程**：vLLM 的两个 IO 线程没有命名；演示里的线程名是 minivllm 起的。
+# - **请求状态**：`RequestStatus` 还有 WAITING_FOR_* 状态和 `FINISHED_ERROR`、`FINISHED_REPETITION`。
