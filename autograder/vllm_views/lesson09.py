@@ -112,20 +112,22 @@ def _metadata(is_greedy, generators=None):
 
 def _run(rs, drafts, target_probs, draft_probs, bonus, is_greedy, uniform=None):
     """vLLM's rejection_sample on the exercise's layout; uniform=None lets vLLM draw its own."""
+    import numpy as np
     import torch
-    from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
 
-    md = SpecDecodeMetadata.make_dummy(drafts, device=torch.device("cpu"))
-    draft_rows = [r for i, d in enumerate(drafts) for r in range(sum(len(x) + 1 for x in drafts[:i]),
-                                                                 sum(len(x) + 1 for x in drafts[:i]) + len(d))]
+    counts = [len(d) for d in drafts]
+    cumulative = torch.from_numpy(np.cumsum(counts, dtype=np.int32))
+    draft_ids = torch.tensor(sum(drafts, []), dtype=torch.int32)
+    starts = np.cumsum([0] + [k + 1 for k in counts])[:-1]
+    draft_rows = [int(s) + j for s, k in zip(starts, counts, strict=True) for j in range(k)]
     logits = torch.as_tensor(target_probs, dtype=torch.float32)[draft_rows].log().contiguous()
     q = None if draft_probs is None else torch.as_tensor(draft_probs, dtype=torch.float32).contiguous()
     original = rs.generate_uniform_probs
     if uniform is not None:
         rs.generate_uniform_probs = lambda *a, **k: torch.tensor(uniform, dtype=torch.float64)
     try:
-        out = rs.rejection_sample(md.draft_token_ids, md.num_draft_tokens, md.max_spec_len, md.cu_num_draft_tokens,
-                                  q, logits, torch.as_tensor(bonus, dtype=torch.int64).view(-1, 1).contiguous(),
+        out = rs.rejection_sample(draft_ids, counts, max(counts, default=0), cumulative, q, logits,
+                                  torch.as_tensor(bonus, dtype=torch.int64).view(-1, 1).contiguous(),
                                   _metadata(is_greedy))
     finally:
         rs.generate_uniform_probs = original

@@ -4,7 +4,7 @@
 On CPU vLLM captures nothing: CpuPlatform.check_and_update_config (vllm/platforms/cpu.py) empties
 `cudagraph_capture_sizes` and the mode ends NONE; each answer records that first. Then, on the same VllmConfig, it
 restores the user's sizes, sets FULL_DECODE_ONLY (minivllm's mode: full graphs for uniform decode batches) and reruns
-vLLM's own `_set_cudagraph_sizes` and `post_init_cudagraph_sizes` (what a CUDA platform keeps), builds the
+vLLM's own `_set_cudagraph_sizes` (what a CUDA platform keeps; it sorts and de-duplicates), builds the
 dispatcher and asks it, for every decode batch of n requests, which graph runs and at how many rows. Full decode
 graphs exist only for sizes <= max_num_seqs (initialize_cudagraph_keys): `decode_capture_sizes`.
 """
@@ -56,7 +56,6 @@ def vllm_answer(name: str, payload: dict) -> dict:
     cc.max_cudagraph_capture_size = None
     cc.cudagraph_mode = CUDAGraphMode.FULL_DECODE_ONLY
     vc._set_cudagraph_sizes()
-    cc.post_init_cudagraph_sizes()
     dispatcher = CudagraphDispatcher(vc)
     dispatcher.initialize_cudagraph_keys(CUDAGraphMode.FULL_DECODE_ONLY)
     table = []
