@@ -104,7 +104,7 @@ def test_lesson08_vllm_view_reorders_vllms_rows_and_walks_to_eos(monkeypatch, ca
     vllm_side_by_side(ns["choice_bitmask"])
     out = capsys.readouterr().out
     assert "读取录制结果 data/vllm_views/lesson08.json.xz" in out and "逐字相同：✓" in out and "✗" not in out
-    assert "is_terminated = True" in out and out.count("✓") == 1 + 6      # one batch, six steps to EOS
+    assert "accept_tokens 接受：True" in out and out.count("✓") == 1 + 6      # one batch, six steps to EOS
     bad = _from_recording(monkeypatch, "lesson08", "rows_in_scheduler_order")
     bad.setdefault("torch", __import__("torch"))
     vllm_side_by_side(bad["choice_bitmask"])

@@ -136,4 +136,5 @@ def vllm_side_by_side(choice_bitmask, batch: str = "batch_batch_order", walk: st
         pick = "EOS" if token == vocab.eos_token_id else repr(vocab.token_bytes[token].decode("utf-8", "replace"))
         print(f"{k:>4}  {done.decode('utf-8', 'replace')!r:<14}{_tokens(vocab, w, 3):<30}{_tokens(vocab, m, 3):<30}"
               f"{pick:<5}{'✓' if torch.equal(w, m) else '✗'}")
-    print(f"EOS 之后 grammar 终止（is_terminated = {answers[walk]['terminated']}）。")
+    last = answers[walk]["steps"][-1]
+    print(f"最后一步取到 EOS（accept_tokens 接受：{last['accepted']}），请求结束。")

@@ -110,21 +110,21 @@ class Vllm:
                 "eos_token_id": self.tokenizer.eos_token_id}
 
     def walk(self, case: dict) -> dict:
-        """One request from its first token to the end: each step's row, a token drawn from it (seeded), and
-        whether vLLM's grammar accepted it; stops when the grammar terminates (after EOS)."""
+        """One request from its first token to EOS: each step's row, a token drawn from it (seeded), and
+        whether vLLM's grammar accepted it."""
         manager, requests = self.manager_with({"r": case["choices"]})
         grammar = requests["r"].structured_output_request.grammar
+        eos = self.tokenizer.eos_token_id
         r = random.Random(case["seed"])
         steps = []
         for _ in range(case["max_steps"]):
-            if grammar.is_terminated():
-                break
             row = [int(x) for x in manager.grammar_bitmask(requests, ["r"], {})[0]]
             allowed = [t for t in range(len(row) * 32) if (row[t // 32] >> (t % 32)) & 1]
             token = allowed[r.randrange(len(allowed))]
             steps.append({"row": row, "token": token, "accepted": bool(grammar.accept_tokens("r", [token]))})
-        return {"steps": steps, "terminated": bool(grammar.is_terminated()),
-                "eos_token_id": self.tokenizer.eos_token_id}
+            if token == eos:
+                break
+        return {"steps": steps, "eos_token_id": eos}
 
 
 _VLLM: Vllm | None = None
