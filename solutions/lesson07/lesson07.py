@@ -438,7 +438,7 @@ L07.vllm_side_by_side(row, apply_min_p, apply_top_k_top_p, sample);
 # - **CUDA 上的采样**：FlashInfer 的采样与 `random_sample` 只在统计上等价，输出不一定逐 token 相同。
 # - **分块 prefill**：V1 对中间块也采样，用 `discard_request_mask` 丢掉结果，并在 `_bookkeeping_sync` 里把这个请求 generator 的偏移往回拨；V2 给这些请求 `num_sampled = 0`，噪声不依赖状态。minivllm 的中间块不进采样器。
 # - **可复现性**：vLLM 默认不承诺输出与批组成无关（GPU 上不同批形状可能选到不同 kernel），批不变要设 `VLLM_BATCH_INVARIANT=1`。本课的 CPU 运行里 logits 与批组成无关。
-# - **logits processor**：minivllm 没有 logit_bias、bad words、allowed_token_ids。min_tokens 在 minivllm 的 `Sampler.forward` 里掩码，vLLM 用 `MinTokensLogitsProcessor`。
+# - **logits processor**：minivllm 没有 bad words；min_tokens、logit_bias 等按 vLLM 的顺序在 `Sampler.forward` 里做，vLLM 用 `MinTokensLogitsProcessor` 等。
 # - **min-p 的状态**：vLLM 在 `MinPLogitsProcessor` 里，minivllm 在 `SamplingMetadata.min_p`。
 # - **top-k 的“关闭”**：`SamplingParams.top_k` 默认都是 0；vLLM 的 `InputBatch.add_request` 把关闭的行存成词表大小，minivllm 存 0。
 # - **logprobs**：vLLM 另有 `logprobs=-1`（整个词表）和返回处理后 logits/logprobs 的模式；minivllm 只有原始 logprobs。
