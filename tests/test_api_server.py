@@ -75,7 +75,7 @@ def stop_server(proc: subprocess.Popen) -> None:
 def server(model, tmp_path_factory):
     port = free_port()
     log = open(tmp_path_factory.mktemp("log") / "server.log", "w+")
-    proc = launch_server(model, port, log)
+    proc = launch_server(model, port, log, "--enable-server-load-tracking")
     try:
         yield proc, f"http://127.0.0.1:{port}"
     finally:
@@ -188,6 +188,31 @@ def test_concurrent_streams_equal_offline(server, offline):
         finally:
             await aclient.close()
     assert asyncio.run(main()) == refs
+
+
+def test_load_counts_requests_in_flight(server, client):
+    """vLLM's /load with --enable-server-load-tracking: a request counts until its last byte is sent (a stream
+    the client drops included), so the counter returns to 0."""
+    base = server[1]
+
+    def load() -> int:
+        return httpx.get(base + "/load", timeout=10).json()["server_load"]
+
+    def settles_at_zero() -> bool:
+        deadline = time.monotonic() + 30
+        while load() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return load() == 0
+    assert settles_at_zero()
+    stream = client.completions.create(model=NAME, prompt="A long speech:", max_tokens=4000, stream=True, **GREEDY)
+    for i, _ in enumerate(stream):
+        if i == 2:
+            break
+    assert load() == 1
+    stream.close()
+    assert settles_at_zero()
+    client.completions.create(model=NAME, prompt="KING:", max_tokens=4, **GREEDY)
+    assert load() == 0
 
 
 def test_disconnect_aborts_and_frees_kv(server, client):

@@ -50,7 +50,6 @@ OPEN_GAPS: dict[str, str] = {
     "chat/developer": "vLLM renders a developer message with one token fewer (cause not found)",
     "chat/bad/message_no_role": "vLLM's param names the union branch (ChatCompletionDeveloperMessageParam.role)",
     "chat/bad/content_int": "vLLM's param names the union branch (ChatCompletionDeveloperMessageParam.content)",
-    "route/load": "/load (vLLM's server-load counter) is not served",
 }
 
 # Metric families (names under vLLM's prefix, minivllm's `minivllm:` mapped to it) that nothing in minivllm

@@ -101,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--shutdown-grace-period", type=float, default=5.0,
                    help="seconds in-flight requests may finish after SIGTERM before they end with an error")
     s.add_argument("--served-model-name", default=None, help="the model id clients send (default: folder name)")
+    s.add_argument("--enable-server-load-tracking", action="store_true",
+                   help="count in-flight completions and chat requests; GET /load reports them")
     s.add_argument("--uvicorn-log-level", default="warning")
     add_engine_args(s)
     s.set_defaults(func=cmd_serve)

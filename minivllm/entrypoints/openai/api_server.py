@@ -1,8 +1,8 @@
 """OpenAI-compatible server (vLLM: entrypoints/openai/api_server.py + serving_*.py), FastAPI over AsyncLLM.
 
 Routes: /v1/completions, /v1/chat/completions (streaming as SSE `data: {...}` ... `data: [DONE]`),
-/v1/models, /health and /ping (503 once the core is dead), /version, /metrics (Prometheus text), /tokenize,
-/detokenize. Request and response fields, errors and routes answer as vLLM 0.27.1's server does, request for
+/v1/models, /health and /ping (503 once the core is dead), /version, /load, /metrics (Prometheus text),
+/tokenize, /detokenize. Request and response fields, errors and routes answer as vLLM 0.27.1's server does, request for
 request (tests/test_vllm_server_oracle.py against its recorded answers): errors are OpenAI-shaped,
 {"error": {"message", "type", "param", "code"}}, with vLLM's types and params (a schema-level error is
 "Bad Request" with param "body.<field>"); unknown routes get FastAPI's {"detail": ...}; a missing or wrong
@@ -39,6 +39,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import minivllm
@@ -223,6 +224,8 @@ class CancellableStreamingResponse(StreamingResponse):
         finally:
             if hasattr(self.body_iterator, "aclose"):
                 await self.body_iterator.aclose()
+            if self.background is not None:  # as StreamingResponse runs it, also after a disconnect
+                await self.background()
 
 
 async def with_cancellation(request: Request, coro):
@@ -731,7 +734,7 @@ def _authorized(header: str, api_key: str) -> bool:
 
 def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api_key: str | None = None,
               engine: AsyncLLM | None = None, max_request_body_bytes: int = DEFAULT_MAX_REQUEST_BODY_BYTES,
-              dead_engine_exit_delay: float = 1.0) -> FastAPI:
+              dead_engine_exit_delay: float = 1.0, enable_server_load_tracking: bool = False) -> FastAPI:
     """The FastAPI app; the AsyncLLM (and its EngineCore process) starts in the app's lifespan."""
     name = served_model_name or os.path.basename(os.path.normpath(engine_args.model))
 
@@ -750,6 +753,7 @@ def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api
                 eng.shutdown()
 
     app = FastAPI(title="minivllm OpenAI-compatible server", lifespan=lifespan)
+    app.state.server_load_metrics = 0  # requests in /v1/completions and /v1/chat/completions, if tracked
     install_error_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_request_body_bytes)
     app.add_middleware(HttpMetricsMiddleware)
@@ -792,13 +796,35 @@ def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api
                                             "owned_by": "minivllm", "root": engine_args.model, "parent": None,
                                             "max_model_len": s.max_model_len, "permission": [permission]}]}
 
+    @app.get("/load")
+    async def load(request: Request):
+        """vLLM's server-load counter: 0 unless the server runs with --enable-server-load-tracking."""
+        return {"server_load": request.app.state.server_load_metrics}
+
+    async def load_aware(request: Request, handler):
+        """vLLM's load_aware_call: count the request until its answer (a stream: its last byte) is sent."""
+        if not enable_server_load_tracking:
+            return await handler
+        state = request.app.state
+        state.server_load_metrics += 1
+        try:
+            response = await handler
+        except BaseException:
+            state.server_load_metrics -= 1
+            raise
+        if isinstance(response, StreamingResponse):
+            response.background = BackgroundTask(_decrement_load, state)
+        else:
+            state.server_load_metrics -= 1
+        return response
+
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request):
-        return await create_completion(serving(request), req, request)
+        return await load_aware(request, create_completion(serving(request), req, request))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest, request: Request):
-        return await create_chat_completion(serving(request), req, request)
+        return await load_aware(request, create_chat_completion(serving(request), req, request))
 
     @app.post("/tokenize")
     async def tokenize(req: TokenizeRequest, request: Request):
@@ -845,6 +871,10 @@ def run_server(args: argparse.Namespace, engine_args: EngineArgs) -> int:
         engine.shutdown()
 
 
+def _decrement_load(state) -> None:
+    state.server_load_metrics -= 1
+
+
 def start_engine(engine_args: EngineArgs) -> AsyncLLM:
     """The config (ValueError naming the setting), then the EngineCore; a failed start is a one-line
     StartupError carrying the core's own last error line (its traceback is in the core's log)."""
@@ -861,7 +891,8 @@ def _serve(args: argparse.Namespace, engine_args: EngineArgs, engine: AsyncLLM, 
     import uvicorn
 
     app = build_app(engine_args, args.served_model_name, args.api_key, engine=engine,
-                    max_request_body_bytes=getattr(args, "max_request_body_bytes", DEFAULT_MAX_REQUEST_BODY_BYTES))
+                    max_request_body_bytes=getattr(args, "max_request_body_bytes", DEFAULT_MAX_REQUEST_BODY_BYTES),
+                    enable_server_load_tracking=getattr(args, "enable_server_load_tracking", False))
 
     class Server(uvicorn.Server):
         async def shutdown(self, sockets=None) -> None:
