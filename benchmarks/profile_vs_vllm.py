@@ -1,7 +1,8 @@
 """Where the time goes, minivllm against vLLM 0.27.1, on the same workload and checkpoint (torch.profiler, CPU).
 
-Each side loads its engine once in its own process (vLLM in-process, VLLM_ENABLE_V1_MULTIPROCESSING=0, so its
-model runs on the profiled thread; minivllm through LLM.start_profile, which profiles its worker thread), warms up,
+Each side loads its engine once in its own process, with its EngineCore in that process (vLLM:
+VLLM_ENABLE_V1_MULTIPROCESSING=0, its model on the profiled thread; minivllm: multiprocess=False, profiled through
+LLM.start_profile on its worker thread), so both use every core for torch's threads; it warms up,
 and profiles one generate of vs_vllm.py's workload. Only top-level operators count (an op inside another op is
 part of its parent), grouped: GEMM, attention (KV write + paged attention), the other model ops (norms, rotary,
 activation, residual adds), sampling, and everything else; "outside the ops" is the wall time no operator
@@ -65,7 +66,7 @@ def child(side: str, model: str, args) -> None:
                   kv_cache_memory_bytes=512 << 20)
     else:
         from minivllm import LLM, SamplingParams
-        llm = LLM(model, dtype="float32", enforce_eager=True, seed=0, max_model_len=512)
+        llm = LLM(model, dtype="float32", enforce_eager=True, seed=0, max_model_len=512, multiprocess=False)
     inputs = [{"prompt_token_ids": p} for p in prompts]
     params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in out_lens]
     llm.generate(inputs, params, use_tqdm=False)
@@ -81,8 +82,9 @@ def child(side: str, model: str, args) -> None:
         outs = llm.generate(inputs, params, use_tqdm=False)
         wall = time.perf_counter() - t0
         llm.stop_profile()
+    import torch
     print(json.dumps({"wall_ms": wall * 1e3, "tokens": sum(len(o.outputs[0].token_ids) for o in outs),
-                      "trace": trace}), flush=True)
+                      "trace": trace, "torch_threads": torch.get_num_threads()}), flush=True)
 
 
 def main() -> None:
@@ -125,9 +127,11 @@ def main() -> None:
         by_cat["outside the ops"] = max(0.0, got["wall_ms"] - covered)
         rows[side] = {k: v / got["tokens"] for k, v in by_cat.items()}
         rows[side]["total (wall)"] = got["wall_ms"] / got["tokens"]
-        figures[side] = {"wall_ms": got["wall_ms"], "tokens": got["tokens"], "ms": dict(by_cat)}
+        figures[side] = {"wall_ms": got["wall_ms"], "tokens": got["tokens"], "ms": dict(by_cat),
+                         "torch_threads": got["torch_threads"]}
     names = [c for c, _ in CATEGORIES] + ["other ops", "outside the ops", "total (wall)"]
-    print(f"{args.model}: ms per generated token ({figures['minivllm']['tokens']} tokens; sides one after the other)")
+    print(f"{args.model}: ms per generated token ({figures['minivllm']['tokens']} tokens; sides one after the other; "
+          f"torch threads minivllm {figures['minivllm']['torch_threads']}, vLLM {figures['vllm']['torch_threads']})")
     print(f"  {'':28s} {'minivllm':>9s} {'vLLM':>9s} {'ratio':>7s}")
     for n in names:
         a, b = rows["minivllm"].get(n, 0.0), rows["vllm"].get(n, 0.0)
