@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import json
 import lzma
-import os
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.vllm_views import VllmUnavailable, vllm_python, vllm_site_packages  # noqa: F401 (re-exported)
+from autograder.vllm_views import VllmUnavailable, run_in_vllm, vllm_python, vllm_site_packages  # noqa: F401 (re-exported)
 from autograder.vllm_views import digest as cases_digest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,16 +27,7 @@ VLLM_VERSION = "0.27.1"
 
 def run_vllm(kind: str, cases: list, timeout: float = 1800) -> list:
     """vLLM 0.27.1's answers to `cases`, from vllm_side.py in a subprocess on .venv-vllm's Python."""
-    py = vllm_python()
-    if py is None:
-        raise VllmUnavailable("no .venv-vllm: run `make vllm` first (or use the recorded answers)")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "VLLM_LOGGING_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false",
-           "HF_HUB_OFFLINE": "1", "PYTHONHASHSEED": "0"}
-    proc = subprocess.run([str(py), "-m", "autograder.vllm_oracle.vllm_side", kind], input=json.dumps(cases),
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
-    if proc.returncode:
-        raise RuntimeError(f"vLLM side failed ({kind}, exit {proc.returncode}):\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout)
+    return run_in_vllm(["autograder.vllm_oracle.vllm_side", kind], kind, stdin=json.dumps(cases), timeout=timeout)
 
 
 def golden_path(kind: str) -> Path:

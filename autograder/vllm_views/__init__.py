@@ -59,18 +59,24 @@ def scenarios(lesson: str) -> dict:
     return importlib.import_module(f"autograder.vllm_views.{lesson}").SCENARIOS
 
 
-def run_live(lesson: str, names: list[str] | None = None, timeout: float = 900) -> dict:
-    """vLLM 0.27.1's answers, computed now by autograder/vllm_views/<lesson>.py in a .venv-vllm subprocess."""
+def run_in_vllm(module_args: list[str], what: str, stdin: str | None = None, timeout: float = 900, **env: str):
+    """The JSON that `python -m MODULE_ARGS` prints under .venv-vllm's Python (REPO on the path, vLLM quiet, offline)."""
     py = vllm_python()
     if py is None:
         raise VllmUnavailable("no .venv-vllm: run `make vllm` first (or use the recorded answers)")
     env = {**os.environ, "PYTHONPATH": str(REPO), "VLLM_LOGGING_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false",
-           "HF_HUB_OFFLINE": "1", "PYTHONHASHSEED": "0", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    proc = subprocess.run([str(py), "-m", "autograder.vllm_views", "_answer", lesson, *(names or [])],
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
+           "HF_HUB_OFFLINE": "1", "PYTHONHASHSEED": "0", **env}
+    proc = subprocess.run([str(py), "-m", *module_args], input=stdin, capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, env=env)
     if proc.returncode:
-        raise RuntimeError(f"vLLM side of {lesson} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+        raise RuntimeError(f"vLLM side of {what} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout)
+
+
+def run_live(lesson: str, names: list[str] | None = None, timeout: float = 900) -> dict:
+    """vLLM 0.27.1's answers, computed now by autograder/vllm_views/<lesson>.py in a .venv-vllm subprocess."""
+    return run_in_vllm(["autograder.vllm_views", "_answer", lesson, *(names or [])], lesson, timeout=timeout,
+                       VLLM_ENABLE_V1_MULTIPROCESSING="0")
 
 
 def recording_path(lesson: str) -> Path:
