@@ -117,8 +117,13 @@ class Request:
             self.output_token_ids.extend(token_ids)
             self.all_token_ids.extend(token_ids)
         if len(self.all_token_ids) >= self._next_hash_at:
-            self.block_hashes.extend(self._block_hasher(self))
-            self._next_hash_at = self._num_tokens_next_block_full()
+            self.hash_new_full_blocks()
+
+    def hash_new_full_blocks(self) -> None:
+        """Extend block_hashes over the blocks the last appends filled (Scheduler.update_from_output calls it
+        directly when it appends a token itself)."""
+        self.block_hashes.extend(self._block_hasher(self))
+        self._next_hash_at = self._num_tokens_next_block_full()
 
     @property
     def use_structured_output(self) -> bool:

@@ -272,6 +272,13 @@ class Scheduler(SchedulerInterface):
         # Only a step with a grammar pays for grammars: the check then also advances them.
         check_stop = (self._check_stop_and_advance_grammar if scheduler_output.has_structured_output_requests
                       else self._check_stop)
+        # The common token (one per request, not a verified draft, this class's own update and stop check) is
+        # appended right here: append_output_token_ids' appends and _check_stop's fast exit, three calls fewer
+        # per request per step. Anything else takes _update_request_with_output.
+        inline = (type(self)._update_request_with_output is Scheduler._update_request_with_output
+                  and getattr(check_stop, "__func__", None) is Scheduler._check_stop)
+        max_model_len = self.max_model_len
+        prompt_logprobs = model_runner_output.prompt_logprobs
         outputs: list[EngineCoreOutput] = []
         stopped_running: set[Request] = set()
         stopped_preempted: set[Request] = set()
@@ -284,10 +291,22 @@ class Scheduler(SchedulerInterface):
             generated = sampled_token_ids[req_index] if req_index is not None else ()
             if not generated:
                 continue  # a partial prefill produces no token
-            if scheduled_spec and req_id in scheduled_spec:
-                self._roll_back_rejected(request, len(scheduled_spec[req_id]), len(generated) - 1)
             status_before = request.status
-            new_token_ids, stopped = self._update_request_with_output(request, generated, check_stop)
+            if inline and len(generated) == 1 and not (scheduled_spec and req_id in scheduled_spec):
+                token_id = generated[0]
+                all_token_ids = request.all_token_ids
+                request.output_token_ids.append(token_id)
+                all_token_ids.append(token_id)
+                num_tokens = len(all_token_ids)
+                if num_tokens >= request._next_hash_at:
+                    request.hash_new_full_blocks()
+                new_token_ids = generated
+                stopped = ((num_tokens >= request._max_num_tokens or num_tokens >= max_model_len
+                            or token_id in request._stop_token_ids) and check_stop(request))
+            else:
+                if scheduled_spec and req_id in scheduled_spec:
+                    self._roll_back_rejected(request, len(scheduled_spec[req_id]), len(generated) - 1)
+                new_token_ids, stopped = self._update_request_with_output(request, generated, check_stop)
             finish_reason = None
             if stopped:
                 finish_reason = request.get_finished_reason()
@@ -296,15 +315,21 @@ class Scheduler(SchedulerInterface):
                 else:
                     stopped_preempted.add(request)
                 self._free_request(request)
+            num_cached_tokens = request.num_cached_tokens  # -1 until admission sets it
+            if num_cached_tokens < 0:
+                num_cached_tokens = 0
+            if logprobs is None and not prompt_logprobs:  # positional, defaults left out: half the cost
+                outputs.append(EngineCoreOutput(req_id, new_token_ids, None, finish_reason, request.stop_reason,
+                                                num_cached_tokens))
+                continue
             new_logprobs = new_ranks = None
             if logprobs is not None and logprobs[req_index] is not None:
                 new_logprobs = logprobs[req_index][:len(new_token_ids)]
                 if logprob_ranks is not None and logprob_ranks[req_index] is not None:
                     new_ranks = logprob_ranks[req_index][:len(new_token_ids)]
-            num_cached_tokens = request.num_cached_tokens  # -1 until admission sets it
-            prompt_lps, prompt_ranks = model_runner_output.prompt_logprobs.get(req_id, (None, None))
+            prompt_lps, prompt_ranks = prompt_logprobs.get(req_id, (None, None))
             outputs.append(EngineCoreOutput(req_id, new_token_ids, new_logprobs, finish_reason,
-                                            request.stop_reason, num_cached_tokens if num_cached_tokens > 0 else 0,
+                                            request.stop_reason, num_cached_tokens,
                                             new_logprob_ranks=new_ranks, new_prompt_logprobs=prompt_lps,
                                             new_prompt_logprob_ranks=prompt_ranks))
         if stopped_running:
