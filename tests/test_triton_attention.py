@@ -334,3 +334,52 @@ def test_benchmark_interpret_smoke_runs():
     proc = _run_bench("--interpret-smoke")
     assert proc.returncode == 0, proc.stderr
     assert "smoke ok" in proc.stdout
+
+
+def naive_attention(query, kv_cache, md, scale):
+    """Per request, per head: softmax(q K^T) V over its own context, causal within its query span."""
+    block_size, num_kv_heads = kv_cache.shape[2], kv_cache.shape[3]
+    group = query.shape[1] // num_kv_heads
+    qsl, seq_lens = md.query_start_loc_cpu.tolist(), md.seq_lens_cpu.tolist()
+    out = torch.zeros_like(query)
+    for i, seq_len in enumerate(seq_lens):
+        if seq_len == 0:
+            continue
+        pos = torch.arange(seq_len)
+        slots = md.block_table[i].cpu().long()[pos // block_size] * block_size + pos % block_size
+        k = kv_cache[0].reshape(-1, num_kv_heads, kv_cache.shape[-1])[slots]
+        v = kv_cache[1].reshape(-1, num_kv_heads, kv_cache.shape[-1])[slots]
+        for t, tok in enumerate(range(qsl[i], qsl[i + 1])):
+            visible = seq_len - (qsl[i + 1] - qsl[i]) + t + 1
+            for h in range(query.shape[1]):
+                s = (k[:visible, h // group] @ query[tok, h]) * scale
+                out[tok, h] = torch.softmax(s, 0) @ v[:visible, h // group]
+    return out
+
+
+def test_reference_buckets_equal_per_request_attention(monkeypatch):
+    """The reference pads requests into shared SDPA calls (decodes folded per KV head, prefill chunks and
+    drafts masked causally): every bucketing gives what each request computes alone, a zero-length padded row
+    gives 0, and the gather workspace is reused across buckets of different sizes."""
+    import minivllm.attention.backends.torch_attn as ta
+
+    q_lens = [1, 1, 1, 1, 1, 9, 3, 1 + 16, 40]
+    seq_lens = [5, 0, 33, 17, 60, 9, 50, 20, 45]
+    query, _, _, kv_cache, md = make_batch(q_lens, seq_lens, num_heads=8, num_kv_heads=2, head_size=16,
+                                           block_size=8, dtype=torch.float32, seed=3)
+    md.num_decodes = md.num_decode_tokens = 5
+    expected = naive_attention(query, kv_cache, md, 0.25)
+    assert expected[1].abs().sum() == 0
+    for pad_limit, max_tokens in ((1.0, 1 << 15), (1.5, 1 << 15), (100.0, 1 << 15), (100.0, 64)):
+        monkeypatch.setattr(ta, "PAD_LIMIT", pad_limit)
+        monkeypatch.setattr(ta, "MAX_BUCKET_TOKENS", max_tokens)
+        md.backend_cache.clear()
+        got = paged_attention_ref(query, kv_cache, md, 0.25)
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+        plan = md.backend_cache["torch"]
+        sizes = [len(b[0]) for b in plan.decode], [b[3] for b in plan.prefill]
+        assert sum(sizes[0]) == 4 and sum(sizes[1]) == 4, sizes
+        if pad_limit == 1.0:
+            assert max(sizes[0] + sizes[1]) == 1  # unequal lengths never share a call
+        if pad_limit == 100.0 and max_tokens > 64:
+            assert sizes == ([4], [4])  # one call for the decodes, one for the prefills

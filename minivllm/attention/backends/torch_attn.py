@@ -10,7 +10,11 @@ import torch.nn.functional as F
 
 from minivllm.attention.backends.abstract import AttentionBackend, AttentionImpl, AttentionMetadata
 
-DECODE_BUCKET = 16  # decode rows per SDPA call: less padding than one call, fewer calls than one per row
+# Requests share one SDPA call (padded to the bucket's longest query and context) while the padding costs at most
+# PAD_LIMIT times the useful query x context area, and the bucket's gathered K/V stays within MAX_BUCKET_TOKENS
+# context positions: one call per bucket instead of one per request, without padding short rows to long ones.
+PAD_LIMIT = 1.5
+MAX_BUCKET_TOKENS = 1 << 15
 
 
 def reshape_and_cache_torch(key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor,
@@ -37,70 +41,125 @@ def _block_ids(kv_cache: torch.Tensor, block_table: torch.Tensor, max_len: int) 
     return block_table[:, :num_blocks].reshape(-1).long()
 
 
-def _gather(kv_cache: torch.Tensor, ids: torch.Tensor, num_reqs: int, max_len: int):
+def _gather(kv_cache: torch.Tensor, ids: torch.Tensor, num_reqs: int, max_len: int,
+            out: torch.Tensor | None = None):
     # One index_select over K and V together copies whole blocks (memcpy); advanced indexing kv[ids] is
     # ~5x slower on CPU.
-    kv = kv_cache.index_select(1, ids)
+    kv = torch.index_select(kv_cache, 1, ids, out=out) if out is not None else kv_cache.index_select(1, ids)
     shape = (2, num_reqs, -1, *kv_cache.shape[3:])
     kv = kv.view(shape)[:, :, :max_len]
     return kv[0], kv[1]
 
 
-class _StepPlan:
-    """What every layer of one forward pass would otherwise recompute from the metadata: the decode buckets
-    (rows, block ids, masks) and each prefill's span, block ids and causal mask. Built by the first layer."""
+_WORKSPACE: dict[tuple, torch.Tensor] = {}
 
-    def __init__(self, kv_cache: torch.Tensor, md: AttentionMetadata, device) -> None:
+
+def _workspace(kv_cache: torch.Tensor, num_ids: int) -> torch.Tensor:
+    """Where a bucket's K/V is gathered: one grow-only buffer reused by every layer and step. On CPU a fresh
+    multi-MB tensor per layer costs a page fault per 4 KiB on first write, which took longer than the copy."""
+    shape = (2, num_ids, *kv_cache.shape[2:])
+    numel = 2 * num_ids * kv_cache[0, 0].numel()
+    # An inference tensor cannot be written outside inference mode: one buffer per mode.
+    key = (kv_cache.dtype, kv_cache.device, torch.is_inference_mode_enabled())
+    buf = _WORKSPACE.get(key)
+    if buf is None or buf.numel() < numel:
+        buf = _WORKSPACE[key] = torch.empty(numel, dtype=kv_cache.dtype, device=kv_cache.device)
+    return buf[:numel].view(shape)
+
+
+def _buckets(rows: list[int], q_lens: list[int], seq_lens: list[int]) -> list[list[int]]:
+    """Rows sorted by context length, cut greedily into buckets within PAD_LIMIT and MAX_BUCKET_TOKENS."""
+    buckets: list[list[int]] = []
+    bucket: list[int] = []
+    useful = max_q = 0
+    for r in sorted(rows, key=seq_lens.__getitem__):
+        q, length = q_lens[r], seq_lens[r]  # sorted: length is the bucket's longest context so far
+        padded = (len(bucket) + 1) * max(max_q, q) * length
+        if bucket and (padded > PAD_LIMIT * (useful + q * length)
+                       or (len(bucket) + 1) * length > MAX_BUCKET_TOKENS):
+            buckets.append(bucket)
+            bucket, useful, max_q = [], 0, 0
+        bucket.append(r)
+        useful += q * length
+        max_q = max(max_q, q)
+    return buckets + [bucket] if bucket else buckets
+
+
+class _StepPlan:
+    """What every layer of one forward pass would otherwise recompute from the metadata: per bucket of
+    requests, the query rows to gather, the block ids, the additive mask and where the outputs go. Built by the
+    first layer.
+
+    Decodes (one query token each) fold each KV head's query group into the query dimension ([n, Hkv, group,
+    D] against [n, Hkv, L, D]), so every K/V head is read once per group; their mask only hides the padding past
+    each context. Prefill chunks and verified drafts pad their queries too and mask causally: query t of a
+    request with q queries and context L sees positions <= L - q + t. Padded query rows see nothing and are
+    dropped. Padded rows of a CUDA-graph batch (seq_len 0) attend to nothing: output 0, as in
+    the kernel.
+    """
+
+    def __init__(self, kv_cache: torch.Tensor, md: AttentionMetadata, device, dtype: torch.dtype) -> None:
         qsl = (md.query_start_loc_cpu if md.query_start_loc_cpu is not None else md.query_start_loc).tolist()
         seq_lens = (md.seq_lens_cpu if md.seq_lens_cpu is not None else md.seq_lens).tolist()
-        nd = md.num_decodes
-        # Decodes: sorted by length and taken DECODE_BUCKET at a time, so each bucket gathers (and pads to)
-        # only its own longest context; one fused SDPA call per bucket, computed in float32.
-        # Padded rows of a CUDA-graph batch (seq_len 0) attend to nothing: their output is 0, as in the kernel.
-        order = sorted((r for r in range(nd) if seq_lens[r] > 0), key=seq_lens.__getitem__)
+        nd, nr = md.num_decodes, len(seq_lens)
+        q_lens = [qsl[i + 1] - qsl[i] for i in range(nr)]
         self.zero_rows = [r for r in range(nd) if seq_lens[r] == 0]
         self.decode = []
-        for b in range(0, len(order), DECODE_BUCKET):
-            rows = order[b:b + DECODE_BUCKET]
-            idx = torch.tensor(rows, device=device)
+        for rows in _buckets([r for r in range(nd) if seq_lens[r] > 0], q_lens, seq_lens):
             max_len = seq_lens[rows[-1]]
+            idx = torch.tensor(rows, device=device)
             lens = torch.tensor([seq_lens[r] for r in rows], device=device)
-            mask = torch.arange(max_len, device=device)[None, :] < lens[:, None]
+            mask = _additive(torch.arange(max_len, device=device)[None, :] < lens[:, None], torch.float32)
             self.decode.append((idx, _block_ids(kv_cache, md.block_table[idx], max_len), max_len,
                                 mask[:, None, None, :]))
         self.prefill = []
-        for i in range(nd, len(seq_lens)):
-            start, end, seq_len = qsl[i], qsl[i + 1], seq_lens[i]
-            q_pos = torch.arange(seq_len - (end - start), seq_len, device=device)
-            mask = torch.arange(seq_len, device=device)[None, :] <= q_pos[:, None]
-            self.prefill.append((start, end, _block_ids(kv_cache, md.block_table[i:i + 1], seq_len), seq_len, mask))
+        for rows in _buckets(list(range(nd, nr)), q_lens, seq_lens):
+            max_len, max_q = seq_lens[rows[-1]], max(q_lens[r] for r in rows)
+            # Query row t of request r is token qsl[r] + t; padded rows repeat the request's last token.
+            t = torch.arange(max_q)
+            q_rows = torch.tensor([[qsl[r] + min(i, q_lens[r] - 1) for i in range(max_q)] for r in rows])
+            first = torch.tensor([seq_lens[r] - q_lens[r] for r in rows])          # context before the chunk
+            qn = torch.tensor([q_lens[r] for r in rows])
+            visible = torch.arange(max_len)[None, None, :] <= (first[:, None] + t[None, :])[:, :, None]
+            visible &= (t[None, :] < qn[:, None])[:, :, None]
+            valid = (t[None, :] < qn[:, None]).reshape(-1).nonzero().squeeze(1)
+            idx = torch.tensor(rows, device=device)
+            self.prefill.append((q_rows.reshape(-1).to(device), valid.to(device), q_rows.reshape(-1)[valid].to(device),
+                                 len(rows), max_q, _block_ids(kv_cache, md.block_table[idx], max_len), max_len,
+                                 _additive(visible.to(device), dtype)[:, None]))
+
+
+def _additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean mask as SDPA's additive float mask, built once per step (SDPA would convert it every call)."""
+    return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, float("-inf"))
 
 
 def paged_attention_ref(query: torch.Tensor, kv_cache: torch.Tensor, md: AttentionMetadata,
                         scale: float) -> torch.Tensor:
     """Attention for every query token in the flat batch, assuming the cache already holds its K/V."""
-    num_heads = query.shape[1]
+    num_heads, head_size = query.shape[1:]
     num_kv_heads = kv_cache.shape[3]
     group = num_heads // num_kv_heads
     out = torch.empty_like(query)
     plan = md.backend_cache.get("torch")  # one per step: the metadata is shared by every layer
     if plan is None:
-        plan = md.backend_cache["torch"] = _StepPlan(kv_cache, md, query.device)
+        plan = md.backend_cache["torch"] = _StepPlan(kv_cache, md, query.device, query.dtype)
     if plan.zero_rows:
         out[plan.zero_rows] = 0
     for idx, ids, max_len, mask in plan.decode:
-        k, v = _gather(kv_cache, ids, idx.shape[0], max_len)                 # [b, L, Hkv, D]
-        o = F.scaled_dot_product_attention(
-            query[idx].float().unsqueeze(2), k.float().transpose(1, 2), v.float().transpose(1, 2),
-            attn_mask=mask, scale=scale, enable_gqa=group > 1)
-        out[idx] = o.squeeze(2).to(query.dtype)
-    for start, end, ids, seq_len, mask in plan.prefill:
-        k, v = _gather(kv_cache, ids, 1, seq_len)
-        q = query[start:end].transpose(0, 1)                                 # [H, q, D]
-        k = k[0].transpose(0, 1).repeat_interleave(group, 0).to(q.dtype)   # [H, L, D]
-        v = v[0].transpose(0, 1).repeat_interleave(group, 0).to(q.dtype)
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-        out[start:end] = o.transpose(0, 1)
+        n = idx.shape[0]
+        k, v = _gather(kv_cache, ids, n, max_len, _workspace(kv_cache, ids.shape[0]))  # [n, L, Hkv, D]
+        q = query.index_select(0, idx).float().view(n, num_kv_heads, group, head_size)
+        o = F.scaled_dot_product_attention(q, k.float().transpose(1, 2), v.float().transpose(1, 2),
+                                           attn_mask=mask, scale=scale)      # [n, Hkv, group, D]
+        out.index_copy_(0, idx, o.reshape(n, num_heads, head_size).to(query.dtype))
+    for q_rows, valid, dest, n, max_q, ids, max_len, mask in plan.prefill:
+        k, v = _gather(kv_cache, ids, n, max_len, _workspace(kv_cache, ids.shape[0]))
+        q = query.index_select(0, q_rows).view(n, max_q, num_heads, head_size).transpose(1, 2)
+        o = F.scaled_dot_product_attention(q, k.to(q.dtype).transpose(1, 2), v.to(q.dtype).transpose(1, 2),
+                                           attn_mask=mask, scale=scale, enable_gqa=group > 1)  # [n, H, q, D]
+        o = o.transpose(1, 2).reshape(n * max_q, num_heads, head_size)
+        out.index_copy_(0, dest, o.index_select(0, valid))
     return out
 
 
