@@ -117,3 +117,25 @@ def test_allowed_token_ids_and_logit_bias():
     assert out.sampled_token_ids.tolist() == [2, 3, 0]
     raw = logits.log_softmax(-1)
     assert out.logprobs[0] == {2: raw[0, 2].item()}  # the raw distribution's logprob of the sampled token
+
+
+def test_random_sample_cpu_rows_follow_probs_and_seeded_rows_keep_vllms_race():
+    """Unseeded CPU rows go through the cumulative distribution: never a zero-probability token, and the
+    frequencies follow probs (chi-square, 6000 draws). A seeded row still draws its exponential race from its
+    own generator, as vLLM's random_sample does: the same token as argmax(p / q) with q from that seed."""
+    from minivllm.sample.sampler import random_sample
+
+    probs = torch.tensor([[0.0, 0.5, 0.0, 0.3, 0.2, 0.0]] * 6000)
+    torch.manual_seed(0)
+    sampled = random_sample(probs, {})
+    counts = torch.bincount(sampled, minlength=6).double()
+    assert counts[[0, 2, 5]].sum() == 0
+    expected = 6000 * probs[0]
+    chi2 = ((counts - expected)[[1, 3, 4]] ** 2 / expected[[1, 3, 4]]).sum().item()
+    assert chi2 < 13.8, (counts, chi2)  # 2 degrees of freedom, p = 0.001
+    wrong = ((counts[[1, 3, 4]] - 2000) ** 2 / 2000).sum().item()
+    assert wrong > 13.8  # the test can tell these probs from uniform ones
+    seeded = {1: torch.Generator().manual_seed(7)}
+    rows = random_sample(probs[:3], seeded)
+    q = torch.empty(6).exponential_(generator=torch.Generator().manual_seed(7))
+    assert rows[1].item() == probs[1].div(q).argmax().item()
