@@ -408,7 +408,7 @@ self_check("lesson07", globals());
 #
 # 第二张表是主路径评分的六个录制批之一：每行的掩码、带种子行的 token、原始 logprobs 都要与 vLLM 的 `Sampler` 相同。
 #
-# 本机 vLLM 没有 Triton，跑 V1 的 `CPUModelRunner` 和这个 `Sampler`。它的 `forward_cpu` 只要批里不是每行都带种子，就整批用 `compiled_random_sample`、不读 `generators`，所以第二张表用 `forward_native`。vLLM 源码在 `.venv-vllm` 的 site-packages/vllm 下。
+# 本机 vLLM 没有 Triton，跑 V1 的 `CPUModelRunner` 和这个 `Sampler`；它的 `forward_cpu` 不读 `generators`（见文末差异），所以第二张表用 `forward_native`。vLLM 源码在 `.venv-vllm` 的 site-packages/vllm 下。
 
 # %%
 L07.vllm_side_by_side(row, apply_min_p, apply_top_k_top_p, sample);
@@ -432,10 +432,10 @@ L07.vllm_side_by_side(row, apply_min_p, apply_top_k_top_p, sample);
 # 本课评分的机制与 vLLM V1 采样器的 PyTorch 版相同：步骤顺序、掩码、指数竞赛、每个带种子请求一个 generator。其余差别：
 #
 # - **runner**：`VllmConfig.use_v2_model_runner` 为真时用 Model Runner V2；V2 不支持的特性（如 n-gram 投机）、多数 MoE 模型或没有 Triton 时用 V1。
-# - **V2 的采样器**：参数存在按请求槽位索引的 `SamplingStates` 里；随机采样是 Triton 的 Gumbel-max（`gumbel_sample`），噪声由每请求的 seed 和 token 位置决定，没有 `torch.Generator`。
-# - **V2 与 FlashInfer**：V2 只在批里没有贪心行、没有显式 seed 时用 FlashInfer。
+# - **V2 的采样器**：随机采样是 Triton 的 Gumbel-max（`gumbel_sample`），噪声由每请求的 seed 和 token 位置决定，没有 `torch.Generator`。
+# - **V2 与 FlashInfer**：V2 只在批里没有贪心行、没有显式 seed 时用 FlashInfer；它与 `random_sample` 只在统计上等价，输出不一定逐 token 相同。
 # - **只有 top-k 时不排序**：vLLM 的 `apply_top_k_only` 只在 CPU 上、没有 Triton 时使用；GPU 上的 PyTorch 版照样排序，batch ≥ 8 时用 Triton 版。minivllm 只有 top-k 时一律不排序。
-# - **CUDA 上的采样**：FlashInfer 的采样与 `random_sample` 只在统计上等价，输出不一定逐 token 相同。
+# - **CPU 上的随机采样**：批里不是每行都带种子时，vLLM 的 `forward_cpu` 整批走编译的 `compiled_random_sample`、不读 `generators`；minivllm 给无种子的行每行取一个均匀数、按累积分布抽样。
 # - **分块 prefill**：V1 对中间块也采样，用 `discard_request_mask` 丢掉结果，并在 `_bookkeeping_sync` 里把这个请求 generator 的偏移往回拨；V2 给这些请求 `num_sampled = 0`，噪声不依赖状态。minivllm 的中间块不进采样器。
 # - **可复现性**：vLLM 默认不承诺输出与批组成无关（GPU 上不同批形状可能选到不同 kernel），批不变要设 `VLLM_BATCH_INVARIANT=1`。本课的 CPU 运行里 logits 与批组成无关。
 # - **logits processor**：minivllm 没有 bad words；min_tokens、logit_bias 等按 vLLM 的顺序在 `Sampler.forward` 里做，vLLM 用 `MinTokensLogitsProcessor` 等。
