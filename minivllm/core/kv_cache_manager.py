@@ -175,7 +175,8 @@ class KVCacheManager:
             # speculative ones or async placeholders: never cache them.
             num_cached = self.cache_blocks(request, num_computed_tokens + num_new_tokens, req_blocks)
             noop_until = (num_cached + 1) * block_size - 1
-            self.allocate_slots_noop_until[request_id] = min(noop_until, len(req_blocks) * block_size)
+            capacity = len(req_blocks) * block_size
+            self.allocate_slots_noop_until[request_id] = noop_until if noop_until < capacity else capacity
         else:
             self.allocate_slots_noop_until[request_id] = len(req_blocks) * block_size
         return KVCacheBlocks(new_blocks) if new_blocks else _EMPTY
@@ -187,7 +188,8 @@ class KVCacheManager:
         num_cached = self.num_cached_block.get(request.request_id, 0)
         if not self.enable_caching:
             return num_cached
-        num_full = min(num_computed_tokens, request.num_tokens) // self.block_size
+        num_tokens = len(request.all_token_ids)
+        num_full = (num_computed_tokens if num_computed_tokens < num_tokens else num_tokens) // self.block_size
         if num_full > num_cached:
             blocks = req_blocks if req_blocks is not None else self.req_to_blocks.get(request.request_id, [])
             self.block_pool.cache_full_blocks(request, blocks, num_cached, num_full)

@@ -67,13 +67,11 @@ class Scheduler(SchedulerInterface):
         threshold = self.long_prefill_token_threshold
         token_budget = self.max_num_scheduled_tokens
         num_scheduled_tokens: dict[str, int] = {}
-        req_to_new_block_ids: dict[str, list[int] | None] = {}
         # CachedRequestData's rows for the scheduled running requests, filled as they are scheduled.
         cached_req_ids: list[str] = []
         cached_new_block_ids: list[list[int] | None] = []
         cached_num_computed_tokens: list[int] = []
-        scheduled_new_reqs: list[Request] = []
-        scheduled_resumed_reqs: list[Request] = []
+        scheduled_new_reqs: list[NewRequestData] = []
         preempted_reqs: list[Request] = []
         scheduled_spec_decode_tokens: dict[str, list[int]] = {}
 
@@ -130,6 +128,7 @@ class Scheduler(SchedulerInterface):
             cached_num_computed_tokens.append(num_computed_tokens)
             num_scheduled_tokens[request_id] = num_new_tokens
             token_budget -= num_new_tokens
+            request.num_computed_tokens = num_computed_tokens + num_new_tokens  # see _update_after_schedule
             if request.spec_token_ids:
                 # Drafts that fit this step's share ride along; fresh ones come after the step.
                 num_spec = num_new_tokens + num_computed_tokens - len(request.all_token_ids)
@@ -137,7 +136,9 @@ class Scheduler(SchedulerInterface):
                     scheduled_spec_decode_tokens[request.request_id] = request.spec_token_ids[:num_spec]
                 request.spec_token_ids = []
 
-        # 2. Then waiting requests, in order, unless this step had to preempt (it is short of blocks).
+        # 2. Then waiting requests, in order, unless this step had to preempt (it is short of blocks). Resumed
+        # ones join the cached rows, after the running ones.
+        num_running_rows = len(cached_req_ids)
         if not preempted_reqs:
             skipped_waiting: list[Request] = []  # grammars still compiling: they keep their place
             while self.waiting and token_budget > 0:
@@ -169,15 +170,18 @@ class Scheduler(SchedulerInterface):
                 kv.record_prefix_cache_stats(request, num_new_local_computed)
                 self.waiting.popleft()
                 self.running.append(request)
-                if request.status == RequestStatus.PREEMPTED:
-                    scheduled_resumed_reqs.append(request)
-                else:
-                    scheduled_new_reqs.append(request)
                 if request.num_cached_tokens < 0:
                     request.num_cached_tokens = num_computed_tokens
+                request.num_computed_tokens = num_computed_tokens  # what the worker is told: before this step
+                block_ids = kv.get_block_ids(request.request_id)
+                if request.status == RequestStatus.PREEMPTED:
+                    cached_req_ids.append(request.request_id)
+                    cached_new_block_ids.append(block_ids)
+                    cached_num_computed_tokens.append(num_computed_tokens)
+                else:
+                    scheduled_new_reqs.append(NewRequestData.from_request(request, block_ids))
                 request.status = RequestStatus.RUNNING
-                request.num_computed_tokens = num_computed_tokens
-                req_to_new_block_ids[request.request_id] = kv.get_block_ids(request.request_id)
+                request.num_computed_tokens = num_computed_tokens + num_new_tokens
                 num_scheduled_tokens[request.request_id] = num_new_tokens
                 token_budget -= num_new_tokens
             if skipped_waiting:
@@ -188,18 +192,13 @@ class Scheduler(SchedulerInterface):
         assert len(self.running) <= self.max_num_running_reqs
 
         # Requests the worker already holds travel as deltas: running ones, then resumed ones.
-        resumed_from_preemption = [False] * len(cached_req_ids) + [True] * len(scheduled_resumed_reqs)
-        for r in scheduled_resumed_reqs:
-            cached_req_ids.append(r.request_id)
-            cached_new_block_ids.append(req_to_new_block_ids[r.request_id])
-            cached_num_computed_tokens.append(r.num_computed_tokens)
+        resumed_from_preemption = [False] * num_running_rows + [True] * (len(cached_req_ids) - num_running_rows)
         cached = CachedRequestData(req_ids=cached_req_ids, resumed_from_preemption=resumed_from_preemption,
                                    new_block_ids=cached_new_block_ids,
                                    num_computed_tokens=cached_num_computed_tokens)
         self.step_id += 1
         output = SchedulerOutput(
-            scheduled_new_reqs=[NewRequestData.from_request(r, req_to_new_block_ids[r.request_id])
-                                for r in scheduled_new_reqs],
+            scheduled_new_reqs=scheduled_new_reqs,
             scheduled_cached_reqs=cached,
             num_scheduled_tokens=num_scheduled_tokens,
             total_num_scheduled_tokens=total,
@@ -215,11 +214,13 @@ class Scheduler(SchedulerInterface):
         return output
 
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
-        """Tokens scheduled now count as computed now, so the next schedule() may run before this
-        step's output arrives (the worker still reads the old counts from scheduler_output)."""
-        requests = self.requests
-        for req_id, n in scheduler_output.num_scheduled_tokens.items():
-            requests[req_id].num_computed_tokens += n
+        """Tokens scheduled now count as computed now, so the next schedule() may run before this step's
+        output arrives (the worker reads the old counts from scheduler_output).
+
+        vLLM advances num_computed_tokens here, in one more pass over the step's requests; minivllm's two loops
+        in schedule() advance each request as they schedule it, so the base class has nothing left to do here.
+        AsyncScheduler adds its output placeholders.
+        """
 
     def _try_promote_grammar_request(self, request: Request) -> bool:
         """WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR -> WAITING once the grammar compiled (never blocks)."""
