@@ -237,6 +237,15 @@ def main() -> None:
         sides["nano-vllm"] = NanoVllmSide(nano, prompts, args.block_size, max_model_len)
         if nano.xxhash_shim:
             print("  (xxhash is not installed: nano-vllm's block hash runs on a blake2b stand-in)")
+        if not args.aligned_prompts:
+            # Where the time goes: with aligned prompts the median step allocates, hashes and caches no block,
+            # so staggered minus aligned is each side's block work, and aligned alone its per-request loop.
+            aligned = make_prompts(args.num_reqs, args.block_size, args.prompt_len, True)
+            sides["minivllm, no block step"] = MinivllmSide(aligned, args.block_size, max_model_len,
+                                                            not args.no_prefix_caching)
+            sides["nano-vllm, no block step"] = NanoVllmSide(nano, aligned, args.block_size, max_model_len)
+            for name in ("minivllm, no block step", "nano-vllm, no block step"):
+                sides[name].name = name
     mean_per_req: dict[str, list[float]] = {name: [] for name in sides}
 
     def measure(side):
@@ -254,7 +263,7 @@ def main() -> None:
         first, second = (statistics.median(x[i] for x in splits) for i in (0, 1))
         print(f"  {name:10s} us per running request per step: median of rounds {spread(values)}; "
               f"mean step {statistics.median(means):.3f}; schedule() {first:.3f} + "
-              f"{'update_from_output' if name == 'minivllm' else 'postprocess'}() {second:.3f}")
+              f"{'update_from_output' if name.startswith('minivllm') else 'postprocess'}() {second:.3f}")
         figures[f"{name} us/req-step"] = {"median": statistics.median(values), "min": min(values),
                                           "max": max(values), "mean_step": statistics.median(means),
                                           "schedule": first, "update": second}
@@ -264,7 +273,17 @@ def main() -> None:
                   "nano-vllm's Scheduler in the same run (goal <= 1.0)")
         ratios.append(r)
         print("  " + r.line())
-    else:
+    if "nano-vllm, no block step" in per_req:
+        r = ratio("scheduler cost minivllm / nano-vllm, steps without block work", per_req["minivllm, no block step"],
+                  per_req["nano-vllm, no block step"], "nano-vllm's Scheduler, aligned prompts (the loops alone)")
+        ratios.append(r)
+        print("  " + r.line())
+        for side in ("minivllm", "nano-vllm"):
+            block = [a - b for a, b in zip(per_req[side], per_req[f"{side}, no block step"], strict=True)]
+            figures[f"{side} block work us/req-step"] = statistics.median(block)
+            print(f"  {side:10s} block allocation, hashing and caching: {statistics.median(block):.3f} us per "
+                  f"request-step (staggered minus aligned, median of rounds)")
+    if "nano-vllm" not in per_req:
         print("  (no --nano-vllm PATH: no side-by-side anchor in this run)")
     print(f"  after: {environment_line()}")
     write_json(args.json_out, "scheduler_overhead", ratios, figures, env_before)
