@@ -282,23 +282,13 @@ def make_case(seq_lens, num_heads=8, num_kv_heads=2, head_size=32, block_size=16
               garbage=0.0) -> DecodeCase:
     """Every sequence's blocks are a random, non-monotone choice of physical blocks (plus a few unowned ones).
     `garbage` fills the unwritten slots past each sequence's length (NaN: what an unwritten cache may hold)."""
-    g = torch.Generator().manual_seed(seed)
+    from autograder.vllm_views.lesson06 import case_tensors
+
     dev = device()
-    blocks = [max(1, -(s // -block_size)) for s in seq_lens]
-    num_blocks = sum(blocks) + 3
-    perm = torch.randperm(num_blocks, generator=g)
-    if perm[0] == 0:                              # keep logical 0 != physical 0 for the first sequence
-        perm = perm.roll(1)
-    table = torch.zeros(len(seq_lens), max(blocks), dtype=torch.int32)
-    start = 0
-    for i, n in enumerate(blocks):
-        table[i, :n] = perm[start:start + n]
-        start += n
-    kv = torch.randn(2, num_blocks, block_size, num_kv_heads, head_size, generator=g)
-    for i, s in enumerate(seq_lens):
-        for pos in range(s, blocks[i] * block_size):   # the tail of each sequence's last block
-            kv[:, table[i, pos // block_size], pos % block_size] = garbage
-    query = torch.randn(len(seq_lens), num_heads, head_size, generator=g) * q_scale
+    spec = {"seq_lens": list(seq_lens), "num_heads": num_heads, "num_kv_heads": num_kv_heads, "head_size": head_size,
+            "block_size": block_size, "seed": seed}
+    query, kv, table, _ = case_tensors(spec, garbage)
+    query = query * q_scale
     return DecodeCase(query.to(dev), kv.to(dev), table.to(dev),
                       torch.tensor(seq_lens, dtype=torch.int32, device=dev), head_size ** -0.5)
 

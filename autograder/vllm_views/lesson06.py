@@ -4,8 +4,8 @@ decode batch: the K/V written into its own cache layout by cpu_attn_reshape_and_
 scheduler_metadata CPUAttentionMetadataBuilder.build computes, then cpu_attention_with_kv_cache, as
 CPUAttentionBackendImpl.forward calls them. Runs under .venv-vllm (imports vllm, never minivllm).
 
-`case_tensors` draws the batch exactly as autograder/lesson06/checks.py make_case does (same seed, same torch),
-so the notebook compares vLLM's output with minivllm's torch reference and the student's kernel on one batch.
+`case_tensors` draws the batch for autograder/lesson06/checks.py make_case too (same seed, same torch), so the
+notebook compares vLLM's output with minivllm's torch reference and the student's kernel on one batch.
 """
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ LONG = {"seq_lens": [1, 33, 100, 257], "num_heads": 8, "num_kv_heads": 2, "head_
 SCENARIOS = {"lesson": LESSON, "long_gqa": LONG}
 
 
-def case_tensors(spec: dict):
-    """(query [n, H, D], kv [2, blocks, block_size, KVH, D], block_table [n, max_blocks] int32, seq_lens): the
-    make_case recipe with garbage 0 (scattered, non-monotone physical blocks, a few unowned)."""
+def case_tensors(spec: dict, garbage: float = 0.0):
+    """(query [n, H, D], kv [2, blocks, block_size, KVH, D], block_table [n, max_blocks] int32, seq_lens), on CPU:
+    every sequence's blocks are a random, non-monotone choice of physical blocks (plus a few unowned ones), and
+    `garbage` fills the unwritten slots past each sequence's length. The one recipe: checks.make_case calls it."""
     import torch
 
     g = torch.Generator().manual_seed(spec["seed"])
@@ -27,7 +28,7 @@ def case_tensors(spec: dict):
     blocks = [max(1, -(s // -bs)) for s in lens]
     num_blocks = sum(blocks) + 3
     perm = torch.randperm(num_blocks, generator=g)
-    if perm[0] == 0:
+    if perm[0] == 0:  # keep logical 0 != physical 0 for the first sequence
         perm = perm.roll(1)
     table = torch.zeros(len(lens), max(blocks), dtype=torch.int32)
     start = 0
@@ -37,7 +38,7 @@ def case_tensors(spec: dict):
     kv = torch.randn(2, num_blocks, bs, spec["num_kv_heads"], spec["head_size"], generator=g)
     for i, s in enumerate(lens):
         for pos in range(s, blocks[i] * bs):
-            kv[:, table[i, pos // bs], pos % bs] = 0.0
+            kv[:, table[i, pos // bs], pos % bs] = garbage
     query = torch.randn(len(lens), spec["num_heads"], spec["head_size"], generator=g)
     return query, kv, table, torch.tensor(lens, dtype=torch.int32)
 
