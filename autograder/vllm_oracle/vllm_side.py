@@ -129,6 +129,40 @@ def logprob_rows(token_ids, logprobs, ranks, num_logprobs: list) -> list:
     return rows
 
 
+def sampler_inputs(rows: list[dict], vocab: int, generators: dict, output_token_ids: list, logitsprocs: list):
+    """vLLM's SamplingMetadata for rows of {temperature, top_p, top_k, logprobs}, as its InputBatch builds it (a
+    row with top-k off stored as the vocabulary size, penalties off), and a Sampler on the path vLLM takes on CPU:
+    a batch mixing greedy and random rows draws every row from the global RNG on forward_cpu when some row has no
+    generator, so such a batch runs forward_native (CUDA's, which keeps each row's generator). Returns (metadata,
+    sampler, path)."""
+    import torch
+    from vllm.v1.sample.logits_processor import LogitsProcessors
+    from vllm.v1.sample.metadata import SamplingMetadata
+    from vllm.v1.sample.sampler import Sampler
+
+    n = len(rows)
+    greedy = [r["temperature"] < 1e-5 for r in rows]
+    top_k = [r["top_k"] if 0 < r["top_k"] < vocab else vocab for r in rows]
+    num_logprobs = [r["logprobs"] for r in rows]
+    md = SamplingMetadata(
+        temperature=None if all(greedy) else torch.tensor([0.0 if g else r["temperature"]
+                                                            for g, r in zip(greedy, rows, strict=True)]),
+        all_greedy=all(greedy), all_random=not any(greedy),
+        top_p=None if all(r["top_p"] >= 1 for r in rows) else torch.tensor([r["top_p"] for r in rows]),
+        top_k=None if all(k == vocab for k in top_k) else torch.tensor(top_k),
+        generators=generators,
+        max_num_logprobs=max((x for x in num_logprobs if x is not None), default=None),
+        no_penalties=True, prompt_token_ids=None, frequency_penalties=torch.zeros(n),
+        presence_penalties=torch.zeros(n), repetition_penalties=torch.ones(n), output_token_ids=output_token_ids,
+        allowed_token_ids_mask=None, bad_words_token_ids={}, logitsprocs=LogitsProcessors(logitsprocs))
+    sampler = Sampler()
+    path = "forward_cpu"
+    if any(greedy) and not all(greedy):
+        sampler.topk_topp_sampler.forward = sampler.topk_topp_sampler.forward_native
+        path = "forward_native"
+    return md, sampler, path
+
+
 def _sampler(cases: list[dict]) -> list[dict]:
     """vLLM's Sampler (v1/sample/sampler.py) with the SamplingMetadata its InputBatch would build, and its own
     MinP / MinTokens logits processors fed through BatchUpdate, as the model runner feeds them."""
@@ -136,10 +170,8 @@ def _sampler(cases: list[dict]) -> list[dict]:
 
     import torch
     from vllm.sampling_params import SamplingParams
-    from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessors
+    from vllm.v1.sample.logits_processor import BatchUpdate
     from vllm.v1.sample.logits_processor.builtin import MinPLogitsProcessor, MinTokensLogitsProcessor
-    from vllm.v1.sample.metadata import SamplingMetadata
-    from vllm.v1.sample.sampler import Sampler
 
     config = SimpleNamespace(scheduler_config=SimpleNamespace(max_num_seqs=64))
     answers = []
@@ -162,34 +194,16 @@ def _sampler(cases: list[dict]) -> list[dict]:
                              added=[(i, sp, None, out) for i, (sp, out) in enumerate(zip(params, outputs, strict=True))])
         for p in procs:
             p.update_state(update)
-        greedy = [row["temperature"] < 1e-5 for row in rows]
-        generators = {i: torch.Generator().manual_seed(row["seed"]) for i, row in enumerate(rows) if not greedy[i]}
-        nl = [row["logprobs"] for row in rows]
-        md = SamplingMetadata(
-            temperature=None if all(greedy) else torch.tensor([0.0 if g else r["temperature"]
-                                                                for g, r in zip(greedy, rows, strict=True)]),
-            all_greedy=all(greedy), all_random=not any(greedy),
-            top_p=None if all(r["top_p"] >= 1 for r in rows) else torch.tensor([r["top_p"] for r in rows]),
-            top_k=None if all(not 0 < r["top_k"] < vocab for r in rows) else torch.tensor(
-                [r["top_k"] if 0 < r["top_k"] < vocab else vocab for r in rows]),
-            generators=generators,
-            max_num_logprobs=max((x for x in nl if x is not None), default=None),
-            no_penalties=True, prompt_token_ids=None, frequency_penalties=torch.zeros(n),
-            presence_penalties=torch.zeros(n), repetition_penalties=torch.ones(n), output_token_ids=outputs,
-            allowed_token_ids_mask=None, bad_words_token_ids={}, logitsprocs=LogitsProcessors(procs))
-        sampler = Sampler()
-        # A batch mixing greedy and random rows: the CPU path draws every row from the global RNG when some
-        # row has no generator (forward_cpu); the native path (CUDA with generators) keeps each row's own.
-        path = "forward_cpu"
-        if any(greedy) and not all(greedy):
-            sampler.topk_topp_sampler.forward = sampler.topk_topp_sampler.forward_native
-            path = "forward_native"
+        generators = {i: torch.Generator().manual_seed(row["seed"]) for i, row in enumerate(rows)
+                      if row["temperature"] >= 1e-5}
+        md, sampler, path = sampler_inputs(rows, vocab, generators, outputs, procs)
         out = sampler(logits.clone(), md)
         sampled = out.sampled_token_ids.view(-1).tolist()
         lp = None
         if out.logprobs_tensors is not None:
             t = out.logprobs_tensors
-            lp = logprob_rows(t.logprob_token_ids.tolist(), t.logprobs.tolist(), t.selected_token_ranks.tolist(), nl)
+            lp = logprob_rows(t.logprob_token_ids.tolist(), t.logprobs.tolist(), t.selected_token_ranks.tolist(),
+                              [row["logprobs"] for row in rows])
         answers.append({"seed": case["seed"], "path": path, "sampled": sampled, "logprobs": lp})
     return answers
 

@@ -66,11 +66,6 @@ def case_logits(case: dict):
     return logits
 
 
-def vocab_top_k(row: dict, vocab: int) -> int:
-    """vLLM's InputBatch stores a row with top-k off as the vocabulary size."""
-    return row["top_k"] if 0 < row["top_k"] < vocab else vocab
-
-
 def run_sampler(logits, rows: list[dict]) -> dict:
     """vLLM's Sampler on one batch: the top-k/top-p step's survivors per row, sampled tokens, raw logprobs."""
     from types import SimpleNamespace
@@ -78,12 +73,10 @@ def run_sampler(logits, rows: list[dict]) -> dict:
     import torch
     import vllm.v1.sample.ops.topk_topp_sampler as tts
     from vllm.sampling_params import SamplingParams
-    from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessors
+    from vllm.v1.sample.logits_processor import BatchUpdate
     from vllm.v1.sample.logits_processor.builtin import MinPLogitsProcessor
-    from vllm.v1.sample.metadata import SamplingMetadata
-    from vllm.v1.sample.sampler import Sampler
 
-    from autograder.vllm_oracle.vllm_side import logprob_rows
+    from autograder.vllm_oracle.vllm_side import logprob_rows, sampler_inputs
 
     n, vocab = logits.shape
     config = SimpleNamespace(scheduler_config=SimpleNamespace(max_num_seqs=64))
@@ -91,25 +84,8 @@ def run_sampler(logits, rows: list[dict]) -> dict:
     params = [SamplingParams(temperature=r["temperature"], min_p=r["min_p"], max_tokens=16) for r in rows]
     min_p.update_state(BatchUpdate(batch_size=n, removed=[], moved=[],
                                    added=[(i, sp, None, []) for i, sp in enumerate(params)]))
-    greedy = [r["temperature"] < 1e-5 for r in rows]
-    nl = [r["logprobs"] for r in rows]
-    md = SamplingMetadata(
-        temperature=None if all(greedy) else torch.tensor([0.0 if g else r["temperature"]
-                                                            for g, r in zip(greedy, rows, strict=True)]),
-        all_greedy=all(greedy), all_random=not any(greedy),
-        top_p=None if all(r["top_p"] >= 1 for r in rows) else torch.tensor([r["top_p"] for r in rows]),
-        top_k=None if all(vocab_top_k(r, vocab) == vocab for r in rows) else torch.tensor(
-            [vocab_top_k(r, vocab) for r in rows]),
-        generators={i: torch.Generator().manual_seed(r["seed"]) for i, r in enumerate(rows) if r["seed"] is not None},
-        max_num_logprobs=max((x for x in nl if x is not None), default=None),
-        no_penalties=True, prompt_token_ids=None, frequency_penalties=torch.zeros(n),
-        presence_penalties=torch.zeros(n), repetition_penalties=torch.ones(n), output_token_ids=[[] for _ in rows],
-        allowed_token_ids_mask=None, bad_words_token_ids={}, logitsprocs=LogitsProcessors([min_p]))
-    sampler = Sampler()
-    path = "forward_cpu"
-    if any(greedy) and not all(greedy):
-        sampler.topk_topp_sampler.forward = sampler.topk_topp_sampler.forward_native
-        path = "forward_native"
+    generators = {i: torch.Generator().manual_seed(r["seed"]) for i, r in enumerate(rows) if r["seed"] is not None}
+    md, sampler, path = sampler_inputs(rows, vocab, generators, [[] for _ in rows], [min_p])
     masks: list = []
     original = tts.apply_top_k_top_p
 
@@ -127,7 +103,8 @@ def run_sampler(logits, rows: list[dict]) -> dict:
     lp = None
     if out.logprobs_tensors is not None:
         t = out.logprobs_tensors
-        lp = logprob_rows(t.logprob_token_ids.tolist(), t.logprobs.tolist(), t.selected_token_ranks.tolist(), nl)
+        lp = logprob_rows(t.logprob_token_ids.tolist(), t.logprobs.tolist(), t.selected_token_ranks.tolist(),
+                          [r["logprobs"] for r in rows])
     return {"path": path, "kept": kept, "sampled": out.sampled_token_ids.view(-1).tolist(), "logprobs": lp}
 
 
