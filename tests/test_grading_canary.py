@@ -32,6 +32,8 @@ def no_engine(tmp_path, monkeypatch):
     refuses it (a sitecustomize on PYTHONPATH)."""
     if isolation.mode().isolated:
         monkeypatch.setattr(isolation, "GRADER_DIRS", tuple(d for d in isolation.GRADER_DIRS if d != "minivllm"))
+    else:  # nbgrader's kernel is given only isolation.run_env's allow-list: this test's hook too
+        monkeypatch.setattr(isolation, "KEPT_ENV", (*isolation.KEPT_ENV, "PYTHONPATH"))
     site = tmp_path / "no-engine"
     site.mkdir()
     (site / "sitecustomize.py").write_text(NO_ENGINE)
