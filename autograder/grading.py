@@ -306,7 +306,7 @@ def autograde_one(course: Path, lesson_id: str, student: str) -> tuple[Path, lis
         db.unlink(missing_ok=True)
         isolation.copy_out(wdb, db)
     if note and student != CANARY:
-        print(f"{student}: {note}; the sandbox's scores stand")
+        print(f"{student}: {note}" + ("; the sandbox's scores stand" if note.startswith("nbgrader autograde") else ""))
     return db, verdict, note
 
 

@@ -384,3 +384,43 @@ def test_feedback_says_pending_instead_of_zero():
     assert "Score: 0.0" not in out and out.count("pending manual grading) / 2.0") == 2
     assert "Score: 2.0 / 2.0" in out  # a graded manual part keeps its score
     assert "代码 code 4/4, 4 分待人工评分" in out
+
+
+def test_a_worker_error_scores_zero_and_a_crashed_run_leaves_the_gradebook_as_it_was(tmp_path, monkeypatch, capsys):
+    """#53: a worker that raises for one student gives that student 0 with one line naming them and the cause, and
+    the class goes on to the CSVs; a run that stops half-way (an interrupt in the third student's worker) leaves
+    the course gradebook byte for byte as the last complete run wrote it, since `grade` writes a staged copy and
+    swaps it in at the end. Workers are stand-ins (no notebook runs): the gradebook writes are the real ones."""
+    from autograder import grading
+    from autograder.common import PartResult, load_lesson
+
+    parts = load_lesson(LESSON).parts
+    monkeypatch.setattr(grading, "canary", lambda course, lesson_id: None)
+    crash = {"on": False}
+
+    def fake_one(course, lesson_id, student):
+        if student == "b_lost":
+            raise RuntimeError("the worker lost its scratch folder")
+        if student == "c_last" and crash["on"]:
+            raise KeyboardInterrupt
+        full = not crash["on"]  # the second (crashing) run would lower everyone's scores
+        return (course / f".gradebook-{lesson_id}-{student}.db",
+                [PartResult(p, None if p.manual else (p.points if full else 0), "通过") for p in parts], "")
+
+    monkeypatch.setattr(grading, "autograde_one", fake_one)
+    subs, course = tmp_path / "subs", tmp_path / "course"
+    for student in ("a_first", "b_lost", "c_last"):
+        (subs / student / LESSON).mkdir(parents=True)
+        (subs / student / LESSON / f"{LESSON}.ipynb").write_text("{}")
+    results = grading.grade(subs, course, tmp_path / "grades.csv", [LESSON])[LESSON]
+    code = {s: sum(v for k, v in got.items() if not k.startswith("l01_q")) for s, got in results.items()}
+    assert code == {"a_first": 4, "b_lost": 0, "c_last": 4}, code
+    assert "b_lost lesson01: 评分这份提交时出错（RuntimeError: the worker lost its scratch folder）" in capsys.readouterr().out
+    assert "b_lost" in (tmp_path / "grades.csv").read_text()
+    before = (course / "gradebook.db").read_bytes()
+    crash["on"] = True
+    with pytest.raises(KeyboardInterrupt):
+        grading.grade(subs, course, tmp_path / "grades-2.csv", [LESSON])
+    assert (course / "gradebook.db").read_bytes() == before
+    assert grading.scores(course, LESSON) == results
+    assert not list(course.glob(".gradebook-*")) and not (tmp_path / "grades-2.csv").exists()
