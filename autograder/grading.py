@@ -144,13 +144,33 @@ def kernel_gradebook(course: Path, lesson_id: str) -> Path:
 
 
 def collect(course: Path, lesson_id: str, submissions: Path) -> list[str]:
+    """Each student's notebook into the course's submitted/ folder, with its time (nbgrader's timestamp.txt where
+    the collected layout has one, else the file's own mtime, kept by copy2) for `submission_time`."""
     students = []
     for student, path in find_submissions(submissions, lesson_id).items():
         dest = course / "submitted" / student / lesson_id
-        dest.mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, dest / f"{lesson_id}.ipynb")
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        shutil.copy2(path, dest / f"{lesson_id}.ipynb")
+        if (path.parent / "timestamp.txt").is_file() and path.parent.name == lesson_id:
+            shutil.copy2(path.parent / "timestamp.txt", dest / "timestamp.txt")
         students.append(student)
     return students
+
+
+def submission_time(course: Path, lesson_id: str, student: str):
+    """When the student handed the lesson in (naive UTC, as nbgrader stores it), read on the grader's side: the
+    worker's gradebook went through the student's kernel."""
+    from datetime import datetime, timezone
+
+    from nbgrader.utils import parse_utc
+
+    folder = course / "submitted" / student / lesson_id
+    with contextlib.suppress(OSError, ValueError):
+        return parse_utc((folder / "timestamp.txt").read_text(encoding="utf-8").strip())
+    with contextlib.suppress(OSError):
+        return datetime.fromtimestamp((folder / f"{lesson_id}.ipynb").stat().st_mtime, timezone.utc).replace(tzinfo=None)
+    return None
 
 
 def scores(course: Path, lesson_id: str) -> dict[str, dict[str, float | None]]:
@@ -158,6 +178,8 @@ def scores(course: Path, lesson_id: str) -> dict[str, dict[str, float | None]]:
     from nbgrader.api import Gradebook, MissingEntry
 
     out = {}
+    if not gradebook_db(course).is_file():  # no run has completed here (opening it would create one)
+        return out
     with Gradebook(f"sqlite:///{gradebook_db(course)}", COURSE_ID) as gb:
         for student in sorted(s.id for s in gb.students):
             try:
@@ -168,8 +190,27 @@ def scores(course: Path, lesson_id: str) -> dict[str, dict[str, float | None]]:
     return out
 
 
-def table(lesson_id: str, results: dict[str, dict[str, float | None]]) -> str:
+def unanswered(course: Path, lesson_id: str) -> dict[str, set[str]]:
+    """student -> the written answers (grade_ids) left as released, as `merge` marked them (NO_ANSWER)."""
+    from nbgrader.api import Gradebook
+
+    manual = {p.grade_id for p in load_lesson(lesson_id).parts if p.manual}
+    out: dict[str, set[str]] = {}
+    with Gradebook(f"sqlite:///{gradebook_db(course)}", COURSE_ID) as gb:
+        for sub in gb.find_assignment(lesson_id).submissions:
+            for nb in sub.notebooks:
+                for c in nb.comments:
+                    if c.name in manual and c.manual_comment is None and c.auto_comment == NO_ANSWER:
+                        out.setdefault(sub.student.id, set()).add(c.name)
+    return out
+
+
+def table(lesson_id: str, results: dict[str, dict[str, float | None]],
+          blank: dict[str, set[str]] | None = None) -> str:
+    """The terminal table; a written answer in `blank` (left as released) reads "no answer", and so does the
+    verdict of a student who has not passed with one."""
     lesson = load_lesson(lesson_id)
+    blank = blank or {}
     head = ["student"] + [p.grade_id.split("_", 1)[-1] for p in lesson.parts]
     rows = [head + ["code", "pending", "verdict"]]
     for student, got in results.items():
@@ -179,7 +220,10 @@ def table(lesson_id: str, results: dict[str, dict[str, float | None]]) -> str:
         verdict = "FAIL" if done + pending < lesson.pass_mark else ("PASS" if pending == 0 and done >= lesson.pass_mark
                                                                     else "pending")
         code_max = sum(p.points for p in lesson.parts if not p.manual)
-        cells = ["-" if got.get(p.grade_id) is None else f"{got[p.grade_id]:g}" for p in lesson.parts]
+        if blank.get(student) and verdict != "PASS":
+            verdict = "no answer"
+        cells = ["no answer" if p.grade_id in blank.get(student, ()) else "-" if got.get(p.grade_id) is None
+                 else f"{got[p.grade_id]:g}" for p in lesson.parts]
         rows.append([student, *cells, f"{code:g}/{code_max}", str(pending), verdict])
     widths = [max(len(r[i]) for r in rows) for i in range(len(head) + 3)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
@@ -352,7 +396,7 @@ def merge(course: Path, lesson_id: str, student: str, db: Path, verdict: list, n
     the lower of nbgrader's kernel (the worker's gradebook `db`, if nbgrader ran) and the sandbox, written as the
     part's manual score so none is left pending; its reason, when it is short of full marks, goes into the comment
     of the answer cell above it, which formgrader and the feedback show. The worker's gradebook went through the
-    student's kernel, so only its automatic code scores and its timestamp are read from it, never a comment or a
+    student's kernel, so only its automatic code scores are read from it, never its timestamp, a comment or a
     manual score. A written answer left as released (the verdict's 0, NO_ANSWER) scores 0 unless an instructor
     graded it; one the student wrote is pending until graded. Returns the message of each code part short of
     full marks."""
@@ -362,18 +406,18 @@ def merge(course: Path, lesson_id: str, student: str, db: Path, verdict: list, n
 
     # nbgrader's own update_or_create_submission trips SQLAlchemy autoflush warnings; the rows are written.
     warnings.filterwarnings("ignore", message="Object of type <Submitted")
-    failed, kernel, stamp = {}, {}, {}
+    failed, kernel = {}, {}
     if db.is_file():
         with Gradebook(f"sqlite:///{db}", COURSE_ID) as wb, contextlib.suppress(MissingEntry):
             sub = wb.find_submission(lesson_id, student)
-            stamp = {"timestamp": sub.timestamp} if sub.timestamp else {}
             kernel = {g.name: g.auto_score for nb in sub.notebooks for g in nb.grades}
     ran = bool(kernel)
     where = answer_cells(lesson_id)
     reasons: dict[str, list[str]] = {}
     with Gradebook(f"sqlite:///{gradebook_db(course)}", COURSE_ID) as gb:
         gb.update_or_create_student(student)
-        gb.update_or_create_submission(lesson_id, student, **stamp)
+        stamp = submission_time(course, lesson_id, student)
+        gb.update_or_create_submission(lesson_id, student, **({"timestamp": stamp} if stamp else {}))
         mine = gb.find_submission(lesson_id, student)
         grades = {g.name: g for nb in mine.notebooks for g in nb.grades}
         comments = {c.name: c for nb in mine.notebooks for c in nb.comments}
@@ -425,6 +469,13 @@ def _first_error(notebook: Path) -> str:
     return ""
 
 
+def _limits_set() -> str:
+    """' (limits set here: MINIVLLM_MEMORY_LIMIT_MB=64, ...)' when the shell sets any: a cap too low for the engine
+    to import is the likeliest cause of a refusal after an edit to the environment."""
+    limits = [f"{k}={os.environ[k]}" for k in LIMIT_SETTINGS if k in os.environ]
+    return f" (limits set here: {', '.join(limits)})" if limits else ""
+
+
 def canary(course: Path, lesson_id: str) -> None:
     """Grade the lesson's reference solution as a student, in the same isolated environment and by the same
     worker (nbgrader's kernel and the sandbox) as the class, before the class. Anything short of full marks on
@@ -445,7 +496,8 @@ def canary(course: Path, lesson_id: str) -> None:
         try:
             db, verdict, note = autograde_one(course, lesson_id, CANARY)
         except GraderBroken as e:
-            raise GraderBroken(f"{lesson_id}: grading did not start: the sandbox cannot run the grader: {e}") from None
+            raise GraderBroken(f"{lesson_id}: grading did not start: the sandbox cannot run the grader: {e}"
+                               f"{_limits_set()}") from None
         finally:
             del PHASES[phases:]  # the students' phases only; `grade` times the canary as a whole
         problems += [f"the sandbox scored {r.part.grade_id} {r.score:g}/{r.part.points} "
@@ -467,10 +519,8 @@ def canary(course: Path, lesson_id: str) -> None:
         shutil.rmtree(course / "submitted" / CANARY, ignore_errors=True)
         shutil.rmtree(course / "autograded" / CANARY, ignore_errors=True)
     if problems:
-        limits = [f"{k}={os.environ[k]}" for k in LIMIT_SETTINGS if k in os.environ]
         raise GraderBroken(f"{lesson_id}: grading did not start: the reference solution does not score full marks in "
-                           f"the grading environment: {'; '.join(problems)}"
-                           + (f" (limits set here: {', '.join(limits)})" if limits else "") + ". Fix the environment "
+                           f"the grading environment: {'; '.join(problems)}{_limits_set()}. Fix the environment "
                            "(e.g. `python -m autograder check " f"{lesson_id} solutions/{lesson_id}/{lesson_id}.ipynb`"
                            " must give 4/4) before grading.")
 
@@ -585,7 +635,7 @@ def grade(submissions: Path, course: Path, csv_path: Path, lessons: list[str] | 
                         diagnoses.setdefault(lesson_id, {}).setdefault(why, set()).add(student)
     figures = [histogram(csv_path, lesson_id, found) for lesson_id, found in diagnoses.items()]
     for lesson_id, per_student in results.items():
-        print(f"== {lesson_id} ==\n{table(lesson_id, per_student)}")
+        print(f"== {lesson_id} ==\n{table(lesson_id, per_student, unanswered(course, lesson_id))}")
         for student, failed in messages[lesson_id].items():
             for gid, msg in failed.items():
                 print(f"  {student} {gid}: {msg}")
@@ -628,6 +678,7 @@ def mark_export(csv_path: Path, results: dict[str, dict[str, dict[str, float | N
             continue
         row["pending_manual_points"] = f"{sum(p.points for p in load_lesson(row['assignment']).parts if p.manual and got.get(p.grade_id) is None):g}"
         kept.append(row)
+    kept.sort(key=lambda r: (r["assignment"], r["student_id"]))
     with open(csv_path, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
