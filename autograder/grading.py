@@ -263,14 +263,14 @@ def unreadable(nb_path: Path) -> str:
 def student_failure(course: Path, lesson_id: str, student: str, cause: str | Exception) -> tuple[Path, list, str]:
     """In place of a worker's result for a submission that could not be graded at all (not a notebook; an
     exception of its worker, e.g. `autograde_one` on it): every part of the lesson 0 with `cause`, printed as one
-    line naming the student; `merge` writes it as any verdict and the class goes on. The autograded copy of an
-    earlier run is removed, so no page shows stale work."""
+    line naming the student; `merge` writes it as any verdict and the class goes on. An earlier run's graded copy
+    and feedback page are removed, so no page shows stale work."""
     from autograder.common import PartResult
 
     if isinstance(cause, Exception):
         cause = f"评分这份提交时出错（{type(cause).__name__}: {str(cause)[:200]}），本课按 0 分计"
-
-    shutil.rmtree(course / "autograded" / student / lesson_id, ignore_errors=True)
+    for stale in ("autograded", "feedback"):
+        shutil.rmtree(course / stale / student / lesson_id, ignore_errors=True)
     print(f"{student} {lesson_id}: {cause}", flush=True)
     verdict = [PartResult(p, 0, cause) for p in load_lesson(lesson_id).parts]
     return course / f".gradebook-{lesson_id}-{student}.db", verdict, cause
