@@ -637,6 +637,9 @@ def grade(submissions: Path, course: Path, csv_path: Path, lessons: list[str] | 
     for lesson_id, per_student in results.items():
         print(f"== {lesson_id} ==\n{table(lesson_id, per_student, unanswered(course, lesson_id))}")
         for student, failed in messages[lesson_id].items():
+            if len(failed) > 1 and len(set(failed.values())) == 1:  # one cause (an unreadable notebook): one line
+                print(f"  {student} {', '.join(failed)}: {next(iter(failed.values()))}")
+                continue
             for gid, msg in failed.items():
                 print(f"  {student} {gid}: {msg}")
     print(f"CSV: {csv_path} (nbgrader export), {parts_csv} (per part); course folder: {course}")
