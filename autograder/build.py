@@ -173,12 +173,14 @@ def dumps(nb: nbformat.NotebookNode) -> str:
 
 def nbgrader_env(grading: bool) -> dict[str, str]:
     """The environment of an nbgrader command: this interpreter's bin/ first on PATH (nbgrader runs `alembic` and
-    the kernel from PATH, and the venv may not be activated); while grading, MINIVLLM_GRADING=1 keeps the
-    notebook's per-part report cell quiet."""
-    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    the kernel from PATH, and the venv may not be activated). While grading (a student's notebook runs in it) only
+    the allow-list of isolation.run_env, plus MINIVLLM_GRADING=1, which keeps the per-part report cell quiet."""
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     if grading:
-        env["MINIVLLM_GRADING"] = "1"
-    return env
+        from autograder.isolation import run_env
+
+        return run_env(PATH=path, MINIVLLM_GRADING="1")
+    return dict(os.environ, PATH=path)
 
 
 def nbgrader(args: list[str], course: Path) -> subprocess.CompletedProcess:

@@ -107,10 +107,21 @@ def mutant_names(lesson_id: str, ids: list[str]) -> list[str]:
     return [by_id.get(i, i) for i in ids]
 
 
+# Verdicts that are no misconception, by a phrase of their message: the grade CSV and its chart name their kind
+# rather than lumping them into "unknown" with the mistakes no mutant explains.
+NOT_A_MISTAKE = (("超时", "limit: time"), ("内存超限", "limit: memory"), ("评分进程异常退出", "limit: process died"),
+                 ("评分时不允许", "refused answer"), ("修改了评分器或引擎", "refused answer"),
+                 ("提交的笔记本无法读取", "not graded: unreadable notebook"), ("评分这份提交时出错", "not graded: worker error"))
+
+
 def label(lesson_id: str, grade_id: str, message: str) -> str:
-    """The grade CSV's diagnosis column: the mutant names, 'unknown', or '' (passed / no answer)."""
+    """The grade CSV's diagnosis column: the mutant names, a NOT_A_MISTAKE kind, 'unknown', or '' (passed / no
+    answer)."""
     if not message or not applies(message):
         return ""
+    kind = next((k for phrase, k in NOT_A_MISTAKE if phrase in message), None)
+    if kind:
+        return kind
     ids = lookup(lesson_id, grade_id, message)
     return "+".join(mutant_names(lesson_id, ids)) if ids else "unknown"
 

@@ -171,6 +171,17 @@ def mode() -> Mode:
     return Mode(kind)
 
 
+KEPT_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ")  # beside MINIVLLM_*: all a graded run is given
+
+
+def run_env(**extra: str) -> dict[str, str]:
+    """The environment of a run that executes a student's code: an allow-list of the grader's (KEPT_ENV and the
+    course's own MINIVLLM_* settings) plus `extra`. Anything else the instructor's shell holds (a token, a
+    password, a cloud key) would otherwise be one `os.environ` away from the student's output."""
+    env = {k: v for k, v in os.environ.items() if k in KEPT_ENV or k.startswith("MINIVLLM_")}
+    return env | extra
+
+
 def limit_run() -> None:
     """preexec_fn of every isolated run: the memory cap, the process cap, the per-file disk cap."""
     limit_memory()
@@ -248,17 +259,14 @@ def give(path: Path) -> None:
         os.chown(p, uid, uid, follow_symlinks=False)
 
 
-def copy_out(src: Path, dest: Path, max_bytes: int = 64 * 2**20) -> list[Path]:
-    """Copy what a run left in `src` to `dest`: regular files only (no links), each at most max_bytes."""
-    copied = []
-    for p in sorted(src.rglob("*")) if src.is_dir() else []:
-        if p.is_symlink() or not p.is_file() or p.stat().st_size > max_bytes:
-            continue
-        target = dest / p.relative_to(src)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(p, target)
-        copied.append(target)
-    return copied
+def copy_out(src: Path, dest: Path, max_bytes: int = 64 * 2**20) -> bool:
+    """Copy one file a run left (`src`) to `dest`, if it is a regular file (not a link) of at most max_bytes.
+    One named file, never a folder: whatever else the run wrote beside it (a page, a script) stays behind."""
+    if src.is_symlink() or not src.is_file() or src.stat().st_size > max_bytes:
+        return False
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dest)
+    return True
 
 
 def grader_digest(root: Path = REPO) -> dict[str, str]:

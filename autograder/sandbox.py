@@ -146,18 +146,25 @@ def setup_source(lesson_id: str) -> str:
                 if str(c.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")).endswith("_setup"))
 
 
+def submitted_sources(nb_path: Path, wanted: list[str], cell_type: str | None = "code") -> dict[str, str]:
+    """id -> source of the submission's cells that are the release's `wanted` ones (of `cell_type`, None: any),
+    found by cell id (metadata may be stripped) and else by nbgrader grade_id; the first match counts."""
+    by_id: dict[str, str] = {}
+    for c in _cells(nb_path):
+        if cell_type is not None and c.get("cell_type") != cell_type:
+            continue
+        for key in (c.get("id"), c.get("metadata", {}).get("nbgrader", {}).get("grade_id")):
+            if key in wanted and key not in by_id:
+                by_id[key] = _src(c)
+    return by_id
+
+
 def extract_answers(lesson_id: str, nb_path: Path) -> Answers:
     """The exercise cells are the release's solution cells, found in the submission by cell id (metadata may be
     stripped) and else by nbgrader grade_id."""
     wanted = [c["id"] for c in release_cells(lesson_id) if c.get("metadata", {}).get("nbgrader", {}).get("solution")
               and c["cell_type"] == "code"]
-    by_id = {}
-    for c in _cells(nb_path):
-        if c.get("cell_type") != "code":
-            continue
-        for key in (c.get("id"), c.get("metadata", {}).get("nbgrader", {}).get("grade_id")):
-            if key in wanted and key not in by_id:
-                by_id[key] = _src(c)
+    by_id = submitted_sources(nb_path, wanted)
     cells, dropped, refused = [], [], []
     for cid in wanted:
         if cid not in by_id:
@@ -185,7 +192,7 @@ def _run_child(lesson_id: str, grade_ids: list[str], answers: Answers, timeout: 
     token = secrets.token_hex(16)
     job = {"lesson": lesson_id, "parts": grade_ids, "setup": setup_source(lesson_id), "answers": answers.cells,
            "token": token, "fd": wfd}
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    env = isolation.run_env(PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     # stderr: only until the setup has run (the child then points it at /dev/null), to name why a grader that
     # cannot start failed; a student's code never writes here
     with isolation.scratch_dir("minivllm-sandbox-") as scratch, tempfile.TemporaryFile() as err:

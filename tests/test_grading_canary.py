@@ -32,6 +32,8 @@ def no_engine(tmp_path, monkeypatch):
     refuses it (a sitecustomize on PYTHONPATH)."""
     if isolation.mode().isolated:
         monkeypatch.setattr(isolation, "GRADER_DIRS", tuple(d for d in isolation.GRADER_DIRS if d != "minivllm"))
+    else:  # nbgrader's kernel is given only isolation.run_env's allow-list: this test's hook too
+        monkeypatch.setattr(isolation, "KEPT_ENV", (*isolation.KEPT_ENV, "PYTHONPATH"))
     site = tmp_path / "no-engine"
     site.mkdir()
     (site / "sitecustomize.py").write_text(NO_ENGINE)
@@ -52,7 +54,8 @@ def test_grade_refuses_a_class_when_the_reference_solution_cannot_score(tmp_path
     with pytest.raises(GraderBroken) as refused:
         grade(subs, course, tmp_path / "grades.csv", [LESSON])
     text = str(refused.value)
-    assert text.startswith(f"{LESSON}: ") and "No module named 'minivllm'" in text, text  # the cause, named
+    assert text.startswith(f"{LESSON}: grading did not start: ") and "No module named 'minivllm'" in text, text
+    assert "运行你的代码" not in text and "scores stand" not in text, text  # no student's code ran
     assert scores(course, LESSON) == {}  # no student was graded, none was given a 0
     assert not (tmp_path / "grades.csv").exists()
     assert not (course / "submitted" / CANARY).exists() and not (course / "autograded" / CANARY).exists()

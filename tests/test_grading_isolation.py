@@ -2,9 +2,13 @@
 
 Each attacker hands in lesson 1 with the honest wrong answer (1/4) plus code that tries to write the grader or
 the engine, write beside the gradebook or outside its scratch folder, read a classmate's notebook, reach a
-loopback listener, fork without bound, or kill the grader. None may succeed, and the two honest students of the
-same class (the solution, 4/4, and the honest wrong answer, 1/4) keep their scores. The run needs bubblewrap;
-without it the test is skipped, unless MINIVLLM_REQUIRE_ISOLATION=1 (CI) makes that a failure.
+loopback listener, fork without bound, or kill the grader; one more reads every file its run can reach for mark
+schemes and hidden tests, prints the environment and writes an HTML page beside its notebook (#53), and one hands
+in a truncated notebook. None may succeed, nothing of them reaches a feedback page, formgrader's view or the
+course folder beside the graded notebooks, the truncated one scores 0 with its name and cause while the class goes
+on, and the two honest students of the same class (the solution, 4/4, and the honest wrong answer, 1/4) keep their
+scores. The run needs bubblewrap; without it the test is skipped, unless MINIVLLM_REQUIRE_ISOLATION=1 (CI) makes
+that a failure.
 """
 import json
 import os
@@ -26,6 +30,31 @@ LESSON = "lesson01"
 STEP = "l01_engine_core_step"
 WRONG = mutant_source(LESSON, "update_before_aborts")
 SECRET = f"SECRET-{uuid.uuid4().hex}"
+TOKEN = f"TOKEN-{uuid.uuid4().hex}"  # stands in for a credential in the instructor's shell (INSTRUCTOR_TOKEN)
+PAGE = "<script>alert('minivllm-53')</script>"
+# what the leak attacker looks for, in every file its run can reach: nbgrader's and the course's markers
+LEAK_MARKERS = ("MARK SCHEME", "HIDDEN TESTS", "评分要点", "参考答案", "check_boundary(")
+LEAK = f"""import os
+found, seen = [], 0
+for top in ('../../../..', os.path.expanduser('~'), '/tmp'):
+    for folder, _, files in os.walk(top):
+        for name in files:
+            try:
+                data = open(os.path.join(folder, name), 'rb').read(1 << 24).decode('utf-8', 'replace')
+            except OSError:
+                continue
+            seen += 1
+            for m in {LEAK_MARKERS!r}:
+                at = data.find(m)
+                if at >= 0:
+                    found.append(os.path.join(folder, name) + ': ' + data[max(0, at - 200):at + 400])
+print('LEAK SCANNED', seen, 'files,', len(found), 'hits')
+print(*found, sep='\\n')
+print('LEAK ENV', sorted(os.environ), os.environ.get('INSTRUCTOR_TOKEN'))
+open('evil.html', 'w').write({PAGE!r})
+os.makedirs('pages', exist_ok=True)
+open('pages/index.html', 'w').write({PAGE!r})
+"""
 
 
 def require_isolation():
@@ -66,16 +95,18 @@ def attacks(course: Path, subs: Path, port: int, marker: str) -> dict[str, str]:
                      "except OSError as e:\n    print('FORKS', len(pids), type(e).__name__)\n",
         "kill_grader": "import os, signal\n" + tries("signal", f"os.kill({os.getpid()}, signal.SIGUSR1)")
                        + tries("parent", "os.kill(os.getppid(), signal.SIGKILL)"),
+        "leak": LEAK,
     }
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-def test_attacks_fail_and_honest_scores_are_unchanged(tmp_path, monkeypatch):
+def test_attacks_fail_and_honest_scores_are_unchanged(tmp_path, monkeypatch, capsys):
     require_isolation()
-    from autograder.grading import grade
+    from autograder.grading import feedback, grade
 
     monkeypatch.setenv("MINIVLLM_CELL_TIMEOUT", "30")
+    monkeypatch.setenv("INSTRUCTOR_TOKEN", TOKEN)
     # uids of this class's own (no other test uses them), so the leftover check below cannot see a run another
     # test worker has going at the same time
     monkeypatch.setenv("MINIVLLM_SANDBOX_UIDS", "60100-60131")
@@ -107,6 +138,9 @@ def test_attacks_fail_and_honest_scores_are_unchanged(tmp_path, monkeypatch):
     for name, nb in students.items():
         (subs / name / LESSON).mkdir(parents=True)
         (subs / name / LESSON / f"{LESSON}.ipynb").write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
+    whole = json.dumps(filled_notebook(LESSON), ensure_ascii=False)  # cut short, as an upload that broke off
+    (subs / "broken_truncated" / LESSON).mkdir(parents=True)
+    (subs / "broken_truncated" / LESSON / f"{LESSON}.ipynb").write_text(whole[:len(whole) // 2], encoding="utf-8")
     try:
         results = grade(subs, course, tmp_path / "grades.csv", [LESSON], jobs=2)[LESSON]
     finally:
@@ -143,11 +177,63 @@ def test_attacks_fail_and_honest_scores_are_unchanged(tmp_path, monkeypatch):
             break
         time.sleep(0.1)
     assert not left, left
+    # #53: the truncated notebook scores 0 on every part, named with its cause; the class went on to the CSVs
+    printed = capsys.readouterr().out
+    assert results["broken_truncated"] == dict.fromkeys(results["solution"], 0), results["broken_truncated"]
+    assert re.search(r"broken_truncated lesson01: 提交的笔记本无法读取（JSONDecodeError", printed), printed[-3000:]
+    assert "broken_truncated" in (tmp_path / "grades.csv").read_text(encoding="utf-8")
+    # every written answer was left as released: 0 "no answer" for all, whether nbgrader ran or not
+    assert all(got[q] == 0 for got in results.values() for q in ("l01_q1", "l01_q2", "l01_q3")), results
+    # the leak attacker did scan its world and print its environment (so the checks below can fail) ...
+    leak = shown["attack_leak"]
+    assert re.search(r"LEAK SCANNED [1-9]\d* files", leak) and "'PATH'" in leak, leak[:3000]
+    # ... and found no mark scheme, hidden test or instructor variable; only the graded notebook came back
+    secrets = [TOKEN, *instructor_only()]
+    env = re.search(r"LEAK ENV (\[.*?\]) (\S+)", leak)
+    assert env and "'INSTRUCTOR_TOKEN'" not in env.group(1) and env.group(2) == "None", leak[-3000:]
+    assert not [x for x in secrets if x in leak], leak[:3000]
+    ran = sorted(s for s in students if s != "attack_fork_bomb")  # nbgrader's run may die of the fork bomb
+    graded = sorted(p.relative_to(course).as_posix() for p in (course / "autograded").rglob("*") if p.is_file())
+    assert set(graded) - {f"autograded/attack_fork_bomb/{LESSON}/{LESSON}.ipynb"} == \
+        {f"autograded/{s}/{LESSON}/{LESSON}.ipynb" for s in ran}, graded
+    pages = feedback(course, [LESSON])
+    published = sorted(p.relative_to(course).as_posix() for p in (course / "feedback").rglob("*") if p.is_file())
+    assert published == sorted(p.relative_to(course).as_posix() for p in pages), published
+    assert set(published) - {f"feedback/attack_fork_bomb/{LESSON}/{LESSON}.html"} == \
+        {f"feedback/{s}/{LESSON}/{LESSON}.html" for s in ran}, published
+    assert sorted(p.relative_to(course).as_posix() for p in course.rglob("*") if p.is_file()
+                  and PAGE.encode() in p.read_bytes()) == [f"{d}/attack_leak/{LESSON}/{LESSON}.ipynb"
+                                                          for d in ("autograded", "submitted")]  # its own source
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        assert not [x for x in secrets + [PAGE] if x in text], page
+    # formgrader's view (the graded notebook) keeps the mark schemes for the instructor; the feedback does not
+    instructor = outputs(course / "autograded" / "solution" / LESSON / f"{LESSON}.ipynb", sources=True)
+    assert all(x in instructor for x in instructor_only(["MARK SCHEME"]))
+    # each code part's 0 carries its reason into the answer cell's comment, shown in the feedback
+    wrong = (course / "feedback" / "honest_wrong" / LESSON / f"{LESSON}.html").read_text(encoding="utf-8")
+    assert "Comments:" in wrong and "（l01_main_path）0/1 分" in wrong, wrong[-3000:]
 
 
-def outputs(path: Path) -> str:
-    """Everything a graded notebook's cells printed (their sources left out)."""
+def instructor_only(regions=("MARK SCHEME", "HIDDEN TESTS")) -> list[str]:
+    """Lines of lesson 1's mark schemes and/or hidden tests (instructor-only text), as the gradebook holds them."""
+    cells = json.loads((REPO / "solutions" / LESSON / f"{LESSON}.ipynb").read_text(encoding="utf-8"))["cells"]
+    out = []
+    for c in cells:
+        for region in regions:
+            text = "".join(c["source"])
+            if f"BEGIN {region}" in text:
+                inside = text.split(f"BEGIN {region}", 1)[1].split(f"END {region}", 1)[0]
+                out += [line.strip() for line in inside.splitlines() if len(line.strip()) > 24]
+    assert len(out) > 2 * len(regions), out
+    return out
+
+
+def outputs(path: Path, sources: bool = False) -> str:
+    """Everything a graded notebook's cells printed (their sources left out, or only their sources)."""
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    if sources:
+        return "\n".join("".join(c["source"]) for c in cells)
     return "".join("".join(o.get("text", "")) + json.dumps(o.get("data", {}), ensure_ascii=False)
                    for c in cells for o in c.get("outputs", []))
 
@@ -274,8 +360,8 @@ def test_grade_defaults_to_the_submitted_lessons_and_marks_pending(tmp_path):
     export = tmp_path / "grades.csv"
     head = "assignment,duedate,timestamp,student_id,last_name,first_name,email,raw_score,late_submission_penalty," \
            "score,max_score\n"
-    export.write_text(head + "lesson01,,,ann,,,,4.0,0.0,4.0,10.0\nlesson03,,,ann,,,,0.0,0.0,0.0,10.0\n"
-                             "lesson01,,,bob,,,,9.0,0.0,9.0,10.0\n")
+    export.write_text(head + "lesson01,,,bob,,,,9.0,0.0,9.0,10.0\nlesson01,,,ann,,,,4.0,0.0,4.0,10.0\n"
+                             "lesson03,,,ann,,,,0.0,0.0,0.0,10.0\n")  # nbgrader's order; the export sorts
     got = {"lesson01": {"ann": {"l01_main_path": 1, "l01_q1": None, "l01_q2": None, "l01_q3": 2},
                         "bob": {"l01_q1": 2, "l01_q2": 2, "l01_q3": 1}}}
     mark_export(export, got)
@@ -298,3 +384,46 @@ def test_feedback_says_pending_instead_of_zero():
     assert "Score: 0.0" not in out and out.count("pending manual grading) / 2.0") == 2
     assert "Score: 2.0 / 2.0" in out  # a graded manual part keeps its score
     assert "代码 code 4/4, 4 分待人工评分" in out
+
+
+def test_a_worker_error_scores_zero_and_a_crashed_run_leaves_the_gradebook_as_it_was(tmp_path, monkeypatch, capsys):
+    """#53: a worker that raises for one student gives that student 0 with one line naming them and the cause, and
+    the class goes on to the CSVs; a run that stops half-way (an interrupt in the third student's worker) leaves
+    the course gradebook byte for byte as the last complete run wrote it, since `grade` writes a staged copy and
+    swaps it in at the end. Workers are stand-ins (no notebook runs): the gradebook writes are the real ones."""
+    from autograder import grading
+    from autograder.common import PartResult, load_lesson
+
+    parts = load_lesson(LESSON).parts
+    monkeypatch.setattr(grading, "canary", lambda course, lesson_id: None)
+    crash = {"on": False}
+
+    def fake_one(course, lesson_id, student):
+        if student == "b_lost":
+            raise RuntimeError("the worker lost its scratch folder")
+        if student == "c_last" and crash["on"]:
+            raise KeyboardInterrupt
+        full = not crash["on"]  # the second (crashing) run would lower everyone's scores
+        return (course / f".gradebook-{lesson_id}-{student}.db",
+                [PartResult(p, None if p.manual else (p.points if full else 0), "通过") for p in parts], "")
+
+    monkeypatch.setattr(grading, "autograde_one", fake_one)
+    subs, course = tmp_path / "subs", tmp_path / "course"
+    for student in ("a_first", "b_lost", "c_last"):
+        (subs / student / LESSON).mkdir(parents=True)
+        (subs / student / LESSON / f"{LESSON}.ipynb").write_text("{}")
+    results = grading.grade(subs, course, tmp_path / "grades.csv", [LESSON])[LESSON]
+    code = {s: sum(v for k, v in got.items() if not k.startswith("l01_q")) for s, got in results.items()}
+    assert code == {"a_first": 4, "b_lost": 0, "c_last": 4}, code
+    assert "b_lost lesson01: 评分这份提交时出错（RuntimeError: the worker lost its scratch folder）" in capsys.readouterr().out
+    import csv
+
+    rows = list(csv.DictReader((tmp_path / "grades.csv").open(encoding="utf-8")))  # nbgrader's export, marked
+    assert {r["student_id"] for r in rows} == {"a_first", "b_lost", "c_last"} and all(r["timestamp"] for r in rows)
+    before = (course / "gradebook.db").read_bytes()
+    crash["on"] = True
+    with pytest.raises(KeyboardInterrupt):
+        grading.grade(subs, course, tmp_path / "grades-2.csv", [LESSON])
+    assert (course / "gradebook.db").read_bytes() == before
+    assert grading.scores(course, LESSON) == results
+    assert not list(course.glob(".gradebook-*")) and not (tmp_path / "grades-2.csv").exists()

@@ -6,6 +6,7 @@ the engine or the notebook's grade cells scores no more than the honest wrong an
 """
 import json
 import os
+import re
 
 import pytest
 
@@ -238,3 +239,19 @@ def test_nbgrader_tampering_and_limits(tmp_path, monkeypatch, capsys):
     assert "sleeps,l01_main_path,0,1,超时" in parts_csv
     printed = capsys.readouterr().out
     assert "sleeps: nbgrader 的运行已停止" in printed and "solution: nbgrader" not in printed
+    # #53: the looping student's 0s say why where people look (the answer cell's comment: formgrader, feedback),
+    # and its untouched written answers read "no answer" as the solution's do, though nbgrader's run was stopped
+    from nbgrader.api import Gradebook
+
+    from autograder.grading import NO_ANSWER
+
+    with Gradebook(f"sqlite:///{tmp_path / 'course' / 'gradebook.db'}") as gb:
+        comments = {s: {c.name: c.comment for c in gb.find_submission_notebook(LESSON, LESSON, s).comments}
+                    for s in ("sleeps", "solution")}
+    assert comments["sleeps"][STEP].count("超时") >= 3 and "（l01_main_path）0/1 分" in comments["sleeps"][STEP]
+    assert comments["solution"][STEP] is None, comments
+    for s in ("sleeps", "solution"):
+        assert [comments[s][q] for q in ("l01_q1", "l01_q2", "l01_q3")] == [NO_ANSWER] * 3, comments
+        assert [results[s][q] for q in ("l01_q1", "l01_q2", "l01_q3")] == [0, 0, 0], results
+    assert re.search(r"^sleeps .* no answer\s*$", printed, re.M) and re.search(r"^solution .* no answer\s*$",
+                                                                                 printed, re.M), printed[-3000:]
