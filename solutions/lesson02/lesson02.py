@@ -29,7 +29,7 @@
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行最后的“自检”单元格或 `python -m autograder check lesson02`，得分与 nbgrader 的自动部分一致。
+# 没有 nbgrader 时（如 Colab），运行最后的“自检”单元格或 `python -m autograder check lesson02`，得分与 nbgrader 的自动部分一致。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
@@ -80,7 +80,7 @@ short_errors("lesson02")  # 评分单元格失败时只显示三行：哪一部�
 # - prefix cache 命中的请求，`num_computed_tokens` 一开始就不是 0；
 # - 被抢占的请求 `num_computed_tokens` 归零，重新追（recompute）。
 #
-# 一步能分出去的 token 总数是 **token budget**，源码里是 `self.max_num_scheduled_tokens`，默认等于 `max_num_batched_tokens`。chunked prefill 是这条规则的自然结果：预算不够一个完整的 prompt，就先算一部分，下一步接着算。
+# 一步能分出去的 token 总数是 **token budget**，源码里是 `self.max_num_scheduled_tokens`，默认等于 `max_num_batched_tokens`。chunked prefill 是这条规则的自然结果：预算不够一个完整的 prompt，就先算一部分。
 #
 # ### 2. 它如何工作
 #
@@ -175,7 +175,7 @@ L02.fig_tradeoff(rows);
 #
 # 代价是长 prompt 要多走几步。这台 CPU 上几乎看不出来，TTFT 甚至下降：固定开销小。GPU 上 decode 受带宽限制，多一个 chunk 就几乎多一整步。
 #
-# 所以 threshold 和 budget 要在目标硬件、目标负载上用 benchmark 决定。
+# 所以 threshold 和 budget 要在目标硬件与负载上用 benchmark 决定。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
@@ -406,7 +406,7 @@ L02.check_source_map(SOURCE_MAP)
 # - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
 # - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
-# 总分 10 分，至少 8 分通过。参考答案与参考代码只在教师分支（solutions/）中：先独立完成；核对后请更换一个 batch、cache 或硬件条件重新推演，不能只复制。
+# 总分 10 分，至少 8 分通过。参考答案只在教师分支（solutions/）；引擎的版本在 `minivllm/` 里，先独立完成再读；核对后更换一个 batch、cache 或硬件条件重新推演。
 #
 # ### 自检
 #

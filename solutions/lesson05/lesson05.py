@@ -89,7 +89,7 @@ short_errors("lesson05")  # 评分单元格失败时只显示三行：哪一部�
 #
 # 所以**行序 ≠ 调度器的顺序**。然后 `_prepare_inputs` 按行序摊平，第 i 行本步 `n_i` 个 token、已算 `c_i` 个：
 #
-# - `query_start_loc`（`qsl`）：长 `num_reqs + 1`，记每个请求在扁平序列里的起点，请求 i 占 `[qsl[i], qsl[i+1])`；
+# - `query_start_loc`（`qsl`）：长 `num_reqs + 1`，请求 i 占扁平序列的 `[qsl[i], qsl[i+1])`；
 # - `req_indices = repeat(arange(num_reqs), n)`；请求内偏移是 `arange(total) - repeat(qsl[:-1], n)`；
 # - `positions`：token 在自己请求里的位置，接在已算好的 `c_i` 个 token 之后；`input_ids` 按行号和位置从 `token_ids_cpu` 取；
 # - `slot_mapping`：K/V 写进的物理槽。位置决定它在第几个逻辑块、块内第几格，物理块号要从这一行的块表查；
@@ -402,7 +402,7 @@ L05.check_source_map(SOURCE_MAP)
 # - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
 # - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
-# 总分 10 分，至少 8 分通过。参考答案与参考代码只在教师分支（solutions/）中：先独立完成；核对后请更换一个 batch（改 block_size、token budget 或到达时间）重新推演，不能只复制。
+# 总分 10 分，至少 8 分通过。参考答案只在教师分支（solutions/）；引擎的版本在 `minivllm/` 里，先独立完成再读；核对后更换一个 batch（改 block_size、token budget 或到达时间）重新推演。
 #
 # ### 自检
 #

@@ -35,7 +35,7 @@
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# CPU 上，kernel 在 Triton 解释器里运行（准备单元格设置 `TRITON_INTERPRET=1`），形状很小；有 GPU 时同一个 kernel 直接编译运行，并多出一张实测带宽图。没有 nbgrader 时，运行最后的“自检”单元格，或执行 `python -m autograder check lesson06`。
+# CPU 上，kernel 在 Triton 解释器里运行（准备单元格设置 `TRITON_INTERPRET=1`），形状很小；有 GPU 时同一个 kernel 直接编译运行，多一张实测带宽图。没有 nbgrader 时，运行最后的“自检”单元格，或执行 `python -m autograder check lesson06`。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
@@ -88,7 +88,7 @@ print("Triton 解释器（CPU）" if L06.interpreting() else "CUDA", "| 设备�
 #
 # ### 2. 它如何工作
 #
-# 先认识 Triton 的四个概念：
+# Triton 的四个概念：
 #
 # - **program**：kernel 按 grid 启动许多 program，每个用 `tl.program_id(axis)` 得知自己负责哪一份；
 # - **块**：program 一次处理一整块，`tl.arange(0, N)` 给出块内下标（N 为 2 的幂），`tl.load`/`tl.store` 一次读写一块；
@@ -101,7 +101,7 @@ print("Triton 解释器（CPU）" if L06.interpreting() else "CUDA", "| 设备�
 # - **沿逻辑块循环**：每次迭代先从块表读物理块号，再构造这个块的 K/V 指针并掩掉 `seq_len` 之后的槽位，用一次 `tl.dot` 算出组内每个 query 头的注意力分数，最后做 online softmax 更新。
 # - 循环结束后输出 `acc / running_sum`，只写一次。
 #
-# 下面的图都来自真实引擎：用 Triton 后端在默认模型（8 个 query 头、2 个 kv 头、head_dim 32）上贪心生成，记录 decode kernel 每次调用拿到的块表与长度。
+# 下面的图都来自真实引擎：Triton 后端在默认模型（8 个 query 头、2 个 kv 头、head_dim 32）上贪心生成，记录 decode kernel 每次拿到的块表与长度。
 
 # %%
 ref_run = L06.reference_run()   # minivllm 自己的 decode kernel；记录每次调用的块表、长度（最后一次还有输入张量）
@@ -443,7 +443,7 @@ L06.check_source_map(SOURCE_MAP)
 # - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
 # - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
-# 总分 10 分，至少 8 分通过。参考答案与参考代码只在教师分支（solutions/）中：先独立完成；核对后请更换一个 batch、cache 或硬件条件重新推演，不能只复制。
+# 总分 10 分，至少 8 分通过。参考答案只在教师分支（solutions/）；引擎的版本在 `minivllm/` 里，先独立完成再读；核对后更换一个 batch、cache 或硬件条件重新推演。
 #
 # ### 自检
 #
