@@ -100,7 +100,7 @@ L01.fig_arithmetic_intensity();
 #
 # 1. **三段式步进迭代循环（Schedule → Execute → Update）**：在 `EngineCore.step()` 内部，系统严格遵循严谨的时序管道：
 #    - 调度阶段（Schedule）：busy loop 在 step 之前已把输入队列里的新请求交给 Scheduler（`_process_input_queue`）；Scheduler 从自己的 waiting/running 队列出发，根据全局 Token 预算（Token Budget）生成本次批次的执行计划 `plan = scheduler.schedule()`；
-#    - 异步发射与计算重叠（Async Execute & Overlap）：通过 `model_executor.execute_model(plan, non_block=True)` 非阻塞地向 GPU Worker 广播执行指令。在 GPU 执行 Heavy GEMM 与 Attention 的微小间隙，CPU 主线程并发执行结构化输出的 Grammar 状态机掩码提取；
+#    - 异步发射与计算重叠（Async Execute & Overlap）：通过 `model_executor.execute_model(plan, non_block=True)` 非阻塞地向 GPU Worker 广播执行指令。在 GPU 执行 GEMM 与 Attention 的同时，CPU 主线程计算结构化输出的 Grammar 掩码；
 #    - 等待同步与取消处理（Wait & Abort Drain）：同步等待 Worker 的 `future()` 返回本次推理结果；在应用输出前，优先消费清空执行期间积累的取消请求队列 `process_aborts()`；
 #    - 状态递推更新（Update）：调用 `scheduler.update_from_output(plan, model_output)`，把新 token 追加到各请求、做停止检查、产出 `EngineCoreOutputs`，并回收本步完结请求的逻辑 KV 块。已计算 Token 计数在 `schedule()` 里已推进（`_update_after_schedule`），这里只在投机 token 被拒或外部 KV 加载失败（`_handle_invalid_blocks`）时往回拨。
 #
@@ -117,7 +117,7 @@ L01.fig_request_flow();
 # ### 3. 正确性条件与常见误区
 #
 # - **严格的单写者状态所有权（Single Writer Discipline）**：整个系统中每个核心对象的状态拥有唯一的权威写入者：
-#   - AsyncLLM 独占流式传输通道与输入请求缓冲，严禁越权修改内部 KV 账本；
+#   - AsyncLLM 独占每个请求的输出流与解码状态，严禁越权修改内部 KV 账本；
 #   - EngineCore 与 Scheduler 独占跨步请求生命周期（WAITING、RUNNING、PREEMPTED、FINISHED_*；V1 没有 SWAPPED 状态，抢占后的请求释放 KV 块并在恢复时重算），严禁 Worker 擅自更改请求状态；
 #   - GPUModelRunner 独占物理显存与算子 Kernel 执行。若跨进程试图共享可变全局对象，会导致灾难性的数据竞争与状态错位。
 # - **Abort 取消处理的原子时序边界**：若请求在 GPU 执行前向传播期间被客户端主动取消（如用户关闭网页），EngineCore 必须在调用 `scheduler.update_from_output` 之前消费并处理取消信号。若顺序颠倒（先更新再取消），EngineCore 会把本步 Token 追加给已取消的请求并为它输出；vLLM 的 `AsyncLLM.abort` 已先把请求移出前端，这条输出被丢弃，浪费的是一次无用的更新。块不会被重复释放：取消时才释放，每块一次。
@@ -332,10 +332,10 @@ L01.check_source_map(SOURCE_MAP)
 #    - 在结构化输出（JSON Schema / Regex 约束解码）中，根据语法树或有限状态机（FSM）计算下一个合法 Token 的 Bitmask 是纯 CPU 密集型任务，计算耗时可能长达数毫秒；
 #    - 源码采用 `execute_model(non_block=True)` 是为了实现控制流与设备执行的异步解耦：系统将本次 Batch 的张量元数据非阻塞地发射给 GPU Worker 后立即返回，GPU 开始执行耗时的自注意力与 GEMM 计算；
 #    - 此时 CPU 主线程并没有空转等待，而是立即并发执行 `get_grammar(plan)`，在本地内存中完成 Bitmask 的推导与位运算；
-#    - 随后调用 `future()` 阻塞等待 GPU 输出。此时 CPU 的 Grammar Mask 恰好计算完毕，二者无缝对接。
+#    - 随后调用 `future()` 阻塞等待 GPU 输出。bitmask 比 forward 先算完时，CPU 的开销全部藏在 forward 里；比 forward 慢时仍有空泡。
 # 2. Grammar 绝不能晚于采样（Sampling Constraint）：
 #    - 这并不意味着 Grammar 可以晚于采样。GPU ModelRunner 在执行 Transformer Forward 产出未归一化的 Logits 后，必须等待 Grammar Mask 的位掩码注入（将非法 Token 的 Logits 强行置为 $-\infty$），然后才能执行 Softmax 和采样操作；
-#    - `non_block=True` 仅仅是将 Python 端的等待时机从“发射瞬间”推迟到了“提取最终输出之前”，在不破坏物理数据因果依赖的前提下，完全掩盖了 CPU 侧的状态机解析开销。
+#    - `non_block=True` 仅仅是将 Python 端的等待时机从“发射瞬间”推迟到了“提取最终输出之前”，在不破坏数据因果依赖的前提下，把 CPU 侧的 bitmask 开销尽量藏到 forward 后面（藏住多少要实测）。
 #    - 固定 commit 里这条依赖写在代码结构上：`EngineCore.step` 先 `future.result()` 拿到 forward 的结果，若它是 `None`（采样被拆开），再调用 `model_executor.sample_tokens(grammar_output)`，bitmask 作为参数进入采样；`step_with_batch_queue` 里 `sample_tokens(grammar_output, non_block=True)` 同样带着 bitmask，需要上一步 token 的结构化输出请求则推迟采样。
 #
 # === END MARK SCHEME ===
