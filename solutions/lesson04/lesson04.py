@@ -437,7 +437,7 @@ L04.vllm_side_by_side()
 # - **`max_tokens=None`**：vLLM 的 `InputProcessor` 在请求进入 `EngineCore` 前把它换成上下文剩余长度，`check_stop` 不会见到 `None`；练习要处理它。
 # - **`_preempt_request`**：还释放 encoder cache、处理异步调度的 stale output，并把 id 记进 `reset_preempted_req_ids`，经 `SchedulerOutput.preempted_req_ids` 让 Model Runner V2 清掉请求状态。minivllm 在 `schedule()` 里收集这些 id。
 # - **`finish_requests`**：vLLM 还跳过已 `is_finished()` 的请求，处理 `skipped_waiting` 队列和远端 KV 的延迟释放；minivllm 里已结束的请求不在 `Scheduler.requests` 里。
-# - **调度策略**：minivllm 只有 FCFS；vLLM 的 `PriorityRequestQueue` 是一个堆，队首是堆顶（`peek_request`），`prepend_request` 并不插到最前，而是按 (priority, arrival_time) 重新入堆。
+# - **调度策略**：minivllm 只有 FCFS；vLLM 的 `PriorityRequestQueue` 是一个堆，队首就是堆顶，`prepend_request` 并不插到最前，而是按 (priority, arrival_time) 重新入堆。
 #
 # ← 上一课：第 3 课：BlockPool 与 Prefix Caching：块哈希链、命中与 LRU 驱逐　｜　下一课 →：第 5 课：GPUModelRunner：持久批与 varlen 输入准备
 
