@@ -44,7 +44,7 @@
 #
 # 源码快照：vLLM 8e958902eee5。方法会继续演进，面试回答应先声明所读版本。
 #
-# > **vLLM 0.27.1**：课程的 dense 模型默认由 Model Runner V2（`v1/worker/gpu/model_runner.py`）运行；第 5 行的 V1 runner 在 V2 不支持的特性打开时才用。minivllm 对应 V1 runner，见文末差异。
+# > **vLLM 0.27.1**：课程的 dense 模型默认由 Model Runner V2（`v1/worker/gpu/model_runner.py`）运行；第 5 行的 V1 runner 用于 V2 不覆盖的模型与特性（见文末差异）。minivllm 对应 V1 runner。
 
 # %% nbgrader={"grade": false, "grade_id": "l01_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的图、演示与检查。
@@ -77,17 +77,11 @@ L01.fig_architecture();
 # %% [markdown]
 # 图 1-2：vLLM V1 三层解耦核心架构（Frontend → EngineCore → Workers）。
 #
-# - **AsyncLLM（前端服务层）**：面向客户端的异步 HTTP/gRPC/SSE 接入网关，负责请求接入、Tokenization 分词、流式输出解包与取消信号监听；
-# - **EngineCore / EngineCoreProc（调度核心内核层）**：运行在完全物理隔离的独立进程中，由单事件循环主导，独占全局请求生命周期调度器（Scheduler）与显存逻辑账本（KVCacheManager）；
+# - **AsyncLLM（前端服务层）**：API server（HTTP/SSE，`vllm/entrypoints/openai/api_server.py`）调用的异步引擎客户端，负责把输入分词成 `EngineCoreRequest`、为每个请求维护流式输出与增量解码、把取消转告 EngineCore；
+# - **EngineCore / EngineCoreProc（调度核心内核层）**：运行在独立进程中，由一个 busy loop 线程推进每一步（另有两个线程只做 ZMQ 收发），独占全局请求生命周期调度器（Scheduler）与显存逻辑账本（KVCacheManager）；
 # - **Worker / GPUModelRunner（设备执行层）**：由分布式并行（TP/PP）驱动的执行引擎，独占物理 GPU 张量、物理 KV Block 内存池与 CUDA Graph 捕获环境。
 #
-# > **更正**：HTTP 与 SSE 属于 API server（`vllm/entrypoints/openai/api_server.py`），AsyncLLM 是它调用的引擎客户端；等待调度的队列是 Scheduler 的 `waiting`。
-#
-# > **更正**：推进 step 的只有 busy loop 一个线程；`EngineCoreProc` 另有两个 ZMQ IO 线程收发消息。
-#
-# 它解决的核心工程问题是：通过清晰的单写者状态所有权（Single-Writer State Ownership）与轻量化 IPC 进程解耦，将 CPU 控制侧的每步调度耗时压制在微秒级，实现调度步频与 GPU 硬件峰值吞吐的完全匹配。
-#
-# > **注意**：“微秒级”“完全匹配”是设计目标，不是测量结果；要在目标部署上用 profiler 测。
+# 它解决的核心工程问题是：通过清晰的单写者状态所有权（Single-Writer State Ownership）与轻量化 IPC 进程解耦，压低 CPU 控制侧的每步开销，并让它尽量与 GPU 执行重叠，使 GPU 少等调度。实际开销多大，要在目标部署上用 profiler 测。
 #
 # ### 2. 它如何工作
 #
@@ -99,24 +93,17 @@ L01.fig_arithmetic_intensity();
 # %% [markdown]
 # 图 1-1：Prefill 与 Decode 的算术强度对比（一个 $d \times d$ 的 FP16 线性层，横轴是一次前向处理的 token 数）。
 #
-# - **Prefill（处理 prompt）**：一次计算全部 $S$ 个 token：GEMM；算术强度约 $B \cdot S$ FLOP/Byte（FP16，$B \cdot S \ll d$ 时）；$B \cdot S$ 到几百即越过 H100 拐点（约 295）。
+# - **Prefill（处理 prompt）**：一次计算全部 $S$ 个 token：GEMM；算术强度约 $B \cdot S$ FLOP/Byte（FP16，$B \cdot S \ll d$ 时）；$B \cdot S$ 到几百即越过 H100 SXM 的 BF16 拐点（约 295，即稠密峰值与 HBM 带宽之比；PCIe 版与 FP8 各不相同）。
 # - **Decode（逐 token 生成）**：每个请求每步只算 1 个 token：GEMV；算术强度约 $B$ FLOP/Byte；每步都要读完整权重和全部 KV Cache。
-#
-# > **注意**：约 295 指 H100 SXM 的 BF16 稠密峰值与 HBM 带宽之比；PCIe 版与 FP8 各不相同。
 #
 # 对策：Continuous Batching 增大 $B$；PagedAttention 减少 KV 碎片以容纳更多请求；投机解码把多步 decode 合成一次验证前向。
 #
 # 1. **三段式步进迭代循环（Schedule → Execute → Update）**：在 `EngineCore.step()` 内部，系统严格遵循严谨的时序管道：
-#    - 调度阶段（Schedule）：Scheduler 消费输入队列，根据全局 Token 预算（Token Budget）生成本次批次的执行计划 `plan = scheduler.schedule()`；
-#    - 异步发射与计算重叠（Async Execute & Overlap）：通过 `model_executor.execute_model(plan, non_block=True)` 非阻塞地向 GPU Worker 广播执行指令。在 GPU 执行 Heavy GEMM 与 Attention 的微小间隙，CPU 主线程并发执行结构化输出的 Grammar 状态机掩码提取；
+#    - 调度阶段（Schedule）：busy loop 在 step 之前已把输入队列里的新请求交给 Scheduler（`_process_input_queue`）；Scheduler 从自己的 waiting/running 队列出发，根据全局 Token 预算（Token Budget）生成本次批次的执行计划 `plan = scheduler.schedule()`；
+#    - 异步发射与计算重叠（Async Execute & Overlap）：通过 `model_executor.execute_model(plan, non_block=True)` 非阻塞地向 GPU Worker 广播执行指令。在 GPU 执行 GEMM 与 Attention 的同时，CPU 主线程计算结构化输出的 Grammar 掩码；
 #    - 等待同步与取消处理（Wait & Abort Drain）：同步等待 Worker 的 `future()` 返回本次推理结果；在应用输出前，优先消费清空执行期间积累的取消请求队列 `process_aborts()`；
-#    - 状态递推更新（Update）：调用 `scheduler.update_from_output(plan, model_output)`，更新每个请求的已计算 Token 计数并回收已完结请求的逻辑 KV 块。
+#    - 状态递推更新（Update）：调用 `scheduler.update_from_output(plan, model_output)`，把新 token 追加到各请求、做停止检查、产出 `EngineCoreOutputs`，并回收本步完结请求的逻辑 KV 块。已计算 Token 计数在 `schedule()` 里已推进（`_update_after_schedule`），这里只在投机 token 被拒或外部 KV 加载失败（`_handle_invalid_blocks`）时往回拨。
 #
-#    > **更正**：输入队列由 busy loop 在 step 之前清空（`EngineCoreProc._process_input_queue`）；`schedule()` 只读调度器自己的队列。
-#
-#    > **更正**：已计算 token 数在 `schedule()` 里就已推进（`_update_after_schedule`）；`update_from_output` 只在投机 token 被拒绝时把它往回拨。
-#
-#    > **vLLM 0.27.1**：默认开启 async scheduling，busy loop 跑 `step_with_batch_queue`；aborts 仍在 update 之前。
 # 2. **端到端流水线推进（图 1-3）**：
 
 # %%
@@ -130,24 +117,18 @@ L01.fig_request_flow();
 # ### 3. 正确性条件与常见误区
 #
 # - **严格的单写者状态所有权（Single Writer Discipline）**：整个系统中每个核心对象的状态拥有唯一的权威写入者：
-#   - AsyncLLM 独占流式传输通道与输入请求缓冲，严禁越权修改内部 KV 账本；
+#   - AsyncLLM 独占每个请求的输出流与解码状态，严禁越权修改内部 KV 账本；
 #   - EngineCore 与 Scheduler 独占跨步请求生命周期（WAITING、RUNNING、PREEMPTED、FINISHED_*；V1 没有 SWAPPED 状态，抢占后的请求释放 KV 块并在恢复时重算），严禁 Worker 擅自更改请求状态；
 #   - GPUModelRunner 独占物理显存与算子 Kernel 执行。若跨进程试图共享可变全局对象，会导致灾难性的数据竞争与状态错位。
-# - **Abort 取消处理的原子时序边界**：若请求在 GPU 执行前向传播期间被客户端主动取消（如用户关闭网页），EngineCore 必须在调用 `scheduler.update_from_output` 之前消费并处理取消信号。若顺序颠倒（先更新再取消），模型刚生成的 Token 会被误推送给已断开的客户端，甚至引起已被释放的物理 Block 发生二次读写踩内存。
-#
-#   > **更正**：反序不会踩内存，每个块只释放一次。后果是 EngineCore 仍为它输出本步的 token；`AsyncLLM.abort` 已先把请求移出前端，这条输出被丢弃。
-# - **计划与执行结果的版本一致性不变量**：SchedulerOutput 与 ModelRunnerOutput 必须严格属于同一个迭代步骤。严禁在 Worker 执行失败时返回伪造的静默空输出，必须通过强类型异常驱动全局容错与降级。
-#
-#   > **更正**：vLLM 0.27.1 默认不降级：worker 出错时 EngineCore 退出，前端抛出 `EngineDeadError`。
+# - **Abort 取消处理的原子时序边界**：若请求在 GPU 执行前向传播期间被客户端主动取消（如用户关闭网页），EngineCore 必须在调用 `scheduler.update_from_output` 之前消费并处理取消信号。若顺序颠倒（先更新再取消），EngineCore 会把本步 Token 追加给已取消的请求并为它输出；vLLM 的 `AsyncLLM.abort` 已先把请求移出前端，这条输出被丢弃，浪费的是一次无用的更新。块不会被重复释放：取消时才释放，每块一次。
+# - **计划与执行结果的版本一致性不变量**：SchedulerOutput 与 ModelRunnerOutput 必须严格属于同一个迭代步骤。严禁在 Worker 执行失败时返回伪造的静默空输出：vLLM 0.27.1 让异常终止 EngineCore，前端对在途请求抛出 `EngineDeadError`，默认不降级（`enable_fault_tolerance` 默认关闭）。
 #
 # ### 4. 性能与工程取舍
 #
 # - **进程解耦带来的 IPC 序列化开销 vs GIL 消除红利**：将 EngineCore 独立为子进程释放了 Python GIL 的并发阻塞，但引入了进程间通信开销。vLLM V1 在 Frontend 与 EngineCore 之间使用 ZMQ socket 加 msgspec 序列化传输请求与输出（大张量可走零拷贝的附加缓冲区）；
 #
 #   共享内存消息队列（MessageQueue）用于多卡场景下 Executor 向各 Worker 广播调度结果。通信开销被控制在较小比例，使架构收益超过通信开销。
-# - **Grammar 准备与 GPU 计算的精妙重叠**：在 JSON 等强约束解码（Structured Outputs）中，计算下一个合法 Token 的 Bitmask 极其消耗 CPU 算力。通过在 `execute_model(non_block=True)` 发射后立即开始计算 Grammar，系统完美地将 CPU 纯逻辑与 GPU 算力执行掩盖在同一时序窗口内，实现了近乎零气泡的控制流水线。
-#
-#   > **注意**：“近乎零气泡”没有经过测量：bitmask 比 forward 慢时仍有空泡，要用 profiler 测。
+# - **Grammar 准备与 GPU 计算的精妙重叠**：在 JSON 等强约束解码（Structured Outputs）中，计算下一个合法 Token 的 Bitmask 极其消耗 CPU 算力。通过在 `execute_model(non_block=True)` 发射后立即开始计算 Grammar，系统让 CPU 的 bitmask 计算与 GPU forward 落在同一时间窗口内；bitmask 比 forward 慢时仍有空泡，重叠了多少要用 profiler 测。
 
 # %% [markdown]
 # ## 具体演示：单请求执行取消与控制流跟踪演练
@@ -160,8 +141,8 @@ L01.fig_request_flow();
 # 4. 核心调度流程执行控制：
 #    - 首先执行 `grammar = get_grammar(plan)`，准备下一 Token 约束；
 #    - 随后执行 `future()` 阻塞等待 GPU 输出；
-#    - 关键时序点：在得到 `model_output` 后，必须立刻执行 `process_aborts()`，将 $R_0$ 标记为已取消；
-#    - 最后执行 `update(plan, model_output)`：调度器感知到 $R_0$ 已被取消，安全丢弃其输出 Token 并直接回收其持有的 KV Cache Block，绝不会将废弃数据向前端泄露。
+#    - 关键时序点：在得到 `model_output` 后，必须立刻执行 `process_aborts()`，将 $R_0$ 标记为已取消并回收其持有的 KV Cache Block（vLLM：`_process_aborts_queue` → `finish_requests` → `_free_request`）；
+#    - 最后执行 `update(plan, model_output)`：调度器感知到 $R_0$ 已被取消，安全丢弃其输出 Token，绝不会将废弃数据向前端泄露。
 #
 # 断言 trace 序列严格保持：`["schedule", "execute", "grammar", "wait", "aborts", "update"]`，完整闭环。
 #
@@ -175,15 +156,13 @@ L01.print_outputs(run)
 L01.plot_timeline(run);
 
 # %% [markdown]
-# > **minivllm ≠ vLLM**：minivllm 在 worker 线程上跑 forward，`abort_requests` 只把 id 放进 `aborts_queue`；vLLM 的做法见文末差异。
-#
 # 读图：红色虚线是取消到达的时刻。grammar 紧跟 execute 开始，早于 forward 结束。wait 之后先 aborts 再 update：r0 第 3 步算出的 token 没有输出（已 `FINISHED_ABORTED`）；r1 照常生成到 `max_tokens`。
 #
-# 下面只把 aborts 挪到 update 之后再跑一次，并列出 `EngineCoreProc` 在 busy loop 之外启动的线程。
+# 下面只把 aborts 挪到 update 之后再跑一次，并列出 minivllm 的 `EngineCoreProc` 在 busy loop 之外启动的线程。
 
 # %%
 L01.print_late_abort(L01.late_abort_run())
-print("EngineCoreProc 在 busy loop 之外启动的线程：", L01.engine_core_threads())
+print("minivllm 的 EngineCoreProc 在 busy loop 之外启动的线程：", L01.engine_core_threads())
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
@@ -191,8 +170,6 @@ print("EngineCoreProc 在 busy loop 之外启动的线程：", L01.engine_core_t
 # 补齐一个最小 EngineCore.step 控制流模型。重点不是模拟 GPU，而是保持官方源码中的顺序合同；不得删除 trace 断言。
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
-#
-# > **minivllm ≠ vLLM**：练习是同步的 `step`，forward 与采样合成一次；vLLM 0.27.1 分两次调用，默认跑 `step_with_batch_queue`。见文末差异。
 
 # %% nbgrader={"grade": false, "grade_id": "l01_engine_core_step", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def engine_core_step(has_requests, schedule, execute_async,
@@ -313,9 +290,13 @@ L01.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 四个对象的状态各自说清（至少：前端的请求输出流/分词与取消，EngineCore 的 busy loop 与 input/abort 队列，Scheduler 的 waiting/running 队列、请求状态机与 KV 块账本，Worker 的 GPU 张量与 KV 池）并给出“为何不能合并”的因果链（进程隔离/GIL、单写者避免竞争、故障边界清楚）；1 分 = 只列出状态或只讲原因之一；0 分 = 只背类名，说不清状态所有权（一票否决）。
+# **评分要点**（两部分各 1 分）：
 #
-# 以下答案按 vLLM 0.27.1 是正确的，不扣分：HTTP/SSE 属于 API server 而不是 AsyncLLM；等待调度的队列在 Scheduler；单卡时 Worker 在 EngineCore 进程内（`UniProcExecutor`）；默认没有容错降级（`ParallelConfig.enable_fault_tolerance` 默认 False，worker 出错时引擎退出，前端抛 `EngineDeadError`）。
+# - **状态（1 分）**：四个对象各说出自己的主要状态：前端的请求输出流/分词与取消，EngineCore 的 busy loop 与 input/abort 队列，Scheduler 的 waiting/running 队列、请求状态机与 KV 块账本，Worker 的 GPU 张量与 KV 池。漏掉一个对象或把状态归错主人，这 1 分不给。
+# - **为何不能合并（1 分）**：一条成立的因果链即可。成立的理由：每份状态只有一个写者，改动沿 `SchedulerOutput` → `ModelRunnerOutput` 这样的显式消息发生，避免竞争、便于定位故障；前端与 EngineCore 分进程，分词/解码不与 busy loop 争 GIL。把“进程隔离/GIL”当作全部四者分开的唯一理由的，这 1 分不给：Scheduler 与 EngineCore 同在一个进程，单卡时 Worker 也在其中（`UniProcExecutor`），GIL 说明不了它们为何分开。
+# - 0 分：只背类名，说不清状态所有权（一票否决）。
+#
+# 以下答案按 vLLM 0.27.1 是正确的，不扣分：HTTP/SSE 属于 API server 而不是 AsyncLLM；等待调度的队列在 Scheduler；单卡时 Worker 在 EngineCore 进程内；默认没有容错降级（`ParallelConfig.enable_fault_tolerance` 默认 False，worker 出错时引擎退出，前端抛 `EngineDeadError`）。
 #
 # **参考答案**
 #
@@ -325,9 +306,7 @@ L01.check_source_map(SOURCE_MAP)
 #    - Scheduler（权威裁决层）：拥有全局请求状态机（WAITING、RUNNING、PREEMPTED、FINISHED_*，抢占采用重算而非换出）、逻辑 Token 计数（num_computed_tokens, total_tokens）、逻辑 KV Block 映射账本以及请求抢占（Preemption）决策权；
 #    - GPUModelRunner / Worker（设备执行层）：独占物理 GPU 显存张量、PagedAttention 物理 KV 显存池（Block Table）、CUDA Graph 预热与执行环境、采样器状态以及分布式通信（NCCL TP/PP）组。
 # 2. 严禁合成全局可变对象的深层因果：
-#    - 进程隔离与 GIL 消除前提：为了突破 Python GIL 限制，Frontend、EngineCore 与 Worker 分布在不同物理进程中。跨进程内存天然不可变共享；
-#
-#      > **更正（对照 vLLM 0.27.1）**：Frontend 与 EngineCore 确实是两个进程（`VLLM_ENABLE_V1_MULTIPROCESSING` 默认开启）；但单卡（`world_size == 1`）时 `ParallelConfig` 把 `distributed_executor_backend` 设为 `"uni"`，`UniProcExecutor` 把 Worker 放在 **EngineCore 进程里**，只有多卡（`"mp"`，`MultiprocExecutor`）时 Worker 才是独立进程。“Worker 不写 Scheduler 状态”靠的是消息契约（`SchedulerOutput` → `ModelRunnerOutput`），不完全靠进程边界。学生写“单卡时 Worker 在 EngineCore 进程内”是正确的，不扣分。
+#    - 进程隔离与 GIL：Frontend 与 EngineCore 是两个进程（`VLLM_ENABLE_V1_MULTIPROCESSING` 默认开启），分词与增量解码不与 busy loop 争 GIL。Worker 只在多卡（`MultiprocExecutor`）时是独立进程；单卡时 `UniProcExecutor` 把它放在 EngineCore 进程里，Scheduler 也一直在这个进程里。所以“Worker 不写 Scheduler 状态”靠的是消息契约（`SchedulerOutput` → `ModelRunnerOutput`），不是进程边界；
 #    - 杜绝多写者脑裂（Brain-Split & Race Condition）：若允许 Worker 越权修改 Scheduler 状态，在分布式流水线或异步执行中会产生无序状态竞争，无法确定哪个组件持有真值；
 #    - 故障边界与可审计契约：单写者加显式消息契约（IPC / Message Queue）使得每个组件的输入输出严格成对可审计。某个 GPU Worker 发生 OOM 或 NCCL 崩溃时，故障停在清楚的边界上：vLLM 0.27.1 默认不降级（`enable_fault_tolerance` 默认 False），EngineCore 退出，前端把在途请求以 `EngineDeadError` 结束，而不是带着不一致的状态继续运行。
 #
@@ -353,10 +332,10 @@ L01.check_source_map(SOURCE_MAP)
 #    - 在结构化输出（JSON Schema / Regex 约束解码）中，根据语法树或有限状态机（FSM）计算下一个合法 Token 的 Bitmask 是纯 CPU 密集型任务，计算耗时可能长达数毫秒；
 #    - 源码采用 `execute_model(non_block=True)` 是为了实现控制流与设备执行的异步解耦：系统将本次 Batch 的张量元数据非阻塞地发射给 GPU Worker 后立即返回，GPU 开始执行耗时的自注意力与 GEMM 计算；
 #    - 此时 CPU 主线程并没有空转等待，而是立即并发执行 `get_grammar(plan)`，在本地内存中完成 Bitmask 的推导与位运算；
-#    - 随后调用 `future()` 阻塞等待 GPU 输出。此时 CPU 的 Grammar Mask 恰好计算完毕，二者无缝对接。
+#    - 随后调用 `future()` 阻塞等待 GPU 输出。bitmask 比 forward 先算完时，CPU 的开销全部藏在 forward 里；比 forward 慢时仍有空泡。
 # 2. Grammar 绝不能晚于采样（Sampling Constraint）：
 #    - 这并不意味着 Grammar 可以晚于采样。GPU ModelRunner 在执行 Transformer Forward 产出未归一化的 Logits 后，必须等待 Grammar Mask 的位掩码注入（将非法 Token 的 Logits 强行置为 $-\infty$），然后才能执行 Softmax 和采样操作；
-#    - `non_block=True` 仅仅是将 Python 端的等待时机从“发射瞬间”推迟到了“提取最终输出之前”，在不破坏物理数据因果依赖的前提下，完全掩盖了 CPU 侧的状态机解析开销。
+#    - `non_block=True` 仅仅是将 Python 端的等待时机从“发射瞬间”推迟到了“提取最终输出之前”，在不破坏数据因果依赖的前提下，把 CPU 侧的 bitmask 开销尽量藏到 forward 后面（藏住多少要实测）。
 #    - 固定 commit 里这条依赖写在代码结构上：`EngineCore.step` 先 `future.result()` 拿到 forward 的结果，若它是 `None`（采样被拆开），再调用 `model_executor.sample_tokens(grammar_output)`，bitmask 作为参数进入采样；`step_with_batch_queue` 里 `sample_tokens(grammar_output, non_block=True)` 同样带着 bitmask，需要上一步 token 的结构化输出请求则推迟采样。
 #
 # === END MARK SCHEME ===
@@ -373,9 +352,9 @@ L01.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 指出 model output 里已有该请求本步的 token；先 abort 使请求在 update 之前成为 `FINISHED_ABORTED`、释放它的 KV 块，update 因而跳过它、不再为它追加 token 或产生输出；并说明反序的后果：引擎为已取消的请求更新状态并输出本步 token（在 vLLM 里前端已由 `AsyncLLM.abort` 移除该请求，这条输出被丢弃，客户端收不到）。1 分 = 只给出结论或只给出后果；0 分 = 没有沿对象与状态变化给出因果链。
+# **评分要点**：2 分 = 指出 model output 里已有该请求本步的 token；先 abort 使请求在 update 之前成为 `FINISHED_ABORTED`，update 因而跳过它、不再为它追加 token 或产生输出；并说明反序的后果：引擎为已取消的请求更新状态并输出本步 token（在 vLLM 里前端已由 `AsyncLLM.abort` 移除该请求，这条输出被丢弃，客户端收不到）。1 分 = 只给出结论或只给出后果；0 分 = 没有沿对象与状态变化给出因果链。
 #
-# 不要求、也不奖励“反序会 use-after-free”：先 update 后 abort 时每个块仍只释放一次（本课演示）。写“输出推给了已断开的客户端”而因果链其余正确的，不扣分；写出前端丢弃这条输出的，同样得分。
+# KV 块在哪一步释放不是本题所问：写“abort 时释放”（正确，`finish_requests` → `_free_request`）或没有提及的，都不影响得分。不要求、也不奖励“反序会 use-after-free”：先 update 后 abort 时每个块仍只释放一次（本课演示）。写“输出推给了已断开的客户端”而因果链其余正确的，不扣分；写出前端丢弃这条输出的，同样得分。
 #
 # **参考答案**
 #
@@ -403,7 +382,7 @@ L01.check_source_map(SOURCE_MAP)
 # - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
 # - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
-# 总分 10 分，至少 8 分通过。参考答案与参考代码只在教师分支（solutions/）中：先独立完成；核对后请更换一个 batch、cache 或硬件条件重新推演，不能只复制。
+# 总分 10 分，至少 8 分通过。参考答案只在教师分支（solutions/）中；引擎自己的 `engine_core_step` 就在 `minivllm/engine/core.py`，先独立完成再读。核对后请更换一个 batch、cache 或硬件条件重新推演，不能只复制。
 #
 # ### 自检
 #
@@ -415,9 +394,26 @@ self_check("lesson01", globals());
 # %% [markdown]
 # ## 在真实 vLLM 0.27.1 上看同一件事
 #
-# 演示的两个请求交给 vLLM 自己的 `EngineCore`（进程内，CPU 上的 runner 是 `CPUModelRunner`），同样在第 3 步 forward 中取消 r0。CPU 平台关掉了 async scheduling，最后两行对照两边 `AsyncScheduler` 两批在途的顺序。
+# vLLM 的 `EngineCore.step`（`vllm/v1/engine/core.py`）只有约 15 行，对照你的 `engine_core_step` 读（装了 `.venv-vllm` 才印出源码，否则给链接）：
+
+# %%
+from autograder import vllm_views  # noqa: E402
+
+site = vllm_views.vllm_site_packages()
+if site:
+    lines = (site / "vllm/v1/engine/core.py").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith("def step(self)"))
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].strip().startswith("def "))
+    print("\n".join(lines[start:end]).rstrip())
+else:
+    print("https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py 中的 EngineCore.step")
+
+# %% [markdown]
+# 比练习多出的只有：`_should_throttle_prefills()`、forward 返回 `None` 时另调 `sample_tokens`（见文末差异）、两个记录细节的 `with`。
 #
-# 第二行是 vLLM 源码的位置：装好 `.venv-vllm` 后 `SOURCE_MAP` 可以离线查。
+# 再把演示的两个请求交给 vLLM 自己的 `EngineCore`（进程内，CPU 上的 runner 是 `CPUModelRunner`），同样在第 3 步 forward 中取消 r0。第二行是 vLLM 源码的位置：装好 `.venv-vllm` 后 `SOURCE_MAP` 可以离线查。
+#
+# CPU 平台关掉了 async scheduling，所以最后两行不是 `EngineCore` 在跑：仿照 `step_with_batch_queue` 的驱动 `autograder/vllm_oracle/scheduler_harness.py` 分别驱动两边的 `AsyncScheduler`。
 
 # %%
 L01.vllm_side_by_side(run)
@@ -440,7 +436,7 @@ L01.vllm_side_by_side(run)
 #
 # 本课评分的顺序与 vLLM 的 `EngineCore.step` 相同。其余差别：
 #
-# - **runner**：V1 的 `gpu_model_runner.py` 只用于 V2 不支持的特性（例如 n-gram 投机）、多数 MoE 模型和没有 Triton 的机器。
+# - **runner**：V1 的 `gpu_model_runner.py` 用于 V2 不支持的特性（例如 n-gram 投机）、没有 Triton 的机器，以及 `VllmConfig._is_default_v2_model_runner_model` 排除的模型：pooling、attention-free 模型，以及不在 V2 默认架构列表里的 MoE 与 hybrid 模型。
 # - **默认的 step**：vLLM 默认开启 async scheduling（`AsyncScheduler`），busy loop 调用 `step_with_batch_queue`：先发射第 N+1 步，再处理第 N 步。minivllm 默认关闭。
 # - **forward 与采样**：`execute_model` 的 future 返回 `None` 后，vLLM 再调用 `sample_tokens(grammar_output)`。练习把两者合成一次。
 # - **executor**：单卡默认 `UniProcExecutor`，worker 在 EngineCore 的调用线程上同步执行，重叠来自 CUDA kernel 的异步执行。minivllm 把 forward 放在 worker 线程上。

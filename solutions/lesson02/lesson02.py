@@ -29,7 +29,7 @@
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行最后的“自检”单元格或 `python -m autograder check lesson02`，得分与 nbgrader 的自动部分一致。
+# 没有 nbgrader 时（如 Colab），运行最后的“自检”单元格或 `python -m autograder check lesson02`，得分与 nbgrader 的自动部分一致。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
@@ -39,8 +39,8 @@
 # | 顺序 | vLLM 文件与入口（8e958902eee5） | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
 # | 1 | `vllm/v1/core/sched/scheduler.py`：`Scheduler.schedule` 开头的 `NOTE(woosuk)` 注释 | `minivllm/core/sched/scheduler.py` | 为什么调度器里没有 “prefill 阶段” 和 “decode 阶段”？ |
-# | 2 | 同文件 `# First, schedule the RUNNING requests.`：`allocate_slots`、`self.running.pop()`、`_preempt_request` | `minivllm/core/sched/scheduler.py`：`Scheduler._preempt` | 每个请求本步拿多少 token？块不够时抢占谁？ |
-# | 3 | 同文件 `# Next, schedule the WAITING requests.`：`preempted_reqs`、`get_computed_blocks`、`scheduler_reserve_full_isl` | 同上 | 为什么抢占过的一步不接纳？为什么整段 prompt 放得下才接纳？ |
+# | 2 | 同文件 `# First, schedule the RUNNING requests.`：`allocate_slots`、`_preempt_request` | `minivllm/core/sched/scheduler.py`：`Scheduler._preempt` | 每个请求本步拿多少 token？块不够时抢占谁？ |
+# | 3 | 同文件 `# Next, schedule the WAITING requests.`：`get_computed_blocks`、`scheduler_reserve_full_isl` | 同上 | 为什么抢占过的一步不接纳？为什么整个请求放得下才接纳？ |
 # | 4 | `vllm/v1/core/kv_cache_manager.py`：`KVCacheManager.allocate_slots`、`get_computed_blocks` | `minivllm/core/kv_cache_manager.py` | `allocate_slots` 返回 `None` 意味着什么？ |
 # | 5 | `vllm/v1/core/sched/output.py`：`SchedulerOutput`、`NewRequestData`、`CachedRequestData` | `minivllm/core/sched/output.py` | worker 从一步的计划里拿到什么？ |
 # | 6 | `scheduler.py`：`_update_after_schedule`、`update_from_output` | `minivllm/core/sched/scheduler.py` | `num_computed_tokens` 在哪一刻推进？ |
@@ -80,18 +80,18 @@ short_errors("lesson02")  # 评分单元格失败时只显示三行：哪一部�
 # - prefix cache 命中的请求，`num_computed_tokens` 一开始就不是 0；
 # - 被抢占的请求 `num_computed_tokens` 归零，重新追（recompute）。
 #
-# 一步能分出去的 token 总数是 **token budget**，源码里是 `self.max_num_scheduled_tokens`，默认等于 `max_num_batched_tokens`。chunked prefill 是这条规则的自然结果：预算不够一个完整的 prompt，就先算一部分，下一步接着算。
+# 一步能分出去的 token 总数是 **token budget**，源码里是 `self.max_num_scheduled_tokens`，默认等于 `max_num_batched_tokens`。chunked prefill 是这条规则的自然结果：预算不够一个完整的 prompt，就先算一部分。
 #
 # ### 2. 它如何工作
 #
 # `schedule()` 的骨架只有两个循环：
 #
-# 1. **先 RUNNING**：按加入顺序遍历 `self.running`。每个请求本步拿 `min(剩余 token, long_prefill_token_threshold, 剩余预算)`，threshold 为 0 表示不设上限；再调用 `kv_cache_manager.allocate_slots` 为这些 token 要 KV 块。
-#    - 失败（返回 `None`）就抢占优先级最低的 running 请求，FCFS 下是 `self.running.pop()`；然后重试。
+# 1. **先 RUNNING**：按加入顺序遍历 `self.running`。每个请求本步拿多少 token 受三条限制：它还差的 token、单个请求的上限 `long_prefill_token_threshold`（0 表示不设上限）、本步还剩的预算。再调用 `kv_cache_manager.allocate_slots` 为这些 token 要 KV 块。
+#    - 失败（返回 `None`）就抢占优先级最低的 running 请求：FCFS 下是最后加入、本步还没分到 token 的那个；然后重试。
 #    - `_preempt_request` 按重算处理它：释放全部块、状态改为 `PREEMPTED`、`num_computed_tokens = 0`、放回 waiting 队首。
 #    - 被抢占的若正是当前请求本身，循环结束。
-# 2. **再 WAITING**：本步没有发生抢占时才接纳新请求（`if not preempted_reqs`）。对队首请求先查 prefix cache（`get_computed_blocks`），同样取三者的最小值，再调用 `allocate_slots`。它包含两道检查：
-#    - **准入检查**（`scheduler_reserve_full_isl`，默认 `True`）：整段 prompt 除去命中部分所需的块，当前空闲块都要放得下，否则不接纳；
+# 2. **再 WAITING**：只要本步抢占过，就不再接纳新请求（原因见下一节）。对队首请求先查 prefix cache（`get_computed_blocks`），按同样的三条限制定 token 数，再调用 `allocate_slots`。它包含两道检查：
+#    - **准入检查**（`scheduler_reserve_full_isl`，默认 `True`）：请求已有的全部 token（`request.num_tokens`，含被抢占前的输出）除去命中部分所需的块，当前空闲块都要放得下，否则不接纳；
 #    - **watermark**（默认 `0.0`，即关闭）：running 非空时，再额外留出 `watermark × 总块数` 个空闲块。
 #
 #    成功就移入 running；失败就停止，FCFS 不跳过队首。
@@ -114,7 +114,7 @@ L02.fig_concurrent_partial();
 # - **抢占最低优先级的那个**：FCFS 下 running 末尾的请求最新，也是本步还没分到 token 的那个。从头部抢占，会把已经分好 token 的请求踢出去，计划就自相矛盾。
 # - **抢占按重算**：V1 没有 swap，被抢占请求的块全部释放，它回到 waiting 队首，下一步从头重算。
 # - **抢占过的一步不接纳**：抢占说明 KV 池已不够分；这时接纳只会把刚释放的块再分出去，下一步又要抢占（thrashing）。
-# - **准入检查不能代替上一条**：它只保证新请求自己的 prompt 放得下当前空闲块，不为 running 请求以后的 decode 留块。
+# - **准入检查不能代替上一条**：它只保证这个请求已有的 token 放得下当前空闲块，不为 running 请求以后的 decode 留块。
 # - **`num_computed_tokens` 在调度时推进**：没算完 prompt 的 chunk 不产生输出 token，`update_from_output` 收到的是空列表。丢弃的方式取决于 runner，见文末差异。
 #
 # ### 4. 性能与工程取舍
@@ -122,7 +122,7 @@ L02.fig_concurrent_partial();
 # - **budget 决定一步的大小**：一步的耗时大致随调度的 token 数增长。budget 越大，吞吐越高、长 prompt 的 TTFT 越短，但同一步里 decode 的 ITL 越长。
 # - **threshold 限制单个请求**：一个长 prompt 不能独占 budget，短请求也能挤进来；代价是它要多走几步。
 # - **chunk 的额外成本**：每多一步就多一次固定开销，后面的 chunk 还要重读前面 chunk 的 KV；chunk 太小时，GEMM 的算术强度低于硬件拐点。
-# - **重算 vs. 交换**：重算浪费计算，但不需要 CPU 内存和 PCIe 带宽；被抢占的多是刚加入、KV 还不多的请求。
+# - **重算 vs. 交换**：重算浪费计算，但不需要 CPU 内存和 PCIe 带宽。被抢占的是最后加入的请求，它的 KV 未必少（可能已生成很长的输出），重算代价随它的 token 数增长。
 # - **准入检查的代价**：长 prompt 可能在 waiting 里多等几步，换来的是不再中途被抢占、重算。
 
 # %% [markdown]
@@ -175,7 +175,7 @@ L02.fig_tradeoff(rows);
 #
 # 代价是长 prompt 要多走几步。这台 CPU 上几乎看不出来，TTFT 甚至下降：固定开销小。GPU 上 decode 受带宽限制，多一个 chunk 就几乎多一整步。
 #
-# 所以 threshold 和 budget 要在目标硬件、目标负载上用 benchmark 决定。
+# 所以 threshold 和 budget 要在目标硬件与负载上用 benchmark 决定。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
@@ -201,7 +201,7 @@ def schedule_step(running, waiting, token_budget, threshold, max_num_seqs,
     scheduled = {}  # request_id -> 本步计算的 token 数
     preempted = []  # 本步被抢占（按重算）的请求
 
-    # TODO：先 running 后 waiting；每个请求拿 min(剩余 token, threshold, 剩余预算)；
+    # TODO：先 running 后 waiting；每个请求本步的 token 数受三条限制（见“它如何工作”）；
     #       allocate 失败就抢占优先级最低的 running 请求；本步抢占过就不再接纳新请求。
     i = 0
     while i < len(running) and token_budget > 0:
@@ -351,7 +351,7 @@ L02.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l02_q2", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q2（2 分）
 #
-# 为什么一步之内只要发生了抢占，`schedule()` 就不再接纳任何 waiting 请求（`if not preempted_reqs`）？即使这一步的 token budget 还有剩余。
+# 为什么一步之内只要发生了抢占，`schedule()` 就不再接纳任何 waiting 请求？即使这一步的 token budget 还有剩余。
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
@@ -380,7 +380,11 @@ L02.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 换来的：一步的 token 数有上界 → 步长有上界 → decode 的 ITL 有界、长 prompt 不再阻塞在线请求，prefill 与 decode 同批（GPU 上计算受限与带宽受限的工作互补）；付出的：长 prompt 多走 ⌈L/threshold⌉ 步，每步有固定开销并要重读前面 chunk 的 KV，chunk 太小 GEMM 低于算术强度拐点 → TTFT 上升、吞吐下降；并明确：步数、预算不变量可由源码推出，而具体取值依赖硬件（拐点位置）、模型大小、prompt 长度分布与 TTFT/ITL 目标，必须在目标硬件与负载上 benchmark（指出本课 CPU 的测量不能外推到 GPU）。1 分 = 只说清一边的收益或代价，或没有区分 “可推出” 与 “需测量”。0 分 = 把本课 CPU 上的数字或某个 “最佳值” 写成普遍结论（一票否决）。
+# **评分要点**（两部分各 1 分）：
+#
+# - **换来与付出（1 分）**：至少一个收益和一个代价，各带因果链。收益例如：一步的 token 数有上界 → 步长有上界 → decode 的 ITL 有界、长 prompt 不阻塞在线请求。代价例如：长 prompt 多走 ⌈L/threshold⌉ 步 → 每步的固定开销、重读前面 chunk 的 KV、chunk 太小时 GEMM 低于拐点 → TTFT 上升或吞吐下降。只有收益或只有代价，这 1 分不给。
+# - **推出与测量（1 分）**：说出至少一样可由源码推出的东西（预算与 threshold 不变量、每个 prompt 的步数），并说明具体取值要在目标硬件与负载上 benchmark（取决于硬件拐点、模型、prompt 长度分布或 TTFT/ITL 目标中的任一项即可）。
+# - 参考答案里其余各点（prefill 与 decode 同批互补、CPU 与 GPU 的对比等）是加深，不是必需。0 分：把本课 CPU 上的数字或某个“最佳值”写成普遍结论（一票否决）。
 #
 # **参考答案**
 #
@@ -402,7 +406,7 @@ L02.check_source_map(SOURCE_MAP)
 # - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
 # - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
-# 总分 10 分，至少 8 分通过。参考答案与参考代码只在教师分支（solutions/）中：先独立完成；核对后请更换一个 batch、cache 或硬件条件重新推演，不能只复制。
+# 总分 10 分，至少 8 分通过。参考答案只在教师分支（solutions/）；引擎的版本在 `minivllm/` 里，先独立完成再读；核对后更换一个 batch、cache 或硬件条件重新推演。
 #
 # ### 自检
 #

@@ -36,7 +36,7 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM commit 8e958902eee5，本课逐条对照了前一天构建的 0.27.1 发布包；链接见文末参考资料。先画出一个块的一生：分配 → 写满 → 登记哈希 → 被命中共享 → 释放进空闲队列 → 被驱逐或再次命中。再按下表读；`kv_cache_utils.py` 的大半是容量规划，与本课无关。
+# 本课读、跑、评分用的都是 vLLM 0.27.1 发布包；文末链接固定在 commit 8e958902eee5（发布包在它前一天构建）。先画出一个块的一生：分配 → 写满 → 登记哈希 → 被命中共享 → 释放进空闲队列 → 被驱逐或再次命中。再按下表读；`kv_cache_utils.py` 的大半是容量规划，与本课无关。
 #
 # | 顺序 | vLLM 文件与入口（`vllm/v1/core/`） | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
@@ -148,8 +148,6 @@ print(L03.ttft_caption(runs))
 # ## 实践任务：唯一代码填空题
 #
 # 补齐前缀缓存的四个决策点：块哈希里装什么、哪些块有哈希且如何成链、命中到哪里为止、新块从空闲队列的哪一端取。签名与 minivllm 和 vLLM 的同名函数一致：`get_computed_blocks` 是 `KVCacheManager` 的方法，`get_new_blocks` 是 `BlockPool` 的方法。
-#
-# > **minivllm ≠ vLLM**：vLLM 的 `get_computed_blocks` 按 KV-cache 组查找，多返回一个 `shared_prefix_boundary`；它的哈希器还会算 extra keys。见文末差异。
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
 
@@ -276,7 +274,7 @@ L03.check_boundary(hash_block_tokens, request_block_hasher, get_computed_blocks,
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分。在 vLLM 8e958902eee5 的 `vllm/v1/core/` 下找到实现每个概念的名字：字符串，可带类名或 `self.`，参数可省略；正文没有印出它们。
+# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分。在 vLLM 0.27.1 的 `vllm/v1/core/` 下找到实现每个概念的名字：字符串，可带类名或 `self.`，参数可省略；正文没有印出它们。
 #
 # - `free_link`：空闲队列由 `KVCacheBlock` 串成双向链表，指向下一个块的那个字段；
 # - `group_key`：把块哈希和 KV cache 组号拼成哈希表键的函数；
@@ -348,7 +346,9 @@ L03.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l03_q3", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q3（2 分）
 #
-# 释放请求时（vLLM：`SingleTypeKVCacheManager.free`；minivllm：`KVCacheManager.free`）为什么把请求的块**逆序**交给 `BlockPool.free_blocks`？`free_blocks` 又为什么把没有哈希的块放到队头？这对驱逐顺序有什么影响？用 vLLM `test_evict` 的空闲队列 `[6, 10, 5, 4, 3, 2, 1, 9, 8, 7]` 说明：下一个需要新块的请求会拿到哪个块，为什么？
+# 释放请求时（vLLM：`SingleTypeKVCacheManager.free`；minivllm：`KVCacheManager.free`）为什么把请求的块**逆序**交给 `BlockPool.free_blocks`？`free_blocks` 又为什么把没有哈希的块放到队头？这对驱逐顺序有什么影响？
+#
+# 用 vLLM 的 `test_evict` 说明（块大小 16，块 0 是 null block）：req0 有 87 个 token、占块 1–6，req1 有 48 个 token、占块 7–9；先后释放它们后，空闲队列是 `[6, 10, 5, 4, 3, 2, 1, 9, 8, 7]`。req2 是 req0 的前 35 个 token，它的新块是哪个，为什么？
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #

@@ -19,7 +19,7 @@
 # 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；能指出：
 #
 # - 一个正确性不变量：每一步之后空闲块 + 在用块 = 总块数，不在 RUNNING 的请求不持有块，取消之后不再有输出；
-# - 一个性能边界：一次抢占要把全部上下文重新 prefill，代价随长度线性增长，prefix cache 能省掉大部分；
+# - 一个性能边界：一次抢占要把全部上下文重新 prefill，代价随长度增长（attention 部分是平方），prefix cache 能省掉大部分；
 # - 一个需要 benchmark 的结论：重算与换出到 CPU 哪个更快，KV 池多大时抢占不再频繁。
 #
 # 总分至少 8/10。
@@ -99,8 +99,6 @@ from minivllm.request import RequestStatus  # noqa: E402
 # schedule → execute_model（异步） → grammar bitmask → 等 worker → _process_aborts_queue → update_from_output
 # ```
 #
-# > **minivllm ≠ vLLM**：vLLM 在步与步之间就同步处理取消，只有一步执行期间到达的才走上图的 `_process_aborts_queue`；minivllm 只有后者。见文末差异。
-#
 # `_process_aborts_queue` 调用 `Scheduler.finish_requests(ids, FINISHED_ABORTED)`：
 #
 # - 把请求从 running 或 waiting 里拿掉，PREEMPTED 的请求在 waiting 里；
@@ -145,7 +143,7 @@ L04.fig_blocks(runs[0]);
 #
 # ### 4. 性能与工程取舍
 #
-# 一次抢占要把**整个上下文**（prompt 加已生成的 token）重新 prefill：代价随长度线性增长，还占用之后几步的 token budget。prefix cache 把其中算满、未被驱逐的块变成命中。
+# 一次抢占要把**整个上下文**（prompt 加已生成的 token）重新 prefill：线性层的计算随长度线性增长，attention 随长度平方增长，还占用之后几步的 token budget。prefix cache 把其中算满、未被驱逐的块变成命中。
 #
 # 下表在同一负载上交替运行关、开 prefix cache：`computed` 是调度的 token 总数，`recomputed` 是每个 prompt 与输出 token 各算一次之外多算的部分。
 
@@ -177,8 +175,6 @@ L04.print_transitions(runs[1], 12)
 # - `preempt(sched, request)`：按重算抢占一个**已经从 `sched.running` 取出**的请求：归还 KV 块，状态改为 PREEMPTED，进度归零，放回 `sched.waiting`（一个 deque）的正确位置。
 # - `finish_requests(sched, request_ids, finished_status)`：结束一批请求，取消时状态是 `FINISHED_ABORTED`。请求在 running 或 waiting 里；不认识的 id 什么都不做。结束的请求要离开队列、写上状态、归还 KV 块、记进 `sched.finished_req_ids`、从 `sched.requests` 删除。
 # - `check_stop(request, max_model_len)`：新 token 追加到 `request.output_token_ids` 之后调用。该停就写 `FINISHED_STOPPED`（stop token 还要设 `stop_reason`）或 `FINISHED_LENGTH_CAPPED`，返回 `True`；否则返回 `False`、什么都不改。`request.max_tokens` 可能是 `None`。
-#
-# > **minivllm ≠ vLLM**：vLLM 的 `_preempt_request` 还把 id 记进 `reset_preempted_req_ids`；minivllm 在 `schedule()` 里收集被抢占的 id，练习不必记。见文末差异。
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
 
@@ -350,7 +346,13 @@ for blocks in (64, 8, 7):
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 指出在这一步的 `schedule` 与 `update` 之间到达的取消（worker 已经在为它算 token）：先 update 会把这一步采样出的 token 追加进 `output_token_ids` 并为它发出一条 `EngineCoreOutput`——引擎为一个已取消的请求又产生了输出（trace 里 `FINISHED_ABORTED` 之后还有这个请求的输出）；客户端收不到它：`AsyncLLM.abort` 已先在 `OutputProcessor` 里删掉这个请求，迟到的输出被丢弃（“Ignore output for already-aborted request”），答“客户端什么也收不到、错在引擎内部的状态与统计”是对的，答“客户端收到了多余的 token 或报错”扣 1 分；若这个 token 恰好触发了停止，请求以 STOPPED/LENGTH 结束、其块已在 update 里释放，随后的取消什么都不做，结束原因与统计（abort 计数）都错了；并说明先处理取消的保证：`finish_requests` 把它从 `self.requests` 删除，`update_from_output` 里 `requests.get(req_id) is None` 直接跳过，worker 算出的 token 被丢弃，块只释放一次。1 分 = 只说 “多输出一个 token” 或 “浪费” 而没有沿对象说明。0 分 = 认为顺序无关紧要。**minivllm 与 vLLM 的差别不扣分**：本课 trace 的故事（步前入队的取消在下一步 `schedule` 之后才生效）是 minivllm 的；学生若指出 vLLM 在步与步之间经 `_process_input_queue` → 同步的 `EngineCore.abort_requests` 在 `schedule` 之前处理取消、只有执行期间到达的取消才落到 `_process_aborts_queue`，并据此说明问题只出现在“执行期间到达”的取消上，同样给满分——只要说清描述的是哪个系统。
+# **评分要点**（两部分各 1 分）：
+#
+# - **哪个请求、哪个对象（1 分）**：在这一步 `schedule` 之后、`update` 之前取消的请求（worker 已为它算了 token）；先 update 会把这个 token 追加进它的 `output_token_ids`，并为它发出一条 `EngineCoreOutput`：引擎为一个已取消的请求更新了状态、产生了输出（trace 里 `FINISHED_ABORTED` 之后还有它的输出）。
+# - **现在的顺序为何避免它（1 分）**：先处理取消时 `finish_requests` 把它从 `Scheduler.requests` 删除，`update_from_output` 找不到它就跳过，这个 token 被丢弃，块只释放一次。
+# - 不要求、但可加深的：这个 token 恰好触发停止时，结束原因变成 STOPPED/LENGTH、abort 计数少一次。写“客户端收到了多余的 token”而其余因果链正确的，不扣分（与第 1 课 Q3 相同）；写出 vLLM 前端由 `AsyncLLM.abort` 先删除请求、丢弃这条输出的，同样得分。
+# - 1 分 = 只说“多输出一个 token”或“浪费”而没有沿对象说明，或只答其中一部分；0 分 = 认为顺序无关紧要。
+# - **minivllm 与 vLLM 的差别不扣分**：本课 trace 的故事（步前入队的取消在下一步 `schedule` 之后才生效）是 minivllm 的；学生若指出 vLLM 在步与步之间经 `_process_input_queue` → 同步的 `EngineCore.abort_requests` 在 `schedule` 之前处理取消、只有执行期间到达的取消才落到 `_process_aborts_queue`，并据此说明问题只出现在“执行期间到达”的取消上，同样给满分——只要说清描述的是哪个系统。
 #
 # **参考答案**
 #
@@ -404,7 +406,7 @@ self_check("lesson04", globals());
 # %% [markdown]
 # ## 在真实 vLLM 0.27.1 上看同一件事
 #
-# 演示的负载和四个取消交给 vLLM 0.27.1 自己的 `Scheduler`（不带模型，按 `EngineCore` 的循环驱动），与 minivllm 的并排：每个请求一行，每步一格。
+# 演示的负载和四个取消交给 vLLM 0.27.1 自己的 `Scheduler`（不带模型，由仿照 `EngineCore` 循环的驱动 `autograder/vllm_oracle/scheduler_harness.py` 推进），每个请求一行，每步一格。mini 行不是上面的演示，而是 minivllm 的 `Scheduler` 由同一个驱动推进：取消在 `schedule` 之前处理。
 #
 # 抢占、取消、停止三项评分也跑 `autograder/vllm_views/lesson04.py` 的场景，并逐 token 调用 vLLM 的 `check_stop`：你的函数接进 minivllm 后，每步都要与 vLLM 录下的相同。
 
@@ -435,7 +437,7 @@ L04.vllm_side_by_side()
 # - **`max_tokens=None`**：vLLM 的 `InputProcessor` 在请求进入 `EngineCore` 前把它换成上下文剩余长度，`check_stop` 不会见到 `None`；练习要处理它。
 # - **`_preempt_request`**：还释放 encoder cache、处理异步调度的 stale output，并把 id 记进 `reset_preempted_req_ids`，经 `SchedulerOutput.preempted_req_ids` 让 Model Runner V2 清掉请求状态。minivllm 在 `schedule()` 里收集这些 id。
 # - **`finish_requests`**：vLLM 还跳过已 `is_finished()` 的请求，处理 `skipped_waiting` 队列和远端 KV 的延迟释放；minivllm 里已结束的请求不在 `Scheduler.requests` 里。
-# - **调度策略**：minivllm 只有 FCFS；vLLM 的 `PriorityRequestQueue` 没有队首，被抢占的请求按 (priority, arrival_time) 重新入堆。
+# - **调度策略**：minivllm 只有 FCFS；vLLM 的 `PriorityRequestQueue` 是一个堆，队首就是堆顶，`prepend_request` 并不插到最前，而是按 (priority, arrival_time) 重新入堆。
 #
 # ← 上一课：第 3 课：BlockPool 与 Prefix Caching：块哈希链、命中与 LRU 驱逐　｜　下一课 →：第 5 课：GPUModelRunner：持久批与 varlen 输入准备
 

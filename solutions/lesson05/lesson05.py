@@ -89,12 +89,12 @@ short_errors("lesson05")  # 评分单元格失败时只显示三行：哪一部�
 #
 # 所以**行序 ≠ 调度器的顺序**。然后 `_prepare_inputs` 按行序摊平，第 i 行本步 `n_i` 个 token、已算 `c_i` 个：
 #
-# - `query_start_loc = [0, cumsum(n)]`：请求 i 占扁平序列的 `[qsl[i], qsl[i+1])`；
+# - `query_start_loc`（`qsl`）：长 `num_reqs + 1`，请求 i 占扁平序列的 `[qsl[i], qsl[i+1])`；
 # - `req_indices = repeat(arange(num_reqs), n)`；请求内偏移是 `arange(total) - repeat(qsl[:-1], n)`；
-# - `positions = c[req_indices] + 偏移`，`input_ids = token_ids_cpu[req_indices, positions]`；
-# - `slot_mapping = block_table[req_indices, positions // block_size] * block_size + positions % block_size`；
+# - `positions`：token 在自己请求里的位置，接在已算好的 `c_i` 个 token 之后；`input_ids` 按行号和位置从 `token_ids_cpu` 取；
+# - `slot_mapping`：K/V 写进的物理槽。位置决定它在第几个逻辑块、块内第几格，物理块号要从这一行的块表查；
 # - `seq_lens = c + n`：注意力要看的上下文长度；
-# - `logits_indices`：只有 `seq_lens >= num_tokens` 的请求到达了已知 token 的末尾，取它的最后一个 token `qsl[i+1] - 1`。
+# - `logits_indices`：vLLM 为每一行取本步最后一个 token（`query_start_loc[1:] - 1`），没读完 prompt 的行的采样随后丢弃（见文末差异）。练习按 minivllm 的做法，只为到达已知 token 末尾的行取。
 #
 # 这些数组组成 `AttentionMetadata`，拷到设备；前向之后 `hidden[logits_indices]` 进 LM head。
 #
@@ -107,7 +107,7 @@ short_errors("lesson05")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 4. 性能与工程取舍
 #
-# - 输入准备与 token 数线性。16k 个 token 时，按 token 的 Python 循环要几十毫秒，numpy 向量化后不到 1 毫秒（检查里的表）。
+# - 输入准备与 token 数线性。16k 个 token 时，按 token 的 Python 循环要十几毫秒，numpy 向量化后不到 1 毫秒（检查里的实测表）。
 # - 没有异步调度时，GPU 在输入准备期间空闲。vLLM 0.27.1 默认开启异步调度：CPU 准备第 t+1 步时 GPU 还在跑第 t 步，只有准备比前向慢时 GPU 才等（Q3）。
 # - 持久批让每步的 CPU 写入与变化量成正比；代价是行会移动：每次移动都要搬这一行的 token、块表、`num_computed_tokens` 和采样参数，并改所有按行号索引的状态。
 
@@ -345,7 +345,12 @@ L05.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 用实际数字算出浪费（例如 1 个 16 token 块 + 3 个 decode：varlen 19 个 token，padding 成 4×16 = 64 个，约 70% 是填充；chunked prefill 与 decode 混批时 max_len 由最长的块决定，decode 越多浪费越大），指出填充位置在所有逐 token 的层（QKV/MLP 投影、LM head 之前的一切）里都要计算和搬运，而 varlen 让矩阵乘的行数就是真实 token 数；说清 varlen 的代价/要求：注意力 kernel 必须按 `query_start_loc` 分段（每个 token 只看自己请求的 KV，因果边界在 `seq_lens` 和位置上），KV 通过 `slot_mapping` 按 token 散写进分页的物理块（不连续），decode 排在前面让 kernel 可以分两类处理（minivllm 与 FlashInfer/MLA 后端；说 FlashAttention 后端不重排、一个 kernel 处理混合批也对）；并说出正确性条件（`positions` 从 `num_computed_tokens` 开始、`qsl` 是前缀和）；1 分 = 只说“padding 浪费算力”没有数字，或没有说清 kernel 怎样知道请求边界；0 分 = 认为 varlen 改变了模型的数学结果，或认为 padding 只是多用内存不影响计算（一票否决：混淆算法正确性与性能）。
+# **评分要点**（两部分各 1 分）：
+#
+# - **浪费多少（1 分）**：用演示里一步的实际数字算出 padding 的比例（例如 1 个 16 token 块 + 3 个 decode：varlen 19 个 token，padding 成 4×16 = 64 个，约 70% 是填充），并说明填充位置在逐 token 的层（QKV/MLP 投影等）里都要计算和搬运，而 varlen 让矩阵乘的行数就是真实 token 数。只说“padding 浪费算力”而没有数字，这 1 分不给。
+# - **对 kernel 与 KV 写入的要求（1 分）**：注意力 kernel 必须按 `query_start_loc` 分段、按 `seq_lens` 看上下文（每个 token 只看自己请求的 KV）；新 K/V 按 `slot_mapping` 逐 token 散写进分页的物理块。两样都说到才给分。
+# - 不要求、但可加深的：decode 排在前面让 kernel 分两类处理（minivllm 与 FlashInfer/MLA；说 FlashAttention 后端不重排也对）、正确性不依赖布局。
+# - 0 分：认为 varlen 改变了模型的数学结果，或认为 padding 只是多用内存不影响计算（一票否决：混淆算法正确性与性能）。
 #
 # **参考答案**
 #
@@ -368,12 +373,12 @@ L05.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 列出关键路径：调度（`Scheduler.schedule`）、`_update_states`（增删行、condense、重排）、`_prepare_inputs`（6 个数组 + `AttentionMetadata`）、H2D 拷贝，之后才能启动这一步的前向；说出成本与 token 数和请求数线性（向量化后是几次 numpy 调用；按 token 的循环每 token 若干微秒，16k token 时几十毫秒对亚毫秒，引用检查里的实测数字），占步时间的比例取决于模型与硬件（图 5-2 在 CPU 小模型上是百分之几）；并给出至少两种带源码对象的手段：pinned 内存 + `non_blocking` 的 `CpuGpuBuffer.copy_to_gpu`、先 `commit_block_table` 再做其余 CPU 工作；`positions`/`seq_lens`/`slot_mapping` 在 GPU 上算（`BlockTable.compute_slot_mapping`）；异步调度（`async_scheduling`，vLLM 0.27.1 默认开启：第 t+1 步的调度与输入准备和第 t 步的前向重叠，采样结果留在 GPU 上）；CUDA graph 减少 launch 开销；结构化输出的 bitmask 与前向重叠（第 8 课）。1 分 = 只列出步骤或只说“异步”，没有对象或没有成本链。0 分 = 认为 GPU 可以在这一步的输入准备完成前开始这一步的前向，或把输入准备说成在 GPU 上做所以不占时间（一票否决：混淆算法正确性与性能）。**不扣分的说法**：指出“准备期间 GPU 空闲”只在没有异步调度时成立、默认配置下 GPU 此时在跑上一步，是正确的；只说“GPU 空闲”而没有提异步调度，不因此扣分。
+# **评分要点**：2 分 = 列出关键路径：调度（`Scheduler.schedule`）、`_update_states`（增删行、condense、重排）、`_prepare_inputs`（6 个数组 + `AttentionMetadata`）、H2D 拷贝，之后才能启动这一步的前向；说出成本与 token 数和请求数线性（向量化后是几次 numpy 调用；按 token 的循环每 token 约 1 微秒，16k token 时十几毫秒对亚毫秒，引用检查里的实测数字），占步时间的比例取决于模型与硬件（图 5-2 在 CPU 小模型上是百分之几）；并给出至少两种带源码对象的手段：pinned 内存 + `non_blocking` 的 `CpuGpuBuffer.copy_to_gpu`、先 `commit_block_table` 再做其余 CPU 工作；`positions`/`seq_lens`/`slot_mapping` 在 GPU 上算（`BlockTable.compute_slot_mapping`）；异步调度（`async_scheduling`，vLLM 0.27.1 默认开启：第 t+1 步的调度与输入准备和第 t 步的前向重叠，采样结果留在 GPU 上）；CUDA graph 减少 launch 开销；结构化输出的 bitmask 与前向重叠（第 8 课）。1 分 = 只列出步骤或只说“异步”，没有对象或没有成本链。0 分 = 认为 GPU 可以在这一步的输入准备完成前开始这一步的前向，或把输入准备说成在 GPU 上做所以不占时间（一票否决：混淆算法正确性与性能）。**不扣分的说法**：指出“准备期间 GPU 空闲”只在没有异步调度时成立、默认配置下 GPU 此时在跑上一步，是正确的；只说“GPU 空闲”而没有提异步调度，不因此扣分。
 #
 # **参考答案**
 #
 # 1. 关键路径（CPU，每步）：`Scheduler.schedule` 决定 `num_scheduled_tokens` 和块；runner 的 `_update_states` 把增量写进持久批（`add_request`/`remove_request`/`condense`/`swap_states`）；`_prepare_inputs` 算 `input_ids`、`positions`、`query_start_loc`、`seq_lens`、`slot_mapping`、`logits_indices` 并构造 `AttentionMetadata`；把它们拷到 GPU。这一步前向的第一个 kernel 就要读 `input_ids`，注意力要读 `slot_mapping` 和块表，所以这些都要先准备好。没有异步调度时，这段时间里 GPU 空闲；vLLM 0.27.1 默认开启异步调度，此时 GPU 在跑上一步的前向，只要准备比前向快就不空等。
-# 2. 成本：与本步 token 数、请求数线性。向量化后是十几次 numpy 调用（检查里 16k token 的批不到 1 ms，执行的 Python 行数是常数）；按 token 的 Python 循环每 token 几微秒，16k token 就是几十毫秒，比一个 decode 步的 GPU 时间还长。图 5-2 里它占 prepare+forward+sample 的百分之几（CPU 上的小模型）；GPU 上前向只要几毫秒时，这个比例会大得多，要实测。
+# 2. 成本：与本步 token 数、请求数线性。向量化后是十几次 numpy 调用（检查里 16k token 的批不到 1 ms，执行的 Python 行数是常数）；按 token 的 Python 循环每 token 约 1 微秒，16k token 就是十几毫秒，比一个 decode 步的 GPU 时间还长。图 5-2 里它占 prepare+forward+sample 的百分之几（CPU 上的小模型）；GPU 上前向只要几毫秒时，这个比例会大得多，要实测。
 # 3. vLLM 的手段：
 #    - pinned 内存的 `CpuGpuBuffer` + `copy_to_gpu(non_blocking=True)`：拷贝异步进行，CPU 继续算；`_prepare_inputs` 第一件事就是 `commit_block_table`，让块表的拷贝与后面的 CPU 计算重叠；
 #    - 把 `positions`、`seq_lens`、`slot_mapping` 放到 GPU 上算（`num_computed_tokens` 常驻 GPU，`BlockTable.compute_slot_mapping` 启动 Triton kernel），CPU 只拷小数组；Model Runner V2 把更多输入准备写成按 `idx_mapping` 读状态表的 Triton kernel（`prepare_prefill_inputs`、`prepare_pos_seq_lens`），也算一种；
@@ -397,7 +402,7 @@ L05.check_source_map(SOURCE_MAP)
 # - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
 # - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
-# 总分 10 分，至少 8 分通过。参考答案与参考代码只在教师分支（solutions/）中：先独立完成；核对后请更换一个 batch（改 block_size、token budget 或到达时间）重新推演，不能只复制。
+# 总分 10 分，至少 8 分通过。参考答案只在教师分支（solutions/）；引擎的版本在 `minivllm/` 里，先独立完成再读；核对后更换一个 batch（改 block_size、token budget 或到达时间）重新推演。
 #
 # ### 自检
 #

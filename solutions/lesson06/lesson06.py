@@ -35,7 +35,7 @@
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# CPU 上，kernel 在 Triton 解释器里运行（准备单元格设置 `TRITON_INTERPRET=1`），形状很小；有 GPU 时同一个 kernel 直接编译运行，并多出一张实测带宽图。没有 nbgrader 时，运行最后的“自检”单元格，或执行 `python -m autograder check lesson06`。
+# CPU 上，kernel 在 Triton 解释器里运行（准备单元格设置 `TRITON_INTERPRET=1`），形状很小；有 GPU 时同一个 kernel 直接编译运行，多一张实测带宽图。没有 nbgrader 时，运行最后的“自检”单元格，或执行 `python -m autograder check lesson06`。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
@@ -50,7 +50,7 @@
 # | 4 | `vllm/v1/attention/ops/triton_decode_attention.py`：`_fwd_kernel_stage1`、`_fwd_grouped_kernel_stage1` | 本课的 kernel 相当于“分组、不分段”的那种 | 每个 query 头一个 program 与一组头一个 program，各读多少 K/V？ |
 # | 5 | 无：正确性的标尺 | `minivllm/attention/backends/torch_attn.py`：`paged_attention_ref` | 参考实现先把块 gather 成连续张量：它简单在哪里，慢在哪里？ |
 #
-# > **谁调用谁**：在 NVIDIA GPU 上，vLLM 的 Triton 后端对整批只调用一次 `unified_attention`。`kernel_paged_attention_2d` 是 ROCm 后端的回退路径，本课拿它对照，因为它的块循环与本课的 kernel 一一对应。细节见“与 vLLM 0.27.1 的差异”。
+# > **谁调用谁**：vLLM 在 NVIDIA GPU 上默认用 FlashAttention 后端（Blackwell 上先选 FlashInfer），Triton 后端排在其后（`vllm/platforms/cuda.py` 的 `_get_backend_priorities`）；选中时它对整批只调用一次 `unified_attention`。`kernel_paged_attention_2d` 是 ROCm 后端的回退路径，它的块循环与本课的 kernel 一一对应。
 
 # %% nbgrader={"grade": false, "grade_id": "l06_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：没有 GPU 时在导入 triton 之前打开解释器；静音无害的警告（评分单元格不能写 stderr）。
@@ -88,13 +88,20 @@ print("Triton 解释器（CPU）" if L06.interpreting() else "CUDA", "| 设备�
 #
 # ### 2. 它如何工作
 #
+# Triton 的四个概念：
+#
+# - **program**：kernel 按 grid 启动许多 program，每个用 `tl.program_id(axis)` 得知自己负责哪一份；
+# - **块**：program 一次处理一整块，`tl.arange(0, N)` 给出块内下标（N 为 2 的幂），`tl.load`/`tl.store` 一次读写一块；
+# - **mask**：`tl.load(ptrs, mask=m, other=0.0)` 只读 m 为真处，其余取 `other`；
+# - **`tl.dot`**：两个块的矩阵乘，每一维至少 16，GPU 上走 tensor core。
+#
 # minivllm 的 decode kernel 对应 vLLM 的 `kernel_paged_attention_2d`：
 #
 # - **grid = (序列数, kv 头数)**：一个 program 负责一条序列的一个 kv 头，以及共享它的 `QUERIES_PER_KV` 个 query 头（GQA 分组）。这组 query 头被补到至少 16 行（`GROUP_PAD`），与 vLLM 的 `num_queries_per_kv_padded` 相同；多出的行是空算。
 # - **沿逻辑块循环**：每次迭代先从块表读物理块号，再构造这个块的 K/V 指针并掩掉 `seq_len` 之后的槽位，用一次 `tl.dot` 算出组内每个 query 头的注意力分数，最后做 online softmax 更新。
 # - 循环结束后输出 `acc / running_sum`，只写一次。
 #
-# 下面的图都来自真实引擎：用 Triton 后端在默认模型（8 个 query 头、2 个 kv 头、head_dim 32）上贪心生成，记录 decode kernel 每次调用拿到的块表与长度。
+# 下面的图都来自真实引擎：Triton 后端在默认模型（8 个 query 头、2 个 kv 头、head_dim 32）上贪心生成，记录 decode kernel 每次拿到的块表与长度。
 
 # %%
 ref_run = L06.reference_run()   # minivllm 自己的 decode kernel；记录每次调用的块表、长度（最后一次还有输入张量）
@@ -138,7 +145,7 @@ for seq, (table, n) in enumerate(zip(last.block_table, last.seq_lens)):
 # ### 4. 性能与工程取舍
 #
 # - **受带宽限制**：每个（query 头, token）约 $4d$ 次浮点运算，每个（kv 头, token）读 $2d$ 个元素，算术强度为 $2G/\text{elt}$ FLOP/B（$G$ = `QUERIES_PER_KV`）。bf16、GQA 4 时约 4 FLOP/B，比 H100 SXM 的拐点（约 295）低两个数量级（图 6-3）。
-# - **目标是每个字节只读一次**：不读 `seq_len` 之后的槽位，不写中间结果。组内 query 头共用一次 K/V 加载；每个头一个 program 时，同一份 K/V 会被读 `QUERIES_PER_KV` 次。
+# - **目标是每个字节只读一次**：不读 `seq_len` 之后的槽位，不写中间结果。组内 query 头共用一次 K/V 加载；每个头一个 program 时，同一份 K/V 被请求 `QUERIES_PER_KV` 次，L2 缓存能挡住多少没有保证。
 # - **并行度**：本 kernel 只有 `batch × num_kv_heads` 个 program，小 batch、长上下文时吃不满带宽。vLLM 在纯 decode 的小批上把一条序列切成多段并行，最后合并 softmax；本 kernel 不分段。
 # - **块大小**：块越大，块表读取和循环次数越少；块越小，最后一块浪费的槽位越少，前缀缓存的粒度越细。
 
@@ -173,9 +180,9 @@ else:
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。CPU 上它在 Triton 解释器里运行，GPU 上直接编译运行。
 #
-# CPU 与 GPU 有一处差别：解释器忽略 `tl.dot` 的 `input_precision`，也总按 fp32 计算。所以评分前启动器会静态检查你的每个 `tl.dot`：必须带 `input_precision=DOT_PRECISION`，两个操作数都要来自 `.to(COMPUTE_DTYPE)`，否则三项代码检查都判失败。
+# CPU 与 GPU 有一处差别：GPU 上 fp32 操作数的 `tl.dot` 默认按 tf32 算（尾数只留 10 位），与参考实现差约 1e-3；`input_precision=DOT_PRECISION`（fp32 时为 `"ieee"`）避免这次舍入。解释器忽略这个参数，CPU 上看不出问题。
 #
-# > **与 vLLM 不同**：vLLM 的块循环按 token 查物理块号，并对全为 $-\infty$ 的行做保护；本练习每块查一次，不需要保护。原因见最后的差异列表。
+# 所以评分前启动器静态检查你的每个 `tl.dot`：必须带 `input_precision=DOT_PRECISION`，两个操作数都来自 `.to(COMPUTE_DTYPE)`，否则三项代码检查都判失败。
 
 # %% nbgrader={"grade": false, "grade_id": "l06_kernel", "locked": false, "schema_version": 3, "solution": true, "task": false}
 import triton
@@ -304,7 +311,7 @@ else:
                       bw["peak_tflops"], bw["copy_gbs"] / 1e3, bw["device"])
 
 # %% [markdown]
-# 图 6-4（CPU）或图 6-3 实测版（GPU）。GPU 上 batch 越大，实测点越接近带宽斜线；batch=1 时只有 8 个 program，远少于 SM 数，这正是分段要解决的情形。能达到多少拷贝带宽取决于 GPU、块大小、head_dim 与 Triton 版本（`benchmarks/paged_attention.py`）。
+# 图 6-4（CPU）或图 6-3 实测版（GPU）。GPU 上 batch 越大，实测点越接近带宽斜线；batch=1 时只有 8 个 program，远少于 SM 数，正是分段要解决的情形。能达到的带宽取决于 GPU、块大小、head_dim 与 Triton 版本（`benchmarks/paged_attention.py`）。
 
 # %% [markdown]
 # ## 检查方法
@@ -414,7 +421,7 @@ L06.check_source_map(SOURCE_MAP)
 #
 # **参考答案**
 #
-# 1. 省下了什么：GQA 模型里 QUERIES_PER_KV 个 query 头共享一个 kv 头的 K/V。若 kernel 每个 query 头一个 program，同一段 K/V 会被 kv_group_num 个 program 各读一遍——能否命中 L2 取决于调度与上下文长度，不能保证；decode 受带宽限制（Q1），这几乎就是 kv_group_num 倍的时间。vLLM `triton_decode_attention.py`（在 V1 里服务 MLA 后端）的 `decode_attention_fwd` 正是按这一点选 kernel：`kv_group_num == 1`（MHA，没有可共享的 K/V）时用每个 query 头一个 program 的 `_fwd_kernel_stage1`（grid 为 (batch, head_num, NUM_KV_SPLITS)，`cur_kv_head = cur_head // kv_group_num`）；有分组时用 `_fwd_grouped_kernel_stage1`，grid 第二维是 `cdiv(head_num, min(BLOCK_H, kv_group_num))`，一个 program 处理 `min(16, kv_group_num)` 个共享 K/V 的头。分组后（本课 kernel；`kernel_paged_attention_2d` 与 `kernel_unified_attention` 的 grid 第二维也是 kv 头），每个 kv 头的 K/V 每步只读一次：图 6-4 中解释器数出的 K/V 字节从 4x（把 K/V 按 query 头展开、模拟不分组的读法）降到 1.00x。块表读取、循环与地址计算也只做一次。
+# 1. 省下了什么：GQA 模型里 QUERIES_PER_KV 个 query 头共享一个 kv 头的 K/V。若 kernel 每个 query 头一个 program，同一段 K/V 会被 kv_group_num 个 program 各读一遍——能否命中 L2 取决于调度与上下文长度，不能保证；decode 受带宽限制（Q1），这几乎就是 kv_group_num 倍的时间。vLLM `triton_decode_attention.py`（在 V1 里服务 MLA 后端）的 `decode_attention_fwd` 正是按这一点选 kernel：`kv_group_num == 1`（MHA，没有可共享的 K/V）时用每个 query 头一个 program 的 `_fwd_kernel_stage1`（grid 为 (batch, head_num, NUM_KV_SPLITS)，`cur_kv_head = cur_head // kv_group_num`）；有分组时用 `_fwd_grouped_kernel_stage1`，grid 第二维是 `cdiv(head_num, min(BLOCK_H, kv_group_num))`，一个 program 处理 `min(16, kv_group_num)` 个共享 K/V 的头；MLA 只传一个 KV 头，每个 rank 超过 16 个头时，仍有 `cdiv(head_num, 16)` 个 program 各读一遍同一份 K/V。分组后（本课 kernel；`kernel_paged_attention_2d` 与 `kernel_unified_attention` 的 grid 第二维也是 kv 头），每个 kv 头的 K/V 每步只读一次：图 6-4 中解释器数出的 K/V 字节从 4x（把 K/V 按 query 头展开、模拟不分组的读法）降到 1.00x。块表读取、循环与地址计算也只做一次。
 # 2. 顺带的好处：组内 query 头成为矩阵的行，打分 `q @ k^T` 和 `p @ v` 变成真正的 `tl.dot`，可以上 tensor core，而不是逐头的向量点积。
 # 3. 代价与边界：
 #    - 组被补到 16 行（`GROUP_PAD`，vLLM 的 `num_queries_per_kv_padded` 同样至少 16），让组内的 query 头作为 `tl.dot` 的行；QUERIES_PER_KV=4 时 3/4 的行是空的，exp 与 dot 的计算有浪费，但 kernel 受带宽限制，这部分几乎不花时间；
@@ -436,7 +443,7 @@ L06.check_source_map(SOURCE_MAP)
 # - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
 # - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
-# 总分 10 分，至少 8 分通过。参考答案与参考代码只在教师分支（solutions/）中：先独立完成；核对后请更换一个 batch、cache 或硬件条件重新推演，不能只复制。
+# 总分 10 分，至少 8 分通过。参考答案只在教师分支（solutions/）；引擎的版本在 `minivllm/` 里，先独立完成再读；核对后更换一个 batch、cache 或硬件条件重新推演。
 #
 # ### 自检
 #
@@ -452,7 +459,7 @@ self_check("lesson06", globals());
 #
 # 能跑的最近的东西是它的 CPU 注意力后端：照 `CPUAttentionBackendImpl.forward` 的调用，`cpu_attn_reshape_and_cache` 把 K/V 写进它自己的缓存布局，`cpu_attention_with_kv_cache` 在同一张块表上做 decode。
 #
-# 下表是两个 decode 批（本课的批，和一个更长的 head_dim 64 的批；同一个种子，块同样打散）上 vLLM 的 CPU 算子、minivllm 的 torch 参考与你的 kernel 两两的最大差。CPU 上 vLLM 跑 V1 的 `CPUModelRunner`。`make vllm` 之后，vLLM 的源码在 `.venv-vllm` 的 site-packages/vllm 下。
+# 下表是两个 decode 批（本课的批和一个 head_dim 64 的批，块同样打散）上 vLLM 的 CPU 算子、minivllm 的 torch 参考与你的 kernel 两两的最大差。`make vllm` 之后，vLLM 的源码在 `.venv-vllm` 的 site-packages/vllm 下。
 
 # %%
 L06.vllm_side_by_side(paged_decode_kernel);
@@ -479,7 +486,7 @@ L06.vllm_side_by_side(paged_decode_kernel);
 # - **按 token 查块**：它的循环单位是 Triton 的块，不一定等于 cache 的块（`PHYSICAL_BLOCK_SIZE`），所以为每个 token 查一次物理块号；minivllm 的循环单位就是 cache 块，每块查一次。
 # - **$-\infty$ 保护**：vLLM 把补齐的 query 头的注意力分数置为 $-\infty$，整行都是 $-\infty$ 时 `exp(-inf - (-inf))` 是 NaN，所以它把这时的 `alpha` 和 `p` 置 0。minivllm 补齐的行 query 为 0、分数为 0，第一个块总有有效 token，不会出现整行 $-\infty$。
 # - **分段**：`unified_attention` 在批次全是 decode、且序列数不超过 `seq_threshold_3D` 时，把一条序列切成多段（3D 路径），再由 `reduce_segments` 合并；minivllm 不分段。
-# - **`triton_decode_attention.py`**：在 V1 里服务 MLA 后端（`triton_mla.py`）。`kv_group_num == 1` 时每个 query 头一个 program（`_fwd_kernel_stage1`），有 GQA 分组时一个 program 处理至多 16 个 query 头（`_fwd_grouped_kernel_stage1`），所以它并不重复读 K/V。
+# - **`triton_decode_attention.py`**：服务 MLA 后端（`triton_mla.py`）。分组时 grid 第二维是 `cdiv(head_num, min(BLOCK_H, kv_group_num))`，一个 program 至多 16 个头；MLA 只有一个 KV 头，每个 rank 超过 16 个头时，同一份 K/V 被几个 program 各读一遍。
 # - **块大小**：vLLM 的 Triton 后端要求块大小是 16 的倍数；minivllm 要求 2 的幂，在 CUDA 上至少 16。
 #
 # ← 上一课：第 5 课：GPUModelRunner：持久批与 varlen 输入准备　｜　下一课 →：第 7 课：采样器：temperature、top-k/top-p、种子与 logprobs

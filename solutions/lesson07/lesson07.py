@@ -105,11 +105,11 @@ short_errors("lesson07")  # 评分单元格失败时只显示三行：哪一部�
 # - **top-p 保留跨过 p 的 token**：只保留累积和严格小于 p 的 token 会少一个，p 很小时一个都不剩。
 # - **top-p 在 top-k 之后重新归一化**：在整个词表的概率上做 top-p 会多砍。
 # - **min-p 相对最大概率**：概率总和永远是 1，相对总和的阈值就成了固定的 min_p。
-# - **每个带种子的请求一个 generator**：整批共用一个时，请求拿到的随机数取决于它前面排了几行。每步要接着取新的噪声，从 seed 重来会每步抽到同一个 token。
+# - **每个带种子的请求一个 generator**：整批共用一个时，请求拿到的随机数取决于它前面排了几行。每步要接着取新的噪声；每步从 seed 重来，每步拿到同一段噪声，相邻 token 强相关。
 #
 # ### 4. 性能与工程取舍
 #
-# - **排序**：在 PyTorch 路径上，top-p 要把整行排序，每行 $O(V\log V)$，V 常是 15 万；只有 top-k 时 `topk(max k)` 便宜得多。都不用时 `top_p`、`top_k` 是 None，“没人用”是一次 Python 判断，不启动 kernel。
+# - **排序**：在 PyTorch 路径上，top-p 要把整行排序，每行 $O(V\log V)$，常见模型的 V 在 3.2 万到 25 万之间；只有 top-k 时 `topk(max k)` 便宜得多。都不用时 `top_p`、`top_k` 是 None，“没人用”是一次 Python 判断，不启动 kernel。
 # - **GPU 上**：vLLM 在 CUDA 上多半不排序：没有带种子的请求时交给 FlashInfer 的拒绝采样，否则 batch ≥ 8 用基于 pivot 的 Triton kernel。
 # - **不用 `torch.multinomial`**：它在 CUDA 上引起 CPU-GPU 同步（`random_sample` 的 docstring）；指数竞赛只是逐元素运算加一次 argmax，可以异步排队。
 # - **种子的代价**：带种子的行要逐行调用 `exponential_(generator=...)`，vLLM 的注释说它“can be slow”；FlashInfer 不支持逐请求 generator。
@@ -264,8 +264,6 @@ L07.plot_seed_demo(runs);
 
 # %% [markdown]
 # 图 7-2：每个位置是否与“seed, alone”的 token 相同（绿色）。带种子的请求只在产出 token 的那一步从自己的 generator 取噪声（minivllm 的分块 prefill 中间块不采样），所以三行全绿；不带种子的两次运行在第一个随机分叉处就不同。
-#
-# > **minivllm ≠ vLLM**：vLLM 对分块 prefill 的中间块也采样再丢弃；它也不默认承诺与批组成无关。见文末差异。
 
 # %%
 L07.print_sort_cost(L07.sort_cost(apply_top_k_top_p))
@@ -316,7 +314,11 @@ L07.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 说清种子的语义是“这个请求的输出只由它自己的 prompt、参数和 seed 决定”，而批的组成（谁同批、排在第几行、batch 多大）每步都由调度器决定、对用户不可见；共用一个 generator（或每步全局设种子）时，某行拿到的随机数取决于它前面有多少行消耗了随机数，批一变输出就变（本课 `one_generator_for_the_batch`）；每个请求一个 generator，状态随请求走（vLLM V1：`GPUModelRunner._update_states` 用 `SamplingParams.seed` 创建并 `manual_seed`，经 `CachedRequestState.generator` 由 `InputBatch.add_request` 存进 `generators[行号]`；说“在 add_request 时创建”只得一半的对象分——它只存，不建；行号变了只是 `generators` 字典的键变），每产出一个 token 从它取一次 V 个指数数；并指出成立条件：chunked prefill 的中间块不消耗随机流（minivllm：不采样；vLLM V1：采样后丢弃并把 generator 偏移回拨，`gen.set_offset(gen.get_offset() - 4)`；V2：这些请求 `num_sampled = 0`，噪声只由 seed 与位置决定——各种说法都给分，只要说清是哪个系统），抢占后重算（generator 跟着请求状态，恢复后继续同一序列），以及 logits 本身在不同批组成下数值相同（批不变性；vLLM 默认**不**承诺跨批组成可复现，reproducibility 文档要求批不变模式 `VLLM_BATCH_INVARIANT=1` 等设置；回答“vLLM 默认保证与批组成无关”不得这一点）。指出 vLLM 0.27.1 的 Model Runner V2（课程的 dense 模型默认用它）不用 `torch.Generator`、而是按 (每请求 seed, 位置) 生成 Gumbel 噪声（`vllm/v1/worker/gpu/sample/gumbel.py`），并以此回答同一个问题，同样给满分；1 分 = 只说“为了可复现”，没有说清共用时为什么依赖批组成，或没有提到 chunked prefill / 行号变化；0 分 = 认为设一次全局种子就够了（一票否决：只背类名而说不清状态所有权）。
+# **评分要点**（两部分各 1 分）：
+#
+# - **为什么不共用（1 分）**：批的组成（谁同批、排第几行）每步由调度器决定、对用户不可见；共用一个 generator 时某行拿到的随机数取决于前面各行消耗了多少（本课 `one_generator_for_the_batch`），每步全局 `manual_seed` 则同批两个种子无法兼顾、且每步拿到同一段噪声。每请求一个 generator，状态随请求走，行号变了只是 `generators` 的键变。
+# - **成立条件（1 分）**：chunked prefill 的中间块不能推进这个请求的随机流（minivllm：不采样；vLLM V1：采样后丢弃并回拨 generator 偏移；V2：`num_sampled = 0`、噪声由 seed 与位置决定；哪种都给分，只要说清是哪个系统）。再说出 logits 须与批组成无关（vLLM 默认不承诺，要 `VLLM_BATCH_INVARIANT=1`）或抢占后 generator 跟着请求的，是加深，不是必需。
+# - generator 由哪个方法创建（`_update_states`，不是 `add_request`）不计分。以 Model Runner V2 的 (seed, 位置) Gumbel 噪声回答同一个问题的，同样给满分。1 分 = 只答对其中一部分；只说“为了可复现”而说不清共用为什么依赖批组成，为什么不共用这 1 分不给。0 分 = 认为设一次全局种子就够了（一票否决：只背类名而说不清状态所有权）。
 #
 # **参考答案**
 #
@@ -339,7 +341,11 @@ L07.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 正确性：$q_i \sim \mathrm{Exp}(1)$ 时 $q_i/p_i \sim \mathrm{Exp}(p_i)$，argmax $p_i/q_i$ = argmin $q_i/p_i$，独立指数变量中第 i 个最小的概率是 $p_i/\sum_j p_j = p_i$（指数竞赛；等价于 Gumbel-max）；成本：`torch.multinomial` 在 CUDA 上会引起 CPU-GPU 同步（vLLM 源码注释），打断异步执行与 async scheduling 的流水，而竞赛只是逐元素的 exponential_、除法和一次 argmax，全在 GPU 上排队；带种子的行只需用自己的 generator 填自己那一行噪声，批量与种子两全；并说出卡方检验（3000 次、精确截断分布）能区分正确与错误的竞赛（乘以噪声不是从 p 抽样：`multiply_by_noise` 被拒）；1 分 = 只说“更快”或只给出正确性而无成本链；0 分 = 认为竞赛是近似采样或改变了分布（一票否决：混淆算法正确性与性能）。
+# **评分要点**：
+#
+# - **正确性（1 分）**：$q_i \sim \mathrm{Exp}(1)$ 时 $q_i/p_i \sim \mathrm{Exp}(p_i)$，argmax $p_i/q_i$ = argmin $q_i/p_i$，独立指数变量中第 i 个最小的概率是 $p_i$（指数竞赛；说等价于 Gumbel-max 并给出理由也可）。
+# - **成本与卡方（1 分）**：说出 `torch.multinomial` 在 CUDA 上引起 CPU-GPU 同步（vLLM 源码注释），打断异步执行与 async scheduling，而竞赛只是逐元素 kernel 加一次 argmax；并说明卡方检验拒绝 $\arg\max p\cdot q$ 是因为它偏向高概率 token、不是从 p 抽样（“看起来随机”不等于按 p 抽样）。两点都要有；只说“更快”、没有同步这条因果链的，这 1 分不给。带种子的行各用自己的 generator 是加深，不是必需。
+# - 0 分：认为竞赛是近似采样或改变了分布（一票否决：混淆算法正确性与性能）。
 #
 # **参考答案**
 #
@@ -392,7 +398,7 @@ L07.check_source_map(SOURCE_MAP)
 # - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
 # - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
-# 总分 10 分，至少 8 分通过。参考答案与参考代码只在教师分支（solutions/）中：先独立完成；核对后请换一组参数（另一个 temperature、k、p、min_p）重新推演，不能只复制。
+# 总分 10 分，至少 8 分通过。参考答案只在教师分支（solutions/）中。填空是为了亲手重现 vLLM 的合同；引擎自己的版本在 `minivllm/sample/sampler.py`，先独立完成再去读。核对后请换一组参数（另一个 temperature、k、p、min_p）重新推演。
 #
 # ### 自检
 #
@@ -408,7 +414,7 @@ self_check("lesson07", globals());
 #
 # 第二张表是主路径评分的六个录制批之一：每行的掩码、带种子行的 token、原始 logprobs 都要与 vLLM 的 `Sampler` 相同。
 #
-# 本机 vLLM 没有 Triton，跑 V1 的 `CPUModelRunner` 和这个 `Sampler`；它的 `forward_cpu` 不读 `generators`（见文末差异），所以第二张表用 `forward_native`。vLLM 源码在 `.venv-vllm` 的 site-packages/vllm 下。
+# 这里直接构造 vLLM 的 `Sampler`，不经过 model runner。CPU 上它的 `forward_cpu` 不读 `generators`（见文末差异），所以第二张表用 `forward_native`。vLLM 源码在 `.venv-vllm` 的 site-packages/vllm 下。
 
 # %%
 L07.vllm_side_by_side(row, apply_min_p, apply_top_k_top_p, sample);

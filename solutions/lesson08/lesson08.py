@@ -86,7 +86,7 @@ VOCAB = L08.default_vocab()  # 默认模型的每个 token 的字节（特殊 to
 #
 # 一个受约束请求的一生：
 #
-# 1. **编译**：`StructuredOutputManager.grammar_init` 把编译提交到线程池，请求拿到一个 Future，状态是 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`。编译结果按约束种类与规格缓存，相同 schema 只编译一次。
+# 1. **编译**：`StructuredOutputManager.grammar_init` 把编译提交到线程池，请求拿到一个 Future，状态是 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`。编译结果按约束种类与规格缓存，重复的 schema 通常不再编译；缓存有上限（`VLLM_XGRAMMAR_CACHE_MB`），满了会淘汰。
 # 2. **放行**：`schedule()` 遍历等待队列时只“看一眼” Future，不等编译完成：编好了就改成 `WAITING` 参与调度；没编好就跳过它，其他请求照常运行；编译失败则以 `FINISHED_ERROR` 结束这一个请求。
 # 3. **每步 bitmask**：`EngineCore.step` 在 `execute_model(non_block=True)` 之后、`future.result()` 之前调用 `scheduler.get_grammar_bitmask`，为本步要采样的受约束请求填 bitmask，与 forward 重叠。runner 在 forward 后返回 None，EngineCore 再把 bitmask 交给 `sample_tokens(grammar_output)`。
 # 4. **采样前屏蔽**：bitmask 的行按调度顺序，logits 的行按批内顺序。runner 按请求 id 找到每个请求的 logits 行，含草稿位置，把禁止的 token 置为 $-\infty$，然后才采样。
@@ -99,11 +99,11 @@ print("允许的下一个 token：", L08.allowed_next("per", ["yes", "no", "perc
 L08.show_words("per", ["yes", "no", "perchance"])
 
 # %% [markdown]
-# > **minivllm ≠ vLLM**：下面的 TokenTrie 是本课为 `choice` 写的做法；vLLM 把 `choice` 转成 EBNF，交给 xgrammar 编译，得到同样的允许集合。
-#
 # 允许的正是字节串为剩余部分 `"chance"` 的**前缀**的那些 token：`c`、`ch`、`chan`……BPE 可以用许多种切分拼出同一个字符串，约束只关心字节，不关心切分。只看首字符是错的：`"cat"` 的首字符 `c` 合法，但拼出的 `"percat"` 不再是任何选项的前缀。
 #
 # 用一棵 **TokenTrie**，即所有 token 的字节组成的字典树，可以一次走完：沿剩余字节 `"chance"` 向下走，途中经过的每个“token 结束”节点都是一个允许的 token。代价是剩余字节的长度，而不是整个词表的大小。
+#
+# 字典树是本课为 `choice` 写的做法，不是 vLLM 的。vLLM 把 `choice` 转成 EBNF 交给 xgrammar 编译。xgrammar 编译时为文法的每个位置预先判定多数 token 能否接上（与上下文无关的部分存进 token mask 缓存），每步只需现场检查少数与上下文有关的 token，所以填一行 bitmask 不必扫整个词表。
 #
 # ### 3. 正确性条件与常见误区
 #
@@ -116,7 +116,7 @@ L08.show_words("per", ["yes", "no", "perchance"])
 # ### 4. 性能与工程取舍
 #
 # - **编译延迟**：JSON schema 的编译可能要毫秒到秒级，与词表大小有关。放进线程池，busy loop 不被阻塞；代价是该请求的首 token 晚到。
-# - **每步 bitmask 的 CPU 时间**：每个受约束请求每步一次填充，本机 4096 词表约 0.1 ms。它落在 forward 之内时几乎免费；forward 更短时它就露出来，拖慢每一步。这要用 benchmark 量：`benchmarks/structured_output.py` 比较半数请求受 JSON 约束与全部自由的吞吐。
+# - **每步 bitmask 的 CPU 时间**：每个受约束请求每步一次填充，本机 4096 词表只要几十微秒（下面的 trace）。它落在 forward 之内时几乎免费；forward 更短时它就露出来，拖慢每一步。这要用 benchmark 量：`benchmarks/structured_output.py` 比较半数请求受 JSON 约束与全部自由的吞吐。
 # - **没有 grammar 的步骤不付代价**：minivllm 的调度器用一个计数器关掉所有 grammar 钩子，这是热路径上的工程纪律。
 
 # %% [markdown]
@@ -257,11 +257,15 @@ L08.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 说清 (a) bitmask 依赖上一步 `update_from_output` 推进后的 matcher 状态，所以最早在本步 schedule 之后才能算，且必须在 `sample_tokens` 之前交给 runner；(b) 放在非阻塞发射与 `future.result()` 之间，CPU 填 bitmask 与 worker 的 forward 同时进行，只要 bitmask 时间 ≤ forward 就不增加每步时长；(c) 重叠靠什么成立，按所说的系统给分：minivllm 在 CPU 上靠 `UniProcExecutor` 的 worker 线程跑 forward、torch 的算子释放 GIL；vLLM 的 `UniProcExecutor` 在调用线程里同步执行 `execute_model`、返回已完成的 `Future`，重叠来自 GPU 上 CUDA kernel 的异步执行（CPU 上跑 vLLM 单进程时没有这种重叠）——说出其中任一种并说明是哪个系统即得这一点；说“vLLM 的 forward 在 UniProcExecutor 的 worker 线程里跑”不得这一点；提到默认的异步调度（`step_with_batch_queue`，`pending_structured_output_tokens` 时推迟 bitmask）可加分但不要求；1 分 = 只说出重叠或只说出依赖关系之一；0 分 = 认为重叠是正确性的来源，或认为 bitmask 可以晚于采样（一票否决）。
+# **评分要点**（两部分各 1 分）：
+#
+# - **为什么是这个窗口（1 分）**：bitmask 要按本步 `schedule()` 的结果填（哪些受约束请求、各带几个草稿），又必须在 `sample_tokens` 之前交给 runner；放在非阻塞发射与 `future.result()` 之间，CPU 填 bitmask 与 forward 同时进行，只要它不比 forward 慢就不增加每步时长。放进 `schedule()` 或 forward 之后都是串行加在关键路径上。注意：同步调度下 matcher 状态在 `schedule()` 之前就已由上一步 `update_from_output` 推进好，所以“matcher 状态没准备好”不是不放进 `schedule()` 的理由；只以它作答、没有成本链的，这 1 分不给。指出异步调度下上一步的 token 还在路上（`pending_structured_output_tokens`，bitmask 推迟）的，是对的。
+# - **重叠靠什么（1 分）**：按所说的系统给分：minivllm 在 CPU 上靠 `UniProcExecutor` 的 worker 线程跑 forward、torch 的算子释放 GIL；vLLM 的 `UniProcExecutor` 在调用线程里同步执行 `execute_model`、返回已完成的 `Future`，重叠来自 GPU 上 CUDA kernel 的异步执行（CPU 上跑 vLLM 单进程时没有这种重叠）。说出其中任一种并说明是哪个系统即得分；说“vLLM 的 forward 在 UniProcExecutor 的 worker 线程里跑”不得这一点。
+# - 0 分：认为重叠是正确性的来源，或认为 bitmask 可以晚于采样（一票否决）。
 #
 # **参考答案**
 #
-# 1. 依赖：第 $t$ 步的 bitmask 由每个请求的 `GrammarMatcher` 状态决定，而这个状态要等第 $t-1$ 步的 token 经 `update_from_output` → `accept_tokens` 推进后才确定；采样（`sample_tokens`）又必须先拿到 bitmask。所以它的窗口是“本步 schedule 之后、本步采样之前”。
+# 1. 依赖：第 $t$ 步的 bitmask 按本步调度出的受约束请求（及其草稿）逐行填，由每个请求的 `GrammarMatcher` 状态决定；这个状态在第 $t-1$ 步的 `update_from_output` → `accept_tokens` 里推进，同步调度下在本步 `schedule()` 之前就已就绪。采样（`sample_tokens`）又必须先拿到 bitmask。所以窗口是“本步 schedule 之后、本步采样之前”；放在哪里是成本问题。
 # 2. 成本：forward 是本步最长的阶段。`EngineCore.step` 先 `execute_model(non_block=True)` 把 forward 交给 worker，立刻在 EngineCore 线程调用 `scheduler.get_grammar_bitmask`，再 `future.result()`；runner 在 forward 后返回 None（vLLM 每步如此；minivllm 只在 `has_structured_output_requests` 时），EngineCore 再调 `sample_tokens(grammar_output)`。bitmask 的 CPU 时间因此藏在 forward 里：半数请求受约束时每步只多一次线程往返。
 # 3. 重叠靠什么：minivllm 在 CPU 上把 forward 放在 `UniProcExecutor` 的 worker 线程里执行，torch 的算子在 C++ 里释放 GIL，EngineCore 线程的 Python 代码与 xgrammar 的填充可以真正并行（本课 trace 中红色 grammar 落在橙色 forward 之内）——这个线程是 minivllm 的。vLLM 的 `UniProcExecutor` 在调用线程里同步执行 worker 的 `execute_model`，返回一个已完成的 `Future`；在 GPU 上，`execute_model` 只是发射 kernel，kernel 异步执行，CPU 随即填 bitmask，二者重叠；默认的异步调度下，decode 时受约束请求的上一步 token 总还在路上（`pending_structured_output_tokens`），所以 bitmask 与采样每步都推迟到上一步的输出处理之后，这时本步的 forward 已在 GPU 上运行。放进 `schedule()` 会把它串行地加到每步的关键路径上；放到 forward 之后同样是串行。
 #
@@ -295,18 +299,22 @@ L08.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l08_q3", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q3（2 分）
 #
-# 引入投机解码（每步为一个请求验证 $k$ 个草稿 token）后，bitmask 的计算要变成什么样？草稿 token 不符合 grammar 时怎么办？
+# 引入投机解码后，bitmask 的计算要变成什么样？草稿 token 不符合 grammar 时怎么办？（投机解码在第 9 课细讲；这里只需知道：每步先为一个请求猜出 $k$ 个草稿 token，目标模型一次前向给出这 $k$ 个位置和其后一个 bonus 位置共 $k+1$ 行 logits，再从前往后逐个决定接受哪些草稿。）
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 说清 (a) 每个受约束请求每步需要 $k+1$ 行 bitmask（每个草稿位置一行 + bonus token 一行），第 $i$ 行是依次接受前 $i$ 个草稿后的状态，所以 `grammar_bitmask` 要沿草稿 `accept_tokens` 前进、逐行填充，最后 `rollback` 回原状态（真正接受多少由拒绝采样决定，之后在 `update_from_output` 里推进）；(b) 不合 grammar 的草稿先被 `validate_tokens` 截断（scheduler 的 `update_draft_token_ids`；推迟 bitmask 的路径上，`update_draft_token_ids_in_output` 再用 -1 补齐到调度的草稿数），-1 位置在填 bitmask 时跳过；(c) matcher 要能回滚（`max_rollback_tokens = num_speculative_tokens`），runner 重排时每个请求占 $1+k$ 行；1 分 = 只说出行数变化或回滚之一；0 分 = 认为草稿可以不受约束、只约束最终 token（一票否决）。
+# **评分要点**（两部分各 1 分；不要求第 9 课之后才讲的源码名字）：
+#
+# - **行数与状态（1 分）**：每个受约束请求每步要 $k+1$ 行 bitmask，第 $i$ 行对应“已接受前 $i$ 个草稿”之后的 grammar 状态；所以要沿草稿推进 matcher、逐行填充，填完再退回本步开始时的状态（真正接受多少由验证决定，之后才推进）。说出“推进后回滚”（vLLM：`accept_tokens` / `rollback`，matcher 以 `max_rollback_tokens` 创建）即可。
+# - **不合法的草稿（1 分）**：不合 grammar 的草稿不能推进 matcher，之后的行无从计算；要在它那里截断（vLLM：`validate_tokens` 保留合法的最长前缀，推迟路径上用 -1 补齐，其后各行填全 1 掩码），并且屏蔽后的分布给它概率 0，验证时必被拒绝，输出仍服从受约束的分布。说出截断或“屏蔽后必被拒绝”之一并给出理由即可。
+# - 0 分：认为草稿可以不受约束、只约束最终 token（一票否决）。
 #
 # **参考答案**
 #
 # 1. 行数：没有投机解码时每个请求一行；有 $k$ 个草稿时，目标模型一次前向给出 $k+1$ 个位置的 logits，每个位置都要按“接受了前面草稿之后”的 grammar 状态屏蔽。vLLM 的 `StructuredOutputManager.grammar_bitmask` 为每个请求分配 $1+k$ 行（缓冲区大小 `max_num_seqs * (1 + num_speculative_tokens)`），对第 $i$ 个草稿先填一行再 `accept_tokens([token])` 前进，最后填 bonus 行，然后 `rollback(state_advancements)` 把 matcher 退回本步开始时的状态。
-# 2. 不合法的草稿：调度器在接收草稿时用 `grammar.validate_tokens(spec_token_ids)` 只保留 grammar 接受的最长前缀（不推进状态；`update_draft_token_ids` 与 `update_draft_token_ids_in_output`），后者把被截掉的位置用 -1 补齐到调度的草稿数，填 bitmask 时遇到 -1 就不再推进、不再约束；拒绝采样在屏蔽后的分布上验证草稿，保证输出分布仍是受约束的目标分布。
+# 2. 不合法的草稿：调度器在接收草稿时用 `grammar.validate_tokens(spec_token_ids)` 只保留 grammar 接受的最长前缀（不推进状态；`update_draft_token_ids` 与 `update_draft_token_ids_in_output`），后者把被截掉的位置用 -1 补齐到调度的草稿数，填 bitmask 时遇到 -1 就不再推进 grammar，其后各行（含 bonus 行）填全 1 掩码；拒绝采样在屏蔽后的分布上验证草稿，保证输出分布仍是受约束的目标分布。
 # 3. 状态与成本：`XgrammarBackend` 用 `max_rollback_tokens=num_speculative_tokens` 创建 matcher，才能回滚；每步的 grammar CPU 时间约乘以 $1+k$，更需要与 forward 重叠；runner 的 `apply_grammar_bitmask` 重排时每个请求的 logits 偏移要加上它之前请求的草稿数。
 #
 # === END MARK SCHEME ===
@@ -321,7 +329,7 @@ L08.check_source_map(SOURCE_MAP)
 # - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
 # - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
-# 总分 10 分，至少 8 分通过。参考答案与参考代码只在教师分支（solutions/）中：先独立完成；核对后请换一组选项、一个 JSON schema 或更大的批重新推演，不能只复制。
+# 总分 10 分，至少 8 分通过。参考答案只在教师分支（solutions/）中。填空是为了亲手重现 vLLM 的合同；引擎自己的屏蔽在 `minivllm/structured_output/utils.py`（它的 bitmask 来自 xgrammar），先独立完成再去读。核对后请换一组选项、一个 JSON schema 或更大的批重新推演。
 #
 # ### 自检
 #
@@ -337,7 +345,7 @@ self_check("lesson08", globals());
 #
 # 第二张表：vLLM 一步步走完一个 `choice` 请求，每步取一行 bitmask、随机选一个允许的 token 交给 `accept_tokens`；旁边是你的函数对同一前缀算出的允许集合，直到 EOS 后 grammar 终止。
 #
-# 主路径评分也读这些录制结果：本课全部批和三条这样的路径（`autograder/vllm_views/lesson08.py`）。本机 vLLM 没有 Triton，跑 V1 的 `CPUModelRunner`，屏蔽用 `v1/structured_output/utils.py` 的 `apply_grammar_bitmask`。`make vllm` 之后，vLLM 的源码在 `.venv-vllm` 的 site-packages/vllm 下。
+# 主路径评分也读这些录制结果：本课全部批和三条这样的路径（`autograder/vllm_views/lesson08.py`）。录制只调用 `grammar_bitmask`，不经过 runner，也不做屏蔽。`make vllm` 之后，vLLM 的源码在 `.venv-vllm` 的 site-packages/vllm 下。
 
 # %%
 L08.vllm_side_by_side(choice_bitmask)
@@ -367,6 +375,6 @@ L08.vllm_side_by_side(choice_bitmask)
 # - **编译的调用方**：vLLM 由输入处理线程里的 `preprocess_add_request` 调用 `grammar_init`，`Request` 创建时就处于等待编译的状态；minivllm 没有输入线程，由 `EngineCore.add_request` 调用。
 # - **编译缓存**：vLLM 借 xgrammar 的编译缓存，minivllm 用 `StructuredOutputManager.compiled`；两边的编译池都约占一半 CPU 核。
 # - **runner 的拆分**：vLLM 的 runner 每步在 forward 后返回 None，由 `sample_tokens` 采样；minivllm 只在有受约束请求时这样拆开。
-# - **草稿**：不合 grammar 的草稿由 `validate_tokens` 截断。只有在推迟 bitmask 的路径上，`update_draft_token_ids_in_output` 才把截掉的位置用 -1 补齐，填 bitmask 时遇到 -1 就停。
+# - **草稿**：不合 grammar 的草稿由 `validate_tokens` 截断。只有在推迟 bitmask 的路径上，`update_draft_token_ids_in_output` 才把截掉的位置用 -1 补齐；填 bitmask 时遇到 -1 就不再推进 grammar，其后各行（含 bonus 行）照样填出，但是全 1、不加约束。
 #
 # ← 上一课：第 7 课：采样器：temperature、top-k/top-p、种子与 logprobs　｜　下一课 →：第 9 课：投机解码：n-gram 提议与拒绝采样

@@ -90,9 +90,9 @@ short_errors("lesson09")  # 评分单元格失败时只显示三行：哪一部�
 # 2. **调度**：第 t+1 步，调度器把 1 个已知 token 和草稿一起排进本步（`num_new_tokens = 1 + k`），占 token budget 和 KV 槽位；草稿记在 `SchedulerOutput.scheduled_spec_decode_tokens`。
 # 3. **验证**：runner 把这 1+k 个 token 当作一个短的 prefill 块跑一次前向，取 k+1 行 logits。第 j 行是看到前 j 个草稿之后的目标分布 $p_j$，用来验证草稿 $x_j$；最后一行是奖励（bonus）行。
 # 4. **拒绝采样**：贪心请求在 $x_j = \arg\max p_j$ 时接受；随机请求以概率 $\min(1, p_j(x_j)/q_j(x_j))$ 接受。第一次拒绝时，从归一化的 $(p_j - q_j)^+$ 采一个恢复 token，然后停止；全部接受时，加上奖励行采出的 token。每个请求本步产出 `num_accepted + 1` 个 token，其余位置填 `PLACEHOLDER_TOKEN_ID`（-1）。
-# 5. **回滚**：调度器在 `update_from_output` 里算出 `num_accepted = len(generated) - 1`、`num_rejected = k - num_accepted`，把 `num_computed_tokens` 减去 `num_rejected`。被拒草稿的 KV 已写进槽位，但这些位置不再属于请求，下一步会覆盖它们；块仍在块表里，不用释放。
+# 5. **回滚**：调度器在 `update_from_output` 里算出 `num_accepted = max(len(generated) - num_sampled_tokens_per_step, 0)`（语言模型每步采样 1 个）、`num_rejected = k - num_accepted`，把 `num_computed_tokens` 减去 `num_rejected`。被拒草稿的 KV 已写进槽位，但这些位置不再属于请求，下一步会覆盖它们；块不用释放。
 #
-# 这里的 $p_j$ 是处理后的分布：验证之前，vLLM 的 `RejectionSampler` 先施加 penalties 等 logits 处理，再施加温度与 top-k / top-p。n-gram 草稿没有概率分布，q 是草稿 token 上的 one-hot，所以接受概率就是 $p(x)$，恢复分布是去掉 x 后重新归一化的 p。
+# 这里的 $p_j$ 是施加了温度、top-k / top-p 等处理之后的分布（见文末差异）。n-gram 草稿没有概率分布，q 是草稿 token 上的 one-hot，所以接受概率就是 $p(x)$，恢复分布是去掉 x 后重新归一化的 p。
 #
 # ### 3. 正确性条件与常见误区
 #

@@ -38,7 +38,7 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM commit 8e958902eee5（链接见参考资料）。沿着“一个权重矩阵的一生”读：checkpoint 里的完整张量 → 每个 rank 取哪一段 → 前向算出一段输出还是一个部分和 → 在哪里 all-reduce。不要从 NCCL 或自定义 all-reduce kernel 读起。
+# 源码固定在 vLLM commit 8e958902eee5（链接见参考资料）。沿着“一个权重矩阵的一生”读：checkpoint 里的完整张量 → 每个 rank 取哪一段 → 前向算出一段输出还是一个部分和 → 在哪里 all-reduce。不要从 NCCL 读起。
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
@@ -90,7 +90,7 @@ short_errors("lesson10")  # 评分单元格失败时只显示三行：哪一部�
 #
 # 加载时所有 rank 读同一份 safetensors，每个参数的 `weight_loader` 只拷贝本 rank 那一段。
 #
-# `MultiprocExecutor` 为每个 rank 起一个 worker 进程（`WorkerProc`），它们加入同一个进程组，CPU 上用 gloo。EngineCore 调用 `execute_model` 时，executor 把同一个调用广播给所有 worker（`collective_rpc`），只有一个 rank 交回结果。调度器和块表只有一份，在 EngineCore 里。
+# `MultiprocExecutor` 为每个 rank 起一个 worker 进程（`WorkerProc`），它们加入同一个进程组，CPU 上用 gloo。EngineCore 调用 `execute_model` 时，executor 把同一个调用广播给所有 worker（`collective_rpc`），只有一个 rank 交回结果。调度器只有一份，在 EngineCore 里；每个 worker 按同一份计划各维护一份块表。
 #
 # ### 3. 正确性条件与常见误区
 #
@@ -104,7 +104,7 @@ short_errors("lesson10")  # 评分单元格失败时只显示三行：哪一部�
 # ### 4. 性能与工程取舍
 #
 # - 每层两次 all-reduce，每次 `num_tokens × hidden_size` 个数，与 tp 无关；每个 rank 的计算按 1/tp 减少。tp 越大、batch 越小、层越窄，通信占比越高。
-# - 单机多卡有 NVLink 时，大模型每步的计算足以摊薄通信；跨 PCIe 或跨机时通信很快成为瓶颈，vLLM 的文档建议 TP 不跨机。
+# - 有 NVLink 时，大 batch 或 prefill 常能摊薄通信，小 batch 的 decode 仍可能被 all-reduce 的延迟主导，要实测；跨 PCIe 或跨机时通信很快成为瓶颈，vLLM 文档建议 TP 不跨机。
 # - 这台 2 核 CPU 上 TP=2 不会更快，图 10-1 测出原因（Q3）。
 
 # %%
@@ -159,7 +159,7 @@ L10.plot_tp_comparison(cmp);
 # - 10 处 `______` 是决策点：每个 rank 持有哪一维、从 checkpoint 的哪一段读、放到融合参数的哪里、前向之后通不通信、bias 在哪个 rank 加。
 # - 每段投影、行并行层的输入都要能被 tp 整除；不能整除时，构造层就应报错。
 #
-# > 与 vLLM 的差异（评分涉及）：vLLM 的层默认返回 `(output, output_bias)` 二元组，未量化层经 `weight_loader_v2` 由参数对象加载；练习只返回 output，加载写在层的 `weight_loader` 里。详见文末。
+# > 与 vLLM 的差异（评分涉及）：练习的层只返回 output，切法写在层的 `weight_loader` 里；vLLM 的返回值与加载方式见文末。
 #
 # 检查在新进程里运行你的类：进程从 multiprocessing 的 forkserver 起，类由 cloudpickle 按值发过去。不从内核 fork：内核线程持有的锁会被复制进子进程而无人释放。
 #

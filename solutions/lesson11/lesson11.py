@@ -52,7 +52,7 @@
 # | 4 | `vllm/v1/worker/gpu_model_runner.py`：`_preprocess`、`_get_slot_mappings`、`_build_attention_metadata` | `minivllm/worker/gpu_model_runner.py`：`_pad_for_cudagraph` | 填充行的位置、slot、长度、块表各填什么？ |
 # | 5 | `vllm/v1/worker/gpu/cudagraph_utils.py`：`ModelCudaGraphManager`；`vllm/v1/worker/gpu/block_table.py` | — | Model Runner V2 怎样分派、填充？ |
 #
-# **哪个 runner**：minivllm 的 runner 对应 V1（`gpu_model_runner.py`），本课沿 V1 的名字讲。vLLM 0.27.1 对本课程的 dense 模型，在装有 Triton、没开 V2 不支持的特性时选 Model Runner V2（`VllmConfig.use_v2_model_runner`）。
+# **哪个 runner**：minivllm 的 runner 对应 V1（`gpu_model_runner.py`），本课沿 V1 的名字讲；vLLM 0.27.1 对课程的 dense 模型默认选 Model Runner V2（`VllmConfig.use_v2_model_runner`）。
 #
 # V2 的 `ModelCudaGraphManager` 在启动时为每个 `BatchExecutionDescriptor` 录图，每步 `dispatch` 返回匹配的描述符，不匹配时这一步 eager。选尺寸、填充无害行、只取真实行这三件事两个 runner 都做。
 
@@ -80,7 +80,7 @@ from minivllm.compilation.cuda_graph import PAD_SLOT_ID  # noqa: E402,F401
 #
 # ### 1. 它是什么，解决什么问题
 #
-# 一次 decode 前向有几十到几百个小 kernel：每层的 RMSNorm、QKV 投影、rotary、写 KV、attention、输出投影、MLP。batch 小时每个 kernel 在 GPU 上只跑几微秒，而 CPU 每发一次 launch 也要几微秒：GPU 大部分时间在等 CPU。
+# 一次 decode 前向每层有 10～20 个小 kernel：RMSNorm、QKV 投影、rotary、写 KV、attention、输出投影、MLP，几十层就是几百个。batch 小时每个 kernel 在 GPU 上只跑几微秒，而 CPU 每发一次 launch（Python、PyTorch 调度、驱动）要 5～10 微秒：GPU 大部分时间在等 CPU。
 #
 # CUDA graph 把一次前向的全部 kernel **录制**一次，之后每步只调用一次 `cudaGraphLaunch` **replay**。CPU 开销从“每个 kernel 一次”降到“每步一次”。
 #
@@ -128,13 +128,13 @@ table = L11.padding_table(SIZES, 42)
 L11.plot_padding(table, SIZES);
 
 # %% [markdown]
-# 图 11-1：vLLM 默认列表的开头 `[1, 2, 4, 8, 16, 24, 32, 40]`，decode 批次 1～42 个请求。左：每个批次实际按多少行计算，虚线是不填充；右：填充行占计算行的比例。
+# 图 11-1：只按列表 `[1, 2, 4, 8, 16, 24, 32, 40]`（vLLM 默认列表的开头）选尺寸，decode 批次 1～42 个请求。左：每个批次实际按多少行计算，虚线是不填充；右：填充行占计算行的比例。
 #
 # - 3 个请求按 4 行算（25% 白算），5 个按 8 行（37.5%），9 个按 16 行（44%），17 个按 24 行（29%）；
-# - 41、42 个请求超过最大尺寸，不填充、eager（没有柱）；
+# - 41、42 个请求超过最大尺寸，不填充、eager（没有柱）。在 vLLM 里列表止于 40 意味着 `max_num_seqs = 20`，那时 17～20 个请求走 eager（文末的 `default_20_seqs`）；默认设置下 17 才按 24 算；
 # - 浪费的上限由相邻两个尺寸的间隔决定：最坏是刚过一个尺寸的批次。
 #
-# 这里不在 CPU 上计时填充的代价：这个小模型在 2 核 CPU 上的一次前向主要是 Python 与 torch 的调度开销，填充与不填充的比值在多次运行间从 0.13 跳到 3.6，说明不了 GPU 上的事。Q3 从图 11-1 和下面的成本链推理。
+# 这里不在 CPU 上计时填充的代价：2 核 CPU 上这个小模型的前向主要是调度开销，填充与不填充的耗时比在多次运行间从 0.13 跳到 3.6，说明不了 GPU。Q3 从图 11-1 和成本链推理。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
@@ -267,7 +267,7 @@ L11.check_source_map(SOURCE_MAP)
 # %% [markdown]
 # ## CPU 看不到的：GPU 上的 launch 次数
 #
-# CPU 上的检查证明了填充路径的**正确性**，证明不了它为什么**快**：CPU 没有 kernel launch，也没有 graph。下面的单元格在有 CUDA 时用 `torch.profiler` 数一次 8 请求 decode 前向的 CUDA 运行时调用：eager 每个 kernel 一次 `cudaLaunchKernel`，graph 整个前向一次 `cudaGraphLaunch`。没有 GPU 时它只打印一句说明。
+# CPU 上的检查证明了填充路径的**正确性**，证明不了它为什么**快**：CPU 没有 kernel launch，也没有 graph。下面的单元格在有 CUDA 时用 `torch.profiler` 数一次 8 请求 decode 前向的 CUDA 运行时调用：eager 每个 kernel 一次 `cudaLaunchKernel`，graph 整个前向一次 `cudaGraphLaunch`。
 
 # %%
 L11.print_launch_counts(L11.launch_counts(8))
@@ -351,7 +351,7 @@ L11.print_launch_counts(L11.launch_counts(8))
 # - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
 # - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
-# 总分 10 分，至少 8 分通过。参考答案只在教师分支（solutions/）中：先独立完成；核对后请换一组捕获尺寸或 batch 大小重新推演。
+# 总分 10 分，至少 8 分通过。参考答案只在教师分支（solutions/）中。填空是为了亲手重现 vLLM 的合同；引擎自己的版本在 `minivllm/compilation/cuda_graph.py` 与 runner 里，先独立完成再去读。核对后请换一组捕获尺寸或 batch 大小重新推演。
 #
 # ### 自检
 #
@@ -375,7 +375,7 @@ L11.vllm_side_by_side(choose_capture_size);
 # %% [markdown]
 # ## 与 vLLM 0.27.1 的差异
 #
-# - **runner**：minivllm 对应 V1 的 `gpu_model_runner.py`；vLLM 0.27.1 跑本课程的 dense 模型时通常用 Model Runner V2（`v1/worker/gpu/`），它的图由 `ModelCudaGraphManager` 管理。
+# - **runner**：Model Runner V2（`v1/worker/gpu/`）的图由 `ModelCudaGraphManager` 管理。
 # - **静态缓冲**：vLLM 的静态缓冲就是 runner 的持久输入，在准备输入时就地写入；minivllm 另设一组 `cg_*` 缓冲，在 `_pad_for_cudagraph` 里一次填好。
 # - **填充行的 token**：vLLM V1 不重写填充行的 token，留着之前的合法 token id；本课的检查要求 0，使答案唯一。
 # - **块表**：minivllm 把前 `size` 行整片清零；vLLM V1 在 `_build_attention_metadata` 里把填充行填成 `NULL_BLOCK_ID`，V2 的 `_gather_block_tables_kernel` 把填充行清零、真实行只拷前 `num_blocks` 列。检查接受两种做法。
