@@ -111,6 +111,22 @@ def _engine() -> Comparison:
     return Comparison(cases, minivllm, first_engine_divergence)
 
 
+def _generate() -> Comparison:
+    from autograder.vllm_oracle import models
+    from autograder.vllm_oracle.workloads import GENERATE_MODELS, first_sampling_divergence, sampling_cases
+
+    def cases():
+        for name in GENERATE_MODELS:
+            models.ensure(name)
+        return sampling_cases()
+
+    def minivllm(cases):
+        from autograder.vllm_oracle.minivllm_side import run_generate
+        return run_generate(cases)
+
+    return Comparison(cases, minivllm, first_sampling_divergence)
+
+
 def _detokenizer() -> Comparison:
     from autograder.vllm_oracle.workloads import detokenizer_case, first_detokenizer_divergence
 
@@ -145,7 +161,7 @@ class _Lazy(dict):
     """COMPARISONS[kind], built on first use (each imports only what it needs)."""
 
     FACTORIES = {"scheduler": _scheduler, "sampler": _sampler, "detokenizer": _detokenizer,
-                 "structured_output": _structured_output, "engine": _engine}
+                 "structured_output": _structured_output, "engine": _engine, "generate": _generate}
 
     def __missing__(self, kind: str) -> Comparison:
         if kind not in self.FACTORIES:

@@ -105,6 +105,18 @@ def run_engine(cases: list[dict]) -> list[dict]:
     return [generate_case(make, SamplingParams, case) for case in cases]
 
 
+def run_generate(cases: list[dict]) -> list[dict]:
+    """minivllm's LLM, in-process, fp32, eager, with n-gram speculation or without, every sampling parameter."""
+    from autograder.vllm_oracle.workloads import sample_run
+    from minivllm import LLM, SamplingParams
+    from minivllm.sampling_params import StructuredOutputsParams
+
+    def make(model, engine):
+        return LLM(model, multiprocess=False, dtype="float32", enforce_eager=True, seed=0, **engine)
+
+    return [sample_run(make, SamplingParams, StructuredOutputsParams, case) for case in cases]
+
+
 def run_detokenizer(cases: list[dict]) -> list[dict]:
     from autograder.vllm_oracle.models import METASPACE, SHIPPED
     from autograder.vllm_oracle.workloads import detokenize
