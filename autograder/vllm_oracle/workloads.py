@@ -316,8 +316,8 @@ def sampling_case(model: str, spec: bool) -> dict:
     """One LLM (n-gram speculation or not) and its LLM.generate calls: every sampling parameter of vLLM 0.27.1
     on greedy and seeded rows (penalties, allowed_token_ids, bad_words, min_tokens, stop rules, logprobs 0-20,
     prompt_logprobs 0-5, n > 1, a regex), the prompt-logprob rows again (prefix caching across calls and the
-    requests that skip the lookup), then logit_bias past 100 (a bias of 150 must beat two of 100: unclamped
-    offline) and min_p, each alone (speculation refuses them). Prefills fit one step (512 tokens), so every
+    requests that skip the lookup), then logit_bias past 100 (a rare token biased 150 beats three of 100:
+    unclamped offline) and min_p, each alone (speculation refuses them). Prefills fit one step (512 tokens), so every
     admission step has outputs and vLLM's offline counters miss no prefix-cache query."""
     r = random.Random(f"sampling-{model}")  # the same rows with and without speculation
     allowed = sorted(set(_COMMON_IDS[:6]) | set(r.sample(range(4, 4096), 40)))
@@ -341,8 +341,8 @@ def sampling_case(model: str, spec: bool) -> dict:
     again = [{"prompt": GENERATE_PROMPTS[i], "params": {"max_tokens": 8, "temperature": 0.0,
                                                         "logprobs": 2, "prompt_logprobs": i % 3 or None}}
              for i in range(len(GENERATE_PROMPTS))]
-    biased = [{"prompt": GENERATE_PROMPTS[0], "params": {"max_tokens": 4, "temperature": 0.0,
-                                                         "logit_bias": {"17": 150.0, "15": 100.0, "202": 100.0}}}]
+    biased = [{"prompt": GENERATE_PROMPTS[0], "params": {
+        "max_tokens": 4, "temperature": 0.0, "logit_bias": {"3000": 150.0, "15": 100.0, "17": 100.0, "202": 100.0}}}]
     min_p = [{"prompt": GENERATE_PROMPTS[1], "params": {"max_tokens": 8, "temperature": 1.0, "seed": 3,
                                                         "min_p": 0.2}}]
     engine = {"max_model_len": 256, "block_size": 16, "max_num_seqs": 8, "max_num_batched_tokens": 512,
