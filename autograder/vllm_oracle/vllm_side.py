@@ -208,20 +208,24 @@ def _sampler(cases: list[dict]) -> list[dict]:
     return answers
 
 
-def _engine(cases: list[dict]) -> list[dict]:
-    """vLLM's LLM, in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0), fp32, eager, greedy, on the same checkpoint."""
+def make_llm(model: str, engine: dict):
+    """vLLM's LLM, in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0), fp32, eager, on a local checkpoint."""
     import gc
 
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    from vllm import LLM, SamplingParams
+    from vllm import LLM
+
+    gc.collect()  # the previous case's engine
+    return LLM(model=model, dtype="float32", enforce_eager=True, seed=0, kv_cache_memory_bytes=64 << 20, **engine)
+
+
+def _engine(cases: list[dict]) -> list[dict]:
+    """vLLM's LLM, greedy, on the same checkpoint."""
+    from vllm import SamplingParams
 
     from autograder.vllm_oracle.workloads import generate_case
 
-    def make(model, engine):
-        gc.collect()  # the previous case's engine
-        return LLM(model=model, dtype="float32", enforce_eager=True, seed=0, kv_cache_memory_bytes=64 << 20, **engine)
-
-    return [generate_case(make, SamplingParams, case) for case in cases]
+    return [generate_case(make_llm, SamplingParams, case) for case in cases]
 
 
 def fix_cpu_expand_kernel() -> None:
@@ -243,11 +247,9 @@ def fix_cpu_expand_kernel() -> None:
 
 
 def _generate(cases: list[dict]) -> list[dict]:
-    """vLLM's LLM, in-process, fp32, eager, with n-gram speculation or without, every sampling parameter."""
-    import gc
-
+    """vLLM's LLM with n-gram speculation or without, every sampling parameter."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
     from autograder.vllm_oracle.workloads import sample_run
@@ -257,12 +259,7 @@ def _generate(cases: list[dict]) -> list[dict]:
     # without a generator (a greedy one too) from the global RNG (see sampler_inputs); forward_native does not.
     from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
     TopKTopPSampler.forward_cpu = TopKTopPSampler.forward_native
-
-    def make(model, engine):
-        gc.collect()  # the previous case's engine
-        return LLM(model=model, dtype="float32", enforce_eager=True, seed=0, kv_cache_memory_bytes=64 << 20, **engine)
-
-    return [sample_run(make, SamplingParams, StructuredOutputsParams, case) for case in cases]
+    return [sample_run(make_llm, SamplingParams, StructuredOutputsParams, case) for case in cases]
 
 
 def _detokenizer(cases: list[dict]) -> list[dict]:
