@@ -174,8 +174,8 @@ def test_structured_output_walks_cover_drafts_and_can_diverge(monkeypatch):
     assert len(diffs) >= 20, f"only {len(diffs)} of {n}"
 
 
-def _generate_cases(spec: bool) -> list[dict]:
-    return [c for c in COMPARISONS["generate"].cases() if c["spec"] == spec]
+def _generate_cases(spec: bool, models: tuple[str, ...] | None = None) -> list[dict]:
+    return [c for c in COMPARISONS["generate"].cases() if c["spec"] == spec and c["model"] in (models or c["model"])]
 
 
 def test_speculation_keeps_every_constraint_in_vllms_answers():
@@ -222,8 +222,8 @@ GENERATE_MUTANTS = {
 
 @pytest.mark.parametrize("mutant", GENERATE_MUTANTS)
 def test_the_generate_comparison_catches_each_difference_of_issue_54(mutant, monkeypatch):
-    """Each difference issue #54 measured, put back into minivllm, diverges from vLLM's recorded answers on all
-    three models (the cases with speculation or without, as the difference needs)."""
+    """Each difference issue #54 measured, put back into minivllm, diverges from vLLM's recorded answers (the
+    tiny Qwen3's case with speculation or without, as the difference needs: one case keeps make test short)."""
     import msgspec
 
     import minivllm.core.kv_cache_manager as kvm
@@ -258,7 +258,7 @@ def test_the_generate_comparison_catches_each_difference_of_issue_54(mutant, mon
         monkeypatch.setattr("minivllm.engine.output_processor.decoded_tokens",
                             lambda tokenizer, ids, context: [tokenizer.decode([t]) for t in ids])
     comparison = COMPARISONS["generate"]
-    cases = _generate_cases(spec)
+    cases = _generate_cases(spec, ("tiny-qwen3",))
     recorded = {(a["model"], a["spec"]): a for a in load_golden("generate")["answers"]}
     mine = comparison.minivllm(cases)
     diffs = [d for c, m in zip(cases, mine, strict=True)
