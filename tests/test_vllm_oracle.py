@@ -145,7 +145,10 @@ def test_completion_logprobs_are_vllm_logprob_entries():
         assert all(isinstance(v, Logprob) for v in entries.values())
         assert next(iter(entries)) == token and entries[token].rank == 1 and len(entries) == 2
         assert [v.rank for v in entries.values()] == [1, 2]
-        assert all(v.decoded_token == tok.decode([t]) and v.logprob == float(v) <= 0 for t, v in entries.items())
+        # a token's own text; one ending in U+FFFD (part of a character) is corrected from the context instead
+        assert all(v.decoded_token == tok.decode([t]) or tok.decode([t]).endswith("\ufffd")
+                   for t, v in entries.items())
+        assert all(v.logprob == float(v) <= 0 for v in entries.values())
     ranks = []
     for token, entries in zip(sampled.outputs[0].token_ids, sampled.outputs[0].logprobs, strict=True):
         assert list(entries) == [token]
