@@ -43,3 +43,44 @@ def entry_ranks(num_logprobs: int, num_entries: int, sampled_rank: int) -> list[
     if num_entries == num_logprobs + 1:
         return [sampled_rank] + top
     return ([sampled_rank] + [k for k in top if k != sampled_rank])[:num_entries]
+
+
+def decoded_tokens(tokenizer, token_ids: list[int], context: list[int]) -> list[str]:
+    """The texts of one position's logprob entries (alternatives at the same position), each decoded on its own;
+    one that ends in U+FFFD (a byte of a character split across tokens) is redone from the tokens sampled before
+    it, `context` (oldest first, the last 4 used), as vLLM's LogprobsProcessor._verify_tokens does: '' while the
+    character is still incomplete, else the text this token completes."""
+    texts = [tokenizer.decode([t]) for t in token_ids]
+    return [_correct_decoded_token(tokenizer, t, context) if s.endswith("\ufffd") else s
+            for t, s in zip(token_ids, texts, strict=True)]
+
+
+def _correct_decoded_token(tokenizer, token_id: int, context: list[int]) -> str:
+    """vLLM's _correct_decoded_token (v1/engine/logprobs.py): the shortest tail of the context with which the
+    token decodes to a whole character; the text past the context's clean prefix (its tokens before the run of
+    byte tokens that themselves decoded to U+FFFD)."""
+    for num_ctx in range(1, min(len(context), 4) + 1):
+        ctx = context[-num_ctx:]
+        full = tokenizer.decode(ctx + [token_id])
+        if full.endswith("\ufffd"):
+            continue
+        clean_end = len(ctx)
+        for j in range(len(ctx) - 1, -1, -1):
+            if not tokenizer.decode([ctx[j]]).endswith("\ufffd"):
+                break
+            clean_end = j
+        clean_prefix = tokenizer.decode(ctx[:clean_end]) if clean_end > 0 else ""
+        if full.startswith(clean_prefix):
+            return full[len(clean_prefix):]
+        common = 0  # tokenizer normalisation may change the prefix: cut at the longest common one
+        for a, b in zip(clean_prefix, full, strict=False):
+            if a != b:
+                break
+            common += 1
+        return full[common:]
+    return ""
+
+
+def context_ids(entries: list[dict | None], max_context: int = 4) -> list[int]:
+    """The tokens of the last max_context positions (each entry's first key: the sampled or prompt token)."""
+    return [next(iter(e)) for e in entries[-max_context:] if e is not None]

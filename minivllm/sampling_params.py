@@ -79,9 +79,49 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=T
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     prompt_logprobs: int | None = None
-    logit_bias: dict[int, float] | None = None     # token id -> added to its logit, clamped to [-100, 100]
+    logit_bias: dict[int, float] | None = None     # token id -> added to its logit (from_optional clamps to ±100)
     allowed_token_ids: list[int] | None = None     # only these tokens may be sampled
     structured_outputs: StructuredOutputsParams | None = None
+    bad_words: list[str] | None = None             # words never to complete (each with and without a leading space)
+    # Set by the InputProcessor from the tokenizer (update_from_tokenizer); vLLM keeps it in _bad_words_token_ids
+    # behind this property name. A field here, so it crosses to the EngineCore with the rest.
+    bad_words_token_ids: list[list[int]] | None = None
+
+    @staticmethod
+    def from_optional(**kwargs) -> SamplingParams:
+        """vLLM's SamplingParams.from_optional (the OpenAI server's path): a None n, penalty, temperature or
+        top_p means its default, and logit_bias keys become ints with each bias clamped to [-100, 100]. A
+        SamplingParams built directly (LLM.generate) keeps its biases as given, as in vLLM."""
+        defaults = {"n": 1, "presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0,
+                    "temperature": 1.0, "top_p": 1.0}
+        kw = {k: (defaults[k] if v is None and k in defaults else v) for k, v in kwargs.items()}
+        if kw.get("logit_bias"):
+            bad = [k for k in kw["logit_bias"] if not _is_int_key(k)]
+            if bad:
+                raise VLLMValidationError(f"logit_bias contains key(s) that cannot be converted to integer token "
+                                          f"IDs: {bad!r}", "logit_bias")
+            kw["logit_bias"] = {int(k): min(100.0, max(-100.0, v)) for k, v in kw["logit_bias"].items()}
+        return SamplingParams(**kw)
+
+    def update_from_tokenizer(self, tokenizer) -> None:
+        """vLLM's update_from_tokenizer: each bad word's token ids as written (leading spaces stripped), and with
+        one leading space when that gives a different first token and as many tokens (the word inside a text)."""
+        if not self.bad_words:
+            return
+        ids: list[list[int]] = []
+        for word in self.bad_words:
+            plain = tokenizer.encode(word.lstrip(), add_special_tokens=False)
+            ids.append(plain)
+            spaced = tokenizer.encode(" " + word.lstrip(), add_special_tokens=False)
+            if spaced[0] != plain[0] and len(spaced) == len(plain):
+                ids.append(spaced)
+        max_token_id = max(tokenizer.get_vocab().values())
+        invalid = [t for word_ids in ids for t in word_ids if t < 0 or t > max_token_id]
+        if invalid:
+            raise VLLMValidationError(f"The model vocabulary size is {max_token_id + 1}, but the following tokens "
+                                      f"were specified as bad: {invalid}. All token id values should be integers "
+                                      f"satisfying: 0 <= token_id <= {max_token_id}.", "bad_words")
+        self.bad_words_token_ids = ids
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -91,7 +131,7 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=T
             if bad:
                 raise VLLMValidationError(f"logit_bias contains key(s) that cannot be converted to integer token "
                                           f"IDs: {bad!r}", "logit_bias")
-            self.logit_bias = {int(k): min(100.0, max(-100.0, float(v))) for k, v in self.logit_bias.items()}
+            self.logit_bias = {int(k): float(v) for k, v in self.logit_bias.items()}
         if self.allowed_token_ids is not None and len(self.allowed_token_ids) == 0:
             raise VLLMValidationError("allowed_token_ids is not None and empty!", "allowed_token_ids")
         for name in ("n", "max_tokens", "top_k", "seed", "min_tokens", "logprobs", "prompt_logprobs"):
@@ -145,6 +185,8 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=T
             raise VLLMValidationError(f"n must be 1 when using greedy sampling, got {self.n}.")
         if self.stop is not None and any((not isinstance(s, str)) or s == "" for s in self.stop):
             raise VLLMValidationError("stop must be a list of non-empty strings", "stop")
+        if self.bad_words is not None and any(not isinstance(w, str) or not w for w in self.bad_words):
+            raise VLLMValidationError(f"bad_words cannot contain an empty string. Got bad_words={self.bad_words}")
         if self.stop_token_ids is not None and any(isinstance(t, bool) or not isinstance(t, int)
                                                    or not 0 <= t <= _INT64_MAX for t in self.stop_token_ids):
             raise VLLMValidationError("stop_token_ids must be a list of non-negative integers", "stop_token_ids")

@@ -118,3 +118,20 @@ def test_request_phase_times_follow_vllm():
     assert m['minivllm:request_params_n_bucket{le="1.0",model_name="m"}'] == 1
     assert m['minivllm:request_max_num_generation_tokens_sum{model_name="m"}'] == 4
     assert m['minivllm:request_prefill_kv_computed_tokens_sum{model_name="m"}'] == 1
+
+
+def test_prefix_cache_queries_count_a_prompt_prefilled_in_chunks():
+    """A deliberate difference (README): minivllm counts every admitted request's lookup, so a 40-token prompt
+    prefilled 16 tokens a step alone counts 40 queries; vLLM's offline LLM drops the scheduler stats of steps that
+    produce no output (InprocClient.get_output): it counts 0 here (run on vLLM 0.27.1 with the same settings). A
+    prompt-logprobs request is no query in either."""
+    from minivllm import LLM, SamplingParams
+
+    llm = LLM("data/models/shakespeare-llama", multiprocess=False, enforce_eager=True, max_num_batched_tokens=16,
+              max_num_seqs=4, enable_prefix_caching=True, disable_log_stats=False)
+    prompt = list(range(100, 140))
+    llm.generate([{"prompt_token_ids": prompt}], SamplingParams(max_tokens=2), use_tqdm=False)
+    llm.generate([{"prompt_token_ids": prompt}], SamplingParams(max_tokens=2, prompt_logprobs=1), use_tqdm=False)
+    counters = {m.name: m.value for m in llm.get_metrics() if m.name.endswith(("prefix_cache_queries",
+                                                                               "prefix_cache_hits"))}
+    assert counters == {"minivllm:prefix_cache_queries": 40, "minivllm:prefix_cache_hits": 0}

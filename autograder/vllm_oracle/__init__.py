@@ -95,20 +95,34 @@ def _sampler() -> Comparison:
     return Comparison(lambda: [sampler_case(seed) for seed in range(400)], minivllm, first_sampler_divergence)
 
 
-def _engine() -> Comparison:
+def _on_checkpoints(model_names: tuple[str, ...], make_cases: Callable[[], list], runner: str,
+                    first_divergence: Callable[[dict, dict], str | None]) -> Comparison:
+    """A comparison of LLM runs on checkpoints: the tiny ones are built (once) before the cases are made, and
+    minivllm answers with minivllm_side.<runner>."""
     from autograder.vllm_oracle import models
-    from autograder.vllm_oracle.workloads import ENGINE_MODELS, engine_cases, first_engine_divergence
 
     def cases():
-        for name in ENGINE_MODELS:
+        for name in model_names:
             models.ensure(name)
-        return engine_cases()
+        return make_cases()
 
     def minivllm(cases):
-        from autograder.vllm_oracle.minivllm_side import run_engine
-        return run_engine(cases)
+        from autograder.vllm_oracle import minivllm_side
+        return getattr(minivllm_side, runner)(cases)
 
-    return Comparison(cases, minivllm, first_engine_divergence)
+    return Comparison(cases, minivllm, first_divergence)
+
+
+def _engine() -> Comparison:
+    from autograder.vllm_oracle.workloads import ENGINE_MODELS, engine_cases, first_engine_divergence
+
+    return _on_checkpoints(ENGINE_MODELS, engine_cases, "run_engine", first_engine_divergence)
+
+
+def _generate() -> Comparison:
+    from autograder.vllm_oracle.workloads import GENERATE_MODELS, first_sampling_divergence, sampling_cases
+
+    return _on_checkpoints(GENERATE_MODELS, sampling_cases, "run_generate", first_sampling_divergence)
 
 
 def _detokenizer() -> Comparison:
@@ -145,7 +159,7 @@ class _Lazy(dict):
     """COMPARISONS[kind], built on first use (each imports only what it needs)."""
 
     FACTORIES = {"scheduler": _scheduler, "sampler": _sampler, "detokenizer": _detokenizer,
-                 "structured_output": _structured_output, "engine": _engine}
+                 "structured_output": _structured_output, "engine": _engine, "generate": _generate}
 
     def __missing__(self, kind: str) -> Comparison:
         if kind not in self.FACTORIES:

@@ -94,15 +94,28 @@ def run_sampler(cases: list[dict]) -> list[dict]:
     return answers
 
 
+def make_llm(model: str, engine: dict):
+    """minivllm's LLM, in-process, fp32, eager, on a local checkpoint."""
+    from minivllm import LLM
+
+    return LLM(model, multiprocess=False, dtype="float32", enforce_eager=True, seed=0, **engine)
+
+
 def run_engine(cases: list[dict]) -> list[dict]:
-    """minivllm's LLM, in-process, fp32, eager, greedy, on the same checkpoint."""
+    """minivllm's LLM, greedy, on the same checkpoint."""
     from autograder.vllm_oracle.workloads import generate_case
-    from minivllm import LLM, SamplingParams
+    from minivllm import SamplingParams
 
-    def make(model, engine):
-        return LLM(model, multiprocess=False, dtype="float32", enforce_eager=True, seed=0, **engine)
+    return [generate_case(make_llm, SamplingParams, case) for case in cases]
 
-    return [generate_case(make, SamplingParams, case) for case in cases]
+
+def run_generate(cases: list[dict]) -> list[dict]:
+    """minivllm's LLM with n-gram speculation or without, every sampling parameter."""
+    from autograder.vllm_oracle.workloads import sample_run
+    from minivllm import SamplingParams
+    from minivllm.sampling_params import StructuredOutputsParams
+
+    return [sample_run(make_llm, SamplingParams, StructuredOutputsParams, case) for case in cases]
 
 
 def run_detokenizer(cases: list[dict]) -> list[dict]:

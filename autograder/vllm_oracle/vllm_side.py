@@ -208,20 +208,58 @@ def _sampler(cases: list[dict]) -> list[dict]:
     return answers
 
 
-def _engine(cases: list[dict]) -> list[dict]:
-    """vLLM's LLM, in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0), fp32, eager, greedy, on the same checkpoint."""
+def make_llm(model: str, engine: dict):
+    """vLLM's LLM, in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0), fp32, eager, on a local checkpoint."""
     import gc
 
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    from vllm import LLM, SamplingParams
+    from vllm import LLM
+
+    gc.collect()  # the previous case's engine
+    return LLM(model=model, dtype="float32", enforce_eager=True, seed=0, kv_cache_memory_bytes=64 << 20, **engine)
+
+
+def _engine(cases: list[dict]) -> list[dict]:
+    """vLLM's LLM, greedy, on the same checkpoint."""
+    from vllm import SamplingParams
 
     from autograder.vllm_oracle.workloads import generate_case
 
-    def make(model, engine):
-        gc.collect()  # the previous case's engine
-        return LLM(model=model, dtype="float32", enforce_eager=True, seed=0, kv_cache_memory_bytes=64 << 20, **engine)
+    return [generate_case(make_llm, SamplingParams, case) for case in cases]
 
-    return [generate_case(make, SamplingParams, case) for case in cases]
+
+def fix_cpu_expand_kernel() -> None:
+    """vLLM 0.27.1's CPU stand-in for the rejection sampler's Triton expand_kernel (utils/cpu_triton_utils.py)
+    writes into an int64 copy of its output (_ensure_int64), so the per-draft temperatures (float32) and top-k
+    (int32) it expands stay uninitialised: random rows under speculation divide by garbage, and top-k gathers
+    out of bounds (`index -306122064 is out of bounds for dimension 1`). This replaces it with what the Triton
+    kernel computes on CUDA (each request's value repeated over its draft tokens, replace_from -> replace_to);
+    it runs before the model runner installs its CPU kernels."""
+    import torch
+    import vllm.utils.cpu_triton_utils as cpu_tl
+
+    def expand(output, input_val, cu_num_tokens, replace_from, replace_to, MAX_NUM_TOKENS=None):  # noqa: N803
+        counts = torch.diff(cu_num_tokens, prepend=cu_num_tokens.new_zeros(1))
+        values = torch.where(input_val == replace_from, torch.full_like(input_val, replace_to), input_val)
+        output.copy_(values.repeat_interleave(counts))
+
+    cpu_tl.expand_kernel = cpu_tl._FuncWrapper(expand)
+
+
+def _generate(cases: list[dict]) -> list[dict]:
+    """vLLM's LLM with n-gram speculation or without, every sampling parameter."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from vllm import SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
+
+    from autograder.vllm_oracle.workloads import sample_run
+
+    fix_cpu_expand_kernel()
+    # Seeded rows draw from their own generators, as on CUDA: vLLM's forward_cpu samples a batch that has any row
+    # without a generator (a greedy one too) from the global RNG (see sampler_inputs); forward_native does not.
+    from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
+    TopKTopPSampler.forward_cpu = TopKTopPSampler.forward_native
+    return [sample_run(make_llm, SamplingParams, StructuredOutputsParams, case) for case in cases]
 
 
 def _detokenizer(cases: list[dict]) -> list[dict]:
@@ -282,7 +320,7 @@ def _structured_output(cases: list[dict]) -> list[dict]:
 
 
 KINDS = {"structured_output": lambda cases: _structured_output(cases), "detokenizer": lambda cases: _detokenizer(cases), "scheduler": lambda cases: _scheduler(cases), "sampler": lambda cases: _sampler(cases),
-         "engine": lambda cases: _engine(cases)}
+         "engine": lambda cases: _engine(cases), "generate": lambda cases: _generate(cases)}
 
 
 def _scheduler(cases: list[dict]) -> list[dict]:

@@ -300,3 +300,156 @@ def first_structured_output_divergence(a: dict, b: dict) -> str | None:
         return (f"structured output seed {a['seed']}: vLLM {len(a['steps'])} steps (terminated {a['terminated']}) "
                 f"!= minivllm {len(b['steps'])} (terminated {b['terminated']})")
     return None
+
+
+GENERATE_MODELS = ("shakespeare-llama", "tiny-llama", "tiny-qwen3")
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+GENERATE_PROMPTS = ("ROMEO: O Romeo, Romeo, wherefore art thou Romeo? ROMEO: O Romeo, Romeo,",
+                    "JULIET: the the the and the and the and the",
+                    "KING: Now is the winter of our discontent; now is the winter — «made» 🌞 glorious",
+                    "First Citizen: We are accounted poor citizens, the patricians good. ñandú ça 日本語 ça")
+# Token ids of the shipped tokenizer that its model (and the tiny ones) often sample: stop ids, allowed subsets.
+_COMMON_IDS = (202, 15, 17, 29, 262, 271, 295, 297, 313, 327, 353, 396, 450)
+
+
+def sampling_case(model: str, spec: bool) -> dict:
+    """One LLM (n-gram speculation or not) and its LLM.generate calls: every sampling parameter of vLLM 0.27.1
+    on greedy and seeded rows (penalties, allowed_token_ids, bad_words, min_tokens, stop rules, logprobs 0-20,
+    prompt_logprobs 0-5, n > 1, a regex), the prompt-logprob rows again (prefix caching across calls and the
+    requests that skip the lookup), then logit_bias past 100 (a rare token biased 150 beats three of 100:
+    unclamped offline) and min_p, each alone (speculation refuses them). Prefills fit one step (512 tokens), so every
+    admission step has outputs and vLLM's offline counters miss no prefix-cache query."""
+    r = random.Random(f"sampling-{model}")  # the same rows with and without speculation
+    allowed = sorted(set(_COMMON_IDS[:6]) | set(r.sample(range(4, 4096), 40)))
+    rows = [
+        {"temperature": 0.0, "repetition_penalty": 1.3},
+        {"temperature": 0.0, "presence_penalty": 1.0, "frequency_penalty": 0.7},
+        {"temperature": 0.0, "allowed_token_ids": allowed},
+        {"temperature": 0.0, "bad_words": ["the", "thou", " and", "Romeo", "O Romeo"]},
+        {"temperature": 0.0, "min_tokens": 20, "stop_token_ids": list(_COMMON_IDS[:3])},
+        {"temperature": 0.0, "stop": ["the", "\n\n"], "include_stop_str_in_output": r.random() < 0.5},
+        {"temperature": 0.8, "seed": 11, "top_k": 40, "top_p": 0.9, "repetition_penalty": 1.2},
+        {"temperature": 1.0, "seed": 12, "allowed_token_ids": allowed, "bad_words": ["the", " and"],
+         "presence_penalty": 0.5},
+        {"temperature": 0.0, "logprobs": 20, "prompt_logprobs": 5},
+        {"temperature": 0.7, "seed": 13, "logprobs": 3, "prompt_logprobs": 0, "min_tokens": 10},
+        {"temperature": 0.9, "seed": 14, "n": 2, "frequency_penalty": 0.4, "logprobs": 0},
+        {"temperature": 0.0, "structured_outputs": {"regex": "(ROMEO|JULIET): [a-z ]{3,20}\\."}},
+    ]
+    main = [{"prompt": GENERATE_PROMPTS[i % len(GENERATE_PROMPTS)], "params": {"max_tokens": 32, **row}}
+            for i, row in enumerate(rows)]
+    again = [{"prompt": GENERATE_PROMPTS[i], "params": {"max_tokens": 8, "temperature": 0.0,
+                                                        "logprobs": 2, "prompt_logprobs": i % 3 or None}}
+             for i in range(len(GENERATE_PROMPTS))]
+    biased = [{"prompt": GENERATE_PROMPTS[0], "params": {
+        "max_tokens": 4, "temperature": 0.0, "logit_bias": {"3000": 150.0, "15": 100.0, "17": 100.0, "202": 100.0}}}]
+    min_p = [{"prompt": GENERATE_PROMPTS[1], "params": {"max_tokens": 8, "temperature": 1.0, "seed": 3,
+                                                        "min_p": 0.2}}]
+    engine = {"max_model_len": 256, "block_size": 16, "max_num_seqs": 8, "max_num_batched_tokens": 512,
+              "enable_prefix_caching": True, "disable_log_stats": False}
+    if spec:
+        engine["speculative_config"] = dict(NGRAM)
+    return {"model": model, "spec": spec, "engine": engine, "calls": [main, again, biased, min_p]}
+
+
+def sampling_cases() -> list[dict]:
+    return [sampling_case(m, spec) for m in GENERATE_MODELS for spec in (False, True)]
+
+
+_COUNTERS = ("spec_decode_num_drafts", "spec_decode_num_draft_tokens", "spec_decode_num_accepted_tokens",
+             "spec_decode_num_accepted_tokens_per_pos", "prefix_cache_queries", "prefix_cache_hits")
+
+
+def _entries(d: dict | None) -> list | None:
+    return None if d is None else [[t, lp.logprob, lp.rank, lp.decoded_token] for t, lp in d.items()]
+
+
+def sample_run(make_llm, sampling_params_cls, structured_outputs_cls, case: dict) -> dict:
+    """One sampling case through an LLM (vLLM's or minivllm's): per call, per request and completion the token
+    ids, text, finish and stop reasons, cumulative logprob and logprob entries [token, logprob, rank, decoded
+    text], prompt logprobs and num_cached_tokens, or the error a refused call raised (type and message); at
+    the end the draft and prefix-cache counters of LLM.get_metrics()."""
+    from autograder.vllm_oracle.models import model_path
+
+    llm = make_llm(str(model_path(case["model"])), case["engine"])
+    calls = []
+    for call in case["calls"]:
+        try:
+            params = []
+            for req in call:
+                p = dict(req["params"])
+                if "structured_outputs" in p:
+                    p["structured_outputs"] = structured_outputs_cls(**p["structured_outputs"])
+                if "logit_bias" in p:
+                    p["logit_bias"] = {int(k): v for k, v in p["logit_bias"].items()}
+                params.append(sampling_params_cls(**p))
+            outs = llm.generate([req["prompt"] for req in call], params, use_tqdm=False)
+        except Exception as e:  # noqa: BLE001 - a refused request is an answer too
+            calls.append({"error": [type(e).__name__, str(e)]})
+            continue
+        calls.append({"outputs": [{
+            "prompt_token_ids": list(o.prompt_token_ids), "num_cached_tokens": o.num_cached_tokens,
+            "prompt_logprobs": None if o.prompt_logprobs is None else [_entries(d) for d in o.prompt_logprobs],
+            "completions": [{"token_ids": list(c.token_ids), "text": c.text, "finish_reason": c.finish_reason,
+                             "stop_reason": c.stop_reason, "cumulative_logprob": c.cumulative_logprob,
+                             "logprobs": None if c.logprobs is None else [_entries(d) for d in c.logprobs]}
+                            for c in o.outputs]} for o in outs]})
+    counters = {}
+    for m in llm.get_metrics():
+        name = m.name.split(":", 1)[1]
+        if name in _COUNTERS and (case["spec"] or not name.startswith("spec_decode")):
+            counters[name] = list(m.values) if hasattr(m, "values") else m.value
+    return {"model": case["model"], "spec": case["spec"], "calls": calls, "counters": counters}
+
+
+def _same_rank(a: int, b: int) -> bool:
+    """Equal ranks; past rank 100 (a sampled token deep in the tail, among thousands of near-equal logprobs)
+    the engines' last-bit fp32 differences may reorder a neighbour or two, so there within 2."""
+    return a == b or (min(a, b) > 100 and abs(a - b) <= 2)
+
+
+def _entries_divergence(x: list | None, y: list | None) -> str | None:
+    """Logprob entries name the same tokens in the same order, with the same ranks (_same_rank) and decoded
+    texts and logprobs within 1e-4 (the engines' fp32 kernels differ in the last bits)."""
+    if (x is None) != (y is None):
+        return f"vLLM {x} != minivllm {y}"
+    for a, b in zip(x or [], y or [], strict=True):
+        if a[0] != b[0] or not _same_rank(a[2], b[2]) or a[3] != b[3] or abs(a[1] - b[1]) > 1e-4:
+            return f"vLLM {a} != minivllm {b}"
+    return None
+
+
+def first_sampling_divergence(a: dict, b: dict) -> str | None:
+    label = f"sampling {a['model']} spec={a['spec']}"
+    for k, (ca, cb) in enumerate(zip(a["calls"], b["calls"], strict=True)):
+        if "error" in ca or "error" in cb:
+            if ca.get("error") != cb.get("error"):
+                return f"{label}, call {k}: vLLM {ca.get('error') or 'ran'} != minivllm {cb.get('error') or 'ran'}"
+            continue
+        for i, (oa, ob) in enumerate(zip(ca["outputs"], cb["outputs"], strict=True)):
+            where = f"{label}, call {k}, request {i}"
+            for key in ("prompt_token_ids", "num_cached_tokens"):
+                if oa[key] != ob[key]:
+                    return f"{where}, {key}: vLLM {oa[key]} != minivllm {ob[key]}"
+            if (oa["prompt_logprobs"] is None) != (ob["prompt_logprobs"] is None):
+                return f"{where}, prompt_logprobs: vLLM {oa['prompt_logprobs']} != minivllm {ob['prompt_logprobs']}"
+            for p, (x, y) in enumerate(zip(oa["prompt_logprobs"] or [], ob["prompt_logprobs"] or [], strict=True)):
+                if d := _entries_divergence(x, y):
+                    return f"{where}, prompt position {p}: {d}"
+            for j, (x, y) in enumerate(zip(oa["completions"], ob["completions"], strict=True)):
+                for key in ("token_ids", "text", "finish_reason", "stop_reason"):
+                    if x[key] != y[key]:
+                        return f"{where}, completion {j}, {key}: vLLM {x[key]!r} != minivllm {y[key]!r}"
+                if (x["cumulative_logprob"] is None) != (y["cumulative_logprob"] is None) or (
+                        x["cumulative_logprob"] is not None
+                        and abs(x["cumulative_logprob"] - y["cumulative_logprob"]) > 1e-3):
+                    return f"{where}, completion {j}: cumulative_logprob vLLM {x['cumulative_logprob']} != " \
+                           f"minivllm {y['cumulative_logprob']}"
+                if (x["logprobs"] is None) != (y["logprobs"] is None):
+                    return f"{where}, completion {j}, logprobs: vLLM {x['logprobs']} != minivllm {y['logprobs']}"
+                for p, (ex, ey) in enumerate(zip(x["logprobs"] or [], y["logprobs"] or [], strict=True)):
+                    if d := _entries_divergence(ex, ey):
+                        return f"{where}, completion {j}, position {p}: {d}"
+    if a["counters"] != b["counters"]:
+        return f"{label}: counters vLLM {a['counters']} != minivllm {b['counters']}"
+    return None

@@ -111,8 +111,9 @@ class KVCacheManager:
         return KVCacheBlocks(computed), len(computed) * self.block_size
 
     def record_prefix_cache_stats(self, request: Request, num_hits: int) -> None:
-        """Count an admitted request's lookup; a previously preempted one counts apart."""
-        if self.enable_caching:
+        """Count an admitted request's lookup; a previously preempted one counts apart. A request that skipped
+        the lookup (prompt logprobs: skip_reading_prefix_cache) is no query, as in vLLM's get_computed_blocks."""
+        if self.enable_caching and not request.skip_reading_prefix_cache:
             self.prefix_cache_stats.record(request.num_tokens, num_hits, request.num_preemptions > 0)
 
     def allocate_slots(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from minivllm.engine import EngineCoreOutput, EngineCoreRequest, FinishReason
 from minivllm.engine.detokenizer import IncrementalDetokenizer
 from minivllm.engine.exceptions import EngineGenerateError
-from minivllm.logprobs import Logprob, entry_ranks
+from minivllm.logprobs import Logprob, context_ids, decoded_tokens, entry_ranks
 from minivllm.outputs import CompletionOutput, RequestOutput
 
 
@@ -150,8 +150,9 @@ class OutputProcessor:
         for i, (tok, lps) in enumerate(zip(out.new_token_ids, out.new_logprobs, strict=False)):
             entry_rank = (entry_ranks(state.num_logprobs, len(lps), ranks[i]) if ranks is not None
                           else [None] * len(lps))
-            state.logprobs.append({t: Logprob(lp, rank, self.tokenizer.decode([t]))
-                                   for (t, lp), rank in zip(lps.items(), entry_rank, strict=True)})
+            texts = decoded_tokens(self.tokenizer, list(lps), context_ids(state.logprobs))
+            state.logprobs.append({t: Logprob(lp, rank, text)
+                                   for (t, lp), rank, text in zip(lps.items(), entry_rank, texts, strict=True)})
             state.cumulative_logprob += lps[tok]
 
     def abort_requests(self, request_ids) -> list[str]:
@@ -209,10 +210,11 @@ class OutputProcessor:
                 self._append_logprobs(state, out)
             if out.new_prompt_logprobs is not None:
                 k = state.num_prompt_logprobs
-                state.prompt_logprobs = [None] + [
-                    {t: Logprob(lp, r, self.tokenizer.decode([t])) for (t, lp), r in
-                     zip(lps.items(), entry_ranks(k, len(lps), rank), strict=True)}
-                    for lps, rank in zip(out.new_prompt_logprobs, out.new_prompt_logprob_ranks, strict=True)]
+                state.prompt_logprobs = [None]
+                for lps, rank in zip(out.new_prompt_logprobs, out.new_prompt_logprob_ranks, strict=True):
+                    texts = decoded_tokens(self.tokenizer, list(lps), context_ids(state.prompt_logprobs))
+                    state.prompt_logprobs.append({t: Logprob(lp, r, text) for (t, lp), r, text in
+                                                  zip(lps.items(), entry_ranks(k, len(lps), rank), texts, strict=True)})
             # A stop string wins over the core's reason, even "length" from the same (last) token, as in vLLM.
             stop_str = state.detokenizer.update(out.new_token_ids, finish_reason == FinishReason.STOP)
             if stop_str is not None:

@@ -37,6 +37,7 @@ class InputProcessor:
     def __init__(self, vllm_config: VllmConfig, tokenizer) -> None:
         self.max_model_len = vllm_config.scheduler_config.max_model_len
         self.structured_outputs_config = vllm_config.structured_outputs_config
+        self.speculative_config = vllm_config.speculative_config
         self.tokenizer = tokenizer
         self.vocab_size = _model_vocab_size(vllm_config) or len(tokenizer)
         self.max_chars_per_token = max((len(t) for t in tokenizer.get_vocab()), default=1)
@@ -107,6 +108,10 @@ class InputProcessor:
         if params.logprobs is not None and params.logprobs > min(20, self.vocab_size):
             raise VLLMValidationError(f"logprobs must be at most {min(20, self.vocab_size)}, got {params.logprobs}",
                                       "logprobs")
+        if self.speculative_config is not None and (params.min_p > 1e-5 or params.logit_bias):
+            # vLLM's _validate_spec_decode: its rejection sampler applies neither to the draft positions
+            raise VLLMValidationError("The min_p and logit_bias sampling parameters are not yet supported with "
+                                      "speculative decoding.")
         if params.structured_outputs is not None:
             # a schema / regex / grammar that cannot build, or past the configured size / depth, fails here
             validate_xgrammar_grammar(params, self.structured_outputs_config)
@@ -120,8 +125,9 @@ class InputProcessor:
             changes["min_tokens"] = room
         if params.top_k >= self.vocab_size:  # vLLM's InputBatch: top_k >= vocab means no top-k
             changes["top_k"] = 0
-        if changes:
-            params = msgspec.structs.replace(params, **changes)
+        if changes or params.bad_words:
+            params = msgspec.structs.replace(params, **changes)  # a copy: the caller's params stay as given
+            params.update_from_tokenizer(self.tokenizer)
         return text, EngineCoreRequest(request_id, token_ids, params, self.tokenizer.eos_token_id,
                                        arrival_time or time.time())
 

@@ -34,4 +34,6 @@ class SamplingMetadata:
     min_tokens: dict[int, list[int]] | None = None  # row -> stop/EOS ids masked (still below min_tokens)
     penalties: Penalties | None = None
     logit_bias: dict[int, dict[int, float]] | None = None  # row -> token id -> bias added to its logit
-    allowed_token_ids: dict[int, list[int]] | None = None  # row -> the only ids it may sample  # refreshed every step (the output tokens grow); None if no row has any
+    allowed_token_ids: dict[int, list[int]] | None = None  # row -> the only ids it may sample
+    # row -> (its bad words' token ids, its output tokens so far): refreshed every step, as min_tokens and penalties
+    bad_words: dict[int, tuple[list[list[int]], list[int]]] | None = None

@@ -136,24 +136,44 @@ def sampled_token_ranks(logprobs: torch.Tensor, sampled: torch.Tensor) -> list[i
     return (logprobs >= logprobs.gather(1, sampled.unsqueeze(1))).sum(dim=-1).tolist()
 
 
+def apply_bad_words(logits: torch.Tensor, bad_words: dict[int, tuple[list[list[int]], list[int]]]) -> None:
+    """vLLM's apply_bad_words (v1/sample/ops/bad_words.py), in place: a row may not sample the last token of a
+    bad word whose other tokens are the last tokens it generated (a one-token word is never sampled)."""
+    for row, (words, past) in bad_words.items():
+        for ids in words:
+            prefix = ids[:-1]
+            if len(prefix) <= len(past) and (not prefix or past[len(past) - len(prefix):] == prefix):
+                logits[row, ids[-1]] = float("-inf")
+
+
+def apply_logits_processors(logits: torch.Tensor, md: SamplingMetadata) -> torch.Tensor:
+    """What may change a greedy choice, in vLLM's Sampler order (apply_logits_processors): the allowed_token_ids
+    mask, bad words, min_tokens and logit_bias, then the penalties. A new tensor when anything applies; the
+    rejection sampler's draft and bonus rows go through it too, each with its own output history."""
+    if md.allowed_token_ids or md.bad_words or md.min_tokens or md.logit_bias:
+        logits = logits.clone()
+    for row, ids in (md.allowed_token_ids or {}).items():
+        allowed = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
+        allowed[ids] = True
+        logits[row].masked_fill_(~allowed, float("-inf"))
+    if md.bad_words:
+        apply_bad_words(logits, md.bad_words)
+    for row, ids in (md.min_tokens or {}).items():  # vLLM's MinTokensLogitsProcessor: no stop/EOS before min_tokens
+        logits[row, ids] = float("-inf")
+    for row, bias in (md.logit_bias or {}).items():  # vLLM's LogitBiasLogitsProcessor
+        logits[row, list(bias)] += torch.tensor(list(bias.values()), dtype=logits.dtype, device=logits.device)
+    if md.penalties is not None:
+        logits = apply_penalties(logits, md.penalties)
+    return logits
+
+
 class Sampler(nn.Module):
     """Greedy and random requests in one batch; optional logprobs of the raw distribution."""
 
     def forward(self, logits: torch.Tensor, md: SamplingMetadata) -> SamplerOutput:
         logits = logits.float()
         raw_logprobs = logits.log_softmax(dim=-1) if md.max_num_logprobs is not None else None
-        if md.allowed_token_ids or md.min_tokens or md.logit_bias:
-            logits = logits.clone()
-        for row, ids in (md.allowed_token_ids or {}).items():  # vLLM's allowed_token_ids mask comes first
-            allowed = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
-            allowed[ids] = True
-            logits[row].masked_fill_(~allowed, float("-inf"))
-        for row, ids in (md.min_tokens or {}).items():  # vLLM's MinTokensLogitsProcessor: no stop/EOS before min_tokens
-            logits[row, ids] = float("-inf")
-        for row, bias in (md.logit_bias or {}).items():  # vLLM's LogitBiasLogitsProcessor
-            logits[row, list(bias)] += torch.tensor(list(bias.values()), dtype=logits.dtype, device=logits.device)
-        if md.penalties is not None:
-            logits = apply_penalties(logits, md.penalties)
+        logits = apply_logits_processors(logits, md)
         greedy = logits.argmax(dim=-1) if not md.all_random else None
         if md.all_greedy:
             sampled = greedy

@@ -62,6 +62,7 @@ class InputBatch:
         self.has_penalties: set[int] = set()
         self.logit_bias: dict[int, dict[int, float]] = {}  # row -> token id -> bias
         self.allowed_token_ids: dict[int, list[int]] = {}  # row -> the only ids it may sample
+        self.bad_words: dict[int, list[list[int]]] = {}  # row -> its bad words' token ids
         self.prompt_logprobs_reqs: set[str] = set()  # requests that want prompt logprobs (vLLM: num_prompt_logprobs)
         self.num_logprobs: list[int | None] = [None] * max_num_reqs
         self.generators: dict[int, torch.Generator] = {}
@@ -110,6 +111,8 @@ class InputBatch:
             self.logit_bias[idx] = sp.logit_bias
         if sp.allowed_token_ids:
             self.allowed_token_ids[idx] = sp.allowed_token_ids
+        if sp.bad_words_token_ids:
+            self.bad_words[idx] = sp.bad_words_token_ids
         self.num_logprobs[idx] = sp.logprobs
         if state.generator is not None:
             self.generators[idx] = state.generator
@@ -122,12 +125,37 @@ class InputBatch:
             self.min_tokens[idx] = (sp.min_tokens, n_prompt, sorted(stop_ids))
         return idx
 
-    def penalties(self, rows: np.ndarray, device: torch.device) -> Penalties | None:
-        """The rows' penalties with their prompt and output tokens so far (built every step: outputs grow);
-        None when no row has any."""
+    def history_fields(self, rows: np.ndarray, device: torch.device, num_drafts: np.ndarray | None = None,
+                       min_tokens_drafts: np.ndarray | None = None) -> dict:
+        """The SamplingMetadata fields that follow the output so far, for rows whose history is their output plus
+        num_drafts[i] of their draft tokens (none by default): min_tokens (counted with min_tokens_drafts[i],
+        default the same), bad words and penalties."""
+        if num_drafts is None:
+            num_drafts = np.zeros(len(rows), dtype=np.int64)
+        if min_tokens_drafts is None:
+            min_tokens_drafts = num_drafts
+        min_tokens, bad_words = {}, {}  # rows still below min_tokens: their stop ids and EOS are masked
+        for i, r in enumerate(rows.tolist()):
+            mt = self.min_tokens.get(r)
+            if mt is not None and self.num_tokens[r] + min_tokens_drafts[i] - mt[1] < mt[0]:
+                min_tokens[i] = mt[2]
+            if r in self.bad_words:
+                bad_words[i] = (self.bad_words[r], self.output_tokens(r, int(num_drafts[i])))
+        return {"min_tokens": min_tokens or None, "bad_words": bad_words or None,
+                "penalties": self.penalties(rows, device, num_drafts)}
+
+    def output_tokens(self, row: int, num_drafts: int = 0) -> list[int]:
+        """The row's output tokens so far, then its first num_drafts draft tokens (written after them)."""
+        end = min(int(self.num_tokens[row]) + num_drafts, self.max_model_len)
+        return self.token_ids_cpu[row, self.num_prompt_tokens[row]:end].tolist()
+
+    def penalties(self, rows: np.ndarray, device: torch.device, num_drafts: np.ndarray | int = 0) -> Penalties | None:
+        """The rows' penalties with their prompt and output tokens so far, the output followed by num_drafts[i]
+        of row i's draft tokens (built every step: outputs grow); None when no row has any."""
         if not self.has_penalties.intersection(rows.tolist()):
             return None
-        n_prompt, n_total = self.num_prompt_tokens[rows], np.minimum(self.num_tokens[rows], self.max_model_len)
+        n_prompt = self.num_prompt_tokens[rows]
+        n_total = np.minimum(self.num_tokens[rows] + num_drafts, self.max_model_len)
         prompt = np.full((len(rows), max(int(n_prompt.max()), 1)), -1, dtype=np.int64)
         output = np.full((len(rows), max(int((n_total - n_prompt).max()), 1)), -1, dtype=np.int64)
         for i, r in enumerate(rows.tolist()):
@@ -159,6 +187,7 @@ class InputBatch:
         self.prompt_logprobs_reqs.discard(req_id)
         self.logit_bias.pop(idx, None)
         self.allowed_token_ids.pop(idx, None)
+        self.bad_words.pop(idx, None)
         self.num_logprobs[idx] = None
         return idx
 
@@ -175,7 +204,7 @@ class InputBatch:
                     self.frequency_penalty, self.repetition_penalty, self.num_prompt_tokens):
             arr[[i, j]] = arr[[j, i]]
         self.num_logprobs[i], self.num_logprobs[j] = self.num_logprobs[j], self.num_logprobs[i]
-        for per_row in (self.generators, self.min_tokens, self.logit_bias, self.allowed_token_ids):
+        for per_row in (self.generators, self.min_tokens, self.logit_bias, self.allowed_token_ids, self.bad_words):
             vi, vj = per_row.pop(i, None), per_row.pop(j, None)
             if vj is not None:
                 per_row[i] = vj

@@ -27,7 +27,7 @@ from minivllm.core.sched.output import SchedulerOutput
 from minivllm.distributed import get_tensor_model_parallel_world_size
 from minivllm.sample.metadata import SamplingMetadata
 from minivllm.sample.rejection_sampler import PLACEHOLDER_TOKEN_ID, RejectionSampler, SpecDecodeMetadata
-from minivllm.sample.sampler import Sampler, gather_logprobs, sampled_token_ranks
+from minivllm.sample.sampler import Sampler, apply_logits_processors, gather_logprobs, sampled_token_ranks
 from minivllm.spec_decode.ngram_proposer import NgramProposer
 from minivllm.structured_output.utils import apply_grammar_bitmask
 from minivllm.tracing import Tracer
@@ -215,14 +215,9 @@ class GPUModelRunner:
             self._cached_sampling_metadata = self._make_sampling_metadata(rows)
             self._sampling_metadata_key = key
         md = self._cached_sampling_metadata
-        if not b.min_tokens and not b.has_penalties:
+        if not b.min_tokens and not b.has_penalties and not b.bad_words:
             return md
-        min_tokens = {}  # rows still below min_tokens: their stop ids and EOS are masked
-        for i, r in enumerate(rows.tolist()):
-            mt = b.min_tokens.get(r)
-            if mt is not None and b.num_tokens[r] - mt[1] < mt[0]:
-                min_tokens[i] = mt[2]
-        return dataclasses.replace(md, min_tokens=min_tokens or None, penalties=b.penalties(rows, self.device))
+        return dataclasses.replace(md, **b.history_fields(rows, self.device))
 
     def _make_sampling_metadata(self, rows: np.ndarray) -> SamplingMetadata:
         b = self.input_batch
@@ -240,8 +235,9 @@ class GPUModelRunner:
             min_p=torch.from_numpy(b.min_p[rows]).to(dev) if (b.min_p[rows] > 0).any() else None,
             generators={row_of[r]: g for r, g in b.generators.items() if r in row_of},
             max_num_logprobs=max(asked) if asked else None, num_logprobs=num_logprobs,
-            logit_bias={row_of[r]: v for r, v in b.logit_bias.items() if r in row_of} or None,
-            allowed_token_ids={row_of[r]: v for r, v in b.allowed_token_ids.items() if r in row_of} or None)
+            logit_bias={i: b.logit_bias[r] for i, r in enumerate(rows.tolist()) if r in b.logit_bias} or None,
+            allowed_token_ids={i: b.allowed_token_ids[r] for i, r in enumerate(rows.tolist())
+                               if r in b.allowed_token_ids} or None)
 
     # ------------------------------------------------------------------ step
     @torch.inference_mode()
@@ -283,7 +279,7 @@ class GPUModelRunner:
             rows_logprobs = rows_ranks = None  # per emitted row: one dict (and one rank) per token, or None
             if spec_md is not None:
                 with self.tracer.span("sample", self._step):
-                    out_ids = self.rejection_sampler(spec_md, None, self._mask_min_tokens(logits, spec_md, emit),
+                    out_ids = self.rejection_sampler(spec_md, None, self._spec_logits(logits, spec_md, emit),
                                                      self._sampling_metadata(emit))
                 rows_tokens = [[t for t in r if t != PLACEHOLDER_TOKEN_ID] for r in out_ids.tolist()]
                 if any(batch.num_logprobs[r] is not None for r in emit):
@@ -348,23 +344,22 @@ class GPUModelRunner:
                     state.prompt_logprobs[p + 1] = (entry, ranks[i])
             start += n
 
-    def _mask_min_tokens(self, logits: torch.Tensor, spec_md: SpecDecodeMetadata, emit: np.ndarray) -> torch.Tensor:
-        """The Sampler's min_tokens mask for verification rows: position p of a request samples its
-        (outputs so far + p)-th token, so stop ids and EOS are masked on the rows still below min_tokens."""
-        batch = self.input_batch
-        if not batch.min_tokens:
+    def _spec_logits(self, logits: torch.Tensor, spec_md: SpecDecodeMetadata, emit: np.ndarray) -> torch.Tensor:
+        """Every sampling constraint on the verification rows, as vLLM applies them before rejection sampling
+        (RejectionSampler.apply_logits_processors for the draft rows, its Sampler for the bonus row): draft row
+        p of a request sees its output plus its first p drafts in penalties, bad words and min_tokens; the bonus
+        row sees all k drafts in penalties and bad words but, as in vLLM (MinTokensLogitsProcessor.apply), only
+        the output in min_tokens. logit_bias and min_p never reach here (refused with speculation)."""
+        b = self.input_batch
+        if not (b.min_tokens or b.has_penalties or b.bad_words or b.allowed_token_ids):
             return logits
-        logits = logits.clone()
-        first_row = (spec_md.bonus_logits_indices.cpu() - torch.tensor(spec_md.num_draft_tokens)).tolist()
-        for j, row in enumerate(emit.tolist()):
-            mt = batch.min_tokens.get(row)
-            if mt is None:
-                continue
-            min_tokens, num_prompt, ids = mt
-            below = min(min_tokens - (int(batch.num_tokens[row]) - num_prompt), spec_md.num_draft_tokens[j] + 1)
-            for p in range(max(below, 0)):
-                logits[first_row[j] + p, ids] = float("-inf")
-        return logits
+        k = np.asarray(spec_md.num_draft_tokens, dtype=np.int64)
+        rows = np.repeat(emit, k + 1)
+        num_drafts = np.concatenate([np.arange(n + 1) for n in k])
+        min_tokens_drafts = np.where(num_drafts == np.repeat(k, k + 1), 0, num_drafts)  # the bonus row counts 0
+        md = dataclasses.replace(self._make_sampling_metadata(rows), logit_bias=None,
+                                 **b.history_fields(rows, self.device, num_drafts, min_tokens_drafts))
+        return apply_logits_processors(logits.float(), md)
 
     def _spec_logprobs(self, logits: torch.Tensor, spec_md: SpecDecodeMetadata, emit: np.ndarray,
                        rows_tokens: list[list[int]]) -> tuple[list, list]:

@@ -100,6 +100,7 @@ class SamplingRequest(OpenAIBaseModel):
     prompt_logprobs: int | None = None
     logit_bias: dict[str, float] | None = None
     allowed_token_ids: list[int] | None = None
+    bad_words: list[str] | None = None
     return_token_ids: bool | None = None
     stream_interval: Annotated[int, Field(ge=1)] | None = None
     truncate_prompt_tokens: Annotated[int, Field(ge=-1)] | None = None
@@ -139,13 +140,13 @@ class SamplingRequest(OpenAIBaseModel):
                   min_tokens=self.min_tokens, stop_token_ids=self.stop_token_ids, logprobs=logprobs,
                   include_stop_str_in_output=self.include_stop_str_in_output,
                   skip_special_tokens=self.skip_special_tokens, prompt_logprobs=prompt_logprobs,
-                  logit_bias=self.logit_bias, allowed_token_ids=self.allowed_token_ids,
+                  logit_bias=self.logit_bias, allowed_token_ids=self.allowed_token_ids, bad_words=self.bad_words,
                   structured_outputs=self.structured_outputs_params())
         for name in ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
                      "repetition_penalty"):
             if getattr(self, name) is not None:
                 kw[name] = getattr(self, name)
-        return SamplingParams(**kw)
+        return SamplingParams.from_optional(**kw)  # vLLM's OpenAI path: logit_bias clamped to [-100, 100]
 
 
 class CompletionRequest(SamplingRequest):
