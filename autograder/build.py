@@ -7,6 +7,7 @@ Output is deterministic: no outputs, execution counts, timestamps or machine pat
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -85,7 +86,30 @@ def generated_cells(nb: nbformat.NotebookNode, lesson_id: str, root: Path = REPO
             cell.source = "\n".join(lines)
     if sum(GRADING_RUNS in c.source for c in nb.cells if c.cell_type == "markdown") != 1:
         raise SystemExit(f"{lesson_id}: the grading table must end with one `{RUBRIC_LAST_ROW}` row")
+    collapse_appendix(nb, lesson_id)
     return nb
+
+
+def collapse_appendix(nb: nbformat.NotebookNode, lesson_id: str) -> None:
+    """The optional appendix (autograder/stats.py APPENDIX_HEADING) starts collapsed in JupyterLab, so the core path
+    is what a student scrolls through; it must come after the grading rules, and its sections must be `###` or
+    deeper (a `##` heading inside it would end the collapsed section)."""
+    from autograder.stats import APPENDIX_HEADING, appendix_start
+
+    try:
+        start = appendix_start(nb.cells)
+    except ValueError as e:
+        raise SystemExit(f"{lesson_id}: {e}") from None
+    if start is None:
+        return
+    rules = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and GRADING_RUNS in c.source)
+    if start < rules:
+        raise SystemExit(f"{lesson_id}: `{APPENDIX_HEADING}` must come after the grading rules")
+    for cell in nb.cells[start:]:
+        inner = [line for line in cell.source.split("\n") if re.match(r"#{1,2} ", line)]
+        if cell.cell_type == "markdown" and inner[1 if cell is nb.cells[start] else 0:]:
+            raise SystemExit(f"{lesson_id}: the appendix's sections must be `###` or deeper: {inner[-1]!r}")
+    nb.cells[start].metadata[COLLAPSED] = True
 
 
 SETUP_GUARD = 'assert "{alias}" in globals(), "先运行本课开头的准备单元格（{setup}，要无错运行完），再运行本单元格。"'
@@ -150,7 +174,8 @@ def lesson_nav(lesson_id: str, root: Path = REPO) -> str:
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 CONFIG = Path(__file__).resolve().parent / "nbgrader_config.py"
-_KEEP_CELL_META = ("nbgrader", "tags", "deletable", "editable")
+COLLAPSED = "jp-MarkdownHeadingCollapsed"  # JupyterLab's own key: the heading's section starts folded
+_KEEP_CELL_META = ("nbgrader", "tags", "deletable", "editable", COLLAPSED)
 
 
 def normalize(nb: nbformat.NotebookNode, lesson_id: str) -> nbformat.NotebookNode:

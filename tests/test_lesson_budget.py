@@ -1,21 +1,35 @@
-"""Every student notebook within the course's reading budget (shared/COURSE.md): at most 11,000 markdown
-characters, no paragraph over 250, and no trace of how the course was written."""
+"""Every student notebook within the course's reading budget (autograder/stats.py): a core path of at most 7,000
+markdown characters, an appendix of at most 4,000 that starts collapsed, no paragraph over 200 — or, for a lesson
+still listed in NOT_SPLIT_YET, the earlier 11,000 / 250 — and no trace of how the course was written."""
 import re
 
 import nbformat
 import pytest
 
+from autograder.build import COLLAPSED
 from autograder.common import NOTEBOOKS, discover_lessons
-from autograder.stats import MAX_MARKDOWN_CHARS, MAX_PARAGRAPH_CHARS, lesson_stats, main, paragraphs
+from autograder.stats import appendix_start, lesson_stats, main, paragraphs
 
 HISTORY = re.compile(r"本课早先的版本|更正（复核|复核时|正由另一项工作|早先的版本")
+
+
+# Lessons not yet split into a core path and an appendix (issue #52); the list only shrinks.
+NOT_SPLIT_YET: set[str] = set(discover_lessons())
 
 
 @pytest.mark.parametrize("lesson_id", discover_lessons())
 def test_student_notebook_within_budget(lesson_id):
     s = lesson_stats(lesson_id)
-    assert s.markdown_chars <= MAX_MARKDOWN_CHARS, f"{lesson_id}: {s.markdown_chars:,} markdown characters"
-    assert s.longest_paragraph <= MAX_PARAGRAPH_CHARS, f"{lesson_id}: a paragraph of {s.longest_paragraph}: {s.longest_text[:120]}"
+    assert s.split == (lesson_id not in NOT_SPLIT_YET), f"{lesson_id}: split {s.split}; update NOT_SPLIT_YET"
+    assert s.within_budget, f"{lesson_id}: {', '.join(s.over)}; the longest paragraph: {s.longest_text[:120]}"
+
+
+@pytest.mark.parametrize("lesson_id", sorted(set(discover_lessons()) - NOT_SPLIT_YET))
+def test_appendix_starts_collapsed_after_the_grading_rules(lesson_id):
+    nb = nbformat.read(NOTEBOOKS / lesson_id / f"{lesson_id}.ipynb", as_version=4)
+    start = appendix_start(nb.cells)
+    assert nb.cells[start].metadata.get(COLLAPSED) is True
+    assert any("评分规则" in c.source for c in nb.cells[:start] if c.cell_type == "markdown")
 
 
 @pytest.mark.parametrize("lesson_id", discover_lessons())
@@ -33,7 +47,8 @@ def test_paragraphs_split_as_a_reader_sees_them():
 def test_the_stats_command_fails_a_lesson_over_budget(monkeypatch, capsys):
     import autograder.stats as stats
 
-    monkeypatch.setattr(stats, "MAX_MARKDOWN_CHARS", 100)
+    monkeypatch.setattr(stats, "UNSPLIT_MAX_CHARS", 100)
+    monkeypatch.setattr(stats, "MAX_CORE_CHARS", 100)
     assert main(["lesson01"]) == 1
     assert "OVER" in capsys.readouterr().out
     monkeypatch.undo()
