@@ -9,12 +9,11 @@ keeps the first call.
 from __future__ import annotations
 
 import json
-import socket
 
 import httpx
 import openai
 import pytest
-from test_api_server import launch_server, stop_server
+from test_api_server import free_port, launch_server, stop_server
 
 from autograder.vllm_oracle.server_corpus import CLOSE_ARRAY, PYTHONIC_ONE, PYTHONIC_TWO, TOOLS
 from minivllm.entrypoints.openai.api_server import build_app
@@ -26,15 +25,9 @@ ORIGIN = "http://notebook.example"
 MESSAGES = [{"role": "user", "content": "What weather in Verona?"}]
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    port = _port()
+    port = free_port()
     log = open(tmp_path_factory.mktemp("log") / "server.log", "w+")
     proc = launch_server(MODEL, port, log, "--max-model-len", "256", "--enable-auto-tool-choice",
                          "--tool-call-parser", "pythonic", "--structured-outputs-config",

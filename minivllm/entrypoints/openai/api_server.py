@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from functools import partial
 from http import HTTPStatus
+from types import SimpleNamespace
 
 import anyio
 from fastapi import Depends, FastAPI, Request
@@ -324,15 +325,15 @@ def sse(obj) -> str:
 
 def perf_estimate(vllm_config) -> PerfEstimate | None:
     """The estimated FLOPs/bytes counters' model shape, from the checkpoint's config.json (None: unreadable)."""
-    from transformers import AutoConfig
     try:
-        cfg = AutoConfig.from_pretrained(vllm_config.model_config.model, local_files_only=True)
-    except (OSError, ValueError):
+        with open(os.path.join(vllm_config.model_config.model, "config.json")) as f:
+            cfg = json.load(f)
+        dtype = str(vllm_config.model_config.dtype)
+        if dtype == "auto":
+            dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "float32")
+        return PerfEstimate.from_hf_config(SimpleNamespace(**cfg), 2 if "16" in dtype else 4)
+    except (OSError, ValueError, TypeError, AttributeError, ZeroDivisionError):
         return None
-    dtype = str(vllm_config.model_config.dtype)
-    if dtype == "auto":
-        dtype = str(getattr(cfg, "torch_dtype", None) or getattr(cfg, "dtype", None) or "float32")
-    return PerfEstimate.from_hf_config(cfg, 2 if ("16" in dtype) else 4)
 
 
 # ---------------------------------------------------------------------------- the server state
@@ -686,6 +687,12 @@ async def _completion_stream(serving, req, gens, rid, created, echo_texts, n, ec
 
 
 # ---------------------------------------------------------------------------- chat
+def check_generation_prompt(req) -> None:
+    """vLLM's check_generation_prompt, for chat completions and /tokenize alike."""
+    if req.continue_final_message and req.add_generation_prompt:
+        raise ValueError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+
+
 def check_unsupported(req) -> None:
     """Fields minivllm cannot honour yet: a clear 400 rather than an answer that ignores them."""
     if req.logprob_token_ids:
@@ -701,8 +708,7 @@ def _check_chat_request(serving: OpenAIServing, req: ChatCompletionRequest) -> N
         raise ValueError("messages must not be empty")
     if req.top_logprobs and not req.logprobs:
         raise VLLMValidationError("when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
-    if req.continue_final_message and req.add_generation_prompt:
-        raise ValueError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+    check_generation_prompt(req)
     if req.chat_template is not None:
         raise ValueError("Chat template is passed with request, but --trust-request-chat-template is not set. "
                          "Refused request with untrusted chat template.")
@@ -987,8 +993,7 @@ def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api
         s = serving(request)
         s.check_model(req.model)
         if req.messages is not None:
-            if req.continue_final_message and req.add_generation_prompt:
-                raise ValueError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+            check_generation_prompt(req)
             tokens = (await s.in_pool(s.chat_prompt, req.messages, req.add_generation_prompt,
                                       req.continue_final_message, req.chat_template_kwargs,
                                       bool(req.add_special_tokens)))["prompt_token_ids"]

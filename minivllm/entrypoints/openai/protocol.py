@@ -129,6 +129,11 @@ class SamplingRequest(OpenAIBaseModel):
         for name in ("prompt_logprobs", "top_logprobs" if cls.logprobs_is_flag else "logprobs"):
             if data.get(name) is not None and not isinstance(data[name], (int, float)):
                 raise VLLMValidationError(f"`{name}` must be an integer.", name, data[name])
+        so = data.get("structured_outputs")
+        if isinstance(so, dict) and sum(so.get(k) is not None for k in ("json", "regex", "choice")) > 1:
+            # vLLM's check_structured_outputs_count names the field for completions, not for chat
+            raise VLLMValidationError("You can only use one kind of constraints for structured outputs ('json', "
+                                      "'regex' or 'choice').", None if cls.logprobs_is_flag else "structured_outputs")
         budget = data.get("thinking_token_budget")
         if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < -1):
             raise VLLMValidationError("`thinking_token_budget` must be a non-negative integer or -1 for unlimited.",
