@@ -354,6 +354,11 @@ class OpenAIServing:
         # Tokenizing and chat templating run here, off the event loop (HF tokenizers release the GIL).
         self.tokenizer_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenizer")
 
+    @property
+    def auto_tool_parser(self) -> str | None:
+        """The parser that reads calls the model chose to make: only with --enable-auto-tool-choice (as vLLM)."""
+        return self.tool_call_parser if self.enable_auto_tools else None
+
     async def in_pool(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.tokenizer_pool, fn, *args)
 
@@ -772,7 +777,7 @@ async def create_chat_completion(serving: OpenAIServing, req: ChatCompletionRequ
         for k, out in enumerate(finals):
             c = out.outputs[0]
             n_gen += len(c.token_ids)
-            message, calls = tool_calls.message(req, role, c.text, serving.tool_call_parser)
+            message, calls = tool_calls.message(req, role, c.text, serving.auto_tool_parser)
             if echo_text and message["content"] is not None:
                 message["content"] = echo_text + message["content"]
             choices.append({"index": k, "message": _MESSAGE_EXTRAS | message,
@@ -796,7 +801,7 @@ async def _chat_stream(serving, req, gens, rid, created, num_lp, role, echo_text
     head = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": serving.model_name}
     n_prompt, n_gen = 0, [0] * len(gens)
     first = [True] * len(gens)
-    tools = [tool_calls.StreamState(req, serving.tool_call_parser) for _ in gens]
+    tools = [tool_calls.StreamState(req, serving.auto_tool_parser) for _ in gens]
     try:
         async for i, out in merge_async_iterators(*[g.iterate() for g in gens]):
             c = out.outputs[0]
