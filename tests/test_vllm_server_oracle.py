@@ -49,6 +49,11 @@ DELIBERATE = {
        for name in ("route/version", "auth/version_no_key")},
 }
 
+# Where vLLM's own answer changes from run to run: kept in DELIBERATE, but not required to differ or to equal
+# the recording live.
+VLLM_UNSTABLE = {"cmpl/bad/invalid_json": "vLLM closes the connection on a truncated JSON body in some runs and "
+                                          "answers minivllm's 400 (param body.10) in others"}
+
 # vLLM behaviour minivllm does not have yet: case -> what is missing. Each must still differ.
 OPEN_GAPS: dict[str, str] = {
     "cmpl/truncate_prompt_tokens": "vLLM reports 2 prompt tokens but answers as for the whole prompt; minivllm "
@@ -113,7 +118,7 @@ def test_minivllm_server_equals_vllm(golden, minivllm_answers):
         d[:600] for d in list(unexpected.values())[:5])
     closed = sorted(set(OPEN_GAPS) - set(diffs))
     assert not closed, f"now equal to vLLM: drop them from OPEN_GAPS: {closed}"
-    gone = sorted(set(DELIBERATE) - set(diffs))
+    gone = sorted(set(DELIBERATE) - set(diffs) - set(VLLM_UNSTABLE))
     assert not gone, f"no longer different from vLLM: drop them from DELIBERATE: {gone}"
 
 
@@ -134,7 +139,7 @@ def test_deliberate_differences(golden, minivllm_answers):
     v, m = answer(vllm, "cmpl/bad/body_list"), answer(mine, "cmpl/bad/body_list")
     assert v["status"] == 500 and m["status"] == 400 and m["values"]["error.param"] == "body", m
     v, m = answer(vllm, "cmpl/bad/invalid_json"), answer(mine, "cmpl/bad/invalid_json")
-    assert v["status"] is None and m["status"] == 400 and m["values"]["error.type"] == "Bad Request", m
+    assert v["status"] in (None, 400) and m["status"] == 400 and m["values"]["error.type"] == "Bad Request", m
     v, m = answer(vllm, "cmpl/bad/lone_surrogate"), answer(mine, "cmpl/bad/lone_surrogate")
     assert v["values"]["error.param"] is None and m["values"]["error.param"] == "body.prompt", m
     v, m = answer(vllm, "route/models"), answer(mine, "route/models")
@@ -199,6 +204,7 @@ def test_a_divergence_is_reported_with_its_request_and_field(golden):
 @pytest.mark.skipif(not LIVE, reason="live vLLM comparisons run in `make test-vllm` (MINIVLLM_VLLM_LIVE=1)")
 def test_live_vllm_server_equals_its_recording_and_minivllm(golden, minivllm_answers):
     live = server_diff.answers_of("vllm", CASES)
-    stale = divergences(golden["answers"], live)
+    stale = {k: v for k, v in divergences(golden["answers"], live).items() if k not in VLLM_UNSTABLE}
     assert not stale, f"vLLM's live answers differ from its recording ({len(stale)}): {list(stale.values())[:2]}"
-    assert divergences(live, minivllm_answers).keys() == divergences(golden["answers"], minivllm_answers).keys()
+    assert divergences(live, minivllm_answers).keys() - VLLM_UNSTABLE.keys() == \
+        divergences(golden["answers"], minivllm_answers).keys() - VLLM_UNSTABLE.keys()

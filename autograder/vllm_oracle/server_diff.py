@@ -47,7 +47,7 @@ from autograder.vllm_oracle.server_corpus import (
 
 MODEL_DIR = "data/models/shakespeare-llama"
 GOLDEN = GOLDEN_DIR / "server.json.xz"
-IGNORED_KEYS = {"id", "created", "system_fingerprint"}
+IGNORED_KEYS = {"id", "created", "created_at", "system_fingerprint"}
 # Values that differ between any two runs of the same server: compared by type only.
 TYPE_ONLY_PATHS = {"error.message"}
 TEXT_KEYS = {"text", "content", "tokens", "token_logprobs", "top_logprobs", "text_offset", "token_ids", "token",

@@ -824,9 +824,7 @@ async def _chat_stream(serving, req, gens, rid, created, num_lp, role, echo_text
             delta = tools[i].delta(c.text, c.finish_reason is not None)
             if delta is None and c.finish_reason is None:
                 continue
-            reason = c.finish_reason
-            if reason is not None and tools[i].calls_streamed and req.tool_choice in ("auto", "required"):
-                reason = "tool_calls"
+            reason = tools[i].finish_reason(c.finish_reason)
             choice = {"index": i, "delta": delta or {},
                       "logprobs": serving.chat_logprobs(c.token_ids, c.logprobs, num_lp, req.return_tokens_as_token_ids),
                       "finish_reason": reason}

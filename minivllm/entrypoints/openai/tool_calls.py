@@ -192,6 +192,13 @@ class StreamState:
         self.calls_streamed = True
         return {"tool_calls": deltas}
 
+    def finish_reason(self, reason: str | None) -> str | None:
+        """vLLM's streaming rule (unlike its non-streaming one): "tool_calls" once any call went out, unless the
+        call was named."""
+        if reason is not None and self.calls_streamed and self.req.tool_choice in ("auto", "required"):
+            return "tool_calls"
+        return reason
+
     def _call_delta(self, index: int, name: str | None, arguments: str) -> dict:
         self.calls_streamed = True
         if self.name_sent:
