@@ -332,7 +332,7 @@ def test_bad_structured_outputs_are_400_naming_the_problem(client):
     bad_schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "objekt"}}}
     cases = [({"extra_body": {"response_format": bad_schema}}, "structured_outputs.json: invalid JSON schema"),
              ({"extra_body": {"structured_outputs": {"regex": "(unclosed"}}}, "structured_outputs.regex"),
-             ({"extra_body": {"structured_outputs": {"choice": ["a"], "regex": "b"}}}, "exactly one kind"),
+             ({"extra_body": {"structured_outputs": {"choice": ["a"], "regex": "b"}}}, "one kind of constraints"),
              ({"extra_body": {"structured_outputs": {"choise": ["a"]}}}, "unknown field `choise`")]
     for kwargs, message in cases:
         with pytest.raises(openai.BadRequestError) as e:

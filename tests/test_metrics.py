@@ -135,3 +135,27 @@ def test_prefix_cache_queries_count_a_prompt_prefilled_in_chunks():
     counters = {m.name: m.value for m in llm.get_metrics() if m.name.endswith(("prefix_cache_queries",
                                                                                "prefix_cache_hits"))}
     assert counters == {"minivllm:prefix_cache_queries": 40, "minivllm:prefix_cache_hits": 0}
+
+
+def test_estimated_work_and_waiting_by_reason():
+    """FLOPs/bytes per step from the shipped model's config (2 per weight per token, weights read once a step,
+    K and V written per token); waiting requests all wait for capacity (minivllm defers none)."""
+    from transformers import AutoConfig
+
+    from minivllm.entrypoints.openai.metrics import PerfEstimate
+    cfg = AutoConfig.from_pretrained("data/models/shakespeare-llama", local_files_only=True)
+    perf = PerfEstimate.from_hf_config(cfg, dtype_bytes=4)
+    h, i, L, v = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers, cfg.vocab_size
+    kv = (cfg.num_key_value_heads or cfg.num_attention_heads) * (h // cfg.num_attention_heads)
+    assert perf.params == L * (2 * h * h + 2 * h * kv + 3 * h * i) + h * v
+    logger = PrometheusStatLogger("m", perf=perf)
+    logger.record(SchedulerStats(num_waiting_reqs=3), IterationStats(num_prompt_tokens=6, num_generation_tokens=2,
+                                                                     num_cached_prompt_tokens=2))
+    logger.record(None, IterationStats())  # a step that computed nothing adds nothing
+    m = parse_prometheus(logger.render())
+    lab = '{model_name="m"}'
+    assert m[f"minivllm:estimated_flops_per_gpu_total{lab}"] == 2 * perf.params * 6
+    assert m[f"minivllm:estimated_read_bytes_per_gpu_total{lab}"] == 4 * perf.params
+    assert m[f"minivllm:estimated_write_bytes_per_gpu_total{lab}"] == 6 * 2 * L * kv * 4
+    assert m['minivllm:num_requests_waiting_by_reason{model_name="m",reason="capacity"}'] == 3
+    assert m['minivllm:num_requests_waiting_by_reason{model_name="m",reason="deferred"}'] == 0

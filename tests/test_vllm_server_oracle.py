@@ -36,32 +36,42 @@ DELIBERATE = {
     "route/models": ('owned_by "vllm"', 'owned_by "minivllm"'),
     **{name: ("the vllm: prefix; families NOT_PRODUCED", "the minivllm: prefix (same names after it); NOT_PRODUCED "
                                                           "missing, EXTRA_FAMILIES added")
-       for name in ("metrics/families", "auth/metrics_no_key")},
+       for name in ("metrics/families", "auth/metrics_no_key", "route/metrics_post")},
+    **{f"{ep}/logprob_token_ids": ("200 with the logprobs of the requested ids",
+                                   "400 naming logprob_token_ids: not supported yet (the sampler gives top-k only), "
+                                   "rather than answering with the natural top-k") for ep in ("cmpl", "chat")},
+    "cmpl/bad/prompt_list_empty_str": ('200 for ["To be", ""]', '400 param prompt, as for a lone ""'),
+    **{name: ("200; the id can never be sampled, so it never stops anything",
+              "400 param stop_token_ids: an id outside the vocabulary")
+       for name in ("cmpl/stop_token_ids_neg", "chat/stop_token_ids_oov")},
+    "cmpl/bad/structured_outputs_not_dict": ("500 InternalServerError", "400 Bad Request naming structured_outputs"),
+    **{name: ('{"version": "0.27.1"}', '{"version": "0.27.1", "minivllm_version": "0.1.0"}')
+       for name in ("route/version", "auth/version_no_key")},
 }
+
+# Where vLLM's own answer changes from run to run: kept in DELIBERATE, but not required to differ or to equal
+# the recording live.
+VLLM_UNSTABLE = {"cmpl/bad/invalid_json": "vLLM closes the connection on a truncated JSON body in some runs and "
+                                          "answers minivllm's 400 (param body.10) in others"}
 
 # vLLM behaviour minivllm does not have yet: case -> what is missing. Each must still differ.
 OPEN_GAPS: dict[str, str] = {
     "cmpl/truncate_prompt_tokens": "vLLM reports 2 prompt tokens but answers as for the whole prompt; minivllm "
                                    "generates from the last 2",
     "cmpl/return_token_ids_echo": "vLLM leaves the echoed prompt out of the text when return_token_ids is set",
-    "cmpl/bad/prompt_neg_token": "vLLM's prompt type bounds token ids (param body.prompt.0); minivllm: param null",
-    "cmpl/bad/logprobs_bool": "vLLM checks logprobs in a before-validator (BadRequestError, param logprobs)",
-    "cmpl/bad/so_two_kinds": "vLLM names structured_outputs for completions (not for chat); minivllm: null",
     "chat/developer": "vLLM renders a developer message with one token fewer (cause not found)",
-    "chat/bad/message_no_role": "vLLM's param names the union branch (ChatCompletionDeveloperMessageParam.role)",
-    "chat/bad/content_int": "vLLM's param names the union branch (ChatCompletionDeveloperMessageParam.content)",
+    "route/responses": "the Responses API (POST /v1/responses) is not built: minivllm answers 404",
+    "chat/tools/auto_pythonic_two_stream": "with parallel_tool_calls false vLLM's pythonic stream ends with "
+                                           '{"content": ""} deltas; minivllm sends the first call\'s closing brace',
 }
 
 # Metric families (names under vLLM's prefix, minivllm's `minivllm:` mapped to it) that nothing in minivllm
-# produces (no FLOP/byte estimates, no KV connector, no multimodal cache, no waiting-reason split) ...
+# produces (no KV connector, no multimodal cache) ...
 NOT_PRODUCED = {f"vllm:{name}" for name in (
-    "estimated_flops_per_gpu_created gauge", "estimated_flops_per_gpu_total counter",
-    "estimated_read_bytes_per_gpu_created gauge", "estimated_read_bytes_per_gpu_total counter",
-    "estimated_write_bytes_per_gpu_created gauge", "estimated_write_bytes_per_gpu_total counter",
     "external_prefix_cache_hits_created gauge", "external_prefix_cache_hits_total counter",
     "external_prefix_cache_queries_created gauge", "external_prefix_cache_queries_total counter",
     "mm_cache_hits_created gauge", "mm_cache_hits_total counter", "mm_cache_queries_created gauge",
-    "mm_cache_queries_total counter", "num_requests_waiting_by_reason gauge")}
+    "mm_cache_queries_total counter")}
 # ... and minivllm's own: block counts and hit rate for the lessons, and the spec-decode families, which vLLM
 # registers only when speculative decoding is configured.
 EXTRA_FAMILIES = {f"vllm:{name}" for name in (
@@ -96,7 +106,9 @@ def test_recording_is_vllm_0_27_1s_server():
     prov = header["provenance"]
     assert prov["ok"] and prov["differs"] == 0 and prov["missing"] == 0, prov
     assert header["num_cases"] == len(CASES) >= 300
-    assert {c["cat"] for c in CASES} == {"valid", "streamed", "structured", "bad_input", "routes", "auth", "metrics"}
+    assert {c["cat"] for c in CASES} == {"valid", "streamed", "structured", "bad_input", "routes", "auth", "metrics",
+                                         "tools"}
+    assert header["server_profiles"] == server_diff.SERVER_PROFILES
 
 
 def test_minivllm_server_equals_vllm(golden, minivllm_answers):
@@ -106,7 +118,7 @@ def test_minivllm_server_equals_vllm(golden, minivllm_answers):
         d[:600] for d in list(unexpected.values())[:5])
     closed = sorted(set(OPEN_GAPS) - set(diffs))
     assert not closed, f"now equal to vLLM: drop them from OPEN_GAPS: {closed}"
-    gone = sorted(set(DELIBERATE) - set(diffs))
+    gone = sorted(set(DELIBERATE) - set(diffs) - set(VLLM_UNSTABLE))
     assert not gone, f"no longer different from vLLM: drop them from DELIBERATE: {gone}"
 
 
@@ -127,14 +139,28 @@ def test_deliberate_differences(golden, minivllm_answers):
     v, m = answer(vllm, "cmpl/bad/body_list"), answer(mine, "cmpl/bad/body_list")
     assert v["status"] == 500 and m["status"] == 400 and m["values"]["error.param"] == "body", m
     v, m = answer(vllm, "cmpl/bad/invalid_json"), answer(mine, "cmpl/bad/invalid_json")
-    assert v["status"] is None and m["status"] == 400 and m["values"]["error.type"] == "Bad Request", m
+    assert v["status"] in (None, 400) and m["status"] == 400 and m["values"]["error.type"] == "Bad Request", m
     v, m = answer(vllm, "cmpl/bad/lone_surrogate"), answer(mine, "cmpl/bad/lone_surrogate")
     assert v["values"]["error.param"] is None and m["values"]["error.param"] == "body.prompt", m
     v, m = answer(vllm, "route/models"), answer(mine, "route/models")
     assert v["values"]["data[0].owned_by"] == "vllm" and m["values"]["data[0].owned_by"] == "minivllm"
     assert {k: x for k, x in v["values"].items() if "owned_by" not in k} == \
         {k: x for k, x in m["values"].items() if "owned_by" not in k}
-    for name in ("metrics/families", "auth/metrics_no_key"):
+    for ep in ("cmpl", "chat"):
+        v, m = answer(vllm, f"{ep}/logprob_token_ids"), answer(mine, f"{ep}/logprob_token_ids")
+        assert v["status"] == 200 and m["status"] == 400 and m["values"]["error.param"] == "logprob_token_ids", m
+    v, m = answer(vllm, "cmpl/bad/prompt_list_empty_str"), answer(mine, "cmpl/bad/prompt_list_empty_str")
+    assert v["status"] == 200 and m["status"] == 400 and m["values"]["error.param"] == "prompt", m
+    for name in ("cmpl/stop_token_ids_neg", "chat/stop_token_ids_oov"):
+        v, m = answer(vllm, name), answer(mine, name)
+        assert v["status"] == 200 and m["status"] == 400 and m["values"]["error.param"] == "stop_token_ids", m
+    v, m = answer(vllm, "cmpl/bad/structured_outputs_not_dict"), answer(mine, "cmpl/bad/structured_outputs_not_dict")
+    assert v["status"] == 500 and m["status"] == 400 and m["values"]["error.param"] == "body.structured_outputs", m
+    for name in ("route/version", "auth/version_no_key"):
+        v, m = answer(vllm, name), answer(mine, name)
+        assert v["values"] == {"version": "0.27.1"} and m["values"] == {"version": "0.27.1",
+                                                                        "minivllm_version": "0.1.0"}
+    for name in ("metrics/families", "auth/metrics_no_key", "route/metrics_post"):
         v, m = set(answer(vllm, name)["families"]), set(answer(mine, name)["families"])
         assert v - m == NOT_PRODUCED and m - v == EXTRA_FAMILIES, (name, sorted(v - m), sorted(m - v))
         assert any(f.startswith("http_requests_total") for f in m) and "vllm:cache_config_info gauge" in m
@@ -178,6 +204,7 @@ def test_a_divergence_is_reported_with_its_request_and_field(golden):
 @pytest.mark.skipif(not LIVE, reason="live vLLM comparisons run in `make test-vllm` (MINIVLLM_VLLM_LIVE=1)")
 def test_live_vllm_server_equals_its_recording_and_minivllm(golden, minivllm_answers):
     live = server_diff.answers_of("vllm", CASES)
-    stale = divergences(golden["answers"], live)
+    stale = {k: v for k, v in divergences(golden["answers"], live).items() if k not in VLLM_UNSTABLE}
     assert not stale, f"vLLM's live answers differ from its recording ({len(stale)}): {list(stale.values())[:2]}"
-    assert divergences(live, minivllm_answers).keys() == divergences(golden["answers"], minivllm_answers).keys()
+    assert divergences(live, minivllm_answers).keys() - VLLM_UNSTABLE.keys() == \
+        divergences(golden["answers"], minivllm_answers).keys() - VLLM_UNSTABLE.keys()

@@ -6,8 +6,9 @@ chat_completion/protocol.py ChatCompletionRequest, engine/protocol.py StreamOpti
 api_router.py files): every request field, streamed and not, with valid, boundary and invalid values,
 structured outputs, the API key, every route and unknown ones.
 
-A case: name, cat (valid | streamed | structured | bad_input | routes | auth | metrics), method, path, and a
-JSON body (or raw bytes in `raw`, headers in `headers`). Both servers run with --api-key API_KEY, so every case
+A case: name, cat (valid | streamed | structured | bad_input | routes | auth | metrics | tools), method, path,
+and a JSON body (or raw bytes in `raw`, headers in `headers`); `server: "tools"` sends it to servers started
+with a tool-call parser (SERVER_PROFILES). Both servers run with --api-key API_KEY, so every case
 sends it unless it sets its own Authorization header (the auth cases). `sampled` cases (temperature > 0 without
 a seed) are compared by shape only: their text is not reproducible.
 """
@@ -21,7 +22,12 @@ MAX_MODEL_LEN = 256
 
 PROMPTS = ["ROMEO:", "To be, or not to be", "First Citizen:\nBefore we proceed", "KING HENRY:\nOnce more",
            "O", "What light through yonder", "JULIET:\nAy me!", "The quality of mercy", "\n", "Friends, Romans"]
-CATS = ("valid", "streamed", "structured", "bad_input", "routes", "auth", "metrics")
+CATS = ("valid", "streamed", "structured", "bad_input", "routes", "auth", "metrics", "tools")
+# Server flags beyond the common ones (server_diff.server_command); a case's "server" names its profile.
+# The tools profile keeps JSON compact: the shipped model, free to add whitespace, fills max_tokens with it.
+SERVER_PROFILES = {"default": [], "tools": [
+    "--enable-auto-tool-choice", "--tool-call-parser", "pythonic",
+    "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}']}
 
 
 def _case(name, cat, path, body=None, method="POST", **kw) -> dict:
@@ -391,13 +397,258 @@ def auth_cases() -> list[dict]:
     ]
 
 
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+                                           "parameters": {"type": "object", "properties": {
+                                               "city": {"type": "string", "enum": ["Verona", "Mantua"]}},
+                                               "required": ["city"]}}}
+CLOCK = {"type": "function", "function": {"name": "get_time", "parameters": {
+    "type": "object", "properties": {"tz": {"enum": ["UTC", "CET"]}}, "required": ["tz"]}}}
+NO_PARAMS = {"type": "function", "function": {"name": "ping"}}
+TOOLS = [WEATHER, CLOCK]
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+# The model emits a pythonic call list only when made to: a regex constraint with tool_choice "auto".
+# "required" lets the model append calls until max_tokens; a bias on "]" (ids 64 and 358 of the shipped
+# tokenizer) closes the array as soon as the grammar allows, after the first call.
+CLOSE_ARRAY = {"logit_bias": {"64": 100, "358": 100}, "max_tokens": 80}
+PYTHONIC_ONE = {"structured_outputs": {"regex": r'\[get_weather\(city="(Verona|Mantua)"\)\]'}}
+PYTHONIC_TWO = {"structured_outputs": {"regex": r'\[get_weather\(city="Verona"\), get_time\(tz="(UTC|CET)"\)\]'}}
+
+
+def tool_cases() -> list[dict]:
+    """tools / tool_choice (vLLM's ChatCompletionRequest.check_tool_usage, ToolParser.adjust_request, the
+    chat serving's tool-call messages): on a server with the pythonic parser and auto tool choice, and the
+    400s of a server without them."""
+    p = "/v1/chat/completions"
+
+    def tc(name, body, **kw):
+        return _case(f"chat/tools/{name}", "tools", p, chat(**body), server="tools", **kw)
+
+    cases = [
+        tc("named", {"tools": TOOLS, "tool_choice": NAMED, "max_tokens": 30}),
+        tc("named_stream", {"tools": TOOLS, "tool_choice": NAMED, "max_tokens": 30, "stream": True}),
+        tc("named_no_params", {"tools": [NO_PARAMS], "tool_choice": {"type": "function", "function": {
+            "name": "ping"}}, "max_tokens": 20}),
+        tc("named_n2_seeded", {"tools": TOOLS, "tool_choice": NAMED, "max_tokens": 30, "n": 2, "seed": 3,
+                               "temperature": 1.0}),
+        tc("named_logprobs", {"tools": TOOLS, "tool_choice": NAMED, "max_tokens": 30, "logprobs": True,
+                              "top_logprobs": 2}),
+        tc("named_max_tokens_short", {"tools": TOOLS, "tool_choice": NAMED, "max_tokens": 3}),
+        tc("named_overrides_response_format", {"tools": TOOLS, "tool_choice": NAMED, "max_tokens": 30,
+                                               "response_format": {"type": "json_object"}}),
+        tc("required", {"tools": TOOLS, "tool_choice": "required", "max_tokens": 60}),
+        tc("required_stream", {"tools": TOOLS, "tool_choice": "required", "max_tokens": 60, "stream": True}),
+        tc("required_one_tool", {"tools": [CLOCK], "tool_choice": "required", "max_tokens": 60}),
+        tc("required_parallel_false", {"tools": TOOLS, "tool_choice": "required", "max_tokens": 60,
+                                       "parallel_tool_calls": False}),
+        tc("required_short", {"tools": TOOLS, "tool_choice": "required", "max_tokens": 4}),
+        tc("required_closed", {"tools": TOOLS, "tool_choice": "required"} | CLOSE_ARRAY),
+        tc("required_closed_stream", {"tools": TOOLS, "tool_choice": "required", "stream": True} | CLOSE_ARRAY),
+        tc("required_closed_parallel_false", {"tools": TOOLS, "tool_choice": "required",
+                                              "parallel_tool_calls": False} | CLOSE_ARRAY),
+        tc("auto_pythonic_two_stream", {"tools": TOOLS, "tool_choice": "auto", "max_tokens": 40, "stream": True,
+                                        "parallel_tool_calls": False} | PYTHONIC_TWO),
+        tc("auto_plain", {"tools": TOOLS, "tool_choice": "auto"}),
+        tc("auto_default", {"tools": TOOLS}),
+        tc("auto_plain_stream", {"tools": TOOLS, "tool_choice": "auto", "stream": True}),
+        tc("auto_pythonic", {"tools": TOOLS, "tool_choice": "auto", "max_tokens": 20} | PYTHONIC_ONE),
+        tc("auto_pythonic_two", {"tools": TOOLS, "tool_choice": "auto", "max_tokens": 40} | PYTHONIC_TWO),
+        tc("auto_pythonic_two_parallel_false", {"tools": TOOLS, "tool_choice": "auto", "max_tokens": 40,
+                                                "parallel_tool_calls": False} | PYTHONIC_TWO),
+        tc("auto_pythonic_stream", {"tools": TOOLS, "tool_choice": "auto", "max_tokens": 20, "stream": True}
+           | PYTHONIC_ONE),
+        tc("none_with_tools", {"tools": TOOLS, "tool_choice": "none"}),
+        tc("no_tools", {}),
+        tc("tool_message_history", {"tools": TOOLS, "tool_choice": "none", "messages": [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                "name": "get_weather", "arguments": '{"city": "Verona"}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]}),
+        tc("bad_unknown_name", {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "fly"}}}),
+        tc("bad_named_and_structured", {"tools": TOOLS, "tool_choice": NAMED,
+                                        "structured_outputs": {"choice": ["a", "b"]}}),
+        tc("bad_tools_empty", {"tools": [], "tool_choice": "auto"}),
+        tc("bad_tool_choice_str", {"tools": TOOLS, "tool_choice": "always"}),
+        tc("bad_tool_choice_no_function", {"tools": TOOLS, "tool_choice": {"type": "function"}}),
+        tc("bad_tool_choice_no_name", {"tools": TOOLS, "tool_choice": {"type": "function", "function": {}}}),
+        tc("bad_tool_choice_empty_name", {"tools": TOOLS, "tool_choice": {"type": "function", "function": {
+            "name": ""}}}),
+        tc("bad_tool_no_function", {"tools": [{"type": "function"}], "tool_choice": "auto"}),
+        tc("bad_tool_type", {"tools": [{"type": "retrieval", "function": {"name": "f"}}], "tool_choice": "none"}),
+        tc("bad_required_without_tools", {"tool_choice": "required"}),
+    ]
+    d = "/v1/chat/completions"
+    cases += [
+        _case("chat/bad/tools_no_parser_named", "tools", d, chat(tools=TOOLS, tool_choice=NAMED)),
+        _case("chat/bad/tools_no_parser_required", "tools", d, chat(tools=TOOLS, tool_choice="required")),
+        _case("chat/bad/tools_no_parser_default_auto", "tools", d, chat(tools=TOOLS)),
+        _case("chat/bad/tools_no_parser_unknown_name", "tools", d, chat(tools=TOOLS, tool_choice={
+            "type": "function", "function": {"name": "nope"}})),
+    ]
+    return cases
+
+
+def round2_cases() -> list[dict]:
+    """Issue #55's classes: the sampling fields that were ignored, error params, content types, CORS and the
+    routes vLLM's api_server adds (each at a valid, a boundary and an invalid value)."""
+    c, ch = "/v1/completions", "/v1/chat/completions"
+    long_prompt = list(range(5, 5 + MAX_MODEL_LEN))
+    cases = [
+        # logprob_token_ids: needs logprobs; with it, minivllm refuses (deliberate) rather than answer top-k
+        _case("cmpl/bad/logprob_token_ids_no_logprobs", "bad_input", c, cmpl(logprob_token_ids=[5, 6])),
+        _case("chat/bad/logprob_token_ids_no_logprobs", "bad_input", ch, chat(logprob_token_ids=[5, 6])),
+        _case("cmpl/bad/logprob_token_ids_echo_max0", "bad_input", c, cmpl(logprob_token_ids=[5], logprobs=1,
+                                                                           echo=True, max_tokens=0)),
+        _case("cmpl/logprob_token_ids", "valid", c, cmpl(logprob_token_ids=[5, 6], logprobs=1)),
+        _case("chat/logprob_token_ids", "valid", ch, chat(logprob_token_ids=[5, 6], logprobs=True)),
+        _case("cmpl/logprob_token_ids_empty", "valid", c, cmpl(logprob_token_ids=[], logprobs=1)),
+        # truncation_side
+        _case("cmpl/truncation_side_right", "valid", c, cmpl(prompt=[20, 30, 40, 50, 60], truncate_prompt_tokens=2,
+                                                              truncation_side="right")),
+        _case("cmpl/truncation_side_left", "valid", c, cmpl(prompt=[20, 30, 40, 50, 60], truncate_prompt_tokens=2,
+                                                             truncation_side="left")),
+        _case("chat/truncation_side_right", "valid", ch, chat(truncate_prompt_tokens=3, truncation_side="right")),
+        _case("cmpl/truncation_side_alone", "valid", c, cmpl(truncation_side="right")),
+        _case("cmpl/bad/truncation_side_middle", "bad_input", c, cmpl(truncation_side="middle")),
+        # return_tokens_as_token_ids with logprobs
+        _case("cmpl/token_ids_as_tokens_logprobs", "valid", c, cmpl(return_tokens_as_token_ids=True, logprobs=2)),
+        _case("cmpl/token_ids_as_tokens_echo", "valid", c, cmpl(return_tokens_as_token_ids=True, logprobs=1,
+                                                                 echo=True)),
+        _case("chat/token_ids_as_tokens_logprobs", "valid", ch, chat(return_tokens_as_token_ids=True, logprobs=True,
+                                                                      top_logprobs=2)),
+        # one token: a stream's offsets over "token_id:N" texts depend on how tokens are grouped into chunks,
+        # which load decides on either side
+        _case("cmpl/stream/token_ids_as_tokens", "streamed", c, cmpl(stream=True, return_tokens_as_token_ids=True,
+                                                                      logprobs=1, max_tokens=1)),
+        _case("chat/stream/token_ids_as_tokens", "streamed", ch, chat(stream=True, return_tokens_as_token_ids=True,
+                                                                       logprobs=True, top_logprobs=1)),
+        _case("chat/token_ids_as_tokens_false", "valid", ch, chat(return_tokens_as_token_ids=False, logprobs=True)),
+        # prompt_logprobs while streaming
+        _case("cmpl/stream/bad_prompt_logprobs", "streamed", c, cmpl(stream=True, prompt_logprobs=1)),
+        _case("cmpl/stream/bad_prompt_logprobs_all", "streamed", c, cmpl(stream=True, prompt_logprobs=-1)),
+        _case("chat/stream/bad_prompt_logprobs", "streamed", ch, chat(stream=True, prompt_logprobs=2)),
+        _case("cmpl/stream/prompt_logprobs_0", "streamed", c, cmpl(stream=True, prompt_logprobs=0)),
+        # priority at and beyond int64
+        _case("cmpl/bad/priority_huge", "bad_input", c, cmpl(priority=10 ** 30)),
+        _case("cmpl/bad/priority_2_63", "bad_input", c, cmpl(priority=2 ** 63)),
+        _case("chat/bad/priority_below_int64", "bad_input", ch, chat(priority=-(2 ** 63) - 1)),
+        _case("chat/bad/priority_str", "bad_input", ch, chat(priority="high")),
+        _case("cmpl/bad/priority_int64_max", "bad_input", c, cmpl(priority=2 ** 63 - 1)),
+        # prompts with bad token ids or mixed types
+        _case("cmpl/bad/prompt_neg_token_second", "bad_input", c, cmpl(prompt=[5, -1])),
+        _case("cmpl/bad/prompt_mixed", "bad_input", c, cmpl(prompt=["To be", 5])),
+        _case("cmpl/bad/prompt_list_empty_str", "bad_input", c, cmpl(prompt=["To be", ""])),
+        _case("cmpl/bad/prompt_nested_neg", "bad_input", c, cmpl(prompt=[[5, 6], [7, -2]])),
+        _case("cmpl/bad/echo_max0_full_context", "bad_input", c, cmpl(prompt=long_prompt, echo=True, max_tokens=0)),
+        _case("cmpl/echo_max0_near_full", "valid", c, cmpl(prompt=long_prompt[:-1], echo=True, max_tokens=0)),
+        # stop_token_ids outside the vocabulary
+        _case("cmpl/stop_token_ids_neg", "valid", c, cmpl(stop_token_ids=[-1])),
+        _case("chat/stop_token_ids_oov", "valid", ch, chat(stop_token_ids=[10 ** 6])),
+        # NaN / Infinity (Python's json accepts them)
+        _case("cmpl/bad/temperature_nan", "bad_input", c, raw='{"prompt": "a", "max_tokens": 2, "temperature": NaN}',
+              headers={"Content-Type": "application/json"}),
+        _case("cmpl/bad/top_p_infinity", "bad_input", c, raw='{"prompt": "a", "max_tokens": 2, "top_p": Infinity}',
+              headers={"Content-Type": "application/json"}),
+        # content types other than JSON
+        _case("cmpl/bad/content_type_text", "bad_input", c, raw=json.dumps(cmpl()),
+              headers={"Content-Type": "text/plain"}),
+        _case("cmpl/bad/content_type_form", "bad_input", c, raw="prompt=hi&max_tokens=2",
+              headers={"Content-Type": "application/x-www-form-urlencoded"}),
+        _case("chat/bad/content_type_none", "bad_input", ch, raw=json.dumps(chat()), headers={"Content-Type": ""}),
+        _case("cmpl/content_type_json_charset", "valid", c, raw=json.dumps(cmpl()),
+              headers={"Content-Type": "application/json; charset=utf-8"}),
+        # chat content of the wrong type
+        _case("chat/bad/content_dict", "bad_input", ch, chat(messages=[{"role": "user", "content": {"a": 1}}])),
+        _case("chat/bad/content_list_of_str", "bad_input", ch, chat(messages=[{"role": "user", "content": ["a"]}])),
+        # cache_salt, spaces_between_special_tokens, echo + logprobs boundaries
+        _case("cmpl/bad/cache_salt_empty", "bad_input", c, cmpl(cache_salt="")),
+        _case("chat/bad/cache_salt_int", "bad_input", ch, chat(cache_salt=5)),
+        _case("cmpl/bad/truncate_prompt_tokens_neg2", "bad_input", c, cmpl(truncate_prompt_tokens=-2)),
+        _case("cmpl/truncate_prompt_tokens_minus1", "valid", c, cmpl(truncate_prompt_tokens=-1)),
+        _case("chat/bad/top_logprobs_str", "bad_input", ch, chat(logprobs=True, top_logprobs="two")),
+        _case("cmpl/bad/prompt_logprobs_str", "bad_input", c, cmpl(prompt_logprobs="x")),
+        _case("chat/bad/stream_options_bad_type", "bad_input", ch, chat(stream=True, stream_options={
+            "include_usage": "maybe"})),
+        _case("chat/bad/response_format_json_schema_none", "bad_input", ch, chat(response_format={
+            "type": "json_schema", "json_schema": None})),
+        _case("cmpl/bad/structured_outputs_not_dict", "bad_input", c, cmpl(structured_outputs="json")),
+        # the remaining request fields of vLLM 0.27.1's two models, valid and not
+        _case("chat/return_token_offsets", "valid", ch, chat(return_token_offsets=True)),
+        _case("cmpl/kv_transfer_params_null", "valid", c, cmpl(kv_transfer_params=None)),
+        _case("cmpl/bad/kv_transfer_params_str", "bad_input", c, cmpl(kv_transfer_params="x")),
+        _case("chat/ec_transfer_params_null", "valid", ch, chat(ec_transfer_params=None)),
+        _case("cmpl/repetition_detection_null", "valid", c, cmpl(repetition_detection=None)),
+        _case("chat/bad/repetition_detection_str", "bad_input", ch, chat(repetition_detection="x")),
+        _case("cmpl/thinking_token_budget_null", "valid", c, cmpl(thinking_token_budget=None)),
+        _case("chat/bad/thinking_token_budget_str", "bad_input", ch, chat(thinking_token_budget="x")),
+        _case("chat/reasoning_effort_low", "valid", ch, chat(reasoning_effort="low")),
+        _case("chat/bad/reasoning_effort_bogus", "bad_input", ch, chat(reasoning_effort="extreme")),
+        _case("chat/media_io_kwargs", "valid", ch, chat(media_io_kwargs={})),
+        _case("chat/mm_processor_kwargs", "valid", ch, chat(mm_processor_kwargs={})),
+        _case("chat/bad/mm_processor_kwargs_list", "bad_input", ch, chat(mm_processor_kwargs=[1])),
+        _case("chat/return_assistant_tokens_mask_false", "valid", ch, chat(return_assistant_tokens_mask=False)),
+    ]
+    return cases
+
+
+def route2_cases() -> list[dict]:
+    """Routes beyond the first round: the batch chat route, CORS preflight and headers, /tokenize options."""
+    tk, b = "/tokenize", "/v1/chat/completions/batch"
+    origin = {"Origin": "http://example.com"}
+    preflight = origin | {"Access-Control-Request-Method": "POST",
+                          "Access-Control-Request-Headers": "authorization,content-type"}
+    convo = [{"role": "user", "content": "Hello"}]
+    return [
+        _case("route/chat_batch", "routes", b, {"model": MODEL, "messages": [convo, [{"role": "user", "content":
+                                                                                       "Speak"}]], "max_tokens": 4,
+                                                 "temperature": 0}),
+        _case("route/chat_batch_one", "routes", b, {"model": MODEL, "messages": [convo], "max_tokens": 3,
+                                                     "temperature": 0}),
+        _case("route/chat_batch_flat", "routes", b, {"model": MODEL, "messages": convo, "max_tokens": 3}),
+        _case("route/chat_batch_stream", "routes", b, {"model": MODEL, "messages": [convo], "max_tokens": 3,
+                                                        "stream": True}),
+        _case("route/chat_batch_empty", "routes", b, {"model": MODEL, "messages": [], "max_tokens": 3}),
+        _case("route/chat_batch_get", "routes", b, method="GET"),
+        _case("route/cors_preflight", "routes", "/v1/chat/completions", method="OPTIONS", headers=preflight),
+        _case("route/cors_preflight_completions", "routes", "/v1/completions", method="OPTIONS",
+              headers=preflight),
+        _case("route/cors_preflight_no_key", "routes", "/v1/models", method="OPTIONS",
+              headers=preflight | {"Authorization": ""}),
+        _case("route/cors_simple_get", "routes", "/load", method="GET", headers=origin),
+        _case("route/cors_post", "routes", "/v1/completions", cmpl(max_tokens=2), headers=origin),
+        _case("route/cors_unauthorized", "routes", "/v1/models", method="GET", headers=origin | {
+            "Authorization": "Bearer wrong"}),
+        _case("route/options_no_origin", "routes", "/v1/models", method="OPTIONS"),
+        _case("route/tokenize_continue_final", "routes", tk, {"model": MODEL, "messages": [
+            {"role": "user", "content": "Say"}, {"role": "assistant", "content": "Well"}],
+            "continue_final_message": True, "add_generation_prompt": False}),
+        _case("route/tokenize_continue_and_gen", "routes", tk, {"model": MODEL, "messages": [
+            {"role": "user", "content": "Say"}, {"role": "assistant", "content": "Well"}],
+            "continue_final_message": True, "add_generation_prompt": True}),
+        _case("route/tokenize_add_special_chat", "routes", tk, {"model": MODEL, "messages": convo,
+                                                                 "add_special_tokens": True}),
+        _case("route/tokenize_chat_template_kwargs", "routes", tk, {"model": MODEL, "messages": convo,
+                                                                     "chat_template_kwargs": {"x": 1}}),
+        _case("route/tokenize_tools", "routes", tk, {"model": MODEL, "messages": convo, "tools": [WEATHER]}),
+        _case("route/detokenize_token_id_max", "routes", "/detokenize", {"model": MODEL, "tokens": [4095]}),
+        _case("route/version_post", "routes", "/version", {}),
+        _case("route/metrics_post", "routes", "/metrics", {}),
+        _case("route/ping_post", "routes", "/ping", {}),
+        _case("route/load_post", "routes", "/load", {}),
+        _case("route/responses", "routes", "/v1/responses", {"model": MODEL, "input": "hi", "max_output_tokens": 3}),
+        _case("route/score", "routes", "/score", {"model": MODEL, "text_1": "a", "text_2": "b"}),
+        _case("route/invocations", "routes", "/invocations", cmpl(max_tokens=2)),
+        _case("route/models_trailing_slash", "routes", "/v1/models/", method="GET"),
+    ]
+
+
 def metrics_cases() -> list[dict]:
     """Sent last, after every other case, so each family has seen traffic."""
     return [_case("metrics/families", "metrics", "/metrics", method="GET")]
 
 
 def server_cases() -> list[dict]:
-    cases = completion_cases() + chat_cases() + streamed_cases() + route_cases() + auth_cases() + metrics_cases()
+    cases = (completion_cases() + chat_cases() + streamed_cases() + route_cases() + auth_cases() + tool_cases()
+             + round2_cases() + route2_cases() + metrics_cases())
     names = [c["name"] for c in cases]
     assert len(names) == len(set(names)), "case names must be unique"
     return cases

@@ -7,7 +7,7 @@ Each side is a real uvicorn server in its own process (`python -m minivllm.entry
 `python -m vllm.entrypoints.openai.api_server` on .venv-vllm's Python), on a free port, with the shipped model,
 float32, eager, max_model_len 256 and an API key; both are killed in a finally. The corpus (server_corpus.py)
 goes out over httpx; each answer is normalized (ids, timestamps, fingerprints and error messages dropped; JSON
-reduced to its shape at every level plus its values; an SSE stream to its framing, chunk shapes and the merged
+reduced to its shape at every level plus its values; the access-control-* headers; an SSE stream to its framing, chunk shapes and the merged
 text, token ids, logprobs, finish reasons and usage; /metrics to its families) and compared, floats within 1e-3.
 """
 from __future__ import annotations
@@ -36,13 +36,20 @@ from autograder.vllm_oracle import (
     provenance_summary,
     vllm_python,
 )
-from autograder.vllm_oracle.server_corpus import API_KEY, CATS, MAX_MODEL_LEN, MODEL, server_cases
+from autograder.vllm_oracle.server_corpus import (
+    API_KEY,
+    CATS,
+    MAX_MODEL_LEN,
+    MODEL,
+    SERVER_PROFILES,
+    server_cases,
+)
 
 MODEL_DIR = "data/models/shakespeare-llama"
 GOLDEN = GOLDEN_DIR / "server.json.xz"
-IGNORED_KEYS = {"id", "created", "system_fingerprint"}
-# Values that differ between any two runs of the same server, or name the server: compared by type only.
-TYPE_ONLY_PATHS = {"error.message", "version"}
+IGNORED_KEYS = {"id", "created", "created_at", "system_fingerprint"}
+# Values that differ between any two runs of the same server: compared by type only.
+TYPE_ONLY_PATHS = {"error.message"}
 TEXT_KEYS = {"text", "content", "tokens", "token_logprobs", "top_logprobs", "text_offset", "token_ids", "token",
              "logprob", "bytes", "completion_tokens", "total_tokens", "finish_reason", "stop_reason", "reasoning"}
 TOL = 1e-3
@@ -56,9 +63,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def server_command(side: str, port: int) -> list[str]:
+def server_command(side: str, port: int, profile: str = "default") -> list[str]:
     common = ["--dtype", "float32", "--enforce-eager", "--max-model-len", str(MAX_MODEL_LEN),
-              "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(port), "--api-key", API_KEY]
+              "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(port), "--api-key", API_KEY,
+              *SERVER_PROFILES[profile]]
     if side == "vllm":
         py = vllm_python()
         if py is None:
@@ -69,15 +77,16 @@ def server_command(side: str, port: int) -> list[str]:
 
 
 @contextmanager
-def running_server(side: str, log_path: Path | None = None) -> Iterator[str]:
-    """A server of `side` ("vllm" or "minivllm") on loopback; yields its base URL, kills it (and its children)."""
+def running_server(side: str, log_path: Path | None = None, profile: str = "default") -> Iterator[str]:
+    """A server of `side` ("vllm" or "minivllm") on loopback, started with the flags of `profile`
+    (SERVER_PROFILES); yields its base URL, kills it (and its children)."""
     port = free_port()
     env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
            "PYTHONHASHSEED": "0", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     if side == "minivllm":
         env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     log = open(log_path or os.devnull, "wb")  # noqa: SIM115 (closed in the finally)
-    proc = subprocess.Popen(server_command(side, port), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(server_command(side, port, profile), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -121,8 +130,9 @@ async def _send(client: httpx.AsyncClient, case: dict) -> dict:
         r = await client.request(case["method"], case["path"], **kw)
     except httpx.HTTPError as e:
         return {"status": None, "content_type": None, "text": f"{type(e).__name__}: {e}"}
+    cors = {k: v for k, v in sorted(r.headers.items()) if k.startswith("access-control-")}
     return {"status": r.status_code, "content_type": r.headers.get("content-type", "").split(";")[0],
-            "text": r.text}
+            "text": r.text} | ({"cors": cors} if cors else {})
 
 
 async def _send_all(url: str, cases: list[dict], concurrency: int) -> list[dict]:
@@ -264,6 +274,8 @@ def _metric_families(text: str) -> list[str]:
 
 def normalize(case: dict, raw: dict) -> dict:
     out = {"status": raw["status"], "content_type": raw["content_type"]}
+    if raw.get("cors"):  # the CORS headers a browser client needs (CORSMiddleware on both sides)
+        out["cors"] = raw["cors"]
     text = raw["text"]
     if case["path"] == "/metrics" and raw["status"] == 200:
         out["families"] = _metric_families(text)
@@ -293,7 +305,7 @@ def _equal(a, b) -> bool:
 def differences(a: dict, b: dict) -> list[str]:
     """Every field where the normalized answers a (vLLM) and b (minivllm) differ, as 'field: vLLM ... minivllm ...'."""
     diffs = []
-    for key in ("status", "content_type", "text"):
+    for key in ("status", "content_type", "text", "cors"):
         if a.get(key) != b.get(key):
             diffs.append(f"{key}: vLLM {a.get(key)!r}, minivllm {b.get(key)!r}")
     if "families" in a or "families" in b:
@@ -341,8 +353,15 @@ def first_divergence(case: dict, a: dict, b: dict) -> str | None:
 # ---------------------------------------------------------------------------- recording and reports
 def answers_of(side: str, cases: list[dict], log_path: Path | None = None,
                concurrency: int = CONCURRENCY) -> list[dict]:
-    with running_server(side, log_path) as url:
-        raw = send_all(url, cases, concurrency)
+    """Each profile's cases go to a server started with that profile's flags, one server after the other."""
+    raw: list = [None] * len(cases)
+    for profile in SERVER_PROFILES:
+        idx = [i for i, c in enumerate(cases) if c.get("server", "default") == profile]
+        if not idx:
+            continue
+        with running_server(side, log_path, profile) as url:
+            for i, r in zip(idx, send_all(url, [cases[i] for i in idx], concurrency), strict=True):
+                raw[i] = r
     return [normalize(c, r) for c, r in zip(cases, raw, strict=True)]
 
 
@@ -353,6 +372,7 @@ def record() -> dict:
         raise SystemExit(f"the vLLM in .venv-vllm is not vLLM {VLLM_VERSION}'s code: {prov}")
     answers = answers_of("vllm", cases)
     golden = {"header": {"vllm_version": VLLM_VERSION, "provenance": prov, "kind": "server", "num_cases": len(cases),
+                         "server_profiles": SERVER_PROFILES,
                          "cases_sha256": cases_digest(cases),
                          "served_by": "python -m vllm.entrypoints.openai.api_server " + " ".join(
                              server_command("vllm", 0)[3:]).replace("--port 0 ", ""),

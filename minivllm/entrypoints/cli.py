@@ -104,6 +104,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--enable-server-load-tracking", action="store_true",
                    help="count in-flight completions and chat requests; GET /load reports them")
     s.add_argument("--uvicorn-log-level", default="warning")
+    s.add_argument("--enable-auto-tool-choice", action="store_true",
+                   help='let the model choose to call tools (tool_choice "auto"); needs --tool-call-parser')
+    s.add_argument("--tool-call-parser", default=None,
+                   help='how tool calls are read from the reply (minivllm: "pythonic"); also needed for a named '
+                        'or "required" tool_choice')
+    for flag, what in (("origins", "origins"), ("methods", "methods"), ("headers", "headers")):
+        s.add_argument(f"--allowed-{flag}", type=json.loads, default=["*"],
+                       help=f'CORS: allowed {what}, a JSON list (default ["*"], as vLLM)')
+    s.add_argument("--allow-credentials", action="store_true", help="CORS: allow credentials")
+    s.add_argument("--structured-outputs-config", type=json.loads, default=None,
+                   help='JSON, as vLLM\'s: {"disable_any_whitespace": true} keeps JSON output compact')
     add_engine_args(s)
     s.set_defaults(func=cmd_serve)
 

@@ -12,6 +12,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+# jsonschema at import, not on first use: two tokenizer threads importing it at once meet its circular import
+# half done ("cannot import name ... from partially initialized module").
+from jsonschema.exceptions import SchemaError
+from jsonschema.validators import validator_for
+
 from minivllm.exceptions import VLLMValidationError
 from minivllm.sampling_params import SamplingParams
 from minivllm.structured_output.backend_types import StructuredOutputKey, StructuredOutputOptions
@@ -234,8 +239,6 @@ def validate_xgrammar_grammar(sampling_params: SamplingParams, config=None) -> N
             raise ValueError(f"structured_outputs.json: a schema is an object, got {type(schema).__name__}")
         text = json.dumps(schema)
         _check_size("json", text, config)
-        from jsonschema.exceptions import SchemaError
-        from jsonschema.validators import validator_for
         try:
             validator_for(schema).check_schema(schema)
         except SchemaError as e:

@@ -25,6 +25,7 @@ import hmac
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -33,12 +34,15 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from functools import partial
 from http import HTTPStatus
+from types import SimpleNamespace
 
 import anyio
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import ValidationError
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -48,8 +52,10 @@ from minivllm.engine import EngineCoreRequest
 from minivllm.engine.async_llm import AsyncLLM
 from minivllm.engine.exceptions import EngineDeadError, EngineGenerateError
 from minivllm.engine.parallel_sampling import ParentRequest
-from minivllm.entrypoints.openai.metrics import PrometheusStatLogger
+from minivllm.entrypoints.openai import tool_calls
+from minivllm.entrypoints.openai.metrics import PerfEstimate, PrometheusStatLogger
 from minivllm.entrypoints.openai.protocol import (
+    BatchChatCompletionRequest,
     ChatCompletionRequest,
     ChatMessage,
     CompletionRequest,
@@ -57,6 +63,7 @@ from minivllm.entrypoints.openai.protocol import (
     TokenizeRequest,
     now,
     random_id,
+    tool_json_schema,
 )
 from minivllm.exceptions import StartupError, VLLMValidationError
 from minivllm.outputs import RequestOutput
@@ -64,6 +71,18 @@ from minivllm.sampling_params import SamplingParams
 
 logger = logging.getLogger("minivllm.api_server")
 DEFAULT_MAX_REQUEST_BODY_BYTES = 8 << 20
+VLLM_API_VERSION = "0.27.1"
+# vLLM's FrontendArgs defaults: any origin, method and header; no credentials.
+DEFAULT_CORS = {"allow_origins": ["*"], "allow_methods": ["*"], "allow_headers": ["*"], "allow_credentials": False}
+
+
+def check_tool_args(tool_call_parser: str | None, enable_auto_tool_choice: bool) -> None:
+    """vLLM's startup checks: auto tool choice needs a parser, and the parser must be one this server has."""
+    if enable_auto_tool_choice and not tool_call_parser:
+        raise ValueError("--enable-auto-tool-choice requires --tool-call-parser")
+    if tool_call_parser is not None and tool_call_parser not in tool_calls.TOOL_CALL_PARSERS:
+        raise ValueError(f"--tool-call-parser {tool_call_parser!r} is not available in minivllm; choose one of "
+                         f"{', '.join(tool_calls.TOOL_CALL_PARSERS)}")
 
 DEFAULT_CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
                          "{% if add_generation_prompt %}assistant:{% endif %}")
@@ -131,6 +150,21 @@ def clean_loc_for_param(loc: tuple) -> str:
     return ".".join(parts or [str(p) for p in loc])
 
 
+_MESSAGE_FIELD = re.compile(r"^(body\.messages\.\d+)\.(role|content|name)$")
+
+
+def message_branch_param(param: str) -> str:
+    """vLLM validates a message against a union of message types, so its param names the first branch
+    (ChatCompletionDeveloperMessageParam); minivllm's one message model answers with the same spelling."""
+    return _MESSAGE_FIELD.sub(r"\1.ChatCompletionDeveloperMessageParam.\2", param)
+
+
+async def require_json(request: Request) -> None:
+    """vLLM's validate_json_request: a POST body must say it is JSON (a 400 with param null otherwise)."""
+    if request.headers.get("content-type", "").lower().split(";", 1)[0].strip() != "application/json":
+        raise RequestValidationError(["Unsupported Media Type: Only 'application/json' is allowed"])
+
+
 class HttpMetricsMiddleware:
     """Feeds the stat logger's HTTP families (vLLM's Instrumentator): handler is the matched route's path."""
 
@@ -166,11 +200,18 @@ def install_error_handlers(app: FastAPI) -> None:
     async def validation_error(_, exc: RequestValidationError):
         """vLLM's validation_exception_handler: type "Bad Request", param the failing field's dotted loc."""
         errs = exc.errors()
-        param = next((e["ctx"]["error"].parameter for e in errs if isinstance(e.get("ctx", {}).get("error"),
-                                                                              VLLMValidationError)), None)
-        if param is None and errs and errs[0].get("loc"):
+        ctx_errors = [(e.get("loc"), e.get("ctx", {}).get("error")) for e in errs if isinstance(e, dict)]
+        checked = next((err for loc, err in ctx_errors if isinstance(err, VLLMValidationError) and loc == ("body",)),
+                       None)
+        if checked is not None:  # a whole-request check (vLLM's before-validators): its own type and param
+            return error_response(400, str(checked), "BadRequestError", checked.parameter)
+        param = next((err.parameter for _, err in ctx_errors if isinstance(err, VLLMValidationError)), None)
+        if param is None and errs and isinstance(errs[0], dict) and errs[0].get("loc"):
             param = clean_loc_for_param(errs[0]["loc"])
-        msg = "; ".join(f"{'.'.join(str(x) for x in e.get('loc', ()) if x != 'body') or 'body'}: {e.get('msg')}"
+            if errs[0].get("type") != "value_error":  # a type error, not minivllm's own check (lone surrogates)
+                param = message_branch_param(param)
+        msg = "; ".join(e if isinstance(e, str) else
+                        f"{'.'.join(str(x) for x in e.get('loc', ()) if x != 'body') or 'body'}: {e.get('msg')}"
                         for e in errs[:5]) or "invalid request"
         return error_response(400, msg, HTTPStatus.BAD_REQUEST.phrase, param)
 
@@ -282,20 +323,41 @@ def sse(obj) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
+def perf_estimate(vllm_config) -> PerfEstimate | None:
+    """The estimated FLOPs/bytes counters' model shape, from the checkpoint's config.json (None: unreadable)."""
+    try:
+        with open(os.path.join(vllm_config.model_config.model, "config.json")) as f:
+            cfg = json.load(f)
+        dtype = str(vllm_config.model_config.dtype)
+        if dtype == "auto":
+            dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "float32")
+        return PerfEstimate.from_hf_config(SimpleNamespace(**cfg), 2 if "16" in dtype else 4)
+    except (OSError, ValueError, TypeError, AttributeError, ZeroDivisionError):
+        return None
+
+
 # ---------------------------------------------------------------------------- the server state
 class OpenAIServing:
     """What every handler needs: the engine, the tokenizer, served names, metrics."""
 
-    def __init__(self, engine: AsyncLLM, served_model_name: str) -> None:
+    def __init__(self, engine: AsyncLLM, served_model_name: str, tool_call_parser: str | None = None,
+                 enable_auto_tools: bool = False, structured_outputs_config: dict | None = None) -> None:
         self.engine = engine
+        self.structured_outputs_config = structured_outputs_config or {}
+        self.tool_call_parser, self.enable_auto_tools = tool_call_parser, enable_auto_tools
         self.tokenizer = engine.get_tokenizer()
         self.model_name = served_model_name
         self.max_model_len = engine.vllm_config.scheduler_config.max_model_len
         self.stat_logger = PrometheusStatLogger(served_model_name, self.max_model_len,
-                                                engine.vllm_config.cache_config)
+                                                engine.vllm_config.cache_config, perf_estimate(engine.vllm_config))
         engine.stat_loggers.append(self.stat_logger)
         # Tokenizing and chat templating run here, off the event loop (HF tokenizers release the GIL).
         self.tokenizer_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenizer")
+
+    @property
+    def auto_tool_parser(self) -> str | None:
+        """The parser that reads calls the model chose to make: only with --enable-auto-tool-choice (as vLLM)."""
+        return self.tool_call_parser if self.enable_auto_tools else None
 
     async def in_pool(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.tokenizer_pool, fn, *args)
@@ -315,8 +377,8 @@ class OpenAIServing:
                 f"number of requested output tokens.", "input_tokens", num_prompt_tokens)
 
     def _process(self, request_id: str, prompt, params: SamplingParams, max_tokens: int | None,
-                 field: str, truncate: int | None = None,
-                 add_special_tokens: bool = True) -> tuple[str | None, EngineCoreRequest]:
+                 field: str, truncate: int | None = None, add_special_tokens: bool = True,
+                 truncation_side: str | None = None) -> tuple[str | None, EngineCoreRequest]:
         processor = self.engine.input_processor
         if truncate is not None and truncate > self.max_model_len:
             raise VLLMValidationError(f"truncate_prompt_tokens value ({truncate}) is greater than max_model_len "
@@ -328,17 +390,24 @@ class OpenAIServing:
             processor.check_text_len(prompt)
             prompt = {"prompt": prompt, "prompt_token_ids": self.tokenizer.encode(prompt, add_special_tokens=False)}
         text, token_ids = processor.tokenize(prompt)
-        if truncate is not None:  # vLLM keeps the last tokens (-1: as many as the context holds)
-            token_ids = token_ids[-(self.max_model_len if truncate == -1 else truncate):] if truncate else []
+        if truncate is not None:  # vLLM keeps the last tokens, or the first with truncation_side "right"
+            keep = self.max_model_len if truncate == -1 else truncate  # -1: as many as the context holds
+            token_ids = (token_ids[:keep] if truncation_side == "right" else token_ids[-keep:]) if keep else []
         self.check_context(len(token_ids), max_tokens, field)
+        if len(token_ids) >= self.max_model_len:  # vLLM's engine-side check (echo with max_tokens 0 reaches it)
+            raise VLLMValidationError(
+                f"The decoder prompt (length {len(token_ids)}) plus the number of requested output tokens (at least 1) "
+                f"is longer than the maximum model length of {self.max_model_len}. Make sure that `max_model_len` is no "
+                f"smaller than the number of text tokens (prompt + requested output tokens).")
         return processor.process_inputs(request_id, {"prompt": text, "prompt_token_ids": token_ids}, params)
 
     async def process_inputs(self, request_id: str, prompt, params: SamplingParams, max_tokens: int | None,
                              field: str = "max_tokens", truncate: int | None = None,
-                             add_special_tokens: bool = True) -> tuple[str | None, EngineCoreRequest]:
+                             add_special_tokens: bool = True,
+                             truncation_side: str | None = None) -> tuple[str | None, EngineCoreRequest]:
         """Tokenize and validate on the pool: (prompt text, the EngineCoreRequest for AsyncLLM.generate)."""
         return await self.in_pool(self._process, request_id, prompt, params, max_tokens, field, truncate,
-                                  add_special_tokens)
+                                  add_special_tokens, truncation_side)
 
     def check_model(self, model: str | None) -> None:
         if model is not None and model != self.model_name:
@@ -348,11 +417,15 @@ class OpenAIServing:
         return self.tokenizer.decode([token_id])
 
     def chat_prompt(self, messages: list[ChatMessage], add_generation_prompt: bool = True,
-                    continue_final_message: bool = False, chat_template_kwargs: dict | None = None) -> dict:
+                    continue_final_message: bool = False, chat_template_kwargs: dict | None = None,
+                    add_special_tokens: bool = False) -> dict:
         """The chat template applied; text parts joined with "\\n" and any role passed through, as vLLM does."""
         msgs = []
         for m in messages:
             content = m.content or ""
+            if isinstance(content, dict) or (isinstance(content, list) and
+                                             any(not isinstance(p, dict) for p in content)):
+                raise ValueError("messages: content must be a string or a list of content parts (objects)")
             if isinstance(content, list):
                 if any(p.get("type") != "text" for p in content):
                     raise ValueError("messages: only text content parts are supported")
@@ -364,19 +437,21 @@ class OpenAIServing:
                                                   continue_final_message=continue_final_message,
                                                   **(chat_template_kwargs or {}))
         self.engine.input_processor.check_text_len(text)
-        return {"prompt": text, "prompt_token_ids": self.tokenizer.encode(text, add_special_tokens=False)}
+        return {"prompt": text, "prompt_token_ids": self.tokenizer.encode(text, add_special_tokens=add_special_tokens)}
 
-    def completion_logprobs(self, token_ids, logprobs, offset: int, num: int) -> dict | None:
+    def completion_logprobs(self, token_ids, logprobs, offset: int, num: int, as_ids: bool | None = False) -> dict | None:
         """OpenAI's completion logprobs; each position lists its token and its top `num` (vLLM's
-        _create_completion_logprobs). A None entry is the prompt's first token, which has no logprob."""
+        _create_completion_logprobs). A None entry is the prompt's first token, which has no logprob.
+        as_ids (return_tokens_as_token_ids): tokens spelled "token_id:N", offsets counted over that text."""
         if logprobs is None:
             return None
+        name = token_id_placeholder if as_ids else self.token_str
         tokens, token_lps, tops, offsets = [], [], [], []
         for tok, lps in zip(token_ids, logprobs, strict=False):
-            s = self.token_str(tok)
+            s = name(tok)
             tokens.append(s)
-            token_lps.append(None if lps is None else lps.get(tok))
-            tops.append(None if lps is None else {self.token_str(t): lp for t, lp in list(lps.items())[:num + 1]})
+            token_lps.append(None if lps is None else _finite(lps.get(tok)))
+            tops.append(None if lps is None else {name(t): _finite(lp) for t, lp in list(lps.items())[:num + 1]})
             offsets.append(offset)
             offset += len(s)
         return {"text_offset": offsets, "token_logprobs": token_lps, "tokens": tokens, "top_logprobs": tops}
@@ -390,17 +465,28 @@ class OpenAIServing:
                                                  "decoded_token": lp.decoded_token} for t, lp in d.items()}
                 for d in prompt_logprobs]
 
-    def chat_logprobs(self, token_ids, logprobs, num: int) -> dict | None:
+    def chat_logprobs(self, token_ids, logprobs, num: int, as_ids: bool | None = False) -> dict | None:
+        """as_ids (return_tokens_as_token_ids): tokens spelled "token_id:N"; the chosen token's bytes stay its
+        text's, the top entries' bytes are those of their "token_id:N" (as vLLM's _create_chat_logprobs)."""
         if logprobs is None:
             return None
+        name = token_id_placeholder if as_ids else self.token_str
         content = []
         for tok, lps in zip(token_ids, logprobs, strict=False):
-            s = self.token_str(tok)
-            content.append({"token": s, "logprob": lps.get(tok), "bytes": list(s.encode()),
-                            "top_logprobs": [{"token": self.token_str(t), "logprob": lp,
-                                              "bytes": list(self.token_str(t).encode())}
+            content.append({"token": name(tok), "logprob": _finite(lps.get(tok)),
+                            "bytes": list(self.token_str(tok).encode()),
+                            "top_logprobs": [{"token": name(t), "logprob": _finite(lp), "bytes": list(name(t).encode())}
                                              for t, lp in list(lps.items())[:num]]})
         return {"content": content}
+
+
+def _finite(logprob):
+    """vLLM's floor for logprobs (-inf, e.g. a token a constraint forbids, is not JSON)."""
+    return logprob if logprob is None else max(float(logprob), -9999.0)
+
+
+def token_id_placeholder(token_id: int) -> str:
+    return f"token_id:{token_id}"
 
 
 def _prompts(prompt) -> list:
@@ -431,7 +517,7 @@ _MESSAGE_EXTRAS = {"refusal": None, "annotations": None, "audio": None, "functio
 
 async def start_children(serving: OpenAIServing, rid: str, prompts: list, params: SamplingParams, stream: bool,
                          max_tokens: int | None, field: str = "max_tokens", truncate: int | None = None,
-                         add_special_tokens: bool = True) -> list[PrimedGenerate]:
+                         add_special_tokens: bool = True, truncation_side: str | None = None) -> list[PrimedGenerate]:
     """One engine request per (prompt, sample): n > 1 fans out as vLLM's ParentRequest does (child i of a
     seeded request gets seed + i). All are validated and registered before a stream starts, so bad input
     is a 400, not a broken stream. Generator k answers choice k = prompt index * n + sample index."""
@@ -441,7 +527,7 @@ async def start_children(serving: OpenAIServing, rid: str, prompts: list, params
         for j in range(params.n):
             child_id, child_params = parent.get_child_info(j) if params.n > 1 else (parent.request_id, params)
             text, request = await serving.process_inputs(child_id, p, child_params, max_tokens, field, truncate,
-                                                         add_special_tokens)
+                                                         add_special_tokens, truncation_side)
             processed.append((text, request, child_params))
     gens: list[PrimedGenerate] = []
     try:
@@ -475,17 +561,19 @@ async def create_completion(serving: OpenAIServing, req: CompletionRequest, raw:
     if req.prompt is None:
         raise VLLMValidationError("Either prompt or prompt_embeds must be provided and non-empty.", "prompt")
     req.check_stream_options()
+    check_unsupported(req)
     if req.suffix:
         raise ValueError("suffix is not supported")
     # vLLM: echo with max_tokens 0 generates one token it does not return (echo_without_generation).
     echo_only = bool(req.echo) and req.max_tokens == 0
     max_tokens = 1 if echo_only else req.max_tokens
     prompt_logprobs = req.prompt_logprobs if req.prompt_logprobs is not None or not req.echo else req.logprobs
-    params = req.to_sampling_params(max_tokens, req.logprobs, prompt_logprobs)
+    params = req.to_sampling_params(max_tokens, req.logprobs, prompt_logprobs, serving.structured_outputs_config)
     prompts = _prompts(req.prompt)
     rid, created = random_id("cmpl"), now()
-    gens = await start_children(serving, rid, prompts, params, bool(req.stream), max_tokens,
-                                truncate=req.truncate_prompt_tokens, add_special_tokens=req.add_special_tokens)
+    gens = await start_children(serving, rid, prompts, params, bool(req.stream), req.max_tokens,
+                                truncate=req.truncate_prompt_tokens, add_special_tokens=req.add_special_tokens,
+                                truncation_side=req.truncation_side)
     echo_texts = [(p if isinstance(p, str) else serving.tokenizer.decode(p)) if req.echo else "" for p in prompts]
     echo_texts = [t for t in echo_texts for _ in range(params.n)]
     if req.stream:
@@ -507,9 +595,10 @@ async def create_completion(serving: OpenAIServing, req: CompletionRequest, raw:
                 ids, lps = list(out.prompt_token_ids), list(pl or [])
                 if not echo_only:
                     ids, lps = ids + list(c.token_ids), lps + list(c.logprobs or [])
-                lp = serving.completion_logprobs(ids, lps, 0, req.logprobs)
+                lp = serving.completion_logprobs(ids, lps, 0, req.logprobs, req.return_tokens_as_token_ids)
             else:
-                lp = serving.completion_logprobs(c.token_ids, c.logprobs, len(echo_texts[k]), req.logprobs or 0)
+                lp = serving.completion_logprobs(c.token_ids, c.logprobs, len(echo_texts[k]), req.logprobs or 0,
+                                                 req.return_tokens_as_token_ids)
             choices.append({"index": k, "text": text, "logprobs": lp, "finish_reason": c.finish_reason,
                             "stop_reason": c.stop_reason,
                             "token_ids": list(c.token_ids) if req.return_token_ids else None,
@@ -581,10 +670,10 @@ async def _completion_stream(serving, req, gens, rid, created, echo_texts, n, ec
                 ids, lps = list(out.prompt_token_ids), list(out.prompt_logprobs or [])
                 if not echo_only:
                     ids, lps = ids + list(c.token_ids), lps + list(c.logprobs or [])
-                lp = serving.completion_logprobs(ids, lps, 0, req.logprobs)
+                lp = serving.completion_logprobs(ids, lps, 0, req.logprobs, req.return_tokens_as_token_ids)
             else:
                 lp = None if echo_only else serving.completion_logprobs(c.token_ids, c.logprobs, offsets[i],
-                                                                        req.logprobs or 0)
+                                                                        req.logprobs or 0, req.return_tokens_as_token_ids)
             offsets[i] += len(c.text)
             chunk = head | {"choices": [{"index": i, "text": text, "logprobs": lp, "finish_reason": c.finish_reason,
                                          "stop_reason": c.stop_reason, "prompt_token_ids": prompt_ids,
@@ -603,32 +692,66 @@ async def _completion_stream(serving, req, gens, rid, created, echo_texts, n, ec
 
 
 # ---------------------------------------------------------------------------- chat
-def _check_chat_request(req: ChatCompletionRequest) -> None:
+def check_generation_prompt(req) -> None:
+    """vLLM's check_generation_prompt, for chat completions and /tokenize alike."""
+    if req.continue_final_message and req.add_generation_prompt:
+        raise ValueError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+
+
+def check_unsupported(req) -> None:
+    """Fields minivllm cannot honour yet: a clear 400 rather than an answer that ignores them."""
+    if req.logprob_token_ids:
+        raise VLLMValidationError("logprob_token_ids is not supported by minivllm yet (the sampler returns the "
+                                  "top-k logprobs only); use logprobs / top_logprobs", "logprob_token_ids")
+
+
+def _check_chat_request(serving: OpenAIServing, req: ChatCompletionRequest) -> None:
     """vLLM's 400s for chat options this server cannot honour or that contradict each other."""
     req.check_stream_options()
+    check_unsupported(req)
     if not req.messages:
         raise ValueError("messages must not be empty")
     if req.top_logprobs and not req.logprobs:
         raise VLLMValidationError("when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
-    if req.continue_final_message and req.add_generation_prompt:
-        raise ValueError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+    check_generation_prompt(req)
     if req.chat_template is not None:
         raise ValueError("Chat template is passed with request, but --trust-request-chat-template is not set. "
                          "Refused request with untrusted chat template.")
-    if req.tool_choice == "auto":
-        raise ValueError('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
-    if req.tool_choice == "required" and not req.tools:
-        raise VLLMValidationError("When using `tool_choice`, `tools` must be set.", "tool_choice")
+    if req.tool_choice not in (None, "none") and serving.tool_call_parser is None:  # vLLM's online_renderer
+        if req.tool_choice == "auto":
+            raise ValueError('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
+        desc = f'function "{req.tool_choice.function.name}"' if req.forced_tool and req.tool_choice != "required" \
+            else f'"{req.tool_choice}"'
+        raise ValueError(f"tool_choice={desc} requires --tool-call-parser to be set")
+    schema = tool_json_schema(req.tool_choice, req.tools) if req.forced_tool else None
+    if schema is not None:  # vLLM's ToolParser.adjust_request: the tool's schema replaces any other constraint
+        req.structured_outputs, req.response_format = {"json": schema}, None
+
+
+async def create_batch_chat_completion(serving: OpenAIServing, req: BatchChatCompletionRequest, raw: Request):
+    """Each conversation as a chat completion of its own (in turn); the first error answers for the batch."""
+    choices, usage, first = [], {"prompt_tokens": 0, "total_tokens": 0, "completion_tokens": 0}, None
+    for k, conv in enumerate(req.conversations()):
+        response = await create_chat_completion(serving, conv, raw)
+        if response.status_code != 200:
+            return response
+        body = json.loads(response.body)
+        first = first or body
+        choices += [c | {"index": k} for c in body["choices"]]
+        for key in usage:
+            usage[key] += body["usage"][key]
+    return JSONResponse(first | {"id": random_id("chatcmpl"), "choices": choices, "usage": usage | {
+        "prompt_tokens_details": None}})
 
 
 async def create_chat_completion(serving: OpenAIServing, req: ChatCompletionRequest, raw: Request):
     serving.check_model(req.model)
-    _check_chat_request(req)
+    _check_chat_request(serving, req)
     num_lp = (req.top_logprobs or 0) if req.logprobs else None
     max_tokens = req.max_completion_tokens or req.max_tokens
     # vLLM: echo reports the prompt's logprobs (top_logprobs of them) unless prompt_logprobs says otherwise
     prompt_logprobs = req.prompt_logprobs if req.prompt_logprobs is not None or not req.echo else req.top_logprobs
-    params = req.to_sampling_params(max_tokens, num_lp, prompt_logprobs)
+    params = req.to_sampling_params(max_tokens, num_lp, prompt_logprobs, serving.structured_outputs_config)
     prompt = await serving.in_pool(serving.chat_prompt, req.messages, req.add_generation_prompt,
                                    req.continue_final_message, req.chat_template_kwargs)
     # vLLM's get_chat_request_role: the reply speaks as the assistant only when the prompt asks for one.
@@ -642,7 +765,7 @@ async def create_chat_completion(serving: OpenAIServing, req: ChatCompletionRequ
     rid, created = random_id("chatcmpl"), now()
     gens = await start_children(serving, rid, [prompt], params, bool(req.stream), max_tokens,
                                 "max_completion_tokens" if req.max_completion_tokens else "max_tokens",
-                                truncate=req.truncate_prompt_tokens)
+                                truncate=req.truncate_prompt_tokens, truncation_side=req.truncation_side)
     if req.stream:
         return CancellableStreamingResponse(_chat_stream(serving, req, gens, rid, created, num_lp or 0, role,
                                                          echo_text),
@@ -654,9 +777,13 @@ async def create_chat_completion(serving: OpenAIServing, req: ChatCompletionRequ
         for k, out in enumerate(finals):
             c = out.outputs[0]
             n_gen += len(c.token_ids)
-            choices.append({"index": k, "message": {"role": role, "content": echo_text + c.text} | _MESSAGE_EXTRAS,
-                            "logprobs": serving.chat_logprobs(c.token_ids, c.logprobs, num_lp or 0),
-                            "finish_reason": c.finish_reason, "stop_reason": c.stop_reason,
+            message, calls = tool_calls.message(req, role, c.text, serving.auto_tool_parser)
+            if echo_text and message["content"] is not None:
+                message["content"] = echo_text + message["content"]
+            choices.append({"index": k, "message": _MESSAGE_EXTRAS | message,
+                            "logprobs": serving.chat_logprobs(c.token_ids, c.logprobs, num_lp or 0, req.return_tokens_as_token_ids),
+                            "finish_reason": tool_calls.finish_reason(req, calls, c.finish_reason),
+                            "stop_reason": c.stop_reason,
                             "token_ids": list(c.token_ids) if req.return_token_ids else None,
                             "routed_experts": None})
         ids = finals[0].prompt_token_ids
@@ -674,6 +801,7 @@ async def _chat_stream(serving, req, gens, rid, created, num_lp, role, echo_text
     head = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": serving.model_name}
     n_prompt, n_gen = 0, [0] * len(gens)
     first = [True] * len(gens)
+    tools = [tool_calls.StreamState(req, serving.auto_tool_parser) for _ in gens]
     try:
         async for i, out in merge_async_iterators(*[g.iterate() for g in gens]):
             c = out.outputs[0]
@@ -691,11 +819,15 @@ async def _chat_stream(serving, req, gens, rid, created, num_lp, role, echo_text
                     yield sse(head | {"choices": [{"index": i, "delta": {"content": echo_text}, "logprobs": None,
                                                    "finish_reason": None}]})
             n_gen[i] += len(c.token_ids)
-            if not c.text and not c.finish_reason:
+            if not c.text and not c.finish_reason and not req.forced_tool:
                 continue
-            choice = {"index": i, "delta": {"content": c.text},
-                      "logprobs": serving.chat_logprobs(c.token_ids, c.logprobs, num_lp),
-                      "finish_reason": c.finish_reason}
+            delta = tools[i].delta(c.text, c.finish_reason is not None)
+            if delta is None and c.finish_reason is None:
+                continue
+            reason = tools[i].finish_reason(c.finish_reason)
+            choice = {"index": i, "delta": delta or {},
+                      "logprobs": serving.chat_logprobs(c.token_ids, c.logprobs, num_lp, req.return_tokens_as_token_ids),
+                      "finish_reason": reason}
             if c.finish_reason is not None:
                 choice["stop_reason"] = c.stop_reason
             choice["token_ids"] = list(c.token_ids) if req.return_token_ids else None
@@ -734,14 +866,24 @@ def _authorized(header: str, api_key: str) -> bool:
 
 def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api_key: str | None = None,
               engine: AsyncLLM | None = None, max_request_body_bytes: int = DEFAULT_MAX_REQUEST_BODY_BYTES,
-              dead_engine_exit_delay: float = 1.0, enable_server_load_tracking: bool = False) -> FastAPI:
-    """The FastAPI app; the AsyncLLM (and its EngineCore process) starts in the app's lifespan."""
+              dead_engine_exit_delay: float = 1.0, enable_server_load_tracking: bool = False,
+              tool_call_parser: str | None = None, enable_auto_tool_choice: bool = False,
+              cors: dict | None = None, structured_outputs_config: dict | None = None) -> FastAPI:
+    """The FastAPI app; the AsyncLLM (and its EngineCore process) starts in the app's lifespan. `cors`: Starlette
+    CORSMiddleware's allow_* settings (vLLM's --allowed-origins etc.; default: everything, as vLLM)."""
     name = served_model_name or os.path.basename(os.path.normpath(engine_args.model))
+    check_tool_args(tool_call_parser, enable_auto_tool_choice)
+    so_config = dict(structured_outputs_config or {})
+    if so_config.pop("backend", "xgrammar") not in ("xgrammar", "auto"):
+        raise ValueError("--structured-outputs-config: minivllm's only backend is xgrammar")
+    if set(so_config) - {"disable_any_whitespace"}:
+        raise ValueError(f"--structured-outputs-config: minivllm has only backend and disable_any_whitespace, not "
+                         f"{sorted(set(so_config) - {'disable_any_whitespace'})}")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         eng = engine or AsyncLLM.from_engine_args(engine_args)
-        app.state.serving = OpenAIServing(eng, name)
+        app.state.serving = OpenAIServing(eng, name, tool_call_parser, enable_auto_tool_choice, so_config)
         app.state.exit_code = 0
         watchdog = asyncio.ensure_future(watch_engine(app, dead_engine_exit_delay))
         try:
@@ -755,6 +897,7 @@ def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api
     app = FastAPI(title="minivllm OpenAI-compatible server", lifespan=lifespan)
     app.state.server_load_metrics = 0  # requests in /v1/completions and /v1/chat/completions, if tracked
     install_error_handlers(app)
+    app.add_middleware(CORSMiddleware, **(DEFAULT_CORS | (cors or {})))  # first, so inside the API-key check
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_request_body_bytes)
     app.add_middleware(HttpMetricsMiddleware)
 
@@ -783,7 +926,8 @@ def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api
 
     @app.get("/version")
     async def version():
-        return {"version": minivllm.__version__}
+        """The vLLM version whose API this server answers like (clients test it for features), and minivllm's."""
+        return {"version": VLLM_API_VERSION, "minivllm_version": minivllm.__version__}
 
     @app.get("/v1/models")
     async def models(request: Request):
@@ -818,36 +962,60 @@ def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api
             state.server_load_metrics -= 1
         return response
 
-    @app.post("/v1/completions")
+    json_only = [Depends(require_json)]
+
+    @app.post("/v1/completions", dependencies=json_only)
     async def completions(req: CompletionRequest, request: Request):
         return await load_aware(request, create_completion(serving(request), req, request))
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", dependencies=json_only)
     async def chat_completions(req: ChatCompletionRequest, request: Request):
         return await load_aware(request, create_chat_completion(serving(request), req, request))
 
-    @app.post("/tokenize")
+    @app.post("/v1/chat/completions/batch", dependencies=json_only)
+    async def batch_chat_completions(req: BatchChatCompletionRequest, request: Request):
+        """vLLM's batch route: one choice per conversation, each run as its own chat completion."""
+        return await load_aware(request, create_batch_chat_completion(serving(request), req, request))
+
+    @app.post("/invocations", dependencies=json_only)
+    async def invocations(request: Request):
+        """SageMaker's route, as vLLM serves it: the body's own shape picks chat or completions."""
+        body = await request.json()
+        for model, create in ((ChatCompletionRequest, create_chat_completion), (CompletionRequest, create_completion)):
+            try:
+                req = model.model_validate(body)
+            except (ValidationError, ValueError):
+                continue
+            return await load_aware(request, create(serving(request), req, request))
+        return error_response(400, "Cannot find suitable handler for request. Expected one of: "
+                                   "['ChatCompletionRequest', 'CompletionRequest']")
+
+    @app.post("/tokenize", dependencies=json_only)
     async def tokenize(req: TokenizeRequest, request: Request):
         """vLLM's two request kinds: chat (messages, when no prompt is given) or completion (prompt)."""
         s = serving(request)
         s.check_model(req.model)
         if req.messages is not None:
-            tokens = (await s.in_pool(s.chat_prompt, req.messages, req.add_generation_prompt))["prompt_token_ids"]
+            check_generation_prompt(req)
+            tokens = (await s.in_pool(s.chat_prompt, req.messages, req.add_generation_prompt,
+                                      req.continue_final_message, req.chat_template_kwargs,
+                                      bool(req.add_special_tokens)))["prompt_token_ids"]
         elif req.prompt is None:
             raise RequestValidationError([{"type": "missing", "loc": ("body", "prompt"), "msg": "Field required",
                                            "input": None}])
         else:
-            tokens = await s.in_pool(partial(s.tokenizer.encode, req.prompt, add_special_tokens=req.add_special_tokens))
+            tokens = await s.in_pool(partial(s.tokenizer.encode, req.prompt,
+                                             add_special_tokens=req.add_special_tokens is not False))
         strs = s.tokenizer.convert_ids_to_tokens(tokens) if req.return_token_strs else None
         return {"count": len(tokens), "max_model_len": s.max_model_len, "tokens": tokens, "token_strs": strs}
 
-    @app.post("/detokenize")
+    @app.post("/detokenize", dependencies=json_only)
     async def detokenize(req: DetokenizeRequest, request: Request):
         s = serving(request)
         s.check_model(req.model)
         return {"prompt": await s.in_pool(s.tokenizer.decode, [t for t in req.tokens if t < len(s.tokenizer)])}
 
-    @app.get("/metrics")
+    @app.api_route("/metrics", methods=["GET", "POST"])  # vLLM mounts prometheus' app, which takes either
     async def metrics(request: Request):
         s = serving(request)
         stats = None
@@ -892,7 +1060,14 @@ def _serve(args: argparse.Namespace, engine_args: EngineArgs, engine: AsyncLLM, 
 
     app = build_app(engine_args, args.served_model_name, args.api_key, engine=engine,
                     max_request_body_bytes=getattr(args, "max_request_body_bytes", DEFAULT_MAX_REQUEST_BODY_BYTES),
-                    enable_server_load_tracking=getattr(args, "enable_server_load_tracking", False))
+                    enable_server_load_tracking=getattr(args, "enable_server_load_tracking", False),
+                    tool_call_parser=getattr(args, "tool_call_parser", None),
+                    enable_auto_tool_choice=getattr(args, "enable_auto_tool_choice", False),
+                    structured_outputs_config=getattr(args, "structured_outputs_config", None),
+                    cors={"allow_origins": getattr(args, "allowed_origins", ["*"]),
+                          "allow_methods": getattr(args, "allowed_methods", ["*"]),
+                          "allow_headers": getattr(args, "allowed_headers", ["*"]),
+                          "allow_credentials": getattr(args, "allow_credentials", False)})
 
     class Server(uvicorn.Server):
         async def shutdown(self, sockets=None) -> None:

@@ -11,9 +11,11 @@ Also vLLM's unprefixed families: the HTTP ones of prometheus_fastapi_instrumenta
 fed by the server's middleware; vLLM's excluded handlers left out), and prometheus_client's process_* and
 python_* collectors. cache_config_info carries the CacheConfig as labels; engine_sleep_state is always
 awake (minivllm has no sleep mode).
-Not computed (nothing in minivllm produces them): num_requests_waiting_by_reason, corrupted_requests,
-external_prefix_cache_* (no KV connector), mm_cache_* (no multimodal inputs), kv_block_* (KV-cache residency
-sampling), estimated_flops/read_bytes/write_bytes_per_gpu, lora_requests_info. The phase times use the
+num_requests_waiting_by_reason splits num_requests_waiting as vLLM does: all "capacity" (minivllm defers no
+request: no LoRA budget, no KV transfer). estimated_flops/read_bytes/write_bytes_per_gpu are PerfEstimate's, from
+the model's config and each step's token count (the matmul part of vLLM's v1/metrics/perf.py).
+Not computed (nothing in minivllm produces them): corrupted_requests, external_prefix_cache_* (no KV
+connector), mm_cache_* (no multimodal inputs), kv_block_* (KV-cache residency sampling), lora_requests_info. The phase times use the
 frontend's arrival of the first and last token where vLLM uses the EngineCore's output timestamps.
 """
 from __future__ import annotations
@@ -99,10 +101,39 @@ def multiprocess_mode() -> bool:
     return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 
 
+@dataclasses.dataclass(frozen=True)
+class PerfEstimate:
+    """A step's work from the model's shape: 2 FLOPs per weight per token (the linear layers and the LM head),
+    every weight read once a step, each token's K and V written once. vLLM's perf.py also counts attention over
+    the context and activations; this is its matmul part, enough for a utilization estimate of a dense Llama."""
+
+    params: int  # weights the linear layers and the LM head multiply by, per token
+    weight_bytes: int
+    kv_bytes_per_token: int
+
+    @classmethod
+    def from_hf_config(cls, cfg, dtype_bytes: int = 4) -> PerfEstimate:
+        hidden, layers = cfg.hidden_size, cfg.num_hidden_layers
+        heads = cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or hidden // heads
+        kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+        attn = hidden * head_dim * (2 * heads + 2 * kv_heads)  # q, k, v and o projections
+        mlp = 3 * hidden * cfg.intermediate_size  # gate, up, down
+        params = layers * (attn + mlp) + hidden * cfg.vocab_size
+        return cls(params, params * dtype_bytes, 2 * layers * kv_heads * head_dim * dtype_bytes)
+
+    def step(self, num_tokens: int) -> tuple[int, int, int]:
+        """(FLOPs, bytes read, bytes written) of a step that computes num_tokens tokens."""
+        if num_tokens <= 0:
+            return 0, 0, 0
+        return 2 * self.params * num_tokens, self.weight_bytes, self.kv_bytes_per_token * num_tokens
+
+
 class PrometheusStatLogger:
     """Records what AsyncLLM's output handler reports; render() gives the /metrics body."""
 
-    def __init__(self, model_name: str, max_model_len: int = 2048, cache_config=None) -> None:
+    def __init__(self, model_name: str, max_model_len: int = 2048, cache_config=None,
+                 perf: PerfEstimate | None = None) -> None:
         self.registry = CollectorRegistry()
         r, labels = self.registry, ["model_name"]
         for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):  # this process's own numbers
@@ -120,6 +151,18 @@ class PrometheusStatLogger:
 
         self.num_requests_running = gauge("num_requests_running", "Number of requests in model execution batches.")
         self.num_requests_waiting = gauge("num_requests_waiting", "Number of requests waiting to be processed.")
+        by_reason = Gauge(PREFIX + "num_requests_waiting_by_reason", "Number of waiting requests by reason. Reason "
+                          "labels: 'capacity' = waiting for scheduling capacity; 'deferred' = deferred by transient "
+                          "constraints (none in minivllm).", ["model_name", "reason"], registry=r,
+                          multiprocess_mode="mostrecent")
+        self.waiting_capacity = by_reason.labels(model_name, "capacity")
+        by_reason.labels(model_name, "deferred").set(0)
+        self.perf = perf
+        self.estimated = [counter(f"estimated_{what}_per_gpu", f"Estimated number of {doc} per GPU (for Model "
+                                  f"Flops Utilization calculations).") if perf is not None else None
+                          for what, doc in (("flops", "floating point operations"),
+                                            ("read_bytes", "bytes read from memory"),
+                                            ("write_bytes", "bytes written to memory"))]
         self.kv_cache_usage = gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
         self.num_free_blocks = gauge("num_free_kv_blocks", "Free KV blocks (cached or not).")
         self.num_total_blocks = gauge("num_total_kv_blocks", "KV blocks (without the null block).")
@@ -197,6 +240,7 @@ class PrometheusStatLogger:
     def _set_scheduler_stats(self, s: SchedulerStats) -> None:
         self.num_requests_running.set(s.num_running_reqs)
         self.num_requests_waiting.set(s.num_waiting_reqs)
+        self.waiting_capacity.set(s.num_waiting_reqs)
         self.kv_cache_usage.set(s.kv_cache_usage)
         self.num_free_blocks.set(s.num_free_blocks)
         self.num_total_blocks.set(s.num_total_blocks)
@@ -237,6 +281,10 @@ class PrometheusStatLogger:
         self.prompt_tokens_cached.inc(it.num_cached_prompt_tokens)
         self.generation_tokens.inc(it.num_generation_tokens)
         self.iteration_tokens.observe(computed + it.num_generation_tokens)
+        if self.perf is not None:
+            for counter, amount in zip(self.estimated, self.perf.step(computed + it.num_generation_tokens),
+                                       strict=True):
+                counter.inc(amount)
         for hist, values in ((self.ttft, iteration_stats.time_to_first_tokens),
                              (self.itl, iteration_stats.inter_token_latencies),
                              (self.tpot, iteration_stats.time_per_output_tokens),

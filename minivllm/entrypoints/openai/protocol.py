@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -104,16 +104,65 @@ class SamplingRequest(OpenAIBaseModel):
     return_token_ids: bool | None = None
     stream_interval: Annotated[int, Field(ge=1)] | None = None
     truncate_prompt_tokens: Annotated[int, Field(ge=-1)] | None = None
+    truncation_side: Literal["left", "right"] | None = None  # "right" keeps the first tokens
+    logprob_token_ids: list[int] | None = None
+    return_tokens_as_token_ids: bool | None = None  # logprob tokens as "token_id:N"
+    priority: int = Field(0, ge=-(2**63), le=2**63 - 1)
+    logprobs_is_flag: ClassVar[bool] = False  # chat: logprobs is a bool (top_logprobs the count)
+    # vLLM fields with nothing behind them in minivllm (no KV/EC connector, no repetition detection, no
+    # reasoning): typed as vLLM types them, so a wrong type is the same 400
+    kv_transfer_params: dict[str, Any] | None = None
+    ec_transfer_params: dict[str, Any] | None = None
+    repetition_detection: dict[str, Any] | None = None
+    thinking_token_budget: int | None = None
+    return_token_offsets: bool | None = None
     response_format: ResponseFormat | None = None
     structured_outputs: dict[str, Any] | None = None  # vLLM's StructuredOutputsParams fields
+
+    @model_validator(mode="before")
+    @classmethod
+    def check_logprob_fields(cls, data):
+        """vLLM's check_logprobs and check_cache_salt_support (before validation): the logprob counts are numbers,
+        prompt logprobs cannot stream, and logprob_token_ids needs logprobs (chat: logprobs true; completions:
+        logprobs set, and not echo with max_tokens 0); a cache_salt is a non-empty string."""
+        if not isinstance(data, dict):
+            return data
+        for name in ("prompt_logprobs", "top_logprobs" if cls.logprobs_is_flag else "logprobs"):
+            if data.get(name) is not None and not isinstance(data[name], (int, float)):
+                raise VLLMValidationError(f"`{name}` must be an integer.", name, data[name])
+        so = data.get("structured_outputs")
+        if isinstance(so, dict) and sum(so.get(k) is not None for k in ("json", "regex", "choice")) > 1:
+            # vLLM's check_structured_outputs_count names the field for completions, not for chat
+            raise VLLMValidationError("You can only use one kind of constraints for structured outputs ('json', "
+                                      "'regex' or 'choice').", None if cls.logprobs_is_flag else "structured_outputs")
+        budget = data.get("thinking_token_budget")
+        if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < -1):
+            raise VLLMValidationError("`thinking_token_budget` must be a non-negative integer or -1 for unlimited.",
+                                      "thinking_token_budget", budget)
+        salt = data.get("cache_salt")
+        if salt is not None and (not isinstance(salt, str) or not salt):
+            raise VLLMValidationError("Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt")
+        pl = data.get("prompt_logprobs")
+        if isinstance(pl, (int, float)) and not isinstance(pl, bool) and data.get("stream") and (pl > 0 or pl == -1):
+            raise VLLMValidationError("`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs")
+        if data.get("logprob_token_ids"):
+            chat = cls.logprobs_is_flag
+            if not chat and data.get("echo") and data.get("max_tokens") == 0:
+                raise VLLMValidationError("`logprob_token_ids` is not supported when `echo=True` and `max_tokens=0` "
+                                          "because no output tokens are generated.", "logprob_token_ids")
+            if (not data.get("logprobs")) if chat else data.get("logprobs") is None:
+                raise VLLMValidationError(f"when using `logprob_token_ids`, `logprobs` must be set"
+                                          f"{' to true' if chat else ''}.", "logprob_token_ids")
+        return data
 
     def check_stream_options(self) -> None:
         """vLLM's 400 for stream_options on a request that does not stream."""
         if self.stream_options is not None and not self.stream:
             raise VLLMValidationError("Stream options can only be defined when `stream=True`.", "stream_options")
 
-    def structured_outputs_params(self) -> StructuredOutputsParams | None:
-        """structured_outputs, with response_format's constraint put over it (vLLM's precedence)."""
+    def structured_outputs_params(self, defaults: dict | None = None) -> StructuredOutputsParams | None:
+        """structured_outputs, with response_format's constraint put over it (vLLM's precedence); `defaults`:
+        the server's --structured-outputs-config options (disable_any_whitespace) under the request's."""
         so = dict(self.structured_outputs or {})
         rf = self.response_format
         if rf is not None and rf.type == "json_object":
@@ -127,6 +176,7 @@ class SamplingRequest(OpenAIBaseModel):
             raise ValueError("structured_outputs needs exactly one kind of constraint, got none")
         if not so:
             return None
+        so = (defaults or {}) | so
         try:
             return msgspec.convert(so, StructuredOutputsParams)
         except msgspec.ValidationError as e:
@@ -135,13 +185,13 @@ class SamplingRequest(OpenAIBaseModel):
                              f"structured_outputs: {message}") from None
 
     def to_sampling_params(self, max_tokens: int | None, logprobs: int | None,
-                           prompt_logprobs: int | None = None) -> SamplingParams:
+                           prompt_logprobs: int | None = None, so_defaults: dict | None = None) -> SamplingParams:
         kw = dict(n=self.n, max_tokens=max_tokens, seed=self.seed, stop=self.stop, ignore_eos=self.ignore_eos,
                   min_tokens=self.min_tokens, stop_token_ids=self.stop_token_ids, logprobs=logprobs,
                   include_stop_str_in_output=self.include_stop_str_in_output,
                   skip_special_tokens=self.skip_special_tokens, prompt_logprobs=prompt_logprobs,
                   logit_bias=self.logit_bias, allowed_token_ids=self.allowed_token_ids, bad_words=self.bad_words,
-                  structured_outputs=self.structured_outputs_params())
+                  structured_outputs=self.structured_outputs_params(so_defaults))
         for name in ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
                      "repetition_penalty"):
             if getattr(self, name) is not None:
@@ -150,7 +200,9 @@ class SamplingRequest(OpenAIBaseModel):
 
 
 class CompletionRequest(SamplingRequest):
-    prompt: str | list[str] | list[int] | list[list[int]] | None = None
+    # vLLM's order and bounds, so a bad prompt's param names the same element (body.prompt.1)
+    prompt: (list[Annotated[int, Field(ge=0)]] | list[list[Annotated[int, Field(ge=0)]]] | str | list[str]
+             | None) = None
     prompt_embeds: Any = None  # refused: minivllm has no --enable-prompt-embeds
     add_special_tokens: bool = True
     max_tokens: int | None = 16
@@ -169,10 +221,99 @@ class CompletionRequest(SamplingRequest):
 
 class ChatMessage(OpenAIBaseModel):
     role: str  # any role the chat template knows (vLLM passes custom roles through)
-    content: str | list[dict] | None = None
+    # vLLM's parts are an Iterable validated only when the template renders them (a 400 with param null)
+    content: str | list | dict | None = None
+
+
+class FunctionDefinition(OpenAIBaseModel):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ChatCompletionToolsParam(OpenAIBaseModel):
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class NamedFunction(OpenAIBaseModel):
+    name: str
+
+
+class ChatCompletionNamedToolChoiceParam(OpenAIBaseModel):
+    function: NamedFunction
+    type: Literal["function"] = "function"
+
+
+_TOOL_CHOICE_USAGE = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`'
+
+
+def check_tool_usage(data):
+    """vLLM's ChatCompletionRequest.check_tool_usage (before validation, so its params name the field): tools
+    without tool_choice mean "auto"; a tool_choice needs tools, and a named one a tool of that name."""
+    if not isinstance(data, dict):
+        return data
+    so = data.get("structured_outputs")
+    if isinstance(so, dict) and any(so.get(k) is not None for k in ("json", "regex", "choice")) and \
+            data.get("tool_choice", "none") not in ("none", "auto", "required"):
+        raise VLLMValidationError("You can only either use constraints for structured outputs or tools, not both.")
+    if data.get("tools") == []:
+        raise VLLMValidationError("`tools` must not be an empty array. Either provide at least one tool or omit "
+                                  "the field entirely.", "tools")
+    if "tool_choice" not in data and data.get("tools"):
+        data = {**data, "tool_choice": "auto"}
+    choice = data.get("tool_choice")
+    if choice is None or choice == "none":
+        return data
+    if data.get("tools") is None:
+        raise VLLMValidationError("When using `tool_choice`, `tools` must be set.", "tool_choice")
+    if choice not in ("auto", "required") and not isinstance(choice, dict):
+        raise VLLMValidationError(f"Invalid value for `tool_choice`: {choice}! Only named tools, \"none\", "
+                                  f"\"auto\" or \"required\" are supported.", "tool_choice")
+    if isinstance(choice, dict):
+        function = choice.get("function")
+        if not isinstance(function, dict):
+            raise VLLMValidationError(f"Invalid value for `function`: `{function}` in `tool_choice`! "
+                                      f"{_TOOL_CHOICE_USAGE}", "tool_choice.function")
+        if "name" not in function:
+            raise VLLMValidationError(f"Expected field `name` in `function` in `tool_choice`! {_TOOL_CHOICE_USAGE}",
+                                      "tool_choice.function.name")
+        name = function["name"]
+        if not isinstance(name, str) or not name:
+            raise VLLMValidationError(f"Invalid `name` in `function`: `{name}` in `tool_choice`! "
+                                      f"{_TOOL_CHOICE_USAGE}", "tool_choice.function.name")
+        tools = data["tools"] if isinstance(data["tools"], list) else []
+        if not any(isinstance(t, dict) and isinstance(t.get("function"), dict) and t["function"].get("name") == name
+                   for t in tools):
+            raise VLLMValidationError("The tool specified in `tool_choice` does not match any of the specified "
+                                      "`tools`", "tool_choice")
+    return data
+
+
+def tool_json_schema(tool_choice, tools: list[ChatCompletionToolsParam]) -> dict | None:
+    """The JSON schema a forced tool call must match (vLLM's tool_parsers.utils.get_json_schema_from_tools): a
+    named tool's parameters, or for "required" a non-empty array of {name, parameters} over all tools."""
+    if isinstance(tool_choice, ChatCompletionNamedToolChoiceParam):
+        tool = next(t for t in tools if t.function.name == tool_choice.function.name)
+        return tool.function.parameters
+    if tool_choice != "required":
+        return None
+    defs: dict = {}
+    branches = []
+    for t in tools:
+        params = dict(t.function.parameters) if t.function.parameters else {"type": "object", "properties": {}}
+        for name, schema in params.pop("$defs", {}).items():
+            if defs.setdefault(name, schema) != schema:
+                raise ValueError(f"Tool definition '{name}' has multiple schemas, which is not supported.")
+        branches.append({"properties": {"name": {"type": "string", "enum": [t.function.name]}, "parameters": params},
+                         "required": ["name", "parameters"]})
+    schema = {"type": "array", "minItems": 1, "items": {"type": "object", "anyOf": branches}}
+    return schema | {"$defs": defs} if defs else schema
 
 
 class ChatCompletionRequest(SamplingRequest):
+    logprobs_is_flag: ClassVar[bool] = True
     messages: list[ChatMessage]
     max_completion_tokens: int | None = None
     logprobs: bool | None = False
@@ -184,16 +325,55 @@ class ChatCompletionRequest(SamplingRequest):
     return_prompt_text: bool | None = None
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = "none"
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+    media_io_kwargs: dict[str, dict[str, Any]] | None = None
+    mm_processor_kwargs: dict[str, Any] | None = None
+    return_assistant_tokens_mask: bool | None = False
+    tools: list[ChatCompletionToolsParam] | None = None
+    tool_choice: Literal["none", "auto", "required"] | ChatCompletionNamedToolChoiceParam | None = "none"
+    parallel_tool_calls: bool | None = True
+
+    _check_tool_usage = model_validator(mode="before")(classmethod(lambda cls, data: check_tool_usage(data)))
+
+    @property
+    def forced_tool(self) -> bool:
+        """A named tool_choice or "required": the reply is a tool call, its JSON constrained by the schema."""
+        return self.tool_choice == "required" or isinstance(self.tool_choice, ChatCompletionNamedToolChoiceParam)
+
+
+class BatchChatCompletionRequest(ChatCompletionRequest):
+    """vLLM's /v1/chat/completions/batch: `messages` is a list of conversations, answered one choice each;
+    no streaming, tools, beam search or n > 1 (vLLM's BatchChatCompletionRequest)."""
+
+    messages: list[Annotated[list[ChatMessage], Field(min_length=1)]] = Field(..., min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def check_batch_mode(cls, data):
+        if isinstance(data, dict):
+            if data.get("use_beam_search"):
+                raise VLLMValidationError("Beam search is not supported for batch chat completions.",
+                                          "use_beam_search")
+            if data.get("n", 1) not in (1, None):
+                raise VLLMValidationError("n must be 1 for batch chat completions.", "n", data.get("n"))
+            data = {k: v for k, v in data.items() if k not in ("stream", "stream_options", "tools", "tool_choice")}
+        return data
+
+    def conversations(self) -> list[ChatCompletionRequest]:
+        """One chat request per conversation, every other field shared."""
+        fields = self.model_dump(exclude={"messages"}, exclude_unset=True, by_alias=True)
+        return [ChatCompletionRequest.model_validate(fields | {"messages": [m.model_dump() for m in conv]})
+                for conv in self.messages]
 
 
 class TokenizeRequest(OpenAIBaseModel):
     model: str | None = None
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
-    add_special_tokens: bool = True
+    add_special_tokens: bool | None = None  # vLLM's defaults: True for a prompt, False for messages
     add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
     return_token_strs: bool | None = False
 
 
