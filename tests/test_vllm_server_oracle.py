@@ -201,6 +201,26 @@ def test_a_divergence_is_reported_with_its_request_and_field(golden):
     assert "error.param" in server_diff.first_divergence(case, answer, changed)
 
 
+def test_a_stream_whose_tokens_share_a_chunk_has_the_same_chunk_shapes(golden):
+    """Under load either server sends two steps' tokens in one chunk: with `top_logprobs` keyed by token text, that
+    chunk had a shape of its own. The chunk shapes compare the entries' number of alternatives, not their text
+    (which the merged stream compares)."""
+    name = "cmpl/stream/logprobs"
+    case, answer = CASES[BY_NAME[name]], golden["answers"][BY_NAME[name]]
+    shapes = answer["sse"]["chunk_shapes"]
+    with_entries = [s for s in shapes if s.get("choices") and (s["choices"][0].get("logprobs") or {}).get("top_logprobs")]
+    assert len(with_entries) >= 2, shapes
+    merged = copy.deepcopy(with_entries[0])
+    merged["choices"][0]["logprobs"]["top_logprobs"] += with_entries[1]["choices"][0]["logprobs"]["top_logprobs"]
+    changed = copy.deepcopy(answer)
+    changed["sse"]["chunk_shapes"] = [merged] + [s for s in shapes if s not in with_entries[:2]]
+    assert server_diff.first_divergence(case, answer, changed) is None
+    extra = copy.deepcopy(merged)
+    extra["choices"][0]["logprobs"]["top_logprobs"][0]["<one alternative too many>"] = "number"
+    changed["sse"]["chunk_shapes"] = [extra] + [s for s in shapes if s not in with_entries[:2]]
+    assert "sse.chunk_shapes" in server_diff.first_divergence(case, answer, changed)
+
+
 @pytest.mark.skipif(not LIVE, reason="live vLLM comparisons run in `make test-vllm` (MINIVLLM_VLLM_LIVE=1)")
 def test_live_vllm_server_equals_its_recording_and_minivllm(golden, minivllm_answers):
     live = server_diff.answers_of("vllm", CASES)
