@@ -343,9 +343,12 @@ def submitted_lessons(submissions: Path) -> list[str]:
     return [lesson_id for lesson_id in discover_lessons() if find_submissions(submissions, lesson_id)]
 
 
-def grade(submissions: Path, course: Path, csv_path: Path, lessons: list[str] | None = None, jobs: int = 1) -> dict:
+def grade(submissions: Path, course: Path, csv_path: Path, lessons: list[str] | None = None, jobs: int = 1,
+          cluster=None) -> dict:
     """Autograde every submission of the given lessons (default: every lesson someone submitted); export
-    nbgrader's CSV (submitted lessons only, with a pending-manual-grading column) plus a per-part CSV."""
+    nbgrader's CSV (submitted lessons only, with a pending-manual-grading column) plus a per-part CSV. With
+    `cluster` (autograder/cluster.py) each submission is a task on Dask's workers (each runs the canary);
+    this process still writes the gradebook and the CSVs."""
     lessons = lessons or submitted_lessons(submissions)
     if not lessons:
         raise SystemExit(f"no submissions found in {submissions} (expected <student>/<lessonNN>/<lessonNN>.ipynb)")
@@ -359,7 +362,10 @@ def grade(submissions: Path, course: Path, csv_path: Path, lessons: list[str] | 
     print("[2/3] autograde (nbgrader + sandbox, each submission isolated)", flush=True)
     for lesson_id in lessons:
         students = collect(course, lesson_id, submissions)
-        if students:
+        if students and cluster is not None:
+            messages[lesson_id] = cluster.autograde(course, lesson_id, students, digest)
+            results[lesson_id] = scores(course, lesson_id)
+        elif students:
             print(f"{lesson_id}: grading the reference solution first (canary)", flush=True)
             started = time.perf_counter()
             canary(course, lesson_id)
