@@ -137,14 +137,17 @@ def grade_task(lesson_id: str, student: str, files: dict[str, bytes], digest: di
     try:
         with _limits(limits):
             _canary(course, lesson_id, tree_tag(digest))
+            started = time.perf_counter()
             db, verdict, note = grading.autograde_one(course, lesson_id, student)
+            seconds = time.perf_counter() - started
         out = course / "autograded" / student / lesson_id
         return {"gradebook": db.read_bytes(), "note": note,
                 "autograded": {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
                                if p.is_file() and not p.is_symlink()},
                 "verdict": [(r.part.grade_id, r.score, r.message) for r in verdict],
                 "changed": isolation.changed_files(mine, isolation.grader_digest()),
-                "worker": worker.address, "name": str(worker.name), "phases": grading.PHASES[phases:]}
+                "worker": worker.address, "name": str(worker.name), "phases": grading.PHASES[phases:],
+                "seconds": seconds}
     finally:
         del grading.PHASES[phases:]
         shutil.rmtree(course, ignore_errors=True)
@@ -195,6 +198,7 @@ class DaskGrading:
         self.checked: dict[str, str] = {}  # worker address -> "" (can grade) or why it is refused
         self.starts: dict[tuple[str, str], list[dict]] = {}  # (lesson, student) -> its task's start events
         self.per_worker: dict[str, int] = {}
+        self.task_seconds: list[float] = []  # each graded task's autograde_one on its worker (the canary aside)
         self.failed: list[tuple[str, str, str]] = []  # (lesson, student, why): timed out, or its workers died
         self.on_start = None  # a hook, called with each start event (tests kill a worker from it)
         self._released: dict[Path, bytes] = {}
@@ -241,6 +245,8 @@ class DaskGrading:
                         print(why, flush=True)
                         with contextlib.suppress(Exception):
                             self.client.run(_refused, why, workers=[addr], on_error="ignore")
+                        if self.tag in info[addr].get("resources", {}):  # a plain `dask worker` told the tag
+                            self.client.retire_workers([addr], close_workers=True)
                     self.checked[addr] = why
             ready = [a for a in info if not self.checked.get(a)]
             if ready or time.monotonic() >= deadline:
@@ -319,6 +325,7 @@ class DaskGrading:
                     f"{student} ran: {', '.join(result['changed'][:5])}; its scores were not written. Restore the "
                     "worker's files before grading again.")
             self.per_worker[result["name"]] = self.per_worker.get(result["name"], 0) + 1
+            self.task_seconds.append(result["seconds"])
             grading.PHASES.extend(result["phases"])
             return result
         error = fut.exception()
