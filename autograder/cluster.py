@@ -281,7 +281,8 @@ class DaskGrading:
         messages: dict[str, dict[str, str]] = {}
         limit, order = task_limit(), iter(students)
         following = next(order, None)
-        with tqdm(total=len(students), desc=f"{lesson_id} on Dask", unit="student") as bar:
+        with tqdm(total=len(students), desc=f"{lesson_id} on Dask", unit="student") as bar, \
+                self._cancelled_on_error(futures):
             while following is not None:
                 with contextlib.suppress(TimeoutError):
                     wait(list(futures), timeout=POLL_S, return_when="FIRST_COMPLETED")
@@ -304,6 +305,15 @@ class DaskGrading:
                 if futures:
                     self.check_workers()
         return messages
+
+    @contextlib.contextmanager
+    def _cancelled_on_error(self, futures: dict):
+        """A run that stops (a broken or changed worker, an interrupt) takes its tasks still queued with it."""
+        try:
+            yield
+        except BaseException:
+            self.client.cancel(list(futures))
+            raise
 
     def progress(self) -> str:
         workers = " ".join(f"{n}:{c}" for n, c in sorted(self.per_worker.items()))

@@ -107,6 +107,15 @@ def only(result: dict, lesson: str, student: str) -> dict:
 
 
 @pytest.fixture(scope="module")
+def cluster(limits):
+    """One LocalCluster of 2 worker processes for the file: each worker runs a lesson's canary once."""
+    from autograder.cluster import connect
+
+    with connect("local:2") as on:
+        yield on
+
+
+@pytest.fixture(scope="module")
 def local_run(subs, limits, tmp_path_factory) -> dict:
     """The class graded once by the local path (`grade -j 1`), for every comparison in this file."""
     return run_grade(subs, tmp_path_factory.mktemp("local"), [LESSON, OTHER], jobs=1)
@@ -114,12 +123,10 @@ def local_run(subs, limits, tmp_path_factory) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_local_cluster_grades_the_class_as_the_local_path_does(subs, local_run, limits, tmp_path):
-    from autograder.cluster import connect
-
-    with connect("local:2") as cluster:
-        got = run_grade(subs, tmp_path, [LESSON, OTHER], cluster=cluster)
-        ran = dict(cluster.per_worker)
+def test_a_local_cluster_grades_the_class_as_the_local_path_does(subs, local_run, cluster, tmp_path):
+    before = dict(cluster.per_worker)
+    got = run_grade(subs, tmp_path, [LESSON, OTHER], cluster=cluster)
+    ran = {w: n - before.get(w, 0) for w, n in cluster.per_worker.items() if n > before.get(w, 0)}
     assert got == local_run
     code: dict[str, float] = {}  # a code part's final score is its manual score (merge writes the sandbox's)
     for _, lesson, student, _, part, _, final, *_ in (r for r in got["gradebook"] if r[0] == "grade"):
@@ -133,11 +140,9 @@ def test_a_local_cluster_grades_the_class_as_the_local_path_does(subs, local_run
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_worker_killed_mid_task_is_replaced_and_the_task_retried(subs, local_run, limits, tmp_path):
-    """One student of the class on a fresh 2-worker cluster; the worker that starts the task is killed 3 s in
-    (during its canary): the Nanny restarts it, the scheduler reschedules the task, one result is written."""
-    from autograder.cluster import connect
-
+def test_a_worker_killed_mid_task_is_replaced_and_the_task_retried(subs, local_run, cluster, tmp_path):
+    """One student of the class; the worker that starts the task is killed 3 s in: its Nanny restarts it, the
+    scheduler reschedules the task, one result is written, the same as the local run's."""
     shutil.copytree(subs / KILLED, tmp_path / "subs" / KILLED)
     killed: list[int] = []
 
@@ -146,11 +151,14 @@ def test_a_worker_killed_mid_task_is_replaced_and_the_task_retried(subs, local_r
             killed.append(start["pid"])
             threading.Timer(3.0, os.kill, (start["pid"], signal.SIGKILL)).start()
 
-    with connect("local:2") as cluster:
-        cluster.on_start = kill_first_worker
+    cluster.starts.clear()  # this run's starts only
+    cluster.on_start = kill_first_worker
+    try:
         got = run_grade(tmp_path / "subs", tmp_path, [LESSON], cluster=cluster)
-        starts = cluster.starts[LESSON, KILLED]
-        assert cluster.retried == [(LESSON, KILLED)] and not cluster.failed
+    finally:
+        cluster.on_start = None
+    starts = cluster.starts[LESSON, KILLED]
+    assert cluster.retried == [(LESSON, KILLED)] and not cluster.failed
     assert len(starts) == 2 and starts[0]["pid"] == killed[0] != starts[1]["pid"], starts
     assert only(got, LESSON, KILLED) == only(local_run, LESSON, KILLED)
 
