@@ -6,8 +6,9 @@ The same submissions as benchmarks/grade_parallel.py (the solution, the release,
 alternate (-j N, cluster, -j N, ...), each round in a fresh course folder; the cluster side starts a fresh
 LocalCluster each round (its start-up is timed apart, not in the side's time), so each worker runs the lesson's
 canary once, as a real run does. Printed: each side's median (min-max) seconds, the per-pair ratio cluster / local,
-the scheduler's overhead per task ((cluster - local) / submissions, per pair: the second canary included), the
-mean seconds of one submission's grading on a worker, and the throughput model for W workers that README quotes.
+the scheduler's overhead per task ((cluster - local) / submissions, per pair: it also holds the second worker's
+canary and its process's first imports, so it is an upper bound), the mean seconds of one submission's grading
+on a worker, and the throughput model for W workers in README.
 Not a test: run it on an otherwise idle machine (N free cores).
 """
 from __future__ import annotations
@@ -68,7 +69,7 @@ def main() -> None:
 
         def show(i: int, got: dict[str, float]) -> None:
             print(f"pair {i + 1}: -j {args.workers} {got['local']:.0f} s, local:{args.workers} {got['dask']:.0f} s "
-                  f"(overhead {(got['dask'] - got['local']) / n:+.2f} s/task)", flush=True)
+                  f"({(got['dask'] - got['local']) / n:+.2f} s/task)", flush=True)
 
         times = interleave({"local": lambda: local(subs), "dask": lambda: on_dask(subs)}, args.pairs, args.warmup,
                            on_round=show)
@@ -80,7 +81,7 @@ def main() -> None:
     print(f"-j {args.workers}: {spread(times['local'])} s; local:{args.workers}: {spread(times['dask'])} s "
           f"(+ cluster start-up {spread(startups)} s, not counted)")
     print(r.line())
-    print(f"scheduler overhead per task: median {statistics.median(overhead):+.2f} s (min {min(overhead):+.2f}, "
+    print(f"scheduler overhead per task, (cluster - local) / submissions: median {statistics.median(overhead):+.2f} s (min {min(overhead):+.2f}, "
           f"max {max(overhead):+.2f}), the second worker's canary included")
     print(f"one submission's grading on a worker: mean {task:.1f} s over {len(task_seconds)} tasks; a worker's canary "
           f"(once per lesson): median {canary:.1f} s")

@@ -163,6 +163,21 @@ def test_a_worker_killed_mid_task_is_replaced_and_the_task_retried(subs, local_r
     assert only(got, LESSON, KILLED) == only(local_run, LESSON, KILLED)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_task_past_its_limit_is_scored_as_a_timeout_and_the_class_goes_on(subs, cluster, tmp_path, monkeypatch):
+    """MINIVLLM_TASK_TIMEOUT counts from the task's start on a worker: past it the client cancels the task and
+    writes that student's code parts as 0 with the reason; the export and the table are still written."""
+    shutil.copytree(subs / "right", tmp_path / "subs" / "right")
+    monkeypatch.setenv("MINIVLLM_TASK_TIMEOUT", "2")
+    cluster.failed.clear()
+    got = run_grade(tmp_path / "subs", tmp_path, [LESSON], cluster=cluster)
+    assert [failed[:2] for failed in cluster.failed] == [(LESSON, "right")]
+    code = [p for p in got["parts"] if p.startswith(f"{LESSON},right,") and ",l01_q" not in p]
+    assert len(code) == 4 and all(",0,1," in p and "MINIVLLM_TASK_TIMEOUT" in p for p in code), code
+    assert [row["student_id"] for row in got["csv"]] == ["right"]
+
+
 def test_a_worker_with_another_grader_tree_is_refused(tmp_path):
     """`python -m autograder worker` started from a copy of the grader with one file changed joins the scheduler,
     takes no task, and the client's refusal names the worker and the file (on the worker's console too)."""
