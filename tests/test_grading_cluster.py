@@ -209,3 +209,38 @@ def test_a_worker_with_another_grader_tree_is_refused(tmp_path):
         printed = worker.communicate(timeout=60)[0]
         scheduler.close()
     assert "autograder worker: worker stale-tree" in printed and "autograder/limits.py" in printed, printed[-3000:]
+
+
+def test_a_worker_whose_tree_differs_or_changed_writes_nothing(tmp_path, monkeypatch):
+    """Both hashes of a task, without a cluster: a worker whose tree is not the client's refuses the task before
+    grading (TreeMismatch names the worker and the file), and a result whose worker saw its tree change while the
+    student ran stops the run before anything is written (GraderChanged names the worker, the student, the file)."""
+    import distributed
+
+    from autograder import cluster, grading
+
+    class FakeWorker:
+        address, name, local_directory = "tcp://10.0.0.7:4000", "node7", str(tmp_path)
+
+        def log_event(self, topic, msg):
+            pass
+
+    monkeypatch.setattr(distributed, "get_worker", lambda: FakeWorker())
+    client_tree = dict(cluster.isolation.grader_digest(), **{"autograder/limits.py": "0" * 64})
+    with pytest.raises(cluster.TreeMismatch, match=r"worker node7 \(tcp://10\.0\.0\.7:4000\) refused: .*"
+                                                   r"1 file\(s\): autograder/limits\.py"):
+        cluster.grade_task(LESSON, "right", {}, client_tree, {})
+
+    class Finished:
+        status = "finished"
+
+        def result(self):
+            return {"changed": ["minivllm/config.py"], "worker": FakeWorker.address, "name": FakeWorker.name}
+
+    grader = object.__new__(cluster.DaskGrading)
+    grader.per_worker, grader.task_seconds = {}, []
+    monkeypatch.setattr(grading, "merge", lambda *a: pytest.fail("a changed worker's result was merged"))
+    with pytest.raises(grading.GraderChanged, match=r"worker node7 .* while right ran: minivllm/config\.py"):
+        grader._outcome(Finished(), LESSON, "right")
+    assert grader.per_worker == {}
+
