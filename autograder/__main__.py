@@ -1,4 +1,4 @@
-"""python -m autograder {build,check,grade,feedback,release,diagnose} — the course's one command line."""
+"""python -m autograder {build,check,grade,worker,feedback,release,diagnose} — the course's one command line."""
 from __future__ import annotations
 
 import argparse
@@ -23,6 +23,13 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--course", type=Path, default=Path("minivllm-course"), help="course folder to build/use")
     g.add_argument("--csv", type=Path, default=Path("grades.csv"))
     g.add_argument("-j", "--jobs", type=int, default=1, help="students graded at once (default 1)")
+    on = g.add_mutually_exclusive_group()
+    on.add_argument("--scheduler", metavar="tcp://HOST:8786",
+                    help="grade on this Dask scheduler's workers (started with `python -m autograder worker`)")
+    on.add_argument("--cluster", metavar="local:N", help="grade on a Dask LocalCluster of N worker processes")
+    w = sub.add_parser("worker", help="a Dask worker for `grade --scheduler`: takes tasks only of this grader tree")
+    w.add_argument("scheduler", help="the scheduler's address, e.g. tcp://HOST:8786")
+    w.add_argument("--name", help="the worker's name in the client's messages (default: Dask's)")
     f = sub.add_parser("feedback", help="nbgrader HTML feedback for a course folder that `grade` built")
     f.add_argument("--course", type=Path, default=Path("minivllm-course"))
     f.add_argument("--lesson", action="append")
@@ -56,10 +63,21 @@ def main(argv: list[str] | None = None) -> int:
         from autograder.sandbox import GraderBroken
 
         try:
-            grade(args.submissions, args.course.resolve(), args.csv, args.lesson, jobs=args.jobs)
+            if args.scheduler or args.cluster:
+                from autograder.cluster import connect
+
+                with connect(args.scheduler or args.cluster) as cluster:
+                    grade(args.submissions, args.course.resolve(), args.csv, args.lesson, cluster=cluster)
+            else:
+                grade(args.submissions, args.course.resolve(), args.csv, args.lesson, jobs=args.jobs)
         except GraderBroken as e:
             print(f"grade refused: {e}", file=sys.stderr)
             return 3
+        return 0
+    if args.cmd == "worker":
+        from autograder.cluster import start_worker
+
+        start_worker(args.scheduler, args.name)
         return 0
     if args.cmd == "feedback":
         from autograder.grading import feedback

@@ -588,9 +588,12 @@ def submitted_lessons(submissions: Path) -> list[str]:
     return [lesson_id for lesson_id in discover_lessons() if find_submissions(submissions, lesson_id)]
 
 
-def grade(submissions: Path, course: Path, csv_path: Path, lessons: list[str] | None = None, jobs: int = 1) -> dict:
+def grade(submissions: Path, course: Path, csv_path: Path, lessons: list[str] | None = None, jobs: int = 1,
+          cluster=None) -> dict:
     """Autograde every submission of the given lessons (default: every lesson someone submitted); export
-    nbgrader's CSV (submitted lessons only, with a pending-manual-grading column) plus a per-part CSV."""
+    nbgrader's CSV (submitted lessons only, with a pending-manual-grading column) plus a per-part CSV. With
+    `cluster` (autograder/cluster.py) each submission is a task on Dask's workers (each runs the canary);
+    this process still writes the gradebook and the CSVs."""
     lessons = lessons or submitted_lessons(submissions)
     if not lessons:
         raise SystemExit(f"no submissions found in {submissions} (expected <student>/<lessonNN>/<lessonNN>.ipynb)")
@@ -604,7 +607,9 @@ def grade(submissions: Path, course: Path, csv_path: Path, lessons: list[str] | 
         prepare_course(course, lessons)
         classes = {lesson_id: collect(course, lesson_id, submissions) for lesson_id in lessons}
         classes = {lesson_id: students for lesson_id, students in classes.items() if students}
-        for lesson_id in classes:  # every lesson's canary before any student: a refusal grades no one
+        # every lesson's canary before any student, so a refusal grades no one (on a cluster each worker runs it
+        # before its first task of the lesson)
+        for lesson_id in classes if cluster is None else ():
             print(f"{lesson_id}: grading the reference solution first (canary)", flush=True)
             started = time.perf_counter()
             kernel_gradebook(course, lesson_id)
@@ -612,7 +617,8 @@ def grade(submissions: Path, course: Path, csv_path: Path, lessons: list[str] | 
             PHASES.append(("canary", time.perf_counter() - started))
         print("[2/3] autograde (nbgrader + sandbox, each submission isolated)", flush=True)
         for lesson_id, students in classes.items():
-            messages[lesson_id] = autograde(course, lesson_id, students, jobs, digest)
+            messages[lesson_id] = (autograde(course, lesson_id, students, jobs, digest) if cluster is None
+                                   else cluster.autograde(course, lesson_id, students, digest))
             results[lesson_id] = scores(course, lesson_id)
     print("[3/3] export", flush=True)
     nbgrader(["export", "--to", str(csv_path.resolve())], course)

@@ -79,7 +79,8 @@ def executed_solution(tmp_path_factory):
 # 2 cores, from the per-file table below), so the many short ones fill the end and the workers finish together.
 # (--dist loadgroup would also keep files that share a session fixture together, but pytest-xdist 3.8.0 cannot
 # group under pytest 9: it renames `item._nodeid`, which pytest 9 no longer reads.)
-LONGEST_FIRST = ["test_autograder.py", "test_mutants.py", "test_grading_limits.py", "test_grading_isolation.py"]
+LONGEST_FIRST = ["test_autograder.py", "test_mutants.py", "test_grading_limits.py", "test_grading_isolation.py",
+                 "test_grading_cluster.py"]
 
 
 def pytest_collection_modifyitems(items):
