@@ -25,26 +25,21 @@
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson01`，得分与教师用 nbgrader 评出的自动部分一致。
+# 没有 nbgrader 时（例如 Colab），运行评分规则下的“自检”单元格，或在终端执行 `python -m autograder check lesson01`，得分与教师用 nbgrader 评出的自动部分一致。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 本课程使用固定 commit 的永久链接保证行号可复现，同时链接 current docs 供核对最新变化。阅读时先画调用图和状态所有权，再进入分支；不要从大文件第一行机械顺读。
+# 本课读 vLLM 0.27.1（commit 8e958902eee5）。先画调用图和状态所有权，再进入分支；不要从 2500 行的 core.py 第一行顺读，只读下表四个函数（约 65 行）：
 #
-# 本课按下面顺序阅读，不要从 2500 行的 core.py 第一行顺读：
-#
-# | 顺序 | vLLM 文件与入口（8e958902eee5） | minivllm 对应文件 | 带着什么问题读 |
+# | 顺序 | vLLM 文件与入口（0.27.1） | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | `vllm/v1/engine/async_llm.py`：`AsyncLLM.generate`、`_add_request`、`_run_output_handler` | `minivllm/engine/async_llm.py` | 谁负责 tokenization、请求流和客户端取消？ |
-# | 2 | `vllm/v1/engine/core.py`：`EngineCore.step`、`step_with_batch_queue` | `minivllm/engine/core.py`：`engine_core_step` | 一次迭代为何是 schedule → execute → update？ |
-# | 3 | `core.py`：`EngineCoreProc.run_busy_loop`、`_process_engine_step` | `minivllm/engine/core.py` | frontend 与 engine core 为什么分进程？ |
-# | 4 | `vllm/v1/core/sched/interface.py`：`SchedulerInterface` | `minivllm/core/sched/interface.py` | scheduler 的输入输出合同是什么？ |
-# | 5 | `vllm/v1/worker/gpu_model_runner.py` | `minivllm/worker/gpu_model_runner.py` | 哪些状态必须在 GPU worker 内，哪些不能由 frontend 猜？ |
+# | 1 | `vllm/v1/engine/async_llm.py`：`AsyncLLM.abort`（L729–L741） | `minivllm/engine/async_llm.py`：`AsyncLLM` | 取消为何先删前端的请求，再通知 EngineCore？ |
+# | 2 | `vllm/v1/engine/core.py`：`EngineCoreProc.run_busy_loop`（L1378–L1389） | `minivllm/engine/core.py`：`EngineCoreProc` | frontend 与 engine core 为什么分进程？ |
+# | 3 | `core.py`：`EngineCore.step`（L584–L614） | `minivllm/engine/core.py`：`engine_core_step` | 一次迭代为何是 schedule → execute → update？ |
+# | 4 | `core.py`：`EngineCore._process_aborts_queue`（L741–L749） | `minivllm/engine/core.py`：`EngineCore` | forward 期间到达的取消何时生效？ |
 #
-# 源码快照：vLLM 8e958902eee5。方法会继续演进，面试回答应先声明所读版本。
-#
-# > **vLLM 0.27.1**：课程的 dense 模型默认由 Model Runner V2（`v1/worker/gpu/model_runner.py`）运行；第 5 行的 V1 runner 用于 V2 不覆盖的模型与特性（见文末差异）。minivllm 对应 V1 runner。
+# 课程的 dense 模型在 vLLM 0.27.1 默认由 Model Runner V2（`v1/worker/gpu/model_runner.py`）运行，minivllm 对应 V1 runner（`v1/worker/gpu_model_runner.py`）；上表的代码在 runner 之上。
 
 # %% nbgrader={"grade": false, "grade_id": "l01_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的图、演示与检查。
@@ -67,68 +62,61 @@ short_errors("lesson01")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 1. 它是什么，解决什么问题
 #
-# vLLM V1 架构是大语言模型高并发推理领域最具代表性的重构工程范式。在早期的 vLLM V0 架构中，Python 全局解释器锁（GIL）瓶颈明显、调度逻辑与异步 HTTP 事件循环深层交织，导致在单步耗时仅需数毫秒的轻量 Decode 场景中，CPU 侧的调度开销往往超过了 GPU 的计算耗时，引发严重的“GPU 算力饥饿等待 CPU 调度”的瓶颈。
+# vLLM V0 的调度逻辑与异步 HTTP 事件循环交织在一起，共用一个 GIL。decode 一步只需几毫秒，CPU 侧的调度开销可能超过 GPU 计算，GPU 只好等 CPU。
 #
-# 为了攻克这一系统瓶颈，vLLM V1 确立了严格的三层解耦架构（图 1-2）：
+# vLLM V1 因此分成三层（图 1-2）：
 
 # %%
 L01.fig_architecture();
 
 # %% [markdown]
-# 图 1-2：vLLM V1 三层解耦核心架构（Frontend → EngineCore → Workers）。
+# 图 1-2：vLLM V1 三层解耦架构（Frontend → EngineCore → Workers）。
 #
-# - **AsyncLLM（前端服务层）**：API server（HTTP/SSE，`vllm/entrypoints/openai/api_server.py`）调用的异步引擎客户端，负责把输入分词成 `EngineCoreRequest`、为每个请求维护流式输出与增量解码、把取消转告 EngineCore；
-# - **EngineCore / EngineCoreProc（调度核心内核层）**：运行在独立进程中，由一个 busy loop 线程推进每一步（另有两个线程只做 ZMQ 收发），独占全局请求生命周期调度器（Scheduler）与显存逻辑账本（KVCacheManager）；
-# - **Worker / GPUModelRunner（设备执行层）**：由分布式并行（TP/PP）驱动的执行引擎，独占物理 GPU 张量、物理 KV Block 内存池与 CUDA Graph 捕获环境。
+# - **AsyncLLM（前端）**：API server（HTTP/SSE，`vllm/entrypoints/openai/api_server.py`）调用的异步引擎客户端：把输入分词成 `EngineCoreRequest`，维护每个请求的流式输出与增量解码，转告取消；
+# - **EngineCore / EngineCoreProc（调度核心）**：独立进程，一个 busy loop 线程推进每一步（另有两个线程只做 ZMQ 收发），独占 Scheduler 与 KV 块账本（KVCacheManager）；
+# - **Worker / GPUModelRunner（设备执行）**：按 TP/PP 并行执行，独占 GPU 张量、物理 KV 块池与 CUDA Graph。
 #
-# 它解决的核心工程问题是：通过清晰的单写者状态所有权（Single-Writer State Ownership）与轻量化 IPC 进程解耦，压低 CPU 控制侧的每步开销，并让它尽量与 GPU 执行重叠，使 GPU 少等调度。实际开销多大，要在目标部署上用 profiler 测。
+# 它解决的问题：每份状态只有一个写者（single-writer），进程间只传消息；CPU 每步的控制开销被压低，并尽量与 GPU 执行重叠（实际多大，要用 profiler 测）。
 #
 # ### 2. 它如何工作
 #
-# 端到端请求流转与核心控制循环如图 1-1 至图 1-3 所示。先看图 1-1：Prefill 受算力限制，Decode 受带宽限制。
+# 先看图 1-1（推导见附录）：
 
 # %%
 L01.fig_arithmetic_intensity();
 
 # %% [markdown]
-# 图 1-1：Prefill 与 Decode 的算术强度对比（一个 $d \times d$ 的 FP16 线性层，横轴是一次前向处理的 token 数）。
+# 图 1-1：Prefill 受算力限制，Decode 受带宽限制；decode 一步很短，CPU 开销因此显眼。
 #
-# - **Prefill（处理 prompt）**：一次计算全部 $S$ 个 token：GEMM；算术强度约 $B \cdot S$ FLOP/Byte（FP16，$B \cdot S \ll d$ 时）；$B \cdot S$ 到几百即越过 H100 SXM 的 BF16 拐点（约 295，即稠密峰值与 HBM 带宽之比；PCIe 版与 FP8 各不相同）。
-# - **Decode（逐 token 生成）**：每个请求每步只算 1 个 token：GEMV；算术强度约 $B$ FLOP/Byte；每步都要读完整权重和全部 KV Cache。
+# `EngineCore.step()` 的每一步是 Schedule → Execute → Update：
 #
-# 对策：Continuous Batching 增大 $B$；PagedAttention 减少 KV 碎片以容纳更多请求；投机解码把多步 decode 合成一次验证前向。
+# 1. **Schedule**：busy loop 在 step 之前已把新请求交给 Scheduler（`_process_input_queue`）。`scheduler.schedule()` 从 waiting/running 队列出发，按 token 预算产出本步计划 `SchedulerOutput`；
+# 2. **Execute**：`model_executor.execute_model(plan, non_block=True)` 非阻塞地发射 forward；GPU 计算的同时，CPU 用 `scheduler.get_grammar_bitmask` 算结构化输出的 grammar 掩码；
+# 3. **Wait 与 aborts**：`future.result()` 等 forward 的结果，再用 `_process_aborts_queue()` 处理执行期间到达的取消；
+# 4. **Update**：`scheduler.update_from_output(plan, model_output)` 把新 token 追加到各请求、做停止检查、产出 `EngineCoreOutputs`，并释放本步完结请求的 KV 块。
 #
-# 1. **三段式步进迭代循环（Schedule → Execute → Update）**：在 `EngineCore.step()` 内部，系统严格遵循严谨的时序管道：
-#    - 调度阶段（Schedule）：busy loop 在 step 之前已把输入队列里的新请求交给 Scheduler（`_process_input_queue`）；Scheduler 从自己的 waiting/running 队列出发，根据全局 Token 预算（Token Budget）生成本次批次的执行计划 `plan = scheduler.schedule()`；
-#    - 异步发射与计算重叠（Async Execute & Overlap）：通过 `model_executor.execute_model(plan, non_block=True)` 非阻塞地向 GPU Worker 广播执行指令。在 GPU 执行 GEMM 与 Attention 的同时，CPU 主线程计算结构化输出的 Grammar 掩码；
-#    - 等待同步与取消处理（Wait & Abort Drain）：同步等待 Worker 的 `future()` 返回本次推理结果；在应用输出前，优先消费清空执行期间积累的取消请求队列 `process_aborts()`；
-#    - 状态递推更新（Update）：调用 `scheduler.update_from_output(plan, model_output)`，把新 token 追加到各请求、做停止检查、产出 `EngineCoreOutputs`，并回收本步完结请求的逻辑 KV 块。已计算 Token 计数在 `schedule()` 里已推进（`_update_after_schedule`），这里只在投机 token 被拒或外部 KV 加载失败（`_handle_invalid_blocks`）时往回拨。
-#
-# 2. **端到端流水线推进（图 1-3）**：
+# step 返回 `(outputs, total_num_scheduled_tokens > 0)`：第二项告诉 busy loop 本步是否执行了模型。端到端的路径见图 1-3：
 
 # %%
 L01.fig_request_flow();
 
 # %% [markdown]
-# 图 1-3：vLLM V1 端到端请求流转与异构协同执行流水线：HTTP 请求到达 → 分词器编码 Tokens → 压入 EngineCore 请求队列 → `EngineCore::step()` 统一调度决策 → GPU ModelRunner 并行前向推理（TP AllReduce）→ 采样器输出 Token 解码并流式回传 SSE。
-#
-# HTTP 请求到达后，AsyncLLM 完成异步分词，将 EngineCoreRequest 经 msgspec 序列化后通过 ZMQ socket 发送给 EngineCore 进程；EngineCore 批量消费并驱动 GPU ModelRunner 并发前向传播；采样完成后的 Token 结果以流式事件（SSE）的形式逆向实时推送回前端。
+# 图 1-3：HTTP 请求 → 分词 → EngineCore 请求队列 → `EngineCore.step()` 调度 → GPU ModelRunner 前向 → 采样 → 解码并流式回传 SSE。
 #
 # ### 3. 正确性条件与常见误区
 #
-# - **严格的单写者状态所有权（Single Writer Discipline）**：整个系统中每个核心对象的状态拥有唯一的权威写入者：
-#   - AsyncLLM 独占每个请求的输出流与解码状态，严禁越权修改内部 KV 账本；
-#   - EngineCore 与 Scheduler 独占跨步请求生命周期（WAITING、RUNNING、PREEMPTED、FINISHED_*；V1 没有 SWAPPED 状态，抢占后的请求释放 KV 块并在恢复时重算），严禁 Worker 擅自更改请求状态；
-#   - GPUModelRunner 独占物理显存与算子 Kernel 执行。若跨进程试图共享可变全局对象，会导致灾难性的数据竞争与状态错位。
-# - **Abort 取消处理的原子时序边界**：若请求在 GPU 执行前向传播期间被客户端主动取消（如用户关闭网页），EngineCore 必须在调用 `scheduler.update_from_output` 之前消费并处理取消信号。若顺序颠倒（先更新再取消），EngineCore 会把本步 Token 追加给已取消的请求并为它输出；vLLM 的 `AsyncLLM.abort` 已先把请求移出前端，这条输出被丢弃，浪费的是一次无用的更新。块不会被重复释放：取消时才释放，每块一次。
-# - **计划与执行结果的版本一致性不变量**：SchedulerOutput 与 ModelRunnerOutput 必须严格属于同一个迭代步骤。严禁在 Worker 执行失败时返回伪造的静默空输出：vLLM 0.27.1 让异常终止 EngineCore，前端对在途请求抛出 `EngineDeadError`，默认不降级（`enable_fault_tolerance` 默认关闭）。
+# - **单写者状态所有权**：每份状态只有一个写者。
+#   - AsyncLLM 独占每个请求的输出流与解码状态，不碰 KV 账本；
+#   - EngineCore 与 Scheduler 独占请求生命周期（WAITING、RUNNING、PREEMPTED、FINISHED_*；V1 没有 SWAPPED，被抢占的请求释放 KV 块、恢复时重算），Worker 不改请求状态；
+#   - GPUModelRunner 独占显存与 kernel 执行。共享可变对象会造成数据竞争与状态错位。
+# - **abort 在 update 之前**：forward 期间被取消的请求，EngineCore 必须在 `scheduler.update_from_output` 之前处理取消。
+# - 顺序颠倒时，引擎会把本步 token 追加给已取消的请求并为它输出；`AsyncLLM.abort` 已先把请求移出前端，这条输出被丢弃，浪费的是一次无用的更新。块不会被重复释放：取消时才释放，每块一次。
+# - **计划与结果属于同一步**：`SchedulerOutput` 与 `ModelRunnerOutput` 同属一步。worker 出错时不返回伪造的空输出：异常终止 EngineCore，前端对在途请求抛出 `EngineDeadError`。
 #
 # ### 4. 性能与工程取舍
 #
-# - **进程解耦带来的 IPC 序列化开销 vs GIL 消除红利**：将 EngineCore 独立为子进程释放了 Python GIL 的并发阻塞，但引入了进程间通信开销。vLLM V1 在 Frontend 与 EngineCore 之间使用 ZMQ socket 加 msgspec 序列化传输请求与输出（大张量可走零拷贝的附加缓冲区）；
-#
-#   共享内存消息队列（MessageQueue）用于多卡场景下 Executor 向各 Worker 广播调度结果。通信开销被控制在较小比例，使架构收益超过通信开销。
-# - **Grammar 准备与 GPU 计算的精妙重叠**：在 JSON 等强约束解码（Structured Outputs）中，计算下一个合法 Token 的 Bitmask 极其消耗 CPU 算力。通过在 `execute_model(non_block=True)` 发射后立即开始计算 Grammar，系统让 CPU 的 bitmask 计算与 GPU forward 落在同一时间窗口内；bitmask 比 forward 慢时仍有空泡，重叠了多少要用 profiler 测。
+# - **进程解耦**：EngineCore 独立成进程，不与前端的分词、解码争 GIL；代价是 ZMQ + msgspec 的序列化开销。
+# - **grammar 与 forward 重叠**：结构化输出的 bitmask 很耗 CPU。在 `execute_model(non_block=True)` 之后立即算它，CPU 的 bitmask 与 GPU forward 落在同一时间窗口；bitmask 比 forward 慢时仍有空泡，重叠多少要用 profiler 测。
 
 # %% [markdown]
 # ## 具体演示：单请求执行取消与控制流跟踪演练
@@ -136,17 +124,12 @@ L01.fig_request_flow();
 # 考虑一个典型的并发取消场景：
 #
 # 1. 请求 $R_0$ 被调度进入当前批次，调度计划为 `{"scheduled_tokens": 4}`；
-# 2. 系统调用 `execute_async` 向 GPU 发射异步推理任务，GPU 开始执行前向注意力计算；
-# 3. 在 GPU 计算尚未结束的窗口内，客户端由于超时断开了 HTTP 连接，取消信号进入待处理队列；
-# 4. 核心调度流程执行控制：
-#    - 首先执行 `grammar = get_grammar(plan)`，准备下一 Token 约束；
-#    - 随后执行 `future()` 阻塞等待 GPU 输出；
-#    - 关键时序点：在得到 `model_output` 后，必须立刻执行 `process_aborts()`，将 $R_0$ 标记为已取消并回收其持有的 KV Cache Block（vLLM：`_process_aborts_queue` → `finish_requests` → `_free_request`）；
-#    - 最后执行 `update(plan, model_output)`：调度器感知到 $R_0$ 已被取消，安全丢弃其输出 Token，绝不会将废弃数据向前端泄露。
+# 2. `execute_async` 向 GPU 发射 forward；
+# 3. forward 还没结束，客户端断开了连接，取消进入待处理队列；
+# 4. `get_grammar(plan)` 准备约束，`future()` 等 GPU 输出；随后立刻 `process_aborts()`，把 $R_0$ 标为已取消并回收它的 KV 块（vLLM：`_process_aborts_queue` → `finish_requests` → `_free_request`）；
+# 5. 最后 `update(plan, model_output)`：调度器看到 $R_0$ 已取消，丢弃它的 token，不向前端输出。
 #
-# 断言 trace 序列严格保持：`["schedule", "execute", "grammar", "wait", "aborts", "update"]`，完整闭环。
-#
-# 下面在真实的 minivllm `EngineCore` 上跑这个场景：两个贪心请求 r0、r1；第 3 步 forward 还在进行时，调用 `core.abort_requests(["r0"])`。甘特图由 `EngineCore(trace=True)` 记录的各阶段起止时间画出。
+# 下面在真实的 minivllm `EngineCore` 上跑这个场景：两个贪心请求 r0、r1；第 3 步 forward 还在进行时，调用 `core.abort_requests(["r0"])`。
 
 # %%
 run = L01.run_engine()  # minivllm 自带的 engine_core_step；r0 在第 3 步 forward 期间被取消
@@ -253,7 +236,7 @@ L01.check_boundary(engine_core_step)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分。沿着练习的每个空在 vLLM 8e958902eee5 里再走一步，写出下面每一项的名字：类、方法或字段，字符串。可以带 `obj.` 前缀和括号，大小写不限；本课正文没有印出它们。
+# “能映射回源码对象”（1 分）在这里自动评分。沿着练习的每个空在 vLLM 8e958902eee5 里再走一步，写出下面每一项的名字：类、方法或字段，字符串。可以带 `obj.` 前缀和括号，大小写不限；本课正文没有印出它们。
 #
 # - `plan`：`scheduler.schedule()` 返回的 `SchedulerOutput` 里，按 KV cache 组给出“所有 running 请求共享的前缀块数”的那个字段，cascade attention 用它（`vllm/v1/core/sched/output.py`）；
 # - `future`：多进程 executor（`vllm/v1/executor/multiproc_executor.py`）的 `execute_model(..., non_block=True)` 返回的那个 future 的类；
@@ -392,7 +375,15 @@ L01.check_source_map(SOURCE_MAP)
 self_check("lesson01", globals());
 
 # %% [markdown]
-# ## 在真实 vLLM 0.27.1 上看同一件事
+# 下一课 →：第 2 课
+
+# %% [markdown]
+# ## 附录（选读）
+#
+# 不计分，可以跳过：在真实 vLLM 上对照本课、图 1-1 的推导、参考资料与差异清单。
+
+# %% [markdown]
+# ### 在真实 vLLM 0.27.1 上看同一件事
 #
 # vLLM 的 `EngineCore.step`（`vllm/v1/engine/core.py`）只有约 15 行，对照你的 `engine_core_step` 读（装了 `.venv-vllm` 才印出源码，否则给链接）：
 
@@ -409,7 +400,7 @@ else:
     print("https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py 中的 EngineCore.step")
 
 # %% [markdown]
-# 比练习多出的只有：`_should_throttle_prefills()`、forward 返回 `None` 时另调 `sample_tokens`（见文末差异）、两个记录细节的 `with`。
+# 比练习多出的只有：`_should_throttle_prefills()`、forward 返回 `None` 时另调 `sample_tokens`（见下方差异）、两个记录细节的 `with`。
 #
 # 再把演示的两个请求交给 vLLM 自己的 `EngineCore`（进程内，CPU 上的 runner 是 `CPUModelRunner`），同样在第 3 步 forward 中取消 r0。第二行是 vLLM 源码的位置：装好 `.venv-vllm` 后 `SOURCE_MAP` 可以离线查。
 #
@@ -419,7 +410,23 @@ else:
 L01.vllm_side_by_side(run)
 
 # %% [markdown]
-# ## 参考资料
+# ### 图 1-1 的推导：Prefill 与 Decode
+#
+# 图中是一个 $d \times d$ 的 FP16 线性层，横轴是一次前向处理的 token 数。
+#
+# - **Prefill（处理 prompt）**：一次计算全部 $S$ 个 token，是 GEMM；算术强度约 $B \cdot S$ FLOP/Byte（FP16，$B \cdot S \ll d$ 时）。
+# - $B \cdot S$ 到几百即越过 H100 SXM 的 BF16 拐点（约 295，即稠密峰值与 HBM 带宽之比；PCIe 版与 FP8 各不相同）。
+# - **Decode（逐 token 生成）**：每个请求每步只算 1 个 token，是 GEMV；算术强度约 $B$ FLOP/Byte；每步都要读完整权重和全部 KV Cache。
+# - 对策：Continuous Batching 增大 $B$；PagedAttention 减少 KV 碎片以容纳更多请求；投机解码把多步 decode 合成一次验证前向。
+#
+# ### 补充细节
+#
+# - 已计算 token 数在 `schedule()` 里已推进（`_update_after_schedule`）；`update_from_output` 只在投机 token 被拒或外部 KV 加载失败（`_handle_invalid_blocks`）时往回拨。
+# - 前端经 ZMQ socket 把 msgspec 序列化的 `EngineCoreRequest` 发给 EngineCore，输出以 `EngineCoreOutputs` 发回。
+# - 多卡时 Executor 用共享内存消息队列（`MessageQueue`）向各 Worker 广播调度结果；前端与 EngineCore 之间的大张量可走 msgspec 的零拷贝附加缓冲区。
+# - 容错降级默认关闭（`ParallelConfig.enable_fault_tolerance` 默认 False）。
+#
+# ### 参考资料
 #
 # - [vLLM AsyncLLM source](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/async_llm.py)
 # - [vLLM EngineCore source](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py)
@@ -427,12 +434,10 @@ L01.vllm_side_by_side(run)
 # - [vLLM V1 guide](https://docs.vllm.ai/en/latest/usage/v1_guide/)
 # - [vLLM optimization and process architecture](https://docs.vllm.ai/en/latest/design/arch_overview/)
 #
-# 源码链接固定到本课审阅 commit；current docs、支持矩阵和默认参数会变化，面试或部署前必须按目标版本重新核对。
-#
-# 下一课 →：第 2 课：统一调度器与 KVCacheManager：token budget 与 chunked prefill
+# 源码链接固定在 commit 8e958902eee5；current docs、支持矩阵和默认参数会变化，部署前按目标版本核对。
 
 # %% [markdown]
-# ## 与 vLLM 0.27.1 的差异
+# ### 与 vLLM 0.27.1 的差异
 #
 # 本课评分的顺序与 vLLM 的 `EngineCore.step` 相同。其余差别：
 #

@@ -14,13 +14,9 @@
 #
 # ## 本课目标与通过标准
 #
-# 本课产出：能沿 `Scheduler.schedule()` 的源码说清 token budget 怎样在 running 与 waiting 请求之间分配、长 prompt 怎样切成 chunk、KV 块不够时谁被抢占，并用测量说明 chunked prefill 的取舍。
+# 本课产出：能沿 `Scheduler.schedule()` 说清 token budget 怎样在 running 与 waiting 请求之间分配、长 prompt 怎样切成 chunk、KV 块不够时谁被抢占，以及 chunked prefill 的取舍。
 #
-# 通过要求：唯一代码填空题通过全部断言；Q1～Q3 都能沿源码对象给出因果链；总分至少 8/10。还要能指出：
-#
-# - 一个正确性不变量，例如每步的 token 数不超过 budget；
-# - 一个性能边界，例如长 prefill 拉高同一步里 decode 的 ITL；
-# - 一个需要 benchmark 的结论，例如 threshold 取多少最合适。
+# 通过要求：唯一代码填空题通过全部断言；Q1～Q3 都能沿源码对象给出因果链；总分至少 8/10。还要能各举一例：一个正确性不变量、一个性能边界、一个需要 benchmark 的结论（如 threshold 取多少）。
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
@@ -29,21 +25,21 @@
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（如 Colab），运行最后的“自检”单元格或 `python -m autograder check lesson02`，得分与 nbgrader 的自动部分一致。
+# 没有 nbgrader 时（如 Colab），运行评分规则下的“自检”单元格或 `python -m autograder check lesson02`，得分与 nbgrader 的自动部分一致。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM commit 8e958902eee5，链接见参考资料。本课只读两千多行的 `scheduler.py` 里 `schedule()` 的骨架。
+# 本课读 vLLM 0.27.1（commit 8e958902eee5）。`scheduler.py` 有两千多行，只读下表的约 210 行（跳过 encoder、priority、spec 分支）：
 #
-# | 顺序 | vLLM 文件与入口（8e958902eee5） | minivllm 对应文件 | 带着什么问题读 |
+# | 顺序 | vLLM 文件与入口（0.27.1） | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | `vllm/v1/core/sched/scheduler.py`：`Scheduler.schedule` 开头的 `NOTE(woosuk)` 注释 | `minivllm/core/sched/scheduler.py` | 为什么调度器里没有 “prefill 阶段” 和 “decode 阶段”？ |
-# | 2 | 同文件 `# First, schedule the RUNNING requests.`：`allocate_slots`、`_preempt_request` | `minivllm/core/sched/scheduler.py`：`Scheduler._preempt` | 每个请求本步拿多少 token？块不够时抢占谁？ |
-# | 3 | 同文件 `# Next, schedule the WAITING requests.`：`get_computed_blocks`、`scheduler_reserve_full_isl` | 同上 | 为什么抢占过的一步不接纳？为什么整个请求放得下才接纳？ |
-# | 4 | `vllm/v1/core/kv_cache_manager.py`：`KVCacheManager.allocate_slots`、`get_computed_blocks` | `minivllm/core/kv_cache_manager.py` | `allocate_slots` 返回 `None` 意味着什么？ |
-# | 5 | `vllm/v1/core/sched/output.py`：`SchedulerOutput`、`NewRequestData`、`CachedRequestData` | `minivllm/core/sched/output.py` | worker 从一步的计划里拿到什么？ |
-# | 6 | `scheduler.py`：`_update_after_schedule`、`update_from_output` | `minivllm/core/sched/scheduler.py` | `num_computed_tokens` 在哪一刻推进？ |
+# | 1 | `vllm/v1/core/sched/scheduler.py`：`Scheduler.schedule` 开头的 `NOTE(woosuk)` 注释（L441–L450） | `minivllm/core/sched/scheduler.py`：`Scheduler` | 为什么没有 “prefill 阶段” 和 “decode 阶段”？ |
+# | 2 | 同文件：`Scheduler.schedule` 的 RUNNING 循环（L483–L638） | 同上 | 每个请求本步拿多少 token？块不够时抢占谁？ |
+# | 3 | 同文件：`Scheduler.schedule` 的 WAITING 循环入口（L683–L687）与它的 `allocate_slots` 调用（L973–L994） | 同上 | 抢占过的一步为何不接纳？为何要整个请求放得下？ |
+# | 4 | 同文件：`Scheduler._preempt_request`（L1274–L1315） | `minivllm/core/sched/scheduler.py`：`Scheduler._preempt` | 被抢占的请求交出什么、回到哪？ |
+#
+# 课程的 dense 模型在 vLLM 0.27.1 默认由 Model Runner V2（`v1/worker/gpu/model_runner.py`）运行，minivllm 对应 V1 runner；调度器在 runner 之上。
 
 # %% nbgrader={"grade": false, "grade_id": "l02_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的图、演示与检查。
@@ -69,36 +65,29 @@ short_errors("lesson02")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 1. 它是什么，解决什么问题
 #
-# V0 的默认调度器把一步分成 prefill 批和 decode 批，并优先 prefill：一个长 prompt 到来时，正在生成的请求这一步一个 token 也拿不到。
+# V0 的默认调度器把 prefill 批和 decode 批分开，并优先 prefill：长 prompt 一来，正在生成的请求就拿不到 token。
 #
-# V1 的 `Scheduler` 换了一个总是生效的模型，见源码开头 `NOTE(woosuk)` 的注释：**调度器里没有 prefill 阶段，也没有 decode 阶段**。每个请求只有两个数：KV 已算好的 `num_computed_tokens`，和全部 token 数 `num_tokens_with_spec`。
+# V1 的 `Scheduler` 没有 prefill 阶段，也没有 decode 阶段。每个请求只有两个数：KV 已算好的 `num_computed_tokens` 和全部 token 数 `num_tokens_with_spec`。每一步，调度器给请求分 token，让前者追赶后者：
 #
-# 每一步，调度器给请求分 token，让前者追赶后者：
-#
-# - 新请求差一整个 prompt，拿到的 token 就是 prefill 或它的一个 chunk；
+# - 新请求差一整个 prompt，拿到的是 prefill 或它的一个 chunk；
 # - 正在生成的请求只差 1 个 token，拿到的就是 decode；
-# - prefix cache 命中的请求，`num_computed_tokens` 一开始就不是 0；
-# - 被抢占的请求 `num_computed_tokens` 归零，重新追（recompute）。
+# - prefix cache 命中的请求，`num_computed_tokens` 一开始就不是 0。
 #
-# 一步能分出去的 token 总数是 **token budget**，源码里是 `self.max_num_scheduled_tokens`，默认等于 `max_num_batched_tokens`。chunked prefill 是这条规则的自然结果：预算不够一个完整的 prompt，就先算一部分。
+# 一步能分出去的 token 总数是 **token budget**（`self.max_num_scheduled_tokens`，默认等于 `max_num_batched_tokens`）。预算不够一个完整的 prompt，就先算一部分：这就是 chunked prefill。
 #
 # ### 2. 它如何工作
 #
-# `schedule()` 的骨架只有两个循环：
+# `schedule()` 的骨架是两个循环：
 #
-# 1. **先 RUNNING**：按加入顺序遍历 `self.running`。每个请求本步拿多少 token 受三条限制：它还差的 token、单个请求的上限 `long_prefill_token_threshold`（0 表示不设上限）、本步还剩的预算。再调用 `kv_cache_manager.allocate_slots` 为这些 token 要 KV 块。
-#    - 失败（返回 `None`）就抢占优先级最低的 running 请求：FCFS 下是最后加入、本步还没分到 token 的那个；然后重试。
-#    - `_preempt_request` 按重算处理它：释放全部块、状态改为 `PREEMPTED`、`num_computed_tokens = 0`、放回 waiting 队首。
-#    - 被抢占的若正是当前请求本身，循环结束。
-# 2. **再 WAITING**：只要本步抢占过，就不再接纳新请求（原因见下一节）。对队首请求先查 prefix cache（`get_computed_blocks`），按同样的三条限制定 token 数，再调用 `allocate_slots`。它包含两道检查：
-#    - **准入检查**（`scheduler_reserve_full_isl`，默认 `True`）：请求已有的全部 token（`request.num_tokens`，含被抢占前的输出）除去命中部分所需的块，当前空闲块都要放得下，否则不接纳；
-#    - **watermark**（默认 `0.0`，即关闭）：running 非空时，再额外留出 `watermark × 总块数` 个空闲块。
+# 1. **先 RUNNING**：按加入顺序遍历 `self.running`。每个请求本步的 token 数取三者最小：还差的 token、单请求上限 `long_prefill_token_threshold`（0 表示不设）、剩余预算。再用 `kv_cache_manager.allocate_slots` 为它们要 KV 块。
+#    - 失败（返回 `None`）就抢占优先级最低的 running 请求，然后重试；被抢占的若是当前请求本身，循环结束。
+#    - `_preempt_request` 按重算（recompute）处理：释放全部块、状态改为 `PREEMPTED`、`num_computed_tokens = 0`、放回 waiting 队首。
+# 2. **再 WAITING**：本步抢占过，就不再接纳新请求。否则对队首请求先查 prefix cache（`get_computed_blocks`），按同样的三条限制定 token 数，再调用 `allocate_slots`：成功就移入 running；失败就停止，FCFS 不跳过队首。
+#    - **准入检查**（`scheduler_reserve_full_isl`，默认 `True`）：请求已有的全部 token（`request.num_tokens`，含被抢占前的输出）除去命中部分所需的块，当前空闲块都要放得下。
 #
-#    成功就移入 running；失败就停止，FCFS 不跳过队首。
+# 结果装进 `SchedulerOutput` 交给 worker，`num_computed_tokens` 随即推进。
 #
-# 最后把结果装进 `SchedulerOutput`，并立刻推进 `num_computed_tokens`（`_update_after_schedule`），worker 按这个计划执行。
-#
-# vLLM 的测试 `test_schedule_concurrent_partial_requests` 给出了一个例子：budget 1024、threshold 400、三个 800-token 的 prompt。下图由 minivllm 的 `Scheduler` 跑出（worker 是假的）。
+# 下图是 vLLM 测试 `test_schedule_concurrent_partial_requests` 的例子（budget 1024、threshold 400、三个 800-token prompt），由 minivllm 的 `Scheduler` 跑出。
 
 # %%
 L02.fig_concurrent_partial();
@@ -108,33 +97,24 @@ L02.fig_concurrent_partial();
 #
 # ### 3. 正确性条件与常见误区
 #
-# - **预算不变量**：每步 `sum(num_scheduled_tokens) ≤ max_num_batched_tokens`；threshold > 0 时每个 chunk ≤ threshold。worker 按预算预留缓冲，超出预算不只是慢。
-# - **running 优先**：正在 decode 的请求每步都应拿到它的 1 个 token，除非被抢占。先接纳 waiting 的话，一批长 prompt 就能吃光预算。
-# - **`allocate_slots` 全有或全无**：要么分到全部所需的块，要么返回 `None` 且不改块表，所以调度器可以“先试、失败再抢占、再试”。这只对全注意力层成立，见文末差异。
-# - **抢占最低优先级的那个**：FCFS 下 running 末尾的请求最新，也是本步还没分到 token 的那个。从头部抢占，会把已经分好 token 的请求踢出去，计划就自相矛盾。
-# - **抢占按重算**：V1 没有 swap，被抢占请求的块全部释放，它回到 waiting 队首，下一步从头重算。
+# - **预算不变量**：每步 token 总数 ≤ `max_num_batched_tokens`，threshold > 0 时每个 chunk ≤ threshold；worker 按预算预留缓冲。
+# - **running 优先**：正在 decode 的请求每步都应拿到 1 个 token（除非被抢占）；先接纳 waiting，一批长 prompt 就能吃光预算。
+# - **`allocate_slots` 全有或全无**：要么分到全部的块，要么返回 `None` 且不改块表，调度器才能“先试、失败再抢占、再试”（全注意力层）。
+# - **抢占最低优先级的那个**：FCFS 下 running 末尾的请求本步还没分到 token；从头部抢占，会踢出已分好 token 的请求，计划自相矛盾。
 # - **抢占过的一步不接纳**：抢占说明 KV 池已不够分；这时接纳只会把刚释放的块再分出去，下一步又要抢占（thrashing）。
 # - **准入检查不能代替上一条**：它只保证这个请求已有的 token 放得下当前空闲块，不为 running 请求以后的 decode 留块。
-# - **`num_computed_tokens` 在调度时推进**：没算完 prompt 的 chunk 不产生输出 token，`update_from_output` 收到的是空列表。丢弃的方式取决于 runner，见文末差异。
 #
 # ### 4. 性能与工程取舍
 #
-# - **budget 决定一步的大小**：一步的耗时大致随调度的 token 数增长。budget 越大，吞吐越高、长 prompt 的 TTFT 越短，但同一步里 decode 的 ITL 越长。
-# - **threshold 限制单个请求**：一个长 prompt 不能独占 budget，短请求也能挤进来；代价是它要多走几步。
-# - **chunk 的额外成本**：每多一步就多一次固定开销，后面的 chunk 还要重读前面 chunk 的 KV；chunk 太小时，GEMM 的算术强度低于硬件拐点。
-# - **重算 vs. 交换**：重算浪费计算，但不需要 CPU 内存和 PCIe 带宽。被抢占的是最后加入的请求，它的 KV 未必少（可能已生成很长的输出），重算代价随它的 token 数增长。
-# - **准入检查的代价**：长 prompt 可能在 waiting 里多等几步，换来的是不再中途被抢占、重算。
+# - **budget**：一步的耗时大致随 token 数增长。budget 越大，吞吐越高、长 prompt 的 TTFT 越短，同一步里 decode 的 ITL 越长。
+# - **threshold**：长 prompt 不能独占 budget；代价是多走几步，每步一次固定开销，后面的 chunk 重读前面的 KV；chunk 太小时 GEMM 低于硬件拐点。取值要在目标硬件与负载上用 benchmark 决定（附录有实测）。
 
 # %% [markdown]
 # ## 具体演示：真实引擎上的 budget、chunked prefill 与抢占
 #
-# 下面在真实的 minivllm `EngineCore` 上跑两件事。
+# 在真实的 minivllm `EngineCore` 上看评分用的混合负载 W1 的每步计划：budget 96、threshold 48、21 个可用 KV 块，每块 16 个 token，准入检查开启。
 #
-# **一、混合负载上的每步计划。** 这是评分用的负载 W1：budget 96、threshold 48、21 个可用 KV 块，每块 16 个 token，准入检查开启。
-#
-# - a0、a1、a2 一开始到达；
-# - b0（150 个 token）和 b1（104 个 token，前 64 个与 a1 相同）在第 4 步到达；
-# - c0、c1 在第 7、10 步到达。
+# a0、a1、a2 一开始到达；b0（150 个 token）、b1（104 个，前 64 个与 a1 相同）第 4 步到达；c0、c1 第 7、10 步到达。
 #
 # 每行是一步：`请求:token 数`，`d` 表示 decode，`p` 表示 prefill 或重算的 chunk。
 
@@ -148,41 +128,16 @@ L02.print_steps(w1, 18, 31)
 # 读法：
 #
 # - 第 1 步三个新请求分掉整个 budget，a1 的 120 个 token 被 threshold 截成 48。
-# - 第 4 步 b0、b1 到达却没有被接纳：准入检查要求 b0 的整段 prompt（10 个块）放得下当前的空闲块，FCFS 下 b1 也不能越过 b0。
-# - 第 19 步 a1 结束、释放块，b0、b1 才一起进来；b1 前 4 个块命中 prefix cache，只需算 40 个 token。
-# - 第 21 步 KV 池又不够，最后加入的 b1 被抢占；第 25 步恢复时已算好的完整块再次命中，只需重算 58 个 token。
-#
-# 准入检查不为以后生成的 token 留块，所以第 21 步仍有抢占。关掉它，b0、b1 会在第 4 步凭第一个 chunk 进来，再被抢占、重算。
-#
-# **二、chunked prefill 的取舍。** 四个短请求正在 decode，第 5 步和第 15 步各来一个 480-token 的长 prompt。比较关闭 chunked prefill（budget 512，长 prompt 一步算完）和几个 threshold。数字都是这台机器上实测的。
-
-# %%
-runs = L02.run_demo()  # 约 10 秒：一个引擎，每种配置跑两遍（第一遍兼作预热）
-rows = L02.latency_table(runs)
-L02.print_latency_table(rows)
-L02.fig_prefill_decode(runs);
-
-# %% [markdown]
-# 图 2-2：每步调度的 decode token（蓝）与 prefill token（橙），黑线是这一步的墙钟时间。上图关闭 chunked prefill，长 prompt 那一步比 decode 步慢许多倍；下图 threshold = 128，同样的 prompt 分 4 步算完。
-
-# %%
-L02.fig_tradeoff(rows);
-
-# %% [markdown]
-# 图 2-3：左边是长 prompt 的 TTFT，右边是 decode 请求的 ITL。`prefill steps`（长 prompt 算完用的步数）是确定的；毫秒数随负载波动。
-#
-# 读图：带 prefill 的步里 decode 的 ITL 随 threshold 变小而下降；中位数几乎不变，因为大多数步只有 decode。chunked prefill 给一步的大小加了上界。
-#
-# 代价是长 prompt 要多走几步。这台 CPU 上几乎看不出来，TTFT 甚至下降：固定开销小。GPU 上 decode 受带宽限制，多一个 chunk 就几乎多一整步。
-#
-# 所以 threshold 和 budget 要在目标硬件与负载上用 benchmark 决定。
+# - 第 4 步 b0、b1 到达却没被接纳：b0 的整段 prompt（10 个块）放不进空闲块，FCFS 下 b1 不能越过 b0。
+# - 第 19 步 a1 结束、释放块，b0、b1 才进来；b1 前 4 个块命中 prefix cache，只需算 40 个 token。
+# - 第 21 步 KV 池又不够，最后加入的 b1 被抢占；第 25 步恢复时完整块再次命中，只重算 58 个 token。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
 #
-# 补齐 `schedule()` 的核心：一步之内的 token-budget 循环，规则就是上文“它如何工作”的两个循环。
+# 补齐 `schedule()` 的核心：上文“它如何工作”里一步之内的两个循环。
 #
-# 函数的接口如下，评分时由 `autograder` 把它接到 minivllm 的 `Scheduler` 上：
+# 接口如下（评分时接到 minivllm 的 `Scheduler` 上）：
 #
 # - `running`：running 请求的 list，按加入顺序，最后一个优先级最低；`waiting`：waiting 请求的 deque（FCFS）。二者都原地修改。
 # - `token_budget`：本步的 token 预算；`threshold`：单个请求本步最多拿多少 token，关闭时传入的就是 budget；`max_num_seqs`：running 的上限。
@@ -193,7 +148,7 @@ L02.fig_tradeoff(rows);
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
 #
-# > **minivllm ≠ vLLM**：练习只考 FCFS，并省去 vLLM 循环里的几个分支，例如 0 个新 token 的跳过和 `max_model_len` 上限，见文末差异。
+# > **minivllm ≠ vLLM**：练习只考 FCFS，省去 vLLM 循环里的几个分支（见附录的差异）。
 
 # %% nbgrader={"grade": false, "grade_id": "l02_schedule_step", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def schedule_step(running, waiting, token_budget, threshold, max_num_seqs,
@@ -256,12 +211,7 @@ L02.check_main_path(schedule_step)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：把你的 `schedule_step` 接进真实的 minivllm `EngineCore` 的调度器，跑两个负载：
-#
-# - W1：上面演示的负载；
-# - W2：没有 threshold、KV 池很小、关掉准入检查；一个长 prompt 在两个 decode 请求旁边反复被抢占。
-#
-# 检查每一步的 `SchedulerOutput`：预算与 threshold、decode 每步有 token、抢占的一步不接纳、与 minivllm 自带的调度器一致；贪心输出与参考引擎相同。
+# 第二项检查：把你的 `schedule_step` 接进真实的 minivllm `EngineCore`，跑 W1（上面的演示）和 W2（一个长 prompt 在两个 decode 请求旁反复被抢占），逐步核对 `SchedulerOutput` 与贪心输出。
 
 # %% nbgrader={"grade": true, "grade_id": "l02_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 student_runs = L02.check_real_engine(schedule_step)
@@ -304,7 +254,7 @@ L02.check_boundary(schedule_step)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分。在 vLLM 的 `vllm/v1/core/sched/scheduler.py` 与 `request_queue.py` 里找到下面每一项的名字，写成字符串，可以带 `self.`；本课正文没有印出它们。
+# “能映射回源码对象”（1 分）在这里自动评分。在 vLLM 的 `vllm/v1/core/sched/scheduler.py` 与 `request_queue.py` 里找到下面每一项的名字，写成字符串，可以带 `self.`；本课正文没有印出它们。
 #
 # - `queue_factory`：`Scheduler.__init__` 按调度策略构造 `self.waiting` 的那个函数；
 # - `peek`：waiting 循环查看队首请求、但不把它取出的那个队列方法；
@@ -416,7 +366,15 @@ L02.check_source_map(SOURCE_MAP)
 self_check("lesson02", globals());
 
 # %% [markdown]
-# ## 在真实 vLLM 0.27.1 上看同一件事
+# ← 上一课：第 1 课
+
+# %% [markdown]
+# ## 附录（选读）
+#
+# 不计分，可以跳过：在真实 vLLM 上对照、chunked prefill 的实测、更多取舍、参考资料与差异清单。
+
+# %% [markdown]
+# ### 在真实 vLLM 0.27.1 上看同一件事
 #
 # 本课两个场景（3 × 800 / 1024 / 400 和 KV 池耗尽的抢占）交给 vLLM 0.27.1 自己的 `Scheduler`（按 vLLM 测试的 `create_scheduler` 在 CPU 上构造），与 minivllm 的逐步对照：`!` 是抢占，free 是调度后的空闲块。
 #
@@ -426,7 +384,38 @@ self_check("lesson02", globals());
 L02.vllm_side_by_side()
 
 # %% [markdown]
-# ## 参考资料
+# ### 实测：chunked prefill 的取舍
+#
+# 四个短请求正在 decode，第 5、15 步各来一个 480-token 的长 prompt。比较关闭 chunked prefill（budget 512）和几个 threshold，数字是这台机器上实测的。
+
+# %%
+runs = L02.run_demo()  # 约 10 秒：一个引擎，每种配置跑两遍（第一遍兼作预热）
+rows = L02.latency_table(runs)
+L02.print_latency_table(rows)
+L02.fig_prefill_decode(runs);
+
+# %% [markdown]
+# 图 2-2：每步调度的 decode token（蓝）与 prefill token（橙），黑线是这一步的墙钟时间。上图关闭 chunked prefill，长 prompt 那一步比 decode 步慢许多倍；下图 threshold = 128，同样的 prompt 分 4 步算完。
+
+# %%
+L02.fig_tradeoff(rows);
+
+# %% [markdown]
+# 图 2-3：左边是长 prompt 的 TTFT，右边是 decode 请求的 ITL。`prefill steps`（长 prompt 算完用的步数）是确定的；毫秒数随负载波动。
+#
+# 读图：带 prefill 的步里 decode 的 ITL 随 threshold 变小而下降；中位数几乎不变，因为大多数步只有 decode。
+#
+# 代价是长 prompt 要多走几步：这台 CPU 上固定开销小，几乎看不出来；GPU 上多一个 chunk 就几乎多一整步。所以 threshold 和 budget 要在目标硬件与负载上用 benchmark 决定。
+
+# %% [markdown]
+# ### 更多取舍
+#
+# - **watermark**（默认 `0.0`，即关闭）：`allocate_slots` 的第二道检查，running 非空时再留出 `watermark × 总块数` 个空闲块。
+# - **重算 vs. 交换**：重算浪费计算，但不需要 CPU 内存和 PCIe 带宽。被抢占的是最后加入的请求，它的 KV 未必少（可能已生成很长的输出），重算代价随它的 token 数增长。
+# - **准入检查的代价**：长 prompt 可能在 waiting 里多等几步，换来的是不再中途被抢占、重算。
+# - **`num_computed_tokens` 在调度时推进**（`_update_after_schedule`）：没算完 prompt 的 chunk 不产生输出 token，`update_from_output` 收到的是空列表。
+#
+# ### 参考资料
 #
 # - [vLLM Scheduler source](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/scheduler.py)
 # - [vLLM SchedulerOutput](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/output.py)
@@ -435,13 +424,10 @@ L02.vllm_side_by_side()
 # - [vLLM scheduler tests](https://github.com/vllm-project/vllm/blob/8e958902eee5/tests/v1/core/test_scheduler.py)
 # - [vLLM Optimization and Tuning（Preemption、Chunked Prefill）](https://docs.vllm.ai/en/latest/configuration/optimization/)
 #
-# 源码链接固定到本课审阅 commit；current docs、支持矩阵和默认参数会变化，面试或部署前必须按目标版本重新核对。
-#
-# ← 上一课：第 1 课　｜　下一课 →：第 3 课：BlockPool 与 Prefix Caching
-
+# 源码链接固定在 commit 8e958902eee5；current docs、支持矩阵和默认参数会变化，部署前按目标版本核对。
 
 # %% [markdown]
-# ## 与 vLLM 0.27.1 的差异
+# ### 与 vLLM 0.27.1 的差异
 #
 # 本课评分的循环与 vLLM FCFS 下 `Scheduler.schedule` 的骨架相同（上面逐步对照过）。其余差别：
 #

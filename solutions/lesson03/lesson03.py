@@ -14,15 +14,9 @@
 #
 # ## 本课目标与通过标准
 #
-# 本课产出：说清一个 KV 块怎样被哈希、登记、命中、共享、释放和驱逐；补齐块哈希链、`get_computed_blocks` 的命中规则和 `get_new_blocks` 的驱逐端，接进真实的 minivllm 引擎，用引擎的 prefix-cache 统计和“与关闭缓存时输出一致”证明它们是对的。
+# 本课产出：说清一个 KV 块怎样被哈希、登记、命中、共享、释放和驱逐；补齐块哈希链、命中规则和驱逐端，接进真实的 minivllm 引擎，用命中统计和“与关闭缓存时输出一致”证明它们是对的。
 #
-# 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；能指出：
-#
-# - 一个正确性不变量：开启 prefix caching 不改变任何输出；
-# - 一个性能边界：命中按整块计、封顶在 n-1，最后一块总要重算；
-# - 一个需要 benchmark 的结论：TTFT 省多少取决于前缀长度、硬件和负载。
-#
-# 总分至少 8/10。
+# 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；总分至少 8/10。还要能各举一例：一个正确性不变量、一个性能边界、一个需要 benchmark 的结论（如 TTFT 省多少）。
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
@@ -31,23 +25,22 @@
 # | 代码·映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行最后的“自检”单元格或 `python -m autograder check lesson03`，得分与 nbgrader 的自动部分一致。
+# 没有 nbgrader 时（例如 Colab），运行评分规则下的“自检”单元格或 `python -m autograder check lesson03`，得分与 nbgrader 的自动部分一致。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 本课读、跑、评分用的都是 vLLM 0.27.1 发布包；文末链接固定在 commit 8e958902eee5（发布包在它前一天构建）。先画出一个块的一生：分配 → 写满 → 登记哈希 → 被命中共享 → 释放进空闲队列 → 被驱逐或再次命中。再按下表读；`kv_cache_utils.py` 的大半是容量规划，与本课无关。
+# 本课读、跑、评分用的都是 vLLM 0.27.1 发布包。先画出一个块的一生：分配 → 写满 → 登记哈希 → 被命中共享 → 释放进空闲队列 → 被驱逐或再次命中。再按下表读（约 260 行）：
 #
-# | 顺序 | vLLM 文件与入口（`vllm/v1/core/`） | minivllm 对应 | 带着什么问题读 |
+# | 顺序 | vLLM 文件与入口（0.27.1，`vllm/v1/core/`） | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | `kv_cache_utils.py`：`hash_block_tokens`、`get_request_block_hasher`、`init_none_hash` | `minivllm/core/kv_cache_utils.py`：同名函数、`NONE_HASH` | 块哈希里装了什么？为什么带上父块的哈希？ |
-# | 2 | `kv_cache_utils.py`：`KVCacheBlock`、`FreeKVCacheBlockQueue` | `minivllm/core/block_pool.py`：同名类 | 空闲队列的头和尾各代表什么？为什么要 O(1) 地从中间删除？ |
-# | 3 | `block_pool.py`：`BlockHashToBlockMap`；`BlockPool` 的 `get_cached_block`、`cache_full_blocks`、`get_new_blocks`、`touch`、`free_blocks` | `minivllm/core/block_pool.py`：同名 | 块什么时候进出哈希表？一个哈希为什么能对应几个块？ |
-# | 4 | `kv_cache_manager.py`：`KVCacheManager` 的 `get_computed_blocks`、`allocate_slots`、`free` | `minivllm/core/kv_cache_manager.py`：同名 | 命中为什么封顶在 `num_tokens - 1`？ |
-# | 5 | `single_type_kv_cache_manager.py`：`FullAttentionManager.find_longest_cache_hit`、`SingleTypeKVCacheManager.free` | `KVCacheManager` 的 `get_computed_blocks`、`free` | 为什么第一次未命中就停？为什么逆序释放？ |
-# | 6 | `sched/scheduler.py`：`Scheduler.schedule` 的 waiting 分支 | `minivllm/core/sched/scheduler.py`：同名 | 命中的 token 怎样从 token budget 里省出来？ |
+# | 1 | `kv_cache_utils.py`：`hash_block_tokens`（L596–L623） | `minivllm/core/kv_cache_utils.py`：`hash_block_tokens` | 块哈希里装了什么？为什么带上父块的哈希？ |
+# | 2 | `kv_cache_manager.py`：`KVCacheManager.get_computed_blocks`（L229–L295） | `minivllm/core/kv_cache_manager.py`：`KVCacheManager` | 命中为什么封顶在 `num_tokens - 1`？ |
+# | 3 | `single_type_kv_cache_manager.py`：`FullAttentionManager.find_longest_cache_hit`（L682–L777） | 同上 | 为什么第一次未命中就停？ |
+# | 4 | `block_pool.py`：`BlockPool.get_new_blocks`（L647–L717，含 `_maybe_evict_cached_block`、`touch`） | `minivllm/core/block_pool.py`：`BlockPool` | 新块从空闲队列哪一端取？旧哈希何时驱逐？ |
+# | 5 | 同文件：`BlockPool.free_blocks`（L719–L742）；调用方 `SingleTypeKVCacheManager.free`（L519–L527） | `minivllm/core/kv_cache_manager.py`：`KVCacheManager.free` | 为什么逆序释放？无哈希的块为什么放队头？ |
 #
-# 方法会继续演进，面试回答先声明所读版本。minivllm 与 vLLM 的差别集中在文末“与 vLLM 0.27.1 的差异”。
+# 前缀缓存在调度侧，runner 只按块表读写 KV（课程的 dense 模型在 0.27.1 默认用 Model Runner V2；minivllm 对应 V1 runner）。
 
 # %% nbgrader={"grade": false, "grade_id": "l03_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的图、演示与检查。
@@ -70,27 +63,26 @@ short_errors("lesson03")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 1. 它是什么，解决什么问题
 #
-# 线上大量请求共享同一段前缀：system prompt、few-shot 示例、RAG 文档、多轮对话历史。没有前缀缓存，每个请求都要重新 prefill 这段前缀：重复的 GEMM 推高 TTFT，每个请求还各存一份相同的 KV。
+# 线上大量请求共享同一段前缀：system prompt、few-shot 示例、RAG 文档、多轮对话历史。没有前缀缓存，每个请求都要重新 prefill 这段前缀，TTFT 变高，每个请求还各存一份相同的 KV。
 #
 # vLLM V1 的自动前缀缓存（Automatic Prefix Caching）让 KV 块按内容寻址：
 #
 # - 每个**装满**的块有一个哈希，代表从第一个 token 到本块末尾的整段前缀；
 # - `BlockPool.cached_block_hash_to_block` 把哈希映射到持有这段 KV 的物理块；
-# - 新请求到来时，`KVCacheManager.get_computed_blocks` 从头沿块哈希查表，命中的块挂进它的块表，`ref_cnt` 加一、多个请求共享；scheduler 只为剩下的 token 安排计算；
-# - 请求结束时块被释放，但**哈希留着**：块进入空闲队列，既是可分配的显存，也是还能命中的缓存。直到 `get_new_blocks` 把它从队头取走复用，旧哈希才被驱逐。
+# - 新请求到来时，`KVCacheManager.get_computed_blocks` 沿块哈希查表，命中的块挂进它的块表、`ref_cnt` 加一；scheduler 只为剩下的 token 安排计算；
+# - 请求结束时块被释放，但**哈希留着**：块进入空闲队列，既是可分配的显存，也是还能命中的缓存。
 #
-# 所以缓存不额外占显存，代价只是哈希和查表。固定 commit 的 `CacheConfig.enable_prefix_caching` 默认为 `True`。
+# 所以缓存不额外占显存，代价只是哈希和查表。`CacheConfig.enable_prefix_caching` 默认为 `True`。
 #
 # ### 2. 它如何工作
 #
-# 1. **块哈希链**（`hash_block_tokens`）：`hash(block_i) = H(hash(block_{i-1}), tokens_i, extra_keys_i)`，第一块的父哈希是 `NONE_HASH`。`extra_keys` 装“同样的 token、不同的 KV”的因素：LoRA 名、多模态输入的哈希、`cache_salt`（只进第一块）、prompt embeds。
-# 2. **只哈希满块，随 token 增长**：`Request` 创建时算出所有满块的哈希；之后每次 `append_output_token_ids` 接着最后一个哈希算新满的块。decode 生成的 token 也进缓存，下一轮对话能命中上一轮的回答。
-# 3. **查找**（`get_computed_blocks` → `find_longest_cache_hit`）：上限 `max_cache_hit_length = request.num_tokens - 1`；沿前 `max_cache_hit_length // block_size` 个块哈希逐个查表，**第一次未命中就停**；命中 token 数 = 命中块数 × `block_size`。
-# 4. **分配与登记**（`allocate_slots`）：命中的块经 `touch` 加引用，若在空闲队列里就被 O(1) 摘出；其余的块由 `get_new_blocks` 从空闲队列**队头**取，并用 `_maybe_evict_cached_block` 驱逐残留的旧哈希；本步算完会满的块由 `cache_full_blocks` 立刻登记。
-# 5. **登记不去重**：两个物理块可以以同一个哈希登记，命中时取其中任意一个。已交给请求的块号不能再换，块表因此只追加（见 `BlockHashToBlockMap` 的 NOTE）。
-# 6. **释放**（`SingleTypeKVCacheManager.free`）：请求的块**逆序**交给 `BlockPool.free_blocks`。`ref_cnt` 降到 0 的块里，没有哈希的（例如最后不满的块）`prepend_n` 到队头、最先复用；有哈希的 `append_n` 到队尾，队头是最久没用的（LRU）。关闭缓存时全部追加到队尾。
+# 1. **块哈希链**（`hash_block_tokens`）：`hash(block_i) = H(hash(block_{i-1}), tokens_i, extra_keys_i)`，第一块的父哈希是 `NONE_HASH`。
+# 2. **只哈希满块，随 token 增长**：`Request` 创建时算出所有满块的哈希，之后每次 `append_output_token_ids` 接着算新满的块。decode 的 token 也进缓存，下一轮对话能命中上一轮的回答。
+# 3. **查找**（`get_computed_blocks` → `find_longest_cache_hit`）：上限 `max_cache_hit_length = request.num_tokens - 1`；沿前 `max_cache_hit_length // block_size` 个块哈希查表，**第一次未命中就停**；命中 = 命中块数 × `block_size`。
+# 4. **分配与登记**（`allocate_slots`）：命中的块经 `touch` 加引用，若在空闲队列里就被 O(1) 摘出；新块由 `get_new_blocks` 从空闲队列**队头**取，并用 `_maybe_evict_cached_block` 驱逐旧哈希；本步算完会满的块由 `cache_full_blocks` 立刻登记。
+# 5. **释放**（`SingleTypeKVCacheManager.free`）：请求的块**逆序**交给 `BlockPool.free_blocks`。`ref_cnt` 降到 0 的块里，没有哈希的 `prepend_n` 到队头、最先复用；有哈希的 `append_n` 到队尾，队头是最久没用的（LRU）。
 #
-# 下图不是手画的：三个共享 40 个 token system prompt 的请求（`block_size=16`）进入真实的 minivllm 引擎，第一步之后读出 `KVCacheManager.req_to_blocks` 和每个块的 `ref_cnt`、哈希。
+# 下图：三个共享 40 个 token system prompt 的请求（`block_size=16`）进入真实的 minivllm 引擎，第一步之后读出 `KVCacheManager.req_to_blocks` 与各块的 `ref_cnt`、哈希。
 
 # %%
 snap = L03.block_table_snapshot()
@@ -100,34 +92,25 @@ L03.plot_block_tables(snap);
 # %% [markdown]
 # 图 3-1：第一步之后三个请求的块表。40 个 token 的 system prompt 占满前两个块，剩下 8 个 token 与各自的问题在第三个块里，所以只有前两个块共享（橙色，`ref_cnt=3`）。灰色斜线是不满的块：没有哈希，不能被命中。
 #
-# 三个请求在同一次 `schedule()` 里被接纳：r0 的 `allocate_slots` 立刻登记它的满块，r1、r2 随即命中。同一步里命中是安全的：每一层都先把本步所有 token 的 K/V 写进缓存，再做 attention。
-#
 # ### 3. 正确性条件与常见误区
 #
-# - **不变量：开启前缀缓存不改变任何输出。** greedy 下每个 token 和 logprob 都应与关闭缓存时一致，差别只在浮点误差以内。真实引擎检查用这条判你的代码。
-# - **哈希必须覆盖整个前缀和块里的每个 token。** 只哈希本块时，同样的 16 个 token 换个位置就撞上同一个块，而块里的 K 带着原位置的 RoPE、V 来自原来的上文。漏掉块里的一个 token 也一样：两个只差这个 token 的 prompt 会共享块。结果不是崩溃，而是输出悄悄变错。
-# - **extra keys 不能漏。** 不同 LoRA、不同图片、不同租户（`cache_salt`）下，同样的 token 对应不同的 KV，或不该被别人探测到。
-# - **只有满块有哈希。** 不满的块还会被继续写入；给它哈希，等于承诺了一段还不存在的前缀。
-# - **命中封顶在 n-1，按整块取。** 采样下一个 token 需要最后一个 token 的 logits，全部命中就没有 token 可算；又因为按整块取，整块的 prompt 全部命中时要重算整个最后一块。
-# - **命中必须是前缀。** 第一次未命中之后的块即使哈希还在，它们的 KV 也依赖缺失那一块的上文。
-# - **复用前先驱逐旧哈希。** 否则哈希表仍指向一个内容已被覆盖的块。驱逐只摘掉这一个块（`BlockHashToBlockMap.pop(key, block_id)`），同哈希的其他块照样能命中。
-# - **共享靠 `ref_cnt`。** 降到 0 才进空闲队列；命中空闲队列里的块要先 `touch` 把它摘出，否则它可能在使用中被驱逐。
+# - **不变量：开启前缀缓存不改变任何输出。** greedy 下每个 token 和 logprob 都应与关闭缓存时一致（浮点误差以内）。
+# - **哈希必须覆盖整个前缀和块里的每个 token。** 只哈希本块时，同样的 16 个 token 换个位置就撞上同一个块，而块里的 K 带着原位置的 RoPE、V 来自原来的上文；漏掉一个 token 也一样。结果不是崩溃，而是输出悄悄变错。
+# - **extra keys 不能漏。** `extra_keys` 装“同样的 token、不同的 KV”的因素：不同 LoRA、图片、租户（`cache_salt`）下，同样的 token 对应不同的 KV，或不该被别人探测到。
+# - **只有满块有哈希。** 不满的块还会被写入；给它哈希，等于承诺了一段还不存在的前缀。
+# - **命中封顶在 n-1，按整块取。** 采样下一个 token 需要最后一个 token 的 logits；又因为按整块取，整块的 prompt 全部命中时要重算整个最后一块。
+# - **命中必须是前缀。** 第一次未命中之后的块即使哈希还在，KV 也依赖缺失那一块的上文。
+# - **复用前先驱逐旧哈希**，否则哈希表指向内容已被覆盖的块；**`ref_cnt` 降到 0 才进空闲队列**。
 #
 # ### 4. 性能与工程取舍
 #
-# - **省下的是 prefill 计算和重复的 KV 显存**：命中多少 token 就少算多少，共享块让同样的显存容纳更多请求。代价是每个满块一次哈希和一次查表。
-# - **块大小是粒度**：`block_size` 越大，尾块越长，n-1 封顶时重算越多；越小，块表和哈希越多。
-# - **命中率取决于负载**：共享前缀的长度、到达的时间局部性、显存压力。逆序释放让公共前缀最后被驱逐；无哈希的块放队头，不挡在有缓存价值的块前面（Q3）。
-# - **要 benchmark 的结论**：下面的 TTFT 是 2 核 CPU 上测的。GPU 上 prefill 快得多，省下的时间和比例都不同，还要与批处理、chunked prefill 的影响分开测。
+# - **省下 prefill 计算和重复的 KV 显存**；`block_size` 越大，n-1 封顶时重算越多。
+# - **命中率取决于负载**（前缀长度、时间局部性、显存压力）。TTFT 省多少要在目标硬件上测：下面是 CPU 上的数字，GPU 上比例不同。
 
 # %% [markdown]
 # ## 具体演示：共享 system prompt 的负载，命中率与 TTFT
 #
-# 8 个请求共用 512 个 token 的 system prompt，各带 16 个 token 的问题，一个结束后下一个才到。同一负载在开、关前缀缓存的引擎上交替各跑 3 次：
-#
-# - 图 3-2：命中率与省下的 prefill token，来自引擎的 `SchedulerStats`（`prefix_cache_queries`、`prefix_cache_hits`）；
-# - 图 3-3 左：每个请求真正送进模型的 prompt token 数，由 `num_cached_tokens` 算出，与机器无关；
-# - 图 3-3 右：TTFT，即从 `add_request` 到拿到第一个 token 的墙钟时间，画中位数与范围。
+# 8 个请求共用 512 个 token 的 system prompt，各带 16 个 token 的问题，一个结束后下一个才到；在开、关前缀缓存的引擎上交替各跑 3 次。命中统计来自引擎的 `SchedulerStats`，TTFT 从 `add_request` 量到第一个 token。
 
 # %%
 runs = L03.ttft_runs()
@@ -135,19 +118,19 @@ print(L03.ttft_summary(runs))
 L03.plot_hit_rate(runs);
 
 # %% [markdown]
-# 图 3-2：第 1 个请求全部未命中；从第 2 个起每个请求命中 512 个 token（32 个整块），只算 16 个问题 token。累计命中率是 (N−1)·512 / (N·528)：8 个请求时约 85%，请求越多越接近 512/528 ≈ 97%。
+# 图 3-2：第 1 个请求全部未命中；从第 2 个起每个请求命中 512 个 token（32 个整块），只算 16 个。累计命中率 (N−1)·512 / (N·528)，8 个请求时约 85%。
 
 # %%
 L03.plot_ttft(runs)
 print(L03.ttft_caption(runs))
 
 # %% [markdown]
-# 图 3-3：关闭缓存时每个请求 prefill 528 个 token，开启后从第 2 个起只 prefill 16 个，这是确定的。TTFT 降多少，看图下打印的实测：中位数、范围，以及有几个请求的两种范围完全分开。第 1 个请求还包含预热。
+# 图 3-3：关闭缓存时每个请求 prefill 528 个 token，开启后从第 2 个起只 16 个（确定的）。TTFT 降多少看图下的实测；第 1 个请求含预热。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
 #
-# 补齐前缀缓存的四个决策点：块哈希里装什么、哪些块有哈希且如何成链、命中到哪里为止、新块从空闲队列的哪一端取。签名与 minivllm 和 vLLM 的同名函数一致：`get_computed_blocks` 是 `KVCacheManager` 的方法，`get_new_blocks` 是 `BlockPool` 的方法。
+# 补齐前缀缓存的四个决策点：块哈希里装什么、哪些块有哈希且如何成链、命中到哪里为止、新块从空闲队列的哪一端取。签名与 vLLM 的同名方法一致（`KVCacheManager.get_computed_blocks`、`BlockPool.get_new_blocks`）。
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
 
@@ -211,7 +194,7 @@ def get_new_blocks(self, num_blocks):
 report("lesson03", globals())
 
 # %% [markdown]
-# 下面的断言来自 vLLM `tests/v1/core/test_prefix_caching.py` 的 `test_prefill`，换成了 minivllm 的单组 API。`L03.make_manager` 建一个真实的 `KVCacheManager`（11 个块，块 0 是 null block）并换上你的两个方法；`L03.make_request` 用你的哈希器建 `Request`。
+# 下面的断言来自 vLLM `tests/v1/core/test_prefix_caching.py` 的 `test_prefill`（单组 API）。`L03.make_manager` 建一个真实的 `KVCacheManager`（11 个块，块 0 是 null block）并换上你的两个方法。
 
 # %% nbgrader={"grade": true, "grade_id": "l03_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 common = [i for i in range(3) for _ in range(16)]  # 3 full blocks, 48 tokens
@@ -233,11 +216,11 @@ L03.check_main_path(hash_block_tokens, request_block_hasher, get_computed_blocks
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查把你的四个函数接进真实的 minivllm `EngineCore`（`L03.plugged`），跑三个负载：
+# 第二项检查把你的四个函数接进真实的 minivllm `EngineCore`（`L03.plugged`），跑三个负载；命中统计要等于 minivllm 自己的实现，每个请求的 token 和 logprob 要等于关闭缓存时的结果：
 #
-# 1. **共享前缀**：8 个请求一起到达，system prompt 是 `X + X`，其中一个请求就是 system prompt 本身，全部命中、要封顶。引擎的命中统计必须等于 minivllm 自己的实现，每个请求的 token 和 logprob 必须等于关闭缓存时的结果。
-# 2. **驱逐顺序**（vLLM `test_evict`）：两个请求结束后，空闲队列必须是 `[6, 10, 5, 4, 3, 2, 1, 9, 8, 7]`；随后命中前两块的请求从队头拿到块 6。
-# 3. **驱逐压力**：9 个可用块，6 个请求依次到达，其中一个是多轮对话的下一轮，命中上一轮生成的 token；统计与输出的要求同上。
+# 1. **共享前缀**：8 个请求，system prompt 是 `X + X`，其中一个请求就是它本身，全部命中、要封顶；
+# 2. **驱逐顺序**（vLLM `test_evict`）：两个请求结束后空闲队列必须是 `[6, 10, 5, 4, 3, 2, 1, 9, 8, 7]`；
+# 3. **驱逐压力**：9 个可用块、6 个请求，其中一个是多轮对话的下一轮，命中上一轮生成的 token。
 
 # %% nbgrader={"grade": true, "grade_id": "l03_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 engine_runs = L03.check_real_engine(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks)
@@ -274,7 +257,7 @@ L03.check_boundary(hash_block_tokens, request_block_hasher, get_computed_blocks,
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分。在 vLLM 0.27.1 的 `vllm/v1/core/` 下找到实现每个概念的名字：字符串，可带类名或 `self.`，参数可省略；正文没有印出它们。
+# “能映射回源码对象”（1 分）在这里自动评分。在 vLLM 0.27.1 的 `vllm/v1/core/` 下找到实现每个概念的名字：字符串，可带类名或 `self.`，参数可省略；正文没有印出它们。
 #
 # - `free_link`：空闲队列由 `KVCacheBlock` 串成双向链表，指向下一个块的那个字段；
 # - `group_key`：把块哈希和 KV cache 组号拼成哈希表键的函数；
@@ -385,7 +368,15 @@ L03.check_source_map(SOURCE_MAP)
 self_check("lesson03", globals());
 
 # %% [markdown]
-# ## 在真实 vLLM 0.27.1 上看同一件事
+# ← 上一课：第 2 课
+
+# %% [markdown]
+# ## 附录（选读）
+#
+# 不计分，可以跳过：在真实 vLLM 上对照、两个细节、参考资料与差异清单。
+
+# %% [markdown]
+# ### 在真实 vLLM 0.27.1 上看同一件事
 #
 # 把 vLLM 测试的 `test_prefill`、`test_evict` 交给 vLLM 0.27.1 自己的 `KVCacheManager`、`BlockPool` 和哈希器（sha256），与 minivllm 逐个操作对照。哈希值两边不同，表里按首次出现编号，相等关系须一致。
 #
@@ -395,7 +386,12 @@ self_check("lesson03", globals());
 L03.vllm_side_by_side()
 
 # %% [markdown]
-# ## 参考资料
+# ### 两个细节
+#
+# - **同一步里命中是安全的**：图 3-1 的三个请求在同一次 `schedule()` 里被接纳，r0 的 `allocate_slots` 立刻登记满块，r1、r2 随即命中；每一层都先把本步所有 token 的 K/V 写进缓存，再做 attention。
+# - **登记不去重**：两个物理块可以以同一个哈希登记，命中时取其中任意一个；驱逐只摘掉一个块（`BlockHashToBlockMap.pop(key, block_id)`）。已交给请求的块号不能再换，块表因此只追加（见 `BlockHashToBlockMap` 的 NOTE）。关闭缓存时释放的块全部追加到队尾。
+#
+# ### 参考资料
 #
 # - [vLLM kv_cache_utils.py：块哈希、空闲队列](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/kv_cache_utils.py)
 # - [vLLM block_pool.py：BlockPool](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/block_pool.py)
@@ -406,7 +402,7 @@ L03.vllm_side_by_side()
 #
 # 源码链接固定到本课对照的 commit；current docs、默认参数与命中粒度会变化，部署前按目标版本重新核对。
 #
-# ## 与 vLLM 0.27.1 的差异
+# ### 与 vLLM 0.27.1 的差异
 #
 # 本课评分的机制与 vLLM 相同：链式哈希、n-1 封顶、按整块命中、LRU 队列、逆序释放、无哈希块放队头。其余差别：
 #
@@ -418,6 +414,4 @@ L03.vllm_side_by_side()
 # - **哈希函数**：vLLM 默认 `prefix_caching_hash_algo="sha256"`，即 pickle 后做 SHA-256，另有 `sha256_cbor`、`xxhash`、`xxhash_cbor`；minivllm 默认用 Python 内建 `hash`，也提供 `sha256`。
 # - **`NONE_HASH`**：vLLM 的 `init_none_hash` 在设置了 `PYTHONHASHSEED` 时由它决定，否则每个进程随机（`os.urandom(32)`）；minivllm 导入时固定用种子 0，结果可复现。
 # - **统计**：两边都在请求被接纳时记一次查询，被抢占后恢复的请求记进 `preempted_*`。vLLM 的 `make_prefix_cache_stats` 每读一次就清零，日志里的命中率是最近 1,000 个请求的窗口（`CachingMetrics`）；minivllm 一直累计到 `reset_prefix_cache`。
-#
-# ← 上一课：第 2 课：统一调度器与 KVCacheManager：token budget 与 chunked prefill　｜　下一课 →：第 4 课：抢占、取消与请求生命周期
 

@@ -16,13 +16,7 @@
 #
 # 本课产出：沿源码说清请求的每一次状态转移由谁、在一步的哪个阶段写下；V1 为什么按**重算**（recompute）抢占；客户端断开怎样变成 `Scheduler.finish_requests`；停止判断的顺序与边界。
 #
-# 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；能指出：
-#
-# - 一个正确性不变量：每一步之后空闲块 + 在用块 = 总块数，不在 RUNNING 的请求不持有块，取消之后不再有输出；
-# - 一个性能边界：一次抢占要把全部上下文重新 prefill，代价随长度增长（attention 部分是平方），prefix cache 能省掉大部分；
-# - 一个需要 benchmark 的结论：重算与换出到 CPU 哪个更快，KV 池多大时抢占不再频繁。
-#
-# 总分至少 8/10。
+# 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；总分至少 8/10。还要能各举一例：一个正确性不变量、一个性能边界、一个需要 benchmark 的结论（如重算与换出哪个更快）。
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
@@ -30,21 +24,22 @@
 # | 代码·边界条件：各状态下的取消 1 分，停止条件 1 分 | 2 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行最后的“自检”单元格或 `python -m autograder check lesson04`，得分与 nbgrader 的自动部分一致。
+# 没有 nbgrader 时（例如 Colab），运行评分规则下的“自检”单元格或 `python -m autograder check lesson04`，得分与 nbgrader 的自动部分一致。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM commit 8e958902eee5，本课逐条对照了前一天构建的 0.27.1 发布包；链接见文末参考资料。本课只读状态的几个写点：谁改成什么，在一步里的哪一刻改。
+# 本课对照 vLLM 0.27.1 发布包，只读状态的几个写点：谁改成什么，在一步里的哪一刻改（约 200 行）：
 #
-# | 顺序 | vLLM 文件与入口（`vllm/v1/`） | minivllm 对应 | 带着什么问题读 |
+# | 顺序 | vLLM 文件与入口（0.27.1，`vllm/v1/`） | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | `request.py`：`RequestStatus`、`Request.num_computed_tokens` | `minivllm/request.py`：同名 | 哪些状态算“已结束”？为什么用 `IntEnum` 的大小比较？ |
-# | 2 | `core/sched/scheduler.py`：`schedule()` 里 `allocate_slots` 失败后的分支、`Scheduler._preempt_request` | `minivllm/core/sched/scheduler.py`：`schedule`、`_preempt` | 被抢占的请求丢掉了什么、保留了什么？为什么放回 waiting 队首？ |
-# | 3 | 同文件：`Scheduler.finish_requests`、`Scheduler._free_request` | 同上：同名 | 一个请求可能在哪些队列里？取消一个已结束的请求会怎样？ |
-# | 4 | `engine/core.py`：`EngineCore.abort_requests`、`EngineCore._process_aborts_queue`、`EngineCore.step` | `minivllm/engine/core.py`：同名、`engine_core_step` | 取消为什么要在 `update_from_output` 之前处理？ |
-# | 5 | `engine/async_llm.py`：`AsyncLLM.generate` 的取消分支、`AsyncLLM.abort` | `minivllm/engine/async_llm.py`：同名 | 客户端断开怎样变成一条 abort 消息？前端自己先做了什么？ |
-# | 6 | `core/sched/utils.py`：`check_stop`；`Scheduler.update_from_output` | 同上：`_check_stop`、`update_from_output` | 停止条件按什么顺序检查？EOS 恰是第 `max_tokens` 个 token 时结束原因是什么？ |
+# | 1 | `request.py`：`RequestStatus`（L348–L375） | `minivllm/request.py`：`RequestStatus` | 哪些状态算“已结束”？为什么用 `IntEnum` 的大小比较？ |
+# | 2 | `core/sched/scheduler.py`：`Scheduler._preempt_request`（L1274–L1315） | `minivllm/core/sched/scheduler.py`：`Scheduler._preempt` | 被抢占的请求丢掉什么、保留什么？为何放回队首？ |
+# | 3 | 同文件：`Scheduler.finish_requests`（L2237–L2298） | `minivllm/core/sched/scheduler.py`：`Scheduler.finish_requests` | 请求可能在哪些队列里？取消已结束的请求会怎样？ |
+# | 4 | `engine/core.py`：`EngineCore.abort_requests`（L485–L491）、`_process_aborts_queue`（L741–L749） | `minivllm/engine/core.py`：`EngineCore` | 取消为什么要在 `update_from_output` 之前处理？ |
+# | 5 | `core/sched/utils.py`：`check_stop`（L94–L130） | `minivllm/core/sched/scheduler.py`：`Scheduler._check_stop` | 停止条件按什么顺序检查？ |
+#
+# 课程的 dense 模型在 0.27.1 默认由 Model Runner V2 运行，minivllm 对应 V1 runner。
 
 # %% nbgrader={"grade": false, "grade_id": "l04_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的图、演示与检查。
@@ -68,38 +63,31 @@ from minivllm.request import RequestStatus  # noqa: E402
 #
 # ### 1. 它是什么，解决什么问题
 #
-# `Scheduler` 是 `Request.status` 和 `Request.num_computed_tokens` 的唯一写者（第 1 课的“一个状态一个写者”）。状态机很小：
+# `Scheduler` 是 `Request.status` 和 `Request.num_computed_tokens` 的唯一写者。状态机：
 #
 # ```
-#            schedule()              schedule(): allocate_slots 失败，它是优先级最低的 running
-#  WAITING ─────────────► RUNNING ─────────────────────────────────────► PREEMPTED
-#     │                    │   ▲                                           │
-#     │                    │   └──────────── schedule()：重新接纳 ─────────┘
-#     │                    │ update_from_output()：check_stop 为真
-#     │                    ▼
-#     │          FINISHED_STOPPED / FINISHED_LENGTH_CAPPED (/ FINISHED_ERROR)
-#     └─── finish_requests(FINISHED_ABORTED)：WAITING、RUNNING、PREEMPTED 都可以 ───┘
+# WAITING ──► RUNNING ──► PREEMPTED    schedule()：接纳；allocate_slots 失败时抢占优先级最低的
+#               ▲            │
+#               └────────────┘         schedule()：重新接纳
+# RUNNING ──► FINISHED_STOPPED / FINISHED_LENGTH_CAPPED (/ FINISHED_ERROR)    update_from_output()：check_stop 为真
+# WAITING / RUNNING / PREEMPTED ──► FINISHED_ABORTED    finish_requests()
 # ```
 #
-# 它解决三个问题：KV 池不够时怎样**让路**（抢占），客户端走了怎样**立刻停下**并归还资源（取消），请求**什么时候算完**（停止判断）。抢占发生在 `schedule()` 里，取消在 `update_from_output()` 之前，停止在 `update_from_output()` 里。
+# 它解决三个问题：KV 池不够时怎样**让路**（抢占），客户端走了怎样**立刻停下**并归还资源（取消），请求**什么时候算完**（停止判断）。抢占在 `schedule()` 里，取消在 `update_from_output()` 之前，停止在它里面。
 #
 # ### 2. 它如何工作
 #
-# **抢占（按重算）。** `schedule()` 给一个 running 请求要块，`allocate_slots` 返回 `None`，就选出优先级最低的 running 请求：FCFS 下是 `self.running.pop()`，即最后加入的；priority 策略下是 (priority, arrival_time) 最大的。它交给 `_preempt_request`（minivllm：`_preempt`）：
+# **抢占（按重算）。** `schedule()` 给一个 running 请求要块，`allocate_slots` 返回 `None`，就选出优先级最低的 running 请求（FCFS 下是 `self.running.pop()`，即最后加入的），交给 `_preempt_request`（minivllm：`_preempt`）：
 #
-# 1. `kv_cache_manager.free(request)`：**全部** KV 块回到 `BlockPool`；开启 prefix cache 时，算满并哈希过的块留在缓存里，变成可驱逐的；
+# 1. `kv_cache_manager.free(request)`：**全部** KV 块回到 `BlockPool`（开启 prefix cache 时满块的哈希留着）；
 # 2. `status = PREEMPTED`，`num_computed_tokens = 0`：KV 没了，进度也没了。已生成的 token **保留**在 `output_token_ids` 里，恢复时连同 prompt 一起重新 prefill；
-# 3. `waiting.prepend_request(request)`（minivllm：`waiting.appendleft`）：FCFS 下放回 waiting **队首**，一有空就最先恢复；priority 策略下按优先级重新入队。
+# 3. `waiting.prepend_request(request)`（minivllm：`waiting.appendleft`）：放回 waiting **队首**，一有空就最先恢复。
 #
-# 恢复走普通的 waiting 路径：`get_computed_blocks` 先查 prefix cache，被抢占前算满、未被驱逐的块直接命中，所以重算往往比听起来便宜。V1 为什么不像 V0 那样换出（swap）到 CPU，是 Q1 的内容。
+# 恢复走普通的 waiting 路径：`get_computed_blocks` 先查 prefix cache，被抢占前算满、未被驱逐的块直接命中。
 #
-# **取消。** 客户端断开时，`AsyncLLM.generate` 收到 `asyncio.CancelledError` 或 `GeneratorExit`，调用 `AsyncLLM.abort`：先在 `OutputProcessor` 里删掉这个请求，再经 `EngineCoreClient` 发一条 ABORT 消息。此后迟到的输出被 `OutputProcessor` 丢弃，客户端什么也收不到。`EngineCore` 一步之内的顺序是：
+# **取消。** 客户端断开时，`AsyncLLM.generate` 收到 `asyncio.CancelledError` 或 `GeneratorExit`，调用 `AsyncLLM.abort`：先在 `OutputProcessor` 里删掉请求（此后迟到的输出被丢弃），再经 `EngineCoreClient` 发一条 ABORT 消息。
 #
-# ```
-# schedule → execute_model（异步） → grammar bitmask → 等 worker → _process_aborts_queue → update_from_output
-# ```
-#
-# `_process_aborts_queue` 调用 `Scheduler.finish_requests(ids, FINISHED_ABORTED)`：
+# 一步之内，`EngineCore.step` 等到 worker 的结果后，先 `_process_aborts_queue`，再 `update_from_output`（第 1 课）。前者调用 `Scheduler.finish_requests(ids, FINISHED_ABORTED)`：
 #
 # - 把请求从 running 或 waiting 里拿掉，PREEMPTED 的请求在 waiting 里；
 # - 状态改为 `FINISHED_ABORTED`，释放 KV 块；
@@ -113,9 +101,9 @@ from minivllm.request import RequestStatus  # noqa: E402
 # 3. 最后一个 token 在 `stop_token_ids` 里 → `FINISHED_STOPPED`，`stop_reason` 记下它；
 # 4. `num_tokens >= max_model_len` 或输出数 `>= max_tokens` → `FINISHED_LENGTH_CAPPED`。
 #
-# 所以 EOS 恰是第 `max_tokens` 个 token 时，结束原因是 `stop`。每次只看**最后一个** token：`min_tokens` 之前出现过的 EOS，之后不再算数。stop **字符串**要看文本，由前端的 detokenizer 发现，再像取消一样通知 `EngineCore`。
+# 所以 EOS 恰是第 `max_tokens` 个 token 时，结束原因是 `stop`。每次只看**最后一个** token：`min_tokens` 之前出现过的 EOS，之后不再算数。
 #
-# 下面是真实引擎上的两次运行：默认模型，9 个可用 KV 块（每块 16 个 token），6 个请求陆续到达。左边跑到结束；右边在第 4～7 步之前分别取消一个正在 decode、正在 prefill、在等待、已被抢占的请求（×）。
+# 下面是真实引擎上的两次运行：9 个可用 KV 块（每块 16 个 token），6 个请求陆续到达。左边跑到结束；右边在第 4～7 步之前分别取消一个正在 decode、正在 prefill、在等待、已被抢占的请求（×）。
 
 # %%
 runs = L04.demo_runs()  # 两次真实引擎运行（默认模型，CPU，几秒）
@@ -125,42 +113,31 @@ print(L04.caption_swimlane(runs))
 # %% [markdown]
 # 图 4-1：每个请求每一步 `update` 之后的状态（灰：等待；青绿：运行；橙红：被抢占；深蓝：正常结束；紫：取消）。
 #
-# KV 池一满，调度器就抢占 running 里最晚加入的请求；取消让块提前回到池里，抢占随之变少。左边那次运行每一步之后在用的 KV 块数如下，红色三角是发生抢占的步：
+# 左边那次运行每一步之后在用的 KV 块数如下，红色三角是发生抢占的步：
 
 # %%
 L04.fig_blocks(runs[0]);
 
 # %% [markdown]
-# 图 4-2：在用块数一碰到上限 9，下一次要块的 decode 就触发抢占，被抢占请求的块立刻回到池里。空闲块 + 在用块每一步都等于 9（真实引擎检查的不变量）。
+# 图 4-2：在用块数一碰到上限 9，下一次要块的 decode 就触发抢占，被抢占请求的块立刻回到池里。
 #
 # ### 3. 正确性条件与常见误区
 #
 # - **块守恒**：每一步之后，空闲块 + 被持有的块 = 总块数；不在 RUNNING 的请求不持有块。抢占或取消时忘了 `free`，块就泄漏了。
-# - **重算从 0 开始**：抢占后 `num_computed_tokens` 不归零，恢复时调度器以为前面的 KV 还在，worker 拿着新分到、内容是别人的块做 attention：输出悄悄变错，不报错。
+# - **重算从 0 开始**：抢占后 `num_computed_tokens` 若不归零，恢复时调度器以为前面的 KV 还在，worker 用新分到、内容是别人的块做 attention：输出悄悄变错。
 # - **队首，不是队尾**：放回队尾，后到的请求会先被接纳，FCFS 被打破，尾延迟变坏。
-# - **取消要清干净**：还留在队列里，下一步又被调度；还留在 `self.requests` 里，这一步算出的 token 仍被写进 `EngineCoreOutput`。取消一个不存在或已结束的 id 必须什么都不做：取消与自然结束可能同时发生。
+# - **取消要清干净**：留在队列里，下一步又被调度；留在 `self.requests` 里，这一步的 token 仍会发出。
+# - **取消不存在或已结束的 id 什么都不做**：取消与自然结束可能同时发生。
 # - **停止的边界**：输出数 `>= max_tokens` 就停，多一个就是 off-by-one；`ignore_eos` 只关掉 EOS，不关 `stop_token_ids` 和长度上限。
 #
 # ### 4. 性能与工程取舍
 #
-# 一次抢占要把**整个上下文**（prompt 加已生成的 token）重新 prefill：线性层的计算随长度线性增长，attention 随长度平方增长，还占用之后几步的 token budget。prefix cache 把其中算满、未被驱逐的块变成命中。
-#
-# 下表在同一负载上交替运行关、开 prefix cache：`computed` 是调度的 token 总数，`recomputed` 是每个 prompt 与输出 token 各算一次之外多算的部分。
-
-# %%
-cost = L04.recompute_cost()  # 每种配置 2 次，交替运行（引擎已由上面的演示预热；约 5 秒）
-L04.print_recompute_cost(cost)
+# 一次抢占要把**整个上下文**（prompt 加已生成的 token）重新 prefill：线性层的计算随长度线性增长，attention 随长度平方增长，还占用之后几步的 token budget。prefix cache 让其中算满、未被驱逐的块直接命中。重算的代价要在目标硬件上 benchmark（附录有实测）。
 
 # %% [markdown]
-# 表 4-1：开启 prefix cache 后重算的 token 少得多：恢复时算满的块大多还在缓存里。
-#
-# 表里的墙钟时间只作参考：这台共用 CPU 上每步的固定开销占主导。GPU 上重算的代价要在目标硬件上 benchmark。
-#
-# 抢占频繁说明 KV 池太小：vLLM 文档建议加大 `gpu_memory_utilization`，减小 `max_num_seqs` 或 `max_num_batched_tokens`，或增加并行度，而不是指望抢占便宜。
-#
 # ## 具体演示：生命周期的 trace
 #
-# 检查读的是 trace：第 1 课的 `Tracer` 把每次状态变化记成事件 `OLD->NEW`，带步号和请求 id，与引擎的阶段事件（schedule、execute、wait、aborts、update）在同一个 trace 里。
+# 第 1 课的 `Tracer` 把每次状态变化记成事件 `OLD->NEW`（带步号和请求 id），与引擎的阶段事件在同一个 trace 里；检查读的就是它。
 #
 # 下面是带取消那次运行的前 12 个转移。`d` 的取消在第 4 步之后入队，却出现在第 5 步 `schedule` **之后**：minivllm 在这一步的 `aborts` 阶段才处理它。
 
@@ -170,11 +147,13 @@ L04.print_transitions(runs[1], 12)
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
 #
-# 补齐调度器这一侧的生命周期：三个函数，签名与 minivllm 的方法一致，`sched` 就是 `Scheduler` 实例。评分时它们被装到真实的 minivllm `Scheduler` 上，替换 `_preempt`、`finish_requests` 和 `_check_stop`；`schedule()` 与 `update_from_output()` 仍是引擎自己的。
+# 补齐调度器这一侧的生命周期：三个函数，`sched` 是 minivllm 的 `Scheduler` 实例。评分时它们替换 `_preempt`、`finish_requests` 和 `_check_stop`；`schedule()` 与 `update_from_output()` 仍是引擎自己的。
 #
 # - `preempt(sched, request)`：按重算抢占一个**已经从 `sched.running` 取出**的请求：归还 KV 块，状态改为 PREEMPTED，进度归零，放回 `sched.waiting`（一个 deque）的正确位置。
-# - `finish_requests(sched, request_ids, finished_status)`：结束一批请求，取消时状态是 `FINISHED_ABORTED`。请求在 running 或 waiting 里；不认识的 id 什么都不做。结束的请求要离开队列、写上状态、归还 KV 块、记进 `sched.finished_req_ids`、从 `sched.requests` 删除。
-# - `check_stop(request, max_model_len)`：新 token 追加到 `request.output_token_ids` 之后调用。该停就写 `FINISHED_STOPPED`（stop token 还要设 `stop_reason`）或 `FINISHED_LENGTH_CAPPED`，返回 `True`；否则返回 `False`、什么都不改。`request.max_tokens` 可能是 `None`。
+# - `finish_requests(sched, request_ids, finished_status)`：结束一批请求（取消时是 `FINISHED_ABORTED`），它们在 running 或 waiting 里；不认识的 id 什么都不做。
+#   - 结束的请求要离开队列、写上状态、归还 KV 块、记进 `sched.finished_req_ids`、从 `sched.requests` 删除。
+# - `check_stop(request, max_model_len)`：新 token 追加到 `request.output_token_ids` 之后调用，`request.max_tokens` 可能是 `None`。
+#   - 该停就写 `FINISHED_STOPPED`（stop token 还要设 `stop_reason`）或 `FINISHED_LENGTH_CAPPED`，返回 `True`；否则返回 `False`、什么都不改。
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
 
@@ -255,12 +234,7 @@ L04.check_preempt(preempt, finish_requests, check_stop)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查把三个函数接进真实的 minivllm `EngineCore`，跑上面演示的两次运行：一次到结束；一次在第 4～7 步之前经 `EngineCore.abort_requests` 取消四个不同状态的请求。检查读 `Tracer` 记下的每个状态转移：
-#
-# - 每个转移都合法；
-# - 每一步之后块守恒，不在 RUNNING 的请求不持有块；
-# - 取消后不再有这个请求的输出；
-# - 所有请求的贪心输出等于 HF transformers 的逐位置 argmax。
+# 第二项检查把三个函数接进真实的 minivllm `EngineCore`，跑上面演示的两次运行，读 `Tracer` 记下的每个状态转移：转移合法、每步块守恒、取消后没有输出、贪心输出等于 HF transformers 的逐位置 argmax。
 
 # %% nbgrader={"grade": true, "grade_id": "l04_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 student_runs = L04.check_real_engine(preempt, finish_requests, check_stop)
@@ -404,7 +378,15 @@ for blocks in (64, 8, 7):
 self_check("lesson04", globals());
 
 # %% [markdown]
-# ## 在真实 vLLM 0.27.1 上看同一件事
+# ← 上一课：第 3 课
+
+# %% [markdown]
+# ## 附录（选读）
+#
+# 不计分，可以跳过：在真实 vLLM 上对照、重算的实测、参考资料与差异清单。
+
+# %% [markdown]
+# ### 在真实 vLLM 0.27.1 上看同一件事
 #
 # 演示的负载和四个取消交给 vLLM 0.27.1 自己的 `Scheduler`（不带模型，由仿照 `EngineCore` 循环的驱动 `autograder/vllm_oracle/scheduler_harness.py` 推进），每个请求一行，每步一格。mini 行不是上面的演示，而是 minivllm 的 `Scheduler` 由同一个驱动推进：取消在 `schedule` 之前处理。
 #
@@ -414,7 +396,26 @@ self_check("lesson04", globals());
 L04.vllm_side_by_side()
 
 # %% [markdown]
-# ## 参考资料
+# ### 实测：重算的代价
+#
+# 同一负载上交替运行关、开 prefix cache：`computed` 是调度的 token 总数，`recomputed` 是每个 prompt 与输出 token 各算一次之外多算的部分。
+
+# %%
+cost = L04.recompute_cost()  # 每种配置 2 次，交替运行（引擎已由上面的演示预热；约 5 秒）
+L04.print_recompute_cost(cost)
+
+# %% [markdown]
+# 表 4-1：开启 prefix cache 后重算的 token 少得多：恢复时算满的块大多还在缓存里。表里的墙钟时间只作参考：这台共用 CPU 上每步的固定开销占主导。
+#
+# 抢占频繁说明 KV 池太小：vLLM 文档建议加大 `gpu_memory_utilization`，减小 `max_num_seqs` 或 `max_num_batched_tokens`，或增加并行度，而不是指望抢占便宜。
+#
+# ### 补充细节
+#
+# - **priority 策略**：被抢占的是 (priority, arrival_time) 最大的 running 请求，放回时按优先级重新入队。
+# - **stop 字符串**要看文本，由前端的 detokenizer 发现，再像取消一样通知 `EngineCore`。
+
+# %% [markdown]
+# ### 参考资料
 #
 # - [vLLM request.py](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/request.py)
 # - [vLLM scheduler.py](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/scheduler.py)
@@ -425,11 +426,12 @@ L04.vllm_side_by_side()
 #
 # 源码链接固定到本课对照的 commit；current docs 与默认参数会变化，部署前按目标版本重新核对。
 #
-# ## 与 vLLM 0.27.1 的差异
+# ### 与 vLLM 0.27.1 的差异
 #
 # 本课评分的机制与 vLLM 相同：按重算抢占、放回队首、`finish_requests` 的清理、`check_stop` 的顺序。其余差别：
 #
-# - **取消什么时候生效**：vLLM 的输入线程把 ABORT 同时放进 `aborts_queue` 和 `input_queue`。步与步之间，`_process_input_queue` 调用同步的 `EngineCore.abort_requests`，在下一次 `schedule` 之前结束请求；`aborts_queue` 只接住一步执行期间到达的取消。minivllm 只有 `aborts_queue`。
+# - **取消什么时候生效**：vLLM 的输入线程把 ABORT 同时放进 `aborts_queue` 和 `input_queue`。步与步之间，`_process_input_queue` 调用同步的 `EngineCore.abort_requests`，在下一次 `schedule` 之前结束请求。
+#   - `aborts_queue` 只接住一步执行期间到达的取消；minivllm 只有 `aborts_queue`。
 # - **异步调度**：vLLM 0.27.1 默认开启，busy loop 跑 `step_with_batch_queue`，取消同样在 `update_from_output` 之前处理；本课画的是同步的 `step`。
 # - **`RequestStatus`**：vLLM 还有 `WAITING_FOR_REMOTE_KVS`、`WAITING_FOR_STREAMING_REQ`（KV connector 与流式输入）和 `FINISHED_REPETITION`；其余同名、同序，`is_finished` 都是“大于 PREEMPTED”。
 # - **重复检测**：vLLM 的 `check_stop` 在长度上限之后还查 `repetition_detection`，命中时状态为 `FINISHED_REPETITION`、`stop_reason` 为 `"repetition_detected"`；minivllm 没有。
@@ -438,6 +440,4 @@ L04.vllm_side_by_side()
 # - **`_preempt_request`**：还释放 encoder cache、处理异步调度的 stale output，并把 id 记进 `reset_preempted_req_ids`，经 `SchedulerOutput.preempted_req_ids` 让 Model Runner V2 清掉请求状态。minivllm 在 `schedule()` 里收集这些 id。
 # - **`finish_requests`**：vLLM 还跳过已 `is_finished()` 的请求，处理 `skipped_waiting` 队列和远端 KV 的延迟释放；minivllm 里已结束的请求不在 `Scheduler.requests` 里。
 # - **调度策略**：minivllm 只有 FCFS；vLLM 的 `PriorityRequestQueue` 是一个堆，队首就是堆顶，`prepend_request` 并不插到最前，而是按 (priority, arrival_time) 重新入堆。
-#
-# ← 上一课：第 3 课：BlockPool 与 Prefix Caching：块哈希链、命中与 LRU 驱逐　｜　下一课 →：第 5 课：GPUModelRunner：持久批与 varlen 输入准备
 
