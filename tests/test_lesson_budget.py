@@ -19,7 +19,6 @@ NOT_SPLIT_YET = {
     "lesson02",
     "lesson03",
     "lesson04",
-    "lesson08",
     "lesson09",
     "lesson10",
     "lesson11",
