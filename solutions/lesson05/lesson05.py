@@ -14,17 +14,13 @@
 #
 # ## 本课目标与通过标准
 #
-# 本课讲调度器的 `SchedulerOutput` 怎样变成前向的输入张量。学完你应能：
+# 本课讲 `SchedulerOutput` 怎样变成前向的输入张量。学完你应能：
 #
-# - 说清 runner 怎样把调度器的增量写进**持久批** `InputBatch`（`add_request`、`remove_request`、`condense`、`swap_states`）；
-# - 说清一个混合批（新 prefill、分块 prefill、prefix 命中后的 prefill、decode）怎样摊平成 varlen 张量；
-# - 写出向量化的输入准备（V1 runner `GPUModelRunner._prepare_inputs` 的非投机部分），接进真实引擎生成文本。
+# - 说清 runner 怎样把调度器的增量写进**持久批** `InputBatch`；
+# - 说清一个混合批（prefill 块与 decode）怎样摊平成 varlen 张量；
+# - 写出向量化的输入准备（`GPUModelRunner._prepare_inputs` 的非投机部分），接进真实引擎。
 #
-# 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；总分至少 8/10。还要能指出：
-#
-# - 正确性不变量：K/V 写进所属请求的**物理**块，位置从 `num_computed_tokens` 接着数，只在到达已知 token 末尾时取 logits；
-# - 性能边界：输入准备每步在 CPU 上做一次，与 token 数线性，不能有按 token 的 Python 循环；
-# - 需要 benchmark 的结论：输入准备占一步的比例取决于模型大小与 batch。
+# 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；总分至少 8/10。
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
@@ -33,23 +29,20 @@
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时，运行最后的“自检”单元格，或执行 `python -m autograder check lesson05`，得分与 nbgrader 的自动部分一致。
+# 没有 nbgrader 时，运行最后的“自检”单元格（或 `python -m autograder check lesson05`）。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM commit 8e958902eee5（0.27.1 发布后一天）。沿“一个 token 从调度结果到前向输入”的路线读，CUDA graph、M-RoPE、多模态的分支先跳过。
+# 源码固定在 vLLM commit 8e958902eee5（0.27.1 发布后一天）。按顺序读下面三段，M-RoPE、投机解码的分支先跳过。
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | `vllm/v1/core/sched/output.py`：`NewRequestData`、`CachedRequestData` | `minivllm/core/sched/output.py` | 继续的请求只发新块和 `num_computed_tokens`，runner 怎样拼回完整状态？ |
-# | 2 | `vllm/v1/worker/gpu_input_batch.py`：`CachedRequestState`、`InputBatch` | `minivllm/worker/gpu_input_batch.py` | 哪些状态按行存？空洞怎样填上，谁的行号因此改变？ |
-# | 3 | `vllm/v1/worker/gpu_model_runner.py`：`_update_states`、`_may_reorder_batch` | `minivllm/worker/gpu_model_runner.py`：`_reorder_batch` | 什么时候把 decode 排到前面？ |
-# | 4 | `vllm/v1/worker/gpu_model_runner.py`：`_prepare_inputs`、`discard_request_mask` | `minivllm/worker/gpu_model_runner.py`：`_prepare_inputs` | 位置怎样只用 `np.repeat`、`np.cumsum` 得到？哪些请求不该采样？ |
-# | 5 | `vllm/v1/worker/block_table.py`：`BlockTable.compute_slot_mapping` | `_prepare_inputs` 的 `slot_mapping` | 逻辑块号怎样变成物理块号？ |
-# | 6 | `vllm/v1/attention/backend.py`：`CommonAttentionMetadata` | `minivllm/attention/backends/abstract.py`：`AttentionMetadata` | kernel 需要哪些张量？ |
+# | 1 | `vllm/v1/worker/gpu_input_batch.py`：`InputBatch.condense`（L708–L838） | `minivllm/worker/gpu_input_batch.py`：`condense`、`swap_states` | 空洞怎样填上，谁的行号因此改变？ |
+# | 2 | `vllm/v1/worker/gpu_model_runner.py`：`GPUModelRunner._prepare_inputs`（L1972–L2013、L2081–L2105） | `minivllm/worker/gpu_model_runner.py`：`_prepare_inputs` | `[2, 5, 3]` 怎样变成每个 token 的位置？谁不该采样？ |
+# | 3 | `vllm/v1/worker/block_table.py`：`BlockTable.compute_slot_mapping`（L182–L211） | `_prepare_inputs` 的 `slot_mapping` | 逻辑块号怎样变成物理块号？ |
 #
-# > **哪个 runner**：本课讲 V1 runner（`vllm/v1/worker/gpu_model_runner.py`）的持久批，minivllm 照它实现。GPU 上 vLLM 0.27.1 默认用 Model Runner V2（`vllm/v1/worker/gpu/`）跑课程的 dense 模型，它没有持久批，对照见演示最后一节。摊平的数学两者相同。
+# > **哪个 runner**：本课讲 V1 runner（`gpu_model_runner.py`）的持久批，minivllm 照它实现。课程的 dense 模型在 GPU 上默认走 Model Runner V2（`vllm/v1/worker/gpu/`），它没有持久批（见附录），摊平的数学相同。
 
 # %% nbgrader={"grade": false, "grade_id": "l05_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。
@@ -74,47 +67,47 @@ short_errors("lesson05")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 1. 它是什么，解决什么问题
 #
-# 调度器决定每个请求这一步算几个 token（`num_scheduled_tokens`）；模型要的是张量：token id、位置、K/V 写进哪个槽、注意力怎样按请求分段、取哪几行算 logits。`GPUModelRunner` 每步在 CPU 上做这个翻译，前向要等它做完。它要做到两件事：
+# 调度器给出每个请求这一步算几个 token（`num_scheduled_tokens`）；模型要的是张量：token id、位置、K/V 的槽、取哪几行算 logits。`GPUModelRunner` 每步在 CPU 上做这个翻译。
 #
-# 1. **不重建状态**：请求活几百步，多数步里只多 1 个 token。runner 把它的 token、块表、`num_computed_tokens`、采样参数放在持久批的一行里跨步保留，每步只改变化的几个数（Q1）。
-# 2. **不 padding**：一批里有 1 个 token 的 decode，也有几百个 token 的 prefill 块。vLLM 不补齐成 `[batch, max_len]`，而是把所有 token 接成一条扁平序列（varlen），用 `query_start_loc` 标出每个请求的起点（Q2）。
+# 1. **不重建状态**：请求的 token、块表、`num_computed_tokens`、采样参数放在持久批的一行里跨步保留，每步只改变化的几个数（Q1）。
+# 2. **不 padding**：decode 与长 prefill 块同批时，不补齐成 `[batch, max_len]`，而是接成一条扁平序列（varlen），用 `query_start_loc` 标出每个请求的起点（Q2）。
 #
 # ### 2. 它如何工作
 #
 # 每步 `execute_model` 先用 `_update_states` 改持久批：
 #
-# - 结束的请求 `remove_request`，行变成空洞；没被调度的请求也移出批，但保留 `CachedRequestState`；
-# - 新请求 `add_request`，优先填空洞；继续的请求更新 `num_computed_tokens_cpu`，追加新块；
-# - `condense` 把末尾的行移进空洞；minivllm 的 `_reorder_batch` 再用 `swap_states` 把 decode 换到前面。
+# - 结束的请求 `remove_request` 留下空洞；新请求 `add_request` 优先填空洞；
+# - 继续的请求更新 `num_computed_tokens_cpu`，追加新块；
+# - `condense` 把末尾的行移进空洞；有的注意力后端还要求 decode 排在前面，就用 `swap_states` 交换两行。
 #
-# 所以**行序 ≠ 调度器的顺序**。然后 `_prepare_inputs` 按行序摊平，第 i 行本步 `n_i` 个 token、已算 `c_i` 个：
+# 所以**行序 ≠ 调度器的顺序**。`_prepare_inputs` 按行序摊平，第 i 行本步 `n_i` 个 token、已算 `c_i` 个：
 #
-# - `query_start_loc`（`qsl`）：长 `num_reqs + 1`，请求 i 占扁平序列的 `[qsl[i], qsl[i+1])`；
+# - `query_start_loc`（`qsl`）：请求 i 占扁平序列的 `[qsl[i], qsl[i+1])`；
 # - `req_indices = repeat(arange(num_reqs), n)`；请求内偏移是 `arange(total) - repeat(qsl[:-1], n)`；
-# - `positions`：token 在自己请求里的位置，接在已算好的 `c_i` 个 token 之后；`input_ids` 按行号和位置从 `token_ids_cpu` 取；
-# - `slot_mapping`：K/V 写进的物理槽。位置决定它在第几个逻辑块、块内第几格，物理块号要从这一行的块表查；
-# - `seq_lens = c + n`：注意力要看的上下文长度；
-# - `logits_indices`：vLLM 为每一行取本步最后一个 token（`query_start_loc[1:] - 1`），没读完 prompt 的行的采样随后丢弃（见文末差异）。练习按 minivllm 的做法，只为到达已知 token 末尾的行取。
+# - `positions`：接在已算好的 `c_i` 个 token 之后；`input_ids` 按行号和位置从 `token_ids_cpu` 取；
+# - `slot_mapping`：K/V 写进的物理槽；位置给出逻辑块和块内偏移，物理块号从这一行的块表查；
+# - `seq_lens = c + n`：注意力看的上下文长度；
+# - `logits_indices`：vLLM 为每一行取本步最后一个 token（`query_start_loc[1:] - 1`），没读完 prompt 的行的采样随后由 `discard_request_mask` 丢弃。
 #
-# 这些数组组成 `AttentionMetadata`，拷到设备；前向之后 `hidden[logits_indices]` 进 LM head。
+# 这些数组组成 `AttentionMetadata` 拷到设备；前向后 `hidden[logits_indices]` 进 LM head。
 #
 # ### 3. 正确性条件与常见误区
 #
-# - **物理块，不是逻辑块**：块由 BlockPool 分配，分散且可共享。把逻辑块号当物理块号，K/V 会写进别人的块。
-# - **位置从 `num_computed_tokens` 开始**：分块 prefill 的后续块、decode、命中后的 prefill 都不从 0 开始；位置错了，RoPE 和因果边界都错。
-# - **只在到达末尾时取 logits**：为中途的 prefill 块采样，会让没读完 prompt 的请求有了输出。
+# - **物理块**：块由 BlockPool 分配，分散且可共享；把逻辑块号当物理块号，K/V 会写进别人的块。
+# - **位置从 `num_computed_tokens` 开始**：分块 prefill 的后续块、decode、命中后的 prefill 都不从 0 开始。
+# - **只在到达末尾时采样**：否则没读完 prompt 的请求就有了输出。
 # - **按持久批的行序**：按调度器字典的顺序配行，会把别人的长度配给这一行。
 #
 # ### 4. 性能与工程取舍
 #
-# - 输入准备与 token 数线性。16k 个 token 时，按 token 的 Python 循环要十几毫秒，numpy 向量化后不到 1 毫秒（检查里的实测表）。
-# - 没有异步调度时，GPU 在输入准备期间空闲。vLLM 0.27.1 默认开启异步调度：CPU 准备第 t+1 步时 GPU 还在跑第 t 步，只有准备比前向慢时 GPU 才等（Q3）。
-# - 持久批让每步的 CPU 写入与变化量成正比；代价是行会移动：每次移动都要搬这一行的 token、块表、`num_computed_tokens` 和采样参数，并改所有按行号索引的状态。
+# - 输入准备与 token 数线性：16k 个 token 时，按 token 的 Python 循环要十几毫秒，向量化后不到 1 毫秒（见检查）。
+# - vLLM 0.27.1 默认开启异步调度：CPU 准备第 t+1 步时 GPU 还在跑第 t 步，只有准备比前向慢时 GPU 才等（Q3）。
+# - 持久批让每步的 CPU 写入与变化量成正比；代价是行会移动，按行号索引的状态都要跟着搬。
 
 # %% [markdown]
 # ## 具体演示：一次引擎运行里的每一步
 #
-# 4 个 prompt，prompt 2 与 prompt 0 开头相同；token budget 24，长 prefill 阈值 16（prompt 会被分块），block_size 8；prompt 2 在第 6 步、prompt 3 在第 10 步到达。
+# 4 个 prompt，prompt 2 与 prompt 0 开头相同；token budget 24，长 prefill 阈值 16（会分块），block_size 8；prompt 2 在第 6 步、prompt 3 在第 10 步到达。
 #
 # 下表是引擎自己的 `_prepare_inputs` 每一步看到的持久批：`req:调度数@已算数`，按行序；最后一列是调度器字典的顺序。
 
@@ -126,11 +119,11 @@ L05.print_steps(run)
 # 读表：
 #
 # - 第 1～3 步，prompt 0 分成 16 + 16 + 10 的块，prompt 1 是 8 + 6；
-# - 第 3 步起 prompt 1 在 decode，runner 把它换到第 0 行：`order_differs` 是行序与调度器的顺序不同，`moved_row` 是有请求换了行；
+# - 第 3 步起 prompt 1 在 decode，换到第 0 行：`order_differs` 是行序与调度器的顺序不同，`moved_row` 是有行移动；
 # - prompt 2 到达时 `prefix_hit`：前 24 个 token 已在 prefix cache 里，`num_computed_tokens` 从 24 开始；
 # - 请求结束后，`condense` 把最后一行移进空洞。
 #
-# 下面是最“混合”的一步：持久批的每一行，和引擎算出的 6 个摊平张量。
+# 下面是最“混合”的一步：每一行和引擎算出的 6 个张量。
 
 # %%
 step = L05.pick_mixed_step(run)
@@ -144,46 +137,22 @@ L05.plot_mixed_batch(step);
 L05.plot_step_breakdown(run);
 
 # %% [markdown]
-# 图 5-2：每一步 `prepare_inputs`、`forward`、`sample` 三个追踪阶段的时间。这个小模型在 CPU 上，输入准备只占百分之几；换成 GPU 上的大模型比例会变，不能从这张图外推。
-#
-# ### V1 的持久批与 V2 的请求状态表
-#
-# `L05.engine_run()` 还记下了每一步对持久批的改动：`condense` 移动的行（`C 从->到`），`swap_states` 交换的行（`S`）。`L05.v2_tables` 把同一串 `SchedulerOutput` 按 Model Runner V2 的规则记账（`vllm/v1/worker/gpu/states.py` 的 `RequestState`）：
-#
-# - 请求第一次被调度时从 `free_indices.pop()` 拿一个槽位，结束或被抢占时还回去；
-# - 每步新建的 `InputBatch` 按“decode 在前，再按 token 数”排序，`idx_mapping` 给出批内每一行的槽位号。
-#
-# > **minivllm ≠ vLLM**：minivllm 只实现了 V1 的持久批；V2 的表是按 vLLM 的规则从同一次运行推算的示意。
-
-# %%
-L05.print_v1_v2(run)
-print(L05.moved_rows(run))
-L05.plot_v1_vs_v2(run);
-
-# %% [markdown]
-# 图 5-3：上：minivllm（V1 设计）的持久批，每列一步，箭头是本步移动的行（黑：`condense`，红：`swap_states`）。下：V2 的状态表：请求一直在同一个槽位，每步只变最下面一列 `idx_mapping`。
-#
-# ### 想一想（不计分）
-#
-# V2 为什么放弃持久批，改用“固定槽位 + 每步新建的 `InputBatch` + `idx_mapping`”？用图里的移动说出 V1 的两种代价，再说 V2 的代价。提示：谁在读 `idx_mapping`？异步调度时，上一步的行号怎样对上这一步的（V1 为此有 `prev_positions`）？
-
-# %% [markdown]
-# 你的解释：
+# 图 5-2：每一步 `prepare_inputs`、`forward`、`sample` 三个追踪阶段的时间。这个小模型在 CPU 上，输入准备只占百分之几；GPU 上的大模型比例不同，不能外推。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
 #
-# 写出 `prepare_inputs(scheduler_output, input_batch, block_size)`：从调度结果和已更新的持久批算出 6 个 numpy 数组，与 minivllm `GPUModelRunner._prepare_inputs` 的结果逐项相等。
+# 写出 `prepare_inputs(scheduler_output, input_batch, block_size)`：从调度结果和已更新的持久批算出 6 个 numpy 数组，与引擎的 `_prepare_inputs` 逐项相等。
 #
-# 要求**向量化**：不能有按 token 的 Python 循环，按请求的列表推导可以。7 处 `______` 是决策点：行序、`query_start_loc`、位置、物理块号、槽位、哪些请求取 logits、取哪个 token。用得到的字段：
+# 要求**向量化**：不能有按 token 的 Python 循环，按请求的列表推导可以。7 处 `______` 是决策点。用得到的字段：
 #
 # - `input_batch.req_ids[:num_reqs]`（行序）、`num_computed_tokens_cpu`、`num_tokens`（prompt + 已生成的 token 数）；
-# - `token_ids_cpu`（`[max_num_reqs, max_model_len]`）、`block_table`（`[max_num_reqs, max_blocks]`，物理块号）；
+# - `token_ids_cpu`（`[行, 位置]`）、`block_table`（`[行, 逻辑块]`，值是物理块号）；
 # - `scheduler_output.num_scheduled_tokens`（`{req_id: n}`）。
 #
 # > **与 vLLM 不同**：vLLM 给每个请求都取 logits，再丢掉中途 prefill 块的采样结果；本练习只为到达末尾的请求取。留下的 token 相同。
 #
-# 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
+# 只改 `______` 处，不删断言、不放宽条件。
 
 # %% nbgrader={"grade": false, "grade_id": "l05_prepare_inputs", "locked": false, "schema_version": 3, "solution": true, "task": false}
 import numpy as np
@@ -246,9 +215,9 @@ _ = L05.check_main_path(prepare_inputs)  # a list of the checked cases: not echo
 # %% [markdown]
 # 第二项检查：`L05.check_real_engine` 暂时把 `GPUModelRunner._prepare_inputs` 换成调用你的函数的包装，退出时恢复。它检查：
 #
-# - 演示那批请求的贪心输出与引擎自己的 `_prepare_inputs` 逐 token 相同（后者与 HF transformers 相同，由课程测试保证）；
+# - 演示那批请求的贪心输出与引擎自己的 `_prepare_inputs` 逐 token 相同（后者与 HF transformers 相同）；
 # - 每个有前向的步都有 `prepare_inputs` 追踪阶段；
-# - 在 16k token 的批上，你的函数执行的 Python 行数不超过 200。数行而不是计时，判定与机器快慢无关。
+# - 16k token 的批上，你的函数执行的 Python 行数不超过 200（数行而不计时，与机器快慢无关）。
 
 # %% nbgrader={"grade": true, "grade_id": "l05_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 plugged_run = L05.check_real_engine(prepare_inputs)
@@ -339,7 +308,9 @@ L05.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l05_q2", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q2（2 分）
 #
-# 为什么 vLLM 把一个混合批摊平成一条 varlen 序列（`query_start_loc` + `seq_lens` + `slot_mapping`），而不是补齐成 `[batch, max_len]` 的矩阵？用本课演示里的一步（例如一个 16 token 的 prefill 块和几个 decode 同批）算一算 padding 浪费了多少，并说明 varlen 对注意力 kernel 和 KV 写入提出了什么要求。
+# 为什么 vLLM 把一个混合批摊平成一条 varlen 序列（`query_start_loc` + `seq_lens` + `slot_mapping`），而不是补齐成 `[batch, max_len]` 的矩阵？
+#
+# 用本课演示里的一步（例如一个 16 token 的 prefill 块和几个 decode 同批）算一算 padding 浪费了多少，并说明 varlen 对注意力 kernel 和 KV 写入提出了什么要求。
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
@@ -402,7 +373,7 @@ L05.check_source_map(SOURCE_MAP)
 # - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
 # - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
-# 总分 10 分，至少 8 分通过。参考答案只在教师分支（solutions/）；引擎的版本在 `minivllm/` 里，先独立完成再读；核对后更换一个 batch（改 block_size、token budget 或到达时间）重新推演。
+# 总分 10 分，至少 8 分通过。引擎的版本在 `minivllm/` 里，先独立完成再读。
 #
 # ### 自检
 #
@@ -412,17 +383,47 @@ L05.check_source_map(SOURCE_MAP)
 self_check("lesson05", globals());
 
 # %% [markdown]
-# ## 在真实 vLLM 0.27.1 上看同一件事
+# ## 附录（选读）
+#
+# 选读，不计分：在真实 vLLM 上运行、V1 与 V2 的对照、与 vLLM 的全部差异和参考资料。
+
+# %% [markdown]
+# ### 在真实 vLLM 0.27.1 上看同一件事
 #
 # 本课的 4 个 prompt、到达时间与调度参数交给 vLLM 0.27.1 自己的引擎（CPU，进程内，V1 的 `CPUModelRunner`）。包装它的 `_prepare_inputs`，从它自己的缓冲区读出六个数组，按请求与 minivllm 对照。
 #
-# vLLM 的 CPU 注意力后端只支持 16 的倍数的 block_size，两边都用 16。表里看得到文末差异的“重排”与“取 logits”两条。`make vllm` 之后，vLLM 的源码在 `.venv-vllm` 的 site-packages/vllm 下。
+# vLLM 的 CPU 注意力后端只支持 16 的倍数的 block_size，两边都用 16。表里看得到下面差异列表的“重排”与“取 logits”两条。`make vllm` 之后，vLLM 的源码在 `.venv-vllm` 的 site-packages/vllm 下。
 
 # %%
 L05.vllm_side_by_side();
 
 # %% [markdown]
-# ## 参考资料
+# ### V1 的持久批与 V2 的请求状态表
+#
+# `L05.engine_run()` 还记下了每一步对持久批的改动：`condense` 移动的行（`C 从->到`），`swap_states` 交换的行（`S`）。`L05.v2_tables` 把同一串 `SchedulerOutput` 按 Model Runner V2 的规则记账（`vllm/v1/worker/gpu/states.py` 的 `RequestState`）：
+#
+# - 请求第一次被调度时从 `free_indices.pop()` 拿一个槽位，结束或被抢占时还回去；
+# - 每步新建的 `InputBatch` 按“decode 在前，再按 token 数”排序，`idx_mapping` 给出批内每一行的槽位号。
+#
+# minivllm 只实现了 V1 的持久批；V2 的表是按 vLLM 的规则从同一次运行推算的示意。
+
+# %%
+L05.print_v1_v2(run)
+print(L05.moved_rows(run))
+L05.plot_v1_vs_v2(run);
+
+# %% [markdown]
+# 图 5-3：上：minivllm（V1 设计）的持久批，每列一步，箭头是本步移动的行（黑：`condense`，红：`swap_states`）。下：V2 的状态表：请求一直在同一个槽位，每步只变最下面一列 `idx_mapping`。
+#
+# #### 想一想（不计分）
+#
+# V2 为什么放弃持久批，改用“固定槽位 + 每步新建的 `InputBatch` + `idx_mapping`”？用图里的移动说出 V1 的两种代价，再说 V2 的代价。提示：谁在读 `idx_mapping`？异步调度时，上一步的行号怎样对上这一步的（V1 为此有 `prev_positions`）？
+
+# %% [markdown]
+# 你的解释：
+
+# %% [markdown]
+# ### 参考资料
 #
 # - [vLLM GPUModelRunner（V1）](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_model_runner.py)
 # - [vLLM InputBatch（V1）](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_input_batch.py)
@@ -431,7 +432,7 @@ L05.vllm_side_by_side();
 #
 # runner 的实现变化很快，current docs 与默认值会变，部署前按目标版本重新核对。
 #
-# ## 与 vLLM 0.27.1 的差异
+# ### 与 vLLM 0.27.1 的差异
 #
 # 本课评分的摊平公式与 vLLM V1 runner 相同。其余差别：
 #

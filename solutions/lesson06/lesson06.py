@@ -14,19 +14,15 @@
 #
 # ## 本课目标与通过标准
 #
-# 本课产出：亲手写出分页 KV cache 上 decode attention 的块循环，并接进 minivllm 的 Triton 后端，让真实引擎用你的 kernel 生成文本。循环要做三件事：
+# 本课产出：写出分页 KV cache 上 decode attention 的块循环，接进 minivllm 的 Triton 后端，让真实引擎用它生成文本。循环要做三件事：
 #
 # - 按块表把逻辑块翻译成物理块；
 # - 构造带掩码的 K/V 指针；
 # - 用 online softmax（running max、分母、累加器重缩放）一次扫过整段上下文。
 #
-# 你还应能说清 decode 为什么受带宽限制，kernel 要把什么降到最少。
+# 你还应能说清 decode 为何受带宽限制，kernel 要把什么降到最少。
 #
-# 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；总分至少 8/10。还要能指出：
-#
-# - 正确性不变量：最后一个块里 `seq_len` 之后的槽位必须被掩掉；
-# - 性能边界：每步必须把整段 K/V 从显存读一遍，速度由带宽封顶；
-# - 需要 benchmark 的结论：小 batch、长上下文时本 kernel 能达到多少拷贝带宽。
+# 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；总分至少 8/10。
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
@@ -35,7 +31,7 @@
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# CPU 上，kernel 在 Triton 解释器里运行（准备单元格设置 `TRITON_INTERPRET=1`），形状很小；有 GPU 时同一个 kernel 直接编译运行，多一张实测带宽图。没有 nbgrader 时，运行最后的“自检”单元格，或执行 `python -m autograder check lesson06`。
+# CPU 上 kernel 在 Triton 解释器里运行（`TRITON_INTERPRET=1`）；有 GPU 时直接编译运行。没有 nbgrader 时，运行最后的“自检”单元格（或 `python -m autograder check lesson06`）。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
@@ -44,13 +40,11 @@
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | `vllm/v1/attention/backends/triton_attn.py`：`TritonAttentionImpl.forward`、`do_kv_cache_update` | `minivllm/attention/backends/triton_attn.py`：`TritonAttentionImpl.forward` | 新 token 的 K/V 由谁、何时写进分页 cache？ |
-# | 2 | `vllm/v1/attention/ops/chunked_prefill_paged_decode.py`：`kernel_paged_attention_2d` | `minivllm/attention/ops/triton_decode_attention.py`：`_paged_decode_attention_kernel` | grid 为什么是（序列, kv 头）？未写入的槽位怎样挡在外面？ |
-# | 3 | `vllm/v1/attention/ops/triton_unified_attention.py`：`kernel_unified_attention`、`reduce_segments` | 无：本课的 kernel 不分段 | 小 batch 长上下文时，为什么把一条序列切成多段再合并 softmax？ |
-# | 4 | `vllm/v1/attention/ops/triton_decode_attention.py`：`_fwd_kernel_stage1`、`_fwd_grouped_kernel_stage1` | 本课的 kernel 相当于“分组、不分段”的那种 | 每个 query 头一个 program 与一组头一个 program，各读多少 K/V？ |
-# | 5 | 无：正确性的标尺 | `minivllm/attention/backends/torch_attn.py`：`paged_attention_ref` | 参考实现先把块 gather 成连续张量：它简单在哪里，慢在哪里？ |
+# | 1 | `vllm/v1/attention/backends/triton_attn.py`：`TritonAttentionImpl.do_kv_cache_update`（L791–L834） | `minivllm/attention/backends/triton_attn.py`：`forward` | 新 token 的 K/V 何时写进 cache？ |
+# | 2 | `vllm/v1/attention/ops/chunked_prefill_paged_decode.py`：`kernel_paged_attention_2d`（L90–L268） | `minivllm/attention/ops/triton_decode_attention.py` | grid 为什么是（序列, kv 头）？未写入的槽位怎样挡在外面？ |
+# | 3 | `vllm/v1/attention/ops/triton_decode_attention.py`：`decode_attention_fwd`（L756–L818） | 本课的 kernel 是“分组”的那种 | 每个 query 头一个 program 与一组头一个 program，各读多少 K/V？ |
 #
-# > **谁调用谁**：vLLM 在 NVIDIA GPU 上默认用 FlashAttention 后端（Blackwell 上先选 FlashInfer），Triton 后端排在其后（`vllm/platforms/cuda.py` 的 `_get_backend_priorities`）；选中时它对整批只调用一次 `unified_attention`。`kernel_paged_attention_2d` 是 ROCm 后端的回退路径，它的块循环与本课的 kernel 一一对应。
+# > **谁调用谁**：课程的 dense 模型在 GPU 上走 Model Runner V2（第 5 课），注意力后端默认 FlashAttention，Triton 排在其后（`vllm/platforms/cuda.py`：`_get_backend_priorities`）。`kernel_paged_attention_2d` 是 ROCm 的回退路径，块循环与本课一一对应。
 
 # %% nbgrader={"grade": false, "grade_id": "l06_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：没有 GPU 时在导入 triton 之前打开解释器；静音无害的警告（评分单元格不能写 stderr）。
@@ -91,17 +85,17 @@ print("Triton 解释器（CPU）" if L06.interpreting() else "CUDA", "| 设备�
 # Triton 的四个概念：
 #
 # - **program**：kernel 按 grid 启动许多 program，每个用 `tl.program_id(axis)` 得知自己负责哪一份；
-# - **块**：program 一次处理一整块，`tl.arange(0, N)` 给出块内下标（N 为 2 的幂），`tl.load`/`tl.store` 一次读写一块；
+# - **块**：`tl.arange(0, N)` 给出块内下标（N 为 2 的幂），`tl.load`/`tl.store` 一次读写一块；
 # - **mask**：`tl.load(ptrs, mask=m, other=0.0)` 只读 m 为真处，其余取 `other`；
 # - **`tl.dot`**：两个块的矩阵乘，每一维至少 16，GPU 上走 tensor core。
 #
 # minivllm 的 decode kernel 对应 vLLM 的 `kernel_paged_attention_2d`：
 #
-# - **grid = (序列数, kv 头数)**：一个 program 负责一条序列的一个 kv 头，以及共享它的 `QUERIES_PER_KV` 个 query 头（GQA 分组）。这组 query 头被补到至少 16 行（`GROUP_PAD`），与 vLLM 的 `num_queries_per_kv_padded` 相同；多出的行是空算。
-# - **沿逻辑块循环**：每次迭代先从块表读物理块号，再构造这个块的 K/V 指针并掩掉 `seq_len` 之后的槽位，用一次 `tl.dot` 算出组内每个 query 头的注意力分数，最后做 online softmax 更新。
+# - **grid = (序列数, kv 头数)**：一个 program 负责一条序列的一个 kv 头和共享它的 `QUERIES_PER_KV` 个 query 头（GQA 分组），补到至少 16 行（vLLM 的 `num_queries_per_kv_padded`）。
+# - **沿逻辑块循环**：从块表读物理块号，构造 K/V 指针并掩掉 `seq_len` 之后的槽位，一次 `tl.dot` 算出组内各头的分数，再做 online softmax 更新。
 # - 循环结束后输出 `acc / running_sum`，只写一次。
 #
-# 下面的图都来自真实引擎：Triton 后端在默认模型（8 个 query 头、2 个 kv 头、head_dim 32）上贪心生成，记录 decode kernel 每次拿到的块表与长度。
+# 下面的图来自真实引擎：Triton 后端在默认模型（8 个 query 头、2 个 kv 头）上贪心生成，记录每次 decode 调用的块表与长度。
 
 # %%
 ref_run = L06.reference_run()   # minivllm 自己的 decode kernel；记录每次调用的块表、长度（最后一次还有输入张量）
@@ -117,7 +111,7 @@ for r in rows:
     print({k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()})
 
 # %% [markdown]
-# 图 6-2：把引擎最后一次 decode 调用按块循环在 torch 里重放。每个点是一个 token 的注意力分数，黑线是处理完该块后的 running max。第一个块的旧 max 是 $-\infty$，`rescale = exp(-inf) = 0`；后面的块抬高 max 时，此前的分母与累加器都乘上 `rescale < 1`。标题里的误差说明结果与整行 softmax 相同。
+# 图 6-2：把最后一次 decode 调用的块循环在 torch 里重放。点是注意力分数，黑线是 running max。后面的块抬高 max 时，此前的分母与累加器都乘上 `rescale < 1`；标题里的误差说明结果与整行 softmax 相同。
 #
 # 一个块的更新（$m$ 为 running max，$\ell$ 为分母，$a$ 为累加器，$s$ 为本块的注意力分数）：
 #
@@ -125,12 +119,12 @@ for r in rows:
 #
 # ### 3. 正确性条件与常见误区
 #
-# - **物理块，不是逻辑块**：用逻辑块号当物理块号，在“块恰好按顺序分配”的测试里碰巧通过，在真实引擎里读错块。下一个单元格用图 6-1 的块表算出会读哪些块。
+# - **物理块，不是逻辑块**：逻辑块号当物理块号，在块恰好按顺序分配的测试里碰巧通过，在真实引擎里读错块（下一个单元格）。
 # - **最后一个块必须掩码**：未写入的槽位可能是旧值，甚至 NaN。掩码要同时作用于 K/V 的加载（`0 * NaN` 仍是 NaN）和注意力分数（置为 $-\infty$）。
 # - **先减 max 再 exp**：fp32 的 `exp` 在输入超过约 88.7 时溢出为 inf，inf/inf 得 NaN。
 # - **分母和累加器都要重缩放**：只缩放一个，在 max 出现在第一个块时碰巧正确，后面的块抬高 max 就错。
 # - **GQA 映射**：组内第 r 行是 query 头 `kv_head * QUERIES_PER_KV + r`。错配不报错，只会读错头。
-# - **空行与越界**：`seq_len = 0` 的填充行不进循环，输出 0；块号乘步长要转成 int64。解释器下，启动器对每次加载做越界检查。
+# - **空行与越界**：`seq_len = 0` 的填充行输出 0；块号乘步长要转成 int64。
 
 # %%
 # 把逻辑块号当物理块号会读哪些块？用图 6-1 最后一次调用的块表算出来（块 0 是 null block）。
@@ -140,25 +134,24 @@ for seq, (table, n) in enumerate(zip(last.block_table, last.seq_lens)):
     print(f"r{seq}（seq_len={n}）：应读物理块 {list(table[:used])}，把逻辑块号当物理块号会读 {list(range(used))}")
 
 # %% [markdown]
-# 本次演示里，逻辑块号当物理块号时 r0 的逻辑块 0 读到物理块 0（全零的空块），逻辑块 1 读到 r0 自己的第一个块：没有读到别人的 K/V，但结果全错。cache 更满时，读到的就是别的请求的 K/V。
+# 这里 r0 的逻辑块 0 读到物理块 0（全零的空块）：没读到别人的 K/V，结果却全错；cache 更满时就会读到别的请求的 K/V。
 #
 # ### 4. 性能与工程取舍
 #
 # - **受带宽限制**：每个（query 头, token）约 $4d$ 次浮点运算，每个（kv 头, token）读 $2d$ 个元素，算术强度为 $2G/\text{elt}$ FLOP/B（$G$ = `QUERIES_PER_KV`）。bf16、GQA 4 时约 4 FLOP/B，比 H100 SXM 的拐点（约 295）低两个数量级（图 6-3）。
-# - **目标是每个字节只读一次**：不读 `seq_len` 之后的槽位，不写中间结果。组内 query 头共用一次 K/V 加载；每个头一个 program 时，同一份 K/V 被请求 `QUERIES_PER_KV` 次，L2 缓存能挡住多少没有保证。
-# - **并行度**：本 kernel 只有 `batch × num_kv_heads` 个 program，小 batch、长上下文时吃不满带宽。vLLM 在纯 decode 的小批上把一条序列切成多段并行，最后合并 softmax；本 kernel 不分段。
-# - **块大小**：块越大，块表读取和循环次数越少；块越小，最后一块浪费的槽位越少，前缀缓存的粒度越细。
+# - **每个字节只读一次**：不读 `seq_len` 之后的槽位，不写中间结果；组内 query 头共用一次 K/V 加载。
+# - **并行度**：只有 `batch × num_kv_heads` 个 program，小 batch、长上下文时吃不满带宽；vLLM 在纯 decode 的小批上把序列切段并行再合并（见附录）。
 
 # %%
 L06.plot_roofline();
 
 # %% [markdown]
-# 图 6-3：图 1-1 的 roofline（H100 SXM：BF16 稠密约 989 TFLOP/s，HBM3 约 3.35 TB/s）上，decode attention 的算术强度只有 1～8 FLOP/B，落在带宽斜线上：上限是“带宽 × 算术强度”，与峰值算力无关。CPU 上只能画出理论位置，实测点需要 GPU。
+# 图 6-3：图 1-1 的 roofline（H100 SXM：BF16 约 989 TFLOP/s，HBM3 约 3.35 TB/s）上，decode attention 的算术强度只有 1～8 FLOP/B，落在带宽斜线上，与峰值算力无关。实测点需要 GPU。
 
 # %% [markdown]
 # ## 具体演示：一次 decode 调用读了什么
 #
-# 对同一批序列，用 Triton 解释器数一数 minivllm 的 decode kernel 读了多少字节、调用了多少次 `tl.dot` 与 `exp`；再把 K/V 按 query 头展开，模拟每个 query 头一个 program 的读法。GPU 上没有解释器，这个单元格改为用 `do_bench` 实测带宽。
+# 用 Triton 解释器数 minivllm 的 decode kernel 读了多少字节、调用多少次 `tl.dot` 与 `exp`，再模拟每个 query 头一个 program 的读法。GPU 上改为用 `do_bench` 实测带宽。
 
 # %%
 from minivllm.attention.ops.triton_decode_attention import _paged_decode_attention_kernel  # noqa: E402
@@ -171,18 +164,16 @@ else:
     L06.print_bandwidth(L06.measure_bandwidth(_paged_decode_attention_kernel))
 
 # %% [markdown]
-# 读表：分组 kernel 读的 K/V 字节正好是“每个字节一次”（`1.00x`），不分组时是 `QUERIES_PER_KV` 倍（这里 4 倍）。`exp` 的次数包含补齐到 16 行的空 query 头：这是计算浪费，但在受带宽限制的 kernel 里几乎不花时间。
+# 读表：分组 kernel 读的 K/V 字节正好是“每个字节一次”（`1.00x`），不分组时是 `QUERIES_PER_KV` 倍（这里 4 倍）。`exp` 的次数含补齐到 16 行的空头：计算有浪费，但 kernel 受带宽限制，几乎不花时间。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
 #
 # 下面是 minivllm `_paged_decode_attention_kernel` 的副本，块循环里 8 处被挖成了 `______`：① 从块表读物理块号；② 本块的 token 掩码与 K/V 指针偏移；④ online softmax 的更新（新 max、重缩放因子、本块概率、分母、累加器）。其余代码都已给出。
 #
-# 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。CPU 上它在 Triton 解释器里运行，GPU 上直接编译运行。
+# 只改 `______` 处，不删断言、不放宽条件。
 #
-# CPU 与 GPU 有一处差别：GPU 上 fp32 操作数的 `tl.dot` 默认按 tf32 算（尾数只留 10 位），与参考实现差约 1e-3；`input_precision=DOT_PRECISION`（fp32 时为 `"ieee"`）避免这次舍入。解释器忽略这个参数，CPU 上看不出问题。
-#
-# 所以评分前启动器静态检查你的每个 `tl.dot`：必须带 `input_precision=DOT_PRECISION`，两个操作数都来自 `.to(COMPUTE_DTYPE)`，否则三项代码检查都判失败。
+# GPU 上 fp32 的 `tl.dot` 默认按 tf32 算，与参考实现差约 1e-3；解释器看不出。所以启动器静态检查每个 `tl.dot`：必须带 `input_precision=DOT_PRECISION`，两个操作数都来自 `.to(COMPUTE_DTYPE)`，否则三项代码检查都判失败。
 
 # %% nbgrader={"grade": false, "grade_id": "l06_kernel", "locked": false, "schema_version": 3, "solution": true, "task": false}
 import triton
@@ -297,7 +288,7 @@ print("真实引擎检查通过：每次 decode 调用与 torch 参考一致，�
 # %% [markdown]
 # ### 你的 kernel 的 profiler 输出
 #
-# GPU 上：用 `triton.testing.do_bench` 测你的 kernel（32 个 query 头、8 个 kv 头、head_dim 128、bf16，上下文 4096）在不同 batch 下的耗时，换算成有效带宽，和实测的拷贝带宽、矩阵乘峰值一起画到 roofline 上。CPU 上只给出解释器的计数（图 6-4）。
+# GPU 上用 `do_bench` 测你的 kernel（head_dim 128、bf16、上下文 4096）在不同 batch 下的有效带宽，画到 roofline 上；CPU 上给出解释器的计数（图 6-4）。
 
 # %%
 if L06.interpreting():
@@ -311,7 +302,7 @@ else:
                       bw["peak_tflops"], bw["copy_gbs"] / 1e3, bw["device"])
 
 # %% [markdown]
-# 图 6-4（CPU）或图 6-3 实测版（GPU）。GPU 上 batch 越大，实测点越接近带宽斜线；batch=1 时只有 8 个 program，远少于 SM 数，正是分段要解决的情形。能达到的带宽取决于 GPU、块大小、head_dim 与 Triton 版本（`benchmarks/paged_attention.py`）。
+# 图 6-4（CPU）或图 6-3 实测版（GPU）。batch 越大，实测点越接近带宽斜线；batch=1 时只有 8 个 program，远少于 SM 数。
 
 # %% [markdown]
 # ## 检查方法
@@ -344,7 +335,9 @@ L06.check_boundary(paged_decode_kernel)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 这一部分自动评分（1 分）：打开 vLLM 8e958902eee5 的 `vllm/v1/attention/ops/chunked_prefill_paged_decode.py`，在 `kernel_paged_attention_2d` 的块循环里找到每个空对应的变量名，以及本课参数 `stride_block_table_seq` 在那里的参数名（字符串，大小写不限；`kernel_unified_attention` 里的不同名字也接受）。
+# 这一部分自动评分（1 分）：打开 vLLM 8e958902eee5 的 `vllm/v1/attention/ops/chunked_prefill_paged_decode.py`，在 `kernel_paged_attention_2d` 的块循环里找到每个空对应的变量名，以及本课参数 `stride_block_table_seq` 在那里的参数名。
+#
+# 答案是字符串，大小写不限；`kernel_unified_attention` 里的不同名字也接受。
 
 # %% nbgrader={"grade": false, "grade_id": "l06_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
@@ -443,7 +436,7 @@ L06.check_source_map(SOURCE_MAP)
 # - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
 # - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
-# 总分 10 分，至少 8 分通过。参考答案只在教师分支（solutions/）；引擎的版本在 `minivllm/` 里，先独立完成再读；核对后更换一个 batch、cache 或硬件条件重新推演。
+# 总分 10 分，至少 8 分通过。引擎的版本在 `minivllm/` 里，先独立完成再读。
 #
 # ### 自检
 #
@@ -453,7 +446,12 @@ L06.check_source_map(SOURCE_MAP)
 self_check("lesson06", globals());
 
 # %% [markdown]
-# ## 在真实 vLLM 0.27.1 上看同一件事
+# ## 附录（选读）
+#
+# 选读，不计分：在真实 vLLM 上运行、与 vLLM 的全部差异和参考资料。
+
+# %% [markdown]
+# ### 在真实 vLLM 0.27.1 上看同一件事
 #
 # vLLM 的 paged attention Triton kernel（`kernel_paged_attention_2d`、`unified_attention`）要 GPU；本机的 vLLM 是 CPU 版，没有 Triton，这些 kernel 不运行。
 #
@@ -465,7 +463,7 @@ self_check("lesson06", globals());
 L06.vllm_side_by_side(paged_decode_kernel);
 
 # %% [markdown]
-# ## 参考资料
+# ### 参考资料
 #
 # - [vLLM Triton attention backend](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/attention/backends/triton_attn.py)
 # - [vLLM `kernel_paged_attention_2d`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/attention/ops/chunked_prefill_paged_decode.py)
@@ -475,7 +473,7 @@ L06.vllm_side_by_side(paged_decode_kernel);
 #
 # 这些 kernel 以前在 `vllm/attention/ops/`，参数名随版本变化；current docs、支持矩阵和默认参数也会变，部署前按目标版本重新核对。
 #
-# ## 与 vLLM 0.27.1 的差异
+# ### 与 vLLM 0.27.1 的差异
 #
 # 本课评分的块循环与 `kernel_paged_attention_2d` 一一对应。其余差别：
 #
@@ -488,5 +486,8 @@ L06.vllm_side_by_side(paged_decode_kernel);
 # - **分段**：`unified_attention` 在批次全是 decode、且序列数不超过 `seq_threshold_3D` 时，把一条序列切成多段（3D 路径），再由 `reduce_segments` 合并；minivllm 不分段。
 # - **`triton_decode_attention.py`**：服务 MLA 后端（`triton_mla.py`）。分组时 grid 第二维是 `cdiv(head_num, min(BLOCK_H, kv_group_num))`，一个 program 至多 16 个头；MLA 只有一个 KV 头，每个 rank 超过 16 个头时，同一份 K/V 被几个 program 各读一遍。
 # - **块大小**：vLLM 的 Triton 后端要求块大小是 16 的倍数；minivllm 要求 2 的幂，在 CUDA 上至少 16。
+# - **后端优先级**：NVIDIA GPU 上默认 FlashAttention，Blackwell 上先选 FlashInfer；Triton 后端选中时对整批只调用一次 `unified_attention`。
+# - **不分组的代价**：每个 query 头一个 program 时，同一份 K/V 被请求 `QUERIES_PER_KV` 次，L2 缓存能挡住多少没有保证。
+# - **块大小的取舍**：块越大，块表读取和循环越少；块越小，最后一块浪费的槽位越少，前缀缓存的粒度越细。
 #
 # ← 上一课：第 5 课：GPUModelRunner：持久批与 varlen 输入准备　｜　下一课 →：第 7 课：采样器：temperature、top-k/top-p、种子与 logprobs

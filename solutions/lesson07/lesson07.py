@@ -14,20 +14,15 @@
 #
 # ## 本课目标与通过标准
 #
-# 本课产出：亲手写出批量的 top-k/top-p/min-p 掩码和带种子的随机采样，接进真实引擎；说清一行 logits 怎样变成一个 token：
+# 本课产出：写出批量的 top-k/top-p/min-p 掩码和带种子的随机采样，接进真实引擎；说清一行 logits 怎样变成一个 token：
 #
-# - 响应里的 logprobs 为什么在任何变换之前算；
-# - 采样参数为什么以每个请求一行的张量进入采样器（`SamplingMetadata`）；
-# - 带种子的请求为什么各有一个 `torch.Generator`；
-# - 为什么用“指数竞赛”而不是 `torch.multinomial` 采样；
-# - 哪些工作可以跳过：全贪心的批不做随机采样，没有 top-p 的批不必排序。
+# - logprobs 为何在任何变换之前算；
+# - 采样参数为何以每个请求一行的张量进入采样器（`SamplingMetadata`）；
+# - 带种子的请求为何各有一个 `torch.Generator`；
+# - 为何用“指数竞赛”而不用 `torch.multinomial`；
+# - 哪些工作可以跳过（全贪心的批、没有 top-p 的批）。
 #
-# 通过要求（总分至少 8/10）：
-#
-# - 代码题通过全部断言；Q1～Q3 都能沿源码对象给出因果链；
-# - 一个正确性不变量：带种子的请求不论和谁同批、是否分块 prefill，输出都相同；logprobs 与 temperature 无关；
-# - 一个性能边界：在 PyTorch 路径上，top-p 要对整个词表排序；
-# - 一个需要 benchmark 才能确认的结论：排序在多大的 batch × 词表上才显著。
+# 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；总分至少 8/10。
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
@@ -36,22 +31,21 @@
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson07`，得分与教师用 nbgrader 评出的自动部分一致。
+# 没有 nbgrader 时，运行最后的“自检”单元格（或 `python -m autograder check lesson07`）。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM commit 8e958902eee5，链接见参考资料。先读 `Sampler` 的类 docstring，它按顺序列出了全部步骤；再读 `forward` 和 `sample`；最后读 `topk_topp_sampler.py`。不要从 FlashInfer / Triton 的分支读起。
+# 源码固定在 vLLM commit 8e958902eee5（0.27.1 发布后一天）。先读 `Sampler` 的类 docstring，它按顺序列出了全部步骤；FlashInfer 与 Triton 的分支先跳过。
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | `v1/sample/sampler.py`：`Sampler`、`forward`、`sample`、`apply_temperature` | `minivllm/sample/sampler.py` | logprobs 为什么在 temperature 之前算？贪心行和随机行怎样同批？ |
-# | 2 | `v1/sample/ops/topk_topp_sampler.py`：`apply_top_k_top_p_pytorch`、`apply_top_k_only`、`random_sample` | 同上：`apply_top_k_top_p`、`random_sample` | top-k 与 top-p 怎样共用一次排序？什么时候不排序？ |
-# | 3 | `v1/sample/logits_processor/builtin.py`：`MinPLogitsProcessor`、`MinTokensLogitsProcessor` | 同上：`apply_min_p` | min-p 为什么在 temperature 之后，min_tokens 却在贪心之前？ |
-# | 4 | `v1/sample/metadata.py`：`SamplingMetadata` | `minivllm/sample/metadata.py` | 不用 top-p 时 `top_p` 为什么是 None，而不是全 1？ |
-# | 5 | `v1/worker/gpu_model_runner.py`：`_update_states`；`v1/worker/gpu_input_batch.py`：`add_request` | `minivllm/worker/gpu_input_batch.py` | 带种子请求的 generator 在哪里创建？它跟着请求，还是跟着行号？ |
+# | 1 | `v1/sample/sampler.py`：`Sampler.forward`（L72–L149）、`Sampler.sample`（L243–L302） | `minivllm/sample/sampler.py` | logprobs 为何在 temperature 之前算？贪心行与随机行怎样同批？ |
+# | 2 | `v1/sample/ops/topk_topp_sampler.py`：`apply_top_k_top_p_pytorch`（L367–L408）、`apply_top_k_only`（L411–L431） | 同上：`apply_top_k_top_p` | top-k 与 top-p 怎样共用一次排序？什么时候不排序？ |
+# | 3 | `v1/sample/ops/topk_topp_sampler.py`：`random_sample`（L450–L472） | 同上：`random_sample` | 为什么不用 `torch.multinomial`？带种子的行从哪取噪声？ |
+# | 4 | `v1/worker/gpu_model_runner.py`：`_update_states`（L1276–L1284） | `minivllm/worker/gpu_input_batch.py` | generator 在哪创建？跟着请求还是行号？ |
 #
-# > **minivllm ≠ vLLM**：本课讲 V1 runner（`gpu_model_runner.py`）的采样器，minivllm 照它实现。课程的 dense 模型在 vLLM 0.27.1 上默认由 Model Runner V2 运行，它的采样器是 `v1/worker/gpu/sample/sampler.py`，见文末差异。
+# > **哪个 runner**：本课讲 V1 runner（`gpu_model_runner.py`）的采样器，minivllm 照它实现；课程的 dense 模型在 0.27.1 上默认走 Model Runner V2，采样器不同（见附录）。
 
 # %% nbgrader={"grade": false, "grade_id": "l07_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。
@@ -76,55 +70,54 @@ short_errors("lesson07")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 1. 它是什么，解决什么问题
 #
-# 模型每步给每个请求一行 logits，共 V 个实数，V 是词表大小。采样器做两件事：
+# 模型每步给每个请求一行 logits（V 个实数，V 是词表大小）。采样器做两件事：
 #
 # - **报告**：用户要的 logprobs，必须是模型本身的分布；
 # - **选择**：按这个请求自己的 temperature、top-k、top-p、min-p 和种子挑出一个 token。
 #
-# 难点是一批里每个请求的参数都不同，逐请求循环会让 GPU 跑一串小 kernel。vLLM 把参数变成每行一个值的张量（`SamplingMetadata` 的 `temperature[i]`、`top_k[i]`、`top_p[i]`），整批一次算完；只有带种子的行需要各自的 `torch.Generator`。
+# 难点是每个请求的参数都不同，逐请求循环会让 GPU 跑一串小 kernel。vLLM 把参数变成每行一个值的张量（`SamplingMetadata` 的 `temperature[i]`、`top_p[i]` 等），整批一次算完；只有带种子的行需要各自的 `torch.Generator`。
 #
 # ### 2. 它如何工作
 #
 # 一行 logits 的一生，按 `Sampler` 类 docstring 的顺序：
 #
 # 1. **原始 logprobs**：`logits.log_softmax(-1)`，在任何变换之前算（默认 `logprobs_mode = "raw_logprobs"`）。所以 temperature、top-p 都不改变响应里的 logprobs。
-# 2. **会改变 argmax 的处理**：allowed_token_ids、bad words、min_tokens（最少 token 数未到时屏蔽 EOS）、logit_bias、惩罚。贪心请求也受它们影响，所以它们在贪心之前。
-# 3. **贪心**：批里不是全随机时先算 argmax；全贪心（`all_greedy`）就此返回，后面几步都跳过。混合批里的贪心行照样走完下面几步。
-# 4. **temperature**：`logits / T`，贪心行的 T 换成 1，避免除 0。它作用在 logits 上：$\mathrm{softmax}(z/T) \propto p^{1/T}$，T < 1 让分布更尖。
+# 2. **会改变 argmax 的处理**：allowed_token_ids、bad words、min_tokens、logit_bias、惩罚。贪心请求也受它们影响，所以在贪心之前。
+# 3. **贪心**：批里不是全随机时先算 argmax；全贪心（`all_greedy`）就此返回。混合批里的贪心行照样走完下面几步。
+# 4. **temperature**：`logits / T`（贪心行的 T 换成 1），$\mathrm{softmax}(z/T) \propto p^{1/T}$，T < 1 让分布更尖。
 # 5. **min-p**：概率低于 `min_p × 该行最大概率` 的 token 设为 -inf。它不改变 argmax，所以放在贪心之后。
-# 6. **top-k 与 top-p**（`apply_top_k_top_p`）：一次升序排序。top-k 以第 k 大的值为阈值，并列的都留；top-p 在剩下的 token 上重新 softmax、累积，丢掉累积和 ≤ 1 − p 的 token，最大的 token 永远保留。没有行用 top-p 时，minivllm 用 `topk(max k)` 取阈值，不排序。
-# 7. **采样**：`probs = softmax(x)`，再做指数竞赛 `argmax(probs / q)`，`q ~ Exp(1)`。无种子的行整批一次 `q.exponential_()`，带种子的行用自己的 generator 重填自己那一行（`random_sample`）。
+# 6. **top-k 与 top-p**（`apply_top_k_top_p`）：一次升序排序。top-k 以第 k 大的值为阈值，并列的都留；top-p 在剩下的 token 上重新 softmax、累积，丢掉累积和 ≤ 1 − p 的 token，最大的 token 永远保留。
+# 7. **采样**（`random_sample`）：指数竞赛 `argmax(probs / q)`，`q ~ Exp(1)`。无种子的行整批一次 `q.exponential_()`，带种子的行用自己的 generator 重填自己那一行。
 # 8. **合并**：温度低于 `_SAMPLING_EPS = 1e-5` 的行，由 `torch.where` 换回第 3 步的 argmax。
 #
 # ### 3. 正确性条件与常见误区
 #
-# - **logprobs 在 temperature 之前**：它描述模型，不描述采样器；否则换个温度，报告的 logprob 就变了。
-# - **logprobs=0 也要算**：它表示只报告被采 token 的 logprob；`max_num_logprobs` 是 0，不是 None。
-# - **在 logit 空间里算**：logits 相差 100 nats 以上时，float32 的概率下溢成 0。logprobs 用 `log_softmax`，top-k 的阈值取 logit。
-# - **temperature 在 softmax 之前**：把概率除以 T 只是整行缩放，竞赛的胜者不变。
-# - **top-p 保留跨过 p 的 token**：只保留累积和严格小于 p 的 token 会少一个，p 很小时一个都不剩。
+# - **logprobs 在 temperature 之前**：它描述模型，不描述采样器。
+# - **logprobs=0 也要算**：只报告被采 token 的 logprob（`max_num_logprobs` 是 0，不是 None）。
+# - **在 logit 空间里算**：logits 相差 100 nats 以上时，float32 的概率下溢成 0。
+# - **temperature 在 softmax 之前**：概率除以 T 只是整行缩放，胜者不变。
+# - **top-p 保留跨过 p 的 token**：否则少一个，p 很小时一个不剩。
 # - **top-p 在 top-k 之后重新归一化**：在整个词表的概率上做 top-p 会多砍。
 # - **min-p 相对最大概率**：概率总和永远是 1，相对总和的阈值就成了固定的 min_p。
-# - **每个带种子的请求一个 generator**：整批共用一个时，请求拿到的随机数取决于它前面排了几行。每步要接着取新的噪声；每步从 seed 重来，每步拿到同一段噪声，相邻 token 强相关。
+# - **每个带种子的请求一个 generator**：整批共用时，拿到的随机数取决于前面排了几行；每步从 seed 重来，则每步噪声相同。
 #
 # ### 4. 性能与工程取舍
 #
-# - **排序**：在 PyTorch 路径上，top-p 要把整行排序，每行 $O(V\log V)$，常见模型的 V 在 3.2 万到 25 万之间；只有 top-k 时 `topk(max k)` 便宜得多。都不用时 `top_p`、`top_k` 是 None，“没人用”是一次 Python 判断，不启动 kernel。
+# - **排序**：PyTorch 路径上 top-p 要把整行排序，每行 $O(V\log V)$（V 常在 3.2 万到 25 万）。都不用时 `top_p`、`top_k` 是 None，“没人用”是一次 Python 判断，不启动 kernel。
 # - **GPU 上**：vLLM 在 CUDA 上多半不排序：没有带种子的请求时交给 FlashInfer 的拒绝采样，否则 batch ≥ 8 用基于 pivot 的 Triton kernel。
-# - **不用 `torch.multinomial`**：它在 CUDA 上引起 CPU-GPU 同步（`random_sample` 的 docstring）；指数竞赛只是逐元素运算加一次 argmax，可以异步排队。
-# - **种子的代价**：带种子的行要逐行调用 `exponential_(generator=...)`，vLLM 的注释说它“can be slow”；FlashInfer 不支持逐请求 generator。
+# - **不用 `torch.multinomial`**：它在 CUDA 上引起 CPU-GPU 同步（`random_sample` 的 docstring）；指数竞赛只是逐元素运算加 argmax。
 
 # %% [markdown]
 # ## 具体演示：一行真实 logits 经过每一步
 #
-# 下面的图和表由真实引擎产生：把你的 `sample` 接进引擎，截下 prompt `"JULIET:\nO Romeo"` 贪心生成到第 6 个 token 时的那行 logits（V = 4096），再依次做 temperature 0.8、min_p 0.1、top_k 12、top_p 0.6。先完成练习再运行本节。
+# 把你的 `sample` 接进真实引擎，截下 prompt `"JULIET:\nO Romeo"` 生成到第 6 个 token 时的那行 logits（V = 4096），依次做 temperature 0.8、min_p 0.1、top_k 12、top_p 0.6。先完成练习再运行本节。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
 #
 # 下面是 vLLM `Sampler.sample`、`apply_top_k_top_p_pytorch`、`apply_top_k_only`、`MinPLogitsProcessor.apply` 与 `random_sample` 的精简版，读 minivllm 的 `SamplingMetadata`。不用某个参数时它是 None；`md.top_k` 的 0 表示关闭。
 #
-# 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
+# 只改 `______` 处，不删断言、不放宽条件。
 
 # %% nbgrader={"grade": false, "grade_id": "l07_sampler", "locked": false, "schema_version": 3, "solution": true, "task": false}
 import torch
@@ -213,14 +206,14 @@ L07.print_stages(stages)
 L07.plot_stages(stages);
 
 # %% [markdown]
-# 图 7-1：同一行真实 logits 在每一步之后的分布。横轴是按原始概率排名的前 30 个 token，标题里是还剩几个 token 有概率。每一步之后剩下的 token 都重新归一化，所以柱子越砍越高；top-p 0.6 留下的最前几个 token 里，包括跨过 0.6 的那个。
+# 图 7-1：同一行 logits 在每一步之后的分布。横轴是原始概率前 30 的 token，标题是还剩几个 token。每步之后重新归一化，柱子越砍越高；top-p 0.6 留下的 token 包括跨过 0.6 的那个。
 
 # %% [markdown]
 # 第一项检查：构造的 logits，结果完全确定。
 #
-# - 8 行、词表 10，每行自己的 top_k / top_p / min_p 混在一批，保留下来的 token 集合与逐行的 float64 参考比较；
-# - 贪心行取 argmax，temperature → 0 等于贪心，logprobs 等于原始 logits 的 log_softmax，也包括 logprobs=0 与相差 100 nats 以上的 logits；
-# - 隐藏测试：频数与精确的截断分布做卡方检验（几千行；一个 generator 连抽 500 步）；六个录制的批上与 vLLM 0.27.1 的 `Sampler` 逐行相同。
+# - 8 行、词表 10，各行参数不同，保留的 token 集合与逐行的 float64 参考比较；
+# - 贪心行取 argmax，temperature → 0 等于贪心，logprobs 是原始 logits 的 log_softmax（含 logprobs=0、相差 100 nats 以上）；
+# - 隐藏测试：频数与精确的截断分布做卡方检验；六个录制的批上与 vLLM 0.27.1 的 `Sampler` 逐行相同。
 
 # %% nbgrader={"grade": true, "grade_id": "l07_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 x = torch.tensor([[3.0, 1.0, 2.0, 0.0, 2.5], [0.0, 4.0, 1.0, 1.0, -1.0]])
@@ -252,10 +245,10 @@ print("真实引擎检查通过：种子输出与批组成、分块无关；T→
 #
 # 运行断言，再看下面两组真实运行，并解释结果：
 #
-# - 同一个 seed=1234 的请求：单独跑、和 3 个参数各异的请求同批、在 chunked prefill 下跑，以及不带种子跑两次。为什么带种子的三行相同，不带种子的两行不同？
-# - profiler 看到的算子与中位时间（[8, 32000] 的 logits，只有 top-k 与有 top-p 交替运行、预热后取中位数）：为什么有 top-p 的一栏多出了 `sort`，它贵多少？
+# - 同一个 seed=1234 的请求：单独跑、与 3 个参数各异的请求同批、在 chunked prefill 下跑；再不带种子跑两次。为什么带种子的三行相同，不带种子的不同？
+# - profiler 看到的算子与中位时间（[8, 32000] 的 logits）：为什么有 top-p 的一栏多出了 `sort`，它贵多少？
 #
-# > **minivllm ≠ vLLM**：只有 top-k 时不排序是 minivllm 的规则，边界检查按它评；vLLM 只在 CPU 无 Triton 时这样做，见文末差异。
+# > **minivllm ≠ vLLM**：只有 top-k 时不排序是 minivllm 的规则，边界检查按它评；vLLM 只在 CPU 无 Triton 时这样做，GPU 上照样排序（batch ≥ 8 用 Triton 版）。
 
 # %%
 runs = L07.seed_demo(sample)
@@ -263,7 +256,7 @@ L07.print_seed_demo(runs)
 L07.plot_seed_demo(runs);
 
 # %% [markdown]
-# 图 7-2：每个位置是否与“seed, alone”的 token 相同（绿色）。带种子的请求只在产出 token 的那一步从自己的 generator 取噪声（minivllm 的分块 prefill 中间块不采样），所以三行全绿；不带种子的两次运行在第一个随机分叉处就不同。
+# 图 7-2：每个位置是否与“seed, alone”的 token 相同（绿色）。带种子的请求只在产出 token 的那一步从自己的 generator 取噪声（minivllm 的分块 prefill 中间块不采样），所以三行全绿；不带种子的两次在第一个随机分叉处就不同。
 
 # %%
 L07.print_sort_cost(L07.sort_cost(apply_top_k_top_p))
@@ -308,7 +301,9 @@ L07.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l07_q1", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q1（2 分）
 #
-# 为什么 vLLM 的 V1 runner 给每个带种子的请求一个自己的 `torch.Generator`（`SamplingMetadata.generators`，按批内行号索引），而不是在每步开始时 `torch.manual_seed(...)` 一次、或整批共用一个 generator？请结合图 7-2 和 chunked prefill 说明“同一个种子、同样的输出”要成立需要哪些条件。
+# 为什么 vLLM 的 V1 runner 给每个带种子的请求一个自己的 `torch.Generator`（`SamplingMetadata.generators`，按批内行号索引），而不是在每步开始时 `torch.manual_seed(...)` 一次、或整批共用一个 generator？
+#
+# 请结合图 7-2 和 chunked prefill 说明“同一个种子、同样的输出”要成立需要哪些条件。
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
@@ -398,7 +393,7 @@ L07.check_source_map(SOURCE_MAP)
 # - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
 # - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
-# 总分 10 分，至少 8 分通过。参考答案只在教师分支（solutions/）中。填空是为了亲手重现 vLLM 的合同；引擎自己的版本在 `minivllm/sample/sampler.py`，先独立完成再去读。核对后请换一组参数（另一个 temperature、k、p、min_p）重新推演。
+# 总分 10 分，至少 8 分通过。引擎自己的版本在 `minivllm/sample/sampler.py`，先独立完成再读。
 #
 # ### 自检
 #
@@ -408,19 +403,24 @@ L07.check_source_map(SOURCE_MAP)
 self_check("lesson07", globals());
 
 # %% [markdown]
-# ## 在真实 vLLM 0.27.1 上看同一件事
+# ## 附录（选读）
+#
+# 选读，不计分：在真实 vLLM 上运行、与 vLLM 的全部差异和参考资料。
+
+# %% [markdown]
+# ### 在真实 vLLM 0.27.1 上看同一件事
 #
 # 第一张表：演示那行 logits（vLLM 一侧用 HF transformers 算）逐步经过 vLLM 的 `Sampler.apply_temperature`、`MinPLogitsProcessor`、`apply_top_k_top_p` 和你的函数。
 #
 # 第二张表是主路径评分的六个录制批之一：每行的掩码、带种子行的 token、原始 logprobs 都要与 vLLM 的 `Sampler` 相同。
 #
-# 这里直接构造 vLLM 的 `Sampler`，不经过 model runner。CPU 上它的 `forward_cpu` 不读 `generators`（见文末差异），所以第二张表用 `forward_native`。vLLM 源码在 `.venv-vllm` 的 site-packages/vllm 下。
+# 这里直接构造 vLLM 的 `Sampler`，不经过 model runner。CPU 上它的 `forward_cpu` 不读 `generators`（见下面的差异），所以第二张表用 `forward_native`。vLLM 源码在 `.venv-vllm` 的 site-packages/vllm 下。
 
 # %%
 L07.vllm_side_by_side(row, apply_min_p, apply_top_k_top_p, sample);
 
 # %% [markdown]
-# ## 参考资料
+# ### 参考资料
 #
 # - [vLLM sampler](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/sample/sampler.py)
 # - [vLLM top-k/top-p sampler](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/sample/ops/topk_topp_sampler.py)
@@ -433,7 +433,7 @@ L07.vllm_side_by_side(row, apply_min_p, apply_top_k_top_p, sample);
 #
 # 源码链接固定到本课对照的 commit；current docs 与默认参数会变化，部署前按目标版本重新核对。
 #
-# ## 与 vLLM 0.27.1 的差异
+# ### 与 vLLM 0.27.1 的差异
 #
 # 本课评分的机制与 vLLM V1 采样器的 PyTorch 版相同：步骤顺序、掩码、指数竞赛、每个带种子请求一个 generator。其余差别：
 #
@@ -447,6 +447,7 @@ L07.vllm_side_by_side(row, apply_min_p, apply_top_k_top_p, sample);
 # - **logits processor**：minivllm 没有 bad words；min_tokens、logit_bias 等按 vLLM 的顺序在 `Sampler.forward` 里做，vLLM 用 `MinTokensLogitsProcessor` 等。
 # - **min-p 的状态**：vLLM 在 `MinPLogitsProcessor` 里，minivllm 在 `SamplingMetadata.min_p`。
 # - **top-k 的“关闭”**：`SamplingParams.top_k` 默认都是 0；vLLM 的 `InputBatch.add_request` 把关闭的行存成词表大小，minivllm 存 0。
+# - **种子的代价**：带种子的行逐行调用 `exponential_(generator=...)`，vLLM 的注释说它 “can be slow”；FlashInfer 不支持逐请求 generator。
 # - **logprobs**：vLLM 另有 `logprobs=-1`（整个词表）和返回处理后 logits/logprobs 的模式；minivllm 只有原始 logprobs。
 #
 # ← 上一课：第 6 课：PagedAttention：Triton decode kernel　｜　下一课 →：第 8 课：结构化输出：grammar bitmask 与 CPU/GPU 重叠

@@ -21,12 +21,7 @@
 # - 它在 runner 的哪一步作用到 logits 上；
 # - 采样出的 token 又由谁推进 grammar。
 #
-# 通过要求（总分至少 8/10）：
-#
-# - 代码题通过全部断言；Q1～Q3 都能沿源码对象给出因果链；
-# - 一个正确性不变量：bitmask 必须在采样之前作用于 logits，且行与请求一一对应；
-# - 一个性能边界：bitmask 的 CPU 时间只有落在 forward 之内，才不拖慢每一步；
-# - 一个需要 benchmark 才能确认的结论：半数请求受 JSON 约束时吞吐下降多少。
+# 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；总分至少 8/10。
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
@@ -35,23 +30,21 @@
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson08`。
+# 没有 nbgrader 时，运行最后的“自检”单元格（或 `python -m autograder check lesson08`）。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM commit 8e958902eee5，链接见参考资料。先画出“编译 → 等待 → 每步 bitmask → 采样前屏蔽 → 推进状态”这条线，再进入每个文件；不要从 `backend_xgrammar.py` 第一行顺读。
+# 源码固定在 vLLM commit 8e958902eee5（0.27.1 发布后一天）。先画出“编译 → 等待 → 每步 bitmask → 采样前屏蔽 → 推进状态”这条线，再读下面四段。
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | `vllm/sampling_params.py`：`StructuredOutputsParams` | `minivllm/sampling_params.py` | 用户能给哪几种约束？为什么只能给一种？ |
-# | 2 | `v1/structured_output/__init__.py`：`StructuredOutputManager.grammar_init`、`grammar_bitmask` | `minivllm/structured_output/__init__.py` | 编译为什么放进线程池？bitmask 的一行对应谁？ |
-# | 3 | `v1/structured_output/backend_xgrammar.py`：`XgrammarBackend.compile_grammar`、`XgrammarGrammar` | `minivllm/structured_output/backend_xgrammar.py` | 编译结果和每个请求的匹配状态各放在哪里？ |
-# | 4 | `v1/core/sched/scheduler.py`：`_try_promote_blocked_waiting_request`、`get_grammar_bitmask`、`update_from_output` | `minivllm/core/sched/scheduler.py` | 谁把请求从等待编译放行？谁用采样结果推进 grammar？ |
-# | 5 | `v1/engine/core.py`：`EngineCore.step`、`step_with_batch_queue` | `minivllm/engine/core.py`：`EngineCore.step` | bitmask 在发射 forward 与等待它之间计算，重叠了什么？ |
-# | 6 | `v1/worker/gpu/structured_outputs.py`：`StructuredOutputsWorker.apply_grammar_bitmask` | `minivllm/structured_output/utils.py` | bitmask 的行顺序怎样变成 logits 的行顺序？ |
+# | 1 | `v1/structured_output/__init__.py`：`StructuredOutputManager.grammar_init`（L114–L175） | `minivllm/structured_output/__init__.py` | 编译为什么放进线程池？ |
+# | 2 | `v1/core/sched/scheduler.py`：`Scheduler._try_promote_blocked_waiting_request`（L2678–L2712） | `minivllm/core/sched/scheduler.py` | 谁把请求从等待编译放行？编译失败呢？ |
+# | 3 | `v1/engine/core.py`：`EngineCore.step`（L584–L614） | `minivllm/engine/core.py`：`EngineCore.step` | bitmask 在发射 forward 与等待它之间计算，重叠了什么？ |
+# | 4 | `v1/worker/gpu/structured_outputs.py`：`StructuredOutputsWorker.apply_grammar_bitmask`（L23–L80） | `minivllm/structured_output/utils.py` | bitmask 的行顺序怎样变成 logits 的行顺序？ |
 #
-# > **minivllm ≠ vLLM**：课程的 dense 模型在 vLLM 0.27.1 上默认由 Model Runner V2 运行，表中第 6 行是它的；V1 runner 用 `v1/structured_output/utils.py` 的 `apply_grammar_bitmask`。两者的区别见文末差异。
+# > **哪个 runner**：课程的 dense 模型在 vLLM 0.27.1 上默认由 Model Runner V2 运行，第 4 行是它的；V1 runner 用 `v1/structured_output/utils.py` 的 `apply_grammar_bitmask`（见附录）。
 
 # %% nbgrader={"grade": false, "grade_id": "l08_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的演示与检查。
@@ -78,7 +71,9 @@ VOCAB = L08.default_vocab()  # 默认模型的每个 token 的字节（特殊 to
 #
 # ### 1. 它是什么，解决什么问题
 #
-# 结构化输出让模型的输出必定满足一个形式约束：JSON schema、正则、几个候选字符串之一（`choice`）或一段 EBNF 文法。做法不是生成完再校验、失败重试，而是在**每一步采样之前**把不可能通向合法输出的 token 的 logit 设为 $-\infty$。vLLM 默认（`backend = "auto"`）先用 xgrammar，约束不被支持时才退回 guidance 或 outlines。
+# 结构化输出让模型的输出必定满足一个形式约束：JSON schema、正则、几个候选字符串之一（`choice`）或一段 EBNF 文法。做法不是生成完再校验、失败重试，而是在**每一步采样之前**把不可能通向合法输出的 token 的 logit 设为 $-\infty$。
+#
+# vLLM 默认（`backend = "auto"`）先用 xgrammar，约束不被支持时才退回 guidance 或 outlines。
 #
 # 被屏蔽的集合每步都变，所以每步要为每个受约束请求算一行 **token bitmask**：`int32` 数组，形状 `[请求数, ceil(vocab/32)]`。第 $w$ 个字的第 $j$ 位为 1，表示 token $32w+j$ 允许出现；第 31 位为 1 时这个 int32 是负数，这只是补码的读法。
 #
@@ -86,9 +81,11 @@ VOCAB = L08.default_vocab()  # 默认模型的每个 token 的字节（特殊 to
 #
 # 一个受约束请求的一生：
 #
-# 1. **编译**：`StructuredOutputManager.grammar_init` 把编译提交到线程池，请求拿到一个 Future，状态是 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`。编译结果按约束种类与规格缓存，重复的 schema 通常不再编译；缓存有上限（`VLLM_XGRAMMAR_CACHE_MB`），满了会淘汰。
-# 2. **放行**：`schedule()` 遍历等待队列时只“看一眼” Future，不等编译完成：编好了就改成 `WAITING` 参与调度；没编好就跳过它，其他请求照常运行；编译失败则以 `FINISHED_ERROR` 结束这一个请求。
-# 3. **每步 bitmask**：`EngineCore.step` 在 `execute_model(non_block=True)` 之后、`future.result()` 之前调用 `scheduler.get_grammar_bitmask`，为本步要采样的受约束请求填 bitmask，与 forward 重叠。runner 在 forward 后返回 None，EngineCore 再把 bitmask 交给 `sample_tokens(grammar_output)`。
+# 1. **编译**：`StructuredOutputManager.grammar_init` 把编译提交到线程池，请求拿到一个 Future，状态是 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`。编译结果有缓存，重复的 schema 通常不再编译。
+# 2. **放行**：`schedule()` 遍历等待队列时只“看一眼” Future：编好了就改成 `WAITING` 参与调度；没编好就跳过它，其他请求照常运行；编译失败则以 `FINISHED_ERROR` 结束这一个请求。
+# 3. **每步 bitmask**：`EngineCore.step` 在 `execute_model(non_block=True)` 之后、`future.result()` 之前调用 `scheduler.get_grammar_bitmask`，为本步要采样的受约束请求填 bitmask，与 forward 重叠。
+#
+#    runner 在 forward 后返回 None，EngineCore 再把 bitmask 交给 `sample_tokens(grammar_output)`。
 # 4. **采样前屏蔽**：bitmask 的行按调度顺序，logits 的行按批内顺序。runner 按请求 id 找到每个请求的 logits 行，含草稿位置，把禁止的 token 置为 $-\infty$，然后才采样。
 # 5. **推进状态**：`update_from_output` 先做停止判断，再把采样出的 token 交给该请求的 `accept_tokens`。请求因 EOS 等停止条件结束，不是因为 grammar 终止；grammar 终止后，它的 bitmask 行是全 1。
 #
@@ -103,7 +100,7 @@ L08.show_words("per", ["yes", "no", "perchance"])
 #
 # 用一棵 **TokenTrie**，即所有 token 的字节组成的字典树，可以一次走完：沿剩余字节 `"chance"` 向下走，途中经过的每个“token 结束”节点都是一个允许的 token。代价是剩余字节的长度，而不是整个词表的大小。
 #
-# 字典树是本课为 `choice` 写的做法，不是 vLLM 的。vLLM 把 `choice` 转成 EBNF 交给 xgrammar 编译。xgrammar 编译时为文法的每个位置预先判定多数 token 能否接上（与上下文无关的部分存进 token mask 缓存），每步只需现场检查少数与上下文有关的 token，所以填一行 bitmask 不必扫整个词表。
+# > **minivllm ≠ vLLM**：字典树是本课为 `choice` 写的做法。vLLM 把 `choice` 转成 EBNF 交给 xgrammar 编译，两者的 bitmask 逐字相同。
 #
 # ### 3. 正确性条件与常见误区
 #
@@ -115,16 +112,17 @@ L08.show_words("per", ["yes", "no", "perchance"])
 #
 # ### 4. 性能与工程取舍
 #
-# - **编译延迟**：JSON schema 的编译可能要毫秒到秒级，与词表大小有关。放进线程池，busy loop 不被阻塞；代价是该请求的首 token 晚到。
-# - **每步 bitmask 的 CPU 时间**：每个受约束请求每步一次填充，本机 4096 词表只要几十微秒（下面的 trace）。它落在 forward 之内时几乎免费；forward 更短时它就露出来，拖慢每一步。这要用 benchmark 量：`benchmarks/structured_output.py` 比较半数请求受 JSON 约束与全部自由的吞吐。
-# - **没有 grammar 的步骤不付代价**：minivllm 的调度器用一个计数器关掉所有 grammar 钩子，这是热路径上的工程纪律。
+# - **编译延迟**：JSON schema 的编译可能要毫秒到秒级。放进线程池，busy loop 不被阻塞；代价是该请求的首 token 晚到。
+# - **每步 bitmask 的 CPU 时间**：本机 4096 词表只要几十微秒（下面的 trace）。落在 forward 之内时几乎免费；forward 更短时它就露出来，拖慢每一步（`benchmarks/structured_output.py` 量吞吐）。
+# - **重叠从哪里来**：vLLM 的 `UniProcExecutor` 在调用线程里同步执行、返回已完成的 Future，重叠来自 GPU kernel 的异步执行；CPU 上单进程跑 vLLM 没有这种重叠。
+# - **minivllm ≠ vLLM**：minivllm 的 `UniProcExecutor` 把 `execute_model` 交给一个 worker 线程（torch 算子释放 GIL），CPU 上 forward 与 bitmask 填充真的并行。
 
 # %% [markdown]
 # ## 具体演示：同批的受约束请求与自由请求
 #
 # 在真实的 minivllm `EngineCore` 上，先单独跑 5 个自由的贪心请求，再把它们与 5 个 `choice` 请求放进同一批；`choice` 请求有贪心、有带种子的随机采样，选项各不相同。每个受约束输出必须是它的选项之一，自由请求必须与单独运行时逐 token 相同。
 #
-# trace 画出几步的时间线：红色的 grammar 阶段在 execute 发射之后开始，在 worker 的 forward（橙色）结束之前完成。这里 bitmask 只要几十微秒，常在 worker 刚开始准备输入时就算完，所以“与 forward 本身重叠”的比例可能很低；请求多、schema 复杂时两者才明显交叠。
+# trace 画出几步的时间线：红色的 grammar 阶段在 execute 发射之后开始，在 worker 的 forward（橙色）结束之前完成。这里 bitmask 只要几十微秒，与 forward 本身重叠的比例可能很低；请求多、schema 复杂时才明显交叠。
 
 # %%
 demo = L08.run_demo()
@@ -143,9 +141,7 @@ L08.plot_overlap(demo.events);
 #   - `trie.prefixes_of(rest)` 返回字节串为 `rest` 的非空前缀的所有 token。
 # - `apply_bitmask_and_sample(logits, bitmask, sample)`：把不允许的 token 置为 $-\infty$，然后调用 `sample`。
 #
-# > **minivllm ≠ vLLM**：vLLM 的 bitmask 按调度顺序出行，由 runner 重排；练习把这一步并进了 `choice_bitmask`。
-#
-# 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
+# 只改 `______` 处，不删断言、不放宽条件。
 
 # %% nbgrader={"grade": false, "grade_id": "l08_choice_bitmask", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def choice_bitmask(batch_req_ids, generated, choices, trie, eos_token_id, vocab_size):
@@ -195,7 +191,9 @@ L08.check_choice_bitmask(choice_bitmask)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：把你的 `choice_bitmask` 接入真实的 minivllm，替换 `StructuredOutputManager.grammar_bitmask` 的填充。编译、等待与 xgrammar 的 `accept_tokens` 仍是引擎自己的，所以你放行的每个 token 都要被真正的 grammar 接受。重放上面的演示：受约束输出都是选项之一，自由请求不变，grammar 阶段与 forward 重叠。
+# 第二项检查：把你的 `choice_bitmask` 接入真实的 minivllm，替换 `StructuredOutputManager.grammar_bitmask` 的填充。编译、等待与 xgrammar 的 `accept_tokens` 仍是引擎自己的，你放行的每个 token 都要被真正的 grammar 接受。
+#
+# 重放上面的演示：受约束输出都是选项之一，自由请求不变，grammar 阶段与 forward 重叠。
 
 # %% nbgrader={"grade": true, "grade_id": "l08_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 student_run = L08.check_real_engine(choice_bitmask)
@@ -329,7 +327,7 @@ L08.check_source_map(SOURCE_MAP)
 # - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
 # - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
-# 总分 10 分，至少 8 分通过。参考答案只在教师分支（solutions/）中。填空是为了亲手重现 vLLM 的合同；引擎自己的屏蔽在 `minivllm/structured_output/utils.py`（它的 bitmask 来自 xgrammar），先独立完成再去读。核对后请换一组选项、一个 JSON schema 或更大的批重新推演。
+# 总分 10 分，至少 8 分通过。引擎自己的屏蔽在 `minivllm/structured_output/utils.py`，先独立完成再读。
 #
 # ### 自检
 #
@@ -339,7 +337,12 @@ L08.check_source_map(SOURCE_MAP)
 self_check("lesson08", globals());
 
 # %% [markdown]
-# ## 在真实 vLLM 0.27.1 上看同一件事
+# ## 附录（选读）
+#
+# 选读，不计分：在真实 vLLM 上运行、与 vLLM 的全部差异和参考资料。
+
+# %% [markdown]
+# ### 在真实 vLLM 0.27.1 上看同一件事
 #
 # 第一张表：评分场景里“批内顺序与调度顺序不同”的那一批交给 vLLM 自己的 `StructuredOutputManager.grammar_bitmask`（选项由 `SamplingParams._validate_structured_outputs` 改写成 EBNF，xgrammar 编译）。vLLM 按调度顺序出行，你的函数按批内顺序；按请求 id 重排后应逐字相同。
 #
@@ -351,7 +354,7 @@ self_check("lesson08", globals());
 L08.vllm_side_by_side(choice_bitmask)
 
 # %% [markdown]
-# ## 参考资料
+# ### 参考资料
 #
 # - [vLLM structured output manager](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/structured_output/__init__.py)
 # - [vLLM xgrammar backend](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/structured_output/backend_xgrammar.py)
@@ -363,17 +366,18 @@ L08.vllm_side_by_side(choice_bitmask)
 #
 # 源码链接固定到本课对照的 commit；current docs、支持矩阵和默认参数会变化，部署前按目标版本重新核对。
 #
-# ## 与 vLLM 0.27.1 的差异
+# ### 与 vLLM 0.27.1 的差异
 #
 # 本课评分的机制与 vLLM 相同：bitmask 的布局与位序、EOS 的规则、先屏蔽再采样、bitmask 在发射 forward 与等待它之间计算。其余差别：
 #
-# - **重叠从哪里来**：minivllm 的 `UniProcExecutor` 把 `execute_model` 交给一个 worker 线程，CPU 上 forward 与 bitmask 填充真的并行。vLLM 的 `UniProcExecutor` 在调用线程里同步执行，返回已完成的 Future；GPU 上重叠来自 kernel 的异步执行；在 CPU 上跑 vLLM 单进程时没有这种重叠。
 # - **异步调度**：vLLM 默认开启，busy loop 跑 `step_with_batch_queue`。decode 时受约束请求的上一步 token 总还在路上，所以 bitmask 与采样每步都推迟到上一步的输出推进 grammar 之后，这是常态；这时 GPU 已在跑本步的 forward。本课画的是同步的 `EngineCore.step`。
 # - **V2 的屏蔽**：`StructuredOutputsWorker` 只拷贝受约束请求的行和它们的 logits 行号，用自己的 Triton kernel 屏蔽。V1 的 `apply_grammar_bitmask` 拼一张与 logits 行数相同、其余行全 1 的 bitmask，交给 xgrammar 的 kernel。minivllm 照 V1 在 runner 里重排。
 # - **谁按批内顺序排行**：练习的 `choice_bitmask` 直接按 `batch_req_ids` 出行；vLLM 的 `grammar_bitmask` 按调度顺序填，由 runner 重排。
 # - **`choice` 的实现**：vLLM 用 `choice_as_grammar` 把选项写成 EBNF（`root ::= "yes" | "no"`），交给 xgrammar；TokenTrie 是本课的做法，两者的 bitmask 逐字相同。
 # - **编译的调用方**：vLLM 由输入处理线程里的 `preprocess_add_request` 调用 `grammar_init`，`Request` 创建时就处于等待编译的状态；minivllm 没有输入线程，由 `EngineCore.add_request` 调用。
 # - **编译缓存**：vLLM 借 xgrammar 的编译缓存，minivllm 用 `StructuredOutputManager.compiled`；两边的编译池都约占一半 CPU 核。
+# - **xgrammar 怎样填一行**：编译时为文法的每个位置预先判定多数 token 能否接上（token mask 缓存），每步只现场检查少数与上下文有关的 token，不必扫整个词表。缓存有上限（`VLLM_XGRAMMAR_CACHE_MB`）。
+# - **没有 grammar 的步骤**：minivllm 的调度器用一个计数器关掉所有 grammar 钩子，不付代价。
 # - **runner 的拆分**：vLLM 的 runner 每步在 forward 后返回 None，由 `sample_tokens` 采样；minivllm 只在有受约束请求时这样拆开。
 # - **草稿**：不合 grammar 的草稿由 `validate_tokens` 截断。只有在推迟 bitmask 的路径上，`update_draft_token_ids_in_output` 才把截掉的位置用 -1 补齐；填 bitmask 时遇到 -1 就不再推进 grammar，其后各行（含 bonus 行）照样填出，但是全 1、不加约束。
 #
