@@ -18,7 +18,6 @@ import httpx
 import pytest
 import uvicorn
 from test_api_server import API_KEY, NAME, _engine_core_pid, free_port, launch_server, stop_server
-from tiny_models import make_tiny_model
 
 from minivllm.config import EngineArgs
 from minivllm.entrypoints.openai.api_server import build_app
@@ -27,8 +26,8 @@ AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return make_tiny_model("llama", tmp_path_factory.mktemp("tiny") / "llama", max_position_embeddings=4096)
+def model(tiny_model):
+    return tiny_model("llama", max_position_embeddings=4096)
 
 
 def _alive(pid: int) -> bool:
