@@ -187,12 +187,19 @@ def lesson01_class(once):
 # 2 cores, from the per-file table below), so the many short ones fill the end and the workers finish together.
 # (--dist loadgroup would also keep files that share a session fixture together, but pytest-xdist 3.8.0 cannot
 # group under pytest 9: it renames `item._nodeid`, which pytest 9 no longer reads.)
-LONGEST_FIRST = ["test_autograder.py", "test_mutants.py", "test_grading_limits.py", "test_grading_isolation.py"]
+# A file that builds a result others read (`once`) starts early and its readers come last, so no worker sits
+# waiting on the lock while another builds it: test_feedback_page builds lesson01_class (~200 s on 2 loaded
+# cores), test_grading_canary and test_lesson01_grading read it; test_autograder runs every executed_solution
+# the lessons' grading tests read.
+LONGEST_FIRST = ["test_autograder.py", "test_mutants.py", "test_feedback_page.py", "test_grading_limits.py",
+                 "test_grading_isolation.py"]
+READERS_LAST = ["test_grading_canary.py", "test_lesson01_grading.py"]
 
 
 def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its order
+    last = {name: len(rank) + 1 + i for i, name in enumerate(READERS_LAST)}
+    items.sort(key=lambda item: rank.get(item.path.name, last.get(item.path.name, len(rank))))  # stable sort
 
 
 _FILE_SECONDS: dict[str, float] = {}
