@@ -45,7 +45,7 @@ def run(client, reqs) -> dict[str, list[int]]:
     for r in reqs:
         client.add_request(r)
     done: set[str] = set()
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120  # a hang guard only
     while len(done) < len(reqs):
         assert time.monotonic() < deadline, "outputs stopped coming"
         for out in client.get_output().outputs:
@@ -57,7 +57,7 @@ def run(client, reqs) -> dict[str, list[int]]:
 
 def wait_for_tokens(client, request_id: str) -> None:
     """get_output() until request_id has produced a token (stats-only outputs come too)."""
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # a hang guard only
     while not any(o.request_id == request_id and o.new_token_ids for o in client.get_output().outputs):
         assert time.monotonic() < deadline
 
@@ -103,7 +103,7 @@ def test_utility_errors_are_reported_not_fatal(client):
 def test_bad_request_in_core_finishes_it(client):
     # The frontend normally validates; a request that reaches the core anyway must still end.
     client.add_request(EngineCoreRequest("empty", [], SamplingParams(max_tokens=3), 2))
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # a hang guard only
     while not (outs := [o for o in client.get_output().outputs if o.request_id == "empty"]):
         assert time.monotonic() < deadline
     out = outs[0]
