@@ -26,24 +26,82 @@ def student_release(tmp_path_factory):
     return dest
 
 
+def _run_root(tmp_path_factory):
+    """This run's temporary folder that every pytest-xdist worker sees (each worker's basetemp is a folder of it);
+    without xdist, the session's own basetemp."""
+    from pathlib import Path
+
+    base = Path(tmp_path_factory.getbasetemp())
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "once"
+    root.mkdir(exist_ok=True)
+    return root
+
+
 @pytest.fixture(scope="session")
-def release_scores(tmp_path_factory):
+def once(tmp_path_factory):
+    """once(key, compute, dump=json.dumps, load=json.loads): compute() run once per test run, by whichever
+    pytest-xdist worker asks first; a worker that asks later (or meanwhile: it waits on the lock) reads the result
+    from the run's shared temporary folder (pytest-xdist's recipe for a session fixture built once). Every caller,
+    the first included, gets load(dump(value)), so all see the same types. compute(folder) gets a folder of its
+    own in that shared place, for files other workers read too. A compute that raises stores nothing: the next
+    caller computes again (and fails the same way)."""
+    import json
+
+    from filelock import FileLock
+
+    root = _run_root(tmp_path_factory)
+    memo: dict = {}
+
+    def get(key: str, compute, dump=json.dumps, load=json.loads):
+        if key not in memo:
+            path = root / f"{key}.out"
+            with FileLock(str(root / f"{key}.lock")):
+                if not path.exists():
+                    folder = root / f"{key}.files"
+                    folder.mkdir(exist_ok=True)
+                    part = root / f"{key}.part"
+                    part.write_text(dump(compute(folder)), encoding="utf-8")
+                    part.replace(path)
+                memo[key] = path.read_text(encoding="utf-8")
+        return load(memo[key])
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def tiny_model(once):
+    """tiny_model(arch, **overrides) -> the folder of tests/tiny_models.make_tiny_model's checkpoint, built once per
+    test run (`once`; a seeded build, so every test file that used to build the same one gets the same weights);
+    read it, do not change it."""
+    import json
+
+    from tiny_models import make_tiny_model
+
+    def get(arch: str, **overrides) -> str:
+        key = "tiny-" + arch + "".join(f"-{k}={v}" for k, v in sorted(overrides.items()))
+        return once(key, lambda folder: make_tiny_model(arch, folder / arch, **overrides), json.dumps, json.loads)
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def release_scores(once):
     """(lesson, mutant name or None for the solution) -> code points per part of the student release filled with
-    the solution's answers (and that mutant's edits), graded once per session in this process: test_mutants and
-    the full-speed run of test_grading_determinism grade the same notebooks the same way."""
+    the solution's answers (and that mutant's edits), graded once per test run in a test process (`once`):
+    test_mutants, the full-speed run of test_grading_determinism, the lessons' grading tests and test_diagnosis
+    grade the same notebooks the same way."""
     from grading_flow import code_scores
 
     from autograder.mutation import filled_notebook, mutant_notebook
 
-    done: dict = {}
-
     def scores(lesson_id: str, answer: str | None = None, messages: dict | None = None) -> dict[str, float]:
         """`messages`, when given, receives each part's verdict message (for the diagnosis table's check)."""
-        if (lesson_id, answer) not in done:
+        def grade(folder):
             nb = filled_notebook(lesson_id) if answer is None else mutant_notebook(lesson_id, answer)
             said: dict = {}
-            done[lesson_id, answer] = code_scores(lesson_id, nb, tmp_path_factory.mktemp(lesson_id), said), said
-        got, said = done[lesson_id, answer]
+            return [code_scores(lesson_id, nb, folder, said), said]
+
+        got, said = once(f"scores-{lesson_id}-{answer or 'solution'}", grade)
         if messages is not None:
             messages.update(said)
         return dict(got)
@@ -52,14 +110,13 @@ def release_scores(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def executed_solution(tmp_path_factory):
-    """lesson -> its solution notebook run once per session (nbclient, each cell within the course's per-cell
-    limit), for every test that inspects that run; read it, do not change it."""
-    done: dict = {}
+def executed_solution(once):
+    """lesson -> its solution notebook run once per test run (`once`; nbclient, each cell within the course's
+    per-cell limit), for every test that inspects that run; read it, do not change it."""
+    import nbformat
 
     def run(lesson_id: str):
-        if lesson_id not in done:
-            import nbformat
+        def execute(folder):
             from nbclient import NotebookClient
 
             from autograder.common import REPO
@@ -67,11 +124,62 @@ def executed_solution(tmp_path_factory):
 
             nb = nbformat.read(REPO / "solutions" / lesson_id / f"{lesson_id}.ipynb", as_version=4)
             NotebookClient(nb, timeout=round(cell_timeout()), kernel_name="python3",
-                           resources={"metadata": {"path": str(tmp_path_factory.mktemp(lesson_id))}}).execute()
-            done[lesson_id] = nb
-        return done[lesson_id]
+                           resources={"metadata": {"path": str(folder)}}).execute()
+            return nb
+
+        return once(f"executed-{lesson_id}", execute, nbformat.writes, lambda text: nbformat.reads(text, as_version=4))
 
     return run
+
+
+# Lesson 1's graded class: the nbgrader three-student flow (tests/grading_flow.py) and the feedback page's wrong
+# student, one `grade -j 2` (its canary included) for test_lesson01_grading, test_feedback_page and
+# test_grading_canary. Written answers: the solution's and the mutant's Q1 ("pending"), the blank's untouched (0).
+LESSON01_Q1 = "（学生写下的回答）"
+MISCONCEPTION_Q1 = "**Q1 你的答案**：EngineCore 拥有 busy loop 与 abort 队列。"
+
+
+@pytest.fixture(scope="session")
+def lesson01_class(once):
+    """One graded lesson-1 class per test run (`once`): dict with the course, submissions and CSV folders, the
+    per-part results, grade's phase timings (PHASES), the feedback pages by student, and what grade printed.
+    Students: solution_student, blank_student, mutant_student (update_before_aborts, the flow's mutant) and
+    misconception_student (aborts_skipped with its Q1 written and its source map left blank, the feedback's)."""
+    from pathlib import Path
+
+    def build(folder):
+        import contextlib
+        import io
+
+        from grading_flow import make_submission, solution_cells
+
+        from autograder.grading import PHASES, feedback, grade
+        from autograder.mutation import mutant_source
+
+        sol = solution_cells("lesson01")
+        answers = {k: sol[k] for k in ("l01_engine_core_step", "l01_source_map_answer")}
+        answers["l01_q1"] = LESSON01_Q1
+        subs = folder / "submissions"
+        make_submission(subs, "lesson01", "solution_student", answers)
+        make_submission(subs, "lesson01", "blank_student", {})
+        make_submission(subs, "lesson01", "mutant_student",
+                        dict(answers, l01_engine_core_step=mutant_source("lesson01", "update_before_aborts")))
+        make_submission(subs, "lesson01", "misconception_student", {
+            "l01_engine_core_step": mutant_source("lesson01", "aborts_skipped"), "l01_q1": MISCONCEPTION_Q1})
+        PHASES.clear()
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            results = grade(subs, folder / "course", folder / "grades.csv", ["lesson01"], jobs=2)["lesson01"]
+        phases = list(PHASES)
+        pages = {p.parts[-3]: str(p) for p in feedback(folder / "course", ["lesson01"])}
+        return {"folder": str(folder), "results": results, "phases": phases, "pages": pages,
+                "printed": printed.getvalue()}
+
+    got = once("lesson01-class", build)
+    folder = Path(got["folder"])
+    got.update(course=folder / "course", subs=folder / "submissions", csv=folder / "grades.csv",
+               pages={s: Path(p) for s, p in got["pages"].items()})
+    return got
 
 
 # pytest-xdist (`make test`: --dist loadfile) hands each worker whole test files, in collection order, so a file's
@@ -79,13 +187,19 @@ def executed_solution(tmp_path_factory):
 # 2 cores, from the per-file table below), so the many short ones fill the end and the workers finish together.
 # (--dist loadgroup would also keep files that share a session fixture together, but pytest-xdist 3.8.0 cannot
 # group under pytest 9: it renames `item._nodeid`, which pytest 9 no longer reads.)
-LONGEST_FIRST = ["test_autograder.py", "test_mutants.py", "test_grading_limits.py", "test_grading_isolation.py",
-                 "test_grading_cluster.py"]
+# A file that builds a result others read (`once`) starts early and its readers come last, so no worker sits
+# waiting on the lock while another builds it: test_feedback_page builds lesson01_class (~200 s on 2 loaded
+# cores), test_grading_canary and test_lesson01_grading read it; test_autograder runs every executed_solution
+# the lessons' grading tests read.
+LONGEST_FIRST = ["test_autograder.py", "test_mutants.py", "test_feedback_page.py", "test_grading_limits.py",
+                 "test_grading_isolation.py", "test_grading_cluster.py"]
+READERS_LAST = ["test_grading_canary.py", "test_lesson01_grading.py"]
 
 
 def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its order
+    last = {name: len(rank) + 1 + i for i, name in enumerate(READERS_LAST)}
+    items.sort(key=lambda item: rank.get(item.path.name, last.get(item.path.name, len(rank))))  # stable sort
 
 
 _FILE_SECONDS: dict[str, float] = {}

@@ -42,6 +42,22 @@ def code_scores(lesson_id: str, nb: dict, tmp_path: Path, messages: dict | None 
     return {r.part.grade_id: r.score for r in results}
 
 
+def notebook_part_scores(lesson_id: str, nb) -> dict[str, float]:
+    """Code points per part of an executed notebook (tests/conftest.py's executed_solution), scored as nbgrader
+    scores a grade cell: its points when it ran without an error or stderr output, else 0."""
+    from autograder.common import load_lesson
+
+    points = {p.grade_id: p.points for p in load_lesson(lesson_id).parts if not p.manual}
+    got = {}
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in points and cell.cell_type == "code":
+            bad = [o for o in cell.get("outputs", []) if o.output_type == "error"
+                   or (o.output_type == "stream" and o.name == "stderr")]
+            got[gid] = points[gid] if cell.get("execution_count") and not bad else 0
+    return got
+
+
 def make_submission(root: Path, lesson: str, student: str, replace: dict[str, str]) -> Path:
     """The student release with the given cells replaced, in nbgrader's collected layout."""
     nb = json.loads((REPO / f"notebooks/{lesson}/{lesson}.ipynb").read_text(encoding="utf-8"))

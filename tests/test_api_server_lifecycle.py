@@ -18,7 +18,6 @@ import httpx
 import pytest
 import uvicorn
 from test_api_server import API_KEY, NAME, _engine_core_pid, free_port, launch_server, stop_server
-from tiny_models import make_tiny_model
 
 from minivllm.config import EngineArgs
 from minivllm.entrypoints.openai.api_server import build_app
@@ -27,8 +26,8 @@ AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return make_tiny_model("llama", tmp_path_factory.mktemp("tiny") / "llama", max_position_embeddings=4096)
+def model(tiny_model):
+    return tiny_model("llama", max_position_embeddings=4096)
 
 
 def _alive(pid: int) -> bool:
@@ -49,7 +48,7 @@ def test_kill_9_then_restart_then_sigterm_mid_stream(model, tmp_path):
     core = _engine_core_pid(first.pid)
     first.kill()
     first.wait(10)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 120  # a hang guard only
     while _alive(core):  # the core's parent watch notices within about a second
         assert time.monotonic() < deadline, "EngineCore outlived its killed server"
         time.sleep(0.1)
@@ -72,15 +71,15 @@ def test_kill_9_then_restart_then_sigterm_mid_stream(model, tmp_path):
         reader = threading.Thread(target=stream)
         reader.start()
         assert streaming.wait(60)
-        t0 = time.monotonic()
         second.send_signal(signal.SIGTERM)
         reader.join(60)
         assert second.wait(30) == 0
-        elapsed = time.monotonic() - t0
         assert events[-1] == "data: [DONE]"
         error = json.loads(events[-2][6:])["error"]
         assert "shutting down" in error["message"] and "grace period" in error["message"], error
-        assert len(events) > 3 and elapsed < 25, (len(events), elapsed)
+        # cut at the grace period (1 s), not served to its end: no chunk before the error finished the request
+        reasons = {c.get("finish_reason") for e in events[:-2] for c in json.loads(e[6:])["choices"]}
+        assert len(events) > 3 and reasons == {None}, (len(events), reasons)
         with pytest.raises(httpx.ConnectError):  # no longer accepting
             httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
         log.seek(0)

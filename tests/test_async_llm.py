@@ -11,7 +11,6 @@ import threading
 import time
 
 import pytest
-from tiny_models import make_tiny_model
 
 from minivllm.config import EngineArgs
 from minivllm.engine.async_llm import AsyncLLM
@@ -28,8 +27,8 @@ def greedy(n: int = 12, **kw) -> SamplingParams:
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return make_tiny_model("llama", tmp_path_factory.mktemp("tiny") / "llama")
+def model(tiny_model):
+    return tiny_model("llama")
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import random
 import pytest
 import torch
 import transformers
-from tiny_models import DEFAULT_MODEL, make_tiny_model
+from tiny_models import DEFAULT_MODEL
 
 from minivllm.entrypoints.llm import LLM
 from minivllm.sampling_params import SamplingParams
@@ -36,10 +36,8 @@ def hf_model(path: str, dtype: torch.dtype):
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cuda_hf")
-    return {"default": str(DEFAULT_MODEL), "qwen3": make_tiny_model("qwen3", root / "qwen3"),
-            "llama-gqa": make_tiny_model("llama", root / "llama")}
+def checkpoints(tiny_model):
+    return {"default": str(DEFAULT_MODEL), "qwen3": tiny_model("qwen3"), "llama-gqa": tiny_model("llama")}
 
 
 @pytest.mark.parametrize("name", ["default", "qwen3", "llama-gqa"])

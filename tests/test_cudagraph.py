@@ -11,7 +11,6 @@ import random
 
 import pytest
 import torch
-from tiny_models import make_tiny_model
 
 import minivllm.worker.gpu_model_runner as gmr
 from minivllm.compilation.cuda_graph import PAD_SLOT_ID, BatchDescriptor, CudagraphDispatcher
@@ -24,8 +23,8 @@ CUDA = torch.cuda.is_available()
 
 
 @pytest.fixture(scope="module")
-def tiny_llama(tmp_path_factory):
-    return make_tiny_model("llama", tmp_path_factory.mktemp("cg") / "llama")
+def tiny_llama(tiny_model):
+    return tiny_model("llama")
 
 
 def prompts_of(n: int, seed: int, lo: int = 3, hi: int = 40, prefix: list[int] | None = None) -> list[list[int]]:

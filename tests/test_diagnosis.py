@@ -20,10 +20,21 @@ def test_normalize_drops_what_differs_between_runs():
     assert diagnosis.signature("s", "g", a) != diagnosis.signature("t", "g", a)  # salted per lesson
 
 
-def test_the_same_mutant_graded_twice_has_the_same_signatures():
+def failing(release_scores, lesson_id: str, name: str) -> dict[str, str]:
+    """diagnosis.failing_messages of the mutant's notebook, from its grading test_mutants reads (release_scores:
+    the same notebook graded the same way, once per test run)."""
+    said: dict = {}
+    got = release_scores(lesson_id, name, said)
+    points = {p.grade_id: p.points for p in load_lesson(lesson_id).parts if not p.manual}
+    return {g: said[g] for g, v in got.items() if v < points[g]}
+
+
+def test_the_same_mutant_graded_twice_has_the_same_signatures(release_scores):
+    """A second grading of each mutant (diagnosis's own, as `diagnose --build` grades) beside the run's first."""
     salt = diagnosis.table("lesson02")["salt"]
     for name in sorted(mutants("lesson02"))[:3]:
-        runs = [diagnosis.failing_messages("lesson02", mutant_notebook("lesson02", name)) for _ in range(2)]
+        runs = [failing(release_scores, "lesson02", name),
+                diagnosis.failing_messages("lesson02", mutant_notebook("lesson02", name))]
         assert runs[0] and runs[0].keys() == runs[1].keys(), name
         assert {g: diagnosis.signature(salt, g, m) for g, m in runs[0].items()} == \
                {g: diagnosis.signature(salt, g, m) for g, m in runs[1].items()}, name
@@ -41,9 +52,9 @@ def test_every_lesson_has_a_table_with_a_hint_for_every_mutant():
     assert len(salts) == len(discover_lessons())
 
 
-def test_self_check_table_names_the_misconception_or_says_nothing():
+def test_self_check_table_names_the_misconception_or_says_nothing(release_scores):
     lesson = load_lesson("lesson01")
-    got = diagnosis.failing_messages("lesson01", mutant_notebook("lesson01", "aborts_skipped"))
+    got = failing(release_scores, "lesson01", "aborts_skipped")
     hint = diagnosis.hint_text("lesson01", mutants("lesson01")["aborts_skipped"])
     results = [PartResult(p, 0 if p.grade_id in got else p.points, got.get(p.grade_id, "通过")) if not p.manual
                else PartResult(p, None, "待人工评分") for p in lesson.parts]
@@ -87,10 +98,10 @@ def test_report_cell_and_grade_cell_show_the_diagnosis(capsys):
         InteractiveShell.clear_instance()
 
 
-def test_grade_labels_and_histogram(tmp_path):
+def test_grade_labels_and_histogram(tmp_path, release_scores):
     from autograder.grading import histogram
 
-    got = diagnosis.failing_messages("lesson01", mutant_notebook("lesson01", "waits_twice"))
+    got = failing(release_scores, "lesson01", "waits_twice")
     gid, msg = next(iter(got.items()))
     assert "waits_twice" in diagnosis.label("lesson01", gid, msg).split("+")
     assert diagnosis.label("lesson01", gid, "made up") == "unknown" and diagnosis.label("lesson01", gid, "") == ""
@@ -132,9 +143,10 @@ def test_every_mutant_has_a_one_line_chinese_hint_that_is_not_its_why():
             assert m.hint != m.why and len(m.hint) <= 80, (lesson_id, name)
 
 
-def test_signatures_do_not_depend_on_the_process():
-    """Lesson 3's verdicts print block hashes (Python's hash(), seeded per process): two processes with different
-    hash seeds give the same signatures, and the committed table's."""
+def test_signatures_do_not_depend_on_the_process(release_scores):
+    """Lesson 3's verdicts print block hashes (Python's hash(), seeded per process): a process with another hash
+    seed than the test process's (whose grading of the mutant test_mutants reads) gives the same signatures, and
+    the committed table's."""
     import os
     import subprocess
     import sys
@@ -142,9 +154,14 @@ def test_signatures_do_not_depend_on_the_process():
     code = ("import json; from autograder import diagnosis as d; from autograder.mutation import mutant_notebook\n"
             "m = d.failing_messages('lesson03', mutant_notebook('lesson03', 'partial_blocks_hashed'))\n"
             "print(json.dumps({g: d.signature(d.table('lesson03')['salt'], g, x) for g, x in m.items()}))")
-    runs = [json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                                      env=dict(os.environ, PYTHONHASHSEED=seed)).stdout.splitlines()[-1])
-            for seed in ("1", "2")]
+    here = {g: diagnosis.signature(diagnosis.table("lesson03")["salt"], g, x)
+            for g, x in failing(release_scores, "lesson03", "partial_blocks_hashed").items()}
+    # the test processes hash with the environment's seed (a random one per process when it is unset, as in
+    # `make test`): the child's fixed seed is another one
+    seed = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env=dict(os.environ, PYTHONHASHSEED=seed)).stdout.splitlines()[-1]
+    runs = [here, json.loads(child)]
     assert runs[0] == runs[1] and "l03_boundary" in runs[0]
     assert all(s in diagnosis.table("lesson03")["parts"][g] for g, s in runs[0].items())
 

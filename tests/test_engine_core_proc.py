@@ -9,7 +9,6 @@ import random
 import time
 
 import pytest
-from tiny_models import make_tiny_model
 
 from minivllm.config import EngineArgs, ModelConfig, VllmConfig
 from minivllm.engine import EngineCoreRequest
@@ -23,8 +22,8 @@ ARGS = dict(device="cpu", attention_backend="torch", max_num_seqs=8)
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return make_tiny_model("llama", tmp_path_factory.mktemp("tiny") / "llama")
+def model(tiny_model):
+    return tiny_model("llama")
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +45,7 @@ def run(client, reqs) -> dict[str, list[int]]:
     for r in reqs:
         client.add_request(r)
     done: set[str] = set()
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120  # a hang guard only
     while len(done) < len(reqs):
         assert time.monotonic() < deadline, "outputs stopped coming"
         for out in client.get_output().outputs:
@@ -58,7 +57,7 @@ def run(client, reqs) -> dict[str, list[int]]:
 
 def wait_for_tokens(client, request_id: str) -> None:
     """get_output() until request_id has produced a token (stats-only outputs come too)."""
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # a hang guard only
     while not any(o.request_id == request_id and o.new_token_ids for o in client.get_output().outputs):
         assert time.monotonic() < deadline
 
@@ -85,7 +84,7 @@ def test_abort_frees_blocks(client):
     stats = client.get_stats()
     assert stats.num_running_reqs == 1 and stats.num_free_blocks < stats0.num_free_blocks
     client.abort_requests([r.request_id])
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 120  # a hang guard only: the loop ends on the state, not on a time
     while (s := client.get_stats()).num_running_reqs or s.num_free_blocks != stats0.num_free_blocks:
         assert time.monotonic() < deadline, s
         time.sleep(0.05)
@@ -104,7 +103,7 @@ def test_utility_errors_are_reported_not_fatal(client):
 def test_bad_request_in_core_finishes_it(client):
     # The frontend normally validates; a request that reaches the core anyway must still end.
     client.add_request(EngineCoreRequest("empty", [], SamplingParams(max_tokens=3), 2))
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # a hang guard only
     while not (outs := [o for o in client.get_output().outputs if o.request_id == "empty"]):
         assert time.monotonic() < deadline
     out = outs[0]
@@ -128,29 +127,37 @@ def test_llm_multiprocess_default_equals_inproc(model):
             assert list(lx) == list(ly) and lx == pytest.approx(ly, abs=1e-4)
 
 
-def test_startup_failure_is_reported(tmp_path):
+@pytest.mark.timeout(300)  # a hang guard only
+def test_startup_failure_is_reported(tmp_path, monkeypatch):
+    """The core's FAILED handshake ends the start-up, not the READY timeout: with the timeout set far beyond the
+    test's hang guard, only the handshake can end it (and TimeoutError would not match)."""
+    from minivllm.engine import core_client
+
+    monkeypatch.setattr(core_client, "STARTUP_TIMEOUT_S", 10_000)
     config = VllmConfig(model_config=ModelConfig(str(tmp_path / "no-such-model")), device="cpu",
                         attention_backend="torch")
-    t0 = time.monotonic()
     with pytest.raises(RuntimeError, match="EngineCore failed to start") as e:
         SyncMPClient(config)
-    assert "no-such-model" in str(e.value) and time.monotonic() - t0 < 60
+    assert "no-such-model" in str(e.value)
 
 
+@pytest.mark.timeout(300)  # a hang guard only: a get_output() that blocks forever fails here
 def test_crash_is_reported_to_client(client):
-    """Last: an exception in the busy loop reaches the client as EngineDeadError, never a hang."""
+    """Last: an exception in the busy loop reaches the client as EngineDeadError, never a hang: the outputs
+    already queued drain and the next get_output() raises, once the core has exited with its error."""
     proc = client.resources.proc
     [r] = requests(1, max_tokens=200, seed=3)
     client.add_request(r)
     wait_for_tokens(client, r.request_id)
-    t0 = time.monotonic()
     with pytest.raises(EngineDeadError):
         client.call_utility("raise_for_test", "boom")
+    drained = 0
     with pytest.raises(EngineDeadError):
         while True:
             client.get_output()
-    assert time.monotonic() - t0 < 5
-    proc.join(5)
-    assert proc.exitcode == 1
+            drained += 1
+    assert drained < 1000, drained  # a bounded drain (the request had at most 200 tokens to give), not a stream
+    proc.join(120)
+    assert proc.exitcode == 1 and client.engine_dead
     with pytest.raises(EngineDeadError):
         client.add_request(requests(1, seed=4)[0])

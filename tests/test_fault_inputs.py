@@ -20,7 +20,6 @@ import httpx
 import openai
 import pytest
 from test_api_server import API_KEY, NAME, free_port, launch_server, stop_server
-from tiny_models import make_tiny_model
 
 from minivllm.config import EngineArgs, SpeculativeConfig, StructuredOutputsConfig
 from minivllm.sampling_params import SamplingParams
@@ -43,8 +42,8 @@ def nested(depth: int) -> dict:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    model = make_tiny_model("llama", tmp_path_factory.mktemp("tiny") / "llama")
+def server(tmp_path_factory, tiny_model):
+    model = tiny_model("llama")
     port = free_port()
     log = open(tmp_path_factory.mktemp("log") / "server.log", "w+")
     env = dict(os.environ, MINIVLLM_STRUCTURED_OUTPUTS_MAX_BYTES=str(MAX_BYTES),

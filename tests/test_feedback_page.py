@@ -13,27 +13,16 @@ import pytest
 
 from autograder import diagnosis
 from autograder.common import REPO
-from autograder.mutation import mutant_source, mutants
-from tests.grading_flow import make_submission
+from autograder.mutation import mutants
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    from autograder.grading import PHASES, feedback, grade
-
-    tmp = tmp_path_factory.mktemp("feedback")
-    subs = tmp / "submissions"
-    make_submission(subs, "lesson01", "blank_student", {})
-    make_submission(subs, "lesson01", "mutant_student", {
-        "l01_engine_core_step": mutant_source("lesson01", "aborts_skipped"),
-        "l01_q1": "**Q1 你的答案**：EngineCore 拥有 busy loop 与 abort 队列。"})
-    PHASES.clear()
-    results = grade(subs, tmp / "course", tmp / "grades.csv", ["lesson01"], jobs=1)["lesson01"]
-    phases = list(PHASES)
-    pages = {p.parts[-3]: p for p in feedback(tmp / "course", ["lesson01"])}
-    return tmp / "course", results, pages, phases
+def graded(lesson01_class):
+    """The lesson-1 class tests/conftest.py grades once per run: its blank and misconception students."""
+    c = lesson01_class
+    return c["course"], c["results"], c["pages"], c["phases"]
 
 
 def error_outputs(course, student):
@@ -50,14 +39,14 @@ def test_grade_times_each_phase_of_each_student(graded):
     phases = graded[3]
     for phase in ("nbgrader execution", "sandbox re-grade", "gradebook merge", "grader files re-hashed"):
         times = [sec for name, sec in phases if name == phase]
-        assert len(times) == 2 and all(sec >= 0 for sec in times), (phase, phases)
+        assert len(times) == len(graded[1]) == 4 and all(sec >= 0 for sec in times), (phase, phases)
     assert sum(sec for name, sec in phases if name == "nbgrader execution") > 0
 
 
 @pytest.mark.slow
 def test_nbgrader_run_shows_three_lines_per_failing_grade_cell(graded):
     course, results, _, _ = graded
-    blank, mutant = error_outputs(course, "blank_student"), error_outputs(course, "mutant_student")
+    blank, mutant = error_outputs(course, "blank_student"), error_outputs(course, "misconception_student")
     assert all(blank.values()) and blank.keys() == {"l01_main_path", "l01_real_engine", "l01_boundary",
                                                     "l01_source_map"}
     for lines in [*blank.values(), *mutant.values()]:
@@ -66,13 +55,13 @@ def test_nbgrader_run_shows_three_lines_per_failing_grade_cell(graded):
     assert mutant["l01_main_path"][1].startswith("可见断言不成立（评分单元格第 12 行）：assert events ==")
     assert mutant["l01_main_path"][2].endswith("events 实际是 []")
     assert results["blank_student"]["l01_q1"] == 0  # left as released: nbgrader scores an unchanged answer 0
-    assert results["mutant_student"]["l01_q1"] is None  # written: pending until an instructor grades it
+    assert results["misconception_student"]["l01_q1"] is None  # written: pending until an instructor grades it
 
 
 @pytest.mark.slow
 def test_feedback_page_shows_the_short_failure_and_no_instructor_paths(graded, tmp_path):
     _, _, pages, _ = graded
-    text = pages["mutant_student"].read_text(encoding="utf-8")
+    text = pages["misconception_student"].read_text(encoding="utf-8")
     plain = html.unescape(re.sub(r"<[^>]+>", "", text))
     assert "__tracebackhide__" not in plain and str(REPO) not in plain and "/tmp/ipykernel" not in plain
     assert "Traceback (most recent call last)" not in plain and "MARK SCHEME" not in plain
@@ -83,7 +72,7 @@ def test_feedback_page_shows_the_short_failure_and_no_instructor_paths(graded, t
         pytest.skip("no chromium for the screenshot (the HTML checks above ran)")
     shot = tmp_path / "feedback.png"
     subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
-                    "--window-size=1200,2400", pages["mutant_student"].as_uri()], capture_output=True, timeout=120)
+                    "--window-size=1200,2400", pages["misconception_student"].as_uri()], capture_output=True, timeout=120)
     assert shot.exists() and shot.stat().st_size > 10_000
 
 
@@ -113,9 +102,9 @@ def test_formgrader_page_puts_each_score_box_on_its_answer(graded, tmp_path):
 
     course, _, _, _ = graded
     exporter = HTMLExporter(template_name="formgrade", extra_template_basedirs=[handlers.template_path])
-    page, _ = exporter.from_filename(str(course / "autograded/mutant_student/lesson01/lesson01.ipynb"), resources={
+    page, _ = exporter.from_filename(str(course / "autograded/misconception_student/lesson01/lesson01.ipynb"), resources={
         "assignment_id": "lesson01", "notebook_id": "lesson01", "submission_id": "s", "index": 0, "total": 1,
-        "base_url": "", "student": "mutant_student", "last_name": None, "first_name": None, "notebook_path": "x"})
+        "base_url": "", "student": "misconception_student", "last_name": None, "first_name": None, "notebook_path": "x"})
     boxes = re.findall(r'<input class="score tabbable" id="([^"]+)"', page)
     assert boxes == ["l01_main_path", "l01_real_engine", "l01_boundary", "l01_source_map", "l01_q1", "l01_q2",
                      "l01_q3"]
@@ -140,11 +129,11 @@ def test_grade_and_feedback_carry_the_diagnosis(graded):
     mutant in its diagnosis column and the lesson's histogram is drawn beside it (autograder/diagnosis.py)."""
     course, _, pages, _ = graded
     hint = diagnosis.hint_text("lesson01", mutants("lesson01")["aborts_skipped"])
-    lines = error_outputs(course, "mutant_student")["l01_main_path"]
+    lines = error_outputs(course, "misconception_student")["l01_main_path"]
     assert len(lines) <= 3 and lines[0].endswith(diagnosis.PREFIX + hint), lines
-    assert diagnosis.PREFIX + hint in html.unescape(pages["mutant_student"].read_text(encoding="utf-8"))
+    assert diagnosis.PREFIX + hint in html.unescape(pages["misconception_student"].read_text(encoding="utf-8"))
     rows = list(csv.DictReader((course.parent / "grades-parts.csv").open(encoding="utf-8")))
     got = {(r["student"], r["grade_id"]): r["diagnosis"] for r in rows}
-    assert got[("mutant_student", "l01_main_path")] == "aborts_skipped", got
-    assert got[("blank_student", "l01_main_path")] == "" and got[("mutant_student", "l01_source_map")] == ""
+    assert got[("misconception_student", "l01_main_path")] == "aborts_skipped", got
+    assert got[("blank_student", "l01_main_path")] == "" and got[("misconception_student", "l01_source_map")] == ""
     assert (course.parent / "grades-lesson01-diagnosis.png").read_bytes()[:4] == b"\x89PNG"

@@ -76,12 +76,16 @@ def test_check_refuses_to_blame_the_student_when_the_grader_cannot_run(no_engine
         assert proc.returncode == 2 and "No module named 'minivllm'" in proc.stdout, proc.stdout + proc.stderr[-2000:]
 
 
-def test_the_canary_passes_and_leaves_nothing_behind(tmp_path):
-    """In a working environment the reference solution scores full in nbgrader's kernel and the sandbox."""
-    from autograder.grading import CANARY, canary, prepare_course, scores
+def test_the_canary_passes_and_leaves_nothing_behind(lesson01_class):
+    """In a working environment the reference solution scores full in nbgrader's kernel and the sandbox: `grade`
+    ran the canary before lesson 1's class (tests/conftest.py, graded once per run; a failing canary raises
+    GraderBroken there), and nothing of it is left in the course folder or the scores."""
+    from autograder.grading import CANARY, scores
 
-    course = prepare_course(tmp_path / "course", [LESSON])
-    canary(course, LESSON)
-    assert scores(course, LESSON) == {}
+    course = lesson01_class["course"]
+    assert CANARY not in scores(course, LESSON) and scores(course, LESSON) == lesson01_class["results"]
+    assert set(lesson01_class["results"]) == {"solution_student", "blank_student", "mutant_student",
+                                              "misconception_student"}
     assert not (course / "submitted" / CANARY).exists() and not (course / "autograded" / CANARY).exists()
+    assert not (course / "feedback" / CANARY).exists() and CANARY not in lesson01_class["pages"]
     assert not list(Path(course).glob(".gradebook-*"))

@@ -5,11 +5,12 @@ import csv
 import json
 
 import pytest
-from grading_flow import grade_three_students
+from grading_flow import notebook_part_scores, solution_cells
 
 from autograder.common import REPO, grade_namespace, student_namespace
 from autograder.lesson01 import LESSON, check_source_map, run_engine
-from autograder.mutation import mutant_namespace, mutant_source
+from autograder.mutation import mutant_namespace
+from autograder.mutation import solution_cells as mutation_solution_cells
 from autograder.preprocessors import NOT_RUN
 
 
@@ -24,9 +25,12 @@ def solution_ns():
     return ns
 
 
-def test_solution_gets_all_code_points(solution_ns):
-    assert code_scores(solution_ns) == {"l01_main_path": 1, "l01_real_engine": 1, "l01_boundary": 1,
-                                        "l01_source_map": 1}
+@pytest.mark.slow
+def test_solution_gets_all_code_points(executed_solution):
+    """Per part, from the solution notebook's own run (nbclient, once per test run: tests/conftest.py), each grade
+    cell scored as nbgrader scores it; test_autograder checks that run whole, test_mutants the sandbox's grading."""
+    assert notebook_part_scores("lesson01", executed_solution("lesson01")) == {"l01_main_path": 1, "l01_real_engine": 1, "l01_boundary": 1,
+                                                                    "l01_source_map": 1}
 
 
 def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
@@ -73,33 +77,41 @@ def test_real_engine_shows_each_order_bug():
 
 
 @pytest.mark.slow
-def test_nbgrader_end_to_end(tmp_path):
-    """generate_assignment -> submissions (solution, blank, mutant) -> autograde -j 2 -> export -> feedback."""
-    from autograder.grading import feedback
-
-    subs, results, csv_path = grade_three_students(
-        tmp_path, "lesson01", ("l01_engine_core_step", "l01_source_map_answer"), "l01_engine_core_step",
-        mutant_source("lesson01", "update_before_aborts"), jobs=2)
-    code = {s: sum(v or 0 for k, v in got.items() if k in ("l01_main_path", "l01_real_engine", "l01_boundary",
-                                                             "l01_source_map")) for s, got in results.items()}
+def test_nbgrader_end_to_end(lesson01_class, release_scores):
+    """generate_assignment -> submissions (solution, blank, mutant) -> autograde -j 2 -> export -> feedback, on
+    the class tests/conftest.py grades once (test_feedback_page's student is in it too)."""
+    results, csv_path, course = lesson01_class["results"], lesson01_class["csv"], lesson01_class["course"]
+    flow = ("solution_student", "blank_student", "mutant_student")
+    code = {s: sum(v or 0 for k, v in results[s].items() if k in ("l01_main_path", "l01_real_engine", "l01_boundary",
+                                                                  "l01_source_map")) for s in flow}
     assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 1}
-    assert {s: got["l01_q1"] for s, got in results.items()} == {  # written: pending; untouched: 0
+    assert {s: results[s]["l01_q1"] for s in flow} == {  # written: pending; untouched: 0
         "solution_student": None, "mutant_student": None, "blank_student": 0}
-    for student, got in results.items():  # the Colab self-check gives the same points per part
-        ns, _ = student_namespace(subs / student / "lesson01" / "lesson01.ipynb")
-        assert code_scores(ns) == {k: v for k, v in got.items() if k in code_scores(ns)}, student
+    # the Colab self-check gives the same points per part: the solution's and the mutant's code cells are the
+    # release filled as release_scores fills it (graded once per run, test_mutants reads the same), the blank's
+    # is the release as is
+    sol = solution_cells("lesson01")
+    assert {k: sol[k] for k in ("l01_engine_core_step", "l01_source_map_answer")} == \
+        {k: v for k, v in mutation_solution_cells("lesson01").items() if not k.startswith("l01_q")}
+    ns, _ = student_namespace(lesson01_class["subs"] / "blank_student" / "lesson01" / "lesson01.ipynb")
+    self_check = {"solution_student": release_scores("lesson01"), "blank_student": code_scores(ns),
+                  "mutant_student": release_scores("lesson01", "update_before_aborts")}
+    for student in flow:
+        assert self_check[student] == {k: v for k, v in results[student].items() if k in self_check[student]}, student
     with open(csv_path, newline="") as f:
         rows = {r["student_id"]: (r["score"], r["max_score"], r["pending_manual_points"]) for r in csv.DictReader(f)}
-    assert rows == {"solution_student": ("4.0", "10.0", "2"), "blank_student": ("0.0", "10.0", "0"),
-                    "mutant_student": ("1.0", "10.0", "2")}
-    html = feedback(tmp_path / "course", ["lesson01"])
-    assert len(html) == 3
-    assert all("MARK SCHEME" not in p.read_text(encoding="utf-8") for p in html)
-    page = next(p for p in html if p.parent.parent.name == "solution_student").read_text(encoding="utf-8")
+    assert {s: rows[s] for s in flow} == {"solution_student": ("4.0", "10.0", "2"),
+                                          "blank_student": ("0.0", "10.0", "0"),
+                                          "mutant_student": ("1.0", "10.0", "2")}
+    assert rows.keys() == results.keys() == set(flow) | {"misconception_student"}
+    html = lesson01_class["pages"]
+    assert html.keys() == results.keys()
+    assert all("MARK SCHEME" not in p.read_text(encoding="utf-8") for p in html.values())
+    page = html["solution_student"].read_text(encoding="utf-8")
     assert page.count("pending manual grading") >= 2 and "代码 code 4/4, 2 分待人工评分" in page
     # autograde ran the setup, answer and grade cells, and none of the release's demo cells (SkipUngradedCells)
     release = {c["id"]: c for c in json.loads((REPO / "notebooks/lesson01/lesson01.ipynb").read_text())["cells"]}
-    graded = json.loads((tmp_path / "course/autograded/solution_student/lesson01/lesson01.ipynb").read_text())
+    graded = json.loads((course / "autograded/solution_student/lesson01/lesson01.ipynb").read_text())
     ran = {c["id"]: c.get("execution_count") for c in graded["cells"] if c["cell_type"] == "code"}
     demos = {i for i, c in release.items() if c["cell_type"] == "code" and "nbgrader" not in c["metadata"]}
     assert len(demos) >= 5 and all(ran[i] is None for i in demos), ran

@@ -3,11 +3,11 @@ the plug builds the same SchedulerOutputs as minivllm's own Scheduler; the real 
 wrong policy does; nbgrader agrees end to end."""
 
 import pytest
-from grading_flow import grade_three_students
+from grading_flow import grade_three_students, notebook_part_scores
 
 from autograder import lesson02 as L02
-from autograder.common import REPO, CheckFailed, grade_namespace, student_namespace
-from autograder.lesson02 import LESSON, check_source_map
+from autograder.common import REPO, CheckFailed, student_namespace
+from autograder.lesson02 import check_source_map
 from autograder.mutation import mutant_namespace, mutant_source
 
 CODE_PARTS = ("l02_main_path", "l02_real_engine", "l02_boundary", "l02_source_map")
@@ -17,10 +17,6 @@ def mutant(name):
     return mutant_namespace("lesson02", name)["schedule_step"]
 
 
-def code_scores(namespace):
-    return {r.part.grade_id: r.score for r in grade_namespace(LESSON, namespace) if not r.part.manual}
-
-
 @pytest.fixture(scope="module")
 def solution_ns():
     ns, errors = student_namespace(REPO / "solutions/lesson02/lesson02.ipynb")
@@ -28,8 +24,11 @@ def solution_ns():
     return ns
 
 
-def test_solution_gets_all_code_points(solution_ns):
-    assert code_scores(solution_ns) == dict.fromkeys(CODE_PARTS, 1)
+@pytest.mark.slow
+def test_solution_gets_all_code_points(executed_solution):
+    """Per part, from the solution notebook's own run (nbclient, once per test run: tests/conftest.py), each grade
+    cell scored as nbgrader scores it; test_autograder checks that run whole, test_mutants the sandbox's grading."""
+    assert notebook_part_scores("lesson02", executed_solution("lesson02")) == dict.fromkeys(CODE_PARTS, 1)
 
 
 def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):

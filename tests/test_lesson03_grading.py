@@ -2,7 +2,7 @@
 the real engine shows the damage each wrong answer does; nbgrader agrees end to end."""
 
 import pytest
-from grading_flow import grade_three_students
+from grading_flow import grade_three_students, notebook_part_scores
 
 from autograder.common import REPO, CheckFailed, grade_namespace, run_part, student_namespace
 from autograder.lesson03 import (
@@ -42,9 +42,12 @@ def solution_ns():
     return ns
 
 
-def test_solution_gets_all_code_points(solution_ns):
-    assert code_scores(solution_ns) == {"l03_main_path": 1, "l03_real_engine": 1, "l03_boundary": 1,
-                                        "l03_source_map": 1}
+@pytest.mark.slow
+def test_solution_gets_all_code_points(executed_solution):
+    """Per part, from the solution notebook's own run (nbclient, once per test run: tests/conftest.py), each grade
+    cell scored as nbgrader scores it; test_autograder checks that run whole, test_mutants the sandbox's grading."""
+    assert notebook_part_scores("lesson03", executed_solution("lesson03")) == {"l03_main_path": 1, "l03_real_engine": 1, "l03_boundary": 1,
+                                                                    "l03_source_map": 1}
 
 
 @pytest.mark.parametrize("name", sorted(mutants("lesson03")))

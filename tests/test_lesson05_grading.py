@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import pytest
-from grading_flow import grade_three_students
+from grading_flow import grade_three_students, notebook_part_scores
 
 from autograder.common import REPO, CheckFailed, grade_namespace, run_part, student_namespace
 from autograder.lesson05 import (
@@ -63,8 +63,11 @@ def test_the_reference_run_equals_hf_greedy():
     assert ref.tokens == [hf_greedy([p], n)[0] for p, n in zip(ref.prompt_ids, MAX_TOKENS, strict=True)]
 
 
-def test_solution_gets_all_code_points(solution_ns):
-    assert code_scores(solution_ns) == dict.fromkeys(CODE_PARTS, 1)
+@pytest.mark.slow
+def test_solution_gets_all_code_points(executed_solution):
+    """Per part, from the solution notebook's own run (nbclient, once per test run: tests/conftest.py), each grade
+    cell scored as nbgrader scores it; test_autograder checks that run whole, test_mutants the sandbox's grading."""
+    assert notebook_part_scores("lesson05", executed_solution("lesson05")) == dict.fromkeys(CODE_PARTS, 1)
 
 
 @pytest.mark.parametrize("name", sorted(mutants("lesson05")))

@@ -9,11 +9,10 @@ import time
 
 import pytest
 import torch
-from grading_flow import grade_three_students
+from grading_flow import grade_three_students, notebook_part_scores
 
-from autograder.common import REPO, grade_namespace, student_namespace
+from autograder.common import REPO, student_namespace
 from autograder.lesson06 import (
-    LESSON,
     OpCounter,
     check_source_map,
     gpu_portability_problems,
@@ -32,10 +31,6 @@ CODE_PARTS = ("l06_main_path", "l06_real_engine", "l06_boundary", "l06_source_ma
 
 pytestmark = pytest.mark.skipif(__import__("os").environ.get("TRITON_INTERPRET") != "1"
                                 and not torch.cuda.is_available(), reason="Triton needs CUDA or TRITON_INTERPRET=1")
-
-
-def code_scores(namespace):
-    return {r.part.grade_id: r.score for r in grade_namespace(LESSON, namespace) if not r.part.manual}
 
 
 def mutant(name):
@@ -60,8 +55,11 @@ def test_mutants_change_only_blank_lines():
             assert 1 <= len(changed) <= 4 and changed <= blank_lines, (name, changed)
 
 
-def test_solution_gets_all_code_points(solution_ns):
-    assert code_scores(solution_ns) == dict.fromkeys(CODE_PARTS, 1)
+@pytest.mark.slow
+def test_solution_gets_all_code_points(executed_solution):
+    """Per part, from the solution notebook's own run (nbclient, once per test run: tests/conftest.py), each grade
+    cell scored as nbgrader scores it; test_autograder checks that run whole, test_mutants the sandbox's grading."""
+    assert notebook_part_scores("lesson06", executed_solution("lesson06")) == dict.fromkeys(CODE_PARTS, 1)
 
 
 def test_gpu_only_mistakes_are_caught_statically_though_the_interpreter_computes_them_right(solution_ns):

@@ -17,7 +17,6 @@ from pathlib import Path
 import httpx
 import pytest
 from test_api_server import API_KEY, NAME, free_port, launch_server, stop_server
-from tiny_models import make_tiny_model
 
 pytestmark = pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads Linux /proc")
 
@@ -79,8 +78,8 @@ def test_proc_parsing_sees_a_wildcard_and_a_loopback_listener():
 
 
 @pytest.mark.slow
-def test_tp2_server_listens_only_on_loopback_and_logs_a_killed_workers_signal(tmp_path):
-    model = make_tiny_model("llama", tmp_path / "llama")
+def test_tp2_server_listens_only_on_loopback_and_logs_a_killed_workers_signal(tmp_path, tiny_model):
+    model = tiny_model("llama")
     port = free_port()
     log = open(tmp_path / "server.log", "w+")
     proc = launch_server(model, port, log, "-tp", "2")

@@ -11,7 +11,7 @@ import random
 import pytest
 import torch
 import transformers
-from tiny_models import DEFAULT_MODEL, make_tiny_model
+from tiny_models import DEFAULT_MODEL
 
 from minivllm.entrypoints.llm import LLM
 from minivllm.sampling_params import SamplingParams
@@ -20,9 +20,8 @@ MAX_TOKENS = 12
 
 
 @pytest.fixture(scope="module")
-def tiny_models(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tiny")
-    return {name: make_tiny_model(name, root / name) for name in
+def tiny_models(tiny_model):
+    return {name: tiny_model(name) for name in
             ("llama", "llama3-rope", "llama-tied", "llama-sharded", "qwen2", "qwen3")}
 
 
