@@ -23,7 +23,6 @@ NOT_SPLIT_YET = {
     "lesson06",
     "lesson07",
     "lesson08",
-    "lesson12",
 }
 
 
