@@ -37,21 +37,16 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM commit 8e958902eee5（链接见参考资料）。沿着一个草稿 token 的一生读，不要从 Triton kernel 的指针运算读起。
+# 源码固定在 vLLM 0.27.1（commit 8e958902eee5）。沿着一个草稿 token 的一生读下面四段。
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | `vllm/v1/spec_decode/ngram_proposer.py`：`NgramProposer.batch_propose`、`_find_longest_matched_ngram_and_propose_tokens` | `minivllm/spec_decode/ngram_proposer.py` | 草稿从哪里来？为什么取“最长、再最早”的匹配？为什么不需要概率分布 q？ |
-# | 2 | `vllm/v1/core/sched/scheduler.py`：`schedule`、`update_from_output`、`update_draft_token_ids` | `minivllm/core/sched/scheduler.py` 的同名方法 | 草稿怎样占用 token budget 和 KV 槽位？被拒时 `num_computed_tokens` 退回多少，块为什么不用释放？ |
-# | 3 | `vllm/v1/worker/gpu_model_runner.py`：`_calc_spec_decode_metadata`、`take_draft_token_ids` | `minivllm/worker/gpu_model_runner.py` | k 个草稿为什么要 k+1 行 logits？`target_logits_indices`、`bonus_logits_indices` 指向哪里？ |
-# | 4 | `vllm/v1/sample/rejection_sampler.py`：`RejectionSampler.forward`、`rejection_random_sample_kernel`、`sample_recovered_tokens` | `minivllm/sample/rejection_sampler.py` | 接受条件为什么是 `target_prob / draft_prob >= uniform_prob`？恢复为什么从 $(p-q)^+$ 采？ |
-# | 5 | `vllm/v1/spec_decode/metrics.py`：`SpecDecodingStats.observe_draft`、`SpecDecodingLogging.log` | `minivllm/engine/__init__.py` | 接受率、平均接受长度、逐位置接受率的分子分母各是什么？ |
-# | 6 | `vllm/v1/engine/core.py`：`EngineCore.post_step` | `minivllm/engine/core.py` | 草稿在采样之后才提出，怎样在下一次 `schedule` 之前交给调度器？ |
-# | 7 | `vllm/config/vllm.py`：`VllmConfig.use_v2_model_runner`、`_get_v2_model_runner_unsupported_features` | — | 开 n-gram 投机与开 EAGLE 时，vLLM 0.27.1 分别用哪个 runner？ |
+# | 1 | `vllm/v1/spec_decode/ngram_proposer.py`：`_find_longest_matched_ngram_and_propose_tokens`（L207–293） | `minivllm/spec_decode/ngram_proposer.py` | 草稿从哪里来？为什么不需要 q？ |
+# | 2 | `vllm/v1/worker/gpu_model_runner.py`：`GPUModelRunner._calc_spec_decode_metadata`（L2851–2924） | `minivllm/worker/gpu_model_runner.py` | k 个草稿为什么要 k+1 行 logits？ |
+# | 3 | `vllm/v1/sample/rejection_sampler.py`：`rejection_random_sample_kernel`（L773–845） | `minivllm/sample/rejection_sampler.py` | 接受条件是什么？拒绝后取哪个 token？ |
+# | 4 | `vllm/v1/core/sched/scheduler.py`：`Scheduler.update_from_output`（L1761–1791） | `minivllm/core/sched/scheduler.py` | 被拒时 `num_computed_tokens` 退回多少？ |
 #
-# > **runner**：n-gram 投机在 0.27.1 走 V1 的 `gpu_model_runner.py`，因为 `_get_v2_model_runner_unsupported_features` 把 n-gram 列为 Model Runner V2 尚不支持的特性。不开投机、或开 EAGLE / MTP 时，课程的 dense 模型走 V2（`v1/worker/gpu/`）。minivllm 的 runner 对应 V1。
-#
-# minivllm 与 vLLM 的其他差异集中列在文末“与 vLLM 0.27.1 的差异”。
+# **runner**：n-gram 投机在 0.27.1 走 V1 的 `gpu_model_runner.py`，因为 `_get_v2_model_runner_unsupported_features` 把 n-gram 列为 Model Runner V2 不支持的特性。minivllm 的 runner 对应 V1。
 
 # %% nbgrader={"grade": false, "grade_id": "l09_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。
@@ -76,37 +71,37 @@ short_errors("lesson09")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 1. 它是什么，解决什么问题
 #
-# Decode 每步每个请求只产出 1 个 token，却要把全部权重和整段 KV 从显存读一遍（第 6 课：decode 受带宽限制）。如果一次前向能验证多个 token，读一遍权重就能产出多个 token。
+# Decode 每步每个请求只产出 1 个 token，却要把全部权重和整段 KV 读一遍（第 6 课：decode 受带宽限制）。一次前向若能验证多个 token，读一遍权重就能产出多个 token。
 #
-# 投机解码就是这样做的：先用便宜的办法猜出接下来的 k 个 token（草稿），再让目标模型在一次前向里算出这 k+1 个位置的 logits，用拒绝采样决定接受草稿的哪一段前缀。输出的分布与目标模型自己采样完全相同，投机只改变速度。
+# 投机解码先用便宜的办法猜出 k 个 token（草稿），再让目标模型一次前向算出这 k+1 个位置的 logits，用拒绝采样决定接受草稿的哪一段前缀。输出分布与目标模型自己采样相同，投机只改变速度。
 #
-# n-gram 提议（prompt lookup）不需要草稿模型：在请求自己的 token 序列里找与结尾匹配的 n-gram 更早出现在哪里，把它后面的 k 个 token 当草稿。n 取 `[prompt_lookup_min, prompt_lookup_max]` 里能匹配的最长值，同样长时取最早的一处。它对复述已有文本的负载（改代码、引用文档、摘要）很有效，对全新内容几乎无效。
+# n-gram 提议（prompt lookup）不需要草稿模型：在请求自己的序列里找与结尾匹配的 n-gram 更早出现在哪里，把它后面的 k 个 token 当草稿。它对复述已有文本的负载有效，对全新内容几乎无效。
 #
 # ### 2. 它如何工作
 #
 # 一个草稿 token 的一生：
 #
-# 1. **提议**：第 t 步采样之后，runner 调用 `NgramProposer.propose`，为批里每个请求提出至多 k 个草稿；`EngineCore.post_step` 把它们交给调度器（`update_draft_token_ids`），存进 `request.spec_token_ids`。n-gram 投机会关掉默认开启的异步调度，所以走的是这条同步路径。
-# 2. **调度**：第 t+1 步，调度器把 1 个已知 token 和草稿一起排进本步（`num_new_tokens = 1 + k`），占 token budget 和 KV 槽位；草稿记在 `SchedulerOutput.scheduled_spec_decode_tokens`。
-# 3. **验证**：runner 把这 1+k 个 token 当作一个短的 prefill 块跑一次前向，取 k+1 行 logits。第 j 行是看到前 j 个草稿之后的目标分布 $p_j$，用来验证草稿 $x_j$；最后一行是奖励（bonus）行。
-# 4. **拒绝采样**：贪心请求在 $x_j = \arg\max p_j$ 时接受；随机请求以概率 $\min(1, p_j(x_j)/q_j(x_j))$ 接受。第一次拒绝时，从归一化的 $(p_j - q_j)^+$ 采一个恢复 token，然后停止；全部接受时，加上奖励行采出的 token。每个请求本步产出 `num_accepted + 1` 个 token，其余位置填 `PLACEHOLDER_TOKEN_ID`（-1）。
-# 5. **回滚**：调度器在 `update_from_output` 里算出 `num_accepted = max(len(generated) - num_sampled_tokens_per_step, 0)`（语言模型每步采样 1 个）、`num_rejected = k - num_accepted`，把 `num_computed_tokens` 减去 `num_rejected`。被拒草稿的 KV 已写进槽位，但这些位置不再属于请求，下一步会覆盖它们；块不用释放。
+# 1. **提议**：第 t 步采样后，runner 调 `NgramProposer.propose` 提出至多 k 个草稿；`EngineCore.post_step` 经 `update_draft_token_ids` 存进 `request.spec_token_ids`。
+# 2. **调度**：第 t+1 步，调度器把 1 个已知 token 和草稿一起排进本步（`num_new_tokens = 1 + k`），占 token budget 和 KV 槽位；草稿记在 `scheduled_spec_decode_tokens`。
+# 3. **验证**：runner 把这 1+k 个 token 当作一个短 prefill 块跑一次前向，取 k+1 行 logits。第 j 行是看到前 j 个草稿后的目标分布 $p_j$，验证草稿 $x_j$；最后一行是奖励（bonus）行。
+# 4. **拒绝采样**：贪心在 $x_j = \arg\max p_j$ 时接受；随机以概率 $\min(1, p_j(x_j)/q_j(x_j))$ 接受。第一次拒绝时从归一化的 $(p_j - q_j)^+$ 采一个恢复 token 并停止。
+# 5. **奖励**：全部接受时加上奖励行采出的 token。每个请求本步产出 `num_accepted + 1` 个 token，其余位置填 `PLACEHOLDER_TOKEN_ID`（-1）。
+# 6. **回滚**：`update_from_output` 由产出的 token 数减 1 得到 `num_accepted`，`num_rejected = k - num_accepted`，把 `num_computed_tokens` 减去 `num_rejected`。被拒草稿的 KV 留在槽位里，下一步覆盖；块不用释放。
 #
-# 这里的 $p_j$ 是施加了温度、top-k / top-p 等处理之后的分布（见文末差异）。n-gram 草稿没有概率分布，q 是草稿 token 上的 one-hot，所以接受概率就是 $p(x)$，恢复分布是去掉 x 后重新归一化的 p。
+# n-gram 草稿没有概率分布，q 是草稿 token 上的 one-hot：接受概率就是 $p(x)$，恢复分布是去掉 x 后重新归一化的 p。
 #
 # ### 3. 正确性条件与常见误区
 #
-# - **第一次拒绝后必须停止**：第 j+1 行的 logits 以草稿 $x_j$ 在序列里为前提。$x_j$ 被拒后，后面所有行的前缀都是错的。
+# - **第一次拒绝后必须停止**：第 j+1 行以草稿 $x_j$ 在序列里为前提；$x_j$ 被拒，后面各行的前缀都错了。
 # - **恢复分布是归一化的 $(p - q)^+$，不是 p**：从 p 重采会让被拒的 x 再次出现，输出偏离 p（Q1）。
-# - **奖励 token 只在全部接受时出现**：它来自最后一行，前提是 k 个草稿都在序列里。
-# - **接受个数决定 KV 回滚**：调度器从产出的 token 数推出接受了几个。多算一个，被拒草稿的 KV 不回滚，后面接在错误的前缀上；少算一个，贪心输出碰巧不变，但接受统计错了，检查会抓住。
-# - **贪心必须与不投机逐 token 相同**：这是投机解码最强的回归测试。算法上它严格成立；vLLM 的文档说实现只在硬件数值精度内无损，GPU 上一次前向算 k+1 个位置可能换 kernel 与归约顺序，极少数近乎并列的 argmax 会翻转。
+# - **接受个数决定 KV 回滚**：多算一个，被拒草稿的 KV 不回滚，后面接在错误的前缀上；少算一个，接受统计错了。
+# - **贪心必须与不投机逐 token 相同**：这是最强的回归测试。算法上严格成立；GPU 上只在数值精度内成立（见附录）。
 #
 # ### 4. 性能与工程取舍
 #
 # - 每个请求每步多算 k 个位置，换来期望 $1 + \sum_{j=1}^{k} \prod_{i \le j} \alpha_i$ 个 token，$\alpha_i$ 是前面都接受时第 i 个位置的接受率。
 # - decode 受带宽限制时，多算几个位置几乎不增加时间；batch 大到计算受限时，多算的位置就是真实成本（Q2）。
-# - k 越大，上限 k+1 越高，但越靠后的草稿越难被接受，而每个草稿都占 token budget 和算力（Q3，图 9-1、9-2）。
+# - k 越大上限 k+1 越高，但越靠后的草稿越难被接受，而每个草稿都占 token budget 和算力（Q3）。
 
 # %%
 sweep = L09.k_sweep()
@@ -125,7 +120,7 @@ L09.plot_per_position(sweep);
 # 图 9-2：逐位置接受率的两种分母。
 #
 # - 左，vLLM 的算法（`SpecDecodingLogging.log`）：`num_accepted_tokens_per_pos[j] / num_drafts`，分母是验证次数。第 j 个草稿只有前面都被接受时才会被接受，所以这条曲线必然单调不增。
-# - 右：分母是真的有第 j 个草稿的次数（`num_draft_tokens_per_pos[j]`）。n-gram 草稿可以短于 k，短草稿多时它可以不单调。这里草稿几乎都是满长的，两边几乎重合。
+# - 右：分母是真有第 j 个草稿的次数（`num_draft_tokens_per_pos[j]`）。n-gram 草稿可以短于 k，短草稿多时它可以不单调；这里两边几乎重合。
 #
 # ## 具体演示：一个验证步里发生了什么
 #
@@ -141,7 +136,7 @@ L09.print_trace(L09.verification_trace())
 # - `recovered`：在某个位置被拒，产出已接受的草稿加 1 个恢复 token，被拒草稿的 KV 位置由调度器回滚；
 # - `bonus`：3 个草稿全部接受，一次前向产出 4 个 token。
 #
-# 同一步里三个请求的草稿数可以不同，这正是练习里的批。这台 2 核 CPU 上省下的步数近似就是省下的时间，GPU 上大 batch 时未必如此（Q2）；墙钟比较要靠交替运行的基准 `benchmarks/spec_decode.py`。
+# 同一步里三个请求的草稿数可以不同，这正是练习里的批。这台 CPU 上省下的步数近似就是省下的时间，GPU 上大 batch 时未必如此（Q2）。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
@@ -151,7 +146,7 @@ L09.print_trace(L09.verification_trace())
 # - 输入布局与 minivllm 的 `SpecDecodeMetadata` 相同：请求 i 的 $k_i$ 个草稿行、然后它的奖励行，一个请求接一个请求；$k_i$ 可以不同，也可以是 0。
 # - 6 处 `______` 是决策点：贪心的接受条件、随机的接受条件、接受后累计的个数、恢复分布、拒绝之后做什么、奖励 token。
 #
-# > 与 vLLM 的差异（评分涉及）：vLLM 的 `rejection_sample` 只拿草稿行，奖励 token 由普通采样器另行采好；q(x) = 0 时直接拒绝。草稿从 q 抽出时两种写法结果相同，详见文末。
+# > 与 vLLM 的差异（评分涉及）：vLLM 的 `rejection_sample` 只拿草稿行，奖励 token 由普通采样器另行采好；q(x) = 0 时直接拒绝。草稿从 q 抽出时两种写法结果相同，详见附录。
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
 
@@ -222,7 +217,7 @@ def rejection_sample(draft_token_ids, target_probs, draft_probs, bonus_token_ids
 report("lesson09", globals())
 
 # %% [markdown]
-# 第一项检查：构造的用例，结果完全确定。贪心批是 vLLM `tests/v1/sample/test_rejection_sampler.py` 的几种情形放进同一批（k = 3, 0, 2, 1）；随机批给出草稿分布 q，每个决定都由均匀数 u 唯一确定。隐藏测试再做分布检验：1500 个请求、每个 2 个草稿，输出与目标分布 p 做卡方检验。
+# 第一项检查：构造的用例，结果完全确定。贪心批取自 vLLM `tests/v1/sample/test_rejection_sampler.py`（k = 3, 0, 2, 1）；随机批的每个决定由均匀数 u 唯一确定。隐藏测试再对 1500 个请求做卡方检验。
 
 # %% nbgrader={"grade": true, "grade_id": "l09_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 drafts, target, bonus, want, want_n = L09.greedy_case()
@@ -244,7 +239,7 @@ L09.plot_distribution(rejection_sample);
 # 图 9-3：你的函数输出的第一个 token 的频率（蓝：有草稿分布 q；橙：n-gram）与目标分布 p（黑）、草稿分布 q（灰）。草稿按 q 抽出，输出却按 p 分布：q > p 的质量被拒掉，不足的质量由 $(p-q)^+$ 补上。
 
 # %% [markdown]
-# 第二项检查：把你的函数接进真实引擎。`L09.check_real_engine` 临时替换 runner 使用的 `RejectionSampler`，由它算出目标概率、奖励 token 和均匀数，调用你的 `rejection_sample`，把每个请求的前 `num_accepted + 1` 个 token 交给引擎。所以你的 `num_accepted` 直接决定调度器回滚多少 KV 位置。
+# 第二项检查：`L09.check_real_engine` 临时替换 runner 的 `RejectionSampler`，用你的 `rejection_sample` 把每个请求的前 `num_accepted + 1` 个 token 交给引擎。你的 `num_accepted` 直接决定调度器回滚多少 KV 位置。
 #
 # 检查两件事：贪心输出与不投机的运行逐 token 相同；引擎的 `SpecDecodingStats` 与用引擎自己的 `RejectionSampler` 时完全相同。
 
@@ -398,19 +393,37 @@ L09.check_source_map(SOURCE_MAP)
 self_check("lesson09", globals());
 
 # %% [markdown]
-# ## 在真实 vLLM 0.27.1 上看同一件事
+# ## 附录（选读）
 #
-# CPU 上 vLLM 没有 Triton。V1 的 `CPUModelRunner` 构造时用 `_postprocess_triton` 把 `rejection_sampler.py` 的四个 kernel 换成 `vllm/utils/cpu_triton_utils.py` 的 C++ 实现。下面照做后调用 vLLM 的 `rejection_sample`。
+# 选读：在真实 vLLM 上运行你的函数、与 vLLM 0.27.1 的全部差异和参考资料，不计入核心路径。
+
+# %% [markdown]
+# ### 在真实 vLLM 0.27.1 上看同一件事
 #
-# 第一张表是边界条件评分用的录制批：均匀数给定、恢复 token 唯一，两边必须逐 token 相同。`greedy_with_q` 的贪心行带着草稿的 q：vLLM 的贪心 kernel 不读 q，恢复 token 就是 argmax p。
+# CPU 上 vLLM 没有 Triton。V1 的 `CPUModelRunner` 构造时用 `_postprocess_triton` 把 `rejection_sampler.py` 的 kernel 换成 `vllm/utils/cpu_triton_utils.py` 的 C++ 实现。下面照做后调用 vLLM 的 `rejection_sample`。
 #
-# 第二张表由 vLLM 自抽 400 个请求的均匀数和恢复 token，你的函数用同一串均匀数，接受个数相同；恢复 token 抽法不同（vLLM 用指数噪声），只在统计上一致。vLLM 源码在 `.venv-vllm` 的 site-packages/vllm 下。
+# 第一张表是边界条件评分用的录制批，两边必须逐 token 相同。`greedy_with_q` 的贪心行带着 q：vLLM 的贪心 kernel 不读 q，恢复 token 就是 argmax p。
+#
+# 第二张表由 vLLM 自抽 400 个请求的均匀数和恢复 token，你的函数用同一串均匀数，接受个数相同；恢复 token 抽法不同（vLLM 用指数噪声），只在统计上一致。
 
 # %%
 L09.vllm_side_by_side(rejection_sample);
 
 # %% [markdown]
-# ## 参考资料
+# ### 与 vLLM 0.27.1 的差异
+#
+# - **n 的取法**：n-gram 提议的 n 取 `[prompt_lookup_min, prompt_lookup_max]` 里能匹配的最长值，同样长时取最早的一处。
+# - **输入布局**：vLLM 的 `RejectionSampler.forward` 按 `target_logits_indices` 只把草稿行交给 `rejection_sample`，奖励行按 `bonus_logits_indices` 取出、由普通 `Sampler` 采样。练习把奖励行插在各请求的草稿行之后。
+# - **接受条件**：vLLM 写 `draft_prob > 0 and target_prob / draft_prob >= uniform_prob`；练习没有 q(x) > 0 的保护，草稿从 q 抽出时两者相同。id 为负的草稿（如被 grammar 截掉的位置）vLLM 直接判拒。
+# - **p 的处理**：验证前 vLLM 先施加 penalties、bad words（`apply_logits_processors`），再施加温度与 top-k / top-p（`apply_sampling_constraints`）。minivllm 验证时不施加 penalties，但施加 min-p。
+# - **数值精度**：vLLM 文档说投机只在硬件数值精度内无损；GPU 上 k+1 个位置一起前向可能换 kernel 与归约顺序，近乎并列的 argmax 偶尔翻转。
+# - **实现**：vLLM 的 kernel 每个请求一个 program，恢复 token 在 kernel 之前采好；minivllm 用批量 torch 运算。
+# - **异步调度**：n-gram 投机关掉默认的异步调度，走本课的同步路径。EAGLE、MTP 开异步调度时，`AsyncScheduler` 先排 -1 占位草稿，worker 把草稿直接写进下一步输入（V1：`_prepare_input_ids`）。
+# - **runner**：不开投机、或开 EAGLE / MTP 时，课程的 dense 模型走 Model Runner V2（`v1/worker/gpu/`）。
+# - **统计**：vLLM 的 `SpecDecodingStats` 每步新建、由前端的 `SpecDecodingLogging` 累加；minivllm 在调度器里累计。`SpecDecodeMetadata` 在 vLLM 位于 `v1/spec_decode/metadata.py`，minivllm 放在 `sample/rejection_sampler.py`。
+
+# %% [markdown]
+# ### 参考资料
 #
 # - [vLLM n-gram proposer](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/spec_decode/ngram_proposer.py)
 # - [vLLM rejection sampler](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/sample/rejection_sampler.py)
@@ -424,15 +437,3 @@ L09.vllm_side_by_side(rejection_sample);
 # current docs、支持的投机方法和默认参数会变化，部署前要按目标版本重新核对。
 #
 # ← 上一课：第 8 课：结构化输出：grammar bitmask 与 CPU/GPU 重叠　｜　下一课 →：第 10 课：分布式执行：张量并行、Executor 与 all-reduce
-
-# %% [markdown]
-# ## 与 vLLM 0.27.1 的差异
-#
-# - **输入布局**：vLLM 的 `RejectionSampler.forward` 按 `target_logits_indices` 只取草稿位置的 logits 交给 `rejection_sample`，奖励行按 `bonus_logits_indices` 取出、由普通 `Sampler` 采样。练习与 minivllm 把奖励行插在各请求的草稿行之后。
-# - **接受条件**：vLLM 的 kernel 写 `draft_prob > 0 and target_prob / draft_prob >= uniform_prob`；练习没有 q(x) > 0 这道保护，草稿从 q 抽出时两者相同。
-# - **-1 草稿**：vLLM 的 kernel 把 id 为负的草稿直接判为拒绝（如结构化输出里被 grammar 截掉、补成 -1 的位置），练习没有这种输入。
-# - **p 的处理**：验证前 vLLM 先施加 penalties、bad words 等（`apply_logits_processors`），再施加温度与 top-k / top-p（`apply_sampling_constraints`）。minivllm 验证时不施加 penalties，但施加 min-p，vLLM 验证时不施加 min-p。
-# - **实现**：vLLM 的 kernel 每个请求一个 program，恢复 token 在 kernel 之前采好；minivllm 用批量 torch 运算。
-# - **异步调度**：EAGLE、MTP 等开异步调度时，`AsyncScheduler` 先给下一步排 -1 占位草稿，worker 把自己提出的草稿直接写进下一步的输入（V1：`_prepare_input_ids`）。`update_draft_token_ids_in_output` 只用在推迟 grammar bitmask 的结构化输出路径上。
-# - **统计**：vLLM 的 `SpecDecodingStats` 每步新建、由前端的 `SpecDecodingLogging` 累加；minivllm 在调度器里累计。
-# - **文件与方法**：`SpecDecodeMetadata` 在 vLLM 位于 `v1/spec_decode/metadata.py`，minivllm 放在 `sample/rejection_sampler.py`。vLLM 还有 EAGLE、MTP、draft model 等投机方法，本课只讲 n-gram。

@@ -16,11 +16,10 @@
 #
 # 本课产出：
 #
-# - 说清 TP=2 时每个 rank 持有哪些权重、从 checkpoint 的哪一段读来，一步前向在哪里通信、通信几次；
-# - 说清 `MultiprocExecutor` 怎样把一次 `execute_model` 广播给每个 worker，为什么所有 rank 必须走完同样的集合通信；
-# - 写出 MLP 的列并行层 `gate_up_proj` 与行并行层 `down_proj`，接进真实引擎，让 TP=2 的输出与 TP=1 逐 token 相同。
+# - 说清 TP=2 时每个 rank 持有哪些权重、从 checkpoint 的哪一段读来，一步前向在哪里通信、通信几次，`MultiprocExecutor` 怎样把 `execute_model` 广播给每个 worker；
+# - 写出 MLP 的列并行层 `gate_up_proj` 与行并行层 `down_proj`，接进真实引擎。
 #
-# 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；能指出一个正确性不变量、一个性能边界和一个要靠 benchmark 才能确认的结论；总分至少 8/10。
+# 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；能指出下面三条；总分至少 8/10。
 #
 # - 正确性不变量：TP=2 的贪心输出与 TP=1 逐 token 相同；每个 rank 在同一步调用同样次数的 all-reduce。
 # - 性能边界：每层两次 all-reduce，通信量正比于 token 数 × hidden，与 tp 无关。
@@ -38,17 +37,16 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM commit 8e958902eee5（链接见参考资料）。沿着“一个权重矩阵的一生”读：checkpoint 里的完整张量 → 每个 rank 取哪一段 → 前向算出一段输出还是一个部分和 → 在哪里 all-reduce。不要从 NCCL 读起。
+# 源码固定在 vLLM 0.27.1（commit 8e958902eee5）。沿着一个权重矩阵的一生读：完整张量 → 每个 rank 取哪一段 → 算出一段输出还是部分和 → 在哪里 all-reduce。
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | `vllm/model_executor/layers/linear.py`：`MergedColumnParallelLinear`、`QKVParallelLinear`、`RowParallelLinear.forward` | `minivllm/model_executor/layers/linear.py` 的同名类 | 列并行、行并行各切哪一维？融合的 gate_up 为什么每段各切？bias 为什么只在 rank 0 加？ |
-# | 2 | `vllm/model_executor/parameter.py`：`load_merged_column_weight`、`load_qkv_weight`、`load_row_parallel_weight` | 各层的 `weight_loader` | 未量化层的 `weight_loader_v2` 调这些方法：一个 rank 从完整张量里取哪一段？ |
-# | 3 | `vllm/model_executor/layers/vocab_parallel_embedding.py`：`VocabParallelEmbedding.forward`、`ParallelLMHead` | 同名文件 | 不在本 rank 词表段里的 token 查到什么？embedding 之后为什么要 all-reduce？ |
-# | 4 | `vllm/distributed/parallel_state.py`：`GroupCoordinator.all_reduce`、`initialize_model_parallel` | `minivllm/distributed/parallel_state.py` | 进程怎样知道自己是第几个 rank？TP=1 时 all-reduce 做什么？ |
-# | 5 | `vllm/v1/executor/multiproc_executor.py`：`MultiprocExecutor.collective_rpc`、`WorkerProc.worker_busy_loop` | `minivllm/executor/multiproc_executor.py` | 一次 `execute_model` 怎样送到每个 rank？为什么只有一个 rank 交回结果？ |
+# | 1 | `vllm/model_executor/parameter.py`：`_ColumnvLLMParameter.load_merged_column_weight`（L156–176） | `minivllm/model_executor/layers/linear.py` | 一个 rank 从完整的 gate_up 里取哪两段？ |
+# | 2 | `vllm/model_executor/layers/linear.py`：`QKVParallelLinear.__init__`（L1050–1101） | 同上 | 每个 rank 几个 q 头、几个 kv 头？kv 头少于 tp 时怎么办？ |
+# | 3 | `vllm/model_executor/layers/linear.py`：`RowParallelLinear.forward`（L1748–1774） | 同上 | bias 为什么只在 rank 0 加？何时 all-reduce？ |
+# | 4 | `vllm/v1/executor/multiproc_executor.py`：`MultiprocExecutor.collective_rpc`（L354–416） | `minivllm/executor/multiproc_executor.py` | 一次 `execute_model` 怎样送到每个 rank？ |
 #
-# minivllm 与 vLLM 的差异集中列在文末“与 vLLM 0.27.1 的差异”。
+# **runner**：课程的 dense 模型在 0.27.1 默认由 Model Runner V2（`v1/worker/gpu/model_runner.py`）运行，TP 不改变它；minivllm 的 worker 对应 V1 的 `gpu_model_runner.py`，本课的层两者共用。
 
 # %% nbgrader={"grade": false, "grade_id": "l10_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。
@@ -73,52 +71,46 @@ short_errors("lesson10")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 1. 它是什么，解决什么问题
 #
-# 模型放不进一张卡，或一张卡算一步太慢时，张量并行（tensor parallelism，TP）把每一层的权重矩阵切成 tp 份。每个 rank（一个进程、一张卡）只存、只算自己那一份，再用集合通信 all-reduce 把部分结果合起来。
+# 模型放不进一张卡、或一张卡算一步太慢时，张量并行（TP）把每层的权重切成 tp 份：每个 rank（一个进程、一张卡）只存、只算自己那份，再用 all-reduce 合起来。
 #
-# TP=2 时每个 rank 约存一半权重；kv 头数不少于 tp 时，KV cache 也约减半，因为每个 rank 只存自己那些注意力头的 KV（Q2）。代价是每层都要通信。
+# TP=2 时每个 rank 约存一半权重；kv 头数不少于 tp 时，KV cache 也约减半，因为每个 rank 只存自己那些头的 KV（Q2）。
 #
 # ### 2. 它如何工作
 #
-# 线性层 $y = xW^\top$，$W$ 的形状是 `[output_size, input_size]`。有两种切法，来自 Megatron-LM，vLLM 沿用：
+# 线性层 $y = xW^\top$，$W$ 的形状是 `[output_size, input_size]`。两种切法来自 Megatron-LM：
 #
 # 1. **列并行**（`ColumnParallelLinear`）：按输出维切，rank r 持有 $W$ 的第 r 段行，用完整的 x 算出 y 的第 r 段，不通信。
-# 2. **行并行**（`RowParallelLinear`）：按输入维切，rank r 持有 $W$ 的第 r 段列。它的输入正是前一个列并行层在本 rank 的那段输出，算出的是 y 的一个部分和；一次 all-reduce 把 tp 个部分和加起来。
+# 2. **行并行**（`RowParallelLinear`）：按输入维切，rank r 持有 $W$ 的第 r 段列，输入正是前一个列并行层在本 rank 的输出；算出 y 的部分和，一次 all-reduce 把它们加起来。
 #
-# `gate_up_proj` 是把 gate 与 up 融合成一个矩阵的 `MergedColumnParallelLinear`。rank r 持有 `[gate 的第 r 段; up 的第 r 段]`：每段各自切，`SiluAndMul` 才能在本 rank 内把 gate 行与 up 行配对。
+# `gate_up_proj` 是融合 gate 与 up 的 `MergedColumnParallelLinear`。rank r 持有 `[gate 的第 r 段; up 的第 r 段]`：每段各自切，`SiluAndMul` 才能在本 rank 内配对。
 #
-# MLP 与注意力都是先列后行（`gate_up_proj` → `down_proj`，`qkv_proj` → `o_proj`），所以每个 Transformer 层两次 all-reduce；词表并行的 embedding 之后再有一次，`lm_head` 之后是 all-gather。
+# MLP 与注意力都是先列后行（`gate_up_proj` → `down_proj`，`qkv_proj` → `o_proj`），所以每层两次 all-reduce（演示里逐次数出）。
 #
-# 加载时所有 rank 读同一份 safetensors，每个参数的 `weight_loader` 只拷贝本 rank 那一段。
-#
-# `MultiprocExecutor` 为每个 rank 起一个 worker 进程（`WorkerProc`），它们加入同一个进程组，CPU 上用 gloo。EngineCore 调用 `execute_model` 时，executor 把同一个调用广播给所有 worker（`collective_rpc`），只有一个 rank 交回结果。调度器只有一份，在 EngineCore 里；每个 worker 按同一份计划各维护一份块表。
+# `MultiprocExecutor` 为每个 rank 起一个 `WorkerProc`（CPU 上用 gloo 组成进程组），`collective_rpc` 把 `execute_model` 广播给它们。调度器只有一份，在 EngineCore 里。
 #
 # ### 3. 正确性条件与常见误区
 #
-# - **每个 rank 调用同样次数、同样形状的集合通信**：all-reduce 要所有 rank 到齐才结束。一个 rank 多调或少调一次，另一个就永远等下去；本课的检查有超时。
+# - **每个 rank 调用同样次数、同样形状的集合通信**：all-reduce 要所有 rank 到齐；一个 rank 少调一次，另一个就永远等下去。
 # - **列并行层之后不 all-reduce**：各 rank 的输出是 y 的不同段，不是部分和。
-# - **行并行层之后必须 all-reduce**：否则每个 rank 只有部分和，各 rank 的隐藏状态从此不一致。
-# - **融合投影每段分别切，每段都要能被 tp 整除**：不能整除时在构造层时就报错，vLLM 也这样拒绝。
+# - **行并行层之后必须 all-reduce**：否则每个 rank 只有部分和，隐藏状态从此不一致。
 # - **行并行的 bias 只加一次**：每个 rank 都加，all-reduce 之后就是 tp 倍。
-# - **TP=2 的贪心输出应与 TP=1 相同**：切分只改变求和顺序，只有浮点舍入的差别。这是张量并行最强的回归测试。
 #
 # ### 4. 性能与工程取舍
 #
-# - 每层两次 all-reduce，每次 `num_tokens × hidden_size` 个数，与 tp 无关；每个 rank 的计算按 1/tp 减少。tp 越大、batch 越小、层越窄，通信占比越高。
-# - 有 NVLink 时，大 batch 或 prefill 常能摊薄通信，小 batch 的 decode 仍可能被 all-reduce 的延迟主导，要实测；跨 PCIe 或跨机时通信很快成为瓶颈，vLLM 文档建议 TP 不跨机。
-# - 这台 2 核 CPU 上 TP=2 不会更快，图 10-1 测出原因（Q3）。
+# - 每次 all-reduce 传 `num_tokens × hidden_size` 个数，每个 rank 的计算却按 1/tp 减少：tp 越大、batch 越小、层越窄，通信占比越高。
+# - 有 NVLink 时大 batch 常能摊薄通信，小 batch 的 decode 仍可能被 all-reduce 延迟主导；vLLM 文档建议 TP 不跨机。
 
 # %%
 shards = L10.rank_shards()
 L10.print_rank_shards(shards)
 
 # %% [markdown]
-# 表 10-1：默认模型（4 层，hidden 256，intermediate 704，8 个 q 头、2 个 kv 头，head_dim 32）第 0 层与 embedding 的参数形状。左边 TP=1，右边是 TP=2 时每个 rank 的分片。
+# 表 10-1：默认模型（4 层，hidden 256，intermediate 704，8 个 q 头、2 个 kv 头，head_dim 32）第 0 层与 embedding 的参数形状，左 TP=1，右 TP=2 每个 rank。
 #
-# - `qkv_proj.weight`：TP=1 是 `[8×32 + 2×32 + 2×32, 256] = [384, 256]`；TP=2 每个 rank 4 个 q 头、1 个 kv 头，`[192, 256]`。输出维按头切（Q2）。
+# - `qkv_proj.weight`：TP=1 是 `[(8 + 2 + 2)×32, 256] = [384, 256]`；TP=2 每个 rank 4 个 q 头、1 个 kv 头，`[192, 256]`。按头切（Q2）。
 # - `o_proj.weight`、`down_proj.weight`：输出维不变，输入维减半，这是行并行。
 # - `gate_up_proj.weight`：`[2×704, 256]` → `[2×352, 256]`，gate 的一半和 up 的一半。
-# - `embed_tokens.weight`：词表切成两段（先补齐到能整除）；`lm_head` 与它共享权重。
-# - 最后一行：每个 rank 的参数约是 TP=1 的一半，归一化层的向量每个 rank 都存一份。
+# - `embed_tokens.weight`：词表补齐后切成两段；`lm_head` 与它共享权重。
 
 # %%
 cmp = L10.tp_comparison()
@@ -126,42 +118,34 @@ L10.print_tp_comparison(cmp)
 L10.plot_tp_comparison(cmp);
 
 # %% [markdown]
-# 图 10-1：3 个 prompt、每个 16 个 token，贪心。左：TP=1 与 TP=2 按 A B A B 交替各跑 3 次的墙钟时间。右：TP=2 时 rank 0 的 profiler 里，gloo 的 all-reduce（`c10d::allreduce_`）占 `execute_model` 的比例。每步 all-reduce 次数 = 4 层 × 2 + 1 = 9。
+# 图 10-1：3 个 prompt、每个 16 个 token，贪心。左：TP=1 与 TP=2 交替各跑 3 次的墙钟时间。右：TP=2 时 rank 0 上 gloo all-reduce（`c10d::allreduce_`）占 `execute_model` 的比例。
 #
-# 在这台 2 核 CPU 上 TP=2 比 TP=1 慢，原因有三：
-#
-# - 两个 rank 分掉的是同两个核，没有多出硬件；
-# - 模型很小，每层矩阵乘法只有几十微秒，一步的时间主要是 Python 与调度开销；
-# - 每步 9 次 gloo all-reduce，每次都要两个进程经本机 TCP 会合，右图的占比就是这部分代价。
-#
-# 这是“计算太小、通信相对太贵”时的结论，只对这台机器和这个负载成立（Q3）。
+# 在这台 2 核 CPU 上 TP=2 比 TP=1 慢：两个 rank 分的是同两个核，模型很小，每步 9 次 all-reduce 都要两个进程经本机 TCP 会合（右图）。这个结论只对这台机器和这个负载成立（Q3）。
 
 # %% [markdown]
 # ## 具体演示：一步前向里的 all-reduce
 #
-# 按一个 token 走一遍 TP=2 的第 0 层，括号里是每个 rank 上的形状，T 是本步的 token 数：
+# TP=2 的第 0 层，形状是每个 rank 上的，T 是本步的 token 数：
 #
 # 1. `embed_tokens`（词表并行）：每个 rank 查自己那段词表，段外的 token 得 0 → **all-reduce #1** → `[T, 256]`。
-# 2. `qkv_proj`（列并行）：`[T, 256]` → `[T, 192]`，本 rank 的 4 个 q 头和 1 个 kv 头，不通信；注意力只在这些头上算。
+# 2. `qkv_proj`（列并行）：`[T, 256]` → `[T, 192]`，本 rank 的 4 个 q 头和 1 个 kv 头，不通信。
 # 3. `o_proj`（行并行）：`[T, 128]` → `[T, 256]` 的部分和 → **all-reduce #2**。
 # 4. `gate_up_proj`（列并行）：`[T, 256]` → `[T, 704]`（gate 352 + up 352），不通信；`SiluAndMul` → `[T, 352]`。
 # 5. `down_proj`（行并行）：`[T, 352]` → `[T, 256]` 的部分和 → **all-reduce #3**。
 #
-# 以后每层两次，4 层共 1 + 8 = 9 次。`lm_head` 之后 all-gather 出完整的 logits，每个 rank 用相同的 logits 和相同的随机种子采出相同的 token，所以各 rank 的批状态始终一致。只有一个 rank 把结果交回 EngineCore（vLLM：`MultiprocExecutor` 读 `output_rank` 那个 worker）。
+# 以后每层两次，4 层共 1 + 8 = 9 次。`lm_head` 之后 all-gather 出完整的 logits，各 rank 用相同的 logits 和种子采出相同的 token，批状态始终一致；只有一个 worker 把结果交回 EngineCore。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
 #
-# 下面是 MLP 里的两个并行线性层，去掉了 vLLM 的量化方法和 `skip_bias_add` 等开关。
+# 下面是 MLP 里的两个并行线性层（去掉了量化与 `skip_bias_add` 等开关）。
 #
-# - 父类 `LinearBase(input_size_per_partition, output_size_per_partition, bias)` 建好本 rank 的 `weight`（`[输出, 输入]`）与 `bias`，并给每个参数挂上 `self.weight_loader`。
-# - `self.tp_rank`、`self.tp_size` 是本 rank 的编号和 rank 数，没有进程组时是 0 和 1。
-# - 10 处 `______` 是决策点：每个 rank 持有哪一维、从 checkpoint 的哪一段读、放到融合参数的哪里、前向之后通不通信、bias 在哪个 rank 加。
+# - 父类 `LinearBase(input_size_per_partition, output_size_per_partition, bias)` 建好本 rank 的 `weight`（`[输出, 输入]`）与 `bias`，并给每个参数挂上 `self.weight_loader`（各 rank 读同一份 checkpoint，它只拷贝本 rank 那一段）。
+# - `self.tp_rank`、`self.tp_size`：本 rank 的编号和 rank 数，没有进程组时是 0 和 1。
+# - 10 处 `______` 是决策点：持有哪一维、读哪一段、放到融合参数哪里、通不通信、bias 在哪个 rank 加。
 # - 每段投影、行并行层的输入都要能被 tp 整除；不能整除时，构造层就应报错。
 #
-# > 与 vLLM 的差异（评分涉及）：练习的层只返回 output，切法写在层的 `weight_loader` 里；vLLM 的返回值与加载方式见文末。
-#
-# 检查在新进程里运行你的类：进程从 multiprocessing 的 forkserver 起，类由 cloudpickle 按值发过去。不从内核 fork：内核线程持有的锁会被复制进子进程而无人释放。
+# > 与 vLLM 的差异（评分涉及）：练习的层只返回 output，切法写在层的 `weight_loader` 里（vLLM 的做法见附录）。
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
 
@@ -225,7 +209,7 @@ class RowParallelLinear(LinearBase):
 report("lesson10", globals())
 
 # %% [markdown]
-# 第一项检查：两个 gloo rank 各建一个 `gate_up_proj`（hidden 48 → gate 40 + up 40）和一个 `down_proj`，用 `weight_loader` 从同一份完整权重加载，跑同一个输入。检查每个 rank 的分片、列并行层只输出本 rank 那段，以及 MLP 输出等于不切分的 MLP。
+# 第一项检查：两个 gloo rank 各建 `gate_up_proj` 和 `down_proj`，从同一份完整权重加载、跑同一个输入：每个 rank 的分片、列并行层的输出段和 MLP 的输出都要对。
 
 # %% nbgrader={"grade": true, "grade_id": "l10_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 gate_up = MergedColumnParallelLinear(8, [6, 6])    # TP=1 here (no process group): each rank would hold it all
@@ -237,7 +221,7 @@ L10.check_mlp(MergedColumnParallelLinear, RowParallelLinear)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：把你的两个类换进 minivllm 的 Llama（`o_proj` 也用你的行并行层），在一个辅助进程里以 `tensor_parallel_size=2` 起真实引擎，3 个 prompt 贪心生成 8 个 token。输出必须与 TP=1 逐 token 相同；`torch.profiler` 在 rank 0 数出的 all-reduce 必须恰好每步 9 次。
+# 第二项检查：你的两个类换进 minivllm 的 Llama（`o_proj` 也用行并行层），以 `tensor_parallel_size=2` 贪心生成：输出须与 TP=1 逐 token 相同，rank 0 上每步恰好 9 次 all-reduce。
 
 # %% nbgrader={"grade": true, "grade_id": "l10_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 L10.check_real_engine(MergedColumnParallelLinear, RowParallelLinear)
@@ -246,7 +230,7 @@ print("真实引擎检查通过：TP=2 的贪心输出与 TP=1 相同，每步 9
 # %% [markdown]
 # ## 检查方法
 #
-# 运行断言；再设想两种错法：all-reduce 放在列并行层之后，以及完全不做 all-reduce。两个 rank 的输出分别会是什么？下面的单元格用你的类在两个 rank 上实际算一次，只改 forward 里通信的位置。对照误差，解释为什么只有“列之后不通信、行之后 all-reduce”是对的。
+# 运行断言；再设想两种错法：all-reduce 放在列并行层之后，以及完全不做 all-reduce。下面的单元格用你的类在两个 rank 上实际算一次，只改通信的位置。对照误差，解释为什么只有“列之后不通信、行之后 all-reduce”是对的。
 
 # %%
 for name, err in L10.misplaced_all_reduce(MergedColumnParallelLinear, RowParallelLinear).items():
@@ -383,7 +367,12 @@ L10.check_source_map(SOURCE_MAP)
 self_check("lesson10", globals());
 
 # %% [markdown]
-# ## 在真实 vLLM 0.27.1 上看同一件事
+# ## 附录（选读）
+#
+# 选读：在真实 vLLM 上加载同一层、与 vLLM 0.27.1 的全部差异和参考资料，不计入核心路径。
+
+# %% [markdown]
+# ### 在真实 vLLM 0.27.1 上看同一件事
 #
 # 同一份 checkpoint 的第 0 层与 embedding，由 vLLM 的四种并行层每个 rank 建一次、用参数的 `weight_loader` 加载。
 #
@@ -393,7 +382,20 @@ self_check("lesson10", globals());
 L10.vllm_side_by_side(shards);
 
 # %% [markdown]
-# ## 参考资料
+# ### 与 vLLM 0.27.1 的差异
+#
+# - **权重加载**：vLLM 的未量化层用 `weight_loader_v2`，由参数对象的 `load_merged_column_weight`、`load_qkv_weight`、`load_row_parallel_weight` 切片；minivllm 与练习写在层的 `weight_loader` 里，切法相同。
+# - **forward 的返回值**：vLLM 的线性层默认返回 `(output, output_bias)`，模型里写 `x, _ = self.down_proj(x)`；`return_bias=False` 时才只返回 output。练习与 minivllm 只返回 output。
+# - **开关**：vLLM 的行并行层还有 `input_is_parallel`、`skip_bias_add`，计算交给 `quant_method`；minivllm 只保留 `reduce_results`，直接 `F.linear`。
+# - **不能整除时**：vLLM 的 `MergedColumnParallelLinear` 构造时断言每段 `output_size % tp_size == 0`，行并行层用 `divide` 切输入维；minivllm 的 `divide` 抛 `ValueError`。练习接受任何异常。
+# - **广播调用**：vLLM 的 executor 用共享内存 `MessageQueue`（`rpc_broadcast_mq`）广播；minivllm 把同一份 pickle 写进每个 worker 的管道。
+# - **通信后端**：vLLM 在 GPU 上走 NCCL 或自定义 all-reduce kernel；本课在 CPU 上走 gloo。minivllm 只有张量并行，没有流水线并行和数据并行。
+# - **profiler 里的名字**：默认 `-O2` 下，Hopper 或 Blackwell 装有 FlashInfer 时，`enable_allreduce_rms_fusion` 把 all-reduce 与其后的 RMSNorm 融合成 `flashinfer_trtllm_fused_allreduce_norm`。
+# - 这个融合只在 FlashInfer 支持的 tp 下、token 数不超过 `max_token_num` 的小 batch 启用；通信次数不变，只是换了名字。
+# - **各 rank 采出相同的 token**：all-gather 让每个 rank 拿到相同的 logits（`LogitsProcessor._gather_logits`）；随机采样靠全局种子 `ModelConfig.seed`（默认 0）。minivllm 同样在每个 worker 里设同一个种子。
+
+# %% [markdown]
+# ### 参考资料
 #
 # - [vLLM parallel linear layers](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/model_executor/layers/linear.py)
 # - [vLLM vocab-parallel embedding](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/model_executor/layers/vocab_parallel_embedding.py)
@@ -405,17 +407,3 @@ L10.vllm_side_by_side(shards);
 # current docs 与默认参数会变化，部署前要按目标版本重新核对。
 #
 # ← 上一课：第 9 课：投机解码：n-gram 提议与拒绝采样　｜　下一课 →：第 11 课：CUDA Graph 与动态形状
-
-# %% [markdown]
-# ## 与 vLLM 0.27.1 的差异
-#
-# - **runner**：TP 不改变 runner 的选择。课程的 dense 模型在 0.27.1 默认由 Model Runner V2（`v1/worker/gpu/model_runner.py`）在每个 worker 里运行，minivllm 的 worker 对应 V1 的 `gpu_model_runner.py`；本课的层与 executor 两者共用。
-# - **权重加载**：vLLM 的未量化层用 `weight_loader_v2`，由参数对象的 `load_merged_column_weight`、`load_qkv_weight`、`load_row_parallel_weight` 切片；minivllm 与练习写在层的 `weight_loader` 里，切法相同（见上表）。
-# - **forward 的返回值**：vLLM 的线性层默认返回 `(output, output_bias)`，模型里写 `x, _ = self.down_proj(x)`；`return_bias=False` 时才只返回 output。练习与 minivllm 只返回 output。
-# - **开关**：vLLM 的行并行层还有 `input_is_parallel`、`skip_bias_add`，计算交给 `quant_method`；minivllm 只保留 `reduce_results`，直接 `F.linear`。
-# - **不能整除时**：vLLM 的 `MergedColumnParallelLinear` 在构造时断言每段 `output_size % tp_size == 0`，行并行层用 `divide` 切输入维；minivllm 的 `divide` 抛 `ValueError`。练习接受任何异常。
-# - **广播调用**：vLLM 的 executor 用共享内存 `MessageQueue`（`rpc_broadcast_mq`）广播；minivllm 把同一份 pickle 写进每个 worker 的管道。
-# - **通信后端**：vLLM 在 GPU 上走 NCCL 或自定义 all-reduce kernel；本课在 CPU 上走 gloo，两个 rank 共享 2 个核。minivllm 只有张量并行，没有流水线并行和数据并行。
-# - **profiler 里的名字**：默认 `-O2` 下，Hopper 或 Blackwell 装有 FlashInfer 时，`enable_allreduce_rms_fusion` 把 all-reduce 与其后的 RMSNorm 融合成 `flashinfer_trtllm_fused_allreduce_norm`。
-# - 这个融合只在 tp 为 2、4、8、16 中 FlashInfer 支持的值时启用，且只用于 token 数不超过 `max_token_num` 的小 batch；大 batch 仍是单独的 all-reduce。通信次数不变，只是换了名字。
-# - **各 rank 采出相同的 token**：all-gather 让每个 rank 拿到相同的 logits（`LogitsProcessor._gather_logits`）；随机采样还要相同的随机数，vLLM 靠全局种子 `ModelConfig.seed`（默认 0）。minivllm 同样在每个 worker 里设同一个种子。

@@ -20,8 +20,6 @@
 # - **填充**：把真实行和无害的填充行写进 graph 读的静态缓冲；
 # - **取行**：replay 之后只把真实行交给采样。
 #
-# 检查时你的函数被接进 minivllm 的 `enforce_eager=False` 路径，由它填充每个 decode 批次。
-#
 # 通过要求：代码断言全部通过；Q1～Q3 都能沿源码对象给出因果链；能指出下面三件事；总分至少 8/10。
 #
 # - 正确性不变量：填充后生成的 token 与不填充逐个相同，填充行不写任何 KV 块；
@@ -35,26 +33,23 @@
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 本课在 CPU 上运行。CPU 没有 CUDA graph，但 minivllm 在 `enforce_eager=False` 时走与 GPU 相同的填充路径，只把 replay 换成对同一组静态缓冲的一次 eager 前向。所以三步都能在 CPU 上检查；launch 次数只有 GPU 能给出（见“CPU 看不到的”一节）。
+# 本课在 CPU 上运行：minivllm 在 `enforce_eager=False` 时走与 GPU 相同的填充路径，只把 replay 换成一次 eager 前向。launch 次数只有 GPU 能给出（见附录）。
 #
 # 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson11`。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 commit 8e958902eee5，链接见“参考资料”。沿“一个 decode 批次的一步”读：它有几个 token、映射到哪个捕获尺寸、真实行和填充行各写进静态缓冲的哪里、replay 之后哪几行交给采样。不要从 torch.compile 的分段切分开始读。
+# 源码固定在 vLLM 0.27.1（commit 8e958902eee5）。沿“一个 decode 批次的一步”读：选哪个捕获尺寸、填充行写什么、replay 后哪几行交给采样。
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | `vllm/config/compilation.py`：`cudagraph_capture_sizes`、`max_cudagraph_capture_size`、`cudagraph_mode` | `minivllm/config.py`：`set_cudagraph_sizes` | 默认捕获哪些尺寸？为什么不是每个 batch 大小都捕获？ |
-# | 2 | `vllm/v1/cudagraph_dispatcher.py`：`CudagraphDispatcher.dispatch`、`_bs_to_padded_graph_size` | `minivllm/compilation/cuda_graph.py`：`CudagraphDispatcher` | 5 个请求的 decode 批次跑哪个 graph？超过最大尺寸或含 prefill 时呢？ |
-# | 3 | `vllm/compilation/cuda_graph.py`：`CUDAGraphWrapper`；`vllm/forward_context.py`：`BatchDescriptor` | `minivllm/compilation/cuda_graph.py`：`CUDAGraphWrapper.capture` | graph 记下了哪些张量的地址？为什么只能改内容、不能换张量？ |
-# | 4 | `vllm/v1/worker/gpu_model_runner.py`：`_preprocess`、`_get_slot_mappings`、`_build_attention_metadata` | `minivllm/worker/gpu_model_runner.py`：`_pad_for_cudagraph` | 填充行的位置、slot、长度、块表各填什么？ |
-# | 5 | `vllm/v1/worker/gpu/cudagraph_utils.py`：`ModelCudaGraphManager`；`vllm/v1/worker/gpu/block_table.py` | — | Model Runner V2 怎样分派、填充？ |
+# | 1 | `vllm/config/vllm.py`：`VllmConfig._set_cudagraph_sizes`（L1778–1943） | `minivllm/config.py`：`set_cudagraph_sizes` | 默认捕获哪些尺寸？为什么不是每个大小都捕获？ |
+# | 2 | `vllm/v1/cudagraph_dispatcher.py`：`CudagraphDispatcher.dispatch`（L235–324） | `minivllm/compilation/cuda_graph.py`：`CudagraphDispatcher` | 5 个请求跑哪个 graph？含 prefill 时呢？ |
+# | 3 | `vllm/compilation/cuda_graph.py`：`CUDAGraphWrapper.__call__`（L233–361） | `minivllm/compilation/cuda_graph.py`：`CUDAGraphWrapper.capture` | graph 记下了什么？为什么只能改缓冲的内容？ |
+# | 4 | `vllm/v1/worker/gpu_model_runner.py`：`_get_slot_mappings`（L4082–4154）、`_get_block_table`（L2325–2341） | `minivllm/worker/gpu_model_runner.py`：`_pad_for_cudagraph` | 填充行的 slot、块表填什么？ |
 #
-# **哪个 runner**：minivllm 的 runner 对应 V1（`gpu_model_runner.py`），本课沿 V1 的名字讲；vLLM 0.27.1 对课程的 dense 模型默认选 Model Runner V2（`VllmConfig.use_v2_model_runner`）。
-#
-# V2 的 `ModelCudaGraphManager` 在启动时为每个 `BatchExecutionDescriptor` 录图，每步 `dispatch` 返回匹配的描述符，不匹配时这一步 eager。选尺寸、填充无害行、只取真实行这三件事两个 runner 都做。
+# **哪个 runner**：vLLM 0.27.1 对课程的 dense 模型默认选 Model Runner V2（`VllmConfig.use_v2_model_runner`）；minivllm 的 runner 对应 V1（`gpu_model_runner.py`）。选尺寸、填充、取行两个 runner 都做（V2 见附录）。
 
 # %% nbgrader={"grade": false, "grade_id": "l11_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。
@@ -93,10 +88,10 @@ from minivllm.compilation.cuda_graph import PAD_SLOT_ID  # noqa: E402,F401
 #
 # 一个 decode 批次的一步：
 #
-# 1. **启动时捕获**：`capture_model` 对每个捕获尺寸用静态缓冲预热一次、再录一个 graph，按 `BatchDescriptor` 存起来。
-# 2. **分派**：每步 `CudagraphDispatcher.dispatch(num_tokens, uniform_decode)`。在 minivllm 唯一的 `FULL_DECODE_ONLY` 模式下，只有 uniform decode 批次、且 token 数不超过最大尺寸，才分到能装下它的**最小**尺寸；否则这一步 eager。
-# 3. **填充**：`_pad_for_cudagraph` 把真实的 n 行写进静态缓冲的前 n 行，把 `n..size` 的填充行设成无害的值（见下一节）。
-# 4. **replay**：回放 `size` 行的 graph。CPU 上是对同一组缓冲的一次 eager 前向。
+# 1. **启动时捕获**：`capture_model` 对每个捕获尺寸预热一次、再录一个 graph，按 `BatchDescriptor` 存起来。
+# 2. **分派**：每步 `CudagraphDispatcher.dispatch(num_tokens, uniform_decode)`。`FULL_DECODE_ONLY` 模式下，只有不超过最大尺寸的 uniform decode 批次分到能装下它的**最小**尺寸；否则这一步 eager。
+# 3. **填充**：`_pad_for_cudagraph` 把真实的 n 行写进静态缓冲的前 n 行，把 `n..size` 的填充行设成无害的值。
+# 4. **replay**：回放 `size` 行的 graph。
 # 5. **只取真实行**：输出有 `size` 行，只有前 n 行交给 logits 和采样（vLLM：`logits_indices` 只指向真实请求）。
 #
 # 捕获尺寸不一定是 2 的幂。vLLM 的默认列表是 `[1, 2, 4]`、8 到 248 每隔 8 一个、再往上每隔 16 一个，截到 `max_cudagraph_capture_size`；17 个请求填到 24，而不是 32。
@@ -105,22 +100,23 @@ from minivllm.compilation.cuda_graph import PAD_SLOT_ID  # noqa: E402,F401
 #
 # 填充行的每个字段都要无害：
 #
-# - **slot 为 `PAD_SLOT_ID`（-1）**：写 KV 的 kernel 见到 -1 就跳过。slot 0 是块 0 的第 0 个槽位；块 0 是 `BlockPool` 留出的 null block，从不分给请求，但填充行也不应往里写。
+# - **slot 为 `PAD_SLOT_ID`（-1）**：写 KV 的 kernel 见到 -1 就跳过。slot 0 属于 `BlockPool` 留出的 null block（块 0），填充行也不应往里写。
 # - **长度为 0**：attention 什么都不读。
 # - **位置为 0**：rotary 用位置查 cos/sin 表。填 -1 在 CPU 上会被负索引悄悄接受，在 GPU 上是越界访问。
-# - **块表行为 0**：vLLM 两个 runner 都把填充行的块表清零（V1 填 `NULL_BLOCK_ID`）。
+# - **块表行为 0**：指向 null block（V1：`NULL_BLOCK_ID`）。
 # - **token 为 0**：任何合法 token 都无害，本课的检查要求 0。
 #
-# 静态缓冲会残留上一批的内容：上一步 8 行的数据在这一步 4 行的批次里仍在。所以填充行每步都要重写。
+# 静态缓冲会残留上一批的内容，所以填充行每步都要重写。
 #
-# 只返回真实行：填充行的 logits 交给采样，引擎会以为有 `size` 个请求，或把填充行采出的 token 给真实请求。
+# 只返回真实行：否则引擎会以为有 `size` 个请求，或把填充行采出的 token 给真实请求。
 #
 # 选最小的能装下的尺寸：选更大的也不会算错，但小批次会白算许多行（Q3）。
 #
 # ### 4. 性能与工程取舍
 #
 # - 捕获尺寸越密，填充浪费越少；但每个尺寸一个 graph，启动时间和 graph 显存随尺寸数增长。vLLM 的默认列表在小 batch 处密、大 batch 处疏：小 batch 正是 launch 开销占比最大的地方（Q1）。
-# - `FULL_DECODE_ONLY` 只为 decode 批次录整图。prefill 的 token 数从几个到几千，按 token 数捕获要么尺寸太多、要么填充太大；而且 prefill 的 kernel 足够大，launch 开销不显著（Q2）。vLLM 默认的 `FULL_AND_PIECEWISE` 让其余批次走分段图。
+# - `FULL_DECODE_ONLY` 只为 decode 批次录整图。prefill 的 token 数从几个到几千，按 token 数捕获要么尺寸太多、要么填充太大；而且 prefill 的 kernel 足够大，launch 开销不显著（Q2）。
+# - vLLM 默认的 `FULL_AND_PIECEWISE` 让其余批次走分段图；`cudagraph_mode=FULL` 配合声明 `AttentionCGSupport.ALWAYS` 的后端时，混合批次也录整图。
 
 # %%
 SIZES = [1, 2, 4, 8, 16, 24, 32, 40]
@@ -131,10 +127,10 @@ L11.plot_padding(table, SIZES);
 # 图 11-1：只按列表 `[1, 2, 4, 8, 16, 24, 32, 40]`（vLLM 默认列表的开头）选尺寸，decode 批次 1～42 个请求。左：每个批次实际按多少行计算，虚线是不填充；右：填充行占计算行的比例。
 #
 # - 3 个请求按 4 行算（25% 白算），5 个按 8 行（37.5%），9 个按 16 行（44%），17 个按 24 行（29%）；
-# - 41、42 个请求超过最大尺寸，不填充、eager（没有柱）。在 vLLM 里列表止于 40 意味着 `max_num_seqs = 20`，那时 17～20 个请求走 eager（文末的 `default_20_seqs`）；默认设置下 17 才按 24 算；
+# - 41、42 个请求超过最大尺寸，不填充、eager（没有柱）。vLLM 的列表止于 40 意味着 `max_num_seqs = 20`，这时 17～20 个请求走 eager（附录的 `default_20_seqs`）；
 # - 浪费的上限由相邻两个尺寸的间隔决定：最坏是刚过一个尺寸的批次。
 #
-# 这里不在 CPU 上计时填充的代价：2 核 CPU 上这个小模型的前向主要是调度开销，填充与不填充的耗时比在多次运行间从 0.13 跳到 3.6，说明不了 GPU。Q3 从图 11-1 和成本链推理。
+# 这里不在 CPU 上计时填充的代价：小模型在 2 核 CPU 上的前向主要是调度开销，耗时比在多次运行间从 0.13 跳到 3.6。Q3 从图 11-1 和成本链推理。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
@@ -142,10 +138,12 @@ L11.plot_padding(table, SIZES);
 # 下面三个函数是 minivllm `CudagraphDispatcher.padded_size` 与 `GPUModelRunner._pad_for_cudagraph` 的核心，外加采样前的取行：
 #
 # - `choose_capture_size(num_reqs, capture_sizes)`：能装下 `num_reqs` 行的最小捕获尺寸；一个都装不下时返回 None（这一步 eager）。列表不一定升序，也不一定是 2 的幂。
-# - `fill_static_buffers(bufs, input_ids, positions, slot_mapping, seq_lens, block_table, size)`：`bufs` 是 runner 的静态缓冲，字段为 `input_ids`、`positions`、`slot_mapping`、`seq_lens`、`block_table`。把 n 个真实行写进前 n 行，把 `n..size` 的填充行设成无害的值。缓冲里可能还留着上一批的内容。
+# - `fill_static_buffers(bufs, input_ids, positions, slot_mapping, seq_lens, block_table, size)`：`bufs` 是 runner 的静态缓冲，字段与参数同名。
+#
+#   把 n 个真实行写进前 n 行，把 `n..size` 的填充行设成无害的值。
 # - `real_rows(logits, num_reqs)`：replay 输出 `size` 行，只返回真实请求的那些行。
 #
-# 检查时 `L11.plug` 把它们接进 `LLM(enforce_eager=False, cudagraph_capture_sizes=[1, 2, 4, 8])` 的 runner：`dispatch` 调 `choose_capture_size`，`_pad_for_cudagraph` 调 `fill_static_buffers`，前向之后调 `real_rows`。
+# 检查时 `L11.plug` 把它们接进 `enforce_eager=False` 的 runner：分派、填充和前向之后各调一个。
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
 
@@ -208,7 +206,9 @@ L11.check_main_path(choose_capture_size, fill_static_buffers, real_rows)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查（1 分）：把三个函数接进真实引擎。同一批 prompt 分别用 `enforce_eager=True`（不填充）和接了你的函数的 `enforce_eager=False` 贪心生成，逐 token 比较。3 个请求填充到 4；8 个请求正好一个尺寸，请求陆续结束后再被填充到 8、4、2、1。每一步还检查填充行的位置在 `[0, max_model_len)`、`real_rows` 只返回 n 行。
+# 第二项检查（1 分）：同一批 prompt 用 `enforce_eager=True` 和接了你的函数的 `enforce_eager=False` 贪心生成，逐 token 比较。3 个请求填充到 4；8 个请求陆续结束，依次填充到 8、4、2、1。
+#
+# 每一步还检查填充行的位置在 `[0, max_model_len)`、`real_rows` 只返回 n 行。
 
 # %% nbgrader={"grade": true, "grade_id": "l11_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 L11.check_real_engine(choose_capture_size, fill_static_buffers, real_rows)
@@ -229,9 +229,9 @@ for name in ("input_ids", "positions", "slot_mapping", "seq_lens", "block_table"
 # 你的解释：
 
 # %% [markdown]
-# 第三项检查（1 分）：8 个请求正好是一个尺寸，9 个超过最大尺寸（None，eager）；上面这组残留 77 的缓冲。隐藏测试还用尺寸 24、40、41 和捕获尺寸为 `[1, 3, 6]` 的真实引擎检查，并在每次带填充行的前向前后，核对本批真实行块表之外的每个 KV 块没有被写。
+# 第三项检查（1 分）：8 个请求正好是一个尺寸，9 个超过最大尺寸（None，eager）；上面这组残留 77 的缓冲。隐藏测试还查尺寸 24、40、41 和捕获尺寸 `[1, 3, 6]` 的引擎，并核对每次带填充行的前向没有写本批块表之外的 KV 块。
 #
-# > 块表的填充行必须清零，这与 vLLM 两个 runner 相同。真实行在本批块表宽度之外的列不检查：V2 不清它们，`seq_lens` 限定了读到哪一块。
+# > 真实行超出本批块表宽度的列不检查（见附录）。
 
 # %% nbgrader={"grade": true, "grade_id": "l11_boundary", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 assert choose_capture_size(8, [1, 2, 4, 8]) == 8
@@ -263,14 +263,6 @@ SOURCE_MAP = {
 
 # %% nbgrader={"grade": true, "grade_id": "l11_source_map", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 L11.check_source_map(SOURCE_MAP)
-
-# %% [markdown]
-# ## CPU 看不到的：GPU 上的 launch 次数
-#
-# CPU 上的检查证明了填充路径的**正确性**，证明不了它为什么**快**：CPU 没有 kernel launch，也没有 graph。下面的单元格在有 CUDA 时用 `torch.profiler` 数一次 8 请求 decode 前向的 CUDA 运行时调用：eager 每个 kernel 一次 `cudaLaunchKernel`，graph 整个前向一次 `cudaGraphLaunch`。
-
-# %%
-L11.print_launch_counts(L11.launch_counts(8))
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l11_q1", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q1（2 分）
@@ -351,7 +343,7 @@ L11.print_launch_counts(L11.launch_counts(8))
 # - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
 # - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
-# 总分 10 分，至少 8 分通过。参考答案只在教师分支（solutions/）中。填空是为了亲手重现 vLLM 的合同；引擎自己的版本在 `minivllm/compilation/cuda_graph.py` 与 runner 里，先独立完成再去读。核对后请换一组捕获尺寸或 batch 大小重新推演。
+# 总分 10 分，至少 8 分通过。引擎自己的版本在 `minivllm/compilation/cuda_graph.py` 与 runner 里，先独立完成再去读；核对后换一组捕获尺寸或 batch 大小重新推演。
 #
 # ### 自检
 #
@@ -361,9 +353,26 @@ L11.print_launch_counts(L11.launch_counts(8))
 self_check("lesson11", globals());
 
 # %% [markdown]
-# ## 在真实 vLLM 0.27.1 上看同一件事
+# ## 附录（选读）
 #
-# 本课的几组设置交给 vLLM 自己的 `VllmConfig`。CPU 上 `CpuPlatform.check_and_update_config` 清空捕获列表（“vLLM on CPU” 一列）；于是在同一个配置上换回 `FULL_DECODE_ONLY`、重跑 vLLM 的 `_set_cudagraph_sizes`，再问 V1 的 `CudagraphDispatcher.dispatch` 每个 decode 批次跑多少行：这是 GPU 上会发生的事。
+# 选读：GPU 上的 launch 次数、在真实 vLLM 上分派同一批次、与 vLLM 0.27.1 的全部差异和参考资料，不计入核心路径。
+
+# %% [markdown]
+# ### CPU 看不到的：GPU 上的 launch 次数
+#
+# CPU 上的检查证明了填充路径的**正确性**，证明不了它为什么**快**：CPU 没有 kernel launch，也没有 graph。
+#
+# 下面的单元格在有 CUDA 时用 `torch.profiler` 数一次 8 请求 decode 前向的 CUDA 运行时调用：eager 每个 kernel 一次 `cudaLaunchKernel`，graph 整个前向一次 `cudaGraphLaunch`。
+
+# %%
+L11.print_launch_counts(L11.launch_counts(8))
+
+# %% [markdown]
+# ### 在真实 vLLM 0.27.1 上看同一件事
+#
+# 本课的几组设置交给 vLLM 自己的 `VllmConfig`。CPU 上 `CpuPlatform.check_and_update_config` 清空捕获列表（“vLLM on CPU” 一列）。
+#
+# 于是在同一个配置上换回 `FULL_DECODE_ONLY`、重跑 vLLM 的 `_set_cudagraph_sizes`，再问 V1 的 `CudagraphDispatcher.dispatch` 每个 decode 批次跑多少行：这是 GPU 上会发生的事。
 #
 # 看 `default_20_seqs`：vLLM 的列表到 2 × max_num_seqs = 40，但整图 decode 只录不超过 max_num_seqs 的尺寸（`initialize_cudagraph_keys`），17～20 个请求在这个模式下 eager；minivllm 把 20 本身加进列表。vLLM 默认的 `FULL_AND_PIECEWISE` 让它们走分段图。
 #
@@ -373,21 +382,20 @@ self_check("lesson11", globals());
 L11.vllm_side_by_side(choose_capture_size);
 
 # %% [markdown]
-# ## 与 vLLM 0.27.1 的差异
+# ### 与 vLLM 0.27.1 的差异
 #
-# - **runner**：Model Runner V2（`v1/worker/gpu/`）的图由 `ModelCudaGraphManager` 管理。
+# - **runner**：Model Runner V2（`v1/worker/gpu/`）的 `ModelCudaGraphManager` 在启动时为每个 `BatchExecutionDescriptor` 录图，每步 `dispatch` 返回匹配的描述符，不匹配时这一步 eager。
 # - **静态缓冲**：vLLM 的静态缓冲就是 runner 的持久输入，在准备输入时就地写入；minivllm 另设一组 `cg_*` 缓冲，在 `_pad_for_cudagraph` 里一次填好。
 # - **填充行的 token**：vLLM V1 不重写填充行的 token，留着之前的合法 token id；本课的检查要求 0，使答案唯一。
-# - **块表**：minivllm 把前 `size` 行整片清零；vLLM V1 在 `_build_attention_metadata` 里把填充行填成 `NULL_BLOCK_ID`，V2 的 `_gather_block_tables_kernel` 把填充行清零、真实行只拷前 `num_blocks` 列。检查接受两种做法。
+# - **块表**：minivllm 把前 `size` 行整片清零；V1 把填充行填成 `NULL_BLOCK_ID`，V2 的 `_gather_block_tables_kernel` 把填充行清零、真实行只拷前 `num_blocks` 列，其余列由 `seq_lens` 挡住不读。检查接受两种做法。
 # - **分派的返回值**：minivllm 不用 graph 时返回 None；V1 的 `CudagraphDispatcher.dispatch` 总是返回 `(CUDAGraphMode, BatchDescriptor)`；V2 返回 `BatchExecutionDescriptor`。
 # - **尺寸表**：vLLM 的 `_bs_to_padded_graph_size` 是预先算好的数组，一次查表；minivllm 用 `padded_size` 现算。
 # - **在哪里录图**：minivllm 用显式的 `CUDAGraphWrapper.capture`；V1 的 `CUDAGraphWrapper` 在 `__call__` 里第一次见到某个描述符时录制，由 `_dummy_run` 触发；V2 用 `ModelCudaGraphManager.capture`。
 # - **uniform decode**：minivllm 只认每个请求恰好 1 个 token；vLLM 是每个请求 `1 + num_speculative_tokens` 个，尺寸按 token 数算。
-# - **模式**：minivllm 只实现 `FULL_DECODE_ONLY`；vLLM 默认 `FULL_AND_PIECEWISE`，`FULL` 配合 `AttentionCGSupport.ALWAYS` 的后端也为混合批次录整图。
 # - **CPU**：minivllm 在 CPU 上把 replay 换成 eager 前向以便检查；vLLM 在 CPU 上不用 CUDA graph。
 
 # %% [markdown]
-# ## 参考资料
+# ### 参考资料
 #
 # - [vLLM CUDA graph dispatcher](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/cudagraph_dispatcher.py)
 # - [vLLM CUDAGraphWrapper](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/compilation/cuda_graph.py)
