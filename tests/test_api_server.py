@@ -225,24 +225,35 @@ def test_disconnect_aborts_and_frees_kv(server, client):
     busy = metrics(base)
     assert busy["num_requests_running"] == 1 and busy["kv_cache_usage_perc"] > 0
     stream.close()  # the client goes away mid-stream
-    t0 = time.monotonic()
-    while (m := metrics(base))["num_requests_running"] or m["kv_cache_usage_perc"]:
-        assert time.monotonic() - t0 < 5, f"request not aborted in the core: {m}"
-        time.sleep(0.05)
+    m = wait_idle(base)
     assert m["num_free_kv_blocks"] == before["num_free_kv_blocks"] == m["num_total_kv_blocks"]
-    assert m['request_success_total{finished_reason="abort",model_name="tiny"}'] >= 1
+    # Aborted, not run to its 4,000 tokens (counted, not timed: a slow machine changes no verdict).
+    assert m[ABORTED] == before.get(ABORTED, 0) + 1, m
     assert m["generation_tokens_total"] - busy["generation_tokens_total"] < 3000
 
 
 def test_disconnect_non_streaming_aborts(server):
     base = server[1]
+    before = metrics(base)
     with pytest.raises(httpx.ReadTimeout):  # the client gives up while the server is still generating
         httpx.post(base + "/v1/completions", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=1.0,
                    json={"model": NAME, "prompt": "Another long speech:", "max_tokens": 4000, "ignore_eos": True})
+    m = wait_idle(base)
+    assert m[ABORTED] == before.get(ABORTED, 0) + 1, m
+    assert m["generation_tokens_total"] - before["generation_tokens_total"] < 4000
+
+
+ABORTED = 'request_success_total{finished_reason="abort",model_name="tiny"}'
+
+
+def wait_idle(base, limit_s: float = 120.0) -> dict[str, float]:
+    """The metrics once no request runs and no KV block is held. The limit only keeps a hung server from hanging
+    the suite; the verdicts are the counters the caller asserts on."""
     t0 = time.monotonic()
     while (m := metrics(base))["num_requests_running"] or m["kv_cache_usage_perc"]:
-        assert time.monotonic() - t0 < 5, f"request not aborted in the core: {m}"
+        assert time.monotonic() - t0 < limit_s, f"the core still holds the request after {limit_s:.0f} s: {m}"
         time.sleep(0.05)
+    return m
 
 
 BAD_REQUESTS = [  # (path, json body or raw bytes, expected status)
