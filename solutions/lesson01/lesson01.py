@@ -35,7 +35,7 @@
 # | 顺序 | vLLM 文件与入口（0.27.1） | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
 # | 1 | `vllm/v1/engine/async_llm.py`：`AsyncLLM.abort`（L729–L741） | `minivllm/engine/async_llm.py`：`AsyncLLM` | 取消为何先删前端的请求，再通知 EngineCore？ |
-# | 2 | `vllm/v1/engine/core.py`：`EngineCoreProc.run_busy_loop`（L1378–L1389） | `minivllm/engine/core.py`：`EngineCoreProc` | frontend 与 engine core 为什么分进程？ |
+# | 2 | `vllm/v1/engine/core.py`：`EngineCoreProc.run_busy_loop`（L1378–L1389） | `minivllm/engine/core.py`：`EngineCoreProc` | 每轮先处理哪个队列，再走一步？ |
 # | 3 | `core.py`：`EngineCore.step`（L584–L614） | `minivllm/engine/core.py`：`engine_core_step` | 一次迭代为何是 schedule → execute → update？ |
 # | 4 | `core.py`：`EngineCore._process_aborts_queue`（L741–L749） | `minivllm/engine/core.py`：`EngineCore` | forward 期间到达的取消何时生效？ |
 #
@@ -62,7 +62,7 @@ short_errors("lesson01")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 1. 它是什么，解决什么问题
 #
-# vLLM V0 的调度逻辑与异步 HTTP 事件循环交织在一起，共用一个 GIL。decode 一步只需几毫秒，CPU 侧的调度开销可能超过 GPU 计算，GPU 只好等 CPU。
+# vLLM V0 的调度、输入准备、输出处理与 GPU 前向串行，共用一个 GIL。decode 一步只需几毫秒，CPU 侧的调度开销可能超过 GPU 计算，GPU 只好等 CPU。
 #
 # vLLM V1 因此分成三层（图 1-2）：
 
@@ -88,7 +88,7 @@ L01.fig_arithmetic_intensity();
 # %% [markdown]
 # 图 1-1：Prefill 受算力限制，Decode 受带宽限制；decode 一步很短，CPU 开销因此显眼。
 #
-# `EngineCore.step()` 的每一步是 Schedule → Execute → Update：
+# `EngineCore.step()`（默认开启 async scheduling 时改走 `step_with_batch_queue`，见附录）每一步是 Schedule → Execute → Update：
 #
 # 1. **Schedule**：busy loop 在 step 之前已把新请求交给 Scheduler（`_process_input_queue`）。`scheduler.schedule()` 从 waiting/running 队列出发，按 token 预算产出本步计划 `SchedulerOutput`；
 # 2. **Execute**：`model_executor.execute_model(plan, non_block=True)` 非阻塞地发射 forward；GPU 计算的同时，CPU 用 `scheduler.get_grammar_bitmask` 算结构化输出的 grammar 掩码；
@@ -109,9 +109,9 @@ L01.fig_request_flow();
 #   - AsyncLLM 独占每个请求的输出流与解码状态，不碰 KV 账本；
 #   - EngineCore 与 Scheduler 独占请求生命周期（WAITING、RUNNING、PREEMPTED、FINISHED_*；V1 没有 SWAPPED，被抢占的请求释放 KV 块、恢复时重算），Worker 不改请求状态；
 #   - GPUModelRunner 独占显存与 kernel 执行。共享可变对象会造成数据竞争与状态错位。
-# - **abort 在 update 之前**：forward 期间被取消的请求，EngineCore 必须在 `scheduler.update_from_output` 之前处理取消。
-# - 顺序颠倒时，引擎会把本步 token 追加给已取消的请求并为它输出；`AsyncLLM.abort` 已先把请求移出前端，这条输出被丢弃，浪费的是一次无用的更新。块不会被重复释放：取消时才释放，每块一次。
-# - **计划与结果属于同一步**：`SchedulerOutput` 与 `ModelRunnerOutput` 同属一步。worker 出错时不返回伪造的空输出：异常终止 EngineCore，前端对在途请求抛出 `EngineDeadError`。
+# - **abort 在 update 之前**：forward 期间被取消的请求，EngineCore 在 `scheduler.update_from_output` 之前处理取消，本步 token 不会追加给它。
+# - 顺序颠倒不会出错，只是浪费：引擎为已取消的请求追加 token 并输出，前端已由 `AsyncLLM.abort` 移除该请求，丢弃这条输出。块不会被重复释放：取消时才释放，每块一次。
+# - **计划与结果属于同一步**：`SchedulerOutput` 与 `ModelRunnerOutput` 同属一步。worker 出错时 vLLM 不伪造空输出：EngineCore 退出，前端对在途请求抛出 `EngineDeadError`。
 #
 # ### 4. 性能与工程取舍
 #
@@ -385,7 +385,7 @@ self_check("lesson01", globals());
 # %% [markdown]
 # ### 在真实 vLLM 0.27.1 上看同一件事
 #
-# vLLM 的 `EngineCore.step`（`vllm/v1/engine/core.py`）只有约 15 行，对照你的 `engine_core_step` 读（装了 `.venv-vllm` 才印出源码，否则给链接）：
+# vLLM 的 `EngineCore.step`（`vllm/v1/engine/core.py`）约 30 行（代码约 20 行），对照你的 `engine_core_step` 读（装了 `.venv-vllm` 才印出源码，否则给链接）：
 
 # %%
 from autograder import vllm_views  # noqa: E402
@@ -446,4 +446,5 @@ L01.vllm_side_by_side(run)
 # - **forward 与采样**：`execute_model` 的 future 返回 `None` 后，vLLM 再调用 `sample_tokens(grammar_output)`。练习把两者合成一次。
 # - **executor**：单卡默认 `UniProcExecutor`，worker 在 EngineCore 的调用线程上同步执行，重叠来自 CUDA kernel 的异步执行。minivllm 把 forward 放在 worker 线程上。
 # - **取消**：vLLM 的 ABORT 同时进入 `aborts_queue` 和 `input_queue`；步间到达的在下一次 `schedule` 之前处理，forward 期间到达的由 `_process_aborts_queue` 处理。minivllm 的 `abort_requests` 只入队。
-# - **请求状态**：`RequestStatus` 还有 WAITING_FOR_* 状态和 `FINISHED_ERROR`、`FINISHED_REPETITION`。
+# - **请求状态**：minivllm 的 `RequestStatus` 没有 `WAITING_FOR_REMOTE_KVS`、`WAITING_FOR_STREAMING_REQ` 和 `FINISHED_REPETITION`（它没有 KV 传输、流式输入和重复检测）。
+# - **worker 出错**：vLLM 的 EngineCore 退出，前端抛 `EngineDeadError`；minivllm 的 `_fail_step` 以 `FINISHED_ERROR` 结束本步的请求，继续服务其他请求。
