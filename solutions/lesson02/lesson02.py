@@ -30,12 +30,12 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 本课读 vLLM 0.27.1（commit 8e958902eee5）。`scheduler.py` 有两千多行，只读下表的约 210 行（跳过 encoder、priority、spec 分支）：
+# 本课读 vLLM 0.27.1（commit 8e958902eee5）。`scheduler.py` 有两千多行，只读下表的约 130 行（跳过 encoder、priority、spec 分支）：
 #
 # | 顺序 | vLLM 文件与入口（0.27.1） | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
 # | 1 | `vllm/v1/core/sched/scheduler.py`：`Scheduler.schedule` 开头的 `NOTE(woosuk)` 注释（L441–L450） | `minivllm/core/sched/scheduler.py`：`Scheduler` | 为什么没有 “prefill 阶段” 和 “decode 阶段”？ |
-# | 2 | 同文件：`Scheduler.schedule` 的 RUNNING 循环（L483–L638） | 同上 | 每个请求本步拿多少 token？块不够时抢占谁？ |
+# | 2 | 同文件：RUNNING 循环的 token 数（L516–L532）与分配、抢占（L575–L629，略过 L590–L613） | 同上 | 每个请求本步拿多少 token？块不够时抢占谁？ |
 # | 3 | 同文件：`Scheduler.schedule` 的 WAITING 循环入口（L683–L687）与它的 `allocate_slots` 调用（L973–L994） | 同上 | 抢占过的一步为何不接纳？为何要整个请求放得下？ |
 # | 4 | 同文件：`Scheduler._preempt_request`（L1274–L1315） | `minivllm/core/sched/scheduler.py`：`Scheduler._preempt` | 被抢占的请求交出什么、回到哪？ |
 #
@@ -71,7 +71,7 @@ short_errors("lesson02")  # 评分单元格失败时只显示三行：哪一部�
 #
 # - 新请求差一整个 prompt，拿到的是 prefill 或它的一个 chunk；
 # - 正在生成的请求只差 1 个 token，拿到的就是 decode；
-# - prefix cache 命中的请求，`num_computed_tokens` 一开始就不是 0。
+# - prefix cache 命中的请求被接纳时，`num_computed_tokens` 从命中的 token 数起步，不是 0。
 #
 # 一步能分出去的 token 总数是 **token budget**（`self.max_num_scheduled_tokens`，默认等于 `max_num_batched_tokens`）。预算不够一个完整的 prompt，就先算一部分：这就是 chunked prefill。
 #
@@ -87,7 +87,7 @@ short_errors("lesson02")  # 评分单元格失败时只显示三行：哪一部�
 #
 # 结果装进 `SchedulerOutput` 交给 worker，`num_computed_tokens` 随即推进。
 #
-# 下图是 vLLM 测试 `test_schedule_concurrent_partial_requests` 的例子（budget 1024、threshold 400、三个 800-token prompt），由 minivllm 的 `Scheduler` 跑出。
+# 下图是 vLLM 测试 `test_schedule_concurrent_partial_requests` 的例子（budget 1024、threshold 400、三个 800-token prompt），minivllm 跑出。
 
 # %%
 L02.fig_concurrent_partial();
@@ -98,7 +98,7 @@ L02.fig_concurrent_partial();
 # ### 3. 正确性条件与常见误区
 #
 # - **预算不变量**：每步 token 总数 ≤ `max_num_batched_tokens`，threshold > 0 时每个 chunk ≤ threshold；worker 按预算预留缓冲。
-# - **running 优先**：正在 decode 的请求每步都应拿到 1 个 token（除非被抢占）；先接纳 waiting，一批长 prompt 就能吃光预算。
+# - **running 优先**：decode 中的请求每步都应拿到 1 个 token（除非被抢占）；先接纳 waiting，长 prompt 会吃光预算。
 # - **`allocate_slots` 全有或全无**：要么分到全部的块，要么返回 `None` 且不改块表，调度器才能“先试、失败再抢占、再试”（全注意力层）。
 # - **抢占最低优先级的那个**：FCFS 下 running 末尾的请求本步还没分到 token；从头部抢占，会踢出已分好 token 的请求，计划自相矛盾。
 # - **抢占过的一步不接纳**：抢占说明 KV 池已不够分；这时接纳只会把刚释放的块再分出去，下一步又要抢占（thrashing）。
@@ -410,7 +410,7 @@ L02.fig_tradeoff(rows);
 # %% [markdown]
 # ### 更多取舍
 #
-# - **watermark**（默认 `0.0`，即关闭）：`allocate_slots` 的第二道检查，running 非空时再留出 `watermark × 总块数` 个空闲块。
+# - **watermark**（默认 `0.0`，即关闭）：running 非空时，`allocate_slots` 为 WAITING/PREEMPTED 请求在所需块数上再加 `watermark × 总块数` 个空闲块；running 请求不受影响。
 # - **重算 vs. 交换**：重算浪费计算，但不需要 CPU 内存和 PCIe 带宽。被抢占的是最后加入的请求，它的 KV 未必少（可能已生成很长的输出），重算代价随它的 token 数增长。
 # - **准入检查的代价**：长 prompt 可能在 waiting 里多等几步，换来的是不再中途被抢占、重算。
 # - **`num_computed_tokens` 在调度时推进**（`_update_after_schedule`）：没算完 prompt 的 chunk 不产生输出 token，`update_from_output` 收到的是空列表。
