@@ -30,14 +30,14 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 本课读、跑、评分用的都是 vLLM 0.27.1 发布包。先画出一个块的一生：分配 → 写满 → 登记哈希 → 被命中共享 → 释放进空闲队列 → 被驱逐或再次命中。再按下表读（约 260 行）：
+# 本课读、跑、评分用的都是 vLLM 0.27.1 发布包。先画出一个块的一生：分配 → 写满 → 登记哈希 → 被命中共享 → 释放进空闲队列 → 被驱逐或再次命中。再按下表读（约 200 行）：
 #
 # | 顺序 | vLLM 文件与入口（0.27.1，`vllm/v1/core/`） | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
 # | 1 | `kv_cache_utils.py`：`hash_block_tokens`（L596–L623） | `minivllm/core/kv_cache_utils.py`：`hash_block_tokens` | 块哈希里装了什么？为什么带上父块的哈希？ |
 # | 2 | `kv_cache_manager.py`：`KVCacheManager.get_computed_blocks`（L229–L295） | `minivllm/core/kv_cache_manager.py`：`KVCacheManager` | 命中为什么封顶在 `num_tokens - 1`？ |
-# | 3 | `single_type_kv_cache_manager.py`：`FullAttentionManager.find_longest_cache_hit`（L682–L777） | 同上 | 为什么第一次未命中就停？ |
-# | 4 | `block_pool.py`：`BlockPool.get_new_blocks`（L647–L717，含 `_maybe_evict_cached_block`、`touch`） | `minivllm/core/block_pool.py`：`BlockPool` | 新块从空闲队列哪一端取？旧哈希何时驱逐？ |
+# | 3 | `single_type_kv_cache_manager.py`：`FullAttentionManager.find_longest_cache_hit` 的 Phase 1（L728–L739） | 同上 | 为什么第一次未命中就停？ |
+# | 4 | `block_pool.py`：`BlockPool.get_new_blocks`（L658–L677）、`_maybe_evict_cached_block`（L679–L700）、`touch`（L702–L717） | `minivllm/core/block_pool.py`：`BlockPool` | 新块从空闲队列哪一端取？旧哈希何时驱逐？ |
 # | 5 | 同文件：`BlockPool.free_blocks`（L719–L742）；调用方 `SingleTypeKVCacheManager.free`（L519–L527） | `minivllm/core/kv_cache_manager.py`：`KVCacheManager.free` | 为什么逆序释放？无哈希的块为什么放队头？ |
 #
 # 前缀缓存在调度侧，runner 只按块表读写 KV（课程的 dense 模型在 0.27.1 默认用 Model Runner V2；minivllm 对应 V1 runner）。
@@ -63,16 +63,16 @@ short_errors("lesson03")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 1. 它是什么，解决什么问题
 #
-# 线上大量请求共享同一段前缀：system prompt、few-shot 示例、RAG 文档、多轮对话历史。没有前缀缓存，每个请求都要重新 prefill 这段前缀，TTFT 变高，每个请求还各存一份相同的 KV。
+# 线上大量请求共享同一段前缀：system prompt、few-shot 示例、RAG 文档、对话历史。没有前缀缓存，每个请求都重新 prefill 这段前缀，TTFT 变高，每个请求各存一份相同的 KV。
 #
 # vLLM V1 的自动前缀缓存（Automatic Prefix Caching）让 KV 块按内容寻址：
 #
 # - 每个**装满**的块有一个哈希，代表从第一个 token 到本块末尾的整段前缀；
 # - `BlockPool.cached_block_hash_to_block` 把哈希映射到持有这段 KV 的物理块；
-# - 新请求到来时，`KVCacheManager.get_computed_blocks` 沿块哈希查表，命中的块挂进它的块表、`ref_cnt` 加一；scheduler 只为剩下的 token 安排计算；
+# - 新请求到来时，`KVCacheManager.get_computed_blocks` 沿块哈希找出已缓存的前缀块（只查不改），scheduler 只为剩下的 token 安排计算；
 # - 请求结束时块被释放，但**哈希留着**：块进入空闲队列，既是可分配的显存，也是还能命中的缓存。
 #
-# 所以缓存不额外占显存，代价只是哈希和查表。`CacheConfig.enable_prefix_caching` 默认为 `True`。
+# 所以缓存不另占显存，代价只是哈希和查表。`CacheConfig.enable_prefix_caching` 默认为 `True`。
 #
 # ### 2. 它如何工作
 #
@@ -82,7 +82,7 @@ short_errors("lesson03")  # 评分单元格失败时只显示三行：哪一部�
 # 4. **分配与登记**（`allocate_slots`）：命中的块经 `touch` 加引用，若在空闲队列里就被 O(1) 摘出；新块由 `get_new_blocks` 从空闲队列**队头**取，并用 `_maybe_evict_cached_block` 驱逐旧哈希；本步算完会满的块由 `cache_full_blocks` 立刻登记。
 # 5. **释放**（`SingleTypeKVCacheManager.free`）：请求的块**逆序**交给 `BlockPool.free_blocks`。`ref_cnt` 降到 0 的块里，没有哈希的 `prepend_n` 到队头、最先复用；有哈希的 `append_n` 到队尾，队头是最久没用的（LRU）。
 #
-# 下图：三个共享 40 个 token system prompt 的请求（`block_size=16`）进入真实的 minivllm 引擎，第一步之后读出 `KVCacheManager.req_to_blocks` 与各块的 `ref_cnt`、哈希。
+# 下图：三个共享 40 个 token system prompt 的请求（`block_size=16`）进入 minivllm 引擎，第一步后读出 `KVCacheManager.req_to_blocks` 与各块的 `ref_cnt`、哈希。
 
 # %%
 snap = L03.block_table_snapshot()
@@ -95,7 +95,7 @@ L03.plot_block_tables(snap);
 # ### 3. 正确性条件与常见误区
 #
 # - **不变量：开启前缀缓存不改变任何输出。** greedy 下每个 token 和 logprob 都应与关闭缓存时一致（浮点误差以内）。
-# - **哈希必须覆盖整个前缀和块里的每个 token。** 只哈希本块时，同样的 16 个 token 换个位置就撞上同一个块，而块里的 K 带着原位置的 RoPE、V 来自原来的上文；漏掉一个 token 也一样。结果不是崩溃，而是输出悄悄变错。
+# - **哈希必须覆盖整个前缀和块里的每个 token。** 只哈希本块时，同样的 16 个 token 换个位置就撞上同一个块，而块里的 K 带着原位置的 RoPE、V 来自原来的上文；漏掉一个 token 也一样。结果不是崩溃，是输出悄悄变错。
 # - **extra keys 不能漏。** `extra_keys` 装“同样的 token、不同的 KV”的因素：不同 LoRA、图片、租户（`cache_salt`）下，同样的 token 对应不同的 KV，或不该被别人探测到。
 # - **只有满块有哈希。** 不满的块还会被写入；给它哈希，等于承诺了一段还不存在的前缀。
 # - **命中封顶在 n-1，按整块取。** 采样下一个 token 需要最后一个 token 的 logits；又因为按整块取，整块的 prompt 全部命中时要重算整个最后一块。
@@ -130,7 +130,7 @@ print(L03.ttft_caption(runs))
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
 #
-# 补齐前缀缓存的四个决策点：块哈希里装什么、哪些块有哈希且如何成链、命中到哪里为止、新块从空闲队列的哪一端取。签名与 vLLM 的同名方法一致（`KVCacheManager.get_computed_blocks`、`BlockPool.get_new_blocks`）。
+# 补齐前缀缓存的四个决策点：块哈希里装什么、哪些块有哈希且如何成链、命中到哪里为止、新块从空闲队列的哪一端取。方法名与 vLLM 相同（`KVCacheManager.get_computed_blocks` 只返回块与命中数两项；`BlockPool.get_new_blocks`）。
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
 
@@ -194,7 +194,7 @@ def get_new_blocks(self, num_blocks):
 report("lesson03", globals())
 
 # %% [markdown]
-# 下面的断言来自 vLLM `tests/v1/core/test_prefix_caching.py` 的 `test_prefill`（单组 API）。`L03.make_manager` 建一个真实的 `KVCacheManager`（11 个块，块 0 是 null block）并换上你的两个方法。
+# 下面的断言来自 vLLM `tests/v1/core/test_prefix_caching.py` 的 `test_prefill`（单组 API）。`L03.make_manager` 建一个 minivllm 的 `KVCacheManager`（11 个块，块 0 是 null block）并换上你的两个方法。
 
 # %% nbgrader={"grade": true, "grade_id": "l03_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 common = [i for i in range(3) for _ in range(16)]  # 3 full blocks, 48 tokens
