@@ -110,7 +110,7 @@ L01.fig_request_flow();
 #   - EngineCore 与 Scheduler 独占请求生命周期（WAITING、RUNNING、PREEMPTED、FINISHED_*；V1 没有 SWAPPED，被抢占的请求释放 KV 块、恢复时重算），Worker 不改请求状态；
 #   - GPUModelRunner 独占显存与 kernel 执行。共享可变对象会造成数据竞争与状态错位。
 # - **abort 在 update 之前**：forward 期间被取消的请求，EngineCore 在 `scheduler.update_from_output` 之前处理取消，本步 token 不会追加给它。
-# - 顺序颠倒不会出错，只是浪费：引擎为已取消的请求追加 token 并输出，前端已由 `AsyncLLM.abort` 移除该请求，丢弃这条输出。块不会被重复释放：取消时才释放，每块一次。
+# - 顺序颠倒时，引擎为已取消的请求白做一次更新，输出被前端丢弃；这个 token 若触发停止，结束原因还会记错。块不会被重复释放：取消时才释放，每块一次。
 # - **计划与结果属于同一步**：`SchedulerOutput` 与 `ModelRunnerOutput` 同属一步。worker 出错时 vLLM 不伪造空输出：EngineCore 退出，前端对在途请求抛出 `EngineDeadError`。
 #
 # ### 4. 性能与工程取舍

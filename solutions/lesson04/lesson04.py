@@ -69,23 +69,23 @@ from minivllm.request import RequestStatus  # noqa: E402
 # WAITING ──► RUNNING ──► PREEMPTED    schedule()：接纳；allocate_slots 失败时抢占优先级最低的
 #               ▲            │
 #               └────────────┘         schedule()：重新接纳
-# RUNNING ──► FINISHED_STOPPED / FINISHED_LENGTH_CAPPED (/ FINISHED_ERROR)    update_from_output()：check_stop 为真
+# RUNNING ──► FINISHED_STOPPED / FINISHED_LENGTH_CAPPED    update_from_output()：check_stop 为真
 # WAITING / RUNNING / PREEMPTED ──► FINISHED_ABORTED    finish_requests()
 # ```
 #
-# 它解决三个问题：KV 池不够时怎样**让路**（抢占），客户端走了怎样**立刻停下**并归还资源（取消），请求**什么时候算完**（停止判断）。抢占在 `schedule()` 里，取消在 `update_from_output()` 之前，停止在它里面。
+# 它解决三个问题：KV 池不够时怎样**让路**（抢占），客户端走了怎样**立刻停下**、归还资源（取消），请求**什么时候算完**（停止判断）。抢占在 `schedule()` 里，执行期间到达的取消在 `update_from_output()` 之前（步间到达的见附录），停止在它里面。
 #
 # ### 2. 它如何工作
 #
 # **抢占（按重算）。** `schedule()` 给一个 running 请求要块，`allocate_slots` 返回 `None`，就选出优先级最低的 running 请求（FCFS 下是 `self.running.pop()`，即最后加入的），交给 `_preempt_request`（minivllm：`_preempt`）：
 #
-# 1. `kv_cache_manager.free(request)`：**全部** KV 块回到 `BlockPool`（开启 prefix cache 时满块的哈希留着）；
-# 2. `status = PREEMPTED`，`num_computed_tokens = 0`：KV 没了，进度也没了。已生成的 token **保留**在 `output_token_ids` 里，恢复时连同 prompt 一起重新 prefill；
-# 3. `waiting.prepend_request(request)`（minivllm：`waiting.appendleft`）：放回 waiting **队首**，一有空就最先恢复。
+# 1. `kv_cache_manager.free(request)`：**全部** KV 块回到 `BlockPool`（prefix cache 下满块的哈希留着）；
+# 2. `status = PREEMPTED`，`num_computed_tokens = 0`：KV 没了，进度也就没了。已生成的 token **保留**在 `output_token_ids` 里，恢复时与 prompt 一起重新 prefill；
+# 3. `waiting.prepend_request(request)`（minivllm：`waiting.appendleft`）：放回 waiting **队首**，有空就最先恢复。
 #
 # 恢复走普通的 waiting 路径：`get_computed_blocks` 先查 prefix cache，被抢占前算满、未被驱逐的块直接命中。
 #
-# **取消。** 客户端断开时，`AsyncLLM.generate` 收到 `asyncio.CancelledError` 或 `GeneratorExit`，调用 `AsyncLLM.abort`：先在 `OutputProcessor` 里删掉请求（此后迟到的输出被丢弃），再经 `EngineCoreClient` 发一条 ABORT 消息。
+# **取消。** 客户端断开时，`AsyncLLM.generate` 收到 `asyncio.CancelledError` 或 `GeneratorExit`，调用 `AsyncLLM.abort`：先在 `OutputProcessor` 里删掉请求（迟到的输出被丢弃），再经 `EngineCoreClient` 发一条 ABORT 消息。
 #
 # 一步之内，`EngineCore.step` 等到 worker 的结果后，先 `_process_aborts_queue`，再 `update_from_output`（第 1 课）。前者调用 `Scheduler.finish_requests(ids, FINISHED_ABORTED)`：
 #
@@ -96,14 +96,14 @@ from minivllm.request import RequestStatus  # noqa: E402
 #
 # **停止判断。** `update_from_output` 每追加一个采样出的 token，就调用一次 `check_stop`（`v1/core/sched/utils.py`），顺序是：
 #
-# 1. 输出 token 数 < `min_tokens`：一律不停，采样端也屏蔽了 EOS 和 stop token；
+# 1. 输出 token 数 < `min_tokens`：一律不停，采样端也屏蔽 EOS 和 stop token；
 # 2. 最后一个 token 是 EOS，且没有 `ignore_eos` → `FINISHED_STOPPED`；
 # 3. 最后一个 token 在 `stop_token_ids` 里 → `FINISHED_STOPPED`，`stop_reason` 记下它；
 # 4. `num_tokens >= max_model_len` 或输出数 `>= max_tokens` → `FINISHED_LENGTH_CAPPED`。
 #
-# 所以 EOS 恰是第 `max_tokens` 个 token 时，结束原因是 `stop`。每次只看**最后一个** token：`min_tokens` 之前出现过的 EOS，之后不再算数。
+# 所以 EOS 恰是第 `max_tokens` 个 token 时，结束原因为 `stop`。每次只看**最后一个** token：`min_tokens` 之前出现的 EOS，之后不算数。
 #
-# 下面是真实引擎上的两次运行：9 个可用 KV 块（每块 16 个 token），6 个请求陆续到达。左边跑到结束；右边在第 4～7 步之前分别取消一个正在 decode、正在 prefill、在等待、已被抢占的请求（×）。
+# 下面是引擎上的两次运行：9 个可用 KV 块（每块 16 个 token），6 个请求陆续到达。左边跑到结束；右边在第 4～7 步之前分别取消一个正在 decode、正在 prefill、在等待、已被抢占的请求（×）。
 
 # %%
 runs = L04.demo_runs()  # 两次真实引擎运行（默认模型，CPU，几秒）
@@ -111,7 +111,7 @@ L04.fig_swimlane(runs)
 print(L04.caption_swimlane(runs))
 
 # %% [markdown]
-# 图 4-1：每个请求每一步 `update` 之后的状态（灰：等待；青绿：运行；橙红：被抢占；深蓝：正常结束；紫：取消）。
+# 图 4-1：每个请求每一步 `update` 之后的状态（灰等待、青绿运行、橙红被抢占、深蓝结束、紫取消）。
 #
 # 左边那次运行每一步之后在用的 KV 块数如下，红色三角是发生抢占的步：
 
@@ -123,21 +123,21 @@ L04.fig_blocks(runs[0]);
 #
 # ### 3. 正确性条件与常见误区
 #
-# - **块守恒**：每一步之后，空闲块 + 被持有的块 = 总块数；不在 RUNNING 的请求不持有块。抢占或取消时忘了 `free`，块就泄漏了。
-# - **重算从 0 开始**：抢占后 `num_computed_tokens` 若不归零，恢复时调度器以为前面的 KV 还在，worker 用新分到、内容是别人的块做 attention：输出悄悄变错。
-# - **队首，不是队尾**：放回队尾，后到的请求会先被接纳，FCFS 被打破，尾延迟变坏。
-# - **取消要清干净**：留在队列里，下一步又被调度；留在 `self.requests` 里，这一步的 token 仍会发出。
-# - **取消不存在或已结束的 id 什么都不做**：取消与自然结束可能同时发生。
+# - **块守恒**：每一步之后，空闲块 + 被持有的块 = 总块数；不在 RUNNING 的请求不持有块。抢占或取消时忘了 `free`，块就泄漏。
+# - **重算从 0 开始**：抢占后 `num_computed_tokens` 若不归零，恢复时调度器以为前面的 KV 还在，worker 用新分到、内容是别人的块做 attention，输出悄悄变错。
+# - **队首，不是队尾**：放回队尾，后到的请求先被接纳，FCFS 被打破，尾延迟变坏。
+# - **取消要清干净**：留在队列里，下一步又被调度；留在 `self.requests` 里，这步的 token 仍会发出。
+# - **取消不存在或已结束的 id 不做任何事**：取消与自然结束可能同时发生。
 # - **停止的边界**：输出数 `>= max_tokens` 就停，多一个就是 off-by-one；`ignore_eos` 只关掉 EOS，不关 `stop_token_ids` 和长度上限。
 #
 # ### 4. 性能与工程取舍
 #
-# 一次抢占要把**整个上下文**（prompt 加已生成的 token）重新 prefill：线性层的计算随长度线性增长，attention 随长度平方增长，还占用之后几步的 token budget。prefix cache 让其中算满、未被驱逐的块直接命中。重算的代价要在目标硬件上 benchmark（附录有实测）。
+# 一次抢占要把**整个上下文**（prompt 加已生成的 token）重新 prefill：线性层计算随长度线性增长，attention 随长度平方增长，还占之后几步的 token budget。prefix cache 让其中算满、未被驱逐的块直接命中。重算的代价要在目标硬件上 benchmark（附录有实测）。
 
 # %% [markdown]
 # ## 具体演示：生命周期的 trace
 #
-# 第 1 课的 `Tracer` 把每次状态变化记成事件 `OLD->NEW`（带步号和请求 id），与引擎的阶段事件在同一个 trace 里；检查读的就是它。
+# `minivllm/tracing.py` 的 `Tracer` 把每次状态变化记成事件 `OLD->NEW`（带步号和请求 id），与引擎的阶段事件在同一个 trace 里；检查读的就是它。
 #
 # 下面是带取消那次运行的前 12 个转移。`d` 的取消在第 4 步之后入队，却出现在第 5 步 `schedule` **之后**：minivllm 在这一步的 `aborts` 阶段才处理它。
 
@@ -194,6 +194,7 @@ def check_stop(request, max_model_len):
     params = request.sampling_params
     num_output_tokens = len(request.output_token_ids)
     # TODO：min_tokens 之前不停；EOS（ignore_eos 时不算）与 stop token → STOPPED；长度上限 → LENGTH_CAPPED。
+    # （minivllm 的 EOS id 在 request.eos_token_id；它的 SamplingParams 没有 vLLM 的 eos_token_id 属性）
     too_early = num_output_tokens < params.min_tokens  ### BLANK
     if too_early:
         return False
@@ -277,7 +278,7 @@ L04.check_stop_rules(check_stop)
 # %% [markdown]
 # ## 检查方法
 #
-# 运行断言；再用 64、8（默认）、7 块重跑抢占场景，打印每一步的抢占与恢复。64 块时为什么一次抢占都没有？8 块和 7 块时，r1、r2 各在第几步被抢占、第几步恢复？为什么少一个块，r2 就早 9 步被抢占？被抢占的请求恢复后，为什么输出不变？
+# 运行断言；再用 64、8（默认，含 1 个 null block）、7 块重跑抢占场景，打印每一步的抢占与恢复。64 块时为什么一次抢占都没有？8 块和 7 块时，r1、r2 各在第几步被抢占、第几步恢复？为什么少一个块，r2 就早 9 步被抢占？被抢占的请求恢复后，为什么输出不变？
 
 # %%
 for blocks in (64, 8, 7):
@@ -314,7 +315,7 @@ for blocks in (64, 8, 7):
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l04_q2", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q2（2 分）
 #
-# 第 1 课问过：如果 `EngineCore` 在一步里先 `update_from_output`、后处理取消队列，会出什么问题？现在用本课的 trace 回答：具体哪个请求、哪个对象会出错？
+# 第 1 课问过：如果 `EngineCore` 在一步里先 `update_from_output`、后处理取消队列，会出什么问题？现在用本课的 trace 回答：哪个请求、哪个对象的状态会多走一步，代价是什么？
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
