@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.limits import LimitExceeded, cell_timeout, memory_message, time_limit
+from autograder.pin import REPO  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
 SOLUTIONS = REPO / "solutions"
 NOTEBOOKS = REPO / "notebooks"
 LESSON_RE = re.compile(r"^lesson\d\d$")

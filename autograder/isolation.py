@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.limits import limit_memory
+from autograder.pin import REPO  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SANDBOX_UIDS = "60000-60063"
 UID_LOCKS = Path("/tmp/minivllm-sandbox-uids")  # fixed, not $TMPDIR: every grader on the host must meet here
 _run_uids: dict[Path, int] = {}  # scratch folder -> the uid its run has; written by scratch_dir alone

@@ -32,8 +32,8 @@ import zipfile
 from datetime import datetime
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_OUT = REPO / "data" / "vllm_names_0.27.1.txt"
+from autograder.pin import NAMES_LIST as DEFAULT_OUT  # noqa: E402
+from autograder.pin import REPO  # noqa: E402,F401
 
 
 def _targets(node: ast.AST):

@@ -17,12 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from autograder.pin import REPO, VLLM_VERSION  # noqa: E402
 from autograder.vllm_views import VllmUnavailable, run_in_vllm, vllm_python, vllm_site_packages  # noqa: F401 (re-exported)
 from autograder.vllm_views import digest as cases_digest
 
-REPO = Path(__file__).resolve().parents[2]
 GOLDEN_DIR = REPO / "data" / "vllm_oracle"
-VLLM_VERSION = "0.27.1"
 
 
 def run_vllm(kind: str, cases: list, timeout: float = 1800) -> list:

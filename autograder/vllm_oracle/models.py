@@ -6,7 +6,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from autograder.pin import REPO
+
 SHIPPED = REPO / "data" / "models" / "shakespeare-llama"
 MODELS_DIR = REPO / "build" / "vllm_oracle" / "models"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")

@@ -17,8 +17,9 @@ import sys
 import zipfile
 from pathlib import Path
 
-RECORD_LIST = Path(__file__).resolve().parents[2] / "data" / "vllm_oracle" / "vllm-0.27.1-wheel-py.sha256"
-VLLM_VERSION = "0.27.1"
+from autograder.pin import VLLM_VERSION  # noqa: E402,F401
+from autograder.pin import WHEEL_HASHES as RECORD_LIST  # noqa: E402
+
 ALLOWED_DIFFERENCES = frozenset({"vllm/_version.py", "vllm/platforms/__init__.py"})
 # Vendored CUDA kernels (FlashAttention, DeepGEMM, FlashMLA, ...): the CPU build does not ship them.
 ALLOWED_MISSING = ("vllm/vllm_flash_attn/", "vllm/third_party/")

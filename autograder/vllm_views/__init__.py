@@ -25,9 +25,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from autograder.pin import REPO, VLLM_VERSION  # noqa: E402
+
 RECORDINGS = REPO / "data" / "vllm_views"
-VLLM_VERSION = "0.27.1"
 LESSONS = tuple(f"lesson{i:02d}" for i in range(1, 13))
 
 
