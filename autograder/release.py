@@ -49,7 +49,7 @@ install: .venv/.installed
 
 # JupyterLab on the lessons (notebooks/lessonNN/lessonNN.ipynb), nbgrader's instructor menus off.
 lab: .venv/.installed
-\tJUPYTER_CONFIG_PATH=autograder/jupyter-student $(PY) -m jupyter lab --notebook-dir=notebooks
+\tJUPYTER_CONFIG_PATH=autograder/jupyter-student $(PY) -m jupyter lab --notebook-dir=notebooks --allow-root
 
 # Self-check one lesson as the graders do: make check L=05
 check: .venv/.installed
@@ -83,8 +83,9 @@ reference solutions, mark schemes and hidden tests stay with the instructors.
 
 `install.py` makes `.venv` and installs torch 2.13.0 to fit the machine: the CPU build
 (`torch==2.13.0+cpu` from https://download.pytorch.org/whl/cpu) on Linux without a CUDA GPU, PyPI's default build
-where there is one; then the course (`pip install -e ".[triton,course]"`, torch kept as installed). Disk: about
-2.5 GB for `.venv` with the CPU torch (about 6 GB with the CUDA one), plus 0.4 MB per lesson you work in.
+where there is one; then the course (`pip install -e ".[triton,course]"`, torch kept as installed). Disk: 2.5 GB
+for `.venv` with the CPU torch (161 packages, no nvidia-*; 5 minutes on a 2-core machine); the CUDA build's
+nvidia-* packages add about 3 GB.
 Without make: `JUPYTER_CONFIG_PATH=autograder/jupyter-student .venv/bin/jupyter lab --notebook-dir=notebooks`.
 
 The figures label axes in Chinese: install a CJK font first, or they show boxes instead of characters
