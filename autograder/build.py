@@ -29,7 +29,7 @@ GRADING_RUNS = ("nbgrader 评分时只运行准备单元格、答案单元格、
                 "单元格不运行（不计分，反馈里标着“评分时未运行”），所以答案不能依赖它们。")
 
 INSTALL_CELL = """\
-# Colab：安装本课程的学生发行版（不含答案）；本地（make lab）什么也不做。十二课相同，由 autograder/build.py 生成。
+# Colab：安装本课程的学生发行版（不含答案）；本地（make lab）跳过安装。十二课相同，由 autograder/build.py 生成。
 # 设置 MINIVLLM_RELEASE_URL：教师发布的发行版 git 地址。失败时按提示改好后重跑本单元格即可修复。
 import os
 import subprocess
@@ -49,7 +49,10 @@ if "google.colab" in sys.modules or os.environ.get("MINIVLLM_COLAB_INSTALL"):
         sys.path.insert(0, HOME)
     from autograder.colab import install  # pip 安装（保留 Colab 的 torch 与 triton）与导入检查
 
-    install(HOME)"""
+    install(HOME)
+from autograder.vllm_source import notebook_setup  # noqa: E402
+
+notebook_setup()  # vLLM 0.27.1 源码：只获取一次并按官方 sha256 校验（make vllm-source），之后离线；评分时不运行"""
 
 
 def release_url(repo: str = RELEASE_REPO) -> str:

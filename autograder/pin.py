@@ -1,6 +1,6 @@
 """The vLLM release the course and the engine are checked against, in one place (no imports: the vLLM venv and
 the grader's sandbox import it too). Re-pinning starts here: the recordings under data/ name this version and
-are re-recorded with `make record-vllm`."""
+are re-recorded from it (the repository README's vLLM section says how)."""
 from __future__ import annotations
 
 from pathlib import Path

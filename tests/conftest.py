@@ -14,6 +14,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # make test-vllm (MINIVLLM_VLLM_LIVE=1) runs vLLM itself.
 if os.environ.get("MINIVLLM_VLLM_LIVE") != "1":
     os.environ["MINIVLLM_VLLM_PYTHON"] = os.devnull + "/no-vllm-in-make-test"
+# Tests never download: a notebook's first cell run here (lesson demos, the Colab cell) reads vLLM 0.27.1's source
+# where `make vllm-source` put it, and otherwise says how to fetch it (autograder/vllm_source.py notebook_setup).
+os.environ["MINIVLLM_VLLM_SOURCE_FETCH"] = "0"
 
 
 @pytest.fixture(scope="session")

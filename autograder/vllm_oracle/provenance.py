@@ -10,28 +10,22 @@ kernels (ALLOWED_MISSING). Stdlib only: it runs under either venv.
 from __future__ import annotations
 
 import argparse
-import base64
 import hashlib
 import json
 import sys
 import zipfile
 from pathlib import Path
 
-from autograder.pin import VLLM_VERSION  # noqa: E402,F401
-from autograder.pin import WHEEL_HASHES as RECORD_LIST  # noqa: E402
-
-ALLOWED_DIFFERENCES = frozenset({"vllm/_version.py", "vllm/platforms/__init__.py"})
-# Vendored CUDA kernels (FlashAttention, DeepGEMM, FlashMLA, ...): the CPU build does not ship them.
-ALLOWED_MISSING = ("vllm/vllm_flash_attn/", "vllm/third_party/")
-
-
-def record_hash(data: bytes) -> str:
-    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
-
-def official_hashes(path: Path = RECORD_LIST) -> dict[str, str]:
-    rows = (line.split() for line in path.read_text().splitlines() if line and not line.startswith("#"))
-    return {name: digest for digest, name in rows}
+from autograder.vllm_source import (  # noqa: F401 (re-exported: the one list, shared with the student's fetch)
+    ALLOWED_DIFFERENCES,
+    ALLOWED_MISSING,
+    VLLM_VERSION,
+    official_hashes,
+    record_hash,
+)
+from autograder.vllm_source import (
+    HASH_LIST as RECORD_LIST,
+)
 
 
 def check(site_packages: Path) -> dict:

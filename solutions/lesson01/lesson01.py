@@ -41,6 +41,15 @@
 #
 # 课程的 dense 模型在 vLLM 0.27.1 默认由 Model Runner V2（`v1/worker/gpu/model_runner.py`）运行，minivllm 对应 V1 runner（`v1/worker/gpu_model_runner.py`）；上表的代码在 runner 之上。
 
+# %%
+# 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
+from autograder.vllm_source import show_vllm
+
+show_vllm("vllm/v1/engine/async_llm.py", "AsyncLLM.abort")
+show_vllm("vllm/v1/engine/core.py", "EngineCoreProc.run_busy_loop")
+show_vllm("vllm/v1/engine/core.py", "EngineCore.step")
+show_vllm("vllm/v1/engine/core.py", "EngineCore._process_aborts_queue")
+
 # %% nbgrader={"grade": false, "grade_id": "l01_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的图、演示与检查。
 import logging

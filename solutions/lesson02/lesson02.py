@@ -35,11 +35,22 @@
 # | 顺序 | vLLM 文件与入口（0.27.1） | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
 # | 1 | `vllm/v1/core/sched/scheduler.py`：`Scheduler.schedule` 开头的 `NOTE(woosuk)` 注释（L441–L450） | `minivllm/core/sched/scheduler.py`：`Scheduler` | 为什么没有 “prefill 阶段” 和 “decode 阶段”？ |
-# | 2 | 同文件：RUNNING 循环的 token 数（L516–L532）与分配、抢占（L575–L629，略过 L590–L613） | 同上 | 每个请求本步拿多少 token？块不够时抢占谁？ |
+# | 2 | 同文件：RUNNING 循环的 token 数（L516–L532）与分配、抢占（L575–L629） | 同上 | 每个请求本步拿多少 token？块不够时抢占谁？ |
 # | 3 | 同文件：`Scheduler.schedule` 的 WAITING 循环入口（L683–L687）与它的 `allocate_slots` 调用（L973–L994） | 同上 | 抢占过的一步为何不接纳？为何要整个请求放得下？ |
 # | 4 | 同文件：`Scheduler._preempt_request`（L1274–L1315） | `minivllm/core/sched/scheduler.py`：`Scheduler._preempt` | 被抢占的请求交出什么、回到哪？ |
 #
 # 课程的 dense 模型在 vLLM 0.27.1 默认由 Model Runner V2（`v1/worker/gpu/model_runner.py`）运行，minivllm 对应 V1 runner；调度器在 runner 之上。
+
+# %%
+# 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
+from autograder.vllm_source import show_vllm
+
+show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler.schedule", lines=(441, 450))
+show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler.schedule", lines=(516, 532))
+show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler.schedule", lines=(575, 629))
+show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler.schedule", lines=(683, 687))
+show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler.schedule", lines=(973, 994))
+show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler._preempt_request")
 
 # %% nbgrader={"grade": false, "grade_id": "l02_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的图、演示与检查。

@@ -42,6 +42,20 @@
 #
 # 前缀缓存在调度侧，runner 只按块表读写 KV（课程的 dense 模型在 0.27.1 默认用 Model Runner V2；minivllm 对应 V1 runner）。
 
+# %%
+# 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
+from autograder.vllm_source import show_vllm
+
+show_vllm("vllm/v1/core/kv_cache_utils.py", "hash_block_tokens")
+show_vllm("vllm/v1/core/kv_cache_manager.py", "KVCacheManager.get_computed_blocks")
+show_vllm("vllm/v1/core/single_type_kv_cache_manager.py", "FullAttentionManager.find_longest_cache_hit",
+          lines=(728, 739))
+show_vllm("vllm/v1/core/block_pool.py", "BlockPool.get_new_blocks", lines=(658, 677))
+show_vllm("vllm/v1/core/block_pool.py", "BlockPool._maybe_evict_cached_block")
+show_vllm("vllm/v1/core/block_pool.py", "BlockPool.touch")
+show_vllm("vllm/v1/core/block_pool.py", "BlockPool.free_blocks")
+show_vllm("vllm/v1/core/single_type_kv_cache_manager.py", "SingleTypeKVCacheManager.free")
+
 # %% nbgrader={"grade": false, "grade_id": "l03_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的图、演示与检查。
 import logging

@@ -41,6 +41,17 @@
 #
 # 课程的 dense 模型在 0.27.1 默认由 Model Runner V2 运行，minivllm 对应 V1 runner。
 
+# %%
+# 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
+from autograder.vllm_source import show_vllm
+
+show_vllm("vllm/v1/request.py", "RequestStatus")
+show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler._preempt_request")
+show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler.finish_requests")
+show_vllm("vllm/v1/engine/core.py", "EngineCore.abort_requests")
+show_vllm("vllm/v1/engine/core.py", "EngineCore._process_aborts_queue")
+show_vllm("vllm/v1/core/sched/utils.py", "check_stop")
+
 # %% nbgrader={"grade": false, "grade_id": "l04_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的图、演示与检查。
 import logging

@@ -44,6 +44,15 @@
 #
 # > **哪个 runner**：本课讲 V1 runner（`gpu_model_runner.py`）的持久批，minivllm 照它实现。课程的 dense 模型在 GPU 上默认走 Model Runner V2（`vllm/v1/worker/gpu/`），它没有持久批（见附录），摊平的数学相同。
 
+# %%
+# 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
+from autograder.vllm_source import show_vllm
+
+show_vllm("vllm/v1/worker/gpu_input_batch.py", "InputBatch.condense")
+show_vllm("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._prepare_inputs", lines=(1972, 2013))
+show_vllm("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._prepare_inputs", lines=(2081, 2105))
+show_vllm("vllm/v1/worker/block_table.py", "BlockTable.compute_slot_mapping")
+
 # %% nbgrader={"grade": false, "grade_id": "l05_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。
 import logging

@@ -46,6 +46,14 @@
 #
 # > **谁调用谁**：课程的 dense 模型在 GPU 上走 Model Runner V2（第 5 课），注意力后端默认 FlashAttention，Triton 排在其后（`vllm/platforms/cuda.py`：`_get_backend_priorities`）。`kernel_paged_attention_2d` 是 ROCm 的回退路径，块循环与本课一一对应。
 
+# %%
+# 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
+from autograder.vllm_source import show_vllm
+
+show_vllm("vllm/v1/attention/backends/triton_attn.py", "TritonAttentionImpl.do_kv_cache_update")
+show_vllm("vllm/v1/attention/ops/chunked_prefill_paged_decode.py", "kernel_paged_attention_2d", lines=(90, 268))
+show_vllm("vllm/v1/attention/ops/triton_decode_attention.py", "decode_attention_fwd")
+
 # %% nbgrader={"grade": false, "grade_id": "l06_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：没有 GPU 时在导入 triton 之前打开解释器；静音无害的警告（评分单元格不能写 stderr）。
 import logging

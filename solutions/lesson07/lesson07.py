@@ -47,6 +47,17 @@
 #
 # > **哪个 runner**：本课讲 V1 runner（`gpu_model_runner.py`）的采样器，minivllm 照它实现；课程的 dense 模型在 0.27.1 上默认走 Model Runner V2，采样器不同（见附录）。
 
+# %%
+# 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
+from autograder.vllm_source import show_vllm
+
+show_vllm("vllm/v1/sample/sampler.py", "Sampler.forward")
+show_vllm("vllm/v1/sample/sampler.py", "Sampler.sample")
+show_vllm("vllm/v1/sample/ops/topk_topp_sampler.py", "apply_top_k_top_p_pytorch")
+show_vllm("vllm/v1/sample/ops/topk_topp_sampler.py", "apply_top_k_only")
+show_vllm("vllm/v1/sample/ops/topk_topp_sampler.py", "random_sample")
+show_vllm("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._update_states", lines=(1276, 1284))
+
 # %% nbgrader={"grade": false, "grade_id": "l07_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。
 import logging

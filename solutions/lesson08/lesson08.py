@@ -46,6 +46,15 @@
 #
 # > **哪个 runner**：课程的 dense 模型在 vLLM 0.27.1 上默认由 Model Runner V2 运行，第 4 行是它的；V1 runner 用 `v1/structured_output/utils.py` 的 `apply_grammar_bitmask`（见附录）。
 
+# %%
+# 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
+from autograder.vllm_source import show_vllm
+
+show_vllm("vllm/v1/structured_output/__init__.py", "StructuredOutputManager.grammar_init")
+show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler._try_promote_blocked_waiting_request")
+show_vllm("vllm/v1/engine/core.py", "EngineCore.step")
+show_vllm("vllm/v1/worker/gpu/structured_outputs.py", "StructuredOutputsWorker.apply_grammar_bitmask")
+
 # %% nbgrader={"grade": false, "grade_id": "l08_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的演示与检查。
 import logging

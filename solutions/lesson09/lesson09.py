@@ -43,10 +43,19 @@
 # |---|---|---|---|
 # | 1 | `vllm/v1/spec_decode/ngram_proposer.py`：`_find_longest_matched_ngram_and_propose_tokens`（L207–293） | `minivllm/spec_decode/ngram_proposer.py` | 草稿从哪里来？为什么不需要 q？ |
 # | 2 | `vllm/v1/worker/gpu_model_runner.py`：`GPUModelRunner._calc_spec_decode_metadata`（L2851–2924） | `minivllm/worker/gpu_model_runner.py` | k 个草稿为什么要 k+1 行 logits？ |
-# | 3 | `vllm/v1/sample/rejection_sampler.py`：`rejection_random_sample_kernel`（L773–845） | `minivllm/sample/rejection_sampler.py` | 接受条件是什么？拒绝后取哪个 token？ |
+# | 3 | `vllm/v1/sample/rejection_sampler.py`：`rejection_random_sample_kernel`（L774–845） | `minivllm/sample/rejection_sampler.py` | 接受条件是什么？拒绝后取哪个 token？ |
 # | 4 | `vllm/v1/core/sched/scheduler.py`：`Scheduler.update_from_output`（L1761–1791） | `minivllm/core/sched/scheduler.py` | 被拒时 `num_computed_tokens` 退回多少？ |
 #
 # **runner**：n-gram 投机在 0.27.1 走 V1 的 `gpu_model_runner.py`，因为 `_get_v2_model_runner_unsupported_features` 把 n-gram 列为 Model Runner V2 不支持的特性。minivllm 的 runner 对应 V1。
+
+# %%
+# 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
+from autograder.vllm_source import show_vllm
+
+show_vllm("vllm/v1/spec_decode/ngram_proposer.py", "_find_longest_matched_ngram_and_propose_tokens")
+show_vllm("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._calc_spec_decode_metadata")
+show_vllm("vllm/v1/sample/rejection_sampler.py", "rejection_random_sample_kernel")
+show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler.update_from_output", lines=(1761, 1791))
 
 # %% nbgrader={"grade": false, "grade_id": "l09_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。

@@ -48,6 +48,15 @@
 #
 # **runner**：课程的 dense 模型在 0.27.1 默认由 Model Runner V2（`v1/worker/gpu/model_runner.py`）运行，TP 不改变它；minivllm 的 worker 对应 V1 的 `gpu_model_runner.py`，本课的层两者共用。
 
+# %%
+# 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
+from autograder.vllm_source import show_vllm
+
+show_vllm("vllm/model_executor/parameter.py", "_ColumnvLLMParameter.load_merged_column_weight")
+show_vllm("vllm/model_executor/layers/linear.py", "QKVParallelLinear.__init__")
+show_vllm("vllm/model_executor/layers/linear.py", "RowParallelLinear.forward")
+show_vllm("vllm/v1/executor/multiproc_executor.py", "MultiprocExecutor.collective_rpc")
+
 # %% nbgrader={"grade": false, "grade_id": "l10_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。
 import logging

@@ -51,6 +51,16 @@
 #
 # **哪个 runner**：vLLM 0.27.1 对课程的 dense 模型默认选 Model Runner V2（`VllmConfig.use_v2_model_runner`）；minivllm 的 runner 对应 V1（`gpu_model_runner.py`）。选尺寸、填充、取行两个 runner 都做（V2 见附录）。
 
+# %%
+# 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
+from autograder.vllm_source import show_vllm
+
+show_vllm("vllm/config/vllm.py", "VllmConfig._set_cudagraph_sizes")
+show_vllm("vllm/v1/cudagraph_dispatcher.py", "CudagraphDispatcher.dispatch")
+show_vllm("vllm/compilation/cuda_graph.py", "CUDAGraphWrapper.__call__")
+show_vllm("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._get_slot_mappings")
+show_vllm("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._build_attention_metadata._get_block_table")
+
 # %% nbgrader={"grade": false, "grade_id": "l11_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。
 import logging

@@ -45,6 +45,16 @@
 #
 # **runner**：本课不涉及 runner；课程的 dense 模型在 0.27.1 由 Model Runner V2 运行，minivllm 的 runner 对应 V1 的 `gpu_model_runner.py`。
 
+# %%
+# 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
+from autograder.vllm_source import show_vllm
+
+show_vllm("vllm/v1/engine/async_llm.py", "AsyncLLM.generate")
+show_vllm("vllm/v1/engine/core_client.py", "AsyncMPClient._ensure_output_queue_task")
+show_vllm("vllm/v1/engine/output_processor.py", "OutputProcessor.process_outputs")
+show_vllm("vllm/v1/engine/detokenizer.py", "BaseIncrementalDetokenizer.update")
+show_vllm("vllm/v1/engine/detokenizer.py", "BaseIncrementalDetokenizer.get_next_output_text")
+
 # %% nbgrader={"grade": false, "grade_id": "l12_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。
 import logging
