@@ -34,13 +34,13 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM commit 8e958902eee5（0.27.1 发布后一天）。按顺序读下面三段，M-RoPE、投机解码的分支先跳过。
+# 源码固定在 vLLM commit 8e958902eee5（0.27.1 发布后一天）。按顺序读下面三段，M-RoPE、投机解码与上下文并行（CP）的分支先跳过。
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
 # | 1 | `vllm/v1/worker/gpu_input_batch.py`：`InputBatch.condense`（L708–L838） | `minivllm/worker/gpu_input_batch.py`：`condense`、`swap_states` | 空洞怎样填上，谁的行号因此改变？ |
-# | 2 | `vllm/v1/worker/gpu_model_runner.py`：`GPUModelRunner._prepare_inputs`（L1972–L2013、L2081–L2105） | `minivllm/worker/gpu_model_runner.py`：`_prepare_inputs` | `[2, 5, 3]` 怎样变成每个 token 的位置？谁不该采样？ |
-# | 3 | `vllm/v1/worker/block_table.py`：`BlockTable.compute_slot_mapping`（L182–L211） | `_prepare_inputs` 的 `slot_mapping` | 逻辑块号怎样变成物理块号？ |
+# | 2 | `vllm/v1/worker/gpu_model_runner.py`：`_prepare_inputs`（L1981–L1993、L2081–L2105、L2239） | `minivllm/worker/gpu_model_runner.py`：`_prepare_inputs` | `[2, 5, 3]` 怎样变成每个 token 的位置？谁不该采样？ |
+# | 3 | `vllm/v1/worker/block_table.py`：`_compute_slot_mapping_kernel`（L410–L442） | `_prepare_inputs` 的 `slot_mapping` | 逻辑块号怎样变成物理块号？ |
 #
 # > **哪个 runner**：本课讲 V1 runner（`gpu_model_runner.py`）的持久批，minivllm 照它实现。课程的 dense 模型在 GPU 上默认走 Model Runner V2（`vllm/v1/worker/gpu/`），它没有持久批（见附录），摊平的数学相同。
 
@@ -93,7 +93,7 @@ short_errors("lesson05")  # 评分单元格失败时只显示三行：哪一部�
 #
 # - `query_start_loc`（`qsl`）：请求 i 占扁平序列的 `[qsl[i], qsl[i+1])`；
 # - `req_indices = repeat(arange(num_reqs), n)`；请求内偏移是 `arange(total) - repeat(qsl[:-1], n)`；
-# - `positions`：接在已算好的 `c_i` 个 token 之后；`input_ids` 按行号和位置从 `token_ids_cpu` 取；
+# - `positions`：接在已算好的 `c_i` 个 token 之后；`input_ids` 按行号和位置从 `token_ids_cpu` 取（异步调度时 decode 行的新 token 在 GPU 上补，见附录）；
 # - `slot_mapping`：K/V 写进的物理槽；位置给出逻辑块和块内偏移，物理块号从这一行的块表查；
 # - `seq_lens = c + n`：注意力看的上下文长度；
 # - `logits_indices`：vLLM 为每一行取本步最后一个 token（`query_start_loc[1:] - 1`），没读完 prompt 的行的采样随后由 `discard_request_mask` 丢弃。
@@ -301,7 +301,7 @@ L05.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 说清调度器只发增量（`NewRequestData` 全量只在请求第一次被调度时发；`CachedRequestData` 只发 `new_block_ids`、`num_computed_tokens`），runner 把 token、块表、`num_computed_tokens`、采样参数（temperature/top_p/top_k、generator）放在持久批的一行里，一个 decode 步每个请求只写 1 个 token（minivllm 的 `append_token`；vLLM V1 在 `_bookkeeping_sync` 里写 `token_ids_cpu`）和偶尔 1 个块号，所以每步的 CPU 写入和 IPC 与变化量成正比，而不是与全部请求的全部 token、全部块表成正比（长上下文时相差几个数量级）；采样参数张量（temperature 等）也不用每步重建；并说出代价：结束/抢占留下空洞，需要 `condense` 移动行、`_reorder_batch` 用 `swap_states` 把 decode 换到前面，所以**行号会变**，一切按行存的状态（包括 generator、min_tokens 这类按行号索引的字典）必须一起移动，输入准备必须按持久批的行序而不是调度器的顺序；1 分 = 只说“避免重复计算/更快”，没有说清省下的是与什么成正比的工作，或没有提到行移动的代价；0 分 = 认为持久批保存的是 KV cache 或模型激活（一票否决：只背类名而说不清状态所有权）。**不扣分的说法**：指出 vLLM V1 的 `commit_block_table` 每步把块表前 `num_reqs` 行整个拷到 GPU（拷贝量与请求数×块表宽度成正比，并非只拷变化的部分）是正确的；回答“持久批只拷变化的部分到 GPU”不得这一点。说明 vLLM 0.27.1 默认的 Model Runner V2 没有持久批（固定槽位的 `RequestState` + 每步新建 `InputBatch` + `idx_mapping`，没有 condense/swap），并以此说明同样的“只发增量、状态按请求跨步保留”和不同的代价，同样给分——只要说清描述的是 V1（或 minivllm）还是 V2。
+# **评分要点**：2 分 = 说清调度器只发增量（`NewRequestData` 全量只在请求第一次被调度时发；`CachedRequestData` 只发 `new_block_ids`、`num_computed_tokens`），runner 把 token、块表、`num_computed_tokens`、采样参数（temperature/top_p/top_k、generator）放在持久批的一行里，一个 decode 步每个请求只写 1 个 token（minivllm 的 `append_token`；vLLM V1 的 `_bookkeeping_sync` 写 `token_ids_cpu`，默认异步调度时写的是占位 -1，真实 token 留在 GPU）和偶尔 1 个块号，所以每步的 CPU 写入和 IPC 与变化量成正比，而不是与全部请求的全部 token、全部块表成正比（长上下文时相差几个数量级）；采样参数张量（temperature 等）也不用每步重建；并说出代价：结束/抢占留下空洞，需要 `condense` 移动行、`_reorder_batch` 用 `swap_states` 把 decode 换到前面，所以**行号会变**，一切按行存的状态（包括 generator、min_tokens 这类按行号索引的字典）必须一起移动，输入准备必须按持久批的行序而不是调度器的顺序；1 分 = 只说“避免重复计算/更快”，没有说清省下的是与什么成正比的工作，或没有提到行移动的代价；0 分 = 认为持久批保存的是 KV cache 或模型激活（一票否决：只背类名而说不清状态所有权）。**不扣分的说法**：指出 vLLM V1 的 `commit_block_table` 每步把块表前 `num_reqs` 行整个拷到 GPU（拷贝量与请求数×块表宽度成正比，并非只拷变化的部分）是正确的；回答“持久批只拷变化的部分到 GPU”不得这一点。说明 vLLM 0.27.1 默认的 Model Runner V2 没有持久批（固定槽位的 `RequestState` + 每步新建 `InputBatch` + `idx_mapping`，没有 condense/swap），并以此说明同样的“只发增量、状态按请求跨步保留”和不同的代价，同样给分——只要说清描述的是 V1（或 minivllm）还是 V2。
 #
 # **参考答案**
 #
@@ -452,6 +452,6 @@ L05.plot_v1_vs_v2(run);
 # - **存储**：V1 的 token 表 `token_ids_cpu_tensor` 只在 CPU 上；块表在单独的 `BlockTable` 里，`commit_block_table(num_reqs)` 每步把前 `num_reqs` 行整个拷到 GPU。minivllm 的 `InputBatch` 只有 numpy 数组。
 # - **移动行**：V1 的 `condense` 只拷有效的 token 和块，`swap_states` 只交换有效的 token 前缀；minivllm 的 `condense` 调用 `swap_states`，交换整行。
 # - **重排**：minivllm 每步把 decode 换到前面；V1 只在注意力后端设了 `reorder_batch_threshold` 时重排（如 FlashInfer），FlashAttention、Triton 与 CPU 后端不重排。
-# - **写入采样结果**：minivllm 用 `append_token`；V1 在 `_bookkeeping_sync` 里写 `token_ids_cpu`。
+# - **写入采样结果**：minivllm 用 `append_token`。V1 默认异步调度，`_bookkeeping_sync` 只在 `token_ids_cpu` 里写占位的 -1；真实 token 留在 GPU 上（`prev_sampled_token_ids`），下一步由 `_prepare_input_ids` 写进 `input_ids`。
 #
 # ← 上一课：第 4 课：抢占、取消与请求生命周期　｜　下一课 →：第 6 课：PagedAttention：Triton decode kernel

@@ -36,15 +36,15 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM commit 8e958902eee5（0.27.1 发布后一天）。读 kernel 时先弄清一个 program 负责什么（grid 的每一维是谁），再看循环里每次读了哪些字节，最后才看数值细节。
+# 源码固定在 vLLM commit 8e958902eee5（0.27.1 发布后一天）。读 kernel 时先看 grid 的每一维是谁，再看循环每次读哪些字节，最后看数值细节。
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | `vllm/v1/attention/backends/triton_attn.py`：`TritonAttentionImpl.do_kv_cache_update`（L791–L834） | `minivllm/attention/backends/triton_attn.py`：`forward` | 新 token 的 K/V 何时写进 cache？ |
-# | 2 | `vllm/v1/attention/ops/chunked_prefill_paged_decode.py`：`kernel_paged_attention_2d`（L90–L268） | `minivllm/attention/ops/triton_decode_attention.py` | grid 为什么是（序列, kv 头）？未写入的槽位怎样挡在外面？ |
-# | 3 | `vllm/v1/attention/ops/triton_decode_attention.py`：`decode_attention_fwd`（L756–L818） | 本课的 kernel 是“分组”的那种 | 每个 query 头一个 program 与一组头一个 program，各读多少 K/V？ |
+# | 1 | `vllm/v1/attention/backends/triton_attn.py`：`TritonAttentionImpl.do_kv_cache_update`（L819–L834） | `minivllm/attention/backends/triton_attn.py`：`forward` | 新 token 的 K/V 何时写进 cache？ |
+# | 2 | `vllm/v1/attention/ops/chunked_prefill_paged_decode.py`：`kernel_paged_attention_2d`（L90–L104、L123–L251） | `minivllm/attention/ops/triton_decode_attention.py` | grid 为何是（序列, kv 头）？未写的槽位怎样挡掉？ |
+# | 3 | `vllm/v1/attention/ops/triton_decode_attention.py`：`_decode_att_m_fwd`（L229–L233）、`_decode_grouped_att_m_fwd`（L510–L519） | 本课的 kernel 是“分组”的那种 | 两个 grid 的第二维各是什么，各读几遍 K/V？（第三维是分段，略） |
 #
-# > **谁调用谁**：课程的 dense 模型在 GPU 上走 Model Runner V2（第 5 课），注意力后端默认 FlashAttention，Triton 排在其后（`vllm/platforms/cuda.py`：`_get_backend_priorities`）。`kernel_paged_attention_2d` 是 ROCm 的回退路径，块循环与本课一一对应。
+# > **谁调用谁**：NVIDIA GPU 上注意力后端默认 FlashAttention，Triton 排在其后（`vllm/platforms/cuda.py`：`_get_backend_priorities`）。`kernel_paged_attention_2d` 是 ROCm 的回退路径，块循环与本课一一对应。
 
 # %%
 # 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
@@ -90,12 +90,13 @@ print("Triton 解释器（CPU）" if L06.interpreting() else "CUDA", "| 设备�
 #
 # ### 2. 它如何工作
 #
-# Triton 的四个概念：
+# 填空要用的 Triton 写法：
 #
 # - **program**：kernel 按 grid 启动许多 program，每个用 `tl.program_id(axis)` 得知自己负责哪一份；
-# - **块**：`tl.arange(0, N)` 给出块内下标（N 为 2 的幂），`tl.load`/`tl.store` 一次读写一块；
-# - **mask**：`tl.load(ptrs, mask=m, other=0.0)` 只读 m 为真处，其余取 `other`；
-# - **`tl.dot`**：两个块的矩阵乘，每一维至少 16，GPU 上走 tensor core。
+# - **块与 mask**：`tl.arange(0, N)` 给出块内下标（N 为 2 的幂）；`tl.load(ptrs, mask=m, other=0.0)` 一次读一块，m 为假处取 `other`；
+# - **二维地址**：`ptr + 行[:, None] * 行步长 + 列[None, :]` 广播成一块；每一维乘自己的 stride 再相加；
+# - **逐元素与按行归约**：`tl.maximum(a, b)`、`tl.exp(x)`；`tl.max(x, axis=1)`、`tl.sum(x, axis=1)`；
+# - **`tl.dot`**：两个块的矩阵乘，每一维至少 16，走 tensor core；两个操作数都先 `.to(COMPUTE_DTYPE)`，并带 `input_precision=DOT_PRECISION`，否则 GPU 上 fp32 按 tf32 算，差约 1e-3。
 #
 # minivllm 的 decode kernel 对应 vLLM 的 `kernel_paged_attention_2d`：
 #
@@ -181,7 +182,7 @@ else:
 #
 # 只改 `______` 处，不删断言、不放宽条件。
 #
-# GPU 上 fp32 的 `tl.dot` 默认按 tf32 算，与参考实现差约 1e-3；解释器看不出。所以启动器静态检查每个 `tl.dot`：必须带 `input_precision=DOT_PRECISION`，两个操作数都来自 `.to(COMPUTE_DTYPE)`，否则三项代码检查都判失败。
+# 解释器测不出 tf32 的误差，所以启动器静态检查每个 `tl.dot` 是否照上面的规则写，不符则三项代码检查都判失败。
 
 # %% nbgrader={"grade": false, "grade_id": "l06_kernel", "locked": false, "schema_version": 3, "solution": true, "task": false}
 import triton
@@ -412,17 +413,17 @@ L06.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l06_q3", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q3（2 分）
 #
-# 本课的 kernel 让一个 program 处理共享同一 kv 头的整组 query 头（GQA 分组）。这省下了什么？代价和边界是什么？对照 vLLM `triton_decode_attention.py` 中 `_fwd_kernel_stage1` 与 `_fwd_grouped_kernel_stage1` 说明。
+# 本课的 kernel 让一个 program 处理共享同一 kv 头的整组 query 头（GQA 分组）。这省下了什么？代价和边界是什么？对照阅读表第 3 行的两个 grid 说明。
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 指出省下的是 K/V 的重复读取（每个 kv 头的 K/V 每步只从显存读一次，而不是每个 query 头读一次，省 QUERIES_PER_KV 倍流量，图 6-4 实测 4x→1x）以及块表读取与循环开销，并把组内 query 头做成 `tl.dot` 的行，让打分与 $p\,v$ 走矩阵乘；同时说出代价/边界（组被补到 16 行，与 vLLM 的 `num_queries_per_kv_padded` 相同，QUERIES_PER_KV 小时浪费计算，但在带宽受限下几乎免费；说这是为 `tl.dot` 或 tensor core 形状所做的选择也可；program 数从 B×H 降到 B×Hkv，小 batch 时并行度更低，需要 split-KV；正确性要求组内第 r 行对应 query 头 `kv_head*QUERIES_PER_KV + r`）；对应到 vLLM：`_fwd_kernel_stage1` 每个 query 头一个 program（`cur_kv_head = cur_head // kv_group_num`），但 `decode_attention_fwd` 只在 `kv_group_num == 1` 时用它，GQA 时用 `_fwd_grouped_kernel_stage1`，一个 program 处理 `min(16, kv_group_num)` 个头（说“vLLM 的 GQA decode 每个 query 头读一遍 K/V”的不得 2 分）；1 分 = 只说“省带宽”没有说省的是哪份读取、或没有代价；0 分 = 认为分组减少的是 FLOP 或显存占用（KV cache 大小由 kv 头数决定，与 kernel 是否分组无关），或把“GQA 模型省 KV cache”与“kernel 分组省读取”混为一谈而说不清后者。
+# **评分要点**：2 分 = 指出省下的是 K/V 的重复读取（每个 kv 头的 K/V 每步只从显存读一次，而不是每个 query 头读一次，省 QUERIES_PER_KV 倍流量，图 6-4 实测 4x→1x）以及块表读取与循环开销，并把组内 query 头做成 `tl.dot` 的行，让打分与 $p\,v$ 走矩阵乘；同时说出代价/边界（组被补到 16 行，与 vLLM 的 `num_queries_per_kv_padded` 相同，QUERIES_PER_KV 小时浪费计算，但在带宽受限下几乎免费；说这是为 `tl.dot` 或 tensor core 形状所做的选择也可；program 数从 B×H 降到 B×Hkv，小 batch 时并行度更低，需要 split-KV；正确性要求组内第 r 行对应 query 头 `kv_head*QUERIES_PER_KV + r`）；对应到 vLLM：`_decode_att_m_fwd` 的 grid 是 `(batch, head_num, NUM_KV_SPLITS)`，每个 query 头一个 program，但 `decode_attention_fwd` 只在 `kv_group_num == 1` 时走它，GQA 时走 `_decode_grouped_att_m_fwd`，grid 第二维是 `cdiv(head_num, min(BLOCK_H, kv_group_num))`，一个 program 处理 `min(16, kv_group_num)` 个头（说“vLLM 的 GQA decode 每个 query 头读一遍 K/V”的不得 2 分）；1 分 = 只说“省带宽”没有说省的是哪份读取、或没有代价；0 分 = 认为分组减少的是 FLOP 或显存占用（KV cache 大小由 kv 头数决定，与 kernel 是否分组无关），或把“GQA 模型省 KV cache”与“kernel 分组省读取”混为一谈而说不清后者。
 #
 # **参考答案**
 #
-# 1. 省下了什么：GQA 模型里 QUERIES_PER_KV 个 query 头共享一个 kv 头的 K/V。若 kernel 每个 query 头一个 program，同一段 K/V 会被 kv_group_num 个 program 各读一遍——能否命中 L2 取决于调度与上下文长度，不能保证；decode 受带宽限制（Q1），这几乎就是 kv_group_num 倍的时间。vLLM `triton_decode_attention.py`（在 V1 里服务 MLA 后端）的 `decode_attention_fwd` 正是按这一点选 kernel：`kv_group_num == 1`（MHA，没有可共享的 K/V）时用每个 query 头一个 program 的 `_fwd_kernel_stage1`（grid 为 (batch, head_num, NUM_KV_SPLITS)，`cur_kv_head = cur_head // kv_group_num`）；有分组时用 `_fwd_grouped_kernel_stage1`，grid 第二维是 `cdiv(head_num, min(BLOCK_H, kv_group_num))`，一个 program 处理 `min(16, kv_group_num)` 个共享 K/V 的头；MLA 只传一个 KV 头，每个 rank 超过 16 个头时，仍有 `cdiv(head_num, 16)` 个 program 各读一遍同一份 K/V。分组后（本课 kernel；`kernel_paged_attention_2d` 与 `kernel_unified_attention` 的 grid 第二维也是 kv 头），每个 kv 头的 K/V 每步只读一次：图 6-4 中解释器数出的 K/V 字节从 4x（把 K/V 按 query 头展开、模拟不分组的读法）降到 1.00x。块表读取、循环与地址计算也只做一次。
+# 1. 省下了什么：GQA 模型里 QUERIES_PER_KV 个 query 头共享一个 kv 头的 K/V。若 kernel 每个 query 头一个 program，同一段 K/V 会被 kv_group_num 个 program 各读一遍——能否命中 L2 取决于调度与上下文长度，不能保证；decode 受带宽限制（Q1），这几乎就是 kv_group_num 倍的时间。vLLM `triton_decode_attention.py`（在 V1 里服务 MLA 后端）的 `decode_attention_fwd` 正是按这一点选 kernel：`kv_group_num == 1`（MHA，没有可共享的 K/V）时经 `_decode_att_m_fwd` 启动每个 query 头一个 program 的 kernel（grid 为 (batch, head_num, NUM_KV_SPLITS)）；有分组时经 `_decode_grouped_att_m_fwd` 启动分组 kernel，grid 第二维是 `cdiv(head_num, min(BLOCK_H, kv_group_num))`，一个 program 处理 `min(16, kv_group_num)` 个共享 K/V 的头；MLA 只传一个 KV 头，每个 rank 超过 16 个头时，仍有 `cdiv(head_num, 16)` 个 program 各读一遍同一份 K/V。分组后（本课 kernel；`kernel_paged_attention_2d` 与 `kernel_unified_attention` 的 grid 第二维也是 kv 头），每个 kv 头的 K/V 每步只读一次：图 6-4 中解释器数出的 K/V 字节从 4x（把 K/V 按 query 头展开、模拟不分组的读法）降到 1.00x。块表读取、循环与地址计算也只做一次。
 # 2. 顺带的好处：组内 query 头成为矩阵的行，打分 `q @ k^T` 和 `p @ v` 变成真正的 `tl.dot`，可以上 tensor core，而不是逐头的向量点积。
 # 3. 代价与边界：
 #    - 组被补到 16 行（`GROUP_PAD`，vLLM 的 `num_queries_per_kv_padded` 同样至少 16），让组内的 query 头作为 `tl.dot` 的行；QUERIES_PER_KV=4 时 3/4 的行是空的，exp 与 dot 的计算有浪费，但 kernel 受带宽限制，这部分几乎不花时间；
@@ -494,7 +495,7 @@ L06.vllm_side_by_side(paged_decode_kernel);
 # - **分段**：`unified_attention` 在批次全是 decode、且序列数不超过 `seq_threshold_3D` 时，把一条序列切成多段（3D 路径），再由 `reduce_segments` 合并；minivllm 不分段。
 # - **`triton_decode_attention.py`**：服务 MLA 后端（`triton_mla.py`）。分组时 grid 第二维是 `cdiv(head_num, min(BLOCK_H, kv_group_num))`，一个 program 至多 16 个头；MLA 只有一个 KV 头，每个 rank 超过 16 个头时，同一份 K/V 被几个 program 各读一遍。
 # - **块大小**：vLLM 的 Triton 后端要求块大小是 16 的倍数；minivllm 要求 2 的幂，在 CUDA 上至少 16。
-# - **后端优先级**：NVIDIA GPU 上默认 FlashAttention，Blackwell 上先选 FlashInfer；Triton 后端选中时对整批只调用一次 `unified_attention`。
+# - **后端优先级**：NVIDIA GPU 上默认 FlashAttention；只有计算能力 10.x（如 B200）的因果注意力先选 FlashInfer，12.x 仍先选 FlashAttention；Triton 后端选中时对整批只调用一次 `unified_attention`。
 # - **不分组的代价**：每个 query 头一个 program 时，同一份 K/V 被请求 `QUERIES_PER_KV` 次，L2 缓存能挡住多少没有保证。
 # - **块大小的取舍**：块越大，块表读取和循环越少；块越小，最后一块浪费的槽位越少，前缀缓存的粒度越细。
 #

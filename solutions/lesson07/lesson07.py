@@ -40,12 +40,12 @@
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | `v1/sample/sampler.py`：`Sampler.forward`（L72–L149）、`Sampler.sample`（L243–L302） | `minivllm/sample/sampler.py` | logprobs 为何在 temperature 之前算？贪心行与随机行怎样同批？ |
-# | 2 | `v1/sample/ops/topk_topp_sampler.py`：`apply_top_k_top_p_pytorch`（L367–L408）、`apply_top_k_only`（L411–L431） | 同上：`apply_top_k_top_p` | top-k 与 top-p 怎样共用一次排序？什么时候不排序？ |
+# | 1 | `v1/sample/sampler.py`：`Sampler.forward`（L79–L103）、`Sampler.sample`（L239–L302） | `minivllm/sample/sampler.py` | logprobs 为何在 temperature 之前算？贪心行与随机行怎样同批？ |
+# | 2 | `v1/sample/ops/topk_topp_sampler.py`：`apply_top_k_top_p`（L349–L364）、`apply_top_k_top_p_pytorch`（L380–L408） | 同上：`apply_top_k_top_p` | top-k 与 top-p 怎样共用一次排序？什么时候不排序？ |
 # | 3 | `v1/sample/ops/topk_topp_sampler.py`：`random_sample`（L450–L472） | 同上：`random_sample` | 为什么不用 `torch.multinomial`？带种子的行从哪取噪声？ |
 # | 4 | `v1/worker/gpu_model_runner.py`：`_update_states`（L1276–L1284） | `minivllm/worker/gpu_input_batch.py` | generator 在哪创建？跟着请求还是行号？ |
 #
-# > **哪个 runner**：本课讲 V1 runner（`gpu_model_runner.py`）的采样器，minivllm 照它实现；课程的 dense 模型在 0.27.1 上默认走 Model Runner V2，采样器不同（见附录）。
+# > **哪个 runner**：本课讲 V1 runner 的采样器，minivllm 照它实现；dense 模型在 0.27.1 上默认走 Model Runner V2，采样器不同（见附录）。
 
 # %%
 # 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
@@ -86,7 +86,7 @@ short_errors("lesson07")  # 评分单元格失败时只显示三行：哪一部�
 # - **报告**：用户要的 logprobs，必须是模型本身的分布；
 # - **选择**：按这个请求自己的 temperature、top-k、top-p、min-p 和种子挑出一个 token。
 #
-# 难点是每个请求的参数都不同，逐请求循环会让 GPU 跑一串小 kernel。vLLM 把参数变成每行一个值的张量（`SamplingMetadata` 的 `temperature[i]`、`top_p[i]` 等），整批一次算完；只有带种子的行需要各自的 `torch.Generator`。
+# 难点是每个请求的参数都不同，逐请求循环会让 GPU 跑一串小 kernel。vLLM 把参数变成每行一个值的张量（`SamplingMetadata`），整批一次算完；只有带种子的行需要各自的 `torch.Generator`。
 #
 # ### 2. 它如何工作
 #
@@ -103,9 +103,8 @@ short_errors("lesson07")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 3. 正确性条件与常见误区
 #
-# - **logprobs 在 temperature 之前**：它描述模型，不描述采样器。
 # - **logprobs=0 也要算**：只报告被采 token 的 logprob（`max_num_logprobs` 是 0，不是 None）。
-# - **在 logit 空间里算**：logits 相差 100 nats 以上时，float32 的概率下溢成 0。
+# - **在 logit 空间里算**：logits 相差约 104 nats 以上时，float32 的概率下溢成 0。
 # - **temperature 在 softmax 之前**：概率除以 T 只是整行缩放，胜者不变。
 # - **top-p 保留跨过 p 的 token**：否则少一个，p 很小时一个不剩。
 # - **top-p 在 top-k 之后重新归一化**：在整个词表的概率上做 top-p 会多砍。
@@ -119,14 +118,11 @@ short_errors("lesson07")  # 评分单元格失败时只显示三行：哪一部�
 # - **不用 `torch.multinomial`**：它在 CUDA 上引起 CPU-GPU 同步（`random_sample` 的 docstring）；指数竞赛只是逐元素运算加 argmax。
 
 # %% [markdown]
-# ## 具体演示：一行真实 logits 经过每一步
-#
-# 把你的 `sample` 接进真实引擎，截下 prompt `"JULIET:\nO Romeo"` 生成到第 6 个 token 时的那行 logits（V = 4096），依次做 temperature 0.8、min_p 0.1、top_k 12、top_p 0.6。先完成练习再运行本节。
-
-# %% [markdown]
 # ## 实践任务：唯一代码填空题
 #
-# 下面是 vLLM `Sampler.sample`、`apply_top_k_top_p_pytorch`、`apply_top_k_only`、`MinPLogitsProcessor.apply` 与 `random_sample` 的精简版，读 minivllm 的 `SamplingMetadata`。不用某个参数时它是 None；`md.top_k` 的 0 表示关闭。
+# 下面是 vLLM `Sampler.sample`、`apply_top_k_top_p_pytorch`、`apply_top_k_only`、`MinPLogitsProcessor.apply` 与 `random_sample` 的精简版。
+#
+# `md` 是 minivllm 的 `SamplingMetadata`：`temperature`、`top_k`、`top_p`、`min_p` 每行一个值，没人用时为 None（`top_k` 的 0 表示关闭）；另有 `all_greedy`、`generators`、`max_num_logprobs`。
 #
 # 只改 `______` 处，不删断言、不放宽条件。
 
@@ -210,15 +206,6 @@ def sample(logits, md):
 # 逐项报告（不会中断 Run All）：每个自动评分部分一行，✗ 后面是第一处不符合的地方。
 report("lesson07", globals())
 
-# %%
-row = L07.engine_logits(sample)
-stages = L07.transform_stages(row, apply_min_p, apply_top_k_top_p)
-L07.print_stages(stages)
-L07.plot_stages(stages);
-
-# %% [markdown]
-# 图 7-1：同一行 logits 在每一步之后的分布。横轴是原始概率前 30 的 token，标题是还剩几个 token。每步之后重新归一化，柱子越砍越高；top-p 0.6 留下的 token 包括跨过 0.6 的那个。
-
 # %% [markdown]
 # 第一项检查：构造的 logits，结果完全确定。
 #
@@ -240,16 +227,28 @@ L07.check_main_path(apply_min_p, apply_top_k_top_p, random_sample, sample)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：`L07.check_real_engine` 把你的 `sample` 接进 runner。检查：
+# 第二项检查：`L07.check_real_engine` 把你的 `sample` 接进 runner，检查：
 #
-# - 带种子的请求单独跑、与参数各异的请求同批、在每步 4 个 token 的 chunked prefill 下，输出完全相同；
-# - temperature 1e-4 等于贪心；
-# - profiler 在只有 top-k 的步里看不到 `aten::sort`，在有 top-p 的步里看得到；
-# - logprobs 等于 HF transformers 在同一序列上原始 logits 的 log_softmax，logprobs=0 时只报告被采 token。
+# - 带种子的请求单独跑、与参数各异的请求同批、在每步 4 个 token 的 chunked prefill 下输出相同；temperature 1e-4 等于贪心；
+# - profiler 只在有 top-p 的步里看到 `aten::sort`；logprobs 等于 HF transformers 原始 logits 的 log_softmax。
 
 # %% nbgrader={"grade": true, "grade_id": "l07_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 L07.check_real_engine(sample)
 print("真实引擎检查通过：种子输出与批组成、分块无关；T→0 等于贪心；只有 top-p 时才排序；logprobs 等于 HF 的原始分布。")
+
+# %% [markdown]
+# ## 具体演示：一行真实 logits 经过每一步
+#
+# 把你的 `sample` 接进真实引擎，截下 prompt `"JULIET:\nO Romeo"` 生成到第 6 个 token 时的那行 logits（V = 4096），依次做 temperature 0.8、min_p 0.1、top_k 12、top_p 0.6。
+
+# %%
+row = L07.engine_logits(sample)
+stages = L07.transform_stages(row, apply_min_p, apply_top_k_top_p)
+L07.print_stages(stages)
+L07.plot_stages(stages);
+
+# %% [markdown]
+# 图 7-1：同一行 logits 在每一步之后的分布。横轴是原始概率前 30 的 token，标题是还剩几个 token。每步之后重新归一化，柱子越砍越高；top-p 0.6 留下的 token 包括跨过 0.6 的那个。
 
 # %% [markdown]
 # ## 检查方法
@@ -259,7 +258,7 @@ print("真实引擎检查通过：种子输出与批组成、分块无关；T→
 # - 同一个 seed=1234 的请求：单独跑、与 3 个参数各异的请求同批、在 chunked prefill 下跑；再不带种子跑两次。为什么带种子的三行相同，不带种子的不同？
 # - profiler 看到的算子与中位时间（[8, 32000] 的 logits）：为什么有 top-p 的一栏多出了 `sort`，它贵多少？
 #
-# > **minivllm ≠ vLLM**：只有 top-k 时不排序是 minivllm 的规则，边界检查按它评；vLLM 只在 CPU 无 Triton 时这样做，GPU 上照样排序（batch ≥ 8 用 Triton 版）。
+# > **minivllm ≠ vLLM**：只有 top-k 时不排序是 minivllm 的规则，边界检查按它评；vLLM 各平台的做法见附录。
 
 # %%
 runs = L07.seed_demo(sample)
@@ -287,14 +286,14 @@ L07.check_boundary(apply_min_p, apply_top_k_top_p)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 这 1 分自动评分：在 vLLM 8e958902eee5 中找到实现每个概念的名字，写成字符串，大小写不限。
+# 这 1 分自动评分：找到 vLLM 里实现每个概念的名字（括号里是它的文件），写成字符串，大小写不限。
 #
 # - `greedy_pick`：`Sampler` 里给 temperature 低于阈值的行取 argmax 的静态方法；
-# - `no_seed_fast_path`：CUDA 上一批请求用了 top-k/top-p、又没有带种子的请求时，`TopKTopPSampler` 把整批交给的函数；
-# - `argmax_safe`：logits processor 接口里声明“这个 processor 不会改变 argmax”的方法；
-# - `processed_mode`：`logprobs_mode` 的一个取值，返回的 logprobs 来自经过 temperature 与掩码之后的 logits；
-# - `sampled_rank`：`Sampler` 用来算被采 token 名次的函数，名次即一行里 logprob 不小于它的 token 个数；
-# - `fp64_noise`：`TopKTopPSampler` 的一个构造参数，让竞赛用的指数噪声以 float64 生成。
+# - `no_seed_fast_path`（`topk_topp_sampler.py`）：CUDA 上批里有 top-k/top-p、没有带种子的请求时，`TopKTopPSampler` 把整批交给的函数；
+# - `argmax_safe`（`logits_processor/interface.py`）：logits processor 接口里声明“不会改变 argmax”的方法；
+# - `processed_mode`（`config/model.py`）：`logprobs_mode` 的一个取值，返回 temperature、top-k/top-p 等处理之后的 log 概率（不是 logits）；
+# - `sampled_rank`（`ops/logprobs.py`）：`Sampler` 算被采 token 名次（一行里 logprob 不小于它的 token 数）的函数；
+# - `fp64_noise`（`topk_topp_sampler.py`）：`TopKTopPSampler` 的构造参数，让竞赛的指数噪声以 float64 生成。
 
 # %% nbgrader={"grade": false, "grade_id": "l07_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
@@ -451,7 +450,7 @@ L07.vllm_side_by_side(row, apply_min_p, apply_top_k_top_p, sample);
 # - **runner**：`VllmConfig.use_v2_model_runner` 为真时用 Model Runner V2；V2 不支持的特性（如 n-gram 投机）、多数 MoE 模型或没有 Triton 时用 V1。
 # - **V2 的采样器**：随机采样是 Triton 的 Gumbel-max（`gumbel_sample`），噪声由每请求的 seed 和 token 位置决定，没有 `torch.Generator`。
 # - **V2 与 FlashInfer**：V2 只在批里没有贪心行、没有显式 seed 时用 FlashInfer；它与 `random_sample` 只在统计上等价，输出不一定逐 token 相同。
-# - **只有 top-k 时不排序**：vLLM 的 `apply_top_k_only` 只在 CPU 上、没有 Triton 时使用；GPU 上的 PyTorch 版照样排序，batch ≥ 8 时用 Triton 版。minivllm 只有 top-k 时一律不排序。
+# - **只有 top-k 时不排序**：vLLM 的 `apply_top_k_only` 只在 CPU 上、没有 Triton 时使用；GPU 上落到 PyTorch 版（不足 8 行又用不了 FlashInfer，如有带种子的行）时，只有 top-k 也整行排序。minivllm 只有 top-k 时一律不排序。
 # - **CPU 上的随机采样**：批里不是每行都带种子时，vLLM 的 `forward_cpu` 整批走编译的 `compiled_random_sample`、不读 `generators`；minivllm 给无种子的行每行取一个均匀数、按累积分布抽样。
 # - **分块 prefill**：V1 对中间块也采样，用 `discard_request_mask` 丢掉结果，并在 `_bookkeeping_sync` 里把这个请求 generator 的偏移往回拨；V2 给这些请求 `num_sampled = 0`，噪声不依赖状态。minivllm 的中间块不进采样器。
 # - **可复现性**：vLLM 默认不承诺输出与批组成无关（GPU 上不同批形状可能选到不同 kernel），批不变要设 `VLLM_BATCH_INVARIANT=1`。本课的 CPU 运行里 logits 与批组成无关。

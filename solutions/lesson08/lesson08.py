@@ -39,12 +39,12 @@
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | `v1/structured_output/__init__.py`：`StructuredOutputManager.grammar_init`（L114–L175） | `minivllm/structured_output/__init__.py` | 编译为什么放进线程池？ |
-# | 2 | `v1/core/sched/scheduler.py`：`Scheduler._try_promote_blocked_waiting_request`（L2678–L2712） | `minivllm/core/sched/scheduler.py` | 谁把请求从等待编译放行？编译失败呢？ |
+# | 1 | `v1/structured_output/__init__.py`：`StructuredOutputManager.grammar_init`（L166–L175） | `minivllm/structured_output/__init__.py` | 编译为什么放进线程池？ |
+# | 2 | `v1/core/sched/scheduler.py`：`Scheduler._try_promote_blocked_waiting_request`（L2695–L2704）、`update_from_output`（L1954–L1962） | `minivllm/core/sched/scheduler.py` | 谁把请求从等待编译放行？编译失败呢？ |
 # | 3 | `v1/engine/core.py`：`EngineCore.step`（L584–L614） | `minivllm/engine/core.py`：`EngineCore.step` | bitmask 在发射 forward 与等待它之间计算，重叠了什么？ |
-# | 4 | `v1/worker/gpu/structured_outputs.py`：`StructuredOutputsWorker.apply_grammar_bitmask`（L23–L80） | `minivllm/structured_output/utils.py` | bitmask 的行顺序怎样变成 logits 的行顺序？ |
+# | 4 | `v1/worker/gpu/structured_outputs.py`：`StructuredOutputsWorker.apply_grammar_bitmask`（L39–L48） | `minivllm/structured_output/utils.py` | bitmask 的行顺序怎样变成 logits 的行顺序？ |
 #
-# > **哪个 runner**：课程的 dense 模型在 vLLM 0.27.1 上默认由 Model Runner V2 运行，第 4 行是它的；V1 runner 用 `v1/structured_output/utils.py` 的 `apply_grammar_bitmask`（见附录）。
+# > **哪个 runner**：第 4 行属于 Model Runner V2（0.27.1 上 dense 模型的默认）；V1 runner 用 `v1/structured_output/utils.py` 的 `apply_grammar_bitmask`（见附录）。
 
 # %%
 # 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
@@ -94,7 +94,7 @@ VOCAB = L08.default_vocab()  # 默认模型的每个 token 的字节（特殊 to
 # 2. **放行**：`schedule()` 遍历等待队列时只“看一眼” Future：编好了就改成 `WAITING` 参与调度；没编好就跳过它，其他请求照常运行；编译失败则以 `FINISHED_ERROR` 结束这一个请求。
 # 3. **每步 bitmask**：`EngineCore.step` 在 `execute_model(non_block=True)` 之后、`future.result()` 之前调用 `scheduler.get_grammar_bitmask`，为本步要采样的受约束请求填 bitmask，与 forward 重叠。
 #
-#    runner 在 forward 后返回 None，EngineCore 再把 bitmask 交给 `sample_tokens(grammar_output)`。
+#    runner 在 forward 后返回 None，EngineCore 再把 bitmask 交给 `sample_tokens(grammar_output)`。默认的异步调度改走 `step_with_batch_queue`，decode 的 bitmask 要等上一步的输出（见附录）。
 # 4. **采样前屏蔽**：bitmask 的行按调度顺序，logits 的行按批内顺序。runner 按请求 id 找到每个请求的 logits 行，含草稿位置，把禁止的 token 置为 $-\infty$，然后才采样。
 # 5. **推进状态**：`update_from_output` 先做停止判断，再把采样出的 token 交给该请求的 `accept_tokens`。请求因 EOS 等停止条件结束，不是因为 grammar 终止；grammar 终止后，它的 bitmask 行是全 1。
 #
@@ -113,8 +113,7 @@ L08.show_words("per", ["yes", "no", "perchance"])
 #
 # ### 3. 正确性条件与常见误区
 #
-# - **mask 必须在采样之前**：采样看到的 logits 里，不允许的 token 必须已经是 $-\infty$。
-# - **行与请求一一对应**：bitmask 行按调度顺序，logits 行按批内顺序，必须按请求 id 重排。行错位时，一个请求会被另一个请求的约束屏蔽。
+# - **先屏蔽后采样，行按请求 id 对齐**：采样看到的禁止 token 必须已是 $-\infty$；行错位时，一个请求会被另一个请求的约束屏蔽。
 # - **EOS 只在完成时允许**：已生成的字节恰好等于某个选项时才放行 EOS；若它同时是更长选项的前缀（`no` 与 `none`），EOS 和继续生成都允许。只是以某个选项结尾不算：选项是 `nonce` 与 `on` 时，已生成的 `non` 不能结束。
 # - **位序**：第 $j$ 位从最低位数起；位序反了，允许集合就整体错位。
 # - **不受约束的请求不受影响**：它们的行全是 1，同批时输出与单独运行相同。
@@ -237,12 +236,12 @@ L08.check_boundary(choice_bitmask, apply_bitmask_and_sample)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 打开 vLLM 8e958902eee5，写出每个键在源码中对应的名字，可带对象前缀与括号：
+# 写出每个键在 vLLM 中对应的名字（括号里是 `v1/structured_output/` 下的文件），可带对象前缀与括号：
 #
-# - `escape`：`choice_as_grammar` 把每个选项写进 EBNF 字符串字面量之前，给引号和反斜杠加转义的函数；
-# - `parallel_fill`：受约束的请求多于阈值时，`StructuredOutputManager` 把一块块 bitmask 交给线程池去填的方法；
-# - `terminated`：grammar 接口（`StructuredOutputGrammar`）里判断 matcher 已走到终止状态、不必再填 bitmask 的方法；
-# - `ready`：`StructuredOutputRequest` 里查看编译 Future 是否完成的方法，最多等 100 µs。
+# - `escape`（`utils.py`）：`choice_as_grammar` 把每个选项写进 EBNF 字符串字面量之前，给引号和反斜杠加转义的函数；
+# - `parallel_fill`（`__init__.py`）：受约束的请求多于阈值时，`StructuredOutputManager` 把一块块 bitmask 交给线程池去填的方法；
+# - `terminated`（`backend_types.py`）：grammar 接口（`StructuredOutputGrammar`）里判断 matcher 已走到终止状态、不必再填 bitmask 的方法；
+# - `ready`（`request.py`）：`StructuredOutputRequest` 里查看编译 Future 是否完成的方法，最多等 100 µs。
 
 # %% nbgrader={"grade": false, "grade_id": "l08_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
