@@ -41,7 +41,7 @@
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | `vllm/model_executor/layers/linear.py`：`MergedColumnParallelLinear.weight_loader_v2`（L976–993），切片在 `parameter.py` L169–176 | `minivllm/model_executor/layers/linear.py` | rank 取哪两段、放在哪？ |
+# | 1 | `vllm/model_executor/layers/linear.py`：`MergedColumnParallelLinear.weight_loader_v2`（L978–994），切片在 `parameter.py` L169–176 | `minivllm/model_executor/layers/linear.py` | rank 取哪两段、放在哪？ |
 # | 2 | `vllm/model_executor/layers/linear.py`：`QKVParallelLinear.__init__`（L1073–1081） | 同上 | 每个 rank 几个 q 头、几个 kv 头？kv 头少于 tp 时怎么办？ |
 # | 3 | `vllm/model_executor/layers/linear.py`：`RowParallelLinear.forward`（L1761–1769） | 同上 | bias 为什么只在 rank 0 加？何时 all-reduce？ |
 # | 4 | `vllm/v1/executor/multiproc_executor.py`：`MultiprocExecutor.collective_rpc`（L384–392） | `minivllm/executor/multiproc_executor.py` | 一次 `execute_model` 怎样送到每个 rank？ |
