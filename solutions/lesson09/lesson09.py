@@ -283,7 +283,7 @@ L09.check_boundary(rejection_sample)
 # - `no_q_flag`：接受检验 kernel 的编译期常量：没有草稿概率时把 q(x) 当作 1；
 # - `parse`：`RejectionSampler` 把 [batch, max_spec_len + 1] 的输出去掉占位、变成每个请求一个列表的静态方法；
 # - `parallel_ngram`：`NgramProposer` 用 numba 并行地为一批请求找 n-gram 的函数；
-# - `fixed_acceptance`：`SpeculativeConfig` 里按配置的逐位置接受率、而不是按 p/q 决定接受的字段。
+# - `fixed_acceptance`：`SpeculativeConfig`（`vllm/config/speculative.py`）里按配置的逐位置接受率、而不是按 p/q 决定接受的字段。
 
 # %% nbgrader={"grade": false, "grade_id": "l09_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {

@@ -49,7 +49,7 @@
 # | 3 | `vllm/compilation/cuda_graph.py`：`CUDAGraphWrapper.__call__`（L279–283、L313–319、L346–361） | `minivllm/compilation/cuda_graph.py`：`CUDAGraphWrapper.capture` | graph 记下了什么？为什么只能改缓冲的内容？ |
 # | 4 | `vllm/v1/worker/gpu_model_runner.py`：`_get_slot_mappings`（L4124–4132）、`_get_block_table`（L2334–2341） | `minivllm/worker/gpu_model_runner.py`：`_pad_for_cudagraph` | 填充行的 slot、块表填什么？ |
 #
-# **哪个 runner**：vLLM 0.27.1 对课程的 dense 模型默认选 Model Runner V2；minivllm 的 runner 对应 V1（`gpu_model_runner.py`）。选尺寸、填充、取行两个 runner 都做（V2 见附录）。
+# **哪个 runner**：vLLM 0.27.1 对课程的 dense 模型默认选 Model Runner V2；minivllm 的 runner 对应 V1。选尺寸、填充、取行两个 runner 都做（V2 见附录）。
 
 # %% nbgrader={"grade": false, "grade_id": "l11_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。
@@ -251,7 +251,7 @@ L11.check_boundary(choose_capture_size, fill_static_buffers, real_rows)
 # 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：在 vLLM 8e958902eee5 中找到下面每个概念的名字（方法或属性名，字符串；大小写不限，可带类名前缀）。
 #
 # - `padded_descriptor`：`CudagraphDispatcher` 里把一步的 token 数换成填充后的 `BatchDescriptor` 的方法；
-# - `sorted_sizes`：`CompilationConfig` 里把 `cudagraph_capture_sizes` 排成升序并核对最大尺寸的方法。所以 vLLM 的尺寸表总是升序，而你的 `choose_capture_size` 不能指望这一点；
+# - `sorted_sizes`：`CompilationConfig`（`vllm/config/compilation.py`）里把 `cudagraph_capture_sizes` 排成升序并核对最大尺寸的方法。所以 vLLM 的尺寸表总是升序，而你的 `choose_capture_size` 不能指望这一点；
 # - `decode_query_len`：`CudagraphDispatcher` 里“一个 uniform decode 请求每步有几个 query token”的属性。
 
 # %% nbgrader={"grade": false, "grade_id": "l11_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
