@@ -110,7 +110,7 @@ def _expect_case(fn, name, drafts, target, draft_probs, bonus, greedy, uniform, 
 
 # ---------------------------------------------------------------------------- crafted cases
 def greedy_case():
-    """vLLM's test_rejection_sampler greedy cases in one batch: k = 3, 0, 2, 1 drafts."""
+    """Greedy rows in one batch, k = 3, 0, 2, 1 drafts: rejected at the third, no draft, all accepted, first rejected."""
     drafts = [[1, 2, 3], [], [4, 5], [6]]
     targets = [[1, 2, 7], [], [4, 5], [9]]                    # argmax per draft row
     bonus = [11, 12, 13, 14]

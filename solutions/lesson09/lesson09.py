@@ -41,9 +41,15 @@
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
+<<<<<<< HEAD
 # | 1 | `vllm/v1/spec_decode/ngram_proposer.py`：`_find_longest_matched_ngram_and_propose_tokens`（L207–293） | `minivllm/spec_decode/ngram_proposer.py` | 草稿从哪里来？为什么不需要 q？ |
 # | 2 | `vllm/v1/worker/gpu_model_runner.py`：`GPUModelRunner._calc_spec_decode_metadata`（L2851–2924） | `minivllm/worker/gpu_model_runner.py` | k 个草稿为什么要 k+1 行 logits？ |
 # | 3 | `vllm/v1/sample/rejection_sampler.py`：`rejection_random_sample_kernel`（L774–845） | `minivllm/sample/rejection_sampler.py` | 接受条件是什么？拒绝后取哪个 token？ |
+=======
+# | 1 | `vllm/v1/spec_decode/ngram_proposer.py`：`_find_longest_matched_ngram_and_propose_tokens`（L215–218、L283–293） | `minivllm/spec_decode/ngram_proposer.py` | 草稿从哪里来？为什么不需要 q？ |
+# | 2 | `vllm/v1/worker/gpu_model_runner.py`：`GPUModelRunner._calc_spec_decode_metadata`（L2856–2884） | `minivllm/worker/gpu_model_runner.py` | k 个草稿为什么要 k+1 行 logits？ |
+# | 3 | `vllm/v1/sample/rejection_sampler.py`：`rejection_random_sample_kernel`（L796–845） | `minivllm/sample/rejection_sampler.py` | 接受条件是什么？拒绝后取哪个 token？ |
+>>>>>>> fix52-c
 # | 4 | `vllm/v1/core/sched/scheduler.py`：`Scheduler.update_from_output`（L1761–1791） | `minivllm/core/sched/scheduler.py` | 被拒时 `num_computed_tokens` 退回多少？ |
 #
 # **runner**：n-gram 投机在 0.27.1 走 V1 的 `gpu_model_runner.py`，因为 `_get_v2_model_runner_unsupported_features` 把 n-gram 列为 Model Runner V2 不支持的特性。minivllm 的 runner 对应 V1。
@@ -93,7 +99,7 @@ short_errors("lesson09")  # 评分单元格失败时只显示三行：哪一部�
 # 1. **提议**：第 t 步采样后，runner 调 `NgramProposer.propose` 提出至多 k 个草稿；`EngineCore.post_step` 经 `update_draft_token_ids` 存进 `request.spec_token_ids`。
 # 2. **调度**：第 t+1 步，调度器把 1 个已知 token 和草稿一起排进本步（`num_new_tokens = 1 + k`），占 token budget 和 KV 槽位；草稿记在 `scheduled_spec_decode_tokens`。
 # 3. **验证**：runner 把这 1+k 个 token 当作一个短 prefill 块跑一次前向，取 k+1 行 logits。第 j 行是看到前 j 个草稿后的目标分布 $p_j$，验证草稿 $x_j$；最后一行是奖励（bonus）行。
-# 4. **拒绝采样**：贪心在 $x_j = \arg\max p_j$ 时接受；随机以概率 $\min(1, p_j(x_j)/q_j(x_j))$ 接受。第一次拒绝时从归一化的 $(p_j - q_j)^+$ 采一个恢复 token 并停止。
+# 4. **拒绝采样**：贪心在 $x_j = \arg\max p_j$ 时接受；随机在 $p_j(x_j)/q_j(x_j) \ge u$（u 是这个草稿的均匀数）时接受，概率即 $\min(1, p_j/q_j)$。第一次拒绝时从归一化的 $(p_j - q_j)^+$ 采一个恢复 token 并停止。
 # 5. **奖励**：全部接受时加上奖励行采出的 token。每个请求本步产出 `num_accepted + 1` 个 token，其余位置填 `PLACEHOLDER_TOKEN_ID`（-1）。
 # 6. **回滚**：`update_from_output` 由产出的 token 数减 1 得到 `num_accepted`，`num_rejected = k - num_accepted`，把 `num_computed_tokens` 减去 `num_rejected`。被拒草稿的 KV 留在槽位里，下一步覆盖；块不用释放。
 #
@@ -155,7 +161,7 @@ L09.print_trace(L09.verification_trace())
 # - 输入布局与 minivllm 的 `SpecDecodeMetadata` 相同：请求 i 的 $k_i$ 个草稿行、然后它的奖励行，一个请求接一个请求；$k_i$ 可以不同，也可以是 0。
 # - 6 处 `______` 是决策点：贪心的接受条件、随机的接受条件、接受后累计的个数、恢复分布、拒绝之后做什么、奖励 token。
 #
-# > 与 vLLM 的差异（评分涉及）：vLLM 的 `rejection_sample` 只拿草稿行，奖励 token 由普通采样器另行采好；q(x) = 0 时直接拒绝。草稿从 q 抽出时两种写法结果相同，详见附录。
+# > 与 vLLM 的差异（评分涉及）：vLLM 的 `rejection_sample` 只拿草稿行，奖励 token 由普通采样器另行采好；q(x) = 0 时直接拒绝，练习不查（草稿从 q 抽出，q(x) > 0），详见附录。
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
 
@@ -193,8 +199,8 @@ def rejection_sample(draft_token_ids, target_probs, draft_probs, bonus_token_ids
                 q[x] = 1.0
             else:
                 q = draft_probs[flat + j]
-            # TODO 1. Accept the draft? Greedy: only the target's own choice. Random: with probability
-            #         min(1, p(x) / q(x)), decided by this draft's uniform draw.
+            # TODO 1. Accept the draft? Greedy: only the target's own choice. Random: as vLLM, accept when
+            #         p(x) / q(x) >= u, this draft's uniform draw (so with probability min(1, p(x) / q(x))).
             if is_greedy[i]:
                 accept = int(p.argmax()) == x  ### BLANK
             else:
@@ -226,7 +232,7 @@ def rejection_sample(draft_token_ids, target_probs, draft_probs, bonus_token_ids
 report("lesson09", globals())
 
 # %% [markdown]
-# 第一项检查：构造的用例，结果完全确定。贪心批取自 vLLM `tests/v1/sample/test_rejection_sampler.py`（k = 3, 0, 2, 1）；随机批的每个决定由均匀数 u 唯一确定。隐藏测试再对 1500 个请求做卡方检验。
+# 第一项检查：构造的用例，结果完全确定：贪心批的草稿数是 k = 3, 0, 2, 1；随机批的每个决定由均匀数 u 唯一确定。隐藏测试再对 1500 个请求做卡方检验。
 
 # %% nbgrader={"grade": true, "grade_id": "l09_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 drafts, target, bonus, want, want_n = L09.greedy_case()
@@ -292,7 +298,7 @@ L09.check_boundary(rejection_sample)
 # - `no_q_flag`：接受检验 kernel 的编译期常量：没有草稿概率时把 q(x) 当作 1；
 # - `parse`：`RejectionSampler` 把 [batch, max_spec_len + 1] 的输出去掉占位、变成每个请求一个列表的静态方法；
 # - `parallel_ngram`：`NgramProposer` 用 numba 并行地为一批请求找 n-gram 的函数；
-# - `fixed_acceptance`：`SpeculativeConfig` 里按配置的逐位置接受率、而不是按 p/q 决定接受的字段。
+# - `fixed_acceptance`：`SpeculativeConfig`（`vllm/config/speculative.py`）里按配置的逐位置接受率、而不是按 p/q 决定接受的字段。
 
 # %% nbgrader={"grade": false, "grade_id": "l09_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
@@ -427,7 +433,7 @@ L09.vllm_side_by_side(rejection_sample);
 # - **p 的处理**：验证前 vLLM 先施加 penalties、bad words（`apply_logits_processors`），再施加温度与 top-k / top-p（`apply_sampling_constraints`）。minivllm 验证时不施加 penalties，但施加 min-p。
 # - **数值精度**：vLLM 文档说投机只在硬件数值精度内无损；GPU 上 k+1 个位置一起前向可能换 kernel 与归约顺序，近乎并列的 argmax 偶尔翻转。
 # - **实现**：vLLM 的 kernel 每个请求一个 program，恢复 token 在 kernel 之前采好；minivllm 用批量 torch 运算。
-# - **异步调度**：n-gram 投机关掉默认的异步调度，走本课的同步路径。EAGLE、MTP 开异步调度时，`AsyncScheduler` 先排 -1 占位草稿，worker 把草稿直接写进下一步输入（V1：`_prepare_input_ids`）。
+# - **异步调度**：CPU n-gram（`method="ngram"`）关掉默认的异步调度，走本课的同步路径；GPU 版 `ngram_gpu` 保留它。EAGLE、MTP 开异步调度时，`AsyncScheduler` 先排 -1 占位草稿，worker 把草稿直接写进下一步输入（V1：`_prepare_input_ids`）。
 # - **runner**：不开投机、或开 EAGLE / MTP 时，课程的 dense 模型走 Model Runner V2（`v1/worker/gpu/`）。
 # - **统计**：vLLM 的 `SpecDecodingStats` 每步新建、由前端的 `SpecDecodingLogging` 累加；minivllm 在调度器里累计。`SpecDecodeMetadata` 在 vLLM 位于 `v1/spec_decode/metadata.py`，minivllm 放在 `sample/rejection_sampler.py`。
 

@@ -22,7 +22,7 @@
 # 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；能指出下面三条；总分至少 8/10。
 #
 # - 正确性不变量：TP=2 的贪心输出与 TP=1 逐 token 相同；每个 rank 在同一步调用同样次数的 all-reduce。
-# - 性能边界：每层两次 all-reduce，通信量正比于 token 数 × hidden，与 tp 无关。
+# - 性能边界：每层两次 all-reduce，每次的张量大小是 token 数 × hidden，与 tp 无关。
 # - 要靠 benchmark 的结论：在什么硬件与 batch 上 TP 真的更快。
 #
 # | 部分 | 分值 | 评分方式 |
@@ -41,12 +41,12 @@
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | `vllm/model_executor/parameter.py`：`_ColumnvLLMParameter.load_merged_column_weight`（L156–176） | `minivllm/model_executor/layers/linear.py` | 一个 rank 从完整的 gate_up 里取哪两段？ |
-# | 2 | `vllm/model_executor/layers/linear.py`：`QKVParallelLinear.__init__`（L1050–1101） | 同上 | 每个 rank 几个 q 头、几个 kv 头？kv 头少于 tp 时怎么办？ |
-# | 3 | `vllm/model_executor/layers/linear.py`：`RowParallelLinear.forward`（L1748–1774） | 同上 | bias 为什么只在 rank 0 加？何时 all-reduce？ |
-# | 4 | `vllm/v1/executor/multiproc_executor.py`：`MultiprocExecutor.collective_rpc`（L354–416） | `minivllm/executor/multiproc_executor.py` | 一次 `execute_model` 怎样送到每个 rank？ |
+# | 1 | `vllm/model_executor/layers/linear.py`：`MergedColumnParallelLinear.weight_loader_v2`（L978–994），切片在 `parameter.py` L169–176 | `minivllm/model_executor/layers/linear.py` | rank 取哪两段、放在哪？ |
+# | 2 | `vllm/model_executor/layers/linear.py`：`QKVParallelLinear.__init__`（L1073–1081） | 同上 | 每个 rank 几个 q 头、几个 kv 头？kv 头少于 tp 时怎么办？ |
+# | 3 | `vllm/model_executor/layers/linear.py`：`RowParallelLinear.forward`（L1761–1769） | 同上 | bias 为什么只在 rank 0 加？何时 all-reduce？ |
+# | 4 | `vllm/v1/executor/multiproc_executor.py`：`MultiprocExecutor.collective_rpc`（L384–392） | `minivllm/executor/multiproc_executor.py` | 一次 `execute_model` 怎样送到每个 rank？ |
 #
-# **runner**：课程的 dense 模型在 0.27.1 默认由 Model Runner V2（`v1/worker/gpu/model_runner.py`）运行，TP 不改变它；minivllm 的 worker 对应 V1 的 `gpu_model_runner.py`，本课的层两者共用。
+# **runner**：课程的 dense 模型在 0.27.1 默认由 Model Runner V2 运行，TP 不改变它；minivllm 的 worker 对应 V1 的 `gpu_model_runner.py`，本课的层两者共用。
 
 # %%
 # 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
@@ -93,7 +93,7 @@ short_errors("lesson10")  # 评分单元格失败时只显示三行：哪一部�
 #
 # `gate_up_proj` 是融合 gate 与 up 的 `MergedColumnParallelLinear`。rank r 持有 `[gate 的第 r 段; up 的第 r 段]`：每段各自切，`SiluAndMul` 才能在本 rank 内配对。
 #
-# MLP 与注意力都是先列后行（`gate_up_proj` → `down_proj`，`qkv_proj` → `o_proj`），所以每层两次 all-reduce（演示里逐次数出）。
+# MLP 与注意力都是先列后行（`gate_up_proj` → `down_proj`，`qkv_proj` → `o_proj`），所以每层两次 all-reduce。
 #
 # `MultiprocExecutor` 为每个 rank 起一个 `WorkerProc`（CPU 上用 gloo 组成进程组），`collective_rpc` 把 `execute_model` 广播给它们。调度器只有一份，在 EngineCore 里。
 #
@@ -106,7 +106,7 @@ short_errors("lesson10")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 4. 性能与工程取舍
 #
-# - 每次 all-reduce 传 `num_tokens × hidden_size` 个数，每个 rank 的计算却按 1/tp 减少：tp 越大、batch 越小、层越窄，通信占比越高。
+# - 每次 all-reduce 的张量是 `num_tokens × hidden_size`（ring 算法里每个 rank 收发约 2(tp−1)/tp 倍），每个 rank 的计算却按 1/tp 减少：tp 越大、batch 越小、层越窄，通信占比越高。
 # - 有 NVLink 时大 batch 常能摊薄通信，小 batch 的 decode 仍可能被 all-reduce 延迟主导；vLLM 文档建议 TP 不跨机。
 
 # %%
@@ -152,7 +152,7 @@ L10.plot_tp_comparison(cmp);
 # - 父类 `LinearBase(input_size_per_partition, output_size_per_partition, bias)` 建好本 rank 的 `weight`（`[输出, 输入]`）与 `bias`，并给每个参数挂上 `self.weight_loader`（各 rank 读同一份 checkpoint，它只拷贝本 rank 那一段）。
 # - `self.tp_rank`、`self.tp_size`：本 rank 的编号和 rank 数，没有进程组时是 0 和 1。
 # - 10 处 `______` 是决策点：持有哪一维、读哪一段、放到融合参数哪里、通不通信、bias 在哪个 rank 加。
-# - 每段投影、行并行层的输入都要能被 tp 整除；不能整除时，构造层就应报错。
+# - 融合的各段大小可以不同（检查会用）；每段和行并行层的输入都要能被 tp 整除，否则构造层就应报错。
 #
 # > 与 vLLM 的差异（评分涉及）：练习的层只返回 output，切法写在层的 `weight_loader` 里（vLLM 的做法见附录）。
 #
@@ -344,13 +344,13 @@ L10.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 引用自己运行的实测数字（本机一次运行：TP=2 比 TP=1 慢约 2.6 倍，中位数 0.38 s 对 0.15 s；all-reduce 约占 rank 0 `execute_model` 时间的 34%；每步 9 次；以学生自己的输出为准）并给出因果：两个 rank 共享同两个核，切分没有带来新的算力；小模型每步计算极少，固定开销（Python、调度、进程间广播）与每次 all-reduce 的会合延迟占主导；再给出一般规律：每层两次 all-reduce，每次 `T × hidden` 个数（与 tp 无关，ring all-reduce 每个 rank 发送约 $2(tp-1)/tp$ 倍），而每个 rank 的计算 ∝ `T × hidden × I / tp`；tp 增大、T 小（decode、小 batch）、hidden 小、互连慢（PCIe、跨机）时通信占比上升，延迟受 all-reduce 的固定延迟限制；TP 划算的条件是模型放不下一张卡、或单步计算大到通信可被摊薄、且有 NVLink 级互连；并说明结论要在目标硬件上 benchmark；1 分 = 趋势对但没有实测数字，或只说“通信开销大”而没有说明与 tp、T、hidden 的关系；0 分 = 把本机 CPU 的结果说成“TP 没用”，或认为 TP 一定按 tp 倍加速（一票否决：把单一负载的实测写成普遍结论）。
+# **评分要点**：2 分 = 引用自己运行的实测数字（本机一次运行：TP=2 比 TP=1 慢约 2.6 倍，中位数 0.38 s 对 0.15 s；all-reduce 约占 rank 0 `execute_model` 时间的 34%；每步 9 次；以学生自己的输出为准）并给出因果：两个 rank 共享同两个核，切分没有带来新的算力；小模型每步计算极少，固定开销（Python、调度、进程间广播）与每次 all-reduce 的会合延迟占主导；再给出一般规律：每层两次 all-reduce，每次的张量 `T × hidden` 个数（大小与 tp 无关；ring all-reduce 每个 rank 发送约 $2(tp-1)/tp$ 倍，步数 2(tp−1) 随 tp 增长），而每个 rank 的计算 ∝ `T × hidden × I / tp`；tp 增大、T 小（decode、小 batch）、hidden 小、互连慢（PCIe、跨机）时通信占比上升，延迟受 all-reduce 的固定延迟限制；TP 划算的条件是模型放不下一张卡、或单步计算大到通信可被摊薄、且有 NVLink 级互连；并说明结论要在目标硬件上 benchmark；1 分 = 趋势对但没有实测数字，或只说“通信开销大”而没有说明与 tp、T、hidden 的关系；0 分 = 把本机 CPU 的结果说成“TP 没用”，或认为 TP 一定按 tp 倍加速（一票否决：把单一负载的实测写成普遍结论）。
 #
 # **参考答案**
 #
 # 1. 本机实测（图 10-1，3 个 prompt × 16 token，贪心，A B A B 三对的中位数）：TP=2 比 TP=1 慢（本机一次运行：中位数 0.38 s 对 0.15 s，约 2.6 倍）；rank 0 的 profiler 显示每步 9 次 `c10d::allreduce_`，占 `execute_model` 时间的 34%（16 步、144 次 all-reduce、140 ms / 414 ms）。原因：(a) 两个 rank 是两个进程，抢同两个 CPU 核，计算没有变多；(b) 模型很小（hidden 256），每层矩阵乘法只有几十微秒，省下一半计算几乎没有收益；(c) 每次 gloo all-reduce 都要两个进程经本机 TCP 会合，9 次/步的固定延迟直接加到每一步上；(d) 每步还多了一次把 `execute_model` 广播给两个 worker 的开销。
-# 2. 一般规律：每层两次 all-reduce，每次的数据量是 `T × hidden`（T 是本步 token 数），**与 tp 无关**；ring all-reduce 每个 rank 收发约 $2(tp-1)/tp \cdot T \cdot hidden$ 个数，还有与数据量无关的启动/会合延迟。每个 rank 的计算约 $\propto T \cdot hidden \cdot (hidden + I) / tp$。所以通信/计算之比 ∝ tp / (hidden + I)，且在 T 小时被固定延迟主导。
-# 3. 不划算的情形：tp 增大（计算按 1/tp 降而通信不降）；decode 与小 batch（T 小，all-reduce 的固定延迟占主导）；小模型或窄层（hidden 小）；互连慢（PCIe 没有 NVLink、跨机）——这就是 vLLM 建议 TP 不跨机、跨机用流水线并行的原因；此外 kv 头复制（Q2）让 KV cache 收益在 tp 超过 kv 头数后停止增长。
+# 2. 一般规律：每层两次 all-reduce，每次的张量大小是 `T × hidden`（T 是本步 token 数），**与 tp 无关**；ring all-reduce 每个 rank 收发约 $2(tp-1)/tp \cdot T \cdot hidden$ 个数，还有与数据量无关的启动/会合延迟，ring 要 2(tp−1) 步，这部分随 tp 增长。每个 rank 的计算约 $\propto T \cdot hidden \cdot (hidden + I) / tp$。所以通信/计算之比 ∝ tp / (hidden + I)，且在 T 小时被固定延迟主导。
+# 3. 不划算的情形：tp 增大（计算按 1/tp 降，而每个 rank 的通信量趋近 2 倍张量、步数随 tp 增多）；decode 与小 batch（T 小，all-reduce 的固定延迟占主导）；小模型或窄层（hidden 小）；互连慢（PCIe 没有 NVLink、跨机）——这就是 vLLM 建议 TP 不跨机、跨机用流水线并行的原因；此外 kv 头复制（Q2）让 KV cache 收益在 tp 超过 kv 头数后停止增长。
 # 4. 划算的情形：模型一张卡放不下（TP 是让它跑起来的手段）；大模型的 prefill 或大 batch，计算足够大能摊薄通信；有 NVLink / NVSwitch 的单机多卡，必要时用自定义 all-reduce 降低小消息延迟。
 # 5. 本机结论只对这台 2 核 CPU、这个小模型和这批 prompt 成立；是否用 TP、用多大，必须在目标硬件和负载上按 A B A B 交替测吞吐与延迟后决定。
 #
@@ -399,7 +399,7 @@ L10.vllm_side_by_side(shards);
 # - **不能整除时**：vLLM 的 `MergedColumnParallelLinear` 构造时断言每段 `output_size % tp_size == 0`，行并行层用 `divide` 切输入维；minivllm 的 `divide` 抛 `ValueError`。练习接受任何异常。
 # - **广播调用**：vLLM 的 executor 用共享内存 `MessageQueue`（`rpc_broadcast_mq`）广播；minivllm 把同一份 pickle 写进每个 worker 的管道。
 # - **通信后端**：vLLM 在 GPU 上走 NCCL 或自定义 all-reduce kernel；本课在 CPU 上走 gloo。minivllm 只有张量并行，没有流水线并行和数据并行。
-# - **profiler 里的名字**：默认 `-O2` 下，Hopper 或 Blackwell 装有 FlashInfer 时，`enable_allreduce_rms_fusion` 把 all-reduce 与其后的 RMSNorm 融合成 `flashinfer_trtllm_fused_allreduce_norm`。
+# - **profiler 里的名字**：默认 `-O2` 下，CUDA 计算能力 9.0 或 10.x（SM100 系列）且装有 FlashInfer 时，`enable_allreduce_rms_fusion` 把 all-reduce 与其后的 RMSNorm 融合成 `flashinfer_trtllm_fused_allreduce_norm`。
 # - 这个融合只在 FlashInfer 支持的 tp 下、token 数不超过 `max_token_num` 的小 batch 启用；通信次数不变，只是换了名字。
 # - **各 rank 采出相同的 token**：all-gather 让每个 rank 拿到相同的 logits（`LogitsProcessor._gather_logits`）；随机采样靠全局种子 `ModelConfig.seed`（默认 0）。minivllm 同样在每个 worker 里设同一个种子。
 

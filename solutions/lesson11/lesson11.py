@@ -44,12 +44,12 @@
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | `vllm/config/vllm.py`：`VllmConfig._set_cudagraph_sizes`（L1778–1943） | `minivllm/config.py`：`set_cudagraph_sizes` | 默认捕获哪些尺寸？为什么不是每个大小都捕获？ |
-# | 2 | `vllm/v1/cudagraph_dispatcher.py`：`CudagraphDispatcher.dispatch`（L235–324） | `minivllm/compilation/cuda_graph.py`：`CudagraphDispatcher` | 5 个请求跑哪个 graph？含 prefill 时呢？ |
-# | 3 | `vllm/compilation/cuda_graph.py`：`CUDAGraphWrapper.__call__`（L233–361） | `minivllm/compilation/cuda_graph.py`：`CUDAGraphWrapper.capture` | graph 记下了什么？为什么只能改缓冲的内容？ |
-# | 4 | `vllm/v1/worker/gpu_model_runner.py`：`_get_slot_mappings`（L4082–4154）、`_get_block_table`（L2325–2341） | `minivllm/worker/gpu_model_runner.py`：`_pad_for_cudagraph` | 填充行的 slot、块表填什么？ |
+# | 1 | `vllm/config/vllm.py`：`VllmConfig._set_cudagraph_sizes`（L1831–1837、L1858–1884） | `minivllm/config.py`：`set_cudagraph_sizes` | 默认捕获哪些尺寸？为什么不是每个大小都捕获？ |
+# | 2 | `vllm/v1/cudagraph_dispatcher.py`：`CudagraphDispatcher`（L82–91、L207–222、L274–281、L302–324） | `minivllm/compilation/cuda_graph.py`：`CudagraphDispatcher` | 5 个请求跑哪个 graph？含 prefill 时呢？ |
+# | 3 | `vllm/compilation/cuda_graph.py`：`CUDAGraphWrapper.__call__`（L279–283、L313–319、L346–361） | `minivllm/compilation/cuda_graph.py`：`CUDAGraphWrapper.capture` | graph 记下了什么？为什么只能改缓冲的内容？ |
+# | 4 | `vllm/v1/worker/gpu_model_runner.py`：`_get_slot_mappings`（L4124–4132）、`_get_block_table`（L2334–2341） | `minivllm/worker/gpu_model_runner.py`：`_pad_for_cudagraph` | 填充行的 slot、块表填什么？ |
 #
-# **哪个 runner**：vLLM 0.27.1 对课程的 dense 模型默认选 Model Runner V2（`VllmConfig.use_v2_model_runner`）；minivllm 的 runner 对应 V1（`gpu_model_runner.py`）。选尺寸、填充、取行两个 runner 都做（V2 见附录）。
+# **哪个 runner**：vLLM 0.27.1 对课程的 dense 模型默认选 Model Runner V2；minivllm 的 runner 对应 V1。选尺寸、填充、取行两个 runner 都做（V2 见附录）。
 
 # %%
 # 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
@@ -99,7 +99,7 @@ from minivllm.compilation.cuda_graph import PAD_SLOT_ID  # noqa: E402,F401
 # 一个 decode 批次的一步：
 #
 # 1. **启动时捕获**：`capture_model` 对每个捕获尺寸预热一次、再录一个 graph，按 `BatchDescriptor` 存起来。
-# 2. **分派**：每步 `CudagraphDispatcher.dispatch(num_tokens, uniform_decode)`。`FULL_DECODE_ONLY` 模式下，只有不超过最大尺寸的 uniform decode 批次分到能装下它的**最小**尺寸；否则这一步 eager。
+# 2. **分派**：每步 `CudagraphDispatcher.dispatch(num_tokens, uniform_decode)`。`FULL_DECODE_ONLY` 模式下，uniform decode 批次分到能装下它的**最小**尺寸；decode 整图只录不超过 `max_num_seqs` 的尺寸（不投机时），装不下的批次这一步 eager。
 # 3. **填充**：`_pad_for_cudagraph` 把真实的 n 行写进静态缓冲的前 n 行，把 `n..size` 的填充行设成无害的值。
 # 4. **replay**：回放 `size` 行的 graph。
 # 5. **只取真实行**：输出有 `size` 行，只有前 n 行交给 logits 和采样（vLLM：`logits_indices` 只指向真实请求）。
@@ -112,7 +112,7 @@ from minivllm.compilation.cuda_graph import PAD_SLOT_ID  # noqa: E402,F401
 #
 # - **slot 为 `PAD_SLOT_ID`（-1）**：写 KV 的 kernel 见到 -1 就跳过。slot 0 属于 `BlockPool` 留出的 null block（块 0），填充行也不应往里写。
 # - **长度为 0**：attention 什么都不读。
-# - **位置为 0**：rotary 用位置查 cos/sin 表。填 -1 在 CPU 上会被负索引悄悄接受，在 GPU 上是越界访问。
+# - **位置为 0**：rotary 用位置查 cos/sin 表。填 -1 时，PyTorch 索引（minivllm 的 `cos_cache[positions]`）在任何设备上都悄悄取最后一行；vLLM 的 rotary kernel 不查边界，越界读。
 # - **块表行为 0**：指向 null block（V1：`NULL_BLOCK_ID`）。
 # - **token 为 0**：任何合法 token 都无害，本课的检查要求 0。
 #
@@ -126,7 +126,7 @@ from minivllm.compilation.cuda_graph import PAD_SLOT_ID  # noqa: E402,F401
 #
 # - 捕获尺寸越密，填充浪费越少；但每个尺寸一个 graph，启动时间和 graph 显存随尺寸数增长。vLLM 的默认列表在小 batch 处密、大 batch 处疏：小 batch 正是 launch 开销占比最大的地方（Q1）。
 # - `FULL_DECODE_ONLY` 只为 decode 批次录整图。prefill 的 token 数从几个到几千，按 token 数捕获要么尺寸太多、要么填充太大；而且 prefill 的 kernel 足够大，launch 开销不显著（Q2）。
-# - vLLM 默认的 `FULL_AND_PIECEWISE` 让其余批次走分段图；`cudagraph_mode=FULL` 配合声明 `AttentionCGSupport.ALWAYS` 的后端时，混合批次也录整图。
+# - vLLM 默认的 `FULL_AND_PIECEWISE` 让其余批次走分段图。
 
 # %%
 SIZES = [1, 2, 4, 8, 16, 24, 32, 40]
@@ -261,7 +261,7 @@ L11.check_boundary(choose_capture_size, fill_static_buffers, real_rows)
 # 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：在 vLLM 8e958902eee5 中找到下面每个概念的名字（方法或属性名，字符串；大小写不限，可带类名前缀）。
 #
 # - `padded_descriptor`：`CudagraphDispatcher` 里把一步的 token 数换成填充后的 `BatchDescriptor` 的方法；
-# - `sorted_sizes`：`CompilationConfig` 里把 `cudagraph_capture_sizes` 排成升序并核对最大尺寸的方法。所以 vLLM 的尺寸表总是升序，而你的 `choose_capture_size` 不能指望这一点；
+# - `sorted_sizes`：`CompilationConfig`（`vllm/config/compilation.py`）里把 `cudagraph_capture_sizes` 排成升序并核对最大尺寸的方法。所以 vLLM 的尺寸表总是升序，而你的 `choose_capture_size` 不能指望这一点；
 # - `decode_query_len`：`CudagraphDispatcher` 里“一个 uniform decode 请求每步有几个 query token”的属性。
 
 # %% nbgrader={"grade": false, "grade_id": "l11_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -315,7 +315,7 @@ L11.check_source_map(SOURCE_MAP)
 # 2. 填充成本：要覆盖这么大的范围，尺寸要么很密（几百个 graph：启动时捕获很久、每个 graph 占显存），要么很疏（一个 2049 token 的批次填到 4096）。prefill 是计算受限的，填充行是真实的 FLOP。
 # 3. 开销占比：prefill 的每个 kernel 处理成百上千个 token，执行时间远大于几 µs 的 launch 开销，graph 能省的比例很小；decode 小 batch 恰恰相反（Q1）。
 # 4. attention 元数据：decode 批次的元数据可以用固定形状的静态缓冲表示，长度变化只改内容；对多数后端，混合批次的 `query_start_loc`、`max_query_len`、prefill/decode 的分界会改变走哪个 kernel、grid 多大。声明 `AttentionCGSupport.ALWAYS` 的后端（Triton、FlashAttention 3）例外：`cudagraph_mode=FULL` 时混合批次也按 token 数填充后录进整图。FlashAttention 2 只声明 `UNIFORM_BATCH`。
-# 5. 所以在 `FULL_DECODE_ONLY` 下，非 uniform decode 或超过最大尺寸的批次 eager。vLLM 默认的 `FULL_AND_PIECEWISE` 对其余批次用 torch.compile 把模型在 attention 处切开，attention 之外的部分按 token 数录成分段图，attention 在分段之间 eager 执行。minivllm 没有 torch.compile，不做这一步。
+# 5. 所以在 `FULL_DECODE_ONLY` 下，非 uniform decode 或填充后超过 `max_num_seqs` 的批次 eager。vLLM 默认的 `FULL_AND_PIECEWISE` 对其余批次用 torch.compile 把模型在 attention 处切开，attention 之外的部分按 token 数录成分段图，attention 在分段之间 eager 执行。minivllm 没有 torch.compile，不做这一步。
 #
 # === END MARK SCHEME ===
 
@@ -402,6 +402,7 @@ L11.vllm_side_by_side(choose_capture_size);
 # - **尺寸表**：vLLM 的 `_bs_to_padded_graph_size` 是预先算好的数组，一次查表；minivllm 用 `padded_size` 现算。
 # - **在哪里录图**：minivllm 用显式的 `CUDAGraphWrapper.capture`；V1 的 `CUDAGraphWrapper` 在 `__call__` 里第一次见到某个描述符时录制，由 `_dummy_run` 触发；V2 用 `ModelCudaGraphManager.capture`。
 # - **uniform decode**：minivllm 只认每个请求恰好 1 个 token；vLLM 是每个请求 `1 + num_speculative_tokens` 个，尺寸按 token 数算。
+# - **混合批次的整图**：`cudagraph_mode=FULL` 配合声明 `AttentionCGSupport.ALWAYS` 的后端时，vLLM 把混合批次也录成整图。
 # - **CPU**：minivllm 在 CPU 上把 replay 换成 eager 前向以便检查；vLLM 在 CPU 上不用 CUDA graph。
 
 # %% [markdown]

@@ -38,12 +38,12 @@
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | `vllm/v1/engine/async_llm.py`：`AsyncLLM.generate`（L544–655） | `minivllm/engine/async_llm.py` | `generate()` 被取消时做哪两件事？ |
-# | 2 | `vllm/v1/engine/core_client.py`：`AsyncMPClient._ensure_output_queue_task`（L1016–1091） | 同名文件 | 输出从哪个套接字回来、交给谁？ |
-# | 3 | `vllm/v1/engine/output_processor.py`：`OutputProcessor.process_outputs`（L589–711） | 同名文件 | 为什么还要 abort EngineCore 里的请求？ |
-# | 4 | `vllm/v1/engine/detokenizer.py`：`BaseIncrementalDetokenizer.update`（L96–143）、`get_next_output_text`（L149–165） | 同名文件 | 停止串从哪里开始找？hold-back 扣下几个字符？ |
+# | 1 | `vllm/v1/engine/async_llm.py`：`AsyncLLM.generate`（L608–616）、`abort`（L729–738） | `minivllm/engine/async_llm.py` | `generate()` 被取消时做哪两件事？ |
+# | 2 | `vllm/v1/engine/core_client.py`：`AsyncMPClient._ensure_output_queue_task`（L1037–1042、L1082–1083） | 同名文件 | 输出从哪个套接字回来、交给谁？ |
+# | 3 | `vllm/v1/engine/output_processor.py`：`OutputProcessor.process_outputs`（L652–661、L686–699） | 同名文件 | 为什么还要 abort EngineCore 里的请求？ |
+# | 4 | `vllm/v1/engine/detokenizer.py`：L85–90、L116–165、L184–187、L226、`check_stop_strings`（L337–362） | 同名文件 | 解码流先喂什么？停止串从哪里找起？hold-back 扣几个字符？ |
 #
-# **runner**：本课不涉及 runner；课程的 dense 模型在 0.27.1 由 Model Runner V2 运行，minivllm 的 runner 对应 V1 的 `gpu_model_runner.py`。
+# **runner**：本课不涉及 runner。
 
 # %%
 # 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
@@ -89,7 +89,7 @@ short_errors("lesson12")  # 评分单元格失败时只显示三行：哪一部�
 #
 # 一个流式请求的一生：
 #
-# 1. **HTTP → AsyncLLM**：`OpenAIServingCompletion` 分词后调 `AsyncLLM.generate`；`OutputProcessor` 为请求登记反分词器和信箱（`RequestOutputCollector`）。
+# 1. **HTTP → AsyncLLM**：`OpenAIServingCompletion` 经 `OnlineRenderer` 分词，再调 `AsyncLLM.generate`；`OutputProcessor` 为请求登记反分词器和信箱（`RequestOutputCollector`）。
 # 2. **ZMQ → EngineCore**：`AsyncMPClient` 把请求编码成 msgpack 数组，经 ROUTER/DEALER 送出；EngineCore 的输入线程解码入队，忙循环（`run_busy_loop`）调度、前向。
 # 3. **输出回来**：每步的 `EngineCoreOutputs` 由输出线程编码，经 PUSH/PULL 发回；前端的输出处理 task 交给 `OutputProcessor.process_outputs`。
 # 4. **反分词**：新 token 交给请求的反分词器，得到新文本、检查停止串，把可以发出的增量放进信箱。EngineCore 不认识文本，前端发现停止串后经 `reqs_to_abort` abort 它里面的请求。
@@ -98,12 +98,12 @@ short_errors("lesson12")  # 评分单元格失败时只显示三行：哪一部�
 # ### 3. 正确性条件与常见误区
 #
 # - **增量反分词**：一个汉字或 emoji 的 UTF-8 字节常分在 2～4 个 token 里，逐 token 独立解码会得到 U+FFFD（�）。`DecodeStream` 记住前面的 token，字节凑齐才吐出文本。
-# - **解码流要先看到 prompt**：Metaspace 解码器去掉序列开头的 `▁`（空格），空的解码流会把 `"▁what"` 解成 `"what"`，所以 vLLM 构造 `DecodeStream` 时先喂入 prompt。
+# - **解码流要先看到 prompt**：Metaspace 解码器去掉序列开头的 `▁`（空格），空的解码流会把 `"▁what"` 解成 `"what"`，所以 vLLM 的 `DecodeStream` 先喂入 prompt。
 # - **停止串与 hold-back**：停止串可以跨 token、跨步出现，这一步的文本可能以它的前缀结尾（停止串 `"Juliet is"`，文本以 `" Jul"` 结尾）。
 # - 已发出的增量收不回来，所以运行中的请求扣下最后 `len(最长停止串) - 1` 个字符（`stop_buffer_length`），结束时再全部放出。
 # - **搜索起点**：只在“新文本加上前面 `len(s) - 1` 个字符”里找。找到后文本截到停止串之前，同一步里它后面的文本也丢掉。
 # - **断开连接**：Starlette 的 `StreamingResponse` 发现断开、取消 body 迭代器，`generate()` 随即 `abort`：前端忘掉这个流（`OutputProcessor.abort_requests`），**并且**通知 EngineCore。
-# - 只做前一半，EngineCore 会一直生成到 `max_tokens`，占着 batch 的位置和 KV 块。
+# - 只做前一半，EngineCore 会一直生成到 EOS、stop token 或 `max_tokens`（停止串只在前端查），占着 batch 的位置和 KV 块。
 #
 # ### 4. 性能与工程取舍
 #
@@ -133,14 +133,11 @@ L12.plot_timeline(timeline);
 #
 # 下面是 vLLM `FastIncrementalDetokenizer` 与 `AsyncLLM.abort` 的精简版（接口同 minivllm 的 `IncrementalDetokenizer`）：
 #
-# - `OutputProcessor` 为每个请求建一个 `StreamingDetokenizer(tokenizer, params, prompt_token_ids)`；
-# - 每步调 `update(new_token_ids, stop_terminated)`，`stop_terminated`：这一步的最后一个 token 是 EOS 或 stop token；
-# - 再调 `get_next_output_text(finished, delta)` 取出发给流的文本（`delta=False`：到目前为止的全文）；
-# - `abort_stream(engine, request_id)` 是 `generate()` 被取消时 `AsyncLLM` 走的路径。
+# - `OutputProcessor` 为每个请求建一个实例，每步调 `update`（`stop_terminated`：最后一个 token 是 EOS 或 stop token），再调 `get_next_output_text` 取出发给流的文本（`delta=False`：全文）；
+# - 解码流：`DecodeStream(ids=..., skip_special_tokens=...)`；`stream.step(rust_tokenizer, token_id)` 返回新文本或 None；
+# - `abort_stream(engine, request_id)` 是 `generate()` 被取消时走的路径（vLLM 的 `AsyncLLM.abort`；minivllm 的 `engine.engine_core` 上对应的方法是同步的，没有 `_async`）。
 #
 # 8 处 `______` 是决策点。要照顾到：字节级 BPE 与 Metaspace 分词器、以半个字符结尾的 prompt、零到几个停止串、`include_stop_str_in_output` 与 `skip_special_tokens`、一步多个 token、比 hold-back 窗口还短的输出。
-#
-# 请求可能以长度、停止串、EOS / stop token 结束，或被客户端断开。
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
 
@@ -296,7 +293,7 @@ L12.print_split(split)
 # - `prefix_reset`：`FastIncrementalDetokenizer` 里捕获 “Invalid prefix” 错误、换一个新解码流再试的方法（`vllm/v1/engine/detokenizer.py`）；
 # - `fast_switch`：同一个文件里决定能不能用 `DecodeStream` 快路径的模块级常量；
 # - `slow_prompt_tokens`：Slow 反分词器把 prompt 的 id 变成 token 字符串与两个偏移量的函数（`vllm/tokenizers/detokenizer_utils.py`）；
-# - `disconnect_listener`：`with_cancellation` 用来等待 `http.disconnect` 消息的协程函数；
+# - `disconnect_listener`：`with_cancellation` 用来等待 `http.disconnect` 消息的协程函数（`entrypoints/serve/utils/api_utils.py`）；
 # - `arrivals`：`vllm bench serve` 里按请求率逐个产出请求的异步生成器（`vllm/benchmarks/serve.py`）；
 # - `zero_copy_threshold`：`MsgpackEncoder` 里决定张量多大就作为零拷贝帧单独发送的属性或环境变量（`vllm/v1/serial_utils.py`）。
 
@@ -434,7 +431,7 @@ L12.vllm_side_by_side(StreamingDetokenizer);
 #
 # - **练习的类少的东西**：`min_tokens`、“Invalid prefix” 时重建解码流、`spaces_between_special_tokens`、非法 token id 的容错。评分检查不触发这些情况。
 # - **反分词器**：vLLM 有 Fast（`DecodeStream`）和 Slow 两种，minivllm 只有 Fast。
-# - **分词**：vLLM 由 `OnlineRenderer` 渲染并分词，再交给 `AsyncLLM`；minivllm 的服务器在线程池里直接分词，没有 renderer。
+# - **分词**：minivllm 的服务器在线程池里直接分词，没有 `OnlineRenderer`。
 # - **断开连接**：Starlette 的 `StreamingResponse` 只在 ASGI spec < 2.4 时边发送边等 `http.disconnect`，uvicorn 报告 2.3；minivllm 用子类 `CancellableStreamingResponse`，任何 spec 下都等。
 # - **abort**：vLLM 区分外部与内部 request id（并行采样的子请求等），用 `abort_requests_async` 通知 EngineCore；minivllm 只有一种 id，对应 `AsyncLLM._abort`，其 `AsyncMPClient.abort_requests` 是同步的。
 # - **OutputProcessor**：vLLM 的还支持 pooling 输出与流式输入。排队时间：vLLM 由 QUEUED/SCHEDULED 事件算出，minivllm 放在第一个 `EngineCoreOutput.queue_time` 上。
