@@ -49,9 +49,9 @@
 from autograder.vllm_source import show_vllm
 
 show_vllm("vllm/v1/worker/gpu_input_batch.py", "InputBatch.condense")
-show_vllm("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._prepare_inputs", lines=(1972, 2013))
+show_vllm("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._prepare_inputs", lines=(1981, 1993))
 show_vllm("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._prepare_inputs", lines=(2081, 2105))
-show_vllm("vllm/v1/worker/block_table.py", "BlockTable.compute_slot_mapping")
+show_vllm("vllm/v1/worker/block_table.py", "_compute_slot_mapping_kernel", lines=(410, 442))
 
 # %% nbgrader={"grade": false, "grade_id": "l05_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。

@@ -50,9 +50,11 @@
 # 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
 from autograder.vllm_source import show_vllm
 
-show_vllm("vllm/v1/attention/backends/triton_attn.py", "TritonAttentionImpl.do_kv_cache_update")
-show_vllm("vllm/v1/attention/ops/chunked_prefill_paged_decode.py", "kernel_paged_attention_2d", lines=(90, 268))
-show_vllm("vllm/v1/attention/ops/triton_decode_attention.py", "decode_attention_fwd")
+show_vllm("vllm/v1/attention/backends/triton_attn.py", "TritonAttentionImpl.do_kv_cache_update", lines=(819, 834))
+show_vllm("vllm/v1/attention/ops/chunked_prefill_paged_decode.py", "kernel_paged_attention_2d", lines=(90, 104))
+show_vllm("vllm/v1/attention/ops/chunked_prefill_paged_decode.py", "kernel_paged_attention_2d", lines=(123, 251))
+show_vllm("vllm/v1/attention/ops/triton_decode_attention.py", "_decode_att_m_fwd", lines=(229, 233))
+show_vllm("vllm/v1/attention/ops/triton_decode_attention.py", "_decode_grouped_att_m_fwd", lines=(510, 519))
 
 # %% nbgrader={"grade": false, "grade_id": "l06_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：没有 GPU 时在导入 triton 之前打开解释器；静音无害的警告（评分单元格不能写 stderr）。

@@ -40,7 +40,7 @@
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | `v1/sample/sampler.py`：`Sampler.forward`（L79–L103）、`Sampler.sample`（L239–L302） | `minivllm/sample/sampler.py` | logprobs 为何在 temperature 之前算？贪心行与随机行怎样同批？ |
+# | 1 | `v1/sample/sampler.py`：`Sampler.forward`（L79–L103）、`Sampler.sample`（L243–L302） | `minivllm/sample/sampler.py` | logprobs 为何在 temperature 之前算？贪心行与随机行怎样同批？ |
 # | 2 | `v1/sample/ops/topk_topp_sampler.py`：`apply_top_k_top_p`（L349–L364）、`apply_top_k_top_p_pytorch`（L380–L408） | 同上：`apply_top_k_top_p` | top-k 与 top-p 怎样共用一次排序？什么时候不排序？ |
 # | 3 | `v1/sample/ops/topk_topp_sampler.py`：`random_sample`（L450–L472） | 同上：`random_sample` | 为什么不用 `torch.multinomial`？带种子的行从哪取噪声？ |
 # | 4 | `v1/worker/gpu_model_runner.py`：`_update_states`（L1276–L1284） | `minivllm/worker/gpu_input_batch.py` | generator 在哪创建？跟着请求还是行号？ |
@@ -51,10 +51,10 @@
 # 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
 from autograder.vllm_source import show_vllm
 
-show_vllm("vllm/v1/sample/sampler.py", "Sampler.forward")
+show_vllm("vllm/v1/sample/sampler.py", "Sampler.forward", lines=(79, 103))
 show_vllm("vllm/v1/sample/sampler.py", "Sampler.sample")
-show_vllm("vllm/v1/sample/ops/topk_topp_sampler.py", "apply_top_k_top_p_pytorch")
-show_vllm("vllm/v1/sample/ops/topk_topp_sampler.py", "apply_top_k_only")
+show_vllm("vllm/v1/sample/ops/topk_topp_sampler.py", "apply_top_k_top_p")
+show_vllm("vllm/v1/sample/ops/topk_topp_sampler.py", "apply_top_k_top_p_pytorch", lines=(380, 408))
 show_vllm("vllm/v1/sample/ops/topk_topp_sampler.py", "random_sample")
 show_vllm("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._update_states", lines=(1276, 1284))
 

@@ -50,10 +50,11 @@
 # 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
 from autograder.vllm_source import show_vllm
 
-show_vllm("vllm/v1/structured_output/__init__.py", "StructuredOutputManager.grammar_init")
-show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler._try_promote_blocked_waiting_request")
+show_vllm("vllm/v1/structured_output/__init__.py", "StructuredOutputManager.grammar_init", lines=(166, 175))
+show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler._try_promote_blocked_waiting_request", lines=(2695, 2704))
+show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler.update_from_output", lines=(1954, 1962))
 show_vllm("vllm/v1/engine/core.py", "EngineCore.step")
-show_vllm("vllm/v1/worker/gpu/structured_outputs.py", "StructuredOutputsWorker.apply_grammar_bitmask")
+show_vllm("vllm/v1/worker/gpu/structured_outputs.py", "StructuredOutputsWorker.apply_grammar_bitmask", lines=(39, 48))
 
 # %% nbgrader={"grade": false, "grade_id": "l08_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的演示与检查。

@@ -52,9 +52,10 @@
 # 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
 from autograder.vllm_source import show_vllm
 
-show_vllm("vllm/v1/spec_decode/ngram_proposer.py", "_find_longest_matched_ngram_and_propose_tokens")
-show_vllm("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._calc_spec_decode_metadata")
-show_vllm("vllm/v1/sample/rejection_sampler.py", "rejection_random_sample_kernel")
+show_vllm("vllm/v1/spec_decode/ngram_proposer.py", "_find_longest_matched_ngram_and_propose_tokens", lines=(215, 218))
+show_vllm("vllm/v1/spec_decode/ngram_proposer.py", "_find_longest_matched_ngram_and_propose_tokens", lines=(283, 293))
+show_vllm("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._calc_spec_decode_metadata", lines=(2856, 2884))
+show_vllm("vllm/v1/sample/rejection_sampler.py", "rejection_random_sample_kernel", lines=(796, 845))
 show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler.update_from_output", lines=(1761, 1791))
 
 # %% nbgrader={"grade": false, "grade_id": "l09_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}

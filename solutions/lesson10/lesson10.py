@@ -52,10 +52,11 @@
 # 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
 from autograder.vllm_source import show_vllm
 
-show_vllm("vllm/model_executor/parameter.py", "_ColumnvLLMParameter.load_merged_column_weight")
-show_vllm("vllm/model_executor/layers/linear.py", "QKVParallelLinear.__init__")
-show_vllm("vllm/model_executor/layers/linear.py", "RowParallelLinear.forward")
-show_vllm("vllm/v1/executor/multiproc_executor.py", "MultiprocExecutor.collective_rpc")
+show_vllm("vllm/model_executor/layers/linear.py", "MergedColumnParallelLinear.weight_loader_v2", lines=(978, 994))
+show_vllm("vllm/model_executor/parameter.py", "_ColumnvLLMParameter.load_merged_column_weight", lines=(169, 176))
+show_vllm("vllm/model_executor/layers/linear.py", "QKVParallelLinear.__init__", lines=(1073, 1081))
+show_vllm("vllm/model_executor/layers/linear.py", "RowParallelLinear.forward", lines=(1761, 1769))
+show_vllm("vllm/v1/executor/multiproc_executor.py", "MultiprocExecutor.collective_rpc", lines=(384, 392))
 
 # %% nbgrader={"grade": false, "grade_id": "l10_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。

@@ -55,11 +55,18 @@
 # 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
 from autograder.vllm_source import show_vllm
 
-show_vllm("vllm/config/vllm.py", "VllmConfig._set_cudagraph_sizes")
-show_vllm("vllm/v1/cudagraph_dispatcher.py", "CudagraphDispatcher.dispatch")
-show_vllm("vllm/compilation/cuda_graph.py", "CUDAGraphWrapper.__call__")
-show_vllm("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._get_slot_mappings")
-show_vllm("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._build_attention_metadata._get_block_table")
+show_vllm("vllm/config/vllm.py", "VllmConfig._set_cudagraph_sizes", lines=(1831, 1837))
+show_vllm("vllm/config/vllm.py", "VllmConfig._set_cudagraph_sizes", lines=(1858, 1884))
+show_vllm("vllm/v1/cudagraph_dispatcher.py", "CudagraphDispatcher._compute_bs_to_padded_graph_size", lines=(82, 91))
+show_vllm("vllm/v1/cudagraph_dispatcher.py", "CudagraphDispatcher.initialize_cudagraph_keys", lines=(207, 222))
+show_vllm("vllm/v1/cudagraph_dispatcher.py", "CudagraphDispatcher.dispatch", lines=(274, 281))
+show_vllm("vllm/v1/cudagraph_dispatcher.py", "CudagraphDispatcher.dispatch", lines=(302, 324))
+show_vllm("vllm/compilation/cuda_graph.py", "CUDAGraphWrapper.__call__", lines=(279, 283))
+show_vllm("vllm/compilation/cuda_graph.py", "CUDAGraphWrapper.__call__", lines=(313, 319))
+show_vllm("vllm/compilation/cuda_graph.py", "CUDAGraphWrapper.__call__", lines=(346, 361))
+show_vllm("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._get_slot_mappings", lines=(4124, 4132))
+show_vllm("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._build_attention_metadata._get_block_table",
+          lines=(2334, 2341))
 
 # %% nbgrader={"grade": false, "grade_id": "l11_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。

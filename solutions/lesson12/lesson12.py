@@ -49,11 +49,17 @@
 # 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
 from autograder.vllm_source import show_vllm
 
-show_vllm("vllm/v1/engine/async_llm.py", "AsyncLLM.generate")
-show_vllm("vllm/v1/engine/core_client.py", "AsyncMPClient._ensure_output_queue_task")
-show_vllm("vllm/v1/engine/output_processor.py", "OutputProcessor.process_outputs")
-show_vllm("vllm/v1/engine/detokenizer.py", "BaseIncrementalDetokenizer.update")
-show_vllm("vllm/v1/engine/detokenizer.py", "BaseIncrementalDetokenizer.get_next_output_text")
+show_vllm("vllm/v1/engine/async_llm.py", "AsyncLLM.generate", lines=(608, 616))
+show_vllm("vllm/v1/engine/async_llm.py", "AsyncLLM.abort", lines=(729, 738))
+show_vllm("vllm/v1/engine/core_client.py", "AsyncMPClient._ensure_output_queue_task", lines=(1037, 1042))
+show_vllm("vllm/v1/engine/core_client.py", "AsyncMPClient._ensure_output_queue_task", lines=(1082, 1083))
+show_vllm("vllm/v1/engine/output_processor.py", "OutputProcessor.process_outputs", lines=(652, 661))
+show_vllm("vllm/v1/engine/output_processor.py", "OutputProcessor.process_outputs", lines=(686, 699))
+show_vllm("vllm/v1/engine/detokenizer.py", "BaseIncrementalDetokenizer.__init__", lines=(85, 90))
+show_vllm("vllm/v1/engine/detokenizer.py", "BaseIncrementalDetokenizer.update", until="BaseIncrementalDetokenizer.get_next_output_text",
+          lines=(116, 165))
+show_vllm("vllm/v1/engine/detokenizer.py", "FastIncrementalDetokenizer.__init__", lines=(184, 187))
+show_vllm("vllm/v1/engine/detokenizer.py", "check_stop_strings", lines=(337, 362))
 
 # %% nbgrader={"grade": false, "grade_id": "l12_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。
