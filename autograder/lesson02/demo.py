@@ -32,7 +32,8 @@ def run_demo(labels=tuple(DEMO_CONFIGS), repeats: int = 2) -> dict[str, EngineRu
     core = make_core(max_model_len=512, max_num_batched_tokens=512)
     runs: dict[str, EngineRun] = {}
     try:
-        for _ in range(repeats):
+        for i in range(repeats):
+            print(f"第 {i + 1}/{repeats} 遍：{', '.join(labels)} 各跑一次……", flush=True)
             for k in labels:
                 run = run_engine(None, workload=DEMO_WORKLOAD, core=core, **DEMO_CONFIGS[k])
                 if k not in runs:

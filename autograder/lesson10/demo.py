@@ -85,16 +85,19 @@ def tp_comparison(max_tokens: int = 16, pairs: int = 3) -> dict:
     then one profiled TP=2 run for the all-reduce share of a step."""
     from minivllm.sampling_params import SamplingParams
     sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    print("[1/3] 启动 TP=1 与 TP=2 两个引擎（2 核机器上约半分钟到一分钟）……", flush=True)
     llms = {1: _llm(1), 2: _llm(TP)}
     try:
         out = {tp: [o.outputs[0].token_ids for o in llm.generate(PROMPTS, sp, use_tqdm=False)]
                for tp, llm in llms.items()}
         walls = {1: [], 2: []}
+        print(f"[2/3] 交替计时 {pairs} 对（TP=1、TP=2）……", flush=True)
         for _ in range(pairs):
             for tp, llm in llms.items():
                 t0 = time.perf_counter()
                 llm.generate(PROMPTS, sp, use_tqdm=False)
                 walls[tp].append(time.perf_counter() - t0)
+        print("[3/3] TP=2 再跑一次，rank 0 上开 profiler 数 all-reduce……", flush=True)
         path = os.path.join(tempfile.mkdtemp(prefix="lesson10-demo-"), "tp2.json")
         llms[2].start_profile(path)
         llms[2].generate(PROMPTS, sp, use_tqdm=False)
