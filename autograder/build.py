@@ -119,8 +119,9 @@ SETUP_GUARD = 'assert "{alias}" in globals(), "先运行本课开头的准备单
 
 
 def setup_guard(nb: nbformat.NotebookNode, lesson_id: str) -> None:
-    """Every grade cell starts with one line that names the setup cell when it has not run: a grade cell run
-    first would otherwise show `NameError: name 'L04' is not defined` (nothing of the course is loaded yet to say
+    """Every code cell after the setup (grade, report, self-check and demo cells; not the answer cells) starts with
+    one line that names the setup cell when it has not run: such a cell run first, e.g. after a kernel restart,
+    would otherwise show `NameError: name 'report' is not defined` (nothing of the course is loaded yet to say
     better). The alias is the one the setup cell imports the lesson's checks as."""
     import re
 
@@ -130,8 +131,10 @@ def setup_guard(nb: nbformat.NotebookNode, lesson_id: str) -> None:
     if found is None:
         raise SystemExit(f"{lesson_id}: the setup cell must import `from autograder import {lesson_id} as LNN`")
     guard = SETUP_GUARD.format(alias=found.group(1), setup=setup.metadata["nbgrader"]["grade_id"])
-    for cell in nb.cells:
-        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade"):
+    after = nb.cells[nb.cells.index(setup) + 1:]
+    for cell in after:  # grade cells, the report and self-check cells, demos: after a kernel restart, this line
+        meta = cell.metadata.get("nbgrader", {})  # (answer cells stay as the student writes them)
+        if cell.cell_type == "code" and not meta.get("solution") and cell.source.strip():
             cell.source = guard + "\n" + cell.source
 
 

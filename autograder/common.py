@@ -46,8 +46,36 @@ class _Blank:
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _fail
     __neg__ = __index__ = __int__ = __float__ = __lt__ = __gt__ = __le__ = __ge__ = _fail
 
+    def __eq__(self, other):  # `answer() == 4` with `return ______`: a use of the blank, not a False
+        self._fail()
+
+    __ne__ = __eq__
+    __hash__ = object.__hash__
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):  # protocols (numpy, IPython's display, copy) probe with hasattr/getattr
+            raise AttributeError(name)
+        self._fail()
+
     def __repr__(self) -> str:
         return "______"
+
+
+def blank_in(where: str) -> BlankNotFilled:
+    """The blank's error for a check that finds it before running the answer; `where` names the spot."""
+    e = BlankNotFilled(_Blank._MSG)
+    e.where = where
+    return e
+
+
+def blank_in_function(fn) -> BlankNotFilled:
+    """blank_in for a function whose code still names ``______``: the first such line of its cell."""
+    code = fn.__code__
+    lines = linecache.getlines(code.co_filename)
+    at = next((i for i in range(code.co_firstlineno, len(lines) + 1) if "______" in lines[i - 1]), None)
+    where = (f"单元格 {_cell_name(code.co_filename)}，第 {at} 行：{lines[at - 1].strip()}" if at
+             else f"{getattr(fn, '__name__', fn)} 里")
+    return blank_in(where)
 
 
 ______ = _Blank()
@@ -99,6 +127,8 @@ def _blank_where(e: BlankNotFilled) -> str:
     The blank's value may travel (`plan = ______` ... `plan[0]`): the innermost cell frame is searched for a line
     with ``______`` (the last one at or before the raising line, else its first), then the outer cell frames, then
     the whole cell; without one, the raising line."""
+    if getattr(e, "where", None):
+        return e.where
     frames, tb = [], e.__traceback__
     while tb is not None:
         if _in_cell(tb.tb_frame.f_code.co_filename):
@@ -150,11 +180,34 @@ def root_cause(e: BaseException) -> BaseException | None:
     __context__: the verdict then names the blank or the limit, without the check's guess at a cause."""
     seen: set[int] = set()
     x: BaseException | None = e
+    chain = []
     while x is not None and id(x) not in seen:
         seen.add(id(x))
         if isinstance(x, (BlankNotFilled, LimitExceeded)) or out_of_memory(x):
             return x
+        chain.append(x)
         x = x.__cause__ or x.__context__
+    for x in chain:  # a blank handed to C code (`torch.empty(______, n)`) raises TypeError, not BlankNotFilled
+        blank = blank_behind(x)
+        if blank is not None:
+            return blank
+    return None
+
+
+def blank_behind(e: BaseException) -> BlankNotFilled | None:
+    """A BlankNotFilled for an exception raised while a frame of the student's cell held ``______`` in a local
+    (the blank reached code that does not call its methods, e.g. torch's argument parser), else None."""
+    tb = e.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        lines = linecache.getlines(frame.f_code.co_filename)
+        here = lines[tb.tb_lineno - 1] if 0 < tb.tb_lineno <= len(lines) else ""
+        if _in_cell(frame.f_code.co_filename) and ("______" in here or frame.f_code.co_name != "<module>" and any(
+                v is ______ for v in frame.f_locals.values())):
+            blank = BlankNotFilled(_Blank._MSG)
+            blank.__traceback__ = e.__traceback__
+            return blank
+        tb = tb.tb_next
     return None
 
 
@@ -210,8 +263,9 @@ def graded(check: Callable) -> Callable:
         except AssertionError as e:
             raise CheckFailed(f"断言失败：{e}" if str(e) else "断言失败") from None
         except Exception as e:
-            if out_of_memory(e):
-                raise CheckFailed(memory_message()) from None
+            cause = root_cause(e)
+            if cause is not None:
+                raise CheckFailed(limit_verdict(cause)) from e
             raise CheckFailed(f"运行你的代码时出错：{student_error(e)}") from None
     return run
 
@@ -240,6 +294,8 @@ def check_name_map(source_map, keys, hashes: dict, name_hash, unmapped: str) -> 
     wrong = []
     for key in keys:
         value = source_map[key]
+        if value is ______:
+            raise blank_in(f"SOURCE_MAP[{key!r}] 还是 ______")
         expect(isinstance(value, str), f"SOURCE_MAP[{key!r}] 还没有填写（应是字符串，实际 {value!r}）。")
         if name_hash(value) not in hashes[key]:
             wrong.append(f"{key} -> {value!r}")
@@ -323,7 +379,8 @@ def run_part(part: Part, namespace: dict) -> PartResult:
     except (LimitExceeded, AssertionError) as e:
         return PartResult(part, 0, f"断言失败：{e}" if type(e) is AssertionError else str(e))
     except Exception as e:  # the student's code raised: show its last frame, not ours
-        return PartResult(part, 0, memory_message() if out_of_memory(e) else student_error(e))
+        cause = root_cause(e)
+        return PartResult(part, 0, limit_verdict(cause) if cause else student_error(e))
     return PartResult(part, part.points, "通过")
 
 
@@ -357,6 +414,51 @@ class Hung:
 KERNEL_HUNG = Hung()  # in a notebook's kernel: shared by the report, the self-check and the grade cells
 
 
+def _snapshot(obj) -> object:
+    """What must not change for a part's earlier pass to stand: a function's code, a class's functions' code,
+    a plain container's repr; any other object only by identity."""
+    if isinstance(obj, type):
+        return tuple((k, getattr(v, "__code__", None)) for k, v in sorted(vars(obj).items()) if callable(v))
+    if callable(obj):
+        return getattr(obj, "__code__", None), getattr(obj, "__defaults__", None)
+    if isinstance(obj, (dict, list, tuple, set, str, int, float)):
+        return repr(obj)[:20000]
+    return None
+
+
+def answers_key(lesson: Lesson, namespace: dict) -> tuple:
+    """Every answer the lesson's parts read, as they are now (the very objects and their snapshots): a helper
+    the part does not name but calls (defined in the same exercise cell) is another part's answer."""
+    names = sorted({n for p in lesson.parts for n in p.needs})
+    return tuple((n, id(namespace.get(n)), _snapshot(namespace.get(n))) for n in names)
+
+
+_PASSED: dict[tuple[str, str], tuple] = {}  # (lesson, grade_id) -> answers_key of the answers that passed it
+
+
+def remember_pass(lesson: Lesson, r: PartResult, namespace: dict) -> None:
+    """A part that passed on these answers in this kernel (the report cell's run, the self-check): its grade cell
+    need not run the same complete check again while the answers stay the same objects with the same code."""
+    if not r.part.manual and r.score == r.part.points:
+        _PASSED[(lesson.lesson_id, r.part.grade_id)] = answers_key(lesson, namespace)
+
+
+def full_check(lesson_id: str, grade_id: str, namespace: dict) -> None:
+    """The end of a grade cell in a student's kernel (short_errors appends it): the part's complete check, the
+    one the report cell, the self-check and the sandbox run, so the cell's ✓ means the part passes. Skipped when
+    the same answers already passed it in this kernel (the report cell right after the exercise)."""
+    __tracebackhide__ = True
+    lesson = load_lesson(lesson_id)
+    part = lesson.part(grade_id)
+    key = answers_key(lesson, namespace)
+    if _PASSED.get((lesson_id, grade_id)) != key:
+        sink = io.StringIO()
+        with warnings.catch_warnings(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            warnings.simplefilter("ignore")
+            graded(part.check)(*(namespace[n] for n in part.needs))
+        _PASSED[(lesson_id, grade_id)] = key
+
+
 def grade_namespace(lesson: Lesson, namespace: dict, on_timeout: Callable | None = None,
                     hung: Hung | None = None) -> list[PartResult]:
     """Every part graded on a live namespace, in order; after a part times out, the later parts that need the
@@ -368,6 +470,7 @@ def grade_namespace(lesson: Lesson, namespace: dict, on_timeout: Callable | None
             continue
         stuck = hung.stuck(p, namespace)
         r = PartResult(p, 0, stuck) if stuck else run_part(p, namespace)
+        remember_pass(lesson, r, namespace)
         if hung.note(p, namespace, r) and on_timeout is not None:
             on_timeout(r)
         out.append(r)
@@ -493,6 +596,7 @@ def report(lesson_id: str, namespace: dict) -> None:
         stuck = hung.stuck(part, namespace)
         r = PartResult(part, 0, stuck) if stuck else run_part(part, namespace)
         hung.note(part, namespace, r)
+        remember_pass(lesson, r, namespace)
         print(f"{'✓' if r.score == part.points else '✗'}  {part.title}：{r.message}{_diagnosis(lesson_id, r, chr(10) + '   ')}",
               flush=True)
 
@@ -542,7 +646,10 @@ def self_check(lesson_id: str, namespace: dict | None = None, notebook: str | Pa
     return ok
 
 
-PASSED_VISIBLE = "可见断言通过；隐藏检查不在这里运行，它们的结果见练习后的逐项报告单元格与本课最后的自检。"
+PASSED_VISIBLE = ("只运行了可见断言（都成立）；本部分的完整检查不在这里运行，它的得分见评分反馈（或运行练习后的逐项报告"
+                  "单元格与本课最后的自检）。")
+PASSED_FULL = "通过（本部分的完整检查，与自检、评分相同）。"
+BLANK_HEAD = "✗ 还有空 ______ 没有填写"  # the first line of every cell that stops at an unfilled blank
 
 
 class SkippedHung(LimitExceeded):
@@ -644,6 +751,9 @@ def failure_lines(part: Part, etype, value, tb, diagnosis: str = "") -> list[str
     if isinstance(value, SkippedHung):
         return [head, str(value), "本单元格没有运行：先修好超时的答案，重新运行它所在的单元格，再运行本单元格。"]
     cause = root_cause(value)
+    if isinstance(cause, BlankNotFilled):
+        return [f"{_RED}{BLANK_HEAD}{_RESET}：{part.title}（{part.grade_id}，{part.points} 分）还不能评分。"
+                + MORE.format(env=FULL_TRACEBACK_ENV), blank_message(cause), f"评分单元格第 {cell_line} 行：{stmt[:200]}"]
     if cause is not None:
         return [head, limit_verdict(cause), f"评分单元格第 {cell_line} 行：{stmt[:200]}"]
     if isinstance(value, CheckFailed):
@@ -763,8 +873,18 @@ def short_errors(lesson_id: str, shell=None) -> None:
             return
         state["part"] = part
         state["stuck"] = KERNEL_HUNG.stuck(part, shell.user_ns)
+        state["full"] = complete_check_missing(part, getattr(info, "raw_cell", ""))
         if not state["stuck"]:
             state["alarm"] = start_alarm(cell_timeout())
+
+    def complete_check_missing(part: Part, raw_cell: str) -> bool:
+        """A student's copy of a grade cell holds only visible asserts: its part's complete check is appended
+        (GuardHung), unless the cell holds the hidden tests (nbgrader's, the instructor's), calls the check itself,
+        or runs under `grade` (the sandbox runs every complete check there)."""
+        visible = cells.get(part.grade_id, "")
+        hidden = len((raw_cell or "").strip()) > len(visible)
+        calls = re.search(rf"\b{re.escape(part.check.__name__)}\(", visible) is not None
+        return not (hidden or calls or os.environ.get("MINIVLLM_GRADING"))
 
     def post_run_cell(result) -> None:
         part, alarm = state.pop("part", None), state.pop("alarm", None)
@@ -776,7 +896,12 @@ def short_errors(lesson_id: str, shell=None) -> None:
         if error is None:
             visible = cells.get(part.grade_id, "")
             hidden = len((result.info.raw_cell or "").strip()) > len(visible) if result.info else False
-            print(f"✓ {part.title}：{'通过（含隐藏检查）。' if hidden else PASSED_VISIBLE}")
+            if hidden:
+                print(f"✓ {part.title}：通过（含隐藏检查）。")
+            elif os.environ.get("MINIVLLM_GRADING"):  # no ✓: the visible asserts are not the part's result
+                print(f"{part.title}：{PASSED_VISIBLE}")
+            else:
+                print(f"✓ {part.title}：{PASSED_FULL}")
             return
         cause = root_cause(error)
         if isinstance(cause, LimitExceeded) and not isinstance(error, SkippedHung):
@@ -784,10 +909,14 @@ def short_errors(lesson_id: str, shell=None) -> None:
 
     class GuardHung(ast.NodeTransformer):
         def visit_Module(self, node):
-            stuck = state.get("stuck")
+            stuck, part = state.get("stuck"), state.get("part")
             if stuck and node.body:
                 guard = ast.parse(f"__import__('autograder.common').common.stop_hung({stuck!r})").body[0]
                 node.body.insert(0, ast.copy_location(guard, node.body[0]))
+            elif state.get("full") and part is not None and node.body:
+                check = ast.parse(f"__import__('autograder.common').common.full_check({lesson_id!r}, "
+                                  f"{part.grade_id!r}, globals())").body[0]
+                node.body.append(ast.copy_location(check, node.body[-1]))
             return node
 
     for event, fn in (("pre_run_cell", pre_run_cell), ("post_run_cell", post_run_cell)):
@@ -802,11 +931,14 @@ def short_errors(lesson_id: str, shell=None) -> None:
         if sys.version_info >= (3, 12):
             sys.last_exc = value
         part = part_of(tb)
-        if os.environ.get(FULL_TRACEBACK_ENV) == "full" or (part is None and not isinstance(value, BlankNotFilled)):
+        blank = root_cause(value)
+        blank = blank if isinstance(blank, BlankNotFilled) else None
+        if os.environ.get(FULL_TRACEBACK_ENV) == "full" or (part is None and blank is None):
             sh.showtraceback((etype, value, tb), tb_offset=tb_offset)
             return None
         stb = (failure_lines(part, etype, value, tb, cell_diagnosis(lesson_id, part, value, sh.user_ns)) if part
-               else [blank_message(value), MORE.format(env=FULL_TRACEBACK_ENV)])
+               else [f"{_RED}{BLANK_HEAD}{_RESET}：这个单元格用到的答案还没填完。" + MORE.format(env=FULL_TRACEBACK_ENV),
+                     blank_message(blank)])
         sh._showtraceback(etype, value, stb)
         return stb
 

@@ -126,6 +126,7 @@ def test_demo_latencies_come_from_the_engine_steps():
     runs = L02.run_demo(("off", "64"), repeats=1)
     rows = {r["threshold"]: r for r in L02.latency_table(runs)}
     assert rows["off"]["prefill_steps"] == 1 and rows["64"]["prefill_steps"] == 8
+    assert rows["off"]["max_step_tokens"] == 484 and rows["64"]["max_step_tokens"] == 69  # the text quotes these
     off = runs["off"].steps
     assert max(r.prefill_tokens for r in off) == 480 and all(r.decode_tokens >= 4 for r in off[1:28])
     assert all(r.seconds > 0 for r in off)

@@ -40,8 +40,9 @@ def test_a_blank_in_a_grade_cell_is_three_lines(shell, capsys):
     assert sh.run_cell(cells["l01_engine_core_step"]).success  # the release's blanks
     lines = run(sh, capsys, cells["l01_main_path"])
     assert len(lines) == 3, lines
-    assert "主路径·种子断言（l01_main_path，1 分）未通过" in lines[0] and "%tb" in lines[0]
-    assert "还有空 ______ 没有填写" in lines[1] and "第 8 行：plan = ______" in lines[1]  # the blank, not its use (l. 20)
+    assert lines[0].startswith("✗ 还有空 ______ 没有填写") and "主路径·种子断言（l01_main_path，1 分）" in lines[0]
+    assert "%tb" in lines[0]
+    assert "第 8 行：plan = ______" in lines[1]  # the blank, not its use (l. 20)
     assert lines[2].startswith("评分单元格第 9 行：out, ran, trace = engine_core_step(")  # line 1: the setup guard
     text = "\n".join(lines)
     assert "Traceback" not in text and "__tracebackhide__" not in text and str(REPO) not in text
@@ -62,7 +63,11 @@ def test_a_failed_check_shows_its_message(shell, capsys):
     sh, cells = shell
     assert sh.run_cell(cells["l01_source_map_answer"]).success
     lines = run(sh, capsys, cells["l01_source_map"])
-    assert len(lines) == 3 and "SOURCE_MAP['plan'] 还没有填写" in lines[1], lines
+    assert len(lines) == 3 and lines[0].startswith("✗ 还有空 ______ 没有填写"), lines
+    assert "SOURCE_MAP['plan'] 还是 ______" in lines[1], lines
+    assert sh.run_cell('SOURCE_MAP = {"plan": 3}').success
+    lines = run(sh, capsys, cells["l01_source_map"])
+    assert len(lines) == 3 and "SOURCE_MAP 的键应恰好是" in lines[1], lines
 
 
 def test_full_traceback_setting_and_other_cells_keep_ipython_traceback(shell, capsys, monkeypatch):

@@ -83,7 +83,7 @@ def plot_timeline(run: EngineRun, steps: list[int] | None = None):
     ax.set_ylim(-0.6, 2.4)
     ax.set_xlabel("time (ms)")
     ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()],
-              labels=list(colors), ncol=5, fontsize=7, loc="upper right")
+              labels=list(colors), ncol=5, fontsize=8, loc="upper right")
     ax.set_title(f"minivllm trace, steps {steps[0]}-{steps[-1]}", fontsize=9, loc="left")
     phases = sorted((e for e in run.events if e.step == run.abort_step and e.phase in TRACE), key=lambda e: e.start)
     for i, e in enumerate(phases):
@@ -116,7 +116,7 @@ def fig_arithmetic_intensity(d_model: int = 4096, ridge: float = 295.0):
     ax.axvspan(knee, n[-1], color="#DD8452", alpha=0.15, label="compute-bound: prefill, tokens = B*S")
     ax.set_xlabel("tokens per forward (decode: B; prefill: B*S)")
     ax.set_ylabel("FLOP / byte")
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=8, loc="upper left")
     ax.set_title("Figure 1-1  Prefill vs decode arithmetic intensity", fontsize=9, loc="left")
     fig.tight_layout()
     return fig
@@ -130,7 +130,7 @@ def _boxes(ax, boxes, arrows):
     for (x0, y0), (x1, y1), label in arrows:
         ax.annotate("", xy=(x1, y1), xytext=(x0, y0), arrowprops=dict(arrowstyle="->", lw=1.2))
         if label:
-            ax.text(max(x0, x1) + 0.01, (y0 + y1) / 2, label, fontsize=7, color="dimgray", va="center")
+            ax.text(max(x0, x1) + 0.01, (y0 + y1) / 2, label, fontsize=8, color="dimgray", va="center")
     ax.set_xlim(-0.01, 1.01)
     ax.set_ylim(0, 1)
     ax.axis("off")
@@ -154,7 +154,7 @@ def fig_architecture():
               ((0.67, 0.4), (0.77, 0.2), ""),
               ((0.07, 0.2), (0.07, 0.4), "ModelRunnerOutput")]
     _boxes(ax, boxes, arrows)
-    ax.text(0.5, 0.3, "execute_model(SchedulerOutput)\nto every rank", ha="center", va="center", fontsize=7,
+    ax.text(0.5, 0.3, "execute_model(SchedulerOutput)\nto every rank", ha="center", va="center", fontsize=8,
             color="dimgray")
     ax.text(0.5, 0.65, "EngineCore: one busy loop runs step(); ZMQ input/output IO threads\nowns: step(), "
             "aborts_queue, IPC", ha="center", va="center", fontsize=8)
@@ -183,12 +183,12 @@ def fig_request_flow():
         name, color = procs[stages[i][1]]
         ax.add_patch(Rectangle((xs[i] - gap / 2.5, 0.08), xs[j] + w - xs[i] + 2 * gap / 2.5, 0.8, facecolor=color,
                                edgecolor="gray", linestyle="--", linewidth=0.8))
-        ax.text((xs[i] + xs[j] + w) / 2, 0.81, name, ha="center", va="center", fontsize=7, color="dimgray")
+        ax.text((xs[i] + xs[j] + w) / 2, 0.81, name, ha="center", va="center", fontsize=8, color="dimgray")
         i = j + 1
     for (text, _), x in zip(stages, xs, strict=True):
         ax.add_patch(FancyBboxPatch((x, 0.2), w, 0.48, boxstyle="round,pad=0.005", facecolor="white",
                                     edgecolor="black", linewidth=0.8))
-        ax.text(x + w / 2, 0.44, text, ha="center", va="center", fontsize=7)
+        ax.text(x + w / 2, 0.44, text, ha="center", va="center", fontsize=8)
     for x in xs[:-1]:
         ax.annotate("", xy=(x + w + gap, 0.44), xytext=(x + w, 0.44), arrowprops=dict(arrowstyle="->", lw=1.0))
     ax.set_xlim(0, 1)

@@ -49,6 +49,7 @@ from autograder.common import (
     CheckFailed,
     Lesson,
     Part,
+    blank_in_function,
     check_name_map,
     expect,
     graded,
@@ -161,7 +162,7 @@ def _require_filled(*funcs) -> None:
         code = getattr(fn, "__code__", None)
         expect(callable(fn), f"{fn!r} 应是一个函数。")
         if code is not None and "______" in code.co_names:
-            raise CheckFailed(f"{fn.__name__} 里还有空 ______ 没有填写：把它换成正确的表达式后再运行。")
+            raise blank_in_function(fn)
 
 
 @graded

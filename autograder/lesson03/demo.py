@@ -67,7 +67,7 @@ def plot_block_tables(snap: dict):
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor=c, edgecolor="black", hatch=h) for c, h in
                (("#DD8452", None), ("#4C72B0", None), ("#CCCCCC", "//"))]
     ax.legend(handles, ["shared (ref_cnt > 1)", "own full block (hashed)", "partial block (no hash)"],
-              fontsize=7, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, frameon=False)
+              fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, frameon=False)
     ax.set_title(f"Figure 3-1  block tables after step 1 ({snap['system']}-token shared system prompt, "
                  f"block_size={BLOCK})", fontsize=9, loc="left")
     fig.tight_layout()
@@ -117,7 +117,7 @@ def plot_hit_rate(runs: dict):
     ax2 = ax.twinx()
     ax2.bar(n, saved, alpha=0.3, color="#DD8452", label="prefill tokens saved (cumulative hits)")
     ax2.set_ylabel("prefill tokens saved", color="#DD8452")
-    fig.legend(fontsize=7, loc="lower right", bbox_to_anchor=(0.88, 0.18))
+    fig.legend(fontsize=8, loc="lower right", bbox_to_anchor=(0.88, 0.18))
     ax.set_title(f"Figure 3-2  minivllm SchedulerStats: {runs['prompt_tokens']}-token prompts sharing a system "
                  "prompt", fontsize=9, loc="left")
     fig.tight_layout()
@@ -150,7 +150,7 @@ def plot_ttft(runs: dict):
     ax2.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
     ax2.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax2.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
-    ax2.legend(fontsize=7)
+    ax2.legend(fontsize=8)
     ax2.set_title(f"(b) TTFT: median and range of {len(runs['all'][True])} interleaved runs", fontsize=9, loc="left")
     fig.suptitle(f"Figure 3-3  {runs['prompt_tokens']}-token prompts sharing a system prompt, CPU "
                  "(request 1 includes warm-up)", fontsize=9, x=0.01, ha="left")

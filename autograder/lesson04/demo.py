@@ -42,7 +42,7 @@ def fig_swimlane(runs, titles=("to the end", "with aborts")):
         ax.set_xlabel("engine step")
         ax.set_title(f"request states ({title}, {run.num_preemptions} preemptions)")
     handles = [Patch(color=COLORS[s], label=s) for s in STATES]
-    axes[0][-1].legend(handles=handles, fontsize=7, loc="lower right")
+    axes[0][-1].legend(handles=handles, fontsize=8, loc="lower right")
     fig.tight_layout()
     return fig
 

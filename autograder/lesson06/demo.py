@@ -118,12 +118,12 @@ def plot_online_softmax(call: DecodeCall, seq: int = 0, head: int | None = None)
         last = r["block"] == rows[-1]["block"] and len(rows) > 1
         ax.annotate(f"after block {r['block']}: m={r['running_max']:.3f}, rescale={r['rescale']:.3f}",
                     (r["block"] * bs + (r["tokens"] - 1 if last else 0), r["running_max"]), xytext=(0, 4),
-                    textcoords="offset points", fontsize=7, ha="right" if last else "left")
+                    textcoords="offset points", fontsize=8, ha="right" if last else "left")
     lo, hi = float(scores.min()), float(scores.max())
     ax.set_ylim(lo - 0.1 * (hi - lo), hi + 0.35 * (hi - lo))
     ax.set_xlabel("token position in the sequence")
     ax.set_ylabel("score q.k * scale")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=8, loc="lower right")
     ax.set_title(f"Figure 6-2  Online softmax over blocks (engine call, seq {seq}, head {head}); "
                  f"|online - full softmax| = {err:.1e}", fontsize=9, loc="left")
     fig.tight_layout()
@@ -149,14 +149,14 @@ def plot_roofline(points=None, peak_tflops: float = 989.0, bw_tbs: float = 3.35,
     for qpk, elt, name in ((4, 2, "GQA 4, bf16"), (1, 2, "MHA, bf16"), (8, 2, "GQA 8, bf16")):
         x = decode_intensity(qpk, elt)
         ax.scatter([x], [x * bw_tbs], marker="s", color="#8172B2", zorder=3)
-        ax.annotate(f"decode attention {name}: {x:g} FLOP/B", (x, x * bw_tbs), fontsize=7, xytext=(5, -10),
+        ax.annotate(f"decode attention {name}: {x:g} FLOP/B", (x, x * bw_tbs), fontsize=8, xytext=(5, -10),
                     textcoords="offset points")
     for label, x, y in points or []:
         ax.scatter([x], [y], color="#C44E52", zorder=4)
-        ax.annotate(label, (x, y), fontsize=7, xytext=(5, 4), textcoords="offset points", color="#C44E52")
+        ax.annotate(label, (x, y), fontsize=8, xytext=(5, 4), textcoords="offset points", color="#C44E52")
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("TFLOP/s")
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=8, loc="upper left")
     title = "measured points in red" if points else "no GPU: the measured points need one"
     ax.set_title(f"Figure 6-3  Decode attention on the roofline ({title})", fontsize=9, loc="left")
     fig.tight_layout()
@@ -208,7 +208,7 @@ def plot_op_counts(grouped: OpCounter, per_head: OpCounter, minimum: int):
     ax.axhline(minimum / 2, color="gray", linestyle="--", label="K (or V) bytes if read once")
     ax.set_xticks(list(x), names)
     ax.set_ylabel("bytes loaded (interpreter count)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=8)
     ax.set_title("Figure 6-4  What one decode launch reads (CPU: counted by the interpreter)", fontsize=9, loc="left")
     fig.tight_layout()
     return fig

@@ -71,7 +71,7 @@ def plot_overlap(events, num_steps: int = 4):
     ax.set_yticks([0, 1], ["worker thread", "EngineCore thread"])
     ax.set_xlabel("time (ms)")
     ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()], labels=list(COLORS),
-              ncol=5, fontsize=7, loc="upper right")
+              ncol=5, fontsize=8, loc="upper right")
     ax.set_ylim(-0.6, 2.3)
     ax.set_title(f"minivllm trace, steps {steps[0]}-{steps[-1]}: the grammar bitmask (red) runs while the "
                  "worker's forward (orange) does; sample waits for both", fontsize=9, loc="left")

@@ -89,11 +89,11 @@ def plot_sweep(sweep: dict):
     axes[1].plot(ks, [r["mean_len"] for r in sweep["rows"]], "o-", color="#DD8452", label="measured")
     axes[1].plot(ks, [k + 1 for k in ks], ":", color="gray", label="upper bound k + 1")
     axes[1].set_ylabel("mean tokens per verified draft")
-    axes[1].legend(fontsize=7)
+    axes[1].legend(fontsize=8)
     axes[2].plot(ks, [r["tokens_per_step"] for r in sweep["rows"]], "o-", color="#55A868", label="speculative")
     axes[2].axhline(sweep["total"] / sweep["plain_steps"], color="black", linestyle="--", label="no speculation")
     axes[2].set_ylabel("output tokens per engine step (batch 3)")
-    axes[2].legend(fontsize=7)
+    axes[2].legend(fontsize=8)
     for ax in axes:
         ax.set_xlabel("k = num_speculative_tokens")
         ax.set_xticks(ks)
@@ -118,7 +118,7 @@ def plot_per_position(sweep: dict):
         ax.set_ylim(0, 1)
         ax.set_title(title, fontsize=8, loc="left")
     axes[0].set_ylabel("acceptance at position j")
-    axes[0].legend(fontsize=7)
+    axes[0].legend(fontsize=8)
     fig.suptitle("Figure 9-2  Per-position acceptance, two denominators (real engine runs)", fontsize=9, x=0.01,
                  ha="left")
     fig.tight_layout()
@@ -140,7 +140,7 @@ def plot_distribution(fn, n: int = 1500):
     ax.bar(x + 0.3, DRAFT_Q, 0.2, color="#CCCCCC", label="draft q")
     ax.set_xlabel("token id")
     ax.set_ylabel("frequency / probability")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=8)
     ax.set_title(f"Figure 9-3  Rejection sampling keeps the target distribution ({n} requests each)", fontsize=9,
                  loc="left")
     fig.tight_layout()

@@ -167,10 +167,26 @@ def _spawned_main(payload: bytes, conn) -> None:
         torch.save(fn(*args), buf)
         conn.send(("ok", buf.getvalue()))
     except BaseException as e:
-        conn.send(("error", ______._MSG if _blank(e) else f"{type(e).__name__}: {str(e)[:300]}"))
+        if _blank(e):
+            conn.send(("error", ______._MSG))
+        elif _collective_broken(e):  # gloo's own text ("Connection closed by peer ... GLHF") says nothing useful
+            conn.send(("collective", ""))
+        else:
+            conn.send(("error", f"{type(e).__name__}: {str(e)[:300]}"))
     finally:
         conn.close()
         os._exit(0)
+
+
+COLLECTIVE_TIMEOUT_S = 20  # a rank waiting in an all-reduce its peer skipped gives up well inside the cell limit
+SKIPPED_COLLECTIVE = ("{name} 在一次 all-reduce 里等不到另一个 rank（对方已经结束或一直没来）：两个 rank 调用 all-reduce 的"
+                      "次数不同，有一个 rank 跳过了它（例如只在 tp_rank == 0 时通信）。每个 rank 都要调用同样次数的集合通信。")
+
+
+def _collective_broken(e: BaseException) -> bool:
+    """A gloo collective that failed because the other rank left it or never came (closed socket, timeout)."""
+    text = f"{type(e).__name__}: {e}"
+    return any(k in text for k in ("gloo", "Connection closed by peer", "Connection reset", "Timed out", "DistBackendError"))
 
 
 def run_spawned(calls: list[tuple], timeout_s: float, names: list[str]) -> list:
@@ -206,6 +222,7 @@ def run_spawned(calls: list[tuple], timeout_s: float, names: list[str]) -> list:
             except EOFError:  # it exited without a word (a crash, os._exit): its pipe closed empty
                 p.join(5)
                 raise CheckFailed(f"{name} 意外退出（退出码 {p.exitcode}），没有返回结果。") from None
+            expect(status != "collective", SKIPPED_COLLECTIVE.format(name=name))
             expect(status == "ok", f"{name} 运行你的层时出错：{payload}")
             results.append(torch.load(io.BytesIO(payload)))
         return results
@@ -218,7 +235,7 @@ def run_spawned(calls: list[tuple], timeout_s: float, names: list[str]) -> list:
 
 def _rank_main(rank: int, port: int, fn, *args):
     from minivllm.distributed.parallel_state import init_distributed_environment, initialize_model_parallel
-    init_distributed_environment(TP, rank, f"tcp://127.0.0.1:{port}", "gloo", timeout_s=60)
+    init_distributed_environment(TP, rank, f"tcp://127.0.0.1:{port}", "gloo", timeout_s=COLLECTIVE_TIMEOUT_S)
     initialize_model_parallel(TP)
     with torch.inference_mode():
         return fn(rank, *args)

@@ -41,7 +41,17 @@ from dataclasses import dataclass
 
 import torch
 
-from autograder.common import REPO, CheckFailed, Lesson, Part, check_name_map, expect, graded
+from autograder.common import (
+    REPO,
+    CheckFailed,
+    Lesson,
+    Part,
+    ______,
+    blank_in_function,
+    check_name_map,
+    expect,
+    graded,
+)
 from minivllm.compilation.cuda_graph import PAD_SLOT_ID, BatchDescriptor
 
 DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
@@ -238,6 +248,8 @@ def check_main_path(choose_capture_size, fill_static_buffers, real_rows) -> None
 def check_real_engine(choose_capture_size, fill_static_buffers, real_rows) -> None:
     """3 requests (pad to 4) and 8 (a capture size), shrinking as they finish: tokens equal the unpadded run."""
     got = choose_capture_size(3, list(CAPTURE_SIZES))
+    if got is ______:
+        raise blank_in_function(choose_capture_size)
     expect(isinstance(got, int), f"choose_capture_size(3, {CAPTURE_SIZES}) 应返回一个整数尺寸，得到 {got!r}")
     eager, padded = make_engine(True), make_engine(False)
     seen = plug(padded, choose_capture_size, fill_static_buffers, real_rows)

@@ -351,7 +351,7 @@ L02.check_source_map(SOURCE_MAP)
 #
 # 1. 换来的：`schedule()` 里每个请求拿 `min(剩余, threshold, 剩余预算)`，所以一步调度的 token 数 ≤ `max_num_batched_tokens`，单个请求 ≤ threshold。一步的耗时随 token 数增长，于是一步的长度有了上界：正在 decode 的请求不会因为一个长 prompt 整步等待，ITL 的尾部被压住（图 2-2、2-3：关闭时那一步的耗时是普通 decode 步的许多倍，threshold 越小 ITL 最大值越低）。GPU 上，受带宽限制的 decode 搭上受计算限制的 prefill chunk，一次读权重做更多的事。
 # 2. 付出的：长度为 L 的 prompt 需要 ⌈L/threshold⌉ 步（本课：480 个 token，threshold 64 要 8 步）；每步都有调度、forward 启动、采样的固定开销，后面的 chunk 在 attention 里还要重读前面 chunk 的 KV；chunk 太小时 GEMM 的 M 维太小，低于硬件的算术强度拐点（H100 SXM 的 BF16 稠密峰值 / HBM 带宽约 295 FLOP/Byte，对应约数百个 token；PCIe 版不同），GPU 在读权重而不是在算 → 长 prompt 的 TTFT 变长、整体吞吐下降。
-# 3. 可由源码推出的：预算与 threshold 的不变量、每个 prompt 需要的步数、decode 每步必得 1 个 token。必须 benchmark 的：一步的耗时与 token 数的关系（CPU 上固定开销小、大步不比几个小步快，所以本课测得的 TTFT 代价不明显甚至为负；GPU 上小步几乎与中等步一样贵，代价明显）、模型与并发下的拐点、真实流量的 prompt 长度分布，以及服务的 TTFT/ITL 目标——要在目标硬件上用真实或有代表性的负载（例如 `vllm bench serve`）扫 threshold 与 budget，画出 TTFT–ITL 曲线再选。本课 CPU 上的数字不能外推到 GPU。
+# 3. 可由源码推出的：预算与 threshold 的不变量、每个 prompt 需要的步数、decode 每步必得 1 个 token。必须 benchmark 的：一步的耗时与 token 数的关系（CPU 上一步的时间大致随 token 数增长，再加每步的固定开销，所以本课只能确定步数变多，单次测得的 TTFT 差在负载下正负都可能出现；GPU 上小步几乎与中等步一样贵，代价明显）、模型与并发下的拐点、真实流量的 prompt 长度分布，以及服务的 TTFT/ITL 目标——要在目标硬件上用真实或有代表性的负载（例如 `vllm bench serve`）扫 threshold 与 budget，画出 TTFT–ITL 曲线再选。本课 CPU 上的数字不能外推到 GPU。
 #
 # **附：检查方法（threshold 关闭）的参考解释**（不单独计分，供批改时核对学生在“检查方法”下写的解释）：threshold 为 0 时单个请求只受剩余预算限制。第 1 步请求 0 拿到全部 800 个 token，请求 1 拿到剩下的 224，预算用完，请求 2 留在 waiting；第 2 步请求 0 的 prompt 已算完，只要 1 个 token（decode），请求 1 拿 576 个把 prompt 算完，请求 2 才被接纳，拿到剩下的 1024 − 1 − 576 = 447；第 3 步请求 0、1 各 1 个，请求 2 拿 353。对比 threshold = 400：一个长 prompt 可以独占整步预算，后到的请求要多等一步才开始，这正是 threshold 要限制的情况。
 #
@@ -412,11 +412,9 @@ L02.fig_prefill_decode(runs);
 L02.fig_tradeoff(rows);
 
 # %% [markdown]
-# 图 2-3：左边是长 prompt 的 TTFT，右边是 decode 请求的 ITL。`prefill steps`（长 prompt 算完用的步数）是确定的；毫秒数随负载波动。
+# 图 2-3：左边是长 prompt 的 TTFT，右边是 decode 请求的 ITL。表里 `prefill steps` 与 `max tokens`（decode 请求要等的最大一步）由调度决定，每次相同；毫秒数随负载波动，在负载下的 2 核机器上 TTFT 与 ITL 的大小次序会颠倒（例如 threshold 128 的 TTFT 一次 220 ms、另一次低于不分块）。
 #
-# 读图：带 prefill 的步里 decode 的 ITL 随 threshold 变小而下降；中位数几乎不变，因为大多数步只有 decode。
-#
-# 代价是长 prompt 要多走几步：这台 CPU 上固定开销小，几乎看不出来；GPU 上多一个 chunk 就几乎多一整步。所以 threshold 和 budget 要在目标硬件与负载上用 benchmark 决定。
+# 读图只读确定的部分：threshold 越小，一步最多的 token 越少（484 → 260 → 132 → 69），decode 等的那一步就越小；长 prompt 则多走几步（1 → 2 → 4 → 8），每步都付一次固定开销。TTFT 是升是降取决于一步的毫秒数怎样随 token 数变，这台机器在负载下两种次序都出现过，要在目标硬件上多次测量才能比较。
 
 # %% [markdown]
 # ### 更多取舍

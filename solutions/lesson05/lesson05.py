@@ -42,7 +42,7 @@
 # | 2 | `vllm/v1/worker/gpu_model_runner.py`：`_prepare_inputs`（L1981–L1993、L2081–L2105、L2239） | `minivllm/worker/gpu_model_runner.py`：`_prepare_inputs` | `[2, 5, 3]` 怎样变成每个 token 的位置？谁不该采样？ |
 # | 3 | `vllm/v1/worker/block_table.py`：`_compute_slot_mapping_kernel`（L410–L442） | `_prepare_inputs` 的 `slot_mapping` | 逻辑块号怎样变成物理块号？ |
 #
-# > **哪个 runner**：本课讲 V1 runner（`gpu_model_runner.py`）的持久批，minivllm 照它实现。课程的 dense 模型在 GPU 上默认走 Model Runner V2（`vllm/v1/worker/gpu/`），它没有持久批（见附录），摊平的数学相同。
+# > **哪个 runner**：本课讲 V1 runner（`gpu_model_runner.py`）的持久批，minivllm 照它写；课程的 dense 模型在 GPU 上默认走没有持久批的 Model Runner V2（`v1/worker/gpu/`，见附录），摊平的数学一样。
 
 # %%
 # 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
@@ -109,7 +109,7 @@ short_errors("lesson05")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 4. 性能与工程取舍
 #
-# - 输入准备与 token 数线性：16k 个 token 时，按 token 的 Python 循环要十几毫秒，向量化后不到 1 毫秒（见检查）。
+# - 输入准备与 token 数线性：16k 个 token 时，按 token 的 Python 循环执行 65,603 行 Python，向量化后是常数行、不到 1 毫秒（见检查）。
 # - vLLM 0.27.1 默认开启异步调度：CPU 准备第 t+1 步时 GPU 还在跑第 t 步，只有准备比前向慢时 GPU 才等（Q3）。
 # - 持久批让每步的 CPU 写入与变化量成正比；代价是行会移动，按行号索引的状态都要跟着搬。
 
@@ -140,13 +140,13 @@ L05.print_flat(step)
 L05.plot_mixed_batch(step);
 
 # %% [markdown]
-# 图 5-1：上：持久批的行（灰：KV 已在缓存里；彩色：本步调度的 token；斜线：留给以后的 prompt）。中：扁平的 varlen 批，一列一个 token，数字是位置，`qsl` 标出每行起点，箭头指向取 logits 的 token。下：每个 token 的 K/V 写进哪个物理块的哪个槽；块号分散，不按请求连续。
+# 图 5-1：上：持久批的行（灰为已缓存的 KV，彩色为本步调度的 token，斜线为后续 prompt）。中：扁平的 varlen 批，一列一个 token，数字是位置，`qsl` 标出每行起点，箭头指向取 logits 的 token。下：每个 token 的 K/V 写进哪个物理块的哪个槽，块号散开。
 
 # %%
 L05.plot_step_breakdown(run);
 
 # %% [markdown]
-# 图 5-2：每一步 `prepare_inputs`、`forward`、`sample` 三个追踪阶段的时间。这个小模型在 CPU 上，输入准备只占百分之几；GPU 上的大模型比例不同，不能外推。
+# 图 5-2：每一步 `prepare_inputs`、`forward`、`sample` 三个追踪阶段的时间。标题是输入准备每步占比的中位数（不计含预热的第 1 步）：这个小模型在 CPU 上低于 10%（负载下 5 次 1.6%–7.4%）；GPU 上的大模型不能外推。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
@@ -237,7 +237,7 @@ print(L05.share_of_step(plugged_run.trace))
 L05.vectorised_vs_loop(prepare_inputs)
 
 # %% [markdown]
-# 上表：同一个 16k token 的批上的三种实现。评分只看“Python lines”（`sys.settrace` 数出的行数），时间只作参考。
+# 上表：同一个 16k token 的批上的三种实现。评分只看“Python lines”（`sys.settrace` 数出的行数，每次相同）。时间取三者交替 9 轮的中位数：按 token 的循环总比引擎慢几十倍（负载下 5 次：36×–72×）。
 #
 # ## 检查方法
 #
@@ -277,7 +277,7 @@ L05.check_boundary(prepare_inputs)
 # - `swap_pair`：`InputBatch.swap_states` 交换两行时，对块表调用的方法；
 # - `split_counts`：批已按 decode 在前重排后，数出 decode、extend、prefill 各有多少请求和 token 的函数（`vllm/v1/attention/backends/utils.py`）；
 # - `sample_rows`：`GPUModelRunner` 里存 `num_computed_tokens + num_scheduled_tokens` 的 CPU 张量，`discard_request_mask` 由它与 `num_tokens` 比较得到；
-# - `flat_offsets`：`_prepare_inputs` 调用的 `GPUModelRunner` 方法，一次算出 `cumsum(n)` 和每个 token 在本请求内的偏移（`[2, 5, 3]` 得到 `[0, 1, 0, 1, 2, 3, 4, 0, 1, 2]`）。
+# - `flat_offsets`：`_prepare_inputs` 调用的 `GPUModelRunner` 方法，一次算出 `cumsum(n)` 与每个 token 在请求内的偏移（`[2, 5, 3]` 得到 `[0, 1, 0, 1, 2, 3, 4, 0, 1, 2]`）。
 
 # %% nbgrader={"grade": false, "grade_id": "l05_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
@@ -353,12 +353,12 @@ L05.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 列出关键路径：调度（`Scheduler.schedule`）、`_update_states`（增删行、condense、重排）、`_prepare_inputs`（6 个数组 + `AttentionMetadata`）、H2D 拷贝，之后才能启动这一步的前向；说出成本与 token 数和请求数线性（向量化后是几次 numpy 调用；按 token 的循环每 token 约 1 微秒，16k token 时十几毫秒对亚毫秒，引用检查里的实测数字），占步时间的比例取决于模型与硬件（图 5-2 在 CPU 小模型上是百分之几）；并给出至少两种带源码对象的手段：pinned 内存 + `non_blocking` 的 `CpuGpuBuffer.copy_to_gpu`、先 `commit_block_table` 再做其余 CPU 工作；`positions`/`seq_lens`/`slot_mapping` 在 GPU 上算（`BlockTable.compute_slot_mapping`）；异步调度（`async_scheduling`，vLLM 0.27.1 默认开启：第 t+1 步的调度与输入准备和第 t 步的前向重叠，采样结果留在 GPU 上）；CUDA graph 减少 launch 开销；结构化输出的 bitmask 与前向重叠（第 8 课）。1 分 = 只列出步骤或只说“异步”，没有对象或没有成本链。0 分 = 认为 GPU 可以在这一步的输入准备完成前开始这一步的前向，或把输入准备说成在 GPU 上做所以不占时间（一票否决：混淆算法正确性与性能）。**不扣分的说法**：指出“准备期间 GPU 空闲”只在没有异步调度时成立、默认配置下 GPU 此时在跑上一步，是正确的；只说“GPU 空闲”而没有提异步调度，不因此扣分。
+# **评分要点**：2 分 = 列出关键路径：调度（`Scheduler.schedule`）、`_update_states`（增删行、condense、重排）、`_prepare_inputs`（6 个数组 + `AttentionMetadata`）、H2D 拷贝，之后才能启动这一步的前向；说出成本与 token 数和请求数线性（向量化后是几次 numpy 调用；按 token 的循环执行的 Python 行数与 token 数成正比，16k token 时 6.5 万行对常数行，时间上慢几十倍，引用检查里的行数或同一轮的比值），占步时间的比例取决于模型与硬件（图 5-2 在 CPU 小模型上中位数低于 10%）；并给出至少两种带源码对象的手段：pinned 内存 + `non_blocking` 的 `CpuGpuBuffer.copy_to_gpu`、先 `commit_block_table` 再做其余 CPU 工作；`positions`/`seq_lens`/`slot_mapping` 在 GPU 上算（`BlockTable.compute_slot_mapping`）；异步调度（`async_scheduling`，vLLM 0.27.1 默认开启：第 t+1 步的调度与输入准备和第 t 步的前向重叠，采样结果留在 GPU 上）；CUDA graph 减少 launch 开销；结构化输出的 bitmask 与前向重叠（第 8 课）。1 分 = 只列出步骤或只说“异步”，没有对象或没有成本链。0 分 = 认为 GPU 可以在这一步的输入准备完成前开始这一步的前向，或把输入准备说成在 GPU 上做所以不占时间（一票否决：混淆算法正确性与性能）。**不扣分的说法**：指出“准备期间 GPU 空闲”只在没有异步调度时成立、默认配置下 GPU 此时在跑上一步，是正确的；只说“GPU 空闲”而没有提异步调度，不因此扣分。
 #
 # **参考答案**
 #
 # 1. 关键路径（CPU，每步）：`Scheduler.schedule` 决定 `num_scheduled_tokens` 和块；runner 的 `_update_states` 把增量写进持久批（`add_request`/`remove_request`/`condense`/`swap_states`）；`_prepare_inputs` 算 `input_ids`、`positions`、`query_start_loc`、`seq_lens`、`slot_mapping`、`logits_indices` 并构造 `AttentionMetadata`；把它们拷到 GPU。这一步前向的第一个 kernel 就要读 `input_ids`，注意力要读 `slot_mapping` 和块表，所以这些都要先准备好。没有异步调度时，这段时间里 GPU 空闲；vLLM 0.27.1 默认开启异步调度，此时 GPU 在跑上一步的前向，只要准备比前向快就不空等。
-# 2. 成本：与本步 token 数、请求数线性。向量化后是十几次 numpy 调用（检查里 16k token 的批不到 1 ms，执行的 Python 行数是常数）；按 token 的 Python 循环每 token 约 1 微秒，16k token 就是十几毫秒，比一个 decode 步的 GPU 时间还长。图 5-2 里它占 prepare+forward+sample 的百分之几（CPU 上的小模型）；GPU 上前向只要几毫秒时，这个比例会大得多，要实测。
+# 2. 成本：与本步 token 数、请求数线性。向量化后是十几次 numpy 调用（检查里 16k token 的批不到 1 ms，执行的 Python 行数是常数）；按 token 的 Python 循环执行 65,603 行，本机约 8–19 毫秒（随负载），比一个 decode 步的 GPU 时间还长。图 5-2 里它每步占 prepare+forward+sample 的中位数低于 10%（CPU 上的小模型）；GPU 上前向只要几毫秒时，这个比例会大得多，要实测。
 # 3. vLLM 的手段：
 #    - pinned 内存的 `CpuGpuBuffer` + `copy_to_gpu(non_blocking=True)`：拷贝异步进行，CPU 继续算；`_prepare_inputs` 第一件事就是 `commit_block_table`，让块表的拷贝与后面的 CPU 计算重叠；
 #    - 把 `positions`、`seq_lens`、`slot_mapping` 放到 GPU 上算（`num_computed_tokens` 常驻 GPU，`BlockTable.compute_slot_mapping` 启动 Triton kernel），CPU 只拷小数组；Model Runner V2 把更多输入准备写成按 `idx_mapping` 读状态表的 Triton kernel（`prepare_prefill_inputs`、`prepare_pos_seq_lens`），也算一种；

@@ -256,7 +256,7 @@ L07.plot_stages(stages);
 # 运行断言，再看下面两组真实运行，并解释结果：
 #
 # - 同一个 seed=1234 的请求：单独跑、与 3 个参数各异的请求同批、在 chunked prefill 下跑；再不带种子跑两次。为什么带种子的三行相同，不带种子的不同？
-# - profiler 看到的算子与中位时间（[8, 32000] 的 logits）：为什么有 top-p 的一栏多出了 `sort`，它贵多少？
+# - profiler 看到的算子（每次相同）：top-p 一栏为什么多了 `sort`、排多少个元素？计时只看方向（负载下 5 次：2.8×–26×）
 #
 # > **minivllm ≠ vLLM**：只有 top-k 时不排序是 minivllm 的规则，边界检查按它评；vLLM 各平台的做法见附录。
 
@@ -367,7 +367,7 @@ L07.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l07_q3", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q3（2 分）
 #
-# top-p 在 minivllm 和 vLLM 的 PyTorch 路径上代价是什么，什么时候被跳过？请用“检查方法”里 profiler 的算子列表和中位时间说明，并指出 `SamplingMetadata` 的哪个设计让“没人用”的判断不花一次 kernel。再说明 vLLM 在 CUDA 和 CPU 上分别怎样处理只有 top-k、或有 top-p 的批。
+# top-p 在 minivllm 和 vLLM 的 PyTorch 路径上代价是什么，什么时候被跳过？请用“检查方法”里 profiler 的算子与排序的元素数说明，并指出 `SamplingMetadata` 的哪个设计让“没人用”的判断不花一次 kernel。再说明 vLLM 在 CUDA 和 CPU 上分别怎样处理只有 top-k、或有 top-p 的批。
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
@@ -375,7 +375,7 @@ L07.check_source_map(SOURCE_MAP)
 #
 # **评分要点**：2 分 = 以下三点都说清。
 #
-# - 代价：PyTorch 路径上 top-p 要把每行按 logits 排序（`logits.sort`，$O(V\log V)$），再 softmax、cumsum、scatter 回原位；引用本机实测：top-p 一栏出现 `aten::sort`，中位时间是只有 top-k 的若干倍，以学生自己的数字为准。批里只要有一个请求用 top-p，整批都排序，top_p = 1 的行也一样，这是对的。
+# - 代价：PyTorch 路径上 top-p 要把每行按 logits 排序（`logits.sort`，$O(V\log V)$），再 softmax、cumsum、scatter 回原位；引用 profiler：top-p 一栏出现 `aten::sort`、整批 8 × 32000 个元素都排序，只有 top-k 时只有 `topk`、不排序。计时只需说方向（top-p 更慢）；用某一次的倍数当结论不给这一点。批里只要有一个请求用 top-p，整批都排序，top_p = 1 的行也一样，这是对的。
 # - 跳过：批里没有请求用 top-p 时 `top_p` 是 None（`top_k` 同理），`apply_top_k_top_p` 在两者都是 None 时原样返回；全贪心时 `Sampler.sample` 在 temperature 之前就返回。说 Model Runner V2 的 `Sampler` 先查有没有请求需要处理、没有就跳过，也对。
 # - 平台：CUDA 上默认多半不排序——没有带种子请求时走 FlashInfer 的拒绝采样（`flashinfer_sample`），否则 batch ≥ 8 时走基于 pivot 的 Triton kernel（`apply_top_k_top_p_triton`），只有小 batch 的 PyTorch 版排序，而且只有 top-k 时它也排序；CPU 上没有 Triton 时走 `apply_top_k_top_p_pytorch(allow_cpu_sync=True)`，只有 top-k 时用不排序的 `apply_top_k_only`，因为读 `k.max()` 是一次同步，只有 CPU 上可以接受。
 #
@@ -385,7 +385,7 @@ L07.check_source_map(SOURCE_MAP)
 #
 # **参考答案**
 #
-# 1. 代价：`apply_top_k_top_p` 对 [batch, V] 的 logits 整行升序排序，记下 `logits_idx`，在排好的值上做 top-k 阈值、softmax、cumsum、比较，再 `scatter` 回原顺序。排序是 $O(V\log V)$，还要额外一份 [batch, V] 的值和下标。本机 [8, 32000]：top-p 一栏有 `sort`，只有 top-k 时只有 `topk`、`gather`、`masked_fill`，中位时间约是后者的数倍；以你的输出为准，GPU 上要在目标硬件上测。
+# 1. 代价：`apply_top_k_top_p` 对 [batch, V] 的 logits 整行升序排序，记下 `logits_idx`，在排好的值上做 top-k 阈值、softmax、cumsum、比较，再 `scatter` 回原顺序。排序是 $O(V\log V)$，还要额外一份 [batch, V] 的值和下标。本机 [8, 32000]：top-p 一栏有 `sort`（256,000 个元素），只有 top-k 时只有 `topk`、`gather`、`masked_fill`，不排序。计时上 top-p 总是更慢，但倍数随机器负载在 2.8× 到 26× 之间变化，不能当结论；GPU 上要在目标硬件上测。
 # 2. 跳过：minivllm 的 `_sampling_metadata` 与 vLLM V1 的 `InputBatch._make_sampling_metadata` 只在批里有请求用 top-p 时才给出 `top_p` 张量，否则是 None；vLLM 用 `top_p_reqs` 集合和 `no_top_p` 属性判断。`if p is None` 是一次 Python 判断，不启动 kernel。只要有一个请求用 top-p，整批都排序，其余行 p = 1，不砍 token，但排序照做。全贪心时掩码与竞赛全部跳过；混合批里的贪心行参与竞赛，结果再被 `torch.where` 换成 argmax。
 # 3. 平台：`apply_top_k_top_p` 在 CPU 上有 Triton 时用 `apply_top_k_top_p_triton`，没有时用 `apply_top_k_top_p_pytorch(allow_cpu_sync=True)`，只有 top-k 时走 `apply_top_k_only`：`topk(max k)` 取阈值，不排序整个词表，但要读 `k.max()`，在 GPU 上是一次同步。CUDA 上支持 FlashInfer 时，没有带种子请求的 top-k/top-p 批交给 `flashinfer_sample`，用拒绝采样，不排序；一有带种子的请求就退回 `forward_native`：batch ≥ 8 且有 Triton 时走基于 pivot 的 Triton kernel，否则排序，只有 top-k 也排序。minivllm 只有 PyTorch 版，只有 top-k 时一律走 `apply_top_k_only`。
 #

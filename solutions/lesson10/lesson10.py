@@ -128,9 +128,9 @@ L10.print_tp_comparison(cmp)
 L10.plot_tp_comparison(cmp);
 
 # %% [markdown]
-# 图 10-1：3 个 prompt、每个 16 个 token，贪心。左：TP=1 与 TP=2 交替各跑 3 次的墙钟时间。右：TP=2 时 rank 0 上 gloo all-reduce（`c10d::allreduce_`）占 `execute_model` 的比例。
+# 图 10-1：3 个 prompt、每个 16 个 token，贪心。左：TP=1 与 TP=2 交替各跑 3 次的墙钟时间。右：rank 0 的 profiler 数到的步数与 gloo all-reduce（`c10d::allreduce_`）次数，每次运行都相同。
 #
-# 在这台 2 核 CPU 上 TP=2 比 TP=1 慢：两个 rank 分的是同两个核，模型很小，每步 9 次 all-reduce 都要两个进程经本机 TCP 会合（右图）。这个结论只对这台机器和这个负载成立（Q3）。
+# 两个 rank 共用同两个核，左图的比值跟着负载走（负载下见过 0.5× 到 12×），本课不从它下结论。确定的是右图：每步 9 次 all-reduce，每次 T × 256 个 float32，与 tp 无关。还没有 GPU 录制（Q3）。
 
 # %% [markdown]
 # ## 具体演示：一步前向里的 all-reduce
@@ -150,7 +150,7 @@ L10.plot_tp_comparison(cmp);
 #
 # 下面是 MLP 里的两个并行线性层（去掉了量化与 `skip_bias_add` 等开关）。
 #
-# - 父类 `LinearBase(input_size_per_partition, output_size_per_partition, bias)` 建好本 rank 的 `weight`（`[输出, 输入]`）与 `bias`，并给每个参数挂上 `self.weight_loader`（各 rank 读同一份 checkpoint，它只拷贝本 rank 那一段）。
+# - 父类 `LinearBase(input_size_per_partition, output_size_per_partition, bias)` 建好本 rank 的 `weight`（`[输出, 输入]`）与 `bias`，并给每个参数挂上 `self.weight_loader`（各 rank 读同一份 checkpoint，只拷贝本 rank 那段）。
 # - `self.tp_rank`、`self.tp_size`：本 rank 的编号和 rank 数，没有进程组时是 0 和 1。
 # - 10 处 `______` 是决策点：持有哪一维、读哪一段、放到融合参数哪里、通不通信、bias 在哪个 rank 加。
 # - 融合的各段大小可以不同（检查会用）；每段和行并行层的输入都要能被 tp 整除，否则构造层就应报错。
@@ -339,17 +339,17 @@ L10.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l10_q3", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q3（2 分）
 #
-# 张量并行什么时候不再划算？用图 10-1 的实测数字（TP=2 与 TP=1 的墙钟比、all-reduce 占一步的比例、每步 all-reduce 次数）说明这台 2 核 CPU 上发生了什么；再从通信量与计算量随 tp、batch 的 token 数、hidden 的变化，说明在 GPU 上什么情况下 TP 开始得不偿失。
+# 张量并行什么时候不再划算？用图 10-1 每次运行都相同的数字（每步 all-reduce 次数、每次的数据量、每个 rank 的计算量）说明 TP=2 每步多做了什么，并说明为什么这台 2 核 CPU 上的墙钟比不能当结论；再从通信量与计算量随 tp、batch 的 token 数、hidden 的变化，说明在 GPU 上什么情况下 TP 开始得不偿失。
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 引用自己运行的实测数字（本机一次运行：TP=2 比 TP=1 慢约 2.6 倍，中位数 0.38 s 对 0.15 s；all-reduce 约占 rank 0 `execute_model` 时间的 34%；每步 9 次；以学生自己的输出为准）并给出因果：两个 rank 共享同两个核，切分没有带来新的算力；小模型每步计算极少，固定开销（Python、调度、进程间广播）与每次 all-reduce 的会合延迟占主导；再给出一般规律：每层两次 all-reduce，每次的张量 `T × hidden` 个数（大小与 tp 无关；ring all-reduce 每个 rank 发送约 $2(tp-1)/tp$ 倍，步数 2(tp−1) 随 tp 增长），而每个 rank 的计算 ∝ `T × hidden × I / tp`；tp 增大、T 小（decode、小 batch）、hidden 小、互连慢（PCIe、跨机）时通信占比上升，延迟受 all-reduce 的固定延迟限制；TP 划算的条件是模型放不下一张卡、或单步计算大到通信可被摊薄、且有 NVLink 级互连；并说明结论要在目标硬件上 benchmark；1 分 = 趋势对但没有实测数字，或只说“通信开销大”而没有说明与 tp、T、hidden 的关系；0 分 = 把本机 CPU 的结果说成“TP 没用”，或认为 TP 一定按 tp 倍加速（一票否决：把单一负载的实测写成普遍结论）。
+# **评分要点**：2 分 = 引用确定的数字（每步 9 次 all-reduce，每次 T × 256 个 float32，每个 rank 算一半的矩阵乘法）并说明墙钟比为什么不能当结论：两个 rank 共享同两个核，切分没有带来新的算力，比值随负载在约 0.5× 到 12× 间变；小模型每步计算极少，固定开销（Python、调度、进程间广播）与每次 all-reduce 的会合延迟占主导；再给出一般规律：每层两次 all-reduce，每次的张量 `T × hidden` 个数（大小与 tp 无关；ring all-reduce 每个 rank 发送约 $2(tp-1)/tp$ 倍，步数 2(tp−1) 随 tp 增长），而每个 rank 的计算 ∝ `T × hidden × I / tp`；tp 增大、T 小（decode、小 batch）、hidden 小、互连慢（PCIe、跨机）时通信占比上升，延迟受 all-reduce 的固定延迟限制；TP 划算的条件是模型放不下一张卡、或单步计算大到通信可被摊薄、且有 NVLink 级互连；并说明结论要在目标硬件上 benchmark；1 分 = 趋势对但没有每步 all-reduce 次数与数据量，或只说“通信开销大”而没有说明与 tp、T、hidden 的关系；0 分 = 把本机 CPU 的结果说成“TP 没用”，或认为 TP 一定按 tp 倍加速（一票否决：把单一负载的实测写成普遍结论）。
 #
 # **参考答案**
 #
-# 1. 本机实测（图 10-1，3 个 prompt × 16 token，贪心，A B A B 三对的中位数）：TP=2 比 TP=1 慢（本机一次运行：中位数 0.38 s 对 0.15 s，约 2.6 倍）；rank 0 的 profiler 显示每步 9 次 `c10d::allreduce_`，占 `execute_model` 时间的 34%（16 步、144 次 all-reduce、140 ms / 414 ms）。原因：(a) 两个 rank 是两个进程，抢同两个 CPU 核，计算没有变多；(b) 模型很小（hidden 256），每层矩阵乘法只有几十微秒，省下一半计算几乎没有收益；(c) 每次 gloo all-reduce 都要两个进程经本机 TCP 会合，9 次/步的固定延迟直接加到每一步上；(d) 每步还多了一次把 `execute_model` 广播给两个 worker 的开销。
+# 1. 本机（图 10-1，3 个 prompt × 16 token，贪心）：rank 0 的 profiler 每次都数到每步 9 次 `c10d::allreduce_`（16 步、144 次），每次 T × 256 个 float32。墙钟比不能当结论：负载下的 2 核机器上 TP=2 / TP=1 从 0.5× 到 12× 都出现过，all-reduce 只解释其中一部分，其余是另一个 rank 在同两个核上的计算、`execute_model` 的广播与 Python 开销，随负载变。TP=2 在空闲的这台机器上通常不更快，因为：(a) 两个 rank 是两个进程，抢同两个 CPU 核，计算没有变多；(b) 模型很小（hidden 256），每层矩阵乘法只有几十微秒，省下一半计算几乎没有收益；(c) 每次 gloo all-reduce 都要两个进程经本机 TCP 会合，9 次/步的固定延迟直接加到每一步上；(d) 每步还多了一次把 `execute_model` 广播给两个 worker 的开销。
 # 2. 一般规律：每层两次 all-reduce，每次的张量大小是 `T × hidden`（T 是本步 token 数），**与 tp 无关**；ring all-reduce 每个 rank 收发约 $2(tp-1)/tp \cdot T \cdot hidden$ 个数，还有与数据量无关的启动/会合延迟，ring 要 2(tp−1) 步，这部分随 tp 增长。每个 rank 的计算约 $\propto T \cdot hidden \cdot (hidden + I) / tp$。所以通信/计算之比 ∝ tp / (hidden + I)，且在 T 小时被固定延迟主导。
 # 3. 不划算的情形：tp 增大（计算按 1/tp 降，而每个 rank 的通信量趋近 2 倍张量、步数随 tp 增多）；decode 与小 batch（T 小，all-reduce 的固定延迟占主导）；小模型或窄层（hidden 小）；互连慢（PCIe 没有 NVLink、跨机）——这就是 vLLM 建议 TP 不跨机、跨机用流水线并行的原因；此外 kv 头复制（Q2）让 KV cache 收益在 tp 超过 kv 头数后停止增长。
 # 4. 划算的情形：模型一张卡放不下（TP 是让它跑起来的手段）；大模型的 prefill 或大 batch，计算足够大能摊薄通信；有 NVLink / NVSwitch 的单机多卡，必要时用自定义 all-reduce 降低小消息延迟。
