@@ -12,7 +12,9 @@ def get_tokenizer(path: str):
     from transformers import AutoTokenizer
 
     from minivllm.model_executor.model_loader import resolve_model_path
-    tok = AutoTokenizer.from_pretrained(resolve_model_path(path))
+    # vLLM loads a generating model's tokenizer with truncation_side "left" (vllm/tokenizers/registry.py:133-137):
+    # a prompt truncated by the tokenizer keeps its special tokens and its last text tokens.
+    tok = AutoTokenizer.from_pretrained(resolve_model_path(path), truncation_side="left")
     if not tok.is_fast:
         raise ValueError(f"{path}: minivllm needs a fast (tokenizers) tokenizer")
     return tok

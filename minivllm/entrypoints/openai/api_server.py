@@ -389,9 +389,18 @@ class OpenAIServing:
         if isinstance(prompt, str) and not add_special_tokens:
             processor.check_text_len(prompt)
             prompt = {"prompt": prompt, "prompt_token_ids": self.tokenizer.encode(prompt, add_special_tokens=False)}
+        keep = None
+        if truncate is not None:  # -1: as many as the context holds beside max_tokens (vLLM's max_input_tokens)
+            keep = self.max_model_len - (max_tokens or 0) if truncate == -1 else truncate
+        if isinstance(prompt, str) and keep and truncation_side is None:
+            # vLLM hands the truncation to the tokenizer (TokenizeParams.get_encode_kwargs,
+            # vllm/renderers/params.py:316-337; renderers/base.py:479-481): it keeps the special tokens (BOS) and
+            # the last text tokens, so "ROMEO:" cut to 2 is [BOS, ":"], not ["ROMEO", ":"].
+            processor.check_text_len(prompt)
+            prompt = {"prompt": prompt, "prompt_token_ids": self.tokenizer(
+                prompt, truncation=True, max_length=keep, add_special_tokens=add_special_tokens)["input_ids"]}
         text, token_ids = processor.tokenize(prompt)
-        if truncate is not None:  # vLLM keeps the last tokens, or the first with truncation_side "right"
-            keep = self.max_model_len if truncate == -1 else truncate  # -1: as many as the context holds
+        if keep is not None:  # vLLM keeps the last tokens, or the first with truncation_side "right"
             token_ids = (token_ids[:keep] if truncation_side == "right" else token_ids[-keep:]) if keep else []
         self.check_context(len(token_ids), max_tokens, field)
         if len(token_ids) >= self.max_model_len:  # vLLM's engine-side check (echo with max_tokens 0 reaches it)
