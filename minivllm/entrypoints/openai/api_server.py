@@ -583,7 +583,10 @@ async def create_completion(serving: OpenAIServing, req: CompletionRequest, raw:
     gens = await start_children(serving, rid, prompts, params, bool(req.stream), req.max_tokens,
                                 truncate=req.truncate_prompt_tokens, add_special_tokens=req.add_special_tokens,
                                 truncation_side=req.truncation_side)
-    echo_texts = [(p if isinstance(p, str) else serving.tokenizer.decode(p)) if req.echo else "" for p in prompts]
+    # vLLM leaves the echoed prompt out of the text when return_token_ids is set: its ids are in prompt_token_ids
+    # (vllm/entrypoints/openai/completion/serving.py:339-342 streamed, 530-532 not)
+    echo_texts = [(p if isinstance(p, str) else serving.tokenizer.decode(p)) if req.echo and not req.return_token_ids
+                  else "" for p in prompts]
     echo_texts = [t for t in echo_texts for _ in range(params.n)]
     if req.stream:
         return CancellableStreamingResponse(_completion_stream(serving, req, gens, rid, created, echo_texts,
