@@ -441,6 +441,7 @@ class OpenAIServing:
                 content = "\n".join(str(p.get("text", "")) for p in content)
             msgs.append({"role": m.role, "content": content})
         template = None if getattr(self.tokenizer, "chat_template", None) else DEFAULT_CHAT_TEMPLATE
+        msgs = developer_as_system(msgs, template or self.tokenizer.chat_template)
         text = self.tokenizer.apply_chat_template(msgs, chat_template=template, tokenize=False,
                                                   add_generation_prompt=add_generation_prompt,
                                                   continue_final_message=continue_final_message,
@@ -487,6 +488,23 @@ class OpenAIServing:
                             "top_logprobs": [{"token": name(t), "logprob": _finite(lp), "bytes": list(name(t).encode())}
                                              for t, lp in list(lps.items())[:num]]})
         return {"content": content}
+
+
+def developer_as_system(msgs: list[dict], chat_template: str) -> list[dict]:
+    """vLLM's rendering of `developer` messages for a chat template that never names that role: each becomes a
+    `system` message, and the system messages are merged (non-empty contents joined by a blank line) into one at
+    the front when one is not first or there are several (vllm/renderers/hf.py:720-728, with
+    _detect_developer_role_support at 445-447, _convert_developer_to_system 450-462 and
+    _consolidate_system_messages 465-502)."""
+    if not any(m["role"] == "developer" for m in msgs) or \
+            '"developer"' in chat_template or "'developer'" in chat_template:
+        return msgs
+    msgs = [m | {"role": "system"} if m["role"] == "developer" else m for m in msgs]
+    system = [i for i, m in enumerate(msgs) if m["role"] == "system"]
+    if system == [] or system == [0]:
+        return msgs
+    merged = {"role": "system", "content": "\n\n".join(msgs[i]["content"] for i in system if msgs[i]["content"])}
+    return [merged, *(m for m in msgs if m["role"] != "system")]
 
 
 def _finite(logprob):
