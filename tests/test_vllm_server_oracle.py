@@ -57,8 +57,6 @@ VLLM_UNSTABLE = {"cmpl/bad/invalid_json": "vLLM closes the connection on a trunc
 # vLLM behaviour minivllm does not have yet: case -> what is missing. Each must still differ.
 OPEN_GAPS: dict[str, str] = {
     "route/responses": "the Responses API (POST /v1/responses) is not built: minivllm answers 404",
-    "chat/tools/auto_pythonic_two_stream": "with parallel_tool_calls false vLLM's pythonic stream ends with "
-                                           '{"content": ""} deltas; minivllm sends the first call\'s closing brace',
 }
 
 # Metric families (names under vLLM's prefix, minivllm's `minivllm:` mapped to it) that nothing in minivllm
