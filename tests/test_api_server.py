@@ -150,6 +150,28 @@ def test_chat_stream_and_not(client, server):
     assert tok["count"] == full.usage.prompt_tokens
 
 
+def test_responses_answers_text_input_through_the_chat_template(server, client, offline):
+    """POST /v1/responses (vLLM's Responses API, non-streamed text): the instructions and input render as a chat
+    (system, user), tokenized with the special tokens added as vLLM's ResponsesRequest.build_tok_params does; the
+    greedy output is the offline one for those ids, in a response object with vLLM's fields."""
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Speak, Horatio."}]
+    tok = httpx.post(server[1] + "/tokenize", json={"messages": msgs, "add_special_tokens": True}, headers=auth).json()
+    [ref] = greedy_text(offline, [tok["tokens"]], 6)
+    r = client.responses.create(model=NAME, instructions="Be brief.", input="Speak, Horatio.", max_output_tokens=6,
+                                **GREEDY)
+    assert r.object == "response" and r.output_text == ref and r.output[0].role == "assistant"
+    assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
+    assert (r.usage.input_tokens, r.usage.output_tokens, r.max_output_tokens) == (tok["count"], 6, 6)
+    assert r.tool_choice == "none" and r.temperature == 0.0 and r.instructions == "Be brief."
+    listed = client.responses.create(model=NAME, input=[{"role": "system", "content": "Be brief."}, {
+        "role": "user", "content": [{"type": "input_text", "text": "Speak, Horatio."}]}], max_output_tokens=6, **GREEDY)
+    assert listed.output_text == ref
+    refused = httpx.post(server[1] + "/v1/responses", headers=auth, json={"input": "hi", "stream": True})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "stream"
+    assert httpx.post(server[1] + "/v1/responses", headers=auth, json={}).json()["error"]["param"] == "body.input"
+
+
 def test_sampling_options(client):
     kw = dict(model=NAME, prompt="KING:", max_tokens=12, temperature=1.0)
     a = client.completions.create(seed=7, **kw).choices[0].text

@@ -55,9 +55,7 @@ VLLM_UNSTABLE = {"cmpl/bad/invalid_json": "vLLM closes the connection on a trunc
                                           "answers minivllm's 400 (param body.10) in others"}
 
 # vLLM behaviour minivllm does not have yet: case -> what is missing. Each must still differ.
-OPEN_GAPS: dict[str, str] = {
-    "route/responses": "the Responses API (POST /v1/responses) is not built: minivllm answers 404",
-}
+OPEN_GAPS: dict[str, str] = {}
 
 # Metric families (names under vLLM's prefix, minivllm's `minivllm:` mapped to it) that nothing in minivllm
 # produces (no KV connector, no multimodal cache) ...
