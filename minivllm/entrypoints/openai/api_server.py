@@ -70,6 +70,7 @@ from minivllm.entrypoints.openai.protocol import (
 from minivllm.exceptions import StartupError, VLLMValidationError
 from minivllm.outputs import RequestOutput
 from minivllm.sampling_params import SamplingParams
+from minivllm.tokenizer import encode_truncated
 
 logger = logging.getLogger("minivllm.api_server")
 DEFAULT_MAX_REQUEST_BODY_BYTES = 8 << 20
@@ -395,12 +396,11 @@ class OpenAIServing:
         if truncate is not None:  # -1: as many as the context holds beside max_tokens (vLLM's max_input_tokens)
             keep = self.max_model_len - (max_tokens or 0) if truncate == -1 else truncate
         if isinstance(prompt, str) and keep and truncation_side is None:
-            # vLLM hands the truncation to the tokenizer (TokenizeParams.get_encode_kwargs,
-            # vllm/renderers/params.py:316-337; renderers/base.py:479-481): it keeps the special tokens (BOS) and
-            # the last text tokens, so "ROMEO:" cut to 2 is [BOS, ":"], not ["ROMEO", ":"].
+            # vLLM hands this truncation to the tokenizer (renderers/base.py:479-481): the special tokens (BOS)
+            # stay, so "ROMEO:" cut to 2 is [BOS, ":"], not ["ROMEO", ":"]
             processor.check_text_len(prompt)
-            prompt = {"prompt": prompt, "prompt_token_ids": self.tokenizer(
-                prompt, truncation=True, max_length=keep, add_special_tokens=add_special_tokens)["input_ids"]}
+            prompt = {"prompt": prompt,
+                      "prompt_token_ids": encode_truncated(self.tokenizer, prompt, keep, add_special_tokens)}
         text, token_ids = processor.tokenize(prompt)
         if keep is not None:  # vLLM keeps the last tokens, or the first with truncation_side "right"
             token_ids = (token_ids[:keep] if truncation_side == "right" else token_ids[-keep:]) if keep else []
