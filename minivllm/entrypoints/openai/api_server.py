@@ -451,19 +451,30 @@ class OpenAIServing:
         self.engine.input_processor.check_text_len(text)
         return {"prompt": text, "prompt_token_ids": self.tokenizer.encode(text, add_special_tokens=add_special_tokens)}
 
+    def logprob_token(self, token_id: int, logprob, as_ids: bool | None = False) -> str:
+        """vLLM's _get_decoded_token (entrypoints/generate/base/serving.py:253-270): the engine's decoded token,
+        which for a byte of a character split across tokens is '' until the token that completes it, then the
+        whole character (LogprobsProcessor._verify_tokens, v1/engine/logprobs.py:249-346), so the tokens join to
+        the text; the token decoded on its own (U+FFFD for such a byte) only where the engine gave none."""
+        if as_ids:
+            return token_id_placeholder(token_id)
+        decoded = getattr(logprob, "decoded_token", None)
+        return decoded if decoded is not None else self.token_str(token_id)
+
     def completion_logprobs(self, token_ids, logprobs, offset: int, num: int, as_ids: bool | None = False) -> dict | None:
         """OpenAI's completion logprobs; each position lists its token and its top `num` (vLLM's
         _create_completion_logprobs). A None entry is the prompt's first token, which has no logprob.
         as_ids (return_tokens_as_token_ids): tokens spelled "token_id:N", offsets counted over that text."""
         if logprobs is None:
             return None
-        name = token_id_placeholder if as_ids else self.token_str
         tokens, token_lps, tops, offsets = [], [], [], []
         for tok, lps in zip(token_ids, logprobs, strict=False):
-            s = name(tok)
+            s = (token_id_placeholder(tok) if as_ids else self.token_str(tok)) if lps is None else \
+                self.logprob_token(tok, lps.get(tok), as_ids)
             tokens.append(s)
             token_lps.append(None if lps is None else _finite(lps.get(tok)))
-            tops.append(None if lps is None else {name(t): _finite(lp) for t, lp in list(lps.items())[:num + 1]})
+            tops.append(None if lps is None else {self.logprob_token(t, lp, as_ids): _finite(lp)
+                                                  for t, lp in list(lps.items())[:num + 1]})
             offsets.append(offset)
             offset += len(s)
         return {"text_offset": offsets, "token_logprobs": token_lps, "tokens": tokens, "top_logprobs": tops}
@@ -478,17 +489,23 @@ class OpenAIServing:
                 for d in prompt_logprobs]
 
     def chat_logprobs(self, token_ids, logprobs, num: int, as_ids: bool | None = False) -> dict | None:
-        """as_ids (return_tokens_as_token_ids): tokens spelled "token_id:N"; the chosen token's bytes stay its
-        text's, the top entries' bytes are those of their "token_id:N" (as vLLM's _create_chat_logprobs)."""
+        """vLLM's _create_chat_logprobs (chat_completion/serving.py:1167-1230): tokens as logprob_token gives them
+        ("token_id:N" with as_ids); the chosen token's bytes are its decoded text's, the top entries' bytes their
+        token's."""
         if logprobs is None:
             return None
-        name = token_id_placeholder if as_ids else self.token_str
         content = []
         for tok, lps in zip(token_ids, logprobs, strict=False):
-            content.append({"token": name(tok), "logprob": _finite(lps.get(tok)),
-                            "bytes": list(self.token_str(tok).encode()),
-                            "top_logprobs": [{"token": name(t), "logprob": _finite(lp), "bytes": list(name(t).encode())}
-                                             for t, lp in list(lps.items())[:num]]})
+            chosen = lps.get(tok)
+            decoded = getattr(chosen, "decoded_token", None)
+            top = []
+            for t, lp in list(lps.items())[:num]:
+                name = self.logprob_token(t, lp, as_ids)
+                top.append({"token": name, "logprob": _finite(lp), "bytes": list(name.encode("utf-8", "replace"))})
+            content.append({"token": self.logprob_token(tok, chosen, as_ids), "logprob": _finite(chosen),
+                            "bytes": list((self.token_str(tok) if decoded is None else decoded).encode(
+                                "utf-8", "replace")),
+                            "top_logprobs": top})
         return {"content": content}
 
 
@@ -696,8 +713,10 @@ async def _completion_stream(serving, req, gens, rid, created, echo_texts, n, ec
                 text = echo_texts[i] + text
                 prompt_ids = list(out.prompt_token_ids) if req.return_token_ids or req.echo else None
             n_gen[i] += len(c.token_ids)
-            if not text and not c.finish_reason:
-                continue  # text held back (a stop string may be forming) and nothing else to say
+            if not text and not c.token_ids and not c.finish_reason:
+                continue  # vLLM skips only a step with nothing in it: a token whose text is held back (a byte of
+                # a split character, a stop string forming) still goes out, with its logprobs and ids
+                # (completion/serving.py:366-377)
             if prompt_ids is not None and req.echo and req.logprobs is not None:  # first chunk: prompt + token
                 ids, lps = list(out.prompt_token_ids), list(out.prompt_logprobs or [])
                 if not echo_only:
@@ -851,8 +870,8 @@ async def _chat_stream(serving, req, gens, rid, created, num_lp, role, echo_text
                     yield sse(head | {"choices": [{"index": i, "delta": {"content": echo_text}, "logprobs": None,
                                                    "finish_reason": None}]})
             n_gen[i] += len(c.token_ids)
-            if not c.text and not c.finish_reason and not req.forced_tool:
-                continue
+            if not c.text and not c.token_ids and not c.finish_reason and not req.forced_tool:
+                continue  # as vLLM (chat_completion/serving.py:604-610): a token with no text yet still goes out
             delta = tools[i].delta(c.text, c.finish_reason is not None)
             if delta is None and c.finish_reason is None:
                 continue
