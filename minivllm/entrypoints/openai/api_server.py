@@ -940,7 +940,7 @@ async def create_responses(serving: OpenAIServing, req: ResponsesRequest, raw: R
                  "output_tokens_details": {"reasoning_tokens": 0, "tool_output_tokens": 0,
                                            "output_tokens_per_turn": [], "tool_output_tokens_per_turn": []},
                  "total_tokens": n_prompt + n_out}
-        # ResponsesResponse.from_request (responses/protocol.py:726-779): the sampling values actually used
+        # ResponsesResponse.from_request (responses/protocol.py:727-779): the sampling values actually used
         return JSONResponse({
             "id": rid, "created_at": created,
             "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,

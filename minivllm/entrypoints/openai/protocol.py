@@ -383,7 +383,7 @@ class DetokenizeRequest(OpenAIBaseModel):
 
 
 class ResponsesRequest(OpenAIBaseModel):
-    """POST /v1/responses: vLLM 0.27.1's ResponsesRequest (vllm/entrypoints/openai/responses/protocol.py:135-640),
+    """POST /v1/responses: vLLM 0.27.1's ResponsesRequest (vllm/entrypoints/openai/responses/protocol.py:136-637),
     the fields a text conversation uses. minivllm answers plain text input (a string, or messages whose content is
     text) without streaming, tools, stored responses or background mode; the others are refused with a 400."""
 
