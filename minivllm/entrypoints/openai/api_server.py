@@ -913,7 +913,7 @@ async def create_responses(serving: OpenAIServing, req: ResponsesRequest, raw: R
                               "response_id")
     for field, unsupported in (("stream", req.stream), ("background", req.background), ("tools", req.tools),
                                ("include", req.include and "message.output_text.logprobs" in req.include),
-                               ("text", (req.text or {}).get("format", {}).get("type", "text") != "text")):
+                               ("text", ((req.text or {}).get("format") or {}).get("type", "text") != "text")):
         if unsupported:
             raise VLLMValidationError(f"{field} is not supported by minivllm's /v1/responses yet", field)
     last = req.input[-1] if isinstance(req.input, list) and req.input else {}
