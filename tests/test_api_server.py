@@ -150,6 +150,48 @@ def test_chat_stream_and_not(client, server):
     assert tok["count"] == full.usage.prompt_tokens
 
 
+def test_responses_answers_text_input_through_the_chat_template(server, client, offline):
+    """POST /v1/responses (vLLM's Responses API, non-streamed text): the instructions and input render as a chat
+    (system, user), tokenized with the special tokens added as vLLM's ResponsesRequest.build_tok_params does; the
+    greedy output is the offline one for those ids, in a response object with vLLM's fields."""
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Speak, Horatio."}]
+    tok = httpx.post(server[1] + "/tokenize", json={"messages": msgs, "add_special_tokens": True}, headers=auth).json()
+    [ref] = greedy_text(offline, [tok["tokens"]], 6)
+    r = client.responses.create(model=NAME, instructions="Be brief.", input="Speak, Horatio.", max_output_tokens=6,
+                                **GREEDY)
+    assert r.object == "response" and r.output_text == ref and r.output[0].role == "assistant"
+    assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
+    assert (r.usage.input_tokens, r.usage.output_tokens, r.max_output_tokens) == (tok["count"], 6, 6)
+    assert r.tool_choice == "none" and r.temperature == 0.0 and r.instructions == "Be brief."
+    listed = client.responses.create(model=NAME, input=[{"role": "system", "content": "Be brief."}, {
+        "role": "user", "content": [{"type": "input_text", "text": "Speak, Horatio."}]}], max_output_tokens=6, **GREEDY)
+    assert listed.output_text == ref
+    refused = httpx.post(server[1] + "/v1/responses", headers=auth, json={"input": "hi", "stream": True})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "stream"
+    assert httpx.post(server[1] + "/v1/responses", headers=auth, json={}).json()["error"]["param"] == "body.input"
+
+
+def test_logprob_tokens_of_a_split_character_join_to_the_text(client):
+    """A character split across byte tokens: each logprob `token` is the engine's decoded token, as vLLM's
+    _get_decoded_token gives it ('' for the bytes before the last, then the whole character, never U+FFFD), so the
+    tokens join to the text; and a streamed token whose text is held back still goes out with its entry."""
+    text = "café — naïve ✓"
+    echo = client.completions.create(model=NAME, prompt=text, max_tokens=1, logprobs=1, echo=True, **GREEDY)
+    tokens = echo.choices[0].logprobs.tokens
+    assert "".join(tokens[1:echo.usage.prompt_tokens]) == text and "\ufffd" not in "".join(tokens)
+    assert "" in tokens  # the leading bytes of é, — and ✓
+    chunks = list(client.chat.completions.create(
+        model=NAME, messages=[{"role": "user", "content": "x"}], max_tokens=16, logprobs=True, top_logprobs=1,
+        stream=True, stream_options={"include_usage": True}, temperature=0.0,
+        extra_body={"structured_outputs": {"choice": ["café ✓ naïve"]}}))
+    entries = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "café ✓ naïve"
+    assert len(entries) == chunks[-1].usage.completion_tokens
+    assert "".join(e.token for e in entries).startswith("café ✓ naïve")
+    assert all("\ufffd" not in e.token and "\ufffd" not in t.token for e in entries for t in e.top_logprobs)
+
+
 def test_sampling_options(client):
     kw = dict(model=NAME, prompt="KING:", max_tokens=12, temperature=1.0)
     a = client.completions.create(seed=7, **kw).choices[0].text

@@ -55,15 +55,29 @@ VLLM_UNSTABLE = {"cmpl/bad/invalid_json": "vLLM closes the connection on a trunc
                                           "answers minivllm's 400 (param body.10) in others"}
 
 # vLLM behaviour minivllm does not have yet: case -> what is missing. Each must still differ.
-OPEN_GAPS: dict[str, str] = {
-    "cmpl/truncate_prompt_tokens": "vLLM reports 2 prompt tokens but answers as for the whole prompt; minivllm "
-                                   "generates from the last 2",
-    "cmpl/return_token_ids_echo": "vLLM leaves the echoed prompt out of the text when return_token_ids is set",
-    "chat/developer": "vLLM renders a developer message with one token fewer (cause not found)",
-    "route/responses": "the Responses API (POST /v1/responses) is not built: minivllm answers 404",
-    "chat/tools/auto_pythonic_two_stream": "with parallel_tool_calls false vLLM's pythonic stream ends with "
-                                           '{"content": ""} deltas; minivllm sends the first call\'s closing brace',
-}
+OPEN_GAPS: dict[str, str] = {}
+
+# Streams whose chunk boundaries depend on load, on either server: when the client reads slower than the engine
+# steps, both merge the waiting tokens into one chunk (vLLM's RequestOutputCollector), and a chunk shape that only
+# a lone token makes is missing. Such a case may differ from the recording in its chunk shapes only, one side's
+# being a subset of the other's (only_chunking).
+CHUNKING = {"chat/tools/auto_pythonic_two_stream": "the pythonic parser answers a delta after the closed call list "
+                                                  'with {"content": ""} (pythonic_tool_parser.py:191-194): a '
+                                                  "non-final one only when the list's closing ']' comes alone, "
+                                                  "which a loaded server (vLLM live, minivllm at 4 in flight) "
+                                                  "merges with the tokens before it"}
+
+
+def only_chunking(name: str, a: dict, b: dict) -> bool:
+    """a and b differ in nothing but which chunk shapes they have, one side's a subset of the other's."""
+    if name not in CHUNKING or "sse" not in a or "sse" not in b:
+        return False
+    sa, sb = (server_diff._chunk_schemas(x["sse"]["chunk_shapes"]) for x in (a, b))
+    subset = all(s in sb for s in sa) or all(s in sa for s in sb)
+    blank = [copy.deepcopy(x) for x in (a, b)]
+    for x in blank:
+        x["sse"]["chunk_shapes"] = []
+    return subset and not server_diff.differences(*blank)
 
 # Metric families (names under vLLM's prefix, minivllm's `minivllm:` mapped to it) that nothing in minivllm
 # produces (no KV connector, no multimodal cache) ...
@@ -97,7 +111,7 @@ def minivllm_answers():
 
 def divergences(vllm: list[dict], mine: list[dict]) -> dict[str, str]:
     return {c["name"]: d for c, a, b in zip(CASES, vllm, mine, strict=True)
-            if (d := server_diff.first_divergence(c, a, b))}
+            if (d := server_diff.first_divergence(c, a, b)) and not only_chunking(c["name"], a, b)}
 
 
 def test_recording_is_vllm_0_27_1s_server():
@@ -164,6 +178,29 @@ def test_deliberate_differences(golden, minivllm_answers):
         v, m = set(answer(vllm, name)["families"]), set(answer(mine, name)["families"])
         assert v - m == NOT_PRODUCED and m - v == EXTRA_FAMILIES, (name, sorted(v - m), sorted(m - v))
         assert any(f.startswith("http_requests_total") for f in m) and "vllm:cache_config_info gauge" in m
+
+
+def test_a_stream_merged_by_load_may_lack_a_chunk_shape_and_nothing_else(golden):
+    """A CHUNKING case passes with the lone-token chunk's shape missing on either side, and fails on any other
+    difference: a value, or a shape on one side only each way."""
+    name = next(iter(CHUNKING))
+    recorded = golden["answers"][BY_NAME[name]]
+
+    def lone(shape):
+        ch = (shape.get("choices") or [{}])[0]
+        return ch.get("finish_reason") == "NoneType" and ch.get("delta") == {"content": "str"}
+
+    merged = copy.deepcopy(recorded)
+    merged["sse"]["chunk_shapes"] = [s for s in recorded["sse"]["chunk_shapes"] if not lone(s)]
+    assert len(merged["sse"]["chunk_shapes"]) == len(recorded["sse"]["chunk_shapes"]) - 1
+    assert only_chunking(name, recorded, merged) and only_chunking(name, merged, recorded)
+    swapped = copy.deepcopy(merged)
+    swapped["sse"]["chunk_shapes"].append({"object": "int"})
+    assert not only_chunking(name, recorded, swapped)
+    changed = copy.deepcopy(merged)
+    changed["sse"]["values"]["choice0.finish_reason"] = "stop"
+    assert not only_chunking(name, recorded, changed)
+    assert not only_chunking("chat/stream/logprobs", recorded, merged)
 
 
 def test_a_divergence_is_reported_with_its_request_and_field(golden):

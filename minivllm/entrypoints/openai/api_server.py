@@ -29,6 +29,7 @@ import re
 import signal
 import sys
 import time
+import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -60,6 +61,7 @@ from minivllm.entrypoints.openai.protocol import (
     ChatMessage,
     CompletionRequest,
     DetokenizeRequest,
+    ResponsesRequest,
     TokenizeRequest,
     now,
     random_id,
@@ -68,6 +70,7 @@ from minivllm.entrypoints.openai.protocol import (
 from minivllm.exceptions import StartupError, VLLMValidationError
 from minivllm.outputs import RequestOutput
 from minivllm.sampling_params import SamplingParams
+from minivllm.tokenizer import encode_truncated
 
 logger = logging.getLogger("minivllm.api_server")
 DEFAULT_MAX_REQUEST_BODY_BYTES = 8 << 20
@@ -389,9 +392,17 @@ class OpenAIServing:
         if isinstance(prompt, str) and not add_special_tokens:
             processor.check_text_len(prompt)
             prompt = {"prompt": prompt, "prompt_token_ids": self.tokenizer.encode(prompt, add_special_tokens=False)}
+        keep = None
+        if truncate is not None:  # -1: as many as the context holds beside max_tokens (vLLM's max_input_tokens)
+            keep = self.max_model_len - (max_tokens or 0) if truncate == -1 else truncate
+        if isinstance(prompt, str) and keep and truncation_side is None:
+            # vLLM hands this truncation to the tokenizer (renderers/base.py:479-481): the special tokens (BOS)
+            # stay, so "ROMEO:" cut to 2 is [BOS, ":"], not ["ROMEO", ":"]
+            processor.check_text_len(prompt)
+            prompt = {"prompt": prompt,
+                      "prompt_token_ids": encode_truncated(self.tokenizer, prompt, keep, add_special_tokens)}
         text, token_ids = processor.tokenize(prompt)
-        if truncate is not None:  # vLLM keeps the last tokens, or the first with truncation_side "right"
-            keep = self.max_model_len if truncate == -1 else truncate  # -1: as many as the context holds
+        if keep is not None:  # vLLM keeps the last tokens, or the first with truncation_side "right"
             token_ids = (token_ids[:keep] if truncation_side == "right" else token_ids[-keep:]) if keep else []
         self.check_context(len(token_ids), max_tokens, field)
         if len(token_ids) >= self.max_model_len:  # vLLM's engine-side check (echo with max_tokens 0 reaches it)
@@ -432,6 +443,7 @@ class OpenAIServing:
                 content = "\n".join(str(p.get("text", "")) for p in content)
             msgs.append({"role": m.role, "content": content})
         template = None if getattr(self.tokenizer, "chat_template", None) else DEFAULT_CHAT_TEMPLATE
+        msgs = developer_as_system(msgs, template or self.tokenizer.chat_template)
         text = self.tokenizer.apply_chat_template(msgs, chat_template=template, tokenize=False,
                                                   add_generation_prompt=add_generation_prompt,
                                                   continue_final_message=continue_final_message,
@@ -439,19 +451,30 @@ class OpenAIServing:
         self.engine.input_processor.check_text_len(text)
         return {"prompt": text, "prompt_token_ids": self.tokenizer.encode(text, add_special_tokens=add_special_tokens)}
 
+    def logprob_token(self, token_id: int, logprob, as_ids: bool | None = False) -> str:
+        """vLLM's _get_decoded_token (entrypoints/generate/base/serving.py:253-270): the engine's decoded token,
+        which for a byte of a character split across tokens is '' until the token that completes it, then the
+        whole character (LogprobsProcessor._verify_tokens, v1/engine/logprobs.py:249-346), so the tokens join to
+        the text; the token decoded on its own (U+FFFD for such a byte) only where the engine gave none."""
+        if as_ids:
+            return token_id_placeholder(token_id)
+        decoded = getattr(logprob, "decoded_token", None)
+        return decoded if decoded is not None else self.token_str(token_id)
+
     def completion_logprobs(self, token_ids, logprobs, offset: int, num: int, as_ids: bool | None = False) -> dict | None:
         """OpenAI's completion logprobs; each position lists its token and its top `num` (vLLM's
         _create_completion_logprobs). A None entry is the prompt's first token, which has no logprob.
         as_ids (return_tokens_as_token_ids): tokens spelled "token_id:N", offsets counted over that text."""
         if logprobs is None:
             return None
-        name = token_id_placeholder if as_ids else self.token_str
         tokens, token_lps, tops, offsets = [], [], [], []
         for tok, lps in zip(token_ids, logprobs, strict=False):
-            s = name(tok)
+            s = (token_id_placeholder(tok) if as_ids else self.token_str(tok)) if lps is None else \
+                self.logprob_token(tok, lps.get(tok), as_ids)
             tokens.append(s)
             token_lps.append(None if lps is None else _finite(lps.get(tok)))
-            tops.append(None if lps is None else {name(t): _finite(lp) for t, lp in list(lps.items())[:num + 1]})
+            tops.append(None if lps is None else {self.logprob_token(t, lp, as_ids): _finite(lp)
+                                                  for t, lp in list(lps.items())[:num + 1]})
             offsets.append(offset)
             offset += len(s)
         return {"text_offset": offsets, "token_logprobs": token_lps, "tokens": tokens, "top_logprobs": tops}
@@ -466,18 +489,41 @@ class OpenAIServing:
                 for d in prompt_logprobs]
 
     def chat_logprobs(self, token_ids, logprobs, num: int, as_ids: bool | None = False) -> dict | None:
-        """as_ids (return_tokens_as_token_ids): tokens spelled "token_id:N"; the chosen token's bytes stay its
-        text's, the top entries' bytes are those of their "token_id:N" (as vLLM's _create_chat_logprobs)."""
+        """vLLM's _create_chat_logprobs (chat_completion/serving.py:1167-1230): tokens as logprob_token gives them
+        ("token_id:N" with as_ids); the chosen token's bytes are its decoded text's, the top entries' bytes their
+        token's."""
         if logprobs is None:
             return None
-        name = token_id_placeholder if as_ids else self.token_str
         content = []
         for tok, lps in zip(token_ids, logprobs, strict=False):
-            content.append({"token": name(tok), "logprob": _finite(lps.get(tok)),
-                            "bytes": list(self.token_str(tok).encode()),
-                            "top_logprobs": [{"token": name(t), "logprob": _finite(lp), "bytes": list(name(t).encode())}
-                                             for t, lp in list(lps.items())[:num]]})
+            chosen = lps.get(tok)
+            decoded = getattr(chosen, "decoded_token", None)
+            top = []
+            for t, lp in list(lps.items())[:num]:
+                name = self.logprob_token(t, lp, as_ids)
+                top.append({"token": name, "logprob": _finite(lp), "bytes": list(name.encode("utf-8", "replace"))})
+            content.append({"token": self.logprob_token(tok, chosen, as_ids), "logprob": _finite(chosen),
+                            "bytes": list((self.token_str(tok) if decoded is None else decoded).encode(
+                                "utf-8", "replace")),
+                            "top_logprobs": top})
         return {"content": content}
+
+
+def developer_as_system(msgs: list[dict], chat_template: str) -> list[dict]:
+    """vLLM's rendering of `developer` messages for a chat template that never names that role: each becomes a
+    `system` message, and the system messages are merged (non-empty contents joined by a blank line) into one at
+    the front when one is not first or there are several (vllm/renderers/hf.py:720-728, with
+    _detect_developer_role_support at 445-447, _convert_developer_to_system 450-462 and
+    _consolidate_system_messages 465-502)."""
+    if not any(m["role"] == "developer" for m in msgs) or \
+            '"developer"' in chat_template or "'developer'" in chat_template:
+        return msgs
+    msgs = [m | {"role": "system"} if m["role"] == "developer" else m for m in msgs]
+    system = [i for i, m in enumerate(msgs) if m["role"] == "system"]
+    if system == [] or system == [0]:
+        return msgs
+    merged = {"role": "system", "content": "\n\n".join(msgs[i]["content"] for i in system if msgs[i]["content"])}
+    return [merged, *(m for m in msgs if m["role"] != "system")]
 
 
 def _finite(logprob):
@@ -574,7 +620,10 @@ async def create_completion(serving: OpenAIServing, req: CompletionRequest, raw:
     gens = await start_children(serving, rid, prompts, params, bool(req.stream), req.max_tokens,
                                 truncate=req.truncate_prompt_tokens, add_special_tokens=req.add_special_tokens,
                                 truncation_side=req.truncation_side)
-    echo_texts = [(p if isinstance(p, str) else serving.tokenizer.decode(p)) if req.echo else "" for p in prompts]
+    # vLLM leaves the echoed prompt out of the text when return_token_ids is set: its ids are in prompt_token_ids
+    # (vllm/entrypoints/openai/completion/serving.py:339-342 streamed, 530-532 not)
+    echo_texts = [(p if isinstance(p, str) else serving.tokenizer.decode(p)) if req.echo and not req.return_token_ids
+                  else "" for p in prompts]
     echo_texts = [t for t in echo_texts for _ in range(params.n)]
     if req.stream:
         return CancellableStreamingResponse(_completion_stream(serving, req, gens, rid, created, echo_texts,
@@ -664,8 +713,10 @@ async def _completion_stream(serving, req, gens, rid, created, echo_texts, n, ec
                 text = echo_texts[i] + text
                 prompt_ids = list(out.prompt_token_ids) if req.return_token_ids or req.echo else None
             n_gen[i] += len(c.token_ids)
-            if not text and not c.finish_reason:
-                continue  # text held back (a stop string may be forming) and nothing else to say
+            if not text and not c.token_ids and not c.finish_reason:
+                continue  # vLLM skips only a step with nothing in it: a token whose text is held back (a byte of
+                # a split character, a stop string forming) still goes out, with its logprobs and ids
+                # (completion/serving.py:366-377)
             if prompt_ids is not None and req.echo and req.logprobs is not None:  # first chunk: prompt + token
                 ids, lps = list(out.prompt_token_ids), list(out.prompt_logprobs or [])
                 if not echo_only:
@@ -819,8 +870,8 @@ async def _chat_stream(serving, req, gens, rid, created, num_lp, role, echo_text
                     yield sse(head | {"choices": [{"index": i, "delta": {"content": echo_text}, "logprobs": None,
                                                    "finish_reason": None}]})
             n_gen[i] += len(c.token_ids)
-            if not c.text and not c.finish_reason and not req.forced_tool:
-                continue
+            if not c.text and not c.token_ids and not c.finish_reason and not req.forced_tool:
+                continue  # as vLLM (chat_completion/serving.py:604-610): a token with no text yet still goes out
             delta = tools[i].delta(c.text, c.finish_reason is not None)
             if delta is None and c.finish_reason is None:
                 continue
@@ -843,6 +894,67 @@ async def _chat_stream(serving, req, gens, rid, created, num_lp, role, echo_text
         for g in gens:
             await g.aclose()
     yield "data: [DONE]\n\n"
+
+
+# ---------------------------------------------------------------------------- responses
+async def create_responses(serving: OpenAIServing, req: ResponsesRequest, raw: Request):
+    """POST /v1/responses, the smallest real version: a text conversation answered through the chat path, as
+    vLLM's OpenAIServingResponses does without harmony, tool server or stored responses (vllm/entrypoints/openai/
+    responses/serving.py:341-606 and responses_full_generator 785-953): the messages rendered by the chat template
+    and tokenized with the special tokens added (ResponsesRequest.build_tok_params keeps add_special_tokens' default
+    True, so a template that writes its BOS gets two), one output message, usage in the Responses API's shape."""
+    serving.check_model(req.model)
+    if req.store and req.background:  # vLLM's store is off unless VLLM_ENABLE_RESPONSES_API_STORE=1
+        raise VLLMValidationError("This vLLM engine does not support `store=True` and therefore does not support the "
+                                  "background mode. To enable these features, set the environment variable "
+                                  "`VLLM_ENABLE_RESPONSES_API_STORE=1` when launching the vLLM server.", "background")
+    if req.previous_response_id is not None:  # nothing is stored, so no earlier response is found
+        return error_response(404, f"Response with id '{req.previous_response_id}' not found.", "NotFoundError",
+                              "response_id")
+    for field, unsupported in (("stream", req.stream), ("background", req.background), ("tools", req.tools),
+                               ("include", req.include and "message.output_text.logprobs" in req.include),
+                               ("text", ((req.text or {}).get("format") or {}).get("type", "text") != "text")):
+        if unsupported:
+            raise VLLMValidationError(f"{field} is not supported by minivllm's /v1/responses yet", field)
+    last = req.input[-1] if isinstance(req.input, list) and req.input else {}
+    continue_final = last.get("role") == "assistant" and last.get("status") in ("in_progress", "incomplete")
+    prompt = await serving.in_pool(serving.chat_prompt, req.messages(), not continue_final, continue_final,
+                                   req.chat_template_kwargs, True)
+    params = req.to_sampling_params(req.max_output_tokens)
+    rid, created = f"resp_{uuid.uuid4().hex[:16]}", now()
+    gens = await start_children(serving, rid, [prompt], params, False, req.max_output_tokens, "max_output_tokens",
+                                truncate=-1 if req.truncation == "auto" else None)
+
+    async def run():
+        (out,) = await finals_of(gens)
+        c = out.outputs[0]
+        n_prompt, n_out = len(out.prompt_token_ids), len(c.token_ids)
+        status = "incomplete" if c.finish_reason == "length" else "completed"
+        text = [{"annotations": [], "text": c.text, "type": "output_text", "logprobs": None}] if c.text else []
+        output = [{"id": f"msg_{uuid.uuid4().hex[:16]}", "content": text, "role": "assistant",
+                   "status": "completed", "type": "message", "phase": None}]
+        usage = {"input_tokens": n_prompt,
+                 "input_tokens_details": {"cached_tokens": max(out.num_cached_tokens, 0), "input_tokens_per_turn": [],
+                                          "cached_tokens_per_turn": []},
+                 "output_tokens": n_out,
+                 "output_tokens_details": {"reasoning_tokens": 0, "tool_output_tokens": 0,
+                                           "output_tokens_per_turn": [], "tool_output_tokens_per_turn": []},
+                 "total_tokens": n_prompt + n_out}
+        # ResponsesResponse.from_request (responses/protocol.py:727-779): the sampling values actually used
+        return JSONResponse({
+            "id": rid, "created_at": created,
+            "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+            "instructions": req.instructions, "metadata": req.metadata, "model": serving.model_name,
+            "object": "response", "output": output, "parallel_tool_calls": req.parallel_tool_calls is not False,
+            "temperature": params.temperature, "tool_choice": req.tool_choice, "tools": req.tools,
+            "top_p": params.top_p, "background": bool(req.background),
+            "max_output_tokens": min(req.max_output_tokens or serving.max_model_len, serving.max_model_len - n_prompt),
+            "max_tool_calls": req.max_tool_calls, "previous_response_id": None, "prompt": None,
+            "reasoning": req.reasoning, "service_tier": req.service_tier, "status": status, "text": req.text,
+            "top_logprobs": None, "truncation": req.truncation, "usage": usage, "user": req.user,
+            "presence_penalty": params.presence_penalty, "frequency_penalty": params.frequency_penalty,
+            "kv_transfer_params": None, "ec_transfer_params": None, "input_messages": None, "output_messages": None})
+    return await with_cancellation(raw, run())
 
 
 # ---------------------------------------------------------------------------- the app
@@ -971,6 +1083,10 @@ def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api
     @app.post("/v1/chat/completions", dependencies=json_only)
     async def chat_completions(req: ChatCompletionRequest, request: Request):
         return await load_aware(request, create_chat_completion(serving(request), req, request))
+
+    @app.post("/v1/responses", dependencies=json_only)
+    async def responses(req: ResponsesRequest, request: Request):
+        return await load_aware(request, create_responses(serving(request), req, request))
 
     @app.post("/v1/chat/completions/batch", dependencies=json_only)
     async def batch_chat_completions(req: BatchChatCompletionRequest, request: Request):

@@ -382,6 +382,103 @@ class DetokenizeRequest(OpenAIBaseModel):
     tokens: list[Annotated[int, Field(ge=0)]]
 
 
+class ResponsesRequest(OpenAIBaseModel):
+    """POST /v1/responses: vLLM 0.27.1's ResponsesRequest (vllm/entrypoints/openai/responses/protocol.py:136-637),
+    the fields a text conversation uses. minivllm answers plain text input (a string, or messages whose content is
+    text) without streaming, tools, stored responses or background mode; the others are refused with a 400."""
+
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    max_tool_calls: int | None = None
+    metadata: dict[str, str] | None = None
+    model: str | None = None
+    logit_bias: dict[str, float] | None = None
+    parallel_tool_calls: bool | None = True
+    previous_response_id: str | None = None
+    prompt: Any = None
+    reasoning: dict[str, Any] | None = None
+    service_tier: Literal["auto", "default", "flex", "scale", "priority"] = "auto"
+    store: bool | None = True
+    stream: bool | None = False
+    temperature: float | None = None
+    text: dict[str, Any] | None = None
+    tool_choice: Any = "auto"
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    top_logprobs: int | None = 0
+    top_p: float | None = None
+    top_k: int | None = None
+    truncation: Literal["auto", "disabled"] | None = "disabled"
+    user: str | None = None
+    include: list[str] | None = None
+    background: bool | None = False
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    repetition_penalty: float | None = None
+    seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1)
+    stop: str | list[str] | None = []
+    ignore_eos: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def validate_prompt(cls, data):
+        if isinstance(data, dict) and data.get("prompt") is not None:
+            raise VLLMValidationError("prompt template is not supported", "prompt")
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def check_tool_usage(cls, data):
+        """vLLM's check_tool_usage: without tools, tool_choice "auto" (the default) reads "none"."""
+        if isinstance(data, dict) and not data.get("tools"):
+            tool_choice = data.get("tool_choice", "auto")
+            if tool_choice in ("auto", "none"):
+                data["tool_choice"] = "none"
+            elif tool_choice == "required":
+                raise VLLMValidationError("Tool choice 'required' must be specified with 'tools' parameter.",
+                                          "tool_choice")
+            elif isinstance(tool_choice, dict) and tool_choice.get("type") == "function":
+                raise VLLMValidationError("Tool choice 'function' not found in 'tools' parameter.", "tool_choice")
+        return data
+
+    def messages(self) -> list[ChatMessage]:
+        """vLLM's construct_input_messages (responses/utils.py:161-203): the instructions as a system message, then
+        the input, a string being one user message."""
+        msgs = [ChatMessage(role="system", content=self.instructions)] if self.instructions else []
+        if isinstance(self.input, str):
+            return msgs + [ChatMessage(role="user", content=self.input)]
+        for i, item in enumerate(self.input):
+            content = item.get("content")
+            if item.get("type", "message") != "message" or not isinstance(item.get("role"), str):
+                raise VLLMValidationError("minivllm's /v1/responses takes messages (role and content) only",
+                                          f"input.{i}")
+            if isinstance(content, list):  # input_text / output_text parts
+                if any(not isinstance(p, dict) or p.get("type") not in ("input_text", "output_text", "text")
+                       for p in content):
+                    raise VLLMValidationError("minivllm's /v1/responses takes text content only",
+                                              f"input.{i}.content")
+                content = [{"type": "text", "text": p.get("text", "")} for p in content]
+            elif not isinstance(content, str):
+                raise VLLMValidationError("a message's content must be text", f"input.{i}.content")
+            msgs.append(ChatMessage(role=item["role"], content=content))
+        return msgs
+
+    def to_sampling_params(self, max_tokens: int | None) -> SamplingParams:
+        """vLLM's ResponsesRequest.to_sampling_params: unset temperature / top_p read 1.0, top_k none."""
+        stop = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
+        return SamplingParams.from_optional(
+            temperature=1.0 if self.temperature is None else self.temperature,
+            top_p=1.0 if self.top_p is None else self.top_p, top_k=0 if self.top_k is None else self.top_k,
+            max_tokens=max_tokens, stop=stop, seed=self.seed, ignore_eos=self.ignore_eos,
+            frequency_penalty=self.frequency_penalty or 0.0, presence_penalty=self.presence_penalty or 0.0,
+            repetition_penalty=1.0 if self.repetition_penalty is None else self.repetition_penalty,
+            logit_bias=self.logit_bias, skip_special_tokens=self.skip_special_tokens,
+            include_stop_str_in_output=self.include_stop_str_in_output)
+
+
 def random_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 

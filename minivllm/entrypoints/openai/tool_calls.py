@@ -151,6 +151,7 @@ class StreamState:
         self.text, self.name_sent, self.calls_streamed = "", False, False
         self.required_index = -1
         self.sent_args: list[str] = []  # pythonic: the argument text streamed per call
+        self.done_calls = 0  # pythonic: calls seen complete (vLLM's current_tool_index)
 
     def delta(self, text: str, finished: bool) -> dict | None:
         """The delta message for this piece of text (None: nothing to send yet)."""
@@ -165,19 +166,24 @@ class StreamState:
         return {"content": text}
 
     def _pythonic(self, finished: bool) -> dict | None:
-        """vLLM's PythonicToolParser streaming: the list so far is closed and parsed; a call still open withholds
-        the JSON its closing adds (its string's quote and the final brace), so arguments grow as a prefix."""
+        """vLLM's PythonicToolParser.extract_tool_calls_streaming (vllm/tool_parsers/pythonic_tool_parser.py:117-196):
+        the list so far is closed and parsed; a call still open withholds the JSON its closing adds (its string's
+        quote and the final brace), so arguments grow as a prefix. Calls seen complete are not looked at again
+        (current_tool_index); once the list is closed and every call went out, each further delta is an empty
+        content delta. parallel_tool_calls=false then drops the later calls' deltas, leaving an empty delta
+        (vllm/entrypoints/serve/utils/tool_calls_utils.py:19-37)."""
         text, added = (self.text, "") if finished else _closed(self.text)
         calls = _calls(text)
         if calls is None:
             return None
-        filtered = self.req.parallel_tool_calls is False and len(calls) > 1
-        if filtered:  # vLLM filters later calls out of each delta, and still sends the (then empty) delta
-            calls = calls[:1]
         deltas = []
         for i, call in enumerate(calls):
+            if i < self.done_calls:
+                continue
+            complete = i < len(calls) - 1 or ")]" not in added
+            self.done_calls = i + complete
             args = call["function"]["arguments"]
-            if i == len(calls) - 1 and added.endswith(")]"):  # still open: withhold what closing it added
+            if not complete and added.endswith(")]"):  # still open: withhold what closing it added
                 withheld = added[:-2].replace("'", '"') + "}"
                 args = args[:-len(withheld)] if args.endswith(withheld) else args
             if i == len(self.sent_args):
@@ -187,10 +193,14 @@ class StreamState:
             elif args.startswith(self.sent_args[i]) and len(args) > len(self.sent_args[i]):
                 deltas.append({"id": None, "index": i, "function": {"arguments": args[len(self.sent_args[i]):]}})
                 self.sent_args[i] = args
-        if not deltas:
-            return {} if filtered else None
-        self.calls_streamed = True
-        return {"tool_calls": deltas}
+        if deltas:
+            self.calls_streamed = True
+            if self.req.parallel_tool_calls is False:
+                deltas = [d for d in deltas if d["index"] == 0]
+            return {"tool_calls": deltas} if deltas else {}
+        if not added and self.done_calls > 0:
+            return {"content": ""}
+        return None
 
     def finish_reason(self, reason: str | None) -> str | None:
         """vLLM's streaming rule (unlike its non-streaming one): "tool_calls" once any call went out, unless the
