@@ -219,6 +219,7 @@ def notebook_setup() -> None:
         print(f"本机没有已校验的 vLLM 0.27.1 源码：{FETCH_HINT}。其余内容不受影响。")
     else:
         print(f"vLLM 0.27.1 源码（已按官方 wheel 的 sha256 校验）：{root / 'vllm'}")
+        print(f"  找 SOURCE_MAP 的名字：grep -rn 名字 {root / 'vllm'}，或 show_vllm(路径, 名字) 显示它。")
 
 
 def find_def(tree: ast.Module, name: str) -> ast.AST | None:

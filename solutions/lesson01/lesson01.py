@@ -119,7 +119,7 @@ L01.fig_request_flow();
 #   - EngineCore 与 Scheduler 独占请求生命周期（WAITING、RUNNING、PREEMPTED、FINISHED_*；V1 没有 SWAPPED，被抢占的请求释放 KV 块、恢复时重算），Worker 不改请求状态；
 #   - GPUModelRunner 独占显存与 kernel 执行。共享可变对象会造成数据竞争与状态错位。
 # - **abort 在 update 之前**：forward 期间被取消的请求，EngineCore 在 `scheduler.update_from_output` 之前处理取消，本步 token 不会追加给它。
-# - 顺序颠倒时，引擎为已取消的请求白做一次更新，输出被前端丢弃；这个 token 若触发停止，结束原因还会记错。块不会被重复释放：取消时才释放，每块一次。
+# - 顺序颠倒时，引擎为已取消的请求白做一次更新，输出被前端丢弃；这个 token 若触发停止，结束原因还会记错。块不会被重复释放：每块只释放一次。
 # - **计划与结果属于同一步**：`SchedulerOutput` 与 `ModelRunnerOutput` 同属一步。worker 出错时 vLLM 不伪造空输出：EngineCore 退出，前端对在途请求抛出 `EngineDeadError`。
 #
 # ### 4. 性能与工程取舍
@@ -409,7 +409,7 @@ else:
     print("https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py 中的 EngineCore.step")
 
 # %% [markdown]
-# 比练习多出的只有：`_should_throttle_prefills()`、forward 返回 `None` 时另调 `sample_tokens`（见下方差异）、两个记录细节的 `with`。
+# 比练习多出的只有：`_should_throttle_prefills()`、forward 返回 `None` 时另调 `sample_tokens`（见下方差异）、两个记录细节的 `with` 与 update 之后的 `_attach_iteration_details`。
 #
 # 再把演示的两个请求交给 vLLM 自己的 `EngineCore`（进程内，CPU 上的 runner 是 `CPUModelRunner`），同样在第 3 步 forward 中取消 r0。第二行是 vLLM 源码的位置：装好 `.venv-vllm` 后 `SOURCE_MAP` 可以离线查。
 #

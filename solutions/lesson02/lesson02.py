@@ -30,7 +30,7 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 本课读 vLLM 0.27.1（commit 8e958902eee5）。`scheduler.py` 有两千多行，只读下表的约 130 行（跳过 encoder、priority、spec 分支）：
+# 本课读 vLLM 0.27.1（commit 8e958902eee5）。`scheduler.py` 有两千多行，只读下表的约 150 行（跳过 encoder、priority、spec 分支）：
 #
 # | 顺序 | vLLM 文件与入口（0.27.1） | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
@@ -109,7 +109,7 @@ L02.fig_concurrent_partial();
 # ### 3. 正确性条件与常见误区
 #
 # - **预算不变量**：每步 token 总数 ≤ `max_num_batched_tokens`，threshold > 0 时每个 chunk ≤ threshold；worker 按预算预留缓冲。
-# - **running 优先**：decode 中的请求每步都应拿到 1 个 token（除非被抢占）；先接纳 waiting，长 prompt 会吃光预算。
+# - **running 优先**：decode 中的请求每步都应拿到 1 个 token（除非被抢占或预算已分完）；先接纳 waiting，长 prompt 会吃光预算。
 # - **`allocate_slots` 全有或全无**：要么分到全部的块，要么返回 `None` 且不改块表，调度器才能“先试、失败再抢占、再试”（全注意力层）。
 # - **抢占最低优先级的那个**：FCFS 下 running 末尾的请求本步还没分到 token；从头部抢占，会踢出已分好 token 的请求，计划自相矛盾。
 # - **抢占过的一步不接纳**：抢占说明 KV 池已不够分；这时接纳只会把刚释放的块再分出去，下一步又要抢占（thrashing）。
@@ -444,5 +444,5 @@ L02.fig_tradeoff(rows);
 # - **没算完的 prefill chunk**：Model Runner V2（课程模型的默认）对这些请求取 `num_sampled = 0`（`v1/worker/gpu/input_batch.py`）。V1 runner 照常采样，再用 `discard_request_mask` 丢弃结果并倒回随机数生成器的 offset。minivllm 的 worker 直接返回空列表。
 # - **投机解码的 budget**：只有 draft model 或并行 drafting 时，`VllmConfig._set_max_num_scheduled_tokens` 才把 budget 减去 drafter 可能插入的槽位数；n-gram、EAGLE、MTP 默认不减。
 # - **priority 策略**：抢占 `max(self.running, key=...)`，它可能本步已分到 token，vLLM 把这些 token 还给 budget。练习与评分只用 FCFS。
-# - **`allocate_slots` 的例外**：vLLM 在检查空闲块之前先调用 `remove_skipped_blocks`，滑动窗口层的块即使随后返回 `None` 也已释放。minivllm 只有全注意力。
+# - **`allocate_slots` 的例外**：vLLM 先做整段放得下的检查，再调用 `remove_skipped_blocks`，然后做第二道检查；滑动窗口层的块在第二道检查返回 `None` 时也已释放。minivllm 只有全注意力。
 # - **练习省去的分支**：running 请求 0 个新 token 时跳过它、看下一个（`continue`）；running 请求的 chunk 还受 `max_model_len` 限制；不开 chunked prefill 时，waiting 请求超出剩余预算就停止接纳；引擎暂停时不接纳；还有 encoder、KV connector 等分支。

@@ -30,14 +30,14 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 本课读、跑、评分用的都是 vLLM 0.27.1 发布包。先画出一个块的一生：分配 → 写满 → 登记哈希 → 被命中共享 → 释放进空闲队列 → 被驱逐或再次命中。再按下表读（约 200 行）：
+# 本课读、跑、评分用的都是 vLLM 0.27.1 发布包。先画出一个块的一生：分配 → 写满 → 登记哈希 → 被命中共享 → 释放进空闲队列 → 被驱逐或再次命中。再按下表读（约 160 行）：
 #
 # | 顺序 | vLLM 文件与入口（0.27.1，`vllm/v1/core/`） | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
 # | 1 | `kv_cache_utils.py`：`hash_block_tokens`（L596–L623） | `minivllm/core/kv_cache_utils.py`：`hash_block_tokens` | 块哈希里装了什么？为什么带上父块的哈希？ |
 # | 2 | `kv_cache_manager.py`：`KVCacheManager.get_computed_blocks`（L229–L295） | `minivllm/core/kv_cache_manager.py`：`KVCacheManager` | 命中为什么封顶在 `num_tokens - 1`？ |
 # | 3 | `single_type_kv_cache_manager.py`：`FullAttentionManager.find_longest_cache_hit` 的 Phase 1（L728–L739） | 同上 | 为什么第一次未命中就停？ |
-# | 4 | `block_pool.py`：`BlockPool.get_new_blocks`（L658–L677）、`_maybe_evict_cached_block`（L679–L700）、`touch`（L702–L717） | `minivllm/core/block_pool.py`：`BlockPool` | 新块从空闲队列哪一端取？旧哈希何时驱逐？ |
+# | 4 | `block_pool.py`：`BlockPool.get_new_blocks`（L658–L677） | `minivllm/core/block_pool.py`：`BlockPool` | 新块从空闲队列哪一端取？旧哈希何时驱逐？ |
 # | 5 | 同文件：`BlockPool.free_blocks`（L719–L742）；调用方 `SingleTypeKVCacheManager.free`（L519–L527） | `minivllm/core/kv_cache_manager.py`：`KVCacheManager.free` | 为什么逆序释放？无哈希的块为什么放队头？ |
 #
 # 前缀缓存在调度侧，runner 只按块表读写 KV（课程的 dense 模型在 0.27.1 默认用 Model Runner V2；minivllm 对应 V1 runner）。
@@ -51,8 +51,6 @@ show_vllm("vllm/v1/core/kv_cache_manager.py", "KVCacheManager.get_computed_block
 show_vllm("vllm/v1/core/single_type_kv_cache_manager.py", "FullAttentionManager.find_longest_cache_hit",
           lines=(728, 739))
 show_vllm("vllm/v1/core/block_pool.py", "BlockPool.get_new_blocks", lines=(658, 677))
-show_vllm("vllm/v1/core/block_pool.py", "BlockPool._maybe_evict_cached_block")
-show_vllm("vllm/v1/core/block_pool.py", "BlockPool.touch")
 show_vllm("vllm/v1/core/block_pool.py", "BlockPool.free_blocks")
 show_vllm("vllm/v1/core/single_type_kv_cache_manager.py", "SingleTypeKVCacheManager.free")
 

@@ -443,7 +443,7 @@ L04.print_recompute_cost(cost)
 # 本课评分的机制与 vLLM 相同：按重算抢占、放回队首、`finish_requests` 的清理、`check_stop` 的顺序。其余差别：
 #
 # - **取消什么时候生效**：vLLM 的输入线程把 ABORT 同时放进 `aborts_queue` 和 `input_queue`。步与步之间，`_process_input_queue` 调用同步的 `EngineCore.abort_requests`，在下一次 `schedule` 之前结束请求。
-#   - `aborts_queue` 只接住一步执行期间到达的取消；minivllm 只有 `aborts_queue`。
+#   - 步间到达的取消已由 `input_queue` 处理，`aborts_queue` 里的同一条随后什么也不做，真正起作用的是执行期间到达的那些；minivllm 只有 `aborts_queue`。
 # - **异步调度**：vLLM 0.27.1 默认开启，busy loop 跑 `step_with_batch_queue`，取消同样在 `update_from_output` 之前处理；本课画的是同步的 `step`。
 # - **`RequestStatus`**：vLLM 还有 `WAITING_FOR_REMOTE_KVS`、`WAITING_FOR_STREAMING_REQ`（KV connector 与流式输入）和 `FINISHED_REPETITION`；其余同名、同序，`is_finished` 都是“大于 PREEMPTED”。
 # - **重复检测**：vLLM 的 `check_stop` 在长度上限之后还查 `repetition_detection`，命中时状态为 `FINISHED_REPETITION`、`stop_reason` 为 `"repetition_detected"`；minivllm 没有。

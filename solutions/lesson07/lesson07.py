@@ -97,7 +97,7 @@ short_errors("lesson07")  # 评分单元格失败时只显示三行：哪一部�
 # 3. **贪心**：批里不是全随机时先算 argmax；全贪心（`all_greedy`）就此返回。混合批里的贪心行照样走完下面几步。
 # 4. **temperature**：`logits / T`（贪心行的 T 换成 1），$\mathrm{softmax}(z/T) \propto p^{1/T}$，T < 1 让分布更尖。
 # 5. **min-p**：概率低于 `min_p × 该行最大概率` 的 token 设为 -inf。它不改变 argmax，所以放在贪心之后。
-# 6. **top-k 与 top-p**（`apply_top_k_top_p`）：一次升序排序。top-k 以第 k 大的值为阈值，并列的都留；top-p 在剩下的 token 上重新 softmax、累积，丢掉累积和 ≤ 1 − p 的 token，最大的 token 永远保留。
+# 6. **top-k 与 top-p**（PyTorch 版 `apply_top_k_top_p_pytorch`）：一次升序排序。top-k 以第 k 大的值为阈值，并列的都留；top-p 在剩下的 token 上重新 softmax、累积，丢掉累积和 ≤ 1 − p 的 token，最大的 token 永远保留。
 # 7. **采样**（`random_sample`）：指数竞赛 `argmax(probs / q)`，`q ~ Exp(1)`。无种子的行整批一次 `q.exponential_()`，带种子的行用自己的 generator 重填自己那一行。
 # 8. **合并**：温度低于 `_SAMPLING_EPS = 1e-5` 的行，由 `torch.where` 换回第 3 步的 argmax。
 #

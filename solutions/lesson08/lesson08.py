@@ -92,7 +92,7 @@ VOCAB = L08.default_vocab()  # 默认模型的每个 token 的字节（特殊 to
 # 一个受约束请求的一生：
 #
 # 1. **编译**：`StructuredOutputManager.grammar_init` 把编译提交到线程池，请求拿到一个 Future，状态是 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`。编译结果有缓存，重复的 schema 通常不再编译。
-# 2. **放行**：`schedule()` 遍历等待队列时只“看一眼” Future：编好了就改成 `WAITING` 参与调度；没编好就跳过它，其他请求照常运行；编译失败则以 `FINISHED_ERROR` 结束这一个请求。
+# 2. **放行**：`schedule()` 遍历等待队列时只“看一眼” Future：编好了就改成 `WAITING` 参与调度；没编好就跳过它，其他请求照常运行；编译失败的请求记下来，在下一次 `update_from_output` 里以 `FINISHED_ERROR` 结束。
 # 3. **每步 bitmask**：`EngineCore.step` 在 `execute_model(non_block=True)` 之后、`future.result()` 之前调用 `scheduler.get_grammar_bitmask`，为本步要采样的受约束请求填 bitmask，与 forward 重叠。
 #
 #    runner 在 forward 后返回 None，EngineCore 再把 bitmask 交给 `sample_tokens(grammar_output)`。默认的异步调度改走 `step_with_batch_queue`，decode 的 bitmask 要等上一步的输出（见附录）。
@@ -321,7 +321,7 @@ L08.check_source_map(SOURCE_MAP)
 # **参考答案**
 #
 # 1. 行数：没有投机解码时每个请求一行；有 $k$ 个草稿时，目标模型一次前向给出 $k+1$ 个位置的 logits，每个位置都要按“接受了前面草稿之后”的 grammar 状态屏蔽。vLLM 的 `StructuredOutputManager.grammar_bitmask` 为每个请求分配 $1+k$ 行（缓冲区大小 `max_num_seqs * (1 + num_speculative_tokens)`），对第 $i$ 个草稿先填一行再 `accept_tokens([token])` 前进，最后填 bonus 行，然后 `rollback(state_advancements)` 把 matcher 退回本步开始时的状态。
-# 2. 不合法的草稿：调度器在接收草稿时用 `grammar.validate_tokens(spec_token_ids)` 只保留 grammar 接受的最长前缀（不推进状态；`update_draft_token_ids` 与 `update_draft_token_ids_in_output`），后者把被截掉的位置用 -1 补齐到调度的草稿数，填 bitmask 时遇到 -1 就不再推进 grammar，其后各行（含 bonus 行）填全 1 掩码；拒绝采样在屏蔽后的分布上验证草稿，保证输出分布仍是受约束的目标分布。
+# 2. 不合法的草稿：调度器在接收草稿时用 `grammar.validate_tokens(spec_token_ids)` 只保留 grammar 接受的最长前缀（不推进状态；`update_draft_token_ids` 与 `update_draft_token_ids_in_output`），后者把被截掉的位置用 -1 补齐到调度的草稿数，填 bitmask 时第一个 -1 所在行仍按当前状态受约束，此后不再推进 grammar，之后的 -1 行填全 1（这些行的结果用不到），bonus 行仍受约束；拒绝采样在屏蔽后的分布上验证草稿，保证输出分布仍是受约束的目标分布。
 # 3. 状态与成本：`XgrammarBackend` 用 `max_rollback_tokens=num_speculative_tokens` 创建 matcher，才能回滚；每步的 grammar CPU 时间约乘以 $1+k$，更需要与 forward 重叠；runner 的 `apply_grammar_bitmask` 重排时每个请求的 logits 偏移要加上它之前请求的草稿数。
 #
 # === END MARK SCHEME ===
@@ -385,9 +385,9 @@ L08.vllm_side_by_side(choice_bitmask)
 # - **`choice` 的实现**：vLLM 用 `choice_as_grammar` 把选项写成 EBNF（`root ::= "yes" | "no"`），交给 xgrammar；TokenTrie 是本课的做法，两者的 bitmask 逐字相同。
 # - **编译的调用方**：vLLM 由输入处理线程里的 `preprocess_add_request` 调用 `grammar_init`，`Request` 创建时就处于等待编译的状态；minivllm 没有输入线程，由 `EngineCore.add_request` 调用。
 # - **编译缓存**：vLLM 借 xgrammar 的编译缓存，minivllm 用 `StructuredOutputManager.compiled`；两边的编译池都约占一半 CPU 核。
-# - **xgrammar 怎样填一行**：编译时为文法的每个位置预先判定多数 token 能否接上（token mask 缓存），每步只现场检查少数与上下文有关的 token，不必扫整个词表。缓存有上限（`VLLM_XGRAMMAR_CACHE_MB`）。
+# - **xgrammar 怎样填一行**：编译时为文法的每个位置预先判定多数 token 能否接上（token mask 缓存），每步只现场检查少数与上下文有关的 token，不必扫整个词表。编译好的文法也有缓存，上限是 `VLLM_XGRAMMAR_CACHE_MB`（默认 512 MB）。
 # - **没有 grammar 的步骤**：minivllm 的调度器用一个计数器关掉所有 grammar 钩子，不付代价。
 # - **runner 的拆分**：vLLM 的 runner 每步在 forward 后返回 None，由 `sample_tokens` 采样；minivllm 只在有受约束请求时这样拆开。
-# - **草稿**：不合 grammar 的草稿由 `validate_tokens` 截断。只有在推迟 bitmask 的路径上，`update_draft_token_ids_in_output` 才把截掉的位置用 -1 补齐；填 bitmask 时遇到 -1 就不再推进 grammar，其后各行（含 bonus 行）照样填出，但是全 1、不加约束。
+# - **草稿**：不合 grammar 的草稿由 `validate_tokens` 截断。只有在推迟 bitmask 的路径上，`update_draft_token_ids_in_output` 才把截掉的位置用 -1 补齐；填 bitmask 时第一个 -1 所在行仍受约束，之后不再推进 grammar，后面的 -1 行全 1；没有 reasoner 时 bonus 行仍受约束。
 #
 # ← 上一课：第 7 课：采样器：temperature、top-k/top-p、种子与 logprobs　｜　下一课 →：第 9 课：投机解码：n-gram 提议与拒绝采样

@@ -108,7 +108,7 @@ short_errors("lesson12")  # 评分单元格失败时只显示三行：哪一部�
 # - **停止串与 hold-back**：停止串可以跨 token、跨步出现，这一步的文本可能以它的前缀结尾（停止串 `"Juliet is"`，文本以 `" Jul"` 结尾）。
 # - 已发出的增量收不回来，所以运行中的请求扣下最后 `len(最长停止串) - 1` 个字符（`stop_buffer_length`），结束时再全部放出。
 # - **搜索起点**：只在“新文本加上前面 `len(s) - 1` 个字符”里找。找到后文本截到停止串之前，同一步里它后面的文本也丢掉。
-# - **断开连接**：Starlette 的 `StreamingResponse` 发现断开、取消 body 迭代器，`generate()` 随即 `abort`：前端忘掉这个流（`OutputProcessor.abort_requests`），**并且**通知 EngineCore。
+# - **断开连接**：Starlette 的 `StreamingResponse` 发现断开（条件见附录），取消 body 迭代器，`generate()` 随即 `abort`：前端忘掉这个流（`OutputProcessor.abort_requests`），**并**通知 EngineCore。
 # - 只做前一半，EngineCore 会一直生成到 EOS、stop token 或 `max_tokens`（停止串只在前端查），占着 batch 的位置和 KV 块。
 #
 # ### 4. 性能与工程取舍
@@ -139,11 +139,11 @@ L12.plot_timeline(timeline);
 #
 # 下面是 vLLM `FastIncrementalDetokenizer` 与 `AsyncLLM.abort` 的精简版（接口同 minivllm 的 `IncrementalDetokenizer`）：
 #
-# - `OutputProcessor` 为每个请求建一个实例，每步调 `update`（`stop_terminated`：最后一个 token 是 EOS 或 stop token），再调 `get_next_output_text` 取出发给流的文本（`delta=False`：全文）；
+# - `OutputProcessor` 每个请求一个实例，每步调 `update`（`stop_terminated`：最后一个 token 是 EOS 或 stop token），再调 `get_next_output_text` 取出发给流的文本（`delta=False`：全文）；
 # - 解码流：`DecodeStream(ids=..., skip_special_tokens=...)`；`stream.step(rust_tokenizer, token_id)` 返回新文本或 None；
-# - `abort_stream(engine, request_id)` 是 `generate()` 被取消时走的路径（vLLM 的 `AsyncLLM.abort`；minivllm 的 `engine.engine_core` 上对应的方法是同步的，没有 `_async`）。
+# - `abort_stream(engine, request_id)` 是 `generate()` 被取消时走的路径（vLLM 的 `AsyncLLM.abort`；minivllm 的 `engine.engine_core` 上要调用同步的那个（不带 `_async`））。
 #
-# 8 处 `______` 是决策点。要照顾到：字节级 BPE 与 Metaspace 分词器、以半个字符结尾的 prompt、零到几个停止串、`include_stop_str_in_output` 与 `skip_special_tokens`、一步多个 token、比 hold-back 窗口还短的输出。
+# 8 处 `______` 是决策点，要照顾到：字节级 BPE 与 Metaspace 分词器、半个字符结尾的 prompt、零或多个停止串、`include_stop_str_in_output` 与 `skip_special_tokens`、一步多 token、短于 hold-back 窗口的输出。
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
 
