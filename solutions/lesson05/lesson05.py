@@ -196,7 +196,7 @@ report("lesson05", globals())
 # - 第 1 行：分块 prefill，本步算位置 4～8，prompt 13 个 token，所以**不取** logits；
 # - 第 2 行：命中后的最后一块，已算 6，本步 4，prompt 10 个 token，块表分散（`[3, 8, 12]`）。
 #
-# 隐藏测试再拿演示里的每一步逐项比较。
+# 隐藏测试再拿演示里的每一步逐项比较，外加同一引擎开投机解码时的每一步（草稿 token 排在已知 token 之后，本步调度的 token 多于已知的）。
 
 # %% nbgrader={"grade": true, "grade_id": "l05_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 name, so, batch = L05.boundary_cases()[0]
@@ -215,7 +215,7 @@ _ = L05.check_main_path(prepare_inputs)  # a list of the checked cases: not echo
 # %% [markdown]
 # 第二项检查：`L05.check_real_engine` 暂时把 `GPUModelRunner._prepare_inputs` 换成调用你的函数的包装，退出时恢复。它检查：
 #
-# - 演示那批请求的贪心输出与引擎自己的 `_prepare_inputs` 逐 token 相同（后者与 HF transformers 相同）；
+# - 演示那批请求的贪心输出与引擎自己的 `_prepare_inputs` 逐 token 相同（后者与 HF transformers 相同），开 n-gram 投机解码时也一样；
 # - 每个有前向的步都有 `prepare_inputs` 追踪阶段；
 # - 16k token 的批上，你的函数执行的 Python 行数不超过 200（数行而不计时，与机器快慢无关）。
 
