@@ -231,10 +231,10 @@ L07.check_main_path(apply_min_p, apply_top_k_top_p, random_sample, sample)
 # %% [markdown]
 # 第二项检查：`L07.check_real_engine` 把你的 `sample` 接进 runner。检查：
 #
-# - 带种子的请求单独跑、与参数各异的请求同批、在每步 4 个 token 的 chunked prefill 下，输出完全相同（seed=0 也是种子）；
+# - 带种子的请求（含 seed=0）单独跑、与参数各异的请求同批、在每步 4 个 token 的 chunked prefill 下，输出相同；
 # - temperature 1e-4 等于贪心；
 # - profiler 在只有 top-k 的步里看不到 `aten::sort`，在有 top-p 的步里看得到；
-# - logprobs 等于 HF transformers 在同一序列上原始 logits 的 log_softmax，logprobs=0 时只报告被采 token；没有请求要 logprobs 时 `sample` 返回 None。
+# - logprobs 等于 HF 原始 logits 的 log_softmax，logprobs=0 时只报告被采 token，没人要时为 None。
 
 # %% nbgrader={"grade": true, "grade_id": "l07_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 L07.check_real_engine(sample)
