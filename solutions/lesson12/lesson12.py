@@ -200,7 +200,7 @@ def abort_stream(engine, request_id):
 report("lesson12", globals())
 
 # %% [markdown]
-# 第一项检查：真实的 `OutputProcessor` 用你的类处理已知文本的 token，分组不均匀：停止串跨 token、几个停止串、非流式、中文和 emoji、Metaspace、prompt 以半个字符结尾。每个增量都与按 vLLM 规则给出的增量比较。
+# 第一项检查：真实的 `OutputProcessor` 用你的类处理已知文本的 token，分组不均匀：停止串跨 token（也有以空格开头的）、几个停止串、非流式、中文和 emoji、Metaspace、prompt 以半个字符结尾。每个增量都与按 vLLM 规则给出的增量比较。
 
 # %% nbgrader={"grade": true, "grade_id": "l12_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 chunks = L12.expect_stream(StreamingDetokenizer, abort_stream, L12.TEXT, ["Juliet is"], [1] * 400, "停止串跨 token")
