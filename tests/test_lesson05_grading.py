@@ -23,6 +23,8 @@ from autograder.lesson05 import (
     plugged,
     recorded_steps,
     reference_run,
+    run_engine,
+    spec_reference_run,
 )
 from autograder.mutation import mutant_namespace, mutant_source, mutants
 
@@ -53,6 +55,23 @@ def test_the_engine_run_mixes_every_kind_of_row():
             "order_differs"} <= feats, feats
     mixed = [s for s in recorded_steps() if {"decode", "prefix_hit"} <= s.features]
     assert mixed and any(s.so.num_scheduled_tokens[r] > 1 for s in mixed for r in s.so.num_scheduled_tokens)
+
+
+@pytest.mark.slow
+def test_the_speculative_run_schedules_drafts_and_keeps_the_greedy_text():
+    """check_main_path / check_real_engine's second run (#56): rows with more scheduled tokens than known ones,
+    the drafts written after the known tokens; its greedy text equals the same engine without drafts."""
+    spec = spec_reference_run()
+    rows = [(st, r) for st in spec.steps for r in st.so.scheduled_spec_decode_tokens]
+    assert rows
+    for st, r in rows:
+        i = st.batch.req_id_to_index[r]
+        draft = st.so.scheduled_spec_decode_tokens[r]
+        n = int(st.batch.num_tokens[i])
+        assert st.batch.num_computed_tokens_cpu[i] + st.so.num_scheduled_tokens[r] > n
+        assert st.batch.token_ids_cpu[i, n:n + len(draft)].tolist() == draft
+    plain = run_engine(max_tokens=len(spec.tokens[0]), arrivals=[0] * len(spec.tokens))
+    assert spec.tokens == plain.tokens
 
 
 @pytest.mark.slow

@@ -17,7 +17,9 @@ Input space (each dimension, and the graded part that covers it):
                           boundary; two prompts that differ only in the last (or first) token of a full block:
                           boundary
     free-queue order      vLLM's test_evict: unhashed blocks at the head, hashed ones LRU from the head; new
-                          blocks from the head: main_path, real_engine
+                          blocks from the head: main_path, real_engine; a block that lost its hash while free
+                          (EngineCore._fail_step), in the middle or at the tail of the queue, keeps its place
+                          (new blocks still from the head): main_path, real_engine (a failed step)
     batch shapes          8 requests sharing a prefix at once, arrivals under eviction pressure: real_engine
     async scheduling      off; it does not change which blocks are hashed or hit
 
@@ -211,6 +213,7 @@ def check_main_path(hash_block_tokens, request_block_hasher, get_computed_blocks
     _check_chain(hash_block_tokens, request_block_hasher)
     check_eviction_order(get_computed_blocks, get_new_blocks, request_block_hasher)
     _check_stale_hash_evicted(request_block_hasher, get_computed_blocks, get_new_blocks)
+    _check_hash_lost_while_free(request_block_hasher, get_computed_blocks, get_new_blocks)
     _check_hit_stops_at_first_miss(request_block_hasher, get_computed_blocks, get_new_blocks)
     compare_with_vllm(request_block_hasher, get_computed_blocks, get_new_blocks, ("demo_", "main_"))
 
@@ -270,6 +273,24 @@ def check_eviction_order(get_computed_blocks, get_new_blocks, request_block_hash
     expect(manager.block_pool.get_num_free_blocks() == 7,
            f"test_evict：最后应剩 7 个空闲块，实际 {manager.block_pool.get_num_free_blocks()}。")
     return order
+
+
+def _check_hash_lost_while_free(request_block_hasher, get_computed_blocks, get_new_blocks) -> None:
+    """A free block whose hash was dropped while it sat in the queue (EngineCore._fail_step drops the hashes of
+    a failed step's freed blocks) keeps its place: the queue order is the eviction order, so new blocks still
+    come from the LRU head, hashed or not."""
+    manager = make_manager(11, get_computed_blocks, get_new_blocks)
+    req = make_request("0", list(range(10 * BLOCK)), request_block_hasher)
+    manager.allocate_slots(req, 10 * BLOCK)
+    manager.free(req)  # all 10 blocks hashed, freed tail-first: [10, 9, ..., 1]
+    pool = manager.block_pool
+    pool._maybe_evict_cached_block(pool.blocks[3])  # as _fail_step: block 3 loses its hash while free
+    order = free_ids(manager)
+    new = make_request("1", list(range(500, 500 + BLOCK + 1)), request_block_hasher)
+    got = _ids(manager.allocate_slots(new, BLOCK + 1))
+    expect(got == order[:2],
+           f"空闲队列 {order} 里块 3 在空闲时丢了哈希（如 EngineCore._fail_step）：新请求要 2 个块，应从 LRU 队头取 "
+           f"{order[:2]}，实际 {got}。")
 
 
 def _check_stale_hash_evicted(request_block_hasher, get_computed_blocks, get_new_blocks) -> None:
@@ -625,11 +646,59 @@ def run_eviction_order(funcs=None) -> EngineRun:
     return _finish(core, run)
 
 
+def run_failed_step(funcs=None) -> EngineRun:
+    """A step that fails on the engine (EngineCore._fail_step): r0 (9 full blocks) finishes and its hashed blocks
+    sit in the free queue; r1 takes blocks [10, 9] and its step raises, so r1 ends with an error and its full
+    block 10 loses its hash while free, at the queue's tail: [9, 8, ..., 1, 10]. r2 then takes 2 blocks from the
+    LRU head ([9, 8]: block 8's hash is evicted), so r3 (r0's prompt again) hits 7 blocks (112 tokens), not 8."""
+    import logging
+
+    core = make_core(True, num_gpu_blocks=11)
+    run = EngineRun()
+    core_logger = logging.getLogger("minivllm.engine.core")
+    with plugged(core, *funcs) if funcs else contextlib.nullcontext():
+        pool = core.scheduler.kv_cache_manager.block_pool
+        inner = pool.get_new_blocks
+
+        def recording_get_new_blocks(num_blocks):
+            blocks = inner(num_blocks)
+            run.new_block_ids.append([b.block_id for b in blocks])
+            return blocks
+
+        pool.get_new_blocks = recording_get_new_blocks
+        prompt = list(range(9 * BLOCK))
+        _add(core, "r0", prompt, 1)
+        _drive(core, run, max_steps=4)
+        execute = core._execute_async
+
+        def failing_execute(plan):
+            raise RuntimeError("a step that fails (the check's)")
+
+        core._execute_async = failing_execute
+        _add(core, "r1", list(range(1000, 1000 + BLOCK + 1)), 1)
+        was_disabled, core_logger.disabled = core_logger.disabled, True  # _fail_step logs the error
+        try:
+            out, _ = core.step()  # the failing step: r1 ends with FinishReason.ERROR
+            run.steps += 1
+            run.tokens.update({o.request_id: list(o.new_token_ids) for o in out.outputs})
+        finally:
+            core_logger.disabled = was_disabled
+            core._execute_async = execute
+        run.free_order = [b.block_id for b in pool.free_block_queue.get_all_free_blocks()]
+        _add(core, "r2", list(range(2000, 2000 + BLOCK + 1)), 1)
+        _drive(core, run, max_steps=4)
+        _add(core, "r3", prompt, 1)
+        _drive(core, run, max_steps=4)
+        pool.__dict__.pop("get_new_blocks", None)
+    return _finish(core, run)
+
+
 @functools.cache
 def reference_runs() -> dict:
     """minivllm's own pieces (caching on) and caching off, on the same workloads: what the student must match."""
     return {"batch": run_batch(None, True), "batch_off": run_batch(None, False),
-            "pressure": run_sequential(None, True), "pressure_off": run_sequential(None, False)}
+            "pressure": run_sequential(None, True), "pressure_off": run_sequential(None, False),
+            "failed_step": run_failed_step(None)}
 
 
 def _same_outputs(got: EngineRun, off: EngineRun, what: str) -> None:
@@ -667,6 +736,13 @@ def check_real_engine(hash_block_tokens, request_block_hasher, get_computed_bloc
     expect(order.new_block_ids[-1:] == [[6]] and order.cached.get("r2") == 32,
            f"真实引擎上的 test_evict：r2 应命中 32 个 token 并从 LRU 队头拿到块 [6]，"
            f"实际命中 {order.cached.get('r2')}、新块 {order.new_block_ids[-1:]}。")
+
+    failed = run_failed_step(funcs)
+    want = ref["failed_step"]
+    expect((failed.new_block_ids, failed.cached.get("r3")) == (want.new_block_ids, want.cached.get("r3")),
+           f"真实引擎上一步失败之后（EngineCore._fail_step 丢掉失败请求释放的块的哈希，空闲队列为 {want.free_order}）："
+           f"各次分配的新块应为 {want.new_block_ids}、r3 命中 {want.cached.get('r3')} 个 token，"
+           f"实际 {failed.new_block_ids}、{failed.cached.get('r3')}。")
 
     pressure = run_sequential(funcs)
     want = ref["pressure"]

@@ -24,6 +24,16 @@ MUTANTS = {
     ), "Takes new blocks from the free queue's tail (most recently freed) instead of the LRU head.",
        fails={"l03_main_path", "l03_real_engine"},
        hint="新块从空闲队列的哪一端取？回顾 LRU 的含义。"),
+    "unhashed_first": Mutant(CELL, (
+        (('    # TODO：从空闲队列的哪一端取块？\n'
+          '    blocks = self.free_block_queue.popleft_n(num_blocks)'),
+         ('    free = self.free_block_queue.get_all_free_blocks()\n'
+          '    blocks = ([b for b in free if b.block_hash is None] + [b for b in free if b.block_hash is not None])[:num_blocks]\n'
+          '    for block in blocks:\n'
+          '        self.free_block_queue.remove(block)')),
+    ), "Takes unhashed free blocks before the LRU head: a block that lost its hash while free (_fail_step) jumps the queue.",
+       fails={"l03_main_path", "l03_real_engine"},
+       hint="取块时该看的是空闲队列的顺序还是块有没有哈希？想想一个在空闲期间丢了哈希的块（如一步失败之后）排在队列哪里。"),
     "extra_keys_ignored": Mutant(CELL, (
         (('    # TODO：块的哈希要同时覆盖父块哈希、本块 token 和 extra keys。\n'
           '    key = (parent_block_hash, tuple(curr_block_token_ids), extra_keys)'),

@@ -6,13 +6,15 @@ GPUModelRunner._prepare_inputs, vectorised.
 
 Grade cells and `python -m autograder check lesson05 ...` call the same functions here:
     check_main_path(fn)    every step of a recorded engine run (new prefills, chunked prefills, decodes,
-                           prefix-cache hits, rows moved by condense): fn's arrays equal the engine's own
+                           prefix-cache hits, rows moved by condense), then of a run with n-gram drafts
+                           scheduled: fn's arrays equal the engine's own
     check_real_engine(fn)  fn as GPUModelRunner._prepare_inputs: greedy text equals the engine's own run, which
                            tests/test_lesson05_grading.py proves equal to HF transformers' greedy; the step
                            trace has a prepare_inputs span every step; on a 16k-token batch fn runs a bounded
                            number of Python lines (no per-token loop; a count, never a clock)
     check_boundary(fn)     crafted batches: a chunk that ends mid-prompt, one token short of the end, at the end,
-                           a prefix hit ending mid-block, scattered blocks, batches reordered by swaps
+                           a prefix hit ending mid-block, scattered blocks, batches reordered by swaps, a row
+                           with speculative drafts past its known tokens
     check_source_map(SOURCE_MAP)
 
 Input space (each dimension, and the graded part that covers it):
@@ -21,8 +23,13 @@ Input space (each dimension, and the graded part that covers it):
     chunked prefill       budget 24 / threshold 16 in the engine run: main_path, real_engine; chunks ending
                           mid-prompt, one token short of the end (prompt, and a resumed request's prompt +
                           outputs), at the end: boundary
-    async scheduling,     off in every part: the exercise is the synchronous, non-speculative _prepare_inputs
-      spec decode         (vLLM's async path and draft tokens are the lesson's prose, not graded)
+    async scheduling      off in every part: the exercise is the synchronous _prepare_inputs
+    spec decode           off in the demo run; n-gram drafts (up to 3 per row) in a second engine run: decode
+                          rows schedule 1 + k tokens, k past num_tokens, laid out as GPUModelRunner._update_states
+                          writes them: main_path (every step), real_engine (greedy text, the plug verifies the
+                          drafts as the engine does); a crafted draft row crossing a block edge: boundary. The
+                          exercise's logits_indices stay one row per sampling request (the bonus row); the plug
+                          adds the k draft rows before it, as _prepare_inputs does
     block_size            8 (engine run), 4 (crafted), 16 (16k batch): the argument, never a constant
     row order             persistent-batch rows differ from the scheduler's dict order, from sorted ids and from
                           req_id_to_index's insertion order (swaps, condense): main_path, boundary
@@ -75,6 +82,11 @@ PROMPTS = ["ROMEO:\nBut soft, what light through yonder window breaks? It is the
            "HAMLET:\nTo be, or not to be"]
 MAX_TOKENS = [10, 6, 9, 8]
 ARRIVALS = [0, 0, 5, 9]               # the engine step at which each prompt is added
+# The speculative run (check_main_path, check_real_engine): the same engine with n-gram drafts of up to 3
+# tokens, so decode rows schedule 1 + k tokens, k of them past num_tokens, written there by the runner.
+SPEC_KW = dict(ENGINE_KW, speculative_config={"method": "ngram", "num_speculative_tokens": 3,
+                                              "prompt_lookup_min": 2, "prompt_lookup_max": 3})
+SPEC_MAX_TOKENS = 16
 LINE_BUDGET = 200                     # Python lines fn may run on that batch (a per-token loop runs > 16000)
 
 
@@ -103,7 +115,9 @@ def call(fn, so, batch, block_size=BLOCK_SIZE) -> dict:
 def engine_inputs(so, batch, block_size=BLOCK_SIZE) -> dict:
     """The engine's own arrays: GPUModelRunner._prepare_inputs on a runner that holds only what it reads."""
     runner = types.SimpleNamespace(input_batch=batch, block_size=block_size, device=torch.device("cpu"))
-    input_ids, positions, md, _emit, logits_indices, _ = ENGINE_PREPARE_INPUTS(runner, so)
+    input_ids, positions, md, emit, logits_indices, _ = ENGINE_PREPARE_INPUTS(runner, so)
+    if so.scheduled_spec_decode_tokens:  # the exercise's rows: each sampling request's last (bonus) row
+        logits_indices = md.query_start_loc_cpu[torch.from_numpy(emit + 1)] - 1
     return {"input_ids": input_ids.numpy().astype(np.int64), "positions": positions.numpy().astype(np.int64),
             "query_start_loc": md.query_start_loc_cpu.numpy().astype(np.int64),
             "seq_lens": md.seq_lens_cpu.numpy().astype(np.int64),
@@ -229,8 +243,17 @@ def plugged(fn):
             query_start_loc_cpu=torch.from_numpy(qsl), seq_lens_cpu=torch.from_numpy(seq_lens))
         logits_indices = a["logits_indices"]
         emit = np.searchsorted(qsl, logits_indices, side="right") - 1   # the row each logits index falls in
+        spec_md = None
+        if so.scheduled_spec_decode_tokens:  # as the engine's: k draft rows before each sampling row
+            from minivllm.sample.rejection_sampler import SpecDecodeMetadata
+
+            drafts = [so.scheduled_spec_decode_tokens.get(batch.req_ids[i], []) for i in emit]
+            spec_md = SpecDecodeMetadata.make(drafts, dev)
+            k = np.array([len(d) for d in drafts], dtype=np.int64)
+            logits_indices = np.concatenate([np.arange(i - n, i + 1) for i, n in zip(logits_indices, k, strict=True)]) \
+                if len(k) else logits_indices
         return (torch.from_numpy(a["input_ids"]).to(dev), torch.from_numpy(a["positions"]).to(dev), md, emit,
-                torch.from_numpy(logits_indices).to(dev), None)
+                torch.from_numpy(logits_indices).to(dev), spec_md)
 
     GPUModelRunner._prepare_inputs = _prepare_inputs
     try:
@@ -260,28 +283,33 @@ class EngineRun:
     prompt_ids: list
 
 
-def shared_llm():
-    """One in-process LLM per process (building it dominates a run); runs reset its prefix cache. A run that
-    failed drops it (drop_llm), so a broken answer cannot leave rows behind for the next run."""
-    if "llm" not in _CACHE:
-        _CACHE["llm"] = make_llm(trace=True, **ENGINE_KW)
-    return _CACHE["llm"]
+def shared_llm(key: str = "llm"):
+    """One in-process LLM per process and kind ("llm", "spec_llm": SPEC_KW) (building it dominates a run); runs
+    reset its prefix cache. A run that failed drops it (drop_llm), so a broken answer cannot leave rows behind
+    for the next run."""
+    if key not in _CACHE:
+        _CACHE[key] = make_llm(trace=True, **(SPEC_KW if key == "spec_llm" else ENGINE_KW))
+    return _CACHE[key]
 
 
-def drop_llm() -> None:
-    llm = _CACHE.pop("llm", None)
+def drop_llm(key: str = "llm") -> None:
+    llm = _CACHE.pop(key, None)
     if llm is not None:
         with contextlib.suppress(Exception):
             llm.llm_engine.engine_core.shutdown()
 
 
-def run_engine(fn=None, record: bool = False, max_tokens=None, arrivals=ARRIVALS) -> EngineRun:
-    """Greedy generation of PROMPTS, each added at its arrival step; fn plugged in if given."""
+def run_engine(fn=None, record: bool = False, max_tokens=None, arrivals=ARRIVALS, spec: bool = False) -> EngineRun:
+    """Greedy generation of PROMPTS, each added at its arrival step; fn plugged in if given; spec: on the
+    speculative engine (SPEC_KW: n-gram drafts), every prompt at step 0 for SPEC_MAX_TOKENS tokens."""
     from minivllm.sampling_params import SamplingParams
 
     steps: list = []
     ctx = plugged(fn) if fn is not None else recording(steps) if record else contextlib.nullcontext()
-    llm = shared_llm()
+    key = "spec_llm" if spec else "llm"
+    if spec:
+        max_tokens, arrivals = SPEC_MAX_TOKENS, [0] * len(PROMPTS)
+    llm = shared_llm(key)
     llm.reset_prefix_cache()
     tracer = llm.llm_engine.engine_core.tracer
     tracer.clear()
@@ -305,11 +333,11 @@ def run_engine(fn=None, record: bool = False, max_tokens=None, arrivals=ARRIVALS
         expect(not engine.has_unfinished_requests(), "引擎在 500 步内没有跑完这批请求。")
         trace = list(tracer.events)
     except BaseException:
-        drop_llm()
+        drop_llm(key)
         raise
     runner = llm.llm_engine.engine_core.model_executor.driver_worker.model_runner
     if runner.input_batch.num_reqs or runner.requests:
-        drop_llm()                    # rows left behind by a wrong answer: the next run starts afresh
+        drop_llm(key)                  # rows left behind by a wrong answer: the next run starts afresh
     return EngineRun([done.get(str(i), []) for i in range(len(PROMPTS))], steps, trace, prompt_ids)
 
 
@@ -324,6 +352,13 @@ def reference_run() -> EngineRun:
 
 def recorded_steps() -> list:
     return reference_run().steps
+
+
+def spec_reference_run() -> EngineRun:
+    """The speculative engine's own run (n-gram drafts scheduled), recorded once per process."""
+    if "spec_ref" not in _CACHE:
+        _CACHE["spec_ref"] = run_engine(record=True, spec=True)
+    return _CACHE["spec_ref"]
 
 
 def hf_greedy(prompt_ids: list, max_tokens: int) -> list:
@@ -351,15 +386,23 @@ def check_main_path(fn) -> list:
     """Every step of the recorded engine run (prefix caching on, chunked prefill, condense): fn's arrays equal
     the engine's. Covers: prefix hits, chunks, decodes, moved rows, block_size 8."""
     steps = recorded_steps()
+    _compare_steps(fn, steps, "引擎")
+    spec = spec_reference_run().steps
+    expect(any(st.so.scheduled_spec_decode_tokens for st in spec), "投机解码的引擎运行里没有调度草稿 token（检查本身的问题）。")
+    _compare_steps(fn, spec, "投机解码（n-gram 草稿，每行最多 3 个，写在已知 token 之后）的引擎")
+    return steps
+
+
+def _compare_steps(fn, steps: list, what: str) -> None:
     for k, st in enumerate(steps):
         got = call(fn, st.so, snapshot(st.batch))
         diff = first_difference(got, st.want)
         if diff:
-            rows = [(r, st.so.num_scheduled_tokens[r], int(st.batch.num_computed_tokens_cpu[i]))
+            rows = [(r, st.so.num_scheduled_tokens[r], int(st.batch.num_computed_tokens_cpu[i]), int(st.batch.num_tokens[i]))
                     for i, r in enumerate(st.batch.req_ids[:st.batch.num_reqs])]
-            raise CheckFailed(f"引擎第 {k + 1} 步（{', '.join(sorted(st.features))}；行 (req, 本步 token, 已算) = "
-                              f"{rows}）：{diff}。")
-    return steps
+            drafts = f"；草稿 {st.so.scheduled_spec_decode_tokens}" if st.so.scheduled_spec_decode_tokens else ""
+            raise CheckFailed(f"{what}第 {k + 1} 步（{', '.join(sorted(st.features))}；行 (req, 本步 token, 已算, 已知) = "
+                              f"{rows}{drafts}）：{diff}。")
 
 
 # ---------------------------------------------------------------------------- real engine, trace and cost
@@ -462,19 +505,29 @@ def check_real_engine(fn) -> EngineRun:
         raise
     except Exception as e:
         raise CheckFailed(f"接入引擎后生成出错：{type(e).__name__}: {e}") from None
-    want = reference_run().tokens
-    for i, (a, b) in enumerate(zip(run.tokens, want, strict=True)):
-        if a != b:
-            drop_llm()
-            j = next((j for j, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-            raise CheckFailed(f"接入你的 prepare_inputs 后，prompt {i} 的贪心输出在第 {j} 个 token 处与引擎自己的 "
-                              f"_prepare_inputs（== HF transformers 贪心）不同（接入后 {a[j:j + 4]}，参考 {b[j:j + 4]}；长度 {len(a)} vs {len(b)}）。")
+    _same_tokens(run.tokens, reference_run().tokens, "llm", "")
+    try:
+        spec = run_engine(fn, spec=True)
+    except (CheckFailed, BlankNotFilled):
+        raise
+    except Exception as e:
+        raise CheckFailed(f"接入投机解码（n-gram 草稿）的引擎后生成出错：{type(e).__name__}: {e}") from None
+    _same_tokens(spec.tokens, spec_reference_run().tokens, "spec_llm", "在投机解码（n-gram 草稿）的引擎里，")
     prepare_steps = {ev.step for ev in run.trace if ev.phase == "prepare_inputs"}
     forward_steps = {ev.step for ev in run.trace if ev.phase == "forward"}
     expect(forward_steps and forward_steps <= prepare_steps,
            "步骤追踪里每个有前向的步都应有 prepare_inputs 阶段（trace=True）。")
     check_vectorised(fn)
     return run
+
+
+def _same_tokens(got: list, want: list, key: str, where: str) -> None:
+    for i, (a, b) in enumerate(zip(got, want, strict=True)):
+        if a != b:
+            drop_llm(key)
+            j = next((j for j, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+            raise CheckFailed(f"{where}接入你的 prepare_inputs 后，prompt {i} 的贪心输出在第 {j} 个 token 处与引擎自己的 "
+                              f"_prepare_inputs（== HF transformers 贪心）不同（接入后 {a[j:j + 4]}，参考 {b[j:j + 4]}；长度 {len(a)} vs {len(b)}）。")
 
 
 # ---------------------------------------------------------------------------- boundary: crafted batches
@@ -493,8 +546,11 @@ def crafted_batch(rows: list[dict], block_size: int = 4, max_len: int = 64, reve
         batch.num_tokens[i] = len(toks)
         batch.num_computed_tokens_cpu[i] = r["computed"]
         batch.append_block_ids(i, r["blocks"])
+        draft = r.get("draft", [])  # as GPUModelRunner._update_states writes drafts: right after the known tokens
+        batch.token_ids_cpu[i, len(toks):len(toks) + len(draft)] = draft
     sched = {r["req"]: r["sched"] for r in (reversed(rows) if reverse else rows)}
-    return SchedulerOutput([], CachedRequestData(), sched, sum(sched.values())), batch
+    spec = {r["req"]: list(r["draft"]) for r in rows if r.get("draft")}
+    return SchedulerOutput([], CachedRequestData(), sched, sum(sched.values()), scheduled_spec_decode_tokens=spec), batch
 
 
 def boundary_cases():
@@ -538,6 +594,13 @@ def boundary_cases():
     ], reverse=False)
     batch.swap_states(0, 2)
     cases.append(("reordered", so, batch))
+    # Speculative drafts (as the runner lays them out: after the known tokens): a decode row with 3 drafts whose
+    # positions cross a block edge past num_tokens, a chunk that stops mid-prompt, a decode row with no draft.
+    cases.append(("drafts", *crafted_batch([
+        dict(req="spec", tokens=t(7, 1500), computed=6, blocks=[4, 9, 1], sched=4, draft=[77, 78, 79]),
+        dict(req="chunk", tokens=t(11, 1600), computed=0, blocks=[6, 0, 3], sched=5),
+        dict(req="plain", tokens=t(5, 1700), computed=4, blocks=[2, 8], sched=1),
+    ])))
     return cases
 
 

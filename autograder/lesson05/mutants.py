@@ -14,6 +14,12 @@ MUTANTS = {
     ), "Uses the logical block (pos // block_size) as if it were the physical block the KV cache allocated.",
         fails={"l05_main_path", "l05_real_engine", "l05_boundary"},
         hint="slot 映射里用的是逻辑块号还是块表里的物理块号？"),
+    "positions_capped_at_known_tokens": Mutant(CELL, (
+        ("positions = num_computed[req_indices] + query_pos",
+         "positions = np.minimum(num_computed[req_indices] + query_pos, input_batch.num_tokens[req_indices] - 1)"),
+    ), "Caps positions at the last known token: a row with speculative drafts schedules tokens past num_tokens.",
+        fails={"l05_main_path", "l05_real_engine", "l05_boundary"},
+        hint="一行本步调度的 token 一定都在已知的 token 之内吗？想想投机解码的草稿 token 放在哪里。"),
     "positions_from_zero": Mutant(CELL, (
         ("positions = num_computed[req_indices] + query_pos", "positions = query_pos"),
     ), "Counts positions from 0 in every step instead of from num_computed_tokens (chunks, decodes, prefix hits).",

@@ -2,7 +2,8 @@
 the grade cells, the engine plug, the live demo and the figures.
 
 Grade cells and `python -m autograder check lesson06 ...` call the same functions here:
-    check_main_path(kernel)    scattered blocks, lengths across block boundaries, GQA ratios vs the torch oracle
+    check_main_path(kernel)    scattered blocks, lengths across block boundaries, GQA ratios, a non-contiguous
+                               (vLLM-layout) cache vs the torch oracle
     check_real_engine(kernel)  the kernel as the Triton backend's decode kernel: same greedy tokens as ours
     check_boundary(kernel)     empty row, one token, exactly one block, NaN in unwritten slots, huge logits
     check_source_map(SOURCE_MAP) each blank named by its variable in vLLM's kernel_paged_attention_2d
@@ -13,6 +14,10 @@ Input space (each dimension, and the graded part that covers it):
     heads                 MHA (ratio 1), GQA 3 / 4 (3 pads the group), MQA 8: main_path, boundary
     head_size             32, 64, 40 (not a power of two: padded dims masked): main_path, boundary
     block table           scattered, rows of different lengths (its stride is the table's width): every part
+    cache layout          contiguous [num_blocks, block, heads, dim] K and V: every part; views of vLLM's
+                          [num_blocks, 2, block, heads, dim] cache (block stride twice the contiguous one, so
+                          stride_cache_block is not BLOCK_SIZE * stride_cache_slot): main_path, real_engine (the
+                          plug hands the kernel the engine's K/V as such views)
     cache contents        NaN past seq_len in the last block; scores in the hundreds (exp overflow): boundary
     dtype / precision     fp32 on CPU (the interpreter computes tl.dot in fp32 whatever the dtype), so every
                           tl.dot's input_precision and COMPUTE_DTYPE casts are checked statically: every part
@@ -274,14 +279,24 @@ class DecodeCase:
         return self.query.shape[1] // self.kv_cache.shape[3]
 
     def describe(self) -> str:
+        k = self.k_cache
+        layout = "" if k.is_contiguous() else f", K/V cache 块步长 {k.stride(0)}（不是 block×heads×dim = {k.stride(0) // 2}）"
         return (f"seq_lens={self.seq_lens.tolist()}, block_size={self.block_size}, heads {self.query.shape[1]}/"
-                f"{self.kv_cache.shape[3]} kv (GQA {self.queries_per_kv}), head_size {self.query.shape[2]}")
+                f"{self.kv_cache.shape[3]} kv (GQA {self.queries_per_kv}), head_size {self.query.shape[2]}{layout}")
+
+
+def vllm_layout(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same K and V as views of vLLM's [num_blocks, 2, block_size, num_kv_heads, head_size] cache: a block's
+    K is followed by its V, so the block stride is twice the contiguous one (the slot, head and dim strides stay)."""
+    both = torch.stack([k_cache, v_cache], dim=1)
+    return both[:, 0], both[:, 1]
 
 
 def make_case(seq_lens, num_heads=8, num_kv_heads=2, head_size=32, block_size=16, seed=0, q_scale=1.0,
-              garbage=0.0) -> DecodeCase:
+              garbage=0.0, vllm_cache: bool = False) -> DecodeCase:
     """Every sequence's blocks are a random, non-monotone choice of physical blocks (plus a few unowned ones).
-    `garbage` fills the unwritten slots past each sequence's length (NaN: what an unwritten cache may hold)."""
+    `garbage` fills the unwritten slots past each sequence's length (NaN: what an unwritten cache may hold).
+    vllm_cache: K and V are views of vLLM's [num_blocks, 2, ...] layout (vllm_layout), not contiguous."""
     from autograder.vllm_views.lesson06 import case_tensors
 
     dev = device()
@@ -289,6 +304,8 @@ def make_case(seq_lens, num_heads=8, num_kv_heads=2, head_size=32, block_size=16
             "block_size": block_size, "seed": seed}
     query, kv, table, _ = case_tensors(spec, garbage)
     query = query * q_scale
+    if vllm_cache:
+        kv = torch.stack([kv[0], kv[1]], dim=1).transpose(0, 1)  # [2, blocks, ...] view of [blocks, 2, ...]
     return DecodeCase(query.to(dev), kv.to(dev), table.to(dev),
                       torch.tensor(seq_lens, dtype=torch.int32, device=dev), head_size ** -0.5)
 
@@ -354,6 +371,9 @@ def check_main_path(kernel) -> None:
     _compare(kernel, make_case([50, 3], num_heads=8, num_kv_heads=1, head_size=64, seed=2), "MQA（8 个 query 头共享 1 个 kv 头）")
     _compare(kernel, make_case([70, 31], num_heads=4, num_kv_heads=2, head_size=32, block_size=32, seed=3),
              "block_size=32")
+    _compare(kernel, make_case([29, 16, 45], seed=10, vllm_cache=True),
+             "K/V 是 vLLM 布局 [num_blocks, 2, block_size, kv_heads, head_size] 的视图（块步长 stride_cache_block "
+             "是连续布局的两倍）")
 
 
 @graded
@@ -443,8 +463,8 @@ def decode_kernel_in_engine(kernel, calls: list | None = None, keep_last: bool =
     def decode(out, query, k_cache, v_cache, block_table, seq_lens, scale, num_warps=4):
         if kernel is None:
             original(out, query, k_cache, v_cache, block_table, seq_lens, scale, num_warps=num_warps)
-        else:
-            launch(kernel, out, query, k_cache, v_cache, block_table, seq_lens, scale, num_warps=num_warps)
+        else:  # the engine's K/V, as views of vLLM's [num_blocks, 2, ...] cache: the block stride is an argument
+            launch(kernel, out, query, *vllm_layout(k_cache, v_cache), block_table, seq_lens, scale, num_warps=num_warps)
         if calls is not None:
             n = query.shape[0]
             err = float("nan")

@@ -20,6 +20,12 @@ MUTANTS = {
     ), "Steps through the block table with the cache's block stride, reading far past the table (a wild pointer: under the interpreter the bounds-checked launcher must turn it into a failed check, not a crash).",
        fails={"l06_boundary", "l06_main_path", "l06_real_engine"},
        hint="遍历块表时用的步长属于哪个张量？"),
+    "block_stride_from_slots": Mutant(CELL, (
+        ('        kv_offsets = physical_block * stride_cache_block + slots[:, None] * stride_cache_slot + kv_head * stride_cache_head + dims[None, :]',
+         '        kv_offsets = physical_block * BLOCK_SIZE * stride_cache_slot + slots[:, None] * stride_cache_slot + kv_head * stride_cache_head + dims[None, :]'),
+    ), "Computes a block's offset as BLOCK_SIZE slots (the contiguous stride) instead of stride_cache_block: wrong on vLLM's [num_blocks, 2, block, heads, dim] view.",
+       fails={"l06_main_path", "l06_real_engine"},
+       hint="相邻两个物理块在内存里一定相隔 BLOCK_SIZE 个槽位吗？想想 K 和 V 交错存放的 cache 布局。"),
     "logical_block_index": Mutant(CELL, (
         ('        physical_block = tl.load(block_table_ptr + seq * stride_block_table_seq + logical_block)',
          '        physical_block = logical_block'),

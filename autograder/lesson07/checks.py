@@ -28,10 +28,14 @@ Input space (each dimension -> the part that covers it):
     ties                 greedy rows take the first maximal index (torch/vLLM argmax); tied survivors of
                          a mask are compared as values (vLLM's unstable sort picks which tied index)  main
     seeds                seeded rows alone, shared seeds, mixed with unseeded, chunked prefill  main, real engine
+                         seed 0 (a seed, not "no seed": vLLM tests `seed is not None`), alone and in a batch
+                                                                                                main, real engine
                          their distribution: every row seeded (3000 seeds), one generator over 500 steps   main
     logprobs             raw (before temperature), HF's log_softmax; logprobs=0 (the sampled token's
                          logprob, not None)                                                    main, real engine
-    logit range          gaps over 100 nats (float32 probabilities underflow to 0), logits near 120
+                         max_num_logprobs None (no request wants any: raw_logprobs None; the plug gathers
+                         exactly when Sampler.forward would)                                   main, real engine
+    logit range          gaps over 100 nats (past ~104, float32 probabilities underflow to 0), logits near 120
                          (exp overflows): finite raw logprobs, masks in logit space, no NaN draw  main, boundary
     batch shape          1 row, 4 to 8 mixed rows, 3000 rows (distribution), vocab 4 to 512    main, boundary
     vLLM 0.27.1          its Sampler's masks, seeded tokens and raw logprobs on six recorded batches covering the
@@ -284,12 +288,38 @@ def check_logprobs_zero(sample_fn) -> None:
            "（判断要用 `is not None`，0 不是“没有请求 logprobs”）。")
 
 
+def check_no_logprobs(sample_fn) -> None:
+    """No request wants logprobs (max_num_logprobs is None): raw_logprobs is None, as vLLM's Sampler.forward
+    computes and gathers none (a greedy batch and a random one)."""
+    x = crafted_logits()[:2]
+    for temps in ([0.0, 0.0], [0.0, 0.8]):
+        _, lp = call_sample(sample_fn, x.clone(), make_md(temps))
+        expect(lp is None, f"没有请求要 logprobs（max_num_logprobs 是 None，temperature {temps}）时 sample 应返回 "
+                           f"raw_logprobs = None，实际返回了 {type(lp).__name__}（vLLM 的 Sampler.forward 这时不算 logprobs）。")
+
+
+def check_seed_zero(sample_fn) -> None:
+    """seed=0 is a seed (vLLM tests `seed is not None`): the row of a request seeded 0 draws the same alone and
+    beside an unseeded and another seeded row, whatever the global RNG holds."""
+    logits = DIST_LOGITS.repeat(3, 1)
+
+    def draws(seeds, global_seed, row, steps=12):
+        torch.manual_seed(global_seed)
+        gens = {i: torch.Generator().manual_seed(s) for i, s in enumerate(seeds) if s is not None}
+        md = make_md([1.0] * len(seeds), generators=gens)
+        return [int(call_sample(sample_fn, logits[:len(seeds)], md)[0][row]) for _ in range(steps)]
+    alone = draws([0], 1, 0)
+    mixed = draws([None, 3, 0], 2, 2)
+    expect(alone == mixed, f"seed=0 的请求（它的 generator 以 0 为种子）单独运行抽出 {alone}，与无种子、另一种子的请求同批时"
+                           f"抽出 {mixed}：应相同（0 也是种子，不是“没有种子”）。")
+
+
 GAP_LOGITS = torch.tensor([[120.0, 5.0, 119.0, -10.0, 118.5, -60.0],    # gaps of 110 to 180 nats below the top
                            [0.0, -150.0, -0.7, -300.0, -1.2, -101.0]])
 
 
 def check_large_gap(sample_fn) -> None:
-    """Logits far apart (> 100 nats: float32 probabilities underflow to 0) and large (exp overflows): the raw
+    """Logits far apart (> 100 nats; past ~104 float32 probabilities underflow to 0) and large (exp overflows): the raw
     logprobs stay finite, and sampling never returns NaN's argmax or a token of probability 0."""
     x = GAP_LOGITS
     _, lp = call_sample(sample_fn, x.clone(), make_md([0.0, 0.0], logprobs=2))
@@ -390,8 +420,10 @@ def check_main_path(apply_min_p, apply_top_k_top_p, random_sample, sample) -> No
     check_masks(apply_top_k_top_p, apply_min_p)
     check_sample_order(sample)
     check_logprobs_zero(sample)
+    check_no_logprobs(sample)
     check_large_gap(sample)
     check_seeded_rows(sample)
+    check_seed_zero(sample)
     check_distribution(sample)
     check_seeded_distribution(sample)
     check_vllm(apply_min_p, apply_top_k_top_p, sample)
@@ -451,7 +483,7 @@ def check_boundary(apply_min_p, apply_top_k_top_p) -> None:
                  min_p=torch.tensor([1.0, 1.0]), k=torch.tensor([0, 0]), p=torch.tensor([1.0, 1.0]))
     expect_masks(apply_top_k_top_p, apply_min_p, "每一行都是 top_k = 0（关闭）且没有 top-p", x,
                  k=torch.zeros(n, dtype=torch.int64))
-    g = GAP_LOGITS                                        # > 100 nats apart: float32 probabilities underflow to 0
+    g = GAP_LOGITS                                        # > 100 nats apart (past ~104, float32 underflows to 0)
     expect_masks(apply_top_k_top_p, apply_min_p, "相差 100 nats 以上的 logits，只有 top-k（第 k 大的值概率下溢为 0）", g,
                  k=torch.tensor([4, 5]))
     expect_masks(apply_top_k_top_p, apply_min_p, "相差 100 nats 以上的 logits，top-k 与 top-p", g,
@@ -474,7 +506,7 @@ class StudentSampler:
         self.fn, self.log = fn, log
 
     def __call__(self, logits, md):
-        from minivllm.sample.sampler import SamplerOutput, gather_logprobs
+        from minivllm.sample.sampler import SamplerOutput, gather_logprobs, sampled_token_ranks
 
         expect(not md.min_tokens, "本课的接入只覆盖没有 min_tokens 的请求。")
         if self.log is None:
@@ -483,11 +515,16 @@ class StudentSampler:
             (sampled, raw), ops = profiled_ops(lambda: call_sample(self.fn, logits, md))
             self.log.append((md.top_k is not None, md.top_p is not None, ops.count("aten::sort"),
                              ops.count("aten::topk")))
-        lps = None
+        lps = ranks = None  # as Sampler.forward: logprobs exactly when some row asked (max_num_logprobs not None)
         if md.max_num_logprobs is not None:
             expect(raw is not None, "请求了 logprobs，但 sample 返回的 raw_logprobs 是 None。")
+        else:
+            expect(raw is None, "这一步没有请求要 logprobs（max_num_logprobs 是 None），sample 却返回了 raw_logprobs："
+                                "引擎的 Sampler.forward 这时不算也不收集 logprobs。")
+        if raw is not None:
             lps = gather_logprobs(raw.float(), sampled, md.num_logprobs)
-        return SamplerOutput(sampled, lps)
+            ranks = sampled_token_ranks(raw.float(), sampled)
+        return SamplerOutput(sampled, lps, ranks)
 
 
 @contextlib.contextmanager
@@ -536,6 +573,7 @@ def seeded_runs(llm, small, max_tokens: int = 12) -> dict:
         return SamplingParams(max_tokens=max_tokens, ignore_eos=True, **kw)
 
     seeded = params(temperature=1.0, top_k=20, top_p=0.9, seed=1234)
+    zero = params(temperature=1.0, seed=0)  # seed 0 is a seed, not "no seed"
     others = [params(temperature=0.0), params(temperature=0.8), params(temperature=1.2, min_p=0.05, seed=7)]
     prompts = engine_prompts(llm)
     return {
@@ -544,6 +582,8 @@ def seeded_runs(llm, small, max_tokens: int = 12) -> dict:
         "chunked": tokens_of(small.generate([prompts[2], prompts[0]], [others[1], seeded], use_tqdm=False))[-1],
         "unseeded": [tokens_of(llm.generate([prompts[0]], params(temperature=1.0, top_k=20, top_p=0.9),
                                             use_tqdm=False))[0] for _ in range(2)],
+        "zero_alone": tokens_of(llm.generate([prompts[1]], zero, use_tqdm=False))[0],
+        "zero_batch": tokens_of(llm.generate([prompts[0], prompts[1]], [others[1], zero], use_tqdm=False))[-1],
     }
 
 
@@ -602,6 +642,8 @@ def run_real_engine(sample) -> None:
                f"应生成相同的 token：单独 {runs['alone']}，同批 {runs['batch']}。")
         expect(runs["alone"] == runs["chunked"], "带种子的请求在 chunked prefill（每步 4 个 token）下应生成相同的 token："
                f"{runs['alone']} vs {runs['chunked']}。")
+        expect(runs["zero_alone"] == runs["zero_batch"], "seed=0 的请求单独运行与和一个无种子的请求同批时应生成相同的 token"
+               f"（0 也是种子）：单独 {runs['zero_alone']}，同批 {runs['zero_batch']}。")
         prompts = engine_prompts(llm)
         greedy = tokens_of(llm.generate(prompts, SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True),
                                         use_tqdm=False))

@@ -107,6 +107,21 @@ MUTANTS.update({
     ), "Takes the k-th largest probability as the threshold: probabilities that underflow to 0 tie, and all stay.",
         fails={BOUNDARY},
         hint="第 k 大的值在概率空间里下溢成 0 时，阈值还能区分 token 吗？"),
+    "logprobs_always": Mutant(CELL, (
+        ("raw_logprobs = logits.log_softmax(dim=-1) if md.max_num_logprobs is not None else None",
+         "raw_logprobs = logits.log_softmax(dim=-1)"),
+    ), "Returns raw logprobs even when no request asked for them (max_num_logprobs is None): a wasted log_softmax "
+       "over the vocabulary every step, and logprobs the engine would gather for nobody.",
+        fails={MAIN, ENGINE},
+        hint="没有任何请求要 logprobs 时，sample 还应该算并返回它们吗？vLLM 的 Sampler.forward 怎样判断“有人要”？"),
+    "seed_zero_is_no_seed": Mutant(CELL, (
+        ("    if len(generators) != probs.shape[0]:",
+         "    generators = {i: g for i, g in generators.items() if g.initial_seed()}  # seed 0: no seed\n"
+         "    if len(generators) != probs.shape[0]:"),
+    ), "Treats seed 0 as \"no seed\" (`if seed:`): a request with seed=0 draws from the global RNG, so its tokens "
+       "change with the batch.",
+        fails={MAIN, ENGINE},
+        hint="seed=0 是“没有种子”吗？判断一个请求有没有种子时，0 和 None 有什么不同？"),
     "seed_restarted_every_step": Mutant(CELL, (
         ("q[i].exponential_(generator=gen)",
          "q[i].exponential_(generator=torch.Generator().manual_seed(gen.initial_seed()))"),

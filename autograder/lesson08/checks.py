@@ -17,12 +17,16 @@ StructuredOutputManager, so the engine's xgrammar matchers (advanced with every 
 Input space (each dimension -> the part that covers it):
     batch order       runner's rows vs the scheduler's dict order, 1 to 4 rows            main, real engine
     progress          empty prefix, mid-choice, mid-UTF-8 character, exactly a choice      main
+                      mid-UTF-8 where dropping the partial character leaves another choice ("caf\\xc3"
+                      with caf / café: EOS only on bytes, not on decoded text)           main, boundary
     choices           one a prefix of another, listed shorter-first and longer-first (not in
                       ascending order), completion on a choice other than the first,
                       quotes / backslashes / multi-byte characters                          main, boundary
     EOS               allowed exactly when the bytes equal a choice, also when a longer one continues;
                       not when the bytes only end with a choice (on / non, the prefix of nonce)   main, boundary
-    bit layout        bit 31 (the int32 sign bit), a vocabulary not a multiple of 32        main, boundary
+    bit layout        bit 31 (the int32 sign bit): tokens 31 ("<", word 0) and 63 ("\\") allowed, in a
+                      scenario and as the only first token of an engine request's choices; a vocabulary not
+                      a multiple of 32                                                      main, real engine, boundary
     masking           disallowed -> -inf before the sampler, allowed logits unchanged       boundary
     engine            free and constrained requests in one batch, greedy and seeded rows, the
                       bitmask computed between launching the forward and waiting for it     real engine
@@ -173,6 +177,14 @@ SCENARIOS = [
     _scenario("引号、反斜杠与多字节字符", [("q", "", ['say "hi"', "a\\b", "是的", "否"]), ("w", "是", ["是的", "否"])]),
     Scenario("已生成的字节停在一个多字节字符中间", ["m", "n"], {"n": "否".encode()[:2], "m": "是".encode()[:1]},
              {"n": [c.encode() for c in ("否", "否则")], "m": [c.encode() for c in ("是的", "否")]}),
+    # b"caf\xc3" is "caf" plus the first byte of "é": as text (errors ignored) it equals the choice "caf", as bytes
+    # it equals no choice, so EOS must wait (xgrammar matches bytes).
+    Scenario("停在多字节字符中间，去掉半个字符后恰好是另一个选项（caf / café）", ["k", "c"],
+             {"c": "caf".encode(), "k": "café".encode()[:4]},
+             {"c": [c.encode() for c in ("caf", "café")], "k": [c.encode() for c in ("caf", "café")]}),
+    # token 31 is b"<" and token 63 b"\\": bit 31 of words 0 and 1, the int32 sign bit.
+    _scenario("允许的 token 在一个字的第 31 位（int32 的符号位：token 31 '<'、63 '\\'）",
+              [("g", "", ["<yes>", "<no>"]), ("h", "a", ["a\\b", "ab"])]),
 ]
 
 
@@ -337,7 +349,7 @@ class EngineRun:
 
 
 CHOICE_SETS = [["yes", "no", "perchance"], ["alas", "anon", "alack", "forsooth"], ["no", "none", "nothing"],
-               ["是的", "否"]]
+               ["是的", "否"], ["<yes>", "<no>"]]  # the last: only token 31 ("<", bit 31 of word 0) may start it
 PROMPTS = ["ROMEO:", "JULIET:", "KING HENRY:", "HAMLET:\nTo be", "First Citizen:"]
 
 
@@ -463,7 +475,7 @@ def check_boundary(choice_bitmask, apply_bitmask_and_sample) -> None:
     continues, in either list order), and the mask before the sampler."""
     __tracebackhide__ = True
     vocab = default_vocab()
-    for sc in [s for s in SCENARIOS if s.name.startswith(("一个选项", "已完整"))]:
+    for sc in [s for s in SCENARIOS if s.name.startswith(("一个选项", "已完整", "停在多字节"))]:
         got = unpack(_call_bitmask(choice_bitmask, sc, vocab), vocab.vocab_size)
         for row, req_id in enumerate(sc.batch_req_ids):
             complete = sc.generated[req_id] in sc.choices[req_id]

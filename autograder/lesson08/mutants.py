@@ -18,6 +18,19 @@ MUTANTS = {
     ), "Rows follow the scheduler's dict order instead of the runner's batch order.",
         fails={"l08_main_path", "l08_real_engine"},
         hint="bitmask 的行顺序应跟随谁的批次顺序？"),
+    "eos_by_decoded_text": Mutant(CELL, (
+        ("eos_allowed = done in choices[req_id]",
+         'eos_allowed = done.decode("utf-8", "ignore") in [c.decode() for c in choices[req_id]]'),
+    ), "Compares decoded text instead of bytes for EOS: b\"caf\\xc3\" (mid-é) decodes to \"caf\", so EOS passes mid-character.",
+        fails={"l08_main_path", "l08_boundary"},
+        hint="已生成的字节停在一个多字节字符中间时，把它解码成文本再和选项比较，会丢掉什么？"),
+    "sign_bit_skipped": Mutant(CELL, (
+        ("            words[row, word] |= 1 << bit",
+         "            if bit < 31:  # 1 << 31 does not fit an int32\n"
+         "                words[row, word] |= 1 << bit"),
+    ), "Never sets bit 31 of a word (the int32 sign bit), so tokens 31, 63, ... are never allowed.",
+        fails={"l08_main_path", "l08_real_engine"},
+        hint="token 31、63 这类落在一个字最高位的 token，你的 bitmask 能放行吗？int32 的符号位也是一位。"),
     "mask_after_sampling": Mutant(CELL, (
         ('    masked = logits.masked_fill(~allowed, float("-inf"))\n    return sample(masked)',
          '    tokens = sample(logits)\n    logits.masked_fill_(~allowed, float("-inf"))\n    return tokens'),

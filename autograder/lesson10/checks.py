@@ -22,6 +22,8 @@ Input space (each dimension -> the part that covers it):
                                                                               boundary (1), main, real engine (2)
     tp_rank          0 and 1: each rank's own rows / columns (no constant rank or size)        main, boundary
     output_sizes     equal fused projections (gate 40 + up 40) and unequal ones [16, 8]       main, boundary
+                     three unequal ones [16, 8, 8] (as QKVParallelLinear loads q, k, v; shard 2's offset
+                     is past both earlier shards), TP=1 and both TP=2 ranks                    boundary
                      sizes tp does not divide, [5, 7] at TP=2 (their sum 12 does): the layer must refuse
                      to be built, as vLLM's MergedColumnParallelLinear asserts                 boundary
     input_size       a row layer's input tp does not divide (7 at TP=2): refused too (vLLM: divide)   boundary
@@ -377,6 +379,7 @@ def _num_layers(llm) -> int:
 
 # ---------------------------------------------------------------------------------------------- boundary
 B_HIDDEN, B_SIZES, B_OUT = 24, (16, 8), 40  # fused projections of unequal size; an o_proj-shaped row layer
+B_SIZES3 = (16, 8, 8)  # three fused projections, as QKVParallelLinear loads q, k, v: shard 2 starts after 16 + 8
 UNEVEN_SIZES, UNEVEN_INPUT = (5, 7), 7  # at TP=2 neither 5 nor 7 splits (their sum does); nor does a row input of 7
 
 
@@ -384,8 +387,18 @@ def _boundary_weights() -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(11)
     r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
     a, b = B_SIZES
-    return {"x": r(1, B_HIDDEN), "wa": r(a, B_HIDDEN), "wb": r(b, B_HIDDEN), "ba": r(a), "bb": r(b),
-            "row_x": r(1, a + b), "row_w": r(B_OUT, a + b), "row_b": r(B_OUT)}
+    w = {"x": r(1, B_HIDDEN), "wa": r(a, B_HIDDEN), "wb": r(b, B_HIDDEN), "ba": r(a), "bb": r(b),
+         "row_x": r(1, a + b), "row_w": r(B_OUT, a + b), "row_b": r(B_OUT)}
+    w["w3"] = [r(n, B_HIDDEN) for n in B_SIZES3]
+    return w
+
+
+def _three_projections(column_cls, w) -> torch.Tensor:
+    """A fused layer of three unequal projections B_SIZES3, shards loaded 0, 1, 2 (as q, k, v)."""
+    col = column_cls(B_HIDDEN, list(B_SIZES3), bias=False)
+    for shard_id, wi in enumerate(w["w3"]):
+        _load(col.weight, wi, shard_id)
+    return col(w["x"])
 
 
 def _boundary_layers(column_cls, row_cls, w) -> dict[str, torch.Tensor]:
@@ -398,7 +411,17 @@ def _boundary_layers(column_cls, row_cls, w) -> dict[str, torch.Tensor]:
     _load(row.weight, w["row_w"])
     _load(row.bias, w["row_b"])
     n = sum(B_SIZES) // row.tp_size
-    return {"col": col(w["x"]), "row": row(w["row_x"][:, row.tp_rank * n:(row.tp_rank + 1) * n])}
+    return {"col": col(w["x"]), "row": row(w["row_x"][:, row.tp_rank * n:(row.tp_rank + 1) * n]),
+            "col3": _three_projections(column_cls, w)}
+
+
+def _expect_three(got: torch.Tensor, want: torch.Tensor, where: str) -> None:
+    ok = tuple(got.shape) == tuple(want.shape) and torch.allclose(got, want, **TOL)
+    bad = "" if ok or got.shape != want.shape else \
+        f"，第一处不符在第 {int(((got - want).abs() > 1e-3).any(0).nonzero()[0])} 列"
+    expect(ok, f"三段大小不等的融合投影 {list(B_SIZES3)}（像 QKVParallelLinear 装 q、k、v，shard_id 0、1、2），{where}："
+               f"输出应是每段在本 rank 的那一份依次拼接，形状 {tuple(want.shape)}；实际形状 {tuple(got.shape)}{bad}。"
+               "检查每一段在本 rank 参数里的起点。")
 
 
 def _refuses(build) -> bool:
@@ -433,7 +456,12 @@ def check_boundary(column_cls, row_cls) -> None:
            "TP=1 时列并行层应等于不切分的 [gate; up] 线性层（每个 rank 持有全部行，带 bias）。")
     expect(tuple(one["row"].shape) == tuple(row_ref.shape) and torch.allclose(one["row"], row_ref, **TOL),
            "TP=1 时行并行层应等于不切分的线性层（bias 加一次）。")
+    parts3 = [F.linear(w["x"], wi) for wi in w["w3"]]
+    _expect_three(one["col3"], torch.cat(parts3, -1), "TP=1")
     outs = run_two_ranks(_rank_boundary, column_cls, row_cls)
+    for rank, out in enumerate(outs):
+        _expect_three(out["col3"], torch.cat([p[:, rank * n // TP:(rank + 1) * n // TP]
+                                              for p, n in zip(parts3, B_SIZES3, strict=True)], -1), f"rank {rank}")
     for rank, out in enumerate(outs):
         want = torch.cat([col_ref[:, rank * a // TP:(rank + 1) * a // TP],
                           col_ref[:, a + rank * b // TP:a + (rank + 1) * b // TP]], -1)

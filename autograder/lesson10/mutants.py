@@ -14,6 +14,13 @@ ONE_BLOCK = """full = sum(self.output_sizes) // self.tp_size
             default_weight_loader(param.data[a - lo:b - lo], loaded_weight[a - start:b - start])"""
 
 MUTANTS = {
+    "offset_from_previous_shard_only": Mutant(CELL, (
+        ("offset = sum(self.output_sizes[:shard_id]) // self.tp_size",
+         "offset = self.output_sizes[shard_id - 1] // self.tp_size if shard_id else 0"),
+    ), "Starts shard k after shard k-1 only (output_sizes[k-1]), not after every earlier shard: right for gate/up, "
+       "wrong for a third projection (q, k, v of unequal sizes).",
+        fails={"l10_boundary"},
+        hint="融合了三段（如 q、k、v）时，第 2 段在本 rank 参数里从哪里开始？它前面有几段？"),
     "row_splits_output_dim": Mutant(CELL, (
         ("in_per_rank = divide(input_size, tp)", "in_per_rank = input_size"),
         ("out_per_rank = output_size", "out_per_rank = divide(output_size, tp)"),

@@ -17,6 +17,8 @@ Input space of the exercise (what changes what the answer must do) and the part 
 |        | the prompt's text before that character, and the output without the repeat is accepted too) |  |
 | stop | none; one; several of different lengths (longest neither first, last, nor lexicographic max; the | main_path, |
 |      | match in the middle of the list); one whose text repeats; one never completed | boundary, real_server |
+|      | one with leading whitespace (" breaks"), split so that all of it but its last character, the space | main_path, |
+|      | included, is pending after a token: the hold-back is len(stop) - 1 of the stop as given, not stripped | real_server |
 | include_stop_str_in_output | False: cut before the stop, hold back len(longest) - 1; True: cut after, no hold-back | main_path, boundary, real_server |
 | skip_special_tokens | True; False (a special token inside the output shows as text) | boundary |
 | finish | length; stop string; EOS / stop token (stop_terminated: its text only with include_stop_str_in_output); | all; |
@@ -254,6 +256,8 @@ def check_main_path(cls, abort_fn) -> None:
     include_stop_str_in_output, multi-byte text, delta and cumulative outputs; 1–5 tokens per step."""
     expect_stream(cls, abort_fn, TEXT, None, uneven_groups(0), "没有停止串")
     expect_stream(cls, abort_fn, TEXT, ["Juliet is"], uneven_groups(1), "停止串跨 token")
+    # " break" + "s": after " break" the whole stop but its last character is pending, leading space included
+    expect_stream(cls, abort_fn, TEXT, [" breaks"], [1] * 400, "以空格开头的停止串 \" breaks\" 跨 token（逐 token）")
     expect_stream(cls, abort_fn, TEXT, ["wherefore", "yonder win"], [1] * 400, "两个停止串、逐 token")
     expect_stream(cls, abort_fn, TEXT, ["zebra", "Juliet is the sun", "qq"], [1] * 400,
                   "三个长短不同的停止串（最长的在中间）")
@@ -443,6 +447,26 @@ def complete(srv, stream: bool, max_tokens: int = 48, stop=None, prompt: str = S
     return "".join(chunks), chunks, reason
 
 
+def pick_spaced_stop(text: str) -> str:
+    """A piece of the text that starts with a space and ends one character into the next token (so after that
+    token the whole stop but its last character is pending, the space included), first occurring in the
+    text's middle; a next token that does not start with whitespace is preferred."""
+    ids = tokenizer().encode(text, add_special_tokens=False)
+    ends = sorted({len(tokenizer().decode(ids[:i + 1])) for i in range(len(ids))})
+    found = []
+    for start in range(len(text) // 3, len(text) - 2):
+        if text[start] != " " or not text[start + 1].strip():
+            continue
+        for e in ends:
+            s = text[start:e + 1]
+            if e > start + 2 and e < len(text) and "\n" not in s and text.find(s) == start:
+                found.append((not text[e].strip(), start, s))
+                break
+    if not found:
+        raise CheckFailed("参考输出里找不到以空格开头、跨 token 的停止串（请检查模型）。")
+    return min(found)[2]
+
+
 def pick_stop(text: str, length: int = 7) -> str:
     """A piece of the text, first occurring in its middle, that spans a token boundary."""
     ids = tokenizer().encode(text, add_special_tokens=False)
@@ -478,19 +502,22 @@ def wrong_increment(chunks: list[str], want: str) -> str:
 
 def check_real_server(cls, abort_fn) -> None:
     """The OpenAI server (EngineCore in its own process) and the openai client: non-streamed, streamed, a stop
-    string across tokens, several stops of different lengths, include_stop_str_in_output."""
+    string across tokens, several stops of different lengths, include_stop_str_in_output, a stop that starts
+    with a space and ends one character into a token (pick_spaced_stop)."""
     srv = server()
     want = reference(srv)
     stop = pick_stop(want)
+    spaced = pick_spaced_stop(want)
     with plugged(cls, abort_fn):
         text, _, _ = _call(complete, srv, False)
         expect(text == want, f"非流式输出应为 {want[:60]!r}…，实际 {text[:60]!r}…")
         joined, chunks, _ = _call(complete, srv, True)
         diff = wrong_increment(chunks, want)
         expect(not diff, f"流式增量拼起来应等于非流式文本：{diff}。")
-        for stops, include in (([stop], False), (["zq#", stop, "q"], False), ([stop], True)):
+        for stops, first, include in (([stop], stop, False), (["zq#", stop, "q"], stop, False), ([stop], stop, True),
+                                      ([spaced], spaced, False)):
             joined, chunks, reason = _call(complete, srv, True, 48, stops, SERVER_PROMPT, include)
-            cut = want[:want.find(stop) + (len(stop) if include else 0)]
+            cut = want[:want.find(first) + (len(first) if include else 0)]
             diff = wrong_increment(chunks, cut)
             expect(not diff, f"停止串 {stops}（include_stop_str_in_output={include}）：{diff}。")
             expect(reason == "stop", f"停止串 {stops}：finish_reason 应为 'stop'，实际 {reason!r}。")

@@ -17,6 +17,12 @@ def _m(edits, why, fails, hint=""):
 
 
 MUTANTS = {
+    "hold_back_of_stripped_stop": _m(((HOLD, "self.stop_buffer_length = max((len(s.strip()) for s in self.stop), "
+                                             "default=1) - 1"),),
+                                     "Sizes the hold-back from the stop strings with whitespace stripped: a stop that "
+                                     "starts with a space (\" breaks\") leaks that space before the stop completes.",
+                                     {"l12_main_path", "l12_real_server"},
+                                     hint="hold-back 要盖住停止串的哪几个字符？停止串开头的空格也会先于其余部分出现在输出里。"),
     # the decoder (TODO 1, 3)
     "stream_not_primed": _m(((STREAM, "self.stream = DecodeStream(skip_special_tokens=params.skip_special_tokens)"),),
                             "Starts the stream empty: a SentencePiece/Metaspace first output token loses its space.",

@@ -228,11 +228,12 @@ L03.check_main_path(hash_block_tokens, request_block_hasher, get_computed_blocks
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查把你的四个函数接进真实的 minivllm `EngineCore`（`L03.plugged`），跑三个负载；命中统计要等于 minivllm 自己的实现，每个请求的 token 和 logprob 要等于关闭缓存时的结果：
+# 第二项检查把你的四个函数接进真实的 minivllm `EngineCore`（`L03.plugged`），跑四个负载；命中统计等于 minivllm 自己的实现，每个请求的 token 和 logprob 要等于关闭缓存时的结果：
 #
-# 1. **共享前缀**：8 个请求，system prompt 是 `X + X`，其中一个请求就是它本身，全部命中、要封顶；
-# 2. **驱逐顺序**（vLLM `test_evict`）：两个请求结束后空闲队列必须是 `[6, 10, 5, 4, 3, 2, 1, 9, 8, 7]`；
-# 3. **驱逐压力**：9 个可用块、6 个请求，其中一个是多轮对话的下一轮，命中上一轮生成的 token。
+# 1. **共享前缀**：8 个请求，system prompt 是 `X + X`，其中一个请求就是它本身，全部命中、封顶；
+# 2. **驱逐顺序**（vLLM `test_evict`）：两个请求结束后空闲队列应是 `[6, 10, 5, 4, 3, 2, 1, 9, 8, 7]`；
+# 3. **一步失败**：丢哈希的块不挪位，仍取队头；
+# 4. **驱逐压力**：9 个可用块、6 个请求，其中一个是多轮对话的下一轮，命中上一轮生成的 token。
 
 # %% nbgrader={"grade": true, "grade_id": "l03_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 engine_runs = L03.check_real_engine(hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks)

@@ -109,7 +109,7 @@ short_errors("lesson05")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 4. 性能与工程取舍
 #
-# - 输入准备与 token 数线性：16k 个 token 时，按 token 的 Python 循环执行 65,603 行 Python，向量化后是常数行、不到 1 毫秒（见检查）。
+# - 输入准备与 token 数线性：16k 个 token 时，按 token 的循环执行 65,603 行 Python，向量化后是常数行、不到 1 毫秒（见检查）。
 # - vLLM 0.27.1 默认开启异步调度：CPU 准备第 t+1 步时 GPU 还在跑第 t 步，只有准备比前向慢时 GPU 才等（Q3）。
 # - 持久批让每步的 CPU 写入与变化量成正比；代价是行会移动，按行号索引的状态都要跟着搬。
 
@@ -205,7 +205,7 @@ report("lesson05", globals())
 # - 第 1 行：分块 prefill，本步算位置 4～8，prompt 13 个 token，所以**不取** logits；
 # - 第 2 行：命中后的最后一块，已算 6，本步 4，prompt 10 个 token，块表分散（`[3, 8, 12]`）。
 #
-# 隐藏测试再拿演示里的每一步逐项比较。
+# 隐藏测试再拿演示里的每一步逐项比较，也比较开投机解码（调度的 token 含草稿）时的每一步。
 
 # %% nbgrader={"grade": true, "grade_id": "l05_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 name, so, batch = L05.boundary_cases()[0]
@@ -222,9 +222,9 @@ _ = L05.check_main_path(prepare_inputs)  # a list of the checked cases: not echo
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：`L05.check_real_engine` 暂时把 `GPUModelRunner._prepare_inputs` 换成调用你的函数的包装，退出时恢复。它检查：
+# 第二项检查暂时把 `GPUModelRunner._prepare_inputs` 换成调用你的函数的包装（退出时恢复），检查：
 #
-# - 演示那批请求的贪心输出与引擎自己的 `_prepare_inputs` 逐 token 相同（后者与 HF transformers 相同）；
+# - 演示那批请求的贪心输出与引擎自己的 `_prepare_inputs` 逐 token 相同（后者与 HF 相同），开 n-gram 投机时也一样；
 # - 每个有前向的步都有 `prepare_inputs` 追踪阶段；
 # - 16k token 的批上，你的函数执行的 Python 行数不超过 200（数行而不计时，与机器快慢无关）。
 

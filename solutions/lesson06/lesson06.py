@@ -270,6 +270,8 @@ report("lesson06", globals())
 
 # %% [markdown]
 # 第一项检查：在块被打散的序列上对照 torch 参考实现 `paged_attention_ref`。长度 5、16、17、40 分别是不足一块、恰好一块、刚跨过块边界、跨过两条边界；GQA 4。输出先填 NaN，没写到的位置会暴露出来。
+#
+# 隐藏测试也用块步长不连续的 K/V。
 
 # %% nbgrader={"grade": true, "grade_id": "l06_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 case = L06.make_case(seq_lens=[5, 16, 17, 40], num_heads=8, num_kv_heads=2, head_size=32, block_size=16, seed=0)
@@ -285,7 +287,7 @@ L06.check_main_path(paged_decode_kernel)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：`L06.check_real_engine` 暂时把 Triton 后端的 `paged_decode_attention` 换成“启动你的 kernel”的函数，新建 `LLM(attention_backend="triton")`，对两个 prompt 贪心生成 6 个 token，退出时恢复。它检查：
+# 第二项检查暂时把 Triton 后端的 `paged_decode_attention` 换成“启动你的 kernel”的函数，新建 `LLM(attention_backend="triton")`，对两个 prompt 贪心生成 6 个 token，退出时恢复。它检查：
 #
 # - 每一次 decode 调用的输出都与 torch 参考一致；
 # - 生成的 token 与用 minivllm 自己的 kernel 时相同；

@@ -227,10 +227,10 @@ L07.check_main_path(apply_min_p, apply_top_k_top_p, random_sample, sample)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：`L07.check_real_engine` 把你的 `sample` 接进 runner，检查：
+# 第二项检查把你的 `sample` 接进 runner：
 #
-# - 带种子的请求单独跑、与参数各异的请求同批、在每步 4 个 token 的 chunked prefill 下输出相同；temperature 1e-4 等于贪心；
-# - profiler 只在有 top-p 的步里看到 `aten::sort`；logprobs 等于 HF transformers 原始 logits 的 log_softmax。
+# - 带种子的请求（含 seed=0）单独跑、与参数各异的请求同批、在每步 4 个 token 的 chunked prefill 下输出相同；temperature 1e-4 等于贪心；
+# - profiler 只在有 top-p 的步里看到 `aten::sort`；logprobs 等于 HF 原始 logits 的 log_softmax，没人要时为 None。
 
 # %% nbgrader={"grade": true, "grade_id": "l07_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 L07.check_real_engine(sample)

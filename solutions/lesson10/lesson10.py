@@ -28,7 +28,7 @@
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
 # | 代码·主路径（两个 gloo rank 上的 MLP 1 分 + 接入真实引擎 TP=2 1 分） | 2 | 自动 |
-# | 代码·边界条件（TP=1、带 bias、大小不等或不能整除的融合投影、单个 token） | 1 | 自动 |
+# | 代码·边界条件（TP=1、带 bias、大小不等（含三段）或不能整除的融合投影、单 token） | 1 | 自动 |
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
@@ -219,7 +219,7 @@ class RowParallelLinear(LinearBase):
 report("lesson10", globals())
 
 # %% [markdown]
-# 第一项检查：两个 gloo rank 各建 `gate_up_proj` 和 `down_proj`，从同一份完整权重加载、跑同一个输入：每个 rank 的分片、列并行层的输出段和 MLP 的输出都要对。
+# 第一项检查：两个 gloo rank 各建 `gate_up_proj` 和 `down_proj`，从同一份完整权重加载、跑同一输入：每个 rank 的分片、列并行层输出段和 MLP 输出都要对。
 
 # %% nbgrader={"grade": true, "grade_id": "l10_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 gate_up = MergedColumnParallelLinear(8, [6, 6])    # TP=1 here (no process group): each rank would hold it all
@@ -231,7 +231,7 @@ L10.check_mlp(MergedColumnParallelLinear, RowParallelLinear)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：你的两个类换进 minivllm 的 Llama（`o_proj` 也用行并行层），以 `tensor_parallel_size=2` 贪心生成：输出须与 TP=1 逐 token 相同，rank 0 上每步恰好 9 次 all-reduce。
+# 第二项检查：你的两个类换进 minivllm 的 Llama（`o_proj` 也用行并行层），以 `tensor_parallel_size=2` 贪心生成，输出须与 TP=1 逐 token 相同，rank 0 上每步恰好 9 次 all-reduce。
 
 # %% nbgrader={"grade": true, "grade_id": "l10_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 L10.check_real_engine(MergedColumnParallelLinear, RowParallelLinear)

@@ -213,7 +213,7 @@ def abort_stream(engine, request_id):
 report("lesson12", globals())
 
 # %% [markdown]
-# 第一项检查：真实的 `OutputProcessor` 用你的类处理已知文本的 token，分组不均匀：停止串跨 token、几个停止串、非流式、中文和 emoji、Metaspace、prompt 以半个字符结尾。每个增量都与按 vLLM 规则给出的增量比较。
+# 第一项检查：`OutputProcessor` 用你的类处理已知文本的 token，分组不均匀：停止串跨 token（含空格开头的）、几个停止串、非流式、中文和 emoji、Metaspace、prompt 以半个字符结尾。每个增量都与 vLLM 规则给出的比较。
 
 # %% nbgrader={"grade": true, "grade_id": "l12_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 chunks = L12.expect_stream(StreamingDetokenizer, abort_stream, L12.TEXT, ["Juliet is"], [1] * 400, "停止串跨 token")
@@ -226,7 +226,7 @@ L12.check_main_path(StreamingDetokenizer, abort_stream)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：真实服务器与 openai 客户端。换上你的类之后，非流式输出和流式增量拼起来的文本都要等于引擎自己的参考输出。
+# 第二项检查：真实服务器与 openai 客户端。换上你的类后，非流式输出和流式增量拼起来的文本都要等于引擎自己的参考输出。
 #
 # 再从参考文本中间取一个跨 token 的 7 字符片段当停止串：每个增量都不含它，流正好停在它前面；另测多个停止串与 `include_stop_str_in_output`。
 
@@ -263,7 +263,7 @@ L12.check_boundary(StreamingDetokenizer, abort_stream)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 隐藏测试还查停止串的最后一个字符单独一步，以及断开后 abort 是否到达 EngineCore（离开后 KV 块全部空闲）。
+# 隐藏测试还查停止串的最后一个字符单独一步，以及断开后 abort 是否到达 EngineCore（KV 块全部空闲）。
 #
 # ## 基准测试：`minivllm bench serve`
 #
