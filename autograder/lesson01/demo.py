@@ -90,7 +90,7 @@ def plot_timeline(run: EngineRun, steps: list[int] | None = None):
         ax2.barh(0, 0.9, left=i, color=PHASE_COLORS[e.phase], edgecolor="black", linewidth=0.3)
         ms = (e.end - e.start) * 1e3
         label = f"{e.phase}\n{ms:.2f} ms" + ("\n(no grammar in this run)" if e.phase == "grammar" else "")
-        ax2.text(i + 0.45, 0, label, ha="center", va="center", fontsize=7 if e.phase == "grammar" else 8)
+        ax2.text(i + 0.45, 0, label, ha="center", va="center", fontsize=8)
     k = sum(e.start < run.abort_time for e in phases)
     ax2.axvline(k - 0.05, color="red", linestyle="--")
     ax2.set_xlim(-0.1, len(phases))

@@ -116,15 +116,35 @@ def v2_tables(log: list, max_num_reqs: int, decode_query_len: int = 1) -> list:
     return out
 
 
+def _width(text: str) -> int:
+    """Display columns: a CJK character or a full-width mark takes two (wcwidth, which Jupyter's prompt_toolkit
+    brings; else the Unicode east-asian width)."""
+    try:
+        from wcwidth import wcswidth
+        return max(wcswidth(text), 0)
+    except ImportError:
+        import unicodedata
+        return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _pad(text: str, width: int) -> str:
+    """Left-justify to a display width."""
+    return text + " " * max(0, width - _width(text))
+
+
 def print_v1_v2(run) -> None:
     """Per step: V1's rows and what moved them; V2's slot table and idx_mapping for the same step."""
-    print(f"{'step':>4}  {'V1 rows after _update_states':<28}{'moves (condense / swap)':<30}"
-          f"{'V2 slots 0..3':<22}idx_mapping (batch order)")
+    head = ["step", "V1 rows after _update_states", "moves (condense / swap)", "V2 slots 0..3",
+            "idx_mapping (batch order)"]
+    body = []
     for k, (b, (table, order, idx)) in enumerate(zip(run.batch_log, run.v2, strict=True)):
         moves = [f"C{f}->{t}" for f, t in b.condensed] + [f"S{i}<->{j}" for i, j in b.swapped]
-        slots = " ".join(table.get(s, "·") for s in range(4))
-        print(f"{k + 1:>4}  {str(b.rows):<28}{' '.join(moves) or '-':<30}{slots:<22}"
-              f"{idx}  ({' '.join(order)})")
+        body.append([str(k + 1), str(b.rows), " ".join(moves) or "-", " ".join(table.get(s, "·") for s in range(4)),
+                     f"{idx}  ({' '.join(order)})"])
+    width = [max(_width(r[c]) for r in [head, *body]) for c in range(len(head))]
+    for r in [head, *body]:  # two spaces between columns; the step number right-aligned
+        print(" " * (width[0] - _width(r[0])) + r[0] + "  "
+              + "  ".join(_pad(x, w) for x, w in zip(r[1:-1], width[1:-1], strict=True)) + "  " + r[-1])
     print("V1 row moves in this run (V2: none, each request stays in its slot):")
     for k, b in enumerate(run.batch_log):
         for f, t in b.condensed:

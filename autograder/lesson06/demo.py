@@ -15,6 +15,7 @@ from autograder.lesson06.checks import (
     EngineRun,
     OpCounter,
     device,
+    interpreting,
     launch,
     make_case,
     run_decode,
@@ -27,7 +28,7 @@ def print_engine_run(run: EngineRun, ref: EngineRun | None = None) -> None:
         print(f"r{i}: {prompt!r} -> {text!r}  tokens={toks}{same}")
     errs = [c.max_err for c in run.calls]
     print(f"decode 内核调用 {len(run.calls)} 次（每步 4 层各 1 次），与 torch 参考实现的最大误差 {max(errs):.2e}；"
-          f"用时 {run.seconds:.1f} s")
+          f"用时 {run.seconds:.1f} s" + ("（本机 CPU 上的 Triton 解释器，不代表 GPU）" if interpreting() else ""))
 
 
 # ---------------------------------------------------------------------------- figures

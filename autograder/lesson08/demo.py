@@ -55,6 +55,20 @@ def overlap_share(events) -> tuple[float, float, int]:
     return (hidden / total if total else 0.0), (inside / total if total else 0.0), steps
 
 
+def grammar_steps(events) -> dict:
+    """Over steps whose sampling waited for a bitmask: how many there were, in how many the grammar phase ended
+    before the step's forward ended (it delayed nothing), and the grammar phase's median and largest duration
+    (this run's wall clock). The step count is deterministic; on a loaded 2-core machine, 6 runs gave 12/12 steps
+    finished before the forward every time, a median of 28-73 us and a largest step of 0.16-5.3 ms."""
+    import statistics
+    span = {(e.step, e.phase): e for e in events}
+    done = [(g.end <= span[(s, "forward")].end, 1e6 * (g.end - g.start)) for (s, p), g in span.items()
+            if p == "grammar" and (s, "forward") in span and (s, "sample") in span]
+    us = [d for _, d in done]
+    return dict(steps=len(done), before_forward_end=sum(ok for ok, _ in done),
+                median_us=statistics.median(us) if us else 0.0, max_us=max(us, default=0.0))
+
+
 def plot_overlap(events, num_steps: int = 4):
     """Gantt chart of a few steps: EngineCore thread (schedule, execute, grammar, wait, ...) over the worker's."""
     import matplotlib.pyplot as plt

@@ -28,6 +28,9 @@ def request_timeline(max_tokens: int = 12) -> dict:
     and the client's SSE chunks. Comparable only because both processes run on this host (Linux's
     CLOCK_MONOTONIC is one clock per machine); vLLM's EngineCoreEvent docstring warns against comparing them
     across processes in general."""
+    from autograder.lesson12 import checks
+    if checks._SERVER is None or not checks._SERVER.thread.is_alive():
+        print("启动 minivllm 服务器（本课第一次用到它；2 核机器上十几秒到一分钟）……", flush=True)
     srv = server()
     core = srv.app.state.serving.engine.engine_core
     original = core.get_output_async
@@ -113,6 +116,7 @@ def bench_rates(rates=(2.0, 8.0, float("inf")), num_prompts: int = 16, input_len
     """`minivllm bench serve`'s benchmark() at each rate against the running server (in a thread: the
     notebook's kernel already runs an event loop)."""
     from minivllm.benchmarks.serve import benchmark
+    print(f"{len(rates)} 个请求率各发 {num_prompts} 个请求（负载下的 2 核机器上共约 15～25 秒）……", flush=True)
     rows = []
     for rate in rates:
         box: dict = {}
@@ -161,6 +165,7 @@ def process_split(rounds: int = 3, num_prompts: int = 8, max_tokens: int = 16) -
     from minivllm.entrypoints.llm import LLM
     from minivllm.sampling_params import SamplingParams
     kw = {k: v for k, v in ENGINE.items()}
+    print(f"启动两个引擎，再交替跑 1 轮热身 + {rounds} 轮（负载下的 2 核机器上 10～20 秒）……", flush=True)
     llms = {"in-process": LLM(DEFAULT_MODEL, multiprocess=False, **kw),
             "multiprocess": LLM(DEFAULT_MODEL, multiprocess=True, **kw)}
     prompts = [f"{name}:" for name in ("ROMEO", "JULIET", "HAMLET", "OTHELLO", "PORTIA", "LEAR", "IAGO", "PUCK")]

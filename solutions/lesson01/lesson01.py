@@ -138,10 +138,10 @@ L01.fig_request_flow();
 # 4. `get_grammar(plan)` 准备约束，`future()` 等 GPU 输出；随后立刻 `process_aborts()`，把 $R_0$ 标为已取消并回收它的 KV 块（vLLM：`_process_aborts_queue` → `finish_requests` → `_free_request`）；
 # 5. 最后 `update(plan, model_output)`：调度器看到 $R_0$ 已取消，丢弃它的 token，不向前端输出。
 #
-# 下面在真实的 minivllm `EngineCore` 上跑这个场景：两个贪心请求 r0、r1；第 3 步 forward 还在进行时，调用 `core.abort_requests(["r0"])`。
+# 下面在真实的 minivllm `EngineCore` 上跑这个场景：两个贪心请求 r0、r1；第 3 步 forward 结束前，调用 `core.abort_requests(["r0"])`。
 
 # %%
-run = L01.run_engine()  # minivllm 自带的 engine_core_step；r0 在第 3 步 forward 期间被取消
+run = L01.run_engine()  # minivllm 自带的 engine_core_step；r0 在第 3 步 execute 发射后、forward 结束前被取消
 print(f"第 {run.abort_step} 步 EngineCore 线程上的 trace：", L01.engine_phases(run, run.abort_step))
 assert L01.engine_phases(run, run.abort_step) == ["schedule", "execute", "grammar", "wait", "aborts", "update"]
 L01.print_outputs(run)

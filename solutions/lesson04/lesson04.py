@@ -413,7 +413,7 @@ L04.vllm_side_by_side()
 # 同一负载上交替运行关、开 prefix cache：`computed` 是调度的 token 总数，`recomputed` 是每个 prompt 与输出 token 各算一次之外多算的部分。
 
 # %%
-cost = L04.recompute_cost()  # 每种配置 2 次，交替运行（引擎已由上面的演示预热；约 5 秒）
+cost = L04.recompute_cost()  # 每种配置 2 次，交替运行（引擎已由上面的演示预热；约 1 秒）
 L04.print_recompute_cost(cost)
 
 # %% [markdown]

@@ -175,7 +175,7 @@ else:
     L06.print_bandwidth(L06.measure_bandwidth(_paged_decode_attention_kernel))
 
 # %% [markdown]
-# 读表：分组 kernel 读的 K/V 字节正好是“每个字节一次”（`1.00x`），不分组时是 `QUERIES_PER_KV` 倍（这里 4 倍）。`exp` 的次数含补齐到 16 行的空头：计算有浪费，但 kernel 受带宽限制，几乎不花时间。
+# 读表：分组 kernel 读的 K/V 字节正好是“每个字节一次”（`1.00x`），不分组时是 `QUERIES_PER_KV` 倍（这里 4 倍）。`exp` 的次数含补齐到 16 行的空头：计算有浪费；按图 6-3 推算，时间由读的字节决定（尚无 GPU 实测）。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
@@ -483,6 +483,7 @@ L06.vllm_side_by_side(paged_decode_kernel);
 # - [vLLM unified attention kernel](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/attention/ops/triton_unified_attention.py)
 # - [PagedAttention（Kwon et al., SOSP 2023）](https://arxiv.org/abs/2309.06180)
 # - [Online normalizer calculation for softmax（Milakov & Gimelshein, 2018）](https://arxiv.org/abs/1805.02867)
+# - 图 6-3 的 H100 SXM5 规格（BF16 矩阵 989.4 TFLOP/s、HBM3 3.35 TB/s，均为理论峰值）：[Glenn Lockwood 的 H100 笔记](https://glennklockwood.com/garden/processors/h100)。本课还没有 GPU 上的带宽实测；本机的数字只有 Triton 解释器的计数（CPU）。
 #
 # 这些 kernel 以前在 `vllm/attention/ops/`，参数名随版本变化；current docs、支持矩阵和默认参数也会变，部署前按目标版本重新核对。
 #

@@ -267,7 +267,7 @@ L12.check_boundary(StreamingDetokenizer, abort_stream)
 #
 # ## 基准测试：`minivllm bench serve`
 #
-# 在同一个服务器上以三个请求率跑 `minivllm bench serve`：16 个请求，随机的 32 token prompt，每个输出 16 个 token，Poisson 到达；`inf` 表示同时全部发出。
+# 以三个请求率跑 `minivllm bench serve`：16 个请求，随机 32 token prompt，各输出 16 个 token，Poisson 到达；`inf` 表示同时全部发出。
 
 # %%
 bench = L12.bench_rates()
@@ -275,17 +275,17 @@ L12.print_bench(bench)
 L12.plot_bench(bench);
 
 # %% [markdown]
-# 图 12-2：TTFT、TPOT、ITL 的中位数与 p99 随请求率变化；表格下面一行是你这次运行的数字。读法：
+# 图 12-2：TTFT、TPOT、ITL 的中位数与 p99 随请求率变化；表下一行是这次运行的数字：
 #
-# - 请求率低于服务能力时，请求一来就被调度：TTFT 约等于一次 prefill，TPOT 约等于小 batch 的一步，几乎不随请求率变化；
+# - 请求率低于服务能力时，请求一来就被调度：TTFT 约一次 prefill，TPOT 约小 batch 的一步；2 与 8 本机分不出高低；
 # - `inf` 时请求排队等前面的 prefill，TTFT 跳高；batch 变大，TPOT 上升；
-# - ITL 的 p99 远大于中位数：一个新请求的 prefill 插进正在 decode 的 batch，那一步特别长。
+# - 2 与 8 时 ITL 的 p99 是中位数的几倍：新请求的 prefill 插进 decode 中的 batch，那一步特别长。
 #
-# 这些数字只对这台机器和这个负载成立。
+# 负载下 5 次运行，后两条次次成立；数字只对本机、本负载成立。
 #
 # ## 进程拆分的收益与代价（实测，Q1 用）
 #
-# 同一批请求（8 个 prompt × 16 个 token），EngineCore 在本进程（`LLM(multiprocess=False)`）与在自己的进程（`multiprocess=True`）各跑 3 轮，交替进行，先热身。
+# 同一批请求（8 个 prompt × 16 个 token），EngineCore 在本进程（`LLM(multiprocess=False)`）与在自己的进程（`multiprocess=True`）各跑 3 轮，交替，先热身。
 
 # %%
 split = L12.process_split()
@@ -325,12 +325,12 @@ L12.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 收益链完整：核心进程的忙循环只做调度与前向，前端进程（HTTP、分词、`OutputProcessor` 反分词与停止串、JSON/SSE）与它**并行**，EngineCore 的步与步之间不等 Python 前端，且前端的 GIL 争用不进入步时间；代价链完整：每步一次 msgspec 编码/解码 + ZMQ 往返（图 12-1 中核心到前端的延迟），再加至少一项学生自己举出的代价（两份进程内存与启动时间、两个进程争抢同样的 CPU 核、状态要靠消息同步等，任一项说清因果即可；题目没有提示的代价不作要求）；引用学生自己这次运行的数字（比值大于 1 或小于 1 都可以，只要解释与数字一致；作者在多人共用的 2 核 CPU 容器上两次运行：in-process 约 980 / 500 tok/s，multiprocess 约 350 / 800 tok/s，比值 0.36 与 1.6，另一次在空闲时约 1.4）并解释：在 CPU 上前向与前端争抢同样的 2 个核，重叠的收益取决于当时有没有空闲的核，所以比值不稳定、可能小于 1，而且离线 `LLM.generate` 没有 HTTP/反分词负担可以重叠；能指出这次测量的波动本身说明什么（要多轮 A B 交替、看中位数与范围）；结论：拆分在 GPU 上、前端工作量大（很多流、长文本反分词、JSON）时划算；1 分 = 只说“避免 GIL/重叠”而没有任何代价或没有数字；0 分 = 认为多进程会改变输出，或把本机的比值当作 GPU 上的结论（一票否决：把单一负载的实测写成普遍结论）。
+# **评分要点**：2 分 = 收益链完整：核心进程的忙循环只做调度与前向，前端进程（HTTP、分词、`OutputProcessor` 反分词与停止串、JSON/SSE）与它**并行**，EngineCore 的步与步之间不等 Python 前端，且前端的 GIL 争用不进入步时间；代价链完整：每步一次 msgspec 编码/解码 + ZMQ 往返（图 12-1 中核心到前端的延迟），再加至少一项学生自己举出的代价（两份进程内存与启动时间、两个进程争抢同样的 CPU 核、状态要靠消息同步等，任一项说清因果即可；题目没有提示的代价不作要求）；引用学生自己这次运行的数字（比值大于 1 或小于 1 都可以，只要解释与数字一致；作者在多人共用的 2 核 CPU 容器上两次运行：in-process 约 980 / 500 tok/s，multiprocess 约 350 / 800 tok/s，比值 0.36 与 1.6，另一次在空闲时约 1.4；又 3 次负载运行 0.90、0.92、1.53）并解释：在 CPU 上前向与前端争抢同样的 2 个核，重叠的收益取决于当时有没有空闲的核，所以比值不稳定、可能小于 1，而且离线 `LLM.generate` 没有 HTTP/反分词负担可以重叠；能指出这次测量的波动本身说明什么（要多轮 A B 交替、看中位数与范围）；结论：拆分在 GPU 上、前端工作量大（很多流、长文本反分词、JSON）时划算；1 分 = 只说“避免 GIL/重叠”而没有任何代价或没有数字；0 分 = 认为多进程会改变输出，或把本机的比值当作 GPU 上的结论（一票否决：把单一负载的实测写成普遍结论）。
 #
 # **参考答案**
 #
 # 1. 收益：EngineCore 的忙循环（`run_busy_loop`）只做 `schedule` → 前向 → `update_from_output`，输入输出的编解码在它的 IO 线程里。API 服务器进程里的 Python 工作（HTTP 解析、`OnlineRenderer` 渲染与分词、`OutputProcessor` 的增量反分词与停止串、JSON 序列化与 SSE）与下一步的前向并行。图 12-1 中核心步与步之间没有空隙等前端；如果同进程，这些工作串在每两步之间（同一个 GIL），GPU 空闲，TPOT 变长。
-# 2. 代价：每步一次 msgspec 编解码和 ZMQ 往返（图 12-1 约 0.3～0.4 ms，小消息，`array_like` Struct 只按位置编码字段）；多一个进程的内存（模型权重在核心进程，前端进程另有分词器）和启动时间；状态分在两个进程：前端发现的停止串、客户端断开都必须显式发消息给核心（`reqs_to_abort`、`abort_requests`），否则核心继续占着 KV 块；核心死掉要靠监测（`EngineDeadError`）。
+# 2. 代价：每步一次 msgspec 编解码和 ZMQ 往返（图 12-1 中位数约 0.3～0.5 ms，小消息，`array_like` Struct 只按位置编码字段）；多一个进程的内存（模型权重在核心进程，前端进程另有分词器）和启动时间；状态分在两个进程：前端发现的停止串、客户端断开都必须显式发消息给核心（`reqs_to_abort`、`abort_requests`），否则核心继续占着 KV 块；核心死掉要靠监测（`EngineDeadError`）。
 # 3. 实测（作者的 2 核 CPU 容器，多人共用；学生的数字会不同，以它为准）：一次 in-process 约 980 tok/s、multiprocess 约 350 tok/s（比值 0.36）；另一次（机器更忙）约 500 与 800 tok/s（比值 1.6），各轮从 270 到 1140 不等；机器空闲时 multiprocess 约快 1.4 倍。原因：这里的“GPU”就是同样的 2 个 CPU 核，核心进程的前向与前端进程争抢同一批核，拆分是否有收益取决于当时有没有空闲的核；离线 `LLM.generate` 没有 HTTP 与 SSE 的负担可以重叠；每步的 ZMQ 往返与解码在步时间只有几毫秒时占比可观。这样大的波动本身就说明结论必须来自多轮 A B 交替的中位数，而不是一次运行。
 # 4. 结论：在 GPU 上（前向在设备上，CPU 核空着可以做前端工作）、并发流多、输出长时拆分划算——这也是 vLLM 默认多进程的原因；在 CPU 很少、核被占满的机器上它可能更慢。要在目标硬件上 A B 交替测量，不能从这台机器外推。
 #
