@@ -51,7 +51,7 @@ def test_nbgrader_run_shows_three_lines_per_failing_grade_cell(graded):
                                                     "l01_source_map"}
     for lines in [*blank.values(), *mutant.values()]:
         assert len(lines) <= 3, lines
-    assert "主路径·种子断言（l01_main_path，1 分）未通过" in blank["l01_main_path"][0]
+    assert blank["l01_main_path"][0].startswith("✗ 还有空 ______ 没有填写：主路径·种子断言（l01_main_path，1 分）")
     assert mutant["l01_main_path"][1].startswith("可见断言不成立（评分单元格第 12 行）：assert events ==")
     assert mutant["l01_main_path"][2].endswith("events 实际是 []")
     assert results["blank_student"]["l01_q1"] == 0  # left as released: nbgrader scores an unchanged answer 0
