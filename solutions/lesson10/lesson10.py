@@ -380,6 +380,10 @@ self_check("lesson10", globals());
 # ## 附录（选读）
 #
 # 选读：在真实 vLLM 上加载同一层、与 vLLM 0.27.1 的全部差异和参考资料，不计入核心路径。
+#
+# **GPU 上的已发表数字（非本课实测）**：8×H100 SXM5 上 NCCL all-reduce 大消息的 busbw 约 460–480 GB/s，无 NVSwitch 的 8×H100 PCIe 约 35–45 GB/s（[nccl-tests](https://docs.alayanew.com/en/docs/tech-blog/2026-05-06-nccl-tests)）。
+#
+# 互连差一个数量级，TP 的通信代价也差一个数量级；decode 每次只有 T × hidden 个数，受的是延迟而不是带宽。
 
 # %% [markdown]
 # ### 在真实 vLLM 0.27.1 上看同一件事
