@@ -621,28 +621,37 @@ def run_sequential(funcs=None, enable_prefix_caching: bool = True, prompts=None,
     return _finish(core, run)
 
 
+@contextlib.contextmanager
+def recording_new_blocks(pool, run: EngineRun):
+    """BlockPool.get_new_blocks (the student's, when plugged) wrapped to record each allocation's block ids."""
+    inner = pool.get_new_blocks
+
+    def recording_get_new_blocks(num_blocks):
+        blocks = inner(num_blocks)
+        run.new_block_ids.append([b.block_id for b in blocks])
+        return blocks
+
+    pool.get_new_blocks = recording_get_new_blocks
+    try:
+        yield
+    finally:
+        pool.__dict__.pop("get_new_blocks", None)
+
+
 def run_eviction_order(funcs=None) -> EngineRun:
     """vLLM test_evict on the engine: req0 (87 tokens) and req1 (48) in one step, both finish and are freed
     tail-first (req0's unhashed partial block to the head); then req2 (35 tokens, 2 blocks shared with req0) takes one new block from the LRU head."""
     core = make_core(True, num_gpu_blocks=11)
     run = EngineRun()
-    with plugged(core, *funcs) if funcs else contextlib.nullcontext():
+    with plugged(core, *funcs) if funcs else contextlib.nullcontext(), contextlib.ExitStack() as stack:
         pool = core.scheduler.kv_cache_manager.block_pool
-        inner = pool.get_new_blocks
-
-        def recording_get_new_blocks(num_blocks):
-            blocks = inner(num_blocks)
-            run.new_block_ids.append([b.block_id for b in blocks])
-            return blocks
-
-        pool.get_new_blocks = recording_get_new_blocks
+        stack.enter_context(recording_new_blocks(pool, run))
         _add(core, "r0", list(range(87)), 1)
         _add(core, "r1", list(range(87, 87 + 48)), 1)
         _drive(core, run, max_steps=6)
         run.free_order = [b.block_id for b in pool.free_block_queue.get_all_free_blocks()]
         _add(core, "r2", list(range(35)), 1)
         _drive(core, run, max_steps=6)
-        pool.__dict__.pop("get_new_blocks", None)
     return _finish(core, run)
 
 
@@ -656,16 +665,9 @@ def run_failed_step(funcs=None) -> EngineRun:
     core = make_core(True, num_gpu_blocks=11)
     run = EngineRun()
     core_logger = logging.getLogger("minivllm.engine.core")
-    with plugged(core, *funcs) if funcs else contextlib.nullcontext():
+    with plugged(core, *funcs) if funcs else contextlib.nullcontext(), contextlib.ExitStack() as stack:
         pool = core.scheduler.kv_cache_manager.block_pool
-        inner = pool.get_new_blocks
-
-        def recording_get_new_blocks(num_blocks):
-            blocks = inner(num_blocks)
-            run.new_block_ids.append([b.block_id for b in blocks])
-            return blocks
-
-        pool.get_new_blocks = recording_get_new_blocks
+        stack.enter_context(recording_new_blocks(pool, run))
         prompt = list(range(9 * BLOCK))
         _add(core, "r0", prompt, 1)
         _drive(core, run, max_steps=4)
@@ -689,7 +691,6 @@ def run_failed_step(funcs=None) -> EngineRun:
         _drive(core, run, max_steps=4)
         _add(core, "r3", prompt, 1)
         _drive(core, run, max_steps=4)
-        pool.__dict__.pop("get_new_blocks", None)
     return _finish(core, run)
 
 
