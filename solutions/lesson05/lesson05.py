@@ -34,7 +34,7 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM commit 8e958902eee5（0.27.1 发布后一天）。按顺序读下面三段，M-RoPE、投机解码与上下文并行（CP）的分支先跳过。
+# 源码固定在 vLLM commit 8e958902eee5（0.27.1 发布后一天）。按序读下面三段，跳过 M-RoPE、投机解码与上下文并行（CP）的分支。
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
@@ -42,7 +42,7 @@
 # | 2 | `vllm/v1/worker/gpu_model_runner.py`：`_prepare_inputs`（L1981–L1993、L2081–L2105、L2239） | `minivllm/worker/gpu_model_runner.py`：`_prepare_inputs` | `[2, 5, 3]` 怎样变成每个 token 的位置？谁不该采样？ |
 # | 3 | `vllm/v1/worker/block_table.py`：`_compute_slot_mapping_kernel`（L410–L442） | `_prepare_inputs` 的 `slot_mapping` | 逻辑块号怎样变成物理块号？ |
 #
-# > **哪个 runner**：本课讲 V1 runner（`gpu_model_runner.py`）的持久批，minivllm 照它写；课程的 dense 模型在 GPU 上默认走没有持久批的 Model Runner V2（`v1/worker/gpu/`，见附录），摊平的数学一样。
+# > **哪个 runner**：本课讲 V1 runner 的持久批，minivllm 照它写；dense 模型在 GPU 上默认走没有持久批的 Model Runner V2（`v1/worker/gpu/`，见附录），摊平的数学一样。
 
 # %%
 # 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
@@ -109,16 +109,16 @@ short_errors("lesson05")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 4. 性能与工程取舍
 #
-# - 输入准备与 token 数线性：16k 个 token 时，按 token 的循环执行 65,603 行 Python，向量化后是常数行、不到 1 毫秒（见检查）。
-# - vLLM 0.27.1 默认开启异步调度：CPU 准备第 t+1 步时 GPU 还在跑第 t 步，只有准备比前向慢时 GPU 才等（Q3）。
-# - 持久批让每步的 CPU 写入与变化量成正比；代价是行会移动，按行号索引的状态都要跟着搬。
+# - 输入准备与 token 数线性：16k token 时，按 token 的循环执行 65,603 行 Python，向量化后是常数行、不到 1 毫秒（见检查）。
+# - vLLM 0.27.1 默认异步调度：CPU 准备第 t+1 步时 GPU 还在跑第 t 步，只有准备比前向慢 GPU 才等；拷贝也异步：pinned 的 `CpuGpuBuffer` 非阻塞拷，块表先拷（`commit_block_table`，Q3）。
+# - 持久批让每步 CPU 写入与变化量成正比；代价是行会移动，按行号索引的状态都要跟着搬。
 
 # %% [markdown]
 # ## 具体演示：一次引擎运行里的每一步
 #
 # 4 个 prompt，prompt 2 与 prompt 0 开头相同；token budget 24，长 prefill 阈值 16（会分块），block_size 8；prompt 2 在第 6 步、prompt 3 在第 10 步到达。
 #
-# 下表是引擎自己的 `_prepare_inputs` 每一步看到的持久批：`req:调度数@已算数`，按行序；最后一列是调度器字典的顺序。
+# 下表是引擎的 `_prepare_inputs` 每步看到的持久批：`req:调度数@已算数`，按行序；最后一列是调度器字典的顺序。
 
 # %%
 run = L05.engine_run()
@@ -128,7 +128,7 @@ L05.print_steps(run)
 # 读表：
 #
 # - 第 1～3 步，prompt 0 分成 16 + 16 + 10 的块，prompt 1 是 8 + 6；
-# - 第 3 步起 prompt 1 在 decode，换到第 0 行：`order_differs` 是行序与调度器的顺序不同，`moved_row` 是有行移动；
+# - 第 3 步起 prompt 1 在 decode，换到第 0 行：`order_differs`：行序与调度器顺序不同，`moved_row`：有行移动；
 # - prompt 2 到达时 `prefix_hit`：前 24 个 token 已在 prefix cache 里，`num_computed_tokens` 从 24 开始；
 # - 请求结束后，`condense` 把最后一行移进空洞。
 #
@@ -140,20 +140,20 @@ L05.print_flat(step)
 L05.plot_mixed_batch(step);
 
 # %% [markdown]
-# 图 5-1：上：持久批的行（灰为已缓存的 KV，彩色为本步调度的 token，斜线为后续 prompt）。中：扁平的 varlen 批，一列一个 token，数字是位置，`qsl` 标出每行起点，箭头指向取 logits 的 token。下：每个 token 的 K/V 写进哪个物理块的哪个槽，块号散开。
+# 图 5-1：上：持久批的行（灰：已缓存的 KV，彩色：本步调度的 token，斜线：后续 prompt）。中：扁平的 varlen 批（一列一个 token，数字是位置），`qsl` 标每行起点，箭头指向取 logits 的 token。下：每个 token 的 K/V 写进的物理块与槽，块号散开。
 
 # %%
 L05.plot_step_breakdown(run);
 
 # %% [markdown]
-# 图 5-2：每一步 `prepare_inputs`、`forward`、`sample` 三个追踪阶段的时间。标题是输入准备每步占比的中位数（不计含预热的第 1 步）：这个小模型在 CPU 上低于 10%（负载下 5 次 1.6%–7.4%）；GPU 上的大模型不能外推。
+# 图 5-2：每步 `prepare_inputs`、`forward`、`sample` 三个追踪阶段的时间。标题：输入准备每步占比的中位数（不计含预热的第 1 步）：小模型在 CPU 上低于 10%（负载下 5 次 1.6%–7.4%）；GPU 上的大模型不能外推。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
 #
 # 写出 `prepare_inputs(scheduler_output, input_batch, block_size)`：从调度结果和已更新的持久批算出 6 个 numpy 数组，与引擎的 `_prepare_inputs` 逐项相等。
 #
-# 要求**向量化**：不能有按 token 的 Python 循环，按请求的列表推导可以。7 处 `______` 是决策点。用得到的字段：
+# 要求**向量化**：不能有按 token 的 Python 循环，按请求的列表推导可以。7 处 `______` 是决策点。可用的字段：
 #
 # - `input_batch.req_ids[:num_reqs]`（行序）、`num_computed_tokens_cpu`、`num_tokens`（prompt + 已生成的 token 数）；
 # - `token_ids_cpu`（`[行, 位置]`）、`block_table`（`[行, 逻辑块]`，值是物理块号）；
@@ -205,7 +205,7 @@ report("lesson05", globals())
 # - 第 1 行：分块 prefill，本步算位置 4～8，prompt 13 个 token，所以**不取** logits；
 # - 第 2 行：命中后的最后一块，已算 6，本步 4，prompt 10 个 token，块表分散（`[3, 8, 12]`）。
 #
-# 隐藏测试再拿演示里的每一步逐项比较，也比较开投机解码（调度的 token 含草稿）时的每一步。
+# 隐藏测试再逐项比较演示的每一步，以及开投机解码（调度的 token 含草稿）时的每一步。
 
 # %% nbgrader={"grade": true, "grade_id": "l05_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 name, so, batch = L05.boundary_cases()[0]
@@ -222,11 +222,11 @@ _ = L05.check_main_path(prepare_inputs)  # a list of the checked cases: not echo
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查暂时把 `GPUModelRunner._prepare_inputs` 换成调用你的函数的包装（退出时恢复），检查：
+# 第二项检查暂时把 `GPUModelRunner._prepare_inputs` 换成调用你函数的包装（退出时恢复），检查：
 #
 # - 演示那批请求的贪心输出与引擎自己的 `_prepare_inputs` 逐 token 相同（后者与 HF 相同），开 n-gram 投机时也一样；
 # - 每个有前向的步都有 `prepare_inputs` 追踪阶段；
-# - 16k token 的批上，你的函数执行的 Python 行数不超过 200（数行而不计时，与机器快慢无关）。
+# - 16k token 的批上，你的函数执行的 Python 行数不超过 200（数行不计时，与机器快慢无关）。
 
 # %% nbgrader={"grade": true, "grade_id": "l05_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 plugged_run = L05.check_real_engine(prepare_inputs)
@@ -237,7 +237,7 @@ print(L05.share_of_step(plugged_run.trace))
 L05.vectorised_vs_loop(prepare_inputs)
 
 # %% [markdown]
-# 上表：同一个 16k token 的批上的三种实现。评分只看“Python lines”（`sys.settrace` 数出的行数，每次相同）。时间取三者交替 9 轮的中位数：按 token 的循环总比引擎慢几十倍（负载下 5 次：36×–72×）。
+# 上表：同一 16k token 批上的三种实现。评分只看“Python lines”（`sys.settrace` 数出的行数，每次相同）。时间取三者交替 9 轮的中位数：按 token 的循环总比引擎慢几十倍（负载下 5 次 36×–72×）。
 #
 # ## 检查方法
 #
@@ -270,7 +270,7 @@ L05.check_boundary(prepare_inputs)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 这一部分自动评分（1 分）：在 vLLM 8e958902eee5 中找到每个概念的名字（字符串，大小写不限）。
+# 这 1 分自动评分：在 vLLM 8e958902eee5 中找到每个概念的名字（字符串，大小写不限）。
 #
 # - `block_tables`：`InputBatch.block_table` 的类型，为每个 KV cache 组各持有一个 `BlockTable` 的类；
 # - `condense_rows`：`InputBatch.condense` 把末尾的行移进空洞时，对块表调用的方法；
@@ -347,7 +347,7 @@ L05.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l05_q3", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q3（2 分）
 #
-# 这一步的前向开始之前，CPU 必须做完哪些事？用图 5-2 和检查里的向量化对比说明这段时间与什么成正比；再说明 vLLM 用哪些手段让 CPU 的工作与 GPU 重叠或缩短，至少两种，说出源码对象。
+# 这一步的前向开始之前，CPU 必须做完哪些事？用图 5-2 和检查里的向量化对比说明这段时间与什么成正比；再说明 vLLM 让 CPU 工作与 GPU 重叠或缩短的手段，至少两种，说出源码对象。
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #

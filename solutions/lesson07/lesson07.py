@@ -36,7 +36,7 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM commit 8e958902eee5（0.27.1 发布后一天）。先读 `Sampler` 的类 docstring，它按顺序列出了全部步骤；FlashInfer 与 Triton 的分支先跳过。
+# 源码固定在 vLLM commit 8e958902eee5（0.27.1 发布后一天）。先读 `Sampler` 的类 docstring，它按顺序列出全部步骤；FlashInfer 与 Triton 分支先跳过。
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
@@ -83,10 +83,10 @@ short_errors("lesson07")  # 评分单元格失败时只显示三行：哪一部�
 #
 # 模型每步给每个请求一行 logits（V 个实数，V 是词表大小）。采样器做两件事：
 #
-# - **报告**：用户要的 logprobs，必须是模型本身的分布；
+# - **报告**：用户要的 logprobs 必须是模型本身的分布；
 # - **选择**：按这个请求自己的 temperature、top-k、top-p、min-p 和种子挑出一个 token。
 #
-# 难点是每个请求的参数都不同，逐请求循环会让 GPU 跑一串小 kernel。vLLM 把参数变成每行一个值的张量（`SamplingMetadata`），整批一次算完；只有带种子的行需要各自的 `torch.Generator`。
+# 难点是每个请求参数不同，逐请求循环让 GPU 跑一串小 kernel。vLLM 把参数变成每行一个值的张量（`SamplingMetadata`），整批一次算完；只有带种子的行各有一个 `torch.Generator`。
 #
 # ### 2. 它如何工作
 #
@@ -94,11 +94,11 @@ short_errors("lesson07")  # 评分单元格失败时只显示三行：哪一部�
 #
 # 1. **原始 logprobs**：`logits.log_softmax(-1)`，在任何变换之前算（默认 `logprobs_mode = "raw_logprobs"`）。所以 temperature、top-p 都不改变响应里的 logprobs。
 # 2. **会改变 argmax 的处理**：allowed_token_ids、bad words、min_tokens、logit_bias、惩罚。贪心请求也受它们影响，所以在贪心之前。
-# 3. **贪心**：批里不是全随机时先算 argmax；全贪心（`all_greedy`）就此返回。混合批里的贪心行照样走完下面几步。
+# 3. **贪心**：批里不是全随机时先算 argmax；全贪心（`all_greedy`）就此返回。混合批的贪心行照样走完下面几步。
 # 4. **temperature**：`logits / T`（贪心行的 T 换成 1），$\mathrm{softmax}(z/T) \propto p^{1/T}$，T < 1 让分布更尖。
 # 5. **min-p**：概率低于 `min_p × 该行最大概率` 的 token 设为 -inf。它不改变 argmax，所以放在贪心之后。
 # 6. **top-k 与 top-p**（PyTorch 版 `apply_top_k_top_p_pytorch`）：一次升序排序。top-k 以第 k 大的值为阈值，并列的都留；top-p 在剩下的 token 上重新 softmax、累积，丢掉累积和 ≤ 1 − p 的 token，最大的 token 永远保留。
-# 7. **采样**（`random_sample`）：指数竞赛 `argmax(probs / q)`，`q ~ Exp(1)`。无种子的行整批一次 `q.exponential_()`，带种子的行用自己的 generator 重填自己那一行。
+# 7. **采样**（`random_sample`）：指数竞赛 `argmax(probs / q)`，`q ~ Exp(1)`。无种子的行整批一次 `q.exponential_()`，带种子的行用自己的 generator 重填该行。
 # 8. **合并**：温度低于 `_SAMPLING_EPS = 1e-5` 的行，由 `torch.where` 换回第 3 步的 argmax。
 #
 # ### 3. 正确性条件与常见误区
@@ -109,12 +109,12 @@ short_errors("lesson07")  # 评分单元格失败时只显示三行：哪一部�
 # - **top-p 保留跨过 p 的 token**：否则少一个，p 很小时一个不剩。
 # - **top-p 在 top-k 之后重新归一化**：在整个词表的概率上做 top-p 会多砍。
 # - **min-p 相对最大概率**：概率总和永远是 1，相对总和的阈值就成了固定的 min_p。
-# - **每个带种子的请求一个 generator**：整批共用时，拿到的随机数取决于前面排了几行；每步从 seed 重来，则每步噪声相同。
+# - **每个带种子的请求一个 generator**：整批共用时，随机数取决于前面排了几行；每步从 seed 重来，则每步噪声相同。
 #
 # ### 4. 性能与工程取舍
 #
-# - **排序**：PyTorch 路径上 top-p 要把整行排序，每行 $O(V\log V)$（V 常在 3.2 万到 25 万）。都不用时 `top_p`、`top_k` 是 None，“没人用”是一次 Python 判断，不启动 kernel。
-# - **GPU 上**：vLLM 在 CUDA 上多半不排序：没有带种子的请求时交给 FlashInfer 的拒绝采样，否则 batch ≥ 8 用基于 pivot 的 Triton kernel。
+# - **排序**：PyTorch 路径上 top-p 整行排序，每行 $O(V\log V)$（V 约 3.2 万～25 万）。都不用时 `top_p`、`top_k` 是 None，“没人用”是一次 Python 判断，不启动 kernel。
+# - **平台**：CUDA 上 vLLM 多半不排序：无带种子请求时交给 FlashInfer 拒绝采样，否则 batch ≥ 8 用基于 pivot 的 Triton kernel。CPU 上有 Triton 也用它，否则只有 top-k 时走不排序的 `apply_top_k_only`（读 `k.max()`，GPU 上是一次同步）。
 # - **不用 `torch.multinomial`**：它在 CUDA 上引起 CPU-GPU 同步（`random_sample` 的 docstring）；指数竞赛只是逐元素运算加 argmax。
 
 # %% [markdown]
@@ -239,7 +239,7 @@ print("真实引擎检查通过：种子输出与批组成、分块无关；T→
 # %% [markdown]
 # ## 具体演示：一行真实 logits 经过每一步
 #
-# 把你的 `sample` 接进真实引擎，截下 prompt `"JULIET:\nO Romeo"` 生成到第 6 个 token 时的那行 logits（V = 4096），依次做 temperature 0.8、min_p 0.1、top_k 12、top_p 0.6。
+# 把你的 `sample` 接进真实引擎，截下 prompt `"JULIET:\nO Romeo"` 生成第 6 个 token 时的那行 logits（V = 4096），依次做 temperature 0.8、min_p 0.1、top_k 12、top_p 0.6。
 
 # %%
 row = L07.engine_logits(sample)
@@ -248,17 +248,17 @@ L07.print_stages(stages)
 L07.plot_stages(stages);
 
 # %% [markdown]
-# 图 7-1：同一行 logits 在每一步之后的分布。横轴是原始概率前 30 的 token，标题是还剩几个 token。每步之后重新归一化，柱子越砍越高；top-p 0.6 留下的 token 包括跨过 0.6 的那个。
+# 图 7-1：同一行 logits 每步之后的分布（横轴：原始概率前 30 的 token；标题：剩几个 token）。每步重新归一化，柱子越砍越高；top-p 0.6 留下跨过 0.6 的那个 token。
 
 # %% [markdown]
 # ## 检查方法
 #
-# 运行断言，再看下面两组真实运行，并解释结果：
+# 运行断言，再解释下面两组真实运行：
 #
 # - 同一个 seed=1234 的请求：单独跑、与 3 个参数各异的请求同批、在 chunked prefill 下跑；再不带种子跑两次。为什么带种子的三行相同，不带种子的不同？
 # - profiler 看到的算子（每次相同）：top-p 一栏为什么多了 `sort`、排多少个元素？计时只看方向（负载下 5 次：2.8×–26×）
 #
-# > **minivllm ≠ vLLM**：只有 top-k 时不排序是 minivllm 的规则，边界检查按它评；vLLM 各平台的做法见附录。
+# > **minivllm ≠ vLLM**：只有 top-k 时一律不排序是 minivllm 的规则，边界检查按它评。
 
 # %%
 runs = L07.seed_demo(sample)
@@ -266,7 +266,7 @@ L07.print_seed_demo(runs)
 L07.plot_seed_demo(runs);
 
 # %% [markdown]
-# 图 7-2：每个位置是否与“seed, alone”的 token 相同（绿色）。带种子的请求只在产出 token 的那一步从自己的 generator 取噪声（minivllm 的分块 prefill 中间块不采样），所以三行全绿；不带种子的两次在第一个随机分叉处就不同。
+# 图 7-2：每个位置是否与“seed, alone”的 token 相同（绿色）。带种子的请求只在产出 token 的步从自己的 generator 取噪声（minivllm 分块 prefill 的中间块不采样），所以三行全绿；不带种子的两次在第一个随机分叉处不同。
 
 # %%
 L07.print_sort_cost(L07.sort_cost(apply_top_k_top_p))
@@ -367,7 +367,7 @@ L07.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l07_q3", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q3（2 分）
 #
-# top-p 在 minivllm 和 vLLM 的 PyTorch 路径上代价是什么，什么时候被跳过？请用“检查方法”里 profiler 的算子与排序的元素数说明，并指出 `SamplingMetadata` 的哪个设计让“没人用”的判断不花一次 kernel。再说明 vLLM 在 CUDA 和 CPU 上分别怎样处理只有 top-k、或有 top-p 的批。
+# top-p 在 minivllm 和 vLLM 的 PyTorch 路径上代价是什么，什么时候被跳过？请用“检查方法”里 profiler 的算子与排序元素数说明，并指出 `SamplingMetadata` 的哪个设计让“没人用”的判断不花一次 kernel。再说明 vLLM 在 CUDA 和 CPU 上怎样处理只有 top-k 或有 top-p 的批。
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #

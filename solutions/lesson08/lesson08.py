@@ -97,6 +97,8 @@ VOCAB = L08.default_vocab()  # 默认模型的每个 token 的字节（特殊 to
 #
 #    runner 在 forward 后返回 None，EngineCore 再把 bitmask 交给 `sample_tokens(grammar_output)`。默认的异步调度改走 `step_with_batch_queue`，decode 的 bitmask 要等上一步的输出（见附录）。
 # 4. **采样前屏蔽**：bitmask 的行按调度顺序，logits 的行按批内顺序。runner 按请求 id 找到每个请求的 logits 行，含草稿位置，把禁止的 token 置为 $-\infty$，然后才采样。
+#
+#    投机解码时每个草稿位置和 bonus 位置各一行：沿草稿逐个 `accept_tokens` 填行，填完 `rollback`；不合 grammar 的草稿在调度器收到时已被 `validate_tokens` 截掉。
 # 5. **推进状态**：`update_from_output` 先做停止判断，再把采样出的 token 交给该请求的 `accept_tokens`。请求因 EOS 等停止条件结束，不是因为 grammar 终止；grammar 终止后，它的 bitmask 行是全 1。
 #
 # 下面先看一行 bitmask 到底是什么：选项是 `["yes", "no", "perchance"]`，已经生成了 `"per"`。
@@ -108,7 +110,7 @@ L08.show_words("per", ["yes", "no", "perchance"])
 # %% [markdown]
 # 允许的正是字节串为剩余部分 `"chance"` 的**前缀**的那些 token：`c`、`ch`、`chan`……BPE 可以用许多种切分拼出同一个字符串，约束只关心字节，不关心切分。只看首字符是错的：`"cat"` 的首字符 `c` 合法，但拼出的 `"percat"` 不再是任何选项的前缀。
 #
-# 用一棵 **TokenTrie**，即所有 token 的字节组成的字典树，可以一次走完：沿剩余字节 `"chance"` 向下走，途中经过的每个“token 结束”节点都是一个允许的 token。代价是剩余字节的长度，而不是整个词表的大小。
+# 用一棵 **TokenTrie**，即所有 token 的字节组成的字典树，可以一次走完：沿剩余字节 `"chance"` 向下走，途中经过的每个“token 结束”节点都是一个允许的 token。代价是剩余字节的长度，不是词表大小。
 #
 # > **minivllm ≠ vLLM**：字典树是本课为 `choice` 写的做法。vLLM 把 `choice` 转成 EBNF 交给 xgrammar 编译，两者的 bitmask 逐字相同。
 #
@@ -129,9 +131,9 @@ L08.show_words("per", ["yes", "no", "perchance"])
 # %% [markdown]
 # ## 具体演示：同批的受约束请求与自由请求
 #
-# 在真实的 minivllm `EngineCore` 上，先单独跑 5 个自由的贪心请求，再把它们与 5 个 `choice` 请求放进同一批；`choice` 请求有贪心、有带种子的随机采样，选项各不相同。每个受约束输出必须是它的选项之一，自由请求必须与单独运行时逐 token 相同。
+# 在真实的 minivllm `EngineCore` 上，先单独跑 5 个自由的贪心请求，再把它们与 5 个 `choice` 请求放进同一批；`choice` 请求有贪心也有带种子的随机采样，选项各不相同。受约束输出必须是选项之一，自由请求必须与单独运行逐 token 相同。
 #
-# trace 画出几步的时间线：红色的 grammar 阶段在 execute 发射之后开始，在 worker 的 forward（橙色）结束之前完成。负载下 6 次运行，12 步每次都是如此；bitmask 每步中位数几十微秒，个别步要几毫秒。
+# trace 画出几步的时间线：红色的 grammar 阶段在 execute 发射之后开始，在 worker 的 forward（橙色）结束之前完成。负载下 6 次运行，12 步每次都是如此；bitmask 个别步要几毫秒。
 
 # %%
 demo = L08.run_demo()
@@ -307,16 +309,16 @@ L08.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l08_q3", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q3（2 分）
 #
-# 引入投机解码后，bitmask 的计算要变成什么样？草稿 token 不符合 grammar 时怎么办？（投机解码在第 9 课细讲；这里只需知道：每步先为一个请求猜出 $k$ 个草稿 token，目标模型一次前向给出这 $k$ 个位置和其后一个 bonus 位置共 $k+1$ 行 logits，再从前往后逐个决定接受哪些草稿。）
+# 引入投机解码后（第 4 步），为什么草稿位置的 bitmask 要沿草稿推进 grammar、填完再回滚？不合 grammar 的草稿为什么要截掉，截掉后输出为何仍服从 grammar？（第 9 课细讲；这里只需知道：每步为一个请求猜 $k$ 个草稿，目标模型一次前向给出 $k+1$ 行 logits（含 bonus 位置），再从前往后决定接受哪些。）
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**（两部分各 1 分；不要求第 9 课之后才讲的源码名字）：
+# **评分要点**（两部分各 1 分；机制（逐行推进、`rollback`、`validate_tokens` 截断）已在“它如何工作”第 4 步给出，得分看“为什么”；不要求其他源码名字）：
 #
-# - **行数与状态（1 分）**：每个受约束请求每步要 $k+1$ 行 bitmask，第 $i$ 行对应“已接受前 $i$ 个草稿”之后的 grammar 状态；所以要沿草稿推进 matcher、逐行填充，填完再退回本步开始时的状态（真正接受多少由验证决定，之后才推进）。说出“推进后回滚”（vLLM：`accept_tokens` / `rollback`，matcher 以 `max_rollback_tokens` 创建）即可。
-# - **不合法的草稿（1 分）**：不合 grammar 的草稿不能推进 matcher，之后的行无从计算；要在它那里截断（vLLM：`validate_tokens` 保留合法的最长前缀，推迟路径上用 -1 补齐，其后各行填全 1 掩码），并且屏蔽后的分布给它概率 0，验证时必被拒绝，输出仍服从受约束的分布。说出截断或“屏蔽后必被拒绝”之一并给出理由即可。
+# - **行数与状态（1 分）**：每个受约束请求每步要 $k+1$ 行 bitmask，第 $i$ 行对应“已接受前 $i$ 个草稿”之后的 grammar 状态；所以要沿草稿推进 matcher、逐行填充，填完再退回本步开始时的状态（真正接受多少由验证决定，之后才推进）。要说出为什么回滚：填行时还不知道验证接受几个草稿，matcher 必须停在本步开始时的状态（vLLM：`accept_tokens` / `rollback`，matcher 以 `max_rollback_tokens` 创建）；只复述“推进后回滚”、没有这个理由的不给分。
+# - **不合法的草稿（1 分）**：不合 grammar 的草稿不能推进 matcher，之后的行无从计算；要在它那里截断（vLLM：`validate_tokens` 保留合法的最长前缀，推迟路径上用 -1 补齐，其后各行填全 1 掩码），并且屏蔽后的分布给它概率 0，验证时必被拒绝，输出仍服从受约束的分布。给出截断的理由（matcher 推进不过不合法的 token）或“屏蔽后概率为 0、必被拒绝，输出仍服从 grammar”之一即可。
 # - 0 分：认为草稿可以不受约束、只约束最终 token（一票否决）。
 #
 # **参考答案**

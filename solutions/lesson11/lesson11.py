@@ -20,7 +20,7 @@
 # - **填充**：把真实行和无害的填充行写进 graph 读的静态缓冲；
 # - **取行**：replay 之后只把真实行交给采样。
 #
-# 通过要求：代码断言全部通过；Q1～Q3 都能沿源码对象给出因果链；能指出下面三件事；总分至少 8/10。
+# 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；能指出下面三件事；总分至少 8/10。
 #
 # - 正确性不变量：填充后生成的 token 与不填充逐个相同，填充行不写任何 KV 块；
 # - 性能边界：填充行也要算，5 个请求的批次按 8 行算；
@@ -35,7 +35,7 @@
 #
 # 本课在 CPU 上运行：minivllm 在 `enforce_eager=False` 时走与 GPU 相同的填充路径，只把 replay 换成一次 eager 前向。launch 次数只有 GPU 能给出（见附录）。
 #
-# 没有 nbgrader 时（例如 Colab），运行本课最后的“自检”单元格，或在终端执行 `python -m autograder check lesson11`。
+# 没有 nbgrader 时（例如 Colab），运行最后的“自检”单元格（或 `python -m autograder check lesson11`）。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
@@ -94,7 +94,7 @@ from minivllm.compilation.cuda_graph import PAD_SLOT_ID  # noqa: E402,F401
 #
 # 一次 decode 前向每层有 10～20 个小 kernel：RMSNorm、QKV 投影、rotary、写 KV、attention、输出投影、MLP，几十层就是几百个。batch 小时每个 kernel 在 GPU 上只跑几微秒，而 CPU 每发一次 launch（Python、PyTorch 调度、驱动）要 5～10 微秒：GPU 大部分时间在等 CPU。
 #
-# CUDA graph 把一次前向的全部 kernel **录制**一次，之后每步只调用一次 `cudaGraphLaunch` **replay**。CPU 开销从“每个 kernel 一次”降到“每步一次”。
+# CUDA graph 把一次前向的全部 kernel **录制**一次，之后每步只调用一次 `cudaGraphLaunch` **replay**。CPU 开销从每个 kernel 一次降到每步一次。
 #
 # 代价是 graph 是**静态**的：录制时每个 kernel 的张量地址、形状、grid 大小都固定了。于是：
 #
@@ -121,19 +121,19 @@ from minivllm.compilation.cuda_graph import PAD_SLOT_ID  # noqa: E402,F401
 # - **长度为 0**：attention 什么都不读。
 # - **位置为 0**：rotary 用位置查 cos/sin 表。填 -1 时，PyTorch 索引（minivllm 的 `cos_cache[positions]`）在任何设备上都悄悄取最后一行；vLLM 的 rotary kernel 不查边界，越界读。
 # - **块表行为 0**：指向 null block（V1：`NULL_BLOCK_ID`）。
-# - **token 为 0**：任何合法 token 都无害，本课的检查要求 0。
+# - **token 为 0**：任何合法 token 都无害，本课检查要求 0。
 #
-# 静态缓冲会残留上一批的内容，所以填充行每步都要重写。
+# 静态缓冲残留上一批的内容，所以填充行每步要重写。
 #
 # 只返回真实行：否则引擎会以为有 `size` 个请求，或把填充行采出的 token 给真实请求。
 #
-# 选最小的能装下的尺寸：选更大的也不会算错，但小批次会白算许多行（Q3）。
+# 选最小的能装下的尺寸：选更大的不会算错，但小批次白算许多行（Q3）。
 #
 # ### 4. 性能与工程取舍
 #
-# - 捕获尺寸越密，填充浪费越少；但每个尺寸一个 graph，启动时间和 graph 显存随尺寸数增长。vLLM 的默认列表在小 batch 处密、大 batch 处疏：小 batch 正是 launch 开销占比最大的地方（Q1）。
-# - `FULL_DECODE_ONLY` 只为 decode 批次录整图。prefill 的 token 数从几个到几千，按 token 数捕获要么尺寸太多、要么填充太大；而且 prefill 的 kernel 足够大，launch 开销不显著（Q2）。
-# - vLLM 默认的 `FULL_AND_PIECEWISE` 让其余批次走分段图。
+# - 捕获尺寸越密，填充浪费越少；但每个尺寸一个 graph，启动时间和 graph 显存随尺寸数增长。vLLM 的默认列表在小 batch 处密、大 batch 处疏：小 batch 正是 launch 开销占比最大处（Q1）。
+# - `FULL_DECODE_ONLY` 只为 decode 批次录整图。prefill 的 token 数从几个到几千，按 token 数捕获要么尺寸太多、要么填充太大；prefill 的 kernel 也够大，launch 开销不显著（Q2）。
+# - vLLM 默认的 `FULL_AND_PIECEWISE` 让其余批次走分段图；`cudagraph_mode=FULL` 且 attention 后端声明 `AttentionCGSupport.ALWAYS` 时，混合批次也录整图。
 
 # %%
 SIZES = [1, 2, 4, 8, 16, 24, 32, 40]
@@ -141,7 +141,7 @@ table = L11.padding_table(SIZES, 42)
 L11.plot_padding(table, SIZES);
 
 # %% [markdown]
-# 图 11-1：只按列表 `[1, 2, 4, 8, 16, 24, 32, 40]`（vLLM 默认列表的开头）选尺寸，decode 批次 1～42 个请求。左：每个批次实际按多少行计算，虚线是不填充；右：填充行占计算行的比例。
+# 图 11-1：只按列表 `[1, 2, 4, 8, 16, 24, 32, 40]`（vLLM 默认列表的开头）选尺寸，decode 批次 1～42 个请求。左：每个批次实际算多少行，虚线是不填充；右：填充行占计算行的比例。
 #
 # - 3 个请求按 4 行算（25% 白算），5 个按 8 行（37.5%），9 个按 16 行（44%），17 个按 24 行（29%）；
 # - 41、42 个请求超过最大尺寸，不填充、eager（没有柱）。默认设置下 vLLM 的列表止于 40 意味着 `max_num_seqs = 20`，这时 17～20 个请求走 eager（附录的 `default_20_seqs`）；
@@ -162,7 +162,7 @@ L11.plot_padding(table, SIZES);
 #
 # 检查时 `L11.plug` 把它们接进 `enforce_eager=False` 的 runner：分派、填充和前向之后各调一个。
 #
-# 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
+# 只改 `______` 处，不删断言、不放宽条件。
 
 # %% nbgrader={"grade": false, "grade_id": "l11_padding", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def choose_capture_size(num_reqs, capture_sizes):
@@ -207,7 +207,7 @@ def real_rows(logits, num_reqs):
 report("lesson11", globals())
 
 # %% [markdown]
-# 第一项检查（1 分）：尺寸的选择，包括 vLLM 默认列表里 24、40 这样不是 2 的幂的尺寸；一个 5 请求的批次填进一组刚分配的缓冲、填充到 8 行后每个字段的值；`real_rows` 只留前 5 行。
+# 第一项检查（1 分）：尺寸的选择，包括 24、40 这样不是 2 的幂的尺寸；一个 5 请求的批次填进一组刚分配的缓冲、填充到 8 行后每个字段的值；`real_rows` 只留前 5 行。
 
 # %% nbgrader={"grade": true, "grade_id": "l11_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 assert choose_capture_size(3, [1, 2, 4, 8]) == 4
@@ -225,7 +225,7 @@ L11.check_main_path(choose_capture_size, fill_static_buffers, real_rows)
 # %% [markdown]
 # 第二项检查（1 分）：同一批 prompt 用 `enforce_eager=True` 和接了你的函数的 `enforce_eager=False` 贪心生成，逐 token 比较。3 个请求填充到 4；8 个请求陆续结束，依次填充到 8、4、2、1。
 #
-# 每一步还检查填充行的位置在 `[0, max_model_len)`、`real_rows` 只返回 n 行。
+# 每步还检查填充行的位置在 `[0, max_model_len)`、`real_rows` 只返回 n 行。
 
 # %% nbgrader={"grade": true, "grade_id": "l11_real_engine", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 L11.check_real_engine(choose_capture_size, fill_static_buffers, real_rows)
@@ -265,7 +265,7 @@ L11.check_boundary(choose_capture_size, fill_static_buffers, real_rows)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 评分规则中的“能映射回源码对象”（1 分）在这里自动评分：在 vLLM 8e958902eee5 中找到下面每个概念的名字（方法或属性名，字符串；大小写不限，可带类名前缀）。
+# 这 1 分自动评分：在 vLLM 8e958902eee5 中找到下面每个概念的名字（方法或属性名，字符串；大小写不限，可带类名前缀）。
 #
 # - `padded_descriptor`：`CudagraphDispatcher` 里把一步的 token 数换成填充后的 `BatchDescriptor` 的方法；
 # - `sorted_sizes`：`CompilationConfig`（`vllm/config/compilation.py`）里把 `cudagraph_capture_sizes` 排成升序并核对最大尺寸的方法。所以 vLLM 的尺寸表总是升序，而你的 `choose_capture_size` 不能指望这一点；
@@ -308,7 +308,7 @@ L11.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l11_q2", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q2（2 分）
 #
-# minivllm 和 vLLM 的 `FULL_DECODE_ONLY` 模式只为 uniform decode 批次录整图。为什么不把 prefill 或混合批次也录成整图？请从形状、填充成本、launch 开销占比和 attention 元数据四个方面说明；再说出 vLLM 默认的 `FULL_AND_PIECEWISE` 怎样处理其余批次，以及 vLLM 在什么条件下也为混合批次录整图。
+# minivllm 和 vLLM 的 `FULL_DECODE_ONLY` 模式只为 uniform decode 批次录整图。为什么不把 prefill 或混合批次也录成整图？请从形状、填充成本、launch 开销占比和 attention 元数据四个方面说明；再说出 vLLM 默认的 `FULL_AND_PIECEWISE` 怎样处理其余批次、什么条件下混合批次也录整图。
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #

@@ -14,9 +14,9 @@
 #
 # ## 本课目标与通过标准
 #
-# 本课产出：说清一个流式请求怎样从 HTTP 穿过两个进程、变成一个个 SSE 事件；写出输出处理器里每个请求的那一步（增量反分词、停止串与 hold-back）和客户端断开时的 abort 路径。
+# 本课产出：说清一个流式请求怎样从 HTTP 穿过两个进程、变成 SSE 事件；写出输出处理器里每个请求的那一步（增量反分词、停止串与 hold-back）和客户端断开时的 abort 路径。
 #
-# 通过要求：代码断言全部通过；Q1～Q3 都能沿源码对象给出因果链；能指出下面三件事；总分至少 8/10。
+# 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；能指出下面三件事；总分至少 8/10。
 #
 # - 正确性不变量：流式增量拼起来等于非流式文本，停止串不出现在任何增量里；
 # - 性能边界：进程拆分用每步一次序列化与 ZMQ 往返、多一个进程，换来前端与模型步的重叠（Q1）；
@@ -29,12 +29,12 @@
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行最后的“自检”单元格，或执行 `python -m autograder check lesson12`。
+# 没有 nbgrader 时（例如 Colab），运行最后的“自检”单元格（或 `python -m autograder check lesson12`）。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM 0.27.1（commit 8e958902eee5）。沿一个流式请求的一生读：跟着 request id 从 `AsyncLLM` 穿过 EngineCore 进程再回来。
+# 源码固定在 vLLM 0.27.1（commit 8e958902eee5）。沿一个流式请求的一生读：跟着 request id 从 `AsyncLLM` 到 EngineCore 进程再回来。
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
@@ -84,7 +84,7 @@ short_errors("lesson12")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 1. 它是什么，解决什么问题
 #
-# 在线服务的请求随时到达、随时离开，每个请求要尽快看到第一个 token（TTFT），之后稳定地流出（TPOT、ITL）。vLLM V1 把服务拆成两个进程：
+# 在线服务的请求随时到达、随时离开，每个请求要尽快看到第一个 token（TTFT），之后稳定流出（TPOT、ITL）。vLLM V1 把服务拆成两个进程：
 #
 # - **API 服务器进程**（FastAPI + `AsyncLLM`）：HTTP、分词、反分词、停止串、流；
 # - **EngineCore 进程**：只做调度与前向。
@@ -98,7 +98,7 @@ short_errors("lesson12")  # 评分单元格失败时只显示三行：哪一部�
 # 1. **HTTP → AsyncLLM**：`OpenAIServingCompletion` 经 `OnlineRenderer` 分词，再调 `AsyncLLM.generate`；`OutputProcessor` 为请求登记反分词器和信箱（`RequestOutputCollector`）。
 # 2. **ZMQ → EngineCore**：`AsyncMPClient` 把请求编码成 msgpack 数组，经 ROUTER/DEALER 送出；EngineCore 的输入线程解码入队，忙循环（`run_busy_loop`）调度、前向。
 # 3. **输出回来**：每步的 `EngineCoreOutputs` 由输出线程编码，经 PUSH/PULL 发回；前端的输出处理 task 交给 `OutputProcessor.process_outputs`。
-# 4. **反分词**：新 token 交给请求的反分词器，得到新文本、检查停止串，把可以发出的增量放进信箱。EngineCore 不认识文本，前端发现停止串后经 `reqs_to_abort` abort 它里面的请求。
+# 4. **反分词**：新 token 交给请求的反分词器，得到新文本、检查停止串，把可发出的增量放进信箱。EngineCore 不认识文本，前端发现停止串后经 `reqs_to_abort` abort 它里面的请求。
 # 5. **SSE**：`generate()` 从信箱取出输出并 yield，服务器写成 `data: {...}`，最后是 `data: [DONE]`。
 #
 # ### 3. 正确性条件与常见误区
@@ -109,18 +109,18 @@ short_errors("lesson12")  # 评分单元格失败时只显示三行：哪一部�
 # - 已发出的增量收不回来，所以运行中的请求扣下最后 `len(最长停止串) - 1` 个字符（`stop_buffer_length`），结束时再全部放出。
 # - **搜索起点**：只在“新文本加上前面 `len(s) - 1` 个字符”里找。找到后文本截到停止串之前，同一步里它后面的文本也丢掉。
 # - **断开连接**：Starlette 的 `StreamingResponse` 发现断开（条件见附录），取消 body 迭代器，`generate()` 随即 `abort`：前端忘掉这个流（`OutputProcessor.abort_requests`），**并**通知 EngineCore。
-# - 只做前一半，EngineCore 会一直生成到 EOS、stop token 或 `max_tokens`（停止串只在前端查），占着 batch 的位置和 KV 块。
+# - 只做前一半，EngineCore 一直生成到 EOS、stop token 或 `max_tokens`（停止串只在前端查），占着 batch 的位置和 KV 块。
 #
 # ### 4. 性能与工程取舍
 #
-# - TTFT 主要由排队与 prefill 决定，TPOT/ITL 由每步时间决定（Q3）。
+# - TTFT 主要由排队与 prefill 决定，TPOT/ITL 由每步时间决定；排队与 KV 压力看 /metrics：`num_requests_waiting`、`kv_cache_usage_perc`（Q3）。
 
 # %% [markdown]
 # ## 具体演示：一个请求穿过两个进程
 #
-# 下面启动一个真实的服务器（EngineCore 在自己的进程里），发一个 12 token 的流式请求，记录三个时间：
+# 下面启动真实服务器（EngineCore 在独立进程），发一个 12 token 的流式请求，记录三个时间：
 #
-# - EngineCore 每一步结束的时刻（`EngineCoreOutputs.timestamp`）；
+# - EngineCore 每步结束的时刻（`EngineCoreOutputs.timestamp`）；
 # - 前端收到这批输出的时刻；
 # - 客户端收到每个 SSE 事件的时刻。
 
@@ -130,9 +130,9 @@ L12.print_timeline(timeline)
 L12.plot_timeline(timeline);
 
 # %% [markdown]
-# 图 12-1：一个流式请求在两个进程之间的时间线。第一个点之前是 HTTP 解析、分词、ZMQ 发送、排队与 prefill。之后 EngineCore 每一步结束（上行），前端很快收到这批输出（中行），再经反分词、JSON、SSE 到达客户端（下行）。
+# 图 12-1：一个流式请求在两个进程间的时间线。第一个点之前是 HTTP 解析、分词、ZMQ 发送、排队与 prefill。之后 EngineCore 每步结束（上行），前端很快收到输出（中行），再经反分词、JSON、SSE 到客户端（下行）。
 #
-# EngineCore 的步与步之间不等前端：前端的工作与下一步的前向重叠。机器忙时前端抢不到核，几步的输出在 ZMQ 里攒着、被一次收走，“ZMQ+decode”一列变大。
+# EngineCore 的步之间不等前端：前端的工作与下一步的前向重叠。机器忙时前端抢不到核，几步的输出在 ZMQ 里攒着被一次收走，“ZMQ+decode”一列变大。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
@@ -145,7 +145,7 @@ L12.plot_timeline(timeline);
 #
 # 8 处 `______` 是决策点，要照顾到：字节级 BPE 与 Metaspace 分词器、半个字符结尾的 prompt、零或多个停止串、`include_stop_str_in_output` 与 `skip_special_tokens`、一步多 token、短于 hold-back 窗口的输出。
 #
-# 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
+# 只改 `______` 处，不删断言、不放宽条件。
 
 # %% nbgrader={"grade": false, "grade_id": "l12_streaming_detokenizer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class StreamingDetokenizer:
@@ -213,7 +213,7 @@ def abort_stream(engine, request_id):
 report("lesson12", globals())
 
 # %% [markdown]
-# 第一项检查：`OutputProcessor` 用你的类处理已知文本的 token，分组不均匀：停止串跨 token（含空格开头的）、几个停止串、非流式、中文和 emoji、Metaspace、prompt 以半个字符结尾。每个增量都与 vLLM 规则给出的比较。
+# 第一项检查：`OutputProcessor` 用你的类处理已知文本的 token，分组不均匀：停止串跨 token（含空格开头的）、几个停止串、非流式、中文和 emoji、Metaspace、prompt 以半个字符结尾。每个增量与 vLLM 规则的结果比较。
 
 # %% nbgrader={"grade": true, "grade_id": "l12_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 chunks = L12.expect_stream(StreamingDetokenizer, abort_stream, L12.TEXT, ["Juliet is"], [1] * 400, "停止串跨 token")
@@ -226,9 +226,9 @@ L12.check_main_path(StreamingDetokenizer, abort_stream)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：真实服务器与 openai 客户端。换上你的类后，非流式输出和流式增量拼起来的文本都要等于引擎自己的参考输出。
+# 第二项检查：真实服务器与 openai 客户端。换上你的类后，非流式输出和流式增量拼起来都要等于引擎的参考输出。
 #
-# 再从参考文本中间取一个跨 token 的 7 字符片段当停止串：每个增量都不含它，流正好停在它前面；另测多个停止串与 `include_stop_str_in_output`。
+# 再从参考文本中取一个跨 token 的 7 字符片段当停止串：每个增量都不含它，流正好停在它前面；另测多个停止串与 `include_stop_str_in_output`。
 
 # %% nbgrader={"grade": true, "grade_id": "l12_real_server", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 L12.check_real_server(StreamingDetokenizer, abort_stream)
@@ -267,7 +267,7 @@ L12.check_boundary(StreamingDetokenizer, abort_stream)
 #
 # ## 基准测试：`minivllm bench serve`
 #
-# 以三个请求率跑 `minivllm bench serve`：16 个请求，随机 32 token prompt，各输出 16 个 token，Poisson 到达；`inf` 表示同时全部发出。
+# 以三个请求率跑 `minivllm bench serve`：16 个请求，随机 32 token prompt，各输出 16 个 token，Poisson 到达；`inf` 即同时发出。
 
 # %%
 bench = L12.bench_rates()
@@ -281,11 +281,11 @@ L12.plot_bench(bench);
 # - `inf` 时请求排队等前面的 prefill，TTFT 跳高；batch 变大，TPOT 上升；
 # - 2 与 8 时 ITL 的 p99 是中位数的几倍：新请求的 prefill 插进 decode 中的 batch，那一步特别长。
 #
-# 负载下 5 次运行，后两条次次成立；数字只对本机、本负载成立。
+# 负载下 5 次运行，后两条次次成立；数字只对本机本负载成立。
 #
 # ## 进程拆分的收益与代价（实测，Q1 用）
 #
-# 同一批请求（8 个 prompt × 16 个 token），EngineCore 在本进程（`LLM(multiprocess=False)`）与在自己的进程（`multiprocess=True`）各跑 3 轮，交替，先热身。
+# 同一批请求（8 个 prompt × 16 token），EngineCore 在本进程（`LLM(multiprocess=False)`）与独立进程（`multiprocess=True`）各跑 3 轮，交替，先热身。
 
 # %%
 split = L12.process_split()
@@ -294,7 +294,7 @@ L12.print_split(split)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 在 vLLM 8e958902eee5 中找到实现每个概念的名字（函数、类或属性名，字符串；大小写不限）。这些名字本课正文没有写出来。
+# 在 vLLM 8e958902eee5 中找到每个概念的名字（函数、类或属性名；大小写不限）。这些名字正文没写。
 #
 # - `prefix_reset`：`FastIncrementalDetokenizer` 里捕获 “Invalid prefix” 错误、换一个新解码流再试的方法（`vllm/v1/engine/detokenizer.py`）；
 # - `fast_switch`：同一个文件里决定能不能用 `DecodeStream` 快路径的模块级常量；
@@ -319,7 +319,7 @@ L12.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l12_q1", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q1（2 分）
 #
-# EngineCore 在自己的进程里运行，这个拆分带来了什么、付出了什么？请结合图 12-1 的时间线和上面 in-process 与 multiprocess 的实测吞吐说明，并指出在什么硬件条件下拆分是划算的。
+# EngineCore 在自己的进程里运行，这个拆分带来了什么、付出了什么？请结合图 12-1 的时间线和上面 in-process 与 multiprocess 的实测吞吐说明，并指出在什么硬件条件下拆分划算。
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
@@ -365,7 +365,7 @@ L12.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l12_q3", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q3（2 分）
 #
-# 怎样从 TTFT/TPOT 随请求率变化的曲线判断服务器已经饱和？用图 12-2 的实测数字说明饱和前后 TTFT、TPOT、吞吐分别怎么变、为什么；再说明要确认饱和还应该看哪些指标（/metrics）、怎样设计这次基准测试。
+# 怎样从 TTFT/TPOT 随请求率变化的曲线判断服务器已饱和？用图 12-2 的实测数字说明饱和前后 TTFT、TPOT、吞吐分别怎么变、为什么；再说明确认饱和还该看哪些 /metrics 指标、怎样设计这次基准测试。
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
@@ -374,7 +374,7 @@ L12.check_source_map(SOURCE_MAP)
 # **评分要点**（两部分各 1 分）：
 #
 # - **曲线怎么读（1 分）**：引用自己这次运行的数字（作者在多人共用的 2 核 CPU 容器上：2 与 8 req/s 时 TTFT 中位数约 25～30 ms、TPOT 约 7～8 ms；inf 时 TTFT 约 240 ms、TPOT 约 18 ms），并给出因果：未饱和时 TTFT ≈ prefill 时间、吞吐随请求率增长；饱和时 waiting 队列积压，TTFT 主要是排队时间、急剧上升，吞吐到达平台；TPOT 因 batch 变大而上升后趋平。要有数字，并且说出 TTFT 的上升来自排队；只说“延迟变高就是饱和”的，这 1 分不给。把 TPOT 说成主要判据、但也说清了 TTFT 的排队与吞吐平台的，不扣分。
-# - **怎样确认（1 分）**：至少一个 /metrics 指标（`num_requests_waiting` 持续 > 0 并增长、`kv_cache_usage_perc` 接近 1 或出现抢占、`vllm:request_queue_time_seconds`）和至少一条设计要点（每个请求率足够多的请求、热身、重复测量、找吞吐不再增长而 TTFT 开始上升的拐点）。
+# - **怎样确认（1 分）**：至少一个 /metrics 指标及它饱和时怎样变（`num_requests_waiting` 持续 > 0 并增长、`kv_cache_usage_perc` 接近 1 或出现抢占、`vllm:request_queue_time_seconds`；前两个核心“性能与工程取舍”已点名，vLLM 与 minivllm 都导出，前缀分别是 `vllm:`、`minivllm:`；只罗列名字、不说怎样变的不给这一点）和至少一条设计要点（每个请求率足够多的请求、热身、重复测量、找吞吐不再增长而 TTFT 开始上升的拐点）。
 # - 0 分：把本机数字当作普遍容量（一票否决：把单一负载的实测写成普遍结论）。
 #
 # **参考答案**
