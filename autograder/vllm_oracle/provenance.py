@@ -16,7 +16,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from autograder.vllm_source import (  # noqa: F401 (re-exported: the one list, shared with the student's fetch)
+from autograder.vllm_source import (  # noqa: F401 (re-exported: the one list and check, shared with the student's fetch)
     ALLOWED_DIFFERENCES,
     ALLOWED_MISSING,
     VLLM_VERSION,
@@ -26,31 +26,9 @@ from autograder.vllm_source import (  # noqa: F401 (re-exported: the one list, s
 from autograder.vllm_source import (
     HASH_LIST as RECORD_LIST,
 )
-
-
-def check(site_packages: Path) -> dict:
-    """Per official file: same, differs (allowed or not) or missing; plus .py files the official wheel lacks."""
-    official = official_hashes()
-    same, allowed, differs, missing, gpu_only = 0, [], [], [], 0
-    for name, digest in official.items():
-        f = site_packages / name
-        if not f.exists():
-            if name.startswith(ALLOWED_MISSING):
-                gpu_only += 1
-            else:
-                missing.append(name)
-        elif record_hash(f.read_bytes()) == digest:
-            same += 1
-        elif name in ALLOWED_DIFFERENCES:
-            allowed.append(name)
-        else:
-            differs.append(name)
-    extra = sorted(str(p.relative_to(site_packages)) for p in (site_packages / "vllm").rglob("*.py")
-                   if str(p.relative_to(site_packages)) not in official)
-    return {"vllm_version": VLLM_VERSION, "official_py_files": len(official), "identical": same,
-            "allowed_differences": sorted(allowed), "differs": sorted(differs), "missing": sorted(missing),
-            "missing_cuda_only": gpu_only,
-            "extra": extra, "ok": not differs and not missing and not extra}
+from autograder.vllm_source import (
+    check_folder as check,  # per official file: same, allowed difference, differs or missing; plus extra files
+)
 
 
 def from_wheel(wheel: Path) -> str:
