@@ -180,7 +180,7 @@ SCENARIOS = [
     # b"caf\xc3" is "caf" plus the first byte of "é": as text (errors ignored) it equals the choice "caf", as bytes
     # it equals no choice, so EOS must wait (xgrammar matches bytes).
     Scenario("停在多字节字符中间，去掉半个字符后恰好是另一个选项（caf / café）", ["k", "c"],
-             {"c": "caf".encode(), "k": "café".encode()[:4]},
+             {"c": b"caf", "k": "café".encode()[:4]},
              {"c": [c.encode() for c in ("caf", "café")], "k": [c.encode() for c in ("caf", "café")]}),
     # token 31 is b"<" and token 63 b"\\": bit 31 of words 0 and 1, the int32 sign bit.
     _scenario("允许的 token 在一个字的第 31 位（int32 的符号位：token 31 '<'、63 '\\'）",
