@@ -7,7 +7,8 @@ from autograder import lesson03 as L03
 from autograder import lesson04 as L04
 from autograder import lesson08 as L08
 from autograder import lesson09 as L09
-from autograder.lesson05.demo import _width, print_v1_v2
+from autograder.common import width
+from autograder.lesson05.demo import print_v1_v2
 
 
 def test_lesson03_prefix_cache_counts():
@@ -51,7 +52,7 @@ def test_lesson05_v1_v2_table_columns_line_up(capsys):
     lines = capsys.readouterr().out.splitlines()[:3]
     head = lines[0]
     for title in ("moves (condense / swap)", "V2 slots 0..3", "idx_mapping (batch order)"):
-        col = _width(head[:head.index(title)])
+        col = width(head[:head.index(title)])
         assert head[col - 2:col] == "  ", (title, head)  # two spaces before every header
         for row in lines[1:]:  # every row's cell starts in the header's column
             assert row[col - 1] == " " and row[col] != " ", (title, row)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from autograder.common import width as display_width
 from autograder.lesson05.checks import (
     BLOCK_SIZE,
     NAMES,
@@ -116,20 +117,10 @@ def v2_tables(log: list, max_num_reqs: int, decode_query_len: int = 1) -> list:
     return out
 
 
-def _width(text: str) -> int:
-    """Display columns: a CJK character or a full-width mark takes two (wcwidth, which Jupyter's prompt_toolkit
-    brings; else the Unicode east-asian width)."""
-    try:
-        from wcwidth import wcswidth
-        return max(wcswidth(text), 0)
-    except ImportError:
-        import unicodedata
-        return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
-
-
-def _pad(text: str, width: int) -> str:
-    """Left-justify to a display width."""
-    return text + " " * max(0, width - _width(text))
+def _pad(text: str, cols: int) -> str:
+    """Left-justify to a display width (common.pad leaves at least one space; the table puts two between
+    columns itself)."""
+    return text + " " * max(0, cols - display_width(text))
 
 
 def print_v1_v2(run) -> None:
@@ -141,9 +132,9 @@ def print_v1_v2(run) -> None:
         moves = [f"C{f}->{t}" for f, t in b.condensed] + [f"S{i}<->{j}" for i, j in b.swapped]
         body.append([str(k + 1), str(b.rows), " ".join(moves) or "-", " ".join(table.get(s, "·") for s in range(4)),
                      f"{idx}  ({' '.join(order)})"])
-    width = [max(_width(r[c]) for r in [head, *body]) for c in range(len(head))]
+    width = [max(display_width(r[c]) for r in [head, *body]) for c in range(len(head))]
     for r in [head, *body]:  # two spaces between columns; the step number right-aligned
-        print(" " * (width[0] - _width(r[0])) + r[0] + "  "
+        print(" " * (width[0] - display_width(r[0])) + r[0] + "  "
               + "  ".join(_pad(x, w) for x, w in zip(r[1:-1], width[1:-1], strict=True)) + "  " + r[-1])
     print("V1 row moves in this run (V2: none, each request stays in its slot):")
     for k, b in enumerate(run.batch_log):
