@@ -181,6 +181,8 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=T
         if self.prompt_logprobs is not None and self.prompt_logprobs < 0:
             raise VLLMValidationError(f"prompt_logprobs must be non-negative, got {self.prompt_logprobs}",
                                       "prompt_logprobs")
+        if self.greedy:  # vLLM: greedy ignores top-p/top-k/min-p, so they are reset (and checks see them off)
+            self.top_p, self.top_k, self.min_p = 1.0, 0, 0.0
         if self.n > 1 and self.greedy:
             raise VLLMValidationError(f"n must be 1 when using greedy sampling, got {self.n}.")
         if self.stop is not None and any((not isinstance(s, str)) or s == "" for s in self.stop):

@@ -89,3 +89,17 @@ def test_speculation_refuses_min_p_and_logit_bias_with_vllms_400():
         r = client.post("/v1/completions", json={"prompt": "ROMEO:", "max_tokens": 4, "temperature": 0,
                                                  "bad_words": ["the"], "repetition_penalty": 1.2})
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4
+        # greedy: min_p is reset before the check, as in vLLM's SamplingParams.__post_init__
+        r = client.post("/v1/completions", json={"prompt": "ROMEO:", "max_tokens": 4, "temperature": 0,
+                                                 "min_p": 0.1})
+        assert r.status_code == 200, r.json()
+
+
+def test_greedy_params_reset_top_p_top_k_min_p_as_vllm():
+    """vLLM's SamplingParams.__post_init__: a zero temperature means greedy, whose filters are switched off."""
+    from minivllm.sampling_params import SamplingParams
+
+    p = SamplingParams(temperature=0.0, top_p=0.5, top_k=5, min_p=0.2)
+    assert (p.top_p, p.top_k, p.min_p) == (1.0, 0, 0.0)
+    q = SamplingParams(temperature=0.7, top_p=0.5, top_k=5, min_p=0.2)
+    assert (q.top_p, q.top_k, q.min_p) == (0.5, 5, 0.2)
