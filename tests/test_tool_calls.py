@@ -148,3 +148,61 @@ def test_tool_flags_are_checked_at_startup():
         build_app(EngineArgs(model=MODEL), tool_call_parser="hermes")
     with pytest.raises(ValueError, match="backend"):
         build_app(EngineArgs(model=MODEL), structured_outputs_config={"backend": "outlines"})
+
+
+# ---------------------------------------------------------------------------- the official anthropic client
+WEATHER_TOOL = {"name": "get_weather", "description": "The weather in a city",
+                "input_schema": TOOLS[0]["function"]["parameters"]}
+GREEDY = {"temperature": 0}  # vLLM's Messages API takes temperature; anthropic>=2's create() no longer has it
+
+
+@pytest.fixture(scope="module")
+def claude(base):
+    import anthropic
+
+    return anthropic.Anthropic(base_url=base, api_key=API_KEY, max_retries=0,
+                               default_headers={"Authorization": f"Bearer {API_KEY}"})
+
+
+def test_anthropic_messages_answer_as_the_chat_route_does(claude, client):
+    """/v1/messages runs the chat path: the same greedy text as /v1/chat/completions, Anthropic's stop reasons."""
+    r = claude.messages.create(model=_model(client), max_tokens=6, extra_body=GREEDY, system="Be brief.",
+                               messages=[{"role": "user", "content": "Speak, friend."}])
+    chat = client.chat.completions.create(model=_model(client), max_tokens=6, temperature=0, messages=[
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Speak, friend."}])
+    assert r.type == "message" and r.role == "assistant" and r.stop_reason == "max_tokens"
+    assert [b.type for b in r.content] == ["text"] and r.content[0].text == chat.choices[0].message.content
+    assert (r.usage.input_tokens, r.usage.output_tokens) == (chat.usage.prompt_tokens, 6)
+    counted = claude.messages.count_tokens(model=_model(client), system="Be brief.",
+                                           messages=[{"role": "user", "content": "Speak, friend."}])
+    assert counted.input_tokens == chat.usage.prompt_tokens
+
+
+def test_anthropic_stream_events_build_the_same_message(claude, client):
+    kw = {"model": _model(client), "max_tokens": 6, "extra_body": GREEDY,
+          "messages": [{"role": "user", "content": "Speak, friend."}]}
+    with claude.messages.stream(**kw) as stream:
+        events = [e.type for e in stream]
+        final = stream.get_final_message()
+    assert events[0] == "message_start" and events[-1] == "message_stop" and "content_block_delta" in events
+    assert final.content[0].text == claude.messages.create(**kw).content[0].text
+    assert final.stop_reason == "max_tokens" and final.usage.output_tokens == 6
+
+
+def test_anthropic_named_tool_is_a_tool_use_block_whose_input_matches_the_schema(claude, client):
+    r = claude.messages.create(model=_model(client), max_tokens=40, extra_body=GREEDY, tools=[WEATHER_TOOL],
+                               tool_choice={"type": "tool", "name": "get_weather"},
+                               messages=[{"role": "user", "content": "What weather in Verona?"}])
+    (block,) = [b for b in r.content if b.type == "tool_use"]
+    assert block.name == "get_weather" and block.input["city"] in ("Verona", "Mantua")
+
+
+def test_anthropic_errors_have_anthropics_shape(claude, client):
+    import anthropic
+
+    with pytest.raises(anthropic.NotFoundError) as e:
+        claude.messages.create(model="nope", max_tokens=4, messages=[{"role": "user", "content": "Hi"}])
+    assert e.value.body == {"type": "error", "error": {"type": "NotFoundError",
+                                                      "message": "The model `nope` does not exist."}}
+    with pytest.raises(anthropic.BadRequestError):
+        claude.messages.create(model=_model(client), max_tokens=1000, messages=[{"role": "user", "content": "Hi"}])

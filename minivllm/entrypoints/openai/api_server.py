@@ -2,7 +2,9 @@
 
 Routes: /v1/completions, /v1/chat/completions (streaming as SSE `data: {...}` ... `data: [DONE]`),
 /v1/models, /health and /ping (503 once the core is dead), /version, /load, /metrics (Prometheus text),
-/tokenize, /detokenize. Request and response fields, errors and routes answer as vLLM 0.27.1's server does, request for
+/tokenize, /detokenize, /v1/responses, the batch chat and SageMaker routes, tokens in / tokens out
+(/v1/*/render, /inference/v1/generate: entrypoints/scale_out.py), Anthropic's /v1/messages (entrypoints/
+anthropic.py), /generative_scoring, derender (not streamed). Request and response fields, errors and routes answer as vLLM 0.27.1's server does, request for
 request (tests/test_vllm_server_oracle.py against its recorded answers): errors are OpenAI-shaped,
 {"error": {"message", "type", "param", "code"}}, with vLLM's types and params (a schema-level error is
 "Bad Request" with param "body.<field>"); unknown routes get FastAPI's {"detail": ...}; a missing or wrong
@@ -53,6 +55,7 @@ from minivllm.engine import EngineCoreRequest
 from minivllm.engine.async_llm import AsyncLLM
 from minivllm.engine.exceptions import EngineDeadError, EngineGenerateError
 from minivllm.engine.parallel_sampling import ParentRequest
+from minivllm.entrypoints import anthropic, generative_scoring, scale_out
 from minivllm.entrypoints.openai import tool_calls
 from minivllm.entrypoints.openai.metrics import PerfEstimate, PrometheusStatLogger
 from minivllm.entrypoints.openai.protocol import (
@@ -200,7 +203,7 @@ class HttpMetricsMiddleware:
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
-    async def validation_error(_, exc: RequestValidationError):
+    async def validation_error(request: Request, exc: RequestValidationError):
         """vLLM's validation_exception_handler: type "Bad Request", param the failing field's dotted loc."""
         errs = exc.errors()
         ctx_errors = [(e.get("loc"), e.get("ctx", {}).get("error")) for e in errs if isinstance(e, dict)]
@@ -211,7 +214,8 @@ def install_error_handlers(app: FastAPI) -> None:
         param = next((err.parameter for _, err in ctx_errors if isinstance(err, VLLMValidationError)), None)
         if param is None and errs and isinstance(errs[0], dict) and errs[0].get("loc"):
             param = clean_loc_for_param(errs[0]["loc"])
-            if errs[0].get("type") != "value_error":  # a type error, not minivllm's own check (lone surrogates)
+            # a type error, not minivllm's own check (lone surrogates), in an OpenAI message (Anthropic's is one model)
+            if errs[0].get("type") != "value_error" and not request.url.path.startswith("/v1/messages"):
                 param = message_branch_param(param)
         msg = "; ".join(e if isinstance(e, str) else
                         f"{'.'.join(str(x) for x in e.get('loc', ()) if x != 'body') or 'body'}: {e.get('msg')}"
@@ -1093,6 +1097,74 @@ def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api
         """vLLM's batch route: one choice per conversation, each run as its own chat completion."""
         return await load_aware(request, create_batch_chat_completion(serving(request), req, request))
 
+    @app.post("/v1/completions/render", dependencies=json_only)
+    async def render_completion(req: CompletionRequest, request: Request):
+        return await scale_out.render_completion(serving(request), req)
+
+    @app.post("/v1/chat/completions/render", dependencies=json_only)
+    async def render_chat(req: ChatCompletionRequest, request: Request):
+        return await scale_out.render_chat(serving(request), req)
+
+    @app.post("/v1/completions/derender", dependencies=json_only)
+    async def derender_completion(req: scale_out.DerenderCompletionRequest | scale_out.DerenderCompletionStreamRequest,
+                                  request: Request):
+        return await scale_out.derender_completion(serving(request), req)
+
+    @app.post("/v1/chat/completions/derender", dependencies=json_only)
+    async def derender_chat(req: scale_out.DerenderChatRequest | scale_out.DerenderChatStreamRequest,
+                            request: Request):
+        return await scale_out.derender_chat(serving(request), req)
+
+    @app.post("/inference/v1/generate", dependencies=json_only)
+    async def generate_tokens(req: scale_out.GenerateRequest, request: Request):
+        return await load_aware(request, scale_out.generate(serving(request), req, request))
+
+    @app.post("/v1/messages", dependencies=json_only)
+    async def messages(req: anthropic.AnthropicMessagesRequest, request: Request):
+        return await load_aware(request, anthropic.create_messages(serving(request), req, request))
+
+    @app.post("/v1/messages/count_tokens", dependencies=json_only)
+    async def count_tokens(req: anthropic.AnthropicCountTokensRequest, request: Request):
+        return await anthropic.count_tokens(serving(request), req)
+
+    @app.get("/v1/responses/{response_id}")
+    async def retrieve_response(response_id: str):
+        """Nothing is stored (vLLM's store is off unless VLLM_ENABLE_RESPONSES_API_STORE=1): every id is unknown."""
+        return error_response(404, f"Response with id '{response_id}' not found.", "invalid_request_error",
+                              "response_id")
+
+    @app.post("/generative_scoring", dependencies=json_only)
+    async def generative_scoring_route(request: Request):
+        return await load_aware(request, generative_scoring.create_generative_scoring(serving(request), request))
+
+    @app.post("/v1/responses/{response_id}/cancel")
+    async def cancel_response(response_id: str):
+        return await retrieve_response(response_id)
+
+    @app.post("/scale_elastic_ep", dependencies=json_only)
+    async def scale_elastic_ep(request: Request):
+        """vLLM's checks, then its answer for a server that cannot scale (no elastic expert parallelism)."""
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return error_response(400, "Invalid JSON format", HTTPStatus.BAD_REQUEST.phrase)
+        size, drain = body.get("new_data_parallel_size"), body.get("drain_timeout", 120)
+        if size is None:
+            return error_response(400, "new_data_parallel_size is required", HTTPStatus.BAD_REQUEST.phrase)
+        if not isinstance(size, int) or size <= 0:
+            return error_response(400, "new_data_parallel_size must be a positive integer",
+                                  HTTPStatus.BAD_REQUEST.phrase)
+        if not isinstance(drain, int) or drain <= 0:
+            return error_response(400, "drain_timeout must be a positive integer", HTTPStatus.BAD_REQUEST.phrase)
+        logger.error("Scale failed: minivllm has no elastic expert parallelism")
+        return error_response(500, "Scale failed", HTTPStatus.INTERNAL_SERVER_ERROR.phrase)
+
+    @app.post("/is_scaling_elastic_ep")
+    async def is_scaling_elastic_ep():
+        return {"is_scaling_elastic_ep": False}
+
     @app.post("/invocations", dependencies=json_only)
     async def invocations(request: Request):
         """SageMaker's route, as vLLM serves it: the body's own shape picks chat or completions."""
@@ -1131,7 +1203,9 @@ def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api
         s.check_model(req.model)
         return {"prompt": await s.in_pool(s.tokenizer.decode, [t for t in req.tokens if t < len(s.tokenizer)])}
 
-    @app.api_route("/metrics", methods=["GET", "POST"])  # vLLM mounts prometheus' app, which takes either
+    # vLLM mounts prometheus' app, which takes either method; its OpenAPI description lists GET only
+    @app.get("/metrics")
+    @app.post("/metrics", include_in_schema=False)
     async def metrics(request: Request):
         s = serving(request)
         stats = None
