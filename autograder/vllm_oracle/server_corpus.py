@@ -641,6 +641,178 @@ def route2_cases() -> list[dict]:
     ]
 
 
+def route3_cases() -> list[dict]:
+    """The rest of the routes a generative model's `vllm serve` has (listed from its app): render and tokens-in /
+    tokens-out (scale_out), Anthropic's Messages API, stored responses, elastic EP, the OpenAPI pages; each at a
+    valid, a boundary and an invalid value."""
+    rc, rch, gen, msg, cnt = ("/v1/completions/render", "/v1/chat/completions/render", "/inference/v1/generate",
+                              "/v1/messages", "/v1/messages/count_tokens")
+    ids = [1, 413, 308, 530, 327]
+    greedy = {"max_tokens": 4, "temperature": 0}
+    convo = [{"role": "user", "content": "Speak, friend."}]
+    am = {"model": MODEL, "max_tokens": 6, "temperature": 0, "messages": convo}
+    weather_tool = {"name": "get_weather", "description": "Weather in a city",
+                    "input_schema": WEATHER["function"]["parameters"]}
+    return [
+        # render: the engine's input, nothing generated
+        _case("route3/render_cmpl", "routes", rc, {"model": MODEL, "prompt": "ROMEO:"}),
+        _case("route3/render_cmpl_params", "routes", rc, cmpl(prompt=["To be", "or not"], seed=3, stop=["x"],
+                                                              top_k=5, presence_penalty=0.5, stream=True)),
+        _case("route3/render_cmpl_ids", "routes", rc, {"model": MODEL, "prompt": ids, "max_tokens": 250}),
+        _case("route3/render_cmpl_too_long", "routes", rc, {"model": MODEL, "prompt": ids, "max_tokens": 252}),
+        _case("route3/render_cmpl_max_over", "routes", rc, {"model": MODEL, "prompt": "x", "max_tokens": 1000}),
+        _case("route3/render_cmpl_bad_model", "routes", rc, {"model": "nope", "prompt": "x"}),
+        _case("route3/render_cmpl_no_prompt", "routes", rc, {"model": MODEL}),
+        _case("route3/render_chat", "routes", rch, {"model": MODEL, "messages": convo}),
+        _case("route3/render_chat_params", "routes", rch, chat(max_completion_tokens=7, top_p=0.5, n=2, stop=["x"],
+                                                               logprobs=True, top_logprobs=2)),
+        _case("route3/render_chat_continue", "routes", rch, {"model": MODEL, "messages": convo + [
+            {"role": "assistant", "content": "Well"}], "continue_final_message": True,
+            "add_generation_prompt": False}),
+        _case("route3/render_chat_empty", "routes", rch, {"model": MODEL, "messages": []}),
+        _case("route3/render_chat_bad_role_type", "routes", rch, {"model": MODEL, "messages": [
+            {"role": 5, "content": "Hi"}]}),
+        # tokens in, tokens out
+        _case("route3/generate", "routes", gen, {"token_ids": ids, "sampling_params": greedy}),
+        _case("route3/generate_model", "routes", gen, {"model": MODEL, "token_ids": ids, "sampling_params": greedy}),
+        _case("route3/generate_request_id", "routes", gen, {"request_id": "abc", "token_ids": ids,
+                                                            "sampling_params": greedy}),
+        _case("route3/generate_logprobs", "routes", gen, {"token_ids": ids, "sampling_params": greedy | {
+            "logprobs": 2}}),
+        _case("route3/generate_prompt_logprobs", "routes", gen, {"token_ids": ids, "sampling_params": greedy | {
+            "prompt_logprobs": 1}}),
+        _case("route3/generate_seeded", "routes", gen, {"token_ids": ids, "sampling_params": {
+            "max_tokens": 5, "temperature": 1.0, "seed": 11, "top_k": 20}}),
+        _case("route3/generate_n2_seeded", "routes", gen, {"token_ids": ids, "sampling_params": {
+            "max_tokens": 3, "temperature": 1.0, "seed": 5, "n": 2}}),
+        _case("route3/generate_stop", "routes", gen, {"token_ids": ids, "sampling_params": greedy | {
+            "max_tokens": 30, "stop_token_ids": [202]}}),
+        _case("route3/generate_vllm_only_fields", "routes", gen, {"token_ids": ids, "sampling_params": greedy | {
+            "detokenize": False, "skip_clone": True, "unknown_field": 1}}),
+        _case("route3/generate_to_context_end", "routes", gen, {"token_ids": [1] + [413] * 250,
+                                                                "sampling_params": {"temperature": 0}}),
+        _case("route3/generate_max_over", "routes", gen, {"token_ids": [1] + [413] * 250,
+                                                          "sampling_params": {"temperature": 0, "max_tokens": 300}}),
+        _case("route3/generate_stream", "routes", gen, {"token_ids": ids, "sampling_params": greedy,
+                                                        "stream": True}),
+        _case("route3/generate_stream_usage", "routes", gen, {"token_ids": ids, "sampling_params": greedy,
+                                                              "stream": True, "stream_options": {
+                                                                  "include_usage": True,
+                                                                  "continuous_usage_stats": True}}),
+        _case("route3/generate_stream_logprobs", "routes", gen, {"token_ids": ids, "sampling_params": greedy | {
+            "logprobs": 1}, "stream": True}),
+        _case("route3/generate_empty_ids", "routes", gen, {"token_ids": [], "sampling_params": greedy}),
+        _case("route3/generate_negative_id", "routes", gen, {"token_ids": [1, -1], "sampling_params": greedy}),
+        _case("route3/generate_oov_id", "routes", gen, {"token_ids": [1, 99999], "sampling_params": greedy}),
+        _case("route3/generate_no_params", "routes", gen, {"token_ids": ids}),
+        _case("route3/generate_bad_temperature", "routes", gen, {"token_ids": ids, "sampling_params": {
+            "temperature": -1}}),
+        _case("route3/generate_max_tokens_0", "routes", gen, {"token_ids": ids, "sampling_params": {
+            "max_tokens": 0}}),
+        _case("route3/generate_bad_model", "routes", gen, {"model": "nope", "token_ids": ids,
+                                                           "sampling_params": greedy}),
+        _case("route3/generate_prompt_too_long", "routes", gen, {"token_ids": [1] * 300, "sampling_params": greedy}),
+        # Anthropic's Messages API
+        _case("route3/messages", "routes", msg, am),
+        _case("route3/messages_system_blocks", "routes", msg, am | {
+            "system": [{"type": "text", "text": "x-anthropic-billing-header: 1"}, {"type": "text", "text": "Be brief."}],
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}]}),
+        _case("route3/messages_stop_sequence", "routes", msg, am | {"stop_sequences": ["\n"], "max_tokens": 20}),
+        _case("route3/messages_top_k_top_p", "routes", msg, am | {"temperature": 0.8, "top_k": 1, "top_p": 0.9}),
+        _case("route3/messages_multi_turn", "routes", msg, am | {"messages": convo + [
+            {"role": "assistant", "content": "Well met."}, {"role": "user", "content": "Again."}]}),
+        _case("route3/messages_metadata", "routes", msg, am | {"metadata": {"user_id": "u1"}}),
+        _case("route3/messages_stream", "routes", msg, am | {"stream": True}),
+        _case("route3/messages_stream_stop", "routes", msg, am | {"stream": True, "stop_sequences": ["\n"],
+                                                                  "max_tokens": 20}),
+        _case("route3/messages_tool_named", "routes", msg, am | {"max_tokens": 40, "tools": [weather_tool],
+                                                                 "tool_choice": {"type": "tool",
+                                                                                 "name": "get_weather"}},
+              server="tools"),
+        _case("route3/messages_tool_none", "routes", msg, am | {"tools": [weather_tool], "tool_choice": {
+            "type": "none"}}, server="tools"),
+        _case("route3/messages_tools_default_profile", "routes", msg, am | {"tools": [weather_tool]}),
+        _case("route3/messages_no_max_tokens", "routes", msg, {"model": MODEL, "messages": convo}),
+        _case("route3/messages_bad_role", "routes", msg, am | {"messages": [{"role": "bot", "content": "Hi"}]}),
+        _case("route3/messages_bad_block", "routes", msg, am | {"messages": [{"role": "user", "content": [
+            {"type": "video"}]}]}),
+        _case("route3/messages_bad_model", "routes", msg, am | {"model": "nope"}),
+        _case("route3/messages_max_tokens_over", "routes", msg, am | {"max_tokens": 1000}),
+        _case("route3/messages_empty", "routes", msg, am | {"messages": []}),
+        _case("route3/messages_no_key", "auth", msg, am, headers={"Authorization": ""}),
+        _case("route3/count_tokens", "routes", cnt, {"model": MODEL, "messages": convo}),
+        _case("route3/count_tokens_system", "routes", cnt, {"model": MODEL, "system": "Be brief.", "messages": convo}),
+        _case("route3/count_tokens_no_messages", "routes", cnt, {"model": MODEL}),
+        _case("route3/count_tokens_bad_model", "routes", cnt, {"model": "nope", "messages": convo}),
+        # derender (generated ids back into an OpenAI answer) and generative scoring
+        _case("route3/derender_cmpl", "routes", "/v1/completions/derender", {"model": MODEL, "generate_responses": [
+            {"request_id": "r", "choices": [{"index": 0, "finish_reason": "length", "token_ids": [413, 308]}]}]}),
+        _case("route3/derender_cmpl_missing", "routes", "/v1/completions/derender", {"model": MODEL}),
+        _case("route3/derender_chat", "routes", "/v1/chat/completions/derender", {"model": MODEL, "generate_response": {
+            "request_id": "r", "choices": [{"index": 0, "finish_reason": "stop", "token_ids": [413, 308]}]}}),
+        _case("route3/derender_chat_missing", "routes", "/v1/chat/completions/derender", {"model": MODEL}),
+        _case("route3/derender_cmpl_two_logprobs", "routes", "/v1/completions/derender", {
+            "model": MODEL, "prompt_tokens": [3, 4], "generate_responses": [
+                {"request_id": "r", "choices": [{"index": 0, "finish_reason": "length", "token_ids": [413, 308],
+                                                 "logprobs": {"content": [
+                                                     {"token": "token_id:413", "logprob": -1.5, "top_logprobs": [
+                                                         {"token": "token_id:413", "logprob": -1.5}]},
+                                                     {"token": "token_id:308", "logprob": -0.5,
+                                                      "top_logprobs": []}]}}]},
+                {"request_id": "r2", "choices": [{"index": 0, "finish_reason": "stop", "token_ids": [530, 2]}]}]}),
+        _case("route3/derender_cmpl_prompt_tokens_mismatch", "routes", "/v1/completions/derender", {
+            "model": MODEL, "prompt_tokens": [1, 2], "generate_responses": [
+                {"request_id": "r", "choices": [{"index": 0, "token_ids": [413]}]}]}),
+        _case("route3/derender_cmpl_empty_ids", "routes", "/v1/completions/derender", {
+            "model": MODEL, "generate_responses": [{"request_id": "r", "choices": [{"index": 0, "token_ids": []}]}]}),
+        _case("route3/derender_chat_special_tokens", "routes", "/v1/chat/completions/derender", {
+            "model": MODEL, "generate_response": {"request_id": "r", "choices": [
+                {"index": 0, "finish_reason": "stop", "token_ids": [413, 308, 2]}]},
+            "chat_request": {"model": MODEL, "messages": [{"role": "user", "content": "x"}],
+                             "skip_special_tokens": False}}),
+        _case("route3/derender_cmpl_stream", "routes", "/v1/completions/derender", {
+            "model": MODEL, "stream": True, "generate_chunk": {"request_id": "r", "choices": [
+                {"index": 0, "token_ids": [413]}]}}),
+        _case("route3/derender_chat_stream", "routes", "/v1/chat/completions/derender", {
+            "model": MODEL, "stream": True, "generate_chunk": {"request_id": "r", "choices": [
+                {"index": 0, "token_ids": [413]}]}}),
+        _case("route3/generative_scoring", "routes", "/generative_scoring", {"model": MODEL, "query": "To be",
+                                                                            "items": ["yes", "no"],
+                                                                            "label_token_ids": [413, 308]}),
+        _case("route3/generative_scoring_missing", "routes", "/generative_scoring", {"model": MODEL, "query": "x"}),
+        _case("route3/generative_scoring_no_softmax", "routes", "/generative_scoring", {
+            "model": MODEL, "query": "To be", "items": ["yes"], "label_token_ids": [413, 308, 202],
+            "apply_softmax": False}),
+        _case("route3/generative_scoring_ids_item_first", "routes", "/generative_scoring", {
+            "query": [1, 413], "items": [[308], [530]], "label_token_ids": [327], "item_first": True}),
+        _case("route3/generative_scoring_no_items", "routes", "/generative_scoring", {
+            "model": MODEL, "query": "x", "items": [], "label_token_ids": [1]}),
+        _case("route3/generative_scoring_no_labels", "routes", "/generative_scoring", {
+            "model": MODEL, "query": "x", "items": ["a"], "label_token_ids": []}),
+        _case("route3/generative_scoring_oov_label", "routes", "/generative_scoring", {
+            "model": MODEL, "query": "x", "items": ["a"], "label_token_ids": [99999]}),
+        _case("route3/generative_scoring_bad_model", "routes", "/generative_scoring", {
+            "model": "nope", "query": "x", "items": ["a"], "label_token_ids": [1]}),
+        # stored responses (nothing is stored unless VLLM_ENABLE_RESPONSES_API_STORE=1)
+        _case("route3/responses_get", "routes", "/v1/responses/resp_123", method="GET"),
+        _case("route3/responses_get_stream", "routes", "/v1/responses/resp_123?stream=true", method="GET"),
+        _case("route3/responses_cancel", "routes", "/v1/responses/resp_123/cancel", {}),
+        _case("route3/responses_cancel_get", "routes", "/v1/responses/resp_123/cancel", method="GET"),
+        # elastic expert parallelism (this server cannot scale)
+        _case("route3/scale_elastic_ep", "routes", "/scale_elastic_ep", {"new_data_parallel_size": 2}),
+        _case("route3/scale_elastic_ep_missing", "routes", "/scale_elastic_ep", {}),
+        _case("route3/scale_elastic_ep_zero", "routes", "/scale_elastic_ep", {"new_data_parallel_size": 0}),
+        _case("route3/scale_elastic_ep_drain", "routes", "/scale_elastic_ep", {"new_data_parallel_size": 2,
+                                                                               "drain_timeout": "soon"}),
+        _case("route3/is_scaling_elastic_ep", "routes", "/is_scaling_elastic_ep", {}),
+        _case("route3/is_scaling_elastic_ep_get", "routes", "/is_scaling_elastic_ep", method="GET"),
+        # the OpenAPI description and its pages
+        _case("route3/openapi", "routes", "/openapi.json", method="GET"),
+        _case("route3/docs", "routes", "/docs", method="GET"),
+        _case("route3/redoc", "routes", "/redoc", method="GET"),
+    ]
+
+
 def metrics_cases() -> list[dict]:
     """Sent last, after every other case, so each family has seen traffic."""
     return [_case("metrics/families", "metrics", "/metrics", method="GET")]
@@ -648,7 +820,7 @@ def metrics_cases() -> list[dict]:
 
 def server_cases() -> list[dict]:
     cases = (completion_cases() + chat_cases() + streamed_cases() + route_cases() + auth_cases() + tool_cases()
-             + round2_cases() + route2_cases() + metrics_cases())
+             + round2_cases() + route2_cases() + route3_cases() + metrics_cases())
     names = [c["name"] for c in cases]
     assert len(names) == len(set(names)), "case names must be unique"
     return cases

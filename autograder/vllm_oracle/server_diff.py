@@ -18,6 +18,7 @@ import json
 import lzma
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -53,6 +54,8 @@ IGNORED_KEYS = {"id", "created", "created_at", "system_fingerprint"}
 TYPE_ONLY_PATHS = {"error.message"}
 TEXT_KEYS = {"text", "content", "tokens", "token_logprobs", "top_logprobs", "text_offset", "token_ids", "token",
              "logprob", "bytes", "completion_tokens", "total_tokens", "finish_reason", "stop_reason", "reasoning"}
+ANTHROPIC_EVENTS = {"message_start", "content_block_start", "content_block_delta", "content_block_stop", "message_delta",
+                    "message_stop", "ping", "error"}
 TOL = 1e-3
 REQUEST_TIMEOUT = 60.0
 START_TIMEOUT = 240.0
@@ -196,12 +199,42 @@ def flatten(obj, prefix: str = "") -> dict:
 
 
 def sampled(case: dict) -> bool:
-    """Temperature > 0 without a seed: the text is not reproducible, so only shapes count."""
+    """Temperature > 0 without a seed: the text is not reproducible, so only shapes count. A render answer samples
+    nothing; /inference/v1/generate carries its temperature and seed in sampling_params."""
     body = case.get("body")
-    if not isinstance(body, dict):
+    if not isinstance(body, dict) or case["path"].endswith(("/render", "/count_tokens")):
         return False
+    if case["path"] == "/inference/v1/generate":
+        body = body.get("sampling_params") if isinstance(body.get("sampling_params"), dict) else {}
     t = body.get("temperature", 1.0)
     return (t is None or (isinstance(t, (int, float)) and t > 1e-5)) and body.get("seed") is None
+
+
+# vLLM 0.27.1's SamplingParams defaults (vllm/sampling_params.py). Its render answer serializes the struct with
+# msgspec's omit_defaults, which keeps a float passed explicitly even at its default (0.0 is not the default's
+# object) and drops an equal int: which keys appear is an artifact, so both sides are compared with every
+# default filled in.
+SAMPLING_DEFAULTS = {"n": 1, "presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0,
+                     "temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "seed": None, "stop": [],
+                     "stop_token_ids": [], "ignore_eos": False, "max_tokens": 16, "min_tokens": 0, "logprobs": None,
+                     "prompt_logprobs": None, "include_stop_str_in_output": False, "skip_special_tokens": True,
+                     "structured_outputs": None, "logit_bias": None, "allowed_token_ids": None, "bad_words": [],
+                     "output_kind": 0, "skip_clone": False, "skip_reading_prefix_cache": None}
+RANDOM_ID = re.compile(r"^(.*?)[0-9a-f]{16,32}$")
+
+
+def _canonical(obj):
+    """Render answers' sampling_params with the defaults filled in; random request ids as <random>."""
+    if isinstance(obj, list):
+        return [_canonical(v) for v in obj]
+    if not isinstance(obj, dict):
+        return obj
+    out = {k: _canonical(v) for k, v in obj.items()}
+    if isinstance(out.get("sampling_params"), dict):
+        out["sampling_params"] = SAMPLING_DEFAULTS | out["sampling_params"]
+    if isinstance(out.get("request_id"), str) and (m := RANDOM_ID.match(out["request_id"])):
+        out["request_id"] = m.group(1) + "<random>"
+    return out
 
 
 def _values(obj, case: dict) -> dict:
@@ -226,7 +259,7 @@ def _stream(text: str, case: dict) -> dict:
         for line in block.split("\n"):
             if line.startswith("data: "):
                 events.append(line[len("data: "):])
-            else:
+            elif not line.startswith("event: "):  # Anthropic's streams name each event's type before its data
                 bad_lines.append(line[:40])
     done = bool(events) and events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events if e != "[DONE]"]
@@ -237,6 +270,21 @@ def _stream(text: str, case: dict) -> dict:
             shapes.append(s)
     merged: dict = {}
     for c in chunks:
+        if c.get("type") in ANTHROPIC_EVENTS:  # /v1/messages: the message merged from its events
+            m = merged.setdefault("message", {"events": [], "text": "", "partial_json": ""})
+            if c["type"] not in m["events"][-1:]:
+                m["events"].append(c["type"])
+            delta = c.get("delta") or {}
+            m["text"] += delta.get("text") or ""
+            m["partial_json"] += delta.get("partial_json") or ""
+            for key in ("stop_reason", "stop_sequence"):
+                if key in delta:
+                    m[key] = delta[key]
+            if c.get("usage") is not None:
+                m["usage"] = c["usage"]
+            if c.get("error") is not None:
+                m["error"] = {k: v for k, v in c["error"].items() if k != "message"}
+            continue
         if "error" in c:
             merged["error"] = {k: v for k, v in c["error"].items() if k != "message"}
         if c.get("usage") is not None and not c.get("choices"):
@@ -280,6 +328,10 @@ def normalize(case: dict, raw: dict) -> dict:
     text = raw["text"]
     if case["path"] == "/metrics" and raw["status"] == 200:
         out["families"] = _metric_families(text)
+    elif case["path"] == "/openapi.json" and raw["status"] == 200:  # the routes and their methods, not the schemas
+        out["routes"] = sorted(f"{m.upper()} {p}" for p, ops in json.loads(text)["paths"].items() for m in ops)
+    elif raw["content_type"] == "text/html":  # FastAPI's /docs and /redoc pages: their title is the app's
+        out["text"] = "<html>"
     elif raw["content_type"] == "text/event-stream":
         out["sse"] = _stream(text, case)
     else:
@@ -288,6 +340,7 @@ def normalize(case: dict, raw: dict) -> dict:
         except ValueError:
             out["text"] = text[:200]
         else:
+            body = _canonical(body)
             out["shape"] = shape(body if not isinstance(body, dict) else
                                  {k: v for k, v in body.items() if k not in IGNORED_KEYS})
             out["values"] = _values(body, case)
@@ -327,6 +380,8 @@ def differences(a: dict, b: dict) -> list[str]:
     for key in ("status", "content_type", "text", "cors"):
         if a.get(key) != b.get(key):
             diffs.append(f"{key}: vLLM {a.get(key)!r}, minivllm {b.get(key)!r}")
+    ra, rb = set(a.get("routes", [])), set(b.get("routes", []))
+    diffs += [f"route {r}: vLLM only" for r in sorted(ra - rb)] + [f"route {r}: minivllm only" for r in sorted(rb - ra)]
     if "families" in a or "families" in b:
         fa, fb = set(a.get("families", [])), set(b.get("families", []))
         diffs += [f"metric family {f}: vLLM only" for f in sorted(fa - fb)]
