@@ -271,9 +271,10 @@ def graded(check: Callable) -> Callable:
 
 
 def last_name(name) -> str:
-    """What most source maps compare: 'self.block_pool.touch()' / '`vllm.v1.core.block_pool.BlockPool.touch`'
-    -> 'touch' (call parentheses, quotes, spaces and the dotted path dropped, lower-cased)."""
-    s = re.sub(r"\(.*\)", "", str(name)).strip().strip("`").strip('"').replace(" ", "")
+    """What most source maps compare: 'self.block_pool.touch()' / '`vllm.v1.core.block_pool.BlockPool.touch`' /
+    'self.seq_lens_cpu[:n]' -> 'touch' / 'seq_lens_cpu' (call parentheses, subscripts, quotes, spaces and the dotted
+    path dropped, lower-cased)."""
+    s = re.sub(r"\(.*\)|\[.*\]", "", str(name)).strip().strip("`").strip('"').replace(" ", "")
     return s.rsplit(".", 1)[-1].lower()
 
 

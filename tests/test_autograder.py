@@ -296,3 +296,13 @@ def test_nbformat_import_does_not_build_the_rfc3987_parser():
     out = subprocess.run([sys.executable, "-c", "import sys, nbformat.validator, nbgrader.apps; "
                           "print('rfc3987_syntax' in sys.modules)"], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(("written", "name"), [
+    ("self.block_pool.touch()", "touch"), ("`vllm.v1.core.block_pool.BlockPool.touch`", "touch"),
+    ("self.input_batch.optimistic_seq_lens_cpu[:num_reqs]", "optimistic_seq_lens_cpu"), ("Touch", "touch")])
+def test_a_source_map_answer_is_compared_by_its_last_name(written, name):
+    """A name copied from a shown line with its call, subscript or dotted path is the name (lesson 5's review)."""
+    from autograder.common import last_name
+
+    assert last_name(written) == name

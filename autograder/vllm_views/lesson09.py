@@ -1,8 +1,8 @@
 """Lesson 9's vLLM side: vLLM 0.27.1's own `rejection_sample` (vllm/v1/sample/rejection_sampler.py) on the lesson's
 batches. Runs under .venv-vllm only.
 
-On CPU vLLM has no Triton (vllm/triton_utils/importing.py sets HAS_TRITON False), and the V1 CPUModelRunner,
-when built, swaps the Triton kernels of rejection_sampler.py for C++ ones (`CPUModelRunner._postprocess_triton`:
+On CPU vLLM usually has no Triton (vllm/triton_utils/importing.py sets HAS_TRITON False without a driver), and the
+V1 CPUModelRunner, when built, swaps the Triton kernels of rejection_sampler.py for C++ ones (`CPUModelRunner._postprocess_triton`:
 `rejection_greedy_sample_kernel`, `rejection_random_sample_kernel`, `expand_kernel`,
 `sample_recovered_tokens_kernel` <- vllm/utils/cpu_triton_utils.py -> torch.ops._C). `_rejection_sampler()` runs
 that same method, then calls vLLM's `rejection_sample` as `RejectionSampler.forward` does.
