@@ -156,7 +156,7 @@ def fig_architecture():
     _boxes(ax, boxes, arrows)
     ax.text(0.5, 0.3, "execute_model(SchedulerOutput)\nto every rank", ha="center", va="center", fontsize=8,
             color="dimgray")
-    ax.text(0.5, 0.65, "EngineCore: one busy loop runs step(); ZMQ input/output IO threads\nowns: step(), "
+    ax.text(0.5, 0.65, "EngineCore: one busy loop runs step(); input/output IO threads (ZMQ, (de)serialize)\nowns: step(), "
             "aborts_queue, IPC", ha="center", va="center", fontsize=8)
     ax.set_title("Figure 1-2  vLLM V1: frontend -> EngineCore -> workers (one writer per state)", fontsize=9,
                  loc="left")
@@ -168,8 +168,8 @@ def fig_request_flow():
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyBboxPatch, Rectangle
 
-    stages = [("HTTP request\narrives", 0), ("AsyncLLM\ntokenizes", 0), ("EngineCoreRequest\nZMQ -> input IO thread", 1),
-              ("EngineCore.step()\nschedule", 1), ("ModelRunner forward\n(TP all-reduce), sample", 2),
+    stages = [("HTTP request\narrives", 0), ("serving layer:\ntemplate, tokenize;\nAsyncLLM builds\nEngineCoreRequest", 0), ("EngineCoreRequest\nZMQ -> input\nIO thread", 1),
+              ("EngineCore.step()\nschedule", 1), ("ModelRunner forward\n(TP all-reduce),\nsample (1 GPU: in\nEngineCore process)", 2),
               ("EngineCoreOutputs\nZMQ -> AsyncLLM", 1), ("detokenize,\nstream SSE", 0)]
     procs = [("frontend process", "#DCE6F2"), ("EngineCore process", "#F2E6DC"), ("worker process(es)", "#E2F0D9")]
     fig, ax = plt.subplots(figsize=(12, 2.3))

@@ -25,7 +25,7 @@
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行评分规则下的“自检”单元格，或在终端执行 `python -m autograder check lesson01`，得分与教师用 nbgrader 评出的自动部分一致。
+# 没有 nbgrader 时（例如 Colab），运行评分规则下的“自检”单元格（或 `python -m autograder check lesson01`），得分与 nbgrader 的自动部分一致。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
@@ -38,8 +38,6 @@
 # | 2 | `vllm/v1/engine/core.py`：`EngineCoreProc.run_busy_loop`（L1378–L1389） | `minivllm/engine/core.py`：`EngineCoreProc` | 每轮先处理哪个队列，再走一步？ |
 # | 3 | `core.py`：`EngineCore.step`（L584–L614） | `minivllm/engine/core.py`：`engine_core_step` | 一次迭代为何是 schedule → execute → update？ |
 # | 4 | `core.py`：`EngineCore._process_aborts_queue`（L741–L749） | `minivllm/engine/core.py`：`EngineCore` | forward 期间到达的取消何时生效？ |
-#
-# 课程的 dense 模型在 vLLM 0.27.1 默认由 Model Runner V2（`v1/worker/gpu/model_runner.py`）运行，minivllm 对应 V1 runner（`v1/worker/gpu_model_runner.py`）；上表的代码在 runner 之上。
 
 # %%
 # 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
@@ -81,9 +79,10 @@ L01.fig_architecture();
 # %% [markdown]
 # 图 1-2：vLLM V1 三层解耦架构（Frontend → EngineCore → Workers）。
 #
-# - **AsyncLLM（前端）**：API server（HTTP/SSE，`vllm/entrypoints/openai/api_server.py`）调用的异步引擎客户端：把输入分词成 `EngineCoreRequest`，维护每个请求的流式输出与增量解码，转告取消；
-# - **EngineCore / EngineCoreProc（调度核心）**：独立进程，一个 busy loop 线程推进每一步（另有两个线程只做 ZMQ 收发），独占 Scheduler 与 KV 块账本（KVCacheManager）；
-# - **Worker / GPUModelRunner（设备执行）**：按 TP/PP 并行执行，独占 GPU 张量、物理 KV 块池与 CUDA Graph。
+# - **AsyncLLM（前端）**：API server（HTTP/SSE）调用的异步引擎客户端。HTTP 路径上 chat 模板与分词由 serving 层的 `OnlineRenderer` 完成；AsyncLLM 的 `InputProcessor` 把结果（原始 prompt 则在此分词）变成 `EngineCoreRequest`，维护每个请求的流式输出与增量解码，转告取消；
+# - **EngineCore / EngineCoreProc（调度核心）**：独立进程，一个 busy loop 线程推进每一步，独占 Scheduler（及其 KV 块账本 KVCacheManager）；
+#   - 另有两个 IO 线程：输入线程收 ZMQ 消息、反序列化，并预处理新请求（构造 `Request`、算前缀块哈希、提交 grammar 编译）；输出线程序列化并发送 `EngineCoreOutputs`；
+# - **Worker / GPUModelRunner（设备执行）**：按 TP/PP 并行执行（单卡时 `UniProcExecutor` 让它跑在 EngineCore 进程内），独占 GPU 张量、物理 KV 块池与 CUDA Graph。
 #
 # 它解决的问题：每份状态只有一个写者（single-writer），进程间只传消息；CPU 每步的控制开销被压低，并尽量与 GPU 执行重叠（实际多大，要用 profiler 测）。
 #
@@ -159,7 +158,7 @@ print("minivllm 的 EngineCoreProc 在 busy loop 之外启动的线程：", L01.
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
 #
-# 补齐一个最小 EngineCore.step 控制流模型。重点不是模拟 GPU，而是保持官方源码中的顺序合同；不得删除 trace 断言。
+# 补齐一个最小 EngineCore.step 控制流模型。重点不是模拟 GPU，而是保持官方源码中的顺序合同。
 #
 # 只能修改 TODO/______ 位置，不得删除断言或放宽通过条件。
 
@@ -231,7 +230,7 @@ out0, ran0, trace0 = engine_core_step(True, schedule0, execute, grammar, aborts,
 print("ran =", ran0, "trace =", trace0)
 
 # %% [markdown]
-# 你的解释：
+# 你的解释（不计分）：
 
 # %% nbgrader={"grade": true, "grade_id": "l01_boundary", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 out0, ran0, trace0 = engine_core_step(True, lambda: {"scheduled_tokens": 0}, execute, grammar, aborts, update)
@@ -284,7 +283,7 @@ L01.check_source_map(SOURCE_MAP)
 #
 # **评分要点**（两部分各 1 分）：
 #
-# - **状态（1 分）**：四个对象各说出自己的主要状态：前端的请求输出流/分词与取消，EngineCore 的 busy loop 与 input/abort 队列，Scheduler 的 waiting/running 队列、请求状态机与 KV 块账本，Worker 的 GPU 张量与 KV 池。漏掉一个对象或把状态归错主人，这 1 分不给。
+# - **状态（1 分）**：四个对象各说出自己的主要状态：前端的请求输出流/分词与取消，EngineCore 的 busy loop 与 input/abort 队列，Scheduler 的 waiting/running 队列、请求状态机与 KV 块账本，Worker 的 GPU 张量与 KV 池。KV 块账本（`KVCacheManager`）归 Scheduler 或归 EngineCore（经它的 Scheduler 拥有）都算对。漏掉一个对象或把状态归错主人，这 1 分不给。
 # - **为何不能合并（1 分）**：一条成立的因果链即可。成立的理由：每份状态只有一个写者，改动沿 `SchedulerOutput` → `ModelRunnerOutput` 这样的显式消息发生，避免竞争、便于定位故障；前端与 EngineCore 分进程，分词/解码不与 busy loop 争 GIL。把“进程隔离/GIL”当作全部四者分开的唯一理由的，这 1 分不给：Scheduler 与 EngineCore 同在一个进程，单卡时 Worker 也在其中（`UniProcExecutor`），GIL 说明不了它们为何分开。
 # - 0 分：只背类名，说不清状态所有权（一票否决）。
 #
@@ -450,10 +449,12 @@ L01.vllm_side_by_side(run)
 #
 # 本课评分的顺序与 vLLM 的 `EngineCore.step` 相同。其余差别：
 #
-# - **runner**：V1 的 `gpu_model_runner.py` 用于 V2 不支持的特性（例如 n-gram 投机）、没有 Triton 的机器，以及 `VllmConfig._is_default_v2_model_runner_model` 排除的模型：pooling、attention-free 模型，以及不在 V2 默认架构列表里的 MoE 与 hybrid 模型。
+# - **runner**：课程的 dense 模型在 0.27.1 默认由 Model Runner V2（`v1/worker/gpu/model_runner.py`）运行，minivllm 对应 V1 runner（`v1/worker/gpu_model_runner.py`）；本课读的代码在 runner 之上。
+# - **V1 runner 的用途**：`gpu_model_runner.py` 用于 V2 不支持的特性（例如 n-gram 投机）、没有 Triton 的机器，以及 `VllmConfig._is_default_v2_model_runner_model` 排除的模型：pooling、attention-free 模型，以及不在 V2 默认架构列表里的 MoE 与 hybrid 模型。
 # - **默认的 step**：vLLM 默认开启 async scheduling（`AsyncScheduler`），busy loop 调用 `step_with_batch_queue`：先发射第 N+1 步，再处理第 N 步。minivllm 默认关闭。
 # - **forward 与采样**：`execute_model` 的 future 返回 `None` 后，vLLM 再调用 `sample_tokens(grammar_output)`。练习把两者合成一次。
 # - **executor**：单卡默认 `UniProcExecutor`，worker 在 EngineCore 的调用线程上同步执行，重叠来自 CUDA kernel 的异步执行。minivllm 把 forward 放在 worker 线程上。
+# - **输入线程**：vLLM 的输入线程还预处理新请求（`preprocess_add_request`）；minivllm 的只解码消息，`Request` 在 busy loop 的 `EngineCore.add_request` 里构造。
 # - **取消**：vLLM 的 ABORT 同时进入 `aborts_queue` 和 `input_queue`；步间到达的在下一次 `schedule` 之前处理，forward 期间到达的由 `_process_aborts_queue` 处理。minivllm 的 `abort_requests` 只入队。
 # - **请求状态**：minivllm 的 `RequestStatus` 没有 `WAITING_FOR_REMOTE_KVS`、`WAITING_FOR_STREAMING_REQ` 和 `FINISHED_REPETITION`（它没有 KV 传输、流式输入和重复检测）。
 # - **worker 出错**：vLLM 的 EngineCore 退出，前端抛 `EngineDeadError`；minivllm 的 `_fail_step` 以 `FINISHED_ERROR` 结束本步的请求，继续服务其他请求。
