@@ -35,7 +35,7 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM commit 8e958902eee5（0.27.1 发布后一天）。先画出“编译 → 等待 → 每步 bitmask → 采样前屏蔽 → 推进状态”这条线，再读下面四段。
+# 源码固定在 vLLM 0.27.1（commit 8e958902eee5）。先画出“编译 → 等待 → 每步 bitmask → 采样前屏蔽 → 推进状态”这条线，再读下面四段。
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
@@ -44,7 +44,7 @@
 # | 3 | `v1/engine/core.py`：`EngineCore.step`（L584–L614） | `minivllm/engine/core.py`：`EngineCore.step` | bitmask 在发射 forward 与等待它之间计算，重叠了什么？ |
 # | 4 | `v1/worker/gpu/structured_outputs.py`：`StructuredOutputsWorker.apply_grammar_bitmask`（L39–L48） | `minivllm/structured_output/utils.py` | bitmask 的行顺序怎样变成 logits 的行顺序？ |
 #
-# > **哪个 runner**：第 4 行属于 Model Runner V2（0.27.1 上 dense 模型的默认）；V1 runner 用 `v1/structured_output/utils.py` 的 `apply_grammar_bitmask`（见附录）。
+# > **哪个 runner**：第 4 行属于 Model Runner V2（0.27.1 上 dense 模型的默认）；V1 runner 的做法见附录。
 
 # %%
 # 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
@@ -91,7 +91,7 @@ VOCAB = L08.default_vocab()  # 默认模型的每个 token 的字节（特殊 to
 #
 # 一个受约束请求的一生：
 #
-# 1. **编译**：`StructuredOutputManager.grammar_init` 把编译提交到线程池，请求拿到一个 Future，状态是 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`。编译结果有缓存，重复的 schema 通常不再编译。
+# 1. **编译**：`StructuredOutputManager.grammar_init` 把编译提交到线程池，请求拿到一个 Future，状态是 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`。
 # 2. **放行**：`schedule()` 遍历等待队列时只“看一眼” Future：编好了就改成 `WAITING` 参与调度；没编好就跳过它，其他请求照常运行；编译失败的请求记下来，在下一次 `update_from_output` 里以 `FINISHED_ERROR` 结束。
 # 3. **每步 bitmask**：`EngineCore.step` 在 `execute_model(non_block=True)` 之后、`future.result()` 之前调用 `scheduler.get_grammar_bitmask`，为本步要采样的受约束请求填 bitmask，与 forward 重叠。
 #
@@ -105,21 +105,21 @@ VOCAB = L08.default_vocab()  # 默认模型的每个 token 的字节（特殊 to
 
 # %%
 print("允许的下一个 token：", L08.allowed_next("per", ["yes", "no", "perchance"]))
-L08.show_words("per", ["yes", "no", "perchance"])
+L08.show_words("per", ["yes", "no", "perchance"])  # 只印前 4 个含允许 token 的字（int32）
 
 # %% [markdown]
 # 允许的正是字节串为剩余部分 `"chance"` 的**前缀**的那些 token：`c`、`ch`、`chan`……BPE 可以用许多种切分拼出同一个字符串，约束只关心字节，不关心切分。只看首字符是错的：`"cat"` 的首字符 `c` 合法，但拼出的 `"percat"` 不再是任何选项的前缀。
 #
 # 用一棵 **TokenTrie**，即所有 token 的字节组成的字典树，可以一次走完：沿剩余字节 `"chance"` 向下走，途中经过的每个“token 结束”节点都是一个允许的 token。代价是剩余字节的长度，不是词表大小。
 #
-# > **minivllm ≠ vLLM**：字典树是本课为 `choice` 写的做法。vLLM 把 `choice` 转成 EBNF 交给 xgrammar 编译，两者的 bitmask 逐字相同。
+# > **minivllm ≠ vLLM**：字典树是本课为 `choice` 写的做法。vLLM 把 `choice` 转成 EBNF 交给 xgrammar 编译；本课模型上两者的 bitmask 逐字相同。
 #
 # ### 3. 正确性条件与常见误区
 #
 # - **先屏蔽后采样，行按请求 id 对齐**：采样看到的禁止 token 必须已是 $-\infty$；行错位时，一个请求会被另一个请求的约束屏蔽。
 # - **EOS 只在完成时允许**：已生成的字节恰好等于某个选项时才放行 EOS；若它同时是更长选项的前缀（`no` 与 `none`），EOS 和继续生成都允许。只是以某个选项结尾不算：选项是 `nonce` 与 `on` 时，已生成的 `non` 不能结束。
 # - **位序**：第 $j$ 位从最低位数起；位序反了，允许集合就整体错位。
-# - **不受约束的请求不受影响**：它们的行全是 1，同批时输出与单独运行相同。
+# - **不受约束的请求不受影响**：vLLM 的 bitmask 没有它们的行（V1 runner 与 minivllm 重排时给它们补全 1 行），同批时输出与单独运行相同。
 #
 # ### 4. 性能与工程取舍
 #
@@ -133,7 +133,7 @@ L08.show_words("per", ["yes", "no", "perchance"])
 #
 # 在真实的 minivllm `EngineCore` 上，先单独跑 5 个自由的贪心请求，再把它们与 5 个 `choice` 请求放进同一批；`choice` 请求有贪心也有带种子的随机采样，选项各不相同。受约束输出必须是选项之一，自由请求必须与单独运行逐 token 相同。
 #
-# trace 画出几步的时间线：红色的 grammar 阶段在 execute 发射之后开始，在 worker 的 forward（橙色）结束之前完成。负载下 6 次运行，12 步每次都是如此；bitmask 个别步要几毫秒。
+# trace 画出几步的时间线：红色的 grammar 阶段在 execute 发射之后开始，在 worker 的 forward（橙色）结束之前完成。bitmask 个别步要几毫秒。
 
 # %%
 demo = L08.run_demo()
@@ -225,7 +225,7 @@ logits, bitmask = L08.masked_logits_example()
 print(apply_bitmask_and_sample(logits, bitmask, lambda x: x.argmax(dim=-1)))
 
 # %% [markdown]
-# 你的解释：
+# 你的解释（不计分）：
 
 # %% nbgrader={"grade": true, "grade_id": "l08_boundary", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 done_no = L08.unpack(choice_bitmask(["r"], {"r": b"no"}, {"r": [b"no", b"none"]}, VOCAB.trie, VOCAB.eos_token_id,
@@ -261,7 +261,7 @@ L08.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l08_q1", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q1（2 分）
 #
-# 为什么 vLLM 在 `execute_model(non_block=True)` 之后、等待 forward 之前计算 bitmask，而不是在 `schedule()` 里或 forward 之后？在 CPU 上这种重叠靠什么成立？
+# 为什么 vLLM 在 `execute_model(non_block=True)` 之后、等待 forward 之前计算 bitmask，而不是在 `schedule()` 里或 forward 之后？minivllm 在 CPU 上、vLLM 在 GPU 上，这种重叠各靠什么成立？
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
@@ -270,7 +270,7 @@ L08.check_source_map(SOURCE_MAP)
 # **评分要点**（两部分各 1 分）：
 #
 # - **为什么是这个窗口（1 分）**：bitmask 要按本步 `schedule()` 的结果填（哪些受约束请求、各带几个草稿），又必须在 `sample_tokens` 之前交给 runner；放在非阻塞发射与 `future.result()` 之间，CPU 填 bitmask 与 forward 同时进行，只要它不比 forward 慢就不增加每步时长。放进 `schedule()` 或 forward 之后都是串行加在关键路径上。注意：同步调度下 matcher 状态在 `schedule()` 之前就已由上一步 `update_from_output` 推进好，所以“matcher 状态没准备好”不是不放进 `schedule()` 的理由；只以它作答、没有成本链的，这 1 分不给。指出异步调度下上一步的 token 还在路上（`pending_structured_output_tokens`，bitmask 推迟）的，是对的。
-# - **重叠靠什么（1 分）**：按所说的系统给分：minivllm 在 CPU 上靠 `UniProcExecutor` 的 worker 线程跑 forward、torch 的算子释放 GIL；vLLM 的 `UniProcExecutor` 在调用线程里同步执行 `execute_model`、返回已完成的 `Future`，重叠来自 GPU 上 CUDA kernel 的异步执行（CPU 上跑 vLLM 单进程时没有这种重叠）。说出其中任一种并说明是哪个系统即得分；说“vLLM 的 forward 在 UniProcExecutor 的 worker 线程里跑”不得这一点。
+# - **重叠各靠什么（1 分）**：两个系统都说对：minivllm 在 CPU 上靠 `UniProcExecutor` 的 worker 线程跑 forward、torch 的算子释放 GIL；vLLM 的 `UniProcExecutor` 在调用线程里同步执行 `execute_model`、返回已完成的 `Future`，重叠来自 GPU 上 CUDA kernel 的异步执行（发射即返回，CPU 接着填 bitmask）。只说对其中一个系统的，这 1 分不给；说“vLLM 的 forward 在 UniProcExecutor 的 worker 线程里跑”不得这一点。写出“CPU 上单进程跑 vLLM 没有这种重叠”的是对的，不要求。
 # - 0 分：认为重叠是正确性的来源，或认为 bitmask 可以晚于采样（一票否决）。
 #
 # **参考答案**
@@ -293,13 +293,18 @@ L08.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 说清 (a) 编译（与分词器词表有关，JSON schema 可达毫秒到秒级）若在 busy loop 里同步进行，会让整批请求停顿；(b) `grammar_init` 把编译交给线程池，请求带着 Future 处于 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`，`schedule()` 只非阻塞地检查 Future，未就绪就跳过它、继续调度其他请求，就绪后改为 `WAITING`，失败则以 `FINISHED_ERROR` 只结束这一个请求；(c) 没藏住的是该请求自己的首 token 延迟（TTFT 至少是编译时间），以及编译线程与 EngineCore 线程争用 CPU；按 key 缓存消除了重复 schema 的编译；1 分 = 只说出其中一到两点而无因果链；0 分 = 认为等待期间整批停顿，或认为编译失败会让引擎出错（一票否决）。
+# **评分要点**（两部分各 1 分：2 分 = 两部分都给出因果链；1 分 = 只有其中一部分；0 分 = 都没有）：
+#
+# - **代价与没藏住的（1 分）**：编译（与分词器词表有关，JSON schema 可达毫秒到秒级）若在 busy loop 里同步进行，整批请求都要停顿；交给线程池之后，没藏住的是这个请求自己的首 token 延迟：编好之前它不被调度，TTFT 至少是编译时间。要说出后者及其原因；只说“编译慢”、没有落到谁的哪种延迟的，不给分。
+# - **怎样藏起来（1 分）**：`grammar_init` 把编译交给线程池，请求带着 Future 处于 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`；`schedule()` 只非阻塞地检查 Future，未就绪就跳过它、继续调度其他请求，就绪后改为 `WAITING`。只说“放进线程池”、没说调度器跳过它而其他请求照常运行的，不给分。
+# - 不要求、也不加分（写对不扣分）：编译失败时以 `FINISHED_ERROR` 只结束这一个请求；编译线程与 EngineCore 线程争用 CPU；编译缓存让重复的 schema 不再编译。
+# - 0 分：认为等待编译期间整批停顿（一票否决）。
 #
 # **参考答案**
 #
 # 1. 代价：`XgrammarBackend.compile_grammar` 要把 schema 变成文法，再对整个词表预计算 token 能否接在各个状态之后，代价随词表与 schema 复杂度增长。若放在 EngineCore 的 busy loop 里同步做，所有正在解码的请求都要等这段时间，TPOT 出现尖峰。
-# 2. 隐藏：`EngineCore.preprocess_add_request`（输入处理线程）→ `StructuredOutputManager.grammar_init` 把 `_create_grammar` 提交到线程池，请求的 `structured_output_request.grammar` 是一个 Future，状态为 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`（`Request.__init__` 设好的）。`Scheduler.schedule()` 的等待循环对它调用 `_try_promote_blocked_waiting_request`：Future 未完成就把它放进 skipped 队列、继续看后面的请求；完成则改为 `WAITING` 正常准入；异常则记入 `grammar_compile_error_reqs`，在 `update_from_output` 里以 `FINISHED_ERROR` 结束。其他请求的每一步不受影响。
-# 3. 没藏住：这个请求的 TTFT ≥ 编译时间；编译线程占用 CPU 核心（vLLM 的编译池 `max_workers = (cpu_count + 1) // 2`，约一半核心），在 CPU 紧张时会挤占 EngineCore 线程。相同 key（种类 + 规格）的编译结果被缓存（vLLM 借 xgrammar 的编译缓存；minivllm 用 `StructuredOutputManager.compiled`），重复的 schema 第二次几乎零成本。
+# 2. 隐藏：`EngineCore.preprocess_add_request`（输入处理线程）→ `StructuredOutputManager.grammar_init` 把 `_create_grammar` 提交到线程池，请求的 `structured_output_request.grammar` 是一个 Future，状态为 `WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR`（`Request.__init__` 设好的）。`Scheduler.schedule()` 的等待循环对它调用 `_try_promote_blocked_waiting_request`：Future 未完成就把它放进 skipped 队列、继续看后面的请求；完成则改为 `WAITING` 正常准入；其他请求的每一步不受影响。（不要求：异常则记入 `grammar_compile_error_reqs`，在 `update_from_output` 里以 `FINISHED_ERROR` 结束。）
+# 3. 没藏住：这个请求的 TTFT ≥ 编译时间。以下不要求：编译线程占用 CPU 核心（vLLM 的编译池 `max_workers = (cpu_count + 1) // 2`，约一半核心），在 CPU 紧张时会挤占 EngineCore 线程。相同 key（种类 + 规格）的编译结果被缓存（vLLM 借 xgrammar 的编译缓存；minivllm 用 `StructuredOutputManager.compiled`），重复的 schema 第二次几乎零成本。
 #
 # === END MARK SCHEME ===
 
@@ -383,10 +388,11 @@ L08.vllm_side_by_side(choice_bitmask)
 # 本课评分的机制与 vLLM 相同：bitmask 的布局与位序、EOS 的规则、先屏蔽再采样、bitmask 在发射 forward 与等待它之间计算。其余差别：
 #
 # - **异步调度**：vLLM 默认开启，busy loop 跑 `step_with_batch_queue`。decode 时受约束请求的上一步 token 总还在路上，所以 bitmask 与采样每步都推迟到上一步的输出推进 grammar 之后，这是常态；这时 GPU 已在跑本步的 forward。本课画的是同步的 `EngineCore.step`。
-# - **V2 的屏蔽**：`StructuredOutputsWorker` 只拷贝受约束请求的行和它们的 logits 行号，用自己的 Triton kernel 屏蔽。V1 的 `apply_grammar_bitmask` 拼一张与 logits 行数相同、其余行全 1 的 bitmask，交给 xgrammar 的 kernel。minivllm 照 V1 在 runner 里重排。
+# - **V2 的屏蔽**：`StructuredOutputsWorker` 只拷贝受约束请求的行和它们的 logits 行号，用自己的 Triton kernel 屏蔽。
+# - **V1 的屏蔽**：`apply_grammar_bitmask`（`v1/structured_output/utils.py`）拼一张与 logits 行数相同、其余行全 1 的 bitmask，交给 xgrammar 的 kernel。minivllm 照 V1 在 runner 里重排。
 # - **谁按批内顺序排行**：练习的 `choice_bitmask` 直接按 `batch_req_ids` 出行；vLLM 的 `grammar_bitmask` 按调度顺序填，由 runner 重排。
-# - **`choice` 的实现**：vLLM 用 `choice_as_grammar` 把选项写成 EBNF（`root ::= "yes" | "no"`），交给 xgrammar；TokenTrie 是本课的做法，两者的 bitmask 逐字相同。
-# - **编译的调用方**：vLLM 由输入处理线程里的 `preprocess_add_request` 调用 `grammar_init`，`Request` 创建时就处于等待编译的状态；minivllm 没有输入线程，由 `EngineCore.add_request` 调用。
+# - **`choice` 的实现**：vLLM 用 `choice_as_grammar` 把选项写成 EBNF（`root ::= "yes" | "no"`），交给 xgrammar；TokenTrie 是本课的做法，本课模型上两者的 bitmask 逐字相同。
+# - **编译的调用方**：vLLM 由输入处理线程里的 `preprocess_add_request` 调用 `grammar_init`，`Request` 创建时就处于等待编译的状态；minivllm 的输入线程只解码消息，由 busy loop 上的 `EngineCore.add_request` 调用。
 # - **编译缓存**：vLLM 借 xgrammar 的编译缓存，minivllm 用 `StructuredOutputManager.compiled`；两边的编译池都约占一半 CPU 核。
 # - **xgrammar 怎样填一行**：编译时为文法的每个位置预先判定多数 token 能否接上（token mask 缓存），每步只现场检查少数与上下文有关的 token，不必扫整个词表。编译好的文法也有缓存，上限是 `VLLM_XGRAMMAR_CACHE_MB`（默认 512 MB）。
 # - **没有 grammar 的步骤**：minivllm 的调度器用一个计数器关掉所有 grammar 钩子，不付代价。
