@@ -88,7 +88,7 @@ def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
     check_source_map(dict(good, per_request_to_per_token="expand_kernel", no_q_flag="no_draft_probs",
                           cumulative_drafts="metadata.cu_num_draft_tokens"))
     for bad in (dict(good, parse=good["parallel_ngram"], parallel_ngram=good["parse"]),
-                dict(good, fixed_acceptance="synthetic"), {k: v for k, v in good.items() if k != "parse"},
+                dict(good, no_q_flag="SYNTHETIC_MODE"), {k: v for k, v in good.items() if k != "parse"},
                 dict(good, no_q_flag=None)):
         with pytest.raises(AssertionError):
             check_source_map(bad)
@@ -102,7 +102,7 @@ def test_student_copy_shows_the_blanks():
     for line in ("accept = ______", "n = ______", "residual = ______", "out[i, k] = ______"):
         assert line in code, line
     assert "residual / residual.sum()" in code and "clamp" not in code and "break" not in code
-    assert cells["l09_source_map_answer"].count(": ______,") == 6
+    assert cells["l09_source_map_answer"].count(": ______,") == 5
     assert "assert n == [2, 0, 2, 0]" in cells["l09_main_path"]
 
 

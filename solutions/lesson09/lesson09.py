@@ -42,9 +42,9 @@
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
 # | 1 | `vllm/v1/spec_decode/ngram_proposer.py`：`_find_longest_matched_ngram_and_propose_tokens`（L215–218、L283–293） | `minivllm/spec_decode/ngram_proposer.py` | 草稿从哪里来？为什么不需要 q？ |
-# | 2 | `vllm/v1/worker/gpu_model_runner.py`：`GPUModelRunner._calc_spec_decode_metadata`（L2856–2884） | `minivllm/worker/gpu_model_runner.py` | k 个草稿为什么要 k+1 行 logits？ |
-# | 3 | `vllm/v1/sample/rejection_sampler.py`：`rejection_random_sample_kernel`（L796–845） | `minivllm/sample/rejection_sampler.py` | 接受条件是什么？拒绝后取哪个 token？ |
-# | 4 | `vllm/v1/core/sched/scheduler.py`：`Scheduler.update_from_output`（L1761–1791） | `minivllm/core/sched/scheduler.py` | 被拒时 `num_computed_tokens` 退回多少？ |
+# | 2 | `vllm/v1/worker/gpu_model_runner.py`：`GPUModelRunner._calc_spec_decode_metadata`（L2856–2868） | `minivllm/worker/gpu_model_runner.py` | k 个草稿为什么要 k+1 行 logits？ |
+# | 3 | `vllm/v1/sample/rejection_sampler.py`：`rejection_random_sample_kernel`（L804–845） | `minivllm/sample/rejection_sampler.py` | 接受条件是什么？拒绝后取哪个 token？ |
+# | 4 | `vllm/v1/core/sched/scheduler.py`：`Scheduler.update_from_output`（L1766–1784） | `minivllm/core/sched/scheduler.py` | 被拒时 `num_computed_tokens` 退回多少？ |
 #
 # **runner**：n-gram 投机在 0.27.1 走 V1 的 `gpu_model_runner.py`，因为 `_get_v2_model_runner_unsupported_features` 把 n-gram 列为 Model Runner V2 不支持的特性。minivllm 的 runner 对应 V1。
 
@@ -54,9 +54,9 @@ from autograder.vllm_source import show_vllm
 
 show_vllm("vllm/v1/spec_decode/ngram_proposer.py", "_find_longest_matched_ngram_and_propose_tokens", lines=(215, 218))
 show_vllm("vllm/v1/spec_decode/ngram_proposer.py", "_find_longest_matched_ngram_and_propose_tokens", lines=(283, 293))
-show_vllm("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._calc_spec_decode_metadata", lines=(2856, 2884))
-show_vllm("vllm/v1/sample/rejection_sampler.py", "rejection_random_sample_kernel", lines=(796, 845))
-show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler.update_from_output", lines=(1761, 1791))
+show_vllm("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._calc_spec_decode_metadata", lines=(2856, 2868))
+show_vllm("vllm/v1/sample/rejection_sampler.py", "rejection_random_sample_kernel", lines=(804, 845))
+show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler.update_from_output", lines=(1766, 1784))
 
 # %% nbgrader={"grade": false, "grade_id": "l09_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。
@@ -93,7 +93,7 @@ short_errors("lesson09")  # 评分单元格失败时只显示三行：哪一部�
 #
 # 1. **提议**：第 t 步采样后，runner 调 `NgramProposer.propose` 提出至多 k 个草稿；`EngineCore.post_step` 经 `update_draft_token_ids` 存进 `request.spec_token_ids`。
 # 2. **调度**：第 t+1 步，调度器把 1 个已知 token 和草稿一起排进本步（`num_new_tokens = 1 + k`），占 token budget 和 KV 槽位；草稿记在 `scheduled_spec_decode_tokens`。
-# 3. **验证**：runner 把这 1+k 个 token 当作一个短 prefill 块跑一次前向，取 k+1 行 logits。第 j 行是看到前 j 个草稿后的目标分布 $p_j$，验证草稿 $x_j$；最后一行是奖励（bonus）行。
+# 3. **验证**：runner 把 1+k 个 token 放进同一次前向，像 1+k 长的 chunked-prefill 块那样做因果注意力（部分后端仍按 decode 处理：`supports_spec_as_decode`），取 k+1 行 logits。第 j 行（j 从 1 起）是看到前 j−1 个草稿后的目标分布 $p_j$，验证 $x_j$；最后一行是奖励（bonus）行。
 # 4. **拒绝采样**：贪心在 $x_j = \arg\max p_j$ 时接受；随机在 $p_j(x_j)/q_j(x_j) \ge u$（u 是这个草稿的均匀数）时接受，概率即 $\min(1, p_j/q_j)$。第一次拒绝时从归一化的 $(p_j - q_j)^+$ 采一个恢复 token 并停止。
 # 5. **奖励**：全部接受时加上奖励行采出的 token。每个请求本步产出 `num_accepted + 1` 个 token，其余位置填 `PLACEHOLDER_TOKEN_ID`（-1）。
 # 6. **回滚**：`update_from_output` 由产出的 token 数减 1 得到 `num_accepted`，`num_rejected = k - num_accepted`，把 `num_computed_tokens` 减去 `num_rejected`。被拒草稿的 KV 留在槽位里，下一步覆盖；块不用释放。
@@ -110,7 +110,8 @@ short_errors("lesson09")  # 评分单元格失败时只显示三行：哪一部�
 # ### 4. 性能与工程取舍
 #
 # - 每个请求每步多算 k 个位置，换来期望 $1 + \sum_{j=1}^{k} \prod_{i \le j} \alpha_i$ 个 token，$\alpha_i$ 是前面都接受时第 i 个位置的接受率。
-# - decode 受带宽限制时，多算几个位置几乎不增加时间；batch 大到计算受限时，多算的位置就是真实成本（Q2）。
+# - decode 受带宽限制时，多算几个位置几乎不增加前向时间；batch 大到计算受限时，多算的位置就是真实成本（Q2）。
+# - `method="ngram"` 关掉默认的异步调度，在 CPU 上同步提议草稿：小 batch 每步也多一份固定开销。
 # - k 越大上限 k+1 越高，但越靠后的草稿越难被接受，而每个草稿都占 token budget 和算力（Q3）。
 
 # %%
@@ -121,7 +122,7 @@ L09.plot_sweep(sweep);
 # %% [markdown]
 # 图 9-1：3 个 prompt、每个 40 个 token，贪心；不投机时 40 步、每步 3 个 token。左：接受率（接受的草稿 / 提出的草稿）随 k 增大而下降。中：每次验证平均产出的 token 数（`mean_acceptance_length`）随 k 上升，但远低于上限 k+1。右：每个引擎步产出的 token 数。
 #
-# `== plain` 一列说明每个 k 的贪心输出都与不投机时相同。这个小模型只在陷入循环时草稿才会命中，收益有限：n-gram 投机的收益取决于负载里有多少重复。
+# `== plain` 一列：每个 k 的贪心输出都与不投机时相同。这个小模型只在陷入循环时草稿才会命中：n-gram 投机的收益取决于负载里有多少重复。
 
 # %%
 L09.plot_per_position(sweep);
@@ -134,7 +135,7 @@ L09.plot_per_position(sweep);
 #
 # ## 具体演示：一个验证步里发生了什么
 #
-# 图 9-1 中 k = 3 的那次运行：引擎自带的 `RejectionSampler`，3 个 prompt 同批贪心生成 40 个 token。每一行是某一步里一个请求的草稿和这一步实际产出的 token。
+# 图 9-1 中 k = 3 的运行：引擎自带的 `RejectionSampler`，3 个 prompt 同批贪心生成 40 个 token。每一行是某一步里一个请求的草稿和这一步实际产出的 token。`step` 是第几次验证（从 0 起），不是引擎步号。
 
 # %%
 L09.print_trace(L09.verification_trace())
@@ -142,11 +143,13 @@ L09.print_trace(L09.verification_trace())
 # %% [markdown]
 # 读表：
 #
-# - `no draft`：n-gram 没有找到匹配，这一步与不投机时一样只产出 1 个 token；
+# - `no draft`：n-gram 没找到匹配，这一步与不投机时一样只产出 1 个 token；
 # - `recovered`：在某个位置被拒，产出已接受的草稿加 1 个恢复 token，被拒草稿的 KV 位置由调度器回滚；
 # - `bonus`：3 个草稿全部接受，一次前向产出 4 个 token。
 #
-# 同一步里三个请求的草稿数可以不同，这正是练习里的批。这台 CPU 上省下的步数近似就是省下的时间，GPU 上大 batch 时未必如此（Q2）。
+# 同一步里三个请求的草稿数可以不同，这正是练习里的批。
+#
+# k = 3 时引擎步从 40 减到 32，但每步多了 n-gram 查找、拒绝采样和多算的位置：省下的步数只是上限，省没省时间要在目标硬件上测（Q2）。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
@@ -227,7 +230,7 @@ def rejection_sample(draft_token_ids, target_probs, draft_probs, bonus_token_ids
 report("lesson09", globals())
 
 # %% [markdown]
-# 第一项检查：构造的用例，结果完全确定：贪心批的草稿数是 k = 3, 0, 2, 1；随机批的每个决定由均匀数 u 唯一确定。隐藏测试再对 1500 个请求做卡方检验。
+# 第一项检查：构造的用例，结果确定：贪心批的草稿数是 k = 3, 0, 2, 1；随机批的每个决定由均匀数 u 唯一确定。隐藏测试再对 1500 个请求做卡方检验。
 
 # %% nbgrader={"grade": true, "grade_id": "l09_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 drafts, target, bonus, want, want_n = L09.greedy_case()
@@ -286,23 +289,21 @@ L09.check_boundary(rejection_sample)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# “能映射回源码对象”（1 分）在这里自动评分：在 vLLM 8e958902eee5 中找到实现每个概念的名字（函数、常量或变量名，字符串，大小写不限）。
+# “能映射回源码对象”（1 分）在这里自动评分：写出 vLLM 8e958902eee5 中实现每个概念的名字（函数、常量或变量名，字符串，大小写不限）。括号里是去哪里找。
 #
-# - `per_request_to_per_token`：把按请求的张量（例如 temperature）按各自的草稿数展开成按 token 的张量的函数（`vllm/v1/sample/rejection_sampler.py`）；
-# - `cumulative_drafts`：`SpecDecodeMetadata` 里各请求草稿数的前缀和字段，kernel 用它找到第 i 个请求的草稿；
-# - `no_q_flag`：接受检验 kernel 的编译期常量：没有草稿概率时把 q(x) 当作 1；
-# - `parse`：`RejectionSampler` 把 [batch, max_spec_len + 1] 的输出去掉占位、变成每个请求一个列表的静态方法；
-# - `parallel_ngram`：`NgramProposer` 用 numba 并行地为一批请求找 n-gram 的函数；
-# - `fixed_acceptance`：`SpeculativeConfig`（`vllm/config/speculative.py`）里按配置的逐位置接受率、而不是按 p/q 决定接受的字段。
+# - `cumulative_drafts`：`SpecDecodeMetadata` 里各请求草稿数的前缀和字段（第 2 段摘录的注释）；
+# - `no_q_flag`：没有草稿概率时把 q(x) 当作 1 的编译期常量（第 3 段摘录）；
+# - `per_request_to_per_token`：把按请求的张量（如 temperature）按草稿数展开成按 token 的函数（`rejection_sampler.py` 的 `apply_sampling_constraints` 调用它）；
+# - `parse`：把 [batch, max_spec_len + 1] 的输出去掉占位、变成每个请求一个列表的静态方法（`RejectionSampler` 类里）；
+# - `parallel_ngram`：用 numba 并行地为一批请求找 n-gram 的函数（`ngram_proposer.py` 的 `NgramProposer.batch_propose` 调用它）。
 
 # %% nbgrader={"grade": false, "grade_id": "l09_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
-    "per_request_to_per_token": "expand_batch_to_tokens",  ### BLANK
     "cumulative_drafts": "cu_num_draft_tokens",  ### BLANK
     "no_q_flag": "NO_DRAFT_PROBS",  ### BLANK
+    "per_request_to_per_token": "expand_batch_to_tokens",  ### BLANK
     "parse": "RejectionSampler.parse_output",  ### BLANK
     "parallel_ngram": "batch_propose_numba",  ### BLANK
-    "fixed_acceptance": "synthetic_acceptance_rates",  ### BLANK
 }
 
 # %% nbgrader={"grade": true, "grade_id": "l09_source_map", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
@@ -311,22 +312,13 @@ L09.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l09_q1", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q1（2 分）
 #
-# 为什么“以 $\min(1, p/q)$ 接受草稿、拒绝时从归一化的 $(p-q)^+$ 重采”之后，输出 token 的分布恰好是目标分布 p，与草稿分布 q 无关？如果拒绝后直接从 p 重采，会错成什么样？请结合本课的函数和图 9-3 说明。
-#
-# 评分要求：必须包含对象、状态变化、正确性或成本链。
+# 随机采样的一行，n-gram 草稿 x（q 是 one-hot），目标分布 p(x) = 0.3。按本课的规则，输出 token 是 x 的概率、是另一个 token y 的概率各是多少？若被拒后改从 p 重采，输出 x 的概率变成多少，错在哪里？（3～5 句）
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 写出（或说清）某个 token y 的输出概率的两部分：被草稿抽中并被接受 $q(y)\min(1, p(y)/q(y)) = \min(p(y), q(y))$，加上被拒后恢复成 y 的 $(1-\beta)\cdot (p(y)-q(y))^+/(1-\beta)$，其中拒绝概率 $1-\beta = 1 - \sum_x \min(p,q) = \sum_x (p-q)^+$，两部分相加 $\min(p,q) + (p-q)^+ = p(y)$；并说出从 p 重采的后果（y 的概率变成 $\min(p,q) + (1-\beta)p(y)$，q 偏大的 token 被多采，分布偏向草稿；卡方检验拒绝）；1 分 = 只有“接受 + 恢复 = p”的结论没有推导、或不能说出从 p 重采错在哪；0 分 = 认为只有贪心或 q = p 时分布才不变，或认为拒绝采样这个**算法**只是“近似”保持分布（一票否决：混淆算法正确性与性能）。题目只问单个位置，多个位置不作要求；说出论证逐位置成立、第一次拒绝后必须停止，是正确的补充，不另加分。不扣分的补充：指出实现只在浮点数值精度内无损（vLLM 文档原话：lossless up to the precision limits of hardware numerics；k+1 个位置一起前向时 kernel 与归约顺序不同，GPU 上偶有 argmax 翻转）是正确的，与“算法保持分布”并不矛盾；说 vLLM 在 q(x) = 0 时直接拒绝（`draft_prob > 0`）也对。
+# **评分要点**：2 分 = 三处都对：输出 x 的概率是 0.3（x 只能经接受得到，接受概率 $\min(1, p(x)/1) = 0.3$；恢复分布 $(p-q)^+$ 里 x 的质量为 0）；输出 y 的概率是 $0.7 \cdot p(y)/0.7 = p(y)$（拒绝概率 0.7 乘以去掉 x 后归一化的 p），所以输出分布就是 p；从 p 重采时输出 x 的概率是 $0.3 + 0.7 \times 0.3 = 0.51$，草稿 token 被过采、输出偏向草稿。1 分 = 只答对“输出分布是 p”的两问，或只答对从 p 重采的后果；或思路都对但算错一个数。0 分 = 两部分都没有；或认为拒绝采样这个**算法**只是近似保持分布（一票否决：混淆算法正确性与性能）。不扣分、不另加分的补充：一般 q 时两条路径相加 $\min(p,q) + (p-q)^+ = p$；实现只在硬件数值精度内无损。
 #
-# **参考答案**
-#
-# 1. 单个位置：草稿 x ~ q，以 $\min(1, p(x)/q(x))$ 接受。某个 token y 作为输出有两条路：
-#    - 被抽中且被接受：$q(y)\cdot\min(1, p(y)/q(y)) = \min(p(y), q(y))$；
-#    - 草稿（任意 x）被拒，再从恢复分布抽中 y。拒绝的总概率是 $1-\beta$，$\beta = \sum_x \min(p(x), q(x))$；而 $\sum_x (p-q)^+ = \sum_x (p - \min(p,q)) = 1-\beta$，所以归一化的恢复分布是 $(p(y)-q(y))^+/(1-\beta)$，这条路的概率是 $(p(y)-q(y))^+$。
-#    - 相加：$\min(p,q) + (p-q)^+ = p(y)$。与 q 无关，q 只影响接受率 β。n-gram 时 q 是 one-hot，公式退化为“以 p(x) 接受，拒绝后从去掉 x 的 p 重采”。
-# 2. 多个位置：第 j 行 logits 是以前 j-1 个草稿都在序列里为条件的目标分布。只要前面都被接受，这个条件就是真实前缀，上面的论证逐位置成立；一旦某个位置被拒、换成了恢复 token，后面各行的条件就是错的，所以必须在第一次拒绝处停止（本课的 `break`）。全部接受时，奖励行正是以全部草稿为前缀的 p，直接采样即可。
-# 3. 从 p 重采：y 的概率变成 $\min(p,q) + (1-\beta)\,p(y)$。对 q > p 的 token（草稿偏爱的），它已经通过接受路径拿到了 p(y)，又从重采拿到额外的 $(1-\beta)p(y)$，被过采；p > q 的 token 被欠采。图 9-3 的卡方检验会拒绝它（本课的 `recover_from_p` 变异体）。
+# **参考答案**：x 只能经接受输出，概率是 $\min(1, p(x)/q(x)) = 0.3$；恢复分布是 $(p-q)^+$ 归一化，x 处为 0，所以被拒时不会再出 x。y ≠ x 只能经拒绝输出：0.7 × p(y)/0.7 = p(y)。两者合起来输出分布正是 p。若从 p 重采，输出 x 的概率是 0.3 + 0.7 × 0.3 = 0.51：x 在接受路径上已经拿到了 p(x)，重采又给它一份，被过采，其余 token 被欠采。
 #
 # === END MARK SCHEME ===
 
@@ -336,24 +328,13 @@ L09.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l09_q2", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q2（2 分）
 #
-# 投机解码在什么情况下会让一个 batch 变慢？请从一步的成本（前向的 token 数、token budget、KV 槽位）和收益（每步产出的 token）两边说明，并指出什么工作负载、什么 batch 大小最容易出现这种情况。
-#
-# 评分要求：必须包含对象、状态变化、正确性或成本链。
+# 假设每步每个请求都有 k 个草稿，但几乎全被拒。为什么这时投机在小 batch 上（只看前向）几乎不亏，在大 batch 上却让吞吐下降？从这个请求在这一步多占了什么说起。（3～5 句）
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 成本链完整：每个带草稿的请求本步前向 1+k 个位置（`num_new_tokens` 包含草稿，占 token budget，分配 KV 槽位），还有提议本身（n-gram 在 CPU 上查找）和拒绝采样的开销；收益是期望产出 $1+\sum_j\prod_{i\le j}\alpha_i$ 个 token；小 batch decode 受带宽限制，多算 k 个位置几乎免费，所以只要有接受就赚；大 batch 或长 prompt 混批时前向已计算受限（或 token budget 用满），多出的 k 个位置是真实的 FLOP 与 budget，接受率低时每步时间上升而产出不增，甚至挤占其他请求的 prefill（budget 被草稿吃掉，TTFT 变差）；并给出工作负载：全新内容、随机采样温度高、n-gram 找不到重复时接受率接近 0；1 分 = 只说“接受率低就慢”而没有成本链，或没有区分带宽受限与计算受限；0 分 = 认为投机解码总是更快，或把接受率低说成输出会出错（一票否决：混淆算法正确性与性能）。
+# **评分要点**：2 分 = 两件事都说到：（1）成本：这个请求本步调度 1+k 个 token（`num_new_tokens = 1 + k`），占 token budget 和 KV 槽位，前向算 1+k 个位置，而草稿全被拒时仍只产出 1 个 token；（2）小 batch 的 decode 受带宽限制（每步要读一遍权重和 KV），多算 k 个位置几乎不增加步时间，所以几乎不亏；大 batch 前向已计算受限（或 token budget 用满），1+k 个位置就是真实的算力与 budget，步时间上升而产出不变，吞吐下降。1 分 = 只说到其中一件：成本写具体了但没有区分带宽受限与计算受限，或只说“大 batch 计算受限所以慢”而没有说多算的是什么。0 分 = 只说“接受率低就慢”；或认为投机总是更快；或把草稿被拒说成输出会出错（一票否决：混淆算法正确性与性能）。不扣分、不另加分的补充：n-gram 查找与拒绝采样的 CPU 开销；`method="ngram"` 关掉异步调度，小 batch 上每步也有固定开销；草稿挤占同一步里其他请求的 prefill，TTFT 变差。
 #
-# **参考答案**
-#
-# 1. 成本：请求有 k 个草稿时，调度器本步为它调度 1+k 个 token（`scheduled_spec_decode_tokens` 计入 `num_scheduled_tokens`，占 `max_num_batched_tokens` 的 budget），KVCacheManager 为它分配 1+k 个槽位，runner 前向 1+k 个位置并多取 k 行 logits；此外每步要跑一次提议（n-gram 查找在 CPU 上、与前向串行）和拒绝采样。
-# 2. 收益：每步产出 `num_accepted + 1` 个 token，期望 $1+\sum_{j}\prod_{i\le j}\alpha_i$（图 9-1 中间，k=5 时也只有约 2.1）。被拒草稿的计算是白做的，它们的 KV 位置被回滚（`num_rejected`）。
-# 3. 何时变慢：
-#    - 小 batch 的 decode 受带宽限制（读一遍权重和 KV），多算几个位置几乎不增加时间——此时只要偶有接受就赚；
-#    - batch 大到前向已经计算受限时，1+k 倍的 token 数就是接近 1+k 倍的 FLOP；接受率低（新内容、高温度、n-gram 无匹配）时每步时间上升而产出几乎不变，吞吐下降；
-#    - token budget 有限时，草稿挤占同一步里其他请求的 prefill 块，等待请求的 TTFT 变差；草稿占用的 KV 槽位也让并发请求数更早碰到上限（更早抢占）；
-#    - 提议和拒绝采样在 CPU 上的开销在步时间很短时（小模型、GPU 很快）占比可观。
-# 4. 所以 vLLM 把接受率、平均接受长度暴露在指标里（`SpecDecodingLogging`、Prometheus），是否开启投机、k 取多少要在目标工作负载上 benchmark 确认（`benchmarks/spec_decode.py` 同时报告重复与不重复两种负载的比值）。
+# **参考答案**：带 k 个草稿的请求本步被调度 1+k 个 token，占 1+k 份 token budget 和 KV 槽位，runner 前向 1+k 个位置、取 k+1 行 logits；草稿全被拒时只产出 1 个恢复 token，被拒位置由调度器回滚。小 batch 的 decode 受带宽限制，步时间主要花在读权重和 KV 上，多算几个位置几乎不花时间，所以步时间和产出都几乎不变。大 batch 时前向已经计算受限，1+k 倍的位置接近 1+k 倍的计算，budget 也被草稿吃掉；步时间变长而每步产出不变，吞吐下降。
 #
 # === END MARK SCHEME ===
 
@@ -363,21 +344,13 @@ L09.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l09_q3", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q3（2 分）
 #
-# 接受率和 k 如何取舍？用图 9-1、9-2 的实测数字说明：k 增大时接受率、平均接受长度、每步 token 数分别怎么变，为什么；再说明你会如何为一个线上服务选 k。
-#
-# 评分要求：必须包含对象、状态变化、正确性或成本链。
+# 用你运行出的图 9-1 的数字：k 从 1 增到 5 时，接受率下降，平均接受长度却上升。为什么两者同时成立？（3～5 句）
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 引用实测数字（本机图 9-1：k=1 接受率约 0.46、平均长度约 1.46；k=5 接受率约 0.22、平均长度约 2.1；每步 token 从 3.0 升到约 3.9；以学生自己运行的数字为准）并给出因果：接受率 = 接受数 / 草稿数，第 j 个草稿只在前 j-1 个都被接受时才可能被接受，所以 k 增大时新增的尾部草稿接受率低，拉低平均接受率（逐位置接受率：按 vLLM 的分母 `num_drafts`，它必然单调不增；按 `num_draft_tokens_per_pos` 的分母不一定单调——学生用哪一种、说明是哪个系统的定义，都给分）；平均接受长度单调增但边际收益递减（上限 k+1），而成本（前向位置、budget、KV 槽位）按 k 线性增长；选 k 要在目标负载上测吞吐/延迟，在边际收益小于边际成本处停止，并随 batch 大小调整；1 分 = 趋势正确但没有数字或没有说明逐位置递减的原因；0 分 = 认为 k 越大越好、不计成本；把本机这一个小模型、这批 prompt 的数字说成任何负载都如此（一票否决：把单一负载的实测写成普遍结论）。指出 n-gram 草稿越靠后越可能偏离（匹配只保证前缀一致）是正确的补充，不扣分。
+# **评分要点**：2 分 = 引用自己运行的数字（本机：k=1 接受率约 0.46、平均接受长度约 1.46；k=5 约 0.22、约 2.1），并给出两条原因：（1）接受率的分母是所有提出的草稿，第 j 个草稿只有前 j-1 个都被接受时才可能被接受（第一次拒绝就停），所以新增的靠后草稿很少被接受，拉低平均；（2）平均接受长度是 1 加上每个位置“前 j 个都被接受”的概率之和 $1+\sum_{j\le k}\prod_{i\le j}\alpha_i$，在各位置条件接受率不变的理想模型里，多一个位置只多加一个非负项；实测中前面的项也会变（图 9-2 左：位置 1 从 k=1 的约 0.46 降到 k=5 的约 0.35），平均接受长度仍上升，是因为新增的项大于前面项的损失。两种说法都算对；加的项越来越小、远低于上限 k+1。1 分 = 只讲清其中一条原因；或两条都对但没有引用数字。0 分 = 两条原因都没有；或据此说 k 越大越好、不计成本；或把这个小模型、这批 prompt 的数字说成任何负载都如此（一票否决：把单一负载的实测写成普遍结论）。不扣分、不另加分的补充：n-gram 草稿越靠后越可能偏离；成本按 k 线性增长，选 k 要在目标负载上 benchmark。
 #
-# **参考答案**
-#
-# 1. 实测（图 9-1，3 个 prompt × 40 token，贪心，n-gram 1..3）：k=1 时接受率约 0.46、平均每次验证 1.46 个 token；k=2 约 0.33 / 1.66；k=3 约 0.29 / 1.87；k=5 约 0.22 / 2.09。每步 token 从不投机的 3.0 升到 3.5～3.9，引擎步数从 40 降到 31～34。
-# 2. 为什么接受率随 k 下降：接受率的分母是所有提出的草稿。第 j 个草稿要被接受，前 j-1 个必须都被接受（第一次拒绝就停），所以它的无条件接受率（vLLM 的逐位置接受率：第 j 位接受次数 / `num_drafts`）是 $\prod_{i\le j}\alpha_i$，随 j 单调不增（图 9-2 左，k=5：约 0.35、0.26、0.24、0.15、0.09）。增大 k 只是在尾部加上越来越难被接受的草稿，平均接受率自然下降；n-gram 草稿越往后也越可能偏离（匹配只保证前缀一致）。
-# 3. 为什么平均接受长度仍上升但收益递减：期望产出 $1+\sum_{j\le k}\prod_{i\le j}\alpha_i$，每多一个位置加上一个越来越小的项；上限是 k+1（图中虚线），实测远低于它。
-# 4. 成本随 k 线性：每个请求每步 1+k 个前向位置、budget 和 KV 槽位；受带宽限制时成本几乎不变，k 可以稍大；计算受限（大 batch）时应减小 k 甚至关闭。
-# 5. 选 k：在目标工作负载（重复程度、温度、batch 大小）上测吞吐与延迟（benchmark，而不是接受率本身），观察逐位置接受率，在边际位置的接受概率乘以一个 token 的价值低于多算一个位置的成本处截断；线上负载变化时监控 `acceptance_rate` 与 `mean_acceptance_length`。本机数字只对这个小模型和这批 prompt 成立，不能外推。
+# **参考答案**：本机 k=1 时接受率约 0.46、平均接受长度约 1.46；k=5 时约 0.22、约 2.1。接受率 = 接受的草稿 / 提出的草稿；第 j 个草稿要被接受，前面的必须都被接受，所以它被接受的概率 $\prod_{i\le j}\alpha_i$ 随 j 下降（图 9-2 左），k 增大只是在尾部加上越来越难被接受的草稿，平均接受率下降。平均接受长度是这些概率之和加 1。若各位置的条件接受率不随 k 变，多一个位置只多加一个非负项；实测中前面的项也会变（位置 1 从约 0.46 降到约 0.35），但新增各项之和大于这点损失，所以仍上升，边际收益递减、远低于上限 k+1。
 #
 # **附：检查方法的参考解释**（不单独计分）：第一个草稿的接受概率是 $\sum_x q(x)\min(1,p(x)/q(x)) = \sum_x\min(p(x),q(x))$。q = p 时它等于 1：每个草稿都被接受，而草稿本身就是按 p 抽的，所以输出仍按 p 分布；q 集中在 p 的尾部时重叠很小（这里 0.10），几乎总是被拒、从 $(p-q)^+$ 恢复，输出依然按 p 分布——q 只影响速度（接受率），不影响分布。
 #
@@ -390,7 +363,7 @@ L09.check_source_map(SOURCE_MAP)
 # ## 评分规则
 #
 # - 代码 4 分：主路径 2 分（构造用例与分布检验 1 分、接入真实引擎 1 分）、边界条件 1 分、能映射回源码对象 1 分；
-# - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
+# - Q1～Q3 各 2 分：答到题目所问的全部要点得 2 分，只答对一部分得 1 分；
 # - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
 # 总分 10 分，至少 8 分通过。先独立完成；核对后换一个 batch、工作负载或 k 重新推演。
@@ -410,7 +383,7 @@ self_check("lesson09", globals());
 # %% [markdown]
 # ### 在真实 vLLM 0.27.1 上看同一件事
 #
-# CPU 上 vLLM 没有 Triton。V1 的 `CPUModelRunner` 构造时用 `_postprocess_triton` 把 `rejection_sampler.py` 的 kernel 换成 `vllm/utils/cpu_triton_utils.py` 的 C++ 实现。下面照做后调用 vLLM 的 `rejection_sample`。
+# CPU 上通常没有 Triton。`HAS_TRITON` 为假时，V1 的 `CPUModelRunner` 构造时用 `_postprocess_triton` 把 `rejection_sampler.py` 的 kernel 换成 `vllm/utils/cpu_triton_utils.py` 的 C++ 实现。下面照做后调用 vLLM 的 `rejection_sample`。
 #
 # 第一张表是边界条件评分用的录制批，两边必须逐 token 相同。`greedy_with_q` 的贪心行带着 q：vLLM 的贪心 kernel 不读 q，恢复 token 就是 argmax p。
 #
@@ -425,10 +398,11 @@ L09.vllm_side_by_side(rejection_sample);
 # - **n 的取法**：n-gram 提议的 n 取 `[prompt_lookup_min, prompt_lookup_max]` 里能匹配的最长值，同样长时取最早的一处。
 # - **输入布局**：vLLM 的 `RejectionSampler.forward` 按 `target_logits_indices` 只把草稿行交给 `rejection_sample`，奖励行按 `bonus_logits_indices` 取出、由普通 `Sampler` 采样。练习把奖励行插在各请求的草稿行之后。
 # - **接受条件**：vLLM 写 `draft_prob > 0 and target_prob / draft_prob >= uniform_prob`；练习没有 q(x) > 0 的保护，草稿从 q 抽出时两者相同。id 为负的草稿（如被 grammar 截掉的位置）vLLM 直接判拒。
-# - **p 的处理**：验证前 vLLM 先施加 penalties、bad words（`apply_logits_processors`），再施加温度与 top-k / top-p（`apply_sampling_constraints`）。minivllm 验证时不施加 penalties，但施加 min-p。
+# - **p 的处理**：验证前 vLLM 先施加 penalties、bad words（`apply_logits_processors`），再施加温度与 top-k / top-p（`apply_sampling_constraints`）；minivllm 验证时不施加 penalties。
+# - **min-p 与 logit_bias**：vLLM 不对草稿行施加这两者，开投机时带它们的请求直接被拒（`SamplingParams._validate_spec_decode`）；minivllm 同样拒绝。
 # - **数值精度**：vLLM 文档说投机只在硬件数值精度内无损；GPU 上 k+1 个位置一起前向可能换 kernel 与归约顺序，近乎并列的 argmax 偶尔翻转。
 # - **实现**：vLLM 的 kernel 每个请求一个 program，恢复 token 在 kernel 之前采好；minivllm 用批量 torch 运算。
-# - **异步调度**：CPU n-gram（`method="ngram"`）关掉默认的异步调度，走本课的同步路径；GPU 版 `ngram_gpu` 保留它。EAGLE、MTP 开异步调度时，`AsyncScheduler` 先排 -1 占位草稿，worker 把草稿直接写进下一步输入（V1：`_prepare_input_ids`）。
+# - **异步调度**：GPU 版 `ngram_gpu` 保留默认的异步调度。EAGLE、MTP 开异步调度时，`AsyncScheduler` 先排 -1 占位草稿，worker 把草稿直接写进下一步输入（V1：`_prepare_input_ids`）。
 # - **runner**：不开投机、或开 EAGLE / MTP 时，课程的 dense 模型走 Model Runner V2（`v1/worker/gpu/`）。
 # - **统计**：vLLM 的 `SpecDecodingStats` 每步新建、由前端的 `SpecDecodingLogging` 累加；minivllm 在调度器里累计。`SpecDecodeMetadata` 在 vLLM 位于 `v1/spec_decode/metadata.py`，minivllm 放在 `sample/rejection_sampler.py`。
 
