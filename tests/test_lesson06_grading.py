@@ -150,10 +150,12 @@ def test_gpu_bandwidth_code_path_runs_on_cpu():
 def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
     good = solution_ns["SOURCE_MAP"]
     check_source_map({k: f"`{v}`" for k, v in good.items()})
-    check_source_map(dict(good, physical_block="physical_block_idx", token_mask="tile_mask", kv_offsets="v_offset",
-                          probs="P", running_sum="kernel_paged_attention_2d.L"))
-    for bad in (dict(good, new_max=good["rescale"], rescale=good["new_max"]), dict(good, running_sum="M"),
-                {k: v for k, v in good.items() if k != "stride_block_table_seq"}, dict(good, stride_block_table_seq="acc"), dict(good, probs=None)):
+    check_source_map(dict(good, physical_block="physical_block_idx", token_mask="tile_mask", probs="P",
+                          running_sum="kernel_paged_attention_2d.L"))
+    check_source_map(dict(good, token_mask="seq_mask"))   # the same mask, as the scores see it (L214)
+    for bad in (dict(good, probs=good["rescale"], rescale=good["probs"]), dict(good, running_sum="M"),
+                {k: v for k, v in good.items() if k != "physical_block"}, dict(good, physical_block="l_block_idx"),
+                dict(good, probs=None)):
         with pytest.raises(AssertionError):
             check_source_map(bad)
 
@@ -162,10 +164,12 @@ def test_student_copy_shows_the_blanks():
     cells = {c["id"]: "".join(c["source"])
              for c in json.loads((REPO / "notebooks/lesson06/lesson06.ipynb").read_text(encoding="utf-8"))["cells"]}
     kernel = cells["l06_kernel"]
-    assert kernel.count("= ______\n") == 8 and "### BLANK" not in kernel
+    assert kernel.count("= ______\n") == 6 and "### BLANK" not in kernel
     assert "physical_block = ______\n        physical_block = physical_block.to(tl.int64)" in kernel
     assert "tl.store(out_ptr + out_offsets" in kernel and "mask=head_mask[:, None] & dim_mask[None, :])" in kernel
-    assert cells["l06_source_map_answer"].count(": ______,") == 8
+    assert "kv_offsets = (physical_block * stride_cache_block" in kernel   # given: the K/V address is not a blank
+    assert "new_max = tl.maximum(running_max, block_max)\n" in kernel
+    assert cells["l06_source_map_answer"].count(": ______,") == 5
     assert "assert torch.allclose(out, ref, atol=1e-4)" in cells["l06_main_path"]
 
 

@@ -3,10 +3,10 @@ the grade cells, the engine plug, the live demo and the figures.
 
 Grade cells and `python -m autograder check lesson06 ...` call the same functions here:
     check_main_path(kernel)    scattered blocks, lengths across block boundaries, GQA ratios, a non-contiguous
-                               (vLLM-layout) cache vs the torch oracle
+                               cache (K and V interleaved block by block) vs the torch oracle
     check_real_engine(kernel)  the kernel as the Triton backend's decode kernel: same greedy tokens as ours
     check_boundary(kernel)     empty row, one token, exactly one block, NaN in unwritten slots, huge logits
-    check_source_map(SOURCE_MAP) each blank named by its variable in vLLM's kernel_paged_attention_2d
+    check_source_map(SOURCE_MAP) each blank (but acc) named by its variable in vLLM's kernel_paged_attention_2d
 
 Input space (each dimension, and the graded part that covers it):
     seq_len               0 (padded row), 1, < a block, exactly 1 block, 1 past it, several blocks: main_path, boundary
@@ -14,10 +14,13 @@ Input space (each dimension, and the graded part that covers it):
     heads                 MHA (ratio 1), GQA 3 / 4 (3 pads the group), MQA 8: main_path, boundary
     head_size             32, 64, 40 (not a power of two: padded dims masked): main_path, boundary
     block table           scattered, rows of different lengths (its stride is the table's width): every part
-    cache layout          contiguous [num_blocks, block, heads, dim] K and V: every part; views of vLLM's
-                          [num_blocks, 2, block, heads, dim] cache (block stride twice the contiguous one, so
-                          stride_cache_block is not BLOCK_SIZE * stride_cache_slot): main_path, real_engine (the
-                          plug hands the kernel the engine's K/V as such views)
+    cache layout          contiguous [num_blocks, block, heads, dim] K and V: every part; views of one
+                          [num_blocks, 2, block, heads, dim] tensor (K and V interleaved block by block: the
+                          block stride is twice the contiguous one, so stride_cache_block is not
+                          BLOCK_SIZE * stride_cache_slot): main_path, real_engine (the plug hands the kernel the
+                          engine's K/V as such views). vLLM 0.27.1's Triton and FlashAttention backends pack K and
+                          V in the last dim instead ((num_blocks, block, heads, 2*dim) in memory, default NHD); a few
+                          backends (hpc_attn) use [num_blocks, 2, ...]
     cache contents        NaN past seq_len in the last block; scores in the hundreds (exp overflow): boundary
     dtype / precision     fp32 on CPU (the interpreter computes tl.dot in fp32 whatever the dtype), so every
                           tl.dot's input_precision and COMPUTE_DTYPE casts are checked statically: every part
@@ -54,8 +57,7 @@ DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
 PROMPTS = ["ROMEO:\nBut soft, what light through yonder window breaks?", "JULIET:\nO Romeo, Romeo!"]
 PROMPT_LENS = (14, 6)
 MAX_TOKENS = 6
-BLANKS = ["physical_block", "token_mask", "kv_offsets", "new_max", "rescale", "probs", "running_sum",
-          "stride_block_table_seq"]
+BLANKS = ["physical_block", "token_mask", "rescale", "probs", "running_sum"]
 ATOL = 1e-4            # fp32 in, fp32 out: the kernel's own summation order only
 HOT = 200.0            # query scale that puts scores in the hundreds: exp overflows fp32 past ~88.7
 
@@ -243,8 +245,7 @@ def launch(kernel, out, query, k_cache, v_cache, block_table, seq_lens, scale, n
         while cause.__cause__ is not None:
             cause = cause.__cause__
         if isinstance(cause, OutOfBounds):
-            raise CheckFailed(f"内核访问越界：{cause}。检查 physical_block（读块表的哪一行、哪一列）和 kv_offsets"
-                              "（块、槽位、kv 头、维度四项步长）。") from None
+            raise CheckFailed(f"内核访问越界：{cause}。检查 physical_block：读的是块表的哪一行、哪一列？") from None
         if "_Blank" in repr(cause) or isinstance(cause, BlankNotFilled):
             raise BlankNotFilled("还有空 ______ 没有填写：把内核里每个 ______ 换成正确的表达式后再运行。") from None
         raise CheckFailed(f"内核运行出错：{type(cause).__name__}: {cause}") from None
@@ -285,18 +286,18 @@ class DecodeCase:
                 f"{self.kv_cache.shape[3]} kv (GQA {self.queries_per_kv}), head_size {self.query.shape[2]}{layout}")
 
 
-def vllm_layout(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same K and V as views of vLLM's [num_blocks, 2, block_size, num_kv_heads, head_size] cache: a block's
+def interleaved_kv(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same K and V as views of one [num_blocks, 2, block_size, num_kv_heads, head_size] tensor: a block's
     K is followed by its V, so the block stride is twice the contiguous one (the slot, head and dim strides stay)."""
     both = torch.stack([k_cache, v_cache], dim=1)
     return both[:, 0], both[:, 1]
 
 
 def make_case(seq_lens, num_heads=8, num_kv_heads=2, head_size=32, block_size=16, seed=0, q_scale=1.0,
-              garbage=0.0, vllm_cache: bool = False) -> DecodeCase:
+              garbage=0.0, interleaved: bool = False) -> DecodeCase:
     """Every sequence's blocks are a random, non-monotone choice of physical blocks (plus a few unowned ones).
     `garbage` fills the unwritten slots past each sequence's length (NaN: what an unwritten cache may hold).
-    vllm_cache: K and V are views of vLLM's [num_blocks, 2, ...] layout (vllm_layout), not contiguous."""
+    interleaved: K and V are views of one [num_blocks, 2, ...] tensor (interleaved_kv), not contiguous."""
     from autograder.vllm_views.lesson06 import case_tensors
 
     dev = device()
@@ -304,7 +305,7 @@ def make_case(seq_lens, num_heads=8, num_kv_heads=2, head_size=32, block_size=16
             "block_size": block_size, "seed": seed}
     query, kv, table, _ = case_tensors(spec, garbage)
     query = query * q_scale
-    if vllm_cache:
+    if interleaved:
         kv = torch.stack([kv[0], kv[1]], dim=1).transpose(0, 1)  # [2, blocks, ...] view of [blocks, 2, ...]
     return DecodeCase(query.to(dev), kv.to(dev), table.to(dev),
                       torch.tensor(seq_lens, dtype=torch.int32, device=dev), head_size ** -0.5)
@@ -371,9 +372,8 @@ def check_main_path(kernel) -> None:
     _compare(kernel, make_case([50, 3], num_heads=8, num_kv_heads=1, head_size=64, seed=2), "MQA（8 个 query 头共享 1 个 kv 头）")
     _compare(kernel, make_case([70, 31], num_heads=4, num_kv_heads=2, head_size=32, block_size=32, seed=3),
              "block_size=32")
-    _compare(kernel, make_case([29, 16, 45], seed=10, vllm_cache=True),
-             "K/V 是 vLLM 布局 [num_blocks, 2, block_size, kv_heads, head_size] 的视图（块步长 stride_cache_block "
-             "是连续布局的两倍）")
+    _compare(kernel, make_case([29, 16, 45], seed=10, interleaved=True),
+             "K/V 块步长不连续（K 与 V 按块交错存放，块步长 stride_cache_block 是连续布局的两倍）")
 
 
 @graded
@@ -401,12 +401,9 @@ def check_boundary(kernel) -> None:
 SOURCE_HASHES = {
     "physical_block": {"53b974776d48d0b5", "737606eac498021b"},
     "token_mask": {"bf851d58bdf28bb5", "62f8b74af42ddb05", "5cc75d02ab50aa32"},
-    "kv_offsets": {"c1066f76f19592c1", "640268017b8d9b81"},
-    "new_max": {"c879cfab2bd64d1b"},
     "rescale": {"8ed3f6ad685b959e"},
     "probs": {"148de9c5a7a44d19"},
     "running_sum": {"acac86c0e609ca90"},
-    "stride_block_table_seq": {"144c3bfbdf2d1864"},
 }
 
 
@@ -422,8 +419,8 @@ def normalize_name(name: str) -> str:
 
 @graded
 def check_source_map(source_map) -> None:
-    """Each blank (and the block table's stride parameter) -> the variable that holds the same quantity in
-    vLLM's kernel_paged_attention_2d."""
+    """Each blank but acc (the same name there) -> the variable that holds the same quantity in vLLM's
+    kernel_paged_attention_2d, in the lines the reading table shows (L147–L167, L228–L251)."""
     check_name_map(source_map, BLANKS, SOURCE_HASHES, name_hash, "这些空没有映射到 vLLM kernel_paged_attention_2d 中存放同一个量的变量")
 
 
@@ -463,8 +460,9 @@ def decode_kernel_in_engine(kernel, calls: list | None = None, keep_last: bool =
     def decode(out, query, k_cache, v_cache, block_table, seq_lens, scale, num_warps=4):
         if kernel is None:
             original(out, query, k_cache, v_cache, block_table, seq_lens, scale, num_warps=num_warps)
-        else:  # the engine's K/V, as views of vLLM's [num_blocks, 2, ...] cache: the block stride is an argument
-            launch(kernel, out, query, *vllm_layout(k_cache, v_cache), block_table, seq_lens, scale, num_warps=num_warps)
+        else:  # the engine's K/V as interleaved views (interleaved_kv): the block stride is an argument
+            launch(kernel, out, query, *interleaved_kv(k_cache, v_cache), block_table, seq_lens, scale,
+                   num_warps=num_warps)
         if calls is not None:
             n = query.shape[0]
             err = float("nan")
@@ -569,8 +567,8 @@ LESSON = Lesson(
         Part("l06_real_engine", "主路径·真实引擎", 1, check_real_engine, ("paged_decode_kernel",)),
         Part("l06_boundary", "边界条件", 1, check_boundary, ("paged_decode_kernel",)),
         Part("l06_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
-        Part("l06_q1", "Q1 带宽与最少读取", 2, group="manual"),
-        Part("l06_q2", "Q2 online softmax", 2, group="manual"),
+        Part("l06_q1", "Q1 带宽限制", 2, group="manual"),
+        Part("l06_q2", "Q2 减去 max", 2, group="manual"),
         Part("l06_q3", "Q3 GQA 分组", 2, group="manual"),
     ],
 )

@@ -20,12 +20,6 @@ MUTANTS = {
     ), "Steps through the block table with the cache's block stride, reading far past the table (a wild pointer: under the interpreter the bounds-checked launcher must turn it into a failed check, not a crash).",
        fails={"l06_boundary", "l06_main_path", "l06_real_engine"},
        hint="遍历块表时用的步长属于哪个张量？"),
-    "block_stride_from_slots": Mutant(CELL, (
-        ('        kv_offsets = physical_block * stride_cache_block + slots[:, None] * stride_cache_slot + kv_head * stride_cache_head + dims[None, :]',
-         '        kv_offsets = physical_block * BLOCK_SIZE * stride_cache_slot + slots[:, None] * stride_cache_slot + kv_head * stride_cache_head + dims[None, :]'),
-    ), "Computes a block's offset as BLOCK_SIZE slots (the contiguous stride) instead of stride_cache_block: wrong on vLLM's [num_blocks, 2, block, heads, dim] view.",
-       fails={"l06_main_path", "l06_real_engine"},
-       hint="相邻两个物理块在内存里一定相隔 BLOCK_SIZE 个槽位吗？想想 K 和 V 交错存放的 cache 布局。"),
     "logical_block_index": Mutant(CELL, (
         ('        physical_block = tl.load(block_table_ptr + seq * stride_block_table_seq + logical_block)',
          '        physical_block = logical_block'),
@@ -74,12 +68,6 @@ MUTANTS = {
     ), "Exponentiates against the block's own max instead of the new running max.",
        fails={"l06_boundary", "l06_main_path", "l06_real_engine"},
        hint="取指数时减去的是哪个最大值？"),
-    "wrong_gqa_head": Mutant(CELL, (
-        ('        kv_offsets = physical_block * stride_cache_block + slots[:, None] * stride_cache_slot + kv_head * stride_cache_head + dims[None, :]',
-         '        kv_offsets = physical_block * stride_cache_block + slots[:, None] * stride_cache_slot + kv_head * QUERIES_PER_KV * stride_cache_head + dims[None, :]'),
-    ), "GQA mapping: reads the cache at the group's first query head (kv_head * QUERIES_PER_KV) instead of its kv head; for kv_head > 0 that is another head or past the slot.",
-       fails={"l06_boundary", "l06_main_path", "l06_real_engine"},
-       hint="GQA 下，一个 query 头应读哪个 kv 头？"),
     "dot_default_precision": Mutant(CELL, (
         ('        acc = acc * rescale[:, None] + tl.dot(probs.to(COMPUTE_DTYPE), v, input_precision=DOT_PRECISION)',
          '        acc = acc * rescale[:, None] + tl.dot(probs.to(COMPUTE_DTYPE), v)'),
@@ -97,12 +85,6 @@ MUTANTS = {
     ), "Masks by the slot inside the block, not the token's position in the sequence: past the first block every slot looks valid.",
         fails={"l06_main_path", "l06_boundary"},
         hint="掩码比较的是块内 slot，还是 token 在序列中的位置？"),
-    "kv_offsets_by_position": Mutant(CELL, (
-        ("        kv_offsets = physical_block * stride_cache_block + slots[:, None] * stride_cache_slot + kv_head * stride_cache_head + dims[None, :]",
-         "        kv_offsets = physical_block * stride_cache_block + token_pos[:, None] * stride_cache_slot + kv_head * stride_cache_head + dims[None, :]"),
-    ), "Offsets the token inside its physical block by its position in the sequence instead of its slot.",
-        fails={"l06_main_path", "l06_boundary"},
-        hint="token 在物理块内的偏移由什么决定？"),
     "table_row_stride_from_length": Mutant(CELL, (
         ("        physical_block = tl.load(block_table_ptr + seq * stride_block_table_seq + logical_block)",
          "        physical_block = tl.load(block_table_ptr + seq * num_logical_blocks + logical_block)"),
@@ -114,9 +96,15 @@ MUTANTS = {
     ), "Rescales the old sum and accumulator by exp(new - old) instead of exp(old - new).",
         fails={"l06_main_path", "l06_boundary"},
         hint="缩放因子的方向对吗？想想新旧最大值的大小关系。"),
-    "running_max_from_block_only": Mutant(CELL, (
-        ("        new_max = tl.maximum(running_max, block_max)", "        new_max = block_max"),
-    ), "Takes each block's own max as the reference: exact in theory, but exp(old - new) overflows when it drops.",
-        fails={"l06_boundary"},
-        hint="参考的最大值是否应是“至今为止”的最大值？想想它变小时会怎样。"),
+    "rescale_by_block_max": Mutant(CELL, (
+        ("        rescale = tl.exp(running_max - new_max)", "        rescale = tl.exp(running_max - block_max)"),
+    ), "Rescales the old state against this block's max instead of the new running max (>1 when the block's max is lower).",
+        fails={"l06_main_path", "l06_boundary"},
+        hint="旧的分母和累加器是相对哪个 max 算的，现在要换算到哪个 max 下？"),
+    "sum_forgets_earlier_blocks": Mutant(CELL, (
+        ("        running_sum = running_sum * rescale + tl.sum(probs, axis=1)",
+         "        running_sum = tl.sum(probs, axis=1)"),
+    ), "Keeps only the last block's denominator: the earlier blocks drop out of the softmax sum.",
+        fails={"l06_main_path", "l06_boundary", "l06_real_engine"},
+        hint="分母要覆盖整段上下文，还是只覆盖当前块？"),
 }

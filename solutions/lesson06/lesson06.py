@@ -14,15 +14,15 @@
 #
 # ## 本课目标与通过标准
 #
-# 本课产出：写出分页 KV cache 上 decode attention 的块循环，接进 minivllm 的 Triton 后端，让真实引擎用它生成文本。循环要做三件事：
+# 本课产出：补全分页 KV cache 上 decode attention 块循环里的 6 行，接进 minivllm 的 Triton 后端，让真实引擎用它生成文本。这 6 行做三件事：
 #
 # - 按块表把逻辑块翻译成物理块；
-# - 构造带掩码的 K/V 指针；
+# - 挡掉 `seq_len` 之后的槽位；
 # - 用 online softmax（running max、分母、累加器重缩放）一次扫过整段上下文。
 #
 # 你还应能说清 decode 为何受带宽限制，kernel 要把什么降到最少。
 #
-# 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；总分至少 8/10。
+# 通过要求：代码断言全部通过；Q1～Q3 各用 3～5 句回答一个问题；总分至少 8/10。
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
@@ -36,25 +36,27 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM commit 8e958902eee5（0.27.1 发布后一天）。读 kernel 时先看 grid 的每一维是谁，再看循环每次读哪些字节，最后看数值细节。
+# 源码固定在 vLLM commit 8e958902eee5（0.27.1 发布后一天）。下表约 90 行，都在同一个文件里。先看 grid 每一维是谁，再看循环每次读哪些字节，最后看数值细节。
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | `vllm/v1/attention/backends/triton_attn.py`：`TritonAttentionImpl.do_kv_cache_update`（L819–L834） | `minivllm/attention/backends/triton_attn.py`：`forward` | 新 token 的 K/V 何时写进 cache？ |
-# | 2 | `vllm/v1/attention/ops/chunked_prefill_paged_decode.py`：`kernel_paged_attention_2d`（L90–L104、L123–L251） | `minivllm/attention/ops/triton_decode_attention.py` | grid 为何是（序列, kv 头）？未写的槽位怎样挡掉？ |
-# | 3 | `vllm/v1/attention/ops/triton_decode_attention.py`：`_decode_att_m_fwd`（L229–L233）、`_decode_grouped_att_m_fwd`（L510–L519） | 本课的 kernel 是“分组”的那种 | 两个 grid 的第二维各是什么，各读几遍 K/V？（第三维是分段，略） |
+# | 1 | `vllm/v1/attention/ops/chunked_prefill_paged_decode.py`：`chunked_prefill_paged_decode`（L447–L452） | `minivllm/attention/ops/triton_decode_attention.py`：`paged_decode_attention` | grid 的两维？ |
+# | 2 | `kernel_paged_attention_2d`（L90–L104、L123–L136） | kernel 开头 | 一个 program 负责哪些 query 头？三个 online softmax 状态的初值是什么？ |
+# | 3 | `kernel_paged_attention_2d`（L147–L167） | 填空 ①② | 物理块号从哪里读？哪些槽位被挡掉？ |
+# | 4 | `kernel_paged_attention_2d`（L212–L218、L228–L251） | 打分与填空 ④ | 出现新的 max 时，哪些量要重缩放？ |
 #
-# > **谁调用谁**：NVIDIA GPU 上注意力后端默认 FlashAttention，Triton 排在其后（`vllm/platforms/cuda.py`：`_get_backend_priorities`）。`kernel_paged_attention_2d` 是 ROCm 的回退路径，块循环与本课一一对应。
+# > **谁调用谁**：NVIDIA GPU 上默认选 FlashAttention（计算能力 10.x 的因果注意力先选 FlashInfer），Triton 后端在其后（`vllm/platforms/cuda.py`：`_get_backend_priorities`）。`kernel_paged_attention_2d` 是 ROCm 后端的 Triton 回退，循环与本课相同。
 
 # %%
 # 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
 from autograder.vllm_source import show_vllm
 
-show_vllm("vllm/v1/attention/backends/triton_attn.py", "TritonAttentionImpl.do_kv_cache_update", lines=(819, 834))
+show_vllm("vllm/v1/attention/ops/chunked_prefill_paged_decode.py", "chunked_prefill_paged_decode", lines=(447, 452))
 show_vllm("vllm/v1/attention/ops/chunked_prefill_paged_decode.py", "kernel_paged_attention_2d", lines=(90, 104))
-show_vllm("vllm/v1/attention/ops/chunked_prefill_paged_decode.py", "kernel_paged_attention_2d", lines=(123, 251))
-show_vllm("vllm/v1/attention/ops/triton_decode_attention.py", "_decode_att_m_fwd", lines=(229, 233))
-show_vllm("vllm/v1/attention/ops/triton_decode_attention.py", "_decode_grouped_att_m_fwd", lines=(510, 519))
+show_vllm("vllm/v1/attention/ops/chunked_prefill_paged_decode.py", "kernel_paged_attention_2d", lines=(123, 136))
+show_vllm("vllm/v1/attention/ops/chunked_prefill_paged_decode.py", "kernel_paged_attention_2d", lines=(147, 167))
+show_vllm("vllm/v1/attention/ops/chunked_prefill_paged_decode.py", "kernel_paged_attention_2d", lines=(212, 218))
+show_vllm("vllm/v1/attention/ops/chunked_prefill_paged_decode.py", "kernel_paged_attention_2d", lines=(228, 251))
 
 # %% nbgrader={"grade": false, "grade_id": "l06_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：没有 GPU 时在导入 triton 之前打开解释器；静音无害的警告（评分单元格不能写 stderr）。
@@ -92,13 +94,16 @@ print("Triton 解释器（CPU）" if L06.interpreting() else "CUDA", "| 设备�
 #
 # ### 2. 它如何工作
 #
-# 填空要用的 Triton 写法：
+# 读懂 kernel 与填空要用的 Triton 写法：
 #
 # - **program**：kernel 按 grid 启动许多 program，每个用 `tl.program_id(axis)` 得知自己负责哪一份；
-# - **块与 mask**：`tl.arange(0, N)` 给出块内下标（N 为 2 的幂）；`tl.load(ptrs, mask=m, other=0.0)` 一次读一块，m 为假处取 `other`；
-# - **二维地址**：`ptr + 行[:, None] * 行步长 + 列[None, :]` 广播成一块；每一维乘自己的 stride 再相加；
-# - **逐元素与按行归约**：`tl.maximum(a, b)`、`tl.exp(x)`；`tl.max(x, axis=1)`、`tl.sum(x, axis=1)`；
-# - **`tl.dot`**：两个块的矩阵乘，每一维至少 16，走 tensor core；两个操作数都先 `.to(COMPUTE_DTYPE)`，并带 `input_precision=DOT_PRECISION`，否则 GPU 上 fp32 按 tf32 算，差约 1e-3。
+# - **指针**：指针加整数按元素移动，`tl.load(ptr + i)` 读一个元素；
+# - **块与 mask**：`tl.arange(0, N)` 给出块内下标（N 为 2 的幂）；`tl.load(ptrs, mask=m, other=0.0)` 一次读一块，m 为假处不读、取 `other`；
+# - **二维地址**：`行[:, None] * 行步长 + 列[None, :]` 广播成一块；每一维乘自己的 stride 再相加；
+# - **逐元素与按行归约**：`tl.maximum(a, b)`、`tl.exp(x)`；`tl.max(x, axis=1)`、`tl.sum(x, axis=1)`；每行一个数的向量 `r` 乘二维块时写 `r[:, None]`；
+# - **`tl.dot`**：两个块的矩阵乘；NVIDIA GPU 上归约维 K 至少 16（fp32 为 8），M、N 可以更小。
+#
+# **`tl.dot` 的陷阱**：两个操作数都要先 `.to(COMPUTE_DTYPE)`，并带 `input_precision=DOT_PRECISION`。否则 GPU 上 fp32 输入按 tf32 算（差约 1e-3），bf16 cache 时 fp32 乘 bf16 编译不过。CPU 解释器一律按 fp32 算，测不出来，所以启动器静态检查每个 `tl.dot`。
 #
 # minivllm 的 decode kernel 对应 vLLM 的 `kernel_paged_attention_2d`：
 #
@@ -106,7 +111,7 @@ print("Triton 解释器（CPU）" if L06.interpreting() else "CUDA", "| 设备�
 # - **沿逻辑块循环**：从块表读物理块号，构造 K/V 指针并掩掉 `seq_len` 之后的槽位，一次 `tl.dot` 算出组内各头的分数，再做 online softmax 更新。
 # - 循环结束后输出 `acc / running_sum`，只写一次。
 #
-# 下面的图来自真实引擎：Triton 后端在默认模型（8 个 query 头、2 个 kv 头）上贪心生成，记录每次 decode 调用的块表与长度。
+# 下面的图来自真实引擎：Triton 后端在默认模型（8 个 query 头、2 个 kv 头）上贪心生成时，每次 decode 调用的块表与长度。
 
 # %%
 ref_run = L06.reference_run()   # minivllm 自己的 decode kernel；记录每次调用的块表、长度（最后一次还有输入张量）
@@ -134,8 +139,7 @@ for r in rows:
 # - **最后一个块必须掩码**：未写入的槽位可能是旧值，甚至 NaN。掩码要同时作用于 K/V 的加载（`0 * NaN` 仍是 NaN）和注意力分数（置为 $-\infty$）。
 # - **先减 max 再 exp**：fp32 的 `exp` 在输入超过约 88.7 时溢出为 inf，inf/inf 得 NaN。
 # - **分母和累加器都要重缩放**：只缩放一个，在 max 出现在第一个块时碰巧正确，后面的块抬高 max 就错。
-# - **GQA 映射**：组内第 r 行是 query 头 `kv_head * QUERIES_PER_KV + r`。错配不报错，只会读错头。
-# - **空行与越界**：`seq_len = 0` 的填充行输出 0；块号乘步长要转成 int64。
+# - **空行**：`seq_len = 0` 的填充行一个块也不读，输出 0。
 
 # %%
 # 把逻辑块号当物理块号会读哪些块？用图 6-1 最后一次调用的块表算出来（块 0 是 null block）。
@@ -149,7 +153,7 @@ for seq, (table, n) in enumerate(zip(last.block_table, last.seq_lens)):
 #
 # ### 4. 性能与工程取舍
 #
-# - **受带宽限制**：每个（query 头, token）约 $4d$ 次浮点运算，每个（kv 头, token）读 $2d$ 个元素，算术强度为 $2G/\text{elt}$ FLOP/B（$G$ = `QUERIES_PER_KV`）。bf16、GQA 4 时约 4 FLOP/B，比 H100 SXM 的拐点（约 295）低两个数量级（图 6-3）。
+# - **受带宽限制**：每个（query 头, token）约 $4d$ 次浮点运算，每个（kv 头, token）读 $2d$ 个元素，算术强度为 $2G/\text{elt}$ FLOP/B（$G$ = `QUERIES_PER_KV`）。bf16、GQA 4 时约 4 FLOP/B，比 H100 SXM 的拐点（约 295）低约 70 倍（图 6-3）。
 # - **每个字节只读一次**：不读 `seq_len` 之后的槽位，不写中间结果；组内 query 头共用一次 K/V 加载。
 # - **并行度**：只有 `batch × num_kv_heads` 个 program，小 batch、长上下文时吃不满带宽；vLLM 在纯 decode 的小批上把序列切段并行再合并（见附录）。
 
@@ -157,7 +161,7 @@ for seq, (table, n) in enumerate(zip(last.block_table, last.seq_lens)):
 L06.plot_roofline();
 
 # %% [markdown]
-# 图 6-3：图 1-1 的 roofline（H100 SXM：BF16 约 989 TFLOP/s，HBM3 约 3.35 TB/s）上，decode attention 的算术强度只有 1～8 FLOP/B，落在带宽斜线上，与峰值算力无关。实测点需要 GPU。
+# 图 6-3：图 1-1 的 roofline（H100 SXM：BF16 约 989 TFLOP/s，HBM3 约 3.35 TB/s）上，decode attention 的算术强度只有 1～8 FLOP/B，落在带宽斜线上，与峰值算力无关。
 
 # %% [markdown]
 # ## 具体演示：一次 decode 调用读了什么
@@ -175,16 +179,18 @@ else:
     L06.print_bandwidth(L06.measure_bandwidth(_paged_decode_attention_kernel))
 
 # %% [markdown]
-# 读表：分组 kernel 读的 K/V 字节正好是“每个字节一次”（`1.00x`），不分组时是 `QUERIES_PER_KV` 倍（这里 4 倍）。`exp` 的次数含补齐到 16 行的空头：计算有浪费；按图 6-3 推算，时间由读的字节决定（尚无 GPU 实测）。
+# 读表：分组 kernel 读的 K/V 字节正好是“每个字节一次”（`1.00x`），不分组时是 `QUERIES_PER_KV` 倍（这里 4 倍）。按图 6-3 推算，时间由读的字节决定（尚无 GPU 实测）。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
 #
-# 下面是 minivllm `_paged_decode_attention_kernel` 的副本，块循环里 8 处被挖成了 `______`：① 从块表读物理块号；② 本块的 token 掩码与 K/V 指针偏移；④ online softmax 的更新（新 max、重缩放因子、本块概率、分母、累加器）。其余代码都已给出。
+# 下面是 minivllm `_paged_decode_attention_kernel` 的副本。kernel 开头、③ K/V 的地址与加载、打分和收尾都已给出；块循环里只有 6 行是 `______`：
 #
-# 只改 `______` 处，不删断言、不放宽条件。
+# - ① `physical_block`：这个逻辑块存在哪个物理块；
+# - ② `token_mask`：本块的 `BLOCK_SIZE` 个槽位里，哪些是序列里的 token；
+# - ④ `rescale`、`probs`、`running_sum`、`acc`：把图 6-2 下的公式写成 Triton，`acc` 一行照上面的 `tl.dot` 陷阱写。
 #
-# 解释器测不出 tf32 的误差，所以启动器静态检查每个 `tl.dot` 是否照上面的规则写，不符则三项代码检查都判失败。
+# 只改 `______` 处，不删断言、不放宽条件。`tl.dot` 不合规则时，三项代码检查都判失败。
 
 # %% nbgrader={"grade": false, "grade_id": "l06_kernel", "locked": false, "schema_version": 3, "solution": true, "task": false}
 import triton
@@ -233,25 +239,29 @@ def paged_decode_kernel(
 
     num_logical_blocks = tl.cdiv(seq_len, BLOCK_SIZE)
     for logical_block in range(0, num_logical_blocks):
-        # TODO 1. Where does this block of the sequence live in the cache? (row `seq` of the block table)
+        # TODO 1. The physical block that holds this logical block (row `seq` of the block table).
         physical_block = tl.load(block_table_ptr + seq * stride_block_table_seq + logical_block)  ### BLANK
         physical_block = physical_block.to(tl.int64)   # block * stride can pass 2**31 in a big cache
 
-        # TODO 2. Its BLOCK_SIZE tokens of this kv head: which are inside the sequence, and their offsets.
-        token_pos = logical_block * BLOCK_SIZE + slots
+        # TODO 2. Which of the block's BLOCK_SIZE slots hold tokens of the sequence?
+        token_pos = logical_block * BLOCK_SIZE + slots   # each slot's position in the sequence
         token_mask = token_pos < seq_len  ### BLANK
-        kv_offsets = physical_block * stride_cache_block + slots[:, None] * stride_cache_slot + kv_head * stride_cache_head + dims[None, :]  ### BLANK
+
+        # 3. This kv head's K and V in the block, [BLOCK_SIZE, HEAD_DIM_PAD] (given): block, slot, kv head and
+        #    dim, each times its stride; masked slots are not read (0 instead: an unwritten slot may hold NaN).
+        kv_offsets = (physical_block * stride_cache_block + slots[:, None] * stride_cache_slot
+                      + kv_head * stride_cache_head + dims[None, :])
         kv_mask = token_mask[:, None] & dim_mask[None, :]
         k = tl.load(k_cache_ptr + kv_offsets, mask=kv_mask, other=0.0).to(COMPUTE_DTYPE)
         v = tl.load(v_cache_ptr + kv_offsets, mask=kv_mask, other=0.0).to(COMPUTE_DTYPE)
-
-        # 3. Scores of every query head of the group against the block's tokens (given).
+        # Scores of every query head of the group against the block's tokens; masked slots get -inf.
         scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale   # [GROUP_PAD, BLOCK_SIZE]
         scores = tl.where(token_mask[None, :], scores, float("-inf"))
 
-        # TODO 4. Online softmax: raise the running max, rescale what was summed under the old max.
+        # TODO 4. Online softmax (the formula under Figure 6-2): rescale what was summed under the old max,
+        # then add this block. new_max is the m' of the formula.
         block_max = tl.max(scores, axis=1)
-        new_max = tl.maximum(running_max, block_max)  ### BLANK
+        new_max = tl.maximum(running_max, block_max)
         rescale = tl.exp(running_max - new_max)  ### BLANK
         probs = tl.exp(scores - new_max[:, None])  ### BLANK
         running_sum = running_sum * rescale + tl.sum(probs, axis=1)  ### BLANK
@@ -315,24 +325,22 @@ else:
                       bw["peak_tflops"], bw["copy_gbs"] / 1e3, bw["device"])
 
 # %% [markdown]
-# 图 6-4（CPU）或图 6-3 实测版（GPU）。batch 越大，实测点越接近带宽斜线；batch=1 时只有 8 个 program，远少于 SM 数。
+# 图 6-4（CPU）或图 6-3 实测版（GPU）。预期（尚待 GPU 实测）：batch 越大，实测点越接近带宽斜线；batch=1 时只有 8 个 program，远少于 SM 数。
 
 # %% [markdown]
 # ## 检查方法
 #
-# 运行断言；再把 query 放大 200 倍，让注意力分数到几百，看看“不减 max 直接 exp”会怎样，解释你的 kernel 为什么不受影响。然后把 `q_scale` 改回 1 重跑，解释为什么那时两种写法结果一样，因而普通的随机测试抓不到这个错误。
+# 运行断言；再运行下一个单元格：它在 query 放大 1 倍和 200 倍时各算一次打分，看朴素的 `exp(s)` 是否出现 inf，再用你的 kernel 跑放大 200 倍的批。Q2 要你解释这个结果。
 
 # %%
-hot = L06.make_case([20, 37], q_scale=200.0, seed=6)
-k0 = hot.k_cache[hot.block_table[0, :2].long()].flatten(0, 1)[:20, 0]    # seq 0 的 20 个 key（kv 头 0）
-s = (k0 @ hot.query[0, 0]) * hot.scale                                   # query 头 0 的打分
-print(f"最大打分 {s.max().item():.1f}；exp(s) 中 inf 的个数 {torch.isinf(torch.exp(s)).sum().item()}；"
-      f"exp(s - max) 之和 {torch.exp(s - s.max()).sum().item():.3f}")
+for q_scale in (1.0, 200.0):
+    hot = L06.make_case([20, 37], q_scale=q_scale, seed=6)
+    k0 = hot.k_cache[hot.block_table[0, :2].long()].flatten(0, 1)[:20, 0]    # seq 0 的 20 个 key（kv 头 0）
+    s = (k0 @ hot.query[0, 0]) * hot.scale                                   # query 头 0 的打分
+    print(f"q_scale={q_scale:g}：最大打分 {s.max().item():.1f}；exp(s) 中 inf 的个数 "
+          f"{torch.isinf(torch.exp(s)).sum().item()}；exp(s - max) 之和 {torch.exp(s - s.max()).sum().item():.3f}")
 out_hot = L06.run_decode(paged_decode_kernel, hot)
-print("kernel 与参考的最大误差：", (out_hot - L06.reference(hot)).abs().max().item())
-
-# %% [markdown]
-# 你的解释：
+print("q_scale=200 时 kernel 与参考的最大误差：", (out_hot - L06.reference(hot)).abs().max().item())
 
 # %% nbgrader={"grade": true, "grade_id": "l06_boundary", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 edge = L06.make_case([0, 1, 16, 17], seed=4)
@@ -348,20 +356,19 @@ L06.check_boundary(paged_decode_kernel)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 这一部分自动评分（1 分）：打开 vLLM 8e958902eee5 的 `vllm/v1/attention/ops/chunked_prefill_paged_decode.py`，在 `kernel_paged_attention_2d` 的块循环里找到每个空对应的变量名，以及本课参数 `stride_block_table_seq` 在那里的参数名。
+# 这一部分自动评分（1 分）：在阅读表第 3、4 行显示的 `kernel_paged_attention_2d` 片段里，找出与每个空存放同一个量的变量名（单元格里的注释写了在哪一段找）。
 #
 # 答案是字符串，大小写不限；`kernel_unified_attention` 里的不同名字也接受。
 
 # %% nbgrader={"grade": false, "grade_id": "l06_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
+    # 阅读表第 3 行（L147–L167）
     "physical_block": "p_block_idx",  ### BLANK
     "token_mask": "kv_load_mask",  ### BLANK
-    "kv_offsets": "k_offset",  ### BLANK
-    "new_max": "m_j",  ### BLANK
+    # 阅读表第 4 行（L228–L251）
     "rescale": "alpha",  ### BLANK
     "probs": "p",  ### BLANK
     "running_sum": "L",  ### BLANK
-    "stride_block_table_seq": "block_table_stride",  ### BLANK
 }
 
 # %% nbgrader={"grade": true, "grade_id": "l06_source_map", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
@@ -370,22 +377,19 @@ L06.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l06_q1", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q1（2 分）
 #
-# 为什么 decode attention 受显存带宽限制而不是算力限制？一个 decode kernel 应当把什么降到最少？请用本课的 kernel 与图 6-3/6-4 说明。
-#
-# 评分要求：必须包含对象、状态变化、正确性或成本链。
+# 用图 6-3 的数字说明：为什么 decode attention 的耗时由从显存读的字节数决定，而不是由浮点运算量决定？
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 算出或说清算术强度（每个 query token 对每个上下文 token 只做约 $4d$ FLOP，却要读 $2d$ 个 K/V 元素；强度 $2G/\text{elt}$，bf16 下约 QUERIES_PER_KV FLOP/B，远低于 H100 SXM 的拐点 ~295）⇒ 时间 ≈ 读取字节数 / 带宽；并指出要最少化的是从显存读写的字节：每个 K/V 字节每步只读一次（GQA 组内共享、不读 seq_len 之后的槽位）、不把打分/概率写回显存、不先 gather 成连续张量、只写一次输出；1 分 = 只说“decode 是 GEMV/受带宽限制”而没有落到 kernel 该少读什么，或只列措施没有因果；0 分 = 认为优化 FLOP（如更快的 exp、tensor core）是主要手段，或把 H100 峰值当成 decode 能达到的速度（一票否决：把论文峰值写成普遍结论）。
+# **评分要点**：
+#
+# - 2 分：给出算术强度与拐点的比较（decode attention 约 1～8 FLOP/B，bf16、GQA 4 约 4 FLOP/B，或写成 $2G/\text{elt}$；H100 SXM 的拐点约 295 FLOP/B，差约 70 倍），并由此得出结论：kernel 落在 roofline 的带宽斜线上，耗时 ≈ 读的字节数 / 显存带宽，算力大部分闲置。
+# - 1 分：结论对（受带宽限制、耗时看读的字节），但没有用强度与拐点的比较说明；或给了比较，没有落到“耗时由字节数决定”。
+# - 0 分：认为 decode 受算力限制、优化 FLOP（更快的 exp、tensor core）是主要手段，或把 H100 的峰值算力当成 decode 能达到的速度。
 #
 # **参考答案**
 #
-# 1. 算术强度：decode 时每条序列只有 1 个 query token。对每个上下文 token，每个 query 头做 $q\cdot k$ 与 $p\,v$ 共约 $4d$ 次浮点运算，而每个 kv 头要从显存读 $k$、$v$ 共 $2d$ 个元素（bf16 为 $4d$ 字节）。GQA 比例为 $G$ 时强度为 $4dG/(2d\cdot\text{elt}) = 2G/\text{elt}$ FLOP/B，GQA 4、bf16 约 4 FLOP/B。H100 SXM 的拐点约 295 FLOP/B（图 1-1；PCIe 版约 378），差两个数量级，所以 kernel 落在 roofline 的带宽斜线上（图 6-3）：耗时 ≈ 必读字节 / 显存带宽，算力大部分闲置。batch 变大也不改变这个强度——每条序列有自己的 K/V，增加的是要读的字节，而不是复用。
-# 2. 必须最少化的是显存流量：
-#    - 每个 K/V 字节每步只读一次：一组共享 kv 头的 query 头在同一个 program 里复用一次加载（图 6-4：分组 1.00x，不分组 4x）；`seq_len` 之后的槽位不读（掩码同时省流量和保证正确性）。
-#    - 不产生中间显存流量：online softmax 让打分、概率和累加器都留在寄存器里，不写回整行打分再读回来做 softmax；也不像参考实现那样先把块 gather 成连续 K/V（那是一次额外的读+写）。
-#    - 输出只写一次；块表、query 的流量与 K/V 相比可忽略。
-# 3. 成本边界：即使做到每字节只读一次，上限也是“带宽 × 强度”；实际能达到多少拷贝带宽（例如 ≥70%）要靠 do_bench 实测确认，而且 program 数（batch × kv 头）太少时吃不满带宽，需要 split-KV。
+# decode 时每条序列只有 1 个 query token。对每个上下文 token，每个 query 头做约 $4d$ 次浮点运算（$q\cdot k$ 与 $p\,v$），每个 kv 头却要从显存读 $k$、$v$ 共 $2d$ 个元素，强度为 $2G/\text{elt}$ FLOP/B，bf16、GQA 4 约 4 FLOP/B。H100 SXM 的拐点约 989 TFLOP/s ÷ 3.35 TB/s ≈ 295 FLOP/B，高出约 70 倍，所以 decode attention 落在图 6-3 的带宽斜线上：耗时 ≈ 必读字节 / 带宽，算力大部分闲置。加大 batch 不改变强度，因为每条序列读的是自己的 K/V。
 #
 # === END MARK SCHEME ===
 
@@ -395,19 +399,21 @@ L06.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l06_q2", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q2（2 分）
 #
-# 为什么要用 online softmax？如果去掉 running max（直接 `exp(scores)`），或者只重缩放分母、不重缩放累加器，分别在什么输入上出错、错成什么样？
-#
-# 评分要求：必须包含对象、状态变化、正确性或成本链。
+# 检查方法的单元格里，q_scale=200 时朴素的 `exp(s)` 出现 inf，你的 kernel 却与参考一致；q_scale=1 时没有 inf。为什么你写的 `probs` 不会溢出？为什么只用 q_scale=1 这样的普通输入测不出“不减 max”的错误？
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 说清动机（整行打分要等读完所有块才有 max 和分母；两遍扫描要么读两遍 K/V、要么把打分写回显存，都增加带宽；online softmax 一遍扫描、状态只有每个头的 $m,\ell$ 和累加器）并给出两个错误各自的触发条件与后果（不减 max：数学上等价，普通打分下测试照样通过，打分超过 ~88 时 `exp` 溢出为 inf，inf/inf → NaN；不重缩放累加器：max 只在第一个块时碰巧正确，后续块抬高 max 后旧累加器相对分母放大了 $e^{m'-m}$ 倍，输出偏向前面的块）；1 分 = 只说动机或只说一种错误；0 分 = 认为 online softmax 改变了结果（它与整行 softmax 数学等价），或把数值稳定性与性能混为一谈（一票否决：混淆算法正确性与性能）。**不扣分的说法**：指出 vLLM 的 `kernel_paged_attention_2d` 还要对整行为 $-\infty$ 的情形做保护（`M` 为 $-\infty$ 时 `alpha` 置 0，`m_j` 为 $-\infty$ 时 `p` 置 0，因为补齐的 query 头被掩成 $-\infty$，`exp(-inf - (-inf))` 是 NaN），是正确的；本课 kernel 的补齐行分数为 0、第一个块总有有效 token，所以不需要。
+# **评分要点**：
+#
+# - 2 分：两点都对。① kernel 先减 running max 再取 exp，exp 的参数都 ≤ 0，值在 (0, 1]，分母至少为 1，不会出现 inf 或 NaN；朴素的 `exp(s)` 在 fp32 里超过约 88.7 就溢出为 inf，inf/inf 得 NaN。② 普通输入的打分只有个位数，`exp` 不溢出；不溢出时两种写法是同一个 softmax（分子分母同乘 $e^{-m}$，约掉），结果几乎相同，所以测试照样通过。说出“不溢出时两种写法是同一个 softmax”即可，不要求推导约分。
+# - 1 分：只答对其中一点（只说减 max 防溢出，或只说普通输入不溢出、两种写法相同）。
+# - 0 分：认为减 max 是近似、会改变结果，或把它说成性能优化。
+#
+# **不扣分的说法**：提到 vLLM 在整行分数为 $-\infty$ 时把重缩放因子和概率置 0（L234、L241），是对的；本课补齐行的分数为 0，不需要。
 #
 # **参考答案**
 #
-# 1. 为什么：softmax 的分母和 max 依赖整行打分，而 decode kernel 是一块一块读 K/V 的。朴素做法要么扫两遍（第一遍求 max 与分母，第二遍再读一遍 K/V 求加权和——K/V 流量翻倍），要么把整行打分写回显存再读（额外流量，且长上下文时放不进寄存器/共享内存）。Online softmax 维护每个 query 头的 running max $m$、分母 $\ell$ 与累加器 $a$，每个块到来时用 $r=e^{m-m'}$ 把旧状态换算到新 max 下，一遍扫描、K/V 只读一次、状态常驻寄存器——这直接服务于 Q1 的“每字节只读一次”。结果与整行 softmax 数学等价（图 6-2 的误差 ~1e-7）。
-# 2. 不减 max：`exp(s)` 在 $s \gtrsim 88.7$（fp32）时溢出为 inf，分母与累加器出现 inf，`acc / sum` = inf/inf = NaN；打分为很大的负数时则下溢为 0，分母为 0。打分在 ±10 以内时与正确写法结果相同，所以随机小输入的测试抓不到它（本课的边界检查用放大 200 倍的 query 造出几百的打分）。
-# 3. 只重缩放分母、不重缩放累加器：若最大的打分恰好在第一个块，之后 $m$ 不变、$r=1$，结果碰巧正确；一旦后面的块抬高了 max，旧累加器仍是相对旧 max 计算的，比应有值大 $e^{m'-m}$ 倍，而分母已被正确缩小，输出被前面的块“放大”，偏离正确值。反之只缩放累加器、不缩放分母，输出整体偏小。两者都不会报错，只有对照参考实现（或真实引擎生成的 token 变了）才会发现。
+# fp32 的 `exp` 在参数超过约 88.7 时溢出为 inf；q_scale=200 时打分有几百，朴素的 `exp(s)` 出现 inf，分母和累加器都成 inf，`acc / sum` = inf/inf = NaN。kernel 的 `probs` 减的是 running max，参数都 ≤ 0，最大的一项是 1，所以分母至少为 1；`rescale` 的参数 `running_max - new_max` 也 ≤ 0。减去 max 相当于分子分母同乘 $e^{-m}$，数学上结果不变。q_scale=1 时打分只有个位数，`exp` 不溢出，漏掉这一步的写法与正确写法结果几乎相同，所以普通的随机测试抓不到它；边界检查专门用放大 200 倍的 query 造出几百的打分。
 #
 # === END MARK SCHEME ===
 
@@ -417,25 +423,21 @@ L06.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l06_q3", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q3（2 分）
 #
-# 本课的 kernel 让一个 program 处理共享同一 kv 头的整组 query 头（GQA 分组）。这省下了什么？代价和边界是什么？对照阅读表第 3 行的两个 grid 说明。
-#
-# 评分要求：必须包含对象、状态变化、正确性或成本链。
+# 本课 kernel 的 grid 是（序列数, kv 头数），一个 program 算共享同一 kv 头的整组 query 头。对照演示里的计数表（或图 6-4），与每个 query 头一个 program 相比，它少读了什么、少了几倍？为什么这能直接省时间？
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 指出省下的是 K/V 的重复读取（每个 kv 头的 K/V 每步只从显存读一次，而不是每个 query 头读一次，省 QUERIES_PER_KV 倍流量，图 6-4 实测 4x→1x）以及块表读取与循环开销，并把组内 query 头做成 `tl.dot` 的行，让打分与 $p\,v$ 走矩阵乘；同时说出代价/边界（组被补到 16 行，与 vLLM 的 `num_queries_per_kv_padded` 相同，QUERIES_PER_KV 小时浪费计算，但在带宽受限下几乎免费；说这是为 `tl.dot` 或 tensor core 形状所做的选择也可；program 数从 B×H 降到 B×Hkv，小 batch 时并行度更低，需要 split-KV；正确性要求组内第 r 行对应 query 头 `kv_head*QUERIES_PER_KV + r`）；对应到 vLLM：`_decode_att_m_fwd` 的 grid 是 `(batch, head_num, NUM_KV_SPLITS)`，每个 query 头一个 program，但 `decode_attention_fwd` 只在 `kv_group_num == 1` 时走它，GQA 时走 `_decode_grouped_att_m_fwd`，grid 第二维是 `cdiv(head_num, min(BLOCK_H, kv_group_num))`，一个 program 处理 `min(16, kv_group_num)` 个头（说“vLLM 的 GQA decode 每个 query 头读一遍 K/V”的不得 2 分）；1 分 = 只说“省带宽”没有说省的是哪份读取、或没有代价；0 分 = 认为分组减少的是 FLOP 或显存占用（KV cache 大小由 kv 头数决定，与 kernel 是否分组无关），或把“GQA 模型省 KV cache”与“kernel 分组省读取”混为一谈而说不清后者。
+# **评分要点**：
+#
+# - 2 分：指出少读的是 K/V：每个 kv 头的 K/V 每步只从显存读一次，而不是组内每个 query 头各读一次，少 `QUERIES_PER_KV` 倍（表里 4.00x → 1.00x）；并说明 decode 受带宽限制（Q1），耗时随读的字节数走，所以少读几倍就省下相应的时间。
+# - 1 分：只说“省带宽/少读”而没说少的是哪份读取或几倍；或说对了倍数，没有联系到带宽限制。
+# - 0 分：只说省了 FLOP 或显存占用，没有指出 K/V 被重复读取。
+#
+# **不扣分的说法**：提到计数表里分组版的 `tl.dot` 运算量与 `exp` 次数也少 4 倍（逐头版每个头也补到 16 行）；提到重复的读取可能部分命中 L2 缓存（没有保证）。
 #
 # **参考答案**
 #
-# 1. 省下了什么：GQA 模型里 QUERIES_PER_KV 个 query 头共享一个 kv 头的 K/V。若 kernel 每个 query 头一个 program，同一段 K/V 会被 kv_group_num 个 program 各读一遍——能否命中 L2 取决于调度与上下文长度，不能保证；decode 受带宽限制（Q1），这几乎就是 kv_group_num 倍的时间。vLLM `triton_decode_attention.py`（在 V1 里服务 MLA 后端）的 `decode_attention_fwd` 正是按这一点选 kernel：`kv_group_num == 1`（MHA，没有可共享的 K/V）时经 `_decode_att_m_fwd` 启动每个 query 头一个 program 的 kernel（grid 为 (batch, head_num, NUM_KV_SPLITS)）；有分组时经 `_decode_grouped_att_m_fwd` 启动分组 kernel，grid 第二维是 `cdiv(head_num, min(BLOCK_H, kv_group_num))`，一个 program 处理 `min(16, kv_group_num)` 个共享 K/V 的头；MLA 只传一个 KV 头，每个 rank 超过 16 个头时，仍有 `cdiv(head_num, 16)` 个 program 各读一遍同一份 K/V。分组后（本课 kernel；`kernel_paged_attention_2d` 与 `kernel_unified_attention` 的 grid 第二维也是 kv 头），每个 kv 头的 K/V 每步只读一次：图 6-4 中解释器数出的 K/V 字节从 4x（把 K/V 按 query 头展开、模拟不分组的读法）降到 1.00x。块表读取、循环与地址计算也只做一次。
-# 2. 顺带的好处：组内 query 头成为矩阵的行，打分 `q @ k^T` 和 `p @ v` 变成真正的 `tl.dot`，可以上 tensor core，而不是逐头的向量点积。
-# 3. 代价与边界：
-#    - 组被补到 16 行（`GROUP_PAD`，vLLM 的 `num_queries_per_kv_padded` 同样至少 16），让组内的 query 头作为 `tl.dot` 的行；QUERIES_PER_KV=4 时 3/4 的行是空的，exp 与 dot 的计算有浪费，但 kernel 受带宽限制，这部分几乎不花时间；
-#    - program 数从 batch×num_heads 降到 batch×num_kv_heads，小 batch 长上下文时 SM 吃不满，要靠 split-KV（vLLM 的 3D 路径、NUM_KV_SPLITS）补回并行度；
-#    - 正确性：第 r 行必须是 query 头 `kv_head * QUERIES_PER_KV + r`，输出也写回这些头；映射错不会报错，只会读错头（本课的 GQA 变异体）。
-# 4. 不要混淆：GQA 让 KV cache 变小是模型结构决定的（kv 头少），与 kernel 是否分组无关；kernel 分组省的是“同一份 K/V 被重复读”的流量。
-#
-# **附：检查方法的参考解释**（不单独计分）：打分到几百时 `exp(s)` 溢出为 inf（fp32 上限约 $e^{88.7}$），朴素 softmax 得 inf/inf = NaN；kernel 先减 running max，`exp` 的参数都 ≤ 0，分母至少为 1，所以结果正确。q_scale=1 时打分只有个位数，`exp` 不溢出，两种写法数学等价、数值几乎相同，所以随机小输入的测试区分不了它们——边界检查必须专门构造大打分。
+# GQA 模型里 `QUERIES_PER_KV` 个 query 头共享一个 kv 头的 K/V。每个 query 头一个 program 时，同一段 K/V 被 `QUERIES_PER_KV` 个 program 各读一遍；分组后一个 program 读一次 K/V，组内的 query 头作为 `tl.dot` 的行共用它。表里 K/V 读取字节从 4.00x 降到 1.00x（GQA 4），块表读取也少了 4 倍。decode 受带宽限制（Q1），耗时约等于读的字节除以带宽，所以 K/V 流量少 4 倍，这部分时间也少约 4 倍。
 #
 # === END MARK SCHEME ===
 
@@ -446,8 +448,8 @@ L06.check_source_map(SOURCE_MAP)
 # ## 评分规则
 #
 # - 代码 4 分：主路径 2 分（对照 torch 参考实现 1 分、接入真实引擎 1 分）、边界条件 1 分、能映射回源码对象 1 分；
-# - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
-# - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
+# - Q1～Q3 各 2 分：每题 3～5 句，答到题目所问的全部要点得 2 分，只答对一部分得 1 分；
+# - 一票否决：把峰值算力当成 decode 能达到的速度；混淆算法正确性与性能（如把减 max 说成提速手段）。
 #
 # 总分 10 分，至少 8 分通过。引擎的版本在 `minivllm/` 里，先独立完成再读。
 #
@@ -466,7 +468,7 @@ self_check("lesson06", globals());
 # %% [markdown]
 # ### 在真实 vLLM 0.27.1 上看同一件事
 #
-# vLLM 的 paged attention Triton kernel（`kernel_paged_attention_2d`、`unified_attention`）要 GPU；本机的 vLLM 是 CPU 版，没有 Triton，这些 kernel 不运行。
+# vLLM 的 paged attention Triton kernel（`kernel_paged_attention_2d`、`unified_attention`）要 GPU；本机的 vLLM 是 CPU 版：Triton 虽已安装，但没有 CPU 后端，vLLM 将其禁用，这些 kernel 不运行。
 #
 # 能跑的最近的东西是它的 CPU 注意力后端：照 `CPUAttentionBackendImpl.forward` 的调用，`cpu_attn_reshape_and_cache` 把 K/V 写进它自己的缓存布局，`cpu_attention_with_kv_cache` 在同一张块表上做 decode。
 #
@@ -496,7 +498,7 @@ L06.vllm_side_by_side(paged_decode_kernel);
 # - **cache 布局**：vLLM Triton 后端的逻辑形状是 `(num_blocks, num_kv_heads, block_size, 2*head_size)`，默认 NHD 布局下按 token 排，K 与 V 打包在最后一维；minivllm 用 `[2, num_blocks, block_size, num_kv_heads, head_size]`。
 # - **`kernel_paged_attention_2d`**：由 ROCm 后端 `rocm_attn.py` 调用，用按头排的旧 cache 布局。
 # - **按 token 查块**：它的循环单位是 Triton 的块，不一定等于 cache 的块（`PHYSICAL_BLOCK_SIZE`），所以为每个 token 查一次物理块号；minivllm 的循环单位就是 cache 块，每块查一次。
-# - **$-\infty$ 保护**：vLLM 把补齐的 query 头的注意力分数置为 $-\infty$，整行都是 $-\infty$ 时 `exp(-inf - (-inf))` 是 NaN，所以它把这时的 `alpha` 和 `p` 置 0。minivllm 补齐的行 query 为 0、分数为 0，第一个块总有有效 token，不会出现整行 $-\infty$。
+# - **$-\infty$ 保护**：vLLM 把补齐的 query 头的注意力分数置为 $-\infty$，整行都是 $-\infty$ 时 `exp(-inf - (-inf))` 是 NaN，所以它把这时的重缩放因子和概率置 0。minivllm 补齐的行 query 为 0、分数为 0，第一个块总有有效 token，不会出现整行 $-\infty$。
 # - **分段**：`unified_attention` 在批次全是 decode、且序列数不超过 `seq_threshold_3D` 时，把一条序列切成多段（3D 路径），再由 `reduce_segments` 合并；minivllm 不分段。
 # - **`triton_decode_attention.py`**：服务 MLA 后端（`triton_mla.py`）。分组时 grid 第二维是 `cdiv(head_num, min(BLOCK_H, kv_group_num))`，一个 program 至多 16 个头；MLA 只有一个 KV 头，每个 rank 超过 16 个头时，同一份 K/V 被几个 program 各读一遍。
 # - **块大小**：vLLM 的 Triton 后端要求块大小是 16 的倍数；minivllm 要求 2 的幂，在 CUDA 上至少 16。

@@ -5,10 +5,10 @@ attention/ops/triton_decode_attention.py splits each sequence's blocks over seve
 the partial softmaxes in a second kernel (split-KV), which this one does not do.
 
 One program per (sequence, kv head). It loads the query heads that share the kv head (GQA: the whole
-group at once, padded to 16 rows so tl.dot has a legal shape), then walks the sequence's logical blocks:
-read the physical block id from the block table, load that block's K and V, and fold the scores into
-an fp32 online softmax (running max, running denominator, rescaled accumulator). The output is the
-accumulator divided by the denominator.
+group at once, padded to 16 rows as vLLM pads num_queries_per_kv_padded), then walks the sequence's
+logical blocks: read the physical block id from the block table, load that block's K and V, and fold
+the scores into an fp32 online softmax (running max, running denominator, rescaled accumulator). The
+output is the accumulator divided by the denominator.
 """
 from __future__ import annotations
 
