@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from fastapi import Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from pydantic import Field, field_validator, model_validator
 
 from minivllm.entrypoints.openai.protocol import (
@@ -158,13 +158,14 @@ async def generate(serving, req: GenerateRequest, raw: Request):
     n > 1 answers every sample, choice i for sample i (vLLM 0.27.1's non-streaming answer keeps only the sample
     that finished last: a listed difference)."""
     from minivllm.entrypoints.openai.api_server import (
+        CancellableStreamingResponse,
         _usage,
         finals_of,
         merge_async_iterators,
         now,
         sse,
+        sse_body,
         start_children,
-        stream_error,
         with_cancellation,
     )
 
@@ -185,28 +186,20 @@ async def generate(serving, req: GenerateRequest, raw: Request):
 
         async def stream():
             n_prompt, n_gen = len(req.token_ids), [0] * len(gens)
-            try:
-                async for i, out in merge_async_iterators(*[g.iterate() for g in gens]):
-                    c = out.outputs[0]
-                    n_gen[i] += len(c.token_ids)
-                    if not c.token_ids:
-                        continue
-                    lp = _token_logprobs(c.token_ids, c.logprobs, params.logprobs) if params.logprobs is not None \
-                        else None
-                    chunk = {"request_id": rid, "choices": [{"index": i, "logprobs": lp,
-                                                             "finish_reason": c.finish_reason,
-                                                             "token_ids": list(c.token_ids), "routed_experts": None}],
-                             "usage": _usage(n_prompt, n_gen[i]) if continuous else None}
-                    yield sse(chunk)
-                if include_usage:
-                    yield sse({"request_id": rid, "choices": [], "usage": _usage(n_prompt, sum(n_gen), False)})
-            except Exception as e:
-                yield stream_error(e)
-            finally:
-                for g in gens:
-                    await g.aclose()
-            yield "data: [DONE]\n\n"
-        return StreamingResponse(stream(), media_type="text/event-stream")
+            async for i, out in merge_async_iterators(*[g.iterate() for g in gens]):
+                c = out.outputs[0]
+                n_gen[i] += len(c.token_ids)
+                if not c.token_ids:
+                    continue
+                lp = _token_logprobs(c.token_ids, c.logprobs, params.logprobs) if params.logprobs is not None \
+                    else None
+                chunk = {"request_id": rid, "choices": [{"index": i, "logprobs": lp, "finish_reason": c.finish_reason,
+                                                         "token_ids": list(c.token_ids), "routed_experts": None}],
+                         "usage": _usage(n_prompt, n_gen[i]) if continuous else None}
+                yield sse(chunk)
+            if include_usage:
+                yield sse({"request_id": rid, "choices": [], "usage": _usage(n_prompt, sum(n_gen), False)})
+        return CancellableStreamingResponse(sse_body(stream(), gens), media_type="text/event-stream")
 
     async def run():
         created = now()

@@ -111,6 +111,20 @@ def stream_error(exc: BaseException) -> str:
     return sse({"error": {"message": str(exc), "type": type(exc).__name__, "param": None, "code": status}})
 
 
+async def sse_body(events: AsyncIterator[str], gens: list) -> AsyncGenerator[str, None]:
+    """A stream's SSE body: its events; an error event if they fail after the 200 went out; every engine request
+    closed (aborted if unfinished, also when the client leaves); then `data: [DONE]`."""
+    try:
+        async for event in events:
+            yield event
+    except Exception as e:
+        yield stream_error(e)
+    finally:
+        for g in gens:
+            await g.aclose()
+    yield "data: [DONE]\n\n"
+
+
 class ModelNotFound(Exception):
     """A request named a model this server does not serve (vLLM: 404 NotFoundError, param "model")."""
 
@@ -630,8 +644,8 @@ async def create_completion(serving: OpenAIServing, req: CompletionRequest, raw:
                   else "" for p in prompts]
     echo_texts = [t for t in echo_texts for _ in range(params.n)]
     if req.stream:
-        return CancellableStreamingResponse(_completion_stream(serving, req, gens, rid, created, echo_texts,
-                                                               params.n, echo_only),
+        return CancellableStreamingResponse(sse_body(_completion_stream(serving, req, gens, rid, created, echo_texts,
+                                                                        params.n, echo_only), gens),
                                             media_type="text/event-stream")
 
     async def run():
@@ -706,44 +720,37 @@ async def _completion_stream(serving, req, gens, rid, created, echo_texts, n, ec
     n_prompt, n_gen = [0] * len(gens), [0] * len(gens)
     offsets = [0] * len(gens)  # vLLM counts the offsets of later chunks from the generated text alone
     first = [True] * len(gens)
-    try:
-        async for i, out in merge_async_iterators(*[g.iterate() for g in gens]):
-            c = out.outputs[0]
-            text = "" if echo_only else c.text
-            prompt_ids = None
-            if first[i]:
-                first[i] = False
-                n_prompt[i] = len(out.prompt_token_ids) if i % n == 0 else 0
-                text = echo_texts[i] + text
-                prompt_ids = list(out.prompt_token_ids) if req.return_token_ids or req.echo else None
-            n_gen[i] += len(c.token_ids)
-            if not text and not c.token_ids and not c.finish_reason:
-                continue  # vLLM skips only a step with nothing in it: a token whose text is held back (a byte of
-                # a split character, a stop string forming) still goes out, with its logprobs and ids
-                # (completion/serving.py:366-377)
-            if prompt_ids is not None and req.echo and req.logprobs is not None:  # first chunk: prompt + token
-                ids, lps = list(out.prompt_token_ids), list(out.prompt_logprobs or [])
-                if not echo_only:
-                    ids, lps = ids + list(c.token_ids), lps + list(c.logprobs or [])
-                lp = serving.completion_logprobs(ids, lps, 0, req.logprobs, req.return_tokens_as_token_ids)
-            else:
-                lp = None if echo_only else serving.completion_logprobs(c.token_ids, c.logprobs, offsets[i],
-                                                                        req.logprobs or 0, req.return_tokens_as_token_ids)
-            offsets[i] += len(c.text)
-            chunk = head | {"choices": [{"index": i, "text": text, "logprobs": lp, "finish_reason": c.finish_reason,
-                                         "stop_reason": c.stop_reason, "prompt_token_ids": prompt_ids,
-                                         "token_ids": list(c.token_ids) if req.return_token_ids else None}]}
-            if continuous:
-                chunk["usage"] = _usage(n_prompt[i], n_gen[i], details=False)
-            yield sse(chunk)
-        if include_usage:
-            yield sse(head | {"choices": [], "usage": _usage(sum(n_prompt), sum(n_gen), details=False)})
-    except Exception as e:
-        yield stream_error(e)
-    finally:
-        for g in gens:
-            await g.aclose()
-    yield "data: [DONE]\n\n"
+    async for i, out in merge_async_iterators(*[g.iterate() for g in gens]):
+        c = out.outputs[0]
+        text = "" if echo_only else c.text
+        prompt_ids = None
+        if first[i]:
+            first[i] = False
+            n_prompt[i] = len(out.prompt_token_ids) if i % n == 0 else 0
+            text = echo_texts[i] + text
+            prompt_ids = list(out.prompt_token_ids) if req.return_token_ids or req.echo else None
+        n_gen[i] += len(c.token_ids)
+        if not text and not c.token_ids and not c.finish_reason:
+            continue  # vLLM skips only a step with nothing in it: a token whose text is held back (a byte of
+            # a split character, a stop string forming) still goes out, with its logprobs and ids
+            # (completion/serving.py:366-377)
+        if prompt_ids is not None and req.echo and req.logprobs is not None:  # first chunk: prompt + token
+            ids, lps = list(out.prompt_token_ids), list(out.prompt_logprobs or [])
+            if not echo_only:
+                ids, lps = ids + list(c.token_ids), lps + list(c.logprobs or [])
+            lp = serving.completion_logprobs(ids, lps, 0, req.logprobs, req.return_tokens_as_token_ids)
+        else:
+            lp = None if echo_only else serving.completion_logprobs(c.token_ids, c.logprobs, offsets[i],
+                                                                    req.logprobs or 0, req.return_tokens_as_token_ids)
+        offsets[i] += len(c.text)
+        chunk = head | {"choices": [{"index": i, "text": text, "logprobs": lp, "finish_reason": c.finish_reason,
+                                     "stop_reason": c.stop_reason, "prompt_token_ids": prompt_ids,
+                                     "token_ids": list(c.token_ids) if req.return_token_ids else None}]}
+        if continuous:
+            chunk["usage"] = _usage(n_prompt[i], n_gen[i], details=False)
+        yield sse(chunk)
+    if include_usage:
+        yield sse(head | {"choices": [], "usage": _usage(sum(n_prompt), sum(n_gen), details=False)})
 
 
 # ---------------------------------------------------------------------------- chat
@@ -822,8 +829,8 @@ async def create_chat_completion(serving: OpenAIServing, req: ChatCompletionRequ
                                 "max_completion_tokens" if req.max_completion_tokens else "max_tokens",
                                 truncate=req.truncate_prompt_tokens, truncation_side=req.truncation_side)
     if req.stream:
-        return CancellableStreamingResponse(_chat_stream(serving, req, gens, rid, created, num_lp or 0, role,
-                                                         echo_text),
+        return CancellableStreamingResponse(sse_body(_chat_stream(serving, req, gens, rid, created, num_lp or 0, role,
+                                                                  echo_text), gens),
                                             media_type="text/event-stream")
 
     async def run():
@@ -857,47 +864,40 @@ async def _chat_stream(serving, req, gens, rid, created, num_lp, role, echo_text
     n_prompt, n_gen = 0, [0] * len(gens)
     first = [True] * len(gens)
     tools = [tool_calls.StreamState(req, serving.auto_tool_parser) for _ in gens]
-    try:
-        async for i, out in merge_async_iterators(*[g.iterate() for g in gens]):
-            c = out.outputs[0]
-            n_prompt = len(out.prompt_token_ids)
-            if first[i]:
-                first[i] = False
-                chunk = head | {"choices": [{"index": i, "delta": {"role": role, "content": ""}, "logprobs": None,
-                                             "finish_reason": None}],
-                                "prompt_token_ids": list(out.prompt_token_ids) if req.return_token_ids else None,
-                                "prompt_text": None}
-                if continuous:
-                    chunk["usage"] = _usage(n_prompt, 0, details=False)
-                yield sse(chunk)
-                if echo_text:
-                    yield sse(head | {"choices": [{"index": i, "delta": {"content": echo_text}, "logprobs": None,
-                                                   "finish_reason": None}]})
-            n_gen[i] += len(c.token_ids)
-            if not c.text and not c.token_ids and not c.finish_reason and not req.forced_tool:
-                continue  # as vLLM (chat_completion/serving.py:604-610): a token with no text yet still goes out
-            delta = tools[i].delta(c.text, c.finish_reason is not None)
-            if delta is None and c.finish_reason is None:
-                continue
-            reason = tools[i].finish_reason(c.finish_reason)
-            choice = {"index": i, "delta": delta or {},
-                      "logprobs": serving.chat_logprobs(c.token_ids, c.logprobs, num_lp, req.return_tokens_as_token_ids),
-                      "finish_reason": reason}
-            if c.finish_reason is not None:
-                choice["stop_reason"] = c.stop_reason
-            choice["token_ids"] = list(c.token_ids) if req.return_token_ids else None
-            chunk = head | {"choices": [choice]}
+    async for i, out in merge_async_iterators(*[g.iterate() for g in gens]):
+        c = out.outputs[0]
+        n_prompt = len(out.prompt_token_ids)
+        if first[i]:
+            first[i] = False
+            chunk = head | {"choices": [{"index": i, "delta": {"role": role, "content": ""}, "logprobs": None,
+                                         "finish_reason": None}],
+                            "prompt_token_ids": list(out.prompt_token_ids) if req.return_token_ids else None,
+                            "prompt_text": None}
             if continuous:
-                chunk["usage"] = _usage(n_prompt, n_gen[i], details=False)
+                chunk["usage"] = _usage(n_prompt, 0, details=False)
             yield sse(chunk)
-        if include_usage:
-            yield sse(head | {"choices": [], "usage": _usage(n_prompt, sum(n_gen), details=False)})
-    except Exception as e:
-        yield stream_error(e)
-    finally:
-        for g in gens:
-            await g.aclose()
-    yield "data: [DONE]\n\n"
+            if echo_text:
+                yield sse(head | {"choices": [{"index": i, "delta": {"content": echo_text}, "logprobs": None,
+                                               "finish_reason": None}]})
+        n_gen[i] += len(c.token_ids)
+        if not c.text and not c.token_ids and not c.finish_reason and not req.forced_tool:
+            continue  # as vLLM (chat_completion/serving.py:604-610): a token with no text yet still goes out
+        delta = tools[i].delta(c.text, c.finish_reason is not None)
+        if delta is None and c.finish_reason is None:
+            continue
+        reason = tools[i].finish_reason(c.finish_reason)
+        choice = {"index": i, "delta": delta or {},
+                  "logprobs": serving.chat_logprobs(c.token_ids, c.logprobs, num_lp, req.return_tokens_as_token_ids),
+                  "finish_reason": reason}
+        if c.finish_reason is not None:
+            choice["stop_reason"] = c.stop_reason
+        choice["token_ids"] = list(c.token_ids) if req.return_token_ids else None
+        chunk = head | {"choices": [choice]}
+        if continuous:
+            chunk["usage"] = _usage(n_prompt, n_gen[i], details=False)
+        yield sse(chunk)
+    if include_usage:
+        yield sse(head | {"choices": [], "usage": _usage(n_prompt, sum(n_gen), details=False)})
 
 
 # ---------------------------------------------------------------------------- responses
