@@ -33,11 +33,12 @@ def test_solution_gets_all_code_points(executed_solution):
 
 def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
     good = solution_ns["SOURCE_MAP"]
-    check_source_map(dict(good, peek="self.waiting.peek_request()", requeue="self.skipped_waiting.prepend_requests(step_skipped_waiting)",
-                          queue_factory="vllm.v1.core.sched.request_queue.create_request_queue"))
-    for bad in (dict(good, peek=good["requeue"], requeue=good["peek"]), dict(good, requeue="appendleft"),
-                dict(good, cached_data="CachedRequestData"), {k: v for k, v in good.items() if k != "peek"},
-                dict(good, new_blocks=None)):
+    check_source_map(dict(good, peek="request_queue.peek_request()", hit_tokens="num_new_local_computed_tokens",
+                          queue_factory="vllm.v1.core.sched.request_queue.create_request_queue",
+                          preempted_list="preempted_reqs[:]"))
+    for bad in (dict(good, peek=good["pick_queue"], pick_queue=good["peek"]), dict(good, peek="pop_request"),
+                dict(good, hit_tokens="num_computed_tokens"), dict(good, preempted_list="preempted_req"),
+                {k: v for k, v in good.items() if k != "peek"}, dict(good, pick_queue=None)):
         with pytest.raises(AssertionError):
             check_source_map(bad)
 

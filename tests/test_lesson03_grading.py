@@ -62,11 +62,13 @@ def test_mutant_loses_unit_points(name, solution_ns):
 def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
     good = solution_ns["SOURCE_MAP"]
     check_source_map({k: f"self.{v}()" for k, v in good.items()})
-    check_source_map(dict(good, free_link="KVCacheBlock.next_free_block", clear_hash="block.reset_hash()",
-                          group_key="kv_cache_utils.make_block_hash_with_group_id"))
-    for bad in (dict(good, needs_extra=good["lora_part"], lora_part=good["needs_extra"]),
-                dict(good, clear_hash="_maybe_evict_cached_block"), dict(good, free_link="prev_free_block"),
-                {k: v for k, v in good.items() if k != "group_key"}, dict(good, hashed_count=None)):
+    check_source_map(dict(good, free_link="KVCacheBlock.next_free_block", null_flag="block.is_null",
+                          lookup_gate="self.prefix_cache_lookup_enabled(request)",
+                          evict_hashes="self._remove_cached_block_hashes(block)"))
+    for bad in (dict(good, lookup_gate=good["evict_hashes"], evict_hashes=good["lookup_gate"]),
+                dict(good, evict_hashes="_maybe_evict_cached_block"), dict(good, free_link="prev_free_block"),
+                dict(good, lookup_gate="enable_caching"),
+                {k: v for k, v in good.items() if k != "null_flag"}, dict(good, hashed_count=None)):
         with pytest.raises(AssertionError):
             check_source_map(bad)
 

@@ -436,15 +436,16 @@ def check_boundary(hash_block_tokens, request_block_hasher, get_computed_blocks,
 
 # The accepted names, as sha256 prefixes of the lower-cased last dotted component (so `Class.name`,
 # `self.x.name()` and `name` are the same answer; never the names themselves, since this file ships to
-# students). Checked against vllm/v1/core/kv_cache_utils.py and single_type_kv_cache_manager.py in vLLM 0.27.1
-# (built the day before the pinned 8e958902eee5); the lesson does not print them.
-SOURCE_KEYS = ["free_link", "group_key", "needs_extra", "lora_part", "clear_hash", "hashed_count"]
+# students). Checked against vllm/v1/core/kv_cache_manager.py, block_pool.py, kv_cache_utils.py and
+# single_type_kv_cache_manager.py in vLLM 0.27.1 (built the day before the pinned 8e958902eee5); the lesson's own
+# text does not print them. The first three appear in lines the reading cell shows (get_computed_blocks L250,
+# _maybe_evict_cached_block L694, free_blocks L732); the lesson names the class or function holding the other two.
+SOURCE_KEYS = ["lookup_gate", "evict_hashes", "null_flag", "free_link", "hashed_count"]
 SOURCE_HASHES = {
+    "lookup_gate": {"14f5b04ed22d16b8"},
+    "evict_hashes": {"4d116c412567c57e"},
+    "null_flag": {"34f9b9053278985b"},
     "free_link": {"9276061bbabed055"},
-    "group_key": {"622f907439a0f908"},
-    "needs_extra": {"ab99d26bccc866ee"},
-    "lora_part": {"b9bebb428a012f43"},
-    "clear_hash": {"387e20c04aee2d24"},
     "hashed_count": {"5286dc009c20f1e2"},
 }
 

@@ -16,7 +16,7 @@
 #
 # 本课产出：能沿 `Scheduler.schedule()` 说清 token budget 怎样在 running 与 waiting 请求之间分配、长 prompt 怎样切成 chunk、KV 块不够时谁被抢占，以及 chunked prefill 的取舍。
 #
-# 通过要求：唯一代码填空题通过全部断言；Q1～Q3 都能沿源码对象给出因果链；总分至少 8/10。还要能各举一例：一个正确性不变量、一个性能边界、一个需要 benchmark 的结论（如 threshold 取多少）。
+# 通过要求：代码填空题（含 `SOURCE_MAP`）通过全部断言；Q1～Q3 都能沿源码对象给出因果链；总分至少 8/10。
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
@@ -30,14 +30,14 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 本课读 vLLM 0.27.1（commit 8e958902eee5）。`scheduler.py` 有两千多行，只读下表的约 150 行（跳过 encoder、priority、spec 分支）：
+# 本课读 vLLM 0.27.1（commit 8e958902eee5）。`scheduler.py` 有两千多行，只读下表的约 95 行（跳过 encoder、priority、spec 分支）：
 #
 # | 顺序 | vLLM 文件与入口（0.27.1） | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
 # | 1 | `vllm/v1/core/sched/scheduler.py`：`Scheduler.schedule` 开头的 `NOTE(woosuk)` 注释（L441–L450） | `minivllm/core/sched/scheduler.py`：`Scheduler` | 为什么没有 “prefill 阶段” 和 “decode 阶段”？ |
-# | 2 | 同文件：RUNNING 循环的 token 数（L516–L532）与分配、抢占（L575–L629） | 同上 | 每个请求本步拿多少 token？块不够时抢占谁？ |
-# | 3 | 同文件：`Scheduler.schedule` 的 WAITING 循环入口（L683–L687）与它的 `allocate_slots` 调用（L973–L994） | 同上 | 抢占过的一步为何不接纳？为何要整个请求放得下？ |
-# | 4 | 同文件：`Scheduler._preempt_request`（L1274–L1315） | `minivllm/core/sched/scheduler.py`：`Scheduler._preempt` | 被抢占的请求交出什么、回到哪？ |
+# | 2 | 同文件：RUNNING 循环的 token 数（L516–L523）与要块、抢占（L577–L590、L614–L629） | 同上 | 每个请求本步拿多少 token？块不够时抢占谁？ |
+# | 3 | 同文件：WAITING 循环入口（L683–L697）与它的 `allocate_slots` 调用（L973–L994） | 同上 | 抢占过的一步为何不接纳？为何要整个请求放得下？ |
+# | 4 | 同文件：`Scheduler._preempt_request` 的主体（L1287–L1294、L1313–L1315） | `minivllm/core/sched/scheduler.py`：`Scheduler._preempt` | 被抢占的请求交出什么、回到哪？ |
 #
 # 课程的 dense 模型在 vLLM 0.27.1 默认由 Model Runner V2（`v1/worker/gpu/model_runner.py`）运行，minivllm 对应 V1 runner；调度器在 runner 之上。
 
@@ -46,11 +46,13 @@
 from autograder.vllm_source import show_vllm
 
 show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler.schedule", lines=(441, 450))
-show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler.schedule", lines=(516, 532))
-show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler.schedule", lines=(575, 629))
-show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler.schedule", lines=(683, 687))
+show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler.schedule", lines=(516, 523))
+show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler.schedule", lines=(577, 590))
+show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler.schedule", lines=(614, 629))
+show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler.schedule", lines=(683, 697))
 show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler.schedule", lines=(973, 994))
-show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler._preempt_request")
+show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler._preempt_request", lines=(1287, 1294))
+show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler._preempt_request", lines=(1313, 1315))
 
 # %% nbgrader={"grade": false, "grade_id": "l02_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的图、演示与检查。
@@ -90,10 +92,10 @@ short_errors("lesson02")  # 评分单元格失败时只显示三行：哪一部�
 #
 # `schedule()` 的骨架是两个循环：
 #
-# 1. **先 RUNNING**：按加入顺序遍历 `self.running`。每个请求本步的 token 数取三者最小：还差的 token、单请求上限 `long_prefill_token_threshold`（0 表示不设）、剩余预算。再用 `kv_cache_manager.allocate_slots` 为它们要 KV 块。
+# 1. **先 RUNNING**：按加入顺序遍历 `self.running`。一个请求本步拿到的 token 数不超过它还差的数目，不超过单请求上限 `long_prefill_token_threshold`（0 表示不设；免得一个长 prompt 独占一步），也不超过预算的剩余。再用 `kv_cache_manager.allocate_slots` 为它们要 KV 块。
 #    - 失败（返回 `None`）就抢占优先级最低的 running 请求，然后重试；被抢占的若是当前请求本身，循环结束。
 #    - `_preempt_request` 按重算（recompute）处理：释放全部块、状态改为 `PREEMPTED`、`num_computed_tokens = 0`、放回 waiting 队首。
-# 2. **再 WAITING**：本步抢占过，就不再接纳新请求。否则对队首请求先查 prefix cache（`get_computed_blocks`），按同样的三条限制定 token 数，再调用 `allocate_slots`：成功就移入 running；失败就停止，FCFS 不跳过队首。
+# 2. **再 WAITING**：本步抢占过，就不再接纳新请求。否则对队首请求先查 prefix cache（`get_computed_blocks`），按同样的三条限制定 token 数，再调用 `allocate_slots`：成功就移入 running；失败就停止，FCFS 不跳过队首。running 数到了 `max_num_seqs` 也停止。
 #    - **准入检查**（`scheduler_reserve_full_isl`，默认 `True`）：请求已有的全部 token（`request.num_tokens`，含被抢占前的输出）除去命中部分所需的块，当前空闲块都要放得下。
 #
 # 结果装进 `SchedulerOutput` 交给 worker，`num_computed_tokens` 随即推进。
@@ -141,7 +143,7 @@ L02.print_steps(w1, 18, 31)
 # - 第 1 步三个新请求分掉整个 budget，a1 的 120 个 token 被 threshold 截成 48。
 # - 第 4 步 b0、b1 到达却没被接纳：b0 的整段 prompt（10 个块）放不进空闲块，FCFS 下 b1 不能越过 b0。
 # - 第 19 步 a1 结束、释放块，b0、b1 才进来；b1 前 4 个块命中 prefix cache，只需算 40 个 token。
-# - 第 21 步 KV 池又不够，最后加入的 b1 被抢占；第 25 步恢复时完整块再次命中，只重算 58 个 token。
+# - 第 21 步 KV 池又不够，最后加入的 b1 被抢占。它的 106 个 token 占 6 个满块，链尾 3 块随即在 b0 要新块时被驱逐；第 25 步恢复时只有前 3 块（48 个 token）命中，重算 58 个。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
@@ -265,23 +267,21 @@ L02.check_boundary(schedule_step)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# “能映射回源码对象”（1 分）在这里自动评分。在 vLLM 的 `vllm/v1/core/sched/scheduler.py` 与 `request_queue.py` 里找到下面每一项的名字，写成字符串，可以带 `self.`；本课正文没有印出它们。
+# “能映射回源码对象”（1 分）在这里自动评分。下面每个名字都在上面打印的 vLLM 摘录里，照位置提示找到它，写成字符串（可以带 `self.`）：
 #
-# - `queue_factory`：`Scheduler.__init__` 按调度策略构造 `self.waiting` 的那个函数；
-# - `peek`：waiting 循环查看队首请求、但不把它取出的那个队列方法；
-# - `requeue`：一轮遍历 waiting 时跳过的请求，在这一轮结束时被整批放回 `skipped_waiting` 队首所用的那个队列方法；
-# - `pick_queue`：每接纳一个请求前，选择从 `self.waiting` 还是另一个 waiting 队列里取请求的那个方法；
-# - `new_blocks`：`schedule()` 里记录本步每个请求新分到的 KV 块（`KVCacheBlocks`）的那个局部 dict；
-# - `cached_data`：为本步继续运行和恢复的请求构造 `CachedRequestData` 的那个 `Scheduler` 方法。
+# - `queue_factory`：WAITING 循环入口（L683–L697）里构造 `step_skipped_waiting` 的函数（`Scheduler.__init__` 也用它构造 `self.waiting`）；
+# - `pick_queue`：同一段里，每接纳一个请求前选定从哪个 waiting 队列取请求的 `Scheduler` 方法；
+# - `peek`：同一段里，查看队首请求、但不把它取出的队列方法；
+# - `hit_tokens`：WAITING 的 `allocate_slots` 调用（L973–L994）里，告诉它 prefix cache 已命中多少 token 的那个关键字参数；
+# - `preempted_list`：RUNNING 循环（L614–L629）里收集本步被抢占请求的局部 list，L684 据它决定接不接纳。
 
 # %% nbgrader={"grade": false, "grade_id": "l02_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
     "queue_factory": "create_request_queue",  ### BLANK
-    "peek": "peek_request",  ### BLANK
-    "requeue": "prepend_requests",  ### BLANK
     "pick_queue": "_select_waiting_queue_for_scheduling",  ### BLANK
-    "new_blocks": "req_to_new_blocks",  ### BLANK
-    "cached_data": "_make_cached_request_data",  ### BLANK
+    "peek": "peek_request",  ### BLANK
+    "hit_tokens": "num_new_computed_tokens",  ### BLANK
+    "preempted_list": "preempted_reqs",  ### BLANK
 }
 
 # %% nbgrader={"grade": true, "grade_id": "l02_source_map", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
@@ -290,19 +290,17 @@ L02.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l02_q1", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q1（2 分）
 #
-# 为什么 `schedule()` 先给 running 请求分预算、再接纳 waiting 请求？如果反过来，在什么负载下会出什么问题？
+# 几个请求正在 decode，这时来了一个长 prompt。如果 `schedule()` 先接纳 waiting、再遍历 running，这一步里正在 decode 的请求会怎样？沿 token budget（或 KV 块）说明原因。
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 说清 running 请求已经持有 KV 块、正在向客户端输出（decode 每步只要 1 个 token），先服务它们保证每个在线请求每步都有进展、ITL 有界，并让请求尽快结束、释放块；并给出反序的具体后果（一批长 prompt 吃光预算 → 所有 decode 在这一步拿不到 token；新请求先占块 → running 请求要块时被迫抢占，重算浪费）。1 分 = 只答对原因或后果之一。0 分 = 只说 “FCFS” 或 “优先级”，没有对象与状态变化。
+# **评分要点**：2 分 = 沿预算说清因果：新 prompt 先被接纳，它的 chunk 拿走至多 threshold 个 token（threshold 关闭时可以是整个预算），`token_budget` 被吃光或所剩不多 → 轮到 running 循环时预算不够（循环条件 `token_budget > 0` 不成立）→ decode 请求这一步拿不到它们各自的 1 个 token → 输出流停一步、ITL 变长；running 优先时每个 decode 请求先拿到这 1 个 token。另一条同样完整的链也给 2 分：新请求先分走 KV 块 → running 请求要块时 `allocate_slots` 返回 `None` → 被抢占、重算。1 分 = 只说 “decode 被饿死 / 卡住” 而没有预算（或 KV 块）的因果；或只描述预算怎么分，没说 decode 请求的后果。0 分 = 只说 FCFS、公平或优先级。
 #
 # **参考答案**
 #
-# 1. running 请求是已经投入成本的请求：`Scheduler.running` 里的每个请求都持有 KV 块（vLLM：`KVCacheManager` 之下每个 KV-cache 组的 `SingleTypeKVCacheManager.req_to_blocks`；minivllm 只有一组，直接放在 `KVCacheManager.req_to_blocks`），其中 decode 请求每步只差 1 个 token（`num_tokens_with_spec - num_computed_tokens == 1`）。先遍历 `self.running`，它们每步都一定拿到这 1 个 token（budget 远大于 running 数），输出流的 inter-token latency 有上界；请求越早结束，块越早回到 `BlockPool`，后面的请求越早能进来。
-# 2. running 列表按加入顺序排列，也就是优先级顺序。从头往后分预算、从尾部抢占，保证被抢占的总是本步还没拿到 token、优先级最低的那个，计划不会自相矛盾。
-# 3. 反过来（先 waiting）：在 “很多请求在线生成、突然来了几个长 prompt” 的负载下，新 prompt 的 chunk 先把 budget 吃光，所有 decode 请求在这一步拿不到 token——用户看到输出流卡住（本课真实引擎检查里 W2 的第 3 步就是这样：长 prompt 拿走 48 个 token，两个 decode 请求为 0）。同时新请求先分走 KV 块，轮到 running 请求要新块时只能抢占，被抢占的请求要重算，算力浪费、延迟更坏。
+# 预算按循环顺序分出去。先接纳 waiting 时，长 prompt 的第一个 chunk 先拿走最多 `long_prefill_token_threshold` 个 token（threshold 关闭时是整个预算），预算可能一下就用完。轮到 `self.running` 时 `token_budget` 已经是 0，正在 decode 的请求这一步一个 token 都拿不到：它们的输出流停一步，ITL 出现尖峰（本课真实引擎检查的 W2 里，这样的循环在第 3 步让长 prompt 拿走全部 48 个 token，两个 decode 请求为 0）。先遍历 running，每个 decode 请求只要 1 个 token，一定先拿到，长 prompt 只用剩下的预算。
 #
 # === END MARK SCHEME ===
 
@@ -312,20 +310,17 @@ L02.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l02_q2", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q2（2 分）
 #
-# 为什么一步之内只要发生了抢占，`schedule()` 就不再接纳任何 waiting 请求？即使这一步的 token budget 还有剩余。
+# 一步里只要发生过抢占，`schedule()` 就不再接纳 waiting 请求（L684），即使 token budget 还有剩余。为什么？
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 指出抢占的含义是 KV 池已不够分（`allocate_slots` 返回 `None`），刚释放的块是为 running 请求腾的；此时接纳（常常就是刚被抢占、排在 waiting 队首的请求）会把块再分出去，下一步 running 请求又要块 → 再抢占 → 抖动与重复重算；说明 budget 有剩余不代表 KV 有剩余（两种资源）。题目没有问准入检查，不提它不扣分；答 “有了准入检查（`scheduler_reserve_full_isl`）就不需要这条规则” 是错的（它不为 running 请求以后的增长留块），这样答的最多 1 分。1 分 = 只说 “避免抖动” 而没有沿块的流向解释，或只说两种资源不同。0 分 = 认为是为了公平或性能优化而没有因果链。
+# **评分要点**：2 分 = 沿 KV 块的流向说清：抢占说明 KV 块不够（`allocate_slots` 返回 `None`），而 token budget 约束的是计算量，有剩余不代表有块；被抢占请求交还的块是给 running 里更早的请求腾的，这时接纳（队首往往正是刚被抢占的请求）会把这些块再分出去 → 下一步 running 请求又要块 → 再抢占，请求来回跳、反复重算（thrashing）。1 分 = 只说 “避免抖动” 而没有块的流向；或只说 budget 与 KV 块是两种资源。0 分 = 只说公平或性能优化，没有因果链。答 “有了准入检查（`scheduler_reserve_full_isl`）就不需要这条规则” 是错的（它只看这个请求放不放得下，不为 running 请求以后的 decode 留块），这样答最多 1 分；不提准入检查不扣分。
 #
 # **参考答案**
 #
-# 1. token budget 约束的是一步的计算量，KV 块约束的是所有 running 请求的总上下文长度；`allocate_slots` 返回 `None` 说明后者已经用尽——这时 budget 还剩多少无关紧要。
-# 2. 抢占是按重算做的：vLLM 的 `Scheduler._preempt_request`（minivllm：`Scheduler._preempt`）把被抢占请求的块全部还给 `BlockPool`、`num_computed_tokens` 归零、放回 `waiting` 队首。这些块是给 running 里更早的请求腾的。
-# 3. 如果同一步继续接纳，waiting 队首往往正是刚被抢占的请求（或其他新请求）；它把刚释放的块又拿走，下一步 running 请求再要块，又要抢占：请求在 running 与 waiting 之间来回跳，每次都从头重算，算力浪费在丢弃的 KV 上，ITL/TTFT 都变坏（thrashing）。准入检查（`allocate_slots(..., full_sequence_must_fit=True)`）挡不住这种情况：刚释放的块正好够这个请求的 prompt，检查会通过；它不知道 running 请求下一步还要块。关掉准入检查时更糟：chunked prefill 下只要第一个 chunk 放得下就能进来。本课真实引擎检查的 W2（关掉了准入检查）里，这样的答案会在第 5 步抢占长 prompt 后又立刻把它接纳回来。
-# 4. 不接纳还保证了 FCFS：被抢占的请求留在队首，下一步内存压力缓解后优先恢复，而不是被后来者插队。
+# token budget 限制一步的计算量，KV 块限制所有 running 请求的总上下文；抢占发生，说明 `allocate_slots` 已经返回过 `None`，块不够了，budget 剩多少无关。`_preempt_request` 把被抢占请求的块全部交还、`num_computed_tokens` 归零、放回 waiting 队首，这些块是给 running 里更早的请求腾的。如果同一步接着接纳，队首往往就是刚被抢占的请求，它把刚腾出的块又拿走；下一步 running 请求再要块，又得抢占。请求在 running 与 waiting 之间来回跳，每次都从头重算，算力浪费、延迟变坏（thrashing）。本课 W2 关掉了准入检查，这样的循环会在第 5 步抢占长 prompt 后立刻把它接纳回来。
 #
 # === END MARK SCHEME ===
 
@@ -335,25 +330,19 @@ L02.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l02_q3", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q3（2 分）
 #
-# chunked prefill 用什么换来了什么？`long_prefill_token_threshold`（以及 `max_num_batched_tokens`）该取多少，哪些部分可以从源码推出，哪些必须用 benchmark 决定？
+# 把 `long_prefill_token_threshold` 从 0（不设）调到一个较小的值（比如 64）：正在 decode 的请求得到什么，一个长 prompt 付出什么？
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**（两部分各 1 分）：
-#
-# - **换来与付出（1 分）**：至少一个收益和一个代价，各带因果链。收益例如：一步的 token 数有上界 → 步长有上界 → decode 的 ITL 有界、长 prompt 不阻塞在线请求。代价例如：长 prompt 多走 ⌈L/threshold⌉ 步 → 每步的固定开销、重读前面 chunk 的 KV、chunk 太小时 GEMM 低于拐点 → TTFT 上升或吞吐下降。只有收益或只有代价，这 1 分不给。
-# - **推出与测量（1 分）**：说出至少一样可由源码推出的东西（预算与 threshold 不变量、每个 prompt 的步数），并说明具体取值要在目标硬件与负载上 benchmark（取决于硬件拐点、模型、prompt 长度分布或 TTFT/ITL 目标中的任一项即可）。
-# - 参考答案里其余各点（prefill 与 decode 同批互补、CPU 与 GPU 的对比等）是加深，不是必需。0 分：把本课 CPU 上的数字或某个“最佳值”写成普遍结论（一票否决）。
+# **评分要点**：2 分 = 收益与代价各一条，各带因果。收益：单个请求一步最多 threshold 个 token → 长 prompt 不能把整个 budget 塞进一步 → 与它同批的 decode 请求等的那一步变短 → ITL 的尖峰变小。代价：长度 L 的 prompt 要 ⌈L/threshold⌉ 步 → 每步一次固定开销、后面的 chunk 重读前面的 KV、chunk 太小时 GEMM 低于硬件拐点（答出其一即可）→ 长 prompt 的 TTFT 可能变长、吞吐可能下降。1 分 = 只答对一边，或两边都只有结论没有因果。0 分 = 方向说反，或把某个取值说成普遍最佳（一票否决）。不要求写出具体毫秒数或“该取多少”。
 #
 # **参考答案**
 #
-# 1. 换来的：`schedule()` 里每个请求拿 `min(剩余, threshold, 剩余预算)`，所以一步调度的 token 数 ≤ `max_num_batched_tokens`，单个请求 ≤ threshold。一步的耗时随 token 数增长，于是一步的长度有了上界：正在 decode 的请求不会因为一个长 prompt 整步等待，ITL 的尾部被压住（图 2-2、2-3：关闭时那一步的耗时是普通 decode 步的许多倍，threshold 越小 ITL 最大值越低）。GPU 上，受带宽限制的 decode 搭上受计算限制的 prefill chunk，一次读权重做更多的事。
-# 2. 付出的：长度为 L 的 prompt 需要 ⌈L/threshold⌉ 步（本课：480 个 token，threshold 64 要 8 步）；每步都有调度、forward 启动、采样的固定开销，后面的 chunk 在 attention 里还要重读前面 chunk 的 KV；chunk 太小时 GEMM 的 M 维太小，低于硬件的算术强度拐点（H100 SXM 的 BF16 稠密峰值 / HBM 带宽约 295 FLOP/Byte，对应约数百个 token；PCIe 版不同），GPU 在读权重而不是在算 → 长 prompt 的 TTFT 变长、整体吞吐下降。
-# 3. 可由源码推出的：预算与 threshold 的不变量、每个 prompt 需要的步数、decode 每步必得 1 个 token。必须 benchmark 的：一步的耗时与 token 数的关系（CPU 上一步的时间大致随 token 数增长，再加每步的固定开销，所以本课只能确定步数变多，单次测得的 TTFT 差在负载下正负都可能出现；GPU 上小步几乎与中等步一样贵，代价明显）、模型与并发下的拐点、真实流量的 prompt 长度分布，以及服务的 TTFT/ITL 目标——要在目标硬件上用真实或有代表性的负载（例如 `vllm bench serve`）扫 threshold 与 budget，画出 TTFT–ITL 曲线再选。本课 CPU 上的数字不能外推到 GPU。
+# threshold 限制单个请求一步拿到的 token，一个长 prompt 不再能占满一步的 budget。一步的耗时大致随 token 数增长，所以与长 prompt 同批的 decode 请求等的那一步变短，ITL 的最大值下降（附录实测：一步最多的 token 从 484 降到 69）。代价是长 prompt 要分成 ⌈L/threshold⌉ 步（480 个 token、threshold 64 要 8 步），每步都付一次调度和 forward 的固定开销，后面的 chunk 还要重读前面 chunk 的 KV；chunk 太小时 GPU 上的 GEMM 低于算术强度拐点。于是长 prompt 的 TTFT 可能变长、整体吞吐可能下降，具体多少要在目标硬件与负载上 benchmark。
 #
-# **附：检查方法（threshold 关闭）的参考解释**（不单独计分，供批改时核对学生在“检查方法”下写的解释）：threshold 为 0 时单个请求只受剩余预算限制。第 1 步请求 0 拿到全部 800 个 token，请求 1 拿到剩下的 224，预算用完，请求 2 留在 waiting；第 2 步请求 0 的 prompt 已算完，只要 1 个 token（decode），请求 1 拿 576 个把 prompt 算完，请求 2 才被接纳，拿到剩下的 1024 − 1 − 576 = 447；第 3 步请求 0、1 各 1 个，请求 2 拿 353。对比 threshold = 400：一个长 prompt 可以独占整步预算，后到的请求要多等一步才开始，这正是 threshold 要限制的情况。
+# **附：检查方法（threshold 关闭）的参考解释**（不计分）：threshold 为 0 时单个请求只受剩余预算限制。第 1 步请求 0 拿到 800 个 token，请求 1 拿到剩下的 224，预算用完，请求 2 留在 waiting；第 2 步请求 0 只要 1 个（decode），请求 1 拿 576 个算完 prompt，请求 2 被接纳，拿到 1024 − 1 − 576 = 447；第 3 步请求 0、1 各 1 个，请求 2 拿 353。
 #
 # === END MARK SCHEME ===
 
@@ -389,7 +378,7 @@ self_check("lesson02", globals());
 #
 # 本课两个场景（3 × 800 / 1024 / 400 和 KV 池耗尽的抢占）交给 vLLM 0.27.1 自己的 `Scheduler`（按 vLLM 测试的 `create_scheduler` 在 CPU 上构造），与 minivllm 的逐步对照：`!` 是抢占，free 是调度后的空闲块。
 #
-# 主路径与边界两项评分也跑这两个场景和另外五个（`autograder/vllm_views/lesson02.py`）：你的循环每步都要与 vLLM 录下的相同。
+# 主路径与边界两项评分也跑这两个场景和另外八个（5 个 main_、3 个 boundary_，见 `autograder/vllm_views/lesson02.py`）：你的循环每步都要与 vLLM 录下的相同。
 
 # %%
 L02.vllm_side_by_side()
@@ -421,7 +410,7 @@ L02.fig_tradeoff(rows);
 #
 # - **watermark**（默认 `0.0`，即关闭）：running 非空时，`allocate_slots` 为 WAITING/PREEMPTED 请求在所需块数上再加 `watermark × 总块数` 个空闲块；running 请求不受影响。
 # - **重算 vs. 交换**：重算浪费计算，但不需要 CPU 内存和 PCIe 带宽。被抢占的是最后加入的请求，它的 KV 未必少（可能已生成很长的输出），重算代价随它的 token 数增长。
-# - **准入检查的代价**：长 prompt 可能在 waiting 里多等几步，换来的是不再中途被抢占、重算。
+# - **准入检查的代价**：长 prompt 可能在 waiting 里多等几步；换来的只是接纳那一刻整段放得下，块不被预留，接纳后仍可能被抢占（W1 第 21 步的 b1）。
 # - **`num_computed_tokens` 在调度时推进**（`_update_after_schedule`）：没算完 prompt 的 chunk 不产生输出 token，`update_from_output` 收到的是空列表。
 #
 # ### 参考资料

@@ -16,7 +16,7 @@
 #
 # 本课产出：说清一个 KV 块怎样被哈希、登记、命中、共享、释放和驱逐；补齐块哈希链、命中规则和驱逐端，接进真实的 minivllm 引擎，用命中统计和“与关闭缓存时输出一致”证明它们是对的。
 #
-# 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；总分至少 8/10。还要能各举一例：一个正确性不变量、一个性能边界、一个需要 benchmark 的结论（如 TTFT 省多少）。
+# 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；总分至少 8/10。
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
@@ -30,15 +30,15 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 本课读、跑、评分用的都是 vLLM 0.27.1 发布包。先画出一个块的一生：分配 → 写满 → 登记哈希 → 被命中共享 → 释放进空闲队列 → 被驱逐或再次命中。再按下表读（约 160 行）：
+# 本课读、跑、评分用的都是 vLLM 0.27.1 发布包。先画出一个块的一生：分配 → 写满 → 登记哈希 → 被命中共享 → 释放进空闲队列 → 被驱逐或再次命中。再按下表读（约 75 行）：
 #
 # | 顺序 | vLLM 文件与入口（0.27.1，`vllm/v1/core/`） | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | `kv_cache_utils.py`：`hash_block_tokens`（L596–L623） | `minivllm/core/kv_cache_utils.py`：`hash_block_tokens` | 块哈希里装了什么？为什么带上父块的哈希？ |
-# | 2 | `kv_cache_manager.py`：`KVCacheManager.get_computed_blocks`（L229–L295） | `minivllm/core/kv_cache_manager.py`：`KVCacheManager` | 命中为什么封顶在 `num_tokens - 1`？ |
-# | 3 | `single_type_kv_cache_manager.py`：`FullAttentionManager.find_longest_cache_hit` 的 Phase 1（L728–L739） | 同上 | 为什么第一次未命中就停？ |
-# | 4 | `block_pool.py`：`BlockPool.get_new_blocks`（L658–L677） | `minivllm/core/block_pool.py`：`BlockPool` | 新块从空闲队列哪一端取？旧哈希何时驱逐？ |
-# | 5 | 同文件：`BlockPool.free_blocks`（L719–L742）；调用方 `SingleTypeKVCacheManager.free`（L519–L527） | `minivllm/core/kv_cache_manager.py`：`KVCacheManager.free` | 为什么逆序释放？无哈希的块为什么放队头？ |
+# | 1 | `kv_cache_utils.py`：`hash_block_tokens` 的函数体（L617–L623） | `minivllm/core/kv_cache_utils.py`：`hash_block_tokens` | 块哈希里装了什么？为什么带上父块的哈希？ |
+# | 2 | `kv_cache_manager.py`：`KVCacheManager.get_computed_blocks` 的封顶与查找（L250–L264） | `minivllm/core/kv_cache_manager.py`：`KVCacheManager` | 命中为什么封顶在 `num_tokens - 1`？ |
+# | 3 | `single_type_kv_cache_manager.py`：`FullAttentionManager.find_longest_cache_hit` 的 Phase 1（L731–L739） | 同上 | 为什么第一次未命中就停？ |
+# | 4 | `block_pool.py`：`BlockPool.get_new_blocks`（L658–L668）与 `_maybe_evict_cached_block`（L694–L700） | `minivllm/core/block_pool.py`：`BlockPool` | 新块从空闲队列哪一端取？旧哈希何时驱逐？ |
+# | 5 | 同文件：`BlockPool.free_blocks`（L719–L742）；调用方 `SingleTypeKVCacheManager.free`（L526–L527） | `minivllm/core/kv_cache_manager.py`：`KVCacheManager.free` | 为什么逆序释放？无哈希的块为什么放队头？ |
 #
 # 前缀缓存在调度侧，runner 只按块表读写 KV（课程的 dense 模型在 0.27.1 默认用 Model Runner V2；minivllm 对应 V1 runner）。
 
@@ -46,13 +46,14 @@
 # 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
 from autograder.vllm_source import show_vllm
 
-show_vllm("vllm/v1/core/kv_cache_utils.py", "hash_block_tokens")
-show_vllm("vllm/v1/core/kv_cache_manager.py", "KVCacheManager.get_computed_blocks")
+show_vllm("vllm/v1/core/kv_cache_utils.py", "hash_block_tokens", lines=(617, 623))
+show_vllm("vllm/v1/core/kv_cache_manager.py", "KVCacheManager.get_computed_blocks", lines=(250, 264))
 show_vllm("vllm/v1/core/single_type_kv_cache_manager.py", "FullAttentionManager.find_longest_cache_hit",
-          lines=(728, 739))
-show_vllm("vllm/v1/core/block_pool.py", "BlockPool.get_new_blocks", lines=(658, 677))
+          lines=(731, 739))
+show_vllm("vllm/v1/core/block_pool.py", "BlockPool.get_new_blocks", lines=(658, 668))
+show_vllm("vllm/v1/core/block_pool.py", "BlockPool._maybe_evict_cached_block", lines=(694, 700))
 show_vllm("vllm/v1/core/block_pool.py", "BlockPool.free_blocks")
-show_vllm("vllm/v1/core/single_type_kv_cache_manager.py", "SingleTypeKVCacheManager.free")
+show_vllm("vllm/v1/core/single_type_kv_cache_manager.py", "SingleTypeKVCacheManager.free", lines=(526, 527))
 
 # %% nbgrader={"grade": false, "grade_id": "l03_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的图、演示与检查。
@@ -90,7 +91,7 @@ short_errors("lesson03")  # 评分单元格失败时只显示三行：哪一部�
 #
 # 1. **块哈希链**（`hash_block_tokens`）：`hash(block_i) = H(hash(block_{i-1}), tokens_i, extra_keys_i)`，第一块的父哈希是 `NONE_HASH`。
 # 2. **只哈希满块，随 token 增长**：`Request` 创建时算出所有满块的哈希，之后每次 `append_output_token_ids` 接着算新满的块。decode 的 token 也进缓存，下一轮对话能命中上一轮的回答。
-# 3. **查找**（`get_computed_blocks` → `find_longest_cache_hit`）：上限 `max_cache_hit_length = request.num_tokens - 1`；沿前 `max_cache_hit_length // block_size` 个块哈希查表，**第一次未命中就停**；命中 = 命中块数 × `block_size`。
+# 3. **查找**（`get_computed_blocks` → `find_longest_cache_hit`）：命中上限 `max_cache_hit_length` 不含请求的最后一个 token（原因见“常见误区”）；在上限之内的满块里沿块哈希从头查表，**第一次未命中就停**；命中的 token 数按整块计（单组模型）。
 # 4. **分配与登记**（`allocate_slots`）：命中的块经 `touch` 加引用，若在空闲队列里就被 O(1) 摘出；新块由 `get_new_blocks` 从空闲队列**队头**取，并用 `_maybe_evict_cached_block` 驱逐旧哈希；本步算完会满的块由 `cache_full_blocks` 立刻登记。
 # 5. **释放**（`SingleTypeKVCacheManager.free`）：请求的块**逆序**交给 `BlockPool.free_blocks`。`ref_cnt` 降到 0 的块里，没有哈希的 `prepend_n` 到队头、最先复用；有哈希的 `append_n` 到队尾，队头是最久没用的（LRU）。
 #
@@ -106,10 +107,10 @@ L03.plot_block_tables(snap);
 #
 # ### 3. 正确性条件与常见误区
 #
-# - **不变量：开启前缀缓存不改变任何输出。** greedy 下每个 token 和 logprob 都应与关闭缓存时一致（浮点误差以内）。
-# - **哈希必须覆盖整个前缀和块里的每个 token。** 只哈希本块时，同样的 16 个 token 换个位置就撞上同一个块，而块里的 K 带着原位置的 RoPE、V 来自原来的上文；漏掉一个 token 也一样。结果不是崩溃，是输出悄悄变错。
+# - **不变量：开启前缀缓存在数学上不改变输出。** 本课在 CPU 上检查二者一致（见真实引擎检查）。GPU 上命中与未命中的 batch 形状不同，vLLM 默认不保证 batch 不变（`VLLM_BATCH_INVARIANT` 默认关），logprob 只在浮点误差内一致，长输出的 greedy token 偶尔因近似并列而分叉。
+# - **哈希必须覆盖整个前缀和块里的每个 token。** 只哈希本块时，同样的 16 个 token 换个位置就撞上同一个块，而块里的 K 带着原位置的 RoPE，从第二层起 K、V 还混入了原来的上文；漏掉一个 token 也一样。结果不是崩溃，是输出悄悄变错。
 # - **extra keys 不能漏。** `extra_keys` 装“同样的 token、不同的 KV”的因素：不同 LoRA、图片、租户（`cache_salt`）下，同样的 token 对应不同的 KV，或不该被别人探测到。
-# - **只有满块有哈希。** 不满的块还会被写入；给它哈希，等于承诺了一段还不存在的前缀。
+# - **只有满块有哈希**（单组模型，本课）。不满的块还会被写入；给它哈希，等于承诺了一段还不存在的前缀。0.27.1 的混合模型另有例外，见附录。
 # - **命中封顶在 n-1，按整块取。** 采样下一个 token 需要最后一个 token 的 logits；又因为按整块取，整块的 prompt 全部命中时要重算整个最后一块。
 # - **命中必须是前缀。** 第一次未命中之后的块即使哈希还在，KV 也依赖缺失那一块的上文。
 # - **复用前先驱逐旧哈希**，否则哈希表指向内容已被覆盖的块；**`ref_cnt` 降到 0 才进空闲队列**。
@@ -228,7 +229,7 @@ L03.check_main_path(hash_block_tokens, request_block_hasher, get_computed_blocks
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查把你的四个函数接进真实的 minivllm `EngineCore`（`L03.plugged`），跑四个负载；命中统计等于 minivllm 自己的实现，每个请求的 token 和 logprob 要等于关闭缓存时的结果：
+# 第二项检查把你的四个函数接进真实的 minivllm `EngineCore`（`L03.plugged`），跑四个负载；命中统计等于 minivllm 自己的实现，每个请求的 token 要等于关闭缓存时的结果、logprob 差小于 1e-3：
 #
 # 1. **共享前缀**：8 个请求，system prompt 是 `X + X`，其中一个请求就是它本身，全部命中、封顶；
 # 2. **驱逐顺序**（vLLM `test_evict`）：两个请求结束后空闲队列应是 `[6, 10, 5, 4, 3, 2, 1, 9, 8, 7]`；
@@ -244,14 +245,11 @@ print("驱逐顺序：", engine_runs["eviction"].free_order, "→ 新块", engin
 # %% [markdown]
 # ## 检查方法
 #
-# 运行断言；再把同一个恰好 3 个满块（48 个 token）的 prompt 提交两次：第二次命中多少个 token？本步算多少个？第二个请求的块表是什么？块 3 在缓存里、内容也一样，为什么没有被复用？
+# 运行断言；再把同一个恰好 3 个满块（48 个 token）的 prompt 提交两次，读下面的输出：第二次命中多少个 token、本步算多少个、块表是什么？Q2 问其中的原因。
 
 # %%
 demo = L03.full_hit_demo(request_block_hasher, get_computed_blocks, get_new_blocks)
 print(demo)
-
-# %% [markdown]
-# 你的解释：
 
 # %% nbgrader={"grade": true, "grade_id": "l03_boundary", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 manager = L03.make_manager(11, get_computed_blocks, get_new_blocks)
@@ -270,22 +268,20 @@ L03.check_boundary(hash_block_tokens, request_block_hasher, get_computed_blocks,
 # %% [markdown]
 # ## 映射回源码对象
 #
-# “能映射回源码对象”（1 分）在这里自动评分。在 vLLM 0.27.1 的 `vllm/v1/core/` 下找到实现每个概念的名字：字符串，可带类名或 `self.`，参数可省略；正文没有印出它们。
+# “能映射回源码对象”（1 分）在这里自动评分。照位置提示找到每一项的名字，写成字符串（可带类名或 `self.`，参数可省略）；前三项在上面打印的摘录里：
 #
-# - `free_link`：空闲队列由 `KVCacheBlock` 串成双向链表，指向下一个块的那个字段；
-# - `group_key`：把块哈希和 KV cache 组号拼成哈希表键的函数；
-# - `needs_extra`：判断请求的块哈希需不需要 extra keys 的函数；
-# - `lora_part`：生成 extra keys 里 LoRA 那部分的函数；
-# - `clear_hash`：块被驱逐时，`KVCacheBlock` 清掉自己哈希的方法；
-# - `hashed_count`：单类型 KV cache manager 里按请求记录“已缓存几个满块”的 dict，`cache_full_blocks` 据此只处理新满的块。
+# - `lookup_gate`：`get_computed_blocks`（L250）里决定这个请求查不查前缀缓存的 `KVCacheManager` 方法；
+# - `evict_hashes`：`_maybe_evict_cached_block`（L694）里把块的哈希从缓存表里摘掉的 `BlockPool` 方法；
+# - `null_flag`：`free_blocks`（L732）里不让 null block 进空闲队列所查的 `KVCacheBlock` 字段；
+# - `free_link`：`kv_cache_utils.py` 的 `class KVCacheBlock` 里，空闲队列这条双向链表指向下一个块的字段；
+# - `hashed_count`：`SingleTypeKVCacheManager.free` 调用的 `pop_blocks_for_free`（就在它上方）里，和块表一起按请求弹出的“已缓存几个满块”的 dict。
 
 # %% nbgrader={"grade": false, "grade_id": "l03_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
+    "lookup_gate": "prefix_cache_lookup_enabled",  ### BLANK
+    "evict_hashes": "_remove_cached_block_hashes",  ### BLANK
+    "null_flag": "is_null",  ### BLANK
     "free_link": "next_free_block",  ### BLANK
-    "group_key": "make_block_hash_with_group_id",  ### BLANK
-    "needs_extra": "need_extra_keys",  ### BLANK
-    "lora_part": "_gen_lora_extra_hash_keys",  ### BLANK
-    "clear_hash": "reset_hash",  ### BLANK
     "hashed_count": "num_cached_block",  ### BLANK
 }
 
@@ -295,20 +291,17 @@ L03.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l03_q1", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q1（2 分）
 #
-# 为什么 `hash_block_tokens` 要把父块的哈希算进当前块的哈希？如果只哈希本块的 token，会在什么负载下出什么错？`extra_keys` 又防住了什么？
+# 如果 `hash_block_tokens` 只哈希本块的 token、不带父块的哈希，本课真实引擎检查的“共享前缀”负载（system prompt 是 `X + X`，第 3、4 块与第 1、2 块 token 相同）会出什么错？为什么？
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 说清链式哈希让“哈希相等”等价于“从开头到本块末尾的整段前缀相等”（位置与上文都被确定），因此命中的块里的 KV（带 RoPE 位置、依赖全部上文）可以原样复用；并给出不链的后果：同样的 token 出现在不同位置或不同上文之后撞到同一个块，复用了错误位置/错误上文的 KV，输出悄悄变错（不是崩溃）；再说出 extra keys 隔离 LoRA、多模态输入、`cache_salt` 租户等“同 token 不同 KV”的情况。1 分 = 只说“避免碰撞/区分位置”而没有落到 KV 内容与输出正确性，或漏掉 extra keys；0 分 = 把链式哈希说成性能优化或去重手段，混淆算法正确性与性能（一票否决）。
+# **评分要点**：2 分 = 说清后果与原因：不带父哈希时，第 3、4 块与第 1、2 块同哈希 → 后来的请求查表会把一个位置的块当成另一个位置的块命中（例如位置 32–63 用上位置 0–31 算出的 KV；K 带着原位置的 RoPE，KV 依赖的上文也不同）→ 输出（token 或 logprob）与关闭缓存时不同，而且不报错；带父哈希时块哈希代表从开头到本块末尾的整段前缀，哈希相等才意味着 KV 可以复用。1 分 = 只说“哈希碰撞 / 命中错的块”而没有落到 KV 内容与输出；或只讲链式哈希的原理，没说这个负载的后果。0 分 = 用性能优化或去重代替正确性来解释父哈希（混淆正确性与性能，一票否决）；说清正确性之后再提“查表一次就比较了整段前缀”的效率不扣分。
 #
 # **参考答案**
 #
-# 1. 块里存的不是“这 16 个 token”的某种特征，而是这 16 个 token 在**这段完整上文之后、这些位置上**的 K/V：K 已经乘过对应位置的 RoPE，V（以及更深层的 K）经过注意力混入了前面所有 token 的信息。能否复用一个块，取决于整段前缀是否相同，而不只是本块相同。
-# 2. `hash(block_i) = H(hash(block_{i-1}), tokens_i, extra_keys_i)`，第一块的父哈希是 `NONE_HASH`。归纳可得：块 i 的哈希相同 ⇔（在哈希不碰撞的前提下）前 i 块的所有 token 和 extra keys 都相同。于是 `cached_block_hash_to_block` 里一次 O(1) 查表就等于比较了整段前缀；`get_computed_blocks` 沿 `block_hashes` 逐块查、第一次未命中就停，得到的正是最长公共前缀。
-# 3. 不链的后果：本课真实引擎检查里 system prompt 是 `X + X`，第 3、4 块与第 1、2 块 token 相同。只哈希本块时，它们与第 1、2 块同哈希，后来的请求会把第 1、2 块的物理块当成第 3、4 块挂进块表：位置 32–63 读到的是位置 0–31 的 KV，logprob 与关闭缓存时不同。现实里的重复段落、模板化的 prompt、多轮对话中相同的话都会触发；这种错误不报错，只是输出变了。
-# 4. extra keys：同一串 token 在不同 LoRA 适配器下 KV 不同；多模态的占位 token 相同但图片不同；`cache_salt` 让不同租户即使 prompt 相同也不共享块（防止通过 TTFT 探测别人的 prompt）。vLLM 的 `generate_block_hash_extra_keys` 把这些放进 `extra_keys`（`cache_salt` 只进第一块——因为链会把它传给后面所有块）。
+# 块里存的是这 16 个 token 在这段上文之后、这些位置上的 K/V：K 乘过对应位置的 RoPE，更深层的 K/V 还混入了前面所有 token 的信息。只哈希本块时，`X + X` 的第 3、4 块与第 1、2 块 token 相同、哈希相同，同一个哈希下登记着两个不同位置的物理块；后来的请求在 `get_computed_blocks` 里沿哈希查表，会把一个位置的块挂到另一个位置上，例如位置 32–63 读到位置 0–31 的 KV。于是 logprob 与关闭缓存时不同，生成的 token 也可能变；引擎不报错，输出悄悄变错。`hash(block_i) = H(hash(block_{i-1}), tokens_i, extra_keys_i)` 让块 i 的哈希相等等价于前 i 块的 token 全部相等，查表一次就比较了整段前缀。
 #
 # === END MARK SCHEME ===
 
@@ -318,21 +311,23 @@ L03.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l03_q2", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q2（2 分）
 #
-# 为什么 `get_computed_blocks` 把命中上限设为 `request.num_tokens - 1`？一个恰好整块的 prompt 全部在缓存里时，实际命中多少、代价是什么？如果不封顶会发生什么？
+# 检查方法里，恰好 3 个满块（48 个 token）的 prompt 已全部在缓存里，第二次提交却只命中 32 个 token。为什么不是 48 个，也不是 47 个？
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 说清采样下一个 token 需要最后一个 token 的 logits，而 logits 只在本步被调度计算的 token 上产生，所以至少要重算最后一个 token；命中按整块计（`allocate_slots` 要求块对齐），因此整块 prompt 全命中时只命中到前一块、重算整个最后一块（16 个 token），重算出的块写进一个新块，与原来的块同哈希（vLLM 与 minivllm 都由 `BlockHashToBlockMap.insert` 把它也登记在同一个哈希下，不去重；答“新块不登记、表里只保留第一个”是事实错误，扣 1 分）；不封顶时 `num_new_tokens = 0`，请求本步没有 token 可算、没有属于它的 logits，首 token 出错或请求卡住。1 分 = 只说出“需要 logits”而没有块对齐的代价，或反之；0 分 = 认为封顶是为了节省显存或提高命中率（混淆正确性与性能，一票否决）。
+# **评分要点**（两部分各 1 分）：
+#
+# - **不是 48（1 分）**：采样下一个 token 要用最后一个 token 的 logits，logits 只在本步被调度计算的 token 上产生；全部命中时本步要算的 token 为 0，没有 logits（minivllm 的调度器会断言失败；不然首 token 出错）→ 所以上限是 `num_tokens - 1` = 47。
+# - **不是 47（1 分）**：命中只按整块算（`find_longest_cache_hit` 只看前 `max_length // block_size` = 2 个块；`allocate_slots` 要求 `num_computed_tokens` 按块对齐）→ 命中 2 块 = 32 个 token，第 3 块的 16 个 token 全部重算，写进一个新块。
+# - 0 分：认为封顶是为了省显存或提高命中率（混淆正确性与性能，一票否决）。
 #
 # **参考答案**
 #
-# 1. 请求进入 running 的前提是本步有 token 要算：scheduler 用 `num_new_tokens = request.num_tokens - num_computed_tokens` 决定本步为它安排多少 token，model runner 只对这些 token 做 forward，最后一个被调度 token 的 logits 才被采样成下一个 token。命中等于“把这些 token 记为已计算”，若命中全部 prompt，`num_new_tokens = 0`：本步不为它算任何东西，也就没有属于它的 logits。在 minivllm 里可以直接看到后果：`Scheduler.schedule()` 在接纳等待请求时断言 `num_new_tokens > 0`，不封顶的实现会在真实引擎检查的共享前缀负载里（恰好等于 system prompt 的那个请求）触发这条断言；若没有这道断言，这个请求会被调度 0 个 token，model runner 在它的位置取到的是批里前一个请求最后一个 token 的 logits，首 token 悄悄出错。所以 `max_cache_hit_length = num_tokens - 1`：最后一个 token 必须重算。
-# 2. 命中又只能按整块算（`find_longest_cache_hit` 只看 `max_length // block_size` 个块，`allocate_slots` 假设 `num_computed_tokens` 块对齐）。48 个 token 的 prompt 上限 47，只能命中 2 个块（32 个 token），本步重算 16 个。检查方法里可以看到：第二个请求的块表是 `[1, 2, 4]`，块 3 的内容与新块 4 完全一样，`cache_full_blocks` 把块 4 也登记在同一个哈希下（`BlockHashToBlockMap` 不去重：块 4 已经交给了第二个请求，块号不能再换成 3）。
-# 3. 代价最多是一整块的 prefill（`block_size` 个 token），对长 prompt 可以忽略，对很短的 prompt 或很大的 `block_size` 较明显；vLLM 源码注释也承认这是可以进一步优化的地方。这是为正确性付的性能代价，不能反过来为性能去掉它。
+# 命中等于把这些 token 记为已计算。若命中全部 48 个，scheduler 算出的 `num_new_tokens` 是 0，本步不为这个请求做 forward，也就没有最后一个 token 的 logits 可以采样；所以 `get_computed_blocks` 把上限设为 `request.num_tokens - 1`（L259），最后一个 token 必须重算。命中又只能是整块：`find_longest_cache_hit` 只沿前 47 // 16 = 2 个块哈希查表，`allocate_slots` 也要求命中数按块对齐，于是命中 32 个 token，本步重算 16 个。代价最多一整块的 prefill，是为正确性付的性能代价（L253–L258 的 NOTE 也承认以后可以优化）。
 #
-# **附：检查方法的参考解释**（不单独计分，供批改时核对学生在“检查方法”下写的解释）：第二次提交命中 `[1, 2]`、32 个 token，本步算 16 个；它的块表是 `[1, 2, 4]`：块 1、2 共享（`ref_cnt=2`），第三块必须重算，而重算要写进一个新分配的块（不能写进块 3——块 3 正被第一个请求持有，且命中块是只读共享的），写完后它和块 3 同哈希，两个块都登记在这个哈希下；缓存中仍只有 3 个不同的哈希，其中一个对应两个块。
+# **附：检查方法输出的读法**（不计分）：第二次提交命中 `[1, 2]`、32 个 token，本步算 16 个；块表 `[1, 2, 4]`：块 1、2 共享（`ref_cnt=2`），第三块重算进新块 4（块 3 正被第一个请求持有），写完后块 4 与块 3 同哈希，两个块都登记在这个哈希下（`BlockHashToBlockMap` 不去重）。
 #
 # === END MARK SCHEME ===
 
@@ -342,22 +337,17 @@ L03.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l03_q3", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q3（2 分）
 #
-# 释放请求时（vLLM：`SingleTypeKVCacheManager.free`；minivllm：`KVCacheManager.free`）为什么把请求的块**逆序**交给 `BlockPool.free_blocks`？`free_blocks` 又为什么把没有哈希的块放到队头？这对驱逐顺序有什么影响？
-#
-# 用 vLLM 的 `test_evict` 说明（块大小 16，块 0 是 null block）：req0 有 87 个 token、占块 1–6，req1 有 48 个 token、占块 7–9；先后释放它们后，空闲队列是 `[6, 10, 5, 4, 3, 2, 1, 9, 8, 7]`。req2 是 req0 的前 35 个 token，它的新块是哪个，为什么？
+# `SingleTypeKVCacheManager.free`（L526–L527）为什么把请求的块**逆序**交给 `BlockPool.free_blocks`？从驱逐顺序和之后的命中两方面说明。
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 说清空闲队列是 LRU（队头最先被 `get_new_blocks` 取走并驱逐哈希，有哈希的块 `append_n` 到队尾），同一个请求的块“同时”变为空闲，逆序释放让链尾（最具体、最不可能被别人共享）排在前面、链头（被最多请求共享的公共前缀）排在最后，于是驱逐总是从链的末端往前削，幸存的缓存块始终是一段前缀，而查找在第一次未命中处停下，正好还能命中最长的幸存前缀；说清没有哈希的块永远不会被命中，`prepend_n` 到队头让它们最先被复用，否则有缓存价值的块会先被驱逐、而无用的块还排在后面（#42656 修掉的浪费）；再用例子说明：req0 不满的块 6 在队头，然后是从未分配的 10、req0 的 5→1、req1 的 9→8→7，命中 1、2 的请求 `touch` 把它们移出队列，新块从队头取得 6。1 分 = 只说出 LRU、逆序、无哈希块放队头三者之一二，没有推到“保住前缀、避免孤儿块”；0 分 = 认为逆序是为了速度，或说队尾先被驱逐。（按 vLLM 较早版本的规则——释放的块一律追加到队尾、队列 `[10, 6, …]`、新块取得 10——答对推理而只弄错版本的，扣 1 分。）
+# **评分要点**：2 分 = 说清：空闲队列是 LRU，`get_new_blocks` 从队头取块并驱逐它的哈希，有哈希的块按释放顺序 `append_n` 到队尾；一个请求的块同时释放，逆序让链尾排在前面、链头（最可能被别的请求共享的公共前缀）排在最后 → 驱逐从链的末端往前削 → 留在缓存里的块始终是一段前缀 → 查找在第一次未命中处停下，这段前缀仍能被命中。（若顺序释放，链头先被驱逐，后面的块哈希还在表里却再也命中不到，白占位置。）1 分 = 只说出 “队头先驱逐、链尾先被驱逐”，没推到 “幸存的是前缀、仍能命中”；或只说保住前缀，没有驱逐顺序的机制。0 分 = 认为逆序是为了速度，或说队尾先被驱逐。
 #
 # **参考答案**
 #
-# 1. `FreeKVCacheBlockQueue` 是双向链表：`get_new_blocks` 用 `popleft_n` 从队头取块（队头 = 最久未用，LRU），取到的块若还带哈希就 `_maybe_evict_cached_block`；`free_blocks` 把 `ref_cnt` 降到 0 的块分成两组：有哈希的 `append_n` 到队尾，没有哈希的 `prepend_n` 到队头。一个请求结束时它的所有块同时变空闲，“最近使用时间”相同，队列里它们之间的顺序就由释放顺序决定。
-# 2. vLLM 的 `SingleTypeKVCacheManager.free` 传入 `reversed(self.pop_blocks_for_free(request_id))`（minivllm 的 `KVCacheManager.free` 传入 `reversed(blocks)`）：链尾先进队列、链头最后进。链尾块的哈希依赖整段前缀，最不可能被别的请求命中；链头块（system prompt 的开头）被最多请求共享。这样驱逐总是先削掉链的末端，幸存的缓存块始终是某段前缀。反过来，如果先驱逐链头，它后面所有块的哈希虽然还在表里，却再也命中不到——查找在第一次未命中处就停了——这些“孤儿块”白白占着空闲队列的位置，等着被驱逐。
-# 3. 没有哈希的块（不满的尾块，或关闭了缓存）不可能被命中。若它们也追加到队尾，就排在更早释放、还带着有用哈希的块后面：分配新块时先驱逐的反而是有缓存价值的块，无用的块还占着队尾——这就是 vLLM #42656 修掉的浪费。放到队头，它们最先被复用。
-# 4. 例子（11 个块，块 0 是 null block）：req0 有 87 个 token（5 个满块 + 1 个不满的块）拿到块 1–6，req1 有 48 个 token 拿到块 7–9，队列里只剩从未分配的 10。先释放 req0：逆序是 6、5、4、3、2、1，块 6 没有哈希，放到队头，5～1 追加到队尾；再释放 req1：9、8、7 追加到队尾。队列 `[6, 10, 5, 4, 3, 2, 1, 9, 8, 7]`。req2 是 req0 的前 35 个 token：命中块 1、2（32 个 token），`touch` 把它们从队列中间摘掉；还需 1 个新块，从队头取——块 6，它没有哈希可驱逐。有哈希的块中，req0 的链从尾部（5、4…）开始被驱逐，req1 的块最晚被驱逐，因为它更晚释放。
+# `free_blocks` 的 docstring 说传入的块按驱逐优先级排列、第一个最先被驱逐：`ref_cnt` 降到 0、有哈希的块 `append_n` 到队尾，`get_new_blocks` 用 `popleft_n` 从队头取块并 `_maybe_evict_cached_block`。一个请求结束时它的块同时变空闲，队列里它们的先后只由传入顺序决定；`reversed(...)` 让链尾先进队列、链头最后进。链尾块的哈希依赖整段前缀，最不可能被别的请求命中；链头（如 system prompt 的开头）被最多请求共享。于是驱逐总是先削掉链尾，缓存里剩下的始终是某段前缀，而 `find_longest_cache_hit` 在第一次未命中处停下，正好还能命中这段前缀。顺序释放则先驱逐链头，后面的块哈希虽在、却再也命中不到。
 #
 # === END MARK SCHEME ===
 
@@ -421,8 +411,9 @@ L03.vllm_side_by_side()
 #
 # - **KV-cache 组**：vLLM 的哈希表以 `BlockHashWithGroupId`（块哈希加组号）为键，查找经 `KVCacheCoordinator` 交给每组的 `find_longest_cache_hit`；minivllm 只有一个全注意力组，键就是块哈希，块表是一维列表。
 # - **返回值**：vLLM 的 `get_computed_blocks` 返回 `(块, 命中 token 数, shared_prefix_boundary)`，第三项供滑动窗口、Mamba 等组使用；minivllm 只返回前两项。
-# - **命中粒度**：`CacheConfig.prefix_match_unit` 只在有多个 KV-cache 组的混合模型上起作用，默认取各组块大小的最大公约数；单组时 `resolve_kv_cache_block_sizes` 直接用 `block_size`。课程的模型都是单组，命中按整块。
-# - **extra keys**：vLLM 的 `get_request_block_hasher` 对需要的请求调用 `generate_block_hash_extra_keys`，算出 LoRA、多模态、`cache_salt`、prompt embeds 的键；minivllm 没有这些功能，练习的哈希器不传 extra keys。
+# - **命中粒度**：单组时 `resolve_kv_cache_block_sizes` 让哈希粒度等于 `block_size`；多组（混合模型）时取 `CacheConfig.prefix_match_unit`，默认各组块大小的最大公约数，可能小于 `block_size`。课程的模型都是单组，只有满块有哈希、命中按整块。
+# - **混合模型的块内命中**：哈希粒度小于 `block_size` 时，`find_longest_cache_hit` 的 Phase 2 可命中到块内，`_cache_partial_tail_block` 给 prompt 末尾不满的块登记哈希；命中者要接着写这个块时先复制一份（copy-on-write）。
+# - **extra keys**：vLLM 的 `get_request_block_hasher` 对每个新满块都调用 `generate_block_hash_extra_keys`，算出 LoRA、多模态、`cache_salt`（只进第一块）、prompt embeds 的键，都没有时返回 `None`；minivllm 没有这些功能，练习的哈希器不传 extra keys。
 # - **跳过查找**：请求 prompt logprobs 的请求（`skip_reading_prefix_cache` 因此默认为真）和全量 pooling 请求，vLLM 不查缓存、也不计入统计；minivllm 没有 prompt logprobs，开启缓存时总是查。
 # - **哈希函数**：vLLM 默认 `prefix_caching_hash_algo="sha256"`，即 pickle 后做 SHA-256，另有 `sha256_cbor`、`xxhash`、`xxhash_cbor`；minivllm 默认用 Python 内建 `hash`，也提供 `sha256`。
 # - **`NONE_HASH`**：vLLM 的 `init_none_hash` 在设置了 `PYTHONHASHSEED` 时由它决定，否则每个进程随机（`os.urandom(32)`）；minivllm 导入时固定用种子 0，结果可复现。
