@@ -115,7 +115,7 @@ def test_student_copy_shows_the_blanks():
     cells = {c["id"]: "".join(c["source"])
              for c in json.loads((REPO / "notebooks/lesson07/lesson07.ipynb").read_text(encoding="utf-8"))["cells"]}
     code = cells["l07_sampler"]
-    assert code.count("______") == 10 and "### BLANK" not in code
+    assert code.count("______") == 9 and "### BLANK" not in code
     for line in ("threshold = ______", "kth = ______", "probs_sort = ______", "drop = ______", "raw_logprobs = ______",
                  "x = ______"):
         assert line in code, line

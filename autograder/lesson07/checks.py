@@ -712,7 +712,7 @@ LESSON = Lesson(
         Part("l07_boundary", "边界条件", 1, check_boundary, ("apply_min_p", "apply_top_k_top_p")),
         Part("l07_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
         Part("l07_q1", "Q1 为何每个请求一个 generator", 2, group="manual"),
-        Part("l07_q2", "Q2 为何不用 multinomial", 2, group="manual"),
+        Part("l07_q2", "Q2 指数竞赛为何精确按 p 抽样", 2, group="manual"),
         Part("l07_q3", "Q3 top-p 的代价与跳过", 2, group="manual"),
     ],
 )

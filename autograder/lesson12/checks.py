@@ -608,6 +608,6 @@ LESSON = Lesson(
         Part("l12_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
         Part("l12_q1", "Q1 进程拆分的收益与代价", 2, group="manual"),
         Part("l12_q2", "Q2 没有 hold-back 时流式输出坏在哪", 2, group="manual"),
-        Part("l12_q3", "Q3 从 TTFT/TPOT 曲线判断饱和", 2, group="manual"),
+        Part("l12_q3", "Q3 排队如何推高 TTFT", 2, group="manual"),
     ],
 )

@@ -16,11 +16,11 @@
 #
 # 本课产出：说清一个流式请求怎样从 HTTP 穿过两个进程、变成 SSE 事件；写出输出处理器里每个请求的那一步（增量反分词、停止串与 hold-back）和客户端断开时的 abort 路径。
 #
-# 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；能指出下面三件事；总分至少 8/10。
+# 通过要求：代码断言全部通过；Q1～Q3 各用 3～5 句回答；能指出下面三件事；总分至少 8/10。
 #
 # - 正确性不变量：流式增量拼起来等于非流式文本，停止串不出现在任何增量里；
-# - 性能边界：进程拆分用每步一次序列化与 ZMQ 往返、多一个进程，换来前端与模型步的重叠（Q1）；
-# - 需要 benchmark 才能确认的结论：服务器在多大请求率下饱和。
+# - 性能边界：进程拆分用每步一次输出的序列化与 ZMQ 单向传输（外加一个进程），换来前端与模型步的重叠（Q1）；
+# - 需要 benchmark 才能确认的结论：排队如何推高 TTFT（Q3）。
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
@@ -34,14 +34,14 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM 0.27.1（commit 8e958902eee5）。沿一个流式请求的一生读：跟着 request id 从 `AsyncLLM` 到 EngineCore 进程再回来。
+# 源码固定在 vLLM 0.27.1（commit 8e958902eee5）。沿一个流式请求的一生读，下面只摘本课用到的约 100 行。
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | `vllm/v1/engine/async_llm.py`：`AsyncLLM.generate`（L608–616）、`abort`（L729–738） | `minivllm/engine/async_llm.py` | `generate()` 被取消时做哪两件事？ |
-# | 2 | `vllm/v1/engine/core_client.py`：`AsyncMPClient._ensure_output_queue_task`（L1037–1042、L1082–1083） | 同名文件 | 输出从哪个套接字回来、交给谁？ |
-# | 3 | `vllm/v1/engine/output_processor.py`：`OutputProcessor.process_outputs`（L652–661、L686–699） | 同名文件 | 为什么还要 abort EngineCore 里的请求？ |
-# | 4 | `vllm/v1/engine/detokenizer.py`：L85–90、L116–165、L184–187、L226、`check_stop_strings`（L337–362） | 同名文件 | 解码流先喂什么？停止串从哪里找起？hold-back 扣几个字符？ |
+# | 1 | `vllm/v1/engine/async_llm.py`：`AsyncLLM.generate`（L608–L616）、`abort`（L732–L738） | `minivllm/engine/async_llm.py` | `generate()` 被取消时做哪两件事？ |
+# | 2 | `vllm/v1/engine/output_processor.py`：`OutputProcessor.process_outputs`（L652–L661、L695–L699） | 同名文件 | 为什么还要 abort EngineCore 里的请求？ |
+# | 3 | `vllm/v1/engine/detokenizer.py`：`BaseIncrementalDetokenizer.__init__`（L85–L90）、`update`（L116–L120、L129–L143）、`get_next_output_text`（L153–L165） | 同名文件 | hold-back 扣几个字符？运行中与结束时各发出多少？ |
+# | 4 | `vllm/v1/engine/detokenizer.py`：`FastIncrementalDetokenizer.__init__`（L184–L187）、`check_stop_strings`（L337–L362） | 同名文件 | 解码流先喂什么？停止串从哪里找起？ |
 #
 # **runner**：本课不涉及 runner。
 
@@ -50,14 +50,13 @@
 from autograder.vllm_source import show_vllm
 
 show_vllm("vllm/v1/engine/async_llm.py", "AsyncLLM.generate", lines=(608, 616))
-show_vllm("vllm/v1/engine/async_llm.py", "AsyncLLM.abort", lines=(729, 738))
-show_vllm("vllm/v1/engine/core_client.py", "AsyncMPClient._ensure_output_queue_task", lines=(1037, 1042))
-show_vllm("vllm/v1/engine/core_client.py", "AsyncMPClient._ensure_output_queue_task", lines=(1082, 1083))
+show_vllm("vllm/v1/engine/async_llm.py", "AsyncLLM.abort", lines=(732, 738))
 show_vllm("vllm/v1/engine/output_processor.py", "OutputProcessor.process_outputs", lines=(652, 661))
-show_vllm("vllm/v1/engine/output_processor.py", "OutputProcessor.process_outputs", lines=(686, 699))
+show_vllm("vllm/v1/engine/output_processor.py", "OutputProcessor.process_outputs", lines=(695, 699))
 show_vllm("vllm/v1/engine/detokenizer.py", "BaseIncrementalDetokenizer.__init__", lines=(85, 90))
-show_vllm("vllm/v1/engine/detokenizer.py", "BaseIncrementalDetokenizer.update", until="BaseIncrementalDetokenizer.get_next_output_text",
-          lines=(116, 165))
+show_vllm("vllm/v1/engine/detokenizer.py", "BaseIncrementalDetokenizer.update", lines=(116, 120))
+show_vllm("vllm/v1/engine/detokenizer.py", "BaseIncrementalDetokenizer.update", lines=(129, 143))
+show_vllm("vllm/v1/engine/detokenizer.py", "BaseIncrementalDetokenizer.get_next_output_text", lines=(153, 165))
 show_vllm("vllm/v1/engine/detokenizer.py", "FastIncrementalDetokenizer.__init__", lines=(184, 187))
 show_vllm("vllm/v1/engine/detokenizer.py", "check_stop_strings", lines=(337, 362))
 
@@ -113,7 +112,7 @@ short_errors("lesson12")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 4. 性能与工程取舍
 #
-# - TTFT 主要由排队与 prefill 决定，TPOT/ITL 由每步时间决定；排队与 KV 压力看 /metrics：`num_requests_waiting`、`kv_cache_usage_perc`（Q3）。
+# - TTFT 主要由排队与 prefill 决定，TPOT/ITL 由每步时间决定；排队与 KV 压力看 /metrics：`num_requests_waiting`、`kv_cache_usage_perc`。
 
 # %% [markdown]
 # ## 具体演示：一个请求穿过两个进程
@@ -143,7 +142,7 @@ L12.plot_timeline(timeline);
 # - 解码流：`DecodeStream(ids=..., skip_special_tokens=...)`；`stream.step(rust_tokenizer, token_id)` 返回新文本或 None；
 # - `abort_stream(engine, request_id)` 是 `generate()` 被取消时走的路径（vLLM 的 `AsyncLLM.abort`；minivllm 的 `engine.engine_core` 上要调用同步的那个（不带 `_async`））。
 #
-# 8 处 `______` 是决策点，要照顾到：字节级 BPE 与 Metaspace 分词器、半个字符结尾的 prompt、零或多个停止串、`include_stop_str_in_output` 与 `skip_special_tokens`、一步多 token、短于 hold-back 窗口的输出。
+# 6 处 `______` 是决策点，要照顾到：字节级 BPE 与 Metaspace 分词器、半个字符结尾的 prompt、零或多个停止串、`include_stop_str_in_output` 与 `skip_special_tokens`、一步多 token。
 #
 # 只改 `______` 处，不删断言、不放宽条件。
 
@@ -171,17 +170,16 @@ class StreamingDetokenizer:
             new_token_ids = new_token_ids[:-1]               # an EOS / stop token adds no text
         start = len(self.output_text)
         for token_id in new_token_ids:
-            # TODO 3. The text this token adds, without splitting a multi-byte character across tokens.
-            piece = self.stream.step(self.rust_tokenizer, token_id)  ### BLANK
+            piece = self.stream.step(self.rust_tokenizer, token_id)  # None until a character's bytes are complete
             self.output_text += piece or ""
-        # TODO 4. A stop string may have begun before this step's text: where does the search start?
+        # TODO 3. A stop string may have begun before this step's text: where does the search start?
         best, best_start, best_end = None, 0, len(self.output_text) + 1
         for s in self.stop:
             i = self.output_text.find(s, max(0, start - len(s) + 1))  ### BLANK
             if i != -1 and i + len(s) < best_end:
                 best, best_start, best_end = s, i, i + len(s)
         if best is not None:
-            # TODO 5. What is left of the text when a stop string completed?
+            # TODO 4. What is left of the text when a stop string completed?
             self.output_text = self.output_text[:best_end if self.include_stop else best_start]  ### BLANK
         return best
 
@@ -190,12 +188,11 @@ class StreamingDetokenizer:
         if finished:
             end = len(self.output_text)
         else:
-            # TODO 6. A running request keeps back what could still turn into a stop string.
+            # TODO 5. A running request keeps back what could still turn into a stop string.
             end = len(self.output_text) - self.stop_buffer_length  ### BLANK
         if not delta:
             return self.output_text[:max(end, 0)]
-        # TODO 7. The new text of this call.
-        text = self.output_text[self.sent:end] if end > self.sent else ""  ### BLANK
+        text = self.output_text[self.sent:end] if end > self.sent else ""  # end may be below sent, even negative
         self.sent += len(text)
         return text
 
@@ -204,7 +201,7 @@ def abort_stream(engine, request_id):
     """The client went away (its generate() was cancelled): end the request on both sides of the socket."""
     aborted = engine.output_processor.abort_requests([request_id])   # the frontend forgets the stream
     if aborted and not engine.errored:
-        # TODO 8. Who else still holds this request, its KV blocks and its slot in the batch?
+        # TODO 6. Who else still holds this request, its KV blocks and its slot in the batch?
         engine.engine_core.abort_requests(aborted)  ### BLANK
 
 
@@ -237,7 +234,7 @@ print("真实服务器检查通过：流式增量拼起来等于非流式文本�
 # %% [markdown]
 # ## 检查方法
 #
-# 运行断言；再把 hold-back 关掉（`stop_buffer_length = 0`）重跑跨 token 的停止串，找出第一个“泄漏”的增量，并解释为什么非流式输出仍然正确。
+# 运行断言；再把 hold-back 关掉（`stop_buffer_length = 0`）重跑跨 token 的停止串，看第一个“泄漏”的增量（Q2 用）。
 
 # %%
 class NoHoldBack(StreamingDetokenizer):
@@ -250,9 +247,6 @@ ids = L12.tokenizer().encode(L12.TEXT, add_special_tokens=False)
 leaky, _, _ = L12.stream_ids(NoHoldBack, abort_stream, ids, L12.stop_params(stop=["Juliet is"]), [1] * 400)
 print("没有 hold-back 时的最后几个增量：", leaky[-4:], " 拼起来的结尾：", repr("".join(leaky)[-12:]))
 print("第一个越过非流式文本的增量（第几个，内容）：", L12.leaked_increment(leaky, L12.TEXT[:L12.TEXT.find("Juliet is")]))
-
-# %% [markdown]
-# 你的解释：
 
 # %% nbgrader={"grade": true, "grade_id": "l12_boundary", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 assert "".join(L12.expect_stream(StreamingDetokenizer, abort_stream, L12.TEXT, ["ROMEO"], [3, 1, 1] * 100,
@@ -277,31 +271,23 @@ L12.plot_bench(bench);
 # %% [markdown]
 # 图 12-2：TTFT、TPOT、ITL 的中位数与 p99 随请求率变化；表下一行是这次运行的数字：
 #
-# - 请求率低于服务能力时，请求一来就被调度：TTFT 约一次 prefill，TPOT 约小 batch 的一步；2 与 8 本机分不出高低；
+# - 请求率低于服务能力时，请求一来就被调度：TTFT 约一次 prefill，TPOT 约小 batch 的一步；
 # - `inf` 时请求排队等前面的 prefill，TTFT 跳高；batch 变大，TPOT 上升；
-# - 2 与 8 时 ITL 的 p99 是中位数的几倍：新请求的 prefill 插进 decode 中的 batch，那一步特别长。
+# - 2 与 8 时 ITL 的 p99 明显高于中位数：新请求的 prefill 插进 decode 中的 batch，那一步特别长。
 #
 # 负载下 5 次运行，后两条次次成立；数字只对本机本负载成立。
-#
-# ## 进程拆分的收益与代价（实测，Q1 用）
-#
-# 同一批请求（8 个 prompt × 16 token），EngineCore 在本进程（`LLM(multiprocess=False)`）与独立进程（`multiprocess=True`）各跑 3 轮，交替，先热身。
-
-# %%
-split = L12.process_split()
-L12.print_split(split)
 
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 在 vLLM 8e958902eee5 中找到每个概念的名字（函数、类或属性名；大小写不限）。这些名字正文没写。
+# 在 vLLM 8e958902eee5 中找到每个概念的名字（函数、类或属性名；大小写不限）。括号里是去哪找，每个约一分钟。
 #
-# - `prefix_reset`：`FastIncrementalDetokenizer` 里捕获 “Invalid prefix” 错误、换一个新解码流再试的方法（`vllm/v1/engine/detokenizer.py`）；
-# - `fast_switch`：同一个文件里决定能不能用 `DecodeStream` 快路径的模块级常量；
-# - `slow_prompt_tokens`：Slow 反分词器把 prompt 的 id 变成 token 字符串与两个偏移量的函数（`vllm/tokenizers/detokenizer_utils.py`）；
-# - `disconnect_listener`：`with_cancellation` 用来等待 `http.disconnect` 消息的协程函数（`entrypoints/serve/utils/api_utils.py`）；
-# - `arrivals`：`vllm bench serve` 里按请求率逐个产出请求的异步生成器（`vllm/benchmarks/serve.py`）；
-# - `zero_copy_threshold`：`MsgpackEncoder` 里决定张量多大就作为零拷贝帧单独发送的属性或环境变量（`vllm/v1/serial_utils.py`）。
+# - `prefix_reset`：捕获 “Invalid prefix” 错误、换一个新解码流再试的方法（`detokenizer.py` 里 `FastIncrementalDetokenizer.decode_next` 第一行调用的）；
+# - `fast_switch`：决定能不能用 `DecodeStream` 快路径的模块级常量（`detokenizer.py` 开头，`from_new_request` 里也用它）；
+# - `slow_prompt_tokens`：把 prompt 的 id 变成 token 字符串与两个偏移量的函数（`detokenizer.py` 里 `SlowIncrementalDetokenizer.__init__` 调用的）；
+# - `disconnect_listener`：等待 `http.disconnect` 消息的协程函数（`entrypoints/serve/utils/api_utils.py` 里 `with_cancellation` 的 `cancellation_task` 运行的）；
+# - `arrivals`：按请求率逐个产出请求的异步生成器（`vllm/benchmarks/serve.py` 的 `benchmark` 里 `async for` 遍历的）；
+# - `zero_copy_threshold`：张量多大就作为零拷贝帧单独发送的阈值（`vllm/v1/serial_utils.py` 里 `MsgpackEncoder.__init__` 的参数）。
 
 # %% nbgrader={"grade": false, "grade_id": "l12_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
@@ -319,20 +305,21 @@ L12.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l12_q1", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q1（2 分）
 #
-# EngineCore 在自己的进程里运行，这个拆分带来了什么、付出了什么？请结合图 12-1 的时间线和上面 in-process 与 multiprocess 的实测吞吐说明，并指出在什么硬件条件下拆分划算。
-#
-# 评分要求：必须包含对象、状态变化、正确性或成本链。
+# 图 12-1 里 EngineCore 的步与步之间不等前端。EngineCore 单独一个进程时，前端的哪些工作与下一步的前向重叠？这样拆分，每步多付出了什么（图 12-1 的表里哪一列能看到）？
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 收益链完整：核心进程的忙循环只做调度与前向，前端进程（HTTP、分词、`OutputProcessor` 反分词与停止串、JSON/SSE）与它**并行**，EngineCore 的步与步之间不等 Python 前端，且前端的 GIL 争用不进入步时间；代价链完整：每步一次 msgspec 编码/解码 + ZMQ 往返（图 12-1 中核心到前端的延迟），再加至少一项学生自己举出的代价（两份进程内存与启动时间、两个进程争抢同样的 CPU 核、状态要靠消息同步等，任一项说清因果即可；题目没有提示的代价不作要求）；引用学生自己这次运行的数字（比值大于 1 或小于 1 都可以，只要解释与数字一致；作者在多人共用的 2 核 CPU 容器上两次运行：in-process 约 980 / 500 tok/s，multiprocess 约 350 / 800 tok/s，比值 0.36 与 1.6，另一次在空闲时约 1.4；又 5 次负载运行 0.87、0.90、0.92、1.53、2.08）并解释：在 CPU 上前向与前端争抢同样的 2 个核，重叠的收益取决于当时有没有空闲的核，所以比值不稳定、可能小于 1，而且离线 `LLM.generate` 没有 HTTP/反分词负担可以重叠；能指出这次测量的波动本身说明什么（要多轮 A B 交替、看中位数与范围）；结论：拆分在 GPU 上、前端工作量大（很多流、长文本反分词、JSON）时划算；1 分 = 只说“避免 GIL/重叠”而没有任何代价或没有数字；0 分 = 认为多进程会改变输出，或把本机的比值当作 GPU 上的结论（一票否决：把单一负载的实测写成普遍结论）。
+# **评分**：
+#
+# - 2 分：说清两点。(a) 重叠：API 服务器进程里的 Python 工作——`OutputProcessor` 的增量反分词与停止串、组 `RequestOutput`、JSON 与 SSE，以及新请求的 HTTP 解析与分词——与 EngineCore 的下一步前向同时进行，列出其中两三项即可。(b) 代价：每步的 `EngineCoreOutputs` 要 msgspec 编码、经 ZMQ 发到前端、再解码，表里“ZMQ+decode”一列（核心一步结束到前端收到的时间）就是它。
+# - 1 分：只说清其中一点；或只说“避免 GIL / 可以并行”，没说出哪些工作。
+# - 0 分：认为 EngineCore 要等前端处理完才开始下一步，或认为拆分会改变输出。
+#
+# 与同一进程相比（这些工作与前向抢同一个 GIL，只能排在两步之间），或多一个进程的内存与启动时间、停止串与断开要靠消息通知 EngineCore（`reqs_to_abort`、`abort_requests`），都是加深，不要求。
 #
 # **参考答案**
 #
-# 1. 收益：EngineCore 的忙循环（`run_busy_loop`）只做 `schedule` → 前向 → `update_from_output`，输入输出的编解码在它的 IO 线程里。API 服务器进程里的 Python 工作（HTTP 解析、`OnlineRenderer` 渲染与分词、`OutputProcessor` 的增量反分词与停止串、JSON 序列化与 SSE）与下一步的前向并行。图 12-1 中核心步与步之间没有空隙等前端；如果同进程，这些工作串在每两步之间（同一个 GIL），GPU 空闲，TPOT 变长。
-# 2. 代价：每步一次 msgspec 编解码和 ZMQ 往返（图 12-1 中位数约 0.3～0.5 ms，小消息，`array_like` Struct 只按位置编码字段）；多一个进程的内存（模型权重在核心进程，前端进程另有分词器）和启动时间；状态分在两个进程：前端发现的停止串、客户端断开都必须显式发消息给核心（`reqs_to_abort`、`abort_requests`），否则核心继续占着 KV 块；核心死掉要靠监测（`EngineDeadError`）。
-# 3. 实测（作者的 2 核 CPU 容器，多人共用；学生的数字会不同，以它为准）：一次 in-process 约 980 tok/s、multiprocess 约 350 tok/s（比值 0.36）；另一次（机器更忙）约 500 与 800 tok/s（比值 1.6），各轮从 270 到 1140 不等；机器空闲时 multiprocess 约快 1.4 倍。原因：这里的“GPU”就是同样的 2 个 CPU 核，核心进程的前向与前端进程争抢同一批核，拆分是否有收益取决于当时有没有空闲的核；离线 `LLM.generate` 没有 HTTP 与 SSE 的负担可以重叠；每步的 ZMQ 往返与解码在步时间只有几毫秒时占比可观。这样大的波动本身就说明结论必须来自多轮 A B 交替的中位数，而不是一次运行。
-# 4. 结论：在 GPU 上（前向在设备上，CPU 核空着可以做前端工作）、并发流多、输出长时拆分划算——这也是 vLLM 默认多进程的原因；在 CPU 很少、核被占满的机器上它可能更慢。要在目标硬件上 A B 交替测量，不能从这台机器外推。
+# EngineCore 的忙循环只做调度、前向和更新状态，输出交给 IO 线程编码发出后就开始下一步。前端进程收到这批输出后，`OutputProcessor` 逐请求做增量反分词、查停止串、把输出放进信箱，`generate()` 取出后服务器把它写成 JSON 的 SSE 事件；新到的请求也在这里解析 HTTP、分词。这些都与 EngineCore 的下一步前向同时进行，所以图 12-1 里核心的步是连着的。若在同一进程，它们与前向抢同一个 GIL，只能排在两步之间，每步都变长。代价是每步一次 msgspec 编解码和 ZMQ 传输：表里“ZMQ+decode”一列，本机中位数通常不到 1 ms，机器忙时会变大。
 #
 # === END MARK SCHEME ===
 
@@ -342,20 +329,21 @@ L12.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l12_q2", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q2（2 分）
 #
-# 如果流式输出不做 hold-back（`stop_buffer_length = 0`），会坏在哪里？用“检查方法”里那次运行的增量说明：哪个增量泄漏了什么、为什么非流式输出仍然正确、为什么事后无法补救；再说明 hold-back 的长度为什么是 `len(最长停止串) - 1`，以及它给 TPOT/ITL 带来什么代价。
-#
-# 评分要求：必须包含对象、状态变化、正确性或成本链。
+# “检查方法”里关掉 hold-back 后，打印出的第一个越过非流式文本的增量带出了什么？为什么流式已经错了，非流式输出却仍然正确？
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 指出泄漏的具体增量（“检查方法”打印的那个，本课的分词器里是 `' Juliet'` 这样停止串的前缀已经发给客户端，之后停止串完成时 `output_text` 被截到停止串之前，但已发出的字符收不回来：拼起来的流比非流式文本多出停止串的前缀，违反“增量拼起来 = 非流式文本”，客户端看到了本不应出现的文本）；非流式只在结束时取一次全文、全文已被截断，所以正确；hold-back 长度：停止串 s 完成之前，文本结尾最多有 `len(s)-1` 个字符可能属于它，多扣无益、少扣会漏；代价：运行中的流落后最多 `len(s)-1` 个字符（若干 token），客户端看到的 ITL 变得不均匀（攒下的字符在后面一次放出），结束时一次放出剩余；1 分 = 只说“停止串会漏出来”而没有具体增量或没有说明为什么收不回来；0 分 = 认为流式只要在结束时删掉停止串即可，或认为 hold-back 改变了非流式结果（一票否决：混淆流式与非流式的状态）。
+# **评分**：
+#
+# - 2 分：说清两点。(a) 那个增量里有停止串 `"Juliet is"` 的前缀（如 `" Juliet"`，以打印为准）：它在停止串完成之前就发给了客户端；等 `" is"` 到达，`update` 才找到完整的停止串，把 `output_text` 截到它之前，但已发出的字符收不回来，拼起来的流比非流式文本多出这段前缀。(b) 非流式（`delta=False`）只在请求结束时取一次全文，那时文本已经截断，所以正确。
+# - 1 分：只说清其中一点；或只说“停止串漏出来了”，没说出为什么收不回来。
+# - 0 分：认为非流式也错了，或认为流式在结束时删掉停止串就能补救。
+#
+# 说出 hold-back 长度为什么是 `len(最长停止串) - 1`、它让流落后几个字符，是加深，不要求。
 #
 # **参考答案**
 #
-# 1. 本课的运行：停止串 `"Juliet is"`，逐 token 送入。没有 hold-back 时，停止串的前缀 `" Juliet"` 在它到达的那一步就作为增量发了出去（“检查方法”打印出它是第几个增量）；直到 `" is"` 到达，`update` 才在文本里找到完整的停止串，把 `output_text` 截到它之前，请求以 `finish_reason="stop"` 结束。但 `sent` 已经越过截断点，客户端手里多了 `" Juliet"`——拼起来的流比非流式文本长，而且包含了停止串的一部分（这样的答案在两项主路径检查上都失败）。
-# 2. 非流式（`delta=False`）只在结束时取一次 `output_text`，那时文本已截断，所以正确。流式的增量一旦写进 SSE 就属于客户端，无法撤回；协议里也没有“删除前面几个字符”的事件。
-# 3. 长度：停止串 s 完成前，只有文本结尾的至多 `len(s)-1` 个字符可能是 s 的前缀；更前面的字符不可能再成为 s 的一部分（s 若包含它们，早就该完成了）。多个停止串取最长的。`include_stop_str_in_output=True` 时停止串要保留，不需要 hold-back（长度 0）。
-# 4. 代价：运行中客户端总是落后 `stop_buffer_length` 个字符；这几个字符要等后面的 token 把它们“推出去”，所以一些 SSE 事件是空的或很短、之后的事件一次多给几个字符，ITL 不均匀；结束时（`finished=True`）剩下的全部放出。只有带停止串的请求付这个代价。
+# 打印出的增量含停止串的前缀 `" Juliet"`。没有 hold-back 时，这段文本在它的 token 到达的那一步就作为增量发出；下一步 `" is"` 到达，`update` 在文本里找到完整的 `"Juliet is"`，把 `output_text` 截到它之前，请求以 stop 结束。可 `sent` 已经越过了截断点，客户端手里多了 `" Juliet"`，SSE 里也没有“撤回”事件。非流式只在结束时读一次 `output_text`，读到的是截断后的全文，所以正确。
 #
 # === END MARK SCHEME ===
 
@@ -365,26 +353,21 @@ L12.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l12_q3", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q3（2 分）
 #
-# 怎样从 TTFT/TPOT 随请求率变化的曲线判断服务器已饱和？用图 12-2 的实测数字说明饱和前后 TTFT、TPOT、吞吐分别怎么变、为什么；再说明确认饱和还该看哪些 /metrics 指标、怎样设计这次基准测试。
-#
-# 评分要求：必须包含对象、状态变化、正确性或成本链。
+# 图 12-2 里，请求率从 8 到 `inf`（16 个请求同时发出）时，TTFT 与 TPOT 的中位数各多了多少毫秒（用你这次运行的数字）？TTFT 多出的时间主要花在哪里？
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**（两部分各 1 分）：
+# **评分**：
 #
-# - **曲线怎么读（1 分）**：引用自己这次运行的数字（作者在多人共用的 2 核 CPU 容器上：2 与 8 req/s 时 TTFT 中位数约 25～30 ms、TPOT 约 7～8 ms；inf 时 TTFT 约 240 ms、TPOT 约 18 ms），并给出因果：未饱和时 TTFT ≈ prefill 时间、吞吐随请求率增长；饱和时 waiting 队列积压，TTFT 主要是排队时间、急剧上升，吞吐到达平台；TPOT 因 batch 变大而上升后趋平。要有数字，并且说出 TTFT 的上升来自排队；只说“延迟变高就是饱和”的，这 1 分不给。把 TPOT 说成主要判据、但也说清了 TTFT 的排队与吞吐平台的，不扣分。
-# - **怎样确认（1 分）**：至少一个 /metrics 指标及它饱和时怎样变（`num_requests_waiting` 持续 > 0 并增长、`kv_cache_usage_perc` 接近 1 或出现抢占、`vllm:request_queue_time_seconds`；前两个核心“性能与工程取舍”已点名，vLLM 与 minivllm 都导出，前缀分别是 `vllm:`、`minivllm:`；只罗列名字、不说怎样变的不给这一点）和至少一条设计要点（每个请求率足够多的请求、热身、重复测量、找吞吐不再增长而 TTFT 开始上升的拐点）。
-# - 0 分：把本机数字当作普遍容量（一票否决：把单一负载的实测写成普遍结论）。
+# - 2 分：说清两点。(a) 引用自己这次运行的两个差值（TTFT 与 TPOT 的中位数各多了多少）。数字随机器与负载变化很大，以学生自己的数字为准，只要解释与数字一致。(b) TTFT 多出的主要是排队：16 个请求同时到达，前端要逐个解析、分词，后到的请求还要等 EngineCore 正在跑的那一步（先到请求的 prefill）结束，轮到它们时一步要 prefill 十几个 prompt，这一步也长。说“排在前面请求的 prefill 之后”即可。
+# - 1 分：只有数字没有原因，或只有原因没有数字；或只说“batch 变大”，没说出排队。
+# - 0 分：把本机的数字当作这个服务器的普遍容量，或把 TTFT 的上升归因于网络或 SSE。
+#
+# 说出 TPOT 上升是因为每步 decode 的 batch 从一两个变成 16 个，是加深，不要求。
 #
 # **参考答案**
 #
-# 1. 实测（图 12-2，16 个请求 × 32 token prompt × 16 token 输出；作者在多人共用的 2 核 CPU 容器上的一次运行，学生的数字以自己的为准）：2 req/s 时吞吐约 1.5 req/s、TTFT 中位数约 30 ms、TPOT 约 7 ms；8 req/s 时吞吐约 5.5 req/s、TTFT 约 25 ms、TPOT 约 8 ms——请求率翻了 4 倍，延迟几乎不变，服务器没有饱和。`inf`（同时到达）时 TTFT 中位数约 240 ms、p99 约 320 ms，TPOT 约 18 ms。
-# 2. 为什么：未饱和时每个请求到达后下一步就被调度，TTFT ≈ 一次 prefill + 一步；TPOT ≈ 当前 batch 的步时间，batch 小所以稳定。饱和时到达速率超过服务速率，请求在调度器的 waiting 队列里排队（或因 token budget 只能分块 prefill），TTFT 的大头变成排队时间，而且在持续过载下随时间线性增长（队列无界）；running batch 变大使每步更慢，TPOT 上升，到 `max_num_seqs`/token budget 上限后趋平。吞吐（完成的 req/s、output tok/s）不再随请求率增长——这是最直接的饱和判据；TTFT 的“拐点”和 p99 的恶化是延迟侧的信号。
-# 3. 再看 /metrics：`minivllm:num_requests_waiting` 持续大于 0 并增长；`kv_cache_usage_perc` 接近 1、出现抢占；TTFT 里的排队时间占大头（vLLM 的 `vllm:request_queue_time_seconds`，由核心的 QUEUED/SCHEDULED 事件时间戳算出；minivllm 把它放在请求的第一个 `EngineCoreOutput.queue_time` 上）。
-# 4. 设计：对一组递增的请求率各跑足够多的请求（每点至少数十到数百个，Poisson 到达），热身后重复测量看波动；画吞吐与 TTFT/TPOT（中位数与 p99）对请求率的曲线，找“吞吐达到平台、TTFT 开始陡升”的点；本课 16 个请求太少，只能演示趋势，容量数字要在目标硬件和真实负载上测。
-#
-# **附：检查方法的参考解释**（不单独计分）：没有 hold-back 时，`"Juliet is"` 的前缀在到达时就作为增量发出，停止串完成时文本被截断，但已发出的前缀收不回来，所以拼起来的流以 `" Juliet"` 之类结尾，比非流式文本长；非流式只在结束时读取一次已截断的全文，所以仍然正确。
+# 作者的一次运行（数字只作示例）：8 req/s 时 TTFT 中位数约 13 ms、TPOT 约 2.6 ms；`inf` 时 TTFT 约 99 ms、TPOT 约 10 ms。TTFT 多了约 85 ms，TPOT 只多了约 8 ms。8 req/s 时请求陆续到达，来一个就在下一步被调度，TTFT 约等于一次 prefill。`inf` 时 16 个请求一起到：先到的两个进了第一步，其余 14 个（还在前端处理或在 waiting 队列里）等这一步结束，再在一步里一起 prefill，所以 TTFT 的大头是排队和这一大步。TPOT 只因每步 decode 的 batch 变成 16 个请求而变慢。
 #
 # === END MARK SCHEME ===
 
@@ -395,10 +378,10 @@ L12.check_source_map(SOURCE_MAP)
 # ## 评分规则
 #
 # - 代码 4 分：主路径 2 分（真实 `OutputProcessor` 1 分、真实服务器 1 分）、边界条件与断开连接 1 分、能映射回源码对象 1 分；
-# - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
+# - Q1～Q3 各 2 分，按每题的评分规则；
 # - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
-# 总分 10 分，至少 8 分通过。先独立完成；核对后换一组停止串、一段多字节文本或一个请求率重新推演。
+# 总分 10 分，至少 8 分通过。先独立完成，再对照 minivllm 与 vLLM 的实现。
 #
 # ### 自检
 #
@@ -410,7 +393,7 @@ self_check("lesson12", globals());
 # %% [markdown]
 # ## 附录（选读）
 #
-# 选读：几处细节、在真实 vLLM 上跑同样的流、与 vLLM 0.27.1 的全部差异和参考资料，不计入核心路径。
+# 选读：几处细节、在真实 vLLM 上跑同样的流、进程拆分的实测、与 vLLM 0.27.1 的全部差异和参考资料，不计入核心路径。
 
 # %% [markdown]
 # ### 细节
@@ -429,6 +412,17 @@ self_check("lesson12", globals());
 
 # %%
 L12.vllm_side_by_side(StreamingDetokenizer);
+
+# %% [markdown]
+# ### 进程拆分的实测
+#
+# 同一批请求（8 个 prompt × 16 token），EngineCore 在本进程（`LLM(multiprocess=False)`）与独立进程（`multiprocess=True`）各跑 3 轮，交替，先热身。
+#
+# CPU 上前向与前端争抢同样的核，离线 `LLM.generate` 也没有 HTTP 与 SSE 可重叠，比值可能大于也可能小于 1。GPU 上前向在设备上跑，CPU 核空出来做前端工作，才是拆分划算的情形。结论要在目标硬件上 A B 交替测。
+
+# %%
+split = L12.process_split()
+L12.print_split(split)
 
 # %% [markdown]
 # ### 与 vLLM 0.27.1 的差异
