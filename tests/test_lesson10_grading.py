@@ -132,8 +132,10 @@ def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
     check_source_map({k: f"`{v}`" for k, v in good.items()})
     check_source_map(dict(good, no_split="vllm.model_executor.layers.linear.ReplicatedLinear",
                           gather_outputs="tensor_model_parallel_all_gather()", output_rank="self._get_output_rank()"))
+    check_source_map(dict(good, gather_outputs="get_tp_group().all_gather"))  # GroupCoordinator.all_gather
     for bad in (dict(good, divisible=good["split_input"], split_input=good["divisible"]),
-                dict(good, no_split="ColumnParallelLinear"), dict(good, gather_outputs="all_gather"),
+                dict(good, no_split="ColumnParallelLinear"), dict(good, gather_outputs="all_reduce"),
+                dict(good, output_rank="get_output_rank"),  # not a vLLM name: only _get_output_rank exists
                 {k: v for k, v in good.items() if k != "output_rank"}):
         with pytest.raises(CheckFailed):
             check_source_map(bad)

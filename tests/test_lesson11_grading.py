@@ -75,7 +75,9 @@ def test_vllm_recording_backs_the_lessons_lists():
 def test_source_map_accepts_vllm_names_and_rejects_others(solution_ns):
     good = solution_ns["SOURCE_MAP"]
     check_source_map({"padded_descriptor": "self._create_padded_batch_descriptor()",
-                      "sorted_sizes": "`post_init_cudagraph_sizes`", "decode_query_len": "dispatcher.uniform_decode_query_len"})
+                      "sorted_sizes": "`post_init_cudagraph_sizes`", "uniform_check": "self._is_uniform_decode()"})
+    with pytest.raises(CheckFailed, match="uniform_check"):  # the dispatcher's attribute, not the runner's check
+        check_source_map(dict(good, uniform_check="uniform_decode_query_len"))
     with pytest.raises(CheckFailed, match="sorted_sizes"):
         check_source_map(dict(good, sorted_sizes="cudagraph_capture_sizes"))
     with pytest.raises(CheckFailed, match="padded_descriptor"):

@@ -13,7 +13,8 @@ buffers, so every check here runs on CPU; on a GPU the same plug feeds real CUDA
                            then every batch size against vLLM 0.27.1's own dispatcher (recorded, six settings)
     check_real_engine(...) greedy tokens through the plugged engine equal the unpadded eager run
     check_boundary(...)    a full batch, a batch above every size, stale buffers, padded rows never write KV
-    check_source_map(SOURCE_MAP)  three padding concepts -> vLLM 0.27.1's names the lesson does not print (hashed)
+    check_source_map(SOURCE_MAP)  three padding concepts -> vLLM 0.27.1's method names (hashed); the lesson's text
+                           does not print them (its show_vllm cells may show one, from the fetched source)
 Every check is @graded: bounded by the cell limit, one short line on failure.
 
 Input space (each dimension -> the part that covers it):
@@ -324,13 +325,15 @@ def kv_guard(llm) -> list[int]:
 
 # ---------------------------------------------------------------------------- source map
 FUNCTIONS = ["choose_capture_size", "fill_static_buffers", "real_rows"]
-SOURCE_KEYS = ["padded_descriptor", "sorted_sizes", "decode_query_len"]
-# Names the lesson does not print, checked in vLLM 0.27.1 (v1/cudagraph_dispatcher.py, config/compilation.py),
-# stored hashed; the plain names live only in the solution, which the release leaves out.
+SOURCE_KEYS = ["padded_descriptor", "sorted_sizes", "uniform_check"]
+# Checked in vLLM 0.27.1 (v1/cudagraph_dispatcher.py, config/compilation.py, v1/worker/gpu_model_runner.py), stored
+# hashed; the plain names live only in the solution, which the release leaves out. The lesson's text does not print
+# them; its show_vllm cells print the fetched source, where padded_descriptor's answer is a call in dispatch (L303):
+# a pointed look, which is the point. sorted_sizes and uniform_check: one look at the line the item names (the call).
 SOURCE_HASHES = {
     "padded_descriptor": {"10bb46f1dea3d9e8"},
     "sorted_sizes": {"a37fa3f3bae89541"},
-    "decode_query_len": {"5a861f5cc7038a05"},
+    "uniform_check": {"6903cdc0453c0158"},
 }
 
 
@@ -350,7 +353,7 @@ LESSON = Lesson("lesson11", "CUDA Graph 与动态形状", parts=[
     Part("l11_real_engine", "主路径·接入真实引擎", 1, check_real_engine, tuple(FUNCTIONS)),
     Part("l11_boundary", "边界：正好一个尺寸、超过最大尺寸、残留缓冲、KV 不被写", 1, check_boundary, tuple(FUNCTIONS)),
     Part("l11_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
-    Part("l11_q1", "Q1 小批量 decode 为何受 launch 开销支配", 2, group="manual"),
+    Part("l11_q1", "Q1 CUDA graph 省掉哪部分时间", 2, group="manual"),
     Part("l11_q2", "Q2 为何只捕获 decode 批次", 2, group="manual"),
-    Part("l11_q3", "Q3 padding 的代价（实测）", 2, group="manual"),
+    Part("l11_q3", "Q3 填充的代价", 2, group="manual"),
 ])

@@ -21,7 +21,7 @@
 #
 # 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；能指出下面三条；总分至少 8/10。
 #
-# - 正确性不变量：TP=2 的贪心输出与 TP=1 逐 token 相同；每个 rank 在同一步调用同样次数的 all-reduce。
+# - 正确性不变量：每个 rank 在同一步调用同样次数、同样形状的 all-reduce；TP=2 与 TP=1 在数学上相等。本课在 CPU float32 上检查贪心输出逐 token 相同；GPU 上分片改变求和顺序，vLLM 不保证逐 token 相同。
 # - 性能边界：每层两次 all-reduce，每次的张量大小是 token 数 × hidden，与 tp 无关。
 # - 要靠 benchmark 的结论：在什么硬件与 batch 上 TP 真的更快。
 #
@@ -32,7 +32,7 @@
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行最后的“自检”单元格，或在终端执行 `python -m autograder check lesson10`，得分与 nbgrader 评出的自动部分一致。
+# 没有 nbgrader 时（例如 Colab），运行最后的“自检”单元格（或 `python -m autograder check lesson10`）。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
@@ -46,7 +46,7 @@
 # | 3 | `vllm/model_executor/layers/linear.py`：`RowParallelLinear.forward`（L1761–1769） | 同上 | bias 为什么只在 rank 0 加？何时 all-reduce？ |
 # | 4 | `vllm/v1/executor/multiproc_executor.py`：`MultiprocExecutor.collective_rpc`（L384–392） | `minivllm/executor/multiproc_executor.py` | 一次 `execute_model` 怎样送到每个 rank？ |
 #
-# **runner**：课程的 dense 模型在 0.27.1 默认由 Model Runner V2 运行，TP 不改变它；minivllm 的 worker 对应 V1 的 `gpu_model_runner.py`，本课的层两者共用。
+# **runner**：课程的 dense 模型在 0.27.1 默认由 Model Runner V2 运行；minivllm 的 worker 对应 V1 的 `gpu_model_runner.py`，本课的层两者共用。
 
 # %%
 # 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
@@ -120,7 +120,7 @@ L10.print_rank_shards(shards)
 # - `qkv_proj.weight`：TP=1 是 `[(8 + 2 + 2)×32, 256] = [384, 256]`；TP=2 每个 rank 4 个 q 头、1 个 kv 头，`[192, 256]`。按头切（Q2）。
 # - `o_proj.weight`、`down_proj.weight`：输出维不变，输入维减半，这是行并行。
 # - `gate_up_proj.weight`：`[2×704, 256]` → `[2×352, 256]`，gate 的一半和 up 的一半。
-# - `embed_tokens.weight`：词表补齐后切成两段；`lm_head` 与它共享权重。
+# - `embed_tokens.weight`：词表（需要时补齐）切成两段；`lm_head` 与它共享权重。
 
 # %%
 cmp = L10.tp_comparison()
@@ -130,7 +130,7 @@ L10.plot_tp_comparison(cmp);
 # %% [markdown]
 # 图 10-1：3 个 prompt、每个 16 个 token，贪心。左：TP=1 与 TP=2 交替各跑 3 次的墙钟时间。右：rank 0 的 profiler 数到的步数与 gloo all-reduce（`c10d::allreduce_`）次数，每次运行都相同。
 #
-# 两个 rank 共用同两个核，左图的比值跟着负载走（负载下见过 0.5× 到 12×），本课不从它下结论。确定的是右图：每步 9 次 all-reduce，每次 T × 256 个 float32，与 tp 无关。还没有 GPU 录制（Q3）。
+# 两个 rank 共用同两个核，左图的比值跟着负载走（负载下见过 0.5× 到 12×），本课不从它下结论。确定的是右图：每步 9 次 all-reduce，每次 T × 256 个 float32，与 tp 无关（Q3）。还没有 GPU 录制。
 
 # %% [markdown]
 # ## 具体演示：一步前向里的 all-reduce
@@ -240,14 +240,11 @@ print("真实引擎检查通过：TP=2 的贪心输出与 TP=1 相同，每步 9
 # %% [markdown]
 # ## 检查方法
 #
-# 运行断言；再设想两种错法：all-reduce 放在列并行层之后，以及完全不做 all-reduce。下面的单元格用你的类在两个 rank 上实际算一次，只改通信的位置。对照误差，解释为什么只有“列之后不通信、行之后 all-reduce”是对的。
+# 运行断言；下面的单元格用你的类在两个 rank 上算两种错法，只改通信的位置：all-reduce 放在列并行层之后、完全不做 all-reduce。Q1 问其中的原因。
 
 # %%
 for name, err in L10.misplaced_all_reduce(MergedColumnParallelLinear, RowParallelLinear).items():
     print(f"{name:<34} 与不切分的 MLP 的最大误差 {err:.2e}")
-
-# %% [markdown]
-# 你的解释：
 
 # %% nbgrader={"grade": true, "grade_id": "l10_boundary", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 x = torch.randn(1, 6)
@@ -263,14 +260,14 @@ L10.check_boundary(MergedColumnParallelLinear, RowParallelLinear)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# “能映射回源码对象”（1 分）在这里自动评分：在 vLLM 8e958902eee5 中找到实现每个概念的名字（类名、函数名或属性名，字符串，大小写不限）。
+# “能映射回源码对象”（1 分）在这里自动评分：写出 vLLM 0.27.1 里每个概念的名字（字符串，大小写不限）。括号里是位置，可在新单元格里用 `show_vllm(文件, 名字, lines=(a, b))` 打印那几行。
 #
-# - `no_split`：每个 rank 都持有完整权重、不切分的线性层类（`vllm/model_executor/layers/linear.py`）；
-# - `shard_widths`：记录各个融合投影在本 rank 上输出宽度的列表属性，`create_weights` 按它分配权重；
-# - `divisible`：`divide` 相除之前调用的、断言能整除的函数（`vllm/distributed/utils.py`）；
-# - `split_input`：行并行层收到未切分的输入时，把输入沿最后一维切成 tp 份的函数；
-# - `gather_outputs`：列并行层要输出完整结果时，收集各 rank 输出段的通信函数；
-# - `output_rank`：`MultiprocExecutor` 里决定从哪个 worker 读回模型输出的方法。
+# - `no_split`：每个 rank 都持有完整权重、不切分的线性层类（`LinearBase` 之后的第一个类，[linear.py L314](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/model_executor/layers/linear.py#L314)）；
+# - `shard_widths`：各融合投影在本 rank 上输出宽度的列表属性（`ColumnParallelLinear.__init__` 的 L483–L485）；
+# - `divisible`：断言能整除的函数（`vllm/distributed/utils.py` 里 `divide` 的 L63）；
+# - `split_input`：行并行层把未切分的输入沿最后一维切成 tp 份的函数（`RowParallelLinear.forward` 的 L1755）；
+# - `gather_outputs`：列并行层收集各 rank 输出段的通信函数（`ColumnParallelLinear.forward` 的 L602）；
+# - `output_rank`：决定从哪个 worker 读回模型输出的方法（`MultiprocExecutor._init_executor` 的最后一行，L247）。
 
 # %% nbgrader={"grade": false, "grade_id": "l10_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
@@ -288,20 +285,17 @@ L10.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l10_q1", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q1（2 分）
 #
-# 为什么 MLP 要“先列并行、后行并行”（`gate_up_proj` 按输出维切、`down_proj` 按输入维切），而不是两层都按输出维切、或者先行后列？请从每个 rank 持有的张量、`SiluAndMul` 能否在本 rank 内完成、以及每个 MLP 块需要几次通信说明；并说出把 all-reduce 放在列并行层之后会错成什么样。
+# 检查方法里，all-reduce 放在列并行层之后，误差远大于舍入。为什么它放在行并行层之后对、放在列并行层之后错？用每个 rank 在这两处持有的张量说明。
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 说清三件事：(1) 列并行后 rank r 持有中间激活的第 r 段（gate 与 up 各自的第 r 段，所以逐元素的 `SiluAndMul` 在本 rank 内完成，不需要完整的中间激活）；(2) 行并行层的输入正好就是这一段，rank r 用 `down` 的第 r 段列算出部分和 $\sum_{j \in r} W_{:,j} h_j$，一次 all-reduce 得到完整输出——整个 MLP 块只通信一次（注意力同理：qkv 列、o_proj 行，每层共两次）；(3) 其他排法要多通信：两层都按输出维切，第二层需要完整的中间激活，必须先 all-gather 再在最后再 all-gather，先行后列则第一层就要 all-reduce、第二层之后还要 all-gather；并说出列之后 all-reduce 的后果（各 rank 的输出是不同的中间神经元，相加把不同神经元混在一起，结果错误而不只是慢；本课 `misplaced_all_reduce` 的误差是 1e2～1e3 量级而不是舍入误差）；1 分 = 只说“减少通信”而没有说清每个 rank 持有什么、或没有说出 SiluAndMul 为什么能本地完成、或说不出列之后 all-reduce 错在哪；0 分 = 认为两种切法只是性能差别、或认为列并行层之后也需要 all-reduce（一票否决：混淆算法正确性与性能）。
+# **评分要点**：2 分 = 两处都说清：(1) 行并行层之后，每个 rank 持有的是同一个完整输出 y 的部分和（rank r 用 `down_proj` 的第 r 段列乘本 rank 的那段中间激活），all-reduce 把部分和加起来，正好是 y；(2) 列并行层之后，rank r 持有的是中间激活的第 r 段（不同的中间神经元，gate 与 up 各自的第 r 段），它们不是同一个量的几份，all-reduce 把不同神经元逐元素相加、混在一起，后面的结果全错。1 分 = 只说清其中一处（例如只说行并行输出是部分和、要相加，没说列之后相加为什么错；或反之）；0 分 = 认为列并行层之后 all-reduce 只是多一次通信、慢但不错（一票否决：混淆算法正确性与性能）。
 #
 # **参考答案**
 #
-# 1. `gate_up_proj` 是列并行：rank r 持有 `[gate 的第 r 段行; up 的第 r 段行]`，用完整的 x（每个 rank 都有）算出 `[gate_r(x); up_r(x)]`，形状 `[T, 2·I/tp]`。`SiluAndMul` 是逐元素的 $\mathrm{silu}(g_j)\cdot u_j$，只需同一个下标 j 的 gate 与 up——它们在同一个 rank 上（所以融合投影必须每段各自切），于是得到中间激活的第 r 段 $h_r$，`[T, I/tp]`，不需要通信。
-# 2. `down_proj` 是行并行：$y = W_{down} h = \sum_r W_{down}[:, r] h_r$。rank r 持有 $W_{down}$ 的第 r 段列，正好能用本地的 $h_r$ 算出第 r 个部分和；一次 all-reduce 把 tp 个部分和加起来，每个 rank 得到完整的 y（`[T, hidden]`），残差和下一层的 RMSNorm 需要的正是完整的 y。bias 只在 rank 0 加一次。整个 MLP 块：一次 all-reduce。注意力同理（`qkv_proj` 按头列切，每个 rank 只算自己的头，`o_proj` 行切），所以每层两次，本课 profiler 数出 4 × 2 + 1 = 9 次/步。
-# 3. 别的排法：两层都按输出维切，第二层每个输出都需要完整的中间激活，必须在中间 all-gather（`[T, I]`，比 hidden 大），最后还要再 all-gather 输出；先行后列则第一层输出是部分和、必须先 all-reduce，第二层的输出是分段的、还要 all-gather——都是每块两次通信。
-# 4. 列之后 all-reduce：各 rank 的 y 是不同的中间神经元，不是同一量的部分和，相加把神经元 j 和 j + I/tp 混在一起；结果是错的（本课 `misplaced_all_reduce` 实测误差约 1e3，而正确答案约 1e-4，只是舍入），不是“多通信一次而已”。不做 all-reduce 则每个 rank 只有部分和，后续层全错，而且各 rank 的隐藏状态从此不一致。
+# `down_proj` 是行并行：$y = \sum_r W_{down}[:, r]\, h_r$，rank r 持有 $W_{down}$ 的第 r 段列和中间激活的第 r 段 $h_r$，算出的是同一个 y（`[T, hidden]`）的第 r 个部分和；all-reduce 把 tp 个部分和相加，每个 rank 得到完整的 y。`gate_up_proj` 是列并行：rank r 的输出是 `[gate 的第 r 段; up 的第 r 段]`，各 rank 的输出是不同的中间神经元，不是同一个量的几份。在这里 all-reduce 会把 rank 0 的神经元 j 与 rank 1 的神经元 j + I/tp 加在一起，`SiluAndMul` 与 `down_proj` 都在错的激活上算，所以误差是 1e3 量级；正确的位置误差约 1e-4，只是舍入。
 #
 # === END MARK SCHEME ===
 
@@ -311,25 +305,17 @@ L10.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l10_q2", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q2（2 分）
 #
-# 本课的模型有 8 个 q 头、2 个 kv 头（GQA）。TP = 2、4、8 时，每个 rank 持有几个 q 头、几个 kv 头，`qkv_proj.weight` 和 KV cache 在每个 rank 上是什么形状（每个 token、每层）？kv 头少于 rank 数时怎么办，代价是什么？哪些 tp 根本不能用？
+# 本课模型（8 个 q 头、2 个 kv 头）用 TP=4 时，按上面 `QKVParallelLinear.__init__` 的摘录，每个 rank 持有几个 q 头、几个 kv 头？与 TP=2 相比，每个 token 在每个 rank 上的 KV cache 还会减半吗，为什么？
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 按头切（不是按行随意切：一个头的 head_dim 行必须在同一 rank，注意力在头内计算）；给出表：TP=2：4 q + 1 kv，`qkv_proj.weight` `[(4+1+1)·32, 256] = [192, 256]`，KV cache 每 token 每层 K、V 各 1×32；TP=4：2 q + 1 kv（kv 头被复制：`num_kv_head_replicas = 2`），`[128, 256]`；TP=8：1 q + 1 kv（复制 4 份），`[96, 256]`；说明 q 头到 kv 头的分组在切分后仍对应（rank r 的 q 头共享的正是它持有的那个 kv 头，`shard_rank = tp_rank // num_kv_head_replicas`）；代价：复制的 kv 头的权重与 KV cache 在多个 rank 上重复存储，KV cache 每个 rank 的占用不再按 1/tp 下降；q 头数不能被 tp 整除（这里 tp = 3、5、6、7）或 tp 既不整除 kv 头数也不是其倍数时不能用（`divide` 报错）；1 分 = 数对但没有说明复制与代价，或没有说出不能用的 tp；0 分 = 认为 kv 头可以切成半个头（注意力在头内计算，头不能拆），或认为 KV cache 总是按 1/tp 缩小（忽略了 kv 头复制）；认为任何 tp 都能用于任何模型，不看头数能否整除（一票否决：把源码支持写成所有模型/硬件可用）。
+# **评分要点**：2 分 = 头数对（每个 rank 2 个 q 头、1 个 kv 头），并说清 KV cache 不再减半：tp_size 4 ≥ kv 头数 2，走 `num_kv_heads = 1`、`num_kv_head_replicas = 4 / 2 = 2` 的分支，每个 kv 头复制到 2 个 rank；每个 rank 仍存 1 个 kv 头的 K/V（每个 token、每层 K、V 各 32 个数），与 TP=2 相同，多出的是重复存储。1 分 = 头数对，但没有说出 kv 头被复制，或认为 KV cache 继续减半；0 分 = 头数错，或认为一个 kv 头可以拆成半个分给两个 rank（注意力在头内计算，头不能拆）。说出 rank r 加载第 r // 2 个 kv 头、它的 q 头正好共享这个 kv 头是好的补充，不要求。
 #
 # **参考答案**
 #
-# 1. `QKVParallelLinear` 按**头**切输出维：每个 rank 持有 `num_heads / tp` 个 q 头，以及它们所属的 kv 头。一个头的 head_dim 行必须在同一个 rank（注意力的点积在头内做），所以切分粒度是头，不是行。
-# 2. 表（head_dim = 32，hidden = 256；KV cache 每个 token、每层每个 rank 存 K 和 V 各 `num_kv_heads_per_rank × 32` 个数）：
-#    - TP=1：8 q + 2 kv，`qkv_proj.weight` `[384, 256]`，K/V 各 2×32；
-#    - TP=2：4 q + 1 kv，`[192, 256]`，K/V 各 1×32（表 10-1 实测）；
-#    - TP=4：2 q + 1 kv，`[128, 256]`，K/V 各 1×32——2 个 kv 头分给 4 个 rank，每个 kv 头复制到 2 个 rank（`num_kv_head_replicas = 2`）；
-#    - TP=8：1 q + 1 kv，`[96, 256]`，每个 kv 头复制到 4 个 rank。
-# 3. 分组仍然正确：GQA 中 q 头 0–3 共享 kv 头 0、4–7 共享 kv 头 1。TP=4 时 rank 0、1 的 q 头（0–1、2–3）都属于 kv 头 0，所以它们加载 kv 头 0（minivllm 的 `shard_rank`：`tp_rank // num_kv_head_replicas`）。
-# 4. 代价：复制的 kv 头的权重和 KV cache 在多个 rank 上重复存；tp 超过 kv 头数之后，每个 rank 的 KV cache 不再随 tp 减小（总 KV 显存随 tp 增长），能容纳的并发 token 数不再按 tp 线性增长。
-# 5. 不能用的 tp：q 头数 8 必须能被 tp 整除（tp = 3、5、6、7 不行）；kv 头数要么能被 tp 整除、要么能整除 tp（`divide` 报错）。vocab、intermediate_size 也要能切（vocab 会被补齐）。
+# `num_heads = divide(8, 4) = 2`，每个 rank 2 个 q 头。kv 头只有 2 个、少于 tp = 4，走 `tp_size >= total_num_kv_heads` 的分支：`num_kv_heads = 1`，`num_kv_head_replicas = divide(4, 2) = 2`，即每个 kv 头被复制到 2 个 rank（rank 0、1 持有 kv 头 0，rank 2、3 持有 kv 头 1，正好是各自 q 头所属的组）。所以每个 rank 的 KV cache 仍是 1 个 kv 头：每个 token、每层 K、V 各 1 × 32，与 TP=2 一样，不再减半；所有 rank 合起来，KV cache 反而存了两份。`qkv_proj.weight` 每个 rank 是 `[(2 + 1 + 1) × 32, 256] = [128, 256]`。
 #
 # === END MARK SCHEME ===
 
@@ -339,21 +325,17 @@ L10.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l10_q3", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q3（2 分）
 #
-# 张量并行什么时候不再划算？用图 10-1 每次运行都相同的数字（每步 all-reduce 次数、每次的数据量、每个 rank 的计算量）说明 TP=2 每步多做了什么，并说明为什么这台 2 核 CPU 上的墙钟比不能当结论；再从通信量与计算量随 tp、batch 的 token 数、hidden 的变化，说明在 GPU 上什么情况下 TP 开始得不偿失。
+# 本课模型从 TP=2 换成 TP=4，每步 all-reduce 的次数、每次的张量大小、每个 rank 的矩阵乘法计算量各怎样变？据此说明 tp 越大，通信在一步里的占比为什么越高。
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 引用确定的数字（每步 9 次 all-reduce，每次 T × 256 个 float32，每个 rank 算一半的矩阵乘法）并说明墙钟比为什么不能当结论：两个 rank 共享同两个核，切分没有带来新的算力，比值随负载在约 0.5× 到 12× 间变；小模型每步计算极少，固定开销（Python、调度、进程间广播）与每次 all-reduce 的会合延迟占主导；再给出一般规律：每层两次 all-reduce，每次的张量 `T × hidden` 个数（大小与 tp 无关；ring all-reduce 每个 rank 发送约 $2(tp-1)/tp$ 倍，步数 2(tp−1) 随 tp 增长），而每个 rank 的计算 ∝ `T × hidden × I / tp`；tp 增大、T 小（decode、小 batch）、hidden 小、互连慢（PCIe、跨机）时通信占比上升，延迟受 all-reduce 的固定延迟限制；TP 划算的条件是模型放不下一张卡、或单步计算大到通信可被摊薄、且有 NVLink 级互连；并说明结论要在目标硬件上 benchmark；1 分 = 趋势对但没有每步 all-reduce 次数与数据量，或只说“通信开销大”而没有说明与 tp、T、hidden 的关系；0 分 = 把本机 CPU 的结果说成“TP 没用”，或认为 TP 一定按 tp 倍加速（一票否决：把单一负载的实测写成普遍结论）。
+# **评分要点**：2 分 = 三个量都对并给出结论：次数不变（embedding 1 次 + 每层 2 次，4 层共 9 次/步）；每次的张量仍是 `T × hidden`（T × 256 个数），与 tp 无关（说 ring 下每个 rank 收发约 2(tp−1)/tp 倍、从 1 倍略增到 1.5 倍也对）；每个 rank 的计算量约减半（∝ 1/tp；被复制的 kv 投影不减，不必提）；所以通信不降、计算减少，通信占比随 tp 上升（T 小、hidden 小时更明显，提到即可，不要求）。1 分 = 三个量都对，但没有据此说出通信占比为什么上升；或结论对，但三个量里有一个说错或没说（例如没说每次的张量大小与 tp 无关）；0 分 = 认为每次 all-reduce 的张量也按 1/tp 缩小，或认为 TP=4 一定比 TP=2 快一倍。
 #
 # **参考答案**
 #
-# 1. 本机（图 10-1，3 个 prompt × 16 token，贪心）：rank 0 的 profiler 每次都数到每步 9 次 `c10d::allreduce_`（16 步、144 次），每次 T × 256 个 float32。墙钟比不能当结论：负载下的 2 核机器上 TP=2 / TP=1 从 0.5× 到 12× 都出现过，all-reduce 只解释其中一部分，其余是另一个 rank 在同两个核上的计算、`execute_model` 的广播与 Python 开销，随负载变。TP=2 在空闲的这台机器上通常不更快，因为：(a) 两个 rank 是两个进程，抢同两个 CPU 核，计算没有变多；(b) 模型很小（hidden 256），每层矩阵乘法只有几十微秒，省下一半计算几乎没有收益；(c) 每次 gloo all-reduce 都要两个进程经本机 TCP 会合，9 次/步的固定延迟直接加到每一步上；(d) 每步还多了一次把 `execute_model` 广播给两个 worker 的开销。
-# 2. 一般规律：每层两次 all-reduce，每次的张量大小是 `T × hidden`（T 是本步 token 数），**与 tp 无关**；ring all-reduce 每个 rank 收发约 $2(tp-1)/tp \cdot T \cdot hidden$ 个数，还有与数据量无关的启动/会合延迟，ring 要 2(tp−1) 步，这部分随 tp 增长。每个 rank 的计算约 $\propto T \cdot hidden \cdot (hidden + I) / tp$。所以通信/计算之比 ∝ tp / (hidden + I)，且在 T 小时被固定延迟主导。
-# 3. 不划算的情形：tp 增大（计算按 1/tp 降，而每个 rank 的通信量趋近 2 倍张量、步数随 tp 增多）；decode 与小 batch（T 小，all-reduce 的固定延迟占主导）；小模型或窄层（hidden 小）；互连慢（PCIe 没有 NVLink、跨机）——这就是 vLLM 建议 TP 不跨机、跨机用流水线并行的原因；此外 kv 头复制（Q2）让 KV cache 收益在 tp 超过 kv 头数后停止增长。
-# 4. 划算的情形：模型一张卡放不下（TP 是让它跑起来的手段）；大模型的 prefill 或大 batch，计算足够大能摊薄通信；有 NVLink / NVSwitch 的单机多卡，必要时用自定义 all-reduce 降低小消息延迟。
-# 5. 本机结论只对这台 2 核 CPU、这个小模型和这批 prompt 成立；是否用 TP、用多大，必须在目标硬件和负载上按 A B A B 交替测吞吐与延迟后决定。
+# 次数不变：embedding 之后 1 次，每层 `o_proj`、`down_proj` 之后各 1 次，4 层共 9 次/步，与 tp 无关。每次 all-reduce 的张量仍是 `[T, 256]`：行并行层的部分和总是完整的 `[T, hidden]`，tp 只改变有几份要加；按 ring 算，每个 rank 收发约 $2(tp-1)/tp$ 倍，从 TP=2 的 1 倍变成 1.5 倍。每个 rank 的矩阵乘法只算约 1/tp 的权重，计算量从约 1/2 降到约 1/4（复制的 kv 头那部分除外，Q2）。通信不降、计算约减半，所以 tp 越大，all-reduce 在一步里的占比越高；T 小（decode、小 batch）时还受每次 all-reduce 的固定延迟限制，更明显。
 #
 # === END MARK SCHEME ===
 
@@ -367,7 +349,7 @@ L10.check_source_map(SOURCE_MAP)
 # - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
 # - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
-# 总分 10 分，至少 8 分通过。先独立完成；核对后换一个 tp、模型形状或 batch 重新推演。
+# 总分 10 分，至少 8 分通过。
 #
 # ### 自检
 #
@@ -400,7 +382,8 @@ L10.vllm_side_by_side(shards);
 #
 # - **权重加载**：vLLM 的未量化层用 `weight_loader_v2`，由参数对象的 `load_merged_column_weight`、`load_qkv_weight`、`load_row_parallel_weight` 切片；minivllm 与练习写在层的 `weight_loader` 里，切法相同。
 # - **forward 的返回值**：vLLM 的线性层默认返回 `(output, output_bias)`，模型里写 `x, _ = self.down_proj(x)`；`return_bias=False` 时才只返回 output。练习与 minivllm 只返回 output。
-# - **开关**：vLLM 的行并行层还有 `input_is_parallel`、`skip_bias_add`，计算交给 `quant_method`；minivllm 只保留 `reduce_results`，直接 `F.linear`。
+# - **开关**：vLLM 的行并行层还有 `input_is_parallel`、`skip_bias_add`，计算交给 `quant_method`；minivllm 只保留 `reduce_results`。
+# - **矩阵乘法**：minivllm 的层走 `unquantized_gemm`，CPU 上加载后是 oneDNN 预打包的 matmul（对应 vLLM 的 `dispatch_cpu_unquantized_gemm`）；练习里的层为简单起见直接用 `F.linear`。
 # - **不能整除时**：vLLM 的 `MergedColumnParallelLinear` 构造时断言每段 `output_size % tp_size == 0`，行并行层用 `divide` 切输入维；minivllm 的 `divide` 抛 `ValueError`。练习接受任何异常。
 # - **广播调用**：vLLM 的 executor 用共享内存 `MessageQueue`（`rpc_broadcast_mq`）广播；minivllm 把同一份 pickle 写进每个 worker 的管道。
 # - **通信后端**：vLLM 在 GPU 上走 NCCL 或自定义 all-reduce kernel；本课在 CPU 上走 gloo。minivllm 只有张量并行，没有流水线并行和数据并行。
