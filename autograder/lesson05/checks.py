@@ -558,10 +558,10 @@ def boundary_cases():
     t = lambda n, base: list(range(base, base + n))  # noqa: E731
     cases = []
     # A decode (row 0), a chunk that stops mid-prompt (row 1), a final chunk after a prefix hit that ends
-    # mid-block (row 2); blocks scattered and out of order.
+    # mid-block (row 2); blocks scattered and out of order. No case uses block 0: vLLM reserves it (the null block).
     cases.append(("mixed", *crafted_batch([
         dict(req="dec", tokens=t(7, 100), computed=6, blocks=[9, 2], sched=1),
-        dict(req="chunk", tokens=t(13, 200), computed=4, blocks=[5, 11, 0, 7], sched=5),
+        dict(req="chunk", tokens=t(13, 200), computed=4, blocks=[5, 11, 14, 7], sched=5),
         dict(req="final", tokens=t(10, 300), computed=6, blocks=[3, 8, 12], sched=4),
     ])))
     # Only prefill chunks, none reaching its end: no logits at all.
@@ -573,7 +573,7 @@ def boundary_cases():
     so, batch = crafted_batch([
         dict(req="p", tokens=t(9, 600), computed=0, blocks=[4, 1, 7], sched=9),
         dict(req="d1", tokens=t(5, 700), computed=4, blocks=[2, 3], sched=1),
-        dict(req="d2", tokens=t(3, 800), computed=2, blocks=[0], sched=1),
+        dict(req="d2", tokens=t(3, 800), computed=2, blocks=[15], sched=1),
     ], reverse=False)
     batch.swap_states(0, 2)
     cases.append(("swapped", so, batch))
@@ -589,7 +589,7 @@ def boundary_cases():
     # Rows in an order that is neither the scheduler's, nor sorted by id, nor req_id_to_index's insertion order.
     so, batch = crafted_batch([
         dict(req="m", tokens=t(6, 1200), computed=5, blocks=[3, 1], sched=1),
-        dict(req="c", tokens=t(9, 1300), computed=4, blocks=[0, 2, 6], sched=5),
+        dict(req="c", tokens=t(9, 1300), computed=4, blocks=[10, 2, 6], sched=5),
         dict(req="x", tokens=t(4, 1400), computed=0, blocks=[8], sched=4),
     ], reverse=False)
     batch.swap_states(0, 2)
@@ -598,7 +598,7 @@ def boundary_cases():
     # positions cross a block edge past num_tokens, a chunk that stops mid-prompt, a decode row with no draft.
     cases.append(("drafts", *crafted_batch([
         dict(req="spec", tokens=t(7, 1500), computed=6, blocks=[4, 9, 1], sched=4, draft=[77, 78, 79]),
-        dict(req="chunk", tokens=t(11, 1600), computed=0, blocks=[6, 0, 3], sched=5),
+        dict(req="chunk", tokens=t(11, 1600), computed=0, blocks=[6, 12, 3], sched=5),
         dict(req="plain", tokens=t(5, 1700), computed=4, blocks=[2, 8], sched=1),
     ])))
     return cases
@@ -615,7 +615,7 @@ def check_boundary(fn) -> None:
 
 
 # ---------------------------------------------------------------------------- source map
-SOURCE_KEYS = ["block_tables", "condense_rows", "swap_pair", "split_counts", "sample_rows", "flat_offsets"]
+SOURCE_KEYS = ["block_tables", "condense_rows", "swap_pair", "sample_rows", "flat_offsets"]
 # Accepted names, as sha256 prefixes of the lower-cased last dotted component (never the names themselves: this
 # file ships to students), checked against vLLM 0.27.1 (vllm/v1/worker/block_table.py, gpu_input_batch.py,
 # gpu_model_runner.py).
@@ -623,7 +623,6 @@ SOURCE_HASHES = {
     "block_tables": {"7009e17b0a246888"},
     "condense_rows": {"ae12635d87e19134"},
     "swap_pair": {"bf35445f6fa3a76e"},
-    "split_counts": {"54294f45969afdd0"},
     "sample_rows": {"afa780bbc5b6a763"},
     "flat_offsets": {"02ba63e671fe3b2b"},
 }
@@ -647,6 +646,6 @@ LESSON = Lesson(
         Part("l05_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
         Part("l05_q1", "Q1 为什么要持久批", 2, group="manual"),
         Part("l05_q2", "Q2 为什么用扁平 varlen 而不是 padding", 2, group="manual"),
-        Part("l05_q3", "Q3 GPU 开始前 CPU 必须做完什么", 2, group="manual"),
+        Part("l05_q3", "Q3 异步调度下为什么仍要向量化", 2, group="manual"),
     ],
 )

@@ -16,7 +16,7 @@
 #
 # 本课产出：沿源码说清请求的每一次状态转移由谁、在一步的哪个阶段写下；V1 为什么按**重算**（recompute）抢占；客户端断开怎样变成 `Scheduler.finish_requests`；停止判断的顺序与边界。
 #
-# 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；总分至少 8/10。还要能各举一例：一个正确性不变量、一个性能边界、一个需要 benchmark 的结论（如重算与换出哪个更快）。
+# 通过要求：代码断言全部通过；Q1～Q3 沿源码对象给出因果链；总分至少 8/10。
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
@@ -24,20 +24,20 @@
 # | 代码·边界条件：各状态下的取消 1 分，停止条件 1 分 | 2 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行评分规则下的“自检”单元格或 `python -m autograder check lesson04`，得分与 nbgrader 的自动部分一致。
+# 没有 nbgrader 时（如 Colab），运行“自检”单元格或 `python -m autograder check lesson04`，得分与 nbgrader 的自动部分一致。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 本课对照 vLLM 0.27.1 发布包，只读状态的几个写点：谁改成什么，在一步里的哪一刻改（约 200 行）：
+# 本课对照 vLLM 0.27.1 发布包，只读状态的几个写点：谁改成什么，在一步里的哪一刻改（约 100 行，长函数只摘几段）：
 #
 # | 顺序 | vLLM 文件与入口（0.27.1，`vllm/v1/`） | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | `request.py`：`RequestStatus`（L348–L375） | `minivllm/request.py`：`RequestStatus` | 哪些状态算“已结束”？为什么用 `IntEnum` 的大小比较？ |
-# | 2 | `core/sched/scheduler.py`：`Scheduler._preempt_request`（L1274–L1315） | `minivllm/core/sched/scheduler.py`：`Scheduler._preempt` | 被抢占的请求丢掉什么、保留什么？为何放回队首？ |
-# | 3 | 同文件：`Scheduler.finish_requests`（L2237–L2298） | `minivllm/core/sched/scheduler.py`：`Scheduler.finish_requests` | 请求可能在哪些队列里？取消已结束的请求会怎样？ |
-# | 4 | `engine/core.py`：`EngineCore.abort_requests`（L485–L491）、`_process_aborts_queue`（L741–L749） | `minivllm/engine/core.py`：`EngineCore` | 取消为什么要在 `update_from_output` 之前处理？ |
-# | 5 | `core/sched/utils.py`：`check_stop`（L94–L130） | `minivllm/core/sched/scheduler.py`：`Scheduler._check_stop` | 停止条件按什么顺序检查？ |
+# | 1 | `request.py`：`RequestStatus`（L348–L371） | `minivllm/request.py`：`RequestStatus` | 哪些状态算“已结束”？为什么用 `IntEnum` 的大小比较？ |
+# | 2 | `core/sched/scheduler.py`：`Scheduler._preempt_request`（L1287–L1296、L1313–L1315） | `minivllm/core/sched/scheduler.py`：`Scheduler._preempt` | 被抢占的请求丢掉什么、保留什么？为何放回队首？ |
+# | 3 | 同文件：`Scheduler.finish_requests`（L2263–L2283、L2295–L2296）、`Scheduler._free_blocks`（L2329–L2332） | 同文件：`Scheduler.finish_requests` | 请求可能在哪个队列里？已结束的 id 怎么处理？ |
+# | 4 | `engine/core.py`：`EngineCore.step`（L606–L611）；`scheduler.py`：`Scheduler.update_from_output`（L1747–L1755） | `minivllm/engine/core.py`：`EngineCore.step` | 取消为什么在 update 之前处理？ |
+# | 5 | `core/sched/utils.py`：`check_stop`（L100–L117） | `minivllm/core/sched/scheduler.py`：`Scheduler._check_stop` | 停止条件按什么顺序检查？ |
 #
 # 课程的 dense 模型在 0.27.1 默认由 Model Runner V2 运行，minivllm 对应 V1 runner。
 
@@ -45,12 +45,15 @@
 # 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
 from autograder.vllm_source import show_vllm
 
-show_vllm("vllm/v1/request.py", "RequestStatus")
-show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler._preempt_request")
-show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler.finish_requests")
-show_vllm("vllm/v1/engine/core.py", "EngineCore.abort_requests")
-show_vllm("vllm/v1/engine/core.py", "EngineCore._process_aborts_queue")
-show_vllm("vllm/v1/core/sched/utils.py", "check_stop")
+show_vllm("vllm/v1/request.py", "RequestStatus", lines=(348, 371))
+show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler._preempt_request", lines=(1287, 1296))
+show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler._preempt_request", lines=(1313, 1315))
+show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler.finish_requests", lines=(2263, 2283))
+show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler.finish_requests", lines=(2295, 2296))
+show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler._free_blocks")
+show_vllm("vllm/v1/engine/core.py", "EngineCore.step", lines=(606, 611))
+show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler.update_from_output", lines=(1747, 1755))
+show_vllm("vllm/v1/core/sched/utils.py", "check_stop", lines=(100, 117))
 
 # %% nbgrader={"grade": false, "grade_id": "l04_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr），导入本课的图、演示与检查。
@@ -84,26 +87,25 @@ from minivllm.request import RequestStatus  # noqa: E402
 # WAITING / RUNNING / PREEMPTED ──► FINISHED_ABORTED    finish_requests()
 # ```
 #
-# 它解决三个问题：KV 池不够时怎样**让路**（抢占），客户端走了怎样**立刻停下**、归还资源（取消），请求**什么时候算完**（停止判断）。抢占在 `schedule()` 里，执行期间到达的取消在 `update_from_output()` 之前（步间到达的见附录），停止在它里面。
+# 它解决三个问题：KV 池不够时怎样**让路**（抢占），客户端走了怎样**立刻停下**、归还资源（取消），请求**什么时候算完**（停止判断）。抢占在 `schedule()` 里，执行期间到达的取消在 `update_from_output()` 之前，停止在它里面。
 #
 # ### 2. 它如何工作
 #
 # **抢占（按重算）。** `schedule()` 给一个 running 请求要块，`allocate_slots` 返回 `None`，就选出优先级最低的 running 请求（FCFS 下是 `self.running.pop()`，即最后加入的），交给 `_preempt_request`（minivllm：`_preempt`）：
 #
-# 1. `kv_cache_manager.free(request)`：**全部** KV 块回到 `BlockPool`（prefix cache 下满块的哈希留着）；
+# 1. `_free_request_blocks`：经 `kv_cache_manager.free` 把**全部** KV 块还给 `BlockPool`（prefix cache 下满块的哈希留着）；
 # 2. `status = PREEMPTED`，`num_computed_tokens = 0`：KV 没了，进度也就没了。已生成的 token **保留**在 `output_token_ids` 里，恢复时与 prompt 一起重新 prefill；
-# 3. `waiting.prepend_request(request)`（minivllm：`waiting.appendleft`）：放回 waiting **队首**，有空就最先恢复。
+# 3. `waiting.prepend_request(request)`：放回 waiting **队首**，有空就最先恢复。
 #
 # 恢复走普通的 waiting 路径：`get_computed_blocks` 先查 prefix cache，被抢占前算满、未被驱逐的块直接命中。
 #
 # **取消。** 客户端断开时，`AsyncLLM.generate` 收到 `asyncio.CancelledError` 或 `GeneratorExit`，调用 `AsyncLLM.abort`：先在 `OutputProcessor` 里删掉请求（迟到的输出被丢弃），再经 `EngineCoreClient` 发一条 ABORT 消息。
 #
-# 一步之内，`EngineCore.step` 等到 worker 的结果后，先 `_process_aborts_queue`，再 `update_from_output`（第 1 课）。前者调用 `Scheduler.finish_requests(ids, FINISHED_ABORTED)`：
+# 一步之内，`EngineCore.step` 等到 worker 的结果后，先 `_process_aborts_queue`，再 `update_from_output`。前者收齐队列里的 id，经 `abort_requests` 调用 `Scheduler.finish_requests(ids, FINISHED_ABORTED)`：
 #
 # - 把请求从 running 或 waiting 里拿掉，PREEMPTED 的请求在 waiting 里；
-# - 状态改为 `FINISHED_ABORTED`，释放 KV 块；
-# - 记进 `finished_req_ids`，下一步的 `SchedulerOutput` 据此让 worker 丢掉它的缓存行；
-# - 从 `self.requests` 删除：随后的 `update_from_output` 找不到它，这一步**已经算出来**的 token 不会发出。
+# - 状态改为 `FINISHED_ABORTED`，`_free_request` 把它记进 `finished_req_ids`（下一步的 `SchedulerOutput` 据此让 worker 丢掉它的缓存行）；
+# - `_free_blocks` 释放 KV 块，并把它从 `self.requests` 删除：随后的 `update_from_output` 取到 `None` 就跳过，这一步**已经算出来**的 token 不会发出。
 #
 # **停止判断。** `update_from_output` 每追加一个采样出的 token，就调用一次 `check_stop`（`v1/core/sched/utils.py`），顺序是：
 #
@@ -114,7 +116,7 @@ from minivllm.request import RequestStatus  # noqa: E402
 #
 # 所以 EOS 恰是第 `max_tokens` 个 token 时，结束原因为 `stop`。每次只看**最后一个** token：`min_tokens` 之前出现的 EOS，之后不算数。
 #
-# 下面是引擎上的两次运行：9 个可用 KV 块（每块 16 个 token），6 个请求陆续到达。左边跑到结束；右边在第 4～7 步之前分别取消一个正在 decode、正在 prefill、在等待、已被抢占的请求（×）。
+# 下面是引擎上的两次运行：9 个可用 KV 块（每块 16 个 token），6 个请求陆续到达。左边跑到结束；右边在第 4～7 步之后（第 5～8 步开始前）分别取消一个正在 decode、正在 prefill、在等待、已被抢占的请求（×）。
 
 # %%
 runs = L04.demo_runs()  # 两次真实引擎运行（默认模型，CPU，几秒）
@@ -122,35 +124,35 @@ L04.fig_swimlane(runs)
 print(L04.caption_swimlane(runs))
 
 # %% [markdown]
-# 图 4-1：每个请求每一步 `update` 之后的状态（灰等待、青绿运行、橙红被抢占、深蓝结束、紫取消）。
+# 图 4-1：每个请求每步 `update` 之后的状态（灰等待、青绿运行、橙红被抢占、深蓝结束、紫取消）。
 #
-# 左边那次运行每一步之后在用的 KV 块数如下，红色三角是发生抢占的步：
+# 左边那次运行每步之后在用的 KV 块数如下，红色三角是抢占：
 
 # %%
 L04.fig_blocks(runs[0]);
 
 # %% [markdown]
-# 图 4-2：在用块数一碰到上限 9，下一次要块的 decode 就触发抢占，被抢占请求的块立刻回到池里。
+# 图 4-2：在用块数到了上限 9，下一个要新块的 running 请求（decode，或如第 32、40 步 p 的下一个 prefill 块）就触发抢占，被抢占者的块立刻回到池里。
 #
 # ### 3. 正确性条件与常见误区
 #
 # - **块守恒**：每一步之后，空闲块 + 被持有的块 = 总块数；不在 RUNNING 的请求不持有块。抢占或取消时忘了 `free`，块就泄漏。
 # - **重算从 0 开始**：抢占后 `num_computed_tokens` 若不归零，恢复时调度器以为前面的 KV 还在，worker 用新分到、内容是别人的块做 attention，输出悄悄变错。
 # - **队首，不是队尾**：放回队尾，后到的请求先被接纳，FCFS 被打破，尾延迟变坏。
-# - **取消要清干净**：留在队列里，下一步又被调度；留在 `self.requests` 里，这步的 token 仍会发出。
+# - **取消要清干净**：留在队列里，下一步又被调度。
 # - **取消不存在或已结束的 id 不做任何事**：取消与自然结束可能同时发生。
 # - **停止的边界**：输出数 `>= max_tokens` 就停，多一个就是 off-by-one；`ignore_eos` 只关掉 EOS，不关 `stop_token_ids` 和长度上限。
 #
 # ### 4. 性能与工程取舍
 #
-# 一次抢占要把**整个上下文**（prompt 加已生成的 token）重新 prefill：线性层计算随长度线性增长，attention 随长度平方增长，还占之后几步的 token budget。prefix cache 让其中算满、未被驱逐的块直接命中。重算的代价要在目标硬件上 benchmark（附录有实测）。
+# 一次抢占要把**整个上下文**（prompt 加已生成的 token）重新 prefill：计算随长度增长（attention 部分随长度平方增长），还占之后几步的 token budget；prefix cache 省下其中算满、未被驱逐的块（实测见附录）。
 
 # %% [markdown]
 # ## 具体演示：生命周期的 trace
 #
 # `minivllm/tracing.py` 的 `Tracer` 把每次状态变化记成事件 `OLD->NEW`（带步号和请求 id），与引擎的阶段事件在同一个 trace 里；检查读的就是它。
 #
-# 下面是带取消那次运行的前 12 个转移。`d` 的取消在第 4 步之后入队，却出现在第 5 步 `schedule` **之后**：minivllm 在这一步的 `aborts` 阶段才处理它。
+# 下面是带取消那次运行的前 12 个转移。`d` 的取消在第 4 步之后入队，minivllm 在第 5 步 `schedule` **之后**的 `aborts` 阶段才处理它（执行期间到达的路径）；vLLM 会由 `_process_input_queue` 在第 5 步 `schedule` 之前处理这种步间到达的取消。
 
 # %%
 L04.print_transitions(runs[1], 12)
@@ -162,7 +164,6 @@ L04.print_transitions(runs[1], 12)
 #
 # - `preempt(sched, request)`：按重算抢占一个**已经从 `sched.running` 取出**的请求：归还 KV 块，状态改为 PREEMPTED，进度归零，放回 `sched.waiting`（一个 deque）的正确位置。
 # - `finish_requests(sched, request_ids, finished_status)`：结束一批请求（取消时是 `FINISHED_ABORTED`），它们在 running 或 waiting 里；不认识的 id 什么都不做。
-#   - 结束的请求要离开队列、写上状态、归还 KV 块、记进 `sched.finished_req_ids`、从 `sched.requests` 删除。
 # - `check_stop(request, max_model_len)`：新 token 追加到 `request.output_token_ids` 之后调用，`request.max_tokens` 可能是 `None`。
 #   - 该停就写 `FINISHED_STOPPED`（stop token 还要设 `stop_reason`）或 `FINISHED_LENGTH_CAPPED`，返回 `True`；否则返回 `False`、什么都不改。
 #
@@ -175,7 +176,7 @@ from minivllm.request import RequestStatus
 def preempt(sched, request):
     # TODO：按重算抢占：块全部归还、进度归零、放回 waiting 的队首。
     sched.kv_cache_manager.free(request)  ### BLANK
-    request.status = RequestStatus.PREEMPTED  ### BLANK
+    request.status = RequestStatus.PREEMPTED
     request.num_computed_tokens = 0  ### BLANK
     request.spec_token_ids = []
     request.num_output_placeholders = 0
@@ -289,7 +290,7 @@ L04.check_stop_rules(check_stop)
 # %% [markdown]
 # ## 检查方法
 #
-# 运行断言；再用 64、8（默认，含 1 个 null block）、7 块重跑抢占场景，打印每一步的抢占与恢复。64 块时为什么一次抢占都没有？8 块和 7 块时，r1、r2 各在第几步被抢占、第几步恢复？为什么少一个块，r2 就早 9 步被抢占？被抢占的请求恢复后，为什么输出不变？
+# 运行断言；再用 64、8（默认，含 1 个 null block）、7 块重跑抢占场景，打印每一步的抢占与恢复。用两三句话解释：64 块时为什么没有抢占？8 块时第 11 步为什么抢占的是 r1，它为什么比 r2 先恢复？恢复后的输出为什么不变？
 
 # %%
 for blocks in (64, 8, 7):
@@ -302,21 +303,19 @@ for blocks in (64, 8, 7):
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l04_q1", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q1（2 分）
 #
-# vLLM V1 为什么按重算（recompute）抢占，而不是像 V0 那样可以把 KV 换出（swap）到 CPU 内存？什么条件下重算反而更贵？
-#
-# 评分要求：必须包含对象、状态变化、正确性或成本链。
+# 请求 r 的 prompt 有 100 个 token，已输出 30 个（`num_computed_tokens` 为 129），这时被抢占，块大小 16。它恢复时要重新 prefill，到能采样下一个 token 为止，调度器一共要为它计算多少个 token？分别回答关闭 prefix cache，和开启 prefix cache 且它的块都没被驱逐两种情况，并说明依据。
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 说清重算的状态变化（`_preempt_request`：块全部还给 `BlockPool`、`num_computed_tokens = 0`、PREEMPTED、waiting 队首；输出 token 保留，恢复时作为 prompt 的延续重新 prefill），说清它为什么在 V1 合适（统一调度器里恢复就是一个普通的 prefill，不需要换入换出的第二条数据通路、CPU 内存管理与同步；prefix cache 让算满的块在恢复时常常直接命中；chunked prefill 让重算与 decode 同批，GPU 上 prefill 计算受限、吞吐高），并给出重算更贵的条件（上下文很长、prefix cache 已被驱逐、抢占频繁 → 重复付出 prefill；swap 的代价是 PCIe 传输，与长度同样线性，但不占 GPU 计算），指出哪个更快要在目标硬件上 benchmark。1 分 = 只说 “实现简单” 或只说 prefix cache 的作用，没有状态变化或代价比较。0 分 = 声称重算总是更快或 swap 不存在代价（一票否决：把某一种硬件上的结论写成普遍结论）。
+# **评分要点**：2 分 = 两种情况的数与依据都对：关闭时 130 个（`_preempt_request` 把 `num_computed_tokens` 归零，已输出的 30 个 token 留在 `output_token_ids` 里，与 prompt 一起重新 prefill）；开启时 2 个（恢复走普通的 waiting 路径，`get_computed_blocks` 命中被抢占前算满的 8 个块、128 个 token，只剩最后一个不满的块里的 2 个）。把 130 写成 129、2 写成 1（都漏了从没算过的最后一个 token）而依据正确的，不扣分。1 分 = 只有一种情况对，或数对而依据缺失、错误。0 分 = 认为只需重算输出的 30 个，或认为进度/KV 保留、不用重算。
 #
 # **参考答案**
 #
-# 1. 重算做什么：`schedule()` 里 `allocate_slots` 返回 `None`，`self.running.pop()` 取出优先级最低的请求，`_preempt_request` 把它的块还给 `BlockPool`（prefix cache 开启时，算满并哈希过的块留在缓存里变成可驱逐）、`num_computed_tokens = 0`、状态 PREEMPTED、`waiting` 队首。已生成的 token 还在 `output_token_ids` 里；恢复时调度器只看到一个 `num_tokens - num_computed_tokens` 很大的请求，按普通 waiting 请求接纳：先 `get_computed_blocks` 查 prefix cache，剩下的按 chunked prefill 算。
-# 2. 为什么在 V1 合适：V1 的调度器没有 prefill / decode 阶段，“恢复” 不需要任何特殊路径；swap 需要 CPU 上的块池、换出/换入的拷贝流与同步、worker 侧的块表重映射，以及 “换入完成前不能调度” 的状态——这是一条额外的数据通路和一整类 bug。重算的代价则被两件事压低：prefix cache 让被抢占前算满的块在恢复时直接命中（本课表 4-1：开启后重算的 token 从几百降到几十），chunked prefill 让重算与别人的 decode 同批进行，GPU 上 prefill 是计算受限的，单位 token 很便宜。
-# 3. 什么时候重算更贵：上下文很长（重算与长度成正比，attention 部分还是平方）、prefix cache 已被其他请求挤掉、抢占频繁（同一个请求反复重算，本课左图里同一个请求被抢占了好几次，次数见图 4-1 那个单元格打印的说明）。swap 的代价是 KV 字节数 / PCIe 带宽，同样与长度线性，但不占 GPU 计算、也不挤占 token budget。哪个更快取决于模型（每 token 的 KV 字节数 vs 每 token 的 FLOPs）、GPU 与互连，要在目标硬件上 benchmark；工程上更重要的是别让抢占频繁发生（加大 KV 池、限制 `max_num_seqs` / `max_num_batched_tokens`）。
+# 关闭 prefix cache：抢占时 `_free_request_blocks` 归还全部块，`num_computed_tokens = 0`，但 `output_token_ids` 没动，所以恢复时 `num_tokens - num_computed_tokens` = 130 − 0 = 130，这 130 个 token（prompt 100 + 输出 30）都要重新 prefill（按 token budget 可能分几步），最后一个算完才采样第 31 个输出。其中 129 个是被抢占前算过的，重算的代价就是这些。
 #
-# **附：检查方法的参考解释**（不单独计分，供批改时核对学生在“检查方法”下写的解释）：64 块时每个请求最多 4 块（40 + 24 = 64 个 token），三个请求一共 12 块，一开始就都放得下，`allocate_slots` 从不失败，也就没有抢占。8 块（7 个可用）时 r0、r1 各用 3 块进来，r2 被准入检查挡在外面；第 10 步 r0 拿走最后一块，第 11 步 r1 要第 4 块时池空，running 里最后加入的 r1 被抢占（3 块归还、`num_computed_tokens` 归零、waiting 队首）；r0 结束后第 25 步 r1 最先恢复、r2 跟着进来，7 个可用块正好放下 r1 的 4 块和 r2 的 3 块，直到第 35 步 r2 decode 到要第 4 块才被抢占，第 40 步恢复。7 块（6 个可用）时第 10 步 r0 要第 4 块就抢占 r1；第 25 步 r1 恢复、r2 用剩下的 token budget 开始 prefill，第 26 步 r1 要第 4 块、r2 的 prompt 还要 2 块，池里只剩 2 块，running 里最后加入的 r2 被抢占（它正是要块的请求之一），第 41 步恢复。少一个块，r2 的 prompt 与 r1 的恢复就放不进同一个池，所以它早 9 步被抢占。恢复后输出不变，是因为重算用的是同样的 token 序列（prompt + 已输出的 token），重建出同样的 KV；“模型”是确定的（真实引擎里是贪心解码），所以下一个 token 也一样——这也是为什么 `num_computed_tokens` 必须归零：少算一段，KV 就不是这个序列的 KV 了。
+# 开启 prefix cache：被归还的块里，算满的 8 块（129 // 16 = 8，共 128 个 token，包括输出 token 填满的块）带着哈希留在 `BlockPool`。恢复时调度器像对待新请求一样先 `get_computed_blocks`，命中这 8 块，`num_computed_tokens` 从 128 开始，只需计算第 129、130 个 token 共 2 个（命中上限是 `num_tokens - 1` = 129，仍是 8 个满块）。如果这些块在等待期间被别的请求驱逐，命中就变少，最坏退回 130。
+#
+# **附：检查方法的参考解释**（不单独计分，供批改时核对学生在“检查方法”下写的解释）：64 块时每个请求最多 4 块（40 + 24 = 64 个 token），三个请求一共 12 块，一开始就都放得下，`allocate_slots` 从不失败，也就没有抢占。8 块（7 个可用）时 r0、r1 各用 3 块进来，r2 被挡在外面；第 10 步 r0 拿走最后一块，第 11 步 r1 要第 4 块时池空，FCFS 下 running 里最后加入的 r1 被抢占（块归还、`num_computed_tokens` 归零），放回 waiting **队首**，排在 r2 前面，所以 r0 结束后第 25 步最先恢复。恢复后输出不变：重算用的是同样的 token 序列（prompt + 已输出的 token），重建出同样的 KV，“模型”是确定的（真实引擎里是贪心解码），下一个 token 也一样。
 #
 # === END MARK SCHEME ===
 
@@ -326,25 +325,22 @@ for blocks in (64, 8, 7):
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l04_q2", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q2（2 分）
 #
-# 第 1 课问过：如果 `EngineCore` 在一步里先 `update_from_output`、后处理取消队列，会出什么问题？现在用本课的 trace 回答：哪个请求、哪个对象的状态会多走一步，代价是什么？
-#
-# 评分要求：必须包含对象、状态变化、正确性或成本链。
+# 请求 d 在一步执行期间被取消，worker 已经为它采样了一个 token。`EngineCore.step` 先处理取消、再 `update_from_output`（表中第 4 行）：这个 token 最后怎样了？如果两者顺序反过来，会出什么问题？
 #
 # === BEGIN MARK SCHEME ===
 #
 # **评分要点**（两部分各 1 分）：
 #
-# - **哪个请求、哪个对象（1 分）**：在这一步 `schedule` 之后、`update` 之前取消的请求（worker 已为它算了 token）；先 update 会把这个 token 追加进它的 `output_token_ids`，并为它发出一条 `EngineCoreOutput`：引擎为一个已取消的请求更新了状态、产生了输出（trace 里 `FINISHED_ABORTED` 之后还有它的输出）。
-# - **现在的顺序为何避免它（1 分）**：先处理取消时 `finish_requests` 把它从 `Scheduler.requests` 删除，`update_from_output` 找不到它就跳过，这个 token 被丢弃，块只释放一次。
-# - 不要求、但可加深的：这个 token 恰好触发停止时，结束原因变成 STOPPED/LENGTH、abort 计数少一次。写“客户端收到了多余的 token”而其余因果链正确的，不扣分（与第 1 课 Q3 相同）；写出 vLLM 前端由 `AsyncLLM.abort` 先删除请求、丢弃这条输出的，同样得分。
-# - 1 分 = 只说“多输出一个 token”或“浪费”而没有沿对象说明，或只答其中一部分；0 分 = 认为顺序无关紧要。
-# - **minivllm 与 vLLM 的差别不扣分**：本课 trace 的故事（步前入队的取消在下一步 `schedule` 之后才生效）是 minivllm 的；学生若指出 vLLM 在步与步之间经 `_process_input_queue` → 同步的 `EngineCore.abort_requests` 在 `schedule` 之前处理取消、只有执行期间到达的取消才落到 `_process_aborts_queue`，并据此说明问题只出现在“执行期间到达”的取消上，同样给满分——只要说清描述的是哪个系统。
+# - **现在的顺序（1 分）**：`finish_requests` 把 d 移出队列、写 `FINISHED_ABORTED`，`_free_blocks` 把它从 `Scheduler.requests` 删除；`update_from_output` 取到 `None`（或已结束）就 `continue`，这个 token 被丢弃，取消之后没有它的输出。
+# - **反过来（1 分）**：`update_from_output` 先把 token 追加进 d 的 `output_token_ids`、为一个已被取消的请求发出 `EngineCoreOutput`（取消后还有输出、白做序列化与传输）；或者这个 token 恰好让 `check_stop` 为真，d 以 STOPPED / LENGTH_CAPPED 结束，随后的取消找不到它，结束原因不是 abort。答出任一后果即可。
+# - 写“客户端收到了多余的 token”而其余正确的，不扣分（vLLM 前端的 `AsyncLLM.abort` 已先删除请求、会丢弃这条输出，写出这一点同样得分）。指出 vLLM 里步与步之间到达的取消由 `_process_input_queue` 在 `schedule` 之前处理、问题只涉及执行期间到达的取消，同样得满分。
+# - 0 分 = 认为顺序无关紧要。
 #
 # **参考答案**
 #
-# 1. 一步的顺序：`schedule`（这一步要算 `d` 的一个 token）→ `execute_model` → 等 worker → `_process_aborts_queue` → `update_from_output`。本课带取消的那次运行里（minivllm），`d` 的取消在第 5 步之前入队，trace 显示它在第 5 步 `schedule` 之后（`after aborts`）才变成 `FINISHED_ABORTED`：这一步 worker 已经为 `d` 采样了一个 token。vLLM 里这条步前到达的取消会先被 `_process_input_queue` 同步处理；同样的情形发生在一步执行期间到达的取消上（`aborts_queue` 正是为它准备的）。
-# 2. 现在的顺序：取消先到，`finish_requests` 把 `d` 从 `running` 拿掉、释放块、记进 `finished_req_ids`、从 `Scheduler.requests` 删除；`update_from_output` 遍历 `num_scheduled_tokens` 时 `self.requests.get("d")` 是 `None`，跳过——这一步为它算出的 token 丢弃，前端不会再收到 `d` 的任何输出（检查 “取消后不再有输出” 读的就是这个）。
-# 3. 反过来：`update` 先把 token 追加到 `d.output_token_ids`、生成 `EngineCoreOutput` 发给前端——客户端收不到它（`AsyncLLM.abort` 已先从 `OutputProcessor` 删掉这个请求，`process_outputs` 丢弃迟到的输出），但引擎白做了序列化与传输，请求的状态也错了；如果这个 token 恰好让 `check_stop` 为真，`d` 会以 `FINISHED_LENGTH_CAPPED`/`STOPPED` 结束并在 update 里释放块、离开 `requests`，随后的取消找不到它，结束原因变成了 length 而不是 abort（指标里 abort 计数也少一次）。第 1 课只能从代码推断，这里是可观察的：trace 里 `FINISHED_ABORTED` 之后出现这个请求的输出，就是顺序错了。
+# 现在的顺序：`_process_aborts_queue` 经 `abort_requests` 调用 `finish_requests(["d"], FINISHED_ABORTED)`，d 离开 `running`，`_free_request` 把它记进 `finished_req_ids`，`_free_blocks` 归还块并 `del self.requests["d"]`。随后 `update_from_output` 遍历这一步调度过的请求，`self.requests.get("d")` 是 `None`，直接 `continue`：worker 为 d 算出的 token 被丢弃，前端不会再收到 d 的输出。
+#
+# 反过来：`update_from_output` 先把这个 token 追加进 `d.output_token_ids`、为它生成 `EngineCoreOutput` 发给前端——一个已取消的请求还在产生输出（trace 里取消之后还有它的 token）。若这个 token 恰好让 `check_stop` 为真，d 在 update 里以 `FINISHED_LENGTH_CAPPED`/`STOPPED` 结束、离开 `requests`，随后的取消找不到它，结束原因成了 length/stop 而不是 abort。
 #
 # === END MARK SCHEME ===
 
@@ -354,19 +350,17 @@ for blocks in (64, 8, 7):
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l04_q3", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q3（2 分）
 #
-# 取消与一步引擎是并发的：客户端可能在任何时刻断开，而一步可能正在执行。一个与一步 “赛跑” 的取消必须保证什么？minivllm / vLLM 用哪些对象保证它们？
-#
-# 评分要求：必须包含对象、状态变化、正确性或成本链。
+# 取消可能与自然结束撞在一起：请求 e 在第 t 步的 `update_from_output` 里因达到 `max_tokens` 结束，而它的取消在第 t+1 步才被处理。这时 `finish_requests` 对 e 做了什么？为什么必须这样？
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 至少说出并对应到对象的三条保证：(a) 状态只由引擎循环所在的线程写（输入线程只把取消入队；vLLM 里 ABORT 同时进 `input_queue` 和 `aborts_queue`，引擎循环在步与步之间由 `_process_input_queue` 调用同步的 `EngineCore.abort_requests`，在一步执行期间到达的则由 `_process_aborts_queue` 在 `update_from_output` 之前处理；minivllm 只有 `aborts_queue` 这一处——两种描述都给分，只要说清是哪个系统；不要求说“vLLM 的 abort_requests 只入队”，说它同步调用 `finish_requests` 是对的），(b) 取消之后不再有输出（在 `update_from_output` 之前处理；`update` 跳过不在 `requests` 里的请求），(c) 资源恰好释放一次、不影响别人（块归还、`finished_req_ids` 让 worker 丢掉缓存行；取消一个已经自然结束或不存在的 id 是无操作——取消与停止同时发生是常态），并指出取消可能落在任一状态（WAITING、prefill 中、decode 中、PREEMPTED），每种都要离开正确的队列。1 分 = 只说出其中一两条或没有对应对象。0 分 = 认为可以在收到取消时立即从输入线程修改调度器状态。
+# **评分要点**：2 分 = 说清“做了什么”并给出理由：(a) 第 t 步 e 结束时已经释放了块、离开了 `running`，并从 `Scheduler.requests` 删除，所以第 t+1 步 `self.requests.get` 得到 `None`（vLLM 还检查 `is_finished()`），`finish_requests` 直接 `continue`，什么都不改；(b) 理由：取消是异步发来的，与自然结束赛跑是常态，所以它必须是无害的空操作——不能把已经发给前端的结束原因 length 改成 abort、再计一次 abort，也不能抛异常（异常会让引擎循环停下，连累所有请求）。理由答出其中一条即可。1 分 = 只说“跳过/什么都不做”而没有理由，或只有理由而说不清靠什么发现 e 已结束。0 分 = 认为 e 会被改成 `FINISHED_ABORTED`，或认为这里报错也无妨。
 #
 # **参考答案**
 #
-# 1. **一个写者**：前端（`AsyncLLM.generate` 捕获 `CancelledError`/`GeneratorExit`）先在 `OutputProcessor` 里丢掉这个请求的输出状态，再经 `EngineCoreClient.abort_requests` 发消息；`EngineCore` 的输入线程只把消息入队（线程安全的 `queue.Queue`；vLLM 把 ABORT 同时放进 `input_queue` 和 `aborts_queue`，minivllm 只放进 `aborts_queue`），真正改 `Scheduler` 的只有引擎循环自己，而且只在固定的位置：vLLM 在步与步之间（`_process_input_queue` → `EngineCore.abort_requests`，同步调用 `finish_requests`，下一次 `schedule` 之前）和一步之内（`_process_aborts_queue`，`update_from_output` 之前）；minivllm 只在后者。于是调度器看到的永远是一致的快照：一个请求不会在 `schedule()` 遍历 `running` 时凭空消失。
-# 2. **取消之后没有输出**：worker 可能已经为它算了这一步的 token；先处理取消、把它从 `Scheduler.requests` 删除，`update_from_output` 就跳过它。异步调度下前端也会丢掉迟到的输出（`OutputProcessor` 里已经没有这个请求）。
-# 3. **恰好一次、各状态都对**：取消可能落在 WAITING（只在 `waiting` 里，没有块）、prefill 中或 decode 中（在 `running` 里，持有块）、PREEMPTED（在 `waiting` 里、块已在抢占时还掉）。`finish_requests` 要按状态离开正确的队列、写 `FINISHED_ABORTED`、`kv_cache_manager.free` 一次、记进 `finished_req_ids`（下一步的 `SchedulerOutput` 让 runner 删掉它的请求状态：V1 runner 的 `CachedRequestState` 与块表行；课程模型默认走的 Model Runner V2 在 `finish_requests` 里 `_remove_request`）。请求可能在同一步自然结束（`check_stop` 为真后已离开 `requests`），或 id 根本不存在：这时取消必须什么都不做，不能重复释放块、不能报错。本课的真实引擎检查在每一步之后核对块守恒与状态转移的合法性，读的正是这些保证。
+# 第 t 步，`check_stop` 把 e 写成 `FINISHED_LENGTH_CAPPED`，`update_from_output` 调用 `_free_request`：记进 `finished_req_ids`，`_free_blocks` 归还块并从 `self.requests` 删除，e 也离开了 `running`，这一步的输出已带着 `finish_reason="length"` 发给前端。第 t+1 步 `finish_requests(["e"], FINISHED_ABORTED)` 里 `self.requests.get("e")` 是 `None`，命中 L2268 的 `continue`，什么都不做。
+#
+# 必须这样：客户端断开、超时都是异步的，取消消息可能在请求自然结束前就已经发出，这种赛跑是常态。如果不跳过，要么对一个已经不存在的对象操作而抛出异常，让引擎循环停下、连累所有请求；要么把已经发出的结束原因改成 abort，请求的记录与前端收到的不一致。
 #
 # === END MARK SCHEME ===
 
@@ -377,10 +371,9 @@ for blocks in (64, 8, 7):
 # ## 评分规则
 #
 # - 代码 4 分：主路径 2 分（按重算抢占 1 分、真实 EngineCore 的 trace 检查 1 分）、边界条件 2 分（各状态下的取消 1 分、停止条件 1 分）；
-# - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
-# - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
+# - Q1～Q3 各 2 分：每题 3～5 句即可，答到题目所问的全部要点得 2 分，只答对一部分得 1 分。
 #
-# 总分 10 分，至少 8 分通过。参考答案只在教师分支（solutions/）中：先独立完成；核对后换一个 KV 池大小、负载或取消时刻重新推演，不能只复制。
+# 总分 10 分，至少 8 分通过。参考答案只在教师分支（solutions/）中，先独立完成。
 #
 # ### 自检
 #
@@ -451,5 +444,6 @@ L04.print_recompute_cost(cost)
 # - **`max_tokens=None`**：vLLM 的 `InputProcessor` 在请求进入 `EngineCore` 前把它换成上下文剩余长度，`check_stop` 不会见到 `None`；练习要处理它。
 # - **`_preempt_request`**：还释放 encoder cache、处理异步调度的 stale output，并把 id 记进 `reset_preempted_req_ids`，经 `SchedulerOutput.preempted_req_ids` 让 Model Runner V2 清掉请求状态。minivllm 在 `schedule()` 里收集这些 id。
 # - **`finish_requests`**：vLLM 还跳过已 `is_finished()` 的请求，处理 `skipped_waiting` 队列和远端 KV 的延迟释放；minivllm 里已结束的请求不在 `Scheduler.requests` 里。
+#   - vLLM 的 `_free_request` 记下 `finished_req_ids`，再由 `_free_blocks` 归还块、从 `requests` 删除；minivllm 的 `_free_request` 一次做完。
 # - **调度策略**：minivllm 只有 FCFS；vLLM 的 `PriorityRequestQueue` 是一个堆，队首就是堆顶，`prepend_request` 并不插到最前，而是按 (priority, arrival_time) 重新入堆。
 

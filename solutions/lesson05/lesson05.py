@@ -34,13 +34,13 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM commit 8e958902eee5（0.27.1 发布后一天）。按序读下面三段，跳过 M-RoPE、投机解码与上下文并行（CP）的分支。
+# 本课读 vLLM 0.27.1（commit 8e958902eee5）。按序读下面三段（约 95 行，长函数只摘几段）；kernel 按 CP=1、`BLOCKS_PER_KV_BLOCK`=1 读：`virtual_block_size` 就是块大小，`local_block_offsets` 就是块内偏移，`is_local` 恒真；`BLOCK_SIZE` 是一次处理的 token 数。
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
-# | 1 | `vllm/v1/worker/gpu_input_batch.py`：`InputBatch.condense`（L708–L838） | `minivllm/worker/gpu_input_batch.py`：`condense`、`swap_states` | 空洞怎样填上，谁的行号因此改变？ |
-# | 2 | `vllm/v1/worker/gpu_model_runner.py`：`_prepare_inputs`（L1981–L1993、L2081–L2105、L2239） | `minivllm/worker/gpu_model_runner.py`：`_prepare_inputs` | `[2, 5, 3]` 怎样变成每个 token 的位置？谁不该采样？ |
-# | 3 | `vllm/v1/worker/block_table.py`：`_compute_slot_mapping_kernel`（L410–L442） | `_prepare_inputs` 的 `slot_mapping` | 逻辑块号怎样变成物理块号？ |
+# | 1 | `vllm/v1/worker/gpu_input_batch.py`：`InputBatch.__init__`（L185–L186）、`swap_states`（L653–L654）、`condense`（L733–L755、L783–L786） | 同名文件与方法 | 空洞怎样填上，谁的行号因此改变？ |
+# | 2 | `vllm/v1/worker/gpu_model_runner.py`：`_prepare_inputs`（L1981–L1995、L2081–L2089、L2097–L2104、L2234–L2239） | `minivllm/worker/gpu_model_runner.py`：同名 | `[2, 5, 3]` 怎样变成每个 token 的位置？谁不该采样？ |
+# | 3 | `vllm/v1/worker/block_table.py`：`_compute_slot_mapping_kernel`（L410–L420、L430–L442） | `_prepare_inputs` 的 `slot_mapping` | 逻辑块号怎样变成物理块号？ |
 #
 # > **哪个 runner**：本课讲 V1 runner 的持久批，minivllm 照它写；dense 模型在 GPU 上默认走没有持久批的 Model Runner V2（`v1/worker/gpu/`，见附录），摊平的数学一样。
 
@@ -48,10 +48,16 @@
 # 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
 from autograder.vllm_source import show_vllm
 
-show_vllm("vllm/v1/worker/gpu_input_batch.py", "InputBatch.condense")
-show_vllm("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._prepare_inputs", lines=(1981, 1993))
-show_vllm("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._prepare_inputs", lines=(2081, 2105))
-show_vllm("vllm/v1/worker/block_table.py", "_compute_slot_mapping_kernel", lines=(410, 442))
+show_vllm("vllm/v1/worker/gpu_input_batch.py", "InputBatch.__init__", lines=(185, 186))
+show_vllm("vllm/v1/worker/gpu_input_batch.py", "InputBatch.swap_states", lines=(653, 654))
+show_vllm("vllm/v1/worker/gpu_input_batch.py", "InputBatch.condense", lines=(733, 755))
+show_vllm("vllm/v1/worker/gpu_input_batch.py", "InputBatch.condense", lines=(783, 786))
+show_vllm("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._prepare_inputs", lines=(1981, 1995))
+show_vllm("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._prepare_inputs", lines=(2081, 2089))
+show_vllm("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._prepare_inputs", lines=(2097, 2104))
+show_vllm("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._prepare_inputs", lines=(2234, 2239))
+show_vllm("vllm/v1/worker/block_table.py", "_compute_slot_mapping_kernel", lines=(410, 420))
+show_vllm("vllm/v1/worker/block_table.py", "_compute_slot_mapping_kernel", lines=(430, 442))
 
 # %% nbgrader={"grade": false, "grade_id": "l05_setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 准备（锁定）：静音无害的警告（评分单元格不能写 stderr）。
@@ -76,10 +82,10 @@ short_errors("lesson05")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 1. 它是什么，解决什么问题
 #
-# 调度器给出每个请求这一步算几个 token（`num_scheduled_tokens`）；模型要的是张量：token id、位置、K/V 的槽、取哪几行算 logits。`GPUModelRunner` 每步在 CPU 上做这个翻译。
+# 调度器给出每个请求这一步算几个 token（`num_scheduled_tokens`）；模型要的是张量：token id、位置、K/V 的槽、取哪几行算 logits。`GPUModelRunner` 每步做这个翻译：下标类数组在 CPU 上用 numpy 算，`positions`、`seq_lens`、`slot_mapping` 在 GPU 上算（附录“在哪里算”）。
 #
 # 1. **不重建状态**：请求的 token、块表、`num_computed_tokens`、采样参数放在持久批的一行里跨步保留，每步只改变化的几个数（Q1）。
-# 2. **不 padding**：decode 与长 prefill 块同批时，不补齐成 `[batch, max_len]`，而是接成一条扁平序列（varlen），用 `query_start_loc` 标出每个请求的起点（Q2）。
+# 2. **不 padding**：decode 与长 prefill 块同批时，不补齐成 `[batch, max_len]`，而是接成一条扁平序列（varlen），用 `query_start_loc` 标出每个请求的起点，`seq_lens` 给出上下文长度（Q2）。开 CUDA graph 时只在尾部把总 token 数补到捕获尺寸（第 11 课）。
 #
 # ### 2. 它如何工作
 #
@@ -96,9 +102,9 @@ short_errors("lesson05")  # 评分单元格失败时只显示三行：哪一部�
 # - `positions`：接在已算好的 `c_i` 个 token 之后；`input_ids` 按行号和位置从 `token_ids_cpu` 取（异步调度时 decode 行的新 token 在 GPU 上补，见附录）；
 # - `slot_mapping`：K/V 写进的物理槽；位置给出逻辑块和块内偏移，物理块号从这一行的块表查；
 # - `seq_lens = c + n`：注意力看的上下文长度；
-# - `logits_indices`：vLLM 为每一行取本步最后一个 token（`query_start_loc[1:] - 1`），没读完 prompt 的行的采样随后由 `discard_request_mask` 丢弃。
+# - `logits_indices`：下一个 token 由一行本步**最后一个** token 的隐藏状态预测；vLLM 每行都取，没读完 prompt 的行采样出的 token 随后由 `discard_request_mask` 丢弃。
 #
-# 这些数组组成 `AttentionMetadata` 拷到设备；前向后 `hidden[logits_indices]` 进 LM head。
+# `input_ids`、`positions` 进模型，`qsl`、`seq_lens`、块表与 `slot_mapping` 组成注意力元数据；前向后 `hidden[logits_indices]` 进 LM head。
 #
 # ### 3. 正确性条件与常见误区
 #
@@ -110,7 +116,7 @@ short_errors("lesson05")  # 评分单元格失败时只显示三行：哪一部�
 # ### 4. 性能与工程取舍
 #
 # - 输入准备与 token 数线性：16k token 时，按 token 的循环执行 65,603 行 Python，向量化后是常数行、不到 1 毫秒（见检查）。
-# - vLLM 0.27.1 默认异步调度：CPU 准备第 t+1 步时 GPU 还在跑第 t 步，只有准备比前向慢 GPU 才等；拷贝也异步：pinned 的 `CpuGpuBuffer` 非阻塞拷，块表先拷（`commit_block_table`，Q3）。
+# - vLLM 0.27.1 默认异步调度：CPU 准备第 t+1 步时 GPU 还在跑第 t 步，只有准备比前向慢 GPU 才等；拷贝也异步：pinned 的 `CpuGpuBuffer` 非阻塞拷，块表先拷（`commit_block_table`）。
 # - 持久批让每步 CPU 写入与变化量成正比；代价是行会移动，按行号索引的状态都要跟着搬。
 
 # %% [markdown]
@@ -214,7 +220,7 @@ ids, pos, qsl, seq_lens, slots, logits = prepare_inputs(so, batch, 4)
 assert qsl.tolist() == [0, 1, 6, 10]
 assert pos.tolist() == [6, 4, 5, 6, 7, 8, 6, 7, 8, 9]
 assert ids.tolist() == [106, 204, 205, 206, 207, 208, 306, 307, 308, 309]
-assert slots.tolist() == [2 * 4 + 2, 11 * 4 + 0, 45, 46, 47, 0 * 4 + 0, 8 * 4 + 2, 35, 12 * 4 + 0, 49]
+assert slots.tolist() == [2 * 4 + 2, 11 * 4 + 0, 45, 46, 47, 14 * 4 + 0, 8 * 4 + 2, 35, 12 * 4 + 0, 49]
 assert seq_lens.tolist() == [7, 9, 10]
 assert logits.tolist() == [0, 9]
 ### BEGIN HIDDEN TESTS
@@ -241,7 +247,7 @@ L05.vectorised_vs_loop(prepare_inputs)
 #
 # ## 检查方法
 #
-# 运行断言；再把一个请求的 `num_computed_tokens` 加 1、本步调度数减 1。看 `positions`、`slot_mapping`、`seq_lens`、`logits_indices` 怎样变，解释这一行为什么仍取（或不再取）logits。
+# 运行断言；下面的单元格把 `final` 行的已算数加 1、本步调度数减 1：这一行的位置从 7 开始，`seq_lens` 仍是 10，仍到达 prompt 末尾，所以仍取 logits，只是下标从 9 变成 8。
 
 # %%
 name, so, batch = L05.boundary_cases()[0]
@@ -251,9 +257,6 @@ so.num_scheduled_tokens["final"] -= 1
 after = prepare_inputs(so, batch, 4)
 for k, a, b in zip(L05.NAMES, before, after):
     print(f"{k:<16}{a.tolist()}  ->  {b.tolist()}")
-
-# %% [markdown]
-# 你的解释：
 
 # %% nbgrader={"grade": true, "grade_id": "l05_boundary", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 name, so, batch = L05.boundary_cases()[1]                  # two chunks, neither reaches its prompt's end
@@ -270,21 +273,19 @@ L05.check_boundary(prepare_inputs)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 这 1 分自动评分：在 vLLM 8e958902eee5 中找到每个概念的名字（字符串，大小写不限）。
+# 这 1 分自动评分：写出 vLLM 0.27.1 里每个概念的名字（字符串，大小写不限）。都在上面的摘录里，括号里是哪一段。
 #
-# - `block_tables`：`InputBatch.block_table` 的类型，为每个 KV cache 组各持有一个 `BlockTable` 的类；
-# - `condense_rows`：`InputBatch.condense` 把末尾的行移进空洞时，对块表调用的方法；
-# - `swap_pair`：`InputBatch.swap_states` 交换两行时，对块表调用的方法；
-# - `split_counts`：批已按 decode 在前重排后，数出 decode、extend、prefill 各有多少请求和 token 的函数（`vllm/v1/attention/backends/utils.py`）；
-# - `sample_rows`：`GPUModelRunner` 里存 `num_computed_tokens + num_scheduled_tokens` 的 CPU 张量，`discard_request_mask` 由它与 `num_tokens` 比较得到；
-# - `flat_offsets`：`_prepare_inputs` 调用的 `GPUModelRunner` 方法，一次算出 `cumsum(n)` 与每个 token 在请求内的偏移（`[2, 5, 3]` 得到 `[0, 1, 0, 1, 2, 3, 4, 0, 1, 2]`）。
+# - `block_tables`：`InputBatch.block_table` 的类，为每个 KV cache 组各持有一个 `BlockTable`（`__init__` 的摘录）；
+# - `condense_rows`：`condense` 把末尾的行移进空洞时，对块表调用的方法（`condense` 的第二段）；
+# - `swap_pair`：`swap_states` 交换两行时，对块表调用的方法（`swap_states` 的摘录）；
+# - `sample_rows`：存 `num_computed_tokens + num_scheduled_tokens` 的 CPU 张量，`discard_request_mask` 由它与 `num_tokens` 比较得到（`_prepare_inputs` 的第二、三段）；
+# - `flat_offsets`：一次算出 `cumsum(n)` 与每个 token 在请求内偏移的 `GPUModelRunner` 方法（`_prepare_inputs` 的第一段）。
 
 # %% nbgrader={"grade": false, "grade_id": "l05_source_map_answer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 SOURCE_MAP = {
     "block_tables": "MultiGroupBlockTable",  ### BLANK
     "condense_rows": "move_row",  ### BLANK
     "swap_pair": "swap_row",  ### BLANK
-    "split_counts": "split_decodes_prefills_and_extends",  ### BLANK
     "sample_rows": "optimistic_seq_lens_cpu",  ### BLANK
     "flat_offsets": "_get_cumsum_and_arange",  ### BLANK
 }
@@ -295,19 +296,20 @@ L05.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l05_q1", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q1（2 分）
 #
-# 为什么 runner 要维护一个跨步保留的持久批（`InputBatch`），而不是每步从调度器的输出重新构造所有请求的输入？请说明每步省下了什么（CPU 工作量、拷贝的数据量与什么成正比），以及代价是什么（哪些操作因此变得必要，行号什么时候会变）。
-#
-# 评分要求：必须包含对象、状态变化、正确性或成本链。
+# 一个纯 decode 步里，持久批 `InputBatch` 中一个继续运行的请求的那一行要改写哪些数？如果不用持久批，每步为所有请求从头重建这些状态（token 表、块表、采样参数），CPU 的写入量与什么成正比？
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 说清调度器只发增量（`NewRequestData` 全量只在请求第一次被调度时发；`CachedRequestData` 只发 `new_block_ids`、`num_computed_tokens`），runner 把 token、块表、`num_computed_tokens`、采样参数（temperature/top_p/top_k、generator）放在持久批的一行里，一个 decode 步每个请求只写 1 个 token（minivllm 的 `append_token`；vLLM V1 的 `_bookkeeping_sync` 写 `token_ids_cpu`，默认异步调度时写的是占位 -1，真实 token 留在 GPU）和偶尔 1 个块号，所以每步的 CPU 写入和 IPC 与变化量成正比，而不是与全部请求的全部 token、全部块表成正比（长上下文时相差几个数量级）；采样参数张量（temperature 等）也不用每步重建；并说出代价：结束/抢占留下空洞，需要 `condense` 移动行、`_reorder_batch` 用 `swap_states` 把 decode 换到前面，所以**行号会变**，一切按行存的状态（包括 generator、min_tokens 这类按行号索引的字典）必须一起移动，输入准备必须按持久批的行序而不是调度器的顺序；1 分 = 只说“避免重复计算/更快”，没有说清省下的是与什么成正比的工作，或没有提到行移动的代价；0 分 = 认为持久批保存的是 KV cache 或模型激活（一票否决：只背类名而说不清状态所有权）。**不扣分的说法**：指出 vLLM V1 的 `commit_block_table` 每步把块表前 `num_reqs` 行整个拷到 GPU（拷贝量与请求数×块表宽度成正比，并非只拷变化的部分）是正确的；回答“持久批只拷变化的部分到 GPU”不得这一点。说明 vLLM 0.27.1 默认的 Model Runner V2 没有持久批（固定槽位的 `RequestState` + 每步新建 `InputBatch` + `idx_mapping`，没有 condense/swap），并以此说明同样的“只发增量、状态按请求跨步保留”和不同的代价，同样给分——只要说清描述的是 V1（或 minivllm）还是 V2。
+# **评分要点**（两部分各 1 分）：
+#
+# - **改写哪些数（1 分）**：上一步采样出的 1 个 token 追加进 `token_ids_cpu` 的这一行（minivllm 的 `append_token`），`num_computed_tokens_cpu` 更新；只有跨进新块时块表这一行多 1 个块号。其余的 token、块号和采样参数都不动。写出 vLLM V1 默认异步调度时 `token_ids_cpu` 里写的是占位 -1、真实 token 留在 GPU 上的，同样得分。
+# - **重建的代价（1 分）**：每步把每个请求的全部 token 和全部块表重写一遍，写入量与所有请求的上下文长度之和成正比；持久批只与变化量（大约请求数）成正比。只说“更慢/重复计算”而没说与什么成正比的，这 1 分不给。
+# - 指出代价是行会移动（`condense`、`swap_states`），或 V1 的 `commit_block_table` 每步仍把块表前 `num_reqs` 行拷到 GPU 的，正确，不要求。
+# - 0 分：认为持久批保存的是 KV cache 或激活。
 #
 # **参考答案**
 #
-# 1. 增量协议：调度器（状态的唯一写者）每步只发变化：新请求的 prompt、采样参数和块表只在 `scheduled_new_reqs` 里发一次；之后每步 `scheduled_cached_reqs` 只有 `num_computed_tokens` 和新分配的块 `new_block_ids`。runner 要能把增量拼回完整状态，就得自己保存一份——`CachedRequestState`（可在抢占后重建行）和 `InputBatch` 的一行。
-# 2. 省下什么：一个 decode 步，每个请求只变了 1 个 token（上一步采样结果，`append_token`）和 `num_computed_tokens`，偶尔多 1 个块。持久批只写这几个数；如果每步重建，就要把每个请求的全部 token（`token_ids_cpu` 的一整行）、全部块表、采样参数重新写一遍，工作量与 Σ 上下文长度成正比——长上下文、几百个请求时是每步几十万个数，而 GPU 在等。vLLM V1 的 token 表 `token_ids_cpu_tensor` 只在 CPU 上（不 pinned，没有 GPU 副本）；块表是 `CpuGpuBuffer`，`commit_block_table(num_reqs)` 每步把前 `num_reqs` 行整个异步拷到 GPU——CPU 上的写入与变化量成正比，这次拷贝与请求数×块表宽度成正比；采样参数张量只在批成员变化时刷新（`refresh_metadata`）。
-# 3. 代价：行是固定容量的槽位。请求结束或被抢占时 `remove_request` 留下空洞；`add_request` 优先填空洞；`condense` 把末尾的行移进空洞，保证 `[0, num_reqs)` 连续；minivllm 的 `_reorder_batch` 用 `swap_states` 把 decode 换到前面（vLLM V1 的 `reorder_batch_to_split_decodes_and_prefills` 只在注意力后端设了 `reorder_batch_threshold` 时这样做）。于是一个请求的行号会在结束、抢占、新请求到达、prefill 变 decode 时改变，所有按行存的状态（token、块表、`num_computed_tokens`、温度、generator、min_tokens）必须一起移动；输入准备必须按 `input_batch.req_ids` 的行序取 `num_scheduled_tokens`（本课 `rows_in_scheduler_order` 变异体在第 3 步就错了）。vLLM 0.27.1 的 Model Runner V2（课程的 dense 模型默认用它）正是为了去掉这些代价而不用持久批：请求在 `RequestState` 里占固定槽位，每步新建 `InputBatch`，用 `idx_mapping` 把批内行映射到槽位（图 5-3）。
+# 调度器每步只发增量：继续运行的请求只有新的 `num_computed_tokens` 和偶尔新分配的块。runner 把它们写进持久批的同一行：上一步采样出的 token 追加到 `token_ids_cpu` 这一行的末尾，`num_computed_tokens_cpu` 更新，每 `block_size` 个 token 才在块表这一行多写 1 个块号；prompt、已有的块号、温度等采样参数都已在这一行里。若每步重建，就要把每个请求的全部 token 和全部块表重新写一遍，写入量与 Σ 上下文长度成正比，长上下文、几百个请求时是每步几十万个数；持久批只写几个数乘以请求数。
 #
 # === END MARK SCHEME ===
 
@@ -317,27 +319,20 @@ L05.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l05_q2", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q2（2 分）
 #
-# 为什么 vLLM 把一个混合批摊平成一条 varlen 序列（`query_start_loc` + `seq_lens` + `slot_mapping`），而不是补齐成 `[batch, max_len]` 的矩阵？
-#
-# 用本课演示里的一步（例如一个 16 token 的 prefill 块和几个 decode 同批）算一算 padding 浪费了多少，并说明 varlen 对注意力 kernel 和 KV 写入提出了什么要求。
-#
-# 评分要求：必须包含对象、状态变化、正确性或成本链。
+# 一步里有 3 个 decode（各 1 个 token）和 1 个 16 token 的 prefill 块。摊平成 varlen 时这一步算多少个 token，补齐成 `[batch, max_len]` 时算多少个位置？摊平之后，注意力 kernel 靠哪两个数组知道每个请求的 query 段和上下文长度？
 #
 # === BEGIN MARK SCHEME ===
 #
 # **评分要点**（两部分各 1 分）：
 #
-# - **浪费多少（1 分）**：用演示里一步的实际数字算出 padding 的比例（例如 1 个 16 token 块 + 3 个 decode：varlen 19 个 token，padding 成 4×16 = 64 个，约 70% 是填充），并说明填充位置在逐 token 的层（QKV/MLP 投影等）里都要计算和搬运，而 varlen 让矩阵乘的行数就是真实 token 数。只说“padding 浪费算力”而没有数字，这 1 分不给。
-# - **对 kernel 与 KV 写入的要求（1 分）**：注意力 kernel 必须按 `query_start_loc` 分段、按 `seq_lens` 看上下文（每个 token 只看自己请求的 KV）；新 K/V 按 `slot_mapping` 逐 token 散写进分页的物理块。两样都说到才给分。
-# - 不要求、但可加深的：decode 排在前面让 kernel 分两类处理（minivllm 与 FlashInfer/MLA；说 FlashAttention 后端不重排也对）、正确性不依赖布局。
-# - 0 分：认为 varlen 改变了模型的数学结果，或认为 padding 只是多用内存不影响计算（一票否决：混淆算法正确性与性能）。
+# - **算一算（1 分）**：varlen 19 个 token；补齐成 4 × 16 = 64 个位置，约 70% 是填充，QKV/MLP 等逐 token 的层都要为填充位置计算。两个数都对才给分。
+# - **两个数组（1 分）**：`query_start_loc`：请求 i 的 query 段是 `[qsl[i], qsl[i+1])`；`seq_lens`：它能看的上下文长度。两个都说出并说清作用才给分。另提块表（找到 KV 所在的块）或 `slot_mapping`（写新 K/V）的，正确，不要求。
+# - 提到开 CUDA graph 时 19 会补到捕获尺寸 24 的，正确，不要求；那只补尾部，与按请求补齐不同。
+# - 0 分：认为 varlen 改变了模型的数学结果。
 #
 # **参考答案**
 #
-# 1. 以演示第 3 步为例：prompt 1 decode 1 个 token，prompt 0 的最后一个 prefill 块 10 个 token。varlen：11 个 token；padding 成 `[2, 10]`：20 个位置，45% 是填充。再如 1 个 16 token 块 + 3 个 decode：19 对 64，约 70% 浪费。chunked prefill 让每一步几乎都是这种“一个长块 + 许多 decode”的混合，batch 越大浪费越大。
-# 2. 除注意力外，模型的每一层（embedding、QKV 投影、O 投影、MLP、norm）都是逐 token 的：它们只看 `[num_tokens, hidden]` 的矩阵，不关心 token 属于哪个请求。varlen 让这些矩阵乘的行数正好是真实 token 数（`num_actual_tokens`），padding 则在每一层都为填充位置做乘法、搬运激活。
-# 3. 只有注意力需要知道请求边界：`query_start_loc` 给出每个请求的 query 段 `[qsl[i], qsl[i+1])`，`seq_lens` 给出它能看的上下文长度，块表给出它的 KV 在哪些物理块；新 token 的 K/V 由 `slot_mapping` 散写进分页缓存（块分散、prefix cache 的块共享）。kernel 必须支持 varlen（FlashAttention 的 `cu_seqlens_q`、minivllm 的 `paged_attention_ref` 与 Triton 的 `chunked_prefill_paged_attention`），minivllm 和设了 `reorder_batch_threshold` 的 vLLM 后端（FlashInfer、MLA）把 decode 排在前面（`num_decodes`），让纯 decode 的部分走专门的 kernel；FlashAttention 后端不重排，一个 varlen kernel 处理整个混合批。
-# 4. 正确性不依赖布局：每个 token 的位置是 `num_computed_tokens + 偏移`，它的 K/V 写进自己请求的物理槽，注意力只在自己的段和上下文里做——与单独跑每个请求结果相同（本课的检查：接入引擎后 == HF greedy）。
+# varlen：3 + 16 = 19 个 token，embedding、QKV 投影、MLP 等逐 token 的层只算这 19 行（开 CUDA graph 时总 token 数还会补到最近的捕获尺寸，如 24，只补尾部，不按请求补齐）。补齐：4 个请求都补到 16，共 64 个位置，45 个（约 70%）是填充，每一层都要为它们计算、搬运激活。摊平后，只有注意力需要请求边界：`query_start_loc` 说明第 i 个请求的 query 是扁平序列的 `[qsl[i], qsl[i+1])`，`seq_lens` 说明它能看多少个 token 的上下文，块表再给出这些 KV 在哪些物理块。
 #
 # === END MARK SCHEME ===
 
@@ -347,28 +342,21 @@ L05.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l05_q3", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q3（2 分）
 #
-# 这一步的前向开始之前，CPU 必须做完哪些事？用图 5-2 和检查里的向量化对比说明这段时间与什么成正比；再说明 vLLM 让 CPU 工作与 GPU 重叠或缩短的手段，至少两种，说出源码对象。
-#
-# 评分要求：必须包含对象、状态变化、正确性或成本链。
+# vLLM 0.27.1 默认开启异步调度：CPU 准备第 t+1 步的输入时，GPU 还在跑第 t 步的前向。什么情况下 GPU 仍会空等？用检查里 16k token 批上的对比说明，为什么输入准备仍要向量化。
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 列出关键路径：调度（`Scheduler.schedule`）、`_update_states`（增删行、condense、重排）、`_prepare_inputs`（6 个数组 + `AttentionMetadata`）、H2D 拷贝，之后才能启动这一步的前向；说出成本与 token 数和请求数线性（向量化后是几次 numpy 调用；按 token 的循环执行的 Python 行数与 token 数成正比，16k token 时 6.5 万行对常数行，时间上慢几十倍，引用检查里的行数或同一轮的比值），占步时间的比例取决于模型与硬件（图 5-2 在 CPU 小模型上中位数低于 10%）；并给出至少两种带源码对象的手段：pinned 内存 + `non_blocking` 的 `CpuGpuBuffer.copy_to_gpu`、先 `commit_block_table` 再做其余 CPU 工作；`positions`/`seq_lens`/`slot_mapping` 在 GPU 上算（`BlockTable.compute_slot_mapping`）；异步调度（`async_scheduling`，vLLM 0.27.1 默认开启：第 t+1 步的调度与输入准备和第 t 步的前向重叠，采样结果留在 GPU 上）；CUDA graph 减少 launch 开销；结构化输出的 bitmask 与前向重叠（第 8 课）。1 分 = 只列出步骤或只说“异步”，没有对象或没有成本链。0 分 = 认为 GPU 可以在这一步的输入准备完成前开始这一步的前向，或把输入准备说成在 GPU 上做所以不占时间（一票否决：混淆算法正确性与性能）。**不扣分的说法**：指出“准备期间 GPU 空闲”只在没有异步调度时成立、默认配置下 GPU 此时在跑上一步，是正确的；只说“GPU 空闲”而没有提异步调度，不因此扣分。
+# **评分要点**（两部分各 1 分）：
+#
+# - **何时空等（1 分）**：CPU 这一段（调度、`_update_states`、`_prepare_inputs`、发起拷贝）比一步前向还慢时，GPU 做完第 t 步就要等下一步的输入（小模型、短的 decode 步更容易如此）。
+# - **为什么向量化（1 分）**：输入准备的工作量与 token 数成正比；引用检查的数字：按 token 的 Python 循环在 16k token 时执行 6.5 万行、比引擎慢几十倍，向量化是常数行、不到 1 毫秒，所以只有向量化才能藏在前向后面。只说“循环慢”而没有数字的，这 1 分不给。
+# - 0 分：认为 GPU 可以在这一步的输入准备完成前开始这一步的前向。
 #
 # **参考答案**
 #
-# 1. 关键路径（CPU，每步）：`Scheduler.schedule` 决定 `num_scheduled_tokens` 和块；runner 的 `_update_states` 把增量写进持久批（`add_request`/`remove_request`/`condense`/`swap_states`）；`_prepare_inputs` 算 `input_ids`、`positions`、`query_start_loc`、`seq_lens`、`slot_mapping`、`logits_indices` 并构造 `AttentionMetadata`；把它们拷到 GPU。这一步前向的第一个 kernel 就要读 `input_ids`，注意力要读 `slot_mapping` 和块表，所以这些都要先准备好。没有异步调度时，这段时间里 GPU 空闲；vLLM 0.27.1 默认开启异步调度，此时 GPU 在跑上一步的前向，只要准备比前向快就不空等。
-# 2. 成本：与本步 token 数、请求数线性。向量化后是十几次 numpy 调用（检查里 16k token 的批不到 1 ms，执行的 Python 行数是常数）；按 token 的 Python 循环执行 65,603 行，本机约 8–19 毫秒（随负载），比一个 decode 步的 GPU 时间还长。图 5-2 里它每步占 prepare+forward+sample 的中位数低于 10%（CPU 上的小模型）；GPU 上前向只要几毫秒时，这个比例会大得多，要实测。
-# 3. vLLM 的手段：
-#    - pinned 内存的 `CpuGpuBuffer` + `copy_to_gpu(non_blocking=True)`：拷贝异步进行，CPU 继续算；`_prepare_inputs` 第一件事就是 `commit_block_table`，让块表的拷贝与后面的 CPU 计算重叠；
-#    - 把 `positions`、`seq_lens`、`slot_mapping` 放到 GPU 上算（`num_computed_tokens` 常驻 GPU，`BlockTable.compute_slot_mapping` 启动 Triton kernel），CPU 只拷小数组；Model Runner V2 把更多输入准备写成按 `idx_mapping` 读状态表的 Triton kernel（`prepare_prefill_inputs`、`prepare_pos_seq_lens`），也算一种；
-#    - 异步调度（`async_scheduling`，默认开启）：第 t 步的前向还在 GPU 上跑时，CPU 已经调度并准备第 t+1 步（采样的 token 留在 GPU 上，下一步由 runner 直接拷进 `input_ids`；`discard_request_mask` 和乐观的 `seq_lens` 为此服务）；
-#    - CUDA graph：把一步的几百次 kernel launch 变成一次 replay，缩短 CPU 侧的 launch 时间（第 11 课）；结构化输出的 bitmask 在前向期间由 EngineCore 计算（第 8 课）。
-#    minivllm 在 CPU 上用 numpy 算全部数组再 `non_blocking` 拷贝，异步调度见 `async_scheduling`；它没有在 GPU 上算 slot mapping。
+# 异步调度下，GPU 跑第 t 步的前向时，CPU 已经在调度第 t+1 步、更新持久批、用 numpy 算下标数组，并发起拷贝和算 `positions`、`slot_mapping` 的 GPU kernel，采样结果留在 GPU 上。只要这段 CPU 时间短于一步前向，GPU 不用等；反之 GPU 做完第 t 步就空等输入。这段时间与本步 token 数、请求数线性：检查里 16k token 的批，按 token 的循环执行 65,603 行 Python、比引擎慢几十倍，向量化是常数行、不到 1 毫秒。GPU 上一步 decode 可能只要几毫秒，所以按 token 循环会让 GPU 空等，向量化才能藏在前向后面。
 #
-# **附：图 5-3“想一想”的参考解释**（不单独计分）：V1 的代价：(1) 每次 `condense`/`swap_states` 都要在 CPU 上搬一行的状态并改所有按行号索引的状态。vLLM V1 只搬有效部分：`swap_states` 交换两行中较长的有效 token 前缀（`max_active_token_count`，源码注释说拷整行 `max_model_len` 太贵），`condense` 拷 `[:num_tokens]` 的 token 和已用的块；minivllm 交换整行。本次运行的移动次数见 `L05.moved_rows(run)` 的输出，批越大、请求进出越频繁，移动越多。(2) 行号一变，异步调度时上一步留在 GPU 上的结果（采样 token、`num_computed_tokens`）要用 `prev_positions` 重新对齐；重排还与 `reorder_batch_threshold`、注意力后端耦合。(3) 块表仍要每步按行整段拷到 GPU。V2：请求一直在自己的槽位，行序变化只改 `idx_mapping` 这一个小数组，状态表可以常驻 GPU 或 UVA，由 Triton kernel 按 `idx_mapping` 间接读取，与异步调度、投机解码配合更简单；代价是每步要建新的 `InputBatch` 和 `idx_mapping`，kernel 多一次间接寻址，状态表按 `max_num_reqs` 预分配（`all_token_ids` 用 UVA 放在主机内存，源码注释说它可达数 GB）。
-#
-# **附：检查方法的参考解释**（不单独计分）：`final` 行已算 7、本步 3：`positions` 变成 7～9，`slot_mapping` 少了第一个槽（34），`query_start_loc` 最后一项变成 9，`seq_lens` 仍是 10；因为 10 ≥ prompt 长度 10，它仍到达末尾，仍取 logits，只是扁平序列里最后一个 token 的下标从 9 变成 8。
+# **附：图 5-3“想一想”的参考解释**（不单独计分）：V1 的代价：(1) 每次 `condense`/`swap_states` 都要在 CPU 上搬一行的状态并改所有按行号索引的状态（vLLM V1 的 `condense` 只搬有效 token 与已用的块，`swap_states` 只换有效 token 前缀、块表整行交换；minivllm 交换整行）；(2) 行号一变，异步调度时上一步留在 GPU 上的结果要用 `prev_positions` 重新对齐；(3) 块表仍要每步按行整段拷到 GPU。V2：请求一直在自己的槽位，行序变化只改 `idx_mapping` 这一个小数组，状态表由 Triton kernel 按 `idx_mapping` 间接读取；代价是每步要建新的 `InputBatch` 和 `idx_mapping`，kernel 多一次间接寻址，状态表按 `max_num_reqs` 预分配。
 #
 # === END MARK SCHEME ===
 
@@ -379,8 +367,7 @@ L05.check_source_map(SOURCE_MAP)
 # ## 评分规则
 #
 # - 代码 4 分：主路径 2 分（引擎混合批逐项相等 1 分、接入真实引擎 == HF 且向量化 1 分）、边界条件 1 分、能映射回源码对象 1 分；
-# - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
-# - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
+# - Q1～Q3 各 2 分：每题 3～5 句即可，答到题目所问的全部要点得 2 分，只答对一部分得 1 分。
 #
 # 总分 10 分，至少 8 分通过。引擎的版本在 `minivllm/` 里，先独立完成再读。
 #
@@ -450,7 +437,7 @@ L05.plot_v1_vs_v2(run);
 # - **取 logits**：vLLM 给每个请求取最后一个 token 的 logits。V1 用 `discard_request_mask` 丢掉中途 prefill 块的采样，V2 在 `get_num_sampled_and_rejected` 里把它们的采样数置 0。minivllm 只为到达末尾的请求取。
 # - **在哪里算**：V1 的 `positions`、`seq_lens` 在 GPU 上由 `num_computed_tokens` 算出，`slot_mapping` 由 `BlockTable.compute_slot_mapping` 的 Triton kernel 算。minivllm 全在 CPU 上用 numpy 算，再 `non_blocking` 拷贝。
 # - **存储**：V1 的 token 表 `token_ids_cpu_tensor` 只在 CPU 上；块表在单独的 `BlockTable` 里，`commit_block_table(num_reqs)` 每步把前 `num_reqs` 行整个拷到 GPU。minivllm 的 `InputBatch` 只有 numpy 数组。
-# - **移动行**：V1 的 `condense` 只拷有效的 token 和块，`swap_states` 只交换有效的 token 前缀；minivllm 的 `condense` 调用 `swap_states`，交换整行。
+# - **移动行**：V1 的 `condense` 只拷有效的 token 和块，`swap_states` 只交换有效的 token 前缀（块表整行交换）；minivllm 的 `condense` 调用 `swap_states`，交换整行。
 # - **重排**：minivllm 每步把 decode 换到前面；V1 只在注意力后端设了 `reorder_batch_threshold` 时重排（如 FlashInfer），FlashAttention、Triton 与 CPU 后端不重排。
 # - **写入采样结果**：minivllm 用 `append_token`。V1 默认异步调度，`_bookkeeping_sync` 只在 `token_ids_cpu` 里写占位的 -1；真实 token 留在 GPU 上（`prev_sampled_token_ids`），下一步由 `_prepare_input_ids` 写进 `input_ids`。
 #
