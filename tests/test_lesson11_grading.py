@@ -93,7 +93,7 @@ def test_student_copy_shows_the_blanks():
     assert code.count("______") == 8 and "### BLANK" not in code
     for line in ("fits = ______", "size = ______", "pad_slot = ______", "pad_position = ______", "rows = ______"):
         assert line in code, line
-    assert "PAD_SLOT_ID" not in code and "min(" not in code and "logits[:" not in code
+    assert "PAD_SLOT_ID" not in code and "min(" not in code and "hidden[:" not in code
     assert "bufs.block_table[:size]" not in code and "bufs.slot_mapping[n:size] = pad_slot" in code
     assert cells["l11_source_map_answer"].count(": ______,") == 3
     assert "L11.check_boundary" not in cells["l11_boundary"] and "assert choose_capture_size(9" in cells["l11_boundary"]

@@ -4,7 +4,7 @@ The exercise pads a decode batch to a capture size, in three small functions (th
     choose_capture_size(num_reqs, capture_sizes) -> int | None   smallest size >= num_reqs; None: run eagerly
     fill_static_buffers(bufs, input_ids, positions, slot_mapping, seq_lens, block_table, size) -> None
                                                                   real rows first, then harmless padded rows
-    real_rows(logits, num_reqs) -> logits of the real rows only
+    real_rows(hidden, num_reqs) -> hidden states of the real rows only (they go on to compute_logits)
 
 plug() puts them into minivllm's GPUModelRunner in place of CudagraphDispatcher.dispatch and
 _pad_for_cudagraph. On CPU the engine's enforce_eager=False path "replays" eagerly from the same static
@@ -238,10 +238,10 @@ def check_main_path(choose_capture_size, fill_static_buffers, real_rows) -> None
                + ("（填充行必须不写 KV）" if name == "slot_mapping" else ""))
     expect(bufs.block_table[:5].tolist() == batch[4].tolist() and not bufs.block_table[5:].any(),
            f"block_table 应为本批的块表、填充行全 0，得到 {bufs.block_table.tolist()}")
-    logits = torch.arange(16.0).view(8, 2)
-    rows = real_rows(logits, 5)
-    expect(isinstance(rows, torch.Tensor) and rows.tolist() == logits[:5].tolist(),
-           f"real_rows(8 行 logits, 5) 应只返回前 5 个真实行，得到 {rows!r}")
+    hidden = torch.arange(16.0).view(8, 2)
+    rows = real_rows(hidden, 5)
+    expect(isinstance(rows, torch.Tensor) and rows.tolist() == hidden[:5].tolist(),
+           f"real_rows(8 行 hidden states, 5) 应只返回前 5 个真实行，得到 {rows!r}")
     check_against_vllm(choose_capture_size)
 
 

@@ -24,10 +24,10 @@ MUTANTS = {
        fails={"l11_boundary"},
        hint="只覆盖真实行之后，缓冲的其余部分还留着什么？"),
     "padded_logits": Mutant(CELL, (
-        ("rows = logits[:num_reqs]", "rows = logits"),
-    ), "Returns the padded rows' logits too, so sampling sees `size` requests instead of the real ones.",
+        ("rows = hidden[:num_reqs]", "rows = hidden"),
+    ), "Returns the padded rows too, so compute_logits and sampling see `size` requests instead of the real ones.",
        fails={"l11_main_path", "l11_real_engine", "l11_boundary"},
-       hint="返回的 logits 只包含真实的行吗？"),
+       hint="交给 compute_logits 的行只包含真实的行吗？"),
     "position_out_of_range": Mutant(CELL, (
         ("pad_position = 0", "pad_position = PAD_SLOT_ID"),
     ), "Pads positions with the pad slot -1: rotary indexes its cos/sin table out of range (wraps on CPU).",

@@ -110,7 +110,7 @@ from minivllm.compilation.cuda_graph import PAD_SLOT_ID  # noqa: E402,F401
 #
 # 1. **启动时捕获**：`capture_model` 对每个捕获尺寸预热一次、再录一个 graph，按 `BatchDescriptor` 存起来。
 # 2. **分派**：每步 `CudagraphDispatcher.dispatch(num_tokens, uniform_decode)`。`FULL_DECODE_ONLY` 模式下，uniform decode 批次分到能装下它的**最小**尺寸；decode 整图只录不超过 `max_num_seqs` 的尺寸（不投机时），装不下的批次这一步 eager。
-# 3. **填充**：`_pad_for_cudagraph` 把真实的 n 行写进静态缓冲的前 n 行，把 `n..size` 的填充行设成无害的值。
+# 3. **填充**：把真实的 n 行写进静态缓冲的前 n 行，把 `n..size` 的填充行设成无害的值（minivllm：`_pad_for_cudagraph`；vLLM V1：上表第 4 行三个函数就地写持久缓冲）。
 # 4. **replay**：回放 `size` 行的 graph。
 # 5. **只取真实行**：输出有 `size` 行，只有前 n 行交给 logits 和采样（vLLM：`logits_indices` 只指向真实请求）。
 #
@@ -136,9 +136,9 @@ from minivllm.compilation.cuda_graph import PAD_SLOT_ID  # noqa: E402,F401
 #
 # - 填充行也要算。小 batch 的 decode 受带宽限制，GEMM 的时间主要花在读一遍权重上，多几行几乎不增加时间；batch 大到计算受限时，填充行就是真实的计算（Q3）。
 # - 捕获尺寸越密，填充浪费越少；但每个尺寸一个 graph，启动时间和 graph 显存随尺寸数增长。vLLM 的默认列表在小 batch 处密、大 batch 处疏。
-# - `FULL_DECODE_ONLY` 只为 decode 批次录整图。prefill 的 token 数从几个到几千，按 token 数捕获要么尺寸太多、要么填充太大；prefill 的 kernel 也够大，launch 开销不显著（Q2）。
-# - 混合批次的 `query_start_loc`、`max_query_len` 每步都变，不少 attention 后端随之换 kernel 或 grid；只有声明 `AttentionCGSupport.ALWAYS` 的后端在 `cudagraph_mode=FULL` 下把混合批次也录成整图。
-# - 默认的 `FULL_AND_PIECEWISE` 把其余不超过 `max_cudagraph_capture_size` 个 token 的批次填充后走分段图（attention 不在图里）；更大的不用 graph。
+# - 混合与 prefill 批次 vLLM 也按 token 数录图，只到 `max_cudagraph_capture_size`（默认不超过 512）：默认的 `FULL_AND_PIECEWISE` 把它们填充后走分段图（attention 不在图里）。
+# - 更大的批次不录：kernel 已够长、盖住了 launch；按 token 数覆盖到几千，要么图太多、要么填充太多（Q2）。
+# - 整图不含混合批次，主要因为它们的 `query_start_loc`、`max_query_len` 每步都变，多数 attention 后端的元数据与 kernel 随之变化；只有声明 `AttentionCGSupport.ALWAYS` 的后端在 `cudagraph_mode=FULL` 下例外。
 
 # %%
 SIZES = [1, 2, 4, 8, 16, 24, 32, 40]
@@ -163,7 +163,7 @@ L11.plot_padding(table, SIZES);
 # - `fill_static_buffers(bufs, input_ids, positions, slot_mapping, seq_lens, block_table, size)`：`bufs` 是 runner 的静态缓冲，字段与参数同名。
 #
 #   把 n 个真实行写进前 n 行，把 `n..size` 的填充行设成无害的值。
-# - `real_rows(logits, num_reqs)`：replay 输出 `size` 行，只返回真实请求的那些行。
+# - `real_rows(hidden, num_reqs)`：replay 输出 `size` 行 hidden states；只把真实行交给 `compute_logits` 与采样（vLLM：`hidden_states[logits_indices]`）。
 #
 # 检查时 `L11.plug` 把它们接进 `enforce_eager=False` 的 runner：分派、填充和前向之后各调一个。
 #
@@ -200,10 +200,10 @@ def fill_static_buffers(bufs, input_ids, positions, slot_mapping, seq_lens, bloc
     bufs.seq_lens[n:size] = pad_seq_len
 
 
-def real_rows(logits, num_reqs):
-    """Only the real requests' rows go on to sampling."""
+def real_rows(hidden, num_reqs):
+    """Only the real requests' hidden rows go on to compute_logits and sampling."""
     # TODO 4. The replay computed `size` rows; which of them belong to requests?
-    rows = logits[:num_reqs]  ### BLANK
+    rows = hidden[:num_reqs]  ### BLANK
     return rows
 
 
@@ -293,11 +293,11 @@ L11.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 三点都有：（1）省掉的是 CPU 逐个发 kernel 的开销（每次约 5～10 µs；几百次 launch 换成一次 `cudaGraphLaunch`）和 GPU 在 kernel 之间等 CPU 的空隙；（2）省不掉的是 kernel 本身的执行时间（读权重与 KV、计算），以及 graph 之外的 CPU 工作（调度、准备输入、采样）；（3）小模型、小 batch 时许多 kernel 只跑几 µs，比一次 launch 还短，步时间由 launch 开销决定，graph 省得最多；模型或 batch 变大后 GEMM 跑几十 µs、能盖住 launch，步时间 ≈ max(launch 总开销, 读权重与计算的时间)，收益变小。1 分 = 三点缺一（例如说对省掉与省不掉的部分，但没说收益为什么随规模变小；或说了规模的影响，但把省不掉的部分说成也被省掉）；0 分 = 认为 graph 让 kernel 本身算得更快或减少了计算量，或三点缺二。不计分的补充：用 profiler 数 `cudaLaunchKernel` 与 `cudaGraphLaunch`（附录）验证。
+# **评分要点**：2 分 = 三点都有：（1）省掉的是 CPU 逐个发 kernel 的开销（每次约 5～10 µs；几百次 launch 换成一次 `cudaGraphLaunch`）和 GPU 在 kernel 之间等 CPU 的空隙；（2）省不掉的是 kernel 本身的执行时间（读权重与 KV、计算），以及 graph 之外的 CPU 工作（调度、准备输入、采样），只说 kernel 执行时间即得此点；（3）小模型、小 batch 时许多 kernel 只跑几 µs，比一次 launch 还短，步时间由 launch 开销决定，graph 省得最多；模型变大（GEMM 读几十 MB 权重、跑几十 µs）或 batch 变大（attention 读的 KV 与逐 token 的计算增长，直到计算受限）后，GPU 执行时间盖住 launch，收益变小。1 分 = 三点缺一（例如说对省掉与省不掉的部分，但没说收益为什么随规模变小；或说了规模的影响，但把省不掉的部分说成也被省掉）；0 分 = 认为 graph 让 kernel 本身算得更快或减少了计算量，或三点缺二。不计分的补充：用 profiler 数 `cudaLaunchKernel` 与 `cudaGraphLaunch`（附录）验证。
 #
 # **参考答案**
 #
-# CUDA graph 把一次前向的几百次 kernel launch 换成一次 `cudaGraphLaunch`，省掉的是 CPU 逐个发 kernel 的开销（每次约 5～10 µs，估计）和 GPU 在 kernel 之间等 CPU 的空隙。省不掉的是每个 kernel 本身的执行时间（读权重与 KV、计算），以及 graph 之外的调度、准备输入和采样。小模型、小 batch 时 norm、rotary、写 KV 这类 kernel 只跑几 µs，比一次 launch 还短，步时间由 launch 决定，graph 省下的比例最大。模型或 batch 变大后，GEMM 每个要跑几十 µs，能盖住 launch，步时间 ≈ max(launch 总开销, 读权重与计算的时间)，graph 的收益随之变小。
+# CUDA graph 把一次前向的几百次 kernel launch 换成一次 `cudaGraphLaunch`，省掉的是 CPU 逐个发 kernel 的开销（每次约 5～10 µs，估计）和 GPU 在 kernel 之间等 CPU 的空隙。省不掉的是每个 kernel 本身的执行时间（读权重与 KV、计算），以及 graph 之外的调度、准备输入和采样。小模型、小 batch 时 norm、rotary、写 KV 这类 kernel 只跑几 µs，比一次 launch 还短，步时间由 launch 决定，graph 省下的比例最大。模型变大后 GEMM 读几十 MB 权重、跑几十 µs；batch 变大后 attention 读的 KV 与逐 token 的计算增长，直到计算受限。两者都让 GPU 执行时间盖住 launch，步时间 ≈ max(launch 总开销, 读权重与计算的时间)，graph 的收益随之变小。
 #
 # === END MARK SCHEME ===
 
@@ -307,17 +307,17 @@ L11.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l11_q2", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q2（2 分）
 #
-# `FULL_DECODE_ONLY` 只为 uniform decode 批次录整图。为什么不把 prefill 批次也按 token 数录成整图？
+# 混合与 prefill 批次，vLLM 默认只把不超过 `max_cudagraph_capture_size` 个 token 的填充后走分段图（attention 在图外）。为什么不录整图，更大的也不录？
 #
 # 评分要求：必须包含对象、状态变化、正确性或成本链。
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：四个理由：（a）尺寸数：decode 批次的形状只由请求数 n 决定，n ≤ `max_num_seqs`，几个尺寸就覆盖；prefill 的 token 数从 1 到 `max_num_batched_tokens`，按 token 数录要么 graph 太多（捕获时间、显存），要么间隔大、填充行多；（b）填充成本：prefill 计算受限，填充行是真实的计算；（c）收益小：prefill 的 kernel 处理成百上千个 token，执行时间远大于 launch 开销，graph 省不了多少；（d）attention 元数据：混合批次的 `query_start_loc`、`max_query_len` 每步变化，不少 attention 后端随之换 kernel 或 grid，一组静态缓冲录不下（声明 `AttentionCGSupport.ALWAYS` 的后端在 `cudagraph_mode=FULL` 下例外）。2 分 = 任意两个理由，各有因果；1 分 = 只有一个理由，或只说“prefill 形状多变”而没说由此带来的尺寸数或填充成本；0 分 = 没有成立的理由。
+# **评分要点**：（a）attention：混合批次的 `query_start_loc`、`max_query_len` 每步变化，多数 attention 后端的元数据与 kernel（或 grid）随之变化，一组静态缓冲录不下，所以 attention 留在图外；只有声明 `AttentionCGSupport.ALWAYS` 的后端在 `cudagraph_mode=FULL` 下录整图；（b）收益小：上限之上的批次 kernel 处理成百上千个 token，执行时间远大于 launch 开销；（c）尺寸与填充：按 token 数覆盖到几千，要么 graph 太多（捕获时间、显存），要么间隔大、填充行多，而 prefill 计算受限，填充行是真实的计算。2 分 = （a）说出变化的对象及其后果，再加（b）或（c）之一；1 分 = 只有（a），或只有（b）、（c）而没有（a）；0 分 = 没有成立的理由，或说 vLLM 从不为混合、prefill 批次用 graph。
 #
 # **参考答案**
 #
-# decode 批次每个请求 1 个 token，形状只由请求数 n 决定，n ≤ `max_num_seqs`，几个尺寸就覆盖。prefill 批次的 token 数从 1 到 `max_num_batched_tokens` 都可能，按 token 数录要么尺寸密到 graph 太多（捕获时间、显存），要么疏到一个批次要填充成百上千行，而 prefill 计算受限，填充行是真实的计算。prefill 的 kernel 处理成百上千个 token，执行时间远大于 launch 开销，graph 本来也省不了多少。另外混合批次的 `query_start_loc`、`max_query_len` 每步变化，不少 attention 后端随之换 kernel 或 grid，无法用一组静态缓冲录成一张图。
+# 混合批次的 `query_start_loc`、`max_query_len` 每步都变，多数 attention 后端的元数据和 kernel（或 grid）随之变化，无法用一组静态缓冲录成一张图；所以默认把 attention 留在图外、只录分段图，只有声明 `AttentionCGSupport.ALWAYS` 的后端在 `cudagraph_mode=FULL` 下才录整图。上限之上不录：几百上千个 token 的 kernel 已经跑得够长，盖住了 launch，graph 省不了多少；要按 token 数覆盖到几千，要么 graph 太多（捕获时间、显存），要么间隔大、填充行多，而 prefill 计算受限，填充行是真实的计算。
 #
 # === END MARK SCHEME ===
 
@@ -333,11 +333,11 @@ L11.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 两种情况都对并说出原因：（1）小 batch 的 decode 受带宽限制，一步的时间主要是读一遍权重，与行数几乎无关，7 个填充行几乎不增加时间；（2）计算受限时（同样 16/9 的比例）填充行的投影、MLP、lm_head 都是真实的计算，时间约按 16/9 ≈ 1.8 倍增长。说出填充行的 attention 因 `seq_lens = 0` 不读 KV、slot 为 -1 不写 KV，是好的补充，不要求。1 分 = 只说对一种情况（例如只说“多算 7/9 的行、慢约 1.8 倍”，或只说“填充几乎免费”），或两种情况的结论对但没有原因；0 分 = 两种情况都不对，或认为填充行的输出会进入真实请求的结果（说 GPU 上填充改变矩阵乘法的形状、可能带来舍入级差别是对的）。
+# **评分要点**：2 分 = 两种情况都对并说出原因：（1）小 batch 的 decode 受带宽限制，一步的时间主要是读一遍权重，与行数几乎无关，7 个填充行几乎不增加时间；（2）计算受限时（同样 16/9 的比例）填充行在每层 QKV、o_proj、MLP 里都是真实的计算，decoder 层的时间约按 16/9 ≈ 1.8 倍增长；答“约 1.8 倍”或“各层约 1.8 倍、整步少于此（lm_head 只算真实行，采样与调度不变）”都对。说出填充行的 attention 因 `seq_lens = 0` 不读 KV、slot 为 -1 不写 KV，是好的补充，不要求。1 分 = 只说对一种情况（例如只说“多算 7/9 的行、慢约 1.8 倍”，或只说“填充几乎免费”），或两种情况的结论对但没有原因；0 分 = 两种情况都不对，或认为填充行的输出会进入真实请求的结果（说 GPU 上填充改变矩阵乘法的形状、可能带来舍入级差别是对的）。
 #
 # **参考答案**
 #
-# 填充行走完整的前向：每层的 QKV、o_proj、MLP 和 lm_head 都多算 7 行；attention 因 `seq_lens = 0` 不读 KV，slot 为 -1 不写 KV，输出由 `real_rows` 丢掉。小 batch 的 decode 受带宽限制，一步的时间主要是把权重读一遍，16 行和 9 行读的权重一样多，所以几乎不变慢。同样的比例出现在计算受限的大 batch 上时，时间与行数成正比，填充行就是真实的计算，这一步约慢 16/9 ≈ 1.8 倍。
+# 填充行走完每层的 QKV、o_proj、MLP（attention 因 `seq_lens = 0` 不读 KV，slot 为 -1 不写 KV）；lm_head 只对 `logits_indices` 的真实行计算，填充行由 `real_rows` 丢掉。小 batch 的 decode 受带宽限制，一步的时间主要是把权重读一遍，16 行和 9 行读的权重一样多，所以几乎不变慢。同样的比例出现在计算受限的大 batch 上时，填充行就是真实的计算，decoder 层的矩阵乘法约按 16/9 ≈ 1.8 倍增长；整步慢得少于 1.8 倍，因为 lm_head、采样与调度不变。
 #
 # === END MARK SCHEME ===
 
