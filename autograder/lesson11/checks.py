@@ -354,6 +354,6 @@ LESSON = Lesson("lesson11", "CUDA Graph 与动态形状", parts=[
     Part("l11_boundary", "边界：正好一个尺寸、超过最大尺寸、残留缓冲、KV 不被写", 1, check_boundary, tuple(FUNCTIONS)),
     Part("l11_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
     Part("l11_q1", "Q1 CUDA graph 省掉哪部分时间", 2, group="manual"),
-    Part("l11_q2", "Q2 为何只捕获 decode 批次", 2, group="manual"),
+    Part("l11_q2", "Q2 混合批次为何不录整图、上限之上为何不录", 2, group="manual"),
     Part("l11_q3", "Q3 填充的代价", 2, group="manual"),
 ])

@@ -294,8 +294,8 @@ L01.check_source_map(SOURCE_MAP)
 # 1. 各层核心对象的状态所有权矩阵（State Ownership Matrix）：
 #    - AsyncLLM（前端服务层）：拥有每个请求的异步输出流（`OutputProcessor` 里的请求状态与增量 detokenizer）、把输入变成 `EngineCoreRequest` 的 `InputProcessor`，以及取消入口 `AsyncLLM.abort`。HTTP/SSE 连接属于调用它的 API server；尚未调度的请求在 Scheduler 的 `waiting` 里；
 #    - EngineCore（调度协调层）：拥有主事件循环（Busy Loop）、`input_queue` 与 `aborts_queue`、跨进程 IPC 通信通道与两个 IO 线程、输入/输出序列化协议栈，以及对 Executor 的协调控制逻辑；
-#    - Scheduler（权威裁决层）：拥有全局请求状态机（WAITING、RUNNING、PREEMPTED、FINISHED_*，抢占采用重算而非换出）、逻辑 Token 计数（num_computed_tokens, total_tokens）、逻辑 KV Block 映射账本以及请求抢占（Preemption）决策权；
-#    - GPUModelRunner / Worker（设备执行层）：独占物理 GPU 显存张量、PagedAttention 物理 KV 显存池（Block Table）、CUDA Graph 预热与执行环境、采样器状态以及分布式通信（NCCL TP/PP）组。
+#    - Scheduler（权威裁决层）：拥有全局请求状态机（WAITING、RUNNING、PREEMPTED、FINISHED_*，抢占采用重算而非换出）、逻辑 Token 计数（`num_computed_tokens`、`num_tokens`）、逻辑 KV Block 映射账本以及请求抢占（Preemption）决策权；
+#    - GPUModelRunner / Worker（设备执行层）：独占物理 GPU 显存张量、物理 KV cache 张量（按调度器分配的块号寻址；worker 的 block table 只是 `KVCacheManager` 分配结果的镜像）、CUDA Graph 预热与执行环境、采样器状态以及分布式通信（NCCL TP/PP）组。
 # 2. 严禁合成全局可变对象的深层因果：
 #    - 进程隔离与 GIL：Frontend 与 EngineCore 是两个进程（`VLLM_ENABLE_V1_MULTIPROCESSING` 默认开启），分词与增量解码不与 busy loop 争 GIL。Worker 只在多卡（`MultiprocExecutor`）时是独立进程；单卡时 `UniProcExecutor` 把它放在 EngineCore 进程里，Scheduler 也一直在这个进程里。所以“Worker 不写 Scheduler 状态”靠的是消息契约（`SchedulerOutput` → `ModelRunnerOutput`），不是进程边界；
 #    - 杜绝多写者脑裂（Brain-Split & Race Condition）：若允许 Worker 越权修改 Scheduler 状态，在分布式流水线或异步执行中会产生无序状态竞争，无法确定哪个组件持有真值；
@@ -343,7 +343,7 @@ L01.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 指出 model output 里已有该请求本步的 token；先 abort 使请求在 update 之前成为 `FINISHED_ABORTED`，update 因而跳过它、不再为它追加 token 或产生输出；并说明反序的后果：引擎为已取消的请求更新状态并输出本步 token（在 vLLM 里前端已由 `AsyncLLM.abort` 移除该请求，这条输出被丢弃，客户端收不到）。1 分 = 只给出结论或只给出后果；0 分 = 没有沿对象与状态变化给出因果链。
+# **评分要点**：2 分 = 指出 model output 里已有该请求本步的 token（本步是 decode 或 prefill 的最后一块时）；先 abort 使请求在 update 之前成为 `FINISHED_ABORTED`，update 因而跳过它、不再为它追加 token 或产生输出；并说明反序的后果：引擎为已取消的请求更新状态并输出本步 token（在 vLLM 里前端已由 `AsyncLLM.abort` 移除该请求，这条输出被丢弃，客户端收不到）。1 分 = 只给出结论或只给出后果；0 分 = 没有沿对象与状态变化给出因果链。
 #
 # KV 块在哪一步释放不是本题所问：写“abort 时释放”（正确，`finish_requests` → `_free_request`）或没有提及的，都不影响得分。不要求、也不奖励“反序会 use-after-free”：先 update 后 abort 时每个块仍只释放一次（本课演示）。写“输出推给了已断开的客户端”而因果链其余正确的，不扣分；写出前端丢弃这条输出的，同样得分。
 #
@@ -352,14 +352,14 @@ L01.check_source_map(SOURCE_MAP)
 # 若某请求在 GPU Forward 期间被客户端主动取消（Abort），EngineCore.step 必须严格在调用 scheduler.update_from_output 之前优先消费并清空 Abort 队列，因果链如下：
 #
 # 1. 防止已取消请求产出“幽灵 Token”并破坏前端流：
-#    - GPU 执行的是发射时刻快照决定的批次，因此 Model Output 中必定包含该请求刚刚生成的下一个 Token；
+#    - GPU 执行的是发射时刻快照决定的批次，因此若本步是 decode 或 prefill 的最后一块，Model Output 中已有该请求刚刚生成的下一个 Token（非最后一块的 prefill 采样结果会被丢弃）；
 #    - 若先调用 update_from_output，调度器会将该新生成的 Token 视作有效计算结果，追加到请求里、做停止检查，并在 `EngineCoreOutputs` 里为它输出。vLLM 的 `AsyncLLM.abort` 先调用 `OutputProcessor.abort_requests` 再通知 EngineCore，所以这条迟到的输出在前端被丢弃（`output_processor.py`：“Ignore output for already-aborted request”），客户端收不到；浪费的是引擎对一个已死请求的更新和一次输出；
 # 2. 保障物理显存与逻辑账本原子释放：
 #    - 优先执行 process_aborts() 会将该请求在调度器的活动集合中正式注销，并向 KVCacheManager 宣告其占有的所有逻辑与物理 KV Block 可以被安全回收；
 #    - 随后执行 update_from_output 时，调度器便能根据最新的“存活请求子集”做过滤，直接将已取消请求的输出丢弃。反序并不会造成 use-after-free：update 时被取消的请求仍持有自己的块，随后的 abort 才释放它们，每个块只释放一次（本课演示）；
 # 3. 提供清晰的串行化审计点：先处理事件、再应用批次更新，保证了每一次迭代步的结束状态都是自洽、闭合且全局一致的。
 #
-# **附：检查方法（`scheduled_tokens=0`）的参考解释**（不单独计分，供批改时核对学生在“检查方法”下写的解释）：`has_requests` 只说明 scheduler 里还有请求（包括刚结束、要在本步移除并通知前端的请求），不保证本步有 token 可算（例如 KV 块不够、请求都在等待）。此时 `schedule()` 仍产出一个空计划，execute/grammar/wait/aborts/update 照常走完：aborts 仍要清空，update 仍要释放已完成请求的块、发出结束通知；但模型没有处理任何 token，所以 `ran = plan["scheduled_tokens"] > 0` 为 False（vLLM：`scheduler_output.total_num_scheduled_tokens > 0`），busy loop 据此知道这一步没有执行模型。上面演示的最后一步正是这种情况：r1 在上一步结束，这一步只做收尾，没有输出 token。
+# **附：检查方法（`scheduled_tokens=0`）的参考解释**（不单独计分，供批改时核对学生在“检查方法”下写的解释）：`has_requests` 只说明 scheduler 里还有请求（包括上一步刚结束、其 id 还要随下一个 `SchedulerOutput` 发给 worker 清理缓存的请求，`has_finished_requests`），不保证本步有 token 可算（例如 KV 块不够、请求都在等待）。此时 `schedule()` 仍产出一个空计划，execute/grammar/wait/aborts/update 照常走完：空计划把 `finished_req_ids` 带给 worker；aborts 仍要清空；update 没有 token 可追加；但模型没有处理任何 token，所以 `ran = plan["scheduled_tokens"] > 0` 为 False（vLLM：`scheduler_output.total_num_scheduled_tokens > 0`），busy loop 据此知道这一步没有执行模型。上面演示的最后一步正是这种情况：r1 已在上一步结束、释放块并输出 `length`，这一步只让 worker 移除它，没有输出 token。
 #
 # === END MARK SCHEME ===
 

@@ -34,7 +34,7 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 本课读 vLLM 0.27.1（commit 8e958902eee5）。按序读下面三段（约 95 行，长函数只摘几段）；kernel 按 CP=1、`BLOCKS_PER_KV_BLOCK`=1 读：`virtual_block_size` 就是块大小，`local_block_offsets` 就是块内偏移，`is_local` 恒真；`BLOCK_SIZE` 是一次处理的 token 数。
+# 本课读 vLLM 0.27.1（commit 8e958902eee5）。按序读下面三段（约 95 行）；kernel 按 CP=1、`BLOCKS_PER_KV_BLOCK`=1 读：`virtual_block_size` 就是块大小，`local_block_offsets` 就是块内偏移，`is_local` 恒真；`BLOCK_SIZE` 是一次处理的 token 数。
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
@@ -82,10 +82,12 @@ short_errors("lesson05")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 1. 它是什么，解决什么问题
 #
-# 调度器给出每个请求这一步算几个 token（`num_scheduled_tokens`）；模型要的是张量：token id、位置、K/V 的槽、取哪几行算 logits。`GPUModelRunner` 每步做这个翻译：下标类数组在 CPU 上用 numpy 算，`positions`、`seq_lens`、`slot_mapping` 在 GPU 上算（附录“在哪里算”）。
+# 调度器给出每个请求本步算几个 token（`num_scheduled_tokens`）；模型要的是张量：token id、位置、K/V 的槽、取哪几行算 logits。`GPUModelRunner` 每步做这个翻译。
+#
+# 下标数组与 `positions_np`（取 `input_ids`）在 CPU 上用 numpy 算；`positions`、`seq_lens` 在 GPU 上再算一遍，`slot_mapping` 由 Triton kernel 算。
 #
 # 1. **不重建状态**：请求的 token、块表、`num_computed_tokens`、采样参数放在持久批的一行里跨步保留，每步只改变化的几个数（Q1）。
-# 2. **不 padding**：decode 与长 prefill 块同批时，不补齐成 `[batch, max_len]`，而是接成一条扁平序列（varlen），用 `query_start_loc` 标出每个请求的起点，`seq_lens` 给出上下文长度（Q2）。开 CUDA graph 时只在尾部把总 token 数补到捕获尺寸（第 11 课）。
+# 2. **不 padding**：decode 与长 prefill 块同批时，不补齐成 `[batch, max_len]`，而是接成一条扁平序列（varlen），`query_start_loc` 标出每个请求的起点，`seq_lens` 给出上下文长度（Q2）。CUDA graph 只在尾部补齐总 token 数（第 11 课）。
 #
 # ### 2. 它如何工作
 #
@@ -243,7 +245,7 @@ print(L05.share_of_step(plugged_run.trace))
 L05.vectorised_vs_loop(prepare_inputs)
 
 # %% [markdown]
-# 上表：同一 16k token 批上的三种实现。评分只看“Python lines”（`sys.settrace` 数出的行数，每次相同）。时间取三者交替 9 轮的中位数：按 token 的循环总比引擎慢几十倍（负载下 5 次 36×–72×）。
+# 上表：同一 16k token 批上的三种实现。评分只看“Python lines”（`sys.settrace` 数出的行数，每次相同）。时间取三者交替 9 轮的中位数：按 token 的循环总比引擎慢几十倍（本机负载下多次 28×–72×，随负载变化）。
 #
 # ## 检查方法
 #
@@ -349,12 +351,12 @@ L05.check_source_map(SOURCE_MAP)
 # **评分要点**（两部分各 1 分）：
 #
 # - **何时空等（1 分）**：CPU 这一段（调度、`_update_states`、`_prepare_inputs`、发起拷贝）比一步前向还慢时，GPU 做完第 t 步就要等下一步的输入（小模型、短的 decode 步更容易如此）。
-# - **为什么向量化（1 分）**：输入准备的工作量与 token 数成正比；引用检查的数字：按 token 的 Python 循环在 16k token 时执行 6.5 万行、比引擎慢几十倍，向量化是常数行、不到 1 毫秒，所以只有向量化才能藏在前向后面。只说“循环慢”而没有数字的，这 1 分不给。
+# - **为什么向量化（1 分）**：输入准备的工作量与 token 数成正比；引用检查的数字：按 token 的 Python 循环在 16k token 时执行 6.5 万行、比引擎慢几十倍，向量化是常数行、不到 1 毫秒，开销几乎不随 token 数增长，更容易藏在前向后面。只说“循环慢”而没有数字的，这 1 分不给。
 # - 0 分：认为 GPU 可以在这一步的输入准备完成前开始这一步的前向。
 #
 # **参考答案**
 #
-# 异步调度下，GPU 跑第 t 步的前向时，CPU 已经在调度第 t+1 步、更新持久批、用 numpy 算下标数组，并发起拷贝和算 `positions`、`slot_mapping` 的 GPU kernel，采样结果留在 GPU 上。只要这段 CPU 时间短于一步前向，GPU 不用等；反之 GPU 做完第 t 步就空等输入。这段时间与本步 token 数、请求数线性：检查里 16k token 的批，按 token 的循环执行 65,603 行 Python、比引擎慢几十倍，向量化是常数行、不到 1 毫秒。GPU 上一步 decode 可能只要几毫秒，所以按 token 循环会让 GPU 空等，向量化才能藏在前向后面。
+# 异步调度下，GPU 跑第 t 步的前向时，CPU 已经在调度第 t+1 步、更新持久批、用 numpy 算下标数组，并发起拷贝和算 `positions`、`slot_mapping` 的 GPU kernel，采样结果留在 GPU 上。只要这段 CPU 时间短于一步前向，GPU 不用等；反之 GPU 做完第 t 步就空等输入。这段时间与本步 token 数、请求数线性：检查里 16k token 的批，按 token 的循环执行 65,603 行 Python、比引擎慢几十倍，向量化是常数行、不到 1 毫秒。按 token 循环每个 token 约 1 µs，与小模型每个 token 的前向时间同一量级，加上调度与记账就可能超过一步前向；向量化几乎是常数开销，更容易藏在前向后面。
 #
 # **附：图 5-3“想一想”的参考解释**（不单独计分）：V1 的代价：(1) 每次 `condense`/`swap_states` 都要在 CPU 上搬一行的状态并改所有按行号索引的状态（vLLM V1 的 `condense` 只搬有效 token 与已用的块，`swap_states` 只换有效 token 前缀、块表整行交换；minivllm 交换整行）；(2) 行号一变，异步调度时上一步留在 GPU 上的结果要用 `prev_positions` 重新对齐；(3) 块表仍要每步按行整段拷到 GPU。V2：请求一直在自己的槽位，行序变化只改 `idx_mapping` 这一个小数组，状态表由 Triton kernel 按 `idx_mapping` 间接读取；代价是每步要建新的 `InputBatch` 和 `idx_mapping`，kernel 多一次间接寻址，状态表按 `max_num_reqs` 预分配。
 #
@@ -435,7 +437,8 @@ L05.plot_v1_vs_v2(run);
 # - **哪个 runner**：由 `VllmConfig.use_v2_model_runner` 决定。dense 模型默认走 V2，前提是装了 Triton、没开 V2 不支持的特性（如 n-gram 投机）；默认列表外的 MoE 与 hybrid 模型走 V1。
 # - **V2 没有持久批**：请求在 `RequestState` 里占固定槽位；每步新建 `InputBatch`，准备输入的 Triton kernel 按 `idx_mapping` 读状态表。
 # - **取 logits**：vLLM 给每个请求取最后一个 token 的 logits。V1 用 `discard_request_mask` 丢掉中途 prefill 块的采样，V2 在 `get_num_sampled_and_rejected` 里把它们的采样数置 0。minivllm 只为到达末尾的请求取。
-# - **在哪里算**：V1 的 `positions`、`seq_lens` 在 GPU 上由 `num_computed_tokens` 算出，`slot_mapping` 由 `BlockTable.compute_slot_mapping` 的 Triton kernel 算。minivllm 全在 CPU 上用 numpy 算，再 `non_blocking` 拷贝。
+# - **在哪里算**：V1 在 CPU 上算 `positions_np` 取 `input_ids`；送进模型的 `positions`、`seq_lens` 由 GPU 端的 `num_computed_tokens` 再算（异步投机时会被修正，L2188–L2195）。
+# - **slot_mapping**：V1 由 `BlockTable.compute_slot_mapping` 的 Triton kernel 算。minivllm 全在 CPU 上用 numpy 算，再 `non_blocking` 拷贝。
 # - **存储**：V1 的 token 表 `token_ids_cpu_tensor` 只在 CPU 上；块表在单独的 `BlockTable` 里，`commit_block_table(num_reqs)` 每步把前 `num_reqs` 行整个拷到 GPU。minivllm 的 `InputBatch` 只有 numpy 数组。
 # - **移动行**：V1 的 `condense` 只拷有效的 token 和块，`swap_states` 只交换有效的 token 前缀（块表整行交换）；minivllm 的 `condense` 调用 `swap_states`，交换整行。
 # - **重排**：minivllm 每步把 decode 换到前面；V1 只在注意力后端设了 `reorder_batch_threshold` 时重排（如 FlashInfer），FlashAttention、Triton 与 CPU 后端不重排。

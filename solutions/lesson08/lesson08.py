@@ -119,7 +119,7 @@ L08.show_words("per", ["yes", "no", "perchance"])  # 只印前 4 个含允许 to
 # - **先屏蔽后采样，行按请求 id 对齐**：采样看到的禁止 token 必须已是 $-\infty$；行错位时，一个请求会被另一个请求的约束屏蔽。
 # - **EOS 只在完成时允许**：已生成的字节恰好等于某个选项时才放行 EOS；若它同时是更长选项的前缀（`no` 与 `none`），EOS 和继续生成都允许。只是以某个选项结尾不算：选项是 `nonce` 与 `on` 时，已生成的 `non` 不能结束。
 # - **位序**：第 $j$ 位从最低位数起；位序反了，允许集合就整体错位。
-# - **不受约束的请求不受影响**：vLLM 的 bitmask 没有它们的行（V1 runner 与 minivllm 重排时给它们补全 1 行），同批时输出与单独运行相同。
+# - **不受约束的请求不受影响**：vLLM 的 bitmask 没有它们的行（V1 runner 与 minivllm 重排时补全 1 行），logits 不被改动；本课 CPU 上同批输出与单独运行逐 token 相同。
 #
 # ### 4. 性能与工程取舍
 #
@@ -243,7 +243,7 @@ L08.check_boundary(choice_bitmask, apply_bitmask_and_sample)
 # 写出每个键在 vLLM 中对应的名字（括号里是 `v1/structured_output/` 下的文件），可带对象前缀与括号：
 #
 # - `escape`（`utils.py`）：`choice_as_grammar` 把每个选项写进 EBNF 字符串字面量之前，给引号和反斜杠加转义的函数；
-# - `parallel_fill`（`__init__.py`）：受约束的请求多于阈值时，`StructuredOutputManager` 把一块块 bitmask 交给线程池去填的方法；
+# - `parallel_fill`（`__init__.py`）：受约束的请求多于阈值时，`StructuredOutputManager` 把一块块 bitmask 提交到线程池的方法；
 # - `terminated`（`backend_types.py`）：grammar 接口（`StructuredOutputGrammar`）里判断 matcher 已走到终止状态、不必再填 bitmask 的方法；
 # - `ready`（`request.py`）：`StructuredOutputRequest` 里查看编译 Future 是否完成的方法，最多等 100 µs。
 
@@ -342,7 +342,6 @@ L08.check_source_map(SOURCE_MAP)
 #
 # - 代码 4 分：主路径 2 分（与 xgrammar 的 bitmask 逐字相同 1 分、接入真实引擎 1 分）、边界条件 1 分、能映射回源码对象 1 分；
 # - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
-# - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
 # 总分 10 分，至少 8 分通过。引擎自己的屏蔽在 `minivllm/structured_output/utils.py`，先独立完成再读。
 #

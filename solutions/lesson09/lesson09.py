@@ -81,7 +81,7 @@ short_errors("lesson09")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 1. 它是什么，解决什么问题
 #
-# Decode 每步每个请求只产出 1 个 token，却要把全部权重和整段 KV 读一遍（第 6 课：decode 受带宽限制）。一次前向若能验证多个 token，读一遍权重就能产出多个 token。
+# Decode 每步只给每个请求产出 1 个 token，却要把全部权重（整批共用一次）和各请求的整段 KV 读一遍（decode 受带宽限制）。一次前向若能验证多个 token，读一遍权重就能产出多个 token。
 #
 # 投机解码先用便宜的办法猜出 k 个 token（草稿），再让目标模型一次前向算出这 k+1 个位置的 logits，用拒绝采样决定接受草稿的哪一段前缀。输出分布与目标模型自己采样相同，投机只改变速度。
 #
@@ -93,7 +93,7 @@ short_errors("lesson09")  # 评分单元格失败时只显示三行：哪一部�
 #
 # 1. **提议**：第 t 步采样后，runner 调 `NgramProposer.propose` 提出至多 k 个草稿；`EngineCore.post_step` 经 `update_draft_token_ids` 存进 `request.spec_token_ids`。
 # 2. **调度**：第 t+1 步，调度器把 1 个已知 token 和草稿一起排进本步（`num_new_tokens = 1 + k`），占 token budget 和 KV 槽位；草稿记在 `scheduled_spec_decode_tokens`。
-# 3. **验证**：runner 把 1+k 个 token 放进同一次前向，像 1+k 长的 chunked-prefill 块那样做因果注意力（部分后端仍按 decode 处理：`supports_spec_as_decode`），取 k+1 行 logits。第 j 行（j 从 1 起）是看到前 j−1 个草稿后的目标分布 $p_j$，验证 $x_j$；最后一行是奖励（bonus）行。
+# 3. **验证**：runner 把 1+k 个 token 放进同一次前向，像 1+k 长的 prefill 块那样做因果注意力（部分后端仍按 decode 处理：`supports_spec_as_decode`），取 k+1 行 logits。第 j 行（j 从 1 起）是看过前 j−1 个草稿的目标分布 $p_j$，验证 $x_j$；最后一行是奖励（bonus）行。
 # 4. **拒绝采样**：贪心在 $x_j = \arg\max p_j$ 时接受；随机在 $p_j(x_j)/q_j(x_j) \ge u$（u 是这个草稿的均匀数）时接受，概率即 $\min(1, p_j/q_j)$。第一次拒绝时从归一化的 $(p_j - q_j)^+$ 采一个恢复 token 并停止。
 # 5. **奖励**：全部接受时加上奖励行采出的 token。每个请求本步产出 `num_accepted + 1` 个 token，其余位置填 `PLACEHOLDER_TOKEN_ID`（-1）。
 # 6. **回滚**：`update_from_output` 由产出的 token 数减 1 得到 `num_accepted`，`num_rejected = k - num_accepted`，把 `num_computed_tokens` 减去 `num_rejected`。被拒草稿的 KV 留在槽位里，下一步覆盖；块不用释放。
@@ -364,7 +364,6 @@ L09.check_source_map(SOURCE_MAP)
 #
 # - 代码 4 分：主路径 2 分（构造用例与分布检验 1 分、接入真实引擎 1 分）、边界条件 1 分、能映射回源码对象 1 分；
 # - Q1～Q3 各 2 分：答到题目所问的全部要点得 2 分，只答对一部分得 1 分；
-# - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
 # 总分 10 分，至少 8 分通过。先独立完成；核对后换一个 batch、工作负载或 k 重新推演。
 #
@@ -398,7 +397,7 @@ L09.vllm_side_by_side(rejection_sample);
 # - **n 的取法**：n-gram 提议的 n 取 `[prompt_lookup_min, prompt_lookup_max]` 里能匹配的最长值，同样长时取最早的一处。
 # - **输入布局**：vLLM 的 `RejectionSampler.forward` 按 `target_logits_indices` 只把草稿行交给 `rejection_sample`，奖励行按 `bonus_logits_indices` 取出、由普通 `Sampler` 采样。练习把奖励行插在各请求的草稿行之后。
 # - **接受条件**：vLLM 写 `draft_prob > 0 and target_prob / draft_prob >= uniform_prob`；练习没有 q(x) > 0 的保护，草稿从 q 抽出时两者相同。id 为负的草稿（如被 grammar 截掉的位置）vLLM 直接判拒。
-# - **p 的处理**：验证前 vLLM 先施加 penalties、bad words（`apply_logits_processors`），再施加温度与 top-k / top-p（`apply_sampling_constraints`）；minivllm 验证时不施加 penalties。
+# - **p 的处理**：验证前 vLLM 先施加 penalties、bad words（`apply_logits_processors`），再施加温度与 top-k / top-p（`apply_sampling_constraints`）；minivllm 同样施加（`_spec_logits`），第 j 个草稿行看到前 j 个草稿。
 # - **min-p 与 logit_bias**：vLLM 不对草稿行施加这两者，开投机时带它们的请求直接被拒（`SamplingParams._validate_spec_decode`）；minivllm 同样拒绝。
 # - **数值精度**：vLLM 文档说投机只在硬件数值精度内无损；GPU 上 k+1 个位置一起前向可能换 kernel 与归约顺序，近乎并列的 argmax 偶尔翻转。
 # - **实现**：vLLM 的 kernel 每个请求一个 program，恢复 token 在 kernel 之前采好；minivllm 用批量 torch 运算。

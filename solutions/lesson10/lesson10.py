@@ -311,7 +311,7 @@ L10.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 头数对（每个 rank 2 个 q 头、1 个 kv 头），并说清 KV cache 不再减半：tp_size 4 ≥ kv 头数 2，走 `num_kv_heads = 1`、`num_kv_head_replicas = 4 / 2 = 2` 的分支，每个 kv 头复制到 2 个 rank；每个 rank 仍存 1 个 kv 头的 K/V（每个 token、每层 K、V 各 32 个数），与 TP=2 相同，多出的是重复存储。1 分 = 头数对，但没有说出 kv 头被复制，或认为 KV cache 继续减半；0 分 = 头数错，或认为一个 kv 头可以拆成半个分给两个 rank（注意力在头内计算，头不能拆）。说出 rank r 加载第 r // 2 个 kv 头、它的 q 头正好共享这个 kv 头是好的补充，不要求。
+# **评分要点**：2 分 = 头数对（每个 rank 2 个 q 头、1 个 kv 头），并说清 KV cache 不再减半：tp_size 4 ≥ kv 头数 2，走 `num_kv_heads = 1`、`num_kv_head_replicas = 4 / 2 = 2` 的分支，每个 kv 头复制到 2 个 rank；每个 rank 仍存 1 个 kv 头的 K/V（每个 token、每层 K、V 各 32 个数），与 TP=2 相同，多出的是重复存储。说“每个 rank 仍 1 个 kv 头、头不能拆，所以不再减半”而没提复制的，同样 2 分。1 分 = 头数对，但认为 KV cache 继续减半，或没有说出为什么不再减半；0 分 = 头数错，或认为一个 kv 头可以拆成半个分给两个 rank（注意力在头内计算，头不能拆）。说出 rank r 加载第 r // 2 个 kv 头、它的 q 头正好共享这个 kv 头是好的补充，不要求。
 #
 # **参考答案**
 #
@@ -347,7 +347,6 @@ L10.check_source_map(SOURCE_MAP)
 #
 # - 代码 4 分：主路径 2 分（两个 rank 上的 MLP 1 分、接入真实引擎 TP=2 1 分）、边界条件 1 分、能映射回源码对象 1 分；
 # - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
-# - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
 # 总分 10 分，至少 8 分通过。
 #
@@ -365,7 +364,7 @@ self_check("lesson10", globals());
 #
 # **GPU 上的已发表数字（非本课实测）**：8×H100 SXM5 上 NCCL all-reduce 大消息的 busbw 约 460–480 GB/s，无 NVSwitch 的 8×H100 PCIe 约 35–45 GB/s（[nccl-tests](https://docs.alayanew.com/en/docs/tech-blog/2026-05-06-nccl-tests)）。
 #
-# 互连差一个数量级，TP 的通信代价也差一个数量级；decode 每次只有 T × hidden 个数，受的是延迟而不是带宽。
+# 互连带宽差一个数量级，大消息（prefill、大 batch）的 all-reduce 代价也差约一个数量级；decode 每次只有 T × hidden 个数，主要受延迟限制，差距要在目标硬件上测。
 
 # %% [markdown]
 # ### 在真实 vLLM 0.27.1 上看同一件事

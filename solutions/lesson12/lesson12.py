@@ -379,7 +379,6 @@ L12.check_source_map(SOURCE_MAP)
 #
 # - 代码 4 分：主路径 2 分（真实 `OutputProcessor` 1 分、真实服务器 1 分）、边界条件与断开连接 1 分、能映射回源码对象 1 分；
 # - Q1～Q3 各 2 分，按每题的评分规则；
-# - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
 # 总分 10 分，至少 8 分通过。先独立完成，再对照 minivllm 与 vLLM 的实现。
 #
@@ -435,7 +434,7 @@ L12.print_split(split)
 # - **断开连接**：Starlette 的 `StreamingResponse` 只在 ASGI spec < 2.4 时边发送边等 `http.disconnect`，uvicorn 报告 2.3；minivllm 用子类 `CancellableStreamingResponse`，任何 spec 下都等。
 # - **abort**：vLLM 区分外部与内部 request id（并行采样的子请求等），用 `abort_requests_async` 通知 EngineCore；minivllm 只有一种 id，对应 `AsyncLLM._abort`，其 `AsyncMPClient.abort_requests` 是同步的。
 # - **OutputProcessor**：vLLM 的还支持 pooling 输出与流式输入。排队时间：vLLM 由 QUEUED/SCHEDULED 事件算出，minivllm 放在第一个 `EngineCoreOutput.queue_time` 上。
-# - **async scheduling**：vLLM 默认开，minivllm 默认关；它只改变每步到达的 token 数，检查的分组已覆盖。
+# - **async scheduling**：vLLM 默认开，minivllm 默认关；它让下一步的调度与这一步的执行重叠，改变输出到达前端的时刻，不改变每次 update 带的 token 数（不开投机时每步一个）。
 # - **指标与基准**：minivllm 的指标前缀是 `minivllm:`；`minivllm bench serve` 是 `vllm bench serve` 的子集。
 
 # %% [markdown]
