@@ -82,7 +82,7 @@ L01.fig_architecture();
 # - **AsyncLLM（前端）**：API server（HTTP/SSE）调用的异步引擎客户端。HTTP 路径上 chat 模板与分词由 serving 层的 `OnlineRenderer` 完成；AsyncLLM 的 `InputProcessor` 把结果（原始 prompt 则在此分词）变成 `EngineCoreRequest`，维护每个请求的流式输出与增量解码，转告取消；
 # - **EngineCore / EngineCoreProc（调度核心）**：独立进程，一个 busy loop 线程推进每一步，独占 Scheduler（及其 KV 块账本 KVCacheManager）；
 #   - 另有两个 IO 线程：输入线程收 ZMQ 消息、反序列化，并预处理新请求（构造 `Request`、算前缀块哈希、提交 grammar 编译）；输出线程序列化并发送 `EngineCoreOutputs`；
-# - **Worker / GPUModelRunner（设备执行）**：按 TP/PP 并行执行（单卡时 `UniProcExecutor` 让它跑在 EngineCore 进程内），独占 GPU 张量、物理 KV 块池与 CUDA Graph。
+# - **Worker / GPUModelRunner（设备执行）**：按 TP/PP 并行执行（单卡时 `UniProcExecutor` 让它跑在 EngineCore 进程内），独占 GPU 张量、KV cache 张量与 CUDA Graph（块号归 Scheduler）。
 #
 # 它解决的问题：每份状态只有一个写者（single-writer），进程间只传消息；CPU 每步的控制开销被压低，并尽量与 GPU 执行重叠（实际多大，要用 profiler 测）。
 #
@@ -100,7 +100,7 @@ L01.fig_arithmetic_intensity();
 #
 # 1. **Schedule**：busy loop 在 step 之前已把新请求交给 Scheduler（`_process_input_queue`）。`scheduler.schedule()` 从 waiting/running 队列出发，按 token 预算产出本步计划 `SchedulerOutput`；
 # 2. **Execute**：`model_executor.execute_model(plan, non_block=True)` 非阻塞地发射 forward；GPU 计算的同时，CPU 用 `scheduler.get_grammar_bitmask` 算结构化输出的 grammar 掩码；
-# 3. **Wait 与 aborts**：`future.result()` 等 forward 的结果，再用 `_process_aborts_queue()` 处理执行期间到达的取消；
+# 3. **Wait 与 aborts**：`future.result()` 等 forward 结束，`sample_tokens` 屏蔽 logits、采样；再用 `_process_aborts_queue()` 处理执行期间到达的取消；
 # 4. **Update**：`scheduler.update_from_output(plan, model_output)` 把新 token 追加到各请求、做停止检查、产出 `EngineCoreOutputs`，并释放本步完结请求的 KV 块。
 #
 # step 返回 `(outputs, total_num_scheduled_tokens > 0)`：第二项告诉 busy loop 本步是否执行了模型。端到端的路径见图 1-3：
@@ -109,22 +109,22 @@ L01.fig_arithmetic_intensity();
 L01.fig_request_flow();
 
 # %% [markdown]
-# 图 1-3：HTTP 请求 → 分词 → EngineCore 请求队列 → `EngineCore.step()` 调度 → GPU ModelRunner 前向 → 采样 → 解码并流式回传 SSE。
+# 图 1-3：HTTP 请求 → 分词 → EngineCore 请求队列 → `EngineCore.step()` → 前向 → 采样 → 解码并流式回传 SSE。
 #
 # ### 3. 正确性条件与常见误区
 #
 # - **单写者状态所有权**：每份状态只有一个写者。
 #   - AsyncLLM 独占每个请求的输出流与解码状态，不碰 KV 账本；
 #   - EngineCore 与 Scheduler 独占请求生命周期（WAITING、RUNNING、PREEMPTED、FINISHED_*；V1 没有 SWAPPED，被抢占的请求释放 KV 块、恢复时重算），Worker 不改请求状态；
-#   - GPUModelRunner 独占显存与 kernel 执行。共享可变对象会造成数据竞争与状态错位。
+#   - GPUModelRunner 独占显存与 kernel 执行。共享可变对象会引发竞争。
 # - **abort 在 update 之前**：forward 期间被取消的请求，EngineCore 在 `scheduler.update_from_output` 之前处理取消，本步 token 不会追加给它。
 # - 顺序颠倒时，引擎为已取消的请求白做一次更新，输出被前端丢弃；这个 token 若触发停止，结束原因还会记错。块不会被重复释放：每块只释放一次。
-# - **计划与结果属于同一步**：`SchedulerOutput` 与 `ModelRunnerOutput` 同属一步。worker 出错时 vLLM 不伪造空输出：EngineCore 退出，前端对在途请求抛出 `EngineDeadError`。
+# - **计划与结果属于同一步**：`SchedulerOutput` 与 `ModelRunnerOutput` 同属一步。worker 出错时 vLLM 不伪造空输出：EngineCore 退出，在途请求得到 `EngineDeadError`。
 #
 # ### 4. 性能与工程取舍
 #
-# - **进程解耦**：EngineCore 独立成进程，不与前端的分词、解码争 GIL；代价是 ZMQ + msgspec 的序列化开销。
-# - **grammar 与 forward 重叠**：结构化输出的 bitmask 很耗 CPU。在 `execute_model(non_block=True)` 之后立即算它，CPU 的 bitmask 与 GPU forward 落在同一时间窗口；bitmask 比 forward 慢时仍有空泡，重叠多少要用 profiler 测。
+# - **进程解耦**：EngineCore 独立成进程，不与前端的分词、解码争 GIL；代价是 ZMQ + msgspec 序列化。
+# - **grammar 与 forward 重叠**：结构化输出的 bitmask 很耗 CPU。在 `execute_model(non_block=True)` 之后立即算它，与 GPU forward 重叠；bitmask 比 forward 慢时仍有空泡，用 profiler 测。
 
 # %% [markdown]
 # ## 具体演示：单请求执行取消与控制流跟踪演练
@@ -249,7 +249,7 @@ L01.check_boundary(engine_core_step)
 # - `plan`：`scheduler.schedule()` 返回的 `SchedulerOutput` 里，按 KV cache 组给出“所有 running 请求共享的前缀块数”的那个字段，cascade attention 用它（`vllm/v1/core/sched/output.py`）；
 # - `future`：多进程 executor（`vllm/v1/executor/multiproc_executor.py`）的 `execute_model(..., non_block=True)` 返回的那个 future 的类；
 # - `grammar`：`scheduler.get_grammar_bitmask` 返回的对象的类；
-# - `model_output`：`future.result()` 返回的 `ModelRunnerOutput` 里，按请求记录本步 logits 中 NaN 个数的那个字段（`vllm/v1/outputs.py`）；
+# - `model_output`：`future.result()`（或 `sample_tokens`）返回的 `ModelRunnerOutput` 里，按请求记录本步 logits 中 NaN 个数的那个字段（`vllm/v1/outputs.py`）；
 # - `aborts`：`EngineCoreProc` 的输入线程按哪个枚举的 `ABORT` 成员，把一条消息额外放进 `aborts_queue`（`vllm/v1/engine/__init__.py`）；
 # - `outputs`：`scheduler.update_from_output` 返回一个值为 `EngineCoreOutputs` 的 dict，它的键是 `Request` 的哪个字段？它说明输出要发回哪个前端进程。
 
@@ -283,7 +283,7 @@ L01.check_source_map(SOURCE_MAP)
 #
 # **评分要点**（两部分各 1 分）：
 #
-# - **状态（1 分）**：四个对象各说出自己的主要状态：前端的请求输出流/分词与取消，EngineCore 的 busy loop 与 input/abort 队列，Scheduler 的 waiting/running 队列、请求状态机与 KV 块账本，Worker 的 GPU 张量与 KV 池。KV 块账本（`KVCacheManager`）归 Scheduler 或归 EngineCore（经它的 Scheduler 拥有）都算对。漏掉一个对象或把状态归错主人，这 1 分不给。
+# - **状态（1 分）**：四个对象各说出自己的主要状态：前端的请求输出流/分词与取消，EngineCore 的 busy loop 与 input/abort 队列，Scheduler 的 waiting/running 队列、请求状态机与 KV 块账本，Worker 的 GPU 张量与 KV cache 张量（答“块号归 Scheduler 的 `BlockPool`”更准确，不扣分）。KV 块账本（`KVCacheManager`）归 Scheduler 或归 EngineCore（经它的 Scheduler 拥有）都算对。漏掉一个对象或把状态归错主人，这 1 分不给。
 # - **为何不能合并（1 分）**：一条成立的因果链即可。成立的理由：每份状态只有一个写者，改动沿 `SchedulerOutput` → `ModelRunnerOutput` 这样的显式消息发生，避免竞争、便于定位故障；前端与 EngineCore 分进程，分词/解码不与 busy loop 争 GIL。把“进程隔离/GIL”当作全部四者分开的唯一理由的，这 1 分不给：Scheduler 与 EngineCore 同在一个进程，单卡时 Worker 也在其中（`UniProcExecutor`），GIL 说明不了它们为何分开。
 # - 0 分：只背类名，说不清状态所有权（一票否决）。
 #
@@ -343,7 +343,7 @@ L01.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 指出 model output 里已有该请求本步的 token（本步是 decode 或 prefill 的最后一块时）；先 abort 使请求在 update 之前成为 `FINISHED_ABORTED`，update 因而跳过它、不再为它追加 token 或产生输出；并说明反序的后果：引擎为已取消的请求更新状态并输出本步 token（在 vLLM 里前端已由 `AsyncLLM.abort` 移除该请求，这条输出被丢弃，客户端收不到）。1 分 = 只给出结论或只给出后果；0 分 = 没有沿对象与状态变化给出因果链。
+# **评分要点**：2 分 = 指出 model output 里已有该请求本步的 token（括号里的 chunked prefill 例外不要求：本步是 decode 或 prefill 的最后一块时）；先 abort 使请求在 update 之前成为 `FINISHED_ABORTED`，update 因而跳过它、不再为它追加 token 或产生输出；并说明反序的后果：引擎为已取消的请求更新状态并输出本步 token（在 vLLM 里前端已由 `AsyncLLM.abort` 移除该请求，这条输出被丢弃，客户端收不到）。1 分 = 只给出结论或只给出后果；0 分 = 没有沿对象与状态变化给出因果链。
 #
 # KV 块在哪一步释放不是本题所问：写“abort 时释放”（正确，`finish_requests` → `_free_request`）或没有提及的，都不影响得分。不要求、也不奖励“反序会 use-after-free”：先 update 后 abort 时每个块仍只释放一次（本课演示）。写“输出推给了已断开的客户端”而因果链其余正确的，不扣分；写出前端丢弃这条输出的，同样得分。
 #

@@ -432,5 +432,5 @@ L02.fig_tradeoff(rows);
 # - **没算完的 prefill chunk**：Model Runner V2（课程模型的默认）对这些请求取 `num_sampled = 0`（`v1/worker/gpu/input_batch.py`）。V1 runner 照常采样，再用 `discard_request_mask` 丢弃结果并倒回随机数生成器的 offset。minivllm 的 worker 直接返回空列表。
 # - **投机解码的 budget**：只有 draft model 或并行 drafting 时，`VllmConfig._set_max_num_scheduled_tokens` 才把 budget 减去 drafter 可能插入的槽位数；n-gram、EAGLE、MTP 默认不减。
 # - **priority 策略**：抢占 `max(self.running, key=...)`，它可能本步已分到 token，vLLM 把这些 token 还给 budget。练习与评分只用 FCFS。
-# - **`allocate_slots` 的例外**：vLLM 先做整段放得下的检查，再调用 `remove_skipped_blocks`，然后做第二道检查；滑动窗口层的块在第二道检查返回 `None` 时也已释放。minivllm 只有全注意力。
+# - **`allocate_slots` 的例外**：接纳 waiting 请求且开启准入检查时，vLLM 先做整段放得下的检查，再调用 `remove_skipped_blocks`，然后做第二道检查（running 请求只有第二道）；滑动窗口层的块在第二道检查返回 `None` 时也已释放。minivllm 只有全注意力。
 # - **练习省去的分支**：running 请求 0 个新 token 时跳过它、看下一个（`continue`）；running 请求的 chunk 还受 `max_model_len` 限制；不开 chunked prefill 时，waiting 请求超出剩余预算就停止接纳；引擎暂停时不接纳；还有 encoder、KV connector 等分支。

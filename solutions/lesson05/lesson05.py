@@ -42,7 +42,7 @@
 # | 2 | `vllm/v1/worker/gpu_model_runner.py`：`_prepare_inputs`（L1981–L1995、L2081–L2089、L2097–L2104、L2234–L2239） | `minivllm/worker/gpu_model_runner.py`：同名 | `[2, 5, 3]` 怎样变成每个 token 的位置？谁不该采样？ |
 # | 3 | `vllm/v1/worker/block_table.py`：`_compute_slot_mapping_kernel`（L410–L420、L430–L442） | `_prepare_inputs` 的 `slot_mapping` | 逻辑块号怎样变成物理块号？ |
 #
-# > **哪个 runner**：本课讲 V1 runner 的持久批，minivllm 照它写；dense 模型在 GPU 上默认走没有持久批的 Model Runner V2（`v1/worker/gpu/`，见附录），摊平的数学一样。
+# > **哪个 runner**：本课讲 V1 runner 的持久批，minivllm 照它写；dense 模型在 GPU 上默认走没有持久批的 Model Runner V2（见附录），摊平的数学一样。
 
 # %%
 # 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
@@ -94,7 +94,7 @@ short_errors("lesson05")  # 评分单元格失败时只显示三行：哪一部�
 # 每步 `execute_model` 先用 `_update_states` 改持久批：
 #
 # - 结束的请求 `remove_request` 留下空洞；新请求 `add_request` 优先填空洞；
-# - 继续的请求更新 `num_computed_tokens_cpu`，追加新块；
+# - 继续的请求把上一步采样的 token 追加进 `token_ids_cpu`（异步调度先写 -1），更新 `num_computed_tokens_cpu`，追加新块；
 # - `condense` 把末尾的行移进空洞；有的注意力后端还要求 decode 排在前面，就用 `swap_states` 交换两行。
 #
 # 所以**行序 ≠ 调度器的顺序**。`_prepare_inputs` 按行序摊平，第 i 行本步 `n_i` 个 token、已算 `c_i` 个：
@@ -148,13 +148,13 @@ L05.print_flat(step)
 L05.plot_mixed_batch(step);
 
 # %% [markdown]
-# 图 5-1：上：持久批的行（灰：已缓存的 KV，彩色：本步调度的 token，斜线：后续 prompt）。中：扁平的 varlen 批（一列一个 token，数字是位置），`qsl` 标每行起点，箭头指向取 logits 的 token。下：每个 token 的 K/V 写进的物理块与槽，块号散开。
+# 图 5-1：上：持久批的行（灰：已缓存的 KV，彩色：本步调度的 token）。中：扁平的 varlen 批（一列一个 token，数字是位置），`qsl` 标每行起点，箭头指向取 logits 的 token。下：每个 token 的 K/V 写进的物理块与槽。
 
 # %%
 L05.plot_step_breakdown(run);
 
 # %% [markdown]
-# 图 5-2：每步 `prepare_inputs`、`forward`、`sample` 三个追踪阶段的时间。标题：输入准备每步占比的中位数（不计含预热的第 1 步）：小模型在 CPU 上低于 10%（负载下 5 次 1.6%–7.4%）；GPU 上的大模型不能外推。
+# 图 5-2：每步 `prepare_inputs`、`forward`、`sample` 三段时间。标题：输入准备每步占比的中位数（不计第 1 步）：小模型在 CPU 上低于 10%（负载下 5 次 1.6%–7.4%）；GPU 上的大模型不能外推。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
@@ -245,7 +245,7 @@ print(L05.share_of_step(plugged_run.trace))
 L05.vectorised_vs_loop(prepare_inputs)
 
 # %% [markdown]
-# 上表：同一 16k token 批上的三种实现。评分只看“Python lines”（`sys.settrace` 数出的行数，每次相同）。时间取三者交替 9 轮的中位数：按 token 的循环总比引擎慢几十倍（本机负载下多次 28×–72×，随负载变化）。
+# 上表：同一 16k token 批上的三种实现。评分只看“Python lines”（`sys.settrace` 数出的行数，每次相同）。时间取三者交替 9 轮的中位数：按 token 的循环比引擎慢一个数量级以上（本机负载下多次 18×–72×）。
 #
 # ## 检查方法
 #
@@ -351,12 +351,12 @@ L05.check_source_map(SOURCE_MAP)
 # **评分要点**（两部分各 1 分）：
 #
 # - **何时空等（1 分）**：CPU 这一段（调度、`_update_states`、`_prepare_inputs`、发起拷贝）比一步前向还慢时，GPU 做完第 t 步就要等下一步的输入（小模型、短的 decode 步更容易如此）。
-# - **为什么向量化（1 分）**：输入准备的工作量与 token 数成正比；引用检查的数字：按 token 的 Python 循环在 16k token 时执行 6.5 万行、比引擎慢几十倍，向量化是常数行、不到 1 毫秒，开销几乎不随 token 数增长，更容易藏在前向后面。只说“循环慢”而没有数字的，这 1 分不给。
+# - **为什么向量化（1 分）**：输入准备的工作量与 token 数成正比；引用检查的数字：按 token 的 Python 循环在 16k token 时执行 6.5 万行、比引擎慢一个数量级以上（学生测到的倍数都算），向量化是常数行、不到 1 毫秒，开销几乎不随 token 数增长，更容易藏在前向后面。只说“循环慢”而没有数字的，这 1 分不给。
 # - 0 分：认为 GPU 可以在这一步的输入准备完成前开始这一步的前向。
 #
 # **参考答案**
 #
-# 异步调度下，GPU 跑第 t 步的前向时，CPU 已经在调度第 t+1 步、更新持久批、用 numpy 算下标数组，并发起拷贝和算 `positions`、`slot_mapping` 的 GPU kernel，采样结果留在 GPU 上。只要这段 CPU 时间短于一步前向，GPU 不用等；反之 GPU 做完第 t 步就空等输入。这段时间与本步 token 数、请求数线性：检查里 16k token 的批，按 token 的循环执行 65,603 行 Python、比引擎慢几十倍，向量化是常数行、不到 1 毫秒。按 token 循环每个 token 约 1 µs，与小模型每个 token 的前向时间同一量级，加上调度与记账就可能超过一步前向；向量化几乎是常数开销，更容易藏在前向后面。
+# 异步调度下，GPU 跑第 t 步的前向时，CPU 已经在调度第 t+1 步、更新持久批、用 numpy 算下标数组，并发起拷贝和算 `positions`、`slot_mapping` 的 GPU kernel，采样结果留在 GPU 上。只要这段 CPU 时间短于一步前向，GPU 不用等；反之 GPU 做完第 t 步就空等输入。这段时间与本步 token 数、请求数线性：检查里 16k token 的批，按 token 的循环执行 65,603 行 Python、比引擎慢几十倍，向量化是常数行、不到 1 毫秒。按 token 循环每个 token 约 0.3–1 µs，与小模型每个 token 的前向时间同一量级，加上调度与记账就可能超过一步前向；向量化几乎是常数开销，更容易藏在前向后面。
 #
 # **附：图 5-3“想一想”的参考解释**（不单独计分）：V1 的代价：(1) 每次 `condense`/`swap_states` 都要在 CPU 上搬一行的状态并改所有按行号索引的状态（vLLM V1 的 `condense` 只搬有效 token 与已用的块，`swap_states` 只换有效 token 前缀、块表整行交换；minivllm 交换整行）；(2) 行号一变，异步调度时上一步留在 GPU 上的结果要用 `prev_positions` 重新对齐；(3) 块表仍要每步按行整段拷到 GPU。V2：请求一直在自己的槽位，行序变化只改 `idx_mapping` 这一个小数组，状态表由 Triton kernel 按 `idx_mapping` 间接读取；代价是每步要建新的 `InputBatch` 和 `idx_mapping`，kernel 多一次间接寻址，状态表按 `max_num_reqs` 预分配。
 #
@@ -437,7 +437,7 @@ L05.plot_v1_vs_v2(run);
 # - **哪个 runner**：由 `VllmConfig.use_v2_model_runner` 决定。dense 模型默认走 V2，前提是装了 Triton、没开 V2 不支持的特性（如 n-gram 投机）；默认列表外的 MoE 与 hybrid 模型走 V1。
 # - **V2 没有持久批**：请求在 `RequestState` 里占固定槽位；每步新建 `InputBatch`，准备输入的 Triton kernel 按 `idx_mapping` 读状态表。
 # - **取 logits**：vLLM 给每个请求取最后一个 token 的 logits。V1 用 `discard_request_mask` 丢掉中途 prefill 块的采样，V2 在 `get_num_sampled_and_rejected` 里把它们的采样数置 0。minivllm 只为到达末尾的请求取。
-# - **在哪里算**：V1 在 CPU 上算 `positions_np` 取 `input_ids`；送进模型的 `positions`、`seq_lens` 由 GPU 端的 `num_computed_tokens` 再算（异步投机时会被修正，L2188–L2195）。
+# - **在哪里算**：V1 在 CPU 上算 `positions_np` 取 `input_ids`；送进模型的 `positions`、`seq_lens` 由 GPU 端的 `num_computed_tokens` 再算（L2188–L2195；异步投机时先在 L2156–L2173 修正 `num_computed_tokens`）。
 # - **slot_mapping**：V1 由 `BlockTable.compute_slot_mapping` 的 Triton kernel 算。minivllm 全在 CPU 上用 numpy 算，再 `non_blocking` 拷贝。
 # - **存储**：V1 的 token 表 `token_ids_cpu_tensor` 只在 CPU 上；块表在单独的 `BlockTable` 里，`commit_block_table(num_reqs)` 每步把前 `num_reqs` 行整个拷到 GPU。minivllm 的 `InputBatch` 只有 numpy 数组。
 # - **移动行**：V1 的 `condense` 只拷有效的 token 和块，`swap_states` 只交换有效的 token 前缀（块表整行交换）；minivllm 的 `condense` 调用 `swap_states`，交换整行。

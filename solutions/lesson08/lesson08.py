@@ -123,7 +123,7 @@ L08.show_words("per", ["yes", "no", "perchance"])  # 只印前 4 个含允许 to
 #
 # ### 4. 性能与工程取舍
 #
-# - **编译延迟**：JSON schema 的编译可能要毫秒到秒级。放进线程池，busy loop 不被阻塞；代价是该请求的首 token 晚到。
+# - **编译延迟**：JSON schema 的编译可能要毫秒到秒级。放进线程池，调用 `grammar_init` 的线程（vLLM 是输入线程，minivllm 是 busy loop）不被占住；代价是该请求的首 token 晚到。
 # - **每步 bitmask 的 CPU 时间**：本机 4096 词表每步中位数几十微秒（下面的 trace）。落在 forward 之内时几乎免费；forward 更短时它就露出来，拖慢每一步（`benchmarks/structured_output.py` 量吞吐）。
 # - **重叠从哪里来**：vLLM 的 `UniProcExecutor` 在调用线程里同步执行、返回已完成的 Future，重叠来自 GPU kernel 的异步执行；CPU 上单进程跑 vLLM 没有这种重叠。
 # - **minivllm ≠ vLLM**：minivllm 的 `UniProcExecutor` 把 `execute_model` 交给一个 worker 线程（torch 算子释放 GIL），CPU 上 forward 与 bitmask 填充真的并行。

@@ -97,7 +97,7 @@ short_errors("lesson12")  # 评分单元格失败时只显示三行：哪一部�
 # 1. **HTTP → AsyncLLM**：`OpenAIServingCompletion` 经 `OnlineRenderer` 分词，再调 `AsyncLLM.generate`；`OutputProcessor` 为请求登记反分词器和信箱（`RequestOutputCollector`）。
 # 2. **ZMQ → EngineCore**：`AsyncMPClient` 把请求编码成 msgpack 数组，经 ROUTER/DEALER 送出；EngineCore 的输入线程解码入队，忙循环（`run_busy_loop`）调度、前向。
 # 3. **输出回来**：每步的 `EngineCoreOutputs` 由输出线程编码，经 PUSH/PULL 发回；前端的输出处理 task 交给 `OutputProcessor.process_outputs`。
-# 4. **反分词**：新 token 交给请求的反分词器，得到新文本、检查停止串，把可发出的增量放进信箱。EngineCore 不认识文本，前端发现停止串后经 `reqs_to_abort` abort 它里面的请求。
+# 4. **反分词**：新 token 交给请求的反分词器，得到新文本、检查停止串，把可发出的增量放进信箱。EngineCore 不做反分词，前端发现停止串后经 `reqs_to_abort` abort 它里面的请求。
 # 5. **SSE**：`generate()` 从信箱取出输出并 yield，服务器写成 `data: {...}`，最后是 `data: [DONE]`。
 #
 # ### 3. 正确性条件与常见误区
@@ -131,7 +131,7 @@ L12.plot_timeline(timeline);
 # %% [markdown]
 # 图 12-1：一个流式请求在两个进程间的时间线。第一个点之前是 HTTP 解析、分词、ZMQ 发送、排队与 prefill。之后 EngineCore 每步结束（上行），前端很快收到输出（中行），再经反分词、JSON、SSE 到客户端（下行）。
 #
-# EngineCore 的步之间不等前端：前端的工作与下一步的前向重叠。机器忙时前端抢不到核，几步的输出在 ZMQ 里攒着被一次收走，“ZMQ+decode”一列变大。
+# EngineCore 的步之间不等前端：前端的工作与下一步的前向重叠。机器忙时前端抢不到核，几步的输出在 ZMQ 里排队，前端腾出手后接连取走（信箱再合成一个增量），“ZMQ+decode”一列变大。
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
@@ -343,7 +343,7 @@ L12.check_source_map(SOURCE_MAP)
 #
 # **参考答案**
 #
-# 打印出的增量含停止串的前缀 `" Juliet"`。没有 hold-back 时，这段文本在它的 token 到达的那一步就作为增量发出；下一步 `" is"` 到达，`update` 在文本里找到完整的 `"Juliet is"`，把 `output_text` 截到它之前，请求以 stop 结束。可 `sent` 已经越过了截断点，客户端手里多了 `" Juliet"`，SSE 里也没有“撤回”事件。非流式只在结束时读一次 `output_text`，读到的是截断后的全文，所以正确。
+# 打印出的增量含停止串的前缀 `" Juliet"`。没有 hold-back 时，这段文本在它的 token 到达的那一步就作为增量发出；下一步 `" is"` 到达，`update` 在文本里找到完整的 `"Juliet is"`，把 `output_text` 截到它之前，请求以 stop 结束。可 `sent` 已经越过了截断点，客户端手里多了停止串的前缀 `"Juliet"`（增量 `" Juliet"` 里的空格本属正文），SSE 里也没有“撤回”事件。非流式只在结束时读一次 `output_text`，读到的是截断后的全文，所以正确。
 #
 # === END MARK SCHEME ===
 
