@@ -16,7 +16,7 @@
 #
 # 本课产出：能从在线请求入口沿真实调用链追到一次模型执行和输出回传，并准确说明 frontend、EngineCore、Scheduler、Executor/Worker 的状态所有权。
 #
-# 通过要求：唯一代码填空题通过全部断言；Q1～Q3 都能沿源码对象给出因果链；能指出一个正确性不变量、一个性能边界和一个需要 benchmark 才能确认的结论；总分至少 8/10。
+# 通过要求：唯一代码填空题通过全部断言；Q1～Q3 都能沿源码对象给出因果链；能指出一个正确性不变量、一个性能边界和一个需要 benchmark 才能确认的结论（Q3、Q2 评分）；总分至少 8/10。
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
@@ -79,12 +79,12 @@ L01.fig_architecture();
 # %% [markdown]
 # 图 1-2：vLLM V1 三层解耦架构（Frontend → EngineCore → Workers）。
 #
-# - **AsyncLLM（前端）**：API server（HTTP/SSE）调用的异步引擎客户端。HTTP 路径上 chat 模板与分词由 serving 层的 `OnlineRenderer` 完成；AsyncLLM 的 `InputProcessor` 把结果（原始 prompt 则在此分词）变成 `EngineCoreRequest`，维护每个请求的流式输出与增量解码，转告取消；
+# - **AsyncLLM（前端）**：API server 调用的异步引擎客户端。HTTP 路径上 chat 模板与分词由 serving 层的 `OnlineRenderer` 完成；AsyncLLM 的 `InputProcessor` 把结果（原始 prompt 则在此分词）变成 `EngineCoreRequest`，维护每个请求的流式输出与增量解码，转告取消；
 # - **EngineCore / EngineCoreProc（调度核心）**：独立进程，一个 busy loop 线程推进每一步，独占 Scheduler（及其 KV 块账本 KVCacheManager）；
 #   - 另有两个 IO 线程：输入线程收 ZMQ 消息、反序列化，并预处理新请求（构造 `Request`、算前缀块哈希、提交 grammar 编译）；输出线程序列化并发送 `EngineCoreOutputs`；
 # - **Worker / GPUModelRunner（设备执行）**：按 TP/PP 并行执行（单卡时 `UniProcExecutor` 让它跑在 EngineCore 进程内），独占 GPU 张量、KV cache 张量与 CUDA Graph（块号归 Scheduler）。
 #
-# 它解决的问题：每份状态只有一个写者（single-writer），进程间只传消息；CPU 每步的控制开销被压低，并尽量与 GPU 执行重叠（实际多大，要用 profiler 测）。
+# 它解决的问题：每份状态只有一个写者（single-writer），进程间只传消息；CPU 每步的控制开销被压低，并尽量与 GPU 执行重叠（多大要用 profiler 测）。
 #
 # ### 2. 它如何工作
 #
@@ -100,7 +100,7 @@ L01.fig_arithmetic_intensity();
 #
 # 1. **Schedule**：busy loop 在 step 之前已把新请求交给 Scheduler（`_process_input_queue`）。`scheduler.schedule()` 从 waiting/running 队列出发，按 token 预算产出本步计划 `SchedulerOutput`；
 # 2. **Execute**：`model_executor.execute_model(plan, non_block=True)` 非阻塞地发射 forward；GPU 计算的同时，CPU 用 `scheduler.get_grammar_bitmask` 算结构化输出的 grammar 掩码；
-# 3. **Wait 与 aborts**：`future.result()` 等 forward 结束，`sample_tokens` 屏蔽 logits、采样；再用 `_process_aborts_queue()` 处理执行期间到达的取消；
+# 3. **Wait 与 aborts**：`future.result()` 等 `execute_model` 返回，`sample_tokens` 屏蔽 logits、采样，拷回结果时才真正等 GPU；再用 `_process_aborts_queue()` 处理执行期间到达的取消；
 # 4. **Update**：`scheduler.update_from_output(plan, model_output)` 把新 token 追加到各请求、做停止检查、产出 `EngineCoreOutputs`，并释放本步完结请求的 KV 块。
 #
 # step 返回 `(outputs, total_num_scheduled_tokens > 0)`：第二项告诉 busy loop 本步是否执行了模型。端到端的路径见图 1-3：
@@ -135,7 +135,7 @@ L01.fig_request_flow();
 # 2. `execute_async` 向 GPU 发射 forward；
 # 3. forward 还没结束，客户端断开了连接，取消进入待处理队列；
 # 4. `get_grammar(plan)` 准备约束，`future()` 等 GPU 输出；随后立刻 `process_aborts()`，把 $R_0$ 标为已取消并回收它的 KV 块（vLLM：`_process_aborts_queue` → `finish_requests` → `_free_request`）；
-# 5. 最后 `update(plan, model_output)`：调度器看到 $R_0$ 已取消，丢弃它的 token，不向前端输出。
+# 5. 最后 `update(plan, model_output)`：$R_0$ 已取消，它的 token 被丢弃，不输出。
 #
 # 下面在真实的 minivllm `EngineCore` 上跑这个场景：两个贪心请求 r0、r1；第 3 步 forward 结束前，调用 `core.abort_requests(["r0"])`。
 
@@ -147,7 +147,7 @@ L01.print_outputs(run)
 L01.plot_timeline(run);
 
 # %% [markdown]
-# 读图：红色虚线是取消到达的时刻。grammar 紧跟 execute 开始，早于 forward 结束。wait 之后先 aborts 再 update：r0 第 3 步算出的 token 没有输出（已 `FINISHED_ABORTED`）；r1 照常生成到 `max_tokens`。
+# 读图：红色虚线是取消到达的时刻。grammar 紧跟 execute，早于 forward 结束。wait 之后先 aborts 再 update：r0 第 3 步算出的 token 没有输出（已 `FINISHED_ABORTED`）；r1 照常生成。
 #
 # 下面只把 aborts 挪到 update 之后再跑一次，并列出 minivllm 的 `EngineCoreProc` 在 busy loop 之外启动的线程。
 
@@ -323,7 +323,7 @@ L01.check_source_map(SOURCE_MAP)
 #    - 在结构化输出（JSON Schema / Regex 约束解码）中，根据语法树或有限状态机（FSM）计算下一个合法 Token 的 Bitmask 是纯 CPU 密集型任务，计算耗时可能长达数毫秒；
 #    - 源码采用 `execute_model(non_block=True)` 是为了实现控制流与设备执行的异步解耦：系统将本次 Batch 的张量元数据非阻塞地发射给 GPU Worker 后立即返回，GPU 开始执行耗时的自注意力与 GEMM 计算；
 #    - 此时 CPU 主线程并没有空转等待，而是立即并发执行 `get_grammar(plan)`，在本地内存中完成 Bitmask 的推导与位运算；
-#    - 随后调用 `future()` 阻塞等待 GPU 输出。bitmask 比 forward 先算完时，CPU 的开销全部藏在 forward 里；比 forward 慢时仍有空泡。
+#    - 随后 `future.result()` / `sample_tokens` 取回结果（真正与 GPU 同步在采样结果拷回时）。bitmask 比 forward 先算完时，CPU 的开销全部藏在 forward 里；比 forward 慢时仍有空泡。
 # 2. Grammar 绝不能晚于采样（Sampling Constraint）：
 #    - 这并不意味着 Grammar 可以晚于采样。GPU ModelRunner 在执行 Transformer Forward 产出未归一化的 Logits 后，必须等待 Grammar Mask 的位掩码注入（将非法 Token 的 Logits 强行置为 $-\infty$），然后才能执行 Softmax 和采样操作；
 #    - `non_block=True` 仅仅是将 Python 端的等待时机从“发射瞬间”推迟到了“提取最终输出之前”，在不破坏数据因果依赖的前提下，把 CPU 侧的 bitmask 开销尽量藏到 forward 后面（藏住多少要实测）。

@@ -42,7 +42,7 @@
 # | 2 | `vllm/v1/worker/gpu_model_runner.py`：`_prepare_inputs`（L1981–L1995、L2081–L2089、L2097–L2104、L2234–L2239） | `minivllm/worker/gpu_model_runner.py`：同名 | `[2, 5, 3]` 怎样变成每个 token 的位置？谁不该采样？ |
 # | 3 | `vllm/v1/worker/block_table.py`：`_compute_slot_mapping_kernel`（L410–L420、L430–L442） | `_prepare_inputs` 的 `slot_mapping` | 逻辑块号怎样变成物理块号？ |
 #
-# > **哪个 runner**：本课讲 V1 runner 的持久批，minivllm 照它写；dense 模型在 GPU 上默认走没有持久批的 Model Runner V2（见附录），摊平的数学一样。
+# > **哪个 runner**：本课讲 V1 runner 的持久批，minivllm 照它写；dense 模型在 GPU 上默认走 Model Runner V2（见附录），摊平的数学一样。
 
 # %%
 # 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
@@ -94,7 +94,7 @@ short_errors("lesson05")  # 评分单元格失败时只显示三行：哪一部�
 # 每步 `execute_model` 先用 `_update_states` 改持久批：
 #
 # - 结束的请求 `remove_request` 留下空洞；新请求 `add_request` 优先填空洞；
-# - 继续的请求把上一步采样的 token 追加进 `token_ids_cpu`（异步调度先写 -1），更新 `num_computed_tokens_cpu`，追加新块；
+# - 继续的请求更新 `num_computed_tokens_cpu`、追加新块（采样的 token 已在上一步末尾由 `_bookkeeping_sync` 写进 `token_ids_cpu`，异步调度写 -1）；
 # - `condense` 把末尾的行移进空洞；有的注意力后端还要求 decode 排在前面，就用 `swap_states` 交换两行。
 #
 # 所以**行序 ≠ 调度器的顺序**。`_prepare_inputs` 按行序摊平，第 i 行本步 `n_i` 个 token、已算 `c_i` 个：
@@ -118,7 +118,7 @@ short_errors("lesson05")  # 评分单元格失败时只显示三行：哪一部�
 # ### 4. 性能与工程取舍
 #
 # - 输入准备与 token 数线性：16k token 时，按 token 的循环执行 65,603 行 Python，向量化后是常数行、不到 1 毫秒（见检查）。
-# - vLLM 0.27.1 默认异步调度：CPU 准备第 t+1 步时 GPU 还在跑第 t 步，只有准备比前向慢 GPU 才等；拷贝也异步：pinned 的 `CpuGpuBuffer` 非阻塞拷，块表先拷（`commit_block_table`）。
+# - vLLM 0.27.1 默认异步调度：CPU 准备第 t+1 步时 GPU 还在跑第 t 步，只有准备比前向慢 GPU 才等；拷贝也异步（pinned `CpuGpuBuffer`，块表先拷 `commit_block_table`）。
 # - 持久批让每步 CPU 写入与变化量成正比；代价是行会移动，按行号索引的状态都要跟着搬。
 
 # %% [markdown]
@@ -159,7 +159,7 @@ L05.plot_step_breakdown(run);
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
 #
-# 写出 `prepare_inputs(scheduler_output, input_batch, block_size)`：从调度结果和已更新的持久批算出 6 个 numpy 数组，与引擎的 `_prepare_inputs` 逐项相等。
+# 写出 `prepare_inputs(scheduler_output, input_batch, block_size)`：从调度结果和已更新的持久批算出 6 个 numpy 数组，与引擎的逐项相等。
 #
 # 要求**向量化**：不能有按 token 的 Python 循环，按请求的列表推导可以。7 处 `______` 是决策点。可用的字段：
 #
@@ -304,7 +304,7 @@ L05.check_source_map(SOURCE_MAP)
 #
 # **评分要点**（两部分各 1 分）：
 #
-# - **改写哪些数（1 分）**：上一步采样出的 1 个 token 追加进 `token_ids_cpu` 的这一行（minivllm 的 `append_token`），`num_computed_tokens_cpu` 更新；只有跨进新块时块表这一行多 1 个块号。其余的 token、块号和采样参数都不动。写出 vLLM V1 默认异步调度时 `token_ids_cpu` 里写的是占位 -1、真实 token 留在 GPU 上的，同样得分。
+# - **改写哪些数（1 分）**：上一步采样出的 1 个 token 追加进 `token_ids_cpu` 的这一行（minivllm 的 `append_token`），`num_computed_tokens_cpu` 更新；只有跨进新块时块表这一行多 1 个块号。其余的 token、块号和采样参数都不动。写出 vLLM V1 默认异步调度时 `token_ids_cpu` 里写的是占位 -1、真实 token 留在 GPU 上的，或写出这个 token 在上一步末尾（`_bookkeeping_sync`）已写入的，同样得分。
 # - **重建的代价（1 分）**：每步把每个请求的全部 token 和全部块表重写一遍，写入量与所有请求的上下文长度之和成正比；持久批只与变化量（大约请求数）成正比。只说“更慢/重复计算”而没说与什么成正比的，这 1 分不给。
 # - 指出代价是行会移动（`condense`、`swap_states`），或 V1 的 `commit_block_table` 每步仍把块表前 `num_reqs` 行拷到 GPU 的，正确，不要求。
 # - 0 分：认为持久批保存的是 KV cache 或激活。

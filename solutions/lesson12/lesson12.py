@@ -311,7 +311,7 @@ L12.check_source_map(SOURCE_MAP)
 #
 # **评分**：
 #
-# - 2 分：说清两点。(a) 重叠：API 服务器进程里的 Python 工作——`OutputProcessor` 的增量反分词与停止串、组 `RequestOutput`、JSON 与 SSE，以及新请求的 HTTP 解析与分词——与 EngineCore 的下一步前向同时进行，列出其中两三项即可。(b) 代价：每步的 `EngineCoreOutputs` 要 msgspec 编码、经 ZMQ 发到前端、再解码，表里“ZMQ+decode”一列（核心一步结束到前端收到的时间）就是它。
+# - 2 分：说清两点。(a) 重叠：API 服务器进程里的 Python 工作——`OutputProcessor` 的增量反分词与停止串、组 `RequestOutput`、JSON 与 SSE，以及新请求的 HTTP 解析与分词——与 EngineCore 的下一步前向同时进行，列出其中两三项即可。(b) 代价：每步的 `EngineCoreOutputs` 要 msgspec 编码、经 ZMQ 发到前端、再解码，表里“ZMQ+decode”一列（核心造好输出到前端收到的时间）包含它，也包含前端抢不到核时的排队，是这部分代价的上界。
 # - 1 分：只说清其中一点；或只说“避免 GIL / 可以并行”，没说出哪些工作。
 # - 0 分：认为 EngineCore 要等前端处理完才开始下一步，或认为拆分会改变输出。
 #
