@@ -16,7 +16,7 @@
 #
 # 本课产出：能从在线请求入口沿真实调用链追到一次模型执行和输出回传，并准确说明 frontend、EngineCore、Scheduler、Executor/Worker 的状态所有权。
 #
-# 通过要求：唯一代码填空题通过全部断言；Q1～Q3 都能沿源码对象给出因果链；能指出一个正确性不变量、一个性能边界和一个需要 benchmark 才能确认的结论（Q3、Q2 评分）；总分至少 8/10。
+# 通过要求：唯一代码填空题通过全部断言；Q1～Q3 都能沿源码对象给出因果链；能指出一个正确性不变量、一个性能边界和一个需要 benchmark 才能确认的结论（自查，不计分）；总分至少 8/10。
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
@@ -114,8 +114,8 @@ L01.fig_request_flow();
 # ### 3. 正确性条件与常见误区
 #
 # - **单写者状态所有权**：每份状态只有一个写者。
-#   - AsyncLLM 独占每个请求的输出流与解码状态，不碰 KV 账本；
-#   - EngineCore 与 Scheduler 独占请求生命周期（WAITING、RUNNING、PREEMPTED、FINISHED_*；V1 没有 SWAPPED，被抢占的请求释放 KV 块、恢复时重算），Worker 不改请求状态；
+#   - AsyncLLM 独占每个请求的输出流与解码状态；
+#   - EngineCore 与 Scheduler 独占请求生命周期（WAITING、RUNNING、PREEMPTED、FINISHED_*；V1 没有 SWAPPED，被抢占的请求释放 KV 块，恢复时重算（仍命中缓存的块免算）），Worker 不改请求状态；
 #   - GPUModelRunner 独占显存与 kernel 执行。共享可变对象会引发竞争。
 # - **abort 在 update 之前**：forward 期间被取消的请求，EngineCore 在 `scheduler.update_from_output` 之前处理取消，本步 token 不会追加给它。
 # - 顺序颠倒时，引擎为已取消的请求白做一次更新，输出被前端丢弃；这个 token 若触发停止，结束原因还会记错。块不会被重复释放：每块只释放一次。
@@ -283,7 +283,7 @@ L01.check_source_map(SOURCE_MAP)
 #
 # **评分要点**（两部分各 1 分）：
 #
-# - **状态（1 分）**：四个对象各说出自己的主要状态：前端的请求输出流/分词与取消，EngineCore 的 busy loop 与 input/abort 队列，Scheduler 的 waiting/running 队列、请求状态机与 KV 块账本，Worker 的 GPU 张量与 KV cache 张量（答“块号归 Scheduler 的 `BlockPool`”更准确，不扣分）。KV 块账本（`KVCacheManager`）归 Scheduler 或归 EngineCore（经它的 Scheduler 拥有）都算对。漏掉一个对象或把状态归错主人，这 1 分不给。
+# - **状态（1 分）**：四个对象各说出自己的主要状态：前端的请求输出流/分词与取消，EngineCore 的 busy loop 与 input/abort 队列，Scheduler 的 waiting/running 队列、请求状态机与 KV 块账本，Worker 的 GPU 张量与 KV cache 张量（答“块号归 Scheduler 的 `BlockPool`”更准确，不扣分）。KV 块账本（`KVCacheManager`）归 Scheduler 或归 EngineCore（经它的 Scheduler 拥有）都算对。EngineCore 答“busy loop、IO 线程与 Scheduler”即可，不必说出 `input_queue`。漏掉一个对象或把状态归错主人，这 1 分不给。
 # - **为何不能合并（1 分）**：一条成立的因果链即可。成立的理由：每份状态只有一个写者，改动沿 `SchedulerOutput` → `ModelRunnerOutput` 这样的显式消息发生，避免竞争、便于定位故障；前端与 EngineCore 分进程，分词/解码不与 busy loop 争 GIL。把“进程隔离/GIL”当作全部四者分开的唯一理由的，这 1 分不给：Scheduler 与 EngineCore 同在一个进程，单卡时 Worker 也在其中（`UniProcExecutor`），GIL 说明不了它们为何分开。
 # - 0 分：只背类名，说不清状态所有权（一票否决）。
 #
@@ -294,7 +294,7 @@ L01.check_source_map(SOURCE_MAP)
 # 1. 各层核心对象的状态所有权矩阵（State Ownership Matrix）：
 #    - AsyncLLM（前端服务层）：拥有每个请求的异步输出流（`OutputProcessor` 里的请求状态与增量 detokenizer）、把输入变成 `EngineCoreRequest` 的 `InputProcessor`，以及取消入口 `AsyncLLM.abort`。HTTP/SSE 连接属于调用它的 API server；尚未调度的请求在 Scheduler 的 `waiting` 里；
 #    - EngineCore（调度协调层）：拥有主事件循环（Busy Loop）、`input_queue` 与 `aborts_queue`、跨进程 IPC 通信通道与两个 IO 线程、输入/输出序列化协议栈，以及对 Executor 的协调控制逻辑；
-#    - Scheduler（权威裁决层）：拥有全局请求状态机（WAITING、RUNNING、PREEMPTED、FINISHED_*，抢占采用重算而非换出）、逻辑 Token 计数（`num_computed_tokens`、`num_tokens`）、逻辑 KV Block 映射账本以及请求抢占（Preemption）决策权；
+#    - Scheduler（权威裁决层）：拥有全局请求状态机（WAITING、RUNNING、PREEMPTED、FINISHED_*，抢占采用重算而非换出，前缀缓存仍命中的块可免算）、逻辑 Token 计数（`num_computed_tokens`、`num_tokens`）、逻辑 KV Block 映射账本以及请求抢占（Preemption）决策权；
 #    - GPUModelRunner / Worker（设备执行层）：独占物理 GPU 显存张量、物理 KV cache 张量（按调度器分配的块号寻址；worker 的 block table 只是 `KVCacheManager` 分配结果的镜像）、CUDA Graph 预热与执行环境、采样器状态以及分布式通信（NCCL TP/PP）组。
 # 2. 严禁合成全局可变对象的深层因果：
 #    - 进程隔离与 GIL：Frontend 与 EngineCore 是两个进程（`VLLM_ENABLE_V1_MULTIPROCESSING` 默认开启），分词与增量解码不与 busy loop 争 GIL。Worker 只在多卡（`MultiprocExecutor`）时是独立进程；单卡时 `UniProcExecutor` 把它放在 EngineCore 进程里，Scheduler 也一直在这个进程里。所以“Worker 不写 Scheduler 状态”靠的是消息契约（`SchedulerOutput` → `ModelRunnerOutput`），不是进程边界；
@@ -343,7 +343,7 @@ L01.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 指出 model output 里已有该请求本步的 token（括号里的 chunked prefill 例外不要求：本步是 decode 或 prefill 的最后一块时）；先 abort 使请求在 update 之前成为 `FINISHED_ABORTED`，update 因而跳过它、不再为它追加 token 或产生输出；并说明反序的后果：引擎为已取消的请求更新状态并输出本步 token（在 vLLM 里前端已由 `AsyncLLM.abort` 移除该请求，这条输出被丢弃，客户端收不到）。1 分 = 只给出结论或只给出后果；0 分 = 没有沿对象与状态变化给出因果链。
+# **评分要点**：2 分 = 指出 model output 里已有该请求本步的 token（本步是 decode 或 prefill 最后一块时；不要求提到 chunked prefill 中间块的例外）；先 abort 使请求在 update 之前成为 `FINISHED_ABORTED`，update 因而跳过它、不再为它追加 token 或产生输出；并说明反序的后果：引擎为已取消的请求更新状态并输出本步 token（在 vLLM 里前端已由 `AsyncLLM.abort` 移除该请求，这条输出被丢弃，客户端收不到）。1 分 = 只给出结论或只给出后果；0 分 = 没有沿对象与状态变化给出因果链。
 #
 # KV 块在哪一步释放不是本题所问：写“abort 时释放”（正确，`finish_requests` → `_free_request`）或没有提及的，都不影响得分。不要求、也不奖励“反序会 use-after-free”：先 update 后 abort 时每个块仍只释放一次（本课演示）。写“输出推给了已断开的客户端”而因果链其余正确的，不扣分；写出前端丢弃这条输出的，同样得分。
 #

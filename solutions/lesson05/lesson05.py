@@ -97,7 +97,7 @@ short_errors("lesson05")  # 评分单元格失败时只显示三行：哪一部�
 # - 继续的请求更新 `num_computed_tokens_cpu`、追加新块（采样的 token 已在上一步末尾由 `_bookkeeping_sync` 写进 `token_ids_cpu`，异步调度写 -1）；
 # - `condense` 把末尾的行移进空洞；有的注意力后端还要求 decode 排在前面，就用 `swap_states` 交换两行。
 #
-# 所以**行序 ≠ 调度器的顺序**。`_prepare_inputs` 按行序摊平，第 i 行本步 `n_i` 个 token、已算 `c_i` 个：
+# 所以**行序不一定等于调度器的顺序**。`_prepare_inputs` 按行序摊平，第 i 行本步 `n_i` 个 token、已算 `c_i` 个：
 #
 # - `query_start_loc`（`qsl`）：请求 i 占扁平序列的 `[qsl[i], qsl[i+1])`；
 # - `req_indices = repeat(arange(num_reqs), n)`；请求内偏移是 `arange(total) - repeat(qsl[:-1], n)`；

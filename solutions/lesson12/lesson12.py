@@ -138,7 +138,7 @@ L12.plot_timeline(timeline);
 #
 # 下面是 vLLM `FastIncrementalDetokenizer` 与 `AsyncLLM.abort` 的精简版（接口同 minivllm 的 `IncrementalDetokenizer`）：
 #
-# - `OutputProcessor` 每个请求一个实例，每步调 `update`（`stop_terminated`：最后一个 token 是 EOS 或 stop token），再调 `get_next_output_text` 取出发给流的文本（`delta=False`：全文）；
+# - `OutputProcessor` 为每个请求建一个本类实例，每步调 `update`（`stop_terminated`：最后一个 token 是 EOS 或 stop token），再调 `get_next_output_text` 取出发给流的文本（`delta=False`：到目前为止的全文，运行中同样扣掉 hold-back）；
 # - 解码流：`DecodeStream(ids=..., skip_special_tokens=...)`；`stream.step(rust_tokenizer, token_id)` 返回新文本或 None；
 # - `abort_stream(engine, request_id)` 是 `generate()` 被取消时走的路径（vLLM 的 `AsyncLLM.abort`；minivllm 的 `engine.engine_core` 上要调用同步的那个（不带 `_async`））。
 #
@@ -405,9 +405,9 @@ self_check("lesson12", globals());
 # %% [markdown]
 # ### 在真实 vLLM 0.27.1 上看同一件事
 #
-# 本课检查用的 18 条流交给 vLLM 的 `IncrementalDetokenizer.from_new_request`，按 `OutputProcessor` 的方式逐步调用，与你的类并排；主路径评分逐步比较这些流。
+# 表里 19 条流：前 18 条是主路径评分逐步比较的，交给 vLLM 的 `IncrementalDetokenizer.from_new_request`，按 `OutputProcessor` 的方式逐步调用，与你的类并排。
 #
-# 逐步表里前两步为空：hold-back 留着最长停止串减 1 个字符。最后一行即上面的“prompt 以半个字符结尾”：vLLM 把“你”又输出一遍。
+# 逐步表里前两步为空：hold-back 留着最长停止串减 1 个字符。最后一行是另由一项检查评分的“prompt 以半个字符结尾”：vLLM 把“你”又输出一遍。
 
 # %%
 L12.vllm_side_by_side(StreamingDetokenizer);
