@@ -429,7 +429,12 @@ class EngineCoreProc(EngineCore):
             type_frame, data = input_socket.recv_multipart(copy=False)
             request_type = EngineCoreRequestType(bytes(type_frame.buffer))
             decoder = add_decoder if request_type == EngineCoreRequestType.ADD else generic_decoder
-            self.input_queue.put_nowait((request_type, decoder.decode(data.buffer)))
+            request = decoder.decode(data.buffer)
+            if request_type == EngineCoreRequestType.ABORT:
+                # vLLM: into both queues, so a step in flight drops the request before update_from_output;
+                # the input_queue copy keeps the order with its ADD (aborting is idempotent)
+                self.aborts_queue.put_nowait(list(request))
+            self.input_queue.put_nowait((request_type, request))
 
     def process_output_sockets(self, output_address: str) -> None:
         """Output IO thread: drain output_queue, encode, push to the client."""

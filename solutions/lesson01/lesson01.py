@@ -69,7 +69,7 @@ short_errors("lesson01")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 1. 它是什么，解决什么问题
 #
-# vLLM V0 的调度、输入准备、输出处理与 GPU 前向串行，共用一个 GIL。decode 一步只需几毫秒，CPU 侧的调度开销可能超过 GPU 计算，GPU 只好等 CPU。
+# vLLM V0 的调度、输入准备、输出处理与 GPU 前向基本串行（0.6 起的异步输出处理只重叠一部分），共用一个 GIL。decode 一步只需几毫秒，CPU 侧的调度开销可能超过 GPU 计算，GPU 只好等 CPU。
 #
 # vLLM V1 因此分成三层（图 1-2）：
 
@@ -77,14 +77,14 @@ short_errors("lesson01")  # 评分单元格失败时只显示三行：哪一部�
 L01.fig_architecture();
 
 # %% [markdown]
-# 图 1-2：vLLM V1 三层解耦架构（Frontend → EngineCore → Workers）。
+# 图 1-2：vLLM V1 三层架构（Frontend → EngineCore → Workers）。
 #
-# - **AsyncLLM（前端）**：API server 调用的异步引擎客户端。HTTP 路径上 chat 模板与分词由 serving 层的 `OnlineRenderer` 完成；AsyncLLM 的 `InputProcessor` 把结果（原始 prompt 则在此分词）变成 `EngineCoreRequest`，维护每个请求的流式输出与增量解码，转告取消；
+# - **AsyncLLM（前端）**：API server 调用的异步引擎客户端。HTTP 路径上 chat 模板与分词由 serving 层的 `OnlineRenderer` 完成；AsyncLLM 的 `InputProcessor` 把结果（原始 prompt 则在此分词）变成 `EngineCoreRequest`，维护流式输出与增量解码，转告取消；
 # - **EngineCore / EngineCoreProc（调度核心）**：独立进程，一个 busy loop 线程推进每一步，独占 Scheduler（及其 KV 块账本 KVCacheManager）；
-#   - 另有两个 IO 线程：输入线程收 ZMQ 消息、反序列化，并预处理新请求（构造 `Request`、算前缀块哈希、提交 grammar 编译）；输出线程序列化并发送 `EngineCoreOutputs`；
+#   - 另有两个 IO 线程：输入线程收 ZMQ 消息、反序列化，并预处理新请求（构造 `Request`、算块哈希、提交 grammar 编译）；输出线程序列化并发送 `EngineCoreOutputs`；
 # - **Worker / GPUModelRunner（设备执行）**：按 TP/PP 并行执行（单卡时 `UniProcExecutor` 让它跑在 EngineCore 进程内），独占 GPU 张量、KV cache 张量与 CUDA Graph（块号归 Scheduler）。
 #
-# 它解决的问题：每份状态只有一个写者（single-writer），进程间只传消息；CPU 每步的控制开销被压低，并尽量与 GPU 执行重叠（多大要用 profiler 测）。
+# 它解决的问题：每份状态只有一个写者（single-writer），进程间只传消息；CPU 每步的控制开销被压低，并尽量与 GPU 执行重叠（用 profiler 测）。
 #
 # ### 2. 它如何工作
 #
@@ -96,7 +96,7 @@ L01.fig_arithmetic_intensity();
 # %% [markdown]
 # 图 1-1：Prefill 受算力限制，Decode 受带宽限制；decode 一步很短，CPU 开销因此显眼。
 #
-# `EngineCore.step()`（默认开启 async scheduling 时改走 `step_with_batch_queue`，见附录）每一步是 Schedule → Execute → Update：
+# `EngineCore.step()`（默认的 async scheduling 改走 `step_with_batch_queue`，见附录）每一步是 Schedule → Execute → Update：
 #
 # 1. **Schedule**：busy loop 在 step 之前已把新请求交给 Scheduler（`_process_input_queue`）。`scheduler.schedule()` 从 waiting/running 队列出发，按 token 预算产出本步计划 `SchedulerOutput`；
 # 2. **Execute**：`model_executor.execute_model(plan, non_block=True)` 非阻塞地发射 forward；GPU 计算的同时，CPU 用 `scheduler.get_grammar_bitmask` 算结构化输出的 grammar 掩码；
@@ -117,13 +117,13 @@ L01.fig_request_flow();
 #   - AsyncLLM 独占每个请求的输出流与解码状态；
 #   - EngineCore 与 Scheduler 独占请求生命周期（WAITING、RUNNING、PREEMPTED、FINISHED_*；V1 没有 SWAPPED，被抢占的请求释放 KV 块，恢复时重算（仍命中缓存的块免算）），Worker 不改请求状态；
 #   - GPUModelRunner 独占显存与 kernel 执行。共享可变对象会引发竞争。
-# - **abort 在 update 之前**：forward 期间被取消的请求，EngineCore 在 `scheduler.update_from_output` 之前处理取消，本步 token 不会追加给它。
-# - 顺序颠倒时，引擎为已取消的请求白做一次更新，输出被前端丢弃；这个 token 若触发停止，结束原因还会记错。块不会被重复释放：每块只释放一次。
+# - **abort 在 update 之前**：forward 期间被取消的请求，EngineCore 在 `update_from_output` 之前处理取消，本步 token 不会追加给它。
+# - 顺序颠倒时，引擎为已取消的请求白做一次更新，输出被前端丢弃；这个 token 若触发停止，引擎内部以 stop/length 而非 abort 结束它。块不会被重复释放：每块只释放一次。
 # - **计划与结果属于同一步**：`SchedulerOutput` 与 `ModelRunnerOutput` 同属一步。worker 出错时 vLLM 不伪造空输出：EngineCore 退出，在途请求得到 `EngineDeadError`。
 #
 # ### 4. 性能与工程取舍
 #
-# - **进程解耦**：EngineCore 独立成进程，不与前端的分词、解码争 GIL；代价是 ZMQ + msgspec 序列化。
+# - **进程解耦**：EngineCore 独立成进程，不与前端的分词、解码争 GIL；代价是序列化。
 # - **grammar 与 forward 重叠**：结构化输出的 bitmask 很耗 CPU。在 `execute_model(non_block=True)` 之后立即算它，与 GPU forward 重叠；bitmask 比 forward 慢时仍有空泡，用 profiler 测。
 
 # %% [markdown]
@@ -134,10 +134,10 @@ L01.fig_request_flow();
 # 1. 请求 $R_0$ 被调度进入当前批次，调度计划为 `{"scheduled_tokens": 4}`；
 # 2. `execute_async` 向 GPU 发射 forward；
 # 3. forward 还没结束，客户端断开了连接，取消进入待处理队列；
-# 4. `get_grammar(plan)` 准备约束，`future()` 等 GPU 输出；随后立刻 `process_aborts()`，把 $R_0$ 标为已取消并回收它的 KV 块（vLLM：`_process_aborts_queue` → `finish_requests` → `_free_request`）；
+# 4. `get_grammar(plan)` 准备约束，`future()` 等结果；随后 `process_aborts()`，把 $R_0$ 标为已取消并回收它的 KV 块（vLLM：`_process_aborts_queue` → `finish_requests` → `_free_request`）；
 # 5. 最后 `update(plan, model_output)`：$R_0$ 已取消，它的 token 被丢弃，不输出。
 #
-# 下面在真实的 minivllm `EngineCore` 上跑这个场景：两个贪心请求 r0、r1；第 3 步 forward 结束前，调用 `core.abort_requests(["r0"])`。
+# 下面在 minivllm 的 `EngineCore` 上跑这个场景：两个贪心请求 r0、r1；第 3 步 forward 结束前，调用 `core.abort_requests(["r0"])`。
 
 # %%
 run = L01.run_engine()  # minivllm 自带的 engine_core_step；r0 在第 3 步 execute 发射后、forward 结束前被取消
@@ -147,9 +147,9 @@ L01.print_outputs(run)
 L01.plot_timeline(run);
 
 # %% [markdown]
-# 读图：红色虚线是取消到达的时刻。grammar 紧跟 execute，早于 forward 结束。wait 之后先 aborts 再 update：r0 第 3 步算出的 token 没有输出（已 `FINISHED_ABORTED`）；r1 照常生成。
+# 读图：红色虚线是取消到达时刻。grammar 紧跟 execute，早于 forward 结束。wait 之后先 aborts 再 update：r0 第 3 步算出的 token 没有输出（已 `FINISHED_ABORTED`）；r1 照常生成。
 #
-# 下面只把 aborts 挪到 update 之后再跑一次，并列出 minivllm 的 `EngineCoreProc` 在 busy loop 之外启动的线程。
+# 下面把 aborts 挪到 update 之后再跑一次，并列出 minivllm 的 `EngineCoreProc` 在 busy loop 外启动的线程。
 
 # %%
 L01.print_late_abort(L01.late_abort_run())
@@ -455,6 +455,6 @@ L01.vllm_side_by_side(run)
 # - **forward 与采样**：`execute_model` 的 future 返回 `None` 后，vLLM 再调用 `sample_tokens(grammar_output)`。练习把两者合成一次。
 # - **executor**：单卡默认 `UniProcExecutor`，worker 在 EngineCore 的调用线程上同步执行，重叠来自 CUDA kernel 的异步执行。minivllm 把 forward 放在 worker 线程上。
 # - **输入线程**：vLLM 的输入线程还预处理新请求（`preprocess_add_request`）；minivllm 的只解码消息，`Request` 在 busy loop 的 `EngineCore.add_request` 里构造。
-# - **取消**：vLLM 的 ABORT 同时进入 `aborts_queue` 和 `input_queue`；步间到达的在下一次 `schedule` 之前处理，forward 期间到达的由 `_process_aborts_queue` 处理。minivllm 的 `abort_requests` 只入队。
+# - **取消**：vLLM 的 ABORT 同时进入 `aborts_queue` 和 `input_queue`；步间到达的在下一次 `schedule` 之前处理，forward 期间到达的由 `_process_aborts_queue` 处理。minivllm 同样放进两个队列；它的 `abort_requests` 只入队（vLLM 直接 `finish_requests`）。
 # - **请求状态**：minivllm 的 `RequestStatus` 没有 `WAITING_FOR_REMOTE_KVS`、`WAITING_FOR_STREAMING_REQ` 和 `FINISHED_REPETITION`（它没有 KV 传输、流式输入和重复检测）。
 # - **worker 出错**：vLLM 的 EngineCore 退出，前端抛 `EngineDeadError`；minivllm 的 `_fail_step` 以 `FINISHED_ERROR` 结束本步的请求，继续服务其他请求。

@@ -86,7 +86,7 @@ short_errors("lesson12")  # 评分单元格失败时只显示三行：哪一部�
 # 在线服务的请求随时到达、随时离开，每个请求要尽快看到第一个 token（TTFT），之后稳定流出（TPOT、ITL）。vLLM V1 把服务拆成两个进程：
 #
 # - **API 服务器进程**（FastAPI + `AsyncLLM`）：HTTP、分词、反分词、停止串、流；
-# - **EngineCore 进程**：只做调度与前向。
+# - **EngineCore 进程**：只做调度、前向与采样（含 EOS、stop token、`max_tokens` 判停），不做反分词和停止串。
 #
 # 两边经 ZMQ 交换 msgspec 编码的小消息，前端的工作与 EngineCore 的步重叠。
 #
@@ -102,7 +102,7 @@ short_errors("lesson12")  # 评分单元格失败时只显示三行：哪一部�
 #
 # ### 3. 正确性条件与常见误区
 #
-# - **增量反分词**：一个汉字或 emoji 的 UTF-8 字节常分在 2～4 个 token 里，逐 token 独立解码会得到 U+FFFD（�）。`DecodeStream` 记住前面的 token，字节凑齐才吐出文本。
+# - **增量反分词**：字节级 BPE 词表里没有的汉字或 emoji，其 UTF-8 字节会拆进 2～4 个 token（本课的小词表模型几乎每字如此），逐 token 独立解码会得到 U+FFFD（�）。`DecodeStream` 记住前面的 token，字节凑齐才吐出文本。
 # - **解码流要先看到 prompt**：Metaspace 解码器去掉序列开头的 `▁`（空格），空的解码流会把 `"▁what"` 解成 `"what"`，所以 vLLM 的 `DecodeStream` 先喂入 prompt。
 # - **停止串与 hold-back**：停止串可以跨 token、跨步出现，这一步的文本可能以它的前缀结尾（停止串 `"Juliet is"`，文本以 `" Jul"` 结尾）。
 # - 已发出的增量收不回来，所以运行中的请求扣下最后 `len(最长停止串) - 1` 个字符（`stop_buffer_length`），结束时再全部放出。
