@@ -82,9 +82,9 @@ L01.fig_architecture();
 # - **AsyncLLM（前端）**：API server 调用的异步引擎客户端。HTTP 路径上 chat 模板与分词由 serving 层的 `OnlineRenderer` 完成；AsyncLLM 的 `InputProcessor` 把结果（原始 prompt 则在此分词）变成 `EngineCoreRequest`，维护流式输出与增量解码，转告取消；
 # - **EngineCore / EngineCoreProc（调度核心）**：独立进程，一个 busy loop 线程推进每一步，独占 Scheduler（及其 KV 块账本 KVCacheManager）；
 #   - 另有两个 IO 线程：输入线程收 ZMQ 消息、反序列化，并预处理新请求（构造 `Request`、算块哈希、提交 grammar 编译）；输出线程序列化并发送 `EngineCoreOutputs`；
-# - **Worker / GPUModelRunner（设备执行）**：按 TP/PP 并行执行（单卡时 `UniProcExecutor` 让它跑在 EngineCore 进程内），独占 GPU 张量、KV cache 张量与 CUDA Graph（块号归 Scheduler）。
+# - **Worker / GPUModelRunner（设备执行）**：按 TP/PP 并行执行（单卡时经 `UniProcExecutor` 跑在 EngineCore 进程内），独占 GPU 张量、KV cache 张量与 CUDA Graph（块号归 Scheduler）。
 #
-# 它解决的问题：每份状态只有一个写者（single-writer），进程间只传消息；CPU 每步的控制开销被压低，并尽量与 GPU 执行重叠（用 profiler 测）。
+# 它解决的问题：每份状态只有一个写者，进程间只传消息；CPU 每步的控制开销被压低，并尽量与 GPU 执行重叠（用 profiler 测）。
 #
 # ### 2. 它如何工作
 #
@@ -94,16 +94,16 @@ L01.fig_architecture();
 L01.fig_arithmetic_intensity();
 
 # %% [markdown]
-# 图 1-1：Prefill 受算力限制，Decode 受带宽限制；decode 一步很短，CPU 开销因此显眼。
+# 图 1-1：Prefill 受算力限制，Decode（batch 小于约 300）受带宽限制；decode 一步很短，CPU 开销显眼。
 #
 # `EngineCore.step()`（默认的 async scheduling 改走 `step_with_batch_queue`，见附录）每一步是 Schedule → Execute → Update：
 #
 # 1. **Schedule**：busy loop 在 step 之前已把新请求交给 Scheduler（`_process_input_queue`）。`scheduler.schedule()` 从 waiting/running 队列出发，按 token 预算产出本步计划 `SchedulerOutput`；
-# 2. **Execute**：`model_executor.execute_model(plan, non_block=True)` 非阻塞地发射 forward；GPU 计算的同时，CPU 用 `scheduler.get_grammar_bitmask` 算结构化输出的 grammar 掩码；
+# 2. **Execute**：`model_executor.execute_model(plan, non_block=True)` 发射 forward（单卡发射完 kernel 即返回，多卡返回 future）；GPU 在算时，CPU 用 `get_grammar_bitmask` 算掩码；
 # 3. **Wait 与 aborts**：`future.result()` 等 `execute_model` 返回，`sample_tokens` 屏蔽 logits、采样，拷回结果时才真正等 GPU；再用 `_process_aborts_queue()` 处理执行期间到达的取消；
 # 4. **Update**：`scheduler.update_from_output(plan, model_output)` 把新 token 追加到各请求、做停止检查、产出 `EngineCoreOutputs`，并释放本步完结请求的 KV 块。
 #
-# step 返回 `(outputs, total_num_scheduled_tokens > 0)`：第二项告诉 busy loop 本步是否执行了模型。端到端的路径见图 1-3：
+# step 返回 `(outputs, total_num_scheduled_tokens > 0)`：第二项告诉 busy loop 是否执行了模型。端到端的路径见图 1-3：
 
 # %%
 L01.fig_request_flow();
@@ -124,7 +124,7 @@ L01.fig_request_flow();
 # ### 4. 性能与工程取舍
 #
 # - **进程解耦**：EngineCore 独立成进程，不与前端的分词、解码争 GIL；代价是序列化。
-# - **grammar 与 forward 重叠**：结构化输出的 bitmask 很耗 CPU。在 `execute_model(non_block=True)` 之后立即算它，与 GPU forward 重叠；bitmask 比 forward 慢时仍有空泡，用 profiler 测。
+# - **grammar 与 forward 重叠**：结构化输出的 bitmask 可能很耗 CPU（随批内结构化请求数增长）。在 `execute_model(non_block=True)` 之后立即算它，与 GPU forward 重叠；bitmask 比 forward 慢时仍有空泡，用 profiler 测。
 
 # %% [markdown]
 # ## 具体演示：单请求执行取消与控制流跟踪演练
@@ -321,7 +321,7 @@ L01.check_source_map(SOURCE_MAP)
 #
 # 1. 时序与计算重叠机制（CPU-GPU Pipeline Overlap）：
 #    - 在结构化输出（JSON Schema / Regex 约束解码）中，根据语法树或有限状态机（FSM）计算下一个合法 Token 的 Bitmask 是纯 CPU 密集型任务，计算耗时可能长达数毫秒；
-#    - 源码采用 `execute_model(non_block=True)` 是为了实现控制流与设备执行的异步解耦：系统将本次 Batch 的张量元数据非阻塞地发射给 GPU Worker 后立即返回，GPU 开始执行耗时的自注意力与 GEMM 计算；
+#    - 源码采用 `execute_model(non_block=True)` 是为了实现控制流与设备执行的异步解耦：系统将本次 Batch 的张量元数据发射给 GPU Worker，发射完 kernel 即返回（单卡在同一线程内），GPU 开始执行耗时的自注意力与 GEMM 计算；
 #    - 此时 CPU 主线程并没有空转等待，而是立即并发执行 `get_grammar(plan)`，在本地内存中完成 Bitmask 的推导与位运算；
 #    - 随后 `future.result()` / `sample_tokens` 取回结果（真正与 GPU 同步在采样结果拷回时）。bitmask 比 forward 先算完时，CPU 的开销全部藏在 forward 里；比 forward 慢时仍有空泡。
 # 2. Grammar 绝不能晚于采样（Sampling Constraint）：

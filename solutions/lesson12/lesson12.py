@@ -129,7 +129,7 @@ L12.print_timeline(timeline)
 L12.plot_timeline(timeline);
 
 # %% [markdown]
-# 图 12-1：一个流式请求在两个进程间的时间线。第一个点之前是 HTTP 解析、分词、ZMQ 发送、排队与 prefill。之后 EngineCore 每步结束（上行），前端很快收到输出（中行），再经反分词、JSON、SSE 到客户端（下行）。
+# 图 12-1：一个流式请求在两个进程间的时间线。第一个点之前是 HTTP 解析、分词、ZMQ 发送、排队与 prefill。之后 EngineCore 每步结束（下行），前端很快收到输出（中行），再经反分词、JSON、SSE 到客户端（上行）。
 #
 # EngineCore 的步之间不等前端：前端的工作与下一步的前向重叠。机器忙时前端抢不到核，几步的输出在 ZMQ 里排队，前端腾出手后接连取走（信箱再合成一个增量），“ZMQ+decode”一列变大。
 
