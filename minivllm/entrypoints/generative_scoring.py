@@ -4,7 +4,8 @@ come next after query + item, one score per item.
 vLLM runs one request per item with max_tokens=1 and logprob_token_ids=label_token_ids (the labels' logprobs at
 the next position). minivllm's sampler returns top-k logprobs only, so each label is appended to the prompt and
 its prompt logprob read instead: the same number (log p(label | query + item)) from the same forward pass,
-with one short request per label that the prefix cache makes cheap.
+with one short request per label that the prefix cache makes cheap. The label takes one position, so a query + item
+that fills the context (max_model_len - 1 tokens) is a 400 here, where vLLM still scores it.
 """
 from __future__ import annotations
 
