@@ -167,7 +167,7 @@ class EngineRun:
 
 def run_engine(step_fn=None, abort_at_step: int = 3, max_tokens: int = 6, max_steps: int = 24) -> EngineRun:
     """Run two greedy requests; right after execute_async returns in step `abort_at_step`, abort r0 (as
-    AsyncLLM's input thread would), so the abort lands while execute_model is in flight on the worker."""
+    EngineCoreProc's input IO thread would), so the abort lands while execute_model is in flight on the worker."""
     import logging
     import os
 

@@ -88,7 +88,7 @@ L01.fig_architecture();
 #
 # ### 2. 它如何工作
 #
-# 先看图 1-1（推导见附录）：
+# 先看图 1-1（推导在附录）：
 
 # %%
 L01.fig_arithmetic_intensity();
@@ -99,7 +99,7 @@ L01.fig_arithmetic_intensity();
 # `EngineCore.step()`（默认的 async scheduling 改走 `step_with_batch_queue`，见附录）每一步是 Schedule → Execute → Update：
 #
 # 1. **Schedule**：busy loop 在 step 之前已把新请求交给 Scheduler（`_process_input_queue`）。`scheduler.schedule()` 从 waiting/running 队列出发，按 token 预算产出本步计划 `SchedulerOutput`；
-# 2. **Execute**：`model_executor.execute_model(plan, non_block=True)` 发射 forward（单卡发射完 kernel 即返回，多卡返回 future）；GPU 在算时，CPU 用 `get_grammar_bitmask` 算掩码；
+# 2. **Execute**：`model_executor.execute_model(plan, non_block=True)` 发射 forward（单卡在本线程发射 kernel，返回已完成的 future；多卡的未完成）；GPU 在算时，CPU 用 `get_grammar_bitmask` 算掩码；
 # 3. **Wait 与 aborts**：`future.result()` 等 `execute_model` 返回，`sample_tokens` 屏蔽 logits、采样，拷回结果时才真正等 GPU；再用 `_process_aborts_queue()` 处理执行期间到达的取消；
 # 4. **Update**：`scheduler.update_from_output(plan, model_output)` 把新 token 追加到各请求、做停止检查、产出 `EngineCoreOutputs`，并释放本步完结请求的 KV 块。
 #
@@ -134,7 +134,7 @@ L01.fig_request_flow();
 # 1. 请求 $R_0$ 被调度进入当前批次，调度计划为 `{"scheduled_tokens": 4}`；
 # 2. `execute_async` 向 GPU 发射 forward；
 # 3. forward 还没结束，客户端断开了连接，取消进入待处理队列；
-# 4. `get_grammar(plan)` 准备约束，`future()` 等结果；随后 `process_aborts()`，把 $R_0$ 标为已取消并回收它的 KV 块（vLLM：`_process_aborts_queue` → `finish_requests` → `_free_request`）；
+# 4. `get_grammar(plan)` 准备约束，`future()` 取结果；随后 `process_aborts()`，把 $R_0$ 标为已取消并回收它的 KV 块（vLLM：`_process_aborts_queue` → `finish_requests` → `_free_request`）；
 # 5. 最后 `update(plan, model_output)`：$R_0$ 已取消，它的 token 被丢弃，不输出。
 #
 # 下面在 minivllm 的 `EngineCore` 上跑这个场景：两个贪心请求 r0、r1；第 3 步 forward 结束前，调用 `core.abort_requests(["r0"])`。
@@ -149,11 +149,11 @@ L01.plot_timeline(run);
 # %% [markdown]
 # 读图：红色虚线是取消到达时刻。grammar 紧跟 execute，早于 forward 结束。wait 之后先 aborts 再 update：r0 第 3 步算出的 token 没有输出（已 `FINISHED_ABORTED`）；r1 照常生成。
 #
-# 下面把 aborts 挪到 update 之后再跑一次，并列出 minivllm 的 `EngineCoreProc` 在 busy loop 外启动的线程。
+# 下面把 aborts 挪到 update 之后再跑一次，并列出 minivllm 的 `EngineCoreProc` 构造时启动的 IO 线程。
 
 # %%
 L01.print_late_abort(L01.late_abort_run())
-print("minivllm 的 EngineCoreProc 在 busy loop 之外启动的线程：", L01.engine_core_threads())
+print("minivllm 的 EngineCoreProc 构造时启动的 IO 线程（forward 另在 executor 的 worker 线程上）：", L01.engine_core_threads())
 
 # %% [markdown]
 # ## 实践任务：唯一代码填空题

@@ -104,8 +104,8 @@ short_errors("lesson12")  # 评分单元格失败时只显示三行：哪一部�
 #
 # - **增量反分词**：字节级 BPE 词表里没有的汉字或 emoji，其 UTF-8 字节会拆进 2～4 个 token（本课的小词表模型几乎每字如此），逐 token 独立解码会得到 U+FFFD（�）。`DecodeStream` 记住前面的 token，字节凑齐才吐出文本。
 # - **解码流要先看到 prompt**：Metaspace 解码器去掉序列开头的 `▁`（空格），空的解码流会把 `"▁what"` 解成 `"what"`，所以 vLLM 的 `DecodeStream` 先喂入 prompt。
-# - **停止串与 hold-back**：停止串可以跨 token、跨步出现，这一步的文本可能以它的前缀结尾（停止串 `"Juliet is"`，文本以 `" Jul"` 结尾）。
-# - 已发出的增量收不回来，所以运行中的请求扣下最后 `len(最长停止串) - 1` 个字符（`stop_buffer_length`），结束时再全部放出。
+# - **停止串与 hold-back**：停止串可以跨 token、跨步出现，这一步的文本可能以它的前缀结尾（停止串 `"Juliet is"`，这一步的文本以 `" Juliet"` 结尾，`" is"` 下一步才到）。
+# - 已发出的增量收不回来，所以运行中的请求扣下最后 `len(最长停止串) - 1` 个字符（`stop_buffer_length`；没有停止串或 `include_stop_str_in_output=True` 时为 0），结束时再全部放出。
 # - **搜索起点**：只在“新文本加上前面 `len(s) - 1` 个字符”里找。找到后文本截到停止串之前，同一步里它后面的文本也丢掉。
 # - **断开连接**：Starlette 的 `StreamingResponse` 发现断开（条件见附录），取消 body 迭代器，`generate()` 随即 `abort`：前端忘掉这个流（`OutputProcessor.abort_requests`），**并**通知 EngineCore。
 # - 只做前一半，EngineCore 一直生成到 EOS、stop token 或 `max_tokens`（停止串只在前端查），占着 batch 的位置和 KV 块。
@@ -353,7 +353,7 @@ L12.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l12_q3", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q3（2 分）
 #
-# 图 12-2 里，请求率从 8 到 `inf`（16 个请求同时发出）时，TTFT 与 TPOT 的中位数各多了多少毫秒（用你这次运行的数字）？TTFT 多出的时间主要花在哪里？
+# 图 12-2 里，请求率从 8 到 `inf`（16 个请求同时发出）时，TTFT 与 TPOT 的中位数各多了多少毫秒（用你这次运行的表里 8 与 `inf` 两行）？TTFT 多出的时间主要花在哪里？
 #
 # === BEGIN MARK SCHEME ===
 #
