@@ -103,13 +103,9 @@ async def _rendered(serving, rid: str, prompt, params: SamplingParams, max_token
 
 async def render_completion(serving, req: CompletionRequest) -> JSONResponse:
     """vLLM's ServingRender.render_completion_request: one GenerateRequest per prompt."""
-    from minivllm.entrypoints.openai.api_server import _prompts
+    from minivllm.entrypoints.openai.api_server import _prompts, completion_params
 
-    serving.check_model(req.model)
-    if req.prompt is None:
-        raise VLLMValidationError("Either prompt or prompt_embeds must be provided and non-empty.", "prompt")
-    params = req.to_sampling_params(req.max_tokens, req.logprobs, req.prompt_logprobs,
-                                    serving.structured_outputs_config)
+    params = completion_params(serving, req, req.max_tokens)
     out = []
     for p in _prompts(req.prompt):
         rid = f"cmpl-{uuid.uuid4().hex[:16]}"
@@ -120,19 +116,10 @@ async def render_completion(serving, req: CompletionRequest) -> JSONResponse:
 
 async def render_chat(serving, req: ChatCompletionRequest) -> JSONResponse:
     """vLLM's ServingRender.render_chat_request: the conversation templated and tokenized, as chat would run it."""
-    from minivllm.entrypoints.openai.api_server import _check_chat_request
+    from minivllm.entrypoints.openai.api_server import chat_inputs
 
-    serving.check_model(req.model)
-    if not req.messages:
-        raise ValueError("Cannot apply chat template to an empty conversation. Provide at least one message.")
-    _check_chat_request(serving, req)
-    num_lp = (req.top_logprobs or 0) if req.logprobs else None
-    max_tokens = req.max_completion_tokens or req.max_tokens
-    params = req.to_sampling_params(max_tokens, num_lp, req.prompt_logprobs, serving.structured_outputs_config)
-    prompt = await serving.in_pool(serving.chat_prompt, req.messages, req.add_generation_prompt,
-                                   req.continue_final_message, req.chat_template_kwargs)
+    params, prompt, max_tokens, field = await chat_inputs(serving, req)
     rid = f"chatcmpl-{uuid.uuid4().hex[:16]}"
-    field = "max_completion_tokens" if req.max_completion_tokens else "max_tokens"
     ids, used = await _rendered(serving, rid, prompt, params, max_tokens, field, req)
     return JSONResponse(_generate_request(rid, ids, used, req))
 

@@ -618,7 +618,8 @@ async def finals_of(gens: list[PrimedGenerate]) -> list[RequestOutput]:
 
 
 # ---------------------------------------------------------------------------- completions
-async def create_completion(serving: OpenAIServing, req: CompletionRequest, raw: Request):
+def completion_params(serving: OpenAIServing, req: CompletionRequest, max_tokens: int | None) -> SamplingParams:
+    """/v1/completions' request checks and its SamplingParams (/v1/completions/render runs the same front half)."""
     serving.check_model(req.model)
     if req.prompt_embeds is not None:
         raise VLLMValidationError("You must set `--enable-prompt-embeds` to input `prompt_embeds`.", "prompt_embeds")
@@ -628,11 +629,14 @@ async def create_completion(serving: OpenAIServing, req: CompletionRequest, raw:
     check_unsupported(req)
     if req.suffix:
         raise ValueError("suffix is not supported")
+    prompt_logprobs = req.prompt_logprobs if req.prompt_logprobs is not None or not req.echo else req.logprobs
+    return req.to_sampling_params(max_tokens, req.logprobs, prompt_logprobs, serving.structured_outputs_config)
+
+
+async def create_completion(serving: OpenAIServing, req: CompletionRequest, raw: Request):
     # vLLM: echo with max_tokens 0 generates one token it does not return (echo_without_generation).
     echo_only = bool(req.echo) and req.max_tokens == 0
-    max_tokens = 1 if echo_only else req.max_tokens
-    prompt_logprobs = req.prompt_logprobs if req.prompt_logprobs is not None or not req.echo else req.logprobs
-    params = req.to_sampling_params(max_tokens, req.logprobs, prompt_logprobs, serving.structured_outputs_config)
+    params = completion_params(serving, req, 1 if echo_only else req.max_tokens)
     prompts = _prompts(req.prompt)
     rid, created = random_id("cmpl"), now()
     gens = await start_children(serving, rid, prompts, params, bool(req.stream), req.max_tokens,
@@ -806,7 +810,10 @@ async def create_batch_chat_completion(serving: OpenAIServing, req: BatchChatCom
         "prompt_tokens_details": None}})
 
 
-async def create_chat_completion(serving: OpenAIServing, req: ChatCompletionRequest, raw: Request):
+async def chat_inputs(serving: OpenAIServing, req: ChatCompletionRequest
+                      ) -> tuple[SamplingParams, dict, int | None, str]:
+    """/v1/chat/completions' request checks, SamplingParams and templated prompt (/v1/chat/completions/render runs
+    the same front half): (params, prompt, max_tokens, the field max_tokens came from)."""
     serving.check_model(req.model)
     _check_chat_request(serving, req)
     num_lp = (req.top_logprobs or 0) if req.logprobs else None
@@ -816,6 +823,12 @@ async def create_chat_completion(serving: OpenAIServing, req: ChatCompletionRequ
     params = req.to_sampling_params(max_tokens, num_lp, prompt_logprobs, serving.structured_outputs_config)
     prompt = await serving.in_pool(serving.chat_prompt, req.messages, req.add_generation_prompt,
                                    req.continue_final_message, req.chat_template_kwargs)
+    return params, prompt, max_tokens, "max_completion_tokens" if req.max_completion_tokens else "max_tokens"
+
+
+async def create_chat_completion(serving: OpenAIServing, req: ChatCompletionRequest, raw: Request):
+    params, prompt, max_tokens, field = await chat_inputs(serving, req)
+    num_lp = params.logprobs  # the top_logprobs count, None without logprobs
     # vLLM's get_chat_request_role: the reply speaks as the assistant only when the prompt asks for one.
     role = "assistant" if req.add_generation_prompt else req.messages[-1].role
     # vLLM's echo: the reply starts with the last message's content when that message speaks as the reply does
@@ -825,8 +838,7 @@ async def create_chat_completion(serving: OpenAIServing, req: ChatCompletionRequ
         echo_text = last.content if isinstance(last.content, str) else \
             "\n".join(str(p.get("text", "")) for p in last.content if p.get("type") == "text")
     rid, created = random_id("chatcmpl"), now()
-    gens = await start_children(serving, rid, [prompt], params, bool(req.stream), max_tokens,
-                                "max_completion_tokens" if req.max_completion_tokens else "max_tokens",
+    gens = await start_children(serving, rid, [prompt], params, bool(req.stream), max_tokens, field,
                                 truncate=req.truncate_prompt_tokens, truncation_side=req.truncation_side)
     if req.stream:
         return CancellableStreamingResponse(sse_body(_chat_stream(serving, req, gens, rid, created, num_lp or 0, role,
