@@ -81,12 +81,11 @@ class AnthropicMessagesRequest(AnthropicCountTokensRequest):
     output_config: dict[str, Any] | None = Field(default=None)
 
 
-def _text(msg: AnthropicMessage) -> str | None:
-    """A system message's text, billing header lines dropped (vLLM's _extract_system_text)."""
-    blocks = [msg.content] if isinstance(msg.content, str) else \
-        [b.text for b in msg.content if b.type == "text" and b.text]
-    parts = [t for t in blocks if not t.startswith(BILLING_HEADER)]
-    return "".join(parts) or None
+def _system_text(content: str | list[AnthropicContentBlock] | None) -> str | None:
+    """System text (the top-level `system` or a system message), billing header lines dropped (vLLM's
+    _extract_system_text)."""
+    blocks = [content] if isinstance(content, str) else [b.text for b in content or [] if b.type == "text" and b.text]
+    return "".join(t for t in blocks if not t.startswith(BILLING_HEADER)) or None
 
 
 def _tool_result_text(block: AnthropicContentBlock) -> str:
@@ -98,14 +97,11 @@ def _tool_result_text(block: AnthropicContentBlock) -> str:
 def to_chat_messages(req: AnthropicCountTokensRequest) -> list[dict]:
     """vLLM's _convert_system_message + _convert_messages: the system text first, then each message."""
     out: list[dict] = []
-    system = [req.system] if isinstance(req.system, str) else \
-        [b.text for b in req.system or [] if b.type == "text" and b.text]
-    system = [t for t in system if t and not t.startswith(BILLING_HEADER)]
-    if system:
-        out.append({"role": "system", "content": "".join(system)})
+    if (system := _system_text(req.system)) is not None:
+        out.append({"role": "system", "content": system})
     for msg in req.messages:
         if msg.role == "system":
-            if (text := _text(msg)) is not None:
+            if (text := _system_text(msg.content)) is not None:
                 out.append({"role": "system", "content": text})
             continue
         if isinstance(msg.content, str):
@@ -279,16 +275,10 @@ async def create_messages(serving, req: AnthropicMessagesRequest, raw: Request):
 
 async def count_tokens(serving, req: AnthropicCountTokensRequest):
     """The prompt's token count, rendered as /v1/messages would render it (vLLM: render_chat_request)."""
-    from minivllm.entrypoints.openai.api_server import _check_chat_request
+    from minivllm.entrypoints.openai.api_server import chat_inputs
 
     async def count():
-        chat = to_chat_request(req)
-        serving.check_model(chat.model)
-        if not chat.messages:
-            raise ValueError("Cannot apply chat template to an empty conversation. Provide at least one message.")
-        _check_chat_request(serving, chat)
-        prompt = await serving.in_pool(serving.chat_prompt, chat.messages, chat.add_generation_prompt,
-                                       chat.continue_final_message, chat.chat_template_kwargs)
+        _, prompt, _, _ = await chat_inputs(serving, to_chat_request(req))
         n = len(prompt["prompt_token_ids"])
         return JSONResponse({"input_tokens": n, "context_management": {"original_input_tokens": n}})
     return await _translate(count())
