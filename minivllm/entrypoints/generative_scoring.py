@@ -66,19 +66,20 @@ async def create_generative_scoring(serving, raw: Request):
         else list(req.query)
     rid = f"generative-scoring-{raw.headers.get('X-Request-Id') or req.request_id}"
     params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
-    data, n_prompt = [], 0
-    for i, item in enumerate(req.items):
+    prompts = []
+    for item in req.items:
         item_ids = tok.encode(item, add_special_tokens=False) if isinstance(item, str) else list(item)
-        prompt = (item_ids + query if req.item_first else query + item_ids)[:serving.max_model_len - 1]
-        n_prompt += len(prompt)
-        gens = []
-        for label in req.label_token_ids:
-            gens += await start_children(serving, f"{rid}-{i}-{label}", [prompt + [label]], params, False, 1)
-        finals = await finals_of(gens)
+        prompts.append((item_ids + query if req.item_first else query + item_ids)[:serving.max_model_len - 1])
+    # one engine request per (item, label), all in flight together: request k scores label k % L of item k // L
+    labels = req.label_token_ids
+    finals = await finals_of(await start_children(serving, rid, [p + [label] for p in prompts for label in labels],
+                                                  params, False, 1))
+    data = []
+    for i in range(len(prompts)):
         label_lp = {label: float(out.prompt_logprobs[-1][label])
-                    for label, out in zip(req.label_token_ids, finals, strict=True)}
-        data.append({"index": i, "object": "score",
-                     "score": probabilities(label_lp, req.apply_softmax)[req.label_token_ids[0]]})
+                    for label, out in zip(labels, finals[i * len(labels):(i + 1) * len(labels)], strict=True)}
+        data.append({"index": i, "object": "score", "score": probabilities(label_lp, req.apply_softmax)[labels[0]]})
+    n_prompt = sum(len(p) for p in prompts)
     return JSONResponse({"id": rid, "object": "list", "created": now(),
                          "model": serving.model_name, "data": data,
                          "usage": _usage(n_prompt, len(req.items))})
