@@ -380,12 +380,10 @@ def differences(a: dict, b: dict) -> list[str]:
     for key in ("status", "content_type", "text", "cors"):
         if a.get(key) != b.get(key):
             diffs.append(f"{key}: vLLM {a.get(key)!r}, minivllm {b.get(key)!r}")
-    ra, rb = set(a.get("routes", [])), set(b.get("routes", []))
-    diffs += [f"route {r}: vLLM only" for r in sorted(ra - rb)] + [f"route {r}: minivllm only" for r in sorted(rb - ra)]
-    if "families" in a or "families" in b:
-        fa, fb = set(a.get("families", [])), set(b.get("families", []))
-        diffs += [f"metric family {f}: vLLM only" for f in sorted(fa - fb)]
-        diffs += [f"metric family {f}: minivllm only" for f in sorted(fb - fa)]
+    for key, what in (("routes", "route"), ("families", "metric family")):  # /openapi.json's routes, /metrics'
+        xa, xb = set(a.get(key, [])), set(b.get(key, []))
+        diffs += [f"{what} {x}: vLLM only" for x in sorted(xa - xb)]
+        diffs += [f"{what} {x}: minivllm only" for x in sorted(xb - xa)]
     sa, sb = a.get("sse"), b.get("sse")
     if (sa is None) != (sb is None):
         diffs.append(f"sse: vLLM {'streamed' if sa else 'did not stream'}, minivllm "
