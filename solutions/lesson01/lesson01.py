@@ -25,7 +25,7 @@
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
 #
-# 没有 nbgrader 时（例如 Colab），运行评分规则下的“自检”单元格（或 `python -m autograder check lesson01`），得分与 nbgrader 的自动部分一致。
+# 没有 nbgrader 时（例如 Colab），运行评分规则下的“自检”单元格（或 `python -m autograder check lesson01`），得分与 nbgrader 自动部分一致。
 
 # %% [markdown]
 # ## 源码版本与阅读方法
@@ -94,7 +94,7 @@ L01.fig_architecture();
 L01.fig_arithmetic_intensity();
 
 # %% [markdown]
-# 图 1-1：Prefill 受算力限制，Decode（batch 小于约 300）受带宽限制；decode 一步很短，CPU 开销显眼。
+# 图 1-1（d×d 线性层）：一次前向的 token 过几百即受算力限制（prefill 常如此）；decode 的小 batch 受带宽限制，attention 各读各的 KV，总受带宽限制。
 #
 # `EngineCore.step()`（默认的 async scheduling 改走 `step_with_batch_queue`，见附录）每一步是 Schedule → Execute → Update：
 #
@@ -118,13 +118,13 @@ L01.fig_request_flow();
 #   - EngineCore 与 Scheduler 独占请求生命周期（WAITING、RUNNING、PREEMPTED、FINISHED_*；V1 没有 SWAPPED，被抢占的请求释放 KV 块，恢复时重算（仍命中缓存的块免算）），Worker 不改请求状态；
 #   - GPUModelRunner 独占显存与 kernel 执行。共享可变对象会引发竞争。
 # - **abort 在 update 之前**：forward 期间被取消的请求，EngineCore 在 `update_from_output` 之前处理取消，本步 token 不会追加给它。
-# - 顺序颠倒时，引擎为已取消的请求白做一次更新，输出被前端丢弃；这个 token 若触发停止，引擎内部以 stop/length 而非 abort 结束它。块不会被重复释放：每块只释放一次。
+# - 顺序颠倒时，引擎为已取消的请求白做一次更新，输出被前端丢弃；这个 token 若触发停止，引擎内部以 stop/length 而非 abort 结束它。块不会被重复释放。
 # - **计划与结果属于同一步**：`SchedulerOutput` 与 `ModelRunnerOutput` 同属一步。worker 出错时 vLLM 不伪造空输出：EngineCore 退出，在途请求得到 `EngineDeadError`。
 #
 # ### 4. 性能与工程取舍
 #
 # - **进程解耦**：EngineCore 独立成进程，不与前端的分词、解码争 GIL；代价是序列化。
-# - **grammar 与 forward 重叠**：结构化输出的 bitmask 可能很耗 CPU（随批内结构化请求数增长）。在 `execute_model(non_block=True)` 之后立即算它，与 GPU forward 重叠；bitmask 比 forward 慢时仍有空泡，用 profiler 测。
+# - **grammar 与 forward 重叠**：结构化输出的 bitmask 可能很耗 CPU。在 `execute_model(non_block=True)` 之后立即算它，与 GPU forward 重叠；bitmask 比 forward 慢时仍有空泡，用 profiler 测。
 
 # %% [markdown]
 # ## 具体演示：单请求执行取消与控制流跟踪演练
@@ -149,7 +149,7 @@ L01.plot_timeline(run);
 # %% [markdown]
 # 读图：红色虚线是取消到达时刻。grammar 紧跟 execute，早于 forward 结束。wait 之后先 aborts 再 update：r0 第 3 步算出的 token 没有输出（已 `FINISHED_ABORTED`）；r1 照常生成。
 #
-# 下面把 aborts 挪到 update 之后再跑一次，并列出 minivllm 的 `EngineCoreProc` 构造时启动的 IO 线程。
+# 下面把 aborts 挪到 update 之后再跑一次，并列出 minivllm `EngineCoreProc` 的 IO 线程。
 
 # %%
 L01.print_late_abort(L01.late_abort_run())
@@ -343,7 +343,7 @@ L01.check_source_map(SOURCE_MAP)
 #
 # === BEGIN MARK SCHEME ===
 #
-# **评分要点**：2 分 = 指出 model output 里已有该请求本步的 token（本步是 decode 或 prefill 最后一块时；不要求提到 chunked prefill 中间块的例外）；先 abort 使请求在 update 之前成为 `FINISHED_ABORTED`，update 因而跳过它、不再为它追加 token 或产生输出；并说明反序的后果：引擎为已取消的请求更新状态并输出本步 token（在 vLLM 里前端已由 `AsyncLLM.abort` 移除该请求，这条输出被丢弃，客户端收不到）。1 分 = 只给出结论或只给出后果；0 分 = 没有沿对象与状态变化给出因果链。
+# **评分要点**：2 分 = 指出 model output 里已有该请求本步的 token（本步是 decode 或 prefill 最后一块时；不要求提到 chunked prefill 中间块的例外）；先 abort 使请求在 update 之前成为 `FINISHED_ABORTED`，update 因而跳过它、不再为它追加 token 或产生输出；并说明反序的后果：引擎为已取消的请求更新状态并输出本步 token（在 vLLM 里前端已由 `AsyncLLM.abort` 移除该请求，这条输出被丢弃，客户端收不到）。1 分 = 三点中只给出一到两点（例如只有结论或只有后果）；0 分 = 没有沿对象与状态变化给出因果链。
 #
 # KV 块在哪一步释放不是本题所问：写“abort 时释放”（正确，`finish_requests` → `_free_request`）或没有提及的，都不影响得分。不要求、也不奖励“反序会 use-after-free”：先 update 后 abort 时每个块仍只释放一次（本课演示）。写“输出推给了已断开的客户端”而因果链其余正确的，不扣分；写出前端丢弃这条输出的，同样得分。
 #

@@ -271,9 +271,9 @@ L12.plot_bench(bench);
 # %% [markdown]
 # 图 12-2：TTFT、TPOT、ITL 的中位数与 p99 随请求率变化；表下一行是这次运行的数字：
 #
-# - 请求率低于服务能力时，请求一来就被调度：TTFT 约一次 prefill，TPOT 约小 batch 的一步；
+# - 请求率低于服务能力时，请求一来就被调度：TTFT 约为固定开销（HTTP、分词、ZMQ、SSE）加一次 prefill，TPOT 约小 batch 的一步；
 # - `inf` 时请求排队等前面的 prefill，TTFT 跳高；batch 变大，TPOT 上升；
-# - 2 与 8 时 ITL 的 p99 明显高于中位数：新请求的 prefill 插进 decode 中的 batch，那一步特别长。
+# - 2 与 8 时 ITL 的 p99 明显高于中位数：尾部由偶发的长步决定。负载低时多是共享 CPU 的抖动；请求率高时还有新请求的 prefill 插进 decode 中的 batch。
 #
 # 负载下 5 次运行，后两条次次成立；数字只对本机本负载成立。
 
@@ -367,7 +367,7 @@ L12.check_source_map(SOURCE_MAP)
 #
 # **参考答案**
 #
-# 作者的一次运行（数字只作示例）：8 req/s 时 TTFT 中位数约 13 ms、TPOT 约 2.6 ms；`inf` 时 TTFT 约 99 ms、TPOT 约 10 ms。TTFT 多了约 85 ms，TPOT 只多了约 8 ms。8 req/s 时请求陆续到达，来一个就在下一步被调度，TTFT 约等于一次 prefill。`inf` 时 16 个请求一起到：先到的两个进了第一步，其余 14 个（还在前端处理或在 waiting 队列里）等这一步结束，再在一步里一起 prefill，所以 TTFT 的大头是排队和这一大步。TPOT 只因每步 decode 的 batch 变成 16 个请求而变慢。
+# 作者的一次运行（数字只作示例）：8 req/s 时 TTFT 中位数约 13 ms、TPOT 约 2.6 ms；`inf` 时 TTFT 约 99 ms、TPOT 约 10 ms。TTFT 多了约 85 ms，TPOT 只多了约 8 ms。8 req/s 时请求陆续到达，来一个就在下一步被调度，TTFT 约为固定开销（HTTP、分词、ZMQ、SSE）加一次 prefill。`inf` 时 16 个请求一起到：先到的两个进了第一步，其余 14 个（还在前端处理或在 waiting 队列里）等这一步结束，再在一步里一起 prefill，所以 TTFT 的大头是排队和这一大步。TPOT 只因每步 decode 的 batch 变成 16 个请求而变慢。
 #
 # === END MARK SCHEME ===
 
@@ -434,7 +434,7 @@ L12.print_split(split)
 # - **断开连接**：Starlette 的 `StreamingResponse` 只在 ASGI spec < 2.4 时边发送边等 `http.disconnect`，uvicorn 报告 2.3；minivllm 用子类 `CancellableStreamingResponse`，任何 spec 下都等。
 # - **abort**：vLLM 区分外部与内部 request id（并行采样的子请求等），用 `abort_requests_async` 通知 EngineCore；minivllm 只有一种 id，对应 `AsyncLLM._abort`，其 `AsyncMPClient.abort_requests` 是同步的。
 # - **OutputProcessor**：vLLM 的还支持 pooling 输出与流式输入。排队时间：vLLM 由 QUEUED/SCHEDULED 事件算出，minivllm 放在第一个 `EngineCoreOutput.queue_time` 上。
-# - **async scheduling**：vLLM 默认开，minivllm 默认关；它让下一步的调度与这一步的执行重叠，改变输出到达前端的时刻，不改变每次 update 带的 token 数（不开投机时每步一个）。
+# - **async scheduling**：vLLM 在支持时默认开，minivllm 默认关；它让下一步的调度与这一步的执行重叠，改变输出到达前端的时刻，不改变每次 update 带的 token 数（不开投机时每步一个）。
 # - **指标与基准**：minivllm 的指标前缀是 `minivllm:`；`minivllm bench serve` 是 `vllm bench serve` 的子集。
 
 # %% [markdown]
