@@ -327,7 +327,7 @@ L01.check_source_map(SOURCE_MAP)
 # 2. Grammar 绝不能晚于采样（Sampling Constraint）：
 #    - 这并不意味着 Grammar 可以晚于采样。GPU ModelRunner 在执行 Transformer Forward 产出未归一化的 Logits 后，必须等待 Grammar Mask 的位掩码注入（将非法 Token 的 Logits 强行置为 $-\infty$），然后才能执行 Softmax 和采样操作；
 #    - `non_block=True` 仅仅是将 Python 端的等待时机从“发射瞬间”推迟到了“提取最终输出之前”，在不破坏数据因果依赖的前提下，把 CPU 侧的 bitmask 开销尽量藏到 forward 后面（藏住多少要实测）。
-#    - 固定 commit 里这条依赖写在代码结构上：`EngineCore.step` 先 `future.result()` 拿到 forward 的结果，若它是 `None`（采样被拆开），再调用 `model_executor.sample_tokens(grammar_output)`，bitmask 作为参数进入采样；`step_with_batch_queue` 里 `sample_tokens(grammar_output, non_block=True)` 同样带着 bitmask，需要上一步 token 的结构化输出请求则推迟采样。
+#    - 固定 commit 里这条依赖写在代码结构上：`EngineCore.step` 先 `future.result()` 拿到 forward 的结果，若它是 `None`（采样被拆开），再调用 `model_executor.sample_tokens(grammar_output)`，bitmask 作为参数进入采样；`step_with_batch_queue` 里 `sample_tokens(grammar_output, non_block=True)` 同样带着 bitmask；若本批有结构化输出请求还在等上一步的 token（`pending_structured_output_tokens`），整批的 `sample_tokens` 推迟到处理完上一步输出、算出 bitmask 之后。
 #
 # === END MARK SCHEME ===
 
