@@ -129,6 +129,32 @@ def test_completion_stream_and_not(client, offline, server):
     assert all("choices" in json.loads(e[6:]) for e in events[:-1])
 
 
+def test_render_generate_derender_round_trip_gives_the_completion(server, offline):
+    """The disaggregated path, as a router runs it: render the request, stream tokens from /inference/v1/generate,
+    and turn each chunk back into text with the streamed derender, carrying its state between calls (vLLM 0.27.1's
+    scale_out routes). The text equals the completions route's; non-streamed derender of the ids equals it too."""
+    base, auth = server[1], {"Authorization": f"Bearer {API_KEY}"}
+    [ref] = greedy_text(offline, ["ROMEO: wherefore"], 24)
+    [gen_req] = httpx.post(base + "/v1/completions/render", headers=auth, json={
+        "model": NAME, "prompt": "ROMEO: wherefore", "max_tokens": 24, "temperature": 0, "ignore_eos": True}).json()
+    body = httpx.post(base + "/inference/v1/generate", headers=auth, timeout=60,
+                      json=gen_req | {"stream": True}).text
+    chunks = [json.loads(e[6:]) for e in body.split("\n\n") if e.startswith("data: {")]
+    assert len(chunks) > 1
+    state, text, ids = None, "", []
+    for chunk in chunks:
+        r = httpx.post(base + "/v1/completions/derender", headers=auth, json={
+            "model": NAME, "stream": True, "generate_chunk": chunk, "stream_state": state}).json()
+        state = r["stream_state"]
+        assert len(state["prev_tokens"]) <= 8  # the carried window stays a few tokens, however long the output
+        text += "".join(c["text"] for c in r["chunk"]["choices"])
+        ids += [t for c in chunk["choices"] for t in c["token_ids"] or []]
+    assert len(ids) == 24 and text == ref
+    whole = httpx.post(base + "/v1/completions/derender", headers=auth, json={
+        "model": NAME, "generate_responses": [{"request_id": "r", "choices": [{"index": 0, "token_ids": ids}]}]})
+    assert whole.json()["choices"][0]["text"] == ref
+
+
 def test_batch_prompts_and_token_ids(client, offline):
     refs = greedy_text(offline, ["a", "b c", [5, 6, 7, 8]], 8)
     out = client.completions.create(model=NAME, prompt=["a", "b c"], max_tokens=8, **GREEDY)

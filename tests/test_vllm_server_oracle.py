@@ -63,10 +63,7 @@ VLLM_UNSTABLE = {"cmpl/bad/invalid_json": "vLLM closes the connection on a trunc
                                               "changes from run to run; each is minivllm's sample of that index"}
 
 # vLLM behaviour minivllm does not have yet: case -> what is missing. Each must still differ.
-OPEN_GAPS: dict[str, str] = {
-    name: "streamed derender (one /inference/v1/generate chunk per call, the incremental detokenizer's "
-          "prev_tokens / prefix_offset / read_offset carried by the client) is a 400 naming stream"
-    for name in ("route3/derender_cmpl_stream", "route3/derender_chat_stream")}
+OPEN_GAPS: dict[str, str] = {}
 
 # Streams whose chunk boundaries depend on load, on either server: when the client reads slower than the engine
 # steps, both merge the waiting tokens into one chunk (vLLM's RequestOutputCollector), and a chunk shape that only

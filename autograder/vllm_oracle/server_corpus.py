@@ -776,6 +776,44 @@ def route3_cases() -> list[dict]:
         _case("route3/derender_chat_stream", "routes", "/v1/chat/completions/derender", {
             "model": MODEL, "stream": True, "generate_chunk": {"request_id": "r", "choices": [
                 {"index": 0, "token_ids": [413]}]}}),
+        # streamed derender: one generate chunk per call, the detokenizer's window carried by the client
+        *[_case(f"route3/derender_{kind}_stream_{name}", "routes", f"/v1/{path}derender", {
+            "model": MODEL, "stream": True} | body)
+          for kind, path in (("cmpl", "completions/"), ("chat", "chat/completions/"))
+          for name, body in (
+              ("carried", {"stream_state": {"prev_tokens": ["To"], "prefix_offset": 0, "read_offset": 1},
+                           "generate_chunk": {"request_id": "r", "choices": [
+                               {"index": 0, "token_ids": [308, 530]}]}}),
+              ("split_char", {"stream_state": {"prev_tokens": ["Ġbe", "Ã"], "prefix_offset": 0, "read_offset": 1},
+                              "generate_chunk": {"request_id": "r", "choices": [{"index": 0, "token_ids": [106]}]}}),
+              ("split_char_first", {"generate_chunk": {"request_id": "r", "choices": [
+                  {"index": 0, "token_ids": [413, 131]}]}}),
+              ("last_usage", {"prompt_tokens": 3, "stream_state": {"prev_tokens": ["Ġor"], "read_offset": 1,
+                                                                    "role_sent": True},
+                              "generate_chunk": {"request_id": "r", "usage": {"prompt_tokens": 5,
+                                                                             "completion_tokens": 4},
+                                                 "choices": [{"index": 0, "token_ids": [2],
+                                                              "finish_reason": "stop"}]}}),
+              ("usage_only", {"generate_chunk": {"request_id": "r", "choices": [],
+                                                 "usage": {"prompt_tokens": 5, "completion_tokens": 4}}}),
+              ("oov", {"generate_chunk": {"request_id": "r", "choices": [{"index": 0, "token_ids": [99999, 413]}]}}),
+              ("two_choices", {"generate_chunk": {"request_id": "r", "choices": [
+                  {"index": 0, "token_ids": [413]}, {"index": 1, "token_ids": [308]}]}}),
+              ("state_too_long", {"stream_state": {"prev_tokens": ["To"] * 1025},
+                                  "generate_chunk": {"request_id": "r", "choices": [{"index": 0, "token_ids": [308]}]}}),
+              ("negative_offset", {"stream_state": {"prefix_offset": -1},
+                                   "generate_chunk": {"request_id": "r", "choices": [{"index": 0, "token_ids": [308]}]}}),
+              ("no_chunk", {}),
+              ("bad_model", {"model": "nope", "generate_chunk": {"request_id": "r", "choices": []}}),
+          )],
+        _case("route3/derender_cmpl_stream_special_kept", "routes", "/v1/completions/derender", {
+            "model": MODEL, "stream": True, "completion_request": {"model": MODEL, "prompt": "x",
+                                                                  "skip_special_tokens": False},
+            "generate_chunk": {"request_id": "r", "choices": [{"index": 0, "token_ids": [413, 2],
+                                                               "finish_reason": "stop"}]}}),
+        _case("route3/derender_chat_stream_with_parser", "tools", "/v1/chat/completions/derender", {
+            "model": MODEL, "stream": True, "generate_chunk": {"request_id": "r", "choices": [
+                {"index": 0, "token_ids": [413]}]}}, server="tools"),
         _case("route3/generative_scoring", "routes", "/generative_scoring", {"model": MODEL, "query": "To be",
                                                                             "items": ["yes", "no"],
                                                                             "label_token_ids": [413, 308]}),

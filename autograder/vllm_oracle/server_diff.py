@@ -199,10 +199,10 @@ def flatten(obj, prefix: str = "") -> dict:
 
 
 def sampled(case: dict) -> bool:
-    """Temperature > 0 without a seed: the text is not reproducible, so only shapes count. A render answer samples
-    nothing; /inference/v1/generate carries its temperature and seed in sampling_params."""
+    """Temperature > 0 without a seed: the text is not reproducible, so only shapes count. A render or derender
+    answer samples nothing; /inference/v1/generate carries its temperature and seed in sampling_params."""
     body = case.get("body")
-    if not isinstance(body, dict) or case["path"].endswith(("/render", "/count_tokens")):
+    if not isinstance(body, dict) or case["path"].endswith(("/render", "/derender", "/count_tokens")):
         return False
     if case["path"] == "/inference/v1/generate":
         body = body.get("sampling_params") if isinstance(body.get("sampling_params"), dict) else {}

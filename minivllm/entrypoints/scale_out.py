@@ -246,23 +246,61 @@ class DerenderChatRequest(OpenAIBaseModel):
     chat_request: ChatCompletionRequest | None = None
 
 
-class DerenderStreamRequest(OpenAIBaseModel):
-    """vLLM's streamed derender (one /inference/v1/generate chunk per call, the detokenizer's state carried by the
-    client): accepted as vLLM types it, then refused, since minivllm does not serve it."""
+class GenerateStreamChoice(OpenAIBaseModel):
+    index: int
+    logprobs: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    token_ids: list[int] | None = None
 
+
+class StreamUsage(OpenAIBaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int | None = 0
+    total_tokens: int = 0
+
+
+class GenerateStreamResponse(OpenAIBaseModel):
+    """One SSE chunk of a streamed /inference/v1/generate, as the streamed derender takes it back."""
+
+    request_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    choices: list[GenerateStreamChoice]
+    usage: StreamUsage | None = None
+
+
+class DerenderStreamState(OpenAIBaseModel):
+    """vLLM's DerenderStreamState: what the client carries between streamed derender calls, so the server keeps no
+    session. prev_tokens is the tail of token strings the incremental detokenizer still reads (from prefix_offset),
+    trimmed and rebased after every chunk so it does not grow with the output."""
+
+    prev_tokens: list[str] = Field(default_factory=list)
+    prefix_offset: int = Field(0, ge=0)
+    read_offset: int = Field(0, ge=0)
+    role_sent: bool = False
+    last_content: str | None = None  # vLLM carries these three for a parser it does not run yet either
+    last_reasoning: str | None = None
+    last_tool_call_ids: list[str] = Field(default_factory=list)
+
+    @field_validator("prev_tokens")
+    @classmethod
+    def _bound_prev_tokens(cls, v: list[str]) -> list[str]:
+        if len(v) > 1024:  # the window is a few tokens long: a bigger one is a malformed payload
+            raise ValueError(f"prev_tokens length ({len(v)}) exceeds maximum (1024)")
+        return v
+
+
+class DerenderStreamRequest(OpenAIBaseModel):
     stream: Literal[True]
     model: str
-    generate_chunk: dict[str, Any]
-    stream_state: dict[str, Any] | None = None
+    generate_chunk: GenerateStreamResponse
+    stream_state: DerenderStreamState | None = None
+    prompt_tokens: int | None = None
 
 
 class DerenderChatStreamRequest(DerenderStreamRequest):
-    prompt_tokens: int | None = None
     chat_request: ChatCompletionRequest | None = None
 
 
 class DerenderCompletionStreamRequest(DerenderStreamRequest):
-    prompt_tokens: int | None = None
     completion_request: CompletionRequest | None = None
 
 
@@ -306,10 +344,62 @@ def _check_derender_bounds(serving, responses: list[GenerateResponse]) -> None:
                                           f"max_model_len ({serving.max_model_len}).")
 
 
-def _no_stream(req) -> None:
-    if isinstance(req, DerenderStreamRequest):
-        raise VLLMValidationError("streaming derender (stream=true, one generate chunk and a carried detokenizer "
-                                  "state per call) is not supported by minivllm", "stream")
+def _detokenize_delta(tokenizer, token_ids: list[int], state: DerenderStreamState, skip_special_tokens: bool
+                      ) -> tuple[str, DerenderStreamState]:
+    """vLLM's OnlineDerenderer._detokenize_delta: the text of a chunk's new tokens, resumed from the client's state.
+
+    vLLM's slow incremental detokenizer (tokenizers/detokenizer_utils.py detokenize_incrementally) one token at a
+    time: the text of tokens [prefix_offset:] minus that of [prefix_offset:read_offset] is what the new token
+    added; nothing is emitted while it is shorter or ends in U+FFFD (a character still split across tokens). The
+    window is then trimmed to what the next call still reads, and the offsets rebased to it."""
+    prev, prefix, read = list(state.prev_tokens), state.prefix_offset, state.read_offset
+    parts = []
+    for tid in token_ids:
+        new = tokenizer.convert_ids_to_tokens([tid], skip_special_tokens=skip_special_tokens) \
+            if 0 <= tid < len(tokenizer) else [""]
+        out = prev + ["" if t is None else t for t in new]
+        prefix_text = tokenizer.convert_tokens_to_string(out[prefix:read])
+        text = tokenizer.convert_tokens_to_string(out[prefix:])
+        if len(text) > len(prefix_text) and not text.endswith("\ufffd"):
+            parts.append(text[len(prefix_text):])
+            prefix, read = read, len(out)
+        prev = out
+    return "".join(parts), state.model_copy(update={"prev_tokens": prev[prefix:], "prefix_offset": 0,
+                                                    "read_offset": read - prefix})
+
+
+def _stream_chunk(serving, req: DerenderStreamRequest, skip: bool, choice_fn, name: str, obj: str) -> dict:
+    """One streamed derender answer: the chunk of the one choice in `req.generate_chunk` (vLLM threads one state
+    through a chunk, so it refuses more than one) and the state the client passes to the next call."""
+    from minivllm.entrypoints.openai.api_server import _usage, now
+
+    serving.check_model(req.model)
+    gen = req.generate_chunk
+    if len(gen.choices) > 1:
+        raise VLLMValidationError(f"{name} expects at most one choice per chunk")
+    state, choices = req.stream_state or DerenderStreamState(), []
+    for c in gen.choices:
+        text, state = _detokenize_delta(serving.tokenizer, c.token_ids or [], state, skip)
+        state, choice = choice_fn(c, text, state)
+        choices.append(choice)
+    usage = None
+    if gen.usage is not None:
+        usage = _usage(req.prompt_tokens if req.prompt_tokens is not None else gen.usage.prompt_tokens or 0,
+                       gen.usage.completion_tokens or 0)
+    return {"id": gen.request_id, "object": obj, "created": now(), "model": req.model, "choices": choices, "usage": usage,
+            "system_fingerprint": None}, state
+
+
+def _completion_stream_choice(c, text, state):
+    return state, {"index": c.index, "text": text, "logprobs": None, "finish_reason": c.finish_reason,
+                   "stop_reason": None, "prompt_token_ids": None, "token_ids": None}
+
+
+def _chat_stream_choice(c, text, state):
+    role = None if state.role_sent else "assistant"  # the role goes out once, on the first chunk with a choice
+    return state.model_copy(update={"role_sent": True}), {
+        "index": c.index, "delta": {"role": role, "content": text or None, "reasoning": None}, "logprobs": None,
+        "finish_reason": c.finish_reason, "stop_reason": None, "token_ids": None}
 
 
 async def derender_completion(serving, req: DerenderCompletionRequest | DerenderCompletionStreamRequest
@@ -317,13 +407,17 @@ async def derender_completion(serving, req: DerenderCompletionRequest | Derender
     """vLLM's ServingDerender.derender_completion_response: each prompt's generated ids as a completion choice."""
     from minivllm.entrypoints.openai.api_server import _RESPONSE_EXTRAS, _TRANSFER_EXTRAS, _usage, now
 
-    _no_stream(req)
+    skip = req.completion_request.skip_special_tokens if req.completion_request is not None else True
+    if isinstance(req, DerenderCompletionStreamRequest):
+        chunk, state = _stream_chunk(serving, req, skip, _completion_stream_choice, "derender_completion_stream",
+                                     "text_completion")
+        return JSONResponse({"chunk": chunk | {"metrics": None},
+                             "stream_state": state.model_dump()})
     serving.check_model(req.model)
     if not req.generate_responses:
         raise VLLMValidationError("generate_responses must not be empty")
     _check_derender_bounds(serving, req.generate_responses)
     tok = serving.tokenizer
-    skip = req.completion_request.skip_special_tokens if req.completion_request is not None else True
     prompt_tokens = req.prompt_tokens or [0] * len(req.generate_responses)
     choices, n_gen = [], 0
     for gen in req.generate_responses:
@@ -360,15 +454,25 @@ async def derender_chat(serving, req: DerenderChatRequest | DerenderChatStreamRe
         _RESPONSE_EXTRAS,
         _TRANSFER_EXTRAS,
         _usage,
+        error_response,
         now,
     )
 
-    _no_stream(req)
+    skip = req.chat_request.skip_special_tokens if req.chat_request is not None else True
+    if isinstance(req, DerenderChatStreamRequest):
+        serving.check_model(req.model)
+        if serving.auto_tool_parser is not None:  # vLLM streams no parsed output yet and refuses rather than leak
+            return error_response(501, "Streaming chat derender is not yet supported for models with a reasoning or "
+                                  "tool parser configured. Use the non-streaming derender endpoint (stream=false) "
+                                  "for parsed output.", "NotImplementedError")
+        chunk, state = _stream_chunk(serving, req, skip, _chat_stream_choice, "derender_chat_stream",
+                                     "chat.completion.chunk")
+        return JSONResponse({"chunk": chunk | {
+            "prompt_token_ids": None, "prompt_text": None, "metrics": None}, "stream_state": state.model_dump()})
     serving.check_model(req.model)
     gen = req.generate_response
     _check_derender_bounds(serving, [gen])
     tok = serving.tokenizer
-    skip = req.chat_request.skip_special_tokens if req.chat_request is not None else True
     choices = []
     for c in gen.choices:
         if not c.token_ids:

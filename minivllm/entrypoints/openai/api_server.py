@@ -4,7 +4,8 @@ Routes: /v1/completions, /v1/chat/completions (streaming as SSE `data: {...}` ..
 /v1/models, /health and /ping (503 once the core is dead), /version, /load, /metrics (Prometheus text),
 /tokenize, /detokenize, /v1/responses, the batch chat and SageMaker routes, tokens in / tokens out
 (/v1/*/render, /inference/v1/generate: entrypoints/scale_out.py), Anthropic's /v1/messages (entrypoints/
-anthropic.py), /generative_scoring, derender (not streamed). Request and response fields, errors and routes answer as vLLM 0.27.1's server does, request for
+anthropic.py), /generative_scoring and derender (streamed: one generate chunk per call, the detokenizer's window
+carried by the client). Request and response fields, errors and routes answer as vLLM 0.27.1's server does, request for
 request (tests/test_vllm_server_oracle.py against its recorded answers): errors are OpenAI-shaped,
 {"error": {"message", "type", "param", "code"}}, with vLLM's types and params (a schema-level error is
 "Bad Request" with param "body.<field>"); unknown routes get FastAPI's {"detail": ...}; a missing or wrong
