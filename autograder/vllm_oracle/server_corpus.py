@@ -856,9 +856,19 @@ def metrics_cases() -> list[dict]:
     return [_case("metrics/families", "metrics", "/metrics", method="GET")]
 
 
+def responses_cases() -> list[dict]:
+    """The Responses API (/v1/responses): every ResponsesRequest field at a valid, a boundary and an invalid value."""
+    return []
+
+
+def dev_cases() -> list[dict]:
+    """The development routes vLLM registers with VLLM_SERVER_DEV_MODE=1 (vllm/entrypoints/serve/dev/)."""
+    return []
+
+
 def server_cases() -> list[dict]:
     cases = (completion_cases() + chat_cases() + streamed_cases() + route_cases() + auth_cases() + tool_cases()
-             + round2_cases() + route2_cases() + route3_cases() + metrics_cases())
+             + round2_cases() + route2_cases() + route3_cases() + responses_cases() + dev_cases() + metrics_cases())
     names = [c["name"] for c in cases]
     assert len(names) == len(set(names)), "case names must be unique"
     return cases
