@@ -39,7 +39,7 @@ def markdown(path: Path) -> list[str]:
 
 def test_every_notebook_has_the_one_generated_install_cell_and_a_colab_link():
     lessons = discover_lessons()
-    assert len(lessons) == 12
+    assert lessons, "no lessons found under solutions/"
     cell = INSTALL_CELL.format(url=release_url())
     for lesson in lessons:
         for nb in (NOTEBOOKS / lesson / f"{lesson}.ipynb", REPO / "solutions" / lesson / f"{lesson}.ipynb"):
@@ -55,7 +55,7 @@ def test_previous_and_next_links_follow_the_course_order():
     lessons = discover_lessons()
     titles = [next(x for x in markdown(NOTEBOOKS / le / f"{le}.ipynb")[0].splitlines() if x.startswith("# 第"))[2:]
               for le in lessons]
-    assert [t.split("：")[0] for t in titles] == [f"第 {i} 课" for i in range(1, 13)]
+    assert [t.split("：")[0] for t in titles] == [f"第 {int(le[6:])} 课" for le in lessons]
     for i, lesson in enumerate(lessons):
         nav = [line for text in markdown(NOTEBOOKS / lesson / f"{lesson}.ipynb") for line in text.splitlines()
                if "上一课" in line or "下一课" in line]

@@ -21,10 +21,11 @@ from pathlib import Path
 import pytest
 
 from autograder import vllm_source as vs
+from autograder.common import discover_lessons
 from autograder.vllm_names import DEFAULT_OUT, VllmNames
 
 REPO = Path(__file__).resolve().parent.parent
-LESSONS = [f"lesson{n:02d}" for n in range(1, 13)]
+LESSONS = discover_lessons()
 PYTHON_NAMES = {"pop", "result", "self"}  # Python's, not vLLM's, parts of a SOURCE_MAP answer
 
 

@@ -25,10 +25,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from autograder.common import discover_lessons  # noqa: E402
 from autograder.pin import REPO, VLLM_VERSION  # noqa: E402
 
 RECORDINGS = REPO / "data" / "vllm_views"
-LESSONS = tuple(f"lesson{i:02d}" for i in range(1, 13))
+LESSONS = tuple(discover_lessons())  # by folder: a new lesson is recorded and checked without a list to edit
 
 
 def vllm_python() -> Path | None:
