@@ -27,7 +27,9 @@ CATS = ("valid", "streamed", "structured", "bad_input", "routes", "auth", "metri
 # The tools profile keeps JSON compact: the shipped model, free to add whitespace, fills max_tokens with it.
 SERVER_PROFILES = {"default": [], "tools": [
     "--enable-auto-tool-choice", "--tool-call-parser", "pythonic",
-    "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}']}
+    "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}'],
+    # vLLM's development routes (vllm/entrypoints/serve/dev/), on with an environment variable, not a flag
+    "dev": {"flags": [], "env": {"VLLM_SERVER_DEV_MODE": "1"}}}
 
 
 def _case(name, cat, path, body=None, method="POST", **kw) -> dict:

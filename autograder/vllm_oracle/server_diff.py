@@ -67,10 +67,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def profile_flags(profile: str) -> list[str]:
+    """A profile is a list of flags, or {"flags": [...], "env": {...}} (environment variables for both servers)."""
+    p = SERVER_PROFILES[profile]
+    return list(p.get("flags", [])) if isinstance(p, dict) else list(p)
+
+
+def profile_env(profile: str) -> dict[str, str]:
+    p = SERVER_PROFILES[profile]
+    return dict(p.get("env", {})) if isinstance(p, dict) else {}
+
+
 def server_command(side: str, port: int, profile: str = "default") -> list[str]:
     common = ["--dtype", "float32", "--enforce-eager", "--max-model-len", str(MAX_MODEL_LEN),
               "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(port), "--api-key", API_KEY,
-              *SERVER_PROFILES[profile]]
+              *profile_flags(profile)]
     if side == "vllm":
         py = vllm_python()
         if py is None:
@@ -86,7 +97,7 @@ def running_server(side: str, log_path: Path | None = None, profile: str = "defa
     (SERVER_PROFILES); yields its base URL, kills it (and its children)."""
     port = free_port()
     env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
-           "PYTHONHASHSEED": "0", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+           "PYTHONHASHSEED": "0", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"} | profile_env(profile)
     if side == "minivllm":
         env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     log = open(log_path or os.devnull, "wb")  # noqa: SIM115 (closed in the finally)
