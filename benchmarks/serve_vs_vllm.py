@@ -15,13 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+from minivllm.distributed.parallel_state import get_open_port
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -31,12 +32,6 @@ CLIENT = ("import sys; from vllm.benchmarks.serve import add_cli_args, main; "
           "from vllm.utils.argparse_utils import FlexibleArgumentParser as P; p = P(); add_cli_args(p); "
           "main(p.parse_args(sys.argv[1:]))")
 SERVED_NAME = "bench-model"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_server(side: str, model: str, port: int, args, log) -> subprocess.Popen:
@@ -110,7 +105,7 @@ def main() -> None:
     env = environment()
     print(environment_line(env), flush=True)
     workdir = Path(tempfile.mkdtemp(prefix="serve_vs_vllm-"))
-    ports = {"minivllm": free_port(), "vllm": free_port()}
+    ports = {"minivllm": get_open_port(), "vllm": get_open_port()}
     logs = {side: open(workdir / f"{side}.log", "w") for side in ports}
     servers = {side: start_server(side, model, port, args, logs[side]) for side, port in ports.items()}
     ratios, figures = [], {}

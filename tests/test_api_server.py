@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ import openai
 import pytest
 from tiny_models import make_tiny_model
 
+from minivllm.distributed.parallel_state import get_open_port as free_port  # noqa: F401  (other tests import it from here)
 from minivllm.entrypoints.llm import LLM
 from minivllm.entrypoints.openai.metrics import parse_prometheus
 from minivllm.sampling_params import SamplingParams
@@ -29,12 +29,6 @@ from minivllm.sampling_params import SamplingParams
 API_KEY = "sk-minivllm-test"
 NAME = "tiny"
 ENGINE = dict(device="cpu", attention_backend="torch", max_num_seqs=64)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

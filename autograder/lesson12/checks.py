@@ -57,7 +57,6 @@ import contextlib
 import hashlib
 import random
 import re
-import socket
 import threading
 import time
 
@@ -359,12 +358,6 @@ def check_boundary(cls, abort_fn) -> None:
 
 
 # ---------------------------------------------------------------------------- the real server
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class _Server:
     """build_app + uvicorn on loopback in a daemon thread; the EngineCore is its own process."""
 
@@ -372,8 +365,10 @@ class _Server:
         import uvicorn
 
         from minivllm.config import EngineArgs
+        from minivllm.distributed.parallel_state import get_open_port
         from minivllm.entrypoints.openai.api_server import build_app
-        self.port = free_port()
+
+        self.port = get_open_port()
         self.url = f"http://127.0.0.1:{self.port}"
         app = build_app(EngineArgs(model=DEFAULT_MODEL, **ENGINE), NAME)
         self.app = app
