@@ -187,8 +187,8 @@ def test_responses_answers_text_input_through_the_chat_template(server, client, 
     listed = client.responses.create(model=NAME, input=[{"role": "system", "content": "Be brief."}, {
         "role": "user", "content": [{"type": "input_text", "text": "Speak, Horatio."}]}], max_output_tokens=6, **GREEDY)
     assert listed.output_text == ref
-    refused = httpx.post(server[1] + "/v1/responses", headers=auth, json={"input": "hi", "stream": True})
-    assert refused.status_code == 400 and refused.json()["error"]["param"] == "stream"
+    refused = httpx.post(server[1] + "/v1/responses", headers=auth, json={"input": "hi", "background": True})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "background"
     assert httpx.post(server[1] + "/v1/responses", headers=auth, json={}).json()["error"]["param"] == "body.input"
 
 

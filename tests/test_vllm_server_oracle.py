@@ -53,6 +53,8 @@ DELIBERATE = {
     "route3/generate_n2_seeded": ("200 with one choice: the sample that finished last (the non-streaming answer keeps "
                                   "the last RequestOutput, which with n > 1 holds one child)",
                                   "200 with both samples, choices 0 and 1"),
+    "resp/tools_builtin": ("200: a hosted tool (web_search_preview) is echoed and never used, there being no tool "
+                           "server", "400 BadRequestError naming tools: minivllm has no built-in tools"),
 }
 
 # Where vLLM's own answer changes from run to run: kept in DELIBERATE, but not required to differ or to equal
@@ -193,6 +195,9 @@ def test_deliberate_differences(golden, minivllm_answers):
         return [values[f"choices[{i}].token_ids[{j}]"] for j in range(3)]
     kept = v["values"]["choices[0].index"]  # the sample vLLM kept is minivllm's sample of that index, token for token
     assert tokens(m["values"], kept) == tokens(v["values"], 0), (v, m)
+    v, m = answer(vllm, "resp/tools_builtin"), answer(mine, "resp/tools_builtin")
+    assert v["status"] == 200 and v["values"]["tools[0].type"] == "web_search_preview", v
+    assert m["status"] == 400 and m["values"]["error.param"] == "tools", m
     for name in ("metrics/families", "auth/metrics_no_key", "route/metrics_post"):
         v, m = set(answer(vllm, name)["families"]), set(answer(mine, name)["families"])
         assert v - m == NOT_PRODUCED and m - v == EXTRA_FAMILIES, (name, sorted(v - m), sorted(m - v))

@@ -858,9 +858,235 @@ def metrics_cases() -> list[dict]:
     return [_case("metrics/families", "metrics", "/metrics", method="GET")]
 
 
+def resp(**kw) -> dict:
+    return {"model": MODEL, "input": "Speak, friend.", "max_output_tokens": 8, "temperature": 0} | kw
+
+
+# Responses API function tools (flat: name and parameters at the top, not under "function")
+RESP_WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city",
+                "parameters": WEATHER["function"]["parameters"]}
+RESP_CLOCK = {"type": "function", "name": "get_time", "parameters": CLOCK["function"]["parameters"]}
+RESP_TOOLS = [RESP_WEATHER, RESP_CLOCK]
+RESP_NAMED = {"type": "function", "name": "get_weather"}
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer"}},
+          "required": ["name", "age"], "additionalProperties": False}
+
+
 def responses_cases() -> list[dict]:
-    """The Responses API (/v1/responses): every ResponsesRequest field at a valid, a boundary and an invalid value."""
-    return []
+    """The Responses API (/v1/responses, vLLM's ResponsesRequest in vllm/entrypoints/openai/responses/protocol.py,
+    served without harmony): every field at a valid, a boundary and an invalid value, streamed and not, text.format
+    through structured outputs, output logprobs, and function tools on the default and the tools server."""
+    p = "/v1/responses"
+
+    def rc(name, cat, body, **kw):
+        return _case(f"resp/{name}", cat, p, resp(**body), **kw)
+
+    user = {"role": "user", "content": "Speak, friend."}
+    cases = [
+        # input: a string, messages (with and without "type"), content parts, every role, a continued reply
+        rc("basic", "valid", {}),
+        rc("input_messages", "valid", {"input": [user]}),
+        rc("input_typed_message", "valid", {"input": [{"type": "message"} | user]}),
+        rc("input_parts", "valid", {"input": [{"role": "user", "content": [
+            {"type": "input_text", "text": "Speak,"}, {"type": "input_text", "text": "friend."}]}]}),
+        rc("input_roles", "valid", {"input": [{"role": "system", "content": "Be brief."},
+                                              {"role": "developer", "content": "Rhyme."}, user,
+                                              {"role": "assistant", "content": "Who goes there?"}, user]}),
+        rc("input_assistant_parts", "valid", {"input": [user, {"type": "message", "role": "assistant", "content": [
+            {"type": "output_text", "text": "Who goes there?"}]}, user]}),
+        rc("input_continue_final", "valid", {"input": [user, {"type": "message", "role": "assistant",
+                                                             "status": "in_progress", "content": [
+                                                                 {"type": "output_text", "text": "Good"}]}]}),
+        rc("input_function_call_history", "valid", {"input": [
+            user, {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city": "Verona"}'},
+            {"type": "function_call_output", "call_id": "c1", "output": "sunny"}]}),
+        rc("input_empty_string", "valid", {"input": ""}),
+        rc("bad/input_empty_list", "bad_input", {"input": []}),
+        rc("bad/input_null", "bad_input", {"input": None}),
+        rc("bad/input_int", "bad_input", {"input": 5}),
+        rc("bad/input_bad_role", "bad_input", {"input": [{"role": "wizard", "content": "hi"}]}),
+        rc("bad/input_image", "bad_input", {"input": [{"role": "user", "content": [
+            {"type": "input_image", "image_url": "http://127.0.0.1:9/x.png", "detail": "auto"}]}]}),
+        rc("bad/input_item_type", "bad_input", {"input": [{"type": "nonsense"}]}),
+        rc("bad/input_too_long", "bad_input", {"input": "to be or not " * 200}),
+        # instructions
+        rc("instructions", "valid", {"instructions": "Answer in verse."}),
+        rc("instructions_empty", "valid", {"instructions": ""}),
+        rc("bad/instructions_int", "bad_input", {"instructions": 3}),
+        # max_output_tokens
+        rc("max_output_tokens_1", "valid", {"max_output_tokens": 1}),
+        rc("max_output_tokens_null", "valid", {"max_output_tokens": None, "ignore_eos": False}),
+        rc("max_output_tokens_fill", "valid", {"max_output_tokens": 238, "max_tool_calls": None}),
+        rc("bad/max_output_tokens_fill_over", "bad_input", {"max_output_tokens": 239}),
+        rc("bad/max_output_tokens_0", "bad_input", {"max_output_tokens": 0}),
+        rc("bad/max_output_tokens_neg", "bad_input", {"max_output_tokens": -1}),
+        rc("bad/max_output_tokens_over", "bad_input", {"max_output_tokens": 300}),
+        rc("bad/max_output_tokens_str", "bad_input", {"max_output_tokens": "many"}),
+        # sampling
+        rc("temperature_default_seeded", "valid", {"temperature": None, "seed": 11}),
+        rc("seed_t1", "valid", {"temperature": 1.0, "seed": 1234}),
+        rc("top_p_small", "valid", {"temperature": 1.0, "top_p": 0.01}),
+        rc("top_k_1", "valid", {"temperature": 1.0, "top_k": 1}),
+        rc("top_k_minus1", "valid", {"top_k": -1}),
+        rc("bad/temperature_neg", "bad_input", {"temperature": -0.5}),
+        rc("bad/top_p_0", "bad_input", {"top_p": 0.0}),
+        rc("bad/top_k_minus2", "bad_input", {"top_k": -2}),
+        rc("bad/seed_str", "bad_input", {"seed": "x"}),
+        rc("stop_str", "valid", {"stop": "e"}),
+        rc("stop_list", "valid", {"stop": ["e", "\n"]}),
+        rc("stop_null", "valid", {"stop": None}),
+        rc("stop_incl", "valid", {"stop": ["e"], "include_stop_str_in_output": True}),
+        rc("bad/stop_int", "bad_input", {"stop": 5}),
+        rc("ignore_eos", "valid", {"ignore_eos": True, "max_output_tokens": 12}),
+        rc("presence_penalty_2", "valid", {"presence_penalty": 2.0}),
+        rc("frequency_penalty_neg2", "valid", {"frequency_penalty": -2.0}),
+        rc("bad/presence_penalty_over", "bad_input", {"presence_penalty": 2.5}),
+        rc("bad/frequency_penalty_under", "bad_input", {"frequency_penalty": -2.01}),
+        rc("repetition_penalty", "valid", {"repetition_penalty": 1.3}),
+        rc("bad/repetition_penalty_0", "bad_input", {"repetition_penalty": 0}),
+        rc("logit_bias", "valid", {"logit_bias": {"5": 100}}),
+        rc("logit_bias_clamped", "valid", {"logit_bias": {"5": 1000}}),
+        rc("bad/logit_bias_oov", "bad_input", {"logit_bias": {"999999": 5}}),
+        rc("bad/logit_bias_str", "bad_input", {"logit_bias": {"5": "up"}}),
+        rc("skip_special_tokens_false", "valid", {"skip_special_tokens": False, "ignore_eos": True}),
+        # metadata, user, service tier, truncation, store, background, previous response, prompt, reasoning
+        rc("metadata", "valid", {"metadata": {"k": "v", "trace": "1"}}),
+        rc("bad/metadata_int", "bad_input", {"metadata": {"k": 1}}),
+        rc("user", "valid", {"user": "alice"}),
+        rc("service_tier_flex", "valid", {"service_tier": "flex"}),
+        rc("bad/service_tier", "bad_input", {"service_tier": "gold"}),
+        rc("truncation_auto", "valid", {"truncation": "auto"}),
+        rc("truncation_auto_long", "valid", {"truncation": "auto", "input": "to be or not " * 200}),
+        rc("bad/truncation", "bad_input", {"truncation": "left"}),
+        rc("store_false", "valid", {"store": False}),
+        rc("bad/background", "bad_input", {"background": True}),
+        rc("bad/background_no_store", "bad_input", {"background": True, "store": False}),
+        rc("bad/previous_response_id", "bad_input", {"previous_response_id": "resp_123"}),
+        rc("bad/prompt", "bad_input", {"prompt": {"id": "pmpt_1"}}),
+        rc("reasoning", "valid", {"reasoning": {"effort": "low"}}),
+        rc("bad/reasoning_effort", "bad_input", {"reasoning": {"effort": "extreme"}}),
+        rc("include_reasoning_false", "valid", {"include_reasoning": False}),
+        rc("max_tool_calls", "valid", {"max_tool_calls": 2}),
+        rc("bad/max_tool_calls_str", "bad_input", {"max_tool_calls": "two"}),
+        rc("chat_template_kwargs", "valid", {"chat_template_kwargs": {"enable_thinking": False}}),
+        rc("bad/chat_template_kwargs_list", "bad_input", {"chat_template_kwargs": ["x"]}),
+        rc("cache_salt", "valid", {"cache_salt": "salty"}),
+        rc("bad/cache_salt_empty", "bad_input", {"cache_salt": ""}),
+        rc("priority", "valid", {"priority": 3}),
+        rc("bad/priority_str", "bad_input", {"priority": "high"}),
+        rc("request_id", "valid", {"request_id": "resp_mine"}),
+        rc("prompt_cache_key", "valid", {"prompt_cache_key": "k"}),
+        rc("parallel_tool_calls_false", "valid", {"parallel_tool_calls": False}),
+        rc("enable_response_messages", "valid", {"enable_response_messages": True}),
+        rc("stream_response_messages", "streamed", {"enable_response_messages": True, "stream": True}),
+        rc("previous_input_messages", "valid", {"previous_input_messages": [{"role": "user", "content": "Who?"}]}),
+        rc("bad/previous_input_messages_and_id", "bad_input", {"previous_input_messages": [user],
+                                                                 "previous_response_id": "resp_1"}),
+        rc("vllm_xargs", "valid", {"vllm_xargs": {"a": 1}}),
+        rc("kv_transfer_params", "valid", {"kv_transfer_params": {"x": 1}}),
+        rc("bad/model", "bad_input", {"model": "gpt-9"}),
+        rc("bad/not_json", "bad_input", {}, raw="{", headers={"Content-Type": "application/json"}),
+        # output logprobs
+        rc("logprobs", "valid", {"include": ["message.output_text.logprobs"], "top_logprobs": 2}),
+        rc("logprobs_top0", "valid", {"include": ["message.output_text.logprobs"]}),
+        rc("logprobs_top20", "valid", {"include": ["message.output_text.logprobs"], "top_logprobs": 20,
+                                        "max_output_tokens": 2}),
+        rc("top_logprobs_without_include", "valid", {"top_logprobs": 3}),
+        rc("bad/top_logprobs_neg", "bad_input", {"include": ["message.output_text.logprobs"], "top_logprobs": -1}),
+        rc("bad/top_logprobs_21", "bad_input", {"include": ["message.output_text.logprobs"], "top_logprobs": 21}),
+        rc("bad/include_unknown", "bad_input", {"include": ["everything"]}),
+        rc("include_other", "valid", {"include": ["reasoning.encrypted_content"]}),
+        # text.format: structured outputs
+        rc("text_format_text", "structured", {"text": {"format": {"type": "text"}}}),
+        rc("text_format_json_object", "structured", {"text": {"format": {"type": "json_object"}},
+                                                     "max_output_tokens": 30}),
+        rc("text_format_json_schema", "structured", {"text": {"format": {
+            "type": "json_schema", "name": "person", "schema": SCHEMA, "strict": True}}, "max_output_tokens": 40}),
+        rc("structured_outputs_choice", "structured", {"structured_outputs": {"choice": ["yes", "no"]}}),
+        rc("bad/text_format_and_structured_outputs", "bad_input", {"text": {"format": {"type": "json_object"}},
+                                                                   "structured_outputs": {"choice": ["a"]}}),
+        rc("bad/text_format_schema_missing", "bad_input", {"text": {"format": {"type": "json_schema",
+                                                                               "name": "x"}}}),
+        rc("bad/text_format_type", "bad_input", {"text": {"format": {"type": "yaml"}}}),
+        # streaming
+        rc("stream", "streamed", {"stream": True}),
+        rc("stream_stop", "streamed", {"stream": True, "stop": "\n", "max_output_tokens": 30}),
+        rc("stream_finish", "streamed", {"stream": True, "max_output_tokens": 60}),
+        rc("stream_instructions", "streamed", {"stream": True, "instructions": "Answer in verse."}),
+        rc("stream_logprobs", "streamed", {"stream": True, "include": ["message.output_text.logprobs"],
+                                           "top_logprobs": 2}),
+        rc("stream_json_schema", "streamed", {"stream": True, "text": {"format": {
+            "type": "json_schema", "name": "person", "schema": SCHEMA}}, "max_output_tokens": 40}),
+        rc("stream_max1", "streamed", {"stream": True, "max_output_tokens": 1}),
+        rc("stream_seeded", "streamed", {"stream": True, "temperature": 1.0, "seed": 5}),
+        rc("stream_json_object", "streamed", {"stream": True, "text": {"format": {"type": "json_object"}},
+                                              "max_output_tokens": 20}),
+        rc("stream_input_messages", "streamed", {"stream": True, "input": [user, {"role": "assistant", "content": "Who?"},
+                                                                          user]}),
+        rc("bad/stream_background", "bad_input", {"stream": True, "background": True}),
+        # function tools on the default server (no tool-call parser)
+        rc("tools_auto_default", "tools", {"tools": RESP_TOOLS}),
+        rc("tools_none_default", "tools", {"tools": RESP_TOOLS, "tool_choice": "none"}),
+        rc("tools_required_default", "tools", {"tools": RESP_TOOLS, "tool_choice": "required",
+                                               "max_output_tokens": 60}),
+        rc("tools_named_default", "tools", {"tools": RESP_TOOLS, "tool_choice": RESP_NAMED, "max_output_tokens": 30}),
+        rc("bad/tool_choice_required_no_tools", "bad_input", {"tool_choice": "required"}),
+        rc("bad/tool_choice_named_no_tools", "bad_input", {"tool_choice": RESP_NAMED}),
+        rc("bad/tool_choice_named_unknown", "bad_input", {"tools": RESP_TOOLS, "tool_choice": {
+            "type": "function", "name": "fly"}}),
+        rc("bad/tool_choice_str", "bad_input", {"tools": RESP_TOOLS, "tool_choice": "always"}),
+        rc("bad/tool_no_name", "bad_input", {"tools": [{"type": "function", "parameters": {}}]}),
+        rc("bad/tool_type", "bad_input", {"tools": [{"type": "retrieval", "name": "f"}]}),
+        rc("tools_empty", "tools", {"tools": [], "tool_choice": "auto"}),
+        rc("tools_stream_default", "tools", {"tools": RESP_TOOLS, "tool_choice": RESP_NAMED, "stream": True}),
+        rc("tools_builtin", "tools", {"tools": [{"type": "web_search_preview"}]}),
+    ]
+
+    def tc(name, body):
+        return rc(f"tools/{name}", "tools", body, server="tools")
+
+    cases += [
+        tc("auto_plain", {"tools": RESP_TOOLS}),
+        tc("auto_plain_stream", {"tools": RESP_TOOLS, "stream": True}),
+        tc("auto_pythonic", {"tools": RESP_TOOLS, "max_output_tokens": 30} | PYTHONIC_ONE),
+        tc("auto_pythonic_cut", {"tools": RESP_TOOLS, "max_output_tokens": 20} | PYTHONIC_ONE),
+        tc("auto_pythonic_stream", {"tools": RESP_TOOLS, "max_output_tokens": 30, "stream": True} | PYTHONIC_ONE),
+        tc("auto_pythonic_cut_stream", {"tools": RESP_TOOLS, "max_output_tokens": 20, "stream": True}
+           | PYTHONIC_ONE),
+        tc("auto_pythonic_two_stream_parallel_false", {"tools": RESP_TOOLS, "max_output_tokens": 40, "stream": True,
+                                                       "parallel_tool_calls": False} | PYTHONIC_TWO),
+        tc("json_schema", {"text": {"format": {"type": "json_schema", "name": "person", "schema": SCHEMA}},
+                           "max_output_tokens": 40}),
+        tc("named_and_structured_outputs", {"tools": RESP_TOOLS, "tool_choice": RESP_NAMED,
+                                            "structured_outputs": {"choice": ["a"]}}),
+        tc("named_over_text_format", {"tools": RESP_TOOLS, "tool_choice": RESP_NAMED, "max_output_tokens": 30,
+                                      "text": {"format": {"type": "json_object"}}}),
+        tc("named_logprobs_stream", {"tools": RESP_TOOLS, "tool_choice": RESP_NAMED, "max_output_tokens": 30,
+                                     "stream": True, "include": ["message.output_text.logprobs"]}),
+        tc("auto_pythonic_two", {"tools": RESP_TOOLS, "max_output_tokens": 40} | PYTHONIC_TWO),
+        tc("auto_pythonic_two_stream", {"tools": RESP_TOOLS, "max_output_tokens": 40, "stream": True}
+           | PYTHONIC_TWO),
+        tc("auto_pythonic_two_parallel_false", {"tools": RESP_TOOLS, "max_output_tokens": 40,
+                                                "parallel_tool_calls": False} | PYTHONIC_TWO),
+        tc("none", {"tools": RESP_TOOLS, "tool_choice": "none"}),
+        tc("none_pythonic", {"tools": RESP_TOOLS, "tool_choice": "none", "max_output_tokens": 20} | PYTHONIC_ONE),
+        tc("named", {"tools": RESP_TOOLS, "tool_choice": RESP_NAMED, "max_output_tokens": 30}),
+        tc("named_stream", {"tools": RESP_TOOLS, "tool_choice": RESP_NAMED, "max_output_tokens": 30,
+                            "stream": True}),
+        tc("required", {"tools": RESP_TOOLS, "tool_choice": "required", "max_output_tokens": 60}),
+        tc("required_stream", {"tools": RESP_TOOLS, "tool_choice": "required", "max_output_tokens": 60,
+                               "stream": True}),
+        tc("required_closed", {"tools": RESP_TOOLS, "tool_choice": "required", "logit_bias": {"64": 100, "358": 100},
+                               "max_output_tokens": 80}),
+        tc("required_closed_stream", {"tools": RESP_TOOLS, "tool_choice": "required", "stream": True,
+                                      "logit_bias": {"64": 100, "358": 100}, "max_output_tokens": 80}),
+        tc("required_parallel_false", {"tools": RESP_TOOLS, "tool_choice": "required", "parallel_tool_calls": False,
+                                       "logit_bias": {"64": 100, "358": 100}, "max_output_tokens": 80}),
+        tc("function_call_history", {"tools": RESP_TOOLS, "input": [
+            user, {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city": "Verona"}'},
+            {"type": "function_call_output", "call_id": "c1", "output": "sunny"}]}),
+    ]
+    return cases
 
 
 def dev_cases() -> list[dict]:

@@ -52,6 +52,9 @@ GOLDEN = GOLDEN_DIR / "server.json.xz"
 IGNORED_KEYS = {"id", "created", "created_at", "system_fingerprint"}
 # Values that differ between any two runs of the same server: compared by type only.
 TYPE_ONLY_PATHS = {"error.message"}
+# Prefix-cache hits (the Responses API's usage.input_tokens_details.cached_tokens) depend on which requests ran
+# before, in which order and how many at once; vLLM's CPU server reports 0 for every request.
+TYPE_ONLY_KEYS = {"cached_tokens"}
 TEXT_KEYS = {"text", "content", "tokens", "token_logprobs", "top_logprobs", "text_offset", "token_ids", "token",
              "logprob", "bytes", "completion_tokens", "total_tokens", "finish_reason", "stop_reason", "reasoning"}
 ANTHROPIC_EVENTS = {"message_start", "content_block_start", "content_block_delta", "content_block_stop", "message_delta",
@@ -243,9 +246,31 @@ def _canonical(obj):
     out = {k: _canonical(v) for k, v in obj.items()}
     if isinstance(out.get("sampling_params"), dict):
         out["sampling_params"] = SAMPLING_DEFAULTS | out["sampling_params"]
-    if isinstance(out.get("request_id"), str) and (m := RANDOM_ID.match(out["request_id"])):
-        out["request_id"] = m.group(1) + "<random>"
+    for key in ("request_id", "call_id", "item_id"):  # random ids (a Responses function call's and item's too)
+        if isinstance(out.get(key), str) and (m := RANDOM_ID.match(out[key])):
+            out[key] = m.group(1) + "<random>"
     return out
+
+
+def _responses_event(m: dict, c: dict) -> None:
+    """/v1/responses' typed events merged: the event types in order (repeats collapsed: how many deltas a text
+    takes depends on load), whether sequence_number counts from 0, the text, call arguments and logprobs the
+    deltas carry, every other event whole (random ids as <random>), and the responses in created, in_progress and
+    completed."""
+    kind = c["type"]
+    if kind not in m["events"][-1:]:
+        m["events"].append(kind)
+    m["sequence_ok"] = m.get("sequence_ok", True) and c.get("sequence_number") == m.setdefault("count", 0)
+    m["count"] += 1
+    if kind == "response.output_text.delta":
+        m["text"] += c.get("delta") or ""
+        m["logprobs"] += c.get("logprobs") or []
+    elif kind == "response.function_call_arguments.delta":
+        m["arguments"] += c.get("delta") or ""
+    elif "response" in c:
+        m[kind.rsplit(".", 1)[-1]] = _canonical(c["response"])
+    else:
+        m["items"].append(_canonical({k: v for k, v in c.items() if k != "sequence_number"}))
 
 
 def _values(obj, case: dict) -> dict:
@@ -253,7 +278,8 @@ def _values(obj, case: dict) -> dict:
     mask = sampled(case)
     for path, v in flatten(obj).items():
         last = path.rsplit(".", 1)[-1].split("[", 1)[0]
-        if path in TYPE_ONLY_PATHS or (mask and (last in TEXT_KEYS or ".top_logprobs." in path)):
+        if path in TYPE_ONLY_PATHS or last in TYPE_ONLY_KEYS or (mask and (last in TEXT_KEYS or
+                                                                          ".top_logprobs." in path)):
             v = shape(v)
         values[path] = v
     if mask:  # sampled top_logprobs are keyed by token text: keep their count only
@@ -281,6 +307,10 @@ def _stream(text: str, case: dict) -> dict:
             shapes.append(s)
     merged: dict = {}
     for c in chunks:
+        if str(c.get("type")).startswith("response.") or (c.get("type") == "error" and "sequence_number" in c):
+            _responses_event(merged.setdefault("response", {"events": [], "text": "", "arguments": "", "logprobs": [],
+                                                            "items": []}), c)
+            continue
         if c.get("type") in ANTHROPIC_EVENTS:  # /v1/messages: the message merged from its events
             m = merged.setdefault("message", {"events": [], "text": "", "partial_json": ""})
             if c["type"] not in m["events"][-1:]:
@@ -319,6 +349,8 @@ def _stream(text: str, case: dict) -> dict:
                                           strict=True)]
             if ch.get("finish_reason") is not None:
                 m["finish_reason"], m["stop_reason"] = ch["finish_reason"], ch.get("stop_reason")
+    if "response" in merged:
+        merged["response"].pop("count", None)  # how many events: the number of deltas, which load changes
     return {"done_last": done, "bad_lines": sorted(set(bad_lines)), "chunk_shapes": shapes,
             "values": _values(merged, case)}
 

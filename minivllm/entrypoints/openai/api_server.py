@@ -32,7 +32,6 @@ import re
 import signal
 import sys
 import time
-import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -57,7 +56,7 @@ from minivllm.engine.async_llm import AsyncLLM
 from minivllm.engine.exceptions import EngineDeadError, EngineGenerateError
 from minivllm.engine.parallel_sampling import ParentRequest
 from minivllm.entrypoints import anthropic, generative_scoring, scale_out
-from minivllm.entrypoints.openai import tool_calls
+from minivllm.entrypoints.openai import responses, tool_calls
 from minivllm.entrypoints.openai.metrics import PerfEstimate, PrometheusStatLogger
 from minivllm.entrypoints.openai.protocol import (
     BatchChatCompletionRequest,
@@ -65,7 +64,6 @@ from minivllm.entrypoints.openai.protocol import (
     ChatMessage,
     CompletionRequest,
     DetokenizeRequest,
-    ResponsesRequest,
     TokenizeRequest,
     now,
     random_id,
@@ -913,67 +911,6 @@ async def _chat_stream(serving, req, gens, rid, created, num_lp, role, echo_text
         yield sse(head | {"choices": [], "usage": _usage(n_prompt, sum(n_gen), details=False)})
 
 
-# ---------------------------------------------------------------------------- responses
-async def create_responses(serving: OpenAIServing, req: ResponsesRequest, raw: Request):
-    """POST /v1/responses, the smallest real version: a text conversation answered through the chat path, as
-    vLLM's OpenAIServingResponses does without harmony, tool server or stored responses (vllm/entrypoints/openai/
-    responses/serving.py:341-606 and responses_full_generator 785-953): the messages rendered by the chat template
-    and tokenized with the special tokens added (ResponsesRequest.build_tok_params keeps add_special_tokens' default
-    True, so a template that writes its BOS gets two), one output message, usage in the Responses API's shape."""
-    serving.check_model(req.model)
-    if req.store and req.background:  # vLLM's store is off unless VLLM_ENABLE_RESPONSES_API_STORE=1
-        raise VLLMValidationError("This vLLM engine does not support `store=True` and therefore does not support the "
-                                  "background mode. To enable these features, set the environment variable "
-                                  "`VLLM_ENABLE_RESPONSES_API_STORE=1` when launching the vLLM server.", "background")
-    if req.previous_response_id is not None:  # nothing is stored, so no earlier response is found
-        return error_response(404, f"Response with id '{req.previous_response_id}' not found.", "NotFoundError",
-                              "response_id")
-    for field, unsupported in (("stream", req.stream), ("background", req.background), ("tools", req.tools),
-                               ("include", req.include and "message.output_text.logprobs" in req.include),
-                               ("text", ((req.text or {}).get("format") or {}).get("type", "text") != "text")):
-        if unsupported:
-            raise VLLMValidationError(f"{field} is not supported by minivllm's /v1/responses yet", field)
-    last = req.input[-1] if isinstance(req.input, list) and req.input else {}
-    continue_final = last.get("role") == "assistant" and last.get("status") in ("in_progress", "incomplete")
-    prompt = await serving.in_pool(serving.chat_prompt, req.messages(), not continue_final, continue_final,
-                                   req.chat_template_kwargs, True)
-    params = req.to_sampling_params(req.max_output_tokens)
-    rid, created = f"resp_{uuid.uuid4().hex[:16]}", now()
-    gens = await start_children(serving, rid, [prompt], params, False, req.max_output_tokens, "max_output_tokens",
-                                truncate=-1 if req.truncation == "auto" else None)
-
-    async def run():
-        (out,) = await finals_of(gens)
-        c = out.outputs[0]
-        n_prompt, n_out = len(out.prompt_token_ids), len(c.token_ids)
-        status = "incomplete" if c.finish_reason == "length" else "completed"
-        text = [{"annotations": [], "text": c.text, "type": "output_text", "logprobs": None}] if c.text else []
-        output = [{"id": f"msg_{uuid.uuid4().hex[:16]}", "content": text, "role": "assistant",
-                   "status": "completed", "type": "message", "phase": None}]
-        usage = {"input_tokens": n_prompt,
-                 "input_tokens_details": {"cached_tokens": max(out.num_cached_tokens, 0), "input_tokens_per_turn": [],
-                                          "cached_tokens_per_turn": []},
-                 "output_tokens": n_out,
-                 "output_tokens_details": {"reasoning_tokens": 0, "tool_output_tokens": 0,
-                                           "output_tokens_per_turn": [], "tool_output_tokens_per_turn": []},
-                 "total_tokens": n_prompt + n_out}
-        # ResponsesResponse.from_request (responses/protocol.py:727-779): the sampling values actually used
-        return JSONResponse({
-            "id": rid, "created_at": created,
-            "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
-            "instructions": req.instructions, "metadata": req.metadata, "model": serving.model_name,
-            "object": "response", "output": output, "parallel_tool_calls": req.parallel_tool_calls is not False,
-            "temperature": params.temperature, "tool_choice": req.tool_choice, "tools": req.tools,
-            "top_p": params.top_p, "background": bool(req.background),
-            "max_output_tokens": min(req.max_output_tokens or serving.max_model_len, serving.max_model_len - n_prompt),
-            "max_tool_calls": req.max_tool_calls, "previous_response_id": None, "prompt": None,
-            "reasoning": req.reasoning, "service_tier": req.service_tier, "status": status, "text": req.text,
-            "top_logprobs": None, "truncation": req.truncation, "usage": usage, "user": req.user,
-            "presence_penalty": params.presence_penalty, "frequency_penalty": params.frequency_penalty,
-            "kv_transfer_params": None, "ec_transfer_params": None, "input_messages": None, "output_messages": None})
-    return await with_cancellation(raw, run())
-
-
 # ---------------------------------------------------------------------------- the app
 async def watch_engine(app: FastAPI, exit_delay: float) -> None:
     """vLLM's terminate_if_errored: once the core is dead, let streams deliver their errors, then exit 1."""
@@ -1102,8 +1039,8 @@ def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api
         return await load_aware(request, create_chat_completion(serving(request), req, request))
 
     @app.post("/v1/responses", dependencies=json_only)
-    async def responses(req: ResponsesRequest, request: Request):
-        return await load_aware(request, create_responses(serving(request), req, request))
+    async def create_response(req: responses.ResponsesRequest, request: Request):
+        return await load_aware(request, responses.create_responses(serving(request), req, request))
 
     @app.post("/v1/chat/completions/batch", dependencies=json_only)
     async def batch_chat_completions(req: BatchChatCompletionRequest, request: Request):

@@ -142,6 +142,23 @@ def _inside_calls(delta: str, previous: str) -> str:
     return "".join(out)
 
 
+def _object_starts(text: str) -> list[int]:
+    """Where each top-level object of a JSON array (text so far) begins."""
+    level, in_string, escaped, starts = 0, False, False, []
+    for i, ch in enumerate(text):
+        if escaped:
+            escaped = False
+        elif in_string:
+            escaped, in_string = ch == "\\", ch != '"'
+        elif ch == '"':
+            in_string = True
+        elif ch in "{}":
+            if ch == "{" and level == 0:
+                starts.append(i)
+            level += 1 if ch == "{" else -1
+    return starts
+
+
 class StreamState:
     """One choice's tool-call deltas while streaming (vLLM's extract_named/required_tool_call_streaming and the
     pythonic parser): the first delta of a call carries id, type and name, later ones only argument text."""
@@ -218,13 +235,16 @@ class StreamState:
                                 "function": {"name": name, "arguments": arguments}}]}
 
     def _required(self, previous: str, text: str) -> dict | None:
-        """A call's name goes out once its `"parameters":` has begun; then the argument text as it comes."""
-        starts = [m.start() for m in re.finditer(r'\{\s*"name"', self.text)]
+        """vLLM's extract_required_tool_call_streaming (vllm/tool_parsers/streaming.py:127-222): the call is the
+        array's last object begun (its index); its name goes out once the value of its "parameters" has begun,
+        with that value so far; then the argument text as it comes. An object whose name and parameters have not
+        both begun sends nothing yet."""
+        starts = _object_starts(self.text)
         index = len(starts) - 1
         if index < 0:
             return None
         if index != self.required_index:
-            m = re.search(r'"name"\s*:\s*"([^"]*)"\s*,\s*"parameters"\s*:\s*', self.text[starts[index]:])
+            m = re.search(r'"name"\s*:\s*"([^"]*)"\s*,\s*"parameters"\s*:\s*(?=\S)', self.text[starts[index]:])
             if m is None:
                 return None
             self.required_index, self.name_sent = index, False
