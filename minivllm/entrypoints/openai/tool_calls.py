@@ -120,12 +120,10 @@ def message(req: ChatCompletionRequest, role: str, text: str, auto_parser: str |
     return msg, calls
 
 
-def _inside_calls(delta: str, previous: str) -> str:
-    """The part of `delta` inside a call object of the "required" array: the array's brackets, the commas
-    between calls and each call's closing brace are no argument text (vLLM's filter_delta_text)."""
+def _json_scan(text: str):
+    """Each character of JSON text, with the brace depth and whether a string is open, after it."""
     level, in_string, escaped = 0, False, False
-    out = []
-    for i, ch in enumerate(previous + delta):
+    for ch in text:
         if escaped:
             escaped = False
         elif in_string:
@@ -134,6 +132,14 @@ def _inside_calls(delta: str, previous: str) -> str:
             in_string = True
         elif ch in "{}":
             level += 1 if ch == "{" else -1
+        yield ch, level, in_string
+
+
+def _inside_calls(delta: str, previous: str) -> str:
+    """The part of `delta` inside a call object of the "required" array: the array's brackets, the commas
+    between calls and each call's closing brace are no argument text (vLLM's filter_delta_text)."""
+    out = []
+    for i, (ch, level, in_string) in enumerate(_json_scan(previous + delta)):
         if i >= len(previous):
             if level != 0:
                 out.append(ch)
@@ -144,19 +150,8 @@ def _inside_calls(delta: str, previous: str) -> str:
 
 def _object_starts(text: str) -> list[int]:
     """Where each top-level object of a JSON array (text so far) begins."""
-    level, in_string, escaped, starts = 0, False, False, []
-    for i, ch in enumerate(text):
-        if escaped:
-            escaped = False
-        elif in_string:
-            escaped, in_string = ch == "\\", ch != '"'
-        elif ch == '"':
-            in_string = True
-        elif ch in "{}":
-            if ch == "{" and level == 0:
-                starts.append(i)
-            level += 1 if ch == "{" else -1
-    return starts
+    return [i for i, (ch, level, in_string) in enumerate(_json_scan(text)) if ch == "{" and level == 1
+            and not in_string]
 
 
 class StreamState:
