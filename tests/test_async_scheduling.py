@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import random
 
-import pytest
-
 from minivllm.config import CacheConfig, EngineArgs, SchedulerConfig
 from minivllm.core.sched.async_scheduler import AsyncScheduler
 from minivllm.engine import EngineCoreRequest, FinishReason
-from minivllm.engine.core import EngineCore, engine_core_step
+from minivllm.engine.core import EngineCore
 from minivllm.request import Request, RequestStatus
 from minivllm.sampling_params import SamplingParams
 from minivllm.worker.outputs import ModelRunnerOutput
@@ -112,7 +110,7 @@ def run_engine(async_scheduling: bool, requests, abort_after: dict | None = None
         for _ in range(2000):
             if not core.scheduler.has_requests() and not core.batch_queue:
                 break
-            out, _ = core.step()
+            out, _ = core.step_fn()  # step_with_batch_queue when async scheduling is on (vLLM: same)
             for o in out.outputs:
                 tokens[o.request_id].extend(o.new_token_ids)
                 if o.finished:
@@ -192,7 +190,7 @@ def test_trace_shows_the_next_schedule_during_the_forward():
         for i in range(4):
             core.add_request(EngineCoreRequest(f"r{i}", _prompt(50 + i, 40), _greedy(12, ignore_eos=True)))
         while core.scheduler.has_requests() or core.batch_queue:
-            core.step()
+            core.step_fn()
         events = core.tracer.events
     finally:
         core.shutdown()
@@ -206,7 +204,3 @@ def test_trace_shows_the_next_schedule_during_the_forward():
                        key=lambda e: e.start)
         assert [e.phase for e in order] == ["schedule", "execute", "grammar", "wait", "aborts", "update"]
 
-
-def test_async_scheduling_and_a_plugged_step_function_exclude_each_other():
-    with pytest.raises(ValueError, match="async_scheduling"):
-        EngineCore.from_engine_args(EngineArgs(**ENGINE, async_scheduling=True), step_fn=engine_core_step)

@@ -14,11 +14,13 @@ Input space (each dimension, and the graded part that covers it):
                           boundary (Probe), real_engine (the engine's callables)
     aborts                one queued while the step's forward is in flight (after execute, before wait), and
                           the steps after it: real_engine (verdict from outputs and call order, never a clock)
-    engine settings       the synchronous EngineCore.step (async scheduling's step_with_batch_queue does not
-                          call step_fn); no grammar requests (the grammar phase still runs); default model, CPU
+    engine settings       the synchronous EngineCore.step, replaced on one EngineCore by the student's step over
+                          the core's own phases (plugged_step); no grammar requests (the grammar phase still
+                          runs); default model, CPU
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 
@@ -165,57 +167,89 @@ class EngineRun:
     calls: list = field(default_factory=list)  # (step, phase): the engine callables in the order they were called
 
 
+class Plan(dict):
+    """The plan the exercise's step sees: {"scheduled_tokens": n}, carrying the real SchedulerOutput."""
+
+    def __init__(self, scheduler_output) -> None:
+        super().__init__(scheduled_tokens=scheduler_output.total_num_scheduled_tokens)
+        self.scheduler_output = scheduler_output
+
+
+def plugged_step(core, engine_core_step, calls: list):
+    """EngineCore.step with the exercise's control flow: each callable it is handed is one phase of the core's own
+    step (EngineCore._schedule ... _update, traced as EngineCore.step traces them); `calls` gets (step, phase) in
+    the order the student's step called them. Patched onto one EngineCore by run_engine, never built into it."""
+    from minivllm.engine import EngineCoreOutputs
+
+    def step():
+        has_requests = core.scheduler.has_requests()
+        n = core._next_step() if has_requests else core.step_counter
+
+        def logged(phase, fn):
+            def call(*args):
+                calls.append((n, phase))
+                return fn(*args)
+            return call
+
+        def execute_async(plan):
+            future = core._execute(n, plan.scheduler_output)
+            return logged("wait", lambda: core._wait(n, future, plan.get("grammar_output")))
+
+        def get_grammar(plan):
+            plan["grammar_output"] = core._get_grammar_bitmask(n, plan.scheduler_output)
+            return plan["grammar_output"]
+
+        outputs, ran, _ = engine_core_step(
+            has_requests, logged("schedule", lambda: Plan(core._schedule(n))), logged("execute", execute_async),
+            logged("grammar", get_grammar), logged("aborts", lambda: core._process_aborts(n)),
+            logged("update", lambda plan, out: core._update(n, plan.scheduler_output, out)))
+        return (outputs if isinstance(outputs, EngineCoreOutputs) else EngineCoreOutputs()), bool(ran)
+    return step
+
+
 def run_engine(step_fn=None, abort_at_step: int = 3, max_tokens: int = 6, max_steps: int = 24) -> EngineRun:
-    """Run two greedy requests; right after execute_async returns in step `abort_at_step`, abort r0 (as
-    EngineCoreProc's input IO thread would), so the abort lands while execute_model is in flight on the worker."""
+    """Run two greedy requests through EngineCore.step (or `step_fn`, the exercise's step, plugged in its place);
+    right after execute_model returns in step `abort_at_step`, abort r0 (as EngineCoreProc's input IO thread
+    would), so the abort lands while the forward is in flight on the worker."""
     import logging
     import os
+    from unittest import mock
 
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     logging.getLogger("transformers").setLevel(logging.ERROR)
     from minivllm.config import EngineArgs
     from minivllm.engine import EngineCoreRequest
-    from minivllm.engine.core import EngineCore, engine_core_step
+    from minivllm.engine.core import EngineCore
     from minivllm.sampling_params import SamplingParams
 
-    inner = step_fn or engine_core_step
-    state = {"core": None, "abort_step": None, "abort_time": None}
+    state = {"abort_step": None, "abort_time": None}
     calls: list = []  # (step, phase) in the order the step function called the engine's callables
+    core = EngineCore.from_engine_args(EngineArgs(trace=True, max_num_seqs=4))
+    execute_model = core.model_executor.execute_model
 
-    def wrapped(has_requests, schedule, execute_async, get_grammar, process_aborts, update):
-        core = state["core"]
-        step = core.step_counter
+    def execute_then_abort(scheduler_output, non_block=False):
+        future = execute_model(scheduler_output, non_block=non_block)
+        if core.step_counter == abort_at_step and state["abort_step"] is None:
+            core.abort_requests(["r0"])  # thread-safe: only queued; drained in the aborts phase
+            state["abort_step"], state["abort_time"] = core.step_counter, time.perf_counter()
+        return future
 
-        def logged(phase, fn):
-            def call(*args):
-                calls.append((step, phase))
-                return fn(*args)
-            return call
-
-        def execute_then_abort(plan):
-            calls.append((step, "execute"))
-            pending = execute_async(plan)
-            if step == abort_at_step and state["abort_step"] is None:
-                core.abort_requests(["r0"])  # thread-safe: only queued; drained in the aborts phase
-                state["abort_step"], state["abort_time"] = step, time.perf_counter()
-            return logged("wait", pending)
-        return inner(has_requests, logged("schedule", schedule), execute_then_abort, logged("grammar", get_grammar),
-                     logged("aborts", process_aborts), logged("update", update))
-
-    core = EngineCore.from_engine_args(EngineArgs(trace=True, max_num_seqs=4), step_fn=wrapped)
-    state["core"] = core
     outputs = {}
-    try:
-        for rid, prompt in (("r0", list(range(5, 37))), ("r1", list(range(40, 56)))):
-            core.add_request(EngineCoreRequest(request_id=rid, prompt_token_ids=prompt,
-                                               sampling_params=SamplingParams(max_tokens=max_tokens, temperature=0.0)))
-        while core.scheduler.has_requests() and core.step_counter < max_steps:
-            out, _ = core.step()
-            outputs[core.step_counter] = list(out.outputs)
-        pool = core.scheduler.kv_cache_manager.block_pool
-        free = (pool.get_num_free_blocks(), pool.num_gpu_blocks - 1)  # block 0 is the null block
-    finally:
-        core.shutdown()
+    with contextlib.ExitStack() as plugs:
+        plugs.enter_context(mock.patch.object(core.model_executor, "execute_model", execute_then_abort))
+        if step_fn is not None:
+            plugs.enter_context(mock.patch.object(core, "step", plugged_step(core, step_fn, calls)))
+        try:
+            for rid, prompt in (("r0", list(range(5, 37))), ("r1", list(range(40, 56)))):
+                core.add_request(EngineCoreRequest(request_id=rid, prompt_token_ids=prompt, sampling_params=
+                                                   SamplingParams(max_tokens=max_tokens, temperature=0.0)))
+            while core.scheduler.has_requests() and core.step_counter < max_steps:
+                out, _ = core.step()
+                outputs[core.step_counter] = list(out.outputs)
+            pool = core.scheduler.kv_cache_manager.block_pool
+            free = (pool.get_num_free_blocks(), pool.num_gpu_blocks - 1)  # block 0 is the null block
+        finally:
+            core.shutdown()
     return EngineRun(list(core.tracer.events), outputs, state["abort_step"], state["abort_time"], free_blocks=free,
                      calls=calls)
 

@@ -1,7 +1,7 @@
 """Lesson 1 — vLLM V1 源码地图: what the notebook shows (live demos, tables, figures); no check calls these."""
 from __future__ import annotations
 
-from autograder.lesson01.checks import TRACE, EngineRun, engine_calls, run_engine
+from autograder.lesson01.checks import TRACE, EngineRun, engine_phases, run_engine
 
 
 def print_outputs(run: EngineRun) -> None:
@@ -14,17 +14,21 @@ def print_outputs(run: EngineRun) -> None:
 
 
 # ---------------------------------------------------------------------------- errata, shown live
-def late_abort_run() -> EngineRun:
-    """The engine's own step with one change: the abort queue is drained after update_from_output."""
-    from minivllm.engine.core import engine_core_step
+def late_abort_step(has_requests, schedule, execute_async, get_grammar, process_aborts, update):
+    """EngineCore.step's order with one change: the abort queue is drained after update_from_output."""
+    if not has_requests:
+        return {}, False, []
+    plan = schedule()
+    future = execute_async(plan)
+    get_grammar(plan)
+    model_output = future()
+    outputs = update(plan, model_output)
+    process_aborts()
+    return outputs, plan["scheduled_tokens"] > 0, []
 
-    def late_abort_step(has_requests, schedule, execute_async, get_grammar, drain_aborts, update):
-        def update_then_aborts(plan, model_output):
-            result = update(plan, model_output)
-            drain_aborts()
-            return result
-        return engine_core_step(has_requests, schedule, execute_async, get_grammar, lambda: None,
-                                update_then_aborts)
+
+def late_abort_run() -> EngineRun:
+    """The engine's step with the aborts moved after the update (plugged in place of EngineCore.step)."""
     return run_engine(late_abort_step)
 
 
@@ -231,9 +235,9 @@ def vllm_side_by_side(run: EngineRun) -> None:
     print(f"vLLM 的 EngineCore 用 {v['step_fn']}（async_scheduling={v['async_scheduling']}）；sample = "
           "execute_model 返回 None 时 step 另调的 sample_tokens（minivllm 没有这一段，不计入 ✓）")
     phases = {k: [c[1] for c in g] for k, g in itertools.groupby(v["calls"], key=lambda c: c[0])}
-    steps = sorted(set(phases) | {s for s, _ in run.calls})
+    steps = sorted(set(phases) | {e.step for e in run.events if e.phase in TRACE})
     for s in steps:
-        mine = engine_calls(run, s)
+        mine = engine_phases(run, s)  # the phases EngineCore.step traced, in order
         toks_v = {r: t for r, t, _ in v["outputs"].get(str(s), [])}
         toks_m = {o.request_id: list(o.new_token_ids) for o in run.outputs.get(s, [])}
         same = "✓" if [p for p in phases.get(s, []) if p != "sample"] == mine and toks_v == toks_m else "✗"

@@ -1,16 +1,16 @@
 """EngineCore (vLLM: v1/engine/core.py): the busy loop's body, one step at a time.
 
 EngineCore owns the Scheduler (request lifecycle, KV ledger) and the executor handle; it is the only
-place where a step's phases are ordered:
+place where a step's phases are ordered (EngineCore.step, as vLLM writes it):
 
     schedule -> execute_model(non_block=True) -> grammar bitmask -> wait -> aborts -> update_from_output
 
-The step itself is a plain function, so another with the same signature can be plugged in with
-EngineCore(step_fn=...), and every phase is recorded by the tracer. With async_scheduling the
-step is step_with_batch_queue instead: it schedules step N+1 while step N's forward runs.
+Each phase is recorded by the tracer (minivllm/tracing.py) under the step's number. With async_scheduling,
+step_fn is step_with_batch_queue instead: it schedules step N+1 while step N's forward runs.
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import queue
@@ -20,13 +20,16 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
+from concurrent.futures import Future
+from functools import partial
 
 import msgspec
 import zmq
 
 from minivllm.config import EngineArgs, VllmConfig
 from minivllm.core.sched.async_scheduler import AsyncScheduler
+from minivllm.core.sched.interface import PauseState
 from minivllm.core.sched.output import SchedulerOutput
 from minivllm.core.sched.scheduler import Scheduler
 from minivllm.engine import (
@@ -46,26 +49,6 @@ from minivllm.tracing import Tracer
 logger = logging.getLogger(__name__)
 
 
-def engine_core_step(has_requests, schedule, execute_async, get_grammar, process_aborts, update):
-    """One engine step in the order vLLM's EngineCore.step uses."""
-    trace = []
-    if not has_requests:
-        return {}, False, trace
-    plan = schedule()
-    trace.append("schedule")
-    future = execute_async(plan)
-    trace.append("execute")
-    grammar = get_grammar(plan)  # noqa: F841  (_get_grammar also leaves it on the plan for sample_tokens)
-    trace.append("grammar")
-    model_output = future()
-    trace.append("wait")
-    process_aborts()
-    trace.append("aborts")
-    outputs = update(plan, model_output)
-    trace.append("update")
-    return outputs, plan["scheduled_tokens"] > 0, trace
-
-
 def make_vllm_config(engine_args: EngineArgs) -> VllmConfig:
     """EngineArgs -> VllmConfig, capped by the checkpoint's max_position_embeddings."""
     from minivllm.model_executor.model_loader import load_hf_config, resolve_model_path
@@ -75,20 +58,10 @@ def make_vllm_config(engine_args: EngineArgs) -> VllmConfig:
     return config
 
 
-class StepPlan(dict):
-    """The plan a step function sees: {"scheduled_tokens": n}, carrying the real SchedulerOutput."""
-
-    def __init__(self, scheduler_output: SchedulerOutput, step: int) -> None:
-        super().__init__(scheduled_tokens=scheduler_output.total_num_scheduled_tokens)
-        self.scheduler_output = scheduler_output
-        self.step = step  # the engine step that scheduled it: its phases are traced under this number
-
-
 class EngineCore:
     """Scheduler + executor + the step loop body; requests enter via add_request, leave as outputs."""
 
-    def __init__(self, vllm_config: VllmConfig, executor_class=None, log_stats: bool = True,
-                 step_fn: Callable | None = None) -> None:
+    def __init__(self, vllm_config: VllmConfig, executor_class=None, log_stats: bool = True) -> None:
         self.vllm_config = vllm_config
         self.tracer = Tracer(vllm_config.trace)
         self.model_executor = (executor_class or Executor.get_class(vllm_config))(vllm_config, self.tracer)
@@ -96,9 +69,6 @@ class EngineCore:
         self.model_executor.initialize_cache(num_gpu_blocks)
         vllm_config.cache_config.num_gpu_blocks = num_gpu_blocks
         async_scheduling = vllm_config.scheduler_config.async_scheduling
-        if async_scheduling and step_fn is not None:
-            raise ValueError("async_scheduling runs EngineCore's batch queue, not a plugged step function "
-                             "(step_fn is a synchronous step): pass one or the other")
         scheduler_cls = AsyncScheduler if async_scheduling else Scheduler
         spec = vllm_config.speculative_config
         if async_scheduling and spec is not None:
@@ -108,16 +78,16 @@ class EngineCore:
         self.scheduler = scheduler_cls(vllm_config.scheduler_config, vllm_config.cache_config, num_gpu_blocks,
                                        log_stats, spec.num_speculative_tokens if spec else 0,
                                        self.structured_output_manager)
-        # Async scheduling: (plan, wait) of steps in flight, newest first; two, so that the next step is
-        # planned while one executes (vLLM: batch_queue, of size max_concurrent_batches).
+        # Async scheduling: (step number, plan, future) of steps in flight, newest first; two, so that the next
+        # step is planned while one executes (vLLM: batch_queue, of size max_concurrent_batches).
         self.batch_queue_size = 2
-        self.batch_queue: deque[tuple[StepPlan, Callable]] | None = deque() if async_scheduling else None
+        self.batch_queue: deque[tuple[int, SchedulerOutput, Future]] | None = deque() if async_scheduling else None
         self.aborts_queue: queue.Queue[list[str]] = queue.Queue()
-        self.step_fn = step_fn or engine_core_step
-        self.step_counter = 0
-        self._scheduled: SchedulerOutput | None = None  # this step's plan, for _fail_step
+        self.step_fn = self.step if self.batch_queue is None else self.step_with_batch_queue  # as vLLM picks it
+        self.step_counter = 0  # the tracer's step number
         self._queue_times: dict[str, float] = {}  # scheduled, first output not sent yet
         self.num_failed_steps = 0
+        self._weight_version = "default"  # the dev server's /update_weight_version and /weight_info
 
     @classmethod
     def from_engine_args(cls, engine_args: EngineArgs | None = None, **kwargs) -> EngineCore:
@@ -152,19 +122,23 @@ class EngineCore:
 
     # ------------------------------------------------------------------ the step
     def step(self) -> tuple[EngineCoreOutputs, bool]:
-        """Run one step through step_fn; returns the outputs and whether any token was scheduled."""
-        if self.batch_queue is not None:
-            return self.step_with_batch_queue()
-        self.step_counter += 1
-        self._scheduled = None
+        """Schedule, execute and update one batch (vLLM: EngineCore.step); returns the outputs and whether the
+        model ran. The grammar bitmask is computed while the forward runs; aborts that arrived meanwhile are
+        processed before update_from_output, so a request aborted mid-forward gets no token from this step."""
+        if not self.scheduler.has_requests():
+            return EngineCoreOutputs(), False
+        n = self._next_step()
+        scheduler_output = self._schedule(n)
         try:
-            outputs, ran, _ = self.step_fn(self.scheduler.has_requests(), self._schedule, self._execute_async,
-                                           self._get_grammar, self._process_aborts, self._update)
+            future = self._execute(n, scheduler_output)
+            grammar_output = self._get_grammar_bitmask(n, scheduler_output)
+            model_output = self._wait(n, future, grammar_output)
+            self._process_aborts(n)
+            engine_core_outputs = self._update(n, scheduler_output, model_output)
         except Exception as e:
-            return self._fail_step(e), True
+            return self._fail_step(scheduler_output, e), True
         self.num_failed_steps = 0
-        self.post_step(bool(ran))
-        return (outputs if isinstance(outputs, EngineCoreOutputs) else EngineCoreOutputs()), bool(ran)
+        return engine_core_outputs, scheduler_output.total_num_scheduled_tokens > 0
 
     def post_step(self, model_executed: bool) -> None:
         """Hand the runner's fresh draft tokens to the scheduler for the next step (vLLM: same name)."""
@@ -184,45 +158,42 @@ class EngineCore:
         before it, and its sampling must happen before the worker starts another step.
         """
         batch_queue = self.batch_queue
-        newest_needs_grammar = bool(batch_queue) and batch_queue[0][0].scheduler_output.has_structured_output_requests
+        newest_needs_grammar = bool(batch_queue) and batch_queue[0][1].has_structured_output_requests
         model_executed = False
         if self.scheduler.has_requests() and not newest_needs_grammar:
-            self.step_counter += 1
-            plan = self._schedule()
-            batch_queue.appendleft((plan, self._execute_async(plan)))
-            model_executed = plan["scheduled_tokens"] > 0
+            n = self._next_step()
+            scheduler_output = self._schedule(n)
+            batch_queue.appendleft((n, scheduler_output, self._execute(n, scheduler_output)))
+            model_executed = scheduler_output.total_num_scheduled_tokens > 0
             if (model_executed and len(batch_queue) < self.batch_queue_size
-                    and not plan.scheduler_output.has_structured_output_requests):
+                    and not scheduler_output.has_structured_output_requests):
                 return EngineCoreOutputs(), True
         elif not batch_queue:
             return EngineCoreOutputs(), False
-        plan, wait = batch_queue.pop()
-        self._get_grammar(plan)
-        model_output = wait()
-        self._process_aborts(plan.step)
-        return self._update(plan, model_output), model_executed
+        n, scheduler_output, future = batch_queue.pop()
+        grammar_output = self._get_grammar_bitmask(n, scheduler_output)
+        model_output = self._wait(n, future, grammar_output)
+        self._process_aborts(n)
+        return self._update(n, scheduler_output, model_output), model_executed
 
-    def _fail_step(self, error: Exception) -> EngineCoreOutputs:
+    def _fail_step(self, scheduler_output: SchedulerOutput, error: Exception) -> EngineCoreOutputs:
         """A step raised after scheduling: finish its requests with FinishReason.ERROR and free their blocks,
         so the engine keeps serving everyone else (vLLM would die here: EngineDeadError for all).
 
         Which request caused it cannot be known, so the whole batch ends. Hashes of the blocks they free
-        are dropped, since this step's KV was never written. Several failing steps in a row (or a failure
-        in schedule() itself) mean the core cannot continue: re-raise, and the client sees a dead engine.
-        A plugged-in step_fn is never second-guessed: its error propagates. Nor is a broken invariant
-        (AssertionError) or a missing implementation (NotImplementedError): that is a bug in the engine or
-        in code plugged into it, not a bad request, and hiding it behind one request's error would hide it.
-        A dead executor (EngineDeadError: a tensor-parallel worker died or raised) cannot run another step.
+        are dropped, since this step's KV was never written. Several failing steps in a row mean the core
+        cannot continue: re-raise, and the client sees a dead engine. Nor is a broken invariant
+        (AssertionError) or a missing implementation (NotImplementedError) hidden: that is a bug in the engine
+        or in code plugged into it, not a bad request. A dead executor (EngineDeadError: a tensor-parallel
+        worker died or raised) cannot run another step.
         """
-        so = self._scheduled
         self.num_failed_steps += 1
-        if (so is None or self.num_failed_steps > 3 or self.step_fn is not engine_core_step
-                or isinstance(error, (AssertionError, NotImplementedError, EngineDeadError))):
+        if self.num_failed_steps > 3 or isinstance(error, (AssertionError, NotImplementedError, EngineDeadError)):
             raise error
         logger.exception("step %d failed; finishing its %d request(s) with an error", self.step_counter,
-                         len(so.num_scheduled_tokens))
+                         len(scheduler_output.num_scheduled_tokens))
         scheduler, kv = self.scheduler, self.scheduler.kv_cache_manager
-        failed = [r for r in so.num_scheduled_tokens if r in scheduler.requests]
+        failed = [r for r in scheduler_output.num_scheduled_tokens if r in scheduler.requests]
         blocks = [b for r in failed for b in kv.get_blocks(r).blocks]
         scheduler.finish_requests(failed, RequestStatus.FINISHED_ERROR)
         for block in blocks:
@@ -233,42 +204,43 @@ class EngineCore:
         self._attach_queue_times(outputs)
         return EngineCoreOutputs(outputs=outputs, scheduler_stats=scheduler.make_stats() if scheduler.log_stats else None)
 
-    def _schedule(self) -> StepPlan:
-        with self.tracer.span("schedule", self.step_counter):
+    # The phases, each one call of vLLM's step traced under its step number n.
+    def _next_step(self) -> int:
+        self.step_counter += 1
+        return self.step_counter
+
+    def _schedule(self, n: int) -> SchedulerOutput:
+        with self.tracer.span("schedule", n):
             scheduler_output = self.scheduler.schedule()
-        self._scheduled = scheduler_output
         if scheduler_output.scheduled_new_reqs and self.scheduler.log_stats:
             now, requests = time.time(), self.scheduler.requests  # arrival_time is the frontend's time.time()
             for new in scheduler_output.scheduled_new_reqs:
                 self._queue_times[new.req_id] = max(0.0, now - requests[new.req_id].arrival_time)
-        return StepPlan(scheduler_output, self.step_counter)
+        return scheduler_output
 
-    def _execute_async(self, plan: StepPlan) -> Callable:
-        so = plan.scheduler_output
-        with self.tracer.span("execute", plan.step, so.num_scheduled_tokens):
-            future = self.model_executor.execute_model(so, non_block=True)
-        step = plan.step
+    def _execute(self, n: int, scheduler_output: SchedulerOutput) -> Future:
+        with self.tracer.span("execute", n, scheduler_output.num_scheduled_tokens):
+            return self.model_executor.execute_model(scheduler_output, non_block=True)
 
-        def wait():
-            with self.tracer.span("wait", step):
-                output = future.result()
-                if output is None:
-                    output = self.model_executor.sample_tokens(plan.get("grammar_output"))
-            return output
-        return wait
+    def _get_grammar_bitmask(self, n: int, scheduler_output: SchedulerOutput):
+        with self.tracer.span("grammar", n):
+            return self.scheduler.get_grammar_bitmask(scheduler_output)
 
-    def _get_grammar(self, plan: StepPlan):
-        with self.tracer.span("grammar", plan.step):
-            plan["grammar_output"] = self.scheduler.get_grammar_bitmask(plan.scheduler_output)
-        return plan["grammar_output"]
+    def _wait(self, n: int, future: Future, grammar_output):
+        """The forward's result; None means sampling was split off (vLLM: sample_tokens with the bitmask)."""
+        with self.tracer.span("wait", n):
+            model_output = future.result()
+            if model_output is None:
+                model_output = self.model_executor.sample_tokens(grammar_output)
+            return model_output
 
-    def _process_aborts(self, step: int | None = None) -> None:
-        with self.tracer.span("aborts", self.step_counter if step is None else step):
+    def _process_aborts(self, n: int) -> None:
+        with self.tracer.span("aborts", n):
             self._process_aborts_queue()
 
-    def _update(self, plan: StepPlan, model_output) -> EngineCoreOutputs:
-        with self.tracer.span("update", plan.step):
-            outputs = self.scheduler.update_from_output(plan.scheduler_output, model_output)
+    def _update(self, n: int, scheduler_output: SchedulerOutput, model_output) -> EngineCoreOutputs:
+        with self.tracer.span("update", n):
+            outputs = self.scheduler.update_from_output(scheduler_output, model_output)
         self._attach_queue_times(outputs.outputs)
         return outputs
 
@@ -287,8 +259,91 @@ class EngineCore:
     def get_stats(self):
         return self.scheduler.make_stats()
 
-    def reset_prefix_cache(self) -> bool:
-        return self.scheduler.reset_prefix_cache()
+    def reset_prefix_cache(self, reset_running_requests: bool = False, reset_connector: bool = False) -> bool:
+        return self.scheduler.reset_prefix_cache(reset_running_requests, reset_connector)
+
+    # ------------------------------------------------------------------ pause, sleep (the dev server's routes)
+    def pause_scheduler(self, mode: str = "abort", clear_cache: bool = True) -> Future | None:
+        """Stop scheduling (vLLM: EngineCore.pause_scheduler, core.py:829/1838). "abort" ends every request
+        (finish_reason "abort") and schedules no new one; "keep" schedules nothing and keeps the requests for
+        resume_scheduler; "wait" lets the running ones finish. Once the engine is idle, clear_cache resets the
+        prefix cache (preempting whatever still holds blocks). In-process there is no busy loop to finish a
+        pause later: "wait" is refused, the rest complete at once (None); EngineCoreProc answers when idle."""
+        if mode not in ("keep", "abort", "wait"):
+            raise ValueError(f"Invalid pause mode: {mode}")
+        if mode == "wait":
+            raise ValueError("'wait' mode can't be used in inproc-engine mode")
+        if mode == "abort":
+            self.scheduler.finish_requests(list(self.scheduler.requests), RequestStatus.FINISHED_ABORTED)
+        self.scheduler.pause_state = PauseState.PAUSED_ALL if mode == "keep" else PauseState.PAUSED_NEW
+        if clear_cache:
+            self._reset_caches()
+        return None
+
+    def _reset_caches(self) -> None:
+        """vLLM's _reset_caches: minivllm has a prefix cache only (no multimodal, encoder or connector cache)."""
+        self.reset_prefix_cache(reset_running_requests=True, reset_connector=True)
+
+    def resume_scheduler(self) -> None:
+        """Schedule again; requests that arrived while paused run now."""
+        self.scheduler.pause_state = PauseState.UNPAUSED
+
+    def is_scheduler_paused(self) -> bool:
+        return self.scheduler.pause_state != PauseState.UNPAUSED
+
+    def sleep(self, level: int = 1, mode: str = "abort") -> Future | None:
+        """vLLM's EngineCore.sleep (core.py:868): pause (clearing the caches from level 1), then, from level 1
+        and once the pause completed, put the executor to sleep (Worker.sleep frees the KV cache)."""
+        paused = self.pause_scheduler(mode=mode, clear_cache=level >= 1)
+        if level < 1:
+            return paused
+        if paused is None:
+            self.model_executor.sleep(level)
+            return None
+        future: Future = Future()
+
+        def then_sleep(f: Future) -> None:
+            try:
+                f.result()
+                future.set_result(self.model_executor.sleep(level))
+            except Exception as e:
+                future.set_exception(e)
+        paused.add_done_callback(then_sleep)
+        return future
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Wake the executor ("scheduling" is no executor tag); resume once nothing of it sleeps (core.py:906)."""
+        if tags is not None and "scheduling" in tags:
+            tags = [t for t in tags if t != "scheduling"]
+        if tags is None or tags:
+            self.model_executor.wake_up(tags)
+        if not self.model_executor.is_sleeping:
+            self.resume_scheduler()
+
+    def is_sleeping(self) -> bool:
+        return self.is_scheduler_paused() or self.model_executor.is_sleeping
+
+    def collective_rpc(self, method: str, timeout: float | None = None, args: tuple = (),
+                       kwargs: dict | None = None) -> list:
+        """Run Worker.<method> on every worker (vLLM: EngineCore.collective_rpc). Checked here first, so a
+        wrong name or arguments is an error for the caller, never a failed tensor-parallel worker; kwargs
+        become positional; an answer msgpack cannot carry comes back as its str()."""
+        from minivllm.worker.gpu_worker import Worker
+        fn = getattr(Worker, method, None) if isinstance(method, str) and not method.startswith("_") else None
+        if not callable(fn):
+            raise AttributeError(f"'Worker' object has no attribute {method!r}")
+        bound = inspect.signature(fn).bind(None, *args, **(kwargs or {}))
+        if bound.kwargs:
+            raise TypeError(f"Worker.{method}: keyword-only arguments {sorted(bound.kwargs)} are not supported")
+        results = self.model_executor.collective_rpc(method, tuple(bound.args[1:]), timeout=timeout)
+        return [r if r is None or isinstance(r, (dict, list, tuple, str, int, float, bool)) else str(r)
+                for r in results]
+
+    def set_weight_version(self, weight_version: str) -> None:
+        self._weight_version = weight_version
+
+    def get_weight_version(self) -> str:
+        return self._weight_version
 
     def profile(self, is_start: bool = True, path: str = "minivllm_core_profile.json") -> str | None:
         """torch.profiler around the worker's steps (a utility call when the core runs apart)."""
@@ -335,6 +390,7 @@ class EngineCoreProc(EngineCore):
             EngineCoreProc.startup_failure_sent = True
             raise
         self.engines_running = False
+        self._idle_state_callbacks: list = []  # pause/sleep answers waiting for an idle engine
         ready = {"num_gpu_blocks": vllm_config.cache_config.num_gpu_blocks,
                  "max_model_len": vllm_config.scheduler_config.max_model_len, "pid": os.getpid()}
         input_socket.send_multipart([HANDSHAKE_READY, msgspec.msgpack.encode(ready)])
@@ -389,13 +445,46 @@ class EngineCoreProc(EngineCore):
 
     def _process_input_queue(self) -> None:
         # Idle: sleep on the queue instead of spinning. Busy: drain whatever arrived during the step.
-        while not self.engines_running and not self.scheduler.has_requests() and not self.batch_queue:
+        while not self.has_work():
+            while self._idle_state_callbacks:  # a pause waiting for the engine to be idle completes
+                self._idle_state_callbacks.pop()(self)
             self._handle_client_request(*self.input_queue.get())
         while not self.input_queue.empty():
             self._handle_client_request(*self.input_queue.get_nowait())
 
+    def has_work(self) -> bool:
+        """Whether the engine should step (vLLM: same name); a paused scheduler counts only what it may run."""
+        return self.engines_running or self.scheduler.has_requests() or bool(self.batch_queue)
+
+    def pause_scheduler(self, mode: str = "abort", clear_cache: bool = True) -> Future | None:
+        """vLLM's EngineCoreProc.pause_scheduler (core.py:1838): the aborted requests' streams end at once;
+        the answer (a Future, see _handle_client_request) comes when the engine is idle: the running requests
+        finished ("wait"), the aborted ones reported to the worker; the caches are reset then."""
+        if mode not in ("keep", "abort", "wait"):
+            raise ValueError(f"Invalid pause mode: {mode}")
+        if mode == "abort":
+            ids = list(self.scheduler.requests)
+            self.scheduler.finish_requests(ids, RequestStatus.FINISHED_ABORTED)
+            if ids:
+                self.output_queue.put_nowait(EngineCoreOutputs(outputs=[
+                    EngineCoreOutput(i, [], finish_reason=FinishReason.ABORT) for i in ids]))
+        self.scheduler.pause_state = PauseState.PAUSED_ALL if mode == "keep" else PauseState.PAUSED_NEW
+        if not self.has_work():
+            if clear_cache:
+                self._reset_caches()
+            return None
+        future: Future = Future()
+
+        def when_idle(engine: EngineCoreProc) -> None:
+            if clear_cache:
+                engine._reset_caches()
+            future.set_result(None)
+        self._idle_state_callbacks.append(when_idle)
+        return future
+
     def _process_engine_step(self) -> bool:
-        outputs, model_executed = self.step()
+        outputs, model_executed = self.step_fn()
+        self.post_step(model_executed)
         if outputs.outputs or outputs.scheduler_stats is not None:
             self.output_queue.put_nowait(outputs)
         return model_executed
@@ -415,10 +504,22 @@ class EngineCoreProc(EngineCore):
                 if method_name.startswith("_") or method_name not in UTILITY_METHODS:
                     raise ValueError(f"{method_name!r} is not a utility method; choose from {UTILITY_METHODS}")
                 result = getattr(self, method_name)(*args)
-                output = UtilityOutput(call_id, result=result)
             except Exception as e:
-                output = UtilityOutput(call_id, failure_message=f"{type(e).__name__}: {e}")
-            self.output_queue.put_nowait(EngineCoreOutputs(utility_output=output))
+                result = e
+            if isinstance(result, Future):  # answered when it completes (a pause waiting for an idle engine)
+                result.add_done_callback(partial(self._send_utility_output, call_id))
+            else:
+                self._send_utility_output(call_id, result)
+
+    def _send_utility_output(self, call_id: int, result) -> None:
+        if isinstance(result, Future):
+            try:
+                result = result.result()
+            except Exception as e:
+                result = e
+        output = (UtilityOutput(call_id, failure_message=f"{type(result).__name__}: {result}")
+                  if isinstance(result, Exception) else UtilityOutput(call_id, result=result))
+        self.output_queue.put_nowait(EngineCoreOutputs(utility_output=output))
 
     # ------------------------------------------------------------------ IO threads
     def process_input_sockets(self, input_socket: zmq.Socket) -> None:
@@ -473,7 +574,10 @@ class _InjectedFatalError(BaseException):
     """Escapes the utility handler's `except Exception`, so it kills the busy loop like a real bug would."""
 
 
-UTILITY_METHODS = ("get_stats", "reset_prefix_cache", "sleep_for_test", "raise_for_test", "profile")
+UTILITY_METHODS = ("get_stats", "reset_prefix_cache", "sleep_for_test", "raise_for_test", "profile",
+                   # the dev server's routes (vLLM's EngineCoreClient.*_async utility calls)
+                   "pause_scheduler", "resume_scheduler", "is_scheduler_paused", "sleep", "wake_up", "is_sleeping",
+                   "collective_rpc", "set_weight_version", "get_weight_version")
 
 
 def _leave_a_core_for_the_frontend(vllm_config: VllmConfig) -> None:

@@ -46,16 +46,14 @@ class EngineCoreClient:
 
     @staticmethod
     def make_client(multiprocess_mode: bool, asyncio_mode: bool, vllm_config: VllmConfig,
-                    executor_class=None, log_stats: bool = True, **kwargs) -> EngineCoreClient:
+                    executor_class=None, log_stats: bool = True) -> EngineCoreClient:
         if asyncio_mode:
             if not multiprocess_mode:
                 raise ValueError("asyncio mode needs the multiprocess EngineCore")
             return AsyncMPClient(vllm_config, executor_class, log_stats)
         if multiprocess_mode:
-            if kwargs.get("step_fn") is not None:
-                raise ValueError("step_fn runs only with an in-process EngineCore (multiprocess=False)")
             return SyncMPClient(vllm_config, executor_class, log_stats)
-        return InprocClient(vllm_config, executor_class, log_stats, **kwargs)
+        return InprocClient(vllm_config, executor_class, log_stats)
 
     def get_stats(self) -> SchedulerStats:
         return msgspec.convert(self.call_utility("get_stats"), SchedulerStats)
@@ -73,9 +71,8 @@ class EngineCoreClient:
 class InprocClient(EngineCoreClient):
     """No process, no sockets: the EngineCore's own methods. Attributes pass through (client.scheduler)."""
 
-    def __init__(self, vllm_config: VllmConfig, executor_class=None, log_stats: bool = True,
-                 **kwargs) -> None:
-        self.engine_core = EngineCore(vllm_config, executor_class, log_stats, **kwargs)
+    def __init__(self, vllm_config: VllmConfig, executor_class=None, log_stats: bool = True) -> None:
+        self.engine_core = EngineCore(vllm_config, executor_class, log_stats)
 
     def __getattr__(self, name: str):
         if name == "engine_core":
@@ -83,7 +80,9 @@ class InprocClient(EngineCoreClient):
         return getattr(self.engine_core, name)
 
     def get_output(self) -> EngineCoreOutputs:
-        return self.engine_core.step()[0]
+        outputs, model_executed = self.engine_core.step_fn()
+        self.engine_core.post_step(model_executed)
+        return outputs
 
     def add_request(self, request: EngineCoreRequest) -> None:
         self.engine_core.add_request(request)
@@ -368,8 +367,9 @@ class AsyncMPClient(MPClient):
     async def get_stats_async(self) -> SchedulerStats:
         return msgspec.convert(await self.call_utility_async("get_stats"), SchedulerStats)
 
-    async def reset_prefix_cache_async(self) -> bool:
-        return bool(await self.call_utility_async("reset_prefix_cache"))
+    async def reset_prefix_cache_async(self, reset_running_requests: bool = False,
+                                       reset_connector: bool = False) -> bool:
+        return bool(await self.call_utility_async("reset_prefix_cache", reset_running_requests, reset_connector))
 
     def shutdown(self) -> None:
         if self.queue_task is not None and not self.queue_task.done():

@@ -43,13 +43,11 @@ class LLMEngine:
     @classmethod
     def from_engine_args(cls, engine_args: EngineArgs, multiprocess_mode: bool | None = None,
                          log_stats: bool = False, **core_kwargs) -> LLMEngine:
-        """core_kwargs go to EngineCore (executor_class, log_stats, step_fn; step_fn forces in-process);
-        log_stats keeps the frontend's metrics for get_metrics()."""
+        """core_kwargs go to EngineCore (executor_class, log_stats); log_stats keeps the frontend's metrics for
+        get_metrics()."""
         from minivllm.engine.core import make_vllm_config
-        if core_kwargs.get("step_fn") is None:
-            core_kwargs.pop("step_fn", None)
         if multiprocess_mode is None:
-            multiprocess_mode = multiprocessing_default() and "step_fn" not in core_kwargs
+            multiprocess_mode = multiprocessing_default()
         config = make_vllm_config(engine_args)
         return cls(config, EngineCoreClient.make_client(multiprocess_mode, False, config, **core_kwargs), log_stats)
 

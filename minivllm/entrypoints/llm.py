@@ -21,22 +21,16 @@ class LLM:
 
     Defaults to the tiny Shakespeare model shipped in data/. The EngineCore runs in its own process
     (as in vLLM); multiprocess=False keeps it in this process, so llm.llm_engine.engine_core.scheduler
-    and .tracer can be read (notebooks, tests). A step_fn always runs in-process. As in vLLM,
+    and .tracer can be read (notebooks, tests). As in vLLM,
     disable_log_stats defaults to True here; disable_log_stats=False enables get_metrics().
     """
 
     def __init__(self, model: str | None = None, multiprocess: bool | None = None, **kwargs) -> None:
         if model is not None:
             kwargs["model"] = model
-        step_fn = kwargs.pop("step_fn", None)
         disable_log_stats = kwargs.pop("disable_log_stats", True)
-        if step_fn is not None:
-            if multiprocess:
-                raise ValueError("step_fn needs the in-process EngineCore: drop multiprocess=True")
-            multiprocess = False
         self.engine_args = EngineArgs.from_kwargs(**kwargs)
-        self.llm_engine = LLMEngine.from_engine_args(self.engine_args, multiprocess, not disable_log_stats,
-                                                     step_fn=step_fn)
+        self.llm_engine = LLMEngine.from_engine_args(self.engine_args, multiprocess, not disable_log_stats)
         self._profiler = None
 
     def get_tokenizer(self):

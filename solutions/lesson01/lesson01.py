@@ -36,7 +36,7 @@
 # |---|---|---|---|
 # | 1 | `vllm/v1/engine/async_llm.py`：`AsyncLLM.abort`（L729–L741） | `minivllm/engine/async_llm.py`：`AsyncLLM` | 取消为何先删前端的请求，再通知 EngineCore？ |
 # | 2 | `vllm/v1/engine/core.py`：`EngineCoreProc.run_busy_loop`（L1378–L1389） | `minivllm/engine/core.py`：`EngineCoreProc` | 每轮先处理哪个队列，再走一步？ |
-# | 3 | `core.py`：`EngineCore.step`（L584–L614） | `minivllm/engine/core.py`：`engine_core_step` | 一次迭代为何是 schedule → execute → update？ |
+# | 3 | `core.py`：`EngineCore.step`（L584–L614） | `minivllm/engine/core.py`：`EngineCore.step` | 一次迭代为何是 schedule → execute → update？ |
 # | 4 | `core.py`：`EngineCore._process_aborts_queue`（L741–L749） | `minivllm/engine/core.py`：`EngineCore` | forward 期间到达的取消何时生效？ |
 
 # %%
@@ -140,7 +140,7 @@ L01.fig_request_flow();
 # 下面在 minivllm 的 `EngineCore` 上跑这个场景：两个贪心请求 r0、r1；第 3 步 forward 结束前，调用 `core.abort_requests(["r0"])`。
 
 # %%
-run = L01.run_engine()  # minivllm 自带的 engine_core_step；r0 在第 3 步 execute 发射后、forward 结束前被取消
+run = L01.run_engine()  # minivllm 自带的 EngineCore.step；r0 在第 3 步 execute 发射后、forward 结束前被取消
 print(f"第 {run.abort_step} 步 EngineCore 线程上的 trace：", L01.engine_phases(run, run.abort_step))
 assert L01.engine_phases(run, run.abort_step) == ["schedule", "execute", "grammar", "wait", "aborts", "update"]
 L01.print_outputs(run)
@@ -207,7 +207,7 @@ L01.check_main_path(engine_core_step)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# 第二项检查：把你的 `engine_core_step` 接入真实的 minivllm `EngineCore(step_fn=...)`，重放上面的取消场景，检查每一步的调用顺序与输出：
+# 第二项检查：把你的 `engine_core_step` 换下一个真实 minivllm `EngineCore` 的 `step`，重放上面的取消场景，检查每一步的调用顺序与输出：
 #
 # - grammar 在 execute 返回之后、等待结果之前，与 forward 重叠；
 # - aborts 在 update 之前；
@@ -373,7 +373,7 @@ L01.check_source_map(SOURCE_MAP)
 # - Q1～Q3 各 2 分：必须包含对象、状态变化、正确性或成本链；
 # - 一票否决：把论文峰值写成普遍生产结论；把源码支持写成所有模型/硬件可用；混淆算法正确性与性能；只背类名而说不清状态所有权。
 #
-# 总分 10 分，至少 8 分通过。参考答案只在教师分支（solutions/）中；引擎自己的 `engine_core_step` 就在 `minivllm/engine/core.py`，先独立完成再读。核对后请更换一个 batch、cache 或硬件条件重新推演，不能只复制。
+# 总分 10 分，至少 8 分通过。参考答案只在教师分支（solutions/）中；引擎自己的 `EngineCore.step` 就在 `minivllm/engine/core.py`，先独立完成再读。核对后请更换一个 batch、cache 或硬件条件重新推演，不能只复制。
 #
 # ### 自检
 #
