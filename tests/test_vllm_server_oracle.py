@@ -55,6 +55,10 @@ DELIBERATE = {
                                   "200 with both samples, choices 0 and 1"),
     "resp/tools_builtin": ("200: a hosted tool (web_search_preview) is echoed and never used, there being no tool "
                            "server", "400 BadRequestError naming tools: minivllm has no built-in tools"),
+    **{name: ("200 {vllm_config, vllm_env, system_env}: vLLM's config classes, its hundreds of VLLM_* settings "
+              "(parsed), its build and collect_env report", "the same three keys, with minivllm's config, the VLLM_*/"
+              "MINIVLLM_* variables set (as strings) and a short system report")
+       for name in ("dev/server_info", "dev/server_info_json")},
 }
 
 # Where vLLM's own answer changes from run to run: kept in DELIBERATE, but not required to differ or to equal
@@ -198,6 +202,14 @@ def test_deliberate_differences(golden, minivllm_answers):
     v, m = answer(vllm, "resp/tools_builtin"), answer(mine, "resp/tools_builtin")
     assert v["status"] == 200 and v["values"]["tools[0].type"] == "web_search_preview", v
     assert m["status"] == 400 and m["values"]["error.param"] == "tools", m
+    for name in ("dev/server_info", "dev/server_info_json"):
+        v, m = answer(vllm, name), answer(mine, name)
+        assert v["status"] == m["status"] == 200 and set(v["shape"]) == set(m["shape"]) == {
+            "vllm_config", "vllm_env", "system_env"}, (name, v["shape"], m["shape"])
+        assert v["values"]["vllm_env.VLLM_SERVER_DEV_MODE"] is True and v["values"]["system_env.vllm_version"] == \
+            "0.27.1", v["values"]
+        assert m["values"]["vllm_env.VLLM_SERVER_DEV_MODE"] == "1" and "system_env.minivllm_version" in m["values"]
+        assert isinstance(m["shape"]["vllm_config"], str if name == "dev/server_info" else dict), m["shape"]
     for name in ("metrics/families", "auth/metrics_no_key", "route/metrics_post"):
         v, m = set(answer(vllm, name)["families"]), set(answer(mine, name)["families"])
         assert v - m == NOT_PRODUCED and m - v == EXTRA_FAMILIES, (name, sorted(v - m), sorted(m - v))

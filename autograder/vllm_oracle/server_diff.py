@@ -139,6 +139,8 @@ def running_server(side: str, log_path: Path | None = None, profile: str = "defa
 async def _send(client: httpx.AsyncClient, case: dict) -> dict:
     headers = {"Authorization": f"Bearer {API_KEY}"} | case.get("headers", {})
     headers = {k: v for k, v in headers.items() if v}
+    if case.get("serial"):  # a fresh connection each: uvicorn closes one after a 500 that an exception raised, and
+        headers["Connection"] = "close"  # the next request, sent at once, would race that close (ReadError)
     kw: dict = {"headers": headers}
     if "raw" in case:
         kw["content"] = case["raw"].encode("utf-8", "surrogatepass")
@@ -159,7 +161,8 @@ async def _send_all(url: str, cases: list[dict], concurrency: int) -> list[dict]
         async def one(case):
             async with sem:
                 return await _send(client, case)
-        last = [i for i, c in enumerate(cases) if c["cat"] == "metrics"]
+        # metrics, and the serial cases (the dev routes: each changes the server's state), one at a time, in order
+        last = [i for i, c in enumerate(cases) if c["cat"] == "metrics" or c.get("serial")]
         first = [i for i in range(len(cases)) if i not in last]
         raw: list = [None] * len(cases)
         for i, r in zip(first, await asyncio.gather(*[one(cases[i]) for i in first]), strict=True):

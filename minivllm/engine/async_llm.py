@@ -143,8 +143,75 @@ class AsyncLLM:
         """A fresh snapshot from the core (a utility call), not the last one that came with outputs."""
         return await self.engine_core.get_stats_async()
 
-    async def reset_prefix_cache(self) -> bool:
-        return await self.engine_core.reset_prefix_cache_async()
+    async def reset_prefix_cache(self, reset_running_requests: bool = False, reset_connector: bool = False) -> bool:
+        return await self.engine_core.reset_prefix_cache_async(reset_running_requests, reset_connector)
+
+    # ------------------------------------------------------------------ the dev server's routes (vLLM: async_llm.py)
+    async def pause_generation(self, *, mode: str = "abort", wait_for_inflight_requests: bool | None = None,
+                               clear_cache: bool = True) -> None:
+        """New requests wait until resume_generation; in-flight ones are aborted ("abort"), finish ("wait") or
+        are kept for resume ("keep"). All in the core (EngineCore.pause_scheduler), which answers once the pause
+        is complete; the short sleep lets the aborted streams' last outputs through first, as vLLM's does."""
+        if wait_for_inflight_requests:  # deprecated in vLLM: mode="wait"
+            mode = "wait"
+        await self.engine_core.call_utility_async("pause_scheduler", mode, clear_cache)
+        await asyncio.sleep(0.02)
+
+    async def resume_generation(self) -> None:
+        await self.engine_core.call_utility_async("resume_scheduler")
+
+    async def is_paused(self) -> bool:
+        return bool(await self.engine_core.call_utility_async("is_scheduler_paused"))
+
+    async def sleep(self, level: int = 1, mode: str = "abort") -> None:
+        await self.engine_core.call_utility_async("sleep", level, mode)
+
+    async def wake_up(self, tags: list[str] | None = None) -> None:
+        await self.engine_core.call_utility_async("wake_up", tags)
+
+    async def is_sleeping(self) -> bool:
+        return bool(await self.engine_core.call_utility_async("is_sleeping"))
+
+    async def reset_mm_cache(self) -> None:
+        """Nothing to reset: minivllm has no multimodal cache."""
+
+    async def reset_encoder_cache(self) -> None:
+        """Nothing to reset: minivllm has no encoder cache."""
+
+    async def collective_rpc(self, method: str, timeout: float | None = None, args: tuple = (),
+                             kwargs: dict | None = None) -> list:
+        return await self.engine_core.call_utility_async("collective_rpc", method, timeout, tuple(args), kwargs)
+
+    async def update_weight_version(self, new_version: str) -> None:
+        await self.engine_core.call_utility_async("set_weight_version", new_version)
+
+    async def get_weight_version(self) -> str:
+        return await self.engine_core.call_utility_async("get_weight_version")
+
+    async def weight_transfer(self, what: str) -> None:
+        """vLLM's init_weight_transfer_engine, start_(draft_)weight_update, update_weights and finish_weight_update
+        all need a weight transfer engine (its --weight-transfer-config); minivllm has none, so each fails as vLLM's
+        do when none is configured (a 500 from the dev server)."""
+        raise RuntimeError(f"{what}: weight transfer not configured (minivllm has no weight transfer engine; "
+                           "vLLM's is set with weight_transfer_config)")
+
+    def abort_all_ids(self) -> list[str]:
+        """Every request the frontend tracks (the dev server's /abort_requests without ids)."""
+        return list(self.output_processor.request_states)
+
+    def abort_external(self, request_ids: list) -> None:
+        """Abort by the ids a client knows (a response's "id"): the engine requests of that id, of its n > 1
+        children ("<i>_<id>") and of its prompts ("<id>-<k>", a completion with a list of prompts)."""
+        wanted = {r for r in request_ids if isinstance(r, str)}
+
+        def client_ids(engine_id: str):
+            child, sep, rest = engine_id.partition("_")
+            base = rest if sep and child.isdigit() else engine_id
+            head, dash, k = base.rpartition("-")
+            return (engine_id, base, head) if dash and k.isdigit() else (engine_id, base)
+        ids = [r for r in self.output_processor.request_states if any(c in wanted for c in client_ids(r))]
+        if ids:
+            self._abort(ids)
 
     def get_tokenizer(self):
         return self.tokenizer

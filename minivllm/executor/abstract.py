@@ -18,3 +18,22 @@ class Executor:
             from minivllm.executor.uniproc_executor import UniProcExecutor
             return UniProcExecutor
         raise ValueError(f"unknown distributed_executor_backend {backend!r}; choose 'uni' or 'mp'")
+
+    # ------------------------------------------------------------------ sleep mode (vLLM: abstract.py:318-356)
+    is_sleeping = False
+    sleeping_tags: frozenset[str] = frozenset()
+
+    def sleep(self, level: int = 1) -> None:
+        """Every worker sleeps (Worker.sleep); both tags stay asleep until woken. Sleeping again is a no-op."""
+        if self.is_sleeping:
+            return
+        self.collective_rpc("sleep", (level,))
+        self.sleeping_tags, self.is_sleeping = frozenset({"weights", "kv_cache"}), True
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Wake the given tags (None: all); a tag that is not asleep makes the call a no-op, as in vLLM."""
+        if not self.is_sleeping or (tags and any(t not in self.sleeping_tags for t in tags)):
+            return
+        self.collective_rpc("wake_up", (tags,))
+        self.sleeping_tags = self.sleeping_tags - set(tags) if tags else frozenset()
+        self.is_sleeping = bool(self.sleeping_tags)

@@ -45,8 +45,8 @@ class UniProcExecutor(Executor):
         """Runs on the worker thread: torch.profiler only sees the thread that started it."""
         return self._thread.submit(self.driver_worker.profile, is_start, path).result()
 
-    def collective_rpc(self, method: str, args: tuple = ()):
-        return [self._thread.submit(getattr(self.driver_worker, method), *args).result()]
+    def collective_rpc(self, method: str, args: tuple = (), timeout: float | None = None):
+        return [self._thread.submit(getattr(self.driver_worker, method), *args).result(timeout)]
 
     def shutdown(self) -> None:
         self._thread.shutdown(wait=True, cancel_futures=True)

@@ -112,7 +112,12 @@ class GPUModelRunner:
             self.requests.pop(req_id, None)
             batch.remove_request(req_id)
         scheduled = so.num_scheduled_tokens
-        for req_id in [r for r in batch.req_id_to_index if r not in scheduled]:
+        cached = so.scheduled_cached_reqs
+        # A resumed request still in the batch was preempted outside a step (reset_prefix_cache with
+        # reset_running_requests) and its row holds the old blocks: it leaves too, and comes back below with
+        # its new ones (vLLM: gpu_model_runner.py:1240-1247).
+        resumed = {r for r, res in zip(cached.req_ids, cached.resumed_from_preemption, strict=True) if res}
+        for req_id in [r for r in batch.req_id_to_index if r not in scheduled or r in resumed]:
             batch.remove_request(req_id)  # preempted or not scheduled: keep the state, free the row
         for new in so.scheduled_new_reqs:
             sp = new.sampling_params
@@ -124,7 +129,6 @@ class GPUModelRunner:
                                                            list(new.block_ids), new.num_computed_tokens,
                                                            eos_token_id=new.eos_token_id)
             batch.add_request(self.requests[new.req_id])
-        cached = so.scheduled_cached_reqs
         for i, req_id in enumerate(cached.req_ids):
             state = self.requests[req_id]
             state.num_computed_tokens = cached.num_computed_tokens[i]

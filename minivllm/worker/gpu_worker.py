@@ -79,8 +79,25 @@ class Worker:
 
     def initialize_cache(self, num_gpu_blocks: int) -> None:
         """Allocate the KV cache, then capture the CUDA graphs that read it."""
+        self.num_gpu_blocks = num_gpu_blocks
         self.model_runner.initialize_kv_cache(num_gpu_blocks)
         self.compile_or_warm_up_model()
+
+    def sleep(self, level: int = 1) -> None:
+        """The dev server's /sleep (vLLM: Worker.sleep). Level >= 1 frees the KV cache on CPU: the engine has
+        aborted or preempted every request and reset the prefix cache before, so nothing in it is needed.
+        The weights stay resident (vLLM offloads them at level 1 and drops them at level 2 on GPU; its CPU
+        worker ignores sleep altogether). On CUDA the decode graphs hold the cache's addresses: kept there."""
+        if level >= 1 and self.device.type == "cpu":
+            self.model_runner.kv_caches = []
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Re-allocate (zeroed) the KV cache that sleep freed, when tags is None or names "kv_cache"."""
+        if (tags is None or "kv_cache" in tags) and not self.model_runner.kv_caches:
+            self.model_runner.initialize_kv_cache(self.num_gpu_blocks)
+
+    def check_health(self) -> None:
+        """vLLM's WorkerBase.check_health: nothing to check beyond answering (the dev server's /collective_rpc)."""
 
     def compile_or_warm_up_model(self) -> None:
         """vLLM's name: here it captures the decode CUDA graphs (nothing on CPU or with enforce_eager)."""

@@ -1,6 +1,7 @@
 """SchedulerInterface: the contract EngineCore relies on (vLLM: v1/core/sched/interface.py)."""
 from __future__ import annotations
 
+import enum
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 
@@ -8,6 +9,15 @@ from minivllm.core.sched.output import GrammarOutput, SchedulerOutput
 from minivllm.engine import EngineCoreOutputs, SchedulerStats
 from minivllm.request import Request, RequestStatus
 from minivllm.worker.outputs import ModelRunnerOutput
+
+
+class PauseState(enum.IntEnum):
+    """vLLM's scheduler pause states (v1/core/sched/interface.py:24): PAUSED_NEW schedules only the running
+    requests (new ones wait), PAUSED_ALL schedules nothing."""
+
+    UNPAUSED = 0
+    PAUSED_NEW = 1
+    PAUSED_ALL = 2
 
 
 class SchedulerInterface(ABC):
@@ -50,8 +60,8 @@ class SchedulerInterface(ABC):
         return self.has_unfinished_requests() or self.has_finished_requests()
 
     @abstractmethod
-    def reset_prefix_cache(self) -> bool:
-        """Forget cached blocks; False while requests hold blocks."""
+    def reset_prefix_cache(self, reset_running_requests: bool = False, reset_connector: bool = False) -> bool:
+        """Forget cached blocks; False while requests hold blocks (reset_running_requests: preempt them first)."""
 
     @abstractmethod
     def make_stats(self) -> SchedulerStats | None:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from minivllm.config import CacheConfig, SchedulerConfig
 from minivllm.core.kv_cache_manager import KVCacheManager
 from minivllm.core.kv_cache_utils import get_request_block_hasher
-from minivllm.core.sched.interface import SchedulerInterface
+from minivllm.core.sched.interface import PauseState, SchedulerInterface
 from minivllm.core.sched.output import CachedRequestData, GrammarOutput, NewRequestData, SchedulerOutput
 from minivllm.engine import (
     EngineCoreOutput,
@@ -60,12 +60,14 @@ class Scheduler(SchedulerInterface):
                              if cache_config.enable_prefix_caching else None)
         self.num_spec_tokens = num_spec_tokens
         self.spec_decoding_stats = SpecDecodingStats.new(num_spec_tokens) if num_spec_tokens else None
+        self.pause_state = PauseState.UNPAUSED  # the dev server's /pause and /sleep (EngineCore.pause_scheduler)
 
     # ---------------------------------------------------------------- schedule
     def schedule(self) -> SchedulerOutput:
         kv = self.kv_cache_manager
         threshold = self.long_prefill_token_threshold
-        token_budget = self.max_num_scheduled_tokens
+        # Paused (vLLM: scheduler.py:460, 684): PAUSED_ALL schedules nothing, PAUSED_NEW no waiting request.
+        token_budget = self.max_num_scheduled_tokens if self.pause_state != PauseState.PAUSED_ALL else 0
         num_scheduled_tokens: dict[str, int] = {}
         # CachedRequestData's rows for the scheduled running requests, filled as they are scheduled.
         cached_req_ids: list[str] = []
@@ -139,7 +141,7 @@ class Scheduler(SchedulerInterface):
         # 2. Then waiting requests, in order, unless this step had to preempt (it is short of blocks). Resumed
         # ones join the cached rows, after the running ones.
         num_running_rows = len(cached_req_ids)
-        if not preempted_reqs:
+        if not preempted_reqs and self.pause_state == PauseState.UNPAUSED:
             skipped_waiting: list[Request] = []  # grammars still compiling: they keep their place
             while self.waiting and token_budget > 0:
                 if len(self.running) >= self.max_num_running_reqs:
@@ -471,13 +473,28 @@ class Scheduler(SchedulerInterface):
         del self.requests[request.request_id]
 
     def get_num_unfinished_requests(self) -> int:
+        """Those a step could advance: paused, the waiting ones do not count (vLLM: scheduler.py:2382), so the
+        busy loop idles instead of stepping with nothing to schedule."""
+        if self.pause_state == PauseState.PAUSED_ALL:
+            return 0
+        if self.pause_state == PauseState.PAUSED_NEW:
+            return len(self.running)
         return len(self.waiting) + len(self.running)
 
     def has_finished_requests(self) -> bool:
         return len(self.finished_req_ids) > 0
 
-    def reset_prefix_cache(self) -> bool:
-        return self.kv_cache_manager.reset_prefix_cache()
+    def reset_prefix_cache(self, reset_running_requests: bool = False, reset_connector: bool = False) -> bool:
+        """Forget the cached blocks; False while a request holds blocks, unless reset_running_requests
+        preempts every running request first (vLLM: scheduler.py:2423; they recompute when scheduled again).
+        minivllm has no KV connector, so reset_connector has nothing more to reset (vLLM: success)."""
+        if reset_running_requests:
+            while self.running:  # from the back, so they return to waiting in their running order
+                self._preempt(self.running.pop())
+        ok = self.kv_cache_manager.reset_prefix_cache()
+        if reset_running_requests and not ok:
+            raise RuntimeError("the prefix cache could not be reset even with every running request preempted")
+        return ok
 
     def make_stats(self) -> SchedulerStats:
         kv = self.kv_cache_manager

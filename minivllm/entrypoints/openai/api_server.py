@@ -55,7 +55,7 @@ from minivllm.engine import EngineCoreRequest
 from minivllm.engine.async_llm import AsyncLLM
 from minivllm.engine.exceptions import EngineDeadError, EngineGenerateError
 from minivllm.engine.parallel_sampling import ParentRequest
-from minivllm.entrypoints import anthropic, generative_scoring, scale_out
+from minivllm.entrypoints import anthropic, generative_scoring, scale_out, serve_dev
 from minivllm.entrypoints.openai import responses, tool_calls
 from minivllm.entrypoints.openai.metrics import PerfEstimate, PrometheusStatLogger
 from minivllm.entrypoints.openai.protocol import (
@@ -1166,6 +1166,8 @@ def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api
                 stats = None
         return PlainTextResponse(s.stat_logger.render(stats), media_type=CONTENT_TYPE_LATEST)
 
+    if serve_dev.dev_mode_enabled():  # VLLM_SERVER_DEV_MODE=1: vLLM's development routes (entrypoints/serve_dev.py)
+        serve_dev.attach_router(app)
     return app
 
 
