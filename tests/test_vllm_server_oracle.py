@@ -66,7 +66,10 @@ DELIBERATE = {
 VLLM_UNSTABLE = {"cmpl/bad/invalid_json": "vLLM closes the connection on a truncated JSON body in some runs and "
                                           "answers minivllm's 400 (param body.10) in others",
                  "route3/generate_n2_seeded": "which of the two samples vLLM keeps (the one whose output came last) "
-                                              "changes from run to run; each is minivllm's sample of that index"}
+                                              "changes from run to run; each is minivllm's sample of that index",
+                 **{f"dev/{name}": "vLLM's server_info carries values new at every start (its instance_id, the name "
+                                   "of its shared-memory buffer among the environment variables)"
+                    for name in ("server_info", "server_info_json")}}
 
 # vLLM behaviour minivllm does not have yet: case -> what is missing. Each must still differ.
 OPEN_GAPS: dict[str, str] = {}
