@@ -12,6 +12,13 @@ from autograder import vllm_views
 LIVE = os.environ.get("MINIVLLM_VLLM_LIVE") == "1"
 
 
+def test_every_lesson_has_a_vllm_side():
+    from autograder.common import discover_lessons
+
+    missing = sorted(set(discover_lessons()) - set(vllm_views.LESSONS))
+    assert not missing, f"no autograder/vllm_views/<lesson>.py (and its recording) for {missing}"
+
+
 @pytest.mark.parametrize("lesson", vllm_views.LESSONS)
 def test_recording_answers_todays_inputs(lesson):
     rec = vllm_views.load_recording(lesson)

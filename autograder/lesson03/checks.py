@@ -46,6 +46,7 @@ import random
 import time
 import types
 from dataclasses import dataclass, field
+from unittest import mock
 
 from autograder.common import (
     CheckFailed,
@@ -672,21 +673,18 @@ def run_failed_step(funcs=None) -> EngineRun:
         prompt = list(range(9 * BLOCK))
         _add(core, "r0", prompt, 1)
         _drive(core, run, max_steps=4)
-        execute = core._execute_async
-
-        def failing_execute(plan):
+        def failing_execute(scheduler_output, non_block=False):
             raise RuntimeError("a step that fails (the check's)")
 
-        core._execute_async = failing_execute
         _add(core, "r1", list(range(1000, 1000 + BLOCK + 1)), 1)
         was_disabled, core_logger.disabled = core_logger.disabled, True  # _fail_step logs the error
         try:
-            out, _ = core.step()  # the failing step: r1 ends with FinishReason.ERROR
+            with mock.patch.object(core.model_executor, "execute_model", failing_execute):
+                out, _ = core.step()  # the failing step: r1 ends with FinishReason.ERROR
             run.steps += 1
             run.tokens.update({o.request_id: list(o.new_token_ids) for o in out.outputs})
         finally:
             core_logger.disabled = was_disabled
-            core._execute_async = execute
         run.free_order = [b.block_id for b in pool.free_block_queue.get_all_free_blocks()]
         _add(core, "r2", list(range(2000, 2000 + BLOCK + 1)), 1)
         _drive(core, run, max_steps=4)
