@@ -153,14 +153,19 @@ async def is_paused(raw_request: Request):
 
 
 # ---------------------------------------------------------------------------- weights (dev/rlhf)
-@router.post("/init_weight_transfer_engine")
-async def init_weight_transfer_engine(raw_request: Request):
+async def _weight_transfer_with(raw_request: Request, field: str, what: str):
+    """vLLM's routes that read one field of a JSON body first: a missing body or field is a 400."""
     body, error = await _json_body(raw_request)
     if error is not None:
         return error
-    if body.get("init_info") is None:
-        return _error(400, "Missing 'init_info' in request body", BAD_REQUEST)
-    return await _weight_transfer(raw_request, "init_weight_transfer_engine")
+    if body.get(field) is None:
+        return _error(400, f"Missing '{field}' in request body", BAD_REQUEST)
+    return await _weight_transfer(raw_request, what)
+
+
+@router.post("/init_weight_transfer_engine")
+async def init_weight_transfer_engine(raw_request: Request):
+    return await _weight_transfer_with(raw_request, "init_info", "init_weight_transfer_engine")
 
 
 @router.post("/start_weight_update")
@@ -175,12 +180,7 @@ async def start_draft_weight_update(raw_request: Request):
 
 @router.post("/update_weights")
 async def update_weights(raw_request: Request):
-    body, error = await _json_body(raw_request)
-    if error is not None:
-        return error
-    if body.get("update_info") is None:
-        return _error(400, "Missing 'update_info' in request body", BAD_REQUEST)
-    return await _weight_transfer(raw_request, "update_weights")
+    return await _weight_transfer_with(raw_request, "update_info", "update_weights")
 
 
 @router.post("/finish_weight_update")
