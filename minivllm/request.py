@@ -29,6 +29,7 @@ class RequestStatus(enum.IntEnum):
     FINISHED_ABORTED = enum.auto()
     FINISHED_IGNORED = enum.auto()
     FINISHED_ERROR = enum.auto()  # e.g. its grammar failed to compile
+    FINISHED_REPETITION = enum.auto()  # its output repeats an N-gram (sampling_params.repetition_detection)
 
     @staticmethod
     def is_finished(status: RequestStatus) -> bool:
@@ -45,6 +46,7 @@ _FINISHED_REASON_MAP = {
     RequestStatus.FINISHED_ABORTED: FinishReason.ABORT,
     RequestStatus.FINISHED_IGNORED: FinishReason.LENGTH,
     RequestStatus.FINISHED_ERROR: FinishReason.ERROR,
+    RequestStatus.FINISHED_REPETITION: FinishReason.REPETITION,
 }
 
 
@@ -67,6 +69,7 @@ class Request:
         if eos_token_id is not None and not sampling_params.ignore_eos:
             stop_ids.add(eos_token_id)
         self._stop_token_ids = frozenset(stop_ids)
+        self._repetition = sampling_params.repetition_detection  # checked per token when set
         self.structured_output_request = StructuredOutputRequest.from_sampling_params(sampling_params)
         if self.structured_output_request is not None:
             self.status = RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR

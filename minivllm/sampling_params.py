@@ -50,6 +50,37 @@ class StructuredOutputsParams(msgspec.Struct, omit_defaults=True, forbid_unknown
 _CONSTRAINTS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
 
 
+class RepetitionDetectionParams(msgspec.Struct, forbid_unknown_fields=True):
+    """Ends a request whose output's tail repeats an N-gram min_count times (vLLM's RepetitionDetectionParams,
+    vllm/sampling_params.py:146-179; the check is Scheduler._check_stop's). max_pattern_size 0 switches it off."""
+
+    max_pattern_size: int = 0
+    min_pattern_size: int = 0
+    min_count: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_pattern_size < 0 or self.min_pattern_size < 0 or self.min_pattern_size > self.max_pattern_size:
+            raise VLLMValidationError("max_pattern_size, min_pattern_size must be >=0, with min_pattern_size <= "
+                                      "max_pattern_size. Set both to 0 to disable repetitive pattern detection.")
+        if self.max_pattern_size > 0 and self.min_count < 2:
+            raise VLLMValidationError("min_count must be >= 2 to detect repetitive patterns in engine output. If you "
+                                      "do not wish to detect repetitive patterns, set max_pattern_size to 0.")
+
+    def repeats(self, token_ids: list[int]) -> bool:
+        """vLLM's check_sequence_repetition (v1/core/sched/utils.py:28-60): for each pattern length from the
+        smallest, do the last min_count blocks of that length all equal the last one?"""
+        lo = max(self.min_pattern_size, 1)
+        if self.max_pattern_size <= 0 or self.min_count < 2 or lo > self.max_pattern_size:
+            return False
+        for size in range(lo, self.max_pattern_size + 1):
+            if size * self.min_count > len(token_ids):
+                return False
+            tail = token_ids[-size:]
+            if all(token_ids[-size * (m + 1):len(token_ids) - size * m] == tail for m in range(1, self.min_count)):
+                return True
+        return False
+
+
 def _is_int_key(key) -> bool:
     try:
         int(key)
@@ -86,6 +117,8 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=T
     # Set by the InputProcessor from the tokenizer (update_from_tokenizer); vLLM keeps it in _bad_words_token_ids
     # behind this property name. A field here, so it crosses to the EngineCore with the rest.
     bad_words_token_ids: list[list[int]] | None = None
+    repetition_detection: RepetitionDetectionParams | None = None
+    stream_interval: int | None = None  # a stream's tokens per chunk (vLLM's; first and last chunks go at once)
 
     @staticmethod
     def from_optional(**kwargs) -> SamplingParams:
@@ -189,6 +222,9 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=T
             raise VLLMValidationError("stop must be a list of non-empty strings", "stop")
         if self.bad_words is not None and any(not isinstance(w, str) or not w for w in self.bad_words):
             raise VLLMValidationError(f"bad_words cannot contain an empty string. Got bad_words={self.bad_words}")
+        if self.stream_interval is not None and self.stream_interval < 1:
+            raise VLLMValidationError(f"stream_interval must be at least 1, got {self.stream_interval}.",
+                                      "stream_interval")
         if self.stop_token_ids is not None and any(isinstance(t, bool) or not isinstance(t, int)
                                                    or not 0 <= t <= _INT64_MAX for t in self.stop_token_ids):
             raise VLLMValidationError("stop_token_ids must be a list of non-negative integers", "stop_token_ids")

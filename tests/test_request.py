@@ -21,7 +21,7 @@ def make_request(prompt: list[int], block_size: int | None = None, **params) -> 
 # ---------------------------------------------------------------- RequestStatus
 FINISHED = [RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED,
             RequestStatus.FINISHED_ABORTED, RequestStatus.FINISHED_IGNORED,
-            RequestStatus.FINISHED_ERROR]
+            RequestStatus.FINISHED_ERROR, RequestStatus.FINISHED_REPETITION]
 
 
 @pytest.mark.parametrize("status", list(RequestStatus))
@@ -37,6 +37,7 @@ def test_is_finished_exactly_for_finished_statuses(status):
     (RequestStatus.FINISHED_ABORTED, FinishReason.ABORT),
     (RequestStatus.FINISHED_IGNORED, FinishReason.LENGTH),
     (RequestStatus.FINISHED_ERROR, FinishReason.ERROR),
+    (RequestStatus.FINISHED_REPETITION, FinishReason.REPETITION),
 ])
 def test_finished_reason(status, reason):
     assert RequestStatus.get_finished_reason(status) == reason

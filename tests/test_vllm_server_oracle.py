@@ -49,7 +49,8 @@ DELIBERATE = {
        for name in ("route/version", "auth/version_no_key")},
     **{name: ('500 {"type": "error", "error": {"type": "internal_error"}} (the chat handler raised)',
               '400 {"type": "error", "error": {"type": "BadRequestError"}}: the same check as /v1/chat/completions')
-       for name in ("route3/messages_max_tokens_over", "route3/messages_empty")},
+       for name in ("route3/messages_max_tokens_over", "route3/messages_empty", "field/messages/top_p_invalid",
+                    "field/count_tokens/messages_boundary")},
     "route3/generate_n2_seeded": ("200 with one choice: the sample that finished last (the non-streaming answer keeps "
                                   "the last RequestOutput, which with n > 1 holds one child)",
                                   "200 with both samples, choices 0 and 1"),
@@ -59,6 +60,12 @@ DELIBERATE = {
               "(parsed), its build and collect_env report", "the same three keys, with minivllm's config, the VLLM_*/"
               "MINIVLLM_* variables set (as strings) and a short system report")
        for name in ("dev/server_info", "dev/server_info_json")},
+    **{f"field/render_{ep}/allowed_token_ids_invalid_allowed_token_ids_oov": (
+        "200: render skips the engine's checks and renders the out-of-vocabulary allowed_token_ids",
+        "400 param allowed_token_ids: render runs the checks generation runs, so what it renders can be generated")
+       for ep in ("cmpl", "chat")},
+    "field/render_chat/top_logprobs_invalid": ("200: render skips the engine's max_logprobs check (top_logprobs 21)",
+                                               "400 param logprobs, as /v1/chat/completions answers"),
 }
 
 # Where vLLM's own answer changes from run to run: kept in DELIBERATE, but not required to differ or to equal
@@ -191,10 +198,16 @@ def test_deliberate_differences(golden, minivllm_answers):
         v, m = answer(vllm, name), answer(mine, name)
         assert v["values"] == {"version": "0.27.1"} and m["values"] == {"version": "0.27.1",
                                                                         "minivllm_version": "0.1.0"}
-    for name in ("route3/messages_max_tokens_over", "route3/messages_empty"):
+    for name in ("route3/messages_max_tokens_over", "route3/messages_empty", "field/messages/top_p_invalid",
+                 "field/count_tokens/messages_boundary"):
         v, m = answer(vllm, name), answer(mine, name)
         assert v["status"] == 500 and v["values"]["error.type"] == "internal_error", (name, v)
         assert m["status"] == 400 and m["values"]["error.type"] == "BadRequestError" and m["values"]["type"] == "error"
+    for name, param in (("field/render_cmpl/allowed_token_ids_invalid_allowed_token_ids_oov", "allowed_token_ids"),
+                        ("field/render_chat/allowed_token_ids_invalid_allowed_token_ids_oov", "allowed_token_ids"),
+                        ("field/render_chat/top_logprobs_invalid", "logprobs")):
+        v, m = answer(vllm, name), answer(mine, name)
+        assert v["status"] == 200 and m["status"] == 400 and m["values"]["error.param"] == param, (name, v, m)
     v, m = answer(vllm, "route3/generate_n2_seeded"), answer(mine, "route3/generate_n2_seeded")
     assert [k for k in v["values"] if k.endswith("].index")] == ["choices[0].index"], v
     assert m["values"]["choices[0].index"] == 0 and m["values"]["choices[1].index"] == 1, m

@@ -1229,9 +1229,623 @@ def dev_cases() -> list[dict]:
     ]
 
 
+def field_cases() -> list[dict]:
+    """Every field of vLLM 0.27.1's request models at a valid, a boundary and an invalid value, on its route: the
+    fields the other case lists reach fewer than three times (ChatCompletionRequest, CompletionRequest,
+    ResponsesRequest, AnthropicMessagesRequest) and those of /tokenize, /detokenize, the batch chat route,
+    /inference/v1/generate (GenerateRequest), the render routes, /generative_scoring and /v1/messages/count_tokens.
+    Named field/<route>/<field>_<kind>; greedy, a few tokens each."""
+    ch, c, r, m = "/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"
+    convo = [{"role": "user", "content": "Speak, friend."}]
+    am = {"model": MODEL, "max_tokens": 6, "temperature": 0, "messages": convo}
+    rep = {"ignore_eos": True, "max_tokens": 40}  # greedy over 40 tokens: the shipped model repeats itself
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    cats = {"valid": "valid", "boundary": "valid", "invalid": "bad_input"}
+
+    def cases_of(route, path, base, table, cat=None, **kw):
+        out = []
+        for field, kind, body in table:
+            k = kind.split("_")[0]
+            c_ = cat or ("streamed" if body.get("stream") is True else cats[k])
+            out.append(_case(f"field/{route}/{field}_{kind}", c_, path, base(**body), **kw))
+        return out
+
+    # fields of ChatCompletionRequest and CompletionRequest alike (vLLM's two models share them)
+    shared = [
+        ("add_special_tokens", "valid", {"add_special_tokens": True}),
+        ("add_special_tokens", "invalid", {"add_special_tokens": "maybe"}),
+        ("allowed_token_ids", "boundary", {"allowed_token_ids": []}),
+        ("allowed_token_ids", "boundary_max_id", {"allowed_token_ids": [4095, 413]}),
+        ("allowed_token_ids", "invalid", {"allowed_token_ids": ["a"]}),
+        ("bad_words", "boundary", {"bad_words": []}),
+        ("bad_words", "valid_two", {"bad_words": ["the", "and"]}),
+        ("bad_words", "invalid", {"bad_words": "the"}),
+        ("cache_salt", "boundary", {"cache_salt": None}),
+        ("cache_salt", "valid_long", {"cache_salt": "s" * 64}),
+        ("ec_transfer_params", "valid", {"ec_transfer_params": {"a": 1}}),
+        ("ec_transfer_params", "boundary", {"ec_transfer_params": {}}),
+        ("ec_transfer_params", "invalid", {"ec_transfer_params": "x"}),
+        ("include_stop_str_in_output", "boundary", {"include_stop_str_in_output": False, "stop": ["e"]}),
+        ("include_stop_str_in_output", "valid_no_stop", {"include_stop_str_in_output": True}),
+        ("include_stop_str_in_output", "invalid", {"include_stop_str_in_output": "maybe"}),
+        ("kv_transfer_params", "valid", {"kv_transfer_params": {"do_remote_prefill": False}}),
+        ("kv_transfer_params", "boundary", {"kv_transfer_params": {}}),
+        ("kv_transfer_params", "invalid", {"kv_transfer_params": [1]}),
+        ("length_penalty", "valid", {"length_penalty": 0.5}),
+        ("length_penalty", "boundary", {"length_penalty": 0}),
+        ("length_penalty", "invalid", {"length_penalty": "long"}),
+        ("repetition_detection", "valid", rep | {"repetition_detection": {"max_pattern_size": 4, "min_count": 2}}),
+        ("repetition_detection", "valid_min_size", rep | {"repetition_detection": {
+            "min_pattern_size": 2, "max_pattern_size": 6, "min_count": 3}}),
+        ("repetition_detection", "boundary", rep | {"repetition_detection": {"max_pattern_size": 0}}),
+        ("repetition_detection", "boundary_empty", {"repetition_detection": {}}),
+        ("repetition_detection", "invalid", {"repetition_detection": {"max_pattern_size": 2, "min_count": 1}}),
+        ("repetition_detection", "invalid_sizes", {"repetition_detection": {"min_pattern_size": 3,
+                                                                            "max_pattern_size": 2}}),
+        ("repetition_detection", "invalid_type", {"repetition_detection": {"max_pattern_size": "x"}}),
+        ("request_id", "boundary", {"request_id": ""}),
+        ("request_id", "invalid", {"request_id": 5}),
+        ("return_token_offsets", "valid", {"return_token_offsets": True}),
+        ("return_token_offsets", "boundary", {"return_token_offsets": False}),
+        ("return_token_offsets", "invalid", {"return_token_offsets": "maybe"}),
+        ("skip_special_tokens", "valid", {"skip_special_tokens": True}),
+        ("skip_special_tokens", "boundary", {"skip_special_tokens": False, "ignore_eos": True, "max_tokens": 30}),
+        ("skip_special_tokens", "invalid_null", {"skip_special_tokens": None}),
+        ("spaces_between_special_tokens", "valid", {"spaces_between_special_tokens": True}),
+        ("spaces_between_special_tokens", "boundary", {"spaces_between_special_tokens": False,
+                                                       "skip_special_tokens": False, "ignore_eos": True,
+                                                       "max_tokens": 30}),
+        ("spaces_between_special_tokens", "invalid", {"spaces_between_special_tokens": 3}),
+        ("stream_interval", "valid", {"stream": True, "stream_interval": 3, "max_tokens": 10}),
+        ("stream_interval", "boundary", {"stream": True, "stream_interval": 1}),
+        ("stream_interval", "valid_not_streamed", {"stream_interval": 5}),
+        ("stream_interval", "invalid", {"stream_interval": "x"}),
+        ("thinking_token_budget", "valid", {"thinking_token_budget": 10}),
+        ("thinking_token_budget", "boundary", {"thinking_token_budget": -1}),
+        ("thinking_token_budget", "boundary_0", {"thinking_token_budget": 0}),
+        ("thinking_token_budget", "invalid", {"thinking_token_budget": -2}),
+        ("use_beam_search", "invalid", {"use_beam_search": "maybe"}),
+        ("use_beam_search", "boundary_null", {"use_beam_search": None}),
+        ("user", "boundary", {"user": ""}),
+        ("user", "invalid", {"user": 5}),
+        ("vllm_xargs", "boundary", {"vllm_xargs": {}}),
+        ("vllm_xargs", "valid_list", {"vllm_xargs": {"a": [1, "b", 2.5], "c": "d"}}),
+        ("vllm_xargs", "invalid", {"vllm_xargs": {"a": {"b": 1}}}),
+        ("logit_bias", "boundary", {"logit_bias": {}}),
+        ("logit_bias", "valid_negative", {"logit_bias": {"413": -100, "308": -100}}),
+        ("logit_bias", "invalid", {"logit_bias": {"5": "up"}}),
+    ]
+    chat_only = [
+        ("add_special_tokens", "boundary", {"add_special_tokens": False}),
+        ("cache_salt", "valid", {"cache_salt": "salty"}),
+        ("chat_template", "boundary", {"chat_template": ""}),
+        ("chat_template", "boundary_null", {"chat_template": None}),
+        ("chat_template", "invalid", {"chat_template": 5}),
+        ("chat_template_kwargs", "boundary", {"chat_template_kwargs": {}}),
+        ("chat_template_kwargs", "valid_generation_prompt", {"chat_template_kwargs": {"add_generation_prompt":
+                                                                                      False}}),
+        ("chat_template_kwargs", "invalid", {"chat_template_kwargs": "x"}),
+        ("chat_template_kwargs", "invalid_template", {"chat_template_kwargs": {"chat_template": "{{ 1 }}"}}),
+        ("documents", "boundary", {"documents": []}),
+        ("documents", "invalid", {"documents": [{"title": 5}]}),
+        ("include_reasoning", "valid", {"include_reasoning": True}),
+        ("include_reasoning", "invalid", {"include_reasoning": "maybe"}),
+        ("logprob_token_ids", "boundary", {"logprob_token_ids": [], "logprobs": True}),
+        ("logprob_token_ids", "invalid", {"logprob_token_ids": ["a"], "logprobs": True}),
+        ("media_io_kwargs", "valid", {"media_io_kwargs": {"image": {"x": 1}}}),
+        ("media_io_kwargs", "boundary", {"media_io_kwargs": None}),
+        ("media_io_kwargs", "invalid", {"media_io_kwargs": {"image": 5}}),
+        ("mm_processor_kwargs", "boundary", {"mm_processor_kwargs": None}),
+        ("mm_processor_kwargs", "valid", {"mm_processor_kwargs": {"a": 1}}),
+        ("reasoning_effort", "boundary", {"reasoning_effort": "none"}),
+        ("reasoning_effort", "boundary_max", {"reasoning_effort": "max"}),
+        ("reasoning_effort", "invalid", {"reasoning_effort": 5}),
+        ("return_assistant_tokens_mask", "valid", {"return_assistant_tokens_mask": True}),
+        ("return_assistant_tokens_mask", "invalid", {"return_assistant_tokens_mask": "maybe"}),
+        ("return_prompt_text", "boundary", {"return_prompt_text": False}),
+        ("return_prompt_text", "invalid", {"return_prompt_text": "maybe"}),
+        ("return_prompt_text", "valid_stream", {"return_prompt_text": True, "stream": True}),
+        ("return_token_ids", "boundary", {"return_token_ids": False}),
+        ("return_token_ids", "invalid", {"return_token_ids": "maybe"}),
+        ("truncation_side", "valid", {"truncation_side": "left", "truncate_prompt_tokens": 3}),
+        ("truncation_side", "boundary", {"truncation_side": None, "truncate_prompt_tokens": 3}),
+        ("truncation_side", "invalid", {"truncation_side": 5}),
+        ("use_beam_search", "valid", {"use_beam_search": False, "length_penalty": 2.0}),
+        ("thinking_token_budget", "valid_stream", {"thinking_token_budget": 10, "stream": True}),
+    ]
+    cmpl_only = [
+        ("add_special_tokens", "boundary", {"add_special_tokens": False, "prompt": [1, 413]}),
+        ("cache_salt", "invalid", {"cache_salt": 5}),
+        ("kv_transfer_params", "boundary_null", {"kv_transfer_params": None}),
+        ("prompt_embeds", "boundary", {"prompt_embeds": None}),
+        ("prompt_embeds", "boundary_empty", {"prompt_embeds": []}),
+        ("prompt_embeds", "invalid", {"prompt_embeds": 5}),
+        ("prompt_embeds", "valid_without_prompt", {"prompt": None, "prompt_embeds": "AAAA"}),
+        ("suffix", "boundary", {"suffix": ""}),
+        ("suffix", "invalid", {"suffix": 5}),
+        ("use_beam_search", "valid", {"use_beam_search": False, "length_penalty": 2.0}),
+    ]
+    cases = cases_of("chat", ch, chat, shared + chat_only) + cases_of("cmpl", c, cmpl, shared + cmpl_only)
+
+    resp_table = [
+        ("cache_salt", "boundary", {"cache_salt": None}),
+        ("cache_salt", "invalid", {"cache_salt": 5}),
+        ("chat_template_kwargs", "boundary", {"chat_template_kwargs": {}}),
+        ("chat_template_kwargs", "boundary_null", {"chat_template_kwargs": None}),
+        ("ec_transfer_params", "valid", {"ec_transfer_params": {"a": 1}}),
+        ("ec_transfer_params", "boundary", {"ec_transfer_params": None}),
+        ("ec_transfer_params", "invalid", {"ec_transfer_params": "x"}),
+        ("enable_response_messages", "boundary", {"enable_response_messages": False}),
+        ("enable_response_messages", "invalid", {"enable_response_messages": "maybe"}),
+        ("frequency_penalty", "boundary", {"frequency_penalty": 2.0}),
+        ("frequency_penalty", "invalid", {"frequency_penalty": "x"}),
+        ("include_reasoning", "valid", {"include_reasoning": True}),
+        ("include_reasoning", "invalid", {"include_reasoning": "maybe"}),
+        ("include_stop_str_in_output", "boundary", {"include_stop_str_in_output": False, "stop": ["e"]}),
+        ("include_stop_str_in_output", "invalid", {"include_stop_str_in_output": "maybe"}),
+        ("kv_transfer_params", "boundary", {"kv_transfer_params": None}),
+        ("kv_transfer_params", "invalid", {"kv_transfer_params": "x"}),
+        ("media_io_kwargs", "valid", {"media_io_kwargs": {"image": {"x": 1}}}),
+        ("media_io_kwargs", "boundary", {"media_io_kwargs": {}}),
+        ("media_io_kwargs", "invalid", {"media_io_kwargs": {"image": 5}}),
+        ("metadata", "boundary", {"metadata": {}}),
+        ("metadata", "boundary_null", {"metadata": None}),
+        ("mm_processor_kwargs", "valid", {"mm_processor_kwargs": {"a": 1}}),
+        ("mm_processor_kwargs", "boundary", {"mm_processor_kwargs": None}),
+        ("mm_processor_kwargs", "invalid", {"mm_processor_kwargs": [1]}),
+        ("presence_penalty", "boundary", {"presence_penalty": -2.0}),
+        ("presence_penalty", "invalid", {"presence_penalty": "x"}),
+        ("previous_input_messages", "boundary", {"previous_input_messages": []}),
+        ("previous_input_messages", "invalid", {"previous_input_messages": "x"}),
+        ("previous_response_id", "boundary", {"previous_response_id": None}),
+        ("previous_response_id", "invalid", {"previous_response_id": 5}),
+        ("priority", "boundary", {"priority": 0}),
+        ("priority", "invalid_huge", {"priority": 2 ** 63}),
+        ("prompt", "boundary", {"prompt": None}),
+        ("prompt", "invalid", {"prompt": "x"}),
+        ("prompt_cache_key", "boundary", {"prompt_cache_key": ""}),
+        ("prompt_cache_key", "invalid", {"prompt_cache_key": 5}),
+        ("reasoning", "boundary", {"reasoning": None}),
+        ("reasoning", "valid_summary", {"reasoning": {"effort": "high", "summary": "auto"}}),
+        ("repetition_penalty", "boundary", {"repetition_penalty": 1.0}),
+        ("repetition_penalty", "invalid", {"repetition_penalty": "x"}),
+        ("request_id", "boundary", {"request_id": ""}),
+        ("request_id", "invalid", {"request_id": 5}),
+        ("service_tier", "boundary", {"service_tier": "auto"}),
+        ("service_tier", "invalid_null", {"service_tier": None}),
+        ("skip_special_tokens", "valid", {"skip_special_tokens": True}),
+        ("skip_special_tokens", "invalid", {"skip_special_tokens": "maybe"}),
+        ("store", "boundary", {"store": None}),
+        ("store", "invalid", {"store": "maybe"}),
+        ("top_p", "boundary", {"top_p": 1.0}),
+        ("top_p", "invalid", {"top_p": 1.5}),
+        ("user", "boundary", {"user": ""}),
+        ("user", "invalid", {"user": 5}),
+        ("vllm_xargs", "boundary", {"vllm_xargs": {}}),
+        ("vllm_xargs", "invalid", {"vllm_xargs": {"a": {"b": 1}}}),
+    ]
+    cases += cases_of("resp", r, resp, resp_table)
+
+    def amsg(**kw):
+        return am | kw
+
+    msg_table = [
+        ("cache_salt", "valid", {"cache_salt": "salty"}),
+        ("cache_salt", "boundary", {"cache_salt": ""}),
+        ("cache_salt", "invalid", {"cache_salt": 5}),
+        ("chat_template_kwargs", "valid", {"chat_template_kwargs": {"foo": 1}}),
+        ("chat_template_kwargs", "boundary", {"chat_template_kwargs": {}}),
+        ("chat_template_kwargs", "invalid", {"chat_template_kwargs": "x"}),
+        ("ec_transfer_params", "valid", {"ec_transfer_params": {"a": 1}}),
+        ("ec_transfer_params", "boundary", {"ec_transfer_params": None}),
+        ("ec_transfer_params", "invalid", {"ec_transfer_params": "x"}),
+        ("kv_transfer_params", "valid", {"kv_transfer_params": {"a": 1}}),
+        ("kv_transfer_params", "boundary", {"kv_transfer_params": {}}),
+        ("kv_transfer_params", "invalid", {"kv_transfer_params": "x"}),
+        ("metadata", "boundary", {"metadata": {}}),
+        ("metadata", "invalid", {"metadata": "x"}),
+        ("output_config", "valid", {"output_config": {"format": {"type": "json_schema", "schema": schema}},
+                                    "max_tokens": 20}),
+        ("output_config", "valid_stream", {"output_config": {"format": {"type": "json_schema", "schema": schema}},
+                                           "max_tokens": 20, "stream": True}),
+        ("output_config", "valid_effort", {"output_config": {"effort": "low"}}),
+        ("output_config", "boundary", {"output_config": {}}),
+        ("output_config", "boundary_format_no_schema", {"output_config": {"format": {"type": "json_schema"}}}),
+        ("output_config", "invalid", {"output_config": {"format": {"type": "xml", "schema": schema}}}),
+        ("output_config", "invalid_effort", {"output_config": {"effort": "extreme"}}),
+        ("output_config", "invalid_type", {"output_config": "json"}),
+        ("stop_sequences", "boundary", {"stop_sequences": []}),
+        ("stop_sequences", "invalid", {"stop_sequences": "\n"}),
+        ("stream", "boundary", {"stream": False}),
+        ("stream", "invalid", {"stream": "maybe"}),
+        ("system", "boundary", {"system": ""}),
+        ("system", "boundary_empty_list", {"system": []}),
+        ("system", "invalid", {"system": 5}),
+        ("tool_choice", "valid_auto", {"tool_choice": {"type": "auto"}}),
+        ("tool_choice", "boundary", {"tool_choice": None}),
+        ("tool_choice", "invalid", {"tool_choice": {"type": "tool"}}),
+        ("tool_choice", "invalid_type", {"tool_choice": {"type": "bogus"}}),
+        ("top_k", "boundary", {"top_k": -1}),
+        ("top_k", "invalid", {"top_k": "x"}),
+        ("top_p", "boundary", {"top_p": 1.0}),
+        ("top_p", "invalid", {"top_p": 0}),
+        ("max_tokens", "boundary", {"max_tokens": 1}),
+        ("max_tokens", "invalid", {"max_tokens": 0}),
+        ("model", "invalid", {"model": ""}),
+    ]
+    cases += cases_of("messages", m, amsg, msg_table, cat="routes")
+
+    # /v1/messages/count_tokens (AnthropicCountTokensRequest)
+    weather_tool = {"name": "get_weather", "input_schema": WEATHER["function"]["parameters"]}
+
+    def cnt(**kw):
+        return {"model": MODEL, "messages": convo} | kw
+
+    cases += cases_of("count_tokens", "/v1/messages/count_tokens", cnt, [
+        ("system", "boundary", {"system": ""}),
+        ("system", "valid_blocks", {"system": [{"type": "text", "text": "Be brief."}]}),
+        ("system", "invalid", {"system": 5}),
+        ("tools", "valid", {"tools": [weather_tool]}),
+        ("tools", "boundary", {"tools": []}),
+        ("tools", "invalid", {"tools": [{"name": "f"}]}),
+        ("tool_choice", "valid", {"tools": [weather_tool], "tool_choice": {"type": "any"}}),
+        ("tool_choice", "boundary", {"tool_choice": {"type": "none"}}),
+        ("tool_choice", "invalid", {"tool_choice": {"type": "tool"}}),
+        ("chat_template_kwargs", "valid", {"chat_template_kwargs": {"foo": 1}}),
+        ("chat_template_kwargs", "boundary", {"chat_template_kwargs": {}}),
+        ("chat_template_kwargs", "invalid", {"chat_template_kwargs": "x"}),
+        ("messages", "boundary", {"messages": []}),
+        ("messages", "invalid", {"messages": "hi"}),
+        ("model", "boundary", {"model": ""}),
+    ], cat="routes")
+
+    # /tokenize (TokenizeCompletionRequest | TokenizeChatRequest) and /detokenize
+    def tok(**kw):
+        return {"model": MODEL, "prompt": "ROMEO: hi"} | kw
+
+    def tokc(**kw):
+        return {"model": MODEL, "messages": convo} | kw
+
+    cases += cases_of("tokenize", "/tokenize", tok, [
+        ("prompt", "invalid", {"prompt": 5}),
+        ("add_special_tokens", "boundary", {"add_special_tokens": True}),
+        ("add_special_tokens", "invalid", {"add_special_tokens": "maybe"}),
+        ("return_token_strs", "boundary", {"return_token_strs": False}),
+        ("return_token_strs", "boundary_null", {"return_token_strs": None}),
+        ("return_token_strs", "invalid", {"return_token_strs": "maybe"}),
+        ("model", "boundary", {"model": None}),
+    ], cat="routes")
+    cases += cases_of("tokenize_chat", "/tokenize", tokc, [
+        ("add_generation_prompt", "boundary", {"add_generation_prompt": True}),
+        ("add_generation_prompt", "invalid", {"add_generation_prompt": "maybe"}),
+        ("continue_final_message", "boundary", {"continue_final_message": False}),
+        ("continue_final_message", "invalid", {"continue_final_message": "maybe"}),
+        ("add_special_tokens", "boundary", {"add_special_tokens": False}),
+        ("add_special_tokens", "invalid", {"add_special_tokens": "maybe"}),
+        ("return_token_strs", "valid", {"return_token_strs": True}),
+        ("chat_template", "valid", {"chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}"}),
+        ("chat_template", "boundary", {"chat_template": ""}),
+        ("chat_template", "invalid", {"chat_template": 5}),
+        ("chat_template_kwargs", "boundary", {"chat_template_kwargs": {}}),
+        ("chat_template_kwargs", "invalid", {"chat_template_kwargs": "x"}),
+        ("chat_template_kwargs", "invalid_template", {"chat_template_kwargs": {"chat_template": "{{ 1 }}"}}),
+        ("media_io_kwargs", "valid", {"media_io_kwargs": {"image": {"x": 1}}}),
+        ("media_io_kwargs", "boundary", {"media_io_kwargs": {}}),
+        ("media_io_kwargs", "invalid", {"media_io_kwargs": {"image": 5}}),
+        ("mm_processor_kwargs", "valid", {"mm_processor_kwargs": {"a": 1}}),
+        ("mm_processor_kwargs", "boundary", {"mm_processor_kwargs": None}),
+        ("mm_processor_kwargs", "invalid", {"mm_processor_kwargs": [1]}),
+        ("tools", "boundary", {"tools": []}),
+        ("tools", "invalid", {"tools": "x"}),
+        ("messages", "boundary", {"messages": []}),
+    ], cat="routes")
+    cases += cases_of("detokenize", "/detokenize", lambda **kw: {"model": MODEL, "tokens": [20, 30]} | kw, [
+        ("tokens", "boundary", {"tokens": [0]}),
+        ("tokens", "invalid", {"tokens": [2 ** 63]}),
+        ("tokens", "invalid_nested", {"tokens": [[1]]}),
+        ("model", "boundary", {"model": None}),
+        ("model", "invalid", {"model": 5}),
+    ], cat="routes")
+
+    # /v1/chat/completions/batch (BatchChatCompletionRequest)
+    def batch(**kw):
+        return {"model": MODEL, "messages": [convo, [{"role": "user", "content": "Hello"}]], "max_tokens": 4,
+                "temperature": 0} | kw
+
+    cases += cases_of("chat_batch", "/v1/chat/completions/batch", batch, [
+        ("n", "boundary", {"n": 1}),
+        ("n", "invalid", {"n": 2}),
+        ("use_beam_search", "boundary", {"use_beam_search": False}),
+        ("use_beam_search", "invalid", {"use_beam_search": True}),
+        ("logprobs", "valid", {"logprobs": True, "top_logprobs": 2}),
+        ("logprobs", "invalid", {"logprobs": "maybe"}),
+        ("logprob_token_ids", "invalid", {"logprob_token_ids": [5]}),
+        ("stop", "valid", {"stop": ["e"], "max_tokens": 12}),
+        ("stop", "invalid", {"stop": 5}),
+        ("seed", "valid", {"seed": 3, "temperature": 1.0}),
+        ("seed", "invalid", {"seed": 2 ** 70}),
+        ("max_tokens", "boundary", {"max_tokens": 1}),
+        ("max_tokens", "invalid", {"max_tokens": -1}),
+        ("echo", "valid", {"echo": True}),
+        ("return_token_ids", "valid", {"return_token_ids": True}),
+        ("include_stop_str_in_output", "valid", {"stop": ["e"], "include_stop_str_in_output": True,
+                                                 "max_tokens": 12}),
+        ("tool_choice", "boundary", {"tool_choice": "none"}),
+        ("tool_choice", "invalid", {"tool_choice": "auto"}),
+        ("structured_outputs", "valid", {"structured_outputs": {"choice": ["yes", "no"]}}),
+        ("response_format", "valid", {"response_format": {"type": "json_object"}, "max_tokens": 8}),
+        ("cache_salt", "valid", {"cache_salt": "salty"}),
+        ("priority", "invalid", {"priority": 5}),
+        ("request_id", "valid", {"request_id": "batch-1"}),
+        ("add_generation_prompt", "boundary", {"add_generation_prompt": False}),
+        ("chat_template", "valid", {"chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}"}),
+        ("chat_template_kwargs", "valid", {"chat_template_kwargs": {"foo": 1}}),
+        ("top_k", "valid", {"top_k": 1, "temperature": 1.0}),
+        ("temperature", "invalid", {"temperature": -1}),
+        ("stream", "invalid", {"stream": "maybe"}),
+        ("max_completion_tokens", "valid", {"max_completion_tokens": 2}),
+        ("max_completion_tokens", "boundary", {"max_completion_tokens": 1}),
+        ("max_completion_tokens", "invalid", {"max_completion_tokens": -1}),
+        ("frequency_penalty", "valid", {"frequency_penalty": 0.5}),
+        ("frequency_penalty", "boundary", {"frequency_penalty": 2.0}),
+        ("frequency_penalty", "invalid", {"frequency_penalty": 3}),
+        ("presence_penalty", "valid", {"presence_penalty": 0.5}),
+        ("presence_penalty", "boundary", {"presence_penalty": -2.0}),
+        ("presence_penalty", "invalid", {"presence_penalty": 3}),
+        ("logit_bias", "valid", {"logit_bias": {"5": 100}}),
+        ("logit_bias", "boundary", {"logit_bias": {}}),
+        ("logit_bias", "invalid", {"logit_bias": {"x": 1}}),
+        ("logprobs", "boundary", {"logprobs": False}),
+        ("top_logprobs", "valid", {"logprobs": True, "top_logprobs": 3}),
+        ("top_logprobs", "boundary", {"logprobs": True, "top_logprobs": 0}),
+        ("top_logprobs", "invalid", {"logprobs": True, "top_logprobs": -2}),
+        ("logprob_token_ids", "boundary", {"logprob_token_ids": [], "logprobs": True}),
+        ("logprob_token_ids", "invalid_type", {"logprob_token_ids": ["a"], "logprobs": True}),
+        ("n", "invalid_type", {"n": "x"}),
+        ("response_format", "boundary", {"response_format": {"type": "text"}}),
+        ("response_format", "invalid", {"response_format": {"type": "xml"}}),
+        ("seed", "boundary", {"seed": -1}),
+        ("top_p", "valid", {"top_p": 0.5, "temperature": 1.0, "seed": 4}),
+        ("top_p", "boundary", {"top_p": 1.0}),
+        ("top_p", "invalid", {"top_p": 0}),
+        ("user", "valid", {"user": "u"}),
+        ("user", "boundary", {"user": ""}),
+        ("user", "invalid", {"user": 5}),
+        ("tool_choice", "boundary_null", {"tool_choice": None}),
+        ("include_reasoning", "valid", {"include_reasoning": True}),
+        ("include_reasoning", "boundary", {"include_reasoning": False}),
+        ("include_reasoning", "invalid", {"include_reasoning": "maybe"}),
+        ("best_of", "valid", {"best_of": 1}),
+        ("best_of", "boundary", {"best_of": None}),
+        ("best_of", "invalid", {"best_of": "x"}),
+        ("use_beam_search", "boundary_null", {"use_beam_search": None}),
+        ("top_k", "boundary", {"top_k": -1}),
+        ("top_k", "invalid", {"top_k": "x"}),
+        ("min_p", "valid", {"min_p": 0.1, "temperature": 1.0, "seed": 4}),
+        ("min_p", "boundary", {"min_p": 0.0}),
+        ("min_p", "invalid", {"min_p": 1.5}),
+        ("repetition_penalty", "valid", {"repetition_penalty": 1.2}),
+        ("repetition_penalty", "boundary", {"repetition_penalty": 1.0}),
+        ("repetition_penalty", "invalid", {"repetition_penalty": 0}),
+        ("length_penalty", "valid", {"length_penalty": 2.0}),
+        ("length_penalty", "boundary", {"length_penalty": None}),
+        ("length_penalty", "invalid", {"length_penalty": "x"}),
+        ("early_stopping", "valid", {"early_stopping": True}),
+        ("early_stopping", "boundary", {"early_stopping": False}),
+        ("early_stopping", "invalid", {"early_stopping": "maybe"}),
+        ("structured_outputs", "valid_regex", {"structured_outputs": {"regex": "[a-z]{3}"}}),
+        ("structured_outputs", "invalid", {"structured_outputs": {"choice": ["a"], "regex": "b"}}),
+        ("request_id", "boundary", {"request_id": ""}),
+        ("request_id", "invalid", {"request_id": 5}),
+        ("add_generation_prompt", "valid", {"add_generation_prompt": True}),
+        ("add_generation_prompt", "invalid", {"add_generation_prompt": "maybe"}),
+        ("continue_final_message", "valid", {"continue_final_message": True, "add_generation_prompt": False,
+                                             "messages": [convo + [{"role": "assistant", "content": "Well"}]]}),
+        ("continue_final_message", "boundary", {"continue_final_message": False}),
+        ("continue_final_message", "invalid", {"continue_final_message": True}),
+        ("chat_template", "boundary", {"chat_template": None}),
+        ("chat_template", "invalid", {"chat_template": 5}),
+        ("chat_template_kwargs", "boundary", {"chat_template_kwargs": {}}),
+        ("chat_template_kwargs", "invalid", {"chat_template_kwargs": "x"}),
+        ("media_io_kwargs", "valid", {"media_io_kwargs": {"image": {"x": 1}}}),
+        ("media_io_kwargs", "boundary", {"media_io_kwargs": None}),
+        ("media_io_kwargs", "invalid", {"media_io_kwargs": {"image": 5}}),
+        ("mm_processor_kwargs", "valid", {"mm_processor_kwargs": {"a": 1}}),
+        ("mm_processor_kwargs", "boundary", {"mm_processor_kwargs": None}),
+        ("mm_processor_kwargs", "invalid", {"mm_processor_kwargs": [1]}),
+        ("priority", "boundary", {"priority": 0}),
+        ("priority", "invalid_type", {"priority": "x"}),
+        ("cache_salt", "boundary", {"cache_salt": None}),
+        ("cache_salt", "invalid", {"cache_salt": ""}),
+        ("include_stop_str_in_output", "boundary", {"include_stop_str_in_output": False}),
+        ("include_stop_str_in_output", "invalid", {"include_stop_str_in_output": "maybe"}),
+        ("guided_decoding_backend", "valid", {"guided_decoding_backend": "xgrammar"}),
+        ("guided_decoding_backend", "boundary", {"guided_decoding_backend": None}),
+        ("guided_decoding_backend", "invalid", {"guided_decoding_backend": 5}),
+        ("echo", "boundary", {"echo": False}),
+        ("echo", "invalid", {"echo": "maybe"}),
+        ("return_tokens_as_token_ids", "valid", {"return_tokens_as_token_ids": True, "logprobs": True}),
+        ("return_tokens_as_token_ids", "boundary", {"return_tokens_as_token_ids": None}),
+        ("return_tokens_as_token_ids", "invalid", {"return_tokens_as_token_ids": "maybe"}),
+        ("return_token_ids", "boundary", {"return_token_ids": False}),
+        ("return_token_ids", "invalid", {"return_token_ids": "maybe"}),
+    ], cat="routes")
+
+    # /inference/v1/generate (GenerateRequest)
+    ids = [1, 413, 308, 530, 327]
+
+    def gen(**kw):
+        return {"token_ids": ids, "sampling_params": {"max_tokens": 4, "temperature": 0}} | kw
+
+    cases += cases_of("generate", "/inference/v1/generate", gen, [
+        ("request_id", "boundary", {"request_id": ""}),
+        ("request_id", "invalid", {"request_id": 5}),
+        ("assistant_tokens_mask", "valid", {"assistant_tokens_mask": [0, 0, 0, 1, 1]}),
+        ("assistant_tokens_mask", "boundary", {"assistant_tokens_mask": None}),
+        ("assistant_tokens_mask", "invalid", {"assistant_tokens_mask": "x"}),
+        ("token_offsets", "valid", {"token_offsets": [[0, 0], [0, 2], [2, 4], [4, 6], [6, 8]]}),
+        ("token_offsets", "boundary", {"token_offsets": []}),
+        ("token_offsets", "invalid", {"token_offsets": [[0]]}),
+        ("features", "boundary", {"features": None}),
+        ("features", "valid_empty", {"features": {"mm_hashes": {}, "mm_placeholders": {}}}),
+        ("features", "invalid", {"features": {}}),
+        ("sampling_params", "boundary", {"sampling_params": {"temperature": 0}}),  # max_tokens: the context's rest
+        ("sampling_params", "invalid", {"sampling_params": "greedy"}),
+        ("sampling_params", "invalid_field", {"sampling_params": {"max_tokens": "x"}}),
+        ("stream", "boundary", {"stream": False}),
+        ("stream", "invalid", {"stream": "maybe"}),
+        ("stream_options", "boundary", {"stream_options": {"include_usage": True}}),
+        ("stream_options", "invalid", {"stream": True, "stream_options": {"include_usage": "maybe"}}),
+        ("cache_salt", "valid", {"cache_salt": "salty"}),
+        ("cache_salt", "boundary", {"cache_salt": ""}),
+        ("cache_salt", "invalid", {"cache_salt": 5}),
+        ("priority", "boundary", {"priority": 0}),
+        ("priority", "valid", {"priority": 5}),
+        ("priority", "invalid", {"priority": 2 ** 63}),
+        ("kv_transfer_params", "valid", {"kv_transfer_params": {"a": 1}}),
+        ("kv_transfer_params", "boundary", {"kv_transfer_params": None}),
+        ("kv_transfer_params", "invalid", {"kv_transfer_params": "x"}),
+        ("ec_transfer_params", "valid", {"ec_transfer_params": {"a": 1}}),
+        ("ec_transfer_params", "boundary", {"ec_transfer_params": {}}),
+        ("ec_transfer_params", "invalid", {"ec_transfer_params": 5}),
+        ("model", "boundary", {"model": None}),
+        ("model", "invalid", {"model": 5}),
+        ("token_ids", "boundary", {"token_ids": [0]}),
+        ("token_ids", "invalid", {"token_ids": "abc"}),
+    ], cat="routes")
+
+    # the render routes: a request's fields as the GenerateRequest they become
+    def rcmpl(**kw):
+        return {"model": MODEL, "prompt": "ROMEO:", "max_tokens": 4} | kw
+
+    def rchat(**kw):
+        return {"model": MODEL, "messages": convo, "max_tokens": 4} | kw
+
+    render_shared = [
+        ("cache_salt", "valid", {"cache_salt": "salty"}),
+        ("cache_salt", "invalid", {"cache_salt": ""}),
+        ("priority", "valid", {"priority": 3}),
+        ("request_id", "valid", {"request_id": "render-1"}),
+        ("kv_transfer_params", "valid", {"kv_transfer_params": {"a": 1}}),
+        ("return_token_offsets", "valid", {"return_token_offsets": True}),
+        ("truncate_prompt_tokens", "valid", {"truncate_prompt_tokens": 2}),
+        ("vllm_xargs", "valid", {"vllm_xargs": {"a": 1}}),
+        ("logit_bias", "valid", {"logit_bias": {"5": 200}}),
+        ("allowed_token_ids", "valid", {"allowed_token_ids": [5, 6]}),
+        ("bad_words", "valid", {"bad_words": ["the"]}),
+        ("repetition_detection", "valid", {"repetition_detection": {"max_pattern_size": 2, "min_count": 2}}),
+        ("structured_outputs", "valid", {"structured_outputs": {"choice": ["a", "b"]}}),
+        ("stream_interval", "valid", {"stream_interval": 2}),
+        ("stop", "valid", {"stop": ["x"], "stop_token_ids": [5], "include_stop_str_in_output": True}),
+        ("temperature", "invalid", {"temperature": -1}),
+    ]
+    cases += cases_of("render_cmpl", "/v1/completions/render", rcmpl, render_shared + [
+        ("add_special_tokens", "boundary", {"add_special_tokens": False}),
+        ("echo", "valid", {"echo": True, "logprobs": 1}),
+        ("suffix", "valid", {"suffix": "x"}),
+    ], cat="routes")
+    cases += cases_of("render_chat", "/v1/chat/completions/render", rchat, render_shared + [
+        ("add_special_tokens", "valid", {"add_special_tokens": True}),
+        ("return_assistant_tokens_mask", "valid", {"return_assistant_tokens_mask": True}),
+        ("chat_template", "valid", {"chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}"}),
+        ("add_generation_prompt", "boundary", {"add_generation_prompt": False}),
+        ("max_completion_tokens", "valid", {"max_completion_tokens": 7}),
+    ], cat="routes")
+
+    tool = [WEATHER]
+    render_extra = [
+        ("echo", "valid", {"echo": True}), ("echo", "boundary", {"echo": False}), ("echo", "invalid", {"echo": "x"}),
+        ("logprobs", "valid", {"logprobs": 2}), ("logprobs", "boundary", {"logprobs": 0}),
+        ("logprobs", "invalid", {"logprobs": -1}),
+        ("truncation_side", "valid", {"truncation_side": "left", "truncate_prompt_tokens": 2}),
+        ("truncation_side", "boundary", {"truncation_side": None}),
+        ("truncation_side", "invalid", {"truncation_side": "middle"}),
+        ("logprob_token_ids", "boundary", {"logprob_token_ids": [], "logprobs": 1}),
+        ("logprob_token_ids", "invalid_no_logprobs", {"logprob_token_ids": [5]}),
+        ("logprob_token_ids", "invalid", {"logprob_token_ids": ["a"]}),
+        ("return_tokens_as_token_ids", "valid", {"return_tokens_as_token_ids": True}),
+        ("return_tokens_as_token_ids", "boundary", {"return_tokens_as_token_ids": None}),
+        ("return_tokens_as_token_ids", "invalid", {"return_tokens_as_token_ids": "x"}),
+        ("return_token_ids", "valid", {"return_token_ids": True}),
+        ("return_token_ids", "boundary", {"return_token_ids": None}),
+        ("return_token_ids", "invalid", {"return_token_ids": "x"}),
+        ("top_logprobs", "valid", {"logprobs": True, "top_logprobs": 2}),
+        ("top_logprobs", "boundary", {"logprobs": True, "top_logprobs": 0}),
+        ("top_logprobs", "invalid", {"logprobs": True, "top_logprobs": 21}),
+        ("max_completion_tokens", "boundary", {"max_completion_tokens": 1}),
+        ("tools", "valid", {"tools": tool, "tool_choice": "none"}),
+        ("tools", "boundary", {"tools": None}),
+        ("tools", "invalid", {"tools": []}),
+        ("tool_choice", "boundary", {"tool_choice": "none"}),
+        ("tool_choice", "invalid", {"tool_choice": "required"}),
+        ("tool_choice", "invalid_no_parser", {"tools": tool, "tool_choice": "auto"}),
+        ("parallel_tool_calls", "valid", {"parallel_tool_calls": False}),
+        ("parallel_tool_calls", "boundary", {"parallel_tool_calls": None}),
+        ("parallel_tool_calls", "invalid", {"parallel_tool_calls": "x"}),
+        ("add_generation_prompt", "invalid", {"add_generation_prompt": "x"}),
+        ("continue_final_message", "valid", {"continue_final_message": True, "add_generation_prompt": False,
+                                             "messages": convo + [{"role": "assistant", "content": "Well"}]}),
+        ("continue_final_message", "invalid", {"continue_final_message": True}),
+        ("documents", "valid", {"documents": [{"title": "a", "text": "b"}]}),
+        ("include_reasoning", "boundary", {"include_reasoning": False}),
+        ("mm_processor_kwargs", "invalid", {"mm_processor_kwargs": [1]}),
+        ("return_assistant_tokens_mask", "boundary", {"return_assistant_tokens_mask": False}),
+        ("stream_options", "valid", {"stream": True, "stream_options": {"include_usage": True}}),
+    ]
+
+    # the rest of the two request models' fields on the render routes: the valid and invalid values the
+    # completion and chat cases use, each field up to three times
+    for route, path, base, table in (("render_cmpl", "/v1/completions/render", rcmpl, shared + cmpl_only),
+                                     ("render_chat", "/v1/chat/completions/render", rchat, shared + chat_only)):
+        seen = {}
+        for c_ in cases:
+            if c_["path"] == path:
+                for k in c_["body"]:
+                    seen[k] = seen.get(k, 0) + 1
+        entries = [(f"valid_{n}", kw) for n, kw in COMMON_VALID + STRUCTURED + STREAMED] \
+            + [(f"invalid_{n}", kw) for n, kw in COMMON_BAD + STRUCTURED_BAD] \
+            + [(f"{f}_{kind}", kw) for f, kind, kw in table + render_extra]
+        names = {c_["name"] for c_ in cases}
+        for kind, kw in entries:
+            field = next((k for k in kw if seen.get(k, 0) < 3 and k not in ("model", "max_tokens")), None)
+            if field is None or (name := f"field/{route}/{field}_{kind.removeprefix(field + '_')}") in names:
+                continue
+            names.add(name)
+            for k in kw:
+                seen[k] = seen.get(k, 0) + 1
+            cases.append(_case(name, "routes", path, base(**kw)))
+
+    # /generative_scoring (GenerativeScoringRequest)
+    def score(**kw):
+        return {"model": MODEL, "query": "To be", "items": ["yes", "no"], "label_token_ids": [413, 308]} | kw
+
+    cases += cases_of("generative_scoring", "/generative_scoring", score, [
+        ("add_special_tokens", "boundary", {"add_special_tokens": False}),
+        ("add_special_tokens", "valid", {"add_special_tokens": True}),
+        ("add_special_tokens", "invalid", {"add_special_tokens": "maybe"}),
+        ("apply_softmax", "valid", {"apply_softmax": True}),
+        ("apply_softmax", "invalid", {"apply_softmax": "maybe"}),
+        ("item_first", "boundary", {"item_first": False}),
+        ("item_first", "invalid", {"item_first": "maybe"}),
+        ("priority", "boundary", {"priority": 0}),
+        ("priority", "valid", {"priority": 3}),
+        ("priority", "invalid", {"priority": "high"}),
+        ("request_id", "valid", {"request_id": "score-1"}),
+        ("request_id", "boundary", {"request_id": ""}),
+        ("request_id", "invalid", {"request_id": 5}),
+        ("query", "boundary", {"query": ""}),
+        ("query", "invalid", {"query": 5}),
+        ("items", "invalid", {"items": "yes"}),
+        ("label_token_ids", "invalid", {"label_token_ids": [-1]}),
+        ("model", "boundary", {"model": None}),
+    ], cat="routes")
+    return cases
+
+
 def server_cases() -> list[dict]:
     cases = (completion_cases() + chat_cases() + streamed_cases() + route_cases() + auth_cases() + tool_cases()
-             + round2_cases() + route2_cases() + route3_cases() + responses_cases() + dev_cases() + metrics_cases())
+             + round2_cases() + route2_cases() + route3_cases() + responses_cases() + field_cases() + dev_cases()
+             + metrics_cases())
     names = [c["name"] for c in cases]
     assert len(names) == len(set(names)), "case names must be unique"
     return cases

@@ -19,6 +19,7 @@ class FinishReason(enum.IntEnum):
     LENGTH = 1
     ABORT = 2
     ERROR = 3
+    REPETITION = 4  # vLLM's: repetition_detection ended it (stop_reason "repetition_detected")
 
     def __str__(self) -> str:
         return self.name.lower()

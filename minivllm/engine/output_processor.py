@@ -115,6 +115,7 @@ class RequestState:
     prompt_logprobs: list[dict[int, Logprob] | None] | None = None
     num_prompt_logprobs: int = 0
     prompt_logprobs_sent: bool = False
+    stream_interval: int = 1
 
 
 @dataclass
@@ -141,7 +142,7 @@ class OutputProcessor:
             logprobs=[] if params.logprobs is not None else None, num_logprobs=params.logprobs or 0,
             cumulative_logprob=0.0 if params.logprobs is not None else None,
             arrival_time=request.arrival_time, max_tokens_param=params.max_tokens, n_param=params.n,
-            num_prompt_logprobs=params.prompt_logprobs or 0)
+            num_prompt_logprobs=params.prompt_logprobs or 0, stream_interval=params.stream_interval or 1)
 
     def _append_logprobs(self, state: RequestState, out: EngineCoreOutput) -> None:
         """Each new position's {token: Logprob}: the sampled token first (its rank from the sampler), then the
@@ -231,6 +232,9 @@ class OutputProcessor:
                     state.queue.put(EngineGenerateError(f"request {out.request_id!r} failed in the engine: "
                                                         f"{stop_reason}"))
                     continue
+            if (finish_reason is None and state.stream_delta and state.stream_interval > 1 and state.sent_tokens
+                    and len(state.output_token_ids) - state.sent_tokens < state.stream_interval):
+                continue  # vLLM's stream_interval (v1/engine/output_processor.py:292-309): wait for more tokens
             ro = self._make_request_output(state, finish_reason, stop_reason)
             if finish_reason is not None:
                 self.request_states.pop(out.request_id, None)

@@ -2,7 +2,7 @@
 
 POST /v1/messages and /v1/messages/count_tokens, as vLLM's AnthropicServingMessages does them: the request is
 turned into a ChatCompletionRequest (system text first, text blocks, tool_use / tool_result blocks, tools and
-tool_choice), run by the chat handler, and the answer turned back (finish reasons as Anthropic stop reasons;
+tool_choice, output_config's JSON schema as a json_schema response_format), run by the chat handler, and the answer turned back (finish reasons as Anthropic stop reasons;
 a stream as message_start / content_block_* / message_delta / message_stop events). Errors are Anthropic's shape,
 {"type": "error", "error": {"type", "message"}}, with the chat handler's status and type.
 """
@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from minivllm.engine.exceptions import EngineDeadError
 from minivllm.entrypoints.openai.protocol import ChatCompletionRequest
@@ -59,6 +59,25 @@ class AnthropicToolChoice(_Model):
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
 
+    @model_validator(mode="after")
+    def _name_for_tool(self):  # vLLM's validate_name_required_for_tool
+        if self.type == "tool" and not self.name:
+            raise ValueError("tool_choice.name is required when type is 'tool'")
+        return self
+
+
+class AnthropicJsonOutputFormat(_Model):
+    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    type: Literal["json_schema"] = "json_schema"
+
+
+class AnthropicOutputConfig(_Model):
+    """vLLM's AnthropicOutputConfig (anthropic/protocol.py:104-115): a JSON schema the reply must match, and a
+    reasoning effort (nothing to reason with here: accepted and unused, as vLLM's chat path does)."""
+
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
+    format: AnthropicJsonOutputFormat | None = None
+
 
 class AnthropicCountTokensRequest(_Model):
     model: str
@@ -67,6 +86,13 @@ class AnthropicCountTokensRequest(_Model):
     tool_choice: AnthropicToolChoice | None = None
     tools: list[AnthropicTool] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _model_required(cls, v):  # vLLM's validate_model (anthropic/protocol.py)
+        if not v:
+            raise ValueError("Model is required")
+        return v
 
 
 class AnthropicMessagesRequest(AnthropicCountTokensRequest):
@@ -77,8 +103,17 @@ class AnthropicMessagesRequest(AnthropicCountTokensRequest):
     temperature: float | None = None
     top_k: int | None = None
     top_p: float | None = None
-    cache_salt: str | None = None
-    output_config: dict[str, Any] | None = Field(default=None)
+    cache_salt: str | None = Field(default=None, min_length=1)
+    kv_transfer_params: dict[str, Any] | None = None
+    ec_transfer_params: dict[str, Any] | None = None
+    output_config: AnthropicOutputConfig | None = None
+
+    @field_validator("max_tokens")
+    @classmethod
+    def _max_tokens_positive(cls, v):  # vLLM's validate_max_tokens
+        if v <= 0:
+            raise ValueError("max_tokens must be positive")
+        return v
 
 
 def _system_text(content: str | list[AnthropicContentBlock] | None) -> str | None:
@@ -137,10 +172,13 @@ def to_chat_request(req: AnthropicCountTokensRequest) -> ChatCompletionRequest:
                  "temperature": req.temperature, "top_p": req.top_p, "top_k": req.top_k, "cache_salt": req.cache_salt}
         if req.stream:
             body |= {"stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
-        fmt = (req.output_config or {}).get("format") or {}
-        if fmt.get("schema"):
-            body["response_format"] = {"type": "json_schema", "json_schema": {"name": "json_schema",
-                                                                              "schema": fmt["schema"]}}
+        body |= {"kv_transfer_params": req.kv_transfer_params, "ec_transfer_params": req.ec_transfer_params}
+        config = req.output_config
+        if config is not None and config.format is not None and config.format.json_schema:  # _handle_output_config
+            body["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": config.format.type, "schema": config.format.json_schema}}
+        if config is not None and config.effort is not None:
+            body["reasoning_effort"] = config.effort
     choice = req.tool_choice
     if choice is not None:
         body["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}.get(choice.type) or \

@@ -13,8 +13,9 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from fastapi import Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from minivllm.entrypoints.openai.protocol import (
     ChatCompletionRequest,
@@ -29,10 +30,24 @@ from minivllm.sampling_params import SamplingParams
 CUMULATIVE, DELTA, FINAL_ONLY = 0, 1, 2
 # vLLM SamplingParams fields that change nothing a token-out answer shows: accepted and dropped
 _NO_EFFECT = {"output_kind", "skip_clone", "detokenize", "spaces_between_special_tokens", "flat_logprobs",
-              "output_text_buffer_length", "stream_interval", "skip_reading_prefix_cache", "extra_args",
+              "output_text_buffer_length", "skip_reading_prefix_cache", "extra_args",
               "routed_experts_prompt_start"}
 # vLLM SamplingParams fields minivllm cannot honour: a 400 rather than an answer that ignores them
-_UNSUPPORTED = {"logprob_token_ids", "thinking_token_budget", "repetition_detection"}
+_UNSUPPORTED = {"logprob_token_ids", "thinking_token_budget"}
+
+
+class PlaceholderRangeInfo(BaseModel):
+    offset: int
+    length: int
+
+
+class MultiModalFeatures(BaseModel):
+    """vLLM's render output for a multimodal prompt (token_in_token_out/protocol.py:47-67): typed as vLLM types
+    it; a text-only model never has any."""
+
+    mm_hashes: dict[str, list[str]]
+    mm_placeholders: dict[str, list[PlaceholderRangeInfo]]
+    kwargs_data: dict[str, list[str | None]] | None = None
 
 
 class GenerateRequest(OpenAIBaseModel):
@@ -40,6 +55,10 @@ class GenerateRequest(OpenAIBaseModel):
 
     request_id: str = Field(default_factory=lambda: uuid.uuid4().hex[:16])
     token_ids: Annotated[list[int], Field(min_length=1)]
+    # what render says about the prompt: carried, unused by generation (vLLM's serve_tokens reads neither)
+    assistant_tokens_mask: list[int] | None = None
+    token_offsets: list[tuple[int, int]] | None = None
+    features: MultiModalFeatures | None = None
     sampling_params: dict[str, Any]
     model: str | None = None
     stream: bool | None = False
@@ -70,13 +89,23 @@ class GenerateRequest(OpenAIBaseModel):
         except msgspec.ValidationError as e:
             if isinstance(e.__cause__, VLLMValidationError):  # a value __post_init__ refused, with its field
                 raise e.__cause__ from None
-            raise VLLMValidationError(f"sampling_params: {e}") from None
+            # a wrong type: vLLM's body validation fails there (a 400 "Bad Request", param body.sampling_params)
+            raise RequestValidationError([{"type": "value_error", "loc": ("body", "sampling_params"),
+                                           "msg": f"sampling_params: {e}", "input": self.sampling_params}]) from None
         return params, "max_tokens" in sp
+
+
+_STRUCTURED_DEFAULTS = {"json": None, "regex": None, "choice": None, "grammar": None, "json_object": None,
+                        "disable_any_whitespace": False, "disable_additional_properties": False,
+                        "whitespace_pattern": None, "structural_tag": None, "_backend": None,
+                        "_backend_was_auto": False}
 
 
 def render_params(params: SamplingParams, stream: bool) -> dict:
     """SamplingParams as vLLM's render answer writes them (msgspec, defaults omitted; stop lists as [])."""
     out = {k: v for k, v in msgspec.to_builtins(params).items() if k != "bad_words_token_ids"}
+    if out.get("structured_outputs"):  # vLLM's is a dataclass: every field written, its private two too
+        out["structured_outputs"] = _STRUCTURED_DEFAULTS | out["structured_outputs"]
     for name in ("stop", "stop_token_ids", "bad_words"):
         out[name] = out.get(name) or []
     # vLLM skips reading the prefix cache for a request that wants prompt logprobs (their positions must be computed)
@@ -84,9 +113,48 @@ def render_params(params: SamplingParams, stream: bool) -> dict:
                   "skip_reading_prefix_cache": params.prompt_logprobs is not None}
 
 
-def _generate_request(rid: str, token_ids: list[int], params: SamplingParams, req) -> dict:
-    return {"request_id": rid, "token_ids": token_ids, "assistant_tokens_mask": None, "token_offsets": None,
-            "features": None, "sampling_params": render_params(params, bool(req.stream)), "model": req.model,
+def _extra_args(req) -> dict | None:
+    """vLLM's to_sampling_params' extra_args: vllm_xargs, with the KV / EC transfer parameters added (for a
+    connector or custom logits processor; minivllm has neither, so only render shows them)."""
+    extra = dict(getattr(req, "vllm_xargs", None) or {})
+    for name in ("kv_transfer_params", "ec_transfer_params"):
+        if getattr(req, name, None):
+            extra[name] = getattr(req, name)
+    return extra or None
+
+
+def token_offsets(tokenizer, text, token_ids: list[int], add_special_tokens: bool) -> list[list[int]] | None:
+    """vLLM's prompt_token_offsets for return_token_offsets (renderers/base.py:439-487): each token's (start, end)
+    characters in the prompt text, from the fast tokenizer's offset mapping; none for a prompt of token ids. A
+    truncated prompt keeps its leading special tokens' offsets and its last tokens' (encode_truncated's cut)."""
+    if not isinstance(text, str):
+        return None
+    enc = tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
+    offsets = [list(o) for o in enc["offset_mapping"]]
+    if len(offsets) != len(token_ids):
+        specials = set(tokenizer.all_special_ids)
+        head = next((i for i, t in enumerate(enc["input_ids"]) if t not in specials), len(offsets))
+        head = min(head, len(token_ids))
+        offsets = offsets[:head] + (offsets[-(len(token_ids) - head):] if len(token_ids) > head else [])
+    return offsets
+
+
+def _generate_request(rid: str, token_ids: list[int], params: SamplingParams, req, tokenizer=None,
+                      text=None) -> dict:
+    sampling = render_params(params, bool(req.stream))
+    if (extra := _extra_args(req)) is not None:
+        sampling["extra_args"] = extra
+    # request fields vLLM's SamplingParams carries and minivllm's does not (nothing they would change here)
+    if getattr(req, "spaces_between_special_tokens", True) is False:
+        sampling["spaces_between_special_tokens"] = False
+    if getattr(req, "thinking_token_budget", None) not in (None, -1):
+        sampling["thinking_token_budget"] = req.thinking_token_budget
+    if getattr(req, "top_k", None) == -1 and not sampling.get("top_k") and sampling.get("temperature", 1.0) >= 1e-5:
+        sampling["top_k"] = -1  # vLLM keeps "off" as given, unless greedy sampling reset it
+    offsets = token_offsets(tokenizer, text, token_ids, bool(getattr(req, "add_special_tokens", True))) \
+        if getattr(req, "return_token_offsets", False) else None
+    return {"request_id": rid, "token_ids": token_ids, "assistant_tokens_mask": None, "token_offsets": offsets,
+            "features": None, "sampling_params": sampling, "model": req.model,
             "stream": bool(req.stream), "stream_options": req.stream_options.model_dump() if req.stream and
             req.stream_options else None, "cache_salt": getattr(req, "cache_salt", None), "priority": req.priority,
             "kv_transfer_params": None, "ec_transfer_params": None}
@@ -110,7 +178,7 @@ async def render_completion(serving, req: CompletionRequest) -> JSONResponse:
     for p in _prompts(req.prompt):
         rid = f"cmpl-{uuid.uuid4().hex[:16]}"
         ids, used = await _rendered(serving, rid, p, params, req.max_tokens, "max_tokens", req)
-        out.append(_generate_request(rid, ids, used, req))
+        out.append(_generate_request(rid, ids, used, req, serving.tokenizer, p))
     return JSONResponse(out)
 
 
@@ -118,10 +186,13 @@ async def render_chat(serving, req: ChatCompletionRequest) -> JSONResponse:
     """vLLM's ServingRender.render_chat_request: the conversation templated and tokenized, as chat would run it."""
     from minivllm.entrypoints.openai.api_server import chat_inputs
 
+    serving.check_model(req.model)
+    if req.use_beam_search:
+        raise ValueError("Beam search is not supported by the render endpoint")
     params, prompt, max_tokens, field = await chat_inputs(serving, req)
     rid = f"chatcmpl-{uuid.uuid4().hex[:16]}"
     ids, used = await _rendered(serving, rid, prompt, params, max_tokens, field, req)
-    return JSONResponse(_generate_request(rid, ids, used, req))
+    return JSONResponse(_generate_request(rid, ids, used, req, serving.tokenizer, prompt["prompt"]))
 
 
 def _token_logprobs(token_ids, logprobs, num: int) -> dict:

@@ -456,5 +456,5 @@ L01.vllm_side_by_side(run)
 # - **executor**：单卡默认 `UniProcExecutor`，worker 在 EngineCore 的调用线程上同步执行，重叠来自 CUDA kernel 的异步执行。minivllm 把 forward 放在 worker 线程上。
 # - **输入线程**：vLLM 的输入线程还预处理新请求（`preprocess_add_request`）；minivllm 的只解码消息，`Request` 在 busy loop 的 `EngineCore.add_request` 里构造。
 # - **取消**：vLLM 的 ABORT 同时进入 `aborts_queue` 和 `input_queue`；步间到达的在下一次 `schedule` 之前处理，forward 期间到达的由 `_process_aborts_queue` 处理。minivllm 同样放进两个队列；它的 `abort_requests` 只入队（vLLM 直接 `finish_requests`）。
-# - **请求状态**：minivllm 的 `RequestStatus` 没有 `WAITING_FOR_REMOTE_KVS`、`WAITING_FOR_STREAMING_REQ` 和 `FINISHED_REPETITION`（它没有 KV 传输、流式输入和重复检测）。
+# - **请求状态**：minivllm 的 `RequestStatus` 没有 `WAITING_FOR_REMOTE_KVS` 和 `WAITING_FOR_STREAMING_REQ`（它没有 KV 传输和流式输入）。
 # - **worker 出错**：vLLM 的 EngineCore 退出，前端抛 `EngineDeadError`；minivllm 的 `_fail_step` 以 `FINISHED_ERROR` 结束本步的请求，继续服务其他请求。

@@ -438,8 +438,8 @@ L04.print_recompute_cost(cost)
 # - **取消什么时候生效**：vLLM 的输入线程把 ABORT 同时放进 `aborts_queue` 和 `input_queue`。步与步之间，`_process_input_queue` 调用同步的 `EngineCore.abort_requests`，在下一次 `schedule` 之前结束请求。
 #   - 步间到达的取消已由 `input_queue` 处理，`aborts_queue` 里的同一条随后什么也不做，真正起作用的是执行期间到达的那些；minivllm 只有 `aborts_queue`。
 # - **异步调度**：vLLM 0.27.1 默认开启，busy loop 跑 `step_with_batch_queue`，取消同样在 `update_from_output` 之前处理；本课画的是同步的 `step`。
-# - **`RequestStatus`**：vLLM 还有 `WAITING_FOR_REMOTE_KVS`、`WAITING_FOR_STREAMING_REQ`（KV connector 与流式输入）和 `FINISHED_REPETITION`；其余同名、同序，`is_finished` 都是“大于 PREEMPTED”。
-# - **重复检测**：vLLM 的 `check_stop` 在长度上限之后还查 `repetition_detection`，命中时状态为 `FINISHED_REPETITION`、`stop_reason` 为 `"repetition_detected"`；minivllm 没有。
+# - **`RequestStatus`**：vLLM 还有 `WAITING_FOR_REMOTE_KVS`、`WAITING_FOR_STREAMING_REQ`（KV connector 与流式输入）；其余同名、同序，`is_finished` 都是“大于 PREEMPTED”。
+# - **重复检测**：vLLM 的 `check_stop` 在长度上限之后还查 `repetition_detection`，命中时状态为 `FINISHED_REPETITION`、`stop_reason` 为 `"repetition_detected"`；minivllm 的 `Scheduler._check_stop` 同样如此，本课的练习不要求这一条。
 # - **EOS**：vLLM 在 `ignore_eos` 时不设 `sampling_params._eos_token_id`，`check_stop` 只做比较；minivllm 用 `Request.eos_token_id`，显式检查 `ignore_eos`。行为相同。
 # - **`max_tokens=None`**：vLLM 的 `InputProcessor` 在请求进入 `EngineCore` 前把它换成上下文剩余长度，`check_stop` 不会见到 `None`；练习要处理它。
 # - **`_preempt_request`**：还释放 encoder cache、处理异步调度的 stale output，并把 id 记进 `reset_preempted_req_ids`，经 `SchedulerOutput.preempted_req_ids` 让 Model Runner V2 清掉请求状态。minivllm 在 `schedule()` 里收集这些 id。

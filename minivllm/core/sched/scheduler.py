@@ -305,7 +305,8 @@ class Scheduler(SchedulerInterface):
                     request.hash_new_full_blocks()
                 new_token_ids = generated
                 stopped = ((num_tokens >= request._max_num_tokens or num_tokens >= max_model_len
-                            or token_id in request._stop_token_ids) and check_stop(request))
+                            or token_id in request._stop_token_ids or request._repetition is not None)
+                           and check_stop(request))
             else:
                 if scheduled_spec and req_id in scheduled_spec:
                     self._roll_back_rejected(request, len(scheduled_spec[req_id]), len(generated) - 1)
@@ -388,7 +389,7 @@ class Scheduler(SchedulerInterface):
         all_token_ids = request.all_token_ids
         num_tokens = len(all_token_ids)
         if (num_tokens < request._max_num_tokens and num_tokens < self.max_model_len
-                and all_token_ids[-1] not in request._stop_token_ids):
+                and all_token_ids[-1] not in request._stop_token_ids and request._repetition is None):
             return False  # fast exit, most tokens: no stop id, no length cap (the checks below all say no)
         output_token_ids = request.output_token_ids
         num_output_tokens = len(output_token_ids)  # runs per token: plain len(), no properties
@@ -406,6 +407,10 @@ class Scheduler(SchedulerInterface):
         if len(request.all_token_ids) >= self.max_model_len or (
                 request.max_tokens is not None and num_output_tokens >= request.max_tokens):
             request.status = RequestStatus.FINISHED_LENGTH_CAPPED
+            return True
+        if request._repetition is not None and request._repetition.repeats(output_token_ids):
+            request.status = RequestStatus.FINISHED_REPETITION
+            request.stop_reason = "repetition_detected"
             return True
         return False
 

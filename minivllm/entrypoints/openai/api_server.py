@@ -160,12 +160,17 @@ class BodySizeLimitMiddleware:
         await self.app(scope, limited_receive, send)
 
 
-_LOC_TYPE_MARKERS = frozenset({"str", "int", "float", "bool", "list", "dict", "none", "nonetype"})
+# pydantic-core's schema kinds in an error's loc, which vLLM's param leaves out (serve/utils/server_utils.py:440-473)
+_LOC_TYPE_MARKERS = frozenset({
+    "function-wrap", "function-after", "function-before", "function-plain", "json-or-python", "lax-or-strict",
+    "chain", "default", "nullable", "tagged-union", "union", "call", "arguments", "is-instance", "is-subclass",
+    "callable", "str", "int", "float", "bool", "bytes", "bytearray", "list", "tuple", "dict", "set", "frozenset",
+    "complex", "none", "nonetype"})
 
 
 def clean_loc_for_param(loc: tuple) -> str:
     """A pydantic error's loc as vLLM's `param` ("body.max_tokens"), without union-branch markers."""
-    parts = [str(p) for p in loc if not ("[" in str(p) or str(p).lower() in _LOC_TYPE_MARKERS)]
+    parts = [str(p) for p in loc if not (re.search(r"[\[\]{}()]", str(p)) or str(p).lower() in _LOC_TYPE_MARKERS)]
     return ".".join(parts or [str(p) for p in loc])
 
 
@@ -446,8 +451,10 @@ class OpenAIServing:
 
     def chat_prompt(self, messages: list[ChatMessage], add_generation_prompt: bool = True,
                     continue_final_message: bool = False, chat_template_kwargs: dict | None = None,
-                    add_special_tokens: bool = False) -> dict:
-        """The chat template applied; text parts joined with "\\n" and any role passed through, as vLLM does."""
+                    add_special_tokens: bool = False, documents: list | None = None) -> dict:
+        """The chat template applied; text parts joined with "\\n" and any role passed through, as vLLM does.
+        The request's own fields override chat_template_kwargs' keys of the same name (vLLM's build_chat_params
+        and merge_kwargs, chat_completion/protocol.py:555-590, renderers/params.py:28-40)."""
         msgs = []
         for m in messages:
             content = m.content or ""
@@ -461,10 +468,12 @@ class OpenAIServing:
             msgs.append({"role": m.role, "content": content})
         template = None if getattr(self.tokenizer, "chat_template", None) else DEFAULT_CHAT_TEMPLATE
         msgs = developer_as_system(msgs, template or self.tokenizer.chat_template)
-        text = self.tokenizer.apply_chat_template(msgs, chat_template=template, tokenize=False,
-                                                  add_generation_prompt=add_generation_prompt,
-                                                  continue_final_message=continue_final_message,
-                                                  **(chat_template_kwargs or {}))
+        kwargs = (chat_template_kwargs or {}) | {"add_generation_prompt": add_generation_prompt,
+                                                 "continue_final_message": continue_final_message}
+        if documents is not None:
+            kwargs["documents"] = documents
+        kwargs = {k: v for k, v in kwargs.items() if k not in ("chat_template", "tokenize", "conversation")}
+        text = self.tokenizer.apply_chat_template(msgs, chat_template=template, tokenize=False, **kwargs)
         self.engine.input_processor.check_text_len(text)
         return {"prompt": text, "prompt_token_ids": self.tokenizer.encode(text, add_special_tokens=add_special_tokens)}
 
@@ -620,13 +629,13 @@ async def finals_of(gens: list[PrimedGenerate]) -> list[RequestOutput]:
 def completion_params(serving: OpenAIServing, req: CompletionRequest, max_tokens: int | None) -> SamplingParams:
     """/v1/completions' request checks and its SamplingParams (/v1/completions/render runs the same front half)."""
     serving.check_model(req.model)
-    if req.prompt_embeds is not None:
+    if req.prompt_embeds:  # vLLM: an empty list is no embeds
         raise VLLMValidationError("You must set `--enable-prompt-embeds` to input `prompt_embeds`.", "prompt_embeds")
     if req.prompt is None:
         raise VLLMValidationError("Either prompt or prompt_embeds must be provided and non-empty.", "prompt")
     req.check_stream_options()
     check_unsupported(req)
-    if req.suffix:
+    if req.suffix is not None:  # vLLM refuses any suffix, "" included
         raise ValueError("suffix is not supported")
     prompt_logprobs = req.prompt_logprobs if req.prompt_logprobs is not None or not req.echo else req.logprobs
     return req.to_sampling_params(max_tokens, req.logprobs, prompt_logprobs, serving.structured_outputs_config)
@@ -637,6 +646,8 @@ async def create_completion(serving: OpenAIServing, req: CompletionRequest, raw:
     echo_only = bool(req.echo) and req.max_tokens == 0
     params = completion_params(serving, req, 1 if echo_only else req.max_tokens)
     prompts = _prompts(req.prompt)
+    if (refusal := thinking_budget_refusal(req)) is not None:
+        return refusal
     rid, created = random_id("cmpl"), now()
     gens = await start_children(serving, rid, prompts, params, bool(req.stream), req.max_tokens,
                                 truncate=req.truncate_prompt_tokens, add_special_tokens=req.add_special_tokens,
@@ -763,6 +774,23 @@ def check_generation_prompt(req) -> None:
         raise ValueError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
 
 
+def thinking_budget_refusal(req) -> StreamingResponse | None:
+    """vLLM's InputProcessor refuses a thinking_token_budget (-1 is none) without a reasoning config, which minivllm
+    has no way to give (v1/engine/input_processor.py:111-119). It checks while adding the request to the engine,
+    so a streamed request gets its 200 and then the error event; a non-streamed one raises (a 400)."""
+    if req.thinking_token_budget is None or req.thinking_token_budget == -1:
+        return None
+    err = VLLMValidationError("thinking_token_budget is set but reasoning_config is not configured. Please set "
+                              "--reasoning-parser and/or --reasoning-config to use thinking_token_budget.")
+    if not req.stream:
+        raise err
+
+    async def events():
+        yield sse({"error": {"message": str(err), "type": "BadRequestError", "param": None, "code": 400}})
+        yield "data: [DONE]\n\n"
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
 def check_unsupported(req) -> None:
     """Fields minivllm cannot honour yet: a clear 400 rather than an answer that ignores them."""
     if req.logprob_token_ids:
@@ -779,9 +807,7 @@ def _check_chat_request(serving: OpenAIServing, req: ChatCompletionRequest) -> N
     if req.top_logprobs and not req.logprobs:
         raise VLLMValidationError("when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
     check_generation_prompt(req)
-    if req.chat_template is not None:
-        raise ValueError("Chat template is passed with request, but --trust-request-chat-template is not set. "
-                         "Refused request with untrusted chat template.")
+    check_request_chat_template(req)
     if req.tool_choice not in (None, "none") and serving.tool_call_parser is None:  # vLLM's online_renderer
         if req.tool_choice == "auto":
             raise ValueError('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
@@ -793,20 +819,37 @@ def _check_chat_request(serving: OpenAIServing, req: ChatCompletionRequest) -> N
         req.structured_outputs, req.response_format = {"json": schema}, None
 
 
+def check_request_chat_template(req) -> None:
+    """vLLM's validate_chat_template (renderers/online_renderer.py:310-329): a template in the request, or in its
+    chat_template_kwargs, is refused without --trust-request-chat-template (which minivllm does not have)."""
+    kwargs = req.chat_template_kwargs
+    if getattr(req, "chat_template", None) is not None or (kwargs and kwargs.get("chat_template") is not None):
+        raise ValueError("Chat template is passed with request, but --trust-request-chat-template is not set. "
+                         "Refused request with untrusted chat template.")
+
+
 async def create_batch_chat_completion(serving: OpenAIServing, req: BatchChatCompletionRequest, raw: Request):
     """Each conversation as a chat completion of its own (in turn); the first error answers for the batch."""
     choices, usage, first = [], {"prompt_tokens": 0, "total_tokens": 0, "completion_tokens": 0}, None
     for k, conv in enumerate(req.conversations()):
+        # vLLM's batch echo (batch_serving.py:289-298): the last message's text before the reply, whatever its role
+        echo, conv.echo = conv.echo, False
         response = await create_chat_completion(serving, conv, raw)
         if response.status_code != 200:
             return response
         body = json.loads(response.body)
         first = first or body
-        choices += [c | {"index": k} for c in body["choices"]]
+        for c in body["choices"]:
+            if echo:
+                last = conv.messages[-1].content or ""
+                last = last if isinstance(last, str) else "\n".join(p.get("text", "") for p in last)
+                c["message"]["content"] = last + (c["message"]["content"] or "")
+            choices.append(c | {"index": k})
         for key in usage:
             usage[key] += body["usage"][key]
+    # vLLM's batch answer carries no prompt logprobs, ids or text
     return JSONResponse(first | {"id": random_id("chatcmpl"), "choices": choices, "usage": usage | {
-        "prompt_tokens_details": None}})
+        "prompt_tokens_details": None}, "prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None})
 
 
 async def chat_inputs(serving: OpenAIServing, req: ChatCompletionRequest
@@ -821,7 +864,8 @@ async def chat_inputs(serving: OpenAIServing, req: ChatCompletionRequest
     prompt_logprobs = req.prompt_logprobs if req.prompt_logprobs is not None or not req.echo else req.top_logprobs
     params = req.to_sampling_params(max_tokens, num_lp, prompt_logprobs, serving.structured_outputs_config)
     prompt = await serving.in_pool(serving.chat_prompt, req.messages, req.add_generation_prompt,
-                                   req.continue_final_message, req.chat_template_kwargs)
+                                   req.continue_final_message, req.chat_template_kwargs, req.add_special_tokens,
+                                   req.documents)
     return params, prompt, max_tokens, "max_completion_tokens" if req.max_completion_tokens else "max_tokens"
 
 
@@ -836,6 +880,8 @@ async def create_chat_completion(serving: OpenAIServing, req: ChatCompletionRequ
     if req.echo and last.role == role and last.content:
         echo_text = last.content if isinstance(last.content, str) else \
             "\n".join(str(p.get("text", "")) for p in last.content if p.get("type") == "text")
+    if (refusal := thinking_budget_refusal(req)) is not None:
+        return refusal
     rid, created = random_id("chatcmpl"), now()
     gens = await start_children(serving, rid, [prompt], params, bool(req.stream), max_tokens, field,
                                 truncate=req.truncate_prompt_tokens, truncation_side=req.truncation_side)
@@ -883,7 +929,7 @@ async def _chat_stream(serving, req, gens, rid, created, num_lp, role, echo_text
             chunk = head | {"choices": [{"index": i, "delta": {"role": role, "content": ""}, "logprobs": None,
                                          "finish_reason": None}],
                             "prompt_token_ids": list(out.prompt_token_ids) if req.return_token_ids else None,
-                            "prompt_text": None}
+                            "prompt_text": out.prompt if req.return_prompt_text else None}
             if continuous:
                 chunk["usage"] = _usage(n_prompt, 0, details=False)
             yield sse(chunk)
@@ -1135,6 +1181,7 @@ def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api
         s.check_model(req.model)
         if req.messages is not None:
             check_generation_prompt(req)
+            check_request_chat_template(req)
             tokens = (await s.in_pool(s.chat_prompt, req.messages, req.add_generation_prompt,
                                       req.continue_final_message, req.chat_template_kwargs,
                                       bool(req.add_special_tokens)))["prompt_token_ids"]

@@ -11,10 +11,19 @@ import uuid
 from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails
 
 from minivllm.exceptions import VLLMValidationError
-from minivllm.sampling_params import SamplingParams, StructuredOutputsParams
+from minivllm.sampling_params import RepetitionDetectionParams, SamplingParams, StructuredOutputsParams
 
 
 def _check_unicode(value) -> None:
@@ -73,6 +82,15 @@ class ResponseFormat(OpenAIBaseModel):
     json_schema: JsonSchemaResponseFormat | None = None
 
 
+class RepetitionDetection(BaseModel):
+    """vLLM's RepetitionDetectionParams as a request field (a dataclass there; its __post_init__ checks are
+    SamplingRequest.check_logprob_fields', a 400 without a param as in vLLM)."""
+
+    max_pattern_size: int = 0
+    min_pattern_size: int = 0
+    min_count: int = 0
+
+
 class SamplingRequest(OpenAIBaseModel):
     """Fields shared by /v1/completions and /v1/chat/completions."""
 
@@ -108,12 +126,21 @@ class SamplingRequest(OpenAIBaseModel):
     logprob_token_ids: list[int] | None = None
     return_tokens_as_token_ids: bool | None = None  # logprob tokens as "token_id:N"
     priority: int = Field(0, ge=-(2**63), le=2**63 - 1)
+    cache_salt: str | None = None  # checked in check_logprob_fields; the engine's prefix cache is not salted
     logprobs_is_flag: ClassVar[bool] = False  # chat: logprobs is a bool (top_logprobs the count)
-    # vLLM fields with nothing behind them in minivllm (no KV/EC connector, no repetition detection, no
-    # reasoning): typed as vLLM types them, so a wrong type is the same 400
+    # vLLM fields with nothing behind them in minivllm (no KV/EC connector, no reasoning; thinking_token_budget
+    # is refused as vLLM refuses it without a reasoning config): typed as vLLM types them, so a wrong type is
+    # the same 400
     kv_transfer_params: dict[str, Any] | None = None
     ec_transfer_params: dict[str, Any] | None = None
-    repetition_detection: dict[str, Any] | None = None
+    repetition_detection: RepetitionDetection | None = None
+    # vLLM fields typed as vLLM types them; beam search (off unless use_beam_search) and vllm_xargs (for
+    # custom logits processors, which minivllm has none of) change nothing in minivllm's answer, nor in vLLM's
+    use_beam_search: bool = False
+    length_penalty: float = 1.0
+    spaces_between_special_tokens: bool = True  # a fast tokenizer's decode has no spaces to add
+    request_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    vllm_xargs: dict[str, str | int | float | list[str | int | float]] | None = None
     thinking_token_budget: int | None = None
     return_token_offsets: bool | None = None
     response_format: ResponseFormat | None = None
@@ -130,6 +157,9 @@ class SamplingRequest(OpenAIBaseModel):
         for name in ("prompt_logprobs", "top_logprobs" if cls.logprobs_is_flag else "logprobs"):
             if data.get(name) is not None and not isinstance(data[name], (int, float)):
                 raise VLLMValidationError(f"`{name}` must be an integer.", name, data[name])
+        top = data.get("top_logprobs")
+        if cls.logprobs_is_flag and isinstance(top, (int, float)) and top < 0 and top != -1:
+            raise VLLMValidationError("`top_logprobs` must be a positive value or -1.", "top_logprobs", top)
         so = data.get("structured_outputs")
         if isinstance(so, dict) and sum(so.get(k) is not None for k in ("json", "regex", "choice")) > 1:
             # vLLM's check_structured_outputs_count names the field for completions, not for chat
@@ -142,6 +172,10 @@ class SamplingRequest(OpenAIBaseModel):
         salt = data.get("cache_salt")
         if salt is not None and (not isinstance(salt, str) or not salt):
             raise VLLMValidationError("Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt")
+        rd = data.get("repetition_detection")
+        if isinstance(rd, dict) and all(isinstance(v, int) for v in rd.values()) and \
+                set(rd) <= set(RepetitionDetection.model_fields):
+            RepetitionDetectionParams(**rd)  # vLLM's __post_init__ checks (raised as they are, param-less)
         pl = data.get("prompt_logprobs")
         if isinstance(pl, (int, float)) and not isinstance(pl, bool) and data.get("stream") and (pl > 0 or pl == -1):
             raise VLLMValidationError("`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs")
@@ -191,7 +225,10 @@ class SamplingRequest(OpenAIBaseModel):
                   include_stop_str_in_output=self.include_stop_str_in_output,
                   skip_special_tokens=self.skip_special_tokens, prompt_logprobs=prompt_logprobs,
                   logit_bias=self.logit_bias, allowed_token_ids=self.allowed_token_ids, bad_words=self.bad_words,
-                  structured_outputs=self.structured_outputs_params(so_defaults))
+                  structured_outputs=self.structured_outputs_params(so_defaults),
+                  stream_interval=self.stream_interval,
+                  repetition_detection=None if self.repetition_detection is None else
+                  RepetitionDetectionParams(**self.repetition_detection.model_dump()))
         for name in ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
                      "repetition_penalty"):
             if getattr(self, name) is not None:
@@ -203,7 +240,7 @@ class CompletionRequest(SamplingRequest):
     # vLLM's order and bounds, so a bad prompt's param names the same element (body.prompt.1)
     prompt: (list[Annotated[int, Field(ge=0)]] | list[list[Annotated[int, Field(ge=0)]]] | str | list[str]
              | None) = None
-    prompt_embeds: Any = None  # refused: minivllm has no --enable-prompt-embeds
+    prompt_embeds: bytes | list[bytes] | None = None  # refused: minivllm has no --enable-prompt-embeds
     add_special_tokens: bool = True
     max_tokens: int | None = 16
     logprobs: int | None = None
@@ -323,6 +360,8 @@ class ChatCompletionRequest(SamplingRequest):
     echo: bool = False
     add_special_tokens: bool = False
     return_prompt_text: bool | None = None
+    include_reasoning: bool = True  # no reasoning parser: nothing to include or leave out
+    documents: list[dict[str, str]] | None = None  # passed to the chat template, as vLLM does
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
@@ -346,6 +385,15 @@ class BatchChatCompletionRequest(ChatCompletionRequest):
     no streaming, tools, beam search or n > 1 (vLLM's BatchChatCompletionRequest)."""
 
     messages: list[Annotated[list[ChatMessage], Field(min_length=1)]] = Field(..., min_length=1)
+    tool_choice: Literal["none"] | None = "none"  # vLLM's batch model: no tools, so no other choice
+    # vLLM's batch model types these loosely or has them only there; each conversation's ChatCompletionRequest
+    # validates what it takes (a bad response_format is that request's 400, without a param)
+    response_format: Any | None = None
+    length_penalty: float | None = 1.0
+    best_of: int | None = None
+    early_stopping: bool = False
+    guided_decoding_backend: str | None = None
+    _check_tool_usage = model_validator(mode="before")(classmethod(lambda cls, data: data))  # nor tool checks
 
     @model_validator(mode="before")
     @classmethod
@@ -356,12 +404,18 @@ class BatchChatCompletionRequest(ChatCompletionRequest):
                                           "use_beam_search")
             if data.get("n", 1) not in (1, None):
                 raise VLLMValidationError("n must be 1 for batch chat completions.", "n", data.get("n"))
-            data = {k: v for k, v in data.items() if k not in ("stream", "stream_options", "tools", "tool_choice")}
+            # vLLM's batch model has no stream fields: they stay as extras, and each conversation's
+            # ChatCompletionRequest validates them (to_chat_completion_request), a 400 without a param
+            try:
+                TypeAdapter(bool | None).validate_python(data.get("stream"))
+            except ValidationError as e:
+                raise VLLMValidationError(str(e)) from None
+            data = {k: v for k, v in data.items() if k not in ("stream", "stream_options", "tools")}
         return data
 
     def conversations(self) -> list[ChatCompletionRequest]:
         """One chat request per conversation, every other field shared."""
-        fields = self.model_dump(exclude={"messages"}, exclude_unset=True, by_alias=True)
+        fields = self.model_dump(exclude={"messages"}, exclude_unset=True, exclude_none=True, by_alias=True)
         return [ChatCompletionRequest.model_validate(fields | {"messages": [m.model_dump() for m in conv]})
                 for conv in self.messages]
 
@@ -375,11 +429,30 @@ class TokenizeRequest(OpenAIBaseModel):
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
     return_token_strs: bool | None = False
+    # vLLM's TokenizeChatRequest fields with nothing behind them here (a request template is refused; no
+    # multimodal inputs; the shipped template renders no tools), typed as vLLM types them
+    chat_template: str | None = None
+    media_io_kwargs: dict[str, dict[str, Any]] | None = None
+    mm_processor_kwargs: dict[str, Any] | None = None
+    tools: list[ChatCompletionToolsParam] | None = None
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _as_vllm_union(cls, data, handler):
+        """vLLM's body is TokenizeCompletionRequest | TokenizeChatRequest: a chat request that fails validation
+        reports the first branch's first error, its missing prompt (param body.prompt)."""
+        try:
+            return handler(data)
+        except ValidationError:
+            if isinstance(data, dict) and "prompt" not in data:
+                raise ValidationError.from_exception_data(cls.__name__, [InitErrorDetails(
+                    type="missing", loc=("prompt",), input=data)]) from None
+            raise
 
 
 class DetokenizeRequest(OpenAIBaseModel):
     model: str | None = None
-    tokens: list[Annotated[int, Field(ge=0)]]
+    tokens: list[Annotated[int, Field(ge=0, le=2**63 - 1)]]
 
 
 def random_id(prefix: str) -> str:
