@@ -344,13 +344,16 @@ def _child() -> None:
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             exec_source(job["setup"], ns, "<cell setup>")
-            # the engine and torch that every check plugs into, imported before any part's clock starts: a verdict
-            # must not depend on how fast torch imports on a loaded machine (setups import them lazily)
-            import minivllm.entrypoints.llm  # noqa: F401
+            import minivllm  # noqa: F401  (the engine every check plugs into; setups import it lazily)
     except BaseException as e:  # noqa: BLE001  (the release's own setup: the grader cannot run here)
         out.write(json.dumps({"token": token, "setup": False, "error": f"{type(e).__name__}: {e}"}) + "\n")
         out.flush()
         os._exit(0)
+    try:  # torch and the engine, imported before any part's clock starts: a verdict must not depend on how fast
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            import minivllm.entrypoints.llm  # noqa: F401  (torch imports in seconds on a loaded machine)
+    except Exception:  # noqa: BLE001  (not importable here: a check that needs it says so, with its error)
+        pass
     out.write(json.dumps({"token": token, "setup": True}) + "\n")
     out.flush()
     null = os.open(os.devnull, os.O_WRONLY)  # from here on the answers run: nothing more reaches the parent's log

@@ -14,22 +14,22 @@ def print_outputs(run: EngineRun) -> None:
 
 
 # ---------------------------------------------------------------------------- errata, shown live
-def late_abort_step(has_requests, schedule, execute_async, get_grammar, process_aborts, update):
-    """EngineCore.step's order with one change: the abort queue is drained after update_from_output."""
-    if not has_requests:
-        return {}, False, []
-    plan = schedule()
-    future = execute_async(plan)
-    get_grammar(plan)
-    model_output = future()
-    outputs = update(plan, model_output)
-    process_aborts()
-    return outputs, plan["scheduled_tokens"] > 0, []
-
-
 def late_abort_run() -> EngineRun:
-    """The engine's step with the aborts moved after the update (plugged in place of EngineCore.step)."""
-    return run_engine(late_abort_step)
+    """minivllm's own EngineCore.step with one change: the abort queue is drained after update_from_output (the
+    aborts phase does nothing; the update phase drains the queue once it has updated)."""
+    from unittest import mock
+
+    from minivllm.engine.core import EngineCore
+
+    process_aborts, update = EngineCore._process_aborts, EngineCore._update
+
+    def update_then_aborts(self, n, scheduler_output, model_output):
+        outputs = update(self, n, scheduler_output, model_output)
+        process_aborts(self, n)
+        return outputs
+    with mock.patch.object(EngineCore, "_process_aborts", lambda self, n: None), \
+            mock.patch.object(EngineCore, "_update", update_then_aborts):
+        return run_engine()
 
 
 def print_late_abort(run: EngineRun) -> None:
