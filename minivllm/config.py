@@ -2,16 +2,17 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from minivllm import envs
 
 DEFAULT_MODEL = str(Path(__file__).resolve().parent.parent / "data" / "models" / "shakespeare-llama")
 
 
 def default_model() -> str:
     """The tiny model shipped in data/, overridable with MINIVLLM_MODEL."""
-    return os.environ.get("MINIVLLM_MODEL", DEFAULT_MODEL)
+    return envs.MINIVLLM_MODEL or DEFAULT_MODEL
 
 
 @dataclass
@@ -160,16 +161,6 @@ class CompilationConfig:
         self.max_cudagraph_capture_size = sizes[-1] if sizes else 0
 
 
-def _env_number(name: str, default, kind=int):
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    try:
-        return kind(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a number, got {raw!r}") from None
-
-
 @dataclass
 class StructuredOutputsConfig:
     """Limits on structured-output requests (vLLM: config/structured_outputs.py has the backend options only).
@@ -187,11 +178,10 @@ class StructuredOutputsConfig:
         evicted least recently used first once their xgrammar memory_size_bytes total passes it.
     """
 
-    max_spec_bytes: int = field(default_factory=lambda: _env_number("MINIVLLM_STRUCTURED_OUTPUTS_MAX_BYTES", 128 << 10))
-    max_json_depth: int = field(default_factory=lambda: _env_number("MINIVLLM_STRUCTURED_OUTPUTS_MAX_DEPTH", 64))
-    compile_timeout_s: float = field(
-        default_factory=lambda: _env_number("MINIVLLM_GRAMMAR_COMPILE_TIMEOUT_S", 30.0, float))
-    cache_bytes: int = field(default_factory=lambda: _env_number("MINIVLLM_XGRAMMAR_CACHE_MB", 512) << 20)
+    max_spec_bytes: int = field(default_factory=lambda: envs.MINIVLLM_STRUCTURED_OUTPUTS_MAX_BYTES)
+    max_json_depth: int = field(default_factory=lambda: envs.MINIVLLM_STRUCTURED_OUTPUTS_MAX_DEPTH)
+    compile_timeout_s: float = field(default_factory=lambda: envs.MINIVLLM_GRAMMAR_COMPILE_TIMEOUT_S)
+    cache_bytes: int = field(default_factory=lambda: envs.MINIVLLM_XGRAMMAR_CACHE_MB << 20)
 
     def __post_init__(self) -> None:
         for name in ("max_spec_bytes", "max_json_depth", "compile_timeout_s"):

@@ -26,6 +26,7 @@ import msgspec
 import zmq
 import zmq.asyncio
 
+from minivllm import envs
 from minivllm.config import VllmConfig
 from minivllm.engine import EngineCoreOutputs, EngineCoreRequest, EngineCoreRequestType, SchedulerStats
 from minivllm.engine.core import (
@@ -38,7 +39,7 @@ from minivllm.engine.core import (
 )
 from minivllm.engine.exceptions import EngineDeadError
 
-STARTUP_TIMEOUT_S = float(os.environ.get("MINIVLLM_ENGINE_READY_TIMEOUT_S", "600"))
+STARTUP_TIMEOUT_S = envs.MINIVLLM_ENGINE_READY_TIMEOUT_S
 
 
 class EngineCoreClient:

@@ -7,9 +7,9 @@ in this one (InprocClient), where its scheduler and tracer can be read directly.
 from __future__ import annotations
 
 import itertools
-import os
 import time
 
+from minivllm import envs
 from minivllm.config import EngineArgs, VllmConfig
 from minivllm.engine.core_client import EngineCoreClient
 from minivllm.engine.output_processor import IterationStats, OutputProcessor
@@ -21,7 +21,7 @@ from minivllm.tokenizer import get_tokenizer
 
 def multiprocessing_default() -> bool:
     """MINIVLLM_ENABLE_MULTIPROCESSING=0 (vLLM: VLLM_ENABLE_V1_MULTIPROCESSING) keeps the core in-process."""
-    return os.environ.get("MINIVLLM_ENABLE_MULTIPROCESSING", "1").lower() not in ("0", "false", "no")
+    return envs.MINIVLLM_ENABLE_MULTIPROCESSING
 
 
 class LLMEngine:

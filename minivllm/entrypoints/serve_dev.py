@@ -27,6 +27,8 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Body, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 
+from minivllm import envs
+
 logger = logging.getLogger("minivllm.api_server")
 router = APIRouter()
 BAD_REQUEST = HTTPStatus.BAD_REQUEST.phrase
@@ -34,11 +36,7 @@ BAD_REQUEST = HTTPStatus.BAD_REQUEST.phrase
 
 def dev_mode_enabled() -> bool:
     """VLLM_SERVER_DEV_MODE as vLLM's envs read it: an integer, 0 (the default) off."""
-    value = os.environ.get("VLLM_SERVER_DEV_MODE", "0")
-    try:
-        return bool(int(value))
-    except ValueError:
-        raise ValueError(f"VLLM_SERVER_DEV_MODE must be an integer (0 or 1), not {value!r}") from None
+    return envs.VLLM_SERVER_DEV_MODE
 
 
 def attach_router(app: FastAPI) -> None:

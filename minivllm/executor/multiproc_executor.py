@@ -33,14 +33,15 @@ import traceback
 import weakref
 from dataclasses import dataclass
 
+from minivllm import envs
 from minivllm.config import VllmConfig
 from minivllm.distributed.parallel_state import check_port_free, get_distributed_init_method, get_open_port
 from minivllm.engine.exceptions import EngineDeadError
 from minivllm.executor.abstract import Executor
 
 READY, SUCCESS, FAILURE = "READY", "SUCCESS", "FAILURE"
-STARTUP_TIMEOUT_S = float(os.environ.get("MINIVLLM_WORKER_READY_TIMEOUT_S", "300"))
-EXECUTE_MODEL_TIMEOUT_S = float(os.environ.get("MINIVLLM_EXECUTE_MODEL_TIMEOUT_S", "300"))
+STARTUP_TIMEOUT_S = envs.MINIVLLM_WORKER_READY_TIMEOUT_S
+EXECUTE_MODEL_TIMEOUT_S = envs.MINIVLLM_EXECUTE_MODEL_TIMEOUT_S
 
 
 @dataclass
@@ -81,10 +82,7 @@ class MultiprocExecutor(Executor):
             check_port_free(pc.master_addr, pc.master_port)
         port = pc.master_port or get_open_port(pc.master_addr)
         init_method = get_distributed_init_method(pc.master_addr, port)
-        method = os.environ.get("MINIVLLM_WORKER_MULTIPROC_METHOD", "spawn")
-        if method not in ("spawn", "fork"):
-            raise ValueError(f"MINIVLLM_WORKER_MULTIPROC_METHOD must be 'spawn' or 'fork', got {method!r}")
-        ctx = multiprocessing.get_context(method)
+        ctx = multiprocessing.get_context(envs.MINIVLLM_WORKER_MULTIPROC_METHOD)
         self.workers: list[WorkerProcHandle] = []
         self._finalizer = weakref.finalize(self, _terminate_workers, self.workers)
         try:
