@@ -1,7 +1,10 @@
 """Engine configuration: one dataclass per concern, as in vLLM's vllm/config, flattened by EngineArgs."""
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import json
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -309,6 +312,23 @@ class EngineArgs:
     max_cudagraph_capture_size: int | None = None
 
     @classmethod
+    def add_cli_args(cls, parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        """One flag per field in CLI_HELP, its type and default read off the field, as vLLM's
+        EngineArgs.add_cli_args builds its flags from the config dataclasses (a bool is --x/--no-x)."""
+        hints, defaults = typing.get_type_hints(cls), {f.name: f.default for f in dataclasses.fields(cls)}
+        for name, help_text in CLI_HELP.items():
+            kind = next(t for t in typing.get_args(hints[name]) or (hints[name],) if t is not type(None))
+            kwargs: dict = {"default": defaults[name], "help": help_text}
+            if kind is bool:
+                kwargs["action"] = argparse.BooleanOptionalAction
+            elif typing.get_origin(kind) is list:
+                kwargs.update(type=typing.get_args(kind)[0], nargs="+")
+            else:
+                kwargs["type"] = json.loads if kind is dict else kind
+            parser.add_argument("--" + name.replace("_", "-"), *CLI_ALIASES.get(name, ()), **kwargs)
+        return parser
+
+    @classmethod
     def from_kwargs(cls, **kwargs) -> EngineArgs:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(kwargs) - names)
@@ -338,3 +358,26 @@ class EngineArgs:
             enforce_eager=self.enforce_eager, trace=self.trace,
             speculative_config=SpeculativeConfig.from_arg(self.speculative_config),
             compilation_config=CompilationConfig(self.cudagraph_capture_sizes, self.max_cudagraph_capture_size))
+
+
+# The EngineArgs fields that are `minivllm serve|generate` flags (vLLM's names; --device and the rest of the
+# fields are minivllm's own or LLM(...)-only) and each flag's help.
+CLI_HELP = {
+    "device": "auto | cpu | cuda",
+    "attention_backend": "auto | torch | triton",
+    "dtype": None,
+    "max_model_len": None,
+    "max_num_seqs": None,
+    "max_num_batched_tokens": None,
+    "block_size": None,
+    "enable_prefix_caching": None,
+    "seed": None,
+    "speculative_config": 'JSON, as vLLM: \'{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}\'',
+    "enforce_eager": "never capture CUDA graphs (default: graphs for decode batches on CUDA)",
+    "cudagraph_capture_sizes": "decode batch sizes to capture (default: vLLM's list up to --max-num-seqs)",
+    "tensor_parallel_size": "ranks (one worker process each) to split the model over",
+    "master_addr": "tensor-parallel rendezvous address",
+    "master_port": "rendezvous port (0: any free port)",
+    "async_scheduling": "plan step N+1 while step N runs (vLLM's flag; off by default in minivllm)",
+}
+CLI_ALIASES = {"tensor_parallel_size": ("-tp",)}

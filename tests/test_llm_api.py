@@ -77,6 +77,21 @@ def test_cli_async_scheduling_flag():
             assert args.async_scheduling is want and engine_kwargs(args)["async_scheduling"] is want
 
 
+def test_cli_engine_flags_come_from_engine_args():
+    """Each engine flag's default is its EngineArgs field's and its value parses to the field's type."""
+    from minivllm.config import CLI_HELP, EngineArgs
+    from minivllm.entrypoints.cli import build_parser, engine_kwargs
+    defaults = EngineArgs(model="m")
+    args = build_parser().parse_args(["serve"])
+    assert engine_kwargs(args) == {k: getattr(defaults, k) for k in CLI_HELP}
+    args = build_parser().parse_args(["generate", "--cudagraph-capture-sizes", "1", "2", "--no-enable-prefix-caching",
+                                      "--speculative-config", '{"method": "ngram"}', "--max-model-len", "64",
+                                      "--enforce-eager"])
+    kw = engine_kwargs(args)
+    assert (kw["cudagraph_capture_sizes"], kw["enable_prefix_caching"], kw["speculative_config"],
+            kw["max_model_len"], kw["enforce_eager"]) == ([1, 2], False, {"method": "ngram"}, 64, True)
+
+
 def test_serve_with_async_scheduling(tmp_path):
     """One real request through `minivllm serve --async-scheduling`; the flag reaches the EngineCore, where
     speculation with async scheduling is still refused by name."""

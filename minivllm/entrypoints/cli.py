@@ -6,41 +6,13 @@ import json
 import sys
 import time
 
-from minivllm.config import EngineArgs
+from minivllm.config import CLI_HELP, EngineArgs
 from minivllm.exceptions import StartupError
 
 
-def add_engine_args(p: argparse.ArgumentParser) -> None:
-    """Engine flags shared by every subcommand (names follow vLLM's CLI)."""
-    d = EngineArgs()
-    p.add_argument("--device", default=d.device, help="auto | cpu | cuda")
-    p.add_argument("--attention-backend", default=d.attention_backend, help="auto | torch | triton")
-    p.add_argument("--dtype", default=d.dtype)
-    p.add_argument("--max-model-len", type=int, default=None)
-    p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs)
-    p.add_argument("--max-num-batched-tokens", type=int, default=None)
-    p.add_argument("--block-size", type=int, default=d.block_size)
-    p.add_argument("--no-enable-prefix-caching", dest="enable_prefix_caching", action="store_false")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--speculative-config", type=json.loads, default=None,
-                   help='JSON, as vLLM: \'{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}\'')
-    p.add_argument("--enforce-eager", action="store_true", default=None,
-                   help="never capture CUDA graphs (default: graphs for decode batches on CUDA)")
-    p.add_argument("--cudagraph-capture-sizes", type=int, nargs="+", default=None,
-                   help="decode batch sizes to capture (default: vLLM's list up to --max-num-seqs)")
-    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=d.tensor_parallel_size,
-                   help="ranks (one worker process each) to split the model over")
-    p.add_argument("--master-addr", default=d.master_addr, help="tensor-parallel rendezvous address")
-    p.add_argument("--master-port", type=int, default=d.master_port, help="rendezvous port (0: any free port)")
-    p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=d.async_scheduling,
-                   help="plan step N+1 while step N runs (vLLM's flag; off by default in minivllm)")
-
-
 def engine_kwargs(args: argparse.Namespace) -> dict:
-    keys = ("device", "attention_backend", "dtype", "max_model_len", "max_num_seqs", "max_num_batched_tokens",
-            "block_size", "enable_prefix_caching", "seed", "speculative_config", "enforce_eager",
-            "cudagraph_capture_sizes", "tensor_parallel_size", "master_addr", "master_port", "async_scheduling")
-    kw = {k: getattr(args, k) for k in keys}
+    """The EngineArgs keywords the parsed flags give (EngineArgs.add_cli_args made them)."""
+    kw = {k: getattr(args, k) for k in CLI_HELP}
     if getattr(args, "model", None):
         kw["model"] = args.model
     return kw
@@ -87,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-p", type=float, default=0.95)
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--sample-seed", type=int, default=0, help="per-request sampling seed")
-    add_engine_args(g)
+    EngineArgs.add_cli_args(g)
     g.set_defaults(func=cmd_generate)
 
     s = sub.add_parser("serve", help="run the OpenAI-compatible server (EngineCore in its own process)")
@@ -115,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--allow-credentials", action="store_true", help="CORS: allow credentials")
     s.add_argument("--structured-outputs-config", type=json.loads, default=None,
                    help='JSON, as vLLM\'s: {"disable_any_whitespace": true} keeps JSON output compact')
-    add_engine_args(s)
+    EngineArgs.add_cli_args(s)
     s.set_defaults(func=cmd_serve)
 
     b = sub.add_parser("bench", help="benchmarks")
