@@ -31,7 +31,6 @@ import os
 import re
 import signal
 import sys
-import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -44,7 +43,8 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
+from prometheus_fastapi_instrumentator import Instrumentator
 from pydantic import ValidationError
 from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -57,7 +57,7 @@ from minivllm.engine.exceptions import EngineDeadError, EngineGenerateError
 from minivllm.engine.parallel_sampling import ParentRequest
 from minivllm.entrypoints import anthropic, generative_scoring, scale_out, serve_dev
 from minivllm.entrypoints.openai import responses, tool_calls
-from minivllm.entrypoints.openai.metrics import PerfEstimate, PrometheusStatLogger
+from minivllm.entrypoints.openai.metrics import HTTP_EXCLUDED_HANDLERS, PerfEstimate, PrometheusStatLogger
 from minivllm.entrypoints.openai.protocol import (
     BatchChatCompletionRequest,
     ChatCompletionRequest,
@@ -187,36 +187,6 @@ async def require_json(request: Request) -> None:
     """vLLM's validate_json_request: a POST body must say it is JSON (a 400 with param null otherwise)."""
     if request.headers.get("content-type", "").lower().split(";", 1)[0].strip() != "application/json":
         raise RequestValidationError(["Unsupported Media Type: Only 'application/json' is allowed"])
-
-
-class HttpMetricsMiddleware:
-    """Feeds the stat logger's HTTP families (vLLM's Instrumentator): handler is the matched route's path."""
-
-    def __init__(self, app) -> None:
-        self.app = app
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        start, status, sent = time.perf_counter(), 500, 0
-
-        async def counting_send(message) -> None:
-            nonlocal status, sent
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            elif message["type"] == "http.response.body":
-                sent += len(message.get("body", b""))
-            await send(message)
-        try:
-            await self.app(scope, receive, counting_send)
-        finally:
-            serving = getattr(scope["app"].state, "serving", None)
-            route = scope.get("route")
-            if serving is not None:
-                length = dict(scope["headers"]).get(b"content-length", b"0")
-                serving.stat_logger.http.observe(scope["method"], getattr(route, "path", "none"), status,
-                                                 int(length) if length.isdigit() else 0, sent,
-                                                 time.perf_counter() - start)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -366,7 +336,8 @@ class OpenAIServing:
     """What every handler needs: the engine, the tokenizer, served names, metrics."""
 
     def __init__(self, engine: AsyncLLM, served_model_name: str, tool_call_parser: str | None = None,
-                 enable_auto_tools: bool = False, structured_outputs_config: dict | None = None) -> None:
+                 enable_auto_tools: bool = False, structured_outputs_config: dict | None = None,
+                 registry: CollectorRegistry | None = None) -> None:
         self.engine = engine
         self.structured_outputs_config = structured_outputs_config or {}
         self.tool_call_parser, self.enable_auto_tools = tool_call_parser, enable_auto_tools
@@ -374,7 +345,8 @@ class OpenAIServing:
         self.model_name = served_model_name
         self.max_model_len = engine.vllm_config.scheduler_config.max_model_len
         self.stat_logger = PrometheusStatLogger(served_model_name, self.max_model_len,
-                                                engine.vllm_config.cache_config, perf_estimate(engine.vllm_config))
+                                                engine.vllm_config.cache_config, perf_estimate(engine.vllm_config),
+                                                registry)
         engine.stat_loggers.append(self.stat_logger)
         # Tokenizing and chat templating run here, off the event loop (HF tokenizers release the GIL).
         self.tokenizer_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenizer")
@@ -995,7 +967,8 @@ def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         eng = engine or AsyncLLM.from_engine_args(engine_args)
-        app.state.serving = OpenAIServing(eng, name, tool_call_parser, enable_auto_tool_choice, so_config)
+        app.state.serving = OpenAIServing(eng, name, tool_call_parser, enable_auto_tool_choice, so_config,
+                                          registry)
         app.state.exit_code = 0
         watchdog = asyncio.ensure_future(watch_engine(app, dead_engine_exit_delay))
         try:
@@ -1011,7 +984,8 @@ def build_app(engine_args: EngineArgs, served_model_name: str | None = None, api
     install_error_handlers(app)
     app.add_middleware(CORSMiddleware, **(DEFAULT_CORS | (cors or {})))  # first, so inside the API-key check
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_request_body_bytes)
-    app.add_middleware(HttpMetricsMiddleware)
+    registry = CollectorRegistry()  # the app's own: the HTTP families here, the engine's from the stat logger
+    Instrumentator(excluded_handlers=HTTP_EXCLUDED_HANDLERS, registry=registry).add().instrument(app)
 
     if api_key:
         @app.middleware("http")

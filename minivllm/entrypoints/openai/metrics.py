@@ -7,8 +7,8 @@ logger has its own registry, so several apps in one process never collide. Multi
 with PROMETHEUS_MULTIPROC_DIR set (several server processes), values live in the directory's mmap files
 and render() aggregates every process's with a MultiProcessCollector.
 Beyond vLLM's set: num_free_kv_blocks, num_total_kv_blocks and prefix_cache_hit_rate (for the lessons).
-Also vLLM's unprefixed families: the HTTP ones of prometheus_fastapi_instrumentator's default set (HttpMetrics,
-fed by the server's middleware; vLLM's excluded handlers left out), and prometheus_client's process_* and
+Also vLLM's unprefixed families: the HTTP ones of prometheus_fastapi_instrumentator's default set (the server
+instruments its app into this logger's registry, vLLM's excluded handlers left out), and prometheus_client's process_* and
 python_* collectors. cache_config_info carries the CacheConfig as labels; engine_sleep_state is always
 awake (minivllm has no sleep mode).
 num_requests_waiting_by_reason splits num_requests_waiting as vLLM does: all "capacity" (minivllm defers no
@@ -31,7 +31,6 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
-    Summary,
     generate_latest,
     multiprocess,
 )
@@ -61,40 +60,8 @@ def build_1_2_5_buckets(max_value: int) -> list[int]:
         scale *= 10
 
 
-# prometheus_fastapi_instrumentator.metrics.default's buckets, and the handlers vLLM leaves out of them.
-HTTP_HIGHR_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5, 5, 7.5, 10, 30,
-                      60)
-HTTP_LOWR_BUCKETS = (0.1, 0.5, 1)
-HTTP_EXCLUDED_HANDLERS = frozenset({"/metrics", "/health", "/load", "/ping", "/version", "/server_info"})
-
-
-class HttpMetrics:
-    """The instrumentator's default HTTP families, as vLLM exports them (status grouped as 2xx, 4xx, ...)."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        r = registry
-        self.total = Counter("http_requests_total", "Total number of requests by method, status and handler.",
-                             ["method", "status", "handler"], registry=r)
-        self.in_size = Summary("http_request_size_bytes", "Content length of incoming requests by handler. Only "
-                               "value of header is respected. Otherwise ignored.", ["handler"], registry=r)
-        self.out_size = Summary("http_response_size_bytes", "Content length of outgoing responses by handler. Only "
-                                "value of header is respected. Otherwise ignored.", ["handler"], registry=r)
-        self.latency_highr = Histogram("http_request_duration_highr_seconds", "Latency with many buckets but no API "
-                                       "specific labels. Made for more accurate percentile calculations.",
-                                       buckets=HTTP_HIGHR_BUCKETS, registry=r)
-        self.latency_lowr = Histogram("http_request_duration_seconds", "Latency with only few buckets by handler. "
-                                      "Made to be only used if aggregation by handler is important.",
-                                      ["method", "handler"], buckets=HTTP_LOWR_BUCKETS, registry=r)
-
-    def observe(self, method: str, handler: str, status: int, request_size: int, response_size: int,
-                seconds: float) -> None:
-        if handler in HTTP_EXCLUDED_HANDLERS:
-            return
-        self.total.labels(method, f"{str(status)[0]}xx", handler).inc()
-        self.in_size.labels(handler).observe(request_size)
-        self.out_size.labels(handler).observe(response_size)
-        self.latency_highr.observe(seconds)
-        self.latency_lowr.labels(method, handler).observe(seconds)
+# The handlers vLLM leaves out of the instrumentator's HTTP families (serve/instrumentator/metrics.py).
+HTTP_EXCLUDED_HANDLERS = ["/metrics", "/health", "/load", "/ping", "/version", "/server_info"]
 
 
 def multiprocess_mode() -> bool:
@@ -133,12 +100,11 @@ class PrometheusStatLogger:
     """Records what AsyncLLM's output handler reports; render() gives the /metrics body."""
 
     def __init__(self, model_name: str, max_model_len: int = 2048, cache_config=None,
-                 perf: PerfEstimate | None = None) -> None:
-        self.registry = CollectorRegistry()
+                 perf: PerfEstimate | None = None, registry: CollectorRegistry | None = None) -> None:
+        self.registry = CollectorRegistry() if registry is None else registry
         r, labels = self.registry, ["model_name"]
         for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):  # this process's own numbers
             r.register(collector)
-        self.http = HttpMetrics(r)
 
         def gauge(name: str, doc: str):
             return Gauge(PREFIX + name, doc, labels, registry=r, multiprocess_mode="mostrecent").labels(model_name)
