@@ -586,7 +586,9 @@ def test_parallel_sampling_offline_and_served(client, offline):
 
 
 def test_killed_engine_core_fails_fast(server, client):
-    """Last: SIGKILL the EngineCore with streams in flight."""
+    """Last: SIGKILL the EngineCore with streams in flight. Each stream ends with the server's EngineDeadError
+    event: the frontend saw the core die and failed its requests (a hang would end in the client's timeout, a
+    dropped connection in APIConnectionError; neither is this error)."""
     proc, base = server
     aclient = openai.AsyncOpenAI(base_url=base + "/v1", api_key=API_KEY, max_retries=0, timeout=60)
 
@@ -595,8 +597,8 @@ def test_killed_engine_core_fails_fast(server, client):
             async for _ in await aclient.completions.create(model=NAME, prompt=f"p{i}", max_tokens=4000, stream=True,
                                                             **GREEDY):
                 started.add(i)
-        except openai.APIError:
-            return time.monotonic()
+        except openai.APIError as e:
+            return (e.body or {}).get("type") if isinstance(e.body, dict) else repr(e)
         return "completed"
 
     async def main():
@@ -604,14 +606,13 @@ def test_killed_engine_core_fails_fast(server, client):
         tasks = [asyncio.create_task(one(i, started)) for i in range(3)]
         while len(started) < 3:
             await asyncio.sleep(0.02)
-        t0 = time.monotonic()
         os.kill(_engine_core_pid(proc.pid), signal.SIGKILL)
         try:
-            return t0, await asyncio.wait_for(asyncio.gather(*tasks), 10)
+            return await asyncio.wait_for(asyncio.gather(*tasks), 30)  # a hang guard only
         finally:
             await aclient.close()
-    t0, ends = asyncio.run(main())
-    assert all(isinstance(t, float) and t - t0 < 5 for t in ends), ends
+    ends = asyncio.run(main())
+    assert ends == ["EngineDeadError"] * 3, ends
     assert httpx.get(base + "/health").status_code == 503
     r = httpx.post(base + "/v1/completions", json={"model": NAME, "prompt": "x"},
                    headers={"Authorization": f"Bearer {API_KEY}"})
