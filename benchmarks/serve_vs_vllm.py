@@ -18,10 +18,9 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
+from minivllm.benchmarks.ready_checker import wait_for_health
 from minivllm.distributed.parallel_state import get_open_port
 
 HERE = Path(__file__).resolve().parent
@@ -47,20 +46,6 @@ def start_server(side: str, model: str, port: int, args, log) -> subprocess.Pope
         cmd = [sys.executable, "-m", "minivllm.entrypoints.cli", "serve", model, "--dtype", "float32",
                "--enforce-eager", *common]
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-
-
-def wait_ready(port: int, proc: subprocess.Popen, timeout: float = 600) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server on port {port} exited with {proc.returncode} during start-up")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(1)
-    raise RuntimeError(f"server on port {port} not ready after {timeout} s")
 
 
 def run_client(port: int, model: str, rate: str, args, workdir: Path, tag: str) -> dict:
@@ -111,7 +96,7 @@ def main() -> None:
     ratios, figures = [], {}
     try:
         for side, port in ports.items():
-            wait_ready(port, servers[side])
+            wait_for_health(f"http://127.0.0.1:{port}", servers[side], 600, logs[side].name)
         for rate in args.rates.split(","):
             got: dict[str, list[dict]] = {"minivllm": [], "vllm": []}
             for i in range(args.warmup + args.pairs):

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
+from httpx_sse import connect_sse
 from test_api_server import API_KEY, NAME, _engine_core_pid, free_port, launch_server, stop_server
 
 from minivllm.config import EngineArgs
@@ -61,24 +62,24 @@ def test_kill_9_then_restart_then_sigterm_mid_stream(model, tmp_path):
         streaming = threading.Event()
 
         def stream():
-            with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/completions", headers=AUTH, timeout=60,
-                              json={"prompt": "long", "max_tokens": 4000, "ignore_eos": True, "stream": True,
-                                    "temperature": 0.0}) as r:
-                for line in r.iter_lines():
-                    if line:
-                        events.append(line)
-                        streaming.set()
+            with httpx.Client(headers=AUTH, timeout=60) as c, connect_sse(
+                    c, "POST", f"http://127.0.0.1:{port}/v1/completions", json={
+                        "prompt": "long", "max_tokens": 4000, "ignore_eos": True, "stream": True,
+                        "temperature": 0.0}) as source:
+                for sse in source.iter_sse():
+                    events.append(sse.data)
+                    streaming.set()
         reader = threading.Thread(target=stream)
         reader.start()
         assert streaming.wait(60)
         second.send_signal(signal.SIGTERM)
         reader.join(60)
         assert second.wait(30) == 0
-        assert events[-1] == "data: [DONE]"
-        error = json.loads(events[-2][6:])["error"]
+        assert events[-1] == "[DONE]"
+        error = json.loads(events[-2])["error"]
         assert "shutting down" in error["message"] and "grace period" in error["message"], error
         # cut at the grace period (1 s), not served to its end: no chunk before the error finished the request
-        reasons = {c.get("finish_reason") for e in events[:-2] for c in json.loads(e[6:])["choices"]}
+        reasons = {c.get("finish_reason") for e in events[:-2] for c in json.loads(e)["choices"]}
         assert len(events) > 3 and reasons == {None}, (len(events), reasons)
         with pytest.raises(httpx.ConnectError):  # no longer accepting
             httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)

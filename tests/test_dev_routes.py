@@ -7,11 +7,11 @@ keeps or waits for the ones in flight), /abort_requests ends a stream by its id,
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 
 import httpx
 import pytest
+from httpx_sse import EventSource
 from test_api_server import API_KEY, ENGINE, NAME, free_port, launch_server, metrics, stop_server
 from tiny_models import make_tiny_model
 
@@ -69,21 +69,20 @@ def client(url: str) -> httpx.AsyncClient:
 
 
 async def first_chunk(c: httpx.AsyncClient, max_tokens: int):
-    """A streamed completion, started: (its response, its lines, the first chunk)."""
+    """A streamed completion, started: (its response, its events, the first chunk)."""
     r = await c.send(c.build_request("POST", "/v1/completions", json=body(max_tokens, stream=True)), stream=True)
-    lines = r.aiter_lines()
-    async for line in lines:
-        if line.startswith("data: "):
-            return r, lines, json.loads(line[6:])
+    events = EventSource(r).aiter_sse()
+    async for sse in events:
+        return r, events, sse.json()
     raise AssertionError("the stream ended before its first chunk")
 
 
-async def rest_of(r: httpx.Response, lines) -> tuple[str, str | None]:
+async def rest_of(r: httpx.Response, events) -> tuple[str, str | None]:
     """The stream's remaining text and its finish reason."""
     text, reason = "", None
-    async for line in lines:
-        if line.startswith("data: ") and line != "data: [DONE]":
-            for ch in json.loads(line[6:]).get("choices", []):
+    async for sse in events:
+        if sse.data != "[DONE]":
+            for ch in sse.json().get("choices", []):
                 text += ch.get("text") or ""
                 reason = ch.get("finish_reason") or reason
     await r.aclose()
@@ -127,10 +126,10 @@ def test_reset_prefix_cache_gives_the_next_identical_request_no_hit(base, offlin
 def test_reset_prefix_cache_refuses_while_a_request_holds_blocks_unless_told_to_preempt(base, offline):
     async def go():
         async with client(base) as c:
-            r, lines, chunk = await first_chunk(c, 1500)
+            r, events, chunk = await first_chunk(c, 1500)
             refused = (await c.post("/reset_prefix_cache")).json()
             forced = (await c.post("/reset_prefix_cache?reset_running_requests=true")).json()
-            text, reason = await rest_of(r, lines)
+            text, reason = await rest_of(r, events)
             again = (await c.post("/v1/completions", json=body(8))).json()["choices"][0]["text"]
             return refused, forced, chunk["choices"][0]["text"] + text, reason, again
     refused, forced, text, reason, again = run(go())
@@ -165,8 +164,8 @@ def test_pause_modes_treat_the_request_in_flight_as_vllm_does(base, offline, mod
 
     async def go():
         async with client(base) as c:
-            r, lines, chunk = await first_chunk(c, n)
-            rest = asyncio.create_task(rest_of(r, lines))
+            r, events, chunk = await first_chunk(c, n)
+            rest = asyncio.create_task(rest_of(r, events))
             assert (await c.post(f"/pause?mode={mode}")).json() == {"status": "paused"}
             done_at_pause = rest.done() or await asyncio.sleep(0.5) or rest.done()
             await c.post("/resume")
@@ -184,9 +183,9 @@ def test_pause_modes_treat_the_request_in_flight_as_vllm_does(base, offline, mod
 def test_abort_requests_ends_a_stream_by_its_id(base):
     async def go():
         async with client(base) as c:
-            r, lines, chunk = await first_chunk(c, LONG)
+            r, events, chunk = await first_chunk(c, LONG)
             answer = (await c.post("/abort_requests", json={"request_ids": [chunk["id"]]})).json()
-            return answer, (await asyncio.wait_for(rest_of(r, lines), 60))[1]
+            return answer, (await asyncio.wait_for(rest_of(r, events), 60))[1]
     answer, reason = run(go())
     assert answer == {"status": "aborted", "aborted": 1} and reason == "abort"
 
