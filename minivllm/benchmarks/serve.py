@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from tqdm import tqdm
 
 
 @dataclass
@@ -79,6 +80,7 @@ async def request_completions(client, url: str, model: str, prompt: list[int], o
             if resp.status_code != 200:
                 out.error = f"HTTP {resp.status_code}: {(await resp.aread()).decode(errors='replace')[:200]}"
                 return out
+            # by hand, as vLLM's endpoint_request_func does: no SSE package in the engine's own dependencies
             async for line in resp.aiter_lines():
                 if not line.startswith("data: "):
                     continue
@@ -147,18 +149,16 @@ async def benchmark(args: argparse.Namespace) -> tuple[dict, list[RequestFuncOut
                                           args.random_range_ratio, args.seed)
         sem = asyncio.Semaphore(args.max_concurrency) if args.max_concurrency else None
         url = base + args.endpoint
-        done = 0
+        pbar = None if args.disable_tqdm else tqdm(total=len(requests))  # as vLLM's benchmark: one tick a request
 
         async def one(prompt, out_len):
-            nonlocal done
             if sem is None:
                 res = await request_completions(client, url, model, prompt, out_len, headers)
             else:
                 async with sem:
                     res = await request_completions(client, url, model, prompt, out_len, headers)
-            done += 1
-            if not args.disable_tqdm and (done % max(1, args.num_prompts // 10) == 0):
-                print(f"  {done}/{args.num_prompts} done", file=sys.stderr)
+            if pbar is not None:
+                pbar.update(1)
             return res
         print(f"Benchmarking {model} at {url}: {args.num_prompts} prompts, rate {args.request_rate}, "
               f"max concurrency {args.max_concurrency}", file=sys.stderr)
@@ -170,6 +170,8 @@ async def benchmark(args: argparse.Namespace) -> tuple[dict, list[RequestFuncOut
             i += 1
         outputs = await asyncio.gather(*tasks)
         duration = time.perf_counter() - t0
+        if pbar is not None:
+            pbar.close()
     metrics = calculate_metrics(outputs, duration)
     metrics |= {"model_id": model, "num_prompts": args.num_prompts, "request_rate": args.request_rate,
                 "max_concurrency": args.max_concurrency}
@@ -187,6 +189,8 @@ def _vocab_size(tokenizer_path: str | None) -> int:
 
 
 def print_metrics(m: dict) -> None:
+    """vLLM's result block, padded with format specs as vLLM's benchmarks/serve.py prints it (ASCII labels, so
+    no table library is simpler)."""
     line = "=" * 50
     print(f"{' Serving Benchmark Result ':=^50}")
     rows = [("Successful requests:", m["completed"]), ("Failed requests:", m["failed"]),
