@@ -345,9 +345,12 @@ def test_worker_raise_then_death_end_requests_with_engine_dead_error():
 
 
 @pytest.mark.slow
-def test_killed_worker_fails_every_request_and_killed_core_leaves_no_orphans():
+@pytest.mark.timeout(300)  # a hang guard only
+def test_killed_worker_fails_every_request_and_killed_core_leaves_no_orphans(monkeypatch):
     """The default process split: core process -> two workers. SIGKILL rank 1 mid-generation: every request
-    fails with EngineDeadError in bounded time and no worker survives."""
+    fails with EngineDeadError and no worker survives. The RPC timeout is set far beyond the hang guard, so
+    only the executor's watch on its workers can end the requests (not the timeout, and not a clock)."""
+    monkeypatch.setenv("MINIVLLM_EXECUTE_MODEL_TIMEOUT_S", "100000")  # the core process and its workers inherit it
     llm = LLM(device="cpu", tensor_parallel_size=2, max_num_seqs=4)
     core_pid = llm.llm_engine.engine_core.engine_pid
     workers = sorted(_children(core_pid))
@@ -357,11 +360,9 @@ def test_killed_worker_fails_every_request_and_killed_core_leaves_no_orphans():
     ids = [engine.add_request(None, "ROMEO:", greedy(200)) for _ in range(3)]
     engine.step()
     os.kill(workers[1], signal.SIGKILL)
-    t0 = time.monotonic()
     with pytest.raises(EngineDeadError):
         while engine.has_unfinished_requests():
             engine.step()
-    assert time.monotonic() - t0 < 30
     assert ids and _wait_gone(workers + [core_pid])
     llm.llm_engine.shutdown()
 
