@@ -43,7 +43,6 @@ test-vllm: venv vllm
 # Re-record vLLM 0.27.1's answers (data/vllm_oracle/*.json.xz, the lessons' data/vllm_views/*.json.xz).
 record-vllm: venv vllm
 	$(PY) -m autograder.vllm_oracle record
-	$(PY) -m autograder.vllm_views record
 
 demo: venv
 	$(PY) -m minivllm.entrypoints.cli generate --prompt "ROMEO:" --max-tokens 64

@@ -150,8 +150,8 @@ def cache_dir() -> Path:
 
 
 def venv_site_packages() -> Path | None:
-    """The .venv-vllm that `make vllm` makes (autograder/vllm_views: MINIVLLM_VLLM_PYTHON, else REPO/.venv-vllm)."""
-    from autograder.vllm_views import vllm_site_packages
+    """The .venv-vllm that `make vllm` makes (autograder/vllm_oracle: MINIVLLM_VLLM_PYTHON, else REPO/.venv-vllm)."""
+    from autograder.vllm_oracle import vllm_site_packages
 
     return vllm_site_packages()
 

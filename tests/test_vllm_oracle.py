@@ -13,18 +13,18 @@ import os
 import pytest
 
 from autograder import vllm_oracle
-from autograder.vllm_oracle import COMPARISONS, KINDS, compare, load_golden
+from autograder.vllm_oracle import COMPARISONS, KINDS, compare, load_recording, recorded
 
 LIVE = os.environ.get("MINIVLLM_VLLM_LIVE") == "1"
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_recording_is_vllm_0_27_1s_code(kind):
-    header = load_golden(kind)["header"]
+    header = load_recording(kind)["header"]
     assert header["vllm_version"] == "0.27.1"
     prov = header["provenance"]
     assert prov["ok"] and prov["differs"] == 0 and prov["missing"] == 0 and prov["identical"] > 2000, prov
-    assert header["num_cases"] == len(COMPARISONS[kind].cases())
+    assert len(recorded(kind)) == len(COMPARISONS[kind].cases())
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -35,7 +35,7 @@ def test_minivllm_equals_vllm(kind):
 
 def test_scheduler_workloads_cover_what_they_claim():
     """The recorded scheduler runs exercise preemption, prefix hits, aborts, async scheduling and every finish."""
-    answers = [a for a in load_golden("scheduler")["answers"] if "error" not in a]
+    answers = [a for a in recorded("scheduler") if "error" not in a]
     cases = COMPARISONS["scheduler"].cases()
     events = [e for a in answers for e in a["events"]]
     assert len(answers) >= 1000
@@ -51,7 +51,7 @@ def test_scheduler_workloads_cover_what_they_claim():
 def test_a_divergence_is_found_and_located():
     """The comparison can fail: one changed block id in vLLM's answer is reported with its step and field."""
     comparison = COMPARISONS["scheduler"]
-    answer = load_golden("scheduler")["answers"][0]
+    answer = recorded("scheduler")[0]
     changed = copy.deepcopy(answer)
     event = next(e for e in changed["events"] if e["k"] == "s" and e["new"])
     event["new"][0][1] = [b + 1 for b in event["new"][0][1]]
@@ -82,9 +82,8 @@ def test_live_vllm_equals_its_recording_and_minivllm(kind):
     assert vllm_oracle.vllm_python() is not None, "MINIVLLM_VLLM_LIVE=1 needs .venv-vllm: run `make vllm`"
     assert vllm_oracle.provenance_summary()["ok"]
     comparison = COMPARISONS[kind]
-    live = vllm_oracle.run_vllm(kind, comparison.cases())
-    recorded = load_golden(kind)["answers"]
-    stale = [d for a, b in zip(live, recorded, strict=True) if (d := comparison.first_divergence(a, b))]
+    live = vllm_oracle.live_answers(kind)[vllm_oracle.CASES]
+    stale = [d for a, b in zip(live, recorded(kind), strict=True) if (d := comparison.first_divergence(a, b))]
     assert not stale, f"vLLM's live answers differ from its recording ({len(stale)}): {stale[:2]}"
     n, diffs = compare(kind, live)
     assert not diffs, f"{len(diffs)} of {n} differ from live vLLM: {diffs[:2]}"
@@ -118,7 +117,7 @@ def test_min_tokens_holds_eos_back_even_with_ignore_eos(monkeypatch):
 def test_detokenizer_cases_cover_stops_hold_back_and_split_characters(monkeypatch):
     """The recorded detokenizer runs hit stop strings (kept and cut), hold text back while streaming, see U+FFFD
     from a character split across tokens; and minivllm without the hold-back diverges from them."""
-    answers = load_golden("detokenizer")["answers"]
+    answers = recorded("detokenizer")
     assert sum(any(e[0] is not None for e in a["events"]) for a in answers) >= 50
     assert sum("\ufffd" in "".join(e[1] for e in a["events"]) for a in answers) >= 10
     from minivllm.engine.detokenizer import IncrementalDetokenizer
@@ -161,7 +160,7 @@ def test_completion_logprobs_are_vllm_logprob_entries():
 def test_structured_output_walks_cover_drafts_and_can_diverge(monkeypatch):
     """The recorded grammar walks include draft rows and terminated grammars; a mask that also lets EOS through
     everywhere (a classic choice/regex mistake) diverges from vLLM's rows."""
-    answers = load_golden("structured_output")["answers"]
+    answers = recorded("structured_output")
     assert sum("draft_rows" in s for a in answers for s in a["steps"]) >= 50
     assert sum(a["terminated"] for a in answers) >= 20
     from minivllm.structured_output.backend_xgrammar import XgrammarGrammar
@@ -190,7 +189,7 @@ def test_speculation_keeps_every_constraint_in_vllms_answers():
     from minivllm.tokenizer import get_tokenizer
 
     tok = get_tokenizer("data/models/shakespeare-llama")
-    answers = {(a["model"], a["spec"]): a for a in load_golden("generate")["answers"]}
+    answers = {(a["model"], a["spec"]): a for a in recorded("generate")}
     for case in _generate_cases(True):
         plain, spec = answers[(case["model"], False)], answers[(case["model"], True)]
         assert spec["counters"]["spec_decode_num_accepted_tokens"] > 0
@@ -262,8 +261,9 @@ def test_the_generate_comparison_catches_each_difference_of_issue_54(mutant, mon
                             lambda tokenizer, ids, context: [tokenizer.decode([t]) for t in ids])
     comparison = COMPARISONS["generate"]
     cases = _generate_cases(spec, ("tiny-qwen3",))
-    recorded = {(a["model"], a["spec"]): a for a in load_golden("generate")["answers"]}
+    want = {(a["model"], a["spec"]): a for a in recorded("generate")}
     mine = comparison.minivllm(cases)
     diffs = [d for c, m in zip(cases, mine, strict=True)
-             if (d := comparison.first_divergence(recorded[(c["model"], c["spec"])], m))]
+             if (d := comparison.first_divergence(want[(c["model"], c["spec"])], m))]
     assert len(diffs) == len(cases), (target, diffs)
+

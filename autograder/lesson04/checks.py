@@ -209,17 +209,17 @@ def preemption_scenario(preempt=None, finish_requests=None, check_stop=None, num
 
 # ---------------------------------------------------------------------------- against vLLM 0.27.1
 def run_vllm_view(name: str, preempt=None, finish_requests=None, check_stop=None):
-    """autograder/vllm_views/lesson04.py's scenario `name` on minivllm's Scheduler with the student's functions
+    """autograder/lesson04/vllm_view.py's scenario `name` on minivllm's Scheduler with the student's functions
     plugged (None: minivllm's own), by the same driver vLLM's answer was recorded with."""
-    from autograder import vllm_views
+    from autograder import vllm_oracle
     from autograder.lesson02.checks import harness_scheduler
+    from autograder.lesson04.vllm_view import stop_trace
     from autograder.vllm_oracle import scheduler_harness
     from autograder.vllm_oracle.minivllm_side import MinivllmSchedulerBackend
-    from autograder.vllm_views.lesson04 import stop_trace
     from minivllm.request import Request, RequestStatus
     from minivllm.sampling_params import SamplingParams
 
-    payload = vllm_views.scenarios("lesson04")[name]
+    payload = vllm_oracle.scenarios("lesson04")[name]
     if name == "stop_rules":
         def make_request(prompt, fields):
             req = Request("r", list(prompt), SamplingParams(**fields), eos_token_id=payload["eos"])
@@ -245,12 +245,12 @@ EVENT_ZH = {"s": "schedule()", "u": "update_from_output()", "a": "abort"}
 
 def vllm_difference(name: str, got, want) -> str | None:
     """Where a run first differs from vLLM's recorded one, in words; None if it does not."""
-    from autograder import vllm_views
+    from autograder import vllm_oracle
 
     if name == "stop_rules":
         for i, (g, w) in enumerate(zip(got, want, strict=True)):
             if g != w:
-                prompt, fields, outputs, mml = vllm_views.scenarios("lesson04")["stop_rules"]["cases"][i]
+                prompt, fields, outputs, mml = vllm_oracle.scenarios("lesson04")["stop_rules"]["cases"][i]
                 return (f"check_stop 逐 token 调用（prompt 长 {len(prompt)}，{fields}，max_model_len={mml}，依次追加 "
                         f"{outputs}）：vLLM 每次返回 [是否停止, status, stop_reason] = {w}，你的 {g}。")
         return None
@@ -272,12 +272,12 @@ def vllm_difference(name: str, got, want) -> str | None:
 def compare_with_vllm(prefixes: tuple, preempt, finish_requests, check_stop) -> None:
     """Every recorded scenario named prefixes*: the student's functions inside minivllm's Scheduler give what
     vLLM 0.27.1's own Scheduler and check_stop gave on the same inputs, event by event."""
-    from autograder import vllm_views
+    from autograder import vllm_oracle
 
-    for name in vllm_views.scenarios("lesson04"):
+    for name in vllm_oracle.scenarios("lesson04"):
         if name.startswith(prefixes):
             diff = vllm_difference(name, run_vllm_view(name, preempt, finish_requests, check_stop),
-                                   vllm_views.recorded("lesson04", name))
+                                   vllm_oracle.recorded("lesson04", name))
             expect(diff is None, f"与 vLLM 0.27.1 对照（场景 {name}）：{diff}")
 
 

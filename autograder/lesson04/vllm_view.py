@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import random
 
-from autograder.vllm_views.lesson02 import vllm_answer as _scheduler_answer
+from autograder.vllm_oracle.scheduler_harness import request, workload
+from autograder.vllm_oracle.vllm_side import scheduler_answer as _scheduler_answer
 
 EOS, STOP = 1, 2
 
@@ -30,18 +31,14 @@ def _workload(requests, steps, block_size=16, num_blocks=10, max_num_batched_tok
               long_prefill_token_threshold=16, max_model_len=256, enable_prefix_caching=False,
               scheduler_reserve_full_isl=False) -> dict:
     """requests: (arrival step, id, prompt, max_tokens, abort step or None, sampling fields, specials)."""
-    config = {"block_size": block_size, "max_model_len": max_model_len,
-              "max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs,
-              "long_prefill_token_threshold": long_prefill_token_threshold, "enable_chunked_prefill": True,
-              "enable_prefix_caching": enable_prefix_caching, "async_scheduling": False, "num_blocks": num_blocks,
-              "scheduler_reserve_full_isl": scheduler_reserve_full_isl}
-    reqs = []
-    for i, (arrival, rid, prompt, max_tokens, abort, fields, specials) in enumerate(requests):
-        reqs.append({"id": rid, "prompt": prompt, "max_tokens": max_tokens, "min_tokens": fields.get("min_tokens", 0),
-                     "ignore_eos": fields.get("ignore_eos", False), "stop_token_ids": fields.get("stop", []),
-                     "arrival_step": arrival, "abort_step": abort,
-                     "model": _model(100 + i, max_tokens + max_model_len, specials)})
-    return {"seed": 0, "config": config, "requests": reqs, "max_steps": steps}
+    reqs = [request(rid, prompt, max_tokens, _model(100 + i, max_tokens + max_model_len, specials),
+                    min_tokens=fields.get("min_tokens", 0), ignore_eos=fields.get("ignore_eos", False),
+                    stop_token_ids=fields.get("stop", []), arrival_step=arrival, abort_step=abort)
+            for i, (arrival, rid, prompt, max_tokens, abort, fields, specials) in enumerate(requests)]
+    return workload(reqs, steps, block_size=block_size, num_blocks=num_blocks, max_num_seqs=max_num_seqs,
+                    max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
+                    long_prefill_token_threshold=long_prefill_token_threshold,
+                    enable_prefix_caching=enable_prefix_caching, scheduler_reserve_full_isl=scheduler_reserve_full_isl)
 
 
 def _prompt(seed: int, n: int) -> list[int]:
