@@ -78,24 +78,22 @@ def serve_engine(side: str, model: str, args) -> None:
 
 def scheduler_cost(side: str, args) -> None:
     """us per running request per step: schedule() + update_from_output() on decode steps of a full batch."""
-    from autograder.vllm_oracle import scheduler_harness  # noqa: F401 - the harness's adapters
+    from autograder.vllm_oracle.scheduler_harness import request, workload
     if side == "vllm":
         from autograder.vllm_oracle.vllm_side import VllmSchedulerBackend as Backend
     else:
         from autograder.vllm_oracle.minivllm_side import MinivllmSchedulerBackend as Backend
     backend = Backend()
     n, steps = args.sched_requests, args.sched_steps
-    cfg = {"block_size": 16, "max_model_len": 4096, "max_num_batched_tokens": 8192, "max_num_seqs": n,
-           "long_prefill_token_threshold": 0, "enable_chunked_prefill": True, "enable_prefix_caching": True,
-           "async_scheduling": False, "num_blocks": n * 300 // 16 + 16}
+    cfg = workload([], 0, block_size=16, max_model_len=4096, max_num_batched_tokens=8192, max_num_seqs=n,
+                   num_blocks=n * 300 // 16 + 16)["config"]
     results = []
     for rnd in range(args.warmup + args.pairs):
         sched = backend.make_scheduler(cfg)
         rng = random.Random(rnd)
         for i in range(n):
             prompt = [rng.randrange(3, 4000) for _ in range(32)]
-            sched.add_request(backend.make_request({"id": f"r{i}", "prompt": prompt, "max_tokens": steps + 8,
-                                                    "min_tokens": 0, "ignore_eos": True, "stop_token_ids": []}, cfg))
+            sched.add_request(backend.make_request(request(f"r{i}", prompt, steps + 8, [], ignore_eos=True), cfg))
         so = sched.schedule()  # the prefill step: not timed
         backend.update(sched, so, list(so.num_scheduled_tokens), [[5] for _ in so.num_scheduled_tokens])
         t0 = time.perf_counter()

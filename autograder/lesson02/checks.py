@@ -332,17 +332,11 @@ def _compare_scenario(schedule_step, index: int, boundary: bool) -> None:
 
 # ---------------------------------------------------------------------------- against vLLM 0.27.1
 def harness_scheduler(cfg: dict, schedule_step=None):
-    """minivllm's Scheduler for one autograder/lesson02/vllm_view.py workload, the student's loop plugged in."""
-    from minivllm.config import CacheConfig, SchedulerConfig
-    from minivllm.core.sched.scheduler import Scheduler
+    """minivllm's Scheduler for one autograder/lesson02/vllm_view.py workload (the oracle's one factory), the
+    student's loop plugged in."""
+    from autograder.vllm_oracle.minivllm_side import MinivllmSchedulerBackend
 
-    sched = Scheduler(SchedulerConfig(
-        max_num_batched_tokens=cfg["max_num_batched_tokens"], max_num_seqs=cfg["max_num_seqs"],
-        max_model_len=cfg["max_model_len"], long_prefill_token_threshold=cfg["long_prefill_token_threshold"],
-        enable_chunked_prefill=cfg["enable_chunked_prefill"],
-        scheduler_reserve_full_isl=cfg["scheduler_reserve_full_isl"]),
-        CacheConfig(block_size=cfg["block_size"], enable_prefix_caching=cfg["enable_prefix_caching"]),
-        num_gpu_blocks=cfg["num_blocks"])
+    sched = MinivllmSchedulerBackend.make_scheduler(cfg)
     if schedule_step is not None:
         plug(sched, schedule_step)
     return sched
