@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from autograder.pin import VLLM_VERSION
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
@@ -158,7 +160,7 @@ def throughput(model_name: str, args) -> tuple:
             p.stdin.close()
             p.wait(timeout=120)
     equal = first["minivllm"] == first["vllm"]
-    r = ratio(f"throughput {model_name}", rounds["minivllm"], rounds["vllm"], "vLLM 0.27.1 tok/s (goal >= 1.0)")
+    r = ratio(f"throughput {model_name}", rounds["minivllm"], rounds["vllm"], f"vLLM {VLLM_VERSION} tok/s (goal >= 1.0)")
     print(f"{model_name}: minivllm {spread(rounds['minivllm'])} tok/s, vLLM {spread(rounds['vllm'])} tok/s; "
           f"{r.line()}; greedy token ids equal: {equal}", flush=True)
     return r, {f"{model_name}_tok_s": rounds, f"{model_name}_greedy_equal": equal}
@@ -175,7 +177,7 @@ def scheduler(args) -> tuple:
         got[side] = read_json(p)["us_per_request_step"]
         p.wait()
     r = ratio("scheduler us per running request per step", got["minivllm"], got["vllm"],
-              "vLLM 0.27.1's Scheduler (goal <= 1.0)")
+              f"vLLM {VLLM_VERSION}'s Scheduler (goal <= 1.0)")
     print(f"scheduler: minivllm {spread(got['minivllm'])} us, vLLM {spread(got['vllm'])} us; {r.line()}", flush=True)
     return r, {"scheduler_us": got}
 
@@ -202,7 +204,7 @@ def main() -> None:
         return scheduler_cost(args.side, args)
     from autograder.vllm_oracle import vllm_python as find_vllm
     if find_vllm() is None:
-        print("skipped: no .venv-vllm here (run `make vllm` to measure against vLLM 0.27.1)")
+        print(f"skipped: no .venv-vllm here (run `make vllm` to measure against vLLM {VLLM_VERSION})")
         return
     env = environment()
     print(environment_line(env), flush=True)

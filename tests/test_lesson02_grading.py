@@ -9,6 +9,7 @@ from autograder import lesson02 as L02
 from autograder.common import REPO, CheckFailed, student_namespace
 from autograder.lesson02 import check_source_map
 from autograder.mutation import mutant_namespace, mutant_source
+from autograder.pin import VLLM_VERSION
 
 CODE_PARTS = ("l02_main_path", "l02_real_engine", "l02_boundary", "l02_source_map")
 
@@ -161,7 +162,7 @@ def test_vllm_comparison_passes_the_solution_and_catches_wrong_loops(solution_ns
         L02.compare_with_vllm(solution_ns["schedule_step"], prefix)
     for name, prefix in (("no_retry_after_preempt", "boundary_"), ("threshold_ignored", "main_"),
                          ("waiting_skips_head", "main_"), ("victim_is_current", "boundary_")):
-        with pytest.raises(CheckFailed, match="vLLM 0.27.1"):
+        with pytest.raises(CheckFailed, match=f"vLLM {VLLM_VERSION}"):
             L02.compare_with_vllm(mutant(name), prefix)
 
 

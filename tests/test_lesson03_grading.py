@@ -16,6 +16,7 @@ from autograder.lesson03 import (
     run_sequential,
 )
 from autograder.mutation import mutant_namespace, mutant_source, mutants
+from autograder.pin import VLLM_VERSION
 
 UNIT_PARTS = ("l03_main_path", "l03_boundary", "l03_source_map")
 
@@ -143,7 +144,7 @@ def test_vllm_comparison_passes_the_solution_and_catches_wrong_pieces(solution_n
     for name, prefixes in (("generated_tokens_not_hashed", ("boundary_",)), ("cap_from_prompt_length", ("boundary_",)),
                            ("stale_hash_kept", ("demo_",)), ("key_drops_last_token", ("boundary_",))):
         ns = dict(solution_ns, **mutant(name))
-        with pytest.raises(CheckFailed, match="vLLM 0.27.1"):
+        with pytest.raises(CheckFailed, match=f"vLLM {VLLM_VERSION}"):
             compare_with_vllm(*(ns[k] for k in pieces), prefixes)
 
 

@@ -9,6 +9,7 @@ from grading_flow import grade_three_students, notebook_part_scores
 from autograder import lesson04 as L04
 from autograder.common import REPO, CheckFailed, student_namespace
 from autograder.mutation import mutant_namespace, mutant_source
+from autograder.pin import VLLM_VERSION
 
 CODE_PARTS = ("l04_preempt", "l04_real_engine", "l04_abort", "l04_stop")
 
@@ -112,7 +113,7 @@ def test_vllm_comparison_passes_the_solution_and_catches_wrong_lifecycles(soluti
                         ("abort_pops_waiting_head", "abort"), ("victim_at_back", "preempt"),
                         ("computed_not_reset", "preempt")):
         ns = mutant_namespace("lesson04", name)
-        with pytest.raises(CheckFailed, match="vLLM 0.27.1"):
+        with pytest.raises(CheckFailed, match=f"vLLM {VLLM_VERSION}"):
             L04.compare_with_vllm(groups[group], *(ns[k] for k in funcs))
 
 

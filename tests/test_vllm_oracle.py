@@ -13,6 +13,7 @@ import os
 import pytest
 
 from autograder import vllm_oracle
+from autograder.pin import VLLM_VERSION
 from autograder.vllm_oracle import COMPARISONS, KINDS, compare, load_recording, recorded
 
 LIVE = os.environ.get("MINIVLLM_VLLM_LIVE") == "1"
@@ -21,7 +22,7 @@ LIVE = os.environ.get("MINIVLLM_VLLM_LIVE") == "1"
 @pytest.mark.parametrize("kind", KINDS)
 def test_recording_is_vllm_0_27_1s_code(kind):
     header = load_recording(kind)["header"]
-    assert header["vllm_version"] == "0.27.1"
+    assert header["vllm_version"] == VLLM_VERSION
     prov = header["provenance"]
     assert prov["ok"] and prov["differs"] == 0 and prov["missing"] == 0 and prov["identical"] > 2000, prov
     assert len(recorded(kind)) == len(COMPARISONS[kind].cases())
@@ -30,7 +31,7 @@ def test_recording_is_vllm_0_27_1s_code(kind):
 @pytest.mark.parametrize("kind", KINDS)
 def test_minivllm_equals_vllm(kind):
     n, diffs = compare(kind)
-    assert not diffs, f"{len(diffs)} of {n} {kind} cases differ from vLLM 0.27.1; the first:\n" + "\n".join(diffs[:3])
+    assert not diffs, f"{len(diffs)} of {n} {kind} cases differ from vLLM {VLLM_VERSION}; the first:\n" + "\n".join(diffs[:3])
 
 
 def test_scheduler_workloads_cover_what_they_claim():
@@ -267,3 +268,49 @@ def test_the_generate_comparison_catches_each_difference_of_issue_54(mutant, mon
              if (d := comparison.first_divergence(want[(c["model"], c["spec"])], m))]
     assert len(diffs) == len(cases), (target, diffs)
 
+
+def test_repin_lists_every_step_in_order(capsys):
+    """`repin --dry-run` names the pinned version and, in order: names list, provenance hashes, goldens (every
+    engine comparison and the server), lesson recordings (every lesson), each lesson's diagnosis; it runs none."""
+    from autograder.common import discover_lessons
+    from autograder.pin import NAMES_LIST, VLLM_VERSION, WHEEL_HASHES
+
+    assert vllm_oracle.main(["repin", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert all(line.startswith(f"[repin {VLLM_VERSION}] ") for line in lines)
+    assert NAMES_LIST.name in lines[0] and WHEEL_HASHES.name in lines[1]
+    assert lines[2].endswith(" ".join(("record", *KINDS, "server")))
+    assert lines[3].endswith(" ".join(("record", *vllm_oracle.LESSONS)))
+    assert [line.split()[-1] for line in lines[4:]] == discover_lessons()
+    with pytest.raises(SystemExit, match="--wheel"):
+        vllm_oracle.main(["repin"])
+
+
+def test_the_pin_is_the_one_place_that_names_vllms_version_and_commit():
+    """autograder/pin.py names the pinned vLLM; the code under autograder/ (but the lessons' checks and demos),
+    tests/ and benchmarks/ reads it from there (docstrings may describe what was checked on it), and the Makefile
+    reads it once from pin.py."""
+    import ast
+    import subprocess
+
+    from autograder.pin import REPO, VLLM_COMMIT, VLLM_VERSION
+
+    found = []
+    for path in sorted(p for d in ("autograder", "tests", "benchmarks") for p in (REPO / d).rglob("*.py")):
+        rel = path.relative_to(REPO)
+        if rel.as_posix() == "autograder/pin.py" or (rel.parts[0] == "autograder" and len(rel.parts) > 2
+                                                     and rel.parts[1].startswith("lesson")
+                                                     and rel.name != "vllm_view.py"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docs = {id(n.body[0].value) for n in ast.walk(tree)
+                if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.body
+                and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        found += [f"{rel}:{n.lineno}" for n in ast.walk(tree) if isinstance(n, ast.Constant) and id(n) not in docs
+                  and isinstance(n.value, str) and (VLLM_VERSION in n.value or VLLM_COMMIT in n.value)]
+    assert not found, found
+    make = (REPO / "Makefile").read_text(encoding="utf-8")
+    assert VLLM_VERSION not in make and VLLM_COMMIT not in make
+    out = subprocess.run(["make", "-s", "--no-print-directory", "--eval", "pin-version: ; @echo $(VLLM_VERSION)",
+                          "pin-version"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == VLLM_VERSION, out.stderr

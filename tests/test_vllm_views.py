@@ -8,6 +8,7 @@ import os
 import pytest
 
 from autograder import vllm_oracle
+from autograder.pin import VLLM_VERSION
 
 LIVE = os.environ.get("MINIVLLM_VLLM_LIVE") == "1"
 
@@ -22,7 +23,7 @@ def test_every_lesson_has_a_vllm_side():
 @pytest.mark.parametrize("lesson", vllm_oracle.LESSONS)
 def test_recording_answers_todays_inputs(lesson):
     rec = vllm_oracle.load_recording(lesson)
-    assert rec["header"]["vllm_version"] == "0.27.1"
+    assert rec["header"]["vllm_version"] == VLLM_VERSION
     cases = vllm_oracle.scenarios(lesson)
     assert cases, f"{lesson} has no scenario"
     assert rec["header"]["digests"] == {n: vllm_oracle.digest(p) for n, p in cases.items()}

@@ -1,4 +1,4 @@
-"""vLLM 0.27.1 itself as the oracle, for the engine and for the lessons, with one recording format.
+"""The pinned vLLM (autograder/pin.py) itself as the oracle, for the engine and for the lessons, with one recording format.
 
 A subject ("name") is one of:
   - an engine comparison (KINDS: scheduler, sampler, ...; and "server", server_diff.py): seeded cases
@@ -17,6 +17,7 @@ whose digests it holds.
     python -m autograder.vllm_oracle record [NAME ...]        # re-record (needs .venv-vllm; `make record-vllm`)
     python -m autograder.vllm_oracle check [--live] [NAME ...]  # recording answers today's inputs, minivllm equals
                                                                 # it; --live: vLLM re-answers it identically
+    python -m autograder.vllm_oracle repin --wheel WHEEL [--dry-run]  # re-do what names the pinned vLLM (repin.py)
 """
 from __future__ import annotations
 
@@ -43,14 +44,14 @@ LESSONS = tuple(sorted(p.parent.name for p in (REPO / "autograder").glob("lesson
 
 # ---------------------------------------------------------------------------- the vLLM venv
 def vllm_python() -> Path | None:
-    """The interpreter of the vLLM 0.27.1 venv (MINIVLLM_VLLM_PYTHON, else REPO/.venv-vllm), if it exists."""
+    """The interpreter of the pinned vLLM's venv (MINIVLLM_VLLM_PYTHON, else REPO/.venv-vllm), if it exists."""
     env = os.environ.get("MINIVLLM_VLLM_PYTHON")
     path = Path(env) if env else REPO / ".venv-vllm" / "bin" / "python"
     return path if path.exists() else None
 
 
 def vllm_site_packages() -> Path | None:
-    """Where vLLM 0.27.1's source is once `make vllm` ran (vllm/ under it): SOURCE_MAP questions, offline."""
+    """Where the pinned vLLM's source is once `make vllm` ran (vllm/ under it): SOURCE_MAP questions, offline."""
     py = vllm_python()
     if py is None:
         return None
@@ -366,13 +367,18 @@ def main(argv: list[str] | None = None) -> int:
         _answer(argv[1], argv[2:])
         return 0
     ap = argparse.ArgumentParser(prog="python -m autograder.vllm_oracle", description=__doc__.splitlines()[0])
-    ap.add_argument("command", choices=["record", "check"])
-    ap.add_argument("names", nargs="*", help=f"default: all ({', '.join(NAMES)}); record's default leaves out "
-                                              f"{SERVER} (python -m autograder.vllm_oracle.server_diff record)")
+    ap.add_argument("command", choices=["record", "check", "repin"])
+    ap.add_argument("names", nargs="*", help=f"default: all ({', '.join(NAMES)}) but {SERVER}, which starts "
+                                              "two servers: name it")
     ap.add_argument("--live", action="store_true", help="check: vLLM (.venv-vllm) re-answers, equal to the recording")
+    ap.add_argument("--dry-run", action="store_true", help="repin: list the steps, run nothing")
+    ap.add_argument("--wheel", type=Path, help="repin: the official wheel of the version pin.py names")
     args = ap.parse_args(argv)
+    if args.command == "repin":
+        from autograder.vllm_oracle.repin import repin
+        return repin(args.wheel, dry_run=args.dry_run)
     status = 0
-    for name in args.names or [n for n in NAMES if n != SERVER or args.command == "check"]:
+    for name in args.names or [n for n in NAMES if n != SERVER]:
         if args.command == "record":
             rec = record(name)
             print(f"{name}: recorded {len(rec['answers'])} answers -> {recording_path(name)}")
