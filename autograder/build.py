@@ -17,6 +17,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.common import REPO, discover_lessons
+from autograder.pin import VLLM_VERSION
 
 # Where the student release is published (`python -m autograder release DIR`, then push DIR there): the one
 # setting behind every notebook's install cell and "Open in Colab" link. Rebuild after changing it.
@@ -52,7 +53,7 @@ if "google.colab" in sys.modules or os.environ.get("MINIVLLM_COLAB_INSTALL"):
     install(HOME)
 from autograder.vllm_source import notebook_setup  # noqa: E402
 
-notebook_setup()  # vLLM 0.27.1 源码：只获取一次并按官方 sha256 校验（make vllm-source），之后离线；评分时不运行"""
+notebook_setup()  # vLLM {vllm} 源码：只获取一次并按官方 sha256 校验（make vllm-source），之后离线；评分时不运行""".replace("{vllm}", VLLM_VERSION)
 
 
 def release_url(repo: str = RELEASE_REPO) -> str:

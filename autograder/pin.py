@@ -1,6 +1,7 @@
 """The vLLM release the course and the engine are checked against, in one place (no imports: the vLLM venv and
-the grader's sandbox import it too). Re-pinning starts here: the recordings under data/ name this version and
-are re-recorded from it (the repository README's vLLM section says how)."""
+the grader's sandbox import it too; the Makefile reads VLLM_VERSION from this file). Re-pinning starts here:
+change these, then `python -m autograder.vllm_oracle repin --wheel WHEEL` regenerates what names them
+(tests/test_vllm_oracle.py checks that code reads them from here)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,8 +1,8 @@
-"""The names vLLM 0.27.1 defines, as a committed list of facts the course's name check reads (no code).
+"""The names the pinned vLLM (autograder/pin.py) defines, as a committed list of facts the course's name check reads (no code).
 
-    python -m autograder.vllm_names --wheel-dir DIR [--wheel FILE] [--out data/vllm_names_0.27.1.txt]
+    python -m autograder.vllm_names --wheel-dir DIR [--wheel FILE] [--out data/vllm_names_VERSION.txt]
 
-DIR is the unzipped wheel (the folder that holds vllm/ and vllm-0.27.1.dist-info/). Every vllm/**/*.py file is
+DIR is the unzipped wheel (the folder that holds vllm/ and vllm-VERSION.dist-info/). Every vllm/**/*.py file is
 parsed (never imported) and listed with what it defines, under its file line:
 
     F vllm/v1/sample/rejection_sampler.py   a file of the wheel
@@ -33,7 +33,7 @@ from datetime import datetime
 from pathlib import Path
 
 from autograder.pin import NAMES_LIST as DEFAULT_OUT  # noqa: E402
-from autograder.pin import REPO  # noqa: E402,F401
+from autograder.pin import REPO, VLLM_COMMIT  # noqa: E402,F401
 
 
 def _targets(node: ast.AST):
@@ -243,7 +243,7 @@ def main(argv=None) -> int:
         f"# wheel: {args.wheel.name if args.wheel else 'not given'}",
         f"# wheel sha256: {sha}",
         f"# wheel build date (newest member): {built}",
-        "# pin: vLLM commit 8e958902eee5 (the wheel was built the day before it)",
+        f"# pin: vLLM commit {VLLM_COMMIT} (the wheel was built the day before it)",
         "# command: python -m autograder.vllm_names --wheel-dir DIR --wheel FILE",
         "# kinds: F file, C class, (indented) D method / A attribute or field of it, D function, V module name,",
         "#        L the file's locals, I names it imports from outside vllm",

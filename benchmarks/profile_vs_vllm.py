@@ -24,6 +24,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from autograder.pin import VLLM_VERSION
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
@@ -106,7 +108,7 @@ def main() -> None:
 
     from autograder.vllm_oracle import vllm_python
     if vllm_python() is None:
-        print("skipped: no .venv-vllm here (run `make vllm` to profile vLLM 0.27.1 too)")
+        print(f"skipped: no .venv-vllm here (run `make vllm` to profile vLLM {VLLM_VERSION} too)")
         return
     env = environment()
     print(environment_line(env), flush=True)
@@ -155,7 +157,7 @@ def plot(path: Path, rows: dict, names: list[str], model: str) -> None:
     left = [0.0, 0.0]
     for n in names:
         widths = [rows[s].get(n, 0.0) for s in sides]
-        ax.barh(["minivllm", "vLLM 0.27.1"], widths, left=left, label=n)
+        ax.barh(["minivllm", f"vLLM {VLLM_VERSION}"], widths, left=left, label=n)
         left = [a + b for a, b in zip(left, widths, strict=True)]
     ax.set_xlabel(f"ms per generated token ({model}, torch.profiler, top-level ops)")
     ax.invert_yaxis()

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from common import environment, environment_line
 
+from autograder.pin import VLLM_VERSION
+
 HERE = Path(__file__).resolve().parent
 # (script, extra arguments, what it measures); paged_attention only measures on a GPU.
 BENCHMARKS = [
@@ -29,9 +31,9 @@ BENCHMARKS = [
     ("structured_output", ["--batch", "16", "--max-tokens", "48"], "half the batch JSON-constrained vs none"),
     ("spec_decode", ["--num-prompts", "2", "--max-tokens", "96"], "n-gram speculative decoding vs plain, batch 1"),
     ("tensor_parallel", ["--num-prompts", "16"], "TP=2 vs TP=1 (gloo, 2 CPU ranks) and the all-reduce share"),
-    ("vs_vllm", [], "throughput (shipped, ~100M Llama) and scheduler cost vs vLLM 0.27.1 itself (needs make vllm)"),
-    ("profile_vs_vllm", [], "where the time goes per generated token (torch.profiler), minivllm and vLLM 0.27.1, ~100M Llama"),
-    ("serve_vs_vllm", [], "serving TTFT / TPOT / throughput vs vLLM 0.27.1's server, by vLLM's own bench client"),
+    ("vs_vllm", [], f"throughput (shipped, ~100M Llama) and scheduler cost vs vLLM {VLLM_VERSION} itself (needs make vllm)"),
+    ("profile_vs_vllm", [], f"where the time goes per generated token (torch.profiler), minivllm and vLLM {VLLM_VERSION}, ~100M Llama"),
+    ("serve_vs_vllm", [], f"serving TTFT / TPOT / throughput vs vLLM {VLLM_VERSION}'s server, by vLLM's own bench client"),
 ]
 
 

@@ -20,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from autograder.pin import VLLM_VERSION
 from minivllm.benchmarks.ready_checker import wait_for_health
 from minivllm.distributed.parallel_state import get_open_port
 
@@ -83,7 +84,7 @@ def main() -> None:
     args = ap.parse_args()
     from autograder.vllm_oracle import vllm_python
     if vllm_python() is None:
-        print("skipped: no .venv-vllm here (run `make vllm` to measure against vLLM 0.27.1)")
+        print(f"skipped: no .venv-vllm here (run `make vllm` to measure against vLLM {VLLM_VERSION})")
         return
     from vs_vllm import model_folder
     model = str(model_folder(args.model)) if args.model in ("shipped", "llama-100m") else args.model
@@ -108,7 +109,7 @@ def main() -> None:
                                       ("output throughput", "output_throughput", ">= 1.0")):
                 mine, theirs = [r[key] for r in got["minivllm"]], [r[key] for r in got["vllm"]]
                 r = ratio(f"serving {metric} at {rate} req/s", mine, theirs,
-                          f"vLLM 0.27.1's server, same client and rate (goal {goal})")
+                          f"vLLM {VLLM_VERSION}'s server, same client and rate (goal {goal})")
                 ratios.append(r)
                 figures[f"{key}@{rate}"] = {"minivllm": mine, "vllm": theirs}
                 print(f"rate {rate:>4}: {metric:17s} minivllm {spread(mine)}, vLLM {spread(theirs)}; {r.line()}",
@@ -124,7 +125,7 @@ def main() -> None:
         for log in logs.values():
             log.close()
     figures.update(model=args.model, num_prompts=args.num_prompts, input_len=args.input_len,
-                   output_len=args.output_len, client="vllm.benchmarks.serve (vLLM 0.27.1)")
+                   output_len=args.output_len, client=f"vllm.benchmarks.serve (vLLM {VLLM_VERSION})")
     write_json(args.json_out, "serve_vs_vllm", ratios, figures, env)
 
 

@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from autograder.pin import VLLM_VERSION
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
@@ -78,24 +80,22 @@ def serve_engine(side: str, model: str, args) -> None:
 
 def scheduler_cost(side: str, args) -> None:
     """us per running request per step: schedule() + update_from_output() on decode steps of a full batch."""
-    from autograder.vllm_oracle import scheduler_harness  # noqa: F401 - the harness's adapters
+    from autograder.vllm_oracle.scheduler_harness import request, workload
     if side == "vllm":
         from autograder.vllm_oracle.vllm_side import VllmSchedulerBackend as Backend
     else:
         from autograder.vllm_oracle.minivllm_side import MinivllmSchedulerBackend as Backend
     backend = Backend()
     n, steps = args.sched_requests, args.sched_steps
-    cfg = {"block_size": 16, "max_model_len": 4096, "max_num_batched_tokens": 8192, "max_num_seqs": n,
-           "long_prefill_token_threshold": 0, "enable_chunked_prefill": True, "enable_prefix_caching": True,
-           "async_scheduling": False, "num_blocks": n * 300 // 16 + 16}
+    cfg = workload([], 0, block_size=16, max_model_len=4096, max_num_batched_tokens=8192, max_num_seqs=n,
+                   num_blocks=n * 300 // 16 + 16)["config"]
     results = []
     for rnd in range(args.warmup + args.pairs):
         sched = backend.make_scheduler(cfg)
         rng = random.Random(rnd)
         for i in range(n):
             prompt = [rng.randrange(3, 4000) for _ in range(32)]
-            sched.add_request(backend.make_request({"id": f"r{i}", "prompt": prompt, "max_tokens": steps + 8,
-                                                    "min_tokens": 0, "ignore_eos": True, "stop_token_ids": []}, cfg))
+            sched.add_request(backend.make_request(request(f"r{i}", prompt, steps + 8, [], ignore_eos=True), cfg))
         so = sched.schedule()  # the prefill step: not timed
         backend.update(sched, so, list(so.num_scheduled_tokens), [[5] for _ in so.num_scheduled_tokens])
         t0 = time.perf_counter()
@@ -160,7 +160,7 @@ def throughput(model_name: str, args) -> tuple:
             p.stdin.close()
             p.wait(timeout=120)
     equal = first["minivllm"] == first["vllm"]
-    r = ratio(f"throughput {model_name}", rounds["minivllm"], rounds["vllm"], "vLLM 0.27.1 tok/s (goal >= 1.0)")
+    r = ratio(f"throughput {model_name}", rounds["minivllm"], rounds["vllm"], f"vLLM {VLLM_VERSION} tok/s (goal >= 1.0)")
     print(f"{model_name}: minivllm {spread(rounds['minivllm'])} tok/s, vLLM {spread(rounds['vllm'])} tok/s; "
           f"{r.line()}; greedy token ids equal: {equal}", flush=True)
     return r, {f"{model_name}_tok_s": rounds, f"{model_name}_greedy_equal": equal}
@@ -177,7 +177,7 @@ def scheduler(args) -> tuple:
         got[side] = read_json(p)["us_per_request_step"]
         p.wait()
     r = ratio("scheduler us per running request per step", got["minivllm"], got["vllm"],
-              "vLLM 0.27.1's Scheduler (goal <= 1.0)")
+              f"vLLM {VLLM_VERSION}'s Scheduler (goal <= 1.0)")
     print(f"scheduler: minivllm {spread(got['minivllm'])} us, vLLM {spread(got['vllm'])} us; {r.line()}", flush=True)
     return r, {"scheduler_us": got}
 
@@ -204,7 +204,7 @@ def main() -> None:
         return scheduler_cost(args.side, args)
     from autograder.vllm_oracle import vllm_python as find_vllm
     if find_vllm() is None:
-        print("skipped: no .venv-vllm here (run `make vllm` to measure against vLLM 0.27.1)")
+        print(f"skipped: no .venv-vllm here (run `make vllm` to measure against vLLM {VLLM_VERSION})")
         return
     env = environment()
     print(environment_line(env), flush=True)

@@ -125,11 +125,11 @@ def test_vllm_side_by_side_from_the_recording(monkeypatch, capsys):
     """vLLM 0.27.1's EngineCore (recorded) called the same phases in the same order and gave the same tokens on
     the lesson's run, r0 silent from its abort on; its AsyncScheduler pipelines as minivllm's does."""
     from autograder import lesson01 as L01
-    from autograder import vllm_views
+    from autograder import vllm_oracle
 
-    rec = vllm_views.recorded("lesson01", "demo_step_phases")
+    rec = vllm_oracle.recorded("lesson01", "demo_step_phases")
     assert not [o for s, outs in rec["outputs"].items() if int(s) >= 3 for o in outs if o[0] == "r0"]
-    monkeypatch.setattr(vllm_views, "vllm_python", lambda: None)
+    monkeypatch.setattr(vllm_oracle, "vllm_python", lambda: None)
     L01.vllm_side_by_side(run_engine())
     out = capsys.readouterr().out
     assert "读取录制结果" in out and "✗" not in out

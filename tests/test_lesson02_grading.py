@@ -9,6 +9,7 @@ from autograder import lesson02 as L02
 from autograder.common import REPO, CheckFailed, student_namespace
 from autograder.lesson02 import check_source_map
 from autograder.mutation import mutant_namespace, mutant_source
+from autograder.pin import VLLM_VERSION
 
 CODE_PARTS = ("l02_main_path", "l02_real_engine", "l02_boundary", "l02_source_map")
 
@@ -149,11 +150,11 @@ def test_nbgrader_end_to_end(tmp_path):
 # ---------------------------------------------------------------------------- against vLLM 0.27.1 (recorded)
 def test_minivllms_scheduler_plans_every_recorded_workload_as_vllm_does():
     """Not only the plans: block ids, computed tokens, free blocks and outputs, event by event."""
-    from autograder import vllm_views
+    from autograder import vllm_oracle
     from autograder.vllm_oracle.scheduler_harness import first_divergence
 
-    for name in vllm_views.scenarios("lesson02"):
-        assert first_divergence(vllm_views.recorded("lesson02", name), L02.run_vllm_view(name)) is None, name
+    for name in vllm_oracle.scenarios("lesson02"):
+        assert first_divergence(vllm_oracle.recorded("lesson02", name), L02.run_vllm_view(name)) is None, name
 
 
 def test_vllm_comparison_passes_the_solution_and_catches_wrong_loops(solution_ns):
@@ -161,14 +162,14 @@ def test_vllm_comparison_passes_the_solution_and_catches_wrong_loops(solution_ns
         L02.compare_with_vllm(solution_ns["schedule_step"], prefix)
     for name, prefix in (("no_retry_after_preempt", "boundary_"), ("threshold_ignored", "main_"),
                          ("waiting_skips_head", "main_"), ("victim_is_current", "boundary_")):
-        with pytest.raises(CheckFailed, match="vLLM 0.27.1"):
+        with pytest.raises(CheckFailed, match=f"vLLM {VLLM_VERSION}"):
             L02.compare_with_vllm(mutant(name), prefix)
 
 
 def test_vllm_side_by_side_from_the_recording(monkeypatch, capsys):
-    from autograder import vllm_views
+    from autograder import vllm_oracle
 
-    monkeypatch.setattr(vllm_views, "vllm_python", lambda: None)
+    monkeypatch.setattr(vllm_oracle, "vllm_python", lambda: None)
     L02.vllm_side_by_side()
     out = capsys.readouterr().out
     assert "读取录制结果" in out and "!2 !3" in out and "✗" not in out

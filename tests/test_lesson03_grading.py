@@ -16,6 +16,7 @@ from autograder.lesson03 import (
     run_sequential,
 )
 from autograder.mutation import mutant_namespace, mutant_source, mutants
+from autograder.pin import VLLM_VERSION
 
 UNIT_PARTS = ("l03_main_path", "l03_boundary", "l03_source_map")
 
@@ -127,11 +128,11 @@ def test_nbgrader_end_to_end(tmp_path):
 
 # ---------------------------------------------------------------------------- against vLLM 0.27.1 (recorded)
 def test_minivllms_kv_cache_manager_answers_every_recorded_scenario_as_vllm_does():
-    from autograder import vllm_views
+    from autograder import vllm_oracle
     from autograder.lesson03 import run_vllm_view
 
-    for name in vllm_views.scenarios("lesson03"):
-        assert run_vllm_view(name) == vllm_views.recorded("lesson03", name), name
+    for name in vllm_oracle.scenarios("lesson03"):
+        assert run_vllm_view(name) == vllm_oracle.recorded("lesson03", name), name
 
 
 def test_vllm_comparison_passes_the_solution_and_catches_wrong_pieces(solution_ns):
@@ -143,15 +144,15 @@ def test_vllm_comparison_passes_the_solution_and_catches_wrong_pieces(solution_n
     for name, prefixes in (("generated_tokens_not_hashed", ("boundary_",)), ("cap_from_prompt_length", ("boundary_",)),
                            ("stale_hash_kept", ("demo_",)), ("key_drops_last_token", ("boundary_",))):
         ns = dict(solution_ns, **mutant(name))
-        with pytest.raises(CheckFailed, match="vLLM 0.27.1"):
+        with pytest.raises(CheckFailed, match=f"vLLM {VLLM_VERSION}"):
             compare_with_vllm(*(ns[k] for k in pieces), prefixes)
 
 
 def test_vllm_side_by_side_from_the_recording(monkeypatch, capsys):
-    from autograder import vllm_views
+    from autograder import vllm_oracle
     from autograder.lesson03 import vllm_side_by_side
 
-    monkeypatch.setattr(vllm_views, "vllm_python", lambda: None)
+    monkeypatch.setattr(vllm_oracle, "vllm_python", lambda: None)
     vllm_side_by_side()
     out = capsys.readouterr().out
     assert "读取录制结果" in out and "[6, 10, 5, 4, 3, 2, 1, 9, 8, 7]" in out and "✗" not in out

@@ -9,6 +9,7 @@ from grading_flow import grade_three_students, notebook_part_scores
 from autograder import lesson04 as L04
 from autograder.common import REPO, CheckFailed, student_namespace
 from autograder.mutation import mutant_namespace, mutant_source
+from autograder.pin import VLLM_VERSION
 
 CODE_PARTS = ("l04_preempt", "l04_real_engine", "l04_abort", "l04_stop")
 
@@ -97,10 +98,10 @@ def test_nbgrader_end_to_end(tmp_path):
 
 # ---------------------------------------------------------------------------- against vLLM 0.27.1 (recorded)
 def test_minivllms_scheduler_and_check_stop_answer_every_recorded_scenario_as_vllm_does():
-    from autograder import vllm_views
+    from autograder import vllm_oracle
 
-    for name in vllm_views.scenarios("lesson04"):
-        assert L04.vllm_difference(name, L04.run_vllm_view(name), vllm_views.recorded("lesson04", name)) is None, name
+    for name in vllm_oracle.scenarios("lesson04"):
+        assert L04.vllm_difference(name, L04.run_vllm_view(name), vllm_oracle.recorded("lesson04", name)) is None, name
 
 
 def test_vllm_comparison_passes_the_solution_and_catches_wrong_lifecycles(solution_ns):
@@ -112,14 +113,14 @@ def test_vllm_comparison_passes_the_solution_and_catches_wrong_lifecycles(soluti
                         ("abort_pops_waiting_head", "abort"), ("victim_at_back", "preempt"),
                         ("computed_not_reset", "preempt")):
         ns = mutant_namespace("lesson04", name)
-        with pytest.raises(CheckFailed, match="vLLM 0.27.1"):
+        with pytest.raises(CheckFailed, match=f"vLLM {VLLM_VERSION}"):
             L04.compare_with_vllm(groups[group], *(ns[k] for k in funcs))
 
 
 def test_vllm_side_by_side_from_the_recording(monkeypatch, capsys):
-    from autograder import vllm_views
+    from autograder import vllm_oracle
 
-    monkeypatch.setattr(vllm_views, "vllm_python", lambda: None)
+    monkeypatch.setattr(vllm_oracle, "vllm_python", lambda: None)
     L04.vllm_side_by_side()
     out = capsys.readouterr().out
     assert "读取录制结果" in out and "RPRRRPA" in out and "✗" not in out and "都与 vLLM 相同" in out

@@ -63,7 +63,7 @@ def test_vllm_recording_backs_the_lessons_lists():
     """The recorded vLLM 0.27.1 side: its default list at max_num_seqs 20 is the VLLM_HEAD the checks use, the
     engine's sizes come back sorted, and on CPU vLLM captures nothing."""
     from autograder.lesson11.checks import CAPTURE_SIZES, ODD_SIZES, VLLM_HEAD
-    from autograder.vllm_views import recorded
+    from autograder.vllm_oracle import recorded
 
     assert recorded("lesson11", "default_20_seqs")["cudagraph_capture_sizes"] == VLLM_HEAD
     assert recorded("lesson11", "lesson_engine")["decode_capture_sizes"] == CAPTURE_SIZES

@@ -111,7 +111,7 @@ def test_vllm_comparison_accepts_both_primings_and_catches_a_boundary_mistake(so
     """check_against_vllm (recorded vLLM 0.27.1 IncrementalDetokenizer, 18 streams) passes the solution and a
     stream that stepped through the prompt, and catches a stop search that skips a character; the recorded
     split-prompt stream shows vLLM repeating the prompt's text."""
-    from autograder.vllm_views import recorded
+    from autograder.vllm_oracle import recorded
 
     cls = solution_ns["StreamingDetokenizer"]
 

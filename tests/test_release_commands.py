@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from autograder.common import NOTEBOOKS, REPO
+from autograder.pin import VLLM_VERSION
 from autograder.release import STUDENT_MAKEFILE
 
 # a make command as code: backticked, in brackets, at a line's start or after a shell prompt (not "make every")
@@ -46,7 +47,7 @@ def test_the_release_makefile_has_the_targets_the_course_names(student_release):
     assert {"install", "lab", "check", "vllm-source", "vllm"} <= have
     assert "vllm-source" in targets((REPO / "Makefile").read_text(encoding="utf-8"))
     assert (student_release / "install.py").is_file()
-    assert (student_release / "data/vllm_oracle/vllm-0.27.1-wheel-py.sha256").is_file()
+    assert (student_release / f"data/vllm_oracle/vllm-{VLLM_VERSION}-wheel-py.sha256").is_file()
 
 
 def test_no_released_file_names_a_command_the_release_lacks(student_release):

@@ -37,6 +37,7 @@ from pathlib import Path
 import pytest
 
 from autograder.common import discover_lessons
+from autograder.pin import VLLM_COMMIT, VLLM_VERSION
 from autograder.vllm_names import DEFAULT_OUT, VllmNames, file_facts
 
 REPO = Path(__file__).resolve().parent.parent
@@ -242,7 +243,7 @@ def failures(source: str) -> list[tuple[int, str, str]]:
 
 def test_names_list_provenance():
     header = "\n".join(names().header)
-    assert "vLLM 0.27.1" in header and "sha256: " in header and "8e958902eee5" in header
+    assert f"vLLM {VLLM_VERSION}" in header and "sha256: " in header and VLLM_COMMIT in header
     assert re.search(r"sha256: [0-9a-f]{64}", header)
     assert DEFAULT_OUT.stat().st_size < 2_500_000
     assert "vllm/v1/sample/rejection_sampler.py" in names().files
@@ -253,7 +254,7 @@ def test_every_cited_vllm_name_exists(lesson):
     source = (REPO / "solutions" / lesson / f"{lesson}.py").read_text(encoding="utf-8")
     bad = failures(source)
     unexpected = [b for b in bad if (lesson, b[1]) not in PENDING_OTHER_BRANCHES]
-    assert not unexpected, "\n".join(f"{lesson}.py:{ln}: `{name}` not in vLLM 0.27.1 ({why})"
+    assert not unexpected, "\n".join(f"{lesson}.py:{ln}: `{name}` not in vLLM {VLLM_VERSION} ({why})"
                                      for ln, name, why in unexpected)
     fixed = {name for le, name in PENDING_OTHER_BRANCHES if le == lesson} - {b[1] for b in bad}
     assert not fixed, f"fixed now, remove from PENDING_OTHER_BRANCHES: {sorted(fixed)}"
@@ -263,10 +264,10 @@ FAKE = """\
 # %% [markdown]
 # | 顺序 | vLLM 文件与入口 | minivllm 对应文件 |
 # |---|---|---|
-# | 1 | [`vllm/v1/sample/rejection_sampler.py`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/sample/rejection_sampler.py)：`RejectionSampler.forward`、`{table_name}` | `minivllm/x.py`：`my_own_helper` |
+# | 1 | [`vllm/v1/sample/rejection_sampler.py`](https://github.com/vllm-project/vllm/blob/{commit}/vllm/v1/sample/rejection_sampler.py)：`RejectionSampler.forward`、`{table_name}` | `minivllm/x.py`：`my_own_helper` |
 #
 # 而 minivllm 的 `RejectionSampler.verify_all` 与 `minivllm/x.py`：`Scheduler._preempt` 是 minivllm 的。
-# 读 [`{link}`](https://github.com/vllm-project/vllm/blob/8e958902eee5/{link})：`{chained}`；`{dotted}` 与 `minivllm_helper` 和 `{short_path}`，`{camel}`。
+# 读 [`{link}`](https://github.com/vllm-project/vllm/blob/{commit}/{link})：`{chained}`；`{dotted}` 与 `minivllm_helper` 和 `{short_path}`，`{camel}`。
 
 # %%
 SOURCE_MAP = {{
@@ -279,7 +280,7 @@ GOOD = dict(table_name="generate_uniform_probs", link="vllm/v1/worker/gpu/cudagr
 
 
 def test_checker_accepts_real_names_and_ignores_minivllm_ones():
-    assert failures(FAKE.format(**GOOD)) == []
+    assert failures(FAKE.format(commit=VLLM_COMMIT, **GOOD)) == []
 
 
 @pytest.mark.parametrize("field,wrong", [
@@ -294,5 +295,5 @@ def test_checker_accepts_real_names_and_ignores_minivllm_ones():
     ("answer", "num_rejected_drafts"),                                # invented SOURCE_MAP answer
 ])
 def test_checker_rejects_invented_and_moved_names(field, wrong):
-    bad = failures(FAKE.format(**dict(GOOD, **{field: wrong})))
+    bad = failures(FAKE.format(commit=VLLM_COMMIT, **dict(GOOD, **{field: wrong})))
     assert [b[1] for b in bad] == [wrong], bad

@@ -13,29 +13,30 @@ import os
 import pytest
 
 from autograder import vllm_oracle
-from autograder.vllm_oracle import COMPARISONS, KINDS, compare, load_golden
+from autograder.pin import VLLM_VERSION
+from autograder.vllm_oracle import COMPARISONS, KINDS, compare, load_recording, recorded
 
 LIVE = os.environ.get("MINIVLLM_VLLM_LIVE") == "1"
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_recording_is_vllm_0_27_1s_code(kind):
-    header = load_golden(kind)["header"]
-    assert header["vllm_version"] == "0.27.1"
+    header = load_recording(kind)["header"]
+    assert header["vllm_version"] == VLLM_VERSION
     prov = header["provenance"]
     assert prov["ok"] and prov["differs"] == 0 and prov["missing"] == 0 and prov["identical"] > 2000, prov
-    assert header["num_cases"] == len(COMPARISONS[kind].cases())
+    assert len(recorded(kind)) == len(COMPARISONS[kind].cases())
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_minivllm_equals_vllm(kind):
     n, diffs = compare(kind)
-    assert not diffs, f"{len(diffs)} of {n} {kind} cases differ from vLLM 0.27.1; the first:\n" + "\n".join(diffs[:3])
+    assert not diffs, f"{len(diffs)} of {n} {kind} cases differ from vLLM {VLLM_VERSION}; the first:\n" + "\n".join(diffs[:3])
 
 
 def test_scheduler_workloads_cover_what_they_claim():
     """The recorded scheduler runs exercise preemption, prefix hits, aborts, async scheduling and every finish."""
-    answers = [a for a in load_golden("scheduler")["answers"] if "error" not in a]
+    answers = [a for a in recorded("scheduler") if "error" not in a]
     cases = COMPARISONS["scheduler"].cases()
     events = [e for a in answers for e in a["events"]]
     assert len(answers) >= 1000
@@ -51,7 +52,7 @@ def test_scheduler_workloads_cover_what_they_claim():
 def test_a_divergence_is_found_and_located():
     """The comparison can fail: one changed block id in vLLM's answer is reported with its step and field."""
     comparison = COMPARISONS["scheduler"]
-    answer = load_golden("scheduler")["answers"][0]
+    answer = recorded("scheduler")[0]
     changed = copy.deepcopy(answer)
     event = next(e for e in changed["events"] if e["k"] == "s" and e["new"])
     event["new"][0][1] = [b + 1 for b in event["new"][0][1]]
@@ -82,9 +83,8 @@ def test_live_vllm_equals_its_recording_and_minivllm(kind):
     assert vllm_oracle.vllm_python() is not None, "MINIVLLM_VLLM_LIVE=1 needs .venv-vllm: run `make vllm`"
     assert vllm_oracle.provenance_summary()["ok"]
     comparison = COMPARISONS[kind]
-    live = vllm_oracle.run_vllm(kind, comparison.cases())
-    recorded = load_golden(kind)["answers"]
-    stale = [d for a, b in zip(live, recorded, strict=True) if (d := comparison.first_divergence(a, b))]
+    live = vllm_oracle.live_answers(kind)[vllm_oracle.CASES]
+    stale = [d for a, b in zip(live, recorded(kind), strict=True) if (d := comparison.first_divergence(a, b))]
     assert not stale, f"vLLM's live answers differ from its recording ({len(stale)}): {stale[:2]}"
     n, diffs = compare(kind, live)
     assert not diffs, f"{len(diffs)} of {n} differ from live vLLM: {diffs[:2]}"
@@ -118,7 +118,7 @@ def test_min_tokens_holds_eos_back_even_with_ignore_eos(monkeypatch):
 def test_detokenizer_cases_cover_stops_hold_back_and_split_characters(monkeypatch):
     """The recorded detokenizer runs hit stop strings (kept and cut), hold text back while streaming, see U+FFFD
     from a character split across tokens; and minivllm without the hold-back diverges from them."""
-    answers = load_golden("detokenizer")["answers"]
+    answers = recorded("detokenizer")
     assert sum(any(e[0] is not None for e in a["events"]) for a in answers) >= 50
     assert sum("\ufffd" in "".join(e[1] for e in a["events"]) for a in answers) >= 10
     from minivllm.engine.detokenizer import IncrementalDetokenizer
@@ -161,7 +161,7 @@ def test_completion_logprobs_are_vllm_logprob_entries():
 def test_structured_output_walks_cover_drafts_and_can_diverge(monkeypatch):
     """The recorded grammar walks include draft rows and terminated grammars; a mask that also lets EOS through
     everywhere (a classic choice/regex mistake) diverges from vLLM's rows."""
-    answers = load_golden("structured_output")["answers"]
+    answers = recorded("structured_output")
     assert sum("draft_rows" in s for a in answers for s in a["steps"]) >= 50
     assert sum(a["terminated"] for a in answers) >= 20
     from minivllm.structured_output.backend_xgrammar import XgrammarGrammar
@@ -190,7 +190,7 @@ def test_speculation_keeps_every_constraint_in_vllms_answers():
     from minivllm.tokenizer import get_tokenizer
 
     tok = get_tokenizer("data/models/shakespeare-llama")
-    answers = {(a["model"], a["spec"]): a for a in load_golden("generate")["answers"]}
+    answers = {(a["model"], a["spec"]): a for a in recorded("generate")}
     for case in _generate_cases(True):
         plain, spec = answers[(case["model"], False)], answers[(case["model"], True)]
         assert spec["counters"]["spec_decode_num_accepted_tokens"] > 0
@@ -262,8 +262,55 @@ def test_the_generate_comparison_catches_each_difference_of_issue_54(mutant, mon
                             lambda tokenizer, ids, context: [tokenizer.decode([t]) for t in ids])
     comparison = COMPARISONS["generate"]
     cases = _generate_cases(spec, ("tiny-qwen3",))
-    recorded = {(a["model"], a["spec"]): a for a in load_golden("generate")["answers"]}
+    want = {(a["model"], a["spec"]): a for a in recorded("generate")}
     mine = comparison.minivllm(cases)
     diffs = [d for c, m in zip(cases, mine, strict=True)
-             if (d := comparison.first_divergence(recorded[(c["model"], c["spec"])], m))]
+             if (d := comparison.first_divergence(want[(c["model"], c["spec"])], m))]
     assert len(diffs) == len(cases), (target, diffs)
+
+
+def test_repin_lists_every_step_in_order(capsys):
+    """`repin --dry-run` names the pinned version and, in order: names list, provenance hashes, goldens (every
+    engine comparison and the server), lesson recordings (every lesson), each lesson's diagnosis; it runs none."""
+    from autograder.common import discover_lessons
+    from autograder.pin import NAMES_LIST, VLLM_VERSION, WHEEL_HASHES
+
+    assert vllm_oracle.main(["repin", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert all(line.startswith(f"[repin {VLLM_VERSION}] ") for line in lines)
+    assert NAMES_LIST.name in lines[0] and WHEEL_HASHES.name in lines[1]
+    assert lines[2].endswith(" ".join(("record", *KINDS, "server")))
+    assert lines[3].endswith(" ".join(("record", *vllm_oracle.LESSONS)))
+    assert [line.split()[-1] for line in lines[4:]] == discover_lessons()
+    with pytest.raises(SystemExit, match="--wheel"):
+        vllm_oracle.main(["repin"])
+
+
+def test_the_pin_is_the_one_place_that_names_vllms_version_and_commit():
+    """autograder/pin.py names the pinned vLLM; the code under autograder/ (but the lessons' checks and demos),
+    tests/ and benchmarks/ reads it from there (docstrings may describe what was checked on it), and the Makefile
+    reads it once from pin.py."""
+    import ast
+    import subprocess
+
+    from autograder.pin import REPO, VLLM_COMMIT, VLLM_VERSION
+
+    found = []
+    for path in sorted(p for d in ("autograder", "tests", "benchmarks") for p in (REPO / d).rglob("*.py")):
+        rel = path.relative_to(REPO)
+        if rel.as_posix() == "autograder/pin.py" or (rel.parts[0] == "autograder" and len(rel.parts) > 2
+                                                     and rel.parts[1].startswith("lesson")
+                                                     and rel.name != "vllm_view.py"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docs = {id(n.body[0].value) for n in ast.walk(tree)
+                if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.body
+                and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        found += [f"{rel}:{n.lineno}" for n in ast.walk(tree) if isinstance(n, ast.Constant) and id(n) not in docs
+                  and isinstance(n.value, str) and (VLLM_VERSION in n.value or VLLM_COMMIT in n.value)]
+    assert not found, found
+    make = (REPO / "Makefile").read_text(encoding="utf-8")
+    assert VLLM_VERSION not in make and VLLM_COMMIT not in make
+    out = subprocess.run(["make", "-s", "--no-print-directory", "--eval", "pin-version: ; @echo $(VLLM_VERSION)",
+                          "pin-version"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == VLLM_VERSION, out.stderr

@@ -14,6 +14,7 @@ import os
 
 import pytest
 
+from autograder.pin import VLLM_VERSION
 from autograder.vllm_oracle import server_diff
 from autograder.vllm_oracle.server_corpus import server_cases
 
@@ -45,7 +46,7 @@ DELIBERATE = {
               "400 param stop_token_ids: an id outside the vocabulary")
        for name in ("cmpl/stop_token_ids_neg", "chat/stop_token_ids_oov")},
     "cmpl/bad/structured_outputs_not_dict": ("500 InternalServerError", "400 Bad Request naming structured_outputs"),
-    **{name: ('{"version": "0.27.1"}', '{"version": "0.27.1", "minivllm_version": "0.1.0"}')
+    **{name: (f'{{"version": "{VLLM_VERSION}"}}', f'{{"version": "{VLLM_VERSION}", "minivllm_version": "0.1.0"}}')
        for name in ("route/version", "auth/version_no_key")},
     **{name: ('500 {"type": "error", "error": {"type": "internal_error"}} (the chat handler raised)',
               '400 {"type": "error", "error": {"type": "BadRequestError"}}: the same check as /v1/chat/completions')
@@ -139,11 +140,12 @@ def divergences(vllm: list[dict], mine: list[dict]) -> dict[str, str]:
 
 
 def test_recording_is_vllm_0_27_1s_server():
-    header = server_diff.load_golden()["header"]
-    assert header["vllm_version"] == "0.27.1" and header["kind"] == "server"
+    golden = server_diff.load_golden()
+    header = golden["header"]
+    assert header["vllm_version"] == VLLM_VERSION and header["name"] == "server"
     prov = header["provenance"]
     assert prov["ok"] and prov["differs"] == 0 and prov["missing"] == 0, prov
-    assert header["num_cases"] == len(CASES) >= 300
+    assert len(golden["answers"]) == len(CASES) >= 300
     assert {c["cat"] for c in CASES} == {"valid", "streamed", "structured", "bad_input", "routes", "auth", "metrics",
                                          "tools"}
     assert header["server_profiles"] == server_diff.SERVER_PROFILES
@@ -152,7 +154,7 @@ def test_recording_is_vllm_0_27_1s_server():
 def test_minivllm_server_equals_vllm(golden, minivllm_answers):
     diffs = divergences(golden["answers"], minivllm_answers)
     unexpected = {k: v for k, v in diffs.items() if k not in DELIBERATE and k not in OPEN_GAPS}
-    assert not unexpected, f"{len(unexpected)} requests answered unlike vLLM 0.27.1:\n" + "\n".join(
+    assert not unexpected, f"{len(unexpected)} requests answered unlike vLLM {VLLM_VERSION}:\n" + "\n".join(
         d[:600] for d in list(unexpected.values())[:5])
     closed = sorted(set(OPEN_GAPS) - set(diffs))
     assert not closed, f"now equal to vLLM: drop them from OPEN_GAPS: {closed}"
@@ -196,7 +198,7 @@ def test_deliberate_differences(golden, minivllm_answers):
     assert v["status"] == 500 and m["status"] == 400 and m["values"]["error.param"] == "body.structured_outputs", m
     for name in ("route/version", "auth/version_no_key"):
         v, m = answer(vllm, name), answer(mine, name)
-        assert v["values"] == {"version": "0.27.1"} and m["values"] == {"version": "0.27.1",
+        assert v["values"] == {"version": VLLM_VERSION} and m["values"] == {"version": VLLM_VERSION,
                                                                         "minivllm_version": "0.1.0"}
     for name in ("route3/messages_max_tokens_over", "route3/messages_empty", "field/messages/top_p_invalid",
                  "field/count_tokens/messages_boundary"):
@@ -223,7 +225,7 @@ def test_deliberate_differences(golden, minivllm_answers):
         assert v["status"] == m["status"] == 200 and set(v["shape"]) == set(m["shape"]) == {
             "vllm_config", "vllm_env", "system_env"}, (name, v["shape"], m["shape"])
         assert v["values"]["vllm_env.VLLM_SERVER_DEV_MODE"] is True and v["values"]["system_env.vllm_version"] == \
-            "0.27.1", v["values"]
+            VLLM_VERSION, v["values"]
         assert m["values"]["vllm_env.VLLM_SERVER_DEV_MODE"] == "1" and "system_env.minivllm_version" in m["values"]
         assert isinstance(m["shape"]["vllm_config"], str if name == "dev/server_info" else dict), m["shape"]
     for name in ("metrics/families", "auth/metrics_no_key", "route/metrics_post"):

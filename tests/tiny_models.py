@@ -7,14 +7,11 @@ vocab is the same and the engine can tokenize prompts for any of them.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
-import torch
-import transformers
+from autograder.vllm_oracle.models import SHIPPED as DEFAULT_MODEL
+from autograder.vllm_oracle.models import save_tiny
 
-DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "data" / "models" / "shakespeare-llama"
-TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"]
 _COMMON = dict(hidden_size=96, intermediate_size=160, num_hidden_layers=2, num_attention_heads=6,
                num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-6,
                initializer_range=0.1, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
@@ -38,21 +35,14 @@ def default_vocab_size() -> int:
 
 def make_tiny_model(arch: str, path: str | Path, *, seed: int = 0, max_shard_size: str | None = None,
                     **overrides) -> str:
-    """Save a random float32 checkpoint for a variant name (TINY_VARIANTS) or an HF architecture name."""
+    """Save a random float32 checkpoint for a variant name (TINY_VARIANTS) or an HF architecture name
+    (transformers' own init; the oracle's one factory, autograder/vllm_oracle/models.py)."""
     arch_name, variant_overrides, save_kwargs = TINY_VARIANTS.get(arch, (arch, {}, {}))
     model_type = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
     if arch_name not in model_type:
         raise ValueError(f"no tiny model for {arch!r}; choose from {sorted(TINY_VARIANTS)} or {sorted(model_type)}")
     kwargs = _COMMON | {"vocab_size": default_vocab_size()} | variant_overrides | overrides
-    config = transformers.AutoConfig.for_model(model_type[arch_name], **kwargs)
-    config.architectures = [arch_name]
-    torch.manual_seed(seed)
-    model = getattr(transformers, arch_name)(config).to(torch.float32).eval()
-    path = Path(path)
     if max_shard_size:
         save_kwargs = save_kwargs | {"max_shard_size": max_shard_size}
-    model.save_pretrained(path, safe_serialization=True, **save_kwargs)
-    for name in TOKENIZER_FILES:
-        if (DEFAULT_MODEL / name).exists():
-            shutil.copy(DEFAULT_MODEL / name, path / name)
-    return str(path)
+    return str(save_tiny(Path(path), arch_name, model_type[arch_name], kwargs, seed=seed, own_init=False,
+                         **save_kwargs))

@@ -223,13 +223,13 @@ def vllm_side_by_side(run: EngineRun) -> None:
     minivllm's, driven the same way."""
     import itertools
 
-    from autograder import vllm_views
+    from autograder import vllm_oracle
     from autograder.vllm_oracle import scheduler_harness
     from autograder.vllm_oracle.minivllm_side import MinivllmSchedulerBackend
 
-    answers, line = vllm_views.answers("lesson01")
+    answers, line = vllm_oracle.answers("lesson01")
     print(line)
-    site = vllm_views.vllm_site_packages()
+    site = vllm_oracle.vllm_site_packages()
     print("vLLM 0.27.1 的源码：", f"{site}/vllm/" if site else "本机未安装（`make vllm` 之后在 .venv-vllm 的 site-packages/vllm/）")
     v = answers["demo_step_phases"]
     print(f"vLLM 的 EngineCore 用 {v['step_fn']}（async_scheduling={v['async_scheduling']}）；sample = "
@@ -244,7 +244,7 @@ def vllm_side_by_side(run: EngineRun) -> None:
         print(f"step {s}  vLLM     {' → '.join(phases.get(s, []))}   {toks_v}")
         print(f"        minivllm {' → '.join(mine)}   {toks_m}  {same}")
 
-    mine = scheduler_harness.run(MinivllmSchedulerBackend(), vllm_views.scenarios("lesson01")["demo_async_batch_queue"])
+    mine = scheduler_harness.run(MinivllmSchedulerBackend(), vllm_oracle.scenarios("lesson01")["demo_async_batch_queue"])
     print("\nasync scheduling（两批在途，step_with_batch_queue 的顺序）：")
     print("  vLLM AsyncScheduler    ", _event_order(answers["demo_async_batch_queue"]))
     print("  minivllm AsyncScheduler", _event_order(mine))

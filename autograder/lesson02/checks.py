@@ -8,7 +8,7 @@ and waiting deque, lets `allocate` call KVCacheManager.allocate_slots, and build
 
 Grade cells and `python -m autograder check lesson02 ...` call the same functions here:
     check_main_path(schedule_step)    seed scenarios on minivllm's Scheduler (3 x 800, threshold, decodes), then
-                                      every step equal to vLLM 0.27.1's own Scheduler (recorded, vllm_views)
+                                      every step equal to vLLM 0.27.1's own Scheduler (recorded, vllm_oracle)
     check_real_engine(schedule_step)  the policy inside EngineCore on the default model, per-step outputs
     check_boundary(schedule_step)     KV pool runs out: preempt the newest by recompute, admit nobody; == vLLM
     check_source_map(SOURCE_MAP)      names in the shown excerpts that the lesson text does not print
@@ -36,7 +36,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from autograder import vllm_views
+from autograder import vllm_oracle
 from autograder.common import CheckFailed, Lesson, Part, check_name_map, expect, graded, last_name_hash
 
 BLANKS = ["queue_factory", "pick_queue", "peek", "hit_tokens", "preempted_list"]
@@ -332,17 +332,11 @@ def _compare_scenario(schedule_step, index: int, boundary: bool) -> None:
 
 # ---------------------------------------------------------------------------- against vLLM 0.27.1
 def harness_scheduler(cfg: dict, schedule_step=None):
-    """minivllm's Scheduler for one autograder/vllm_views/lesson02.py workload, the student's loop plugged in."""
-    from minivllm.config import CacheConfig, SchedulerConfig
-    from minivllm.core.sched.scheduler import Scheduler
+    """minivllm's Scheduler for one autograder/lesson02/vllm_view.py workload (the oracle's one factory), the
+    student's loop plugged in."""
+    from autograder.vllm_oracle.minivllm_side import MinivllmSchedulerBackend
 
-    sched = Scheduler(SchedulerConfig(
-        max_num_batched_tokens=cfg["max_num_batched_tokens"], max_num_seqs=cfg["max_num_seqs"],
-        max_model_len=cfg["max_model_len"], long_prefill_token_threshold=cfg["long_prefill_token_threshold"],
-        enable_chunked_prefill=cfg["enable_chunked_prefill"],
-        scheduler_reserve_full_isl=cfg["scheduler_reserve_full_isl"]),
-        CacheConfig(block_size=cfg["block_size"], enable_prefix_caching=cfg["enable_prefix_caching"]),
-        num_gpu_blocks=cfg["num_blocks"])
+    sched = MinivllmSchedulerBackend.make_scheduler(cfg)
     if schedule_step is not None:
         plug(sched, schedule_step)
     return sched
@@ -359,7 +353,7 @@ def run_vllm_view(name: str, schedule_step=None) -> dict:
         def make_scheduler(cfg):
             return harness_scheduler(cfg, schedule_step)
 
-    got = scheduler_harness.run(Backend(), vllm_views.scenarios("lesson02")[name])
+    got = scheduler_harness.run(Backend(), vllm_oracle.scenarios("lesson02")[name])
     if got.get("error") == "CheckFailed":
         raise CheckFailed(got["message"])
     return got
@@ -373,10 +367,10 @@ def plan(record: dict) -> list[tuple[dict, list]]:
 def compare_with_vllm(schedule_step, prefix: str) -> None:
     """Every step of every recorded workload named demo_/prefix*: the student's loop schedules and preempts
     exactly what vLLM 0.27.1's own Scheduler did on the same inputs."""
-    for name in vllm_views.scenarios("lesson02"):
+    for name in vllm_oracle.scenarios("lesson02"):
         if not name.startswith((prefix, "demo_" + ("3x800" if prefix == "main_" else "preemption"))):
             continue
-        want = plan(vllm_views.recorded("lesson02", name))
+        want = plan(vllm_oracle.recorded("lesson02", name))
         try:
             got = plan(run_vllm_view(name, schedule_step))
         except CheckFailed as e:

@@ -190,16 +190,16 @@ def fig_tradeoff(rows: list[dict]):
 def vllm_side_by_side(names=("demo_3x800", "demo_preemption")) -> None:
     """vLLM 0.27.1's own Scheduler and minivllm's on the same workloads, step by step: tokens per request,
     preemptions (!) and free KV blocks after schedule(); the last column says whether the plans are equal."""
-    from autograder import vllm_views
+    from autograder import vllm_oracle
     from autograder.lesson02.checks import plan, run_vllm_view
 
-    answers, line = vllm_views.answers("lesson02", list(names))
+    answers, line = vllm_oracle.answers("lesson02", list(names))
     print(line)
     for name in names:
         v, m = answers[name], run_vllm_view(name)
         free_v = [e["free_blocks"] for e in v["events"] if e["k"] == "s"]
         free_m = [e["free_blocks"] for e in m["events"] if e["k"] == "s"]
-        print(f"\n{name}（{vllm_views.scenarios('lesson02')[name]['config']['num_blocks']} 个 KV 块）")
+        print(f"\n{name}（{vllm_oracle.scenarios('lesson02')[name]['config']['num_blocks']} 个 KV 块）")
         print(f"{'step':>4}  {'vLLM Scheduler':<34}{'minivllm Scheduler':<34}free v/m  同")
         for k, ((vs, vp), (ms, mp)) in enumerate(zip(plan(v), plan(m), strict=True)):
             cell = [" ".join(f"{r}:{n}" for r, n in s.items()) + "".join(f" !{r}" for r in p)

@@ -25,7 +25,7 @@ Input space (each dimension, and the graded part that covers it):
 
 Grade cells and `python -m autograder check lesson03 ...` call the same functions here:
     check_main_path(*funcs)    vLLM's test_prefill / test_evict / hash scenarios on a KVCacheManager, then
-                               every operation equal to vLLM 0.27.1's own (recorded, autograder/vllm_views)
+                               every operation equal to vLLM 0.27.1's own (recorded, autograder/vllm_oracle)
     check_real_engine(*funcs)  the four pieces plugged into minivllm's EngineCore: a shared-prefix batch,
                                the eviction-order scenario and a workload under eviction pressure, judged
                                by the engine's prefix-cache stats and by outputs equal to caching off
@@ -127,25 +127,25 @@ OPS_ZH = {"add": "加入请求：块哈希", "hit": "get_computed_blocks：命�
 
 
 def run_vllm_view(name: str, request_block_hasher=None, get_computed_blocks=None, get_new_blocks=None) -> list:
-    """autograder/vllm_views/lesson03.py's scenario `name`, operation by operation, on minivllm's KVCacheManager
+    """autograder/lesson03/vllm_view.py's scenario `name`, operation by operation, on minivllm's KVCacheManager
     with the student's pieces plugged (None: minivllm's own), by the same driver vLLM's answer came from."""
-    from autograder import vllm_views
-    from autograder.vllm_views.lesson03 import run_ops
+    from autograder import vllm_oracle
+    from autograder.lesson03.vllm_view import run_ops
 
     return run_ops(lambda n, bs: make_manager(n, get_computed_blocks, get_new_blocks, block_size=bs),
                    lambda rid, prompt, bs: make_request(rid, prompt, request_block_hasher, block_size=bs),
-                   _computed_blocks, vllm_views.scenarios("lesson03")[name])
+                   _computed_blocks, vllm_oracle.scenarios("lesson03")[name])
 
 
 def compare_with_vllm(request_block_hasher, get_computed_blocks, get_new_blocks, prefixes: tuple) -> None:
     """Every operation of every recorded scenario named prefixes*: the same answer as vLLM 0.27.1's own
     KVCacheManager and BlockPool (block hashes compared by their equalities, numbered by first appearance)."""
-    from autograder import vllm_views
+    from autograder import vllm_oracle
 
-    for name in vllm_views.scenarios("lesson03"):
+    for name in vllm_oracle.scenarios("lesson03"):
         if not name.startswith(prefixes):
             continue
-        want = vllm_views.recorded("lesson03", name)
+        want = vllm_oracle.recorded("lesson03", name)
         try:
             got = run_vllm_view(name, request_block_hasher, get_computed_blocks, get_new_blocks)
         except CheckFailed:

@@ -198,10 +198,10 @@ def full_hit_demo(request_block_hasher=None, get_computed_blocks=None, get_new_b
 def vllm_side_by_side(names=("demo_prefill", "demo_evict")) -> None:
     """vLLM 0.27.1's KVCacheManager and BlockPool and minivllm's on the same operations: block hashes (numbered
     by first appearance), hits, new blocks and the free queue; the last column says whether they are equal."""
-    from autograder import vllm_views
+    from autograder import vllm_oracle
     from autograder.lesson03.checks import run_vllm_view
 
-    answers, line = vllm_views.answers("lesson03", list(names))
+    answers, line = vllm_oracle.answers("lesson03", list(names))
     print(line)
     for name in names:
         print(f"\n{name}")

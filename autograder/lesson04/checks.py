@@ -32,7 +32,6 @@ Grade cells and `python -m autograder check lesson04 ...` call the same function
 from __future__ import annotations
 
 import functools
-import random
 import time
 from dataclasses import dataclass, field
 
@@ -209,17 +208,16 @@ def preemption_scenario(preempt=None, finish_requests=None, check_stop=None, num
 
 # ---------------------------------------------------------------------------- against vLLM 0.27.1
 def run_vllm_view(name: str, preempt=None, finish_requests=None, check_stop=None):
-    """autograder/vllm_views/lesson04.py's scenario `name` on minivllm's Scheduler with the student's functions
+    """autograder/lesson04/vllm_view.py's scenario `name` on minivllm's Scheduler with the student's functions
     plugged (None: minivllm's own), by the same driver vLLM's answer was recorded with."""
-    from autograder import vllm_views
-    from autograder.lesson02.checks import harness_scheduler
+    from autograder import vllm_oracle
+    from autograder.lesson04.vllm_view import stop_trace
     from autograder.vllm_oracle import scheduler_harness
     from autograder.vllm_oracle.minivllm_side import MinivllmSchedulerBackend
-    from autograder.vllm_views.lesson04 import stop_trace
     from minivllm.request import Request, RequestStatus
     from minivllm.sampling_params import SamplingParams
 
-    payload = vllm_views.scenarios("lesson04")[name]
+    payload = vllm_oracle.scenarios("lesson04")[name]
     if name == "stop_rules":
         def make_request(prompt, fields):
             req = Request("r", list(prompt), SamplingParams(**fields), eos_token_id=payload["eos"])
@@ -233,7 +231,7 @@ def run_vllm_view(name: str, preempt=None, finish_requests=None, check_stop=None
     class Backend(MinivllmSchedulerBackend):
         @staticmethod
         def make_scheduler(cfg):
-            sched = harness_scheduler(cfg)
+            sched = MinivllmSchedulerBackend.make_scheduler(cfg)
             plug(sched, preempt, finish_requests, check_stop)
             return sched
 
@@ -245,12 +243,12 @@ EVENT_ZH = {"s": "schedule()", "u": "update_from_output()", "a": "abort"}
 
 def vllm_difference(name: str, got, want) -> str | None:
     """Where a run first differs from vLLM's recorded one, in words; None if it does not."""
-    from autograder import vllm_views
+    from autograder import vllm_oracle
 
     if name == "stop_rules":
         for i, (g, w) in enumerate(zip(got, want, strict=True)):
             if g != w:
-                prompt, fields, outputs, mml = vllm_views.scenarios("lesson04")["stop_rules"]["cases"][i]
+                prompt, fields, outputs, mml = vllm_oracle.scenarios("lesson04")["stop_rules"]["cases"][i]
                 return (f"check_stop 逐 token 调用（prompt 长 {len(prompt)}，{fields}，max_model_len={mml}，依次追加 "
                         f"{outputs}）：vLLM 每次返回 [是否停止, status, stop_reason] = {w}，你的 {g}。")
         return None
@@ -272,12 +270,12 @@ def vllm_difference(name: str, got, want) -> str | None:
 def compare_with_vllm(prefixes: tuple, preempt, finish_requests, check_stop) -> None:
     """Every recorded scenario named prefixes*: the student's functions inside minivllm's Scheduler give what
     vLLM 0.27.1's own Scheduler and check_stop gave on the same inputs, event by event."""
-    from autograder import vllm_views
+    from autograder import vllm_oracle
 
-    for name in vllm_views.scenarios("lesson04"):
+    for name in vllm_oracle.scenarios("lesson04"):
         if name.startswith(prefixes):
             diff = vllm_difference(name, run_vllm_view(name, preempt, finish_requests, check_stop),
-                                   vllm_views.recorded("lesson04", name))
+                                   vllm_oracle.recorded("lesson04", name))
             expect(diff is None, f"与 vLLM 0.27.1 对照（场景 {name}）：{diff}")
 
 
@@ -604,21 +602,9 @@ def _check_stop_sequences(check_stop, EOS) -> None:
 
 
 # ---------------------------------------------------------------------------- the real engine
-def _prompt(seed: int, n: int) -> list[int]:
-    rng = random.Random(seed)
-    return [rng.randrange(4, 4000) for _ in range(n)]
+# The graded workload, its engine limits and aborts: the same objects lesson 4's vLLM view runs on vLLM's Scheduler.
+from autograder.lesson04.vllm_view import ABORTS, ENGINE_ARGS, WORKLOAD  # noqa: E402
 
-
-# The graded workload: 9 usable blocks of 16 for requests of 20-60 prompt tokens: decodes run the pool dry and
-# preempt by recompute again and again (the admission gate is off, as in lesson 2's W2).
-WORKLOAD = [(0, "a", _prompt(0, 40), 24), (0, "v", _prompt(1, 40), 24), (1, "d", _prompt(2, 30), 30),
-            (2, "w", _prompt(3, 50), 8), (4, "p", _prompt(4, 60), 8), (6, "z", _prompt(5, 20), 12)]
-ENGINE_ARGS = dict(max_num_batched_tokens=48, long_prefill_token_threshold=16, num_gpu_blocks=10, max_num_seqs=4,
-                   max_model_len=256, enable_prefix_caching=False, scheduler_reserve_full_isl=False)
-# Aborts (step, request id), queued before that step: EngineCore drains them after the step's schedule(), so
-# in the reference run 'd' is decoding, 'p' mid-prefill, 'z' waiting and 'w' preempted (after one resumption)
-# when its abort reaches the scheduler. The check verifies those states on the student's run too.
-ABORTS = ((4, "d"), (5, "p"), (6, "z"), (7, "w"))
 ABORT_STATES = {"d": "RUNNING", "p": "RUNNING", "z": "WAITING", "w": "PREEMPTED"}
 
 

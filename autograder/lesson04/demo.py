@@ -170,12 +170,12 @@ def lanes(record: dict, payload: dict) -> dict[str, str]:
 def vllm_side_by_side(name: str = "demo_lifecycle") -> None:
     """The lesson's workload with its four aborts through vLLM 0.27.1's own Scheduler and minivllm's, as lanes
     (r: running but not scheduled this step), one line each; the last column says whether they are equal."""
-    from autograder import vllm_views
+    from autograder import vllm_oracle
     from autograder.lesson04.checks import run_vllm_view, vllm_difference
 
-    answers, line = vllm_views.answers("lesson04", [name])
+    answers, line = vllm_oracle.answers("lesson04", [name])
     print(line)
-    payload = vllm_views.scenarios("lesson04")[name]
+    payload = vllm_oracle.scenarios("lesson04")[name]
     v, m = answers[name], run_vllm_view(name)
     lv, lm = lanes(v, payload), lanes(m, payload)
     print("· waiting  R scheduled  r running, not scheduled  P preempted  A aborted  L/S finished (length/stop)")

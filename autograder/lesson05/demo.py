@@ -420,12 +420,12 @@ def vllm_side_by_side() -> list:
     """vLLM 0.27.1's CPUModelRunner and minivllm's runner on the same workload, step by step: each persistent
     batch's rows (req:scheduled), whether every request's tokens, positions, seq_len and slots are equal, and
     which requests' last token goes to the LM head (logits_indices)."""
-    from autograder import vllm_views
+    from autograder import vllm_oracle
 
-    answers, line = vllm_views.answers("lesson05", ["lesson"])
+    answers, line = vllm_oracle.answers("lesson05", ["lesson"])
     print(line)
     v = answers["lesson"]
-    case = vllm_views.scenarios("lesson05")["lesson"]
+    case = vllm_oracle.scenarios("lesson05")["lesson"]
     m = minivllm_steps(case)
     print(f"vLLM 的 runner：{v['runner']}（父类 {v['bases'][0]}）；block_size {case['engine']['block_size']}")
     print(f"\n{'step':>4}  {'vLLM rows':<20}{'minivllm rows':<20}{'ids·pos·len':>11}{'slot':>6}   logits: vLLM / minivllm")

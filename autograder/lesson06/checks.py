@@ -298,7 +298,7 @@ def make_case(seq_lens, num_heads=8, num_kv_heads=2, head_size=32, block_size=16
     """Every sequence's blocks are a random, non-monotone choice of physical blocks (plus a few unowned ones).
     `garbage` fills the unwritten slots past each sequence's length (NaN: what an unwritten cache may hold).
     interleaved: K and V are views of one [num_blocks, 2, ...] tensor (interleaved_kv), not contiguous."""
-    from autograder.vllm_views.lesson06 import case_tensors
+    from autograder.lesson06.vllm_view import case_tensors
 
     dev = device()
     spec = {"seq_lens": list(seq_lens), "num_heads": num_heads, "num_kv_heads": num_kv_heads, "head_size": head_size,

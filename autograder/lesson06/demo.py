@@ -276,14 +276,14 @@ def print_bandwidth(result) -> None:
 def vllm_side_by_side(kernel) -> dict:
     """vLLM 0.27.1's CPU attention op (its Triton kernels need a GPU) on the lesson's paged decode batches, beside
     minivllm's torch reference and your kernel: the largest difference between each pair."""
-    from autograder import vllm_views
+    from autograder import vllm_oracle
     from autograder.lesson06.checks import make_case, reference, run_decode
 
-    answers, line = vllm_views.answers("lesson06")
+    answers, line = vllm_oracle.answers("lesson06")
     print(line)
     print(f"{'batch':<10}{'seq_lens':<20}{'H/KVH/D':<10}{'isa':<7}{'|vLLM-ref|':>11}{'|yours-ref|':>12}{'|yours-vLLM|':>13}")
     shown = {}
-    for name, spec in vllm_views.scenarios("lesson06").items():
+    for name, spec in vllm_oracle.scenarios("lesson06").items():
         case = make_case(seq_lens=spec["seq_lens"], num_heads=spec["num_heads"], num_kv_heads=spec["num_kv_heads"],
                          head_size=spec["head_size"], block_size=spec["block_size"], seed=spec["seed"])
         n = len(spec["seq_lens"])

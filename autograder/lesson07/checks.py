@@ -368,7 +368,7 @@ def check_seeded_distribution(sample_fn) -> None:
 # ---------------------------------------------------------------------------- against vLLM 0.27.1's own Sampler
 def vllm_batch(case: dict):
     """A recorded grading batch as the student's inputs: its logits, SamplingMetadata and per-row masking args."""
-    from autograder.vllm_views.lesson07 import case_logits
+    from autograder.lesson07.vllm_view import case_logits
 
     rows, vocab = case["rows"], case["vocab"]
     logits = case_logits(case)
@@ -387,9 +387,9 @@ def vllm_batch(case: dict):
 
 def check_vllm(apply_min_p, apply_top_k_top_p, sample) -> None:
     """The student's masks, seeded tokens and raw logprobs equal vLLM 0.27.1's Sampler on the recorded batches
-    (autograder/vllm_views/lesson07.py): same logits, same seeds, same torch.Generator streams."""
-    from autograder.vllm_views import recorded
-    from autograder.vllm_views.lesson07 import GRADING
+    (autograder/lesson07/vllm_view.py): same logits, same seeds, same torch.Generator streams."""
+    from autograder.lesson07.vllm_view import GRADING
+    from autograder.vllm_oracle import recorded
 
     for name, case in GRADING.items():
         want = recorded("lesson07", f"grade_{name}")

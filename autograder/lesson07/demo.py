@@ -150,10 +150,10 @@ def print_sort_cost(cost) -> None:
 def vllm_side_by_side(row, apply_min_p, apply_top_k_top_p, sample) -> dict:
     """vLLM 0.27.1's Sampler pieces and your functions on the lesson's row (kept tokens and probabilities of the
     raw top tokens after each step), then one recorded grading batch: vLLM's tokens and yours, row by row."""
-    from autograder import vllm_views
+    from autograder import vllm_oracle
     from autograder.lesson07.checks import masked, vllm_batch
 
-    answers, line = vllm_views.answers("lesson07", ["lesson", "grade_mixed"])
+    answers, line = vllm_oracle.answers("lesson07", ["lesson", "grade_mixed"])
     print(line)
     v = answers["lesson"]
     top = v["top_ids"]
@@ -171,7 +171,7 @@ def vllm_side_by_side(row, apply_min_p, apply_top_k_top_p, sample) -> dict:
         out[name] = (vs["kept"], kept, dp)
         probs = " ".join(f"{x:.3f}" for x in vs["probs"][:5])
         print(f"{name:<17}{vs['kept']:>10}{kept:>10}   {probs:<40}{dp:7.1e}  {'✓' if kept == vs['kept'] and dp < 1e-4 else '✗'}")
-    case = vllm_views.scenarios("lesson07")["grade_mixed"]
+    case = vllm_oracle.scenarios("lesson07")["grade_mixed"]
     w = answers["grade_mixed"]
     logits, md, temp = vllm_batch(case)
     got = masked(apply_top_k_top_p, apply_min_p, logits / temp.unsqueeze(1), md.top_k, md.top_p, md.min_p)

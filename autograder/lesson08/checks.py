@@ -257,7 +257,7 @@ def check_vllm_bitmask(choice_bitmask) -> None:
     """Equal to vLLM 0.27.1's StructuredOutputManager.grammar_bitmask, word for word (recorded in
     data/vllm_views/lesson08.json.xz): the lesson's batches, and three requests walked token by token."""
     __tracebackhide__ = True
-    from autograder.vllm_views import recorded, scenarios
+    from autograder.vllm_oracle import recorded, scenarios
 
     vocab = default_vocab()
     for name, case in scenarios("lesson08").items():

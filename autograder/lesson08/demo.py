@@ -119,13 +119,13 @@ def _tokens(vocab, allowed_row, top: int = 4) -> str:
 def vllm_side_by_side(choice_bitmask, batch: str = "batch_batch_order", walk: str = "walk_perchance") -> None:
     """vLLM 0.27.1's StructuredOutputManager.grammar_bitmask rows (scheduler order) beside yours (batch order)
     for one of the lesson's batches, then one request walked token by token: allowed tokens per step."""
-    from autograder import vllm_views
+    from autograder import vllm_oracle
     from autograder.lesson08.checks import Scenario, vllm_rows_in_batch_order, vllm_walk_steps
 
     vocab = default_vocab()
-    answers, line = vllm_views.answers("lesson08", [batch, walk])
+    answers, line = vllm_oracle.answers("lesson08", [batch, walk])
     print(line)
-    case, want = vllm_views.scenarios("lesson08")[batch], answers[batch]
+    case, want = vllm_oracle.scenarios("lesson08")[batch], answers[batch]
     sc = Scenario(batch, list(case["batch"]), {r: bytes(case["generated"][r]) for r in case["scheduled"]},
                   {r: [c.encode() for c in case["choices"][r]] for r in case["scheduled"]})
     mine = choice_bitmask(sc.batch_req_ids, dict(sc.generated), dict(sc.choices), vocab.trie, vocab.eos_token_id,
@@ -138,7 +138,7 @@ def vllm_side_by_side(choice_bitmask, batch: str = "batch_batch_order", walk: st
               f"{sc.batch_req_ids[i]:<7}{_tokens(vocab, m_rows[i])}")
     same = torch.equal(mine, vllm_rows_in_batch_order(want, sc.batch_req_ids))
     print(f"按请求 id 把 vLLM 的行重排成批内顺序（runner 的 apply_grammar_bitmask 做的事）后逐字相同：{'✓' if same else '✗'}")
-    choices = [c.encode() for c in vllm_views.scenarios("lesson08")[walk]["choices"]]
+    choices = [c.encode() for c in vllm_oracle.scenarios("lesson08")[walk]["choices"]]
     print(f"\n选项 {[c.decode() for c in choices]}，vLLM 一步步从允许集合里随机取一个 token 并 accept_tokens：")
     print(f"{'step':>4}  {'已生成':<14}{'vLLM 允许':<30}{'你的允许':<30}取   同")
     for k, done, row in vllm_walk_steps(answers[walk], choices, vocab):

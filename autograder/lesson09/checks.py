@@ -269,7 +269,7 @@ def check_boundary(fn) -> None:
 
 # ---------------------------------------------------------------------------- against vLLM 0.27.1 itself
 def vllm_case_inputs(payload: dict) -> tuple:
-    """A recorded case (autograder/vllm_views/lesson09.py) in the exercise's argument order, as tensors."""
+    """A recorded case (autograder/lesson09/vllm_view.py) in the exercise's argument order, as tensors."""
     dp = payload["draft_probs"]
     return (payload["drafts"], torch.tensor(payload["target_probs"], dtype=torch.float64),
             None if dp is None else torch.tensor(dp, dtype=torch.float64), torch.tensor(payload["bonus"]),
@@ -279,8 +279,8 @@ def vllm_case_inputs(payload: dict) -> tuple:
 def check_against_vllm(fn) -> None:
     """fn and vLLM 0.27.1's own rejection_sample (its Triton kernels, recorded) on the same batches: every case
     of the input-space table whose answer is forced, including a greedy row next to a draft model's q."""
-    from autograder.vllm_views import recorded
-    from autograder.vllm_views.lesson09 import GRADED
+    from autograder.lesson09.vllm_view import GRADED
+    from autograder.vllm_oracle import recorded
 
     for name, payload in GRADED.items():
         want = recorded("lesson09", name)

@@ -28,12 +28,12 @@ def _rank_shapes(rank: int, model: str) -> dict:
 
 def _checkpoint_slices(net, path) -> dict:
     """Which checkpoint rows/columns each sharded layer-0 weight and the embedding hold on this rank (matched by
-    value, as autograder/vllm_views/lesson10.py records vLLM's)."""
+    value, as autograder/lesson10/vllm_view.py records vLLM's)."""
     from pathlib import Path
 
     from safetensors.torch import load_file
 
-    from autograder.vllm_views.lesson10 import _source
+    from autograder.lesson10.vllm_view import _source
 
     ckpt = {k: v.float() for k, v in load_file(str(Path(path) / "model.safetensors")).items()}
     p = "model.layers.0."
@@ -184,9 +184,9 @@ def misplaced_all_reduce(column_cls, row_cls) -> dict[str, float]:
 def vllm_side_by_side(shards: dict) -> dict:
     """vLLM 0.27.1's own layers loading the same checkpoint per rank (live or recorded): each shard's shape and
     the checkpoint rows/columns it holds, next to minivllm's shapes from rank_shards()."""
-    from autograder import vllm_views
+    from autograder import vllm_oracle
 
-    got, line = vllm_views.answers("lesson10")
+    got, line = vllm_oracle.answers("lesson10")
     print(line)
     a = got["layer0_and_embedding"]
     two = shards["tp2"]

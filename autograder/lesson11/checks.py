@@ -199,11 +199,11 @@ def _expect_size(choose_capture_size, n: int, sizes: list[int], why: str = "") -
 
 def check_against_vllm(choose_capture_size) -> None:
     """choose_capture_size against vLLM 0.27.1's own CudagraphDispatcher.dispatch (recorded: grading never needs
-    vLLM): for each setting of autograder/vllm_views/lesson11.py, given the decode graphs vLLM captured (in
+    vLLM): for each setting of autograder/lesson11/vllm_view.py, given the decode graphs vLLM captured (in
     reverse order for every other setting), every batch of 1 .. max_cudagraph_capture_size + 1 requests must run
     at vLLM's size, or eagerly (None) where vLLM runs it without a graph."""
-    from autograder.vllm_views import recorded
-    from autograder.vllm_views.lesson11 import SCENARIOS
+    from autograder.lesson11.vllm_view import SCENARIOS
+    from autograder.vllm_oracle import recorded
 
     for i, name in enumerate(SCENARIOS):
         ans = recorded("lesson11", name)

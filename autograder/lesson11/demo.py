@@ -85,11 +85,11 @@ def vllm_side_by_side(choose_capture_size, show: str = "default_20_seqs") -> dic
     """vLLM 0.27.1's capture lists for the lesson's settings next to minivllm's (CompilationConfig.
     set_cudagraph_sizes), then, for one setting, each decode batch's rows in minivllm, in vLLM and by your
     choose_capture_size given vLLM's decode graphs."""
-    from autograder import vllm_views
-    from autograder.vllm_views.lesson11 import SCENARIOS
+    from autograder import vllm_oracle
+    from autograder.lesson11.vllm_view import SCENARIOS
     from minivllm.config import CompilationConfig
 
-    got, line = vllm_views.answers("lesson11")
+    got, line = vllm_oracle.answers("lesson11")
     print(line)
     mini = {}
     for name, s in SCENARIOS.items():

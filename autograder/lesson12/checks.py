@@ -277,7 +277,7 @@ def check_main_path(cls, abort_fn) -> None:
 
 
 def vllm_events(cls, case: dict) -> dict:
-    """cls driven as vLLM's OutputProcessor drives a detokenizer (autograder/vllm_views/lesson12.py): per step
+    """cls driven as vLLM's OutputProcessor drives a detokenizer (autograder/lesson12/vllm_view.py): per step
     update(ids, stop_terminated on the last step) -> stop string, then the delta; the whole text at the end."""
     from minivllm.sampling_params import SamplingParams
 
@@ -298,8 +298,8 @@ def vllm_events(cls, case: dict) -> dict:
 def check_against_vllm(cls) -> None:
     """cls against vLLM 0.27.1's own IncrementalDetokenizer (recorded: grading never needs vLLM) on the lesson's
     stop-string streams: every step's stop string and delta, and the whole text."""
-    from autograder.vllm_views import recorded
-    from autograder.vllm_views.lesson12 import GRADED, SCENARIOS
+    from autograder.lesson12.vllm_view import GRADED, SCENARIOS
+    from autograder.vllm_oracle import recorded
 
     for name in GRADED:
         want, got = recorded("lesson12", name), vllm_events(cls, SCENARIOS[name])

@@ -201,11 +201,11 @@ def print_split(split: dict) -> None:
 def vllm_side_by_side(cls, detail: str = "stop_across_steps") -> dict:
     """vLLM 0.27.1's IncrementalDetokenizer on the lesson's stop-string streams next to cls (live or recorded):
     one line per stream, then one stream step by step, then a prompt ending inside a character."""
-    from autograder import vllm_views
+    from autograder import vllm_oracle
     from autograder.lesson12.checks import vllm_events
-    from autograder.vllm_views.lesson12 import SCENARIOS
+    from autograder.lesson12.vllm_view import SCENARIOS
 
-    got, line = vllm_views.answers("lesson12")
+    got, line = vllm_oracle.answers("lesson12")
     print(line)
     mine = {name: vllm_events(cls, case) for name, case in SCENARIOS.items()}
     print(f"{'stream':<32}{'stop':<30}{'steps':>6}  {'vLLM text ends':<26}same")

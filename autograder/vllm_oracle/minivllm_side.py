@@ -17,7 +17,8 @@ class MinivllmSchedulerBackend:
         scheduler_config = SchedulerConfig(
             max_num_batched_tokens=cfg["max_num_batched_tokens"], max_num_seqs=cfg["max_num_seqs"],
             max_model_len=cfg["max_model_len"], long_prefill_token_threshold=cfg["long_prefill_token_threshold"],
-            enable_chunked_prefill=cfg["enable_chunked_prefill"], async_scheduling=cfg["async_scheduling"])
+            enable_chunked_prefill=cfg["enable_chunked_prefill"], async_scheduling=cfg["async_scheduling"],
+            **{k: cfg[k] for k in ("scheduler_reserve_full_isl",) if k in cfg})
         cache_config = CacheConfig(block_size=cfg["block_size"], enable_prefix_caching=cfg["enable_prefix_caching"])
         cls = AsyncScheduler if cfg["async_scheduling"] else Scheduler
         return cls(scheduler_config, cache_config, num_gpu_blocks=cfg["num_blocks"])

@@ -26,34 +26,44 @@ def model_path(name: str) -> Path:
     return SHIPPED if name == "shakespeare-llama" else MODELS_DIR / name
 
 
-def ensure(name: str) -> Path:
-    """The checkpoint's folder, building a tiny one (seed 0, float32) if it is not there yet."""
-    path = model_path(name)
-    if (path / "config.json").exists():
-        return path
+def save_tiny(path: Path, arch: str, model_type: str, config: dict, *, seed: int = 0, own_init: bool = True,
+              **save_kwargs) -> Path:
+    """The one tiny-checkpoint factory (the oracle's and tests/tiny_models.py's): a random float32 `arch` with the
+    shipped tokenizer. own_init draws every weight from our own seeded generator, parameter by parameter in name
+    order (norms 1), so they do not depend on how a transformers release initialises its layers (the recorded
+    vLLM answers are tied to them); otherwise transformers' own init under torch.manual_seed(seed)."""
     import torch
     import transformers
 
-    arch, model_type, overrides = TINY[name]
-    config = transformers.AutoConfig.for_model(model_type, **(_COMMON | overrides))
-    config.architectures = [arch]
-    model = getattr(transformers, arch)(config).to(torch.float32).eval()
-    # Weights from our own seeded draws, parameter by parameter in name order, so they do not depend on how a
-    # transformers release initialises its layers (the recorded vLLM answers are tied to these weights).
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, param in sorted(model.named_parameters()):
-            if name.endswith("norm.weight") or ".norm" in name or "layernorm" in name:
-                param.fill_(1.0)
-            else:
-                param.copy_(torch.randn(param.shape, generator=g) * 0.1)
-    tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True)
+    hf_config = transformers.AutoConfig.for_model(model_type, **config)
+    hf_config.architectures = [arch]
+    torch.manual_seed(seed)
+    model = getattr(transformers, arch)(hf_config).to(torch.float32).eval()
+    if own_init:
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, param in sorted(model.named_parameters()):
+                if name.endswith("norm.weight") or ".norm" in name or "layernorm" in name:
+                    param.fill_(1.0)
+                else:
+                    param.copy_(torch.randn(param.shape, generator=g) * 0.1)
+    path = Path(path)
+    model.save_pretrained(path, safe_serialization=True, **save_kwargs)
     for f in TOKENIZER_FILES:
         if (SHIPPED / f).exists():
-            shutil.copy(SHIPPED / f, tmp / f)
-    tmp.rename(path)
+            shutil.copy(SHIPPED / f, path / f)
+    return path
+
+
+def ensure(name: str) -> Path:
+    """The checkpoint's folder, building a tiny one (seed 0, own init) if it is not there yet."""
+    path = model_path(name)
+    if (path / "config.json").exists():
+        return path
+    arch, model_type, overrides = TINY[name]
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_tiny(tmp, arch, model_type, _COMMON | overrides).rename(path)
     return path
 
 

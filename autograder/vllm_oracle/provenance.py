@@ -47,7 +47,7 @@ def from_wheel(wheel: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m autograder.vllm_oracle.provenance", description=__doc__.splitlines()[0])
     ap.add_argument("site_packages", nargs="?", type=Path, help="default: this interpreter's vllm package's parent")
-    ap.add_argument("--from-wheel", type=Path, help="write the shipped list from an official vllm-0.27.1 wheel")
+    ap.add_argument("--from-wheel", type=Path, help=f"write the shipped list from an official vllm-{VLLM_VERSION} wheel")
     args = ap.parse_args(argv)
     if args.from_wheel:
         RECORD_LIST.write_text(from_wheel(args.from_wheel))

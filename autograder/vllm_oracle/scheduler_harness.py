@@ -35,6 +35,29 @@ def _blocks(block_ids) -> list[int] | None:
     return list(block_ids)
 
 
+def workload(requests: list[dict], max_steps: int, *, block_size: int, num_blocks: int, max_num_batched_tokens: int,
+             max_num_seqs: int, max_model_len: int, long_prefill_token_threshold: int = 0,
+             enable_chunked_prefill: bool = True, enable_prefix_caching: bool = True, async_scheduling: bool = False,
+             scheduler_reserve_full_isl: bool | None = None, seed: int = 0) -> dict:
+    """A workload, the one JSON shape both engines run: the limits, the requests (request()), the steps at most.
+    scheduler_reserve_full_isl None leaves each engine's default (the key is absent)."""
+    config = {"block_size": block_size, "max_model_len": max_model_len, "max_num_batched_tokens": max_num_batched_tokens,
+              "max_num_seqs": max_num_seqs, "long_prefill_token_threshold": long_prefill_token_threshold,
+              "enable_chunked_prefill": enable_chunked_prefill, "enable_prefix_caching": enable_prefix_caching,
+              "async_scheduling": async_scheduling, "num_blocks": num_blocks}
+    if scheduler_reserve_full_isl is not None:
+        config["scheduler_reserve_full_isl"] = scheduler_reserve_full_isl
+    return {"seed": seed, "config": config, "requests": requests, "max_steps": max_steps}
+
+
+def request(rid: str, prompt: list[int], max_tokens: int, model: list[int], *, min_tokens: int = 0,
+            ignore_eos: bool = False, stop_token_ids=(), arrival_step: int = 0, abort_step: int | None = None) -> dict:
+    """One request of a workload; model[k] is the token it samples at output position k (EOS is token 1)."""
+    return {"id": rid, "prompt": list(prompt), "max_tokens": max_tokens, "min_tokens": min_tokens,
+            "ignore_eos": ignore_eos, "stop_token_ids": list(stop_token_ids), "arrival_step": arrival_step,
+            "abort_step": abort_step, "model": list(model)}
+
+
 def run(backend, workload: dict) -> dict:
     """The workload's record, or {"seed", "error": the exception's type} where the engine refused or crashed."""
     try:

@@ -1,6 +1,6 @@
 """minivllm's OpenAI server against vLLM 0.27.1's, request for request, over real HTTP on loopback.
 
-    python -m autograder.vllm_oracle.server_diff record            # vLLM's answers -> data/vllm_oracle/server.json.xz
+    python -m autograder.vllm_oracle record server                 # vLLM's answers -> data/vllm_oracle/server.json.xz
     python -m autograder.vllm_oracle.server_diff compare [--live]  # minivllm against the recording (or live vLLM)
 
 Each side is a real uvicorn server in its own process (`python -m minivllm.entrypoints.cli serve` and
@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import lzma
 import math
 import os
 import re
@@ -30,14 +29,7 @@ from pathlib import Path
 
 import httpx
 
-from autograder.vllm_oracle import (
-    GOLDEN_DIR,
-    REPO,
-    VLLM_VERSION,
-    cases_digest,
-    provenance_summary,
-    vllm_python,
-)
+from autograder.vllm_oracle import REPO, SERVER, record, recorded, vllm_python
 from autograder.vllm_oracle.server_corpus import (
     API_KEY,
     CATS,
@@ -48,7 +40,6 @@ from autograder.vllm_oracle.server_corpus import (
 )
 
 MODEL_DIR = "data/models/shakespeare-llama"
-GOLDEN = GOLDEN_DIR / "server.json.xz"
 IGNORED_KEYS = {"id", "created", "created_at", "system_fingerprint"}
 # Values that differ between any two runs of the same server: compared by type only.
 TYPE_ONLY_PATHS = {"error.message"}
@@ -484,31 +475,25 @@ def answers_of(side: str, cases: list[dict], log_path: Path | None = None,
     return [normalize(c, r) for c, r in zip(cases, raw, strict=True)]
 
 
-def record() -> dict:
-    cases = server_cases()
-    prov = provenance_summary()
-    if not prov["ok"]:
-        raise SystemExit(f"the vLLM in .venv-vllm is not vLLM {VLLM_VERSION}'s code: {prov}")
-    answers = answers_of("vllm", cases)
-    golden = {"header": {"vllm_version": VLLM_VERSION, "provenance": prov, "kind": "server", "num_cases": len(cases),
-                         "server_profiles": SERVER_PROFILES,
-                         "cases_sha256": cases_digest(cases),
-                         "served_by": "python -m vllm.entrypoints.openai.api_server " + " ".join(
-                             server_command("vllm", 0)[3:]).replace("--port 0 ", ""),
-                         "recorded_by": "python -m autograder.vllm_oracle.server_diff record"},
-              "answers": answers}
-    with lzma.open(GOLDEN, "wt", encoding="utf-8", preset=9) as f:
-        json.dump(golden, f, separators=(",", ":"))
-    return golden
+def recording_header() -> dict:
+    """What the server recording says beyond the common header: the profiles and vLLM's command line."""
+    return {"server_profiles": SERVER_PROFILES,
+            "served_by": "python -m vllm.entrypoints.openai.api_server " + " ".join(
+                server_command("vllm", 0)[3:]).replace("--port 0 ", "")}
 
 
 def load_golden() -> dict:
-    with lzma.open(GOLDEN, "rt", encoding="utf-8") as f:
-        golden = json.load(f)
-    if golden["header"]["cases_sha256"] != cases_digest(server_cases()):
-        raise RuntimeError(f"{GOLDEN.name} was recorded for other cases (server_corpus.py changed): re-record with "
-                           f"`python -m autograder.vllm_oracle.server_diff record`")
-    return golden
+    """The recording's header and vLLM's answers, case by case (refused if server_corpus.py changed since)."""
+    from autograder.vllm_oracle import load_recording
+
+    return {"header": load_recording(SERVER)["header"], "answers": recorded(SERVER, payload=server_cases())}
+
+
+def check(live: bool = False) -> list[str]:
+    """minivllm's server against the recording (or live vLLM's): each diverging case's first divergence."""
+    cases = server_cases()
+    vllm = answers_of("vllm", cases) if live else load_golden()["answers"]
+    return list(report(cases, vllm, answers_of("minivllm", cases))["diverging"].values())
 
 
 def report(cases: list[dict], vllm: list[dict], mine: list[dict]) -> dict:
@@ -541,8 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cases = server_cases()
     if args.command == "record":
-        vllm = record()["answers"]
-        print(f"server: recorded {len(vllm)} answers -> {GOLDEN}")
+        vllm = record(SERVER)["answers"]["cases"]
+        print(f"server: recorded {len(vllm)} answers")
     else:
         vllm = answers_of("vllm", cases) if args.live else load_golden()["answers"]
     mine = answers_of("minivllm", cases)

@@ -63,8 +63,12 @@ class VllmSchedulerBackend:
                 block_size=cfg["block_size"], num_kv_heads=1, head_size=1, dtype=self.torch.float32))])
         cache_config.num_gpu_blocks = cfg["num_blocks"]
         cls = AsyncScheduler if cfg["async_scheduling"] else Scheduler
-        return cls(vllm_config=vllm_config, kv_cache_config=kv_cache_config, block_size=cfg["block_size"],
-                   log_stats=True, structured_output_manager=StructuredOutputManager(vllm_config))
+        sched = cls(vllm_config=vllm_config, kv_cache_config=kv_cache_config, block_size=cfg["block_size"],
+                    log_stats=True, structured_output_manager=StructuredOutputManager(vllm_config))
+        if "scheduler_reserve_full_isl" in cfg:
+            # Scheduler.__init__ copies SchedulerConfig.scheduler_reserve_full_isl into this attribute.
+            sched.scheduler_reserve_full_isl = cfg["scheduler_reserve_full_isl"]
+        return sched
 
     def make_request(self, spec: dict, cfg: dict):
         from vllm.sampling_params import SamplingParams
@@ -326,6 +330,12 @@ KINDS = {"structured_output": lambda cases: _structured_output(cases), "detokeni
 def _scheduler(cases: list[dict]) -> list[dict]:
     backend = VllmSchedulerBackend()
     return [scheduler_harness.run(backend, w) for w in cases]
+
+
+def scheduler_answer(name: str, payload: dict) -> dict:
+    """A lesson view's answer to a scheduler_harness workload: per step what vLLM's Scheduler scheduled,
+    preempted, and the free blocks."""
+    return scheduler_harness.run(VllmSchedulerBackend(), payload)
 
 
 def main() -> int:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import random
 
+from autograder.vllm_oracle.scheduler_harness import request, workload
+
 EOS = 1
 STOP_ID = 2
 VOCAB = 200
@@ -48,18 +50,12 @@ def scheduler_workload(seed: int) -> dict:
         p_eos = r.choice([0.0, 0.02, 0.1])
         model = [EOS if r.random() < p_eos else STOP_ID if r.random() < 0.02 else r.randrange(3, VOCAB)
                  for _ in range(n_out)]
-        requests.append({
-            "id": f"r{i}",
-            "prompt": prompt,
-            "max_tokens": max_tokens,
-            "min_tokens": min_tokens,
-            "ignore_eos": r.random() < 0.15,
-            "stop_token_ids": [STOP_ID] if r.random() < 0.5 else [],
-            "arrival_step": 0 if r.random() < 0.6 else r.randint(1, 30),
-            "abort_step": r.randint(1, 40) if r.random() < 0.12 else None,
-            "model": model,
-        })
-    return {"seed": seed, "config": config, "requests": requests, "max_steps": 2000}
+        requests.append(request(
+            f"r{i}", prompt, max_tokens, model, min_tokens=min_tokens, ignore_eos=r.random() < 0.15,
+            stop_token_ids=[STOP_ID] if r.random() < 0.5 else [],
+            arrival_step=0 if r.random() < 0.6 else r.randint(1, 30),
+            abort_step=r.randint(1, 40) if r.random() < 0.12 else None))
+    return workload(requests, 2000, seed=seed, **config)
 
 
 def sampler_case(seed: int) -> dict:

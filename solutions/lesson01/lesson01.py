@@ -396,9 +396,9 @@ self_check("lesson01", globals());
 # vLLM 的 `EngineCore.step`（`vllm/v1/engine/core.py`）约 30 行（代码约 20 行），对照你的 `engine_core_step` 读（装了 `.venv-vllm` 才印出源码，否则给链接）：
 
 # %%
-from autograder import vllm_views  # noqa: E402
+from autograder import vllm_oracle  # noqa: E402
 
-site = vllm_views.vllm_site_packages()
+site = vllm_oracle.vllm_site_packages()
 if site:
     lines = (site / "vllm/v1/engine/core.py").read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.strip().startswith("def step(self)"))

@@ -377,7 +377,7 @@ self_check("lesson02", globals());
 #
 # 本课两个场景（3 × 800 / 1024 / 400 和 KV 池耗尽的抢占）交给 vLLM 0.27.1 自己的 `Scheduler`（按 vLLM 测试的 `create_scheduler` 在 CPU 上构造），与 minivllm 的逐步对照：`!` 是抢占，free 是调度后的空闲块。
 #
-# 主路径与边界两项评分也跑这两个场景和另外八个（5 个 main_、3 个 boundary_，见 `autograder/vllm_views/lesson02.py`）：你的循环每步都要与 vLLM 录下的相同。
+# 主路径与边界两项评分也跑这两个场景和另外八个（5 个 main_、3 个 boundary_，见 `autograder/lesson02/vllm_view.py`）：你的循环每步都要与 vLLM 录下的相同。
 
 # %%
 L02.vllm_side_by_side()

@@ -382,7 +382,7 @@ self_check("lesson03", globals());
 #
 # 把 vLLM 测试的 `test_prefill`、`test_evict` 交给 vLLM 0.27.1 自己的 `KVCacheManager`、`BlockPool` 和哈希器（sha256），与 minivllm 逐个操作对照。哈希值两边不同，表里按首次出现编号，相等关系须一致。
 #
-# 主路径与边界两项评分也跑这两个场景和另外九个（`autograder/vllm_views/lesson03.py`）：你的函数接进 minivllm 后，每个操作都要与 vLLM 录下的相同。
+# 主路径与边界两项评分也跑这两个场景和另外九个（`autograder/lesson03/vllm_view.py`）：你的函数接进 minivllm 后，每个操作都要与 vLLM 录下的相同。
 
 # %%
 L03.vllm_side_by_side()

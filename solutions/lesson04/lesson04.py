@@ -395,7 +395,7 @@ self_check("lesson04", globals());
 #
 # 演示的负载和四个取消交给 vLLM 0.27.1 自己的 `Scheduler`（不带模型，由仿照 `EngineCore` 循环的驱动 `autograder/vllm_oracle/scheduler_harness.py` 推进），每个请求一行，每步一格。mini 行不是上面的演示，而是 minivllm 的 `Scheduler` 由同一个驱动推进：取消在 `schedule` 之前处理。
 #
-# 抢占、取消、停止三项评分也跑 `autograder/vllm_views/lesson04.py` 的场景，并逐 token 调用 vLLM 的 `check_stop`：你的函数接进 minivllm 后，每步都要与 vLLM 录下的相同。
+# 抢占、取消、停止三项评分也跑 `autograder/lesson04/vllm_view.py` 的场景，并逐 token 调用 vLLM 的 `check_stop`：你的函数接进 minivllm 后，每步都要与 vLLM 录下的相同。
 
 # %%
 L04.vllm_side_by_side()

@@ -364,7 +364,7 @@ self_check("lesson08", globals());
 #
 # 第二张表：vLLM 一步步走完一个 `choice` 请求，每步取一行 bitmask、随机选一个允许的 token 交给 `accept_tokens`；旁边是你的函数对同一前缀算出的允许集合，直到 EOS 后 grammar 终止。
 #
-# 主路径评分也读这些录制结果：本课全部批和三条这样的路径（`autograder/vllm_views/lesson08.py`）。录制只调用 `grammar_bitmask`，不经过 runner，也不做屏蔽。`make vllm` 之后，vLLM 的源码在 `.venv-vllm` 的 site-packages/vllm 下。
+# 主路径评分也读这些录制结果：本课全部批和三条这样的路径（`autograder/lesson08/vllm_view.py`）。录制只调用 `grammar_bitmask`，不经过 runner，也不做屏蔽。`make vllm` 之后，vLLM 的源码在 `.venv-vllm` 的 site-packages/vllm 下。
 
 # %%
 L08.vllm_side_by_side(choice_bitmask)

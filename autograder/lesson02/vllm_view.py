@@ -2,11 +2,13 @@
 
 Each scenario is a scheduler_harness workload (the loop EngineCore runs: arrivals, schedule, update_from_output)
 on a bare Scheduler built as vLLM's tests/v1/core/utils.py create_scheduler builds one. "demo_*" are the ones
-the notebook shows; "main_*" and "boundary_*" cover the exercise's input-space table (autograder/lesson02/checks.py)
+the notebook shows; "main_*" and "boundary_*" cover the exercise's input-space table (checks.py)
 and grade the student's loop, which runs inside minivllm's Scheduler, against vLLM's own decisions.
 Runs under .venv-vllm only (imports vllm, never minivllm).
 """
 from __future__ import annotations
+
+from autograder.vllm_oracle.scheduler_harness import request, workload
 
 SAMPLED = 7  # every sampled token: not EOS, not a stop id
 
@@ -16,19 +18,16 @@ def _workload(prompts, steps, max_tokens=64, arrivals=None, block_size=16, num_b
               enable_prefix_caching=True, enable_chunked_prefill=True, scheduler_reserve_full_isl=True) -> dict:
     """A harness workload: requests "0", "1", ... in arrival order; prompts[i] its token ids (an int n means
     n copies of i + 10, as the lesson's run_scenario builds them)."""
-    config = {"block_size": block_size, "max_model_len": max_model_len or max_num_batched_tokens,
-              "max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs,
-              "long_prefill_token_threshold": long_prefill_token_threshold,
-              "enable_chunked_prefill": enable_chunked_prefill, "enable_prefix_caching": enable_prefix_caching,
-              "async_scheduling": False, "num_blocks": num_blocks,
-              "scheduler_reserve_full_isl": scheduler_reserve_full_isl}
     at = {i: 0 for i in range(len(prompts))}
     for step, ids in (arrivals or {}).items():
         at.update(dict.fromkeys(ids, step))
-    requests = [{"id": str(i), "prompt": [i + 10] * p if isinstance(p, int) else list(p), "max_tokens": max_tokens,
-                 "min_tokens": 0, "ignore_eos": True, "stop_token_ids": [], "arrival_step": at[i],
-                 "abort_step": None, "model": [SAMPLED] * (max_tokens + 1)} for i, p in enumerate(prompts)]
-    return {"seed": 0, "config": config, "requests": requests, "max_steps": steps}
+    requests = [request(str(i), [i + 10] * p if isinstance(p, int) else p, max_tokens, [SAMPLED] * (max_tokens + 1),
+                        ignore_eos=True, arrival_step=at[i]) for i, p in enumerate(prompts)]
+    return workload(requests, steps, block_size=block_size, num_blocks=num_blocks, max_num_seqs=max_num_seqs,
+                    max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len or max_num_batched_tokens,
+                    long_prefill_token_threshold=long_prefill_token_threshold,
+                    enable_chunked_prefill=enable_chunked_prefill, enable_prefix_caching=enable_prefix_caching,
+                    scheduler_reserve_full_isl=scheduler_reserve_full_isl)
 
 
 SCENARIOS = {
@@ -60,14 +59,6 @@ SCENARIOS = {
 
 def vllm_answer(name: str, payload: dict) -> dict:
     """vLLM's Scheduler through the harness: per step what it scheduled, preempted, and the free blocks."""
-    from autograder.vllm_oracle import scheduler_harness
-    from autograder.vllm_oracle.vllm_side import VllmSchedulerBackend
+    from autograder.vllm_oracle.vllm_side import scheduler_answer
 
-    class Backend(VllmSchedulerBackend):
-        def make_scheduler(self, cfg):
-            sched = super().make_scheduler(cfg)
-            # Scheduler.__init__ copies SchedulerConfig.scheduler_reserve_full_isl into this attribute.
-            sched.scheduler_reserve_full_isl = cfg["scheduler_reserve_full_isl"]
-            return sched
-
-    return scheduler_harness.run(Backend(), payload)
+    return scheduler_answer(name, payload)

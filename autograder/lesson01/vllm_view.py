@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autograder.vllm_views.lesson02 import _workload
-from autograder.vllm_views.lesson02 import vllm_answer as _scheduler_answer
+from autograder.vllm_oracle.scheduler_harness import request, workload
+from autograder.vllm_oracle.vllm_side import scheduler_answer as _scheduler_answer
 
 MODEL = Path(__file__).resolve().parents[2] / "data" / "models" / "shakespeare-llama"
 # The method each phase of the lesson's trace is, on vLLM's EngineCore instance (object path, method).
@@ -27,9 +27,11 @@ PHASES = {"schedule": ("scheduler", "schedule"), "execute": ("model_executor", "
 SCENARIOS = {
     "demo_step_phases": {"requests": [["r0", list(range(5, 37))], ["r1", list(range(40, 56))]], "max_tokens": 6,
                          "abort": ["r0", 3], "max_steps": 24},
-    "demo_async_batch_queue": _workload([32, 16], 12, max_tokens=6, max_model_len=1024),
+    "demo_async_batch_queue": workload(
+        [request(str(i), [i + 10] * n, 6, [7] * 7, ignore_eos=True) for i, n in enumerate((32, 16))], 12,
+        block_size=16, num_blocks=10000, max_num_batched_tokens=1024, max_num_seqs=16, max_model_len=1024,
+        async_scheduling=True, scheduler_reserve_full_isl=True),
 }
-SCENARIOS["demo_async_batch_queue"]["config"]["async_scheduling"] = True
 
 
 def _step_phases(payload: dict) -> dict:

@@ -1,5 +1,0 @@
-import sys
-
-from autograder.vllm_views import main
-
-sys.exit(main())
