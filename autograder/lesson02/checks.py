@@ -37,9 +37,13 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from autograder import vllm_views
-from autograder.common import CheckFailed, Lesson, Part, check_name_map, expect, graded, last_name_hash
-
-BLANKS = ["queue_factory", "pick_queue", "peek", "hit_tokens", "preempted_list"]
+from autograder.common import (
+    CheckFailed,
+    Lesson,
+    SourceMap,
+    expect,
+    graded,
+)
 
 
 # ---------------------------------------------------------------------------- the plug
@@ -469,20 +473,13 @@ def check_boundary(schedule_step) -> None:
 # (so not _free_request_blocks: lesson 4 teaches it); each appears in a line the reading cell shows
 # (Scheduler.schedule L614–L629, L683–L697 and L973–L994), and the lesson says which excerpt to look in.
 # hit_tokens also takes the local variable passed as that keyword (the same count, the name on the same line).
-SOURCE_HASHES = {
+SOURCE = SourceMap(["queue_factory", "pick_queue", "peek", "hit_tokens", "preempted_list"], {
     "queue_factory": {"56827781bc73d39b"},
     "pick_queue": {"d03a66890f95a127"},
     "peek": {"0c2aab4ec5e45534"},
     "hit_tokens": {"059ec308c027ea13", "0af4325356cdcb8f"},
     "preempted_list": {"d9676690e7076814"},
-}
-name_hash = last_name_hash
-
-
-@graded
-def check_source_map(source_map) -> None:
-    """Source mapping: names in the shown excerpts of Scheduler.schedule()."""
-    check_name_map(source_map, BLANKS, SOURCE_HASHES, name_hash, "这些键没有映射到 vLLM 调度器里对应的名字")
+}, unmapped="这些键没有映射到 vLLM 调度器里对应的名字")
 
 
 # ---------------------------------------------------------------------------- the real engine
@@ -663,13 +660,13 @@ def check_real_engine(schedule_step) -> list[EngineRun]:
 LESSON = Lesson(
     lesson_id="lesson02",
     title="统一调度器与 KVCacheManager：token budget 与 chunked prefill",
-    parts=[
-        Part("l02_main_path", "主路径·调度器场景", 1, check_main_path, ("schedule_step",)),
-        Part("l02_real_engine", "主路径·真实引擎", 1, check_real_engine, ("schedule_step",)),
-        Part("l02_boundary", "边界·抢占", 1, check_boundary, ("schedule_step",)),
-        Part("l02_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
-        Part("l02_q1", "Q1 running 优先", 2, group="manual"),
-        Part("l02_q2", "Q2 抢占后不接纳", 2, group="manual"),
-        Part("l02_q3", "Q3 分块的取舍", 2, group="manual"),
-    ],
+    answer=("schedule_step",),
+    code={
+        "main_path": ("主路径·调度器场景", check_main_path),
+        "real_engine": ("主路径·真实引擎", check_real_engine),
+        "boundary": ("边界·抢占", check_boundary),
+    },
+    source_map=SOURCE,
+    questions=("running 优先", "抢占后不接纳", "分块的取舍"),
 )
+check_source_map = SOURCE.check

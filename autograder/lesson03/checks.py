@@ -51,13 +51,10 @@ from unittest import mock
 from autograder.common import (
     CheckFailed,
     Lesson,
-    Part,
+    SourceMap,
     blank_in_function,
-    check_name_map,
     expect,
     graded,
-    last_name,
-    last_name_hash,
     student_error,
 )
 
@@ -441,23 +438,13 @@ def check_boundary(hash_block_tokens, request_block_hasher, get_computed_blocks,
 # single_type_kv_cache_manager.py in vLLM 0.27.1 (built the day before the pinned 8e958902eee5); the lesson's own
 # text does not print them. The first three appear in lines the reading cell shows (get_computed_blocks L250,
 # _maybe_evict_cached_block L694, free_blocks L732); the lesson names the class or function holding the other two.
-SOURCE_KEYS = ["lookup_gate", "evict_hashes", "null_flag", "free_link", "hashed_count"]
-SOURCE_HASHES = {
+SOURCE = SourceMap(["lookup_gate", "evict_hashes", "null_flag", "free_link", "hashed_count"], {
     "lookup_gate": {"14f5b04ed22d16b8"},
     "evict_hashes": {"4d116c412567c57e"},
     "null_flag": {"34f9b9053278985b"},
     "free_link": {"9276061bbabed055"},
     "hashed_count": {"5286dc009c20f1e2"},
-}
-
-
-normalize_name, name_hash = last_name, last_name_hash
-
-
-@graded
-def check_source_map(source_map) -> None:
-    """Source mapping: each concept -> the vLLM name that implements it."""
-    check_name_map(source_map, SOURCE_KEYS, SOURCE_HASHES, name_hash, "这些概念没有对应到 vLLM 源码中实现它的名字")
+})
 
 
 # ---------------------------------------------------------------------------- the real engine
@@ -755,13 +742,13 @@ def check_real_engine(hash_block_tokens, request_block_hasher, get_computed_bloc
 LESSON = Lesson(
     lesson_id="lesson03",
     title="BlockPool 与 Prefix Caching：块哈希链、命中与 LRU 驱逐",
-    parts=[
-        Part("l03_main_path", "主路径·vLLM 场景", 1, check_main_path, FUNCS),
-        Part("l03_real_engine", "主路径·真实引擎", 1, check_real_engine, FUNCS),
-        Part("l03_boundary", "边界条件", 1, check_boundary, FUNCS),
-        Part("l03_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
-        Part("l03_q1", "Q1 哈希为何成链", 2, group="manual"),
-        Part("l03_q2", "Q2 命中为何封顶 n-1", 2, group="manual"),
-        Part("l03_q3", "Q3 逆序释放与驱逐", 2, group="manual"),
-    ],
+    answer=FUNCS,
+    code={
+        "main_path": ("主路径·vLLM 场景", check_main_path),
+        "real_engine": ("主路径·真实引擎", check_real_engine),
+        "boundary": ("边界条件", check_boundary),
+    },
+    source_map=SOURCE,
+    questions=("哈希为何成链", "命中为何封顶 n-1", "逆序释放与驱逐"),
 )
+check_source_map = SOURCE.check

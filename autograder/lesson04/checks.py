@@ -36,7 +36,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from autograder.common import CheckFailed, Lesson, Part, expect, graded
+from autograder.common import CheckFailed, Lesson, expect, graded
 
 ENGINE_DEFAULTS = dict(device="cpu", attention_backend="torch", block_size=16)
 BLOCK = 16
@@ -791,14 +791,12 @@ def check_real_engine(preempt, finish_requests, check_stop) -> list[EngineRun]:
 LESSON = Lesson(
     lesson_id="lesson04",
     title="抢占、取消与请求生命周期",
-    parts=[
-        Part("l04_preempt", "主路径·按重算抢占", 1, check_preempt, ("preempt", "finish_requests", "check_stop")),
-        Part("l04_real_engine", "主路径·真实引擎（KV 压力 + 取消）", 1, check_real_engine,
-             ("preempt", "finish_requests", "check_stop")),
-        Part("l04_abort", "边界·各状态下的取消", 1, check_abort, ("preempt", "finish_requests", "check_stop")),
-        Part("l04_stop", "边界·停止条件", 1, check_stop_rules, ("check_stop",)),
-        Part("l04_q1", "Q1 为什么重算而不是换出", 2, group="manual"),
-        Part("l04_q2", "Q2 先 update 后 aborts 会怎样", 2, group="manual"),
-        Part("l04_q3", "Q3 与一步赛跑的取消", 2, group="manual"),
-    ],
+    answer=("preempt", "finish_requests", "check_stop"),
+    code={
+        "preempt": ("主路径·按重算抢占", check_preempt),
+        "real_engine": ("主路径·真实引擎（KV 压力 + 取消）", check_real_engine),
+        "abort": ("边界·各状态下的取消", check_abort),
+        "stop": ("边界·停止条件", check_stop_rules, ("check_stop",)),
+    },
+    questions=("为什么重算而不是换出", "先 update 后 aborts 会怎样", "与一步赛跑的取消"),
 )

@@ -55,11 +55,8 @@ from autograder.common import (
     BlankNotFilled,
     CheckFailed,
     Lesson,
-    Part,
-    check_name_map,
+    SourceMap,
     expect,
-    last_name,
-    last_name_hash,
 )
 
 DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
@@ -681,38 +678,29 @@ def run_real_engine(sample) -> None:
 
 
 # ---------------------------------------------------------------------------- source map
-SOURCE_KEYS = ["greedy_pick", "no_seed_fast_path", "argmax_safe", "processed_mode", "sampled_rank", "fp64_noise"]
 # Accepted names, as sha256 prefixes of the lower-cased last dotted component, checked against vLLM 0.27.1
 # (vllm/v1/sample/sampler.py, ops/topk_topp_sampler.py, ops/logprobs.py, logits_processor/interface.py).
 # Names the lesson does not print; the plain names live only in the solution, which the release leaves out.
-SOURCE_HASHES = {
+SOURCE = SourceMap(["greedy_pick", "no_seed_fast_path", "argmax_safe", "processed_mode", "sampled_rank", "fp64_noise"], {
     "greedy_pick": {"ca3f81a61a8c102e"},
     "no_seed_fast_path": {"be32b68aa4c3178a"},
     "argmax_safe": {"6a8b1441cc704b37"},
     "processed_mode": {"414087856afbd252"},
     "sampled_rank": {"345bc991bd1ba902"},
     "fp64_noise": {"71f468910b954ffb"},
-}
-
-
-normalize_name, name_hash = last_name, last_name_hash
-
-
-def check_source_map(source_map) -> None:
-    check_name_map(source_map, SOURCE_KEYS, SOURCE_HASHES, name_hash, "这些概念没有对应到 vLLM 源码中实现它的名字")
+})
 
 
 LESSON = Lesson(
     lesson_id="lesson07",
     title="采样器：temperature、top-k/top-p、种子与 logprobs",
-    parts=[
-        Part("l07_main_path", "主路径·掩码与分布", 1, check_main_path,
-             ("apply_min_p", "apply_top_k_top_p", "random_sample", "sample")),
-        Part("l07_real_engine", "主路径·真实引擎", 1, check_real_engine, ("sample",)),
-        Part("l07_boundary", "边界条件", 1, check_boundary, ("apply_min_p", "apply_top_k_top_p")),
-        Part("l07_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
-        Part("l07_q1", "Q1 为何每个请求一个 generator", 2, group="manual"),
-        Part("l07_q2", "Q2 指数竞赛为何精确按 p 抽样", 2, group="manual"),
-        Part("l07_q3", "Q3 top-p 的代价与跳过", 2, group="manual"),
-    ],
+    answer=("apply_min_p", "apply_top_k_top_p", "random_sample", "sample"),
+    code={
+        "main_path": ("主路径·掩码与分布", check_main_path),
+        "real_engine": ("主路径·真实引擎", check_real_engine, ("sample",)),
+        "boundary": ("边界条件", check_boundary, ("apply_min_p", "apply_top_k_top_p")),
+    },
+    source_map=SOURCE,
+    questions=("为何每个请求一个 generator", "指数竞赛为何精确按 p 抽样", "top-p 的代价与跳过"),
 )
+check_source_map = SOURCE.check

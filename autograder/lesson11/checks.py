@@ -36,7 +36,6 @@ Input space (each dimension -> the part that covers it):
 """
 from __future__ import annotations
 
-import hashlib
 import random
 from dataclasses import dataclass
 
@@ -46,10 +45,9 @@ from autograder.common import (
     REPO,
     CheckFailed,
     Lesson,
-    Part,
+    SourceMap,
     ______,
     blank_in_function,
-    check_name_map,
     expect,
     graded,
 )
@@ -325,35 +323,28 @@ def kv_guard(llm) -> list[int]:
 
 # ---------------------------------------------------------------------------- source map
 FUNCTIONS = ["choose_capture_size", "fill_static_buffers", "real_rows"]
-SOURCE_KEYS = ["padded_descriptor", "sorted_sizes", "uniform_check"]
 # Checked in vLLM 0.27.1 (v1/cudagraph_dispatcher.py, config/compilation.py, v1/worker/gpu_model_runner.py), stored
 # hashed; the plain names live only in the solution, which the release leaves out. The lesson's text does not print
 # them; its show_vllm cells print the fetched source, where padded_descriptor's answer is a call in dispatch (L303):
 # a pointed look, which is the point. sorted_sizes and uniform_check: one look at the line the item names (the call).
-SOURCE_HASHES = {
+SOURCE = SourceMap(["padded_descriptor", "sorted_sizes", "uniform_check"], {
     "padded_descriptor": {"10bb46f1dea3d9e8"},
     "sorted_sizes": {"a37fa3f3bae89541"},
     "uniform_check": {"6903cdc0453c0158"},
-}
+}, unmapped="这些概念没有映射到 vLLM 中对应的对象（方法或属性名）",
+    name=lambda s: s.strip().strip("`").removesuffix("()").split(".")[-1].lower())
 
 
-def name_hash(name: str) -> str:
-    """`GPUModelRunner._prepare_inputs`, `_prepare_inputs()` and `_prepare_inputs` hash the same."""
-    return hashlib.sha256(name.strip().strip("`").removesuffix("()").split(".")[-1].lower().encode()).hexdigest()[:16]
-
-
-@graded
-def check_source_map(source_map) -> None:
-    check_name_map(source_map, SOURCE_KEYS, SOURCE_HASHES, name_hash,
-                   "这些概念没有映射到 vLLM 中对应的对象（方法或属性名）")
-
-
-LESSON = Lesson("lesson11", "CUDA Graph 与动态形状", parts=[
-    Part("l11_main_path", "主路径·选尺寸、填静态缓冲、只取真实行", 1, check_main_path, tuple(FUNCTIONS)),
-    Part("l11_real_engine", "主路径·接入真实引擎", 1, check_real_engine, tuple(FUNCTIONS)),
-    Part("l11_boundary", "边界：正好一个尺寸、超过最大尺寸、残留缓冲、KV 不被写", 1, check_boundary, tuple(FUNCTIONS)),
-    Part("l11_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
-    Part("l11_q1", "Q1 CUDA graph 省掉哪部分时间", 2, group="manual"),
-    Part("l11_q2", "Q2 混合批次为何不录整图、上限之上为何不录", 2, group="manual"),
-    Part("l11_q3", "Q3 填充的代价", 2, group="manual"),
-])
+LESSON = Lesson(
+    lesson_id="lesson11",
+    title="CUDA Graph 与动态形状",
+    answer=tuple(FUNCTIONS),
+    code={
+        "main_path": ("主路径·选尺寸、填静态缓冲、只取真实行", check_main_path),
+        "real_engine": ("主路径·接入真实引擎", check_real_engine),
+        "boundary": ("边界：正好一个尺寸、超过最大尺寸、残留缓冲、KV 不被写", check_boundary),
+    },
+    source_map=SOURCE,
+    questions=("CUDA graph 省掉哪部分时间", "混合批次为何不录整图、上限之上为何不录", "填充的代价"),
+)
+check_source_map = SOURCE.check
