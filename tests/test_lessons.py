@@ -1,11 +1,48 @@
-"""What every lesson shares, once for all of them (discovered by folder): its declaration meets the course's rules,
-and a lesson that breaks one fails when it is declared, with what to add."""
+"""What every lesson shares, once for all of them (discovered by folder; a lesson's own tests stay in
+tests/test_lessonNN_grading.py): its declaration meets the course's rules (a lesson that breaks one fails when it
+is declared, with what to add); its solution scores full in each grading path that differs — the notebook kernel
+(nbclient, executed_solution), this process (release_scores, the grading every mutant is compared with), nbgrader
+(the end-to-end flow) — the sandbox's is tests/test_mutants.py's; its SOURCE_MAP answers are not printed by the
+lesson, and the release leaves a blank for every key."""
+import ast
+import json
+import re
 
 import pytest
+from grading_flow import FLOW_LESSON, grade_three_students, namespace_scores, notebook_part_scores
 
-from autograder.common import CODE_PARTS, TOTAL, Lesson, SourceMap, discover_lessons, load_lesson
+from autograder.common import (
+    CODE_PARTS,
+    NOTEBOOKS,
+    REPO,
+    TOTAL,
+    Lesson,
+    SourceMap,
+    discover_lessons,
+    load_lesson,
+    student_namespace,
+)
+from autograder.mutation import mutant_source, mutants, solution_cells
 
 LESSONS = discover_lessons()
+SOURCE_MAP_LESSONS = [lesson for lesson in LESSONS if load_lesson(lesson).source_map is not None]
+# The wrong answer each lesson's nbgrader flow grades, and its code points (lesson 1's flow, with the feedback
+# pages, is tests/test_lesson01_grading.py's). A lesson not listed grades its first mutant, checked against the
+# in-process grading only.
+FLOW_MUTANT = {"lesson02": ("admission_after_preemption", 2), "lesson03": ("no_cap", 2),
+               "lesson04": ("min_tokens_ignored", 3), "lesson05": ("logits_for_partial_chunk", 1),
+               "lesson06": ("no_acc_rescale", 1), "lesson07": ("top_p_drops_crossing_token", 2),
+               "lesson08": ("rows_in_scheduler_order", 1), "lesson09": ("recover_from_p", 2),
+               "lesson10": ("row_bias_every_rank", 3), "lesson11": ("pad_slot_block_0", 2),
+               "lesson12": ("text_after_stop_kept", 1)}  # lesson 12's also drops an included stop
+
+# Besides the answers themselves (a one- or two-letter answer, lesson 6's kernel variables `p` and `L`, is
+# not searched for: it occurs in any text): a stem the lesson must not print either.
+NOT_PRINTED_ALSO = {"lesson05": ("optimistic_seq_lens",)}
+
+
+def full_marks(lesson_id: str) -> dict[str, int]:
+    return {p.grade_id: p.points for p in load_lesson(lesson_id).parts if not p.manual}
 
 
 def check(f):
@@ -53,3 +90,61 @@ def test_a_declaration_that_breaks_a_rule_says_what_to_add(kw, says):
     with pytest.raises(ValueError) as e:
         declare(**kw)
     assert says in str(e.value), str(e.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson_id", LESSONS)
+def test_solution_grade_cells_score_full_in_the_notebook_kernel(lesson_id, executed_solution):
+    """Per part, from the solution notebook's own run (nbclient, once per test run: tests/conftest.py), each grade
+    cell scored as nbgrader scores it; test_autograder checks that run whole."""
+    assert notebook_part_scores(lesson_id, executed_solution(lesson_id)) == full_marks(lesson_id)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson_id", LESSONS)
+def test_solution_scores_full_in_process(lesson_id, release_scores):
+    """The release filled with the solution's answers, graded in this process (release_scores: once per test run,
+    the grading test_mutants compares every mutant with)."""
+    assert release_scores(lesson_id) == full_marks(lesson_id)
+
+
+@pytest.mark.parametrize("lesson_id", SOURCE_MAP_LESSONS)
+def test_source_map_answers_are_not_printed_by_the_lesson(lesson_id):
+    """A student who only skims the lesson cannot copy them: no answer occurs in the lesson's source outside its
+    SOURCE_MAP cell, nor in its demo.py and checks.py (which ship with the release)."""
+    text = (REPO / f"solutions/{lesson_id}/{lesson_id}.py").read_text(encoding="utf-8")
+    start = text.index("SOURCE_MAP = {")
+    outside = text[:start] + text[text.index("}", start):]
+    for f in ("demo.py", "checks.py"):
+        outside += (REPO / "autograder" / lesson_id / f).read_text(encoding="utf-8")
+    m = re.search(r"^SOURCE_MAP = (\{.*?^\})", text, re.S | re.M)
+    answers = ast.literal_eval(m.group(1))
+    for name in [*answers.values(), *NOT_PRINTED_ALSO.get(lesson_id, ())]:
+        assert len(name) < 3 or name not in outside, name
+
+
+@pytest.mark.parametrize("lesson_id", SOURCE_MAP_LESSONS)
+def test_release_leaves_a_blank_for_every_source_map_key(lesson_id):
+    cells = {c["id"]: "".join(c["source"])
+             for c in json.loads((NOTEBOOKS / lesson_id / f"{lesson_id}.ipynb").read_text(encoding="utf-8"))["cells"]}
+    cell = cells[f"l{lesson_id[-2:]}_source_map_answer"]
+    assert re.findall(r"[\"'](\w+)[\"']\s*:\s*______,", cell) == list(load_lesson(lesson_id).source_map.keys)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson_id", [lesson for lesson in LESSONS if lesson != FLOW_LESSON])
+def test_nbgrader_end_to_end(lesson_id, tmp_path):
+    """generate_assignment -> submissions (solution, blank, mutant) -> autograde -> export; the Colab self-check
+    (this process) gives each student the same points per part."""
+    name, points = FLOW_MUTANT.get(lesson_id) or (sorted(mutants(lesson_id))[0], None)
+    subs, results, _ = grade_three_students(tmp_path, lesson_id, tuple(solution_cells(lesson_id)),
+                                            mutants(lesson_id)[name].cell, mutant_source(lesson_id, name))
+    parts = full_marks(lesson_id)
+    code = {s: sum(v or 0 for k, v in got.items() if k in parts) for s, got in results.items()}
+    assert code["solution_student"] == sum(parts.values()) and code["blank_student"] == 0, code
+    assert code["mutant_student"] == points if points is not None else code["mutant_student"] < sum(parts.values())
+    assert {s: got[f"l{lesson_id[-2:]}_q1"] for s, got in results.items()} == {  # written: pending; untouched: 0
+        "solution_student": None, "mutant_student": None, "blank_student": 0}
+    for student, got in results.items():
+        ns, _ = student_namespace(subs / student / lesson_id / f"{lesson_id}.ipynb")
+        assert namespace_scores(lesson_id, ns) == {k: v for k, v in got.items() if k in parts}, student
