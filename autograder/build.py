@@ -65,7 +65,7 @@ def colab_link(lesson_id: str, repo: str = RELEASE_REPO, branch: str = RELEASE_B
 
 
 def generated_cells(nb: nbformat.NotebookNode, lesson_id: str, root: Path = REPO) -> nbformat.NotebookNode:
-    """Fill what one source must not repeat twelve times: the install cell (the source's first cell is the
+    """Fill what one source must not repeat in every lesson: the install cell (the source's first cell is the
     placeholder), the "Open in Colab" line under the title, the previous/next lesson line and, under the
     grading table, which cells autograde runs (autograder/preprocessors.py SkipUngradedCells)."""
     first = nb.cells[0]

@@ -148,3 +148,21 @@ def test_nbgrader_end_to_end(lesson_id, tmp_path):
     for student, got in results.items():
         ns, _ = student_namespace(subs / student / lesson_id / f"{lesson_id}.ipynb")
         assert namespace_scores(lesson_id, ns) == {k: v for k, v in got.items() if k in parts}, student
+
+
+def test_new_copies_lesson_one_with_every_id_renamed(tmp_path):
+    """`python -m autograder new` on a tree holding lesson 1 only (its files as they are)."""
+    from autograder.scaffold import new_lesson
+
+    for rel in ("solutions/lesson01/lesson01.py", *(f"autograder/lesson01/{f}" for f in
+                                                   ("__init__.py", "checks.py", "demo.py", "mutants.py"))):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text((REPO / rel).read_text(encoding="utf-8"), encoding="utf-8")
+    written = new_lesson("lesson13", "新课", root=tmp_path)
+    assert {p.as_posix() for p in written} >= {"solutions/lesson13/lesson13.py", "autograder/lesson13/checks.py"}
+    for p in written:
+        text = (tmp_path / p).read_text(encoding="utf-8")
+        assert not re.search(r"lesson01|\bl01_|\bL01\b|第 1 课", text), p
+    assert 'title="新课"' in (tmp_path / "autograder/lesson13/checks.py").read_text(encoding="utf-8")
+    with pytest.raises(SystemExit, match="exists"):
+        new_lesson("lesson13", "新课", root=tmp_path)
