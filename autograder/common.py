@@ -16,7 +16,6 @@ import linecache
 import logging
 import re
 import traceback
-import unicodedata
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -414,6 +413,14 @@ class PartResult:
     message: str = ""
 
 
+def read_notebook(path: Path):
+    """A notebook as nbformat reads it (as written: no version conversion). Not for the student's kernel, where
+    _grade_cells reads the JSON itself: nbformat's import costs every kernel setup half a second (#33)."""
+    import nbformat
+
+    return nbformat.read(Path(path), as_version=nbformat.NO_CONVERT)
+
+
 def discover_lessons(root: Path = REPO) -> list[str]:
     """Lesson ids, found by folder: solutions/lessonNN/lessonNN.py."""
     sol = root / "solutions"
@@ -562,7 +569,7 @@ def student_namespace(nb_path: Path) -> tuple[dict, list[str]]:
     a fresh namespace. Demos and figures are skipped, so the self-check takes seconds.
     Returns the namespace and one line per cell that raised.
     """
-    nb = json.loads(Path(nb_path).read_text(encoding="utf-8"))
+    nb = read_notebook(nb_path)
     ns: dict = {"__name__": "__student__", "______": ______}
     errors: list[str] = []
     logging_disabled = logging.root.manager.disable  # the setup cell silences logging: undo it after
@@ -595,9 +602,12 @@ def exec_source(python: str, ns: dict, filename: str) -> None:
 
 
 def width(text: str) -> int:
-    """Terminal columns: East Asian wide and fullwidth characters take two, combining marks none."""
-    return sum(0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1
-               for ch in text)
+    """Terminal columns (wcwidth): East Asian wide and fullwidth characters take two, combining marks none; a
+    control character, which wcwidth cannot place, counts none."""
+    from wcwidth import wcswidth, wcwidth
+
+    n = wcswidth(text)
+    return n if n >= 0 else sum(max(0, wcwidth(ch)) for ch in text)
 
 
 def pad(text: str, cols: int) -> str:
@@ -771,7 +781,8 @@ MORE = "（完整 traceback：在新单元格运行 %tb，或设环境变量 {en
 
 def _grade_cells(lesson_id: str) -> dict[str, str]:
     """grade_id -> the visible source of each grade cell in the released notebook (what a student's copy and
-    nbgrader's run both start with: nbgrader only appends the hidden tests)."""
+    nbgrader's run both start with: nbgrader only appends the hidden tests). Raw JSON: it runs in the student's
+    kernel (read_notebook)."""
     path = NOTEBOOKS / lesson_id / f"{lesson_id}.ipynb"
     if not path.is_file():
         return {}

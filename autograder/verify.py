@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder.common import NOTEBOOKS, REPO, load_lesson
+from autograder.common import NOTEBOOKS, REPO, load_lesson, read_notebook
 
 # the parametrized test files that hold every lesson (selected with -k lessonNN), besides tests/test_lessonNN_*.py
 SHARED_TESTS = ("test_lessons.py", "test_autograder.py", "test_mutants.py", "test_diagnosis.py",
@@ -41,7 +41,7 @@ def _grades(lesson_id: str) -> None:
     got = _scores(lesson_id, filled_notebook(lesson_id))
     if got != full:
         raise SystemExit(f"the reference scores {got}, not {full}")
-    blank = json.loads((NOTEBOOKS / lesson_id / f"{lesson_id}.ipynb").read_text(encoding="utf-8"))
+    blank = read_notebook(NOTEBOOKS / lesson_id / f"{lesson_id}.ipynb")
     got = _scores(lesson_id, blank)
     if any(got.values()):
         raise SystemExit(f"the blank release scores {got}, not 0")
