@@ -132,7 +132,7 @@ def check_boundary(engine_core_step) -> None:
 
 # The accepted names, as sha256 prefixes of the lower-cased last dotted name (common.last_name_hash): never the
 # names themselves, since this file ships to students. Each is one step past a blank of EngineCore.step in
-# vLLM 0.27.1 (v1/core/sched/output.py, v1/executor/multiproc_executor.py, v1/outputs.py, v1/engine/__init__.py,
+# the pinned vLLM (v1/core/sched/output.py, v1/executor/multiproc_executor.py, v1/outputs.py, v1/engine/__init__.py,
 # v1/request.py), and the lesson does not print it.
 SOURCE = SourceMap(["plan", "future", "grammar", "model_output", "aborts", "outputs"], {
     "plan": {"ec18205fc7eb15d3"},

@@ -37,6 +37,7 @@ import time
 from dataclasses import dataclass, field
 
 from autograder.common import CheckFailed, Lesson, expect, graded
+from autograder.pin import VLLM_VERSION
 
 ENGINE_DEFAULTS = dict(device="cpu", attention_backend="torch", block_size=16)
 BLOCK = 16
@@ -207,7 +208,7 @@ def preemption_scenario(preempt=None, finish_requests=None, check_stop=None, num
     return sched, life, tokens, log
 
 
-# ---------------------------------------------------------------------------- against vLLM 0.27.1
+# ---------------------------------------------------------------------------- against the pinned vLLM
 def run_vllm_view(name: str, preempt=None, finish_requests=None, check_stop=None):
     """autograder/vllm_views/lesson04.py's scenario `name` on minivllm's Scheduler with the student's functions
     plugged (None: minivllm's own), by the same driver vLLM's answer was recorded with."""
@@ -271,14 +272,14 @@ def vllm_difference(name: str, got, want) -> str | None:
 
 def compare_with_vllm(prefixes: tuple, preempt, finish_requests, check_stop) -> None:
     """Every recorded scenario named prefixes*: the student's functions inside minivllm's Scheduler give what
-    vLLM 0.27.1's own Scheduler and check_stop gave on the same inputs, event by event."""
+    the pinned vLLM's own Scheduler and check_stop gave on the same inputs, event by event."""
     from autograder import vllm_views
 
     for name in vllm_views.scenarios("lesson04"):
         if name.startswith(prefixes):
             diff = vllm_difference(name, run_vllm_view(name, preempt, finish_requests, check_stop),
                                    vllm_views.recorded("lesson04", name))
-            expect(diff is None, f"与 vLLM 0.27.1 对照（场景 {name}）：{diff}")
+            expect(diff is None, f"与 vLLM {VLLM_VERSION} 对照（场景 {name}）：{diff}")
 
 
 def _call(fn, *args):

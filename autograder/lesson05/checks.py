@@ -613,7 +613,7 @@ def check_boundary(fn) -> None:
 
 # ---------------------------------------------------------------------------- source map
 # Accepted names, as sha256 prefixes of the lower-cased last dotted component (never the names themselves: this
-# file ships to students), checked against vLLM 0.27.1 (vllm/v1/worker/block_table.py, gpu_input_batch.py,
+# file ships to students), checked against the pinned vLLM (vllm/v1/worker/block_table.py, gpu_input_batch.py,
 # gpu_model_runner.py).
 SOURCE = SourceMap(["block_tables", "condense_rows", "swap_pair", "sample_rows", "flat_offsets"], {
     "block_tables": {"7009e17b0a246888"},

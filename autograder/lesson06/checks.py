@@ -18,7 +18,7 @@ Input space (each dimension, and the graded part that covers it):
                           [num_blocks, 2, block, heads, dim] tensor (K and V interleaved block by block: the
                           block stride is twice the contiguous one, so stride_cache_block is not
                           BLOCK_SIZE * stride_cache_slot): main_path, real_engine (the plug hands the kernel the
-                          engine's K/V as such views). vLLM 0.27.1's Triton and FlashAttention backends pack K and
+                          engine's K/V as such views). The pinned vLLM's Triton and FlashAttention backends pack K and
                           V in the last dim instead ((num_blocks, block, heads, 2*dim) in memory, default NHD); a few
                           backends (hpc_attn) use [num_blocks, 2, ...]
     cache contents        NaN past seq_len in the last block; scores in the hundreds (exp overflow): boundary

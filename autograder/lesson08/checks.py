@@ -30,7 +30,7 @@ Input space (each dimension -> the part that covers it):
     masking           disallowed -> -inf before the sampler, allowed logits unchanged       boundary
     engine            free and constrained requests in one batch, greedy and seeded rows, the
                       bitmask computed between launching the forward and waiting for it     real engine
-    vLLM 0.27.1       its StructuredOutputManager.grammar_bitmask rows on the same batches (scheduler order,
+    pinned vLLM       its StructuredOutputManager.grammar_bitmask rows on the same batches (scheduler order,
                       reordered by request id) and three choice lists walked token by token to EOS, one
                       with choices that start or end with a space                            main
     Not covered: speculative drafts (one bitmask row per draft position); the plug serves one position.
@@ -45,6 +45,7 @@ from functools import lru_cache
 import torch
 
 from autograder.common import BlankNotFilled, CheckFailed, Lesson, SourceMap, expect, graded
+from autograder.pin import VLLM_VERSION
 from minivllm.structured_output import StructuredOutputManager
 from minivllm.structured_output.utils import choice_as_grammar
 
@@ -255,7 +256,7 @@ def vllm_walk_steps(answer: dict, choices: list[bytes], vocab: Vocab):
 
 
 def check_vllm_bitmask(choice_bitmask) -> None:
-    """Equal to vLLM 0.27.1's StructuredOutputManager.grammar_bitmask, word for word (recorded in
+    """Equal to the pinned vLLM's StructuredOutputManager.grammar_bitmask, word for word (recorded in
     data/vllm_views/lesson08.json.xz): the lesson's batches, and three requests walked token by token."""
     __tracebackhide__ = True
     from autograder.vllm_views import recorded, scenarios
@@ -269,7 +270,7 @@ def check_vllm_bitmask(choice_bitmask) -> None:
             sc = Scenario(name, list(case["batch"]), generated, choices)
             got = _call_bitmask(choice_bitmask, sc, vocab)
             expect(torch.equal(got, vllm_rows_in_batch_order(want, sc.batch_req_ids)),
-                   f"批 {name}（批内行 {sc.batch_req_ids}）：与 vLLM 0.27.1 的 grammar_bitmask 按请求 id 重排后的行不同。")
+                   f"批 {name}（批内行 {sc.batch_req_ids}）：与 vLLM {VLLM_VERSION} 的 grammar_bitmask 按请求 id 重排后的行不同。")
             continue
         choices = [c.encode() for c in case["choices"]]
         for k, done, row in vllm_walk_steps(want, choices, vocab):
@@ -278,7 +279,7 @@ def check_vllm_bitmask(choice_bitmask) -> None:
             w = unpack(row, vocab.vocab_size)[0]
             extra, missing = (got & ~w).nonzero().flatten().tolist(), (w & ~got).nonzero().flatten().tolist()
             expect(not extra and not missing,
-                   f"选项 {choices}、已生成 {done!r}（第 {k} 步）：vLLM 0.27.1 的 grammar_bitmask 允许 {int(w.sum())} 个 "
+                   f"选项 {choices}、已生成 {done!r}（第 {k} 步）：vLLM {VLLM_VERSION} 的 grammar_bitmask 允许 {int(w.sum())} 个 "
                    f"token，你的多允许 {[_describe(vocab, t) for t in extra[:3]]}、漏掉 "
                    f"{[_describe(vocab, t) for t in missing[:3]]}。")
 
@@ -443,7 +444,7 @@ def check_real_engine(choice_bitmask) -> EngineRun:
 
 # ---------------------------------------------------------------------------- source mapping
 # sha256 prefixes of the lower-cased last dotted name (see name_hash), so the answer is not one import away:
-# names in vLLM 0.27.1's v1/structured_output/ (utils.py, __init__.py, backend_types.py, request.py) that the
+# names in the pinned vLLM's v1/structured_output/ (utils.py, __init__.py, backend_types.py, request.py) that the
 # lesson does not print; the plain names live only in the solution, which the release leaves out.
 SOURCE = SourceMap(["escape", "parallel_fill", "terminated", "ready"], {
     "escape": {"1949ed5622e14050"},

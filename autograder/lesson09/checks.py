@@ -10,7 +10,7 @@ Grade cells and `python -m autograder check lesson09 ...` call the same function
     check_real_engine(fn)  fn as the runner's rejection sampler: greedy outputs with n-gram speculation equal
                            the non-speculative run, and the SpecDecodingStats equal the engine's own sampler's
     check_boundary(fn)     requests without drafts, every draft accepted (bonus), p/q > 1, q(x) = 0 tokens;
-                           then fn against vLLM 0.27.1's own rejection_sample on the same batches (recorded
+                           then fn against the pinned vLLM's own rejection_sample on the same batches (recorded
                            in data/vllm_views/lesson09.json.xz, so grading never needs vLLM)
     check_source_map(SOURCE_MAP)
 
@@ -49,6 +49,7 @@ from autograder.common import (
     expect,
     graded,
 )
+from autograder.pin import VLLM_VERSION
 
 P = -1                                   # PLACEHOLDER_TOKEN_ID
 DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
@@ -264,7 +265,7 @@ def check_boundary(fn) -> None:
     check_against_vllm(fn)
 
 
-# ---------------------------------------------------------------------------- against vLLM 0.27.1 itself
+# ---------------------------------------------------------------------------- against the pinned vLLM itself
 def vllm_case_inputs(payload: dict) -> tuple:
     """A recorded case (autograder/vllm_views/lesson09.py) in the exercise's argument order, as tensors."""
     dp = payload["draft_probs"]
@@ -274,7 +275,7 @@ def vllm_case_inputs(payload: dict) -> tuple:
 
 
 def check_against_vllm(fn) -> None:
-    """fn and vLLM 0.27.1's own rejection_sample (its Triton kernels, recorded) on the same batches: every case
+    """fn and the pinned vLLM's own rejection_sample (its Triton kernels, recorded) on the same batches: every case
     of the input-space table whose answer is forced, including a greedy row next to a draft model's q."""
     from autograder.vllm_views import recorded
     from autograder.vllm_views.lesson09 import GRADED
@@ -283,7 +284,7 @@ def check_against_vllm(fn) -> None:
         want = recorded("lesson09", name)
         out, n = call(fn, *vllm_case_inputs(payload), generator=torch.Generator().manual_seed(0))
         expect(out.tolist() == want["output_token_ids"] and n == want["num_accepted"],
-               f"与 vLLM 0.27.1 的 rejection_sample 在同一批上结果不同（用例 {name}，drafts={payload['drafts']}，"
+               f"与 vLLM {VLLM_VERSION} 的 rejection_sample 在同一批上结果不同（用例 {name}，drafts={payload['drafts']}，"
                f"is_greedy={payload['is_greedy']}）：vLLM 输出 {want['output_token_ids']}、num_accepted="
                f"{want['num_accepted']}；你的 {out.tolist()}、{n}。")
 
@@ -464,7 +465,7 @@ def check_real_engine(fn) -> None:
 
 
 # ---------------------------------------------------------------------------- source map
-# Accepted names, as sha256 prefixes of the lower-cased last dotted component, checked against vLLM 0.27.1
+# Accepted names, as sha256 prefixes of the lower-cased last dotted component, checked against the pinned vLLM
 # (vllm/v1/sample/rejection_sampler.py, v1/spec_decode/*.py), names the lesson's own text does not print (the
 # first two are in the vLLM excerpts its show_vllm cell prints from the fetched source). The plain names live only in the solution (solutions/lesson09/lesson09.py), which the student release leaves out.
 SOURCE = SourceMap(["cumulative_drafts", "no_q_flag", "per_request_to_per_token", "parse", "parallel_ngram"], {

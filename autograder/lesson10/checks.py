@@ -481,7 +481,7 @@ def check_boundary(column_cls, row_cls) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- source map
-# Names the lesson does not print, checked in vLLM 0.27.1 (model_executor/layers/linear.py, distributed/utils.py,
+# Names the lesson does not print, checked in the pinned vLLM (model_executor/layers/linear.py, distributed/utils.py,
 # distributed/communication_op.py, distributed/parallel_state.py, v1/executor/multiproc_executor.py), stored as
 # sha256 prefixes of the lower-cased last dotted name; the plain names live only in the solution, which the release
 # leaves out. gather_outputs takes two names: the function the column layer calls and the GroupCoordinator

@@ -10,10 +10,10 @@ plug() puts them into minivllm's GPUModelRunner in place of CudagraphDispatcher.
 _pad_for_cudagraph. On CPU the engine's enforce_eager=False path "replays" eagerly from the same static
 buffers, so every check here runs on CPU; on a GPU the same plug feeds real CUDA graphs.
     check_main_path(...)   the size chosen is the smallest that fits; a batch padded in fresh buffers; real rows kept;
-                           then every batch size against vLLM 0.27.1's own dispatcher (recorded, six settings)
+                           then every batch size against the pinned vLLM's own dispatcher (recorded, six settings)
     check_real_engine(...) greedy tokens through the plugged engine equal the unpadded eager run
     check_boundary(...)    a full batch, a batch above every size, stale buffers, padded rows never write KV
-    check_source_map(SOURCE_MAP)  three padding concepts -> vLLM 0.27.1's method names (hashed); the lesson's text
+    check_source_map(SOURCE_MAP)  three padding concepts -> the pinned vLLM's method names (hashed); the lesson's text
                            does not print them (its show_vllm cells may show one, from the fetched source)
 Every check is @graded: bounded by the cell limit, one short line on failure.
 
@@ -51,6 +51,7 @@ from autograder.common import (
     expect,
     graded,
 )
+from autograder.pin import VLLM_VERSION
 from minivllm.compilation.cuda_graph import PAD_SLOT_ID, BatchDescriptor
 
 DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
@@ -196,7 +197,7 @@ def _expect_size(choose_capture_size, n: int, sizes: list[int], why: str = "") -
 
 
 def check_against_vllm(choose_capture_size) -> None:
-    """choose_capture_size against vLLM 0.27.1's own CudagraphDispatcher.dispatch (recorded: grading never needs
+    """choose_capture_size against the pinned vLLM's own CudagraphDispatcher.dispatch (recorded: grading never needs
     vLLM): for each setting of autograder/vllm_views/lesson11.py, given the decode graphs vLLM captured (in
     reverse order for every other setting), every batch of 1 .. max_cudagraph_capture_size + 1 requests must run
     at vLLM's size, or eagerly (None) where vLLM runs it without a graph."""
@@ -209,7 +210,7 @@ def check_against_vllm(choose_capture_size) -> None:
         for n, mode, rows in ans["decode_padding"]:
             want = rows if mode == "FULL" else None
             got = choose_capture_size(n, list(sizes))
-            expect(got == want, f"与 vLLM 0.27.1 的 CudagraphDispatcher.dispatch 不同（设置 {name}，vLLM 为 decode 捕获的"
+            expect(got == want, f"与 vLLM {VLLM_VERSION} 的 CudagraphDispatcher.dispatch 不同（设置 {name}，vLLM 为 decode 捕获的"
                    f"尺寸 {sizes}）：{n} 个请求 vLLM " + (f"填充到 {want} 行" if want is not None else "不用图、eager 运行")
                    + f"，choose_capture_size 得到 {got!r}")
 
@@ -323,7 +324,7 @@ def kv_guard(llm) -> list[int]:
 
 # ---------------------------------------------------------------------------- source map
 FUNCTIONS = ["choose_capture_size", "fill_static_buffers", "real_rows"]
-# Checked in vLLM 0.27.1 (v1/cudagraph_dispatcher.py, config/compilation.py, v1/worker/gpu_model_runner.py), stored
+# Checked in the pinned vLLM (v1/cudagraph_dispatcher.py, config/compilation.py, v1/worker/gpu_model_runner.py), stored
 # hashed; the plain names live only in the solution, which the release leaves out. The lesson's text does not print
 # them; its show_vllm cells print the fetched source, where padded_descriptor's answer is a call in dispatch (L303):
 # a pointed look, which is the point. sorted_sizes and uniform_check: one look at the line the item names (the call).

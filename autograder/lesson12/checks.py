@@ -37,7 +37,7 @@ the same groups through the same OutputProcessor; whole texts come from the stri
 
     check_main_path(cls, abort)   the real OutputProcessor with cls: both decoders, stop strings across steps,
                                   several stops, include_stop_str_in_output, multi-byte text, cumulative outputs;
-                                  then cls against vLLM 0.27.1's IncrementalDetokenizer (recorded) on 18 streams
+                                  then cls against the pinned vLLM's IncrementalDetokenizer (recorded) on 18 streams
     check_real_server(cls, abort) a real server (uvicorn on loopback in a thread, its EngineCore in its own
                                   process) with cls plugged in, driven by the openai client
     check_boundary(cls, abort)    first-token stop, output shorter than the hold-back window, one-step outputs,
@@ -69,6 +69,7 @@ from autograder.common import (
     SourceMap,
     expect,
 )
+from autograder.pin import VLLM_VERSION
 
 DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
 NAME = "shakespeare"
@@ -230,7 +231,7 @@ def expect_stream(cls, abort_fn, text, stop, groups, label, finish_last=None, in
 
 def expect_split_prompt(cls, abort_fn, cut: int, label: str) -> None:
     """MULTIBYTE's byte-level tokens, the prompt ending `cut` tokens in, inside a character whose bytes the output
-    completes. The stream must never show U+FFFD. Accepted: vLLM 0.27.1's increments (with tokenizers 0.23 its
+    completes. The stream must never show U+FFFD. Accepted: the pinned vLLM's increments (with tokenizers 0.23 its
     primed DecodeStream, whose prefix ends in an incomplete character, emits the prompt's text again before the
     completed character), or the same increments without that repeated prompt text (a stream that stepped
     through the prompt). A stream primed with only the last prompt token(s) shows U+FFFD."""
@@ -302,7 +303,7 @@ def vllm_events(cls, case: dict) -> dict:
 
 
 def check_against_vllm(cls) -> None:
-    """cls against vLLM 0.27.1's own IncrementalDetokenizer (recorded: grading never needs vLLM) on the lesson's
+    """cls against the pinned vLLM's own IncrementalDetokenizer (recorded: grading never needs vLLM) on the lesson's
     stop-string streams: every step's stop string and delta, and the whole text."""
     from autograder.vllm_views import recorded
     from autograder.vllm_views.lesson12 import GRADED, SCENARIOS
@@ -311,7 +312,7 @@ def check_against_vllm(cls) -> None:
         want, got = recorded("lesson12", name), vllm_events(cls, SCENARIOS[name])
         k = next((k for k, (a, b) in enumerate(zip(got["events"], want["events"], strict=False)) if a != b),
                  min(len(got["events"]), len(want["events"])))
-        expect(got == want, f"与 vLLM 0.27.1 的 IncrementalDetokenizer 不同（用例 {name}，停止串 "
+        expect(got == want, f"与 vLLM {VLLM_VERSION} 的 IncrementalDetokenizer 不同（用例 {name}，停止串 "
                f"{SCENARIOS[name]['params']['stop']}）：第 {k + 1} 步 [停止串, 增量] vLLM "
                f"{want['events'][k:k + 1]}，你的 {got['events'][k:k + 1]}；全文 vLLM {_clip(want['text'])}，"
                f"你的 {_clip(got['text'])}。")
