@@ -1,4 +1,4 @@
-"""python -m autograder {build,check,grade,worker,feedback,release,diagnose} — the course's one command line."""
+"""python -m autograder {build,check,grade,worker,feedback,release,diagnose,new,verify} — the course's one command line."""
 from __future__ import annotations
 
 import argparse
@@ -39,6 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("lessons", nargs="*", help="lesson ids (default: every lesson)")
     d.add_argument("--build", action="store_true", required=True, help="(re)build the misconception tables")
     d.add_argument("--hints-only", action="store_true", help="keep the signatures, rewrite only the hint texts")
+    n = sub.add_parser("new", help="scaffold a lesson from lesson 1 (source, package, vLLM view), ids renamed (instructor)")
+    n.add_argument("lesson", help="the new lesson's id, e.g. lesson13")
+    n.add_argument("--title", required=True, help="its title (Chinese, as the other lessons')")
+    v = sub.add_parser("verify", help="one lesson end to end: build, diagnosis, reference full and blank 0, release, "
+                                      "its tests and nbgrader flow (instructor)")
+    v.add_argument("lesson", help="lesson id, e.g. lesson01")
     args = ap.parse_args(argv)
 
     if args.cmd == "build":
@@ -101,6 +107,17 @@ def main(argv: list[str] | None = None) -> int:
                                       ).returncode for lesson_id in lessons)
         print(f"written: {build(lessons[0], only_hints=args.hints_only)}", flush=True)
         return 0
+    if args.cmd == "new":
+        from autograder.scaffold import new_lesson
+
+        for rel in new_lesson(args.lesson, args.title):
+            print(f"written: {rel}")
+        print(f"next: fill them, then `python -m autograder verify {args.lesson}`")
+        return 0
+    if args.cmd == "verify":
+        from autograder.verify import verify
+
+        return verify(args.lesson)
     return 2
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.common import REPO, discover_lessons
-from autograder.pin import VLLM_VERSION
+from autograder.pin import VLLM_COMMIT, VLLM_VERSION
 
 # Where the student release is published (`python -m autograder release DIR`, then push DIR there): the one
 # setting behind every notebook's install cell and "Open in Colab" link. Rebuild after changing it.
@@ -65,10 +65,23 @@ def colab_link(lesson_id: str, repo: str = RELEASE_REPO, branch: str = RELEASE_B
     return f"[在 Colab 中打开本课]({url})（发行版：`{repo}`）"
 
 
+PIN_PLACEHOLDERS = {"{{VLLM_VERSION}}": VLLM_VERSION, "{{VLLM_COMMIT}}": VLLM_COMMIT}
+
+
+def expand_pin(text: str) -> str:
+    """A lesson source's text with the pinned vLLM version and commit (autograder/pin.py) in its placeholders:
+    the notebooks show the numbers, the sources name them once, here."""
+    for placeholder, value in PIN_PLACEHOLDERS.items():
+        text = text.replace(placeholder, value)
+    return text
+
+
 def generated_cells(nb: nbformat.NotebookNode, lesson_id: str, root: Path = REPO) -> nbformat.NotebookNode:
-    """Fill what one source must not repeat twelve times: the install cell (the source's first cell is the
+    """Fill what one source must not repeat in every lesson: the install cell (the source's first cell is the
     placeholder), the "Open in Colab" line under the title, the previous/next lesson line and, under the
     grading table, which cells autograde runs (autograder/preprocessors.py SkipUngradedCells)."""
+    for cell in nb.cells:
+        cell.source = expand_pin(cell.source)
     first = nb.cells[0]
     if first.cell_type != "code" or first.source.strip() != COLAB_PLACEHOLDER:
         raise SystemExit(f"{lesson_id}: the first cell must be the placeholder `{COLAB_PLACEHOLDER}`")
@@ -166,7 +179,7 @@ def lesson_title(lesson_id: str, root: Path = REPO) -> str:
     """'第 3 课：…' from the source's first markdown heading."""
     for line in (root / "solutions" / lesson_id / f"{lesson_id}.py").read_text(encoding="utf-8").splitlines():
         if line.startswith("# # "):
-            return line[4:].strip()
+            return expand_pin(line[4:].strip())
     raise SystemExit(f"{lesson_id}: no `# # 第 N 课：…` title line")
 
 

@@ -16,7 +16,6 @@ import linecache
 import logging
 import re
 import traceback
-import unicodedata
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -321,17 +320,87 @@ class Part:
 
 
 @dataclass
+class SourceMap:
+    """A lesson's SOURCE_MAP part as data: the keys the student fills, the accepted names for each as sha256 prefixes
+    of ``name(answer)`` (never the names: checks.py ships to students), and the line that opens the list of wrong
+    entries. ``name`` is the spelling compared; lessons 6 and 8 keep their own (changing it would change verdicts)."""
+
+    keys: list[str]
+    hashes: dict[str, set[str]]
+    unmapped: str = "这些概念没有对应到 vLLM 源码中实现它的名字"
+    name: Callable[[str], str] = last_name
+    title: str = "映射回源码对象"
+    check: Callable = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        @graded
+        def check_source_map(source_map) -> None:
+            """Source mapping: for each key, the name in vLLM that holds it (one the lesson does not print)."""
+            __tracebackhide__ = True
+            check_name_map(source_map, self.keys, self.hashes, self.name_hash, self.unmapped)
+        self.check = check_source_map
+
+    def name_hash(self, answer) -> str:
+        return hashlib.sha256(self.name(answer).encode()).hexdigest()[:16]
+
+
+CODE_PARTS, QUESTIONS, QUESTION_POINTS, TOTAL = 4, 3, 2, 10  # every lesson: 4 × 1 code point + Q1～Q3 × 2 = 10
+
+
+@dataclass
 class Lesson:
-    """A lesson's graded parts and its pass mark; ``lesson_id`` matches solutions/<lesson_id>/."""
+    """A lesson's graded parts, declared by data; ``lesson_id`` matches solutions/<lesson_id>/.
+
+    ``code`` maps a part's key (its grade id is ``lNN_<key>``) to (title, check) or (title, check, needs); needs
+    default to ``answer``, the names the exercise defines. ``source_map`` adds the ``lNN_source_map`` part,
+    ``questions`` the manual Q1～Q3 (``lNN_q<i>``, titled ``Q<i> <text>``). Every rule a lesson must meet is
+    checked here, when it is declared, with what to add."""
 
     lesson_id: str
     title: str
-    parts: list[Part]
+    code: dict[str, tuple]
+    answer: tuple[str, ...] = ()
+    source_map: SourceMap | None = None
+    questions: tuple[str, ...] = ()
     pass_mark: int = 8
+    parts: list[Part] = field(init=False)
     total: int = field(init=False)
 
     def __post_init__(self) -> None:
+        def rule(ok: bool, what: str) -> None:
+            if not ok:
+                raise ValueError(f"{self.lesson_id}: {what}")
+
+        rule(LESSON_RE.match(self.lesson_id) is not None, "a lesson id is lessonNN (its folder solutions/lessonNN/)")
+        pre = f"l{self.lesson_id[-2:]}"
+        self.parts = []
+        for key, spec in self.code.items():
+            rule(isinstance(spec, tuple) and len(spec) in (2, 3) and callable(spec[1]),
+                 f"code[{key!r}] is (title, check) or (title, check, needs), with check the function its grade cell calls")
+            needs = tuple(spec[2]) if len(spec) == 3 else tuple(self.answer)
+            rule(bool(needs), f"code[{key!r}] grades nothing: give the lesson answer=(the names the exercise defines,) "
+                              "or the part its needs")
+            self.parts.append(Part(f"{pre}_{key}", spec[0], 1, spec[1], needs))
+        if self.source_map is not None:
+            sm = self.source_map
+            rule(set(sm.hashes) == set(sm.keys), f"source_map.hashes needs exactly the keys {list(sm.keys)}: missing "
+                 f"{sorted(set(sm.keys) - set(sm.hashes))}, extra {sorted(set(sm.hashes) - set(sm.keys))}")
+            bad = [k for k, hs in sm.hashes.items() if not hs or not all(re.fullmatch(r"[0-9a-f]{16}", h) for h in hs)]
+            rule(not bad, f"source_map.hashes{bad}: add each accepted name as SourceMap.name_hash(name), 16 hex digits")
+            self.parts.append(Part(f"{pre}_source_map", sm.title, 1, sm.check, ("SOURCE_MAP",)))
+        n = len(self.parts)
+        rule(n == CODE_PARTS, f"a lesson has exactly {CODE_PARTS} one-point code parts (main path, real engine, "
+                              f"boundary, source map, or others in their place); it has {n}: "
+                              + (f"add {CODE_PARTS - n}" if n < CODE_PARTS else f"remove {n - CODE_PARTS}"))
+        rule(len(self.questions) == QUESTIONS, f"a lesson asks exactly {QUESTIONS} questions (Q1～Q3, the grading "
+                                               f"table's `| Q1～Q3 |` row); it has {len(self.questions)}")
+        self.parts += [Part(f"{pre}_q{i}", f"Q{i} {q}", QUESTION_POINTS, group="manual")
+                       for i, q in enumerate(self.questions, 1)]
+        ids = [p.grade_id for p in self.parts]
+        rule(len(set(ids)) == len(ids), f"grade ids must differ: {ids}")
         self.total = sum(p.points for p in self.parts)
+        rule(self.total == TOTAL, f"the parts add up to {self.total}, not {TOTAL}")
+        rule(0 < self.pass_mark <= self.total, f"pass_mark {self.pass_mark} is not within 1..{self.total}")
 
     def part(self, grade_id: str) -> Part:
         return next(p for p in self.parts if p.grade_id == grade_id)
@@ -342,6 +411,14 @@ class PartResult:
     part: Part
     score: float | None  # None: manual, pending
     message: str = ""
+
+
+def read_notebook(path: Path):
+    """A notebook as nbformat reads it (as written: no version conversion). Not for the student's kernel, where
+    _grade_cells reads the JSON itself: nbformat's import costs every kernel setup half a second (#33)."""
+    import nbformat
+
+    return nbformat.read(Path(path), as_version=nbformat.NO_CONVERT)
 
 
 def discover_lessons(root: Path = REPO) -> list[str]:
@@ -492,7 +569,7 @@ def student_namespace(nb_path: Path) -> tuple[dict, list[str]]:
     a fresh namespace. Demos and figures are skipped, so the self-check takes seconds.
     Returns the namespace and one line per cell that raised.
     """
-    nb = json.loads(Path(nb_path).read_text(encoding="utf-8"))
+    nb = read_notebook(nb_path)
     ns: dict = {"__name__": "__student__", "______": ______}
     errors: list[str] = []
     logging_disabled = logging.root.manager.disable  # the setup cell silences logging: undo it after
@@ -525,9 +602,12 @@ def exec_source(python: str, ns: dict, filename: str) -> None:
 
 
 def width(text: str) -> int:
-    """Terminal columns: East Asian wide and fullwidth characters take two, combining marks none."""
-    return sum(0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1
-               for ch in text)
+    """Terminal columns (wcwidth): East Asian wide and fullwidth characters take two, combining marks none; a
+    control character, which wcwidth cannot place, counts none."""
+    from wcwidth import wcswidth, wcwidth
+
+    n = wcswidth(text)
+    return n if n >= 0 else sum(max(0, wcwidth(ch)) for ch in text)
 
 
 def pad(text: str, cols: int) -> str:
@@ -701,7 +781,8 @@ MORE = "（完整 traceback：在新单元格运行 %tb，或设环境变量 {en
 
 def _grade_cells(lesson_id: str) -> dict[str, str]:
     """grade_id -> the visible source of each grade cell in the released notebook (what a student's copy and
-    nbgrader's run both start with: nbgrader only appends the hidden tests)."""
+    nbgrader's run both start with: nbgrader only appends the hidden tests). Raw JSON: it runs in the student's
+    kernel (read_notebook)."""
     path = NOTEBOOKS / lesson_id / f"{lesson_id}.ipynb"
     if not path.is_file():
         return {}

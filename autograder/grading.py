@@ -30,7 +30,7 @@ from pathlib import Path
 
 from autograder import isolation
 from autograder.build import dumps, nbgrader, nbgrader_env, new_course, solution_notebook
-from autograder.common import discover_lessons, load_lesson
+from autograder.common import discover_lessons, load_lesson, read_notebook
 from autograder.diagnosis import label
 from autograder.limits import cell_timeout
 
@@ -457,11 +457,9 @@ LIMIT_SETTINGS = ("MINIVLLM_MEMORY_LIMIT_MB", "MINIVLLM_CELL_TIMEOUT", "MINIVLLM
 
 def _first_error(notebook: Path) -> str:
     """'cell_id: Ename: evalue' of the first error output of an autograded notebook, else ""."""
-    import json
-
     if not notebook.is_file():
         return ""
-    for cell in json.loads(notebook.read_text(encoding="utf-8")).get("cells", []):
+    for cell in read_notebook(notebook).get("cells", []):
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error":
                 text = " ".join(f"{out.get('ename', '')}: {out.get('evalue', '')}".split())

@@ -7,12 +7,10 @@ test grades exactly what a student with that misconception would hand in.
 """
 from __future__ import annotations
 
-import copy
 import importlib
-import json
 from dataclasses import dataclass
 
-from autograder.common import REPO, ______, exec_source
+from autograder.common import REPO, ______, exec_source, read_notebook
 
 
 @dataclass(frozen=True)
@@ -29,7 +27,7 @@ def mutants(lesson_id: str) -> dict[str, Mutant]:
 
 
 def _cells(path) -> list[dict]:
-    return json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return read_notebook(path).cells
 
 
 def _src(cell: dict) -> str:
@@ -63,9 +61,8 @@ def mutant_source(lesson_id: str, name: str) -> str:
 
 def filled_notebook(lesson_id: str, replace: dict[str, str] | None = None) -> dict:
     """The student release with every answer cell filled from the solution, then `replace` (id -> source)."""
-    nb = json.loads((REPO / "notebooks" / lesson_id / f"{lesson_id}.ipynb").read_text(encoding="utf-8"))
+    nb = read_notebook(REPO / "notebooks" / lesson_id / f"{lesson_id}.ipynb")
     answers = dict(solution_cells(lesson_id), **(replace or {}))
-    nb = copy.deepcopy(nb)
     for cell in nb["cells"]:
         if cell["id"] in answers:
             cell["source"] = answers[cell["id"]]

@@ -14,7 +14,6 @@ SkipUngradedCells: at autograde, the release's code cells that nbgrader does not
 """
 from __future__ import annotations
 
-import json
 import re
 
 from nbformat import NotebookNode
@@ -76,13 +75,13 @@ class SkipUngradedCells(NbGraderPreprocessor):
     """
 
     def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
-        from autograder.common import NOTEBOOKS
+        from autograder.common import NOTEBOOKS, read_notebook
 
         lesson_id = resources.get("nbgrader", {}).get("notebook", "")
         release = NOTEBOOKS / lesson_id / f"{lesson_id}.ipynb"
         ungraded = set()
         if lesson_id and release.is_file():  # an instructor's own assignment: everything runs
-            ungraded = {c["id"] for c in json.loads(release.read_text(encoding="utf-8"))["cells"]
+            ungraded = {c["id"] for c in read_notebook(release).cells
                         if c["cell_type"] == "code" and "nbgrader" not in c.get("metadata", {})}
         for cell in nb.cells:
             tags = [t for t in cell.metadata.get("tags", []) if t != UNGRADED_TAG]

@@ -112,6 +112,20 @@ def release_scores(once):
     return scores
 
 
+@pytest.fixture(scope="module")
+def solution_ns(request):
+    """The solution notebook's namespace (its cells run in this process) for the lesson a test module is named
+    for (tests/test_lessonNN_*.py)."""
+    import re
+
+    from autograder.common import REPO, student_namespace
+
+    lesson_id = re.search(r"lesson\d\d", request.module.__name__).group(0)
+    ns, errors = student_namespace(REPO / f"solutions/{lesson_id}/{lesson_id}.ipynb")
+    assert not errors, errors
+    return ns
+
+
 @pytest.fixture(scope="session")
 def executed_solution(once):
     """lesson -> its solution notebook run once per test run (`once`; nbclient, each cell within the course's

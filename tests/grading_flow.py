@@ -42,6 +42,17 @@ def code_scores(lesson_id: str, nb: dict, tmp_path: Path, messages: dict | None 
     return {r.part.grade_id: r.score for r in results}
 
 
+def namespace_scores(lesson_id: str, namespace: dict, parts: tuple[str, ...] | None = None) -> dict[str, float]:
+    """Code points per part of a namespace graded in this process: every code part as grade_namespace runs them,
+    or only `parts`, each on its own (run_part)."""
+    from autograder.common import grade_namespace, load_lesson, run_part
+
+    lesson = load_lesson(lesson_id)
+    if parts is None:
+        return {r.part.grade_id: r.score for r in grade_namespace(lesson, namespace) if not r.part.manual}
+    return {p.grade_id: run_part(p, namespace).score for p in lesson.parts if p.grade_id in parts}
+
+
 def notebook_part_scores(lesson_id: str, nb) -> dict[str, float]:
     """Code points per part of an executed notebook (tests/conftest.py's executed_solution), scored as nbgrader
     scores a grade cell: its points when it ran without an error or stderr output, else 0."""

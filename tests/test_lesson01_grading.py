@@ -5,32 +5,13 @@ import csv
 import json
 
 import pytest
-from grading_flow import notebook_part_scores, solution_cells
+from grading_flow import namespace_scores, solution_cells
 
-from autograder.common import REPO, grade_namespace, student_namespace
-from autograder.lesson01 import LESSON, check_source_map, run_engine
+from autograder.common import REPO, student_namespace
+from autograder.lesson01 import check_source_map, run_engine
 from autograder.mutation import mutant_namespace
 from autograder.mutation import solution_cells as mutation_solution_cells
 from autograder.preprocessors import NOT_RUN
-
-
-def code_scores(namespace):
-    return {r.part.grade_id: r.score for r in grade_namespace(LESSON, namespace) if not r.part.manual}
-
-
-@pytest.fixture(scope="module")
-def solution_ns():
-    ns, errors = student_namespace(REPO / "solutions/lesson01/lesson01.ipynb")
-    assert not errors
-    return ns
-
-
-@pytest.mark.slow
-def test_solution_gets_all_code_points(executed_solution):
-    """Per part, from the solution notebook's own run (nbclient, once per test run: tests/conftest.py), each grade
-    cell scored as nbgrader scores it; test_autograder checks that run whole, test_mutants the sandbox's grading."""
-    assert notebook_part_scores("lesson01", executed_solution("lesson01")) == {"l01_main_path": 1, "l01_real_engine": 1, "l01_boundary": 1,
-                                                                    "l01_source_map": 1}
 
 
 def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
@@ -43,16 +24,6 @@ def test_source_map_accepts_spellings_and_rejects_swaps(solution_ns):
                 dict(good, model_output=None)):
         with pytest.raises(AssertionError):
             check_source_map(bad)
-
-
-def test_source_map_answers_are_not_printed_by_the_lesson(solution_ns):
-    text = (REPO / "solutions/lesson01/lesson01.py").read_text(encoding="utf-8")
-    start = text.index("SOURCE_MAP = {")
-    outside = text[:start] + text[text.index("}", start):]
-    for f in ("demo.py", "checks.py"):
-        outside += (REPO / "autograder/lesson01" / f).read_text(encoding="utf-8")
-    for name in solution_ns["SOURCE_MAP"].values():
-        assert name not in outside, name
 
 
 def mutant(name):
@@ -94,7 +65,8 @@ def test_nbgrader_end_to_end(lesson01_class, release_scores):
     assert {k: sol[k] for k in ("l01_engine_core_step", "l01_source_map_answer")} == \
         {k: v for k, v in mutation_solution_cells("lesson01").items() if not k.startswith("l01_q")}
     ns, _ = student_namespace(lesson01_class["subs"] / "blank_student" / "lesson01" / "lesson01.ipynb")
-    self_check = {"solution_student": release_scores("lesson01"), "blank_student": code_scores(ns),
+    self_check = {"solution_student": release_scores("lesson01"),
+                  "blank_student": namespace_scores("lesson01", ns),
                   "mutant_student": release_scores("lesson01", "update_before_aborts")}
     for student in flow:
         assert self_check[student] == {k: v for k, v in results[student].items() if k in self_check[student]}, student

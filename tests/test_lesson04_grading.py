@@ -4,28 +4,11 @@ four states it names, the lifecycle trace and the HF oracle catch what they clai
 from types import SimpleNamespace
 
 import pytest
-from grading_flow import grade_three_students, notebook_part_scores
 
 from autograder import lesson04 as L04
-from autograder.common import REPO, CheckFailed, student_namespace
-from autograder.mutation import mutant_namespace, mutant_source
+from autograder.common import CheckFailed
+from autograder.mutation import mutant_namespace
 from autograder.pin import VLLM_VERSION
-
-CODE_PARTS = ("l04_preempt", "l04_real_engine", "l04_abort", "l04_stop")
-
-
-@pytest.fixture(scope="module")
-def solution_ns():
-    ns, errors = student_namespace(REPO / "solutions/lesson04/lesson04.ipynb")
-    assert not errors
-    return ns
-
-
-@pytest.mark.slow
-def test_solution_gets_all_code_points(executed_solution):
-    """Per part, from the solution notebook's own run (nbclient, once per test run: tests/conftest.py), each grade
-    cell scored as nbgrader scores it; test_autograder checks that run whole, test_mutants the sandbox's grading."""
-    assert notebook_part_scores("lesson04", executed_solution("lesson04")) == dict.fromkeys(CODE_PARTS, 1)
 
 
 def test_minivllms_own_scheduler_passes_the_same_checks():
@@ -85,15 +68,6 @@ def test_victim_at_back_is_overtaken():
     ns = mutant_namespace("lesson04", "victim_at_back")
     with pytest.raises(CheckFailed, match="队首"):
         L04.check_preempt(ns["preempt"], ns["finish_requests"], ns["check_stop"])
-
-
-@pytest.mark.slow
-def test_nbgrader_end_to_end(tmp_path):
-    """generate_assignment -> submissions (solution, blank, mutant) -> autograde -> export."""
-    subs, results, csv_path = grade_three_students(
-        tmp_path, "lesson04", ("l04_lifecycle",), "l04_lifecycle", mutant_source("lesson04", "min_tokens_ignored"))
-    code = {s: sum(v or 0 for k, v in got.items() if k in CODE_PARTS) for s, got in results.items()}
-    assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 3}
 
 
 # ---------------------------------------------------------------------------- against vLLM 0.27.1 (recorded)

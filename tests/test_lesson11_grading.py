@@ -8,13 +8,11 @@ import json
 
 import pytest
 import torch
-from grading_flow import grade_three_students
 
-from autograder.common import REPO, CheckFailed, exec_source, run_part, student_namespace
+from autograder.common import REPO, CheckFailed, exec_source, run_part
 from autograder.lesson11 import LESSON, check_source_map, demo
 from autograder.mutation import mutant_source, mutants
 
-CODE_PARTS = ("l11_main_path", "l11_real_engine", "l11_boundary", "l11_source_map")
 # mutant -> (the part whose message is checked, a phrase that message must carry)
 MESSAGES = {
     "largest_size": ("l11_main_path", "能装下的最小尺寸"),
@@ -28,13 +26,6 @@ MESSAGES = {
     "multiple_of_8_above_8": ("l11_main_path", "间隔不一定是 8"),
     "clamped_to_largest": ("l11_main_path", "CudagraphDispatcher.dispatch"),  # caught by the vLLM comparison
 }
-
-
-@pytest.fixture(scope="module")
-def solution_ns():
-    ns, errors = student_namespace(REPO / "solutions/lesson11/lesson11.ipynb")
-    assert not errors
-    return ns
 
 
 def test_every_required_mutant_is_there():
@@ -95,7 +86,6 @@ def test_student_copy_shows_the_blanks():
         assert line in code, line
     assert "PAD_SLOT_ID" not in code and "min(" not in code and "hidden[:" not in code
     assert "bufs.block_table[:size]" not in code and "bufs.slot_mapping[n:size] = pad_slot" in code
-    assert cells["l11_source_map_answer"].count(": ______,") == 3
     assert "L11.check_boundary" not in cells["l11_boundary"] and "assert choose_capture_size(9" in cells["l11_boundary"]
 
 
@@ -109,13 +99,3 @@ def test_demo_padding_table_and_launch_counts(capsys):
         assert "没有 CUDA" in capsys.readouterr().out
 
 
-@pytest.mark.slow
-def test_nbgrader_end_to_end(tmp_path):
-    """generate_assignment -> submissions (solution, blank, mutant) -> autograde -> export."""
-    subs, results, csv_path = grade_three_students(
-        tmp_path, "lesson11", ("l11_padding", "l11_source_map_answer"), "l11_padding",
-        mutant_source("lesson11", "pad_slot_block_0"))
-    code = {s: sum(v or 0 for k, v in got.items() if k in CODE_PARTS) for s, got in results.items()}
-    assert code == {"solution_student": 4, "blank_student": 0, "mutant_student": 2}
-    assert {s: got["l11_q1"] for s, got in results.items()} == {  # written: pending; untouched: 0
-        "solution_student": None, "mutant_student": None, "blank_student": 0}

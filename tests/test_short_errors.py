@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from autograder.common import NOTEBOOKS, REPO, Lesson, Part, PartResult, format_report, width
+from autograder.common import NOTEBOOKS, REPO, Lesson, PartResult, format_report, width
 from autograder.mutation import mutant_source
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -80,14 +80,15 @@ def test_full_traceback_setting_and_other_cells_keep_ipython_traceback(shell, ca
 
 
 def test_self_check_table_aligns_by_display_width():
-    parts = [Part("a", "主路径·种子断言", 1, check=lambda: None), Part("b", "Boundary", 1, check=lambda: None),
-             Part("c", "能映射回源码对象（SOURCE_MAP）", 2, check=lambda: None), Part("q1", "Q1", 2, group="manual")]
-    lesson = Lesson("lesson99", "测试", parts)
+    lesson = Lesson("lesson99", "测试", answer=("f",), questions=("一", "二", "三"), code={
+        "a": ("主路径·种子断言", lambda f: None), "b": ("Boundary", lambda f: None),
+        "c": ("能映射回源码对象（SOURCE_MAP）", lambda f: None), "d": ("d", lambda f: None)})
+    parts = lesson.parts
     results = [PartResult(parts[0], 0, "第一行\n第二行"), PartResult(parts[1], 1, "通过"),
-               PartResult(parts[2], 2, "通过"), PartResult(parts[3], None, "待人工评分")]
+               PartResult(parts[2], 1, "通过"), PartResult(parts[4], None, "待人工评分")]
     text, _ = format_report(lesson, results)
     rows = text.splitlines()[1:6]
-    starts = {width(r[: r.index(score)]) for r, score in zip(rows[1:], ("0/1", "1/1", "2/2", "-/2"), strict=True)}
+    starts = {width(r[: r.index(score)]) for r, score in zip(rows[1:], ("0/1", "1/1", "1/1", "-/2"), strict=True)}
     assert len(starts) == 1, text  # the score column starts at the same display column in every row
     assert width(rows[0][: rows[0].index("得分")]) in starts
     assert "第一行；第二行" in rows[1]  # a message is one row
@@ -136,9 +137,9 @@ def test_a_cell_that_hit_a_limit_is_not_run_again_for_its_diagnosis(monkeypatch)
 def test_the_verdict_never_says_the_code_is_done_below_full_code_marks():
     """3/4 leaves a pass possible (9/10 with full manual marks) but the code part is not done: the pass requires
     every code part."""
-    parts = [Part(g, g, 1, check=lambda: None) for g in "abcd"] + [Part(f"q{i}", f"Q{i}", 2, group="manual")
-                                                                      for i in (1, 2, 3)]
-    lesson = Lesson("lesson99", "测试", parts)
+    lesson = Lesson("lesson99", "测试", {g: (g, lambda f: None) for g in "abcd"}, answer=("f",),
+                    questions=("一", "二", "三"))
+    parts = lesson.parts
     code = [PartResult(p, 1, "通过") for p in parts[:4]]
     manual = [PartResult(p, None, "待人工评分") for p in parts[4:]]
     full, _ = format_report(lesson, code + manual)

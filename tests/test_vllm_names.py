@@ -36,6 +36,7 @@ from pathlib import Path
 
 import pytest
 
+from autograder.build import expand_pin
 from autograder.common import discover_lessons
 from autograder.pin import VLLM_COMMIT, VLLM_VERSION
 from autograder.vllm_names import DEFAULT_OUT, VllmNames, file_facts
@@ -251,7 +252,7 @@ def test_names_list_provenance():
 
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_every_cited_vllm_name_exists(lesson):
-    source = (REPO / "solutions" / lesson / f"{lesson}.py").read_text(encoding="utf-8")
+    source = expand_pin((REPO / "solutions" / lesson / f"{lesson}.py").read_text(encoding="utf-8"))
     bad = failures(source)
     unexpected = [b for b in bad if (lesson, b[1]) not in PENDING_OTHER_BRANCHES]
     assert not unexpected, "\n".join(f"{lesson}.py:{ln}: `{name}` not in vLLM {VLLM_VERSION} ({why})"

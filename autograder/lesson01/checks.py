@@ -24,10 +24,9 @@ import contextlib
 import time
 from dataclasses import dataclass, field
 
-from autograder.common import Lesson, Part, check_name_map, expect, graded, last_name_hash
+from autograder.common import Lesson, SourceMap, expect, graded
 
 TRACE = ["schedule", "execute", "grammar", "wait", "aborts", "update"]
-BLANKS = ["plan", "future", "grammar", "model_output", "aborts", "outputs"]
 
 
 # ---------------------------------------------------------------------------- instrumented callables
@@ -133,24 +132,16 @@ def check_boundary(engine_core_step) -> None:
 
 # The accepted names, as sha256 prefixes of the lower-cased last dotted name (common.last_name_hash): never the
 # names themselves, since this file ships to students. Each is one step past a blank of EngineCore.step in
-# vLLM 0.27.1 (v1/core/sched/output.py, v1/executor/multiproc_executor.py, v1/outputs.py, v1/engine/__init__.py,
+# the pinned vLLM (v1/core/sched/output.py, v1/executor/multiproc_executor.py, v1/outputs.py, v1/engine/__init__.py,
 # v1/request.py), and the lesson does not print it.
-SOURCE_HASHES = {
+SOURCE = SourceMap(["plan", "future", "grammar", "model_output", "aborts", "outputs"], {
     "plan": {"ec18205fc7eb15d3"},
     "future": {"f0d1e3803bcc7eec"},
     "grammar": {"a98c7d0ca6f69b1e"},
     "model_output": {"ae493c7adce2eff0"},
     "aborts": {"a2fc9250c0d3af89"},
     "outputs": {"285a0c06cf83da7b"},
-}
-name_hash = last_name_hash
-
-
-@graded
-def check_source_map(source_map) -> None:
-    """Source mapping: for each blank of EngineCore.step, a name one step further in vLLM."""
-    __tracebackhide__ = True
-    check_name_map(source_map, BLANKS, SOURCE_HASHES, name_hash, "这些项没有对应到 vLLM 源码中的名字")
+}, unmapped="这些项没有对应到 vLLM 源码中的名字")
 
 
 # ---------------------------------------------------------------------------- the real engine
@@ -300,13 +291,13 @@ def check_real_engine(engine_core_step) -> EngineRun:
 LESSON = Lesson(
     lesson_id="lesson01",
     title="vLLM V1 源码地图：AsyncLLM、EngineCore 与 Worker",
-    parts=[
-        Part("l01_main_path", "主路径·种子断言", 1, check_main_path, ("engine_core_step",)),
-        Part("l01_real_engine", "主路径·真实引擎", 1, check_real_engine, ("engine_core_step",)),
-        Part("l01_boundary", "边界条件", 1, check_boundary, ("engine_core_step",)),
-        Part("l01_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
-        Part("l01_q1", "Q1 状态所有权", 2, group="manual"),
-        Part("l01_q2", "Q2 grammar 重叠", 2, group="manual"),
-        Part("l01_q3", "Q3 abort 时序", 2, group="manual"),
-    ],
+    answer=("engine_core_step",),
+    code={
+        "main_path": ("主路径·种子断言", check_main_path),
+        "real_engine": ("主路径·真实引擎", check_real_engine),
+        "boundary": ("边界条件", check_boundary),
+    },
+    source_map=SOURCE,
+    questions=("状态所有权", "grammar 重叠", "abort 时序"),
 )
+check_source_map = SOURCE.check

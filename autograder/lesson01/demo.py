@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from autograder.lesson01.checks import TRACE, EngineRun, engine_phases, run_engine
+from autograder.pin import VLLM_VERSION
 
 
 def print_outputs(run: EngineRun) -> None:
@@ -202,7 +203,7 @@ def fig_request_flow():
     return fig
 
 
-# ---------------------------------------------------------------------------- the same run on vLLM 0.27.1
+# ---------------------------------------------------------------------------- the same run on the pinned vLLM
 def _event_order(record: dict) -> str:
     """scheduler_harness events as a line: S3 = schedule() of step 3, U3 = update_from_output() of the batch
     scheduled at step 3 (its outputs arrive with the step that collects it)."""
@@ -217,7 +218,7 @@ def _event_order(record: dict) -> str:
 
 
 def vllm_side_by_side(run: EngineRun) -> None:
-    """vLLM 0.27.1's EngineCore on the lesson's run (two greedy requests, r0 aborted during step 3's forward):
+    """The pinned vLLM's EngineCore on the lesson's run (two greedy requests, r0 aborted during step 3's forward):
     per step the order in which its step called the scheduler and executor, and the tokens each request got,
     beside minivllm's `run`; then the batch-queue order of async scheduling, vLLM's AsyncScheduler beside
     minivllm's, driven the same way."""
@@ -230,7 +231,7 @@ def vllm_side_by_side(run: EngineRun) -> None:
     answers, line = vllm_oracle.answers("lesson01")
     print(line)
     site = vllm_oracle.vllm_site_packages()
-    print("vLLM 0.27.1 的源码：", f"{site}/vllm/" if site else "本机未安装（`make vllm` 之后在 .venv-vllm 的 site-packages/vllm/）")
+    print(f"vLLM {VLLM_VERSION} 的源码：", f"{site}/vllm/" if site else "本机未安装（`make vllm` 之后在 .venv-vllm 的 site-packages/vllm/）")
     v = answers["demo_step_phases"]
     print(f"vLLM 的 EngineCore 用 {v['step_fn']}（async_scheduling={v['async_scheduling']}）；sample = "
           "execute_model 返回 None 时 step 另调的 sample_tokens（minivllm 没有这一段，不计入 ✓）")

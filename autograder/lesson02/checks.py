@@ -8,7 +8,7 @@ and waiting deque, lets `allocate` call KVCacheManager.allocate_slots, and build
 
 Grade cells and `python -m autograder check lesson02 ...` call the same functions here:
     check_main_path(schedule_step)    seed scenarios on minivllm's Scheduler (3 x 800, threshold, decodes), then
-                                      every step equal to vLLM 0.27.1's own Scheduler (recorded, vllm_oracle)
+                                      every step equal to the pinned vLLM's own Scheduler (recorded, vllm_oracle)
     check_real_engine(schedule_step)  the policy inside EngineCore on the default model, per-step outputs
     check_boundary(schedule_step)     KV pool runs out: preempt the newest by recompute, admit nobody; == vLLM
     check_source_map(SOURCE_MAP)      names in the shown excerpts that the lesson text does not print
@@ -37,9 +37,14 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from autograder import vllm_oracle
-from autograder.common import CheckFailed, Lesson, Part, check_name_map, expect, graded, last_name_hash
-
-BLANKS = ["queue_factory", "pick_queue", "peek", "hit_tokens", "preempted_list"]
+from autograder.common import (
+    CheckFailed,
+    Lesson,
+    SourceMap,
+    expect,
+    graded,
+)
+from autograder.pin import VLLM_VERSION
 
 
 # ---------------------------------------------------------------------------- the plug
@@ -330,7 +335,7 @@ def _compare_scenario(schedule_step, index: int, boundary: bool) -> None:
         expect(ga == wa, f"场景「{title}」第 {k + 1} 步：应接纳 {wa}，实际接纳 {ga}。")
 
 
-# ---------------------------------------------------------------------------- against vLLM 0.27.1
+# ---------------------------------------------------------------------------- against the pinned vLLM
 def harness_scheduler(cfg: dict, schedule_step=None):
     """minivllm's Scheduler for one autograder/lesson02/vllm_view.py workload (the oracle's one factory), the
     student's loop plugged in."""
@@ -366,7 +371,7 @@ def plan(record: dict) -> list[tuple[dict, list]]:
 
 def compare_with_vllm(schedule_step, prefix: str) -> None:
     """Every step of every recorded workload named demo_/prefix*: the student's loop schedules and preempts
-    exactly what vLLM 0.27.1's own Scheduler did on the same inputs."""
+    exactly what the pinned vLLM's own Scheduler did on the same inputs."""
     for name in vllm_oracle.scenarios("lesson02"):
         if not name.startswith((prefix, "demo_" + ("3x800" if prefix == "main_" else "preemption"))):
             continue
@@ -374,11 +379,11 @@ def compare_with_vllm(schedule_step, prefix: str) -> None:
         try:
             got = plan(run_vllm_view(name, schedule_step))
         except CheckFailed as e:
-            raise CheckFailed(f"与 vLLM 0.27.1 对照（场景 {name}）：{e}") from None
+            raise CheckFailed(f"与 vLLM {VLLM_VERSION} 对照（场景 {name}）：{e}") from None
         for k, ((gs, gp), (ws, wp)) in enumerate(zip(got, want, strict=False)):
-            expect(gs == ws and gp == wp, f"与 vLLM 0.27.1 的 Scheduler 对照（场景 {name}）第 {k + 1} 步：vLLM 调度 "
+            expect(gs == ws and gp == wp, f"与 vLLM {VLLM_VERSION} 的 Scheduler 对照（场景 {name}）第 {k + 1} 步：vLLM 调度 "
                                           f"{ws}（抢占 {wp}），你的循环调度 {gs}（抢占 {gp}）。")
-        expect(len(got) == len(want), f"与 vLLM 0.27.1 对照（场景 {name}）：vLLM 调度了 {len(want)} 步，"
+        expect(len(got) == len(want), f"与 vLLM {VLLM_VERSION} 对照（场景 {name}）：vLLM 调度了 {len(want)} 步，"
                                       f"你的循环 {len(got)} 步。")
 
 
@@ -458,25 +463,18 @@ def check_boundary(schedule_step) -> None:
 
 
 # The accepted names, as sha256 prefixes of the lower-cased last dotted name (common.last_name_hash), so the
-# answer is not one `import` away and never in this released file as text. They are names in vLLM 0.27.1's
-# vllm/v1/core/sched/scheduler.py (built the day before the pinned 8e958902eee5) that no released text prints
+# answer is not one `import` away and never in this released file as text. They are names in the pinned vLLM's
+# vllm/v1/core/sched/scheduler.py (autograder/pin.py) that no released text prints
 # (so not _free_request_blocks: lesson 4 teaches it); each appears in a line the reading cell shows
 # (Scheduler.schedule L614–L629, L683–L697 and L973–L994), and the lesson says which excerpt to look in.
 # hit_tokens also takes the local variable passed as that keyword (the same count, the name on the same line).
-SOURCE_HASHES = {
+SOURCE = SourceMap(["queue_factory", "pick_queue", "peek", "hit_tokens", "preempted_list"], {
     "queue_factory": {"56827781bc73d39b"},
     "pick_queue": {"d03a66890f95a127"},
     "peek": {"0c2aab4ec5e45534"},
     "hit_tokens": {"059ec308c027ea13", "0af4325356cdcb8f"},
     "preempted_list": {"d9676690e7076814"},
-}
-name_hash = last_name_hash
-
-
-@graded
-def check_source_map(source_map) -> None:
-    """Source mapping: names in the shown excerpts of Scheduler.schedule()."""
-    check_name_map(source_map, BLANKS, SOURCE_HASHES, name_hash, "这些键没有映射到 vLLM 调度器里对应的名字")
+}, unmapped="这些键没有映射到 vLLM 调度器里对应的名字")
 
 
 # ---------------------------------------------------------------------------- the real engine
@@ -657,13 +655,13 @@ def check_real_engine(schedule_step) -> list[EngineRun]:
 LESSON = Lesson(
     lesson_id="lesson02",
     title="统一调度器与 KVCacheManager：token budget 与 chunked prefill",
-    parts=[
-        Part("l02_main_path", "主路径·调度器场景", 1, check_main_path, ("schedule_step",)),
-        Part("l02_real_engine", "主路径·真实引擎", 1, check_real_engine, ("schedule_step",)),
-        Part("l02_boundary", "边界·抢占", 1, check_boundary, ("schedule_step",)),
-        Part("l02_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
-        Part("l02_q1", "Q1 running 优先", 2, group="manual"),
-        Part("l02_q2", "Q2 抢占后不接纳", 2, group="manual"),
-        Part("l02_q3", "Q3 分块的取舍", 2, group="manual"),
-    ],
+    answer=("schedule_step",),
+    code={
+        "main_path": ("主路径·调度器场景", check_main_path),
+        "real_engine": ("主路径·真实引擎", check_real_engine),
+        "boundary": ("边界·抢占", check_boundary),
+    },
+    source_map=SOURCE,
+    questions=("running 优先", "抢占后不接纳", "分块的取舍"),
 )
+check_source_map = SOURCE.check

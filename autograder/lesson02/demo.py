@@ -186,9 +186,9 @@ def fig_tradeoff(rows: list[dict]):
     return fig
 
 
-# ---------------------------------------------------------------------------- the same scenarios on vLLM 0.27.1
+# ---------------------------------------------------------------------------- the same scenarios on the pinned vLLM
 def vllm_side_by_side(names=("demo_3x800", "demo_preemption")) -> None:
-    """vLLM 0.27.1's own Scheduler and minivllm's on the same workloads, step by step: tokens per request,
+    """The pinned vLLM's own Scheduler and minivllm's on the same workloads, step by step: tokens per request,
     preemptions (!) and free KV blocks after schedule(); the last column says whether the plans are equal."""
     from autograder import vllm_oracle
     from autograder.lesson02.checks import plan, run_vllm_view

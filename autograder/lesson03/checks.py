@@ -25,7 +25,7 @@ Input space (each dimension, and the graded part that covers it):
 
 Grade cells and `python -m autograder check lesson03 ...` call the same functions here:
     check_main_path(*funcs)    vLLM's test_prefill / test_evict / hash scenarios on a KVCacheManager, then
-                               every operation equal to vLLM 0.27.1's own (recorded, autograder/vllm_oracle)
+                               every operation equal to the pinned vLLM's own (recorded, autograder/vllm_oracle)
     check_real_engine(*funcs)  the four pieces plugged into minivllm's EngineCore: a shared-prefix batch,
                                the eviction-order scenario and a workload under eviction pressure, judged
                                by the engine's prefix-cache stats and by outputs equal to caching off
@@ -51,15 +51,13 @@ from unittest import mock
 from autograder.common import (
     CheckFailed,
     Lesson,
-    Part,
+    SourceMap,
     blank_in_function,
-    check_name_map,
     expect,
     graded,
-    last_name,
-    last_name_hash,
     student_error,
 )
+from autograder.pin import VLLM_VERSION
 
 BLOCK = 16
 FUNCS = ("hash_block_tokens", "request_block_hasher", "get_computed_blocks", "get_new_blocks")
@@ -120,7 +118,7 @@ def _computed(manager, request) -> tuple[list[int], int]:
     return blocks.get_block_ids(), n
 
 
-# ---------------------------------------------------------------------------- against vLLM 0.27.1
+# ---------------------------------------------------------------------------- against the pinned vLLM
 OPS_ZH = {"add": "加入请求：块哈希", "hit": "get_computed_blocks：命中的块、token 数",
           "alloc": "allocate_slots：新分到的块、剩余空闲块数", "append": "追加生成的 token：块哈希",
           "free": "free：空闲队列（LRU 队头在前）", "preempt": "抢占（free，进度清零）：空闲队列"}
@@ -138,7 +136,7 @@ def run_vllm_view(name: str, request_block_hasher=None, get_computed_blocks=None
 
 
 def compare_with_vllm(request_block_hasher, get_computed_blocks, get_new_blocks, prefixes: tuple) -> None:
-    """Every operation of every recorded scenario named prefixes*: the same answer as vLLM 0.27.1's own
+    """Every operation of every recorded scenario named prefixes*: the same answer as the pinned vLLM's own
     KVCacheManager and BlockPool (block hashes compared by their equalities, numbered by first appearance)."""
     from autograder import vllm_oracle
 
@@ -151,10 +149,10 @@ def compare_with_vllm(request_block_hasher, get_computed_blocks, get_new_blocks,
         except CheckFailed:
             raise
         except Exception as e:  # noqa: BLE001 - the student's pieces broke the manager: name the scenario
-            raise CheckFailed(f"与 vLLM 0.27.1 的 KVCacheManager 对照（场景 {name}）：运行出错（{student_error(e)}）；"
+            raise CheckFailed(f"与 vLLM {VLLM_VERSION} 的 KVCacheManager 对照（场景 {name}）：运行出错（{student_error(e)}）；"
                               f"vLLM 在这个场景里逐个操作的结果是 {want}。") from None
         for k, (g, w) in enumerate(zip(got, want, strict=True)):
-            expect(g == w, f"与 vLLM 0.27.1 的 KVCacheManager 对照（场景 {name}）第 {k + 1} 个操作「{w[0]} {w[1]}」"
+            expect(g == w, f"与 vLLM {VLLM_VERSION} 的 KVCacheManager 对照（场景 {name}）第 {k + 1} 个操作「{w[0]} {w[1]}」"
                            f"（{OPS_ZH[w[0]]}）：vLLM 得到 {w[2:]}，你的实现得到 {g[2:]}（块哈希按首次出现的顺序编号）。")
 
 
@@ -438,26 +436,16 @@ def check_boundary(hash_block_tokens, request_block_hasher, get_computed_blocks,
 # The accepted names, as sha256 prefixes of the lower-cased last dotted component (so `Class.name`,
 # `self.x.name()` and `name` are the same answer; never the names themselves, since this file ships to
 # students). Checked against vllm/v1/core/kv_cache_manager.py, block_pool.py, kv_cache_utils.py and
-# single_type_kv_cache_manager.py in vLLM 0.27.1 (built the day before the pinned 8e958902eee5); the lesson's own
+# single_type_kv_cache_manager.py in the pinned vLLM (autograder/pin.py); the lesson's own
 # text does not print them. The first three appear in lines the reading cell shows (get_computed_blocks L250,
 # _maybe_evict_cached_block L694, free_blocks L732); the lesson names the class or function holding the other two.
-SOURCE_KEYS = ["lookup_gate", "evict_hashes", "null_flag", "free_link", "hashed_count"]
-SOURCE_HASHES = {
+SOURCE = SourceMap(["lookup_gate", "evict_hashes", "null_flag", "free_link", "hashed_count"], {
     "lookup_gate": {"14f5b04ed22d16b8"},
     "evict_hashes": {"4d116c412567c57e"},
     "null_flag": {"34f9b9053278985b"},
     "free_link": {"9276061bbabed055"},
     "hashed_count": {"5286dc009c20f1e2"},
-}
-
-
-normalize_name, name_hash = last_name, last_name_hash
-
-
-@graded
-def check_source_map(source_map) -> None:
-    """Source mapping: each concept -> the vLLM name that implements it."""
-    check_name_map(source_map, SOURCE_KEYS, SOURCE_HASHES, name_hash, "这些概念没有对应到 vLLM 源码中实现它的名字")
+})
 
 
 # ---------------------------------------------------------------------------- the real engine
@@ -755,13 +743,13 @@ def check_real_engine(hash_block_tokens, request_block_hasher, get_computed_bloc
 LESSON = Lesson(
     lesson_id="lesson03",
     title="BlockPool 与 Prefix Caching：块哈希链、命中与 LRU 驱逐",
-    parts=[
-        Part("l03_main_path", "主路径·vLLM 场景", 1, check_main_path, FUNCS),
-        Part("l03_real_engine", "主路径·真实引擎", 1, check_real_engine, FUNCS),
-        Part("l03_boundary", "边界条件", 1, check_boundary, FUNCS),
-        Part("l03_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
-        Part("l03_q1", "Q1 哈希为何成链", 2, group="manual"),
-        Part("l03_q2", "Q2 命中为何封顶 n-1", 2, group="manual"),
-        Part("l03_q3", "Q3 逆序释放与驱逐", 2, group="manual"),
-    ],
+    answer=FUNCS,
+    code={
+        "main_path": ("主路径·vLLM 场景", check_main_path),
+        "real_engine": ("主路径·真实引擎", check_real_engine),
+        "boundary": ("边界条件", check_boundary),
+    },
+    source_map=SOURCE,
+    questions=("哈希为何成链", "命中为何封顶 n-1", "逆序释放与驱逐"),
 )
+check_source_map = SOURCE.check

@@ -16,6 +16,7 @@ from autograder.lesson03.checks import (
     make_request,
     run_sequential,
 )
+from autograder.pin import VLLM_VERSION
 
 
 # ---------------------------------------------------------------------------- demos
@@ -194,9 +195,9 @@ def full_hit_demo(request_block_hasher=None, get_computed_blocks=None, get_new_b
             "second": manager.get_block_ids("second"), "cached_hashes": len(manager.cached_hashes())}
 
 
-# ---------------------------------------------------------------------------- the same scenarios on vLLM 0.27.1
+# ---------------------------------------------------------------------------- the same scenarios on the pinned vLLM
 def vllm_side_by_side(names=("demo_prefill", "demo_evict")) -> None:
-    """vLLM 0.27.1's KVCacheManager and BlockPool and minivllm's on the same operations: block hashes (numbered
+    """The pinned vLLM's KVCacheManager and BlockPool and minivllm's on the same operations: block hashes (numbered
     by first appearance), hits, new blocks and the free queue; the last column says whether they are equal."""
     from autograder import vllm_oracle
     from autograder.lesson03.checks import run_vllm_view
@@ -205,7 +206,7 @@ def vllm_side_by_side(names=("demo_prefill", "demo_evict")) -> None:
     print(line)
     for name in names:
         print(f"\n{name}")
-        print(f"{'操作':<12}{'vLLM 0.27.1':<40}{'minivllm':<40}同")
+        print(f"{'操作':<12}{'vLLM ' + VLLM_VERSION:<40}{'minivllm':<40}同")
         for v, m in zip(answers[name], run_vllm_view(name), strict=True):
             cells = [" ".join(str(x) for x in r[2:]) for r in (v, m)]
             print(f"{v[0] + ' ' + v[1]:<12}{cells[0]:<40}{cells[1]:<40}{'✓' if v == m else '✗'}")

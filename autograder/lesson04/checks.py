@@ -35,7 +35,8 @@ import functools
 import time
 from dataclasses import dataclass, field
 
-from autograder.common import CheckFailed, Lesson, Part, expect, graded
+from autograder.common import CheckFailed, Lesson, expect, graded
+from autograder.pin import VLLM_VERSION
 
 ENGINE_DEFAULTS = dict(device="cpu", attention_backend="torch", block_size=16)
 BLOCK = 16
@@ -206,7 +207,7 @@ def preemption_scenario(preempt=None, finish_requests=None, check_stop=None, num
     return sched, life, tokens, log
 
 
-# ---------------------------------------------------------------------------- against vLLM 0.27.1
+# ---------------------------------------------------------------------------- against the pinned vLLM
 def run_vllm_view(name: str, preempt=None, finish_requests=None, check_stop=None):
     """autograder/lesson04/vllm_view.py's scenario `name` on minivllm's Scheduler with the student's functions
     plugged (None: minivllm's own), by the same driver vLLM's answer was recorded with."""
@@ -269,14 +270,14 @@ def vllm_difference(name: str, got, want) -> str | None:
 
 def compare_with_vllm(prefixes: tuple, preempt, finish_requests, check_stop) -> None:
     """Every recorded scenario named prefixes*: the student's functions inside minivllm's Scheduler give what
-    vLLM 0.27.1's own Scheduler and check_stop gave on the same inputs, event by event."""
+    the pinned vLLM's own Scheduler and check_stop gave on the same inputs, event by event."""
     from autograder import vllm_oracle
 
     for name in vllm_oracle.scenarios("lesson04"):
         if name.startswith(prefixes):
             diff = vllm_difference(name, run_vllm_view(name, preempt, finish_requests, check_stop),
                                    vllm_oracle.recorded("lesson04", name))
-            expect(diff is None, f"与 vLLM 0.27.1 对照（场景 {name}）：{diff}")
+            expect(diff is None, f"与 vLLM {VLLM_VERSION} 对照（场景 {name}）：{diff}")
 
 
 def _call(fn, *args):
@@ -777,14 +778,12 @@ def check_real_engine(preempt, finish_requests, check_stop) -> list[EngineRun]:
 LESSON = Lesson(
     lesson_id="lesson04",
     title="抢占、取消与请求生命周期",
-    parts=[
-        Part("l04_preempt", "主路径·按重算抢占", 1, check_preempt, ("preempt", "finish_requests", "check_stop")),
-        Part("l04_real_engine", "主路径·真实引擎（KV 压力 + 取消）", 1, check_real_engine,
-             ("preempt", "finish_requests", "check_stop")),
-        Part("l04_abort", "边界·各状态下的取消", 1, check_abort, ("preempt", "finish_requests", "check_stop")),
-        Part("l04_stop", "边界·停止条件", 1, check_stop_rules, ("check_stop",)),
-        Part("l04_q1", "Q1 为什么重算而不是换出", 2, group="manual"),
-        Part("l04_q2", "Q2 先 update 后 aborts 会怎样", 2, group="manual"),
-        Part("l04_q3", "Q3 与一步赛跑的取消", 2, group="manual"),
-    ],
+    answer=("preempt", "finish_requests", "check_stop"),
+    code={
+        "preempt": ("主路径·按重算抢占", check_preempt),
+        "real_engine": ("主路径·真实引擎（KV 压力 + 取消）", check_real_engine),
+        "abort": ("边界·各状态下的取消", check_abort),
+        "stop": ("边界·停止条件", check_stop_rules, ("check_stop",)),
+    },
+    questions=("为什么重算而不是换出", "先 update 后 aborts 会怎样", "与一步赛跑的取消"),
 )

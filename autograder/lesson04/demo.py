@@ -129,7 +129,7 @@ def print_recompute_cost(rows) -> None:
               f"{r['computed_tokens']:>9} {r['recomputed_tokens']:>10} {r['seconds']:>8.2f}")
 
 
-# ---------------------------------------------------------------------------- the same workload on vLLM 0.27.1
+# ---------------------------------------------------------------------------- the same workload on the pinned vLLM
 LANE = {"WAITING": "·", "RUNNING": "R", "RUNNING-IDLE": "r", "PREEMPTED": "P", "ABORTED": "A", "length": "L",
         "stop": "S"}
 
@@ -168,7 +168,7 @@ def lanes(record: dict, payload: dict) -> dict[str, str]:
 
 
 def vllm_side_by_side(name: str = "demo_lifecycle") -> None:
-    """The lesson's workload with its four aborts through vLLM 0.27.1's own Scheduler and minivllm's, as lanes
+    """The lesson's workload with its four aborts through the pinned vLLM's own Scheduler and minivllm's, as lanes
     (r: running but not scheduled this step), one line each; the last column says whether they are equal."""
     from autograder import vllm_oracle
     from autograder.lesson04.checks import run_vllm_view, vllm_difference

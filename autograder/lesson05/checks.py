@@ -55,12 +55,9 @@ from autograder.common import (
     BlankNotFilled,
     CheckFailed,
     Lesson,
-    Part,
-    check_name_map,
+    SourceMap,
     expect,
     graded,
-    last_name,
-    last_name_hash,
 )
 from minivllm.worker.gpu_model_runner import GPUModelRunner
 
@@ -615,37 +612,28 @@ def check_boundary(fn) -> None:
 
 
 # ---------------------------------------------------------------------------- source map
-SOURCE_KEYS = ["block_tables", "condense_rows", "swap_pair", "sample_rows", "flat_offsets"]
 # Accepted names, as sha256 prefixes of the lower-cased last dotted component (never the names themselves: this
-# file ships to students), checked against vLLM 0.27.1 (vllm/v1/worker/block_table.py, gpu_input_batch.py,
+# file ships to students), checked against the pinned vLLM (vllm/v1/worker/block_table.py, gpu_input_batch.py,
 # gpu_model_runner.py).
-SOURCE_HASHES = {
+SOURCE = SourceMap(["block_tables", "condense_rows", "swap_pair", "sample_rows", "flat_offsets"], {
     "block_tables": {"7009e17b0a246888"},
     "condense_rows": {"ae12635d87e19134"},
     "swap_pair": {"bf35445f6fa3a76e"},
     "sample_rows": {"afa780bbc5b6a763"},
     "flat_offsets": {"02ba63e671fe3b2b"},
-}
-
-
-normalize_name, name_hash = last_name, last_name_hash
-
-
-@graded
-def check_source_map(source_map) -> None:
-    check_name_map(source_map, SOURCE_KEYS, SOURCE_HASHES, name_hash, "这些概念没有对应到 vLLM 源码中实现它的名字")
+})
 
 
 LESSON = Lesson(
     lesson_id="lesson05",
     title="GPUModelRunner：持久批与 varlen 输入准备",
-    parts=[
-        Part("l05_main_path", "主路径·引擎的混合批", 1, check_main_path, ("prepare_inputs",)),
-        Part("l05_real_engine", "主路径·真实引擎与向量化", 1, check_real_engine, ("prepare_inputs",)),
-        Part("l05_boundary", "边界条件", 1, check_boundary, ("prepare_inputs",)),
-        Part("l05_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
-        Part("l05_q1", "Q1 为什么要持久批", 2, group="manual"),
-        Part("l05_q2", "Q2 为什么用扁平 varlen 而不是 padding", 2, group="manual"),
-        Part("l05_q3", "Q3 异步调度下为什么仍要向量化", 2, group="manual"),
-    ],
+    answer=("prepare_inputs",),
+    code={
+        "main_path": ("主路径·引擎的混合批", check_main_path),
+        "real_engine": ("主路径·真实引擎与向量化", check_real_engine),
+        "boundary": ("边界条件", check_boundary),
+    },
+    source_map=SOURCE,
+    questions=("为什么要持久批", "为什么用扁平 varlen 而不是 padding", "异步调度下为什么仍要向量化"),
 )
+check_source_map = SOURCE.check

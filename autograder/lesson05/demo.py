@@ -417,7 +417,7 @@ def per_request(step: dict) -> dict:
 
 
 def vllm_side_by_side() -> list:
-    """vLLM 0.27.1's CPUModelRunner and minivllm's runner on the same workload, step by step: each persistent
+    """The pinned vLLM's CPUModelRunner and minivllm's runner on the same workload, step by step: each persistent
     batch's rows (req:scheduled), whether every request's tokens, positions, seq_len and slots are equal, and
     which requests' last token goes to the LM head (logits_indices)."""
     from autograder import vllm_oracle

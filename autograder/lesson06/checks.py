@@ -18,7 +18,7 @@ Input space (each dimension, and the graded part that covers it):
                           [num_blocks, 2, block, heads, dim] tensor (K and V interleaved block by block: the
                           block stride is twice the contiguous one, so stride_cache_block is not
                           BLOCK_SIZE * stride_cache_slot): main_path, real_engine (the plug hands the kernel the
-                          engine's K/V as such views). vLLM 0.27.1's Triton and FlashAttention backends pack K and
+                          engine's K/V as such views). The pinned vLLM's Triton and FlashAttention backends pack K and
                           V in the last dim instead ((num_blocks, block, heads, 2*dim) in memory, default NHD); a few
                           backends (hpc_attn) use [num_blocks, 2, ...]
     cache contents        NaN past seq_len in the last block; scores in the hundreds (exp overflow): boundary
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import hashlib
 import inspect
 import os
 import shutil
@@ -49,7 +48,15 @@ if shutil.which("nvidia-smi") is None and not os.path.exists("/dev/nvidia0"):
 
 import torch  # noqa: E402
 
-from autograder.common import REPO, BlankNotFilled, CheckFailed, Lesson, Part, check_name_map, expect, graded  # noqa: E402
+from autograder.common import (  # noqa: E402
+    REPO,
+    BlankNotFilled,
+    CheckFailed,
+    Lesson,
+    SourceMap,
+    expect,
+    graded,
+)
 
 DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
 # The engine check: two prompts cut to 14 and 6 tokens (BOS included) and 6 greedy tokens, so r0 decodes at
@@ -57,7 +64,6 @@ DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
 PROMPTS = ["ROMEO:\nBut soft, what light through yonder window breaks?", "JULIET:\nO Romeo, Romeo!"]
 PROMPT_LENS = (14, 6)
 MAX_TOKENS = 6
-BLANKS = ["physical_block", "token_mask", "rescale", "probs", "running_sum"]
 ATOL = 1e-4            # fp32 in, fp32 out: the kernel's own summation order only
 HOT = 200.0            # query scale that puts scores in the hundreds: exp overflows fp32 past ~88.7
 
@@ -397,31 +403,16 @@ def check_boundary(kernel) -> None:
 
 # The accepted names, as sha256 prefixes of the lower-cased name (so the answer is not one `import` away):
 # the variables of kernel_paged_attention_2d in vLLM's v1/attention/ops/chunked_prefill_paged_decode.py; where
-# kernel_unified_attention (triton_unified_attention.py) names the same thing differently, that name too.
-SOURCE_HASHES = {
+# kernel_unified_attention (triton_unified_attention.py) names the same thing differently, that name too. Each
+# blank but acc (the same name there), in the lines the reading table shows (L147–L167, L228–L251).
+SOURCE = SourceMap(["physical_block", "token_mask", "rescale", "probs", "running_sum"], {
     "physical_block": {"53b974776d48d0b5", "737606eac498021b"},
     "token_mask": {"bf851d58bdf28bb5", "62f8b74af42ddb05", "5cc75d02ab50aa32"},
     "rescale": {"8ed3f6ad685b959e"},
     "probs": {"148de9c5a7a44d19"},
     "running_sum": {"acac86c0e609ca90"},
-}
-
-
-def name_hash(name: str) -> str:
-    return hashlib.sha256(normalize_name(name).lower().encode()).hexdigest()[:16]
-
-
-def normalize_name(name: str) -> str:
-    """'`name`' / 'kernel_paged_attention_2d.name' / ' name ' -> 'name' (the hash lower-cases it)."""
-    s = str(name).strip().strip("`").replace(" ", "")
-    return s.rsplit(".", 1)[-1]
-
-
-@graded
-def check_source_map(source_map) -> None:
-    """Each blank but acc (the same name there) -> the variable that holds the same quantity in vLLM's
-    kernel_paged_attention_2d, in the lines the reading table shows (L147–L167, L228–L251)."""
-    check_name_map(source_map, BLANKS, SOURCE_HASHES, name_hash, "这些空没有映射到 vLLM kernel_paged_attention_2d 中存放同一个量的变量")
+}, unmapped="这些空没有映射到 vLLM kernel_paged_attention_2d 中存放同一个量的变量",
+    name=lambda s: str(s).strip().strip("`").replace(" ", "").rsplit(".", 1)[-1].lower())
 
 
 # ---------------------------------------------------------------------------- the real engine
@@ -562,14 +553,14 @@ def check_reads_once(kernel) -> OpCounter | None:
 LESSON = Lesson(
     lesson_id="lesson06",
     title="PagedAttention：Triton decode kernel",
-    parts=[
-        Part("l06_main_path", "主路径·对照 torch", 1, check_main_path, ("paged_decode_kernel",)),
-        Part("l06_real_engine", "主路径·真实引擎", 1, check_real_engine, ("paged_decode_kernel",)),
-        Part("l06_boundary", "边界条件", 1, check_boundary, ("paged_decode_kernel",)),
-        Part("l06_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
-        Part("l06_q1", "Q1 带宽限制", 2, group="manual"),
-        Part("l06_q2", "Q2 减去 max", 2, group="manual"),
-        Part("l06_q3", "Q3 GQA 分组", 2, group="manual"),
-    ],
+    answer=("paged_decode_kernel",),
+    code={
+        "main_path": ("主路径·对照 torch", check_main_path),
+        "real_engine": ("主路径·真实引擎", check_real_engine),
+        "boundary": ("边界条件", check_boundary),
+    },
+    source_map=SOURCE,
+    questions=("带宽限制", "减去 max", "GQA 分组"),
 )
+check_source_map = SOURCE.check
 

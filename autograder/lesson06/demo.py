@@ -272,9 +272,9 @@ def print_bandwidth(result) -> None:
               f"{r['tflops']:>8.2f} {r['ai']:>7.2f}")
 
 
-# ---------------------------------------------------------------------------- the same batch on vLLM 0.27.1
+# ---------------------------------------------------------------------------- the same batch on the pinned vLLM
 def vllm_side_by_side(kernel) -> dict:
-    """vLLM 0.27.1's CPU attention op (its Triton kernels need a GPU) on the lesson's paged decode batches, beside
+    """The pinned vLLM's CPU attention op (its Triton kernels need a GPU) on the lesson's paged decode batches, beside
     minivllm's torch reference and your kernel: the largest difference between each pair."""
     from autograder import vllm_oracle
     from autograder.lesson06.checks import make_case, reference, run_decode

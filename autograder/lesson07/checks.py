@@ -15,7 +15,7 @@ Grade cells and `python -m autograder check lesson07 ...` call the same function
                            log_softmax of the raw logits, and the profiler sees aten::sort only with top-p
     check_boundary(...)    ties at the k-th value, top_p = 1, top_k = vocab, k = 0, min_p = 0, all rows mixed,
                            and no aten::sort when no row uses top-p
-    check_source_map(SOURCE_MAP)          names the lesson does not print (vLLM 0.27.1's sampler)
+    check_source_map(SOURCE_MAP)          names the lesson does not print (the pinned vLLM's sampler)
 
 Input space (each dimension -> the part that covers it):
     temperature          0 (greedy), below SAMPLING_EPS but non-zero (1e-6: greedy), 1e-4 (random, = greedy),
@@ -38,7 +38,7 @@ Input space (each dimension -> the part that covers it):
     logit range          gaps over 100 nats (past ~104, float32 probabilities underflow to 0), logits near 120
                          (exp overflows): finite raw logprobs, masks in logit space, no NaN draw  main, boundary
     batch shape          1 row, 4 to 8 mixed rows, 3000 rows (distribution), vocab 4 to 512    main, boundary
-    vLLM 0.27.1          its Sampler's masks, seeded tokens and raw logprobs on six recorded batches covering the
+    pinned vLLM          its Sampler's masks, seeded tokens and raw logprobs on six recorded batches covering the
                          rows above (data/vllm_views/lesson07.json.xz)                          main
     engine               top-k-only steps never sort, top-p steps do (profiler)                 real engine
 """
@@ -55,12 +55,10 @@ from autograder.common import (
     BlankNotFilled,
     CheckFailed,
     Lesson,
-    Part,
-    check_name_map,
+    SourceMap,
     expect,
-    last_name,
-    last_name_hash,
 )
+from autograder.pin import VLLM_VERSION
 
 DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
 ENGINE_PROMPTS = ["ROMEO:", "JULIET:\nO Romeo", "KING LEAR:\nBlow, winds", "HAMLET:"]
@@ -365,7 +363,7 @@ def check_seeded_distribution(sample_fn) -> None:
            "继续取新的噪声，而不是每步重新从 seed 开始。")
 
 
-# ---------------------------------------------------------------------------- against vLLM 0.27.1's own Sampler
+# ---------------------------------------------------------------------------- against the pinned vLLM's own Sampler
 def vllm_batch(case: dict):
     """A recorded grading batch as the student's inputs: its logits, SamplingMetadata and per-row masking args."""
     from autograder.lesson07.vllm_view import case_logits
@@ -386,7 +384,7 @@ def vllm_batch(case: dict):
 
 
 def check_vllm(apply_min_p, apply_top_k_top_p, sample) -> None:
-    """The student's masks, seeded tokens and raw logprobs equal vLLM 0.27.1's Sampler on the recorded batches
+    """The student's masks, seeded tokens and raw logprobs equal the pinned vLLM's Sampler on the recorded batches
     (autograder/lesson07/vllm_view.py): same logits, same seeds, same torch.Generator streams."""
     from autograder.lesson07.vllm_view import GRADING
     from autograder.vllm_oracle import recorded
@@ -398,11 +396,11 @@ def check_vllm(apply_min_p, apply_top_k_top_p, sample) -> None:
             got = masked(apply_top_k_top_p, apply_min_p, logits / temp.unsqueeze(1), md.top_k, md.top_p, md.min_p)
             for i, keep in enumerate(want["kept"]):
                 mine = torch.isfinite(got[i]).nonzero().view(-1).tolist()
-                expect(mine == keep, f"批 {name} 第 {i} 行（{case['rows'][i]}）：vLLM 0.27.1 的 Sampler 保留 token "
+                expect(mine == keep, f"批 {name} 第 {i} 行（{case['rows'][i]}）：vLLM {VLLM_VERSION} 的 Sampler 保留 token "
                        f"{keep}，你的掩码保留 {mine}。")
         sampled, raw = call_sample(sample, logits.clone(), md)
         expect(sampled.tolist() == want["sampled"],
-               f"批 {name}：同样的 logits 与种子，vLLM 0.27.1 的 Sampler 采到 {want['sampled']}，你的 sample 采到 "
+               f"批 {name}：同样的 logits 与种子，vLLM {VLLM_VERSION} 的 Sampler 采到 {want['sampled']}，你的 sample 采到 "
                f"{sampled.tolist()}（带种子的行应从自己的 generator 用 exponential_ 取噪声）。")
         for i, row in enumerate(want["logprobs"] or []):
             if row is None:
@@ -681,38 +679,29 @@ def run_real_engine(sample) -> None:
 
 
 # ---------------------------------------------------------------------------- source map
-SOURCE_KEYS = ["greedy_pick", "no_seed_fast_path", "argmax_safe", "processed_mode", "sampled_rank", "fp64_noise"]
-# Accepted names, as sha256 prefixes of the lower-cased last dotted component, checked against vLLM 0.27.1
+# Accepted names, as sha256 prefixes of the lower-cased last dotted component, checked against the pinned vLLM
 # (vllm/v1/sample/sampler.py, ops/topk_topp_sampler.py, ops/logprobs.py, logits_processor/interface.py).
 # Names the lesson does not print; the plain names live only in the solution, which the release leaves out.
-SOURCE_HASHES = {
+SOURCE = SourceMap(["greedy_pick", "no_seed_fast_path", "argmax_safe", "processed_mode", "sampled_rank", "fp64_noise"], {
     "greedy_pick": {"ca3f81a61a8c102e"},
     "no_seed_fast_path": {"be32b68aa4c3178a"},
     "argmax_safe": {"6a8b1441cc704b37"},
     "processed_mode": {"414087856afbd252"},
     "sampled_rank": {"345bc991bd1ba902"},
     "fp64_noise": {"71f468910b954ffb"},
-}
-
-
-normalize_name, name_hash = last_name, last_name_hash
-
-
-def check_source_map(source_map) -> None:
-    check_name_map(source_map, SOURCE_KEYS, SOURCE_HASHES, name_hash, "这些概念没有对应到 vLLM 源码中实现它的名字")
+})
 
 
 LESSON = Lesson(
     lesson_id="lesson07",
     title="采样器：temperature、top-k/top-p、种子与 logprobs",
-    parts=[
-        Part("l07_main_path", "主路径·掩码与分布", 1, check_main_path,
-             ("apply_min_p", "apply_top_k_top_p", "random_sample", "sample")),
-        Part("l07_real_engine", "主路径·真实引擎", 1, check_real_engine, ("sample",)),
-        Part("l07_boundary", "边界条件", 1, check_boundary, ("apply_min_p", "apply_top_k_top_p")),
-        Part("l07_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
-        Part("l07_q1", "Q1 为何每个请求一个 generator", 2, group="manual"),
-        Part("l07_q2", "Q2 指数竞赛为何精确按 p 抽样", 2, group="manual"),
-        Part("l07_q3", "Q3 top-p 的代价与跳过", 2, group="manual"),
-    ],
+    answer=("apply_min_p", "apply_top_k_top_p", "random_sample", "sample"),
+    code={
+        "main_path": ("主路径·掩码与分布", check_main_path),
+        "real_engine": ("主路径·真实引擎", check_real_engine, ("sample",)),
+        "boundary": ("边界条件", check_boundary, ("apply_min_p", "apply_top_k_top_p")),
+    },
+    source_map=SOURCE,
+    questions=("为何每个请求一个 generator", "指数竞赛为何精确按 p 抽样", "top-p 的代价与跳过"),
 )
+check_source_map = SOURCE.check

@@ -146,9 +146,9 @@ def print_sort_cost(cost) -> None:
           f"the machine's load, the ops do not)")
 
 
-# ---------------------------------------------------------------------------- the same row on vLLM 0.27.1
+# ---------------------------------------------------------------------------- the same row on the pinned vLLM
 def vllm_side_by_side(row, apply_min_p, apply_top_k_top_p, sample) -> dict:
-    """vLLM 0.27.1's Sampler pieces and your functions on the lesson's row (kept tokens and probabilities of the
+    """The pinned vLLM's Sampler pieces and your functions on the lesson's row (kept tokens and probabilities of the
     raw top tokens after each step), then one recorded grading batch: vLLM's tokens and yours, row by row."""
     from autograder import vllm_oracle
     from autograder.lesson07.checks import masked, vllm_batch

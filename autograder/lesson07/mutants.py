@@ -136,7 +136,7 @@ MUTANTS.update({
     "seeded_noise_from_log_uniform": Mutant(CELL, (
         ("q[i].exponential_(generator=gen)", "q[i] = -torch.rand(q.shape[1], generator=gen).log()"),
     ), "Draws the seeded rows' Exp(1) noise as -log(U): the right distribution and reproducible, but another stream "
-       "than vLLM's exponential_, so a seed gives other tokens than vLLM 0.27.1 gives (only the vLLM comparison sees it).",
+       "than vLLM's exponential_, so a seed gives other tokens than the pinned vLLM gives (only the vLLM comparison sees it).",
         fails={MAIN},
         hint="同一个 seed，你的 token 和 vLLM 的一样吗？它从 generator 取噪声用的是哪个函数？"),
 })

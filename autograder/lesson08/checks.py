@@ -30,20 +30,22 @@ Input space (each dimension -> the part that covers it):
     masking           disallowed -> -inf before the sampler, allowed logits unchanged       boundary
     engine            free and constrained requests in one batch, greedy and seeded rows, the
                       bitmask computed between launching the forward and waiting for it     real engine
-    vLLM 0.27.1       its StructuredOutputManager.grammar_bitmask rows on the same batches (scheduler order,
+    pinned vLLM       its StructuredOutputManager.grammar_bitmask rows on the same batches (scheduler order,
                       reordered by request id) and three choice lists walked token by token to EOS, one
                       with choices that start or end with a space                            main
     Not covered: speculative drafts (one bitmask row per draft position); the plug serves one position.
 """
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 import torch
 
-from autograder.common import BlankNotFilled, CheckFailed, Lesson, Part, expect, graded
+from autograder.common import BlankNotFilled, CheckFailed, Lesson, SourceMap, expect, graded
+from autograder.pin import VLLM_VERSION
 from minivllm.structured_output import StructuredOutputManager
 from minivllm.structured_output.utils import choice_as_grammar
 
@@ -254,7 +256,7 @@ def vllm_walk_steps(answer: dict, choices: list[bytes], vocab: Vocab):
 
 
 def check_vllm_bitmask(choice_bitmask) -> None:
-    """Equal to vLLM 0.27.1's StructuredOutputManager.grammar_bitmask, word for word (recorded in
+    """Equal to the pinned vLLM's StructuredOutputManager.grammar_bitmask, word for word (recorded in
     data/vllm_views/lesson08.json.xz): the lesson's batches, and three requests walked token by token."""
     __tracebackhide__ = True
     from autograder.vllm_oracle import recorded, scenarios
@@ -268,7 +270,7 @@ def check_vllm_bitmask(choice_bitmask) -> None:
             sc = Scenario(name, list(case["batch"]), generated, choices)
             got = _call_bitmask(choice_bitmask, sc, vocab)
             expect(torch.equal(got, vllm_rows_in_batch_order(want, sc.batch_req_ids)),
-                   f"批 {name}（批内行 {sc.batch_req_ids}）：与 vLLM 0.27.1 的 grammar_bitmask 按请求 id 重排后的行不同。")
+                   f"批 {name}（批内行 {sc.batch_req_ids}）：与 vLLM {VLLM_VERSION} 的 grammar_bitmask 按请求 id 重排后的行不同。")
             continue
         choices = [c.encode() for c in case["choices"]]
         for k, done, row in vllm_walk_steps(want, choices, vocab):
@@ -277,7 +279,7 @@ def check_vllm_bitmask(choice_bitmask) -> None:
             w = unpack(row, vocab.vocab_size)[0]
             extra, missing = (got & ~w).nonzero().flatten().tolist(), (w & ~got).nonzero().flatten().tolist()
             expect(not extra and not missing,
-                   f"选项 {choices}、已生成 {done!r}（第 {k} 步）：vLLM 0.27.1 的 grammar_bitmask 允许 {int(w.sum())} 个 "
+                   f"选项 {choices}、已生成 {done!r}（第 {k} 步）：vLLM {VLLM_VERSION} 的 grammar_bitmask 允许 {int(w.sum())} 个 "
                    f"token，你的多允许 {[_describe(vocab, t) for t in extra[:3]]}、漏掉 "
                    f"{[_describe(vocab, t) for t in missing[:3]]}。")
 
@@ -441,32 +443,17 @@ def check_real_engine(choice_bitmask) -> EngineRun:
 
 
 # ---------------------------------------------------------------------------- source mapping
-KEYS = ["escape", "parallel_fill", "terminated", "ready"]
 # sha256 prefixes of the lower-cased last dotted name (see name_hash), so the answer is not one import away:
-# names in vLLM 0.27.1's v1/structured_output/ (utils.py, __init__.py, backend_types.py, request.py) that the
+# names in the pinned vLLM's v1/structured_output/ (utils.py, __init__.py, backend_types.py, request.py) that the
 # lesson does not print; the plain names live only in the solution, which the release leaves out.
-SOURCE_HASHES = {
+SOURCE = SourceMap(["escape", "parallel_fill", "terminated", "ready"], {
     "escape": {"1949ed5622e14050"},
     "parallel_fill": {"c7cca724a0d1f1fa"},
     "terminated": {"5cec899047cf5c5b"},
     "ready": {"d1bc5626ae4f101f", "bc7f49111cb03d65"},  # the method, or its public wrapper
-}
-
-
-def name_hash(name: str) -> str:
-    """'self.structured_output_manager.grammar_bitmask(...)' -> hash of 'grammar_bitmask'."""
-    import hashlib
-    import re
-    last = re.sub(r"\(.*\)", "", str(name)).strip().strip("`").replace(" ", "").split(".")[-1].lower()
-    return hashlib.sha256(last.encode()).hexdigest()[:16]
-
-
-@graded
-def check_source_map(source_map) -> None:
-    """escape / parallel_fill / terminated / ready -> the vLLM names at 8e958902eee5 (not printed by the lesson)."""
-    __tracebackhide__ = True
-    from autograder.common import check_name_map
-    check_name_map(source_map, KEYS, SOURCE_HASHES, name_hash, "这些空没有映射到 vLLM 结构化输出中对应的对象或方法")
+}, unmapped="这些空没有映射到 vLLM 结构化输出中对应的对象或方法",
+    name=lambda s: re.sub(r"\(.*\)", "", str(s)).strip().strip("`").replace(" ", "").split(".")[-1].lower(),
+    title="代码·映射回源码对象")
 
 
 @graded
@@ -485,14 +472,16 @@ def check_boundary(choice_bitmask, apply_bitmask_and_sample) -> None:
     check_apply_bitmask(apply_bitmask_and_sample)
 
 
-LESSON = Lesson("lesson08", "结构化输出：grammar bitmask 与 CPU/GPU 重叠", parts=[
-    Part("l08_main_path", "代码·主路径：bitmask 与 xgrammar 逐字相同", 1, check_choice_bitmask, ("choice_bitmask",)),
-    Part("l08_real_engine", "代码·接入真实引擎（输出总是选项、自由请求不变、与 forward 重叠）", 1, check_real_engine,
-         ("choice_bitmask",)),
-    Part("l08_boundary", "代码·边界：选项完成时的 EOS、mask 先于采样", 1, check_boundary,
-         ("choice_bitmask", "apply_bitmask_and_sample")),
-    Part("l08_source_map", "代码·映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
-    Part("l08_q1", "Q1 bitmask 为何与 forward 并行", 2, group="manual"),
-    Part("l08_q2", "Q2 编译延迟与 WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR", 2, group="manual"),
-    Part("l08_q3", "Q3 投机解码时变什么", 2, group="manual"),
-])
+LESSON = Lesson(
+    lesson_id="lesson08",
+    title="结构化输出：grammar bitmask 与 CPU/GPU 重叠",
+    answer=("choice_bitmask",),
+    code={
+        "main_path": ("代码·主路径：bitmask 与 xgrammar 逐字相同", check_choice_bitmask),
+        "real_engine": ("代码·接入真实引擎（输出总是选项、自由请求不变、与 forward 重叠）", check_real_engine),
+        "boundary": ("代码·边界：选项完成时的 EOS、mask 先于采样", check_boundary, ("choice_bitmask", "apply_bitmask_and_sample")),
+    },
+    source_map=SOURCE,
+    questions=("bitmask 为何与 forward 并行", "编译延迟与 WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR", "投机解码时变什么"),
+)
+check_source_map = SOURCE.check

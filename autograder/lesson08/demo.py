@@ -108,7 +108,7 @@ def masked_logits_example():
     return logits, bitmask
 
 
-# ---------------------------------------------------------------------------- the same rows on vLLM 0.27.1
+# ---------------------------------------------------------------------------- the same rows on the pinned vLLM
 def _tokens(vocab, allowed_row, top: int = 4) -> str:
     ids = allowed_row.nonzero().flatten().tolist()
     shown = ["EOS" if t == vocab.eos_token_id else repr(vocab.token_bytes[t].decode("utf-8", "replace"))
@@ -117,7 +117,7 @@ def _tokens(vocab, allowed_row, top: int = 4) -> str:
 
 
 def vllm_side_by_side(choice_bitmask, batch: str = "batch_batch_order", walk: str = "walk_perchance") -> None:
-    """vLLM 0.27.1's StructuredOutputManager.grammar_bitmask rows (scheduler order) beside yours (batch order)
+    """The pinned vLLM's StructuredOutputManager.grammar_bitmask rows (scheduler order) beside yours (batch order)
     for one of the lesson's batches, then one request walked token by token: allowed tokens per step."""
     from autograder import vllm_oracle
     from autograder.lesson08.checks import Scenario, vllm_rows_in_batch_order, vllm_walk_steps

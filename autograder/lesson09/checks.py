@@ -10,7 +10,7 @@ Grade cells and `python -m autograder check lesson09 ...` call the same function
     check_real_engine(fn)  fn as the runner's rejection sampler: greedy outputs with n-gram speculation equal
                            the non-speculative run, and the SpecDecodingStats equal the engine's own sampler's
     check_boundary(fn)     requests without drafts, every draft accepted (bonus), p/q > 1, q(x) = 0 tokens;
-                           then fn against vLLM 0.27.1's own rejection_sample on the same batches (recorded
+                           then fn against the pinned vLLM's own rejection_sample on the same batches (recorded
                            in data/vllm_views/lesson09.json.xz, so grading never needs vLLM)
     check_source_map(SOURCE_MAP)
 
@@ -45,13 +45,11 @@ from autograder.common import (
     BlankNotFilled,
     CheckFailed,
     Lesson,
-    Part,
-    check_name_map,
+    SourceMap,
     expect,
     graded,
-    last_name,
-    last_name_hash,
 )
+from autograder.pin import VLLM_VERSION
 
 P = -1                                   # PLACEHOLDER_TOKEN_ID
 DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
@@ -267,7 +265,7 @@ def check_boundary(fn) -> None:
     check_against_vllm(fn)
 
 
-# ---------------------------------------------------------------------------- against vLLM 0.27.1 itself
+# ---------------------------------------------------------------------------- against the pinned vLLM itself
 def vllm_case_inputs(payload: dict) -> tuple:
     """A recorded case (autograder/lesson09/vllm_view.py) in the exercise's argument order, as tensors."""
     dp = payload["draft_probs"]
@@ -277,7 +275,7 @@ def vllm_case_inputs(payload: dict) -> tuple:
 
 
 def check_against_vllm(fn) -> None:
-    """fn and vLLM 0.27.1's own rejection_sample (its Triton kernels, recorded) on the same batches: every case
+    """fn and the pinned vLLM's own rejection_sample (its Triton kernels, recorded) on the same batches: every case
     of the input-space table whose answer is forced, including a greedy row next to a draft model's q."""
     from autograder.lesson09.vllm_view import GRADED
     from autograder.vllm_oracle import recorded
@@ -286,7 +284,7 @@ def check_against_vllm(fn) -> None:
         want = recorded("lesson09", name)
         out, n = call(fn, *vllm_case_inputs(payload), generator=torch.Generator().manual_seed(0))
         expect(out.tolist() == want["output_token_ids"] and n == want["num_accepted"],
-               f"与 vLLM 0.27.1 的 rejection_sample 在同一批上结果不同（用例 {name}，drafts={payload['drafts']}，"
+               f"与 vLLM {VLLM_VERSION} 的 rejection_sample 在同一批上结果不同（用例 {name}，drafts={payload['drafts']}，"
                f"is_greedy={payload['is_greedy']}）：vLLM 输出 {want['output_token_ids']}、num_accepted="
                f"{want['num_accepted']}；你的 {out.tolist()}、{n}。")
 
@@ -467,37 +465,28 @@ def check_real_engine(fn) -> None:
 
 
 # ---------------------------------------------------------------------------- source map
-# Accepted names, as sha256 prefixes of the lower-cased last dotted component, checked against vLLM 0.27.1
+# Accepted names, as sha256 prefixes of the lower-cased last dotted component, checked against the pinned vLLM
 # (vllm/v1/sample/rejection_sampler.py, v1/spec_decode/*.py), names the lesson's own text does not print (the
 # first two are in the vLLM excerpts its show_vllm cell prints from the fetched source). The plain names live only in the solution (solutions/lesson09/lesson09.py), which the student release leaves out.
-SOURCE_KEYS = ["cumulative_drafts", "no_q_flag", "per_request_to_per_token", "parse", "parallel_ngram"]
-SOURCE_HASHES = {
+SOURCE = SourceMap(["cumulative_drafts", "no_q_flag", "per_request_to_per_token", "parse", "parallel_ngram"], {
     "cumulative_drafts": {"01c06631cf4b54db"},
     "no_q_flag": {"1632b9584efd92cc"},
     "per_request_to_per_token": {"07296112d2e0b478", "8eeea6e3d31f2b14"},  # the function or its kernel
     "parse": {"25fb5315d3fcb0a5"},
     "parallel_ngram": {"f2a6a34b3a69eb1e"},
-}
-
-
-normalize_name, name_hash = last_name, last_name_hash
-
-
-@graded
-def check_source_map(source_map) -> None:
-    check_name_map(source_map, SOURCE_KEYS, SOURCE_HASHES, name_hash, "这些概念没有对应到 vLLM 源码中实现它的名字")
+})
 
 
 LESSON = Lesson(
     lesson_id="lesson09",
     title="投机解码：n-gram 提议与拒绝采样",
-    parts=[
-        Part("l09_main_path", "主路径·构造用例与分布", 1, check_main_path, ("rejection_sample",)),
-        Part("l09_real_engine", "主路径·真实引擎", 1, check_real_engine, ("rejection_sample",)),
-        Part("l09_boundary", "边界条件", 1, check_boundary, ("rejection_sample",)),
-        Part("l09_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
-        Part("l09_q1", "Q1 为何分布不变", 2, group="manual"),
-        Part("l09_q2", "Q2 何时投机反而变慢", 2, group="manual"),
-        Part("l09_q3", "Q3 接受率与 k 的取舍", 2, group="manual"),
-    ],
+    answer=("rejection_sample",),
+    code={
+        "main_path": ("主路径·构造用例与分布", check_main_path),
+        "real_engine": ("主路径·真实引擎", check_real_engine),
+        "boundary": ("边界条件", check_boundary),
+    },
+    source_map=SOURCE,
+    questions=("为何分布不变", "何时投机反而变慢", "接受率与 k 的取舍"),
 )
+check_source_map = SOURCE.check

@@ -166,9 +166,9 @@ def acceptance_vs_overlap(fn, n: int = 2000, seed: int = 1) -> list:
     return rows
 
 
-# ---------------------------------------------------------------------------- the same thing in vLLM 0.27.1
+# ---------------------------------------------------------------------------- the same thing in the pinned vLLM
 def vllm_side_by_side(fn) -> dict:
-    """The lesson's batches through vLLM 0.27.1's own rejection_sample (the C++ kernels its CPU runner installs)
+    """The lesson's batches through the pinned vLLM's own rejection_sample (the C++ kernels its CPU runner installs)
     next to fn; then vLLM's and fn's first emitted token over the distribution batch, against n * p."""
     import torch
 

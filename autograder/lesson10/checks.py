@@ -51,13 +51,10 @@ from autograder.common import (
     BlankNotFilled,
     CheckFailed,
     Lesson,
-    Part,
+    SourceMap,
     ______,
-    check_name_map,
     expect,
     graded,
-    last_name,
-    last_name_hash,
 )
 
 TP = 2
@@ -484,42 +481,33 @@ def check_boundary(column_cls, row_cls) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- source map
-# Names the lesson does not print, checked in vLLM 0.27.1 (model_executor/layers/linear.py, distributed/utils.py,
+# Names the lesson does not print, checked in the pinned vLLM (model_executor/layers/linear.py, distributed/utils.py,
 # distributed/communication_op.py, distributed/parallel_state.py, v1/executor/multiproc_executor.py), stored as
 # sha256 prefixes of the lower-cased last dotted name; the plain names live only in the solution, which the release
 # leaves out. gather_outputs takes two names: the function the column layer calls and the GroupCoordinator
 # method it calls in turn (both gather, both vLLM's). output_rank takes the one method vLLM has: the same name
 # without its leading underscore is not a vLLM name and is refused (tests/test_lesson10_grading.py).
-SOURCE_KEYS = ["no_split", "shard_widths", "divisible", "split_input", "gather_outputs", "output_rank"]
-SOURCE_HASHES = {
+SOURCE = SourceMap(["no_split", "shard_widths", "divisible", "split_input", "gather_outputs", "output_rank"], {
     "no_split": {"ebcd3b0c1f397658"},
     "shard_widths": {"c377f479fec9a65b"},
     "divisible": {"f2fc4a548e90296a"},
     "split_input": {"ec16cf4d20937dec"},
     "gather_outputs": {"26d3d9ca0982b985", "ea943e5666f04f15"},
     "output_rank": {"96e1a9e03ef8464d"},
-}
-
-
-normalize_name, name_hash = last_name, last_name_hash
-
-
-@graded
-def check_source_map(source_map) -> None:
-    check_name_map(source_map, SOURCE_KEYS, SOURCE_HASHES, name_hash, "这些概念没有对应到 vLLM 源码中实现它的名字")
+})
 
 
 NEEDS = ("MergedColumnParallelLinear", "RowParallelLinear")
 LESSON = Lesson(
     lesson_id="lesson10",
     title="分布式执行：张量并行、Executor 与 all-reduce",
-    parts=[
-        Part("l10_main_path", "主路径·两个 rank 的 MLP", 1, check_mlp, NEEDS),
-        Part("l10_real_engine", "主路径·真实引擎 TP=2", 1, check_real_engine, NEEDS),
-        Part("l10_boundary", "边界条件（TP=1、bias、不等长或不能整除的投影、单 token）", 1, check_boundary, NEEDS),
-        Part("l10_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
-        Part("l10_q1", "Q1 all-reduce 为何在行并行层之后", 2, group="manual"),
-        Part("l10_q2", "Q2 TP=4 时 kv 头的复制", 2, group="manual"),
-        Part("l10_q3", "Q3 tp 增大时通信占比为何上升", 2, group="manual"),
-    ],
+    answer=NEEDS,
+    code={
+        "main_path": ("主路径·两个 rank 的 MLP", check_mlp),
+        "real_engine": ("主路径·真实引擎 TP=2", check_real_engine),
+        "boundary": ("边界条件（TP=1、bias、不等长或不能整除的投影、单 token）", check_boundary),
+    },
+    source_map=SOURCE,
+    questions=("all-reduce 为何在行并行层之后", "TP=4 时 kv 头的复制", "tp 增大时通信占比为何上升"),
 )
+check_source_map = SOURCE.check

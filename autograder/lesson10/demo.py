@@ -180,9 +180,9 @@ def misplaced_all_reduce(column_cls, row_cls) -> dict[str, float]:
             for name, (fn, c) in runs.items()}
 
 
-# ---------------------------------------------------------------------------- the same thing in vLLM 0.27.1
+# ---------------------------------------------------------------------------- the same thing in the pinned vLLM
 def vllm_side_by_side(shards: dict) -> dict:
-    """vLLM 0.27.1's own layers loading the same checkpoint per rank (live or recorded): each shard's shape and
+    """The pinned vLLM's own layers loading the same checkpoint per rank (live or recorded): each shard's shape and
     the checkpoint rows/columns it holds, next to minivllm's shapes from rank_shards()."""
     from autograder import vllm_oracle
 

@@ -10,10 +10,10 @@ plug() puts them into minivllm's GPUModelRunner in place of CudagraphDispatcher.
 _pad_for_cudagraph. On CPU the engine's enforce_eager=False path "replays" eagerly from the same static
 buffers, so every check here runs on CPU; on a GPU the same plug feeds real CUDA graphs.
     check_main_path(...)   the size chosen is the smallest that fits; a batch padded in fresh buffers; real rows kept;
-                           then every batch size against vLLM 0.27.1's own dispatcher (recorded, six settings)
+                           then every batch size against the pinned vLLM's own dispatcher (recorded, six settings)
     check_real_engine(...) greedy tokens through the plugged engine equal the unpadded eager run
     check_boundary(...)    a full batch, a batch above every size, stale buffers, padded rows never write KV
-    check_source_map(SOURCE_MAP)  three padding concepts -> vLLM 0.27.1's method names (hashed); the lesson's text
+    check_source_map(SOURCE_MAP)  three padding concepts -> the pinned vLLM's method names (hashed); the lesson's text
                            does not print them (its show_vllm cells may show one, from the fetched source)
 Every check is @graded: bounded by the cell limit, one short line on failure.
 
@@ -36,7 +36,6 @@ Input space (each dimension -> the part that covers it):
 """
 from __future__ import annotations
 
-import hashlib
 import random
 from dataclasses import dataclass
 
@@ -46,13 +45,13 @@ from autograder.common import (
     REPO,
     CheckFailed,
     Lesson,
-    Part,
+    SourceMap,
     ______,
     blank_in_function,
-    check_name_map,
     expect,
     graded,
 )
+from autograder.pin import VLLM_VERSION
 from minivllm.compilation.cuda_graph import PAD_SLOT_ID, BatchDescriptor
 
 DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
@@ -198,7 +197,7 @@ def _expect_size(choose_capture_size, n: int, sizes: list[int], why: str = "") -
 
 
 def check_against_vllm(choose_capture_size) -> None:
-    """choose_capture_size against vLLM 0.27.1's own CudagraphDispatcher.dispatch (recorded: grading never needs
+    """choose_capture_size against the pinned vLLM's own CudagraphDispatcher.dispatch (recorded: grading never needs
     vLLM): for each setting of autograder/lesson11/vllm_view.py, given the decode graphs vLLM captured (in
     reverse order for every other setting), every batch of 1 .. max_cudagraph_capture_size + 1 requests must run
     at vLLM's size, or eagerly (None) where vLLM runs it without a graph."""
@@ -211,7 +210,7 @@ def check_against_vllm(choose_capture_size) -> None:
         for n, mode, rows in ans["decode_padding"]:
             want = rows if mode == "FULL" else None
             got = choose_capture_size(n, list(sizes))
-            expect(got == want, f"与 vLLM 0.27.1 的 CudagraphDispatcher.dispatch 不同（设置 {name}，vLLM 为 decode 捕获的"
+            expect(got == want, f"与 vLLM {VLLM_VERSION} 的 CudagraphDispatcher.dispatch 不同（设置 {name}，vLLM 为 decode 捕获的"
                    f"尺寸 {sizes}）：{n} 个请求 vLLM " + (f"填充到 {want} 行" if want is not None else "不用图、eager 运行")
                    + f"，choose_capture_size 得到 {got!r}")
 
@@ -325,35 +324,28 @@ def kv_guard(llm) -> list[int]:
 
 # ---------------------------------------------------------------------------- source map
 FUNCTIONS = ["choose_capture_size", "fill_static_buffers", "real_rows"]
-SOURCE_KEYS = ["padded_descriptor", "sorted_sizes", "uniform_check"]
-# Checked in vLLM 0.27.1 (v1/cudagraph_dispatcher.py, config/compilation.py, v1/worker/gpu_model_runner.py), stored
+# Checked in the pinned vLLM (v1/cudagraph_dispatcher.py, config/compilation.py, v1/worker/gpu_model_runner.py), stored
 # hashed; the plain names live only in the solution, which the release leaves out. The lesson's text does not print
 # them; its show_vllm cells print the fetched source, where padded_descriptor's answer is a call in dispatch (L303):
 # a pointed look, which is the point. sorted_sizes and uniform_check: one look at the line the item names (the call).
-SOURCE_HASHES = {
+SOURCE = SourceMap(["padded_descriptor", "sorted_sizes", "uniform_check"], {
     "padded_descriptor": {"10bb46f1dea3d9e8"},
     "sorted_sizes": {"a37fa3f3bae89541"},
     "uniform_check": {"6903cdc0453c0158"},
-}
+}, unmapped="这些概念没有映射到 vLLM 中对应的对象（方法或属性名）",
+    name=lambda s: s.strip().strip("`").removesuffix("()").split(".")[-1].lower())
 
 
-def name_hash(name: str) -> str:
-    """`GPUModelRunner._prepare_inputs`, `_prepare_inputs()` and `_prepare_inputs` hash the same."""
-    return hashlib.sha256(name.strip().strip("`").removesuffix("()").split(".")[-1].lower().encode()).hexdigest()[:16]
-
-
-@graded
-def check_source_map(source_map) -> None:
-    check_name_map(source_map, SOURCE_KEYS, SOURCE_HASHES, name_hash,
-                   "这些概念没有映射到 vLLM 中对应的对象（方法或属性名）")
-
-
-LESSON = Lesson("lesson11", "CUDA Graph 与动态形状", parts=[
-    Part("l11_main_path", "主路径·选尺寸、填静态缓冲、只取真实行", 1, check_main_path, tuple(FUNCTIONS)),
-    Part("l11_real_engine", "主路径·接入真实引擎", 1, check_real_engine, tuple(FUNCTIONS)),
-    Part("l11_boundary", "边界：正好一个尺寸、超过最大尺寸、残留缓冲、KV 不被写", 1, check_boundary, tuple(FUNCTIONS)),
-    Part("l11_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
-    Part("l11_q1", "Q1 CUDA graph 省掉哪部分时间", 2, group="manual"),
-    Part("l11_q2", "Q2 混合批次为何不录整图、上限之上为何不录", 2, group="manual"),
-    Part("l11_q3", "Q3 填充的代价", 2, group="manual"),
-])
+LESSON = Lesson(
+    lesson_id="lesson11",
+    title="CUDA Graph 与动态形状",
+    answer=tuple(FUNCTIONS),
+    code={
+        "main_path": ("主路径·选尺寸、填静态缓冲、只取真实行", check_main_path),
+        "real_engine": ("主路径·接入真实引擎", check_real_engine),
+        "boundary": ("边界：正好一个尺寸、超过最大尺寸、残留缓冲、KV 不被写", check_boundary),
+    },
+    source_map=SOURCE,
+    questions=("CUDA graph 省掉哪部分时间", "混合批次为何不录整图、上限之上为何不录", "填充的代价"),
+)
+check_source_map = SOURCE.check

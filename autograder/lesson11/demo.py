@@ -80,9 +80,9 @@ def print_launch_counts(counts: dict | None) -> None:
         print(f"{name:>6} {c['kernel_launches']:>17} {c['graph_launches']:>16}")
 
 
-# ---------------------------------------------------------------------------- the same thing in vLLM 0.27.1
+# ---------------------------------------------------------------------------- the same thing in the pinned vLLM
 def vllm_side_by_side(choose_capture_size, show: str = "default_20_seqs") -> dict:
-    """vLLM 0.27.1's capture lists for the lesson's settings next to minivllm's (CompilationConfig.
+    """The pinned vLLM's capture lists for the lesson's settings next to minivllm's (CompilationConfig.
     set_cudagraph_sizes), then, for one setting, each decode batch's rows in minivllm, in vLLM and by your
     choose_capture_size given vLLM's decode graphs."""
     from autograder import vllm_oracle

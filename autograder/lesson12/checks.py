@@ -37,7 +37,7 @@ the same groups through the same OutputProcessor; whole texts come from the stri
 
     check_main_path(cls, abort)   the real OutputProcessor with cls: both decoders, stop strings across steps,
                                   several stops, include_stop_str_in_output, multi-byte text, cumulative outputs;
-                                  then cls against vLLM 0.27.1's IncrementalDetokenizer (recorded) on 18 streams
+                                  then cls against the pinned vLLM's IncrementalDetokenizer (recorded) on 18 streams
     check_real_server(cls, abort) a real server (uvicorn on loopback in a thread, its EngineCore in its own
                                   process) with cls plugged in, driven by the openai client
     check_boundary(cls, abort)    first-token stop, output shorter than the hold-back window, one-step outputs,
@@ -54,7 +54,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import hashlib
 import random
 import re
 import threading
@@ -62,7 +61,15 @@ import time
 
 import httpx
 
-from autograder.common import REPO, BlankNotFilled, CheckFailed, Lesson, Part, check_name_map, expect
+from autograder.common import (
+    REPO,
+    BlankNotFilled,
+    CheckFailed,
+    Lesson,
+    SourceMap,
+    expect,
+)
+from autograder.pin import VLLM_VERSION
 
 DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
 NAME = "shakespeare"
@@ -224,7 +231,7 @@ def expect_stream(cls, abort_fn, text, stop, groups, label, finish_last=None, in
 
 def expect_split_prompt(cls, abort_fn, cut: int, label: str) -> None:
     """MULTIBYTE's byte-level tokens, the prompt ending `cut` tokens in, inside a character whose bytes the output
-    completes. The stream must never show U+FFFD. Accepted: vLLM 0.27.1's increments (with tokenizers 0.23 its
+    completes. The stream must never show U+FFFD. Accepted: the pinned vLLM's increments (with tokenizers 0.23 its
     primed DecodeStream, whose prefix ends in an incomplete character, emits the prompt's text again before the
     completed character), or the same increments without that repeated prompt text (a stream that stepped
     through the prompt). A stream primed with only the last prompt token(s) shows U+FFFD."""
@@ -296,7 +303,7 @@ def vllm_events(cls, case: dict) -> dict:
 
 
 def check_against_vllm(cls) -> None:
-    """cls against vLLM 0.27.1's own IncrementalDetokenizer (recorded: grading never needs vLLM) on the lesson's
+    """cls against the pinned vLLM's own IncrementalDetokenizer (recorded: grading never needs vLLM) on the lesson's
     stop-string streams: every step's stop string and delta, and the whole text."""
     from autograder.lesson12.vllm_view import GRADED, SCENARIOS
     from autograder.vllm_oracle import recorded
@@ -305,7 +312,7 @@ def check_against_vllm(cls) -> None:
         want, got = recorded("lesson12", name), vllm_events(cls, SCENARIOS[name])
         k = next((k for k, (a, b) in enumerate(zip(got["events"], want["events"], strict=False)) if a != b),
                  min(len(got["events"]), len(want["events"])))
-        expect(got == want, f"与 vLLM 0.27.1 的 IncrementalDetokenizer 不同（用例 {name}，停止串 "
+        expect(got == want, f"与 vLLM {VLLM_VERSION} 的 IncrementalDetokenizer 不同（用例 {name}，停止串 "
                f"{SCENARIOS[name]['params']['stop']}）：第 {k + 1} 步 [停止串, 增量] vLLM "
                f"{want['events'][k:k + 1]}，你的 {got['events'][k:k + 1]}；全文 vLLM {_clip(want['text'])}，"
                f"你的 {_clip(got['text'])}。")
@@ -567,42 +574,30 @@ def check_disconnect(cls, abort_fn) -> None:
 
 
 # ---------------------------------------------------------------------------- source map
-SOURCE_KEYS = ("prefix_reset", "fast_switch", "slow_prompt_tokens", "disconnect_listener", "arrivals",
-               "zero_copy_threshold")
-SOURCE_HASHES = {
+# Names in vLLM at the pin that the lesson does not print (found by reading vLLM, not the lesson), as sha256
+# prefixes of the lower-cased last dotted name, call parentheses dropped.
+SOURCE = SourceMap(("prefix_reset", "fast_switch", "slow_prompt_tokens", "disconnect_listener", "arrivals",
+                    "zero_copy_threshold"), {
     "prefix_reset": {"0c46830b76090815"},
     "fast_switch": {"e8e97910936426f9"},
     "slow_prompt_tokens": {"e2f662a28bcbd244"},
     "disconnect_listener": {"2a228c98fa6329fb"},
     "arrivals": {"e67d5729a7e12675"},
     "zero_copy_threshold": {"39e66b1d9a99860e", "d7d552fe1b2ae56c"},
-}
-
-
-def normalize_name(name: str) -> str:
-    s = re.sub(r"\(.*\)", "", str(name)).strip().strip("`").replace(" ", "")
-    return s.rsplit(".", 1)[-1].lower()
-
-
-def name_hash(name: str) -> str:
-    return hashlib.sha256(normalize_name(name).encode()).hexdigest()[:16]
-
-
-def check_source_map(source_map) -> None:
-    """Names in vLLM at the pin that the lesson does not print (found by reading vLLM, not the lesson)."""
-    check_name_map(source_map, SOURCE_KEYS, SOURCE_HASHES, name_hash, "这些概念没有对应到 vLLM 源码中实现它的名字")
+}, name=lambda s: (
+    re.sub(r"\(.*\)", "", str(s)).strip().strip("`").replace(" ", "").rsplit(".", 1)[-1].lower()))
 
 
 LESSON = Lesson(
     lesson_id="lesson12",
     title="前端与在线服务：AsyncLLM、ZMQ/msgspec、SSE 与基准测试",
-    parts=[
-        Part("l12_main_path", "主路径·输出处理器", 1, check_main_path, ("StreamingDetokenizer", "abort_stream")),
-        Part("l12_real_server", "主路径·真实服务器", 1, check_real_server, ("StreamingDetokenizer", "abort_stream")),
-        Part("l12_boundary", "边界条件与断开连接", 1, check_boundary, ("StreamingDetokenizer", "abort_stream")),
-        Part("l12_source_map", "映射回源码对象", 1, check_source_map, ("SOURCE_MAP",)),
-        Part("l12_q1", "Q1 进程拆分的收益与代价", 2, group="manual"),
-        Part("l12_q2", "Q2 没有 hold-back 时流式输出坏在哪", 2, group="manual"),
-        Part("l12_q3", "Q3 排队如何推高 TTFT", 2, group="manual"),
-    ],
+    answer=("StreamingDetokenizer", "abort_stream"),
+    code={
+        "main_path": ("主路径·输出处理器", check_main_path),
+        "real_server": ("主路径·真实服务器", check_real_server),
+        "boundary": ("边界条件与断开连接", check_boundary),
+    },
+    source_map=SOURCE,
+    questions=("进程拆分的收益与代价", "没有 hold-back 时流式输出坏在哪", "排队如何推高 TTFT"),
 )
+check_source_map = SOURCE.check

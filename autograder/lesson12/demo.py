@@ -197,9 +197,9 @@ def print_split(split: dict) -> None:
     print(f"multiprocess / in-process = {r:.2f}（各轮之间 {lo:.2f}～{hi:.2f}）：这台机器上这次{verdict}。")
 
 
-# ---------------------------------------------------------------------------- the same thing in vLLM 0.27.1
+# ---------------------------------------------------------------------------- the same thing in the pinned vLLM
 def vllm_side_by_side(cls, detail: str = "stop_across_steps") -> dict:
-    """vLLM 0.27.1's IncrementalDetokenizer on the lesson's stop-string streams next to cls (live or recorded):
+    """The pinned vLLM's IncrementalDetokenizer on the lesson's stop-string streams next to cls (live or recorded):
     one line per stream, then one stream step by step, then a prompt ending inside a character."""
     from autograder import vllm_oracle
     from autograder.lesson12.checks import vllm_events

@@ -30,9 +30,9 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 本课读 vLLM 0.27.1（commit 8e958902eee5）。先画调用图和状态所有权，再进入分支；不要从 2500 行的 core.py 第一行顺读，只读下表四个函数（约 65 行）：
+# 本课读 vLLM {{VLLM_VERSION}}（commit {{VLLM_COMMIT}}）。先画调用图和状态所有权，再进入分支；不要从 2500 行的 core.py 第一行顺读，只读下表四个函数（约 65 行）：
 #
-# | 顺序 | vLLM 文件与入口（0.27.1） | minivllm 对应文件 | 带着什么问题读 |
+# | 顺序 | vLLM 文件与入口（{{VLLM_VERSION}}） | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
 # | 1 | `vllm/v1/engine/async_llm.py`：`AsyncLLM.abort`（L729–L741） | `minivllm/engine/async_llm.py`：`AsyncLLM` | 取消为何先删前端的请求，再通知 EngineCore？ |
 # | 2 | `vllm/v1/engine/core.py`：`EngineCoreProc.run_busy_loop`（L1378–L1389） | `minivllm/engine/core.py`：`EngineCoreProc` | 每轮先处理哪个队列，再走一步？ |
@@ -40,7 +40,7 @@
 # | 4 | `core.py`：`EngineCore._process_aborts_queue`（L741–L749） | `minivllm/engine/core.py`：`EngineCore` | forward 期间到达的取消何时生效？ |
 
 # %%
-# 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
+# 上表各行在 vLLM {{VLLM_VERSION}} 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
 from autograder.vllm_source import show_vllm
 
 show_vllm("vllm/v1/engine/async_llm.py", "AsyncLLM.abort")
@@ -244,7 +244,7 @@ L01.check_boundary(engine_core_step)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# “能映射回源码对象”（1 分）在这里自动评分。沿着练习的每个空在 vLLM 8e958902eee5 里再走一步，写出下面每一项的名字：类、方法或字段，字符串。可以带 `obj.` 前缀和括号，大小写不限；本课正文没有印出它们。
+# “能映射回源码对象”（1 分）在这里自动评分。沿着练习的每个空在 vLLM {{VLLM_COMMIT}} 里再走一步，写出下面每一项的名字：类、方法或字段，字符串。可以带 `obj.` 前缀和括号，大小写不限；本课正文没有印出它们。
 #
 # - `plan`：`scheduler.schedule()` 返回的 `SchedulerOutput` 里，按 KV cache 组给出“所有 running 请求共享的前缀块数”的那个字段，cascade attention 用它（`vllm/v1/core/sched/output.py`）；
 # - `future`：多进程 executor（`vllm/v1/executor/multiproc_executor.py`）的 `execute_model(..., non_block=True)` 返回的那个 future 的类；
@@ -287,7 +287,7 @@ L01.check_source_map(SOURCE_MAP)
 # - **为何不能合并（1 分）**：一条成立的因果链即可。成立的理由：每份状态只有一个写者，改动沿 `SchedulerOutput` → `ModelRunnerOutput` 这样的显式消息发生，避免竞争、便于定位故障；前端与 EngineCore 分进程，分词/解码不与 busy loop 争 GIL。把“进程隔离/GIL”当作全部四者分开的唯一理由的，这 1 分不给：Scheduler 与 EngineCore 同在一个进程，单卡时 Worker 也在其中（`UniProcExecutor`），GIL 说明不了它们为何分开。
 # - 0 分：只背类名，说不清状态所有权（一票否决）。
 #
-# 以下答案按 vLLM 0.27.1 是正确的，不扣分：HTTP/SSE 属于 API server 而不是 AsyncLLM；等待调度的队列在 Scheduler；单卡时 Worker 在 EngineCore 进程内；默认没有容错降级（`ParallelConfig.enable_fault_tolerance` 默认 False，worker 出错时引擎退出，前端抛 `EngineDeadError`）。
+# 以下答案按 vLLM {{VLLM_VERSION}} 是正确的，不扣分：HTTP/SSE 属于 API server 而不是 AsyncLLM；等待调度的队列在 Scheduler；单卡时 Worker 在 EngineCore 进程内；默认没有容错降级（`ParallelConfig.enable_fault_tolerance` 默认 False，worker 出错时引擎退出，前端抛 `EngineDeadError`）。
 #
 # **参考答案**
 #
@@ -299,7 +299,7 @@ L01.check_source_map(SOURCE_MAP)
 # 2. 严禁合成全局可变对象的深层因果：
 #    - 进程隔离与 GIL：Frontend 与 EngineCore 是两个进程（`VLLM_ENABLE_V1_MULTIPROCESSING` 默认开启），分词与增量解码不与 busy loop 争 GIL。Worker 只在多卡（`MultiprocExecutor`）时是独立进程；单卡时 `UniProcExecutor` 把它放在 EngineCore 进程里，Scheduler 也一直在这个进程里。所以“Worker 不写 Scheduler 状态”靠的是消息契约（`SchedulerOutput` → `ModelRunnerOutput`），不是进程边界；
 #    - 杜绝多写者脑裂（Brain-Split & Race Condition）：若允许 Worker 越权修改 Scheduler 状态，在分布式流水线或异步执行中会产生无序状态竞争，无法确定哪个组件持有真值；
-#    - 故障边界与可审计契约：单写者加显式消息契约（IPC / Message Queue）使得每个组件的输入输出严格成对可审计。某个 GPU Worker 发生 OOM 或 NCCL 崩溃时，故障停在清楚的边界上：vLLM 0.27.1 默认不降级（`enable_fault_tolerance` 默认 False），EngineCore 退出，前端把在途请求以 `EngineDeadError` 结束，而不是带着不一致的状态继续运行。
+#    - 故障边界与可审计契约：单写者加显式消息契约（IPC / Message Queue）使得每个组件的输入输出严格成对可审计。某个 GPU Worker 发生 OOM 或 NCCL 崩溃时，故障停在清楚的边界上：vLLM {{VLLM_VERSION}} 默认不降级（`enable_fault_tolerance` 默认 False），EngineCore 退出，前端把在途请求以 `EngineDeadError` 结束，而不是带着不一致的状态继续运行。
 #
 # === END MARK SCHEME ===
 
@@ -391,7 +391,7 @@ self_check("lesson01", globals());
 # 不计分，可以跳过：在真实 vLLM 上对照本课、图 1-1 的推导、参考资料与差异清单。
 
 # %% [markdown]
-# ### 在真实 vLLM 0.27.1 上看同一件事
+# ### 在真实 vLLM {{VLLM_VERSION}} 上看同一件事
 #
 # vLLM 的 `EngineCore.step`（`vllm/v1/engine/core.py`）约 30 行（代码约 20 行），对照你的 `engine_core_step` 读（装了 `.venv-vllm` 才印出源码，否则给链接）：
 
@@ -405,7 +405,7 @@ if site:
     end = next(i for i in range(start + 1, len(lines)) if lines[i].strip().startswith("def "))
     print("\n".join(lines[start:end]).rstrip())
 else:
-    print("https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py 中的 EngineCore.step")
+    print("https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/engine/core.py 中的 EngineCore.step")
 
 # %% [markdown]
 # 比练习多出的只有：`_should_throttle_prefills()`、forward 返回 `None` 时另调 `sample_tokens`（见下方差异）、两个记录细节的 `with` 与 update 之后的 `_attach_iteration_details`。
@@ -436,20 +436,20 @@ L01.vllm_side_by_side(run)
 #
 # ### 参考资料
 #
-# - [vLLM AsyncLLM source](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/async_llm.py)
-# - [vLLM EngineCore source](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py)
-# - [vLLM Scheduler interface](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/interface.py)
+# - [vLLM AsyncLLM source](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/engine/async_llm.py)
+# - [vLLM EngineCore source](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/engine/core.py)
+# - [vLLM Scheduler interface](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/core/sched/interface.py)
 # - [vLLM V1 guide](https://docs.vllm.ai/en/latest/usage/v1_guide/)
 # - [vLLM optimization and process architecture](https://docs.vllm.ai/en/latest/design/arch_overview/)
 #
-# 源码链接固定在 commit 8e958902eee5；current docs、支持矩阵和默认参数会变化，部署前按目标版本核对。
+# 源码链接固定在 commit {{VLLM_COMMIT}}；current docs、支持矩阵和默认参数会变化，部署前按目标版本核对。
 
 # %% [markdown]
-# ### 与 vLLM 0.27.1 的差异
+# ### 与 vLLM {{VLLM_VERSION}} 的差异
 #
 # 本课评分的顺序与 vLLM 的 `EngineCore.step` 相同。其余差别：
 #
-# - **runner**：课程的 dense 模型在 0.27.1 默认由 Model Runner V2（`v1/worker/gpu/model_runner.py`）运行，minivllm 对应 V1 runner（`v1/worker/gpu_model_runner.py`）；本课读的代码在 runner 之上。
+# - **runner**：课程的 dense 模型在 {{VLLM_VERSION}} 默认由 Model Runner V2（`v1/worker/gpu/model_runner.py`）运行，minivllm 对应 V1 runner（`v1/worker/gpu_model_runner.py`）；本课读的代码在 runner 之上。
 # - **V1 runner 的用途**：`gpu_model_runner.py` 用于 V2 不支持的特性（例如 n-gram 投机）、没有 Triton 的机器，以及 `VllmConfig._is_default_v2_model_runner_model` 排除的模型：pooling、attention-free 模型，以及不在 V2 默认架构列表里的 MoE 与 hybrid 模型。
 # - **默认的 step**：vLLM 默认开启 async scheduling（`AsyncScheduler`），busy loop 调用 `step_with_batch_queue`：先发射第 N+1 步，再处理第 N 步。minivllm 默认关闭。
 # - **forward 与采样**：`execute_model` 的 future 返回 `None` 后，vLLM 再调用 `sample_tokens(grammar_output)`。练习把两者合成一次。

@@ -30,19 +30,19 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 本课读 vLLM 0.27.1（commit 8e958902eee5）。`scheduler.py` 有两千多行，只读下表的约 95 行（跳过 encoder、priority、spec 分支）：
+# 本课读 vLLM {{VLLM_VERSION}}（commit {{VLLM_COMMIT}}）。`scheduler.py` 有两千多行，只读下表的约 95 行（跳过 encoder、priority、spec 分支）：
 #
-# | 顺序 | vLLM 文件与入口（0.27.1） | minivllm 对应文件 | 带着什么问题读 |
+# | 顺序 | vLLM 文件与入口（{{VLLM_VERSION}}） | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
 # | 1 | `vllm/v1/core/sched/scheduler.py`：`Scheduler.schedule` 开头的 `NOTE(woosuk)` 注释（L441–L450） | `minivllm/core/sched/scheduler.py`：`Scheduler` | 为什么没有 “prefill 阶段” 和 “decode 阶段”？ |
 # | 2 | 同文件：RUNNING 循环的 token 数（L516–L523）与要块、抢占（L577–L590、L614–L629） | 同上 | 每个请求本步拿多少 token？块不够时抢占谁？ |
 # | 3 | 同文件：WAITING 循环入口（L683–L697）与它的 `allocate_slots` 调用（L973–L994） | 同上 | 抢占过的一步为何不接纳？为何要整个请求放得下？ |
 # | 4 | 同文件：`Scheduler._preempt_request` 的主体（L1287–L1294、L1313–L1315） | `minivllm/core/sched/scheduler.py`：`Scheduler._preempt` | 被抢占的请求交出什么、回到哪？ |
 #
-# 课程的 dense 模型在 vLLM 0.27.1 默认由 Model Runner V2（`v1/worker/gpu/model_runner.py`）运行，minivllm 对应 V1 runner；调度器在 runner 之上。
+# 课程的 dense 模型在 vLLM {{VLLM_VERSION}} 默认由 Model Runner V2（`v1/worker/gpu/model_runner.py`）运行，minivllm 对应 V1 runner；调度器在 runner 之上。
 
 # %%
-# 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
+# 上表各行在 vLLM {{VLLM_VERSION}} 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
 from autograder.vllm_source import show_vllm
 
 show_vllm("vllm/v1/core/sched/scheduler.py", "Scheduler.schedule", lines=(441, 450))
@@ -373,9 +373,9 @@ self_check("lesson02", globals());
 # 不计分，可以跳过：在真实 vLLM 上对照、chunked prefill 的实测、更多取舍、参考资料与差异清单。
 
 # %% [markdown]
-# ### 在真实 vLLM 0.27.1 上看同一件事
+# ### 在真实 vLLM {{VLLM_VERSION}} 上看同一件事
 #
-# 本课两个场景（3 × 800 / 1024 / 400 和 KV 池耗尽的抢占）交给 vLLM 0.27.1 自己的 `Scheduler`（按 vLLM 测试的 `create_scheduler` 在 CPU 上构造），与 minivllm 的逐步对照：`!` 是抢占，free 是调度后的空闲块。
+# 本课两个场景（3 × 800 / 1024 / 400 和 KV 池耗尽的抢占）交给 vLLM {{VLLM_VERSION}} 自己的 `Scheduler`（按 vLLM 测试的 `create_scheduler` 在 CPU 上构造），与 minivllm 的逐步对照：`!` 是抢占，free 是调度后的空闲块。
 #
 # 主路径与边界两项评分也跑这两个场景和另外八个（5 个 main_、3 个 boundary_，见 `autograder/lesson02/vllm_view.py`）：你的循环每步都要与 vLLM 录下的相同。
 
@@ -414,17 +414,17 @@ L02.fig_tradeoff(rows);
 #
 # ### 参考资料
 #
-# - [vLLM Scheduler source](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/scheduler.py)
-# - [vLLM SchedulerOutput](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/output.py)
-# - [vLLM KVCacheManager](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/kv_cache_manager.py)
-# - [vLLM SchedulerConfig](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/config/scheduler.py)：各选项的默认值
-# - [vLLM scheduler tests](https://github.com/vllm-project/vllm/blob/8e958902eee5/tests/v1/core/test_scheduler.py)
+# - [vLLM Scheduler source](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/core/sched/scheduler.py)
+# - [vLLM SchedulerOutput](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/core/sched/output.py)
+# - [vLLM KVCacheManager](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/core/kv_cache_manager.py)
+# - [vLLM SchedulerConfig](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/config/scheduler.py)：各选项的默认值
+# - [vLLM scheduler tests](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/tests/v1/core/test_scheduler.py)
 # - [vLLM Optimization and Tuning（Preemption、Chunked Prefill）](https://docs.vllm.ai/en/latest/configuration/optimization/)
 #
-# 源码链接固定在 commit 8e958902eee5；current docs、支持矩阵和默认参数会变化，部署前按目标版本核对。
+# 源码链接固定在 commit {{VLLM_COMMIT}}；current docs、支持矩阵和默认参数会变化，部署前按目标版本核对。
 
 # %% [markdown]
-# ### 与 vLLM 0.27.1 的差异
+# ### 与 vLLM {{VLLM_VERSION}} 的差异
 #
 # 本课评分的循环与 vLLM FCFS 下 `Scheduler.schedule` 的骨架相同（上面逐步对照过）。其余差别：
 #

@@ -30,9 +30,9 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 本课读、跑、评分用的都是 vLLM 0.27.1 发布包。先画出一个块的一生：分配 → 写满 → 登记哈希 → 被命中共享 → 释放进空闲队列 → 被驱逐或再次命中。再按下表读（约 75 行）：
+# 本课读、跑、评分用的都是 vLLM {{VLLM_VERSION}} 发布包。先画出一个块的一生：分配 → 写满 → 登记哈希 → 被命中共享 → 释放进空闲队列 → 被驱逐或再次命中。再按下表读（约 75 行）：
 #
-# | 顺序 | vLLM 文件与入口（0.27.1，`vllm/v1/core/`） | minivllm 对应 | 带着什么问题读 |
+# | 顺序 | vLLM 文件与入口（{{VLLM_VERSION}}，`vllm/v1/core/`） | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
 # | 1 | `kv_cache_utils.py`：`hash_block_tokens` 的函数体（L617–L623） | `minivllm/core/kv_cache_utils.py`：`hash_block_tokens` | 块哈希里装了什么？为什么带上父块的哈希？ |
 # | 2 | `kv_cache_manager.py`：`KVCacheManager.get_computed_blocks` 的封顶与查找（L250–L264） | `minivllm/core/kv_cache_manager.py`：`KVCacheManager` | 命中为什么封顶在 `num_tokens - 1`？ |
@@ -40,10 +40,10 @@
 # | 4 | `block_pool.py`：`BlockPool.get_new_blocks`（L658–L668）与 `_maybe_evict_cached_block`（L694–L700） | `minivllm/core/block_pool.py`：`BlockPool` | 新块从空闲队列哪一端取？旧哈希何时驱逐？ |
 # | 5 | 同文件：`BlockPool.free_blocks`（L719–L742）；调用方 `SingleTypeKVCacheManager.free`（L526–L527） | `minivllm/core/kv_cache_manager.py`：`KVCacheManager.free` | 为什么逆序释放？无哈希的块为什么放队头？ |
 #
-# 前缀缓存在调度侧，runner 只按块表读写 KV（课程的 dense 模型在 0.27.1 默认用 Model Runner V2；minivllm 对应 V1 runner）。
+# 前缀缓存在调度侧，runner 只按块表读写 KV（课程的 dense 模型在 {{VLLM_VERSION}} 默认用 Model Runner V2；minivllm 对应 V1 runner）。
 
 # %%
-# 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
+# 上表各行在 vLLM {{VLLM_VERSION}} 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
 from autograder.vllm_source import show_vllm
 
 show_vllm("vllm/v1/core/kv_cache_utils.py", "hash_block_tokens", lines=(617, 623))
@@ -110,7 +110,7 @@ L03.plot_block_tables(snap);
 # - **不变量：开启前缀缓存在数学上不改变输出。** 本课在 CPU 上检查二者一致（见真实引擎检查）。GPU 上命中与未命中的 batch 形状不同，vLLM 默认不保证 batch 不变（`VLLM_BATCH_INVARIANT` 默认关），logprob 只在浮点误差内一致，长输出的 greedy token 偶尔因近似并列而分叉。
 # - **哈希必须覆盖整个前缀和块里的每个 token。** 只哈希本块时，同样的 16 个 token 换个位置就撞上同一个块，而块里的 K 带着原位置的 RoPE，从第二层起 K、V 还混入了原来的上文；漏掉一个 token 也一样。结果不是崩溃，是输出悄悄变错。
 # - **extra keys 不能漏。** `extra_keys` 装“同样的 token、不同的 KV”的因素：不同 LoRA、图片、租户（`cache_salt`）下，同样的 token 对应不同的 KV，或不该被别人探测到。
-# - **只有满块有哈希**（单组模型，本课）。不满的块还会被写入；给它哈希，等于承诺了一段还不存在的前缀。0.27.1 的混合模型另有例外，见附录。
+# - **只有满块有哈希**（单组模型，本课）。不满的块还会被写入；给它哈希，等于承诺了一段还不存在的前缀。{{VLLM_VERSION}} 的混合模型另有例外，见附录。
 # - **命中封顶在 n-1，按整块取。** 采样下一个 token 需要最后一个 token 的 logits；又因为按整块取，整块的 prompt 全部命中时要重算整个最后一块。
 # - **命中必须是前缀。** 第一次未命中之后的块即使哈希还在，KV 也依赖缺失那一块的上文。
 # - **复用前先驱逐旧哈希**，否则哈希表指向内容已被覆盖的块；**`ref_cnt` 降到 0 才进空闲队列**。
@@ -378,9 +378,9 @@ self_check("lesson03", globals());
 # 不计分，可以跳过：在真实 vLLM 上对照、两个细节、参考资料与差异清单。
 
 # %% [markdown]
-# ### 在真实 vLLM 0.27.1 上看同一件事
+# ### 在真实 vLLM {{VLLM_VERSION}} 上看同一件事
 #
-# 把 vLLM 测试的 `test_prefill`、`test_evict` 交给 vLLM 0.27.1 自己的 `KVCacheManager`、`BlockPool` 和哈希器（sha256），与 minivllm 逐个操作对照。哈希值两边不同，表里按首次出现编号，相等关系须一致。
+# 把 vLLM 测试的 `test_prefill`、`test_evict` 交给 vLLM {{VLLM_VERSION}} 自己的 `KVCacheManager`、`BlockPool` 和哈希器（sha256），与 minivllm 逐个操作对照。哈希值两边不同，表里按首次出现编号，相等关系须一致。
 #
 # 主路径与边界两项评分也跑这两个场景和另外九个（`autograder/lesson03/vllm_view.py`）：你的函数接进 minivllm 后，每个操作都要与 vLLM 录下的相同。
 
@@ -395,16 +395,16 @@ L03.vllm_side_by_side()
 #
 # ### 参考资料
 #
-# - [vLLM kv_cache_utils.py：块哈希、空闲队列](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/kv_cache_utils.py)
-# - [vLLM block_pool.py：BlockPool](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/block_pool.py)
-# - [vLLM kv_cache_manager.py：get_computed_blocks、allocate_slots](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/kv_cache_manager.py)
-# - [vLLM single_type_kv_cache_manager.py：find_longest_cache_hit、free](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/single_type_kv_cache_manager.py)
-# - [vLLM tests/v1/core/test_prefix_caching.py：test_prefill、test_evict](https://github.com/vllm-project/vllm/blob/8e958902eee5/tests/v1/core/test_prefix_caching.py)
+# - [vLLM kv_cache_utils.py：块哈希、空闲队列](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/core/kv_cache_utils.py)
+# - [vLLM block_pool.py：BlockPool](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/core/block_pool.py)
+# - [vLLM kv_cache_manager.py：get_computed_blocks、allocate_slots](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/core/kv_cache_manager.py)
+# - [vLLM single_type_kv_cache_manager.py：find_longest_cache_hit、free](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/core/single_type_kv_cache_manager.py)
+# - [vLLM tests/v1/core/test_prefix_caching.py：test_prefill、test_evict](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/tests/v1/core/test_prefix_caching.py)
 # - [vLLM Automatic Prefix Caching design（current docs）](https://docs.vllm.ai/en/latest/design/prefix_caching/)
 #
 # 源码链接固定到本课对照的 commit；current docs、默认参数与命中粒度会变化，部署前按目标版本重新核对。
 #
-# ### 与 vLLM 0.27.1 的差异
+# ### 与 vLLM {{VLLM_VERSION}} 的差异
 #
 # 本课评分的机制与 vLLM 相同：链式哈希、n-1 封顶、按整块命中、LRU 队列、逆序释放、无哈希块放队头。其余差别：
 #

@@ -29,9 +29,9 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 本课对照 vLLM 0.27.1 发布包，只读状态的几个写点：谁改成什么，在一步里的哪一刻改（约 100 行，长函数只摘几段）：
+# 本课对照 vLLM {{VLLM_VERSION}} 发布包，只读状态的几个写点：谁改成什么，在一步里的哪一刻改（约 100 行，长函数只摘几段）：
 #
-# | 顺序 | vLLM 文件与入口（0.27.1，`vllm/v1/`） | minivllm 对应 | 带着什么问题读 |
+# | 顺序 | vLLM 文件与入口（{{VLLM_VERSION}}，`vllm/v1/`） | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
 # | 1 | `request.py`：`RequestStatus`（L348–L371） | `minivllm/request.py`：`RequestStatus` | 哪些状态算“已结束”？为什么用 `IntEnum` 的大小比较？ |
 # | 2 | `core/sched/scheduler.py`：`Scheduler._preempt_request`（L1287–L1296、L1313–L1315） | `minivllm/core/sched/scheduler.py`：`Scheduler._preempt` | 被抢占的请求丢掉什么、保留什么？为何放回队首？ |
@@ -39,10 +39,10 @@
 # | 4 | `engine/core.py`：`EngineCore.step`（L606–L611）；`scheduler.py`：`Scheduler.update_from_output`（L1747–L1755） | `minivllm/engine/core.py`：`EngineCore.step` | 取消为什么在 update 之前处理？ |
 # | 5 | `core/sched/utils.py`：`check_stop`（L100–L117） | `minivllm/core/sched/scheduler.py`：`Scheduler._check_stop` | 停止条件按什么顺序检查？ |
 #
-# 课程的 dense 模型在 0.27.1 默认由 Model Runner V2 运行，minivllm 对应 V1 runner。
+# 课程的 dense 模型在 {{VLLM_VERSION}} 默认由 Model Runner V2 运行，minivllm 对应 V1 runner。
 
 # %%
-# 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
+# 上表各行在 vLLM {{VLLM_VERSION}} 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
 from autograder.vllm_source import show_vllm
 
 show_vllm("vllm/v1/request.py", "RequestStatus", lines=(348, 371))
@@ -391,9 +391,9 @@ self_check("lesson04", globals());
 # 不计分，可以跳过：在真实 vLLM 上对照、重算的实测、参考资料与差异清单。
 
 # %% [markdown]
-# ### 在真实 vLLM 0.27.1 上看同一件事
+# ### 在真实 vLLM {{VLLM_VERSION}} 上看同一件事
 #
-# 演示的负载和四个取消交给 vLLM 0.27.1 自己的 `Scheduler`（不带模型，由仿照 `EngineCore` 循环的驱动 `autograder/vllm_oracle/scheduler_harness.py` 推进），每个请求一行，每步一格。mini 行不是上面的演示，而是 minivllm 的 `Scheduler` 由同一个驱动推进：取消在 `schedule` 之前处理。
+# 演示的负载和四个取消交给 vLLM {{VLLM_VERSION}} 自己的 `Scheduler`（不带模型，由仿照 `EngineCore` 循环的驱动 `autograder/vllm_oracle/scheduler_harness.py` 推进），每个请求一行，每步一格。mini 行不是上面的演示，而是 minivllm 的 `Scheduler` 由同一个驱动推进：取消在 `schedule` 之前处理。
 #
 # 抢占、取消、停止三项评分也跑 `autograder/lesson04/vllm_view.py` 的场景，并逐 token 调用 vLLM 的 `check_stop`：你的函数接进 minivllm 后，每步都要与 vLLM 录下的相同。
 
@@ -422,22 +422,22 @@ L04.print_recompute_cost(cost)
 # %% [markdown]
 # ### 参考资料
 #
-# - [vLLM request.py](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/request.py)
-# - [vLLM scheduler.py](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/scheduler.py)
-# - [vLLM sched/utils.py](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/utils.py)
-# - [vLLM engine/core.py](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py)
-# - [vLLM async_llm.py](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/async_llm.py)
+# - [vLLM request.py](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/request.py)
+# - [vLLM scheduler.py](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/core/sched/scheduler.py)
+# - [vLLM sched/utils.py](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/core/sched/utils.py)
+# - [vLLM engine/core.py](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/engine/core.py)
+# - [vLLM async_llm.py](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/engine/async_llm.py)
 # - [vLLM Optimization and Tuning：Preemption（current docs）](https://docs.vllm.ai/en/latest/configuration/optimization/)
 #
 # 源码链接固定到本课对照的 commit；current docs 与默认参数会变化，部署前按目标版本重新核对。
 #
-# ### 与 vLLM 0.27.1 的差异
+# ### 与 vLLM {{VLLM_VERSION}} 的差异
 #
 # 本课评分的机制与 vLLM 相同：按重算抢占、放回队首、`finish_requests` 的清理、`check_stop` 的顺序。其余差别：
 #
 # - **取消什么时候生效**：vLLM 的输入线程把 ABORT 同时放进 `aborts_queue` 和 `input_queue`。步与步之间，`_process_input_queue` 调用同步的 `EngineCore.abort_requests`，在下一次 `schedule` 之前结束请求。
 #   - 步间到达的取消已由 `input_queue` 处理，`aborts_queue` 里的同一条随后什么也不做，真正起作用的是执行期间到达的那些；minivllm 只有 `aborts_queue`。
-# - **异步调度**：vLLM 0.27.1 默认开启，busy loop 跑 `step_with_batch_queue`，取消同样在 `update_from_output` 之前处理；本课画的是同步的 `step`。
+# - **异步调度**：vLLM {{VLLM_VERSION}} 默认开启，busy loop 跑 `step_with_batch_queue`，取消同样在 `update_from_output` 之前处理；本课画的是同步的 `step`。
 # - **`RequestStatus`**：vLLM 还有 `WAITING_FOR_REMOTE_KVS`、`WAITING_FOR_STREAMING_REQ`（KV connector 与流式输入）；其余同名、同序，`is_finished` 都是“大于 PREEMPTED”。
 # - **重复检测**：vLLM 的 `check_stop` 在长度上限之后还查 `repetition_detection`，命中时状态为 `FINISHED_REPETITION`、`stop_reason` 为 `"repetition_detected"`；minivllm 的 `Scheduler._check_stop` 同样如此，本课的练习不要求这一条。
 # - **EOS**：vLLM 在 `ignore_eos` 时不设 `sampling_params._eos_token_id`，`check_stop` 只做比较；minivllm 用 `Request.eos_token_id`，显式检查 `ignore_eos`。行为相同。

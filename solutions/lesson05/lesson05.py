@@ -34,7 +34,7 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 本课读 vLLM 0.27.1（commit 8e958902eee5）。按序读下面三段（约 95 行）；kernel 按 CP=1、`BLOCKS_PER_KV_BLOCK`=1 读：`virtual_block_size` 就是块大小，`local_block_offsets` 就是块内偏移，`is_local` 恒真；`BLOCK_SIZE` 是一次处理的 token 数。
+# 本课读 vLLM {{VLLM_VERSION}}（commit {{VLLM_COMMIT}}）。按序读下面三段（约 95 行）；kernel 按 CP=1、`BLOCKS_PER_KV_BLOCK`=1 读：`virtual_block_size` 就是块大小，`local_block_offsets` 就是块内偏移，`is_local` 恒真；`BLOCK_SIZE` 是一次处理的 token 数。
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
@@ -45,7 +45,7 @@
 # > **哪个 runner**：本课讲 V1 runner 的持久批，minivllm 照它写；dense 模型在 GPU 上默认走 Model Runner V2（见附录），摊平的数学一样。
 
 # %%
-# 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
+# 上表各行在 vLLM {{VLLM_VERSION}} 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
 from autograder.vllm_source import show_vllm
 
 show_vllm("vllm/v1/worker/gpu_input_batch.py", "InputBatch.__init__", lines=(185, 186))
@@ -118,7 +118,7 @@ short_errors("lesson05")  # 评分单元格失败时只显示三行：哪一部�
 # ### 4. 性能与工程取舍
 #
 # - 输入准备与 token 数线性：16k token 时，按 token 的循环执行 65,603 行 Python，向量化后是常数行、不到 1 毫秒（见检查）。
-# - vLLM 0.27.1 默认异步调度：CPU 准备第 t+1 步时 GPU 还在跑第 t 步，只有准备比前向慢 GPU 才等；拷贝也异步（pinned `CpuGpuBuffer`，块表先拷 `commit_block_table`）。
+# - vLLM {{VLLM_VERSION}} 默认异步调度：CPU 准备第 t+1 步时 GPU 还在跑第 t 步，只有准备比前向慢 GPU 才等；拷贝也异步（pinned `CpuGpuBuffer`，块表先拷 `commit_block_table`）。
 # - 持久批让每步 CPU 写入与变化量成正比；代价是行会移动，按行号索引的状态都要跟着搬。
 
 # %% [markdown]
@@ -275,7 +275,7 @@ L05.check_boundary(prepare_inputs)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 这 1 分自动评分：写出 vLLM 0.27.1 里每个概念的名字（字符串，大小写不限）。都在上面的摘录里，括号里是哪一段。
+# 这 1 分自动评分：写出 vLLM {{VLLM_VERSION}} 里每个概念的名字（字符串，大小写不限）。都在上面的摘录里，括号里是哪一段。
 #
 # - `block_tables`：`InputBatch.block_table` 的类，为每个 KV cache 组各持有一个 `BlockTable`（`__init__` 的摘录）；
 # - `condense_rows`：`condense` 把末尾的行移进空洞时，对块表调用的方法（`condense` 的第二段）；
@@ -344,7 +344,7 @@ L05.check_source_map(SOURCE_MAP)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "l05_q3", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": true}
 # ## Q3（2 分）
 #
-# vLLM 0.27.1 默认开启异步调度：CPU 准备第 t+1 步的输入时，GPU 还在跑第 t 步的前向。什么情况下 GPU 仍会空等？用检查里 16k token 批上的对比说明，为什么输入准备仍要向量化。
+# vLLM {{VLLM_VERSION}} 默认开启异步调度：CPU 准备第 t+1 步的输入时，GPU 还在跑第 t 步的前向。什么情况下 GPU 仍会空等？用检查里 16k token 批上的对比说明，为什么输入准备仍要向量化。
 #
 # === BEGIN MARK SCHEME ===
 #
@@ -386,9 +386,9 @@ self_check("lesson05", globals());
 # 选读，不计分：在真实 vLLM 上运行、V1 与 V2 的对照、与 vLLM 的全部差异和参考资料。
 
 # %% [markdown]
-# ### 在真实 vLLM 0.27.1 上看同一件事
+# ### 在真实 vLLM {{VLLM_VERSION}} 上看同一件事
 #
-# 本课的 4 个 prompt、到达时间与调度参数交给 vLLM 0.27.1 自己的引擎（CPU，进程内，V1 的 `CPUModelRunner`）。包装它的 `_prepare_inputs`，从它自己的缓冲区读出六个数组，按请求与 minivllm 对照。
+# 本课的 4 个 prompt、到达时间与调度参数交给 vLLM {{VLLM_VERSION}} 自己的引擎（CPU，进程内，V1 的 `CPUModelRunner`）。包装它的 `_prepare_inputs`，从它自己的缓冲区读出六个数组，按请求与 minivllm 对照。
 #
 # vLLM 的 CPU 注意力后端只支持 16 的倍数的 block_size，两边都用 16。表里看得到下面差异列表的“重排”与“取 logits”两条。`make vllm` 之后，vLLM 的源码在 `.venv-vllm` 的 site-packages/vllm 下。
 
@@ -423,14 +423,14 @@ L05.plot_v1_vs_v2(run);
 # %% [markdown]
 # ### 参考资料
 #
-# - [vLLM GPUModelRunner（V1）](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_model_runner.py)
-# - [vLLM InputBatch（V1）](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_input_batch.py)
-# - [vLLM Model Runner V2](https://github.com/vllm-project/vllm/tree/8e958902eee5/vllm/v1/worker/gpu)
+# - [vLLM GPUModelRunner（V1）](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/worker/gpu_model_runner.py)
+# - [vLLM InputBatch（V1）](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/worker/gpu_input_batch.py)
+# - [vLLM Model Runner V2](https://github.com/vllm-project/vllm/tree/{{VLLM_COMMIT}}/vllm/v1/worker/gpu)
 # - [vLLM V1 architecture (current docs)](https://docs.vllm.ai/en/latest/design/arch_overview.html)
 #
 # runner 的实现变化很快，current docs 与默认值会变，部署前按目标版本重新核对。
 #
-# ### 与 vLLM 0.27.1 的差异
+# ### 与 vLLM {{VLLM_VERSION}} 的差异
 #
 # 本课评分的摊平公式与 vLLM V1 runner 相同。其余差别：
 #

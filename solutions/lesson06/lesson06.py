@@ -36,7 +36,7 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM commit 8e958902eee5（0.27.1 发布后一天）。下表约 90 行，都在同一个文件里。先看 grid 每一维是谁，再看循环每次读哪些字节，最后看数值细节。
+# 源码固定在 vLLM commit {{VLLM_COMMIT}}（{{VLLM_VERSION}} 发布后一天）。下表约 90 行，都在同一个文件里。先看 grid 每一维是谁，再看循环每次读哪些字节，最后看数值细节。
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
@@ -48,7 +48,7 @@
 # > **谁调用谁**：NVIDIA GPU 上默认选 FlashAttention（计算能力 10.x 的因果注意力先选 FlashInfer），Triton 后端在其后（`vllm/platforms/cuda.py`：`_get_backend_priorities`）。`kernel_paged_attention_2d` 是 ROCm 后端的 Triton 回退，循环与本课相同。
 
 # %%
-# 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
+# 上表各行在 vLLM {{VLLM_VERSION}} 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
 from autograder.vllm_source import show_vllm
 
 show_vllm("vllm/v1/attention/ops/chunked_prefill_paged_decode.py", "chunked_prefill_paged_decode", lines=(447, 452))
@@ -466,7 +466,7 @@ self_check("lesson06", globals());
 # 选读，不计分：在真实 vLLM 上运行、与 vLLM 的全部差异和参考资料。
 
 # %% [markdown]
-# ### 在真实 vLLM 0.27.1 上看同一件事
+# ### 在真实 vLLM {{VLLM_VERSION}} 上看同一件事
 #
 # vLLM 的 paged attention Triton kernel（`kernel_paged_attention_2d`、`unified_attention`）要 GPU；本机的 vLLM 是 CPU 版：Triton 虽已安装，但没有 CPU 后端，vLLM 将其禁用，这些 kernel 不运行。
 #
@@ -480,16 +480,16 @@ L06.vllm_side_by_side(paged_decode_kernel);
 # %% [markdown]
 # ### 参考资料
 #
-# - [vLLM Triton attention backend](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/attention/backends/triton_attn.py)
-# - [vLLM `kernel_paged_attention_2d`](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/attention/ops/chunked_prefill_paged_decode.py)
-# - [vLLM unified attention kernel](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/attention/ops/triton_unified_attention.py)
+# - [vLLM Triton attention backend](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/attention/backends/triton_attn.py)
+# - [vLLM `kernel_paged_attention_2d`](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/attention/ops/chunked_prefill_paged_decode.py)
+# - [vLLM unified attention kernel](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/attention/ops/triton_unified_attention.py)
 # - [PagedAttention（Kwon et al., SOSP 2023）](https://arxiv.org/abs/2309.06180)
 # - [Online normalizer calculation for softmax（Milakov & Gimelshein, 2018）](https://arxiv.org/abs/1805.02867)
 # - 图 6-3 的 H100 SXM5 规格（BF16 矩阵 989.4 TFLOP/s、HBM3 3.35 TB/s，均为理论峰值）：[Glenn Lockwood 的 H100 笔记](https://glennklockwood.com/garden/processors/h100)。本课还没有 GPU 上的带宽实测；本机的数字只有 Triton 解释器的计数（CPU）。
 #
 # 这些 kernel 以前在 `vllm/attention/ops/`，参数名随版本变化；current docs、支持矩阵和默认参数也会变，部署前按目标版本重新核对。
 #
-# ### 与 vLLM 0.27.1 的差异
+# ### 与 vLLM {{VLLM_VERSION}} 的差异
 #
 # 本课评分的块循环与 `kernel_paged_attention_2d` 一一对应。其余差别：
 #

@@ -36,7 +36,7 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM commit 8e958902eee5（0.27.1 发布后一天）。下面只摘主路径用到的约 100 行；FlashInfer 与 Triton 分支先跳过。
+# 源码固定在 vLLM commit {{VLLM_COMMIT}}（{{VLLM_VERSION}} 发布后一天）。下面只摘主路径用到的约 100 行；FlashInfer 与 Triton 分支先跳过。
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
@@ -45,10 +45,10 @@
 # | 3 | `v1/sample/ops/topk_topp_sampler.py`：`random_sample`（L455–L472） | 同上：`random_sample` | 为什么不用 `torch.multinomial`？带种子的行从哪取噪声？ |
 # | 4 | `v1/worker/gpu_model_runner.py`：`_update_states`（L1276–L1284） | `minivllm/worker/gpu_model_runner.py`：`_update_states`（`gpu_input_batch.py` 只按行号存放） | generator 在哪创建？跟着请求还是行号？ |
 #
-# > **哪个 runner**：本课讲 V1 runner 的采样器，minivllm 照它实现；dense 模型在 0.27.1 上默认走 Model Runner V2，采样器不同（见附录）。
+# > **哪个 runner**：本课讲 V1 runner 的采样器，minivllm 照它实现；dense 模型在 {{VLLM_VERSION}} 上默认走 Model Runner V2，采样器不同（见附录）。
 
 # %%
-# 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
+# 上表各行在 vLLM {{VLLM_VERSION}} 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
 from autograder.vllm_source import show_vllm
 
 show_vllm("vllm/v1/sample/sampler.py", "Sampler.forward", lines=(84, 93))
@@ -212,7 +212,7 @@ report("lesson07", globals())
 #
 # - 8 行、词表 10，各行参数不同，保留的 token 集合与逐行的 float64 参考比较；
 # - 贪心行取 argmax，temperature → 0 等于贪心，logprobs 是原始 logits 的 log_softmax（含 logprobs=0、相差 100 nats 以上）；
-# - 隐藏测试：频数与精确的截断分布做卡方检验；六个录制的批上与 vLLM 0.27.1 的 `Sampler` 逐行相同。
+# - 隐藏测试：频数与精确的截断分布做卡方检验；六个录制的批上与 vLLM {{VLLM_VERSION}} 的 `Sampler` 逐行相同。
 
 # %% nbgrader={"grade": true, "grade_id": "l07_main_path", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 x = torch.tensor([[3.0, 1.0, 2.0, 0.0, 2.5], [0.0, 4.0, 1.0, 1.0, -1.0]])
@@ -397,7 +397,7 @@ self_check("lesson07", globals());
 # 选读，不计分：在真实 vLLM 上运行、与 vLLM 的全部差异和参考资料。
 
 # %% [markdown]
-# ### 在真实 vLLM 0.27.1 上看同一件事
+# ### 在真实 vLLM {{VLLM_VERSION}} 上看同一件事
 #
 # 第一张表：演示那行 logits（vLLM 一侧用 HF transformers 算）逐步经过 vLLM 的 `Sampler.apply_temperature`、`MinPLogitsProcessor`、`apply_top_k_top_p` 和你的函数。
 #
@@ -411,18 +411,18 @@ L07.vllm_side_by_side(row, apply_min_p, apply_top_k_top_p, sample);
 # %% [markdown]
 # ### 参考资料
 #
-# - [vLLM sampler](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/sample/sampler.py)
-# - [vLLM top-k/top-p sampler](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/sample/ops/topk_topp_sampler.py)
-# - [vLLM built-in logits processors](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/sample/logits_processor/builtin.py)
-# - [vLLM SamplingMetadata](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/sample/metadata.py)
-# - [Model Runner V2 的采样器](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu/sample/sampler.py)
+# - [vLLM sampler](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/sample/sampler.py)
+# - [vLLM top-k/top-p sampler](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/sample/ops/topk_topp_sampler.py)
+# - [vLLM built-in logits processors](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/sample/logits_processor/builtin.py)
+# - [vLLM SamplingMetadata](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/sample/metadata.py)
+# - [Model Runner V2 的采样器](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/worker/gpu/sample/sampler.py)
 # - [The Curious Case of Neural Text Degeneration（top-p，Holtzman et al., ICLR 2020）](https://arxiv.org/abs/1904.09751)
 # - [Turning Up the Heat: Min-p Sampling（Nguyen et al., 2024）](https://arxiv.org/abs/2407.01082)
 # - [vLLM sampling parameters (current docs)](https://docs.vllm.ai/en/latest/api/vllm/sampling_params.html)
 #
 # 源码链接固定到本课对照的 commit；current docs 与默认参数会变化，部署前按目标版本重新核对。
 #
-# ### 与 vLLM 0.27.1 的差异
+# ### 与 vLLM {{VLLM_VERSION}} 的差异
 #
 # 本课评分的机制与 vLLM V1 采样器的 PyTorch 版相同：步骤顺序、掩码、指数竞赛、每个带种子请求一个 generator。其余差别：
 #

@@ -25,7 +25,7 @@
 #
 # | 部分 | 分值 | 评分方式 |
 # |---|---|---|
-# | 代码·主路径（与 xgrammar、vLLM 0.27.1 的 bitmask 逐字相同 1 分 + 接入真实引擎 1 分） | 2 | 自动 |
+# | 代码·主路径（与 xgrammar、vLLM {{VLLM_VERSION}} 的 bitmask 逐字相同 1 分 + 接入真实引擎 1 分） | 2 | 自动 |
 # | 代码·边界条件（EOS 只在文本等于某个选项时允许、mask 先于采样） | 1 | 自动 |
 # | 代码·能映射回源码对象（`SOURCE_MAP`） | 1 | 自动 |
 # | Q1～Q3 | 各 2 | 人工，按评分规则 |
@@ -35,7 +35,7 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM 0.27.1（commit 8e958902eee5）。先画出“编译 → 等待 → 每步 bitmask → 采样前屏蔽 → 推进状态”这条线，再读下面四段。
+# 源码固定在 vLLM {{VLLM_VERSION}}（commit {{VLLM_COMMIT}}）。先画出“编译 → 等待 → 每步 bitmask → 采样前屏蔽 → 推进状态”这条线，再读下面四段。
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
@@ -44,10 +44,10 @@
 # | 3 | `v1/engine/core.py`：`EngineCore.step`（L584–L614） | `minivllm/engine/core.py`：`EngineCore.step` | bitmask 在发射 forward 与等待它之间计算，重叠了什么？ |
 # | 4 | `v1/worker/gpu/structured_outputs.py`：`StructuredOutputsWorker.apply_grammar_bitmask`（L39–L48） | `minivllm/structured_output/utils.py` | bitmask 的行顺序怎样变成 logits 的行顺序？ |
 #
-# > **哪个 runner**：第 4 行属于 Model Runner V2（0.27.1 上 dense 模型的默认）；V1 runner 的做法见附录。
+# > **哪个 runner**：第 4 行属于 Model Runner V2（{{VLLM_VERSION}} 上 dense 模型的默认）；V1 runner 的做法见附录。
 
 # %%
-# 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
+# 上表各行在 vLLM {{VLLM_VERSION}} 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
 from autograder.vllm_source import show_vllm
 
 show_vllm("vllm/v1/structured_output/__init__.py", "StructuredOutputManager.grammar_init", lines=(166, 175))
@@ -358,7 +358,7 @@ self_check("lesson08", globals());
 # 选读，不计分：在真实 vLLM 上运行、与 vLLM 的全部差异和参考资料。
 
 # %% [markdown]
-# ### 在真实 vLLM 0.27.1 上看同一件事
+# ### 在真实 vLLM {{VLLM_VERSION}} 上看同一件事
 #
 # 第一张表：评分场景里“批内顺序与调度顺序不同”的那一批交给 vLLM 自己的 `StructuredOutputManager.grammar_bitmask`（选项由 `SamplingParams._validate_structured_outputs` 改写成 EBNF，xgrammar 编译）。vLLM 按调度顺序出行，你的函数按批内顺序；按请求 id 重排后应逐字相同。
 #
@@ -372,17 +372,17 @@ L08.vllm_side_by_side(choice_bitmask)
 # %% [markdown]
 # ### 参考资料
 #
-# - [vLLM structured output manager](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/structured_output/__init__.py)
-# - [vLLM xgrammar backend](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/structured_output/backend_xgrammar.py)
-# - [vLLM apply_grammar_bitmask（V1 runner）](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/structured_output/utils.py)
-# - [Model Runner V2 的 StructuredOutputsWorker](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu/structured_outputs.py)
-# - [vLLM EngineCore.step](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core.py)
+# - [vLLM structured output manager](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/structured_output/__init__.py)
+# - [vLLM xgrammar backend](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/structured_output/backend_xgrammar.py)
+# - [vLLM apply_grammar_bitmask（V1 runner）](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/structured_output/utils.py)
+# - [Model Runner V2 的 StructuredOutputsWorker](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/worker/gpu/structured_outputs.py)
+# - [vLLM EngineCore.step](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/engine/core.py)
 # - [vLLM structured outputs docs](https://docs.vllm.ai/en/latest/features/structured_outputs.html)
 # - [xgrammar documentation](https://xgrammar.mlc.ai/docs/)
 #
 # 源码链接固定到本课对照的 commit；current docs、支持矩阵和默认参数会变化，部署前按目标版本重新核对。
 #
-# ### 与 vLLM 0.27.1 的差异
+# ### 与 vLLM {{VLLM_VERSION}} 的差异
 #
 # 本课评分的机制与 vLLM 相同：bitmask 的布局与位序、EOS 的规则、先屏蔽再采样、bitmask 在发射 forward 与等待它之间计算。其余差别：
 #

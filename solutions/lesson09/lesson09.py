@@ -37,7 +37,7 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM 0.27.1（commit 8e958902eee5）。沿着一个草稿 token 的一生读下面四段。
+# 源码固定在 vLLM {{VLLM_VERSION}}（commit {{VLLM_COMMIT}}）。沿着一个草稿 token 的一生读下面四段。
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
@@ -46,10 +46,10 @@
 # | 3 | `vllm/v1/sample/rejection_sampler.py`：`rejection_random_sample_kernel`（L804–845） | `minivllm/sample/rejection_sampler.py` | 接受条件是什么？拒绝后取哪个 token？ |
 # | 4 | `vllm/v1/core/sched/scheduler.py`：`Scheduler.update_from_output`（L1766–1784） | `minivllm/core/sched/scheduler.py` | 被拒时 `num_computed_tokens` 退回多少？ |
 #
-# **runner**：n-gram 投机在 0.27.1 走 V1 的 `gpu_model_runner.py`，因为 `_get_v2_model_runner_unsupported_features` 把 n-gram 列为 Model Runner V2 不支持的特性。minivllm 的 runner 对应 V1。
+# **runner**：n-gram 投机在 {{VLLM_VERSION}} 走 V1 的 `gpu_model_runner.py`，因为 `_get_v2_model_runner_unsupported_features` 把 n-gram 列为 Model Runner V2 不支持的特性。minivllm 的 runner 对应 V1。
 
 # %%
-# 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
+# 上表各行在 vLLM {{VLLM_VERSION}} 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
 from autograder.vllm_source import show_vllm
 
 show_vllm("vllm/v1/spec_decode/ngram_proposer.py", "_find_longest_matched_ngram_and_propose_tokens", lines=(215, 218))
@@ -289,7 +289,7 @@ L09.check_boundary(rejection_sample)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# “能映射回源码对象”（1 分）在这里自动评分：写出 vLLM 8e958902eee5 中实现每个概念的名字（函数、常量或变量名，字符串，大小写不限）。括号里是去哪里找。
+# “能映射回源码对象”（1 分）在这里自动评分：写出 vLLM {{VLLM_COMMIT}} 中实现每个概念的名字（函数、常量或变量名，字符串，大小写不限）。括号里是去哪里找。
 #
 # - `cumulative_drafts`：`SpecDecodeMetadata` 里各请求草稿数的前缀和字段（第 2 段摘录的注释）；
 # - `no_q_flag`：没有草稿概率时把 q(x) 当作 1 的编译期常量（第 3 段摘录）；
@@ -377,10 +377,10 @@ self_check("lesson09", globals());
 # %% [markdown]
 # ## 附录（选读）
 #
-# 选读：在真实 vLLM 上运行你的函数、与 vLLM 0.27.1 的全部差异和参考资料，不计入核心路径。
+# 选读：在真实 vLLM 上运行你的函数、与 vLLM {{VLLM_VERSION}} 的全部差异和参考资料，不计入核心路径。
 
 # %% [markdown]
-# ### 在真实 vLLM 0.27.1 上看同一件事
+# ### 在真实 vLLM {{VLLM_VERSION}} 上看同一件事
 #
 # CPU 上通常没有 Triton。`HAS_TRITON` 为假时，V1 的 `CPUModelRunner` 构造时用 `_postprocess_triton` 把 `rejection_sampler.py` 的 kernel 换成 `vllm/utils/cpu_triton_utils.py` 的 C++ 实现。下面照做后调用 vLLM 的 `rejection_sample`。
 #
@@ -392,7 +392,7 @@ self_check("lesson09", globals());
 L09.vllm_side_by_side(rejection_sample);
 
 # %% [markdown]
-# ### 与 vLLM 0.27.1 的差异
+# ### 与 vLLM {{VLLM_VERSION}} 的差异
 #
 # - **n 的取法**：n-gram 提议的 n 取 `[prompt_lookup_min, prompt_lookup_max]` 里能匹配的最长值，同样长时取最早的一处。
 # - **输入布局**：vLLM 的 `RejectionSampler.forward` 按 `target_logits_indices` 只把草稿行交给 `rejection_sample`，奖励行按 `bonus_logits_indices` 取出、由普通 `Sampler` 采样。练习把奖励行插在各请求的草稿行之后。
@@ -408,10 +408,10 @@ L09.vllm_side_by_side(rejection_sample);
 # %% [markdown]
 # ### 参考资料
 #
-# - [vLLM n-gram proposer](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/spec_decode/ngram_proposer.py)
-# - [vLLM rejection sampler](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/sample/rejection_sampler.py)
-# - [vLLM scheduler](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/core/sched/scheduler.py)
-# - [vLLM spec decode metrics](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/spec_decode/metrics.py)
+# - [vLLM n-gram proposer](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/spec_decode/ngram_proposer.py)
+# - [vLLM rejection sampler](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/sample/rejection_sampler.py)
+# - [vLLM scheduler](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/core/sched/scheduler.py)
+# - [vLLM spec decode metrics](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/spec_decode/metrics.py)
 # - [Leviathan et al., Fast Inference from Transformers via Speculative Decoding (ICML 2023)](https://arxiv.org/abs/2211.17192)
 # - [Chen et al., Accelerating LLM Decoding with Speculative Sampling (2023)](https://arxiv.org/abs/2302.01318)
 # - [Prompt Lookup Decoding (Saxena, 2023)](https://github.com/apoorvumang/prompt-lookup-decoding)

@@ -37,7 +37,7 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM 0.27.1（commit 8e958902eee5）。沿着一个权重矩阵的一生读：完整张量 → 每个 rank 取哪一段 → 算出一段输出还是部分和 → 在哪里 all-reduce。
+# 源码固定在 vLLM {{VLLM_VERSION}}（commit {{VLLM_COMMIT}}）。沿着一个权重矩阵的一生读：完整张量 → 每个 rank 取哪一段 → 算出一段输出还是部分和 → 在哪里 all-reduce。
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
@@ -46,10 +46,10 @@
 # | 3 | `vllm/model_executor/layers/linear.py`：`RowParallelLinear.forward`（L1761–1769） | 同上 | bias 为什么只在 rank 0 加？何时 all-reduce？ |
 # | 4 | `vllm/v1/executor/multiproc_executor.py`：`MultiprocExecutor.collective_rpc`（L384–392） | `minivllm/executor/multiproc_executor.py` | 一次 `execute_model` 怎样送到每个 rank？ |
 #
-# **runner**：课程的 dense 模型在 0.27.1 默认由 Model Runner V2 运行；minivllm 的 worker 对应 V1 的 `gpu_model_runner.py`，本课的层两者共用。
+# **runner**：课程的 dense 模型在 {{VLLM_VERSION}} 默认由 Model Runner V2 运行；minivllm 的 worker 对应 V1 的 `gpu_model_runner.py`，本课的层两者共用。
 
 # %%
-# 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
+# 上表各行在 vLLM {{VLLM_VERSION}} 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
 from autograder.vllm_source import show_vllm
 
 show_vllm("vllm/model_executor/layers/linear.py", "MergedColumnParallelLinear.weight_loader_v2", lines=(978, 994))
@@ -260,9 +260,9 @@ L10.check_boundary(MergedColumnParallelLinear, RowParallelLinear)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# “能映射回源码对象”（1 分）在这里自动评分：写出 vLLM 0.27.1 里每个概念的名字（字符串，大小写不限）。括号里是位置，可在新单元格里用 `show_vllm(文件, 名字, lines=(a, b))` 打印那几行。
+# “能映射回源码对象”（1 分）在这里自动评分：写出 vLLM {{VLLM_VERSION}} 里每个概念的名字（字符串，大小写不限）。括号里是位置，可在新单元格里用 `show_vllm(文件, 名字, lines=(a, b))` 打印那几行。
 #
-# - `no_split`：每个 rank 都持有完整权重、不切分的线性层类（`LinearBase` 之后的第一个类，[linear.py L314](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/model_executor/layers/linear.py#L314)）；
+# - `no_split`：每个 rank 都持有完整权重、不切分的线性层类（`LinearBase` 之后的第一个类，[linear.py L314](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/model_executor/layers/linear.py#L314)）；
 # - `shard_widths`：各融合投影在本 rank 上输出宽度的列表属性（`ColumnParallelLinear.__init__` 的 L483–L485）；
 # - `divisible`：断言能整除的函数（`vllm/distributed/utils.py` 里 `divide` 的 L63）；
 # - `split_input`：行并行层把未切分的输入沿最后一维切成 tp 份的函数（`RowParallelLinear.forward` 的 L1755）；
@@ -360,14 +360,14 @@ self_check("lesson10", globals());
 # %% [markdown]
 # ## 附录（选读）
 #
-# 选读：在真实 vLLM 上加载同一层、与 vLLM 0.27.1 的全部差异和参考资料，不计入核心路径。
+# 选读：在真实 vLLM 上加载同一层、与 vLLM {{VLLM_VERSION}} 的全部差异和参考资料，不计入核心路径。
 #
 # **GPU 上的已发表数字（非本课实测）**：8×H100 SXM5 上 NCCL all-reduce 大消息的 busbw 约 460–480 GB/s，无 NVSwitch 的 8×H100 PCIe 约 35–45 GB/s（[nccl-tests](https://docs.alayanew.com/en/docs/tech-blog/2026-05-06-nccl-tests)）。
 #
 # 互连带宽差一个数量级，大消息（prefill、大 batch）的 all-reduce 代价也差约一个数量级；decode 每次只有 T × hidden 个数，主要受延迟限制，差距要在目标硬件上测。
 
 # %% [markdown]
-# ### 在真实 vLLM 0.27.1 上看同一件事
+# ### 在真实 vLLM {{VLLM_VERSION}} 上看同一件事
 #
 # 同一份 checkpoint 的第 0 层与 embedding，由 vLLM 的四种并行层每个 rank 建一次、用参数的 `weight_loader` 加载。
 #
@@ -377,7 +377,7 @@ self_check("lesson10", globals());
 L10.vllm_side_by_side(shards);
 
 # %% [markdown]
-# ### 与 vLLM 0.27.1 的差异
+# ### 与 vLLM {{VLLM_VERSION}} 的差异
 #
 # - **权重加载**：vLLM 的未量化层用 `weight_loader_v2`，由参数对象的 `load_merged_column_weight`、`load_qkv_weight`、`load_row_parallel_weight` 切片；minivllm 与练习写在层的 `weight_loader` 里，切法相同。
 # - **forward 的返回值**：vLLM 的线性层默认返回 `(output, output_bias)`，模型里写 `x, _ = self.down_proj(x)`；`return_bias=False` 时才只返回 output。练习与 minivllm 只返回 output。
@@ -393,10 +393,10 @@ L10.vllm_side_by_side(shards);
 # %% [markdown]
 # ### 参考资料
 #
-# - [vLLM parallel linear layers](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/model_executor/layers/linear.py)
-# - [vLLM vocab-parallel embedding](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/model_executor/layers/vocab_parallel_embedding.py)
-# - [vLLM parallel state](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/distributed/parallel_state.py)
-# - [vLLM MultiprocExecutor](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/executor/multiproc_executor.py)
+# - [vLLM parallel linear layers](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/model_executor/layers/linear.py)
+# - [vLLM vocab-parallel embedding](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/model_executor/layers/vocab_parallel_embedding.py)
+# - [vLLM parallel state](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/distributed/parallel_state.py)
+# - [vLLM MultiprocExecutor](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/executor/multiproc_executor.py)
 # - [Megatron-LM (Shoeybi et al., 2019)](https://arxiv.org/abs/1909.08053)
 # - [vLLM distributed inference and serving (current docs)](https://docs.vllm.ai/en/latest/serving/parallelism_scaling.html)
 #

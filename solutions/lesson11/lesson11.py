@@ -40,7 +40,7 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM 0.27.1（commit 8e958902eee5）。沿“一个 decode 批次的一步”读：选哪个捕获尺寸、填充行写什么、replay 后哪几行交给采样。
+# 源码固定在 vLLM {{VLLM_VERSION}}（commit {{VLLM_COMMIT}}）。沿“一个 decode 批次的一步”读：选哪个捕获尺寸、填充行写什么、replay 后哪几行交给采样。
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
@@ -49,10 +49,10 @@
 # | 3 | `vllm/compilation/cuda_graph.py`：`CUDAGraphWrapper.__call__`（L279–282、L313–319、L346–360） | `minivllm/compilation/cuda_graph.py`：`CUDAGraphWrapper.capture` | graph 记下了什么？为什么只能改缓冲的内容？ |
 # | 4 | `vllm/v1/worker/gpu_model_runner.py`：`_preprocess`（L3663–3664）、`_get_slot_mappings`（L4128–4130）、`_get_block_table`（L2338–2340） | `minivllm/worker/gpu_model_runner.py` | 填充行的位置、slot、块表填什么？ |
 #
-# **哪个 runner**：vLLM 0.27.1 对课程的 dense 模型默认选 Model Runner V2；minivllm 的 runner 对应 V1。选尺寸、填充、取行两个 runner 都做。
+# **哪个 runner**：vLLM {{VLLM_VERSION}} 对课程的 dense 模型默认选 Model Runner V2；minivllm 的 runner 对应 V1。选尺寸、填充、取行两个 runner 都做。
 
 # %%
-# 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
+# 上表各行在 vLLM {{VLLM_VERSION}} 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
 from autograder.vllm_source import show_vllm
 
 show_vllm("vllm/config/vllm.py", "VllmConfig._set_cudagraph_sizes", lines=(1831, 1835))
@@ -268,7 +268,7 @@ L11.check_boundary(choose_capture_size, fill_static_buffers, real_rows)
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 这 1 分自动评分：写出 vLLM 8e958902eee5 中下面每个概念的方法名（字符串；大小写不限，可带类名前缀）。每项都给了位置，看一眼即可。
+# 这 1 分自动评分：写出 vLLM {{VLLM_COMMIT}} 中下面每个概念的方法名（字符串；大小写不限，可带类名前缀）。每项都给了位置，看一眼即可。
 #
 # - `padded_descriptor`：把一步的 token 数换成填充后的 `BatchDescriptor` 的方法：上面 `dispatch` 摘录 L303 调用的那个；
 # - `sorted_sizes`：把 `cudagraph_capture_sizes` 排成升序并核对最大尺寸的 `CompilationConfig` 方法：`vllm/config/vllm.py` L1943（`_set_cudagraph_sizes` 最后一行）调用它；
@@ -362,7 +362,7 @@ self_check("lesson11", globals());
 # %% [markdown]
 # ## 附录（选读）
 #
-# 选读：GPU 上的 launch 次数、在真实 vLLM 上分派同一批次、与 vLLM 0.27.1 的全部差异和参考资料，不计入核心路径。
+# 选读：GPU 上的 launch 次数、在真实 vLLM 上分派同一批次、与 vLLM {{VLLM_VERSION}} 的全部差异和参考资料，不计入核心路径。
 
 # %% [markdown]
 # ### CPU 看不到的：GPU 上的 launch 次数
@@ -379,7 +379,7 @@ self_check("lesson11", globals());
 L11.print_launch_counts(L11.launch_counts(8))
 
 # %% [markdown]
-# ### 在真实 vLLM 0.27.1 上看同一件事
+# ### 在真实 vLLM {{VLLM_VERSION}} 上看同一件事
 #
 # 本课的几组设置交给 vLLM 自己的 `VllmConfig`。CPU 上 `CpuPlatform.check_and_update_config` 清空捕获列表（“vLLM on CPU” 一列）。
 #
@@ -393,7 +393,7 @@ L11.print_launch_counts(L11.launch_counts(8))
 L11.vllm_side_by_side(choose_capture_size);
 
 # %% [markdown]
-# ### 与 vLLM 0.27.1 的差异
+# ### 与 vLLM {{VLLM_VERSION}} 的差异
 #
 # - **runner**：Model Runner V2（`v1/worker/gpu/`）的 `ModelCudaGraphManager` 在启动时为每个 `BatchExecutionDescriptor` 录图，每步 `dispatch` 返回匹配的描述符，不匹配时这一步 eager。
 # - **静态缓冲**：vLLM 的静态缓冲就是 runner 的持久输入，在准备输入时就地写入；minivllm 另设一组 `cg_*` 缓冲，在 `_pad_for_cudagraph` 里一次填好。
@@ -409,11 +409,11 @@ L11.vllm_side_by_side(choose_capture_size);
 # %% [markdown]
 # ### 参考资料
 #
-# - [vLLM CUDA graph dispatcher](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/cudagraph_dispatcher.py)
-# - [vLLM CUDAGraphWrapper](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/compilation/cuda_graph.py)
-# - [vLLM CompilationConfig（捕获尺寸、cudagraph_mode）](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/config/compilation.py)
-# - [vLLM GPUModelRunner（V1：填充、捕获）](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu_model_runner.py)
-# - [vLLM Model Runner V2 的 graph 管理](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/worker/gpu/cudagraph_utils.py)
+# - [vLLM CUDA graph dispatcher](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/cudagraph_dispatcher.py)
+# - [vLLM CUDAGraphWrapper](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/compilation/cuda_graph.py)
+# - [vLLM CompilationConfig（捕获尺寸、cudagraph_mode）](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/config/compilation.py)
+# - [vLLM GPUModelRunner（V1：填充、捕获）](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/worker/gpu_model_runner.py)
+# - [vLLM Model Runner V2 的 graph 管理](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/worker/gpu/cudagraph_utils.py)
 # - [CUDA Graphs（CUDA C++ Programming Guide）](https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#cuda-graphs)
 # - [PyTorch CUDA Graphs](https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs)
 # - [vLLM CUDA Graphs design doc (current docs)](https://docs.vllm.ai/en/latest/design/cuda_graphs.html)

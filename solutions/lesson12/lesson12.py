@@ -34,7 +34,7 @@
 # %% [markdown]
 # ## 源码版本与阅读方法
 #
-# 源码固定在 vLLM 0.27.1（commit 8e958902eee5）。沿一个流式请求的一生读，下面只摘本课用到的约 100 行。
+# 源码固定在 vLLM {{VLLM_VERSION}}（commit {{VLLM_COMMIT}}）。沿一个流式请求的一生读，下面只摘本课用到的约 100 行。
 #
 # | 顺序 | vLLM 文件与入口 | minivllm 对应文件 | 带着什么问题读 |
 # |---|---|---|---|
@@ -46,7 +46,7 @@
 # **runner**：本课不涉及 runner。
 
 # %%
-# 上表各行在 vLLM 0.27.1 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
+# 上表各行在 vLLM {{VLLM_VERSION}} 源码里的样子：文件路径、行号与逐行原文（行号与上表一致；源码由第一个单元格获取并校验）。
 from autograder.vllm_source import show_vllm
 
 show_vllm("vllm/v1/engine/async_llm.py", "AsyncLLM.generate", lines=(608, 616))
@@ -280,7 +280,7 @@ L12.plot_bench(bench);
 # %% [markdown]
 # ## 映射回源码对象
 #
-# 在 vLLM 8e958902eee5 中找到每个概念的名字（函数、类或属性名；大小写不限）。括号里是去哪找，每个约一分钟。
+# 在 vLLM {{VLLM_COMMIT}} 中找到每个概念的名字（函数、类或属性名；大小写不限）。括号里是去哪找，每个约一分钟。
 #
 # - `prefix_reset`：捕获 “Invalid prefix” 错误、换一个新解码流再试的方法（`detokenizer.py` 里 `FastIncrementalDetokenizer.decode_next` 第一行调用的）；
 # - `fast_switch`：决定能不能用 `DecodeStream` 快路径的模块级常量（`detokenizer.py` 开头，`from_new_request` 里也用它）；
@@ -392,18 +392,18 @@ self_check("lesson12", globals());
 # %% [markdown]
 # ## 附录（选读）
 #
-# 选读：几处细节、在真实 vLLM 上跑同样的流、进程拆分的实测、与 vLLM 0.27.1 的全部差异和参考资料，不计入核心路径。
+# 选读：几处细节、在真实 vLLM 上跑同样的流、进程拆分的实测、与 vLLM {{VLLM_VERSION}} 的全部差异和参考资料，不计入核心路径。
 
 # %% [markdown]
 # ### 细节
 #
-# - **prompt 以半个字符结尾**：补全这个字符的字节在输出里。tokenizers 0.23 的预热流此时把 prompt 的文本连同补全的字符一起吐出，vLLM 0.27.1 的第一段输出因此重复 prompt。
+# - **prompt 以半个字符结尾**：补全这个字符的字节在输出里。tokenizers 0.23 的预热流此时把 prompt 的文本连同补全的字符一起吐出，vLLM {{VLLM_VERSION}} 的第一段输出因此重复 prompt。
 # - 检查接受这个输出，也接受只给出补全字符的输出。
 # - **信箱**：`RequestOutputCollector` 里最多放一个输出，读得慢的流把增量合并，不会越积越长。
 # - **演示的时钟**：vLLM 的 `EngineCoreEvent` 说明时间戳不要跨进程比较；演示的两个进程在同一台 Linux 主机上共用 `CLOCK_MONOTONIC`，所以能画在一条时间轴上。
 
 # %% [markdown]
-# ### 在真实 vLLM 0.27.1 上看同一件事
+# ### 在真实 vLLM {{VLLM_VERSION}} 上看同一件事
 #
 # 表里 19 条流：前 18 条是主路径评分逐步比较的，交给 vLLM 的 `IncrementalDetokenizer.from_new_request`，按 `OutputProcessor` 的方式逐步调用，与你的类并排。
 #
@@ -424,7 +424,7 @@ split = L12.process_split()
 L12.print_split(split)
 
 # %% [markdown]
-# ### 与 vLLM 0.27.1 的差异
+# ### 与 vLLM {{VLLM_VERSION}} 的差异
 #
 # 本课评分的机制与 vLLM 相同；按 vLLM 写的答案不会失分。
 #
@@ -440,13 +440,13 @@ L12.print_split(split)
 # %% [markdown]
 # ### 参考资料
 #
-# - [vLLM AsyncLLM](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/async_llm.py)
-# - [vLLM core client（ZMQ）](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/core_client.py)
-# - [vLLM output processor](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/output_processor.py)
-# - [vLLM incremental detokenizer](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/v1/engine/detokenizer.py)
-# - [vLLM OpenAI-compatible server](https://github.com/vllm-project/vllm/tree/8e958902eee5/vllm/entrypoints/openai)
-# - [vLLM OnlineRenderer](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/renderers/online_renderer.py)
-# - [vLLM benchmarks/serve.py](https://github.com/vllm-project/vllm/blob/8e958902eee5/vllm/benchmarks/serve.py)
+# - [vLLM AsyncLLM](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/engine/async_llm.py)
+# - [vLLM core client（ZMQ）](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/engine/core_client.py)
+# - [vLLM output processor](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/engine/output_processor.py)
+# - [vLLM incremental detokenizer](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/v1/engine/detokenizer.py)
+# - [vLLM OpenAI-compatible server](https://github.com/vllm-project/vllm/tree/{{VLLM_COMMIT}}/vllm/entrypoints/openai)
+# - [vLLM OnlineRenderer](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/renderers/online_renderer.py)
+# - [vLLM benchmarks/serve.py](https://github.com/vllm-project/vllm/blob/{{VLLM_COMMIT}}/vllm/benchmarks/serve.py)
 # - [msgspec](https://jcristharif.com/msgspec/)、[ZeroMQ guide](https://zguide.zeromq.org/)、[Server-Sent Events](https://html.spec.whatwg.org/multipage/server-sent-events.html)
 #
 # 源码链接固定到本课审阅的 commit；默认参数与消息格式会变化，部署前按目标版本重新核对。
