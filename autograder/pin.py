@@ -1,7 +1,7 @@
 """The vLLM release the course and the engine are checked against, in one place (no imports: the vLLM venv and
 the grader's sandbox import it too; the Makefile reads VLLM_VERSION from this file). Re-pinning starts here:
-change these, then `python -m autograder.vllm_oracle repin --wheel WHEEL` regenerates what names them
-(tests/test_vllm_oracle.py checks that code reads them from here)."""
+change these, then the repository's repin command (autograder/vllm_oracle/repin.py, instructor side) regenerates
+what names them (tests/test_vllm_oracle.py checks that code reads them from here)."""
 from __future__ import annotations
 
 from pathlib import Path
