@@ -17,8 +17,8 @@ from minivllm.config import EngineArgs, VllmConfig
 from minivllm.engine import EngineCoreRequest, SchedulerStats
 from minivllm.engine.core_client import EngineCoreClient
 from minivllm.engine.exceptions import EngineDeadError, EngineGenerateError
+from minivllm.engine.input_processor import InputProcessor, PromptType
 from minivllm.engine.output_processor import IterationStats, OutputProcessor, RequestOutputCollector
-from minivllm.engine.processor import InputProcessor, PromptType
 from minivllm.outputs import RequestOutput
 from minivllm.sampling_params import SamplingParams
 from minivllm.tokenizer import get_tokenizer
