@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from minivllm.attention.backends.abstract import AttentionMetadata
+from minivllm.attention.backend import AttentionMetadata
 from minivllm.attention.backends.torch_attn import (
     TorchAttentionImpl,
     paged_attention_ref,

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from minivllm.attention import AttentionMetadata, get_attn_backend
-from minivllm.attention.backends.abstract import AttentionCGSupport
+from minivllm.attention.backend import AttentionCGSupport
 from minivllm.compilation.cuda_graph import (
     PAD_SLOT_ID,
     BatchDescriptor,

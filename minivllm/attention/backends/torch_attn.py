@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from minivllm.attention.backends.abstract import AttentionBackend, AttentionImpl, AttentionMetadata
+from minivllm.attention.backend import AttentionBackend, AttentionImpl, AttentionMetadata
 
 # Requests share one SDPA call (padded to the bucket's longest query and context) while the padding costs at most
 # PAD_LIMIT times the useful query x context area, and the bucket's gathered K/V stays within MAX_BUCKET_TOKENS

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from minivllm.attention.backends.abstract import (
+from minivllm.attention.backend import (
     AttentionBackend,
     AttentionCGSupport,
     AttentionImpl,
