@@ -24,7 +24,7 @@ from minivllm.attention.backends.torch_attn import (
 from minivllm.attention.backends.triton_attn import TritonAttentionBackend, TritonAttentionImpl
 from minivllm.attention.ops.triton_decode_attention import paged_decode_attention
 from minivllm.attention.ops.triton_prefill_attention import chunked_prefill_paged_attention
-from minivllm.attention.ops.triton_reshape_and_cache import reshape_and_cache
+from minivllm.attention.ops.triton_reshape_and_cache_flash import triton_reshape_and_cache_flash
 from minivllm.attention.selector import get_attn_backend
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -86,7 +86,7 @@ def assert_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> No
     assert err.max().item() <= ATOL[dtype], f"{dtype}: max error {err.max().item():.3g} > {ATOL[dtype]}"
 
 
-# ---------------------------------------------------------------- reshape_and_cache
+# ---------------------------------------------------------------- triton_reshape_and_cache_flash
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("num_kv_heads,head_size,block_size", [(1, 64, 16), (2, 80, 32), (3, 128, 16)])
@@ -98,7 +98,7 @@ def test_reshape_and_cache_matches_torch(dtype, num_kv_heads, head_size, block_s
     slots[[2, 5, 11]] = -1                                   # padding tokens: must leave the cache alone
     expected, got = kv_cache.clone(), kv_cache.clone()
     reshape_and_cache_torch(key, value, expected, slots)
-    reshape_and_cache(key, value, got[0], got[1], slots)
+    triton_reshape_and_cache_flash(key, value, got[0], got[1], slots)
     assert torch.equal(got, expected)
 
 
@@ -108,10 +108,10 @@ def test_reshape_and_cache_upcasts_into_wider_cache_and_ignores_all_padding():
     cache32 = kv_cache.float()
     expected, got = cache32.clone(), cache32.clone()
     reshape_and_cache_torch(key, value, expected, md.slot_mapping)
-    reshape_and_cache(key, value, got[0], got[1], md.slot_mapping)
+    triton_reshape_and_cache_flash(key, value, got[0], got[1], md.slot_mapping)
     assert torch.equal(got, expected)
     untouched = cache32.clone()
-    reshape_and_cache(key, value, untouched[0], untouched[1], torch.full_like(md.slot_mapping, -1))
+    triton_reshape_and_cache_flash(key, value, untouched[0], untouched[1], torch.full_like(md.slot_mapping, -1))
     assert torch.equal(untouched, cache32)
 
 
@@ -277,7 +277,7 @@ import triton, triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from minivllm.attention.ops import triton_decode_attention as D, triton_prefill_attention as P
-from minivllm.attention.ops import triton_reshape_and_cache as R
+from minivllm.attention.ops import triton_reshape_and_cache_flash as R
 
 def compile_for_sm90(kernel, ptr_dtype, constexprs):
     types = {"block_table_ptr": "*i32", "seq_lens_ptr": "*i32", "query_start_loc_ptr": "*i32",
@@ -298,7 +298,7 @@ for ptr_dtype, tl_dtype in [("fp32", tl.float32), ("fp16", tl.float16), ("bf16",
         QUERIES_PER_KV=4, GROUP_PAD=16, HEAD_DIM_PAD=128, BLOCK_SIZE=16, **compute))
     compile_for_sm90(P._chunked_prefill_paged_attention_kernel, ptr_dtype, dict(
         QUERIES_PER_KV=2, BLOCK_Q=32, BLOCK_M=64, HEAD_DIM_PAD=128, BLOCK_SIZE=32, **compute))
-    compile_for_sm90(R._reshape_and_cache_kernel, ptr_dtype, dict(BLOCK_SIZE=16, TOKENS=1, HEADS_PAD=8, HEAD_DIM_PAD=128))
+    compile_for_sm90(R.reshape_and_cache_kernel_flash, ptr_dtype, dict(BLOCK_SIZE=16, TOKENS=1, HEADS_PAD=8, HEAD_DIM_PAD=128))
     if ptr_dtype == "bf16":   # decode streams K/V: 16-byte vectors, prefetched by cp.async, on tensor cores
         ptx = decode.asm["ptx"]
         assert "cp.async.cg.shared.global" in ptx and "mma.sync" in ptx, "decode lost its streaming loads"
