@@ -63,8 +63,8 @@ class Request:
         self.status = RequestStatus.WAITING
         self.stop_reason: int | str | None = None
         self.max_tokens = sampling_params.max_tokens
-        # What could end the request, for Scheduler._check_stop's per-token fast exit: the token ids that
-        # stop it (EOS unless ignore_eos, and stop_token_ids), and the token count max_tokens caps it at.
+        # What could end the request, for check_stop's per-token fast exit (core/sched/utils.py): the token ids
+        # that stop it (EOS unless ignore_eos, and stop_token_ids), and the token count max_tokens caps it at.
         stop_ids = set(sampling_params.stop_token_ids or ())
         if eos_token_id is not None and not sampling_params.ignore_eos:
             stop_ids.add(eos_token_id)

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from minivllm.config import CacheConfig, SchedulerConfig
 from minivllm.core.sched.async_scheduler import AsyncScheduler
 from minivllm.core.sched.scheduler import Scheduler
+from minivllm.core.sched.utils import check_stop
 from minivllm.request import Request, RequestStatus
 from minivllm.sampling_params import SamplingParams
 from minivllm.worker.outputs import ModelRunnerOutput
@@ -278,13 +279,11 @@ def reference_check_stop(request: Request, max_model_len: int) -> tuple[bool, Re
        stop_ids=st.lists(st.integers(1, 4), max_size=2), tokens=st.lists(st.integers(1, 5), min_size=1, max_size=10))
 def test_check_stop_fast_exit_agrees_with_vllm_order(prompt_len, max_model_len, max_tokens, min_tokens, ignore_eos,
                                                       eos, stop_ids, tokens):
-    """Scheduler._check_stop's precomputed fast exit never changes a verdict, status or stop reason."""
+    """check_stop's precomputed fast exit never changes a verdict, status or stop reason."""
     if max_tokens is not None:
         min_tokens = min(min_tokens, max_tokens)
     params = SamplingParams(max_tokens=max_tokens, min_tokens=min_tokens, ignore_eos=ignore_eos,
                             stop_token_ids=stop_ids or None)
-    sched = Scheduler(SchedulerConfig(max_num_batched_tokens=64, max_num_seqs=4, max_model_len=max_model_len),
-                      CacheConfig(block_size=4, enable_prefix_caching=False), num_gpu_blocks=16)
     ours, ref = (Request(f"r{i}", [7] * prompt_len, params, eos_token_id=eos) for i in range(2))
     for token in tokens:
         if len(ours.all_token_ids) >= max_model_len:
@@ -292,7 +291,7 @@ def test_check_stop_fast_exit_agrees_with_vllm_order(prompt_len, max_model_len, 
         for r in (ours, ref):
             r.append_output_token_ids(token)
         want = reference_check_stop(ref, max_model_len)
-        got = sched._check_stop(ours)
+        got = check_stop(ours, max_model_len)
         assert (got, ours.status if got else None, ours.stop_reason) == want
         if got:
             break
