@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from minivllm.core.block_pool import BlockPool, KVCacheBlock
 from minivllm.core.kv_cache_utils import BlockHash
+from minivllm.metrics.stats import PrefixCacheStats
 from minivllm.request import Request, RequestStatus
 from minivllm.utils import cdiv
 
@@ -24,38 +25,6 @@ class KVCacheBlocks:
 
     def __add__(self, other: KVCacheBlocks) -> KVCacheBlocks:
         return KVCacheBlocks(self.blocks + other.blocks)
-
-
-@dataclass
-class PrefixCacheStats:
-    """Prefix-cache lookups of admitted requests since the last reset: requests, tokens asked for, hit.
-
-    Lookups by previously preempted requests count apart (preempted_*, as vLLM's PrefixCacheStats): a
-    recomputed request mostly hits its own freed blocks, which would inflate the hit rate. Unlike vLLM,
-    which resets the stats on every read (make_prefix_cache_stats) and turns them into a hit rate over
-    the last 1,000 requests (CachingMetrics), minivllm keeps them cumulative until reset_prefix_cache.
-    """
-
-    requests: int = 0
-    queries: int = 0
-    hits: int = 0
-    preempted_requests: int = 0
-    preempted_queries: int = 0
-    preempted_hits: int = 0
-
-    def record(self, num_tokens: int, num_hits: int, preempted: bool) -> None:
-        if preempted:
-            self.preempted_requests += 1
-            self.preempted_queries += num_tokens
-            self.preempted_hits += num_hits
-        else:
-            self.requests += 1
-            self.queries += num_tokens
-            self.hits += num_hits
-
-    @property
-    def hit_rate(self) -> float:
-        return self.hits / self.queries if self.queries else 0.0
 
 
 _EMPTY = KVCacheBlocks([])

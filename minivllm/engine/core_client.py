@@ -27,7 +27,7 @@ import zmq
 import zmq.asyncio
 
 from minivllm.config import VllmConfig
-from minivllm.engine import EngineCoreOutputs, EngineCoreRequest, EngineCoreRequestType, SchedulerStats
+from minivllm.engine import EngineCoreOutputs, EngineCoreRequest, EngineCoreRequestType
 from minivllm.engine.core import (
     ENGINE_CORE_DEAD,
     ENGINE_IDENTITY,
@@ -37,6 +37,7 @@ from minivllm.engine.core import (
     EngineCoreProc,
 )
 from minivllm.engine.exceptions import EngineDeadError
+from minivllm.metrics.stats import SchedulerStats
 
 STARTUP_TIMEOUT_S = float(os.environ.get("MINIVLLM_ENGINE_READY_TIMEOUT_S", "600"))
 

@@ -13,7 +13,8 @@ import time
 from minivllm.config import EngineArgs, VllmConfig
 from minivllm.engine.core_client import EngineCoreClient
 from minivllm.engine.input_processor import InputProcessor, PromptType
-from minivllm.engine.output_processor import IterationStats, OutputProcessor
+from minivllm.engine.output_processor import OutputProcessor
+from minivllm.metrics.stats import IterationStats
 from minivllm.outputs import RequestOutput
 from minivllm.sampling_params import SamplingParams
 from minivllm.tokenizer import get_tokenizer

@@ -21,10 +21,10 @@ from minivllm.engine import (
     EngineCoreOutput,
     EngineCoreOutputs,
     FinishReason,
-    SchedulerStats,
-    SpecDecodingStats,
 )
+from minivllm.metrics.stats import SchedulerStats
 from minivllm.request import Request, RequestStatus
+from minivllm.spec_decode.metrics import SpecDecodingStats
 from minivllm.structured_output import StructuredOutputManager
 from minivllm.structured_output.utils import xgrammar_error
 from minivllm.worker.outputs import ModelRunnerOutput
