@@ -13,7 +13,6 @@ from collections.abc import Iterable
 from minivllm.config import CacheConfig, SchedulerConfig
 from minivllm.core.kv_cache_manager import KVCacheManager
 from minivllm.core.kv_cache_utils import get_request_block_hasher
-from minivllm.core.sched import utils as sched_utils
 from minivllm.core.sched.interface import PauseState, SchedulerInterface
 from minivllm.core.sched.output import CachedRequestData, GrammarOutput, NewRequestData, SchedulerOutput
 from minivllm.core.sched.utils import check_stop
@@ -83,9 +82,6 @@ class Scheduler(SchedulerInterface):
         running = self.running
         max_model_len = self.max_model_len
         allocate_slots = kv.allocate_slots
-        # Most decode steps need no new block and fill none: the KV manager keeps, per request, the token
-        # count up to which allocate_slots would do nothing, and the loop skips that call (vLLM makes it).
-        noop_until = kv.allocate_slots_noop_until
         # A for loop over a list that only ever loses its tail meanwhile (preemption pops the last request, one
         # not reached yet): vLLM's `while req_index < len(self.running)` without the index bookkeeping.
         for request in running:
@@ -111,22 +107,19 @@ class Scheduler(SchedulerInterface):
             if num_new_tokens <= 0:
                 continue
             request_id = request.request_id
-            if num_computed_tokens + num_new_tokens <= noop_until.get(request_id, -1):
-                new_block_ids = None
-            else:
-                while True:
-                    new_blocks = allocate_slots(request, num_new_tokens)
-                    if new_blocks is not None:
-                        break
-                    # Out of blocks: preempt the lowest-priority (last admitted) request by recompute.
-                    preempted = running.pop()
-                    self._preempt_request(preempted)
-                    preempted_reqs.append(preempted)
-                    if preempted is request:
-                        break
-                if new_blocks is None:
+            while True:
+                new_blocks = allocate_slots(request, num_new_tokens)
+                if new_blocks is not None:
                     break
-                new_block_ids = new_blocks.get_block_ids() if new_blocks.blocks else None
+                # Out of blocks: preempt the lowest-priority (last admitted) request by recompute.
+                preempted = running.pop()
+                self._preempt_request(preempted)
+                preempted_reqs.append(preempted)
+                if preempted is request:
+                    break
+            if new_blocks is None:
+                break
+            new_block_ids = new_blocks.get_block_ids() if new_blocks.blocks else None
             cached_req_ids.append(request_id)
             cached_new_block_ids.append(new_block_ids)
             cached_num_computed_tokens.append(num_computed_tokens)
@@ -275,12 +268,6 @@ class Scheduler(SchedulerInterface):
         logprob_ranks = model_runner_output.logprob_ranks
         req_id_to_index = model_runner_output.req_id_to_index
         requests = self.requests
-        # The common token (one per request, not a verified draft, no grammar, this class's own update and stop
-        # check) is appended right here: append_output_token_ids' appends and check_stop's fast exit, three
-        # calls fewer per request per step. Anything else takes _update_request_with_output.
-        inline = (type(self)._update_request_with_output is Scheduler._update_request_with_output
-                  and check_stop is sched_utils.check_stop and not scheduler_output.has_structured_output_requests)
-        max_model_len = self.max_model_len
         prompt_logprobs = model_runner_output.prompt_logprobs
         outputs: list[EngineCoreOutput] = []
         stopped_running: set[Request] = set()
@@ -295,22 +282,9 @@ class Scheduler(SchedulerInterface):
             if not generated:
                 continue  # a partial prefill produces no token
             status_before = request.status
-            if inline and len(generated) == 1 and not (scheduled_spec and req_id in scheduled_spec):
-                token_id = generated[0]
-                all_token_ids = request.all_token_ids
-                request.output_token_ids.append(token_id)
-                all_token_ids.append(token_id)
-                num_tokens = len(all_token_ids)
-                if num_tokens >= request._next_hash_at:
-                    request.hash_new_full_blocks()
-                new_token_ids = generated
-                stopped = ((num_tokens >= request._max_num_tokens or num_tokens >= max_model_len
-                            or token_id in request._stop_token_ids or request._repetition is not None)
-                           and check_stop(request, max_model_len))
-            else:
-                if scheduled_spec and req_id in scheduled_spec:
-                    self._roll_back_rejected(request, len(scheduled_spec[req_id]), len(generated) - 1)
-                new_token_ids, stopped = self._update_request_with_output(request, generated)
+            if scheduled_spec and req_id in scheduled_spec:
+                self._roll_back_rejected(request, len(scheduled_spec[req_id]), len(generated) - 1)
+            new_token_ids, stopped = self._update_request_with_output(request, generated)
             finish_reason = None
             if stopped:
                 finish_reason = request.get_finished_reason()
