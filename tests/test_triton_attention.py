@@ -1,4 +1,5 @@
-"""Triton paged-attention kernels against the torch reference (minivllm/attention/backends/torch_attn.py).
+"""Triton paged-attention kernels and the CPU (torch) backend against the plain per-request attention of
+tests/attention_reference.py.
 
 On CPU the kernels run under TRITON_INTERPRET=1 (set by conftest before triton is imported), so shapes
 stay small: a few sequences whose lengths cross block boundaries, scattered non-monotone physical blocks.
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from attention_reference import naive_paged_attention
 
 from minivllm.attention.backend import AttentionMetadata
 from minivllm.attention.backends.torch_attn import (
@@ -74,8 +76,8 @@ def make_batch(q_lens: list[int], seq_lens: list[int], *, num_heads: int, num_kv
 
 
 def reference(query, kv_cache, md, scale):
-    """The torch oracle in fp32 on the same rounded values."""
-    return paged_attention_ref(query.float(), kv_cache.float(), md, scale)
+    """The plain per-request attention in fp32 on the same rounded values."""
+    return naive_paged_attention(query, kv_cache, md, scale)
 
 
 def assert_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> None:
@@ -220,10 +222,12 @@ def test_backend_matches_torch_backend_on_mixed_batch(dtype):
     md.slot_mapping = torch.cat([md.slot_mapping, torch.full((2,), -1, dtype=torch.int64, device=DEVICE)])
     scale = 80 ** -0.5
     ref_cache, tri_cache = kv_cache.clone(), kv_cache.clone()
-    expected = TorchAttentionImpl(8, 80, scale, 2).forward(query.float(), key, value, ref_cache, md)
+    torch_out = TorchAttentionImpl(8, 80, scale, 2).forward(query.float(), key, value, ref_cache, md)
     got = TritonAttentionImpl(8, 80, scale, 2).forward(query, key, value, tri_cache, md)
     assert torch.equal(tri_cache, ref_cache)
-    assert got.shape == (md.num_actual_tokens, 8, 80) and got.dtype == dtype
+    expected = reference(query[:md.num_actual_tokens], ref_cache, md, scale)
+    assert torch_out.shape == got.shape == (md.num_actual_tokens, 8, 80) and got.dtype == dtype
+    assert_close(torch_out, expected, torch.float32)
     assert_close(got, expected, dtype)
 
 
@@ -254,8 +258,10 @@ def test_backend_matches_torch_backend_over_steps():
         t = sum(q_lens)
         q, k, v = (torch.randn(t, h, head_size, generator=g).to(DEVICE)
                    for h in (num_heads, num_kv_heads, num_kv_heads))
-        expected, got = (impl.forward(q, k, v, cache, md) for impl, cache in zip(impls, caches, strict=True))
+        torch_out, got = (impl.forward(q, k, v, cache, md) for impl, cache in zip(impls, caches, strict=True))
         assert torch.equal(caches[1], caches[0])
+        expected = reference(q, caches[0], md, 0.125)
+        assert_close(torch_out, expected, torch.float32)
         assert_close(got, expected, torch.float32)
 
 
@@ -336,29 +342,8 @@ def test_benchmark_interpret_smoke_runs():
     assert "smoke ok" in proc.stdout
 
 
-def naive_attention(query, kv_cache, md, scale):
-    """Per request, per head: softmax(q K^T) V over its own context, causal within its query span."""
-    block_size, num_kv_heads = kv_cache.shape[2], kv_cache.shape[3]
-    group = query.shape[1] // num_kv_heads
-    qsl, seq_lens = md.query_start_loc_cpu.tolist(), md.seq_lens_cpu.tolist()
-    out = torch.zeros_like(query)
-    for i, seq_len in enumerate(seq_lens):
-        if seq_len == 0:
-            continue
-        pos = torch.arange(seq_len)
-        slots = md.block_table[i].cpu().long()[pos // block_size] * block_size + pos % block_size
-        k = kv_cache[0].reshape(-1, num_kv_heads, kv_cache.shape[-1])[slots]
-        v = kv_cache[1].reshape(-1, num_kv_heads, kv_cache.shape[-1])[slots]
-        for t, tok in enumerate(range(qsl[i], qsl[i + 1])):
-            visible = seq_len - (qsl[i + 1] - qsl[i]) + t + 1
-            for h in range(query.shape[1]):
-                s = (k[:visible, h // group] @ query[tok, h]) * scale
-                out[tok, h] = torch.softmax(s, 0) @ v[:visible, h // group]
-    return out
-
-
-def test_reference_buckets_equal_per_request_attention(monkeypatch):
-    """The reference pads requests into shared SDPA calls (decodes folded per KV head, prefill chunks and
+def test_torch_backend_buckets_equal_per_request_attention(monkeypatch):
+    """The CPU backend pads requests into shared SDPA calls (decodes folded per KV head, prefill chunks and
     drafts masked causally): every bucketing gives what each request computes alone, a zero-length padded row
     gives 0, and the gather workspace is reused across buckets of different sizes."""
     import minivllm.attention.backends.torch_attn as ta
@@ -368,7 +353,7 @@ def test_reference_buckets_equal_per_request_attention(monkeypatch):
     query, _, _, kv_cache, md = make_batch(q_lens, seq_lens, num_heads=8, num_kv_heads=2, head_size=16,
                                            block_size=8, dtype=torch.float32, seed=3)
     md.num_decodes = md.num_decode_tokens = 5
-    expected = naive_attention(query, kv_cache, md, 0.25)
+    expected = naive_paged_attention(query, kv_cache, md, 0.25)
     assert expected[1].abs().sum() == 0
     for pad_limit, max_tokens in ((1.0, 1 << 15), (1.5, 1 << 15), (100.0, 1 << 15), (100.0, 64)):
         monkeypatch.setattr(ta, "PAD_LIMIT", pad_limit)
