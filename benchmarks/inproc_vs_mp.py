@@ -19,8 +19,9 @@ import time
 import msgspec
 from common import add_bench_args, environment, environment_line, interleave, ratio, spread, write_json
 
-from minivllm.engine import EngineCoreOutput, EngineCoreOutputs, SchedulerStats
+from minivllm.engine import EngineCoreOutput, EngineCoreOutputs
 from minivllm.entrypoints.llm import LLM
+from minivllm.metrics.stats import SchedulerStats
 from minivllm.sampling_params import SamplingParams
 
 

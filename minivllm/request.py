@@ -7,7 +7,6 @@ caching never rehashes a prompt.
 from __future__ import annotations
 
 import enum
-import sys
 import time
 from collections.abc import Callable
 
@@ -63,20 +62,11 @@ class Request:
         self.status = RequestStatus.WAITING
         self.stop_reason: int | str | None = None
         self.max_tokens = sampling_params.max_tokens
-        # What could end the request, for Scheduler._check_stop's per-token fast exit: the token ids that
-        # stop it (EOS unless ignore_eos, and stop_token_ids), and the token count max_tokens caps it at.
-        stop_ids = set(sampling_params.stop_token_ids or ())
-        if eos_token_id is not None and not sampling_params.ignore_eos:
-            stop_ids.add(eos_token_id)
-        self._stop_token_ids = frozenset(stop_ids)
-        self._repetition = sampling_params.repetition_detection  # checked per token when set
         self.structured_output_request = StructuredOutputRequest.from_sampling_params(sampling_params)
         if self.structured_output_request is not None:
             self.status = RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR
         self.prompt_token_ids = list(prompt_token_ids)
         self.num_prompt_tokens = len(self.prompt_token_ids)
-        self._max_num_tokens = (self.num_prompt_tokens + self.max_tokens if self.max_tokens is not None
-                                else sys.maxsize)
         # Plain lists, not properties: they are read per request per step on the scheduler's hot path.
         self.output_token_ids: list[int] = []
         self.all_token_ids: list[int] = list(self.prompt_token_ids)
@@ -101,16 +91,6 @@ class Request:
         self.block_hashes = []  # the hasher continues from block_hashes: start from nothing
         if block_hasher is not None:
             self.block_hashes = block_hasher(self)
-        # A hasher from get_request_block_hasher states its block size, so appends skip the call until
-        # another block is full; any other callable (block size unknown: 1) is asked on every append.
-        self._hash_block_size = getattr(block_hasher, "block_size", 1)
-        self._next_hash_at = self._num_tokens_next_block_full()
-
-    def _num_tokens_next_block_full(self) -> int:
-        """How many tokens the request has when its next block fills (never, without a hasher)."""
-        if self._block_hasher is None:
-            return sys.maxsize
-        return (len(self.block_hashes) + 1) * self._hash_block_size
 
     def append_output_token_ids(self, token_ids: int | list[int]) -> None:
         if isinstance(token_ids, int):
@@ -119,14 +99,8 @@ class Request:
         else:
             self.output_token_ids.extend(token_ids)
             self.all_token_ids.extend(token_ids)
-        if len(self.all_token_ids) >= self._next_hash_at:
-            self.hash_new_full_blocks()
-
-    def hash_new_full_blocks(self) -> None:
-        """Extend block_hashes over the blocks the last appends filled (Scheduler.update_from_output calls it
-        directly when it appends a token itself)."""
-        self.block_hashes.extend(self._block_hasher(self))
-        self._next_hash_at = self._num_tokens_next_block_full()
+        if self._block_hasher is not None:
+            self.block_hashes.extend(self._block_hasher(self))
 
     @property
     def use_structured_output(self) -> bool:

@@ -52,7 +52,7 @@ _CONSTRAINTS = ("json", "regex", "choice", "grammar", "json_object", "structural
 
 class RepetitionDetectionParams(msgspec.Struct, forbid_unknown_fields=True):
     """Ends a request whose output's tail repeats an N-gram min_count times (vLLM's RepetitionDetectionParams,
-    vllm/sampling_params.py:146-179; the check is Scheduler._check_stop's). max_pattern_size 0 switches it off."""
+    vllm/sampling_params.py:146-179; core/sched/utils.py check_stop checks it). max_pattern_size 0 switches it off."""
 
     max_pattern_size: int = 0
     min_pattern_size: int = 0

@@ -10,7 +10,8 @@ from tiny_models import DEFAULT_MODEL
 
 from minivllm.engine import EngineCoreOutput, EngineCoreRequest, FinishReason
 from minivllm.engine.detokenizer import IncrementalDetokenizer
-from minivllm.engine.output_processor import IterationStats, OutputProcessor, RequestOutputCollector
+from minivllm.engine.output_processor import OutputProcessor, RequestOutputCollector
+from minivllm.metrics.stats import IterationStats
 from minivllm.sampling_params import SamplingParams
 from minivllm.tokenizer import get_tokenizer
 

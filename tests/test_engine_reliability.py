@@ -124,7 +124,7 @@ def test_huge_text_is_rejected_before_tokenizing(llm, monkeypatch):
     calls = []
     monkeypatch.setattr(engine.tokenizer, "encode", lambda *a, **k: calls.append(1) or [])
     with pytest.raises(ValueError, match="maximum context length is 32 tokens") as e:
-        llm.generate(["x" * (MAX_LEN * engine.processor.max_chars_per_token + 1)], greedy(), use_tqdm=False)
+        llm.generate(["x" * (MAX_LEN * engine.input_processor.max_chars_per_token + 1)], greedy(), use_tqdm=False)
     assert e.value.parameter == "prompt" and not calls
 
 

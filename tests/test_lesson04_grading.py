@@ -1,7 +1,6 @@
 """Lesson 4's grader: the solution earns 4/4 code points, the unfilled release 0, the plug runs the answers
 where minivllm's own methods run (the reference Scheduler passes every check too), the abort plan lands in the
 four states it names, the lifecycle trace and the HF oracle catch what they claim to, nbgrader agrees."""
-from types import SimpleNamespace
 
 import pytest
 
@@ -12,18 +11,16 @@ from autograder.pin import VLLM_VERSION
 
 
 def test_minivllms_own_scheduler_passes_the_same_checks():
-    """With nothing plugged in the engine's own _preempt / finish_requests / _check_stop run: the checks judge
+    """With nothing plugged in the engine's own _preempt_request / finish_requests / check_stop run: the checks judge
     behaviour, not the answer's text."""
     from minivllm.core.sched.scheduler import Scheduler
+    from minivllm.core.sched.utils import check_stop
 
     def own(name):
         return lambda sched, *args: getattr(Scheduler, name)(sched, *args)
 
-    def check_stop(request, max_model_len):
-        return Scheduler._check_stop(SimpleNamespace(max_model_len=max_model_len), request)
-
-    L04.check_preempt(own("_preempt"), own("finish_requests"), check_stop)
-    L04.check_abort(own("_preempt"), own("finish_requests"), check_stop)
+    L04.check_preempt(own("_preempt_request"), own("finish_requests"), check_stop)
+    L04.check_abort(own("_preempt_request"), own("finish_requests"), check_stop)
     L04.check_stop_rules(check_stop)
     run = L04.run_engine(None, aborts=L04.ABORTS)
     assert {r: s for r, (_, s) in run.life.aborted_in.items()} == L04.ABORT_STATES

@@ -7,9 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from minivllm.engine import SchedulerStats
-from minivllm.engine.output_processor import IterationStats
 from minivllm.entrypoints.openai.metrics import PrometheusStatLogger, build_1_2_5_buckets, parse_prometheus
+from minivllm.metrics.stats import IterationStats, SchedulerStats
 
 VLLM_NAMES = ["num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "prefix_cache_queries_total",
               "prefix_cache_hits_total", "num_preemptions_total", "prompt_tokens_total", "generation_tokens_total",
@@ -58,7 +57,7 @@ def test_vllm_metric_set_and_values():
 
 _CHILD = """
 import sys
-from minivllm.engine.output_processor import IterationStats
+from minivllm.metrics.stats import IterationStats
 from minivllm.entrypoints.openai.metrics import PrometheusStatLogger
 logger = PrometheusStatLogger("m")
 if sys.argv[1] == "record":

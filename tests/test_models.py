@@ -13,7 +13,7 @@ import torch
 from tiny_models import DEFAULT_MODEL, TINY_VARIANTS
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from minivllm.attention.backends.abstract import AttentionMetadata
+from minivllm.attention.backend import AttentionMetadata
 from minivllm.attention.backends.torch_attn import TorchAttentionBackend
 from minivllm.model_executor import get_model, load_hf_config
 from minivllm.model_executor.models import get_model_architecture

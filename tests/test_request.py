@@ -164,9 +164,9 @@ def test_sampling_params_msgpack_round_trip_validates():
         msgspec.msgpack.decode(msgspec.msgpack.encode({"max_token": 5}), type=SamplingParams)
 
 
-def test_block_hasher_is_asked_only_when_a_block_fills():
-    """A hasher that states its block_size (get_request_block_hasher's do) is skipped between blocks; any
-    other callable, e.g. a student's hasher wrapped in functools.partial, is asked on every append."""
+def test_block_hasher_is_asked_on_every_append():
+    """As vLLM's Request.append_output_token_ids: every append asks the hasher, which hashes only the blocks
+    that filled (a student's hasher wrapped in functools.partial works the same)."""
     inner = get_request_block_hasher(4)
     calls: list[int] = []
 
@@ -174,16 +174,8 @@ def test_block_hasher_is_asked_only_when_a_block_fills():
         calls.append(request.num_tokens)
         return inner(request)
 
-    counting.block_size = 4
     request = Request("r", [1, 2, 3, 4, 5], SamplingParams(), block_hasher=counting)
     for token in range(6, 14):
         request.append_output_token_ids(token)
-    assert calls == [5, 8, 12]  # at creation, then only when blocks 2 and 3 fill
+    assert calls == list(range(5, 14))  # at creation, then once per append
     assert request.block_hashes == _chain(list(range(1, 14)), 4)
-
-    calls.clear()
-    unsized = Request("s", [1, 2, 3, 4, 5], SamplingParams(), block_hasher=lambda r: counting(r))
-    for token in range(6, 14):
-        unsized.append_output_token_ids(token)
-    assert calls == list(range(5, 14))
-    assert unsized.block_hashes == request.block_hashes

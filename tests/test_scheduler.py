@@ -552,7 +552,7 @@ def test_preempted_lookups_do_not_count_as_hits():
     output = run_to_running(scheduler, [request])
     scheduler.update_from_output(output, model_output(output, {"0": [1]}))
     scheduler.running.remove(request)
-    scheduler._preempt(request)  # as the running loop does when blocks run out
+    scheduler._preempt_request(request)  # as the running loop does when blocks run out
     output = scheduler.schedule()
     assert request.status == RequestStatus.RUNNING and request.num_cached_tokens == 0
     stats = scheduler.kv_cache_manager.make_prefix_cache_stats()

@@ -1,4 +1,5 @@
-"""Triton paged-attention kernels against the torch reference (minivllm/attention/backends/torch_attn.py).
+"""Triton paged-attention kernels and the CPU (torch) backend against the plain per-request attention of
+tests/attention_reference.py.
 
 On CPU the kernels run under TRITON_INTERPRET=1 (set by conftest before triton is imported), so shapes
 stay small: a few sequences whose lengths cross block boundaries, scattered non-monotone physical blocks.
@@ -14,8 +15,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from attention_reference import naive_paged_attention
 
-from minivllm.attention.backends.abstract import AttentionMetadata
+from minivllm.attention.backend import AttentionMetadata
 from minivllm.attention.backends.torch_attn import (
     TorchAttentionImpl,
     paged_attention_ref,
@@ -24,7 +26,7 @@ from minivllm.attention.backends.torch_attn import (
 from minivllm.attention.backends.triton_attn import TritonAttentionBackend, TritonAttentionImpl
 from minivllm.attention.ops.triton_decode_attention import paged_decode_attention
 from minivllm.attention.ops.triton_prefill_attention import chunked_prefill_paged_attention
-from minivllm.attention.ops.triton_reshape_and_cache import reshape_and_cache
+from minivllm.attention.ops.triton_reshape_and_cache_flash import triton_reshape_and_cache_flash
 from minivllm.attention.selector import get_attn_backend
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -74,8 +76,8 @@ def make_batch(q_lens: list[int], seq_lens: list[int], *, num_heads: int, num_kv
 
 
 def reference(query, kv_cache, md, scale):
-    """The torch oracle in fp32 on the same rounded values."""
-    return paged_attention_ref(query.float(), kv_cache.float(), md, scale)
+    """The plain per-request attention in fp32 on the same rounded values."""
+    return naive_paged_attention(query, kv_cache, md, scale)
 
 
 def assert_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> None:
@@ -86,7 +88,7 @@ def assert_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> No
     assert err.max().item() <= ATOL[dtype], f"{dtype}: max error {err.max().item():.3g} > {ATOL[dtype]}"
 
 
-# ---------------------------------------------------------------- reshape_and_cache
+# ---------------------------------------------------------------- triton_reshape_and_cache_flash
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("num_kv_heads,head_size,block_size", [(1, 64, 16), (2, 80, 32), (3, 128, 16)])
@@ -98,7 +100,7 @@ def test_reshape_and_cache_matches_torch(dtype, num_kv_heads, head_size, block_s
     slots[[2, 5, 11]] = -1                                   # padding tokens: must leave the cache alone
     expected, got = kv_cache.clone(), kv_cache.clone()
     reshape_and_cache_torch(key, value, expected, slots)
-    reshape_and_cache(key, value, got[0], got[1], slots)
+    triton_reshape_and_cache_flash(key, value, got[0], got[1], slots)
     assert torch.equal(got, expected)
 
 
@@ -108,10 +110,10 @@ def test_reshape_and_cache_upcasts_into_wider_cache_and_ignores_all_padding():
     cache32 = kv_cache.float()
     expected, got = cache32.clone(), cache32.clone()
     reshape_and_cache_torch(key, value, expected, md.slot_mapping)
-    reshape_and_cache(key, value, got[0], got[1], md.slot_mapping)
+    triton_reshape_and_cache_flash(key, value, got[0], got[1], md.slot_mapping)
     assert torch.equal(got, expected)
     untouched = cache32.clone()
-    reshape_and_cache(key, value, untouched[0], untouched[1], torch.full_like(md.slot_mapping, -1))
+    triton_reshape_and_cache_flash(key, value, untouched[0], untouched[1], torch.full_like(md.slot_mapping, -1))
     assert torch.equal(untouched, cache32)
 
 
@@ -220,10 +222,12 @@ def test_backend_matches_torch_backend_on_mixed_batch(dtype):
     md.slot_mapping = torch.cat([md.slot_mapping, torch.full((2,), -1, dtype=torch.int64, device=DEVICE)])
     scale = 80 ** -0.5
     ref_cache, tri_cache = kv_cache.clone(), kv_cache.clone()
-    expected = TorchAttentionImpl(8, 80, scale, 2).forward(query.float(), key, value, ref_cache, md)
+    torch_out = TorchAttentionImpl(8, 80, scale, 2).forward(query.float(), key, value, ref_cache, md)
     got = TritonAttentionImpl(8, 80, scale, 2).forward(query, key, value, tri_cache, md)
     assert torch.equal(tri_cache, ref_cache)
-    assert got.shape == (md.num_actual_tokens, 8, 80) and got.dtype == dtype
+    expected = reference(query[:md.num_actual_tokens], ref_cache, md, scale)
+    assert torch_out.shape == got.shape == (md.num_actual_tokens, 8, 80) and got.dtype == dtype
+    assert_close(torch_out, expected, torch.float32)
     assert_close(got, expected, dtype)
 
 
@@ -254,8 +258,10 @@ def test_backend_matches_torch_backend_over_steps():
         t = sum(q_lens)
         q, k, v = (torch.randn(t, h, head_size, generator=g).to(DEVICE)
                    for h in (num_heads, num_kv_heads, num_kv_heads))
-        expected, got = (impl.forward(q, k, v, cache, md) for impl, cache in zip(impls, caches, strict=True))
+        torch_out, got = (impl.forward(q, k, v, cache, md) for impl, cache in zip(impls, caches, strict=True))
         assert torch.equal(caches[1], caches[0])
+        expected = reference(q, caches[0], md, 0.125)
+        assert_close(torch_out, expected, torch.float32)
         assert_close(got, expected, torch.float32)
 
 
@@ -277,7 +283,7 @@ import triton, triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from minivllm.attention.ops import triton_decode_attention as D, triton_prefill_attention as P
-from minivllm.attention.ops import triton_reshape_and_cache as R
+from minivllm.attention.ops import triton_reshape_and_cache_flash as R
 
 def compile_for_sm90(kernel, ptr_dtype, constexprs):
     types = {"block_table_ptr": "*i32", "seq_lens_ptr": "*i32", "query_start_loc_ptr": "*i32",
@@ -298,7 +304,7 @@ for ptr_dtype, tl_dtype in [("fp32", tl.float32), ("fp16", tl.float16), ("bf16",
         QUERIES_PER_KV=4, GROUP_PAD=16, HEAD_DIM_PAD=128, BLOCK_SIZE=16, **compute))
     compile_for_sm90(P._chunked_prefill_paged_attention_kernel, ptr_dtype, dict(
         QUERIES_PER_KV=2, BLOCK_Q=32, BLOCK_M=64, HEAD_DIM_PAD=128, BLOCK_SIZE=32, **compute))
-    compile_for_sm90(R._reshape_and_cache_kernel, ptr_dtype, dict(BLOCK_SIZE=16, TOKENS=1, HEADS_PAD=8, HEAD_DIM_PAD=128))
+    compile_for_sm90(R.reshape_and_cache_kernel_flash, ptr_dtype, dict(BLOCK_SIZE=16, TOKENS=1, HEADS_PAD=8, HEAD_DIM_PAD=128))
     if ptr_dtype == "bf16":   # decode streams K/V: 16-byte vectors, prefetched by cp.async, on tensor cores
         ptx = decode.asm["ptx"]
         assert "cp.async.cg.shared.global" in ptx and "mma.sync" in ptx, "decode lost its streaming loads"
@@ -336,29 +342,8 @@ def test_benchmark_interpret_smoke_runs():
     assert "smoke ok" in proc.stdout
 
 
-def naive_attention(query, kv_cache, md, scale):
-    """Per request, per head: softmax(q K^T) V over its own context, causal within its query span."""
-    block_size, num_kv_heads = kv_cache.shape[2], kv_cache.shape[3]
-    group = query.shape[1] // num_kv_heads
-    qsl, seq_lens = md.query_start_loc_cpu.tolist(), md.seq_lens_cpu.tolist()
-    out = torch.zeros_like(query)
-    for i, seq_len in enumerate(seq_lens):
-        if seq_len == 0:
-            continue
-        pos = torch.arange(seq_len)
-        slots = md.block_table[i].cpu().long()[pos // block_size] * block_size + pos % block_size
-        k = kv_cache[0].reshape(-1, num_kv_heads, kv_cache.shape[-1])[slots]
-        v = kv_cache[1].reshape(-1, num_kv_heads, kv_cache.shape[-1])[slots]
-        for t, tok in enumerate(range(qsl[i], qsl[i + 1])):
-            visible = seq_len - (qsl[i + 1] - qsl[i]) + t + 1
-            for h in range(query.shape[1]):
-                s = (k[:visible, h // group] @ query[tok, h]) * scale
-                out[tok, h] = torch.softmax(s, 0) @ v[:visible, h // group]
-    return out
-
-
-def test_reference_buckets_equal_per_request_attention(monkeypatch):
-    """The reference pads requests into shared SDPA calls (decodes folded per KV head, prefill chunks and
+def test_torch_backend_buckets_equal_per_request_attention(monkeypatch):
+    """The CPU backend pads requests into shared SDPA calls (decodes folded per KV head, prefill chunks and
     drafts masked causally): every bucketing gives what each request computes alone, a zero-length padded row
     gives 0, and the gather workspace is reused across buckets of different sizes."""
     import minivllm.attention.backends.torch_attn as ta
@@ -368,7 +353,7 @@ def test_reference_buckets_equal_per_request_attention(monkeypatch):
     query, _, _, kv_cache, md = make_batch(q_lens, seq_lens, num_heads=8, num_kv_heads=2, head_size=16,
                                            block_size=8, dtype=torch.float32, seed=3)
     md.num_decodes = md.num_decode_tokens = 5
-    expected = naive_attention(query, kv_cache, md, 0.25)
+    expected = naive_paged_attention(query, kv_cache, md, 0.25)
     assert expected[1].abs().sum() == 0
     for pad_limit, max_tokens in ((1.0, 1 << 15), (1.5, 1 << 15), (100.0, 1 << 15), (100.0, 64)):
         monkeypatch.setattr(ta, "PAD_LIMIT", pad_limit)

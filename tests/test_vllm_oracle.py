@@ -214,9 +214,9 @@ def test_speculation_keeps_every_constraint_in_vllms_answers():
 GENERATE_MUTANTS = {
     # what issue #54 found, put back: (the cases it shows on, the patch)
     "speculation applies min_tokens only": (True, "minivllm.worker.gpu_model_runner.GPUModelRunner._spec_logits"),
-    "speculation accepts min_p and logit_bias": (True, "minivllm.engine.processor.InputProcessor.process_inputs"),
+    "speculation accepts min_p and logit_bias": (True, "minivllm.engine.input_processor.InputProcessor.process_inputs"),
     "no bad words": (False, "minivllm.sample.sampler.apply_bad_words"),
-    "logit_bias clamped offline": (False, "minivllm.engine.processor.InputProcessor.process_inputs"),
+    "logit_bias clamped offline": (False, "minivllm.engine.input_processor.InputProcessor.process_inputs"),
     "a skipped lookup counted as a query": (False, "minivllm.core.kv_cache_manager.KVCacheManager."
                                                    "record_prefix_cache_stats"),
     "decoded_token left as U+FFFD": (False, "minivllm.engine.output_processor.decoded_tokens"),
@@ -230,7 +230,7 @@ def test_the_generate_comparison_catches_each_difference_of_issue_54(mutant, mon
     import msgspec
 
     import minivllm.core.kv_cache_manager as kvm
-    import minivllm.engine.processor as proc
+    import minivllm.engine.input_processor as proc
     import minivllm.sampling_params as smp
     from minivllm.worker.gpu_model_runner import GPUModelRunner
 

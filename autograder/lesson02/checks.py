@@ -102,7 +102,7 @@ def policy_schedule(sched, schedule_step):
         expect(req not in sched.running and all(v is not req for v in victims),
                f"第 {step} 步：被抢占的 {req.request_id} 还留在 running 里（读取了 victim 却没有从 running 移除：用 "
                "pop 取出它，再 preempt）。")
-        sched._preempt(req)  # the Scheduler's own recompute preemption: free KV, PREEMPTED, head of waiting
+        sched._preempt_request(req)  # the Scheduler's own recompute preemption: free KV, PREEMPTED, head of waiting
         victims.append(req)
 
     result = schedule_step(sched.running, sched.waiting, budget, threshold, sched.max_num_running_reqs,

@@ -1,9 +1,9 @@
 """Lesson 4 — 抢占、取消与请求生命周期: the checks behind the grade cells and the plug into the engine.
 
 The student writes the scheduler's side of a request's life, three functions with minivllm's signatures:
-    preempt(sched, request)                          Scheduler._preempt: recompute preemption of a victim
+    preempt(sched, request)                          Scheduler._preempt_request: recompute preemption of a victim
     finish_requests(sched, request_ids, status)      Scheduler.finish_requests: aborts in every state
-    check_stop(request, max_model_len) -> bool       Scheduler._check_stop (vLLM: v1/core/sched/utils.check_stop)
+    check_stop(request, max_model_len) -> bool       core/sched/utils.check_stop (vLLM: v1/core/sched/utils.check_stop)
 `plug` installs them on a real minivllm Scheduler instance; schedule() and update_from_output() stay the
 engine's own, so the answers run exactly where minivllm's own methods run.
 
@@ -44,16 +44,28 @@ BLOCK = 16
 
 # ---------------------------------------------------------------------------- the plug
 def plug(sched, preempt=None, finish_requests=None, check_stop=None) -> None:
-    """Install the student's functions as this Scheduler instance's _preempt / finish_requests / _check_stop."""
+    """Install the student's functions as this Scheduler instance's _preempt_request / finish_requests, and
+    check_stop as the scheduler module's check_stop while this instance's update_from_output runs (the free
+    function it calls, as vLLM's does; swapped only then, so other schedulers keep the engine's own)."""
     if preempt is not None:
-        sched._preempt = lambda request: preempt(sched, request)
+        sched._preempt_request = lambda request: preempt(sched, request)
     if finish_requests is not None:
         def _finish(request_ids, finished_status):
             ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
             finish_requests(sched, ids, finished_status)
         sched.finish_requests = _finish
     if check_stop is not None:
-        sched._check_stop = lambda request: bool(check_stop(request, sched.max_model_len))
+        import minivllm.core.sched.scheduler as scheduler_module
+        update_from_output = sched.update_from_output
+
+        def _update(*args, **kwargs):
+            own = scheduler_module.check_stop
+            scheduler_module.check_stop = lambda request, max_model_len: bool(check_stop(request, max_model_len))
+            try:
+                return update_from_output(*args, **kwargs)
+            finally:
+                scheduler_module.check_stop = own
+        sched.update_from_output = _update
 
 
 LEGAL = {
@@ -225,8 +237,7 @@ def run_vllm_view(name: str, preempt=None, finish_requests=None, check_stop=None
             req.status = RequestStatus.RUNNING
             return req
 
-        def own_check_stop(request, max_model_len):
-            return make_scheduler(max_model_len=max_model_len)._check_stop(request)
+        from minivllm.core.sched.utils import check_stop as own_check_stop
         return stop_trace(make_request, check_stop or own_check_stop, payload)
 
     class Backend(MinivllmSchedulerBackend):

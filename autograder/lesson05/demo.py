@@ -25,7 +25,7 @@ class BatchStep:
     so: object
     before: list = field(default_factory=list)        # rows (None = hole) after removes/adds, before condense
     condensed: list = field(default_factory=list)     # (from_row, to_row): condense moved a tail row into a hole
-    swapped: list = field(default_factory=list)       # (row, row): _reorder_batch's swap_states (decodes first)
+    swapped: list = field(default_factory=list)       # (row, row): _may_reorder_batch's swap_states (decodes first)
     rows: list = field(default_factory=list)          # the rows _prepare_inputs read
 
 
@@ -36,7 +36,7 @@ def batch_log(log: list):
     from minivllm.worker.gpu_input_batch import InputBatch
     from minivllm.worker.gpu_model_runner import GPUModelRunner
 
-    orig = (GPUModelRunner._update_states, GPUModelRunner._reorder_batch, InputBatch.condense,
+    orig = (GPUModelRunner._update_states, GPUModelRunner._may_reorder_batch, InputBatch.condense,
             InputBatch.swap_states)
     phase: list = [None]
 
@@ -45,10 +45,10 @@ def batch_log(log: list):
         orig[0](self, so)
         log[-1].rows = list(self.input_batch.req_ids[:self.input_batch.num_reqs])
 
-    def _reorder_batch(self, num_scheduled):
+    def _may_reorder_batch(self, scheduler_output):
         phase[0] = "swap"
         try:
-            return orig[1](self, num_scheduled)
+            return orig[1](self, scheduler_output)
         finally:
             phase[0] = None
 
@@ -68,12 +68,12 @@ def batch_log(log: list):
             log[-1].swapped.append((i, j))
         return orig[3](self, i, j)
 
-    GPUModelRunner._update_states, GPUModelRunner._reorder_batch = _update_states, _reorder_batch
+    GPUModelRunner._update_states, GPUModelRunner._may_reorder_batch = _update_states, _may_reorder_batch
     InputBatch.condense, InputBatch.swap_states = condense, swap_states
     try:
         yield
     finally:
-        GPUModelRunner._update_states, GPUModelRunner._reorder_batch = orig[0], orig[1]
+        GPUModelRunner._update_states, GPUModelRunner._may_reorder_batch = orig[0], orig[1]
         InputBatch.condense, InputBatch.swap_states = orig[2], orig[3]
 
 

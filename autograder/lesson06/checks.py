@@ -319,7 +319,7 @@ def make_case(seq_lens, num_heads=8, num_kv_heads=2, head_size=32, block_size=16
 
 def reference(case: DecodeCase) -> torch.Tensor:
     """minivllm's torch oracle (attention/backends/torch_attn.py: paged_attention_ref), decodes only."""
-    from minivllm.attention.backends.abstract import AttentionMetadata
+    from minivllm.attention.backend import AttentionMetadata
     from minivllm.attention.backends.torch_attn import paged_attention_ref
 
     n = case.query.shape[0]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from minivllm.attention.backends.abstract import AttentionBackend, AttentionMetadata
+from minivllm.attention.backend import AttentionBackend, AttentionMetadata
 
 
 class Attention(nn.Module):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from minivllm.attention.backends.abstract import AttentionBackend
+from minivllm.attention.backend import AttentionBackend
 
 
 def get_attn_backend(name: str, device: str) -> type[AttentionBackend]:

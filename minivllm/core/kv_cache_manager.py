@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from minivllm.core.block_pool import BlockPool, KVCacheBlock
 from minivllm.core.kv_cache_utils import BlockHash
+from minivllm.metrics.stats import PrefixCacheStats
 from minivllm.request import Request, RequestStatus
 from minivllm.utils import cdiv
 
@@ -24,38 +25,6 @@ class KVCacheBlocks:
 
     def __add__(self, other: KVCacheBlocks) -> KVCacheBlocks:
         return KVCacheBlocks(self.blocks + other.blocks)
-
-
-@dataclass
-class PrefixCacheStats:
-    """Prefix-cache lookups of admitted requests since the last reset: requests, tokens asked for, hit.
-
-    Lookups by previously preempted requests count apart (preempted_*, as vLLM's PrefixCacheStats): a
-    recomputed request mostly hits its own freed blocks, which would inflate the hit rate. Unlike vLLM,
-    which resets the stats on every read (make_prefix_cache_stats) and turns them into a hit rate over
-    the last 1,000 requests (CachingMetrics), minivllm keeps them cumulative until reset_prefix_cache.
-    """
-
-    requests: int = 0
-    queries: int = 0
-    hits: int = 0
-    preempted_requests: int = 0
-    preempted_queries: int = 0
-    preempted_hits: int = 0
-
-    def record(self, num_tokens: int, num_hits: int, preempted: bool) -> None:
-        if preempted:
-            self.preempted_requests += 1
-            self.preempted_queries += num_tokens
-            self.preempted_hits += num_hits
-        else:
-            self.requests += 1
-            self.queries += num_tokens
-            self.hits += num_hits
-
-    @property
-    def hit_rate(self) -> float:
-        return self.hits / self.queries if self.queries else 0.0
 
 
 _EMPTY = KVCacheBlocks([])
@@ -74,9 +43,6 @@ class KVCacheManager:
         self.block_pool = BlockPool(num_gpu_blocks, enable_caching)
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         self.num_cached_block: dict[str, int] = {}
-        # Per request: up to this many tokens (computed + new), allocate_slots would find nothing to do
-        # (no new block, no block to cache), so the scheduler's hot loop skips the call.
-        self.allocate_slots_noop_until: dict[str, int] = {}
         self.prefix_cache_stats = PrefixCacheStats()
         # Blocks kept free when admitting a waiting or preempted request (vLLM's watermark).
         self.watermark_blocks = int(watermark * num_gpu_blocks)
@@ -174,12 +140,7 @@ class KVCacheManager:
         if self.enable_caching:
             # Cache the blocks this step fills. Tokens past request.num_tokens are unverified
             # speculative ones or async placeholders: never cache them.
-            num_cached = self.cache_blocks(request, num_computed_tokens + num_new_tokens, req_blocks)
-            noop_until = (num_cached + 1) * block_size - 1
-            capacity = len(req_blocks) * block_size
-            self.allocate_slots_noop_until[request_id] = noop_until if noop_until < capacity else capacity
-        else:
-            self.allocate_slots_noop_until[request_id] = len(req_blocks) * block_size
+            self.cache_blocks(request, num_computed_tokens + num_new_tokens, req_blocks)
         return KVCacheBlocks(new_blocks) if new_blocks else _EMPTY
 
     def cache_blocks(self, request: Request, num_computed_tokens: int,
@@ -202,7 +163,6 @@ class KVCacheManager:
         blocks = self.req_to_blocks.pop(request.request_id, [])
         self.block_pool.free_blocks(reversed(blocks))
         self.num_cached_block.pop(request.request_id, None)
-        self.allocate_slots_noop_until.pop(request.request_id, None)
 
     def get_blocks(self, request_id: str) -> KVCacheBlocks:
         return KVCacheBlocks(list(self.req_to_blocks.get(request_id, [])))

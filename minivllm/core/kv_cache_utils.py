@@ -58,5 +58,4 @@ def get_request_block_hasher(block_size: int, hash_function: Callable[[Any], Blo
             start += block_size
         return new_hashes
 
-    request_block_hasher.block_size = block_size  # lets Request skip the call until a block fills
     return request_block_hasher

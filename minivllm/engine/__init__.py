@@ -9,6 +9,7 @@ import time
 
 import msgspec
 
+from minivllm.metrics.stats import SchedulerStats
 from minivllm.sampling_params import SamplingParams
 
 
@@ -71,54 +72,6 @@ class UtilityOutput(msgspec.Struct, array_like=True, gc=False):
     call_id: int
     failure_message: str | None = None
     result: object = None
-
-
-class SpecDecodingStats(msgspec.Struct, omit_defaults=True):
-    """Draft verification counts since start (vLLM: v1/spec_decode/metrics.py, cumulative here)."""
-
-    num_spec_tokens: int = 0
-    num_drafts: int = 0
-    num_draft_tokens: int = 0
-    num_accepted_tokens: int = 0
-    num_accepted_tokens_per_pos: list[int] = []
-    num_draft_tokens_per_pos: list[int] = []
-
-    @classmethod
-    def new(cls, num_spec_tokens: int) -> SpecDecodingStats:
-        return cls(num_spec_tokens, num_accepted_tokens_per_pos=[0] * num_spec_tokens,
-                   num_draft_tokens_per_pos=[0] * num_spec_tokens)
-
-    def observe_draft(self, num_draft_tokens: int, num_accepted_tokens: int) -> None:
-        self.num_drafts += 1
-        self.num_draft_tokens += num_draft_tokens
-        self.num_accepted_tokens += num_accepted_tokens
-        for i in range(num_accepted_tokens):
-            self.num_accepted_tokens_per_pos[i] += 1
-        for i in range(num_draft_tokens):
-            self.num_draft_tokens_per_pos[i] += 1
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
-
-    @property
-    def mean_acceptance_length(self) -> float:
-        """Tokens emitted per verified draft: the accepted ones plus the bonus or recovered one."""
-        return 1 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else 0.0
-
-
-class SchedulerStats(msgspec.Struct, omit_defaults=True):
-    """A snapshot of the scheduler for metrics: queue lengths, KV usage, prefix-cache hits."""
-
-    num_running_reqs: int = 0
-    num_waiting_reqs: int = 0
-    kv_cache_usage: float = 0.0
-    num_free_blocks: int = 0
-    num_total_blocks: int = 0
-    prefix_cache_queries: int = 0
-    prefix_cache_hits: int = 0
-    num_preemptions: int = 0
-    spec_decoding_stats: SpecDecodingStats | None = None
 
 
 class EngineCoreOutputs(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):

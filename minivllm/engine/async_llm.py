@@ -14,11 +14,12 @@ import time
 from collections.abc import AsyncGenerator
 
 from minivllm.config import EngineArgs, VllmConfig
-from minivllm.engine import EngineCoreRequest, SchedulerStats
+from minivllm.engine import EngineCoreRequest
 from minivllm.engine.core_client import EngineCoreClient
 from minivllm.engine.exceptions import EngineDeadError, EngineGenerateError
-from minivllm.engine.output_processor import IterationStats, OutputProcessor, RequestOutputCollector
-from minivllm.engine.processor import InputProcessor, PromptType
+from minivllm.engine.input_processor import InputProcessor, PromptType
+from minivllm.engine.output_processor import OutputProcessor, RequestOutputCollector
+from minivllm.metrics.stats import IterationStats, SchedulerStats
 from minivllm.outputs import RequestOutput
 from minivllm.sampling_params import SamplingParams
 from minivllm.tokenizer import get_tokenizer

@@ -28,7 +28,7 @@ import zmq.asyncio
 
 from minivllm import envs
 from minivllm.config import VllmConfig
-from minivllm.engine import EngineCoreOutputs, EngineCoreRequest, EngineCoreRequestType, SchedulerStats
+from minivllm.engine import EngineCoreOutputs, EngineCoreRequest, EngineCoreRequestType
 from minivllm.engine.core import (
     ENGINE_CORE_DEAD,
     ENGINE_IDENTITY,
@@ -38,6 +38,7 @@ from minivllm.engine.core import (
     EngineCoreProc,
 )
 from minivllm.engine.exceptions import EngineDeadError
+from minivllm.metrics.stats import SchedulerStats
 
 STARTUP_TIMEOUT_S = envs.MINIVLLM_ENGINE_READY_TIMEOUT_S
 

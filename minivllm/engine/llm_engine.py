@@ -1,6 +1,6 @@
 """LLMEngine (vLLM: v1/engine/llm_engine.py): the synchronous frontend behind LLM.
 
-Processor (tokenize, validate) -> EngineCoreClient -> OutputProcessor (detokenize, stop strings).
+InputProcessor (tokenize, validate) -> EngineCoreClient -> OutputProcessor (detokenize, stop strings).
 By default the EngineCore runs in its own process (SyncMPClient); multiprocess_mode=False keeps it
 in this one (InprocClient), where its scheduler and tracer can be read directly.
 """
@@ -12,8 +12,9 @@ import time
 from minivllm import envs
 from minivllm.config import EngineArgs, VllmConfig
 from minivllm.engine.core_client import EngineCoreClient
-from minivllm.engine.output_processor import IterationStats, OutputProcessor
-from minivllm.engine.processor import Processor, PromptType
+from minivllm.engine.input_processor import InputProcessor, PromptType
+from minivllm.engine.output_processor import OutputProcessor
+from minivllm.metrics.stats import IterationStats
 from minivllm.outputs import RequestOutput
 from minivllm.sampling_params import SamplingParams
 from minivllm.tokenizer import get_tokenizer
@@ -35,7 +36,7 @@ class LLMEngine:
             self.stat_logger = PrometheusStatLogger(vllm_config.model_config.model,
                                                     vllm_config.scheduler_config.max_model_len)
         self.tokenizer = get_tokenizer(vllm_config.model_config.tokenizer)
-        self.processor = Processor(vllm_config, self.tokenizer)
+        self.input_processor = InputProcessor(vllm_config, self.tokenizer)
         self.output_processor = OutputProcessor(self.tokenizer)
         self.engine_core = engine_core
         self._ids = itertools.count()
@@ -53,7 +54,7 @@ class LLMEngine:
 
     def add_request(self, request_id: str | None, prompt: PromptType, params: SamplingParams) -> str:
         request_id = request_id if request_id is not None else str(next(self._ids))
-        text, request = self.processor.process_inputs(request_id, prompt, params)
+        text, request = self.input_processor.process_inputs(request_id, prompt, params)
         self.output_processor.add_request(request, text)
         try:
             self.engine_core.add_request(request)

@@ -14,6 +14,7 @@ from minivllm.engine import EngineCoreOutput, EngineCoreRequest, FinishReason
 from minivllm.engine.detokenizer import IncrementalDetokenizer
 from minivllm.engine.exceptions import EngineGenerateError
 from minivllm.logprobs import Logprob, context_ids, decoded_tokens, entry_ranks
+from minivllm.metrics.stats import IterationStats
 from minivllm.outputs import CompletionOutput, RequestOutput
 
 
@@ -63,30 +64,6 @@ def _merge_delta(into: RequestOutput, new: RequestOutput) -> None:
         a.logprobs = a.logprobs + b.logprobs
     a.cumulative_logprob, a.finish_reason, a.stop_reason = b.cumulative_logprob, b.finish_reason, b.stop_reason
     into.finished, into.num_cached_tokens, into.metrics = new.finished, new.num_cached_tokens, new.metrics
-
-
-@dataclass
-class IterationStats:
-    """What one batch of core outputs did, for the metrics (vLLM: v1/metrics/stats.py IterationStats)."""
-
-    num_prompt_tokens: int = 0
-    num_generation_tokens: int = 0
-    time_to_first_tokens: list[float] = field(default_factory=list)
-    inter_token_latencies: list[float] = field(default_factory=list)
-    e2e_latencies: list[float] = field(default_factory=list)
-    finished_reasons: list[str] = field(default_factory=list)
-    queue_times: list[float] = field(default_factory=list)
-    # per finished request
-    time_per_output_tokens: list[float] = field(default_factory=list)
-    request_prompt_tokens: list[int] = field(default_factory=list)
-    request_generation_tokens: list[int] = field(default_factory=list)
-    num_cached_prompt_tokens: int = 0  # prefix-cache hits among num_prompt_tokens
-    prefill_times: list[float] = field(default_factory=list)    # first scheduled -> first token
-    decode_times: list[float] = field(default_factory=list)     # first token -> last token
-    inference_times: list[float] = field(default_factory=list)  # first scheduled -> last token
-    request_prefill_kv_computed_tokens: list[int] = field(default_factory=list)
-    request_max_tokens: list[int] = field(default_factory=list)
-    n_params: list[int] = field(default_factory=list)
 
 
 @dataclass

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from tqdm.auto import tqdm
 
 from minivllm.config import EngineArgs
+from minivllm.engine.input_processor import PromptType
 from minivllm.engine.llm_engine import LLMEngine
 from minivllm.engine.parallel_sampling import ParentRequest
-from minivllm.engine.processor import PromptType
 from minivllm.metrics.reader import Metric
 from minivllm.outputs import RequestOutput
 from minivllm.sampling_params import SamplingParams

@@ -213,7 +213,7 @@ def _token_logprobs(token_ids, logprobs, num: int) -> dict:
 async def generate(serving, req: GenerateRequest, raw: Request):
     """vLLM's ServingTokens.serve_tokens: the ids run as given (no template, no tokenizer), ids come back.
 
-    n > 1 answers every sample, choice i for sample i (vLLM 0.27.1's non-streaming answer keeps only the sample
+    n > 1 answers every sample, choice i for sample i (vLLM's non-streaming answer keeps only the sample
     that finished last: a listed difference)."""
     from minivllm.entrypoints.openai.api_server import (
         CancellableStreamingResponse,

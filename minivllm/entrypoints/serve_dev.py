@@ -11,7 +11,7 @@ abort, sleep and run worker methods, so never on a production server.
     as vLLM's do when no weight transfer engine is configured (minivllm has none).
 
 Every route goes through AsyncLLM, which asks the EngineCore process by a utility call (the pause and sleep
-states live in the core's scheduler and executor, as in vLLM). Answers, errors included, are vLLM 0.27.1's.
+states live in the core's scheduler and executor, as in vLLM). Answers, errors included, are vLLM's.
 """
 from __future__ import annotations
 

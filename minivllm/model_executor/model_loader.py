@@ -18,7 +18,7 @@ from safetensors import safe_open
 from torch import nn
 from transformers import AutoConfig, PretrainedConfig
 
-from minivllm.attention.backends.abstract import AttentionBackend
+from minivllm.attention.backend import AttentionBackend
 from minivllm.model_executor.layers.utils import process_weights_after_loading
 from minivllm.model_executor.models import get_model_architecture
 

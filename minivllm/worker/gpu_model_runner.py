@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from minivllm.attention import AttentionMetadata, get_attn_backend
-from minivllm.attention.backends.abstract import AttentionCGSupport
+from minivllm.attention.backend import AttentionCGSupport
 from minivllm.compilation.cuda_graph import (
     PAD_SLOT_ID,
     BatchDescriptor,
@@ -150,10 +150,12 @@ class GPUModelRunner:
             n = batch.num_tokens[idx]
             batch.token_ids_cpu[idx, n:n + len(draft)] = draft
         batch.condense()
-        self._reorder_batch(scheduled)
+        self._may_reorder_batch(so)
 
-    def _reorder_batch(self, num_scheduled_tokens: dict[str, int]) -> None:
-        """Decodes (one query token) first, then prefills: the layout AttentionMetadata promises."""
+    def _may_reorder_batch(self, scheduler_output: SchedulerOutput) -> None:
+        """Decodes (one query token) first, then prefills: the layout AttentionMetadata promises (vLLM: same
+        name; every minivllm backend wants it, so it always reorders)."""
+        num_scheduled_tokens = scheduler_output.num_scheduled_tokens
         batch = self.input_batch
         lo, hi = 0, batch.num_reqs - 1
         while lo < hi:
@@ -258,7 +260,7 @@ class GPUModelRunner:
         with self.tracer.span("forward", so.step, list(so.num_scheduled_tokens)):
             hidden = self._model_forward(batch_desc, input_ids, positions, md)
             logits = self.model.compute_logits(hidden[logits_indices]) if len(emit) else None
-            self._collect_prompt_logprobs(hidden, so)
+            self._get_prompt_logprobs_dict(hidden, so)
         self._pending = (emit, logits, spec_md, so.scheduled_spec_decode_tokens)
         self._step = so.step
         if so.has_structured_output_requests:
@@ -317,13 +319,14 @@ class GPUModelRunner:
                 if rows_ranks is not None:
                     ranks[row] = rows_ranks[j]
             if self.drafter is not None:
-                self._propose_drafts(req_ids, emit)
+                self.propose_draft_token_ids(req_ids, emit)
         return ModelRunnerOutput(req_ids, {r: i for i, r in enumerate(req_ids)}, sampled_token_ids, logprobs,
                                  logprob_ranks=ranks, prompt_logprobs=prompt_logprobs)
 
-    def _collect_prompt_logprobs(self, hidden: torch.Tensor, so: SchedulerOutput) -> None:
-        """vLLM's prompt logprobs: for each prompt position this step computes, the raw logprob of the next
-        prompt token, its rank, and the top prompt_logprobs tokens (kept until the request's first token)."""
+    def _get_prompt_logprobs_dict(self, hidden: torch.Tensor, so: SchedulerOutput) -> None:
+        """vLLM's prompt logprobs (vLLM: same name): for each prompt position this step computes, the raw logprob
+        of the next prompt token, its rank, and the top prompt_logprobs tokens, kept on the request until its
+        first token (sample_tokens sends them all then) where vLLM returns each chunk's."""
         batch = self.input_batch
         if not batch.prompt_logprobs_reqs:
             return
@@ -391,8 +394,8 @@ class GPUModelRunner:
                 out_ranks[j] = (out_ranks[j] or []) + [rank]
         return out, out_ranks
 
-    def _propose_drafts(self, req_ids: list[str], emit: np.ndarray) -> None:
-        """N-gram drafts for every request that just emitted tokens (prefill chunks get none)."""
+    def propose_draft_token_ids(self, req_ids: list[str], emit: np.ndarray) -> None:
+        """N-gram drafts for every request that just emitted tokens (prefill chunks get none; vLLM: same name)."""
         batch = self.input_batch
         rows = emit.tolist()
         drafts = self.drafter.propose([batch.token_ids_cpu[r, :min(batch.num_tokens[r], self.max_model_len)]

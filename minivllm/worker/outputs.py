@@ -1,4 +1,6 @@
-"""ModelRunnerOutput: the only message from the worker back to the scheduler (vLLM: v1/outputs.py)."""
+"""ModelRunnerOutput: the only message from the worker back to the scheduler (vLLM: v1/outputs.py).
+
+Here, not at minivllm/outputs.py, because with v1/ dropped that path is vllm/outputs.py's (RequestOutput)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

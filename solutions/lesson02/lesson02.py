@@ -37,7 +37,7 @@
 # | 1 | `vllm/v1/core/sched/scheduler.py`：`Scheduler.schedule` 开头的 `NOTE(woosuk)` 注释（L441–L450） | `minivllm/core/sched/scheduler.py`：`Scheduler` | 为什么没有 “prefill 阶段” 和 “decode 阶段”？ |
 # | 2 | 同文件：RUNNING 循环的 token 数（L516–L523）与要块、抢占（L577–L590、L614–L629） | 同上 | 每个请求本步拿多少 token？块不够时抢占谁？ |
 # | 3 | 同文件：WAITING 循环入口（L683–L697）与它的 `allocate_slots` 调用（L973–L994） | 同上 | 抢占过的一步为何不接纳？为何要整个请求放得下？ |
-# | 4 | 同文件：`Scheduler._preempt_request` 的主体（L1287–L1294、L1313–L1315） | `minivllm/core/sched/scheduler.py`：`Scheduler._preempt` | 被抢占的请求交出什么、回到哪？ |
+# | 4 | 同文件：`Scheduler._preempt_request` 的主体（L1287–L1294、L1313–L1315） | `minivllm/core/sched/scheduler.py`：`Scheduler._preempt_request` | 被抢占的请求交出什么、回到哪？ |
 #
 # 课程的 dense 模型在 vLLM {{VLLM_VERSION}} 默认由 Model Runner V2（`v1/worker/gpu/model_runner.py`）运行，minivllm 对应 V1 runner；调度器在 runner 之上。
 

@@ -34,10 +34,10 @@
 # | 顺序 | vLLM 文件与入口（{{VLLM_VERSION}}，`vllm/v1/`） | minivllm 对应 | 带着什么问题读 |
 # |---|---|---|---|
 # | 1 | `request.py`：`RequestStatus`（L348–L371） | `minivllm/request.py`：`RequestStatus` | 哪些状态算“已结束”？为什么用 `IntEnum` 的大小比较？ |
-# | 2 | `core/sched/scheduler.py`：`Scheduler._preempt_request`（L1287–L1296、L1313–L1315） | `minivllm/core/sched/scheduler.py`：`Scheduler._preempt` | 被抢占的请求丢掉什么、保留什么？为何放回队首？ |
+# | 2 | `core/sched/scheduler.py`：`Scheduler._preempt_request`（L1287–L1296、L1313–L1315） | `minivllm/core/sched/scheduler.py`：`Scheduler._preempt_request` | 被抢占的请求丢掉什么、保留什么？为何放回队首？ |
 # | 3 | 同文件：`Scheduler.finish_requests`（L2263–L2283、L2295–L2296）、`Scheduler._free_blocks`（L2329–L2332） | 同文件：`Scheduler.finish_requests` | 请求可能在哪个队列里？已结束的 id 怎么处理？ |
 # | 4 | `engine/core.py`：`EngineCore.step`（L606–L611）；`scheduler.py`：`Scheduler.update_from_output`（L1747–L1755） | `minivllm/engine/core.py`：`EngineCore.step` | 取消为什么在 update 之前处理？ |
-# | 5 | `core/sched/utils.py`：`check_stop`（L100–L117） | `minivllm/core/sched/scheduler.py`：`Scheduler._check_stop` | 停止条件按什么顺序检查？ |
+# | 5 | `core/sched/utils.py`：`check_stop`（L100–L117） | `minivllm/core/sched/utils.py`：`check_stop` | 停止条件按什么顺序检查？ |
 #
 # 课程的 dense 模型在 {{VLLM_VERSION}} 默认由 Model Runner V2 运行，minivllm 对应 V1 runner。
 
@@ -91,7 +91,7 @@ from minivllm.request import RequestStatus  # noqa: E402
 #
 # ### 2. 它如何工作
 #
-# **抢占（按重算）。** `schedule()` 给一个 running 请求要块，`allocate_slots` 返回 `None`，就选出优先级最低的 running 请求（FCFS 下是 `self.running.pop()`，即最后加入的），交给 `_preempt_request`（minivllm：`_preempt`）：
+# **抢占（按重算）。** `schedule()` 给一个 running 请求要块，`allocate_slots` 返回 `None`，就选出优先级最低的 running 请求（FCFS 下是 `self.running.pop()`，即最后加入的），交给 `_preempt_request`：
 #
 # 1. `_free_request_blocks`：经 `kv_cache_manager.free` 把**全部** KV 块还给 `BlockPool`（prefix cache 下满块的哈希留着）；
 # 2. `status = PREEMPTED`，`num_computed_tokens = 0`：KV 没了，进度也就没了。已生成的 token **保留**在 `output_token_ids` 里，恢复时与 prompt 一起重新 prefill；
@@ -160,7 +160,7 @@ L04.print_transitions(runs[1], 12)
 # %% [markdown]
 # ## 实践任务：唯一代码填空题
 #
-# 补齐调度器这一侧的生命周期：三个函数，`sched` 是 minivllm 的 `Scheduler` 实例。评分时它们替换 `_preempt`、`finish_requests` 和 `_check_stop`；`schedule()` 与 `update_from_output()` 仍是引擎自己的。
+# 补齐调度器这一侧的生命周期：三个函数，`sched` 是 minivllm 的 `Scheduler` 实例。评分时它们替换 `_preempt_request`、`finish_requests` 和 `check_stop`；`schedule()` 与 `update_from_output()` 仍是引擎自己的。
 #
 # - `preempt(sched, request)`：按重算抢占一个**已经从 `sched.running` 取出**的请求：归还 KV 块，状态改为 PREEMPTED，进度归零，放回 `sched.waiting`（一个 deque）的正确位置。
 # - `finish_requests(sched, request_ids, finished_status)`：结束一批请求（取消时是 `FINISHED_ABORTED`），它们在 running 或 waiting 里；不认识的 id 什么都不做。
@@ -439,7 +439,7 @@ L04.print_recompute_cost(cost)
 #   - 步间到达的取消已由 `input_queue` 处理，`aborts_queue` 里的同一条随后什么也不做，真正起作用的是执行期间到达的那些；minivllm 只有 `aborts_queue`。
 # - **异步调度**：vLLM {{VLLM_VERSION}} 默认开启，busy loop 跑 `step_with_batch_queue`，取消同样在 `update_from_output` 之前处理；本课画的是同步的 `step`。
 # - **`RequestStatus`**：vLLM 还有 `WAITING_FOR_REMOTE_KVS`、`WAITING_FOR_STREAMING_REQ`（KV connector 与流式输入）；其余同名、同序，`is_finished` 都是“大于 PREEMPTED”。
-# - **重复检测**：vLLM 的 `check_stop` 在长度上限之后还查 `repetition_detection`，命中时状态为 `FINISHED_REPETITION`、`stop_reason` 为 `"repetition_detected"`；minivllm 的 `Scheduler._check_stop` 同样如此，本课的练习不要求这一条。
+# - **重复检测**：vLLM 的 `check_stop` 在长度上限之后还查 `repetition_detection`，命中时状态为 `FINISHED_REPETITION`、`stop_reason` 为 `"repetition_detected"`；minivllm 的 `check_stop` 同样如此，本课的练习不要求这一条。
 # - **EOS**：vLLM 在 `ignore_eos` 时不设 `sampling_params._eos_token_id`，`check_stop` 只做比较；minivllm 用 `Request.eos_token_id`，显式检查 `ignore_eos`。行为相同。
 # - **`max_tokens=None`**：vLLM 的 `InputProcessor` 在请求进入 `EngineCore` 前把它换成上下文剩余长度，`check_stop` 不会见到 `None`；练习要处理它。
 # - **`_preempt_request`**：还释放 encoder cache、处理异步调度的 stale output，并把 id 记进 `reset_preempted_req_ids`，经 `SchedulerOutput.preempted_req_ids` 让 Model Runner V2 清掉请求状态。minivllm 在 `schedule()` 里收集这些 id。

@@ -1,14 +1,16 @@
-"""Torch reference attention over the paged KV cache: the oracle every kernel is checked against.
+"""The CPU attention backend: torch ops over the paged KV cache, runs anywhere.
 
-Plain tensor ops, runs anywhere. Decodes are batched (gather each request's blocks, mask past its
-length); each prefill chunk attends causally to its cached context plus itself.
+Built to serve, not to read: requests are bucketed into shared SDPA calls over a reused gather workspace.
+Decodes are batched (gather each request's blocks, mask past its length); each prefill chunk attends
+causally to its cached context plus itself. The tests check it, and the Triton kernels, against the plain
+per-request attention of tests/attention_reference.py.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from minivllm.attention.backends.abstract import AttentionBackend, AttentionImpl, AttentionMetadata
+from minivllm.attention.backend import AttentionBackend, AttentionImpl, AttentionMetadata
 
 # Requests share one SDPA call (padded to the bucket's longest query and context) while the padding costs at most
 # PAD_LIMIT times the useful query x context area, and the bucket's gathered K/V stays within MAX_BUCKET_TOKENS

@@ -1,6 +1,6 @@
 """Triton paged-attention backend (vLLM: v1/attention/backends/triton_attn.py).
 
-forward() runs three kernels: reshape_and_cache writes the step's new K/V into the paged cache, the
+forward() runs three kernels: triton_reshape_and_cache_flash writes the step's new K/V into the paged cache, the
 decode kernel serves rows [0, num_decodes) (one query token each), and the chunked-prefill kernel serves
 the prefill chunks after them, attending to their cached context plus themselves. On CPU the kernels
 run under TRITON_INTERPRET=1 (slow; for tests and lessons).
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from minivllm.attention.backends.abstract import (
+from minivllm.attention.backend import (
     AttentionBackend,
     AttentionCGSupport,
     AttentionImpl,
@@ -17,7 +17,7 @@ from minivllm.attention.backends.abstract import (
 )
 from minivllm.attention.ops.triton_decode_attention import paged_decode_attention
 from minivllm.attention.ops.triton_prefill_attention import chunked_prefill_paged_attention
-from minivllm.attention.ops.triton_reshape_and_cache import reshape_and_cache
+from minivllm.attention.ops.triton_reshape_and_cache_flash import triton_reshape_and_cache_flash
 
 
 class TritonAttentionImpl(AttentionImpl):
@@ -28,7 +28,7 @@ class TritonAttentionImpl(AttentionImpl):
         md = attn_metadata
         n = md.num_actual_tokens
         k_cache, v_cache = kv_cache[0], kv_cache[1]
-        reshape_and_cache(key[:n], value[:n], k_cache, v_cache, md.slot_mapping[:n])
+        triton_reshape_and_cache_flash(key[:n], value[:n], k_cache, v_cache, md.slot_mapping[:n])
 
         query = query[:n]
         out = torch.empty_like(query)

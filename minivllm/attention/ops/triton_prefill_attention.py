@@ -1,7 +1,7 @@
 """Prefill and chunked-prefill attention over the varlen batch, reading all K/V from the paged cache
 (vLLM: attention/ops/triton_unified_attention.py, chunked_prefill_paged_decode.py).
 
-The new tokens' K/V are already in the cache (reshape_and_cache runs first), so a prefill chunk of
+The new tokens' K/V are already in the cache (triton_reshape_and_cache_flash runs first), so a prefill chunk of
 q_len tokens at the end of a seq_len context is query positions [seq_len - q_len, seq_len) attending
 causally to cache positions [0, seq_len). One program per (request, tile of BLOCK_Q query tokens,
 kv head). A tile's BLOCK_M rows are its query tokens times the kv head's query heads (GQA): row r is

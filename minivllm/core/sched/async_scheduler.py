@@ -27,14 +27,13 @@ class AsyncScheduler(Scheduler):
                 continue  # a prefill chunk: this step samples nothing for it
             request.num_output_placeholders += 1 + len(spec_decode_tokens.get(req_id, ()))
 
-    def _update_request_with_output(self, request: Request, new_token_ids: list[int],
-                                    check_stop) -> tuple[list[int], bool]:
+    def _update_request_with_output(self, request: Request, new_token_ids: list[int]) -> tuple[list[int], bool]:
         """The real tokens replace their placeholders, and the blocks they fill are cached now (vLLM: same
         name): at schedule time those positions held placeholders, which allocate_slots does not hash. A
         request preempted while its step ran had its placeholders zeroed then; its late tokens replace none,
         and it caches nothing (its blocks are gone)."""
         status_before = request.status
-        new_token_ids, stopped = super()._update_request_with_output(request, new_token_ids, check_stop)
+        new_token_ids, stopped = super()._update_request_with_output(request, new_token_ids)
         if request.num_output_placeholders:
             request.num_output_placeholders -= len(new_token_ids)
             assert request.num_output_placeholders >= 0, request

@@ -6,7 +6,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 
 from minivllm.core.sched.output import GrammarOutput, SchedulerOutput
-from minivllm.engine import EngineCoreOutputs, SchedulerStats
+from minivllm.engine import EngineCoreOutputs
+from minivllm.metrics.stats import SchedulerStats
 from minivllm.request import Request, RequestStatus
 from minivllm.worker.outputs import ModelRunnerOutput
 

@@ -15,14 +15,15 @@ from minivllm.core.kv_cache_manager import KVCacheManager
 from minivllm.core.kv_cache_utils import get_request_block_hasher
 from minivllm.core.sched.interface import PauseState, SchedulerInterface
 from minivllm.core.sched.output import CachedRequestData, GrammarOutput, NewRequestData, SchedulerOutput
+from minivllm.core.sched.utils import check_stop
 from minivllm.engine import (
     EngineCoreOutput,
     EngineCoreOutputs,
     FinishReason,
-    SchedulerStats,
-    SpecDecodingStats,
 )
+from minivllm.metrics.stats import SchedulerStats
 from minivllm.request import Request, RequestStatus
+from minivllm.spec_decode.metrics import SpecDecodingStats
 from minivllm.structured_output import StructuredOutputManager
 from minivllm.structured_output.utils import xgrammar_error
 from minivllm.worker.outputs import ModelRunnerOutput
@@ -81,9 +82,6 @@ class Scheduler(SchedulerInterface):
         running = self.running
         max_model_len = self.max_model_len
         allocate_slots = kv.allocate_slots
-        # Most decode steps need no new block and fill none: the KV manager keeps, per request, the token
-        # count up to which allocate_slots would do nothing, and the loop skips that call (vLLM makes it).
-        noop_until = kv.allocate_slots_noop_until
         # A for loop over a list that only ever loses its tail meanwhile (preemption pops the last request, one
         # not reached yet): vLLM's `while req_index < len(self.running)` without the index bookkeeping.
         for request in running:
@@ -109,22 +107,19 @@ class Scheduler(SchedulerInterface):
             if num_new_tokens <= 0:
                 continue
             request_id = request.request_id
-            if num_computed_tokens + num_new_tokens <= noop_until.get(request_id, -1):
-                new_block_ids = None
-            else:
-                while True:
-                    new_blocks = allocate_slots(request, num_new_tokens)
-                    if new_blocks is not None:
-                        break
-                    # Out of blocks: preempt the lowest-priority (last admitted) request by recompute.
-                    preempted = running.pop()
-                    self._preempt(preempted)
-                    preempted_reqs.append(preempted)
-                    if preempted is request:
-                        break
-                if new_blocks is None:
+            while True:
+                new_blocks = allocate_slots(request, num_new_tokens)
+                if new_blocks is not None:
                     break
-                new_block_ids = new_blocks.get_block_ids() if new_blocks.blocks else None
+                # Out of blocks: preempt the lowest-priority (last admitted) request by recompute.
+                preempted = running.pop()
+                self._preempt_request(preempted)
+                preempted_reqs.append(preempted)
+                if preempted is request:
+                    break
+            if new_blocks is None:
+                break
+            new_block_ids = new_blocks.get_block_ids() if new_blocks.blocks else None
             cached_req_ids.append(request_id)
             cached_new_block_ids.append(new_block_ids)
             cached_num_computed_tokens.append(num_computed_tokens)
@@ -148,7 +143,7 @@ class Scheduler(SchedulerInterface):
                     break
                 request = self.waiting[0]
                 if (request.status == RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR
-                        and not self._try_promote_grammar_request(request)):
+                        and not self._try_promote_blocked_waiting_request(request)):
                     skipped_waiting.append(self.waiting.popleft())
                     continue
                 new_computed_blocks, num_new_local_computed = kv.get_computed_blocks(request)
@@ -224,8 +219,9 @@ class Scheduler(SchedulerInterface):
         AsyncScheduler adds its output placeholders.
         """
 
-    def _try_promote_grammar_request(self, request: Request) -> bool:
-        """WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR -> WAITING once the grammar compiled (never blocks)."""
+    def _try_promote_blocked_waiting_request(self, request: Request) -> bool:
+        """WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR -> WAITING once the grammar compiled (never blocks); the only
+        blocked state minivllm has (vLLM's also covers remote KV)."""
         grammar = request.structured_output_request.grammar
         if grammar is None:
             return False
@@ -253,7 +249,7 @@ class Scheduler(SchedulerInterface):
                                                                  scheduler_output.scheduled_spec_decode_tokens)
         return GrammarOutput(req_ids, bitmask)
 
-    def _preempt(self, request: Request) -> None:
+    def _preempt_request(self, request: Request) -> None:
         """Preemption by recompute: drop the KV, forget progress, go back to the front of waiting."""
         self.kv_cache_manager.free(request)
         request.status = RequestStatus.PREEMPTED
@@ -272,15 +268,6 @@ class Scheduler(SchedulerInterface):
         logprob_ranks = model_runner_output.logprob_ranks
         req_id_to_index = model_runner_output.req_id_to_index
         requests = self.requests
-        # Only a step with a grammar pays for grammars: the check then also advances them.
-        check_stop = (self._check_stop_and_advance_grammar if scheduler_output.has_structured_output_requests
-                      else self._check_stop)
-        # The common token (one per request, not a verified draft, this class's own update and stop check) is
-        # appended right here: append_output_token_ids' appends and _check_stop's fast exit, three calls fewer
-        # per request per step. Anything else takes _update_request_with_output.
-        inline = (type(self)._update_request_with_output is Scheduler._update_request_with_output
-                  and getattr(check_stop, "__func__", None) is Scheduler._check_stop)
-        max_model_len = self.max_model_len
         prompt_logprobs = model_runner_output.prompt_logprobs
         outputs: list[EngineCoreOutput] = []
         stopped_running: set[Request] = set()
@@ -295,22 +282,9 @@ class Scheduler(SchedulerInterface):
             if not generated:
                 continue  # a partial prefill produces no token
             status_before = request.status
-            if inline and len(generated) == 1 and not (scheduled_spec and req_id in scheduled_spec):
-                token_id = generated[0]
-                all_token_ids = request.all_token_ids
-                request.output_token_ids.append(token_id)
-                all_token_ids.append(token_id)
-                num_tokens = len(all_token_ids)
-                if num_tokens >= request._next_hash_at:
-                    request.hash_new_full_blocks()
-                new_token_ids = generated
-                stopped = ((num_tokens >= request._max_num_tokens or num_tokens >= max_model_len
-                            or token_id in request._stop_token_ids or request._repetition is not None)
-                           and check_stop(request))
-            else:
-                if scheduled_spec and req_id in scheduled_spec:
-                    self._roll_back_rejected(request, len(scheduled_spec[req_id]), len(generated) - 1)
-                new_token_ids, stopped = self._update_request_with_output(request, generated, check_stop)
+            if scheduled_spec and req_id in scheduled_spec:
+                self._roll_back_rejected(request, len(scheduled_spec[req_id]), len(generated) - 1)
+            new_token_ids, stopped = self._update_request_with_output(request, generated)
             finish_reason = None
             if stopped:
                 finish_reason = request.get_finished_reason()
@@ -346,13 +320,16 @@ class Scheduler(SchedulerInterface):
         return EngineCoreOutputs(outputs=outputs,
                                  scheduler_stats=self.make_stats() if self.log_stats else None)
 
-    def _update_request_with_output(self, request: Request, new_token_ids: list[int],
-                                    check_stop) -> tuple[list[int], bool]:
+    def _update_request_with_output(self, request: Request, new_token_ids: list[int]) -> tuple[list[int], bool]:
         """Append the sampled tokens one by one: a stop ends the request there, and later tokens (drafts)
-        are dropped (vLLM: same name)."""
+        are dropped (vLLM: same name). A constrained request's grammar takes each token after check_stop."""
+        has_grammar = request.structured_output_request is not None
         for i, token_id in enumerate(new_token_ids):
             request.append_output_token_ids(token_id)
-            if check_stop(request):
+            stopped = check_stop(request, self.max_model_len)
+            if has_grammar:
+                stopped = self._advance_grammar(request, stopped)
+            if stopped:
                 return new_token_ids[:i + 1], True
         return new_token_ids, False
 
@@ -382,50 +359,14 @@ class Scheduler(SchedulerInterface):
                 draft = request.structured_output_request.grammar.validate_tokens(draft)
             request.spec_token_ids = draft
 
-    def _check_stop(self, request: Request) -> bool:
-        """vLLM's check_stop: nothing before min_tokens, then EOS and stop token ids, then the length caps
-        (so an EOS that is also the max_tokens-th token finishes with "stop"). The InputProcessor keeps
-        min_tokens within the context, so min_tokens cannot carry a request past max_model_len."""
-        all_token_ids = request.all_token_ids
-        num_tokens = len(all_token_ids)
-        if (num_tokens < request._max_num_tokens and num_tokens < self.max_model_len
-                and all_token_ids[-1] not in request._stop_token_ids and request._repetition is None):
-            return False  # fast exit, most tokens: no stop id, no length cap (the checks below all say no)
-        output_token_ids = request.output_token_ids
-        num_output_tokens = len(output_token_ids)  # runs per token: plain len(), no properties
-        params = request.sampling_params
-        if num_output_tokens < params.min_tokens:
-            return False
-        last = output_token_ids[-1]
-        if last == request.eos_token_id and not params.ignore_eos:
-            request.status = RequestStatus.FINISHED_STOPPED
-            return True
-        if params.stop_token_ids and last in params.stop_token_ids:
-            request.status = RequestStatus.FINISHED_STOPPED
-            request.stop_reason = last
-            return True
-        if len(request.all_token_ids) >= self.max_model_len or (
-                request.max_tokens is not None and num_output_tokens >= request.max_tokens):
-            request.status = RequestStatus.FINISHED_LENGTH_CAPPED
-            return True
-        if request._repetition is not None and request._repetition.repeats(output_token_ids):
-            request.status = RequestStatus.FINISHED_REPETITION
-            request.stop_reason = "repetition_detected"
-            return True
-        return False
-
-    def _check_stop_and_advance_grammar(self, request: Request) -> bool:
-        """_check_stop, then feed the new token to the request's grammar (vLLM's order).
+    def _advance_grammar(self, request: Request, stopped: bool) -> bool:
+        """After check_stop (its verdict: stopped), feed the new token to the request's grammar (vLLM's order).
 
         A token the grammar rejects ends the request with FINISHED_ERROR (vLLM too). Unlike vLLM, a
         grammar that terminated (accepted its stop token) also ends the request even where EOS did not
         stop it (ignore_eos, min_tokens): past the grammar's end nothing would constrain it.
         """
-        stopped = self._check_stop(request)
-        so_request = request.structured_output_request
-        if so_request is None:
-            return stopped
-        grammar = so_request.grammar
+        grammar = request.structured_output_request.grammar
         if not grammar.accept_tokens(request.request_id, request.output_token_ids[-1:]):
             request.status = RequestStatus.FINISHED_ERROR
             request.stop_reason = "the grammar rejected the sampled token"
@@ -495,7 +436,7 @@ class Scheduler(SchedulerInterface):
         minivllm has no KV connector, so reset_connector has nothing more to reset (vLLM: success)."""
         if reset_running_requests:
             while self.running:  # from the back, so they return to waiting in their running order
-                self._preempt(self.running.pop())
+                self._preempt_request(self.running.pop())
         ok = self.kv_cache_manager.reset_prefix_cache()
         if reset_running_requests and not ok:
             raise RuntimeError("the prefix cache could not be reset even with every running request preempted")

@@ -5,7 +5,7 @@ Routes: /v1/completions, /v1/chat/completions (streaming as SSE `data: {...}` ..
 /tokenize, /detokenize, /v1/responses, the batch chat and SageMaker routes, tokens in / tokens out
 (/v1/*/render, /inference/v1/generate: entrypoints/scale_out.py), Anthropic's /v1/messages (entrypoints/
 anthropic.py), /generative_scoring and derender (streamed: one generate chunk per call, the detokenizer's window
-carried by the client). Request and response fields, errors and routes answer as vLLM 0.27.1's server does, request for
+carried by the client). Request and response fields, errors and routes answer as vLLM's server does, request for
 request (tests/test_vllm_server_oracle.py against its recorded answers): errors are OpenAI-shaped,
 {"error": {"message", "type", "param", "code"}}, with vLLM's types and params (a schema-level error is
 "Bad Request" with param "body.<field>"); unknown routes get FastAPI's {"detail": ...}; a missing or wrong
@@ -76,7 +76,7 @@ from minivllm.tokenizer import encode_truncated
 
 logger = logging.getLogger("minivllm.api_server")
 DEFAULT_MAX_REQUEST_BODY_BYTES = 8 << 20
-VLLM_API_VERSION = "0.27.1"
+VLLM_API_VERSION = "0.27.1"  # what /version answers, as the pinned vLLM's server does: a value, not a citation
 # vLLM's FrontendArgs defaults: any origin, method and header; no credentials.
 DEFAULT_CORS = {"allow_origins": ["*"], "allow_methods": ["*"], "allow_headers": ["*"], "allow_credentials": False}
 
@@ -553,7 +553,7 @@ def _usage(prompt_tokens: int, completion_tokens: int, details: bool = True) -> 
     return usage | {"prompt_tokens_details": None} if details else usage
 
 
-# Fields vLLM 0.27.1 always writes (null unless a feature minivllm does not have is in use).
+# Fields vLLM always writes (null unless a feature minivllm does not have is in use).
 _RESPONSE_EXTRAS = {"service_tier": None, "system_fingerprint": None}
 _TRANSFER_EXTRAS = {"kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}
 _MESSAGE_EXTRAS = {"refusal": None, "annotations": None, "audio": None, "function_call": None, "reasoning": None}

@@ -35,8 +35,7 @@ from prometheus_client import (
     multiprocess,
 )
 
-from minivllm.engine import SchedulerStats
-from minivllm.engine.output_processor import IterationStats
+from minivllm.metrics.stats import IterationStats, SchedulerStats
 
 PREFIX = "minivllm:"
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,

@@ -1,4 +1,4 @@
-"""OpenAI's Responses API, POST /v1/responses, as vLLM 0.27.1 serves it for a model without harmony
+"""OpenAI's Responses API, POST /v1/responses, as vLLM serves it for a model without harmony
 (vllm/entrypoints/openai/responses/: protocol.py ResponsesRequest and ResponsesResponse, serving.py
 OpenAIServingResponses with a SimpleContext, streaming_events.py SimpleStreamingEventProcessor, utils.py).
 
@@ -133,7 +133,7 @@ def _check_item(item) -> None:
 
 
 class ResponsesRequest(OpenAIBaseModel):
-    """vLLM 0.27.1's ResponsesRequest (vllm/entrypoints/openai/responses/protocol.py:136-312), its checks
+    """vLLM's ResponsesRequest (vllm/entrypoints/openai/responses/protocol.py:136-312), its checks
     (validate_background, validate_prompt, check_cache_salt_support, check_tool_usage: 458-637) and
     to_sampling_params (366-446). media_io_kwargs, mm_processor_kwargs (no multimodal model), vllm_xargs
     (no custom logits processors), prompt_cache_key (ignored by vLLM too) and previous_input_messages (harmony

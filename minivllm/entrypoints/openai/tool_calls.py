@@ -1,4 +1,4 @@
-"""Tool calls in chat completions, as vLLM 0.27.1 returns them (vllm/parser/abstract_parser.py
+"""Tool calls in chat completions, as vLLM returns them (vllm/parser/abstract_parser.py
 DelegatingParser._extract_tool_calls, vllm/tool_parsers/streaming.py, vllm/tool_parsers/pythonic_tool_parser.py).
 
 A named `tool_choice` or `"required"` constrains the reply to the tool's JSON schema (protocol.tool_json_schema,

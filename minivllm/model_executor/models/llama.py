@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from transformers import PretrainedConfig
 
-from minivllm.attention.backends.abstract import AttentionBackend, AttentionMetadata
+from minivllm.attention.backend import AttentionBackend, AttentionMetadata
 from minivllm.attention.layer import Attention
 from minivllm.model_executor.layers.activation import SiluAndMul
 from minivllm.model_executor.layers.layernorm import RMSNorm

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
-from minivllm.attention.backends.abstract import AttentionBackend
+from minivllm.attention.backend import AttentionBackend
 from minivllm.model_executor.models.llama import LlamaForCausalLM
 
 

@@ -1,4 +1,4 @@
-"""InputProcessor (vLLM: v1/engine/processor.py, later input_processor.py): prompt + params -> a validated
+"""InputProcessor (vLLM: v1/engine/input_processor.py): prompt + params -> a validated
 EngineCoreRequest.
 
 Runs in the frontend, so a bad request fails there with a VLLMValidationError (a ValueError) and never
@@ -131,5 +131,3 @@ class InputProcessor:
         return text, EngineCoreRequest(request_id, token_ids, params, self.tokenizer.eos_token_id,
                                        arrival_time or time.time())
 
-
-Processor = InputProcessor  # the older vLLM name

@@ -1,4 +1,4 @@
-"""Write new K/V into the paged cache (vLLM: attention/ops/triton_reshape_and_cache_flash.py).
+"""Write new K/V into the paged cache (vLLM: v1/attention/ops/triton_reshape_and_cache_flash.py).
 
 Each new token reads its slot from slot_mapping (slot = block_id * block_size + offset, -1 = a padding
 token to skip) and copies its [num_kv_heads, head_size] key and value there. One token per program on
@@ -12,7 +12,7 @@ import triton.language as tl
 
 
 @triton.jit
-def _reshape_and_cache_kernel(
+def reshape_and_cache_kernel_flash(
     key_ptr, value_ptr,              # [num_tokens, num_kv_heads, head_size]
     k_cache_ptr, v_cache_ptr,        # [num_blocks, block_size, num_kv_heads, head_size]
     slot_mapping_ptr,                # [num_tokens] int64, -1 = skip
@@ -45,22 +45,22 @@ def _reshape_and_cache_kernel(
     tl.store(v_cache_ptr + cache_offsets, value.to(v_cache_ptr.dtype.element_ty), mask=mask)
 
 
-def reshape_and_cache(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                      slot_mapping: torch.Tensor) -> None:
-    """Write key/value [T, Hkv, D] into k_cache/v_cache [num_blocks, block_size, Hkv, D] at slot_mapping."""
+def triton_reshape_and_cache_flash(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
+                                   value_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    """Write key/value [T, Hkv, D] into key_cache/value_cache [num_blocks, block_size, Hkv, D] at slot_mapping."""
     num_tokens, num_kv_heads, head_size = key.shape
-    block_size = k_cache.shape[1]
+    block_size = key_cache.shape[1]
     assert value.shape == key.shape and slot_mapping.shape == (num_tokens,)
-    assert k_cache.shape == v_cache.shape and k_cache.stride() == v_cache.stride()
-    assert k_cache.shape[2:] == (num_kv_heads, head_size)
-    assert key.stride(-1) == 1 and value.stride(-1) == 1 and k_cache.stride(-1) == 1
+    assert key_cache.shape == value_cache.shape and key_cache.stride() == value_cache.stride()
+    assert key_cache.shape[2:] == (num_kv_heads, head_size)
+    assert key.stride(-1) == 1 and value.stride(-1) == 1 and key_cache.stride(-1) == 1
     if num_tokens == 0:
         return
     tokens = 1 if key.is_cuda else 16          # each interpreted program costs milliseconds: batch tokens there
-    _reshape_and_cache_kernel[(triton.cdiv(num_tokens, tokens),)](
-        key, value, k_cache, v_cache, slot_mapping, num_tokens,
+    reshape_and_cache_kernel_flash[(triton.cdiv(num_tokens, tokens),)](
+        key, value, key_cache, value_cache, slot_mapping, num_tokens,
         key.stride(0), key.stride(1), value.stride(0), value.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         num_kv_heads, head_size,
         BLOCK_SIZE=block_size,
         TOKENS=tokens,
