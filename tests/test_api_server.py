@@ -119,7 +119,7 @@ def test_completion_stream_and_not(client, offline, server):
 
 def test_render_generate_derender_round_trip_gives_the_completion(server, offline):
     """The disaggregated path, as a router runs it: render the request, stream tokens from /inference/v1/generate,
-    and turn each chunk back into text with the streamed derender, carrying its state between calls (vLLM 0.27.1's
+    and turn each chunk back into text with the streamed derender, carrying its state between calls (the pinned vLLM's
     scale_out routes). The text equals the completions route's; non-streamed derender of the ids equals it too."""
     base, auth = server[1], {"Authorization": f"Bearer {API_KEY}"}
     [ref] = greedy_text(offline, ["ROMEO: wherefore"], 24)

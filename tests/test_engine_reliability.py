@@ -98,7 +98,7 @@ def test_out_of_range_numbers_are_rejected_or_neutral(llm):
     # the token-id check uses the model's embedding size, not the (larger) tokenizer's vocabulary
     with pytest.raises(ValueError, match="out of vocabulary") as e:
         llm.generate([[5, VOCAB]], greedy(), use_tqdm=False)
-    assert e.value.parameter is None  # as vLLM 0.27.1's InputProcessor raises it (the server's 400 has param null)
+    assert e.value.parameter is None  # as the pinned vLLM's InputProcessor raises it (the server's 400 has param null)
     with pytest.raises(ValueError, match="stop_token_ids"):
         llm.generate([[5]], greedy(stop_token_ids=[VOCAB + 5]), use_tqdm=False)
     assert all_blocks_free(llm.llm_engine)

@@ -1,7 +1,7 @@
 """Prefix caching, BlockPool, FreeKVCacheBlockQueue and block hashing.
 
 The scenarios and their numbers re-express vLLM's tests/v1/core/test_prefix_caching.py and
-test_kv_cache_utils.py as of the course's pinned commit 8e958902eee5 (vLLM 0.27.1): since vLLM #42656,
+test_kv_cache_utils.py as of the course's pinned commit (autograder/pin.py): since vLLM #42656,
 BlockPool.free_blocks puts freed blocks without a hash at the head of the free queue and hashed ones at
 the tail, so test_prefill expects the free order [5, 4, 6, 7, 8, 9, 10, 3, 2, 1] and test_evict
 [6, 10, 5, 4, 3, 2, 1, 9, 8, 7]. They run against minivllm's single-group API: block ids are plain

@@ -94,7 +94,7 @@ def test_nbgrader_end_to_end(lesson01_class, release_scores):
 
 
 def test_vllm_side_by_side_from_the_recording(monkeypatch, capsys):
-    """vLLM 0.27.1's EngineCore (recorded) called the same phases in the same order and gave the same tokens on
+    """The pinned vLLM's EngineCore (recorded) called the same phases in the same order and gave the same tokens on
     the lesson's run, r0 silent from its abort on; its AsyncScheduler pipelines as minivllm's does."""
     from autograder import lesson01 as L01
     from autograder import vllm_oracle

@@ -110,7 +110,7 @@ def test_demo_latencies_come_from_the_engine_steps():
 # ---------------------------------------------------------------------------- nbgrader
 
 
-# ---------------------------------------------------------------------------- against vLLM 0.27.1 (recorded)
+# ---------------------------------------------------------------------------- against the pinned vLLM (recorded)
 def test_minivllms_scheduler_plans_every_recorded_workload_as_vllm_does():
     """Not only the plans: block ids, computed tokens, free blocks and outputs, event by event."""
     from autograder import vllm_oracle

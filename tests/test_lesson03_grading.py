@@ -78,7 +78,7 @@ def test_real_engine_shows_each_bug():
     assert partial.cached["r1"] < ref["pressure"].cached["r1"] == 64
 
 
-# ---------------------------------------------------------------------------- against vLLM 0.27.1 (recorded)
+# ---------------------------------------------------------------------------- against the pinned vLLM (recorded)
 def test_minivllms_kv_cache_manager_answers_every_recorded_scenario_as_vllm_does():
     from autograder import vllm_oracle
     from autograder.lesson03 import run_vllm_view

@@ -67,7 +67,7 @@ def test_victim_at_back_is_overtaken():
         L04.check_preempt(ns["preempt"], ns["finish_requests"], ns["check_stop"])
 
 
-# ---------------------------------------------------------------------------- against vLLM 0.27.1 (recorded)
+# ---------------------------------------------------------------------------- against the pinned vLLM (recorded)
 def test_minivllms_scheduler_and_check_stop_answer_every_recorded_scenario_as_vllm_does():
     from autograder import vllm_oracle
 

@@ -44,7 +44,7 @@ def test_distribution_test_can_fail(solution_ns):
 
 
 def test_vllm_recording_confirms_the_hand_cases_and_catches_a_greedy_row_reading_q(solution_ns):
-    """vLLM 0.27.1's recorded rejection_sample agrees with the hand-written greedy batch, the solution matches
+    """The pinned vLLM's recorded rejection_sample agrees with the hand-written greedy batch, the solution matches
     vLLM on every recorded batch, and a greedy row that needs q(x) > 0 is caught there."""
     from autograder.vllm_oracle import recorded
 

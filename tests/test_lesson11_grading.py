@@ -51,7 +51,7 @@ def test_mutant_failure_names_the_misconception(name, solution_ns):
 
 
 def test_vllm_recording_backs_the_lessons_lists():
-    """The recorded vLLM 0.27.1 side: its default list at max_num_seqs 20 is the VLLM_HEAD the checks use, the
+    """The recorded side of the pinned vLLM: its default list at max_num_seqs 20 is the VLLM_HEAD the checks use, the
     engine's sizes come back sorted, and on CPU vLLM captures nothing."""
     from autograder.lesson11.checks import CAPTURE_SIZES, ODD_SIZES, VLLM_HEAD
     from autograder.vllm_oracle import recorded

@@ -105,7 +105,7 @@ def test_disconnect_verdict_does_not_depend_on_engine_speed(speed, solution_ns, 
 
 
 def test_vllm_comparison_accepts_both_primings_and_catches_a_boundary_mistake(solution_ns):
-    """check_against_vllm (recorded vLLM 0.27.1 IncrementalDetokenizer, 18 streams) passes the solution and a
+    """check_against_vllm (the pinned vLLM's recorded IncrementalDetokenizer, 18 streams) passes the solution and a
     stream that stepped through the prompt, and catches a stop search that skips a character; the recorded
     split-prompt stream shows vLLM repeating the prompt's text."""
     from autograder.vllm_oracle import recorded

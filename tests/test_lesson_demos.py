@@ -52,7 +52,7 @@ def test_lesson04_caption_says_what_the_run_showed():
 
 
 def test_lesson09_vllm_side_matches_the_solution_from_the_recording(capsys):
-    """Lesson 9's side-by-side (recorded vLLM 0.27.1 rejection_sample): every forced batch equal, the shared
+    """Lesson 9's side-by-side (the pinned vLLM's recorded rejection_sample): every forced batch equal, the shared
     uniforms give the same accepted counts."""
     from autograder.common import REPO, student_namespace
     from autograder.lesson09.demo import vllm_side_by_side
@@ -129,7 +129,7 @@ def test_lesson11_vllm_side_shows_the_decode_graphs_from_the_recording(capsys):
 
 
 def test_lesson12_vllm_side_matches_the_solution_from_the_recording(capsys):
-    """Lesson 12's side-by-side (recorded vLLM 0.27.1 IncrementalDetokenizer): every stream equal to the solution's,
+    """Lesson 12's side-by-side (the pinned vLLM's recorded IncrementalDetokenizer): every stream equal to the solution's,
     the hold-back visible as empty first deltas."""
     from autograder.common import REPO, student_namespace
     from autograder.lesson12.demo import vllm_side_by_side
@@ -145,7 +145,7 @@ def test_lesson12_vllm_side_matches_the_solution_from_the_recording(capsys):
 
 @pytest.mark.slow  # ~10 s: one minivllm engine at block size 16
 def test_lesson05_vllm_cpu_runner_prepares_the_same_arrays_per_request(monkeypatch):
-    """vLLM 0.27.1's CPUModelRunner (recorded) and minivllm's runner on the lesson's workload at block size 16:
+    """The pinned vLLM's CPUModelRunner (recorded) and minivllm's runner on the lesson's workload at block size 16:
     every request's tokens, positions, seq_len and slots equal at every step; the deliberate differences show
     (minivllm puts decodes first, vLLM also takes logits of mid-prompt chunks)."""
     from autograder.common import REPO
@@ -159,7 +159,7 @@ def test_lesson05_vllm_cpu_runner_prepares_the_same_arrays_per_request(monkeypat
 
 
 def test_lesson10_vllm_side_tp1_slices_match_minivllm_from_the_recording(capsys):
-    """Lesson 10: minivllm's TP=1 layer 0 and embedding hold the checkpoint slices vLLM 0.27.1's own layers
+    """Lesson 10: minivllm's TP=1 layer 0 and embedding hold the checkpoint slices the pinned vLLM's own layers
     recorded (TP=2's ranks run in the notebook: two worker processes, too slow here); the side-by-side prints
     them from the recording."""
     from autograder.lesson10.demo import DEFAULT_MODEL, _rank_shapes, vllm_side_by_side
@@ -177,7 +177,7 @@ def test_lesson10_vllm_side_tp1_slices_match_minivllm_from_the_recording(capsys)
 
 
 def test_lesson06_vllm_cpu_attention_equals_the_torch_reference_and_the_kernel(monkeypatch, capsys):
-    """vLLM 0.27.1's CPU attention op (recorded) on the lesson's paged decode batches: within float32 rounding of
+    """The pinned vLLM's CPU attention op (recorded) on the lesson's paged decode batches: within float32 rounding of
     minivllm's torch reference and of minivllm's Triton kernel (interpreter on CPU)."""
     from autograder.common import REPO
     from autograder.lesson06.demo import vllm_side_by_side

@@ -122,7 +122,7 @@ def test_request_phase_times_follow_vllm():
 def test_prefix_cache_queries_count_a_prompt_prefilled_in_chunks():
     """A deliberate difference (README): minivllm counts every admitted request's lookup, so a 40-token prompt
     prefilled 16 tokens a step alone counts 40 queries; vLLM's offline LLM drops the scheduler stats of steps that
-    produce no output (InprocClient.get_output): it counts 0 here (run on vLLM 0.27.1 with the same settings). A
+    produce no output (InprocClient.get_output): it counts 0 here (run on the pinned vLLM with the same settings). A
     prompt-logprobs request is no query in either."""
     from minivllm import LLM, SamplingParams
 

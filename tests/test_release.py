@@ -64,7 +64,7 @@ def test_release_has_the_student_files_and_nothing_of_the_instructors(student_re
 
 def test_release_ships_the_vllm_views_and_says_how_to_run_them_live(student_release):
     """The vLLM sections and vLLM-graded parts need each lesson's vllm_view.py, every recording and the scheduler
-    harness; the README says how `make vllm` installs vLLM 0.27.1 and how `make vllm-source` fetches its source."""
+    harness; the README says how `make vllm` installs the pinned vLLM and how `make vllm-source` fetches its source."""
     names = {p.relative_to(student_release).as_posix() for p in student_release.rglob("*") if p.is_file()}
     assert {"autograder/vllm_oracle/__init__.py", *SHIPPED_FROM_ORACLE} <= names
     for lesson_id in discover_lessons():

@@ -1,4 +1,4 @@
-"""Request fields minivllm took over from vLLM 0.27.1 for the field cases of the server corpus (field_cases):
+"""Request fields minivllm took over from the pinned vLLM for the field cases of the server corpus (field_cases):
 repetition detection (vllm/v1/core/sched/utils.py check_sequence_repetition), the render route's token offsets
 (vllm/renderers/base.py _tokenize_prompt) and the OpenAI models' typing of the fields vLLM types."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""bad_words, the logit_bias clamp and the speculation refusals as vLLM 0.27.1 has them (issue #54); the end-to-end
+"""bad_words, the logit_bias clamp and the speculation refusals as the pinned vLLM has them (issue #54); the end-to-end
 comparison with vLLM itself is the generate comparison (test_vllm_oracle.py)."""
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The unified token-budget Scheduler.
 
 Scenarios and numbers re-express vLLM's tests/v1/core/test_scheduler.py (read at a mid-2025 revision of
-vllm-project/vllm, close to the course's pinned commit 8e958902eee5) against minivllm's API. As in vLLM,
+vllm-project/vllm, close to the course's pinned commit (autograder/pin.py)) against minivllm's API. As in vLLM,
 schedule() advances num_computed_tokens at schedule time, update_from_output() appends the sampled
 tokens, and a partial prefill's row of sampled tokens is an empty list.
 """

@@ -1,4 +1,4 @@
-"""Every vLLM name a lesson cites exists in vLLM 0.27.1 (data/vllm_names_0.27.1.txt, from the wheel).
+"""Every vLLM name a lesson cites exists in the pinned vLLM (data/vllm_names_<version>.txt, from the wheel).
 
 What counts as a vLLM citation (everything else in a lesson is minivllm's, Python's or torch's and is not
 checked), over the markdown cells and the SOURCE_MAP answer of solutions/lessonNN/lessonNN.py:

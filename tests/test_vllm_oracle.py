@@ -1,4 +1,4 @@
-"""minivllm against vLLM 0.27.1 itself (autograder/vllm_oracle): the same seeded workloads through vLLM's own objects
+"""minivllm against the pinned vLLM itself (autograder/vllm_oracle): the same seeded workloads through vLLM's own objects
 and minivllm's, driven at the same level by one harness.
 
 Without vLLM installed (make test) every comparison runs against vLLM's recorded answers (data/vllm_oracle/*.json.xz,
@@ -287,30 +287,28 @@ def test_repin_lists_every_step_in_order(capsys):
 
 
 def test_the_pin_is_the_one_place_that_names_vllms_version_and_commit():
-    """autograder/pin.py names the pinned vLLM; the code under autograder/ (but the lessons' checks and demos),
-    tests/ and benchmarks/ reads it from there (docstrings may describe what was checked on it), and the Makefile
-    reads it once from pin.py."""
-    import ast
+    """autograder/pin.py names the pinned vLLM. No other line of the code, the tests, the benchmarks, the lesson
+    sources (they write {{VLLM_VERSION}}, build.py fills it in), the Makefile (it reads pin.py once) or the READMEs
+    names its version or commit, except two that must equal the pin: the value minivllm's /version serves (the
+    engine does not import the autograder) and the README's one statement of the pin."""
+    import re
     import subprocess
 
     from autograder.pin import REPO, VLLM_COMMIT, VLLM_VERSION
+    from minivllm.entrypoints.openai.api_server import VLLM_API_VERSION
 
-    found = []
-    for path in sorted(p for d in ("autograder", "tests", "benchmarks") for p in (REPO / d).rglob("*.py")):
-        rel = path.relative_to(REPO)
-        if rel.as_posix() == "autograder/pin.py" or (rel.parts[0] == "autograder" and len(rel.parts) > 2
-                                                     and rel.parts[1].startswith("lesson")
-                                                     and rel.name != "vllm_view.py"):
-            continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        docs = {id(n.body[0].value) for n in ast.walk(tree)
-                if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.body
-                and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
-        found += [f"{rel}:{n.lineno}" for n in ast.walk(tree) if isinstance(n, ast.Constant) and id(n) not in docs
-                  and isinstance(n.value, str) and (VLLM_VERSION in n.value or VLLM_COMMIT in n.value)]
+    literal = re.compile("|".join(map(re.escape, (VLLM_VERSION, VLLM_COMMIT))))
+    files = [p for d in ("minivllm", "autograder", "tests", "benchmarks", "solutions") for p in (REPO / d).rglob("*.py")]
+    files += [REPO / n for n in ("Makefile", "README.md", "autograder/README.md", ".ci/run", "pyproject.toml")]
+    allowed = {("autograder/pin.py", "VLLM_VERSION = "), ("autograder/pin.py", "VLLM_COMMIT = "),
+               ("minivllm/entrypoints/openai/api_server.py", "VLLM_API_VERSION = "),
+               ("README.md", f"source (pinned to vLLM {VLLM_VERSION}, commit `{VLLM_COMMIT}`")}
+    found = [f"{path.relative_to(REPO)}:{i}: {line.strip()}" for path in sorted(files)
+             for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if literal.search(line) and not any(path.relative_to(REPO).as_posix() == f and line.lstrip().startswith(
+                 start) for f, start in allowed)]
     assert not found, found
-    make = (REPO / "Makefile").read_text(encoding="utf-8")
-    assert VLLM_VERSION not in make and VLLM_COMMIT not in make
+    assert VLLM_API_VERSION == VLLM_VERSION  # /version serves the pinned vLLM's API version
     out = subprocess.run(["make", "-s", "--no-print-directory", "--eval", "pin-version: ; @echo $(VLLM_VERSION)",
                           "pin-version"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == VLLM_VERSION, out.stderr

@@ -1,4 +1,4 @@
-"""minivllm's OpenAI server against vLLM 0.27.1's, request for request (autograder/vllm_oracle/server_diff.py).
+"""minivllm's OpenAI server against the pinned vLLM's, request for request (autograder/vllm_oracle/server_diff.py).
 
 make test: one minivllm server (a real uvicorn process on loopback) answers the whole corpus
 (server_corpus.py), and every answer must equal vLLM's recorded one (data/vllm_oracle/server.json.xz), except

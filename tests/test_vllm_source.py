@@ -1,9 +1,9 @@
-"""vLLM 0.27.1's source for the student (autograder/vllm_source.py): the verification refuses any file that is not
+"""The pinned vLLM's source for the student (autograder/vllm_source.py): the verification refuses any file that is not
 the official wheel's, the notebooks' setup line never downloads under grading, each reading table's line ranges
 are the ones `show_vllm` prints, and every SOURCE_MAP answer is a name of the fetched source.
 
 Nothing here downloads: the verification runs on small wheels built in the test against a hash list written for
-them; the tests marked `real source` run against a verified vLLM 0.27.1 source on this machine (the cache that
+them; the tests marked `real source` run against a verified the pinned vLLM source on this machine (the cache that
 `make vllm-source` fills, or a verified .venv-vllm) and are skipped where there is none.
 """
 from __future__ import annotations
@@ -285,7 +285,7 @@ def answer_parts(answer: str) -> list[str]:
 
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_every_source_map_answer_is_a_name_of_the_fetched_files(lesson):
-    """Against data/vllm_names_0.27.1.txt and the shipped hash list: each answer part is a name defined, bound or
+    """Against data/vllm_names_<version>.txt and the shipped hash list: each answer part is a name defined, bound or
     imported in a file that `make vllm-source` keeps (so a student can find it there), and a `Class.member`
     answer is a member of that class. A lesson grades a SOURCE_MAP exactly when its solution has one."""
     answers = source_map(lesson)

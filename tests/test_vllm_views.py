@@ -1,4 +1,4 @@
-"""The lessons' "在真实 vLLM 0.27.1 上看同一件事" sections and vLLM-graded parts (autograder/vllm_oracle): every
+"""The lessons' "在真实 vLLM 上看同一件事" sections and vLLM-graded parts (autograder/vllm_oracle): every
 lesson has a vLLM side, its recording answers exactly today's inputs, and (make test-vllm) vLLM re-answers them
 identically live."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Lesson 1 on vLLM 0.27.1: the order of EngineCore.step's phases, recorded on vLLM's own EngineCore.
+"""Lesson 1 on the pinned vLLM: the order of EngineCore.step's phases, recorded on vLLM's own EngineCore.
 
 "demo_step_phases" builds vLLM's LLM in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0: an InprocClient holding the
 EngineCore) on the shipped model, fp32, eager, runs the lesson's two greedy requests and, as the lesson's demo

@@ -1,4 +1,4 @@
-"""Lesson 2 on vLLM 0.27.1: its own Scheduler (v1/core/sched/scheduler.py) on the lesson's scheduler scenarios.
+"""Lesson 2 on the pinned vLLM: its own Scheduler (v1/core/sched/scheduler.py) on the lesson's scheduler scenarios.
 
 Each scenario is a scheduler_harness workload (the loop EngineCore runs: arrivals, schedule, update_from_output)
 on a bare Scheduler built as vLLM's tests/v1/core/utils.py create_scheduler builds one. "demo_*" are the ones

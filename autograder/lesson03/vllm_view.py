@@ -1,4 +1,4 @@
-"""Lesson 3 on vLLM 0.27.1: its own KVCacheManager and BlockPool (v1/core/kv_cache_manager.py, block_pool.py) and
+"""Lesson 3 on the pinned vLLM: its own KVCacheManager and BlockPool (v1/core/kv_cache_manager.py, block_pool.py) and
 Request block hashes (kv_cache_utils.get_request_block_hasher) on the lesson's prefix-cache scenarios.
 
 A scenario is a list of operations on one KVCacheManager, built as vLLM's tests/v1/core/test_prefix_caching.py

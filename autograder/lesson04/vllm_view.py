@@ -1,4 +1,4 @@
-"""Lesson 4 on vLLM 0.27.1: a request's life (admission, preemption by recompute, resumption, aborts in every
+"""Lesson 4 on the pinned vLLM: a request's life (admission, preemption by recompute, resumption, aborts in every
 state, the stop rules) through vLLM's own Scheduler (v1/core/sched/scheduler.py: _preempt_request,
 finish_requests, update_from_output) and its check_stop (v1/core/sched/utils.py).
 

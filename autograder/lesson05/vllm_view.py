@@ -1,4 +1,4 @@
-"""Lesson 5 on vLLM 0.27.1: the input tensors its CPU model runner prepares for the lesson's workload. Runs under
+"""Lesson 5 on the pinned vLLM: the input tensors its CPU model runner prepares for the lesson's workload. Runs under
 .venv-vllm (imports vllm, never minivllm).
 
 vLLM's LLM, in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0), fp32, eager, synchronous scheduling, on the shipped

@@ -1,4 +1,4 @@
-"""Lesson 6 on vLLM 0.27.1: its Triton paged-attention kernels need a GPU (this CPU build has no Triton), so the
+"""Lesson 6 on the pinned vLLM: its Triton paged-attention kernels need a GPU (this CPU build has no Triton), so the
 nearest thing that runs is its CPU attention backend (v1/attention/backends/cpu_attn.py) on the lesson's paged
 decode batch: the K/V written into its own cache layout by cpu_attn_reshape_and_cache, the
 scheduler_metadata CPUAttentionMetadataBuilder.build computes, then cpu_attention_with_kv_cache, as

@@ -1,4 +1,4 @@
-"""Lesson 7 on vLLM 0.27.1: its Sampler (v1/sample/sampler.py) on the lesson's row of real logits, stage by stage,
+"""Lesson 7 on the pinned vLLM: its Sampler (v1/sample/sampler.py) on the lesson's row of real logits, stage by stage,
 and on the grading batches: the masks its top-k/top-p step applied, the tokens it drew from each request's own
 torch.Generator, and the raw logprobs it reported. Runs under .venv-vllm (imports vllm, never minivllm).
 

@@ -1,4 +1,4 @@
-"""Lesson 8 on vLLM 0.27.1: the bitmask rows its StructuredOutputManager.grammar_bitmask fills for `choice`
+"""Lesson 8 on the pinned vLLM: the bitmask rows its StructuredOutputManager.grammar_bitmask fills for `choice`
 requests (SamplingParams._validate_structured_outputs turns the choice into an EBNF grammar, the xgrammar
 backend compiles it), on the lesson's batches and on one request walked token by token. Runs under .venv-vllm
 (imports vllm, never minivllm); built as autograder/vllm_oracle/vllm_side.py _structured_output builds it.

@@ -1,4 +1,4 @@
-"""Lesson 9's vLLM side: vLLM 0.27.1's own `rejection_sample` (vllm/v1/sample/rejection_sampler.py) on the lesson's
+"""Lesson 9's vLLM side: the pinned vLLM's own `rejection_sample` (vllm/v1/sample/rejection_sampler.py) on the lesson's
 batches. Runs under .venv-vllm only.
 
 On CPU vLLM usually has no Triton (vllm/triton_utils/importing.py sets HAS_TRITON False without a driver), and the

@@ -1,4 +1,4 @@
-"""Lesson 10's vLLM side: vLLM 0.27.1's own tensor-parallel layers (vllm/model_executor/layers/linear.py,
+"""Lesson 10's vLLM side: the pinned vLLM's own tensor-parallel layers (vllm/model_executor/layers/linear.py,
 vocab_parallel_embedding.py) load layer 0 and the embedding of the course model's checkpoint, once per rank of
 TP=2 (and TP=1), each parameter through its own `weight_loader` (`weight_loader_v2` -> the parameter's
 `load_qkv_weight` / `load_merged_column_weight` / `load_row_parallel_weight`, vllm/model_executor/parameter.py).

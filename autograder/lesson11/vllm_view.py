@@ -1,4 +1,4 @@
-"""Lesson 11's vLLM side: vLLM 0.27.1's capture-size list (VllmConfig._set_cudagraph_sizes) and its padding table
+"""Lesson 11's vLLM side: the pinned vLLM's capture-size list (VllmConfig._set_cudagraph_sizes) and its padding table
 (CudagraphDispatcher.dispatch over `_bs_to_padded_graph_size`) for the lesson's settings. Runs under .venv-vllm only.
 
 On CPU vLLM captures nothing: CpuPlatform.check_and_update_config (vllm/platforms/cpu.py) empties

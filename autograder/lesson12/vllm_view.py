@@ -1,4 +1,4 @@
-"""Lesson 12's vLLM side: vLLM 0.27.1's IncrementalDetokenizer (vllm/v1/engine/detokenizer.py; the
+"""Lesson 12's vLLM side: the pinned vLLM's IncrementalDetokenizer (vllm/v1/engine/detokenizer.py; the
 FastIncrementalDetokenizer over tokenizers' DecodeStream) on the lesson's stop-string streams. Runs under .venv-vllm
 only; built by IncrementalDetokenizer.from_new_request and driven as the OutputProcessor drives it (as
 autograder/vllm_oracle/workloads.detokenize does; imported from nowhere there: the student release ships neither):

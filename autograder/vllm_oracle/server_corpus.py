@@ -1,6 +1,6 @@
-"""The requests of the server comparison (server_diff.py): minivllm's OpenAI server against vLLM 0.27.1's.
+"""The requests of the server comparison (server_diff.py): minivllm's OpenAI server against the pinned vLLM's.
 
-Written from vLLM 0.27.1's request models (vllm/entrypoints/openai/completion/protocol.py CompletionRequest,
+Written from the pinned vLLM's request models (vllm/entrypoints/openai/completion/protocol.py CompletionRequest,
 chat_completion/protocol.py ChatCompletionRequest, engine/protocol.py StreamOptions, the /tokenize and
 /detokenize models in vllm/entrypoints/serve/tokenize/protocol.py) and its routes (api_server.py and the
 api_router.py files): every request field, streamed and not, with valid, boundary and invalid values,
@@ -573,7 +573,7 @@ def round2_cases() -> list[dict]:
         _case("chat/bad/response_format_json_schema_none", "bad_input", ch, chat(response_format={
             "type": "json_schema", "json_schema": None})),
         _case("cmpl/bad/structured_outputs_not_dict", "bad_input", c, cmpl(structured_outputs="json")),
-        # the remaining request fields of vLLM 0.27.1's two models, valid and not
+        # the remaining request fields of the pinned vLLM's two models, valid and not
         _case("chat/return_token_offsets", "valid", ch, chat(return_token_offsets=True)),
         _case("cmpl/kv_transfer_params_null", "valid", c, cmpl(kv_transfer_params=None)),
         _case("cmpl/bad/kv_transfer_params_str", "bad_input", c, cmpl(kv_transfer_params="x")),
@@ -1230,7 +1230,7 @@ def dev_cases() -> list[dict]:
 
 
 def field_cases() -> list[dict]:
-    """Every field of vLLM 0.27.1's request models at a valid, a boundary and an invalid value, on its route: the
+    """Every field of the pinned vLLM's request models at a valid, a boundary and an invalid value, on its route: the
     fields the other case lists reach fewer than three times (ChatCompletionRequest, CompletionRequest,
     ResponsesRequest, AnthropicMessagesRequest) and those of /tokenize, /detokenize, the batch chat route,
     /inference/v1/generate (GenerateRequest), the render routes, /generative_scoring and /v1/messages/count_tokens.

@@ -1,4 +1,4 @@
-"""minivllm's OpenAI server against vLLM 0.27.1's, request for request, over real HTTP on loopback.
+"""minivllm's OpenAI server against the pinned vLLM's, request for request, over real HTTP on loopback.
 
     python -m autograder.vllm_oracle record server                 # vLLM's answers -> data/vllm_oracle/server.json.xz
     python -m autograder.vllm_oracle.server_diff compare [--live]  # minivllm against the recording (or live vLLM)
@@ -218,7 +218,7 @@ def sampled(case: dict) -> bool:
     return (t is None or (isinstance(t, (int, float)) and t > 1e-5)) and body.get("seed") is None
 
 
-# vLLM 0.27.1's SamplingParams defaults (vllm/sampling_params.py). Its render answer serializes the struct with
+# The pinned vLLM's SamplingParams defaults (vllm/sampling_params.py). Its render answer serializes the struct with
 # msgspec's omit_defaults, which keeps a float passed explicitly even at its default (0.0 is not the default's
 # object) and drops an equal int: which keys appear is an artifact, so both sides are compared with every
 # default filled in.

@@ -1,4 +1,4 @@
-"""The vLLM 0.27.1 side of every comparison. Runs under .venv-vllm's Python only (imports vllm, never minivllm):
+"""The pinned vLLM side of every comparison. Runs under .venv-vllm's Python only (imports vllm, never minivllm):
 
     .venv-vllm/bin/python -m autograder.vllm_oracle.vllm_side KIND < cases.json > answers.json
 
@@ -21,7 +21,7 @@ MODEL = str(Path(__file__).resolve().parents[2] / "data" / "models" / "shakespea
 
 
 class VllmSchedulerBackend:
-    """Adapter for scheduler_harness: vLLM 0.27.1's Scheduler and Request."""
+    """Adapter for scheduler_harness: the pinned vLLM's Scheduler and Request."""
 
     def __init__(self) -> None:
         import torch
@@ -233,7 +233,7 @@ def _engine(cases: list[dict]) -> list[dict]:
 
 
 def fix_cpu_expand_kernel() -> None:
-    """vLLM 0.27.1's CPU stand-in for the rejection sampler's Triton expand_kernel (utils/cpu_triton_utils.py)
+    """The pinned vLLM's CPU stand-in for the rejection sampler's Triton expand_kernel (utils/cpu_triton_utils.py)
     writes into an int64 copy of its output (_ensure_int64), so the per-draft temperatures (float32) and top-k
     (int32) it expands stay uninitialised: random rows under speculation divide by garbage, and top-k gathers
     out of bounds (`index -306122064 is out of bounds for dimension 1`). This replaces it with what the Triton

@@ -1,4 +1,4 @@
-"""Seeded random workloads, the same for vLLM 0.27.1 and minivllm. Pure Python: imported under either venv.
+"""Seeded random workloads, the same for the pinned vLLM and minivllm. Pure Python: imported under either venv.
 
 A workload is plain JSON: the engine's limits, the requests (prompt token ids, sampling fields, the step they
 arrive at, the step they are aborted at) and the "model": the token a request samples at each position. The
@@ -309,7 +309,7 @@ _COMMON_IDS = (202, 15, 17, 29, 262, 271, 295, 297, 313, 327, 353, 396, 450)
 
 
 def sampling_case(model: str, spec: bool) -> dict:
-    """One LLM (n-gram speculation or not) and its LLM.generate calls: every sampling parameter of vLLM 0.27.1
+    """One LLM (n-gram speculation or not) and its LLM.generate calls: every sampling parameter of the pinned vLLM
     on greedy and seeded rows (penalties, allowed_token_ids, bad_words, min_tokens, stop rules, logprobs 0-20,
     prompt_logprobs 0-5, n > 1, a regex), the prompt-logprob rows again (prefix caching across calls and the
     requests that skip the lookup), then logit_bias past 100 (a rare token biased 150 beats three of 100:
