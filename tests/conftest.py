@@ -1,4 +1,4 @@
-"""Test-wide setup. TRITON_INTERPRET must be set before triton is first imported (DESIGN.md §5)."""
+"""Test-wide setup. TRITON_INTERPRET must be set before triton is first imported (it is read once, at import)."""
 import os
 import shutil
 

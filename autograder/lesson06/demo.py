@@ -5,7 +5,7 @@ import os
 import shutil
 
 if shutil.which("nvidia-smi") is None and not os.path.exists("/dev/nvidia0"):
-    os.environ.setdefault("TRITON_INTERPRET", "1")   # before triton is first imported (DESIGN.md §5)
+    os.environ.setdefault("TRITON_INTERPRET", "1")   # before triton is first imported: without a GPU its kernels run in the interpreter
 
 import torch  # noqa: E402
 
