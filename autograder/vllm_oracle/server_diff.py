@@ -19,10 +19,8 @@ import math
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,6 +36,8 @@ from autograder.vllm_oracle.server_corpus import (
     SERVER_PROFILES,
     server_cases,
 )
+from minivllm.benchmarks.ready_checker import wait_for_health
+from minivllm.distributed.parallel_state import get_open_port
 
 MODEL_DIR = "data/models/shakespeare-llama"
 IGNORED_KEYS = {"id", "created", "created_at", "system_fingerprint"}
@@ -53,12 +53,6 @@ ANTHROPIC_EVENTS = {"message_start", "content_block_start", "content_block_delta
 TOL = 1e-3
 REQUEST_TIMEOUT = 60.0
 START_TIMEOUT = 240.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def profile_flags(profile: str) -> list[str]:
@@ -89,7 +83,7 @@ def server_command(side: str, port: int, profile: str = "default") -> list[str]:
 def running_server(side: str, log_path: Path | None = None, profile: str = "default") -> Iterator[str]:
     """A server of `side` ("vllm" or "minivllm") on loopback, started with the flags of `profile`
     (SERVER_PROFILES); yields its base URL, kills it (and its children)."""
-    port = free_port()
+    port = get_open_port()
     env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
            "PYTHONHASHSEED": "0", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"} | profile_env(profile)
     if side == "minivllm":
@@ -99,19 +93,7 @@ def running_server(side: str, log_path: Path | None = None, profile: str = "defa
                             start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the {side} server exited ({proc.returncode}) before answering /health"
-                                   + (f"; see {log_path}" if log_path else ""))
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the {side} server did not answer /health within {START_TIMEOUT:.0f} s")
-            time.sleep(0.5)
+        wait_for_health(url, proc, START_TIMEOUT, log_path)
         yield url
     finally:
         try:
