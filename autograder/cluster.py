@@ -290,6 +290,9 @@ class DaskGrading:
                     started = self.starts.get((lesson_id, student))
                     if fut.done():
                         outcomes[student] = self._outcome(fut, lesson_id, student)
+                        # the scheduler forgets it now: a worker lost later would otherwise have its finished
+                        # tasks recomputed (run again) for as long as this client still held their futures
+                        fut.release()
                     elif started and time.monotonic() - started[-1]["at"] > limit:
                         fut.cancel()
                         outcomes[student] = self._failure(lesson_id, student, f"评分任务超过 {limit:g} s"

@@ -20,7 +20,6 @@ import httpx
 import openai
 import pytest
 from httpx_sse import connect_sse
-from tiny_models import make_tiny_model
 
 from minivllm.benchmarks.ready_checker import wait_for_health
 from minivllm.distributed.parallel_state import get_open_port as free_port  # noqa: F401  (other tests import it from here)
@@ -34,9 +33,9 @@ ENGINE = dict(device="cpu", attention_backend="torch", max_num_seqs=64)
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
+def model(tiny_model):
     # Long context: a request of 4000 tokens cannot finish by itself while the abort test watches.
-    return make_tiny_model("llama", tmp_path_factory.mktemp("tiny") / "llama", max_position_embeddings=4096)
+    return tiny_model("llama", max_position_embeddings=4096)
 
 
 def launch_server(model: str, port: int, log, *extra: str, env: dict | None = None) -> subprocess.Popen:

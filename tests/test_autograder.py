@@ -112,14 +112,11 @@ def run_check(nb):
 
 
 @pytest.mark.slow
-def test_check_cli_on_the_solution_and_the_release():
+def test_check_cli_on_the_solution():
+    """(The CLI on the unfilled release: tests/test_release.py's self-check, every lesson, run from the release.)"""
     good = run_check(REPO / "solutions/lesson01/lesson01.ipynb")
     assert good.returncode == 0, good.stdout + good.stderr
     assert "代码 4/4" in good.stdout and "待人工评分" in good.stdout
-    blank = run_check(REPO / "notebooks/lesson01/lesson01.ipynb")
-    assert blank.returncode == 1, blank.stdout + blank.stderr
-    assert "代码 0/4" in blank.stdout and "未通过" in blank.stdout
-    assert "Traceback" not in blank.stdout + blank.stderr
 
 
 @pytest.mark.parametrize("lesson_id", discover_lessons())

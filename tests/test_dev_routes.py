@@ -13,7 +13,6 @@ import httpx
 import pytest
 from httpx_sse import EventSource
 from test_api_server import API_KEY, ENGINE, NAME, free_port, launch_server, metrics, stop_server
-from tiny_models import make_tiny_model
 
 from minivllm.entrypoints.llm import LLM
 from minivllm.sampling_params import SamplingParams
@@ -23,8 +22,8 @@ LONG = 3000  # tokens: a request this long is still running while a test pauses 
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return make_tiny_model("llama", tmp_path_factory.mktemp("tiny") / "llama", max_position_embeddings=4096)
+def model(tiny_model):
+    return tiny_model("llama", max_position_embeddings=4096)
 
 
 def _serve(model, tmp_path_factory, dev_mode: str | None):

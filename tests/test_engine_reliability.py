@@ -12,7 +12,6 @@ import time
 import pytest
 import torch
 import transformers
-from tiny_models import make_tiny_model
 
 from minivllm.engine import EngineCoreRequest
 from minivllm.entrypoints.llm import LLM
@@ -24,9 +23,8 @@ ARGS = dict(device="cpu", attention_backend="torch", max_model_len=MAX_LEN)
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    return make_tiny_model("llama", tmp_path_factory.mktemp("tiny") / "llama", vocab_size=VOCAB,
-                           max_position_embeddings=MAX_LEN)
+def model(tiny_model):
+    return tiny_model("llama", vocab_size=VOCAB, max_position_embeddings=MAX_LEN)
 
 
 @pytest.fixture(scope="module")

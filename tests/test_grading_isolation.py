@@ -1,9 +1,10 @@
 """Grading isolation (autograder/isolation.py): a class of attacks graded end to end through `autograder grade`.
 
-Each attacker hands in lesson 1 with the honest wrong answer (1/4) plus code that tries to write the grader or
-the engine, write beside the gradebook or outside its scratch folder, read a classmate's notebook, reach a
-loopback listener, fork without bound, or kill the grader; one more reads every file its run can reach for mark
-schemes and hidden tests, prints the environment and writes an HTML page beside its notebook (#53), and one hands
+Each attacker hands in lesson 1 with the honest wrong answer (1/4) plus code. One attacker's extra cell runs the
+independent attacks one after another: write the grader or the engine, write beside the gradebook or outside its
+scratch folder, read a classmate's notebook, reach a loopback listener, read every file its run can reach for
+mark schemes and hidden tests, print the environment and write an HTML page beside its notebook (#53). Each
+other attacker tries one thing: kill the grader, fork without bound, shell out from an answer definition, or hand
 in a truncated notebook. None may succeed, nothing of them reaches a feedback page, formgrader's view or the
 course folder beside the graded notebooks, the truncated one scores 0 with its name and cause while the class goes
 on, and the two honest students of the same class (the solution, 4/4, and the honest wrong answer, 1/4) keep their
@@ -73,6 +74,13 @@ def with_cell(nb: dict, source: str) -> dict:
     return nb
 
 
+# the independent attacks, each a try/except printing "ATTACK <name> blocked" or "... succeeded", run one after the
+# other in one attacker's extra cell (one graded notebook, not one each). Apart: the fork bomb (its nbgrader run may
+# die of it) and kill_grader (killing its own nbgrader run, the kernel's parent, would cut the others' output).
+TRIED = ("grader", "engine", "new_file", "gradebook", "beside", "read", "read_course", "connect")
+ALLOWED = ("in_private_tmp", "in_scratch_home", "in_scratch_relative")  # may succeed: thrown-away folders
+
+
 def attacks(course: Path, subs: Path, port: int, marker: str) -> dict[str, str]:
     tries = lambda name, code: (f"try:\n    {code}\n    print('ATTACK {name} succeeded')\n"  # noqa: E731
                                 f"except BaseException as e:\n    print('ATTACK {name} blocked', type(e).__name__)\n")
@@ -130,8 +138,10 @@ def test_attacks_fail_and_honest_scores_are_unchanged(tmp_path, monkeypatch, cap
     sandboxed_before = sandboxed_pids()
     students = {"solution": filled_notebook(LESSON), "honest_wrong": filled_notebook(LESSON, {STEP: WRONG})}
     with_cell(students["solution"], f"# {SECRET}\n")
-    for name, code in attacks(course, subs, listener.getsockname()[1], marker).items():
-        students[f"attack_{name}"] = with_cell(filled_notebook(LESSON, {STEP: WRONG}), code)
+    table = attacks(course, subs, listener.getsockname()[1], marker)
+    for name in ("fork_bomb", "kill_grader"):
+        students[f"attack_{name}"] = with_cell(filled_notebook(LESSON, {STEP: WRONG}), table.pop(name))
+    students["attack_reach"] = with_cell(filled_notebook(LESSON, {STEP: WRONG}), "\n".join(table.values()))
     # the same honest wrong answer also tries to shell out from an answer definition (the sandbox's side)
     students["attack_answer_shell"] = filled_notebook(LESSON, {STEP: WRONG + f"\n_w = minivllm.config.os.system("
                                                                              f"'touch /tmp/{marker}-shell')\n"})
@@ -166,7 +176,8 @@ def test_attacks_fail_and_honest_scores_are_unchanged(tmp_path, monkeypatch, cap
     # writing inside its own scratch folder or its private /tmp is allowed (both are thrown away; `leftovers`
     # checks the host side, the host's /tmp included)
     assert not re.findall(r"ATTACK (?!in_scratch_|in_private_)\w+ succeeded", "".join(shown.values())), shown
-    assert "blocked" in shown["attack_write_grader"] and "blocked" in shown["attack_network"], shown
+    reach = shown["attack_reach"]  # every attack of the table ran, to its end
+    assert sorted(re.findall(r"ATTACK (\w+) (?:blocked|succeeded)", reach)) == sorted(TRIED + ALLOWED), reach[-3000:]
     forks = [int(n) for n in re.findall(r"FORKS (\d+)", shown.get("attack_fork_bomb", ""))]
     assert all(n <= isolation.process_limit() for n in forks), forks
     # no process of the class's uids outlives it; a killed namespace's processes are reaped by the kernel, so give
@@ -185,7 +196,7 @@ def test_attacks_fail_and_honest_scores_are_unchanged(tmp_path, monkeypatch, cap
     # every written answer was left as released: 0 "no answer" for all, whether nbgrader ran or not
     assert all(got[q] == 0 for got in results.values() for q in ("l01_q1", "l01_q2", "l01_q3")), results
     # the leak attacker did scan its world and print its environment (so the checks below can fail) ...
-    leak = shown["attack_leak"]
+    leak = reach
     assert re.search(r"LEAK SCANNED [1-9]\d* files", leak) and "'PATH'" in leak, leak[:3000]
     # ... and found no mark scheme, hidden test or instructor variable; only the graded notebook came back
     secrets = [TOKEN, *instructor_only()]
@@ -202,7 +213,7 @@ def test_attacks_fail_and_honest_scores_are_unchanged(tmp_path, monkeypatch, cap
     assert set(published) - {f"feedback/attack_fork_bomb/{LESSON}/{LESSON}.html"} == \
         {f"feedback/{s}/{LESSON}/{LESSON}.html" for s in ran}, published
     assert sorted(p.relative_to(course).as_posix() for p in course.rglob("*") if p.is_file()
-                  and PAGE.encode() in p.read_bytes()) == [f"{d}/attack_leak/{LESSON}/{LESSON}.ipynb"
+                  and PAGE.encode() in p.read_bytes()) == [f"{d}/attack_reach/{LESSON}/{LESSON}.ipynb"
                                                           for d in ("autograded", "submitted")]  # its own source
     for page in pages:
         text = page.read_text(encoding="utf-8")

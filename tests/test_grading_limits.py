@@ -131,16 +131,13 @@ TAMPER_IN_BODY = ("    from minivllm.engine import core as engine_core\n"
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_tampering_scores_no_more_than_the_honest_wrong_answer(tmp_path):
-    honest, _, _ = scores(write(tmp_path, {STEP: WRONG}, "honest.ipynb"))
-    assert sum(honest.values()) == 1
-    cases = {
-        "patched_checks": {STEP: WRONG + "\n" + PATCH_CHECKS},
-        "patched_engine": {STEP: PATCH_ENGINE + WRONG},
-        "patched_in_body": {STEP: WRONG.replace("    trace = []\n", "    trace = []\n" + TAMPER_IN_BODY, 1)},
-    }
-    for name, replace in cases.items():
-        got, msg, _ = scores(write(tmp_path, replace, f"{name}.ipynb"))
-        assert sum(got.values()) <= 1, (name, got, msg)
+    """Tampering from inside the answer's body, on the sandbox alone. (Patching the checks or the engine beside
+    the answer, and the honest wrong answer's own scores: test_nbgrader_tampering_and_limits grades those notebooks
+    through `grade`, which scores code parts with this same sandbox.)"""
+    honest = {"l01_main_path": 0, "l01_real_engine": 0, "l01_boundary": 0, "l01_source_map": 1}  # WRONG's scores
+    replace = {STEP: WRONG.replace("    trace = []\n", "    trace = []\n" + TAMPER_IN_BODY, 1)}
+    got, msg, _ = scores(write(tmp_path, replace, "patched_in_body.ipynb"))
+    assert sum(got.values()) <= 1, (got, msg)
     # The notebook's grade cells and metadata play no part in the sandbox: strip or delete them all.
     nb = filled_notebook(LESSON, {STEP: WRONG})
     for cell in nb["cells"]:
@@ -234,6 +231,9 @@ def test_nbgrader_tampering_and_limits(tmp_path, monkeypatch, capsys):
     total = {s: sum(got.values()) for s, got in code.items()}
     assert total["solution"] == 4 and total["honest_wrong"] == 1, total
     assert all(total[s] <= 1 for s in students if s not in ("solution", "sleeps")), total
+    # the sandbox reads only the answer cells: a notebook whose grade cells were edited scores as its answers do
+    assert all(code[s] == code["honest_wrong"] for s in ("edited_asserts", "deleted_grade_cells",
+                                                         "stripped_metadata", "deleted_hidden_tests")), code
     assert code["sleeps"] == {"l01_main_path": 0, "l01_real_engine": 0, "l01_boundary": 0, "l01_source_map": 1}
     parts_csv = (tmp_path / "grades-parts.csv").read_text(encoding="utf-8")
     assert "sleeps,l01_main_path,0,1,超时" in parts_csv

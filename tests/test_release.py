@@ -256,5 +256,6 @@ def test_release_notebooks_self_check_to_zero(student_release, lesson_id):
                            f"notebooks/{lesson_id}/{lesson_id}.ipynb"], cwd=student_release, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "代码 0/4" in proc.stdout and "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert "代码 0/4" in proc.stdout and "未通过" in proc.stdout, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     assert proc.stdout.count("______") >= 3, proc.stdout  # each code part names the unfilled blank

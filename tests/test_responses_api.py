@@ -9,7 +9,6 @@ import socket
 import openai
 import pytest
 from test_api_server import API_KEY, NAME, launch_server, stop_server
-from tiny_models import make_tiny_model
 
 GREEDY = {"temperature": 0.0}
 WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city", "parameters": {
@@ -25,9 +24,9 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory):
+def client(tiny_model, tmp_path_factory):
     """The server with auto tool choice (pythonic parser) and compact JSON, as the corpus' "tools" profile."""
-    model = make_tiny_model("llama", tmp_path_factory.mktemp("tiny") / "llama")
+    model = tiny_model("llama")
     port = free_port()
     log = open(tmp_path_factory.mktemp("log") / "server.log", "w+")
     proc = launch_server(model, port, log, "--enable-auto-tool-choice", "--tool-call-parser", "pythonic",

@@ -24,7 +24,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 import transformers
-from tiny_models import make_tiny_model
 
 from minivllm.config import EngineArgs, ParallelConfig
 from minivllm.engine.exceptions import EngineDeadError
@@ -222,11 +221,11 @@ CASES = {"llama": ("llama", {}),  # 6 heads, 2 kv heads: one kv head per rank
 
 
 @pytest.fixture(scope="module")
-def tp_runs(tmp_path_factory):
+def tp_runs(tiny_model):
     """Per case: (path, prompts, TP=2 tokens, TP=1 tokens, TP=2 stats, KV cache shapes per rank per tp)."""
-    root, runs = tmp_path_factory.mktemp("tp"), {}
+    runs = {}
     for case, (variant, overrides) in CASES.items():
-        path = make_tiny_model(variant, root / case, **overrides)
+        path = tiny_model(variant, **overrides)
         vocab = transformers.AutoConfig.from_pretrained(path).vocab_size
         prompts = shared_prefix_prompts(vocab, seed=len(case))
         tokens, specs = {}, {}
