@@ -1,4 +1,4 @@
-"""minivllm against vLLM 0.27.1 itself on this CPU: offline throughput and the scheduler's cost, interleaved.
+"""minivllm against the pinned vLLM itself on this CPU: offline throughput and the scheduler's cost, interleaved.
 
 Throughput: the same seeded workload (token-id prompts and output lengths uniform in [min-len, max-len],
 ignore_eos, greedy, fp32, eager) on the same safetensors. Each engine is loaded once in its own process (vLLM's
