@@ -4,11 +4,12 @@ structured outputs, output logprobs, and function tools with the pythonic parser
 from __future__ import annotations
 
 import json
-import socket
 
 import openai
 import pytest
 from test_api_server import API_KEY, NAME, launch_server, stop_server
+
+from minivllm.distributed.parallel_state import get_open_port
 
 GREEDY = {"temperature": 0.0}
 WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city", "parameters": {
@@ -17,17 +18,11 @@ PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength
           "required": ["name", "age"], "additionalProperties": False}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def client(tiny_model, tmp_path_factory):
     """The server with auto tool choice (pythonic parser) and compact JSON, as the corpus' "tools" profile."""
     model = tiny_model("llama")
-    port = free_port()
+    port = get_open_port()
     log = open(tmp_path_factory.mktemp("log") / "server.log", "w+")
     proc = launch_server(model, port, log, "--enable-auto-tool-choice", "--tool-call-parser", "pythonic",
                          "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}')
