@@ -474,7 +474,6 @@ def plugged(core, hash_block_tokens, request_block_hasher, get_computed_blocks, 
     kv = core.scheduler.kv_cache_manager
     pool = kv.block_pool
     bs = kv.block_size
-    original_hash = kv_cache_utils.hash_block_tokens
 
     def counted_get_computed_blocks(self, request):
         got = get_computed_blocks(self, request)
@@ -482,16 +481,11 @@ def plugged(core, hash_block_tokens, request_block_hasher, get_computed_blocks, 
                f"get_computed_blocks 应返回 (KVCacheBlocks, int)，实际 {got!r}。")
         return got
 
-    kv_cache_utils.hash_block_tokens = hash_block_tokens
     core.scheduler.block_hasher = functools.partial(request_block_hasher, block_size=bs, hash_function=hash)
-    kv.get_computed_blocks = types.MethodType(counted_get_computed_blocks, kv)
-    pool.get_new_blocks = types.MethodType(get_new_blocks, pool)
-    try:
+    with mock.patch.object(kv_cache_utils, "hash_block_tokens", hash_block_tokens), \
+            mock.patch.object(kv, "get_computed_blocks", types.MethodType(counted_get_computed_blocks, kv)), \
+            mock.patch.object(pool, "get_new_blocks", types.MethodType(get_new_blocks, pool)):
         yield core
-    finally:
-        kv_cache_utils.hash_block_tokens = original_hash
-        for obj, name in ((kv, "get_computed_blocks"), (pool, "get_new_blocks")):
-            obj.__dict__.pop(name, None)
 
 
 @dataclass
@@ -621,11 +615,8 @@ def recording_new_blocks(pool, run: EngineRun):
         run.new_block_ids.append([b.block_id for b in blocks])
         return blocks
 
-    pool.get_new_blocks = recording_get_new_blocks
-    try:
+    with mock.patch.object(pool, "get_new_blocks", recording_get_new_blocks):
         yield
-    finally:
-        pool.__dict__.pop("get_new_blocks", None)
 
 
 def run_eviction_order(funcs=None) -> EngineRun:

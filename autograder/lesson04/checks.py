@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass, field
+from unittest import mock
 
 from autograder.common import CheckFailed, Lesson, expect, graded
 from autograder.pin import VLLM_VERSION
@@ -59,12 +60,9 @@ def plug(sched, preempt=None, finish_requests=None, check_stop=None) -> None:
         update_from_output = sched.update_from_output
 
         def _update(*args, **kwargs):
-            own = scheduler_module.check_stop
-            scheduler_module.check_stop = lambda request, max_model_len: bool(check_stop(request, max_model_len))
-            try:
+            with mock.patch.object(scheduler_module, "check_stop",
+                                   lambda request, max_model_len: bool(check_stop(request, max_model_len))):
                 return update_from_output(*args, **kwargs)
-            finally:
-                scheduler_module.check_stop = own
         sched.update_from_output = _update
 
 

@@ -46,6 +46,7 @@ import sys
 import time
 import types
 from dataclasses import dataclass, field
+from unittest import mock
 
 import numpy as np
 import torch
@@ -204,11 +205,8 @@ def recording(steps: list):
         prev.update(batch.req_id_to_index)
         return original(self, so)
 
-    GPUModelRunner._prepare_inputs = _prepare_inputs
-    try:
+    with mock.patch.object(GPUModelRunner, "_prepare_inputs", _prepare_inputs):
         yield
-    finally:
-        GPUModelRunner._prepare_inputs = original
 
 
 @contextlib.contextmanager
@@ -216,8 +214,6 @@ def plugged(fn):
     """Within: GPUModelRunner._prepare_inputs builds the step's inputs from fn's six arrays."""
     from minivllm.attention import AttentionMetadata
     from minivllm.utils import cdiv
-
-    original = GPUModelRunner._prepare_inputs
 
     def _prepare_inputs(self, so):
         a = call(fn, so, self.input_batch, self.block_size)
@@ -252,11 +248,8 @@ def plugged(fn):
         return (torch.from_numpy(a["input_ids"]).to(dev), torch.from_numpy(a["positions"]).to(dev), md, emit,
                 torch.from_numpy(logits_indices).to(dev), spec_md)
 
-    GPUModelRunner._prepare_inputs = _prepare_inputs
-    try:
+    with mock.patch.object(GPUModelRunner, "_prepare_inputs", _prepare_inputs):
         yield
-    finally:
-        GPUModelRunner._prepare_inputs = original
 
 
 def make_llm(**kw):

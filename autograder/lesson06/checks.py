@@ -42,6 +42,7 @@ import shutil
 import textwrap
 import time
 from dataclasses import dataclass, field
+from unittest import mock
 
 if shutil.which("nvidia-smi") is None and not os.path.exists("/dev/nvidia0"):
     os.environ.setdefault("TRITON_INTERPRET", "1")   # before triton is first imported: without a GPU its kernels run in the interpreter
@@ -137,13 +138,9 @@ def bounds_checked(tensors, counter: OpCounter | None = None):
             counter.exps += int(np.asarray(arg.data).size)
         return orig_exp(self, arg)
 
-    InterpreterBuilder.create_masked_load, InterpreterBuilder.create_masked_store = load, store
-    InterpreterBuilder.create_dot, InterpreterBuilder.create_exp = dot, exp
-    try:
+    with mock.patch.multiple(InterpreterBuilder, create_masked_load=load, create_masked_store=store, create_dot=dot,
+                             create_exp=exp):
         yield
-    finally:
-        InterpreterBuilder.create_masked_load, InterpreterBuilder.create_masked_store = orig_load, orig_store
-        InterpreterBuilder.create_dot, InterpreterBuilder.create_exp = orig_dot, orig_exp
 
 
 @dataclass
@@ -467,11 +464,8 @@ def decode_kernel_in_engine(kernel, calls: list | None = None, keep_last: bool =
                                     v_cache.clone() if keep_last else None, scale))
         return out
 
-    backend.paged_decode_attention = decode
-    try:
+    with mock.patch.object(backend, "paged_decode_attention", decode):
         yield
-    finally:
-        backend.paged_decode_attention = original
 
 
 def run_engine(kernel=None, prompts=None, max_tokens: int = MAX_TOKENS, keep_last: bool = False,

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+from unittest import mock
 
 import numpy as np
 import torch
@@ -531,12 +532,8 @@ def plugged(fn, log: list | None = None):
     `log`, each step appends (uses top-k, uses top-p, aten::sort calls, aten::topk calls) from the profiler."""
     import minivllm.worker.gpu_model_runner as runner
 
-    original = runner.Sampler
-    runner.Sampler = lambda: StudentSampler(fn, log)
-    try:
+    with mock.patch.object(runner, "Sampler", lambda: StudentSampler(fn, log)):
         yield
-    finally:
-        runner.Sampler = original
 
 
 def make_llm(**kw):

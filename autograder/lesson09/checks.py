@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
+from unittest import mock
 
 import numpy as np
 import torch
@@ -357,12 +358,8 @@ def recording(log: list):
             log.append([(d, [t for t in row if t != P]) for d, row in zip(drafts, out.tolist(), strict=True)])
             return out
 
-    original = runner.RejectionSampler
-    runner.RejectionSampler = Recording
-    try:
+    with mock.patch.object(runner, "RejectionSampler", Recording):
         yield
-    finally:
-        runner.RejectionSampler = original
 
 
 @contextlib.contextmanager
@@ -370,12 +367,8 @@ def plugged(fn, log: list):
     """Within: every LLM built verifies drafts with fn (the runner looks the name up at construction)."""
     import minivllm.worker.gpu_model_runner as runner
 
-    original = runner.RejectionSampler
-    runner.RejectionSampler = lambda: StudentRejectionSampler(fn, log)
-    try:
+    with mock.patch.object(runner, "RejectionSampler", lambda: StudentRejectionSampler(fn, log)):
         yield
-    finally:
-        runner.RejectionSampler = original
 
 
 def make_llm(spec: dict | None = None, **kw):

@@ -43,6 +43,7 @@ import os
 import tempfile
 import time
 import traceback
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -289,17 +290,9 @@ _TP1_TOKENS: dict[str, list[list[int]]] = {}
 def _patched_llama(column_cls, row_cls):
     """minivllm's Llama builds its MLP (and o_proj) from the student's classes; TP workers fork to see it."""
     import minivllm.model_executor.models.llama as llama
-    saved = llama.MergedColumnParallelLinear, llama.RowParallelLinear, os.environ.get("MINIVLLM_WORKER_MULTIPROC_METHOD")
-    llama.MergedColumnParallelLinear, llama.RowParallelLinear = column_cls, row_cls
-    os.environ["MINIVLLM_WORKER_MULTIPROC_METHOD"] = "fork"
-    try:
+    with mock.patch.multiple(llama, MergedColumnParallelLinear=column_cls, RowParallelLinear=row_cls), \
+            mock.patch.dict(os.environ, MINIVLLM_WORKER_MULTIPROC_METHOD="fork"):
         yield
-    finally:
-        llama.MergedColumnParallelLinear, llama.RowParallelLinear = saved[0], saved[1]
-        if saved[2] is None:
-            os.environ.pop("MINIVLLM_WORKER_MULTIPROC_METHOD", None)
-        else:
-            os.environ["MINIVLLM_WORKER_MULTIPROC_METHOD"] = saved[2]
 
 
 @contextlib.contextmanager
