@@ -40,12 +40,12 @@ def repin(wheel: Path | None, dry_run: bool = False) -> int:
                          "from it)")
     wheel = wheel or Path(f"vllm-{VLLM_VERSION}-WHEEL.whl")
     with tempfile.TemporaryDirectory() as tmp:
+        if not dry_run:
+            zipfile.ZipFile(wheel).extractall(tmp)  # the names list is read from the unpacked wheel
         for what, cmd in steps(wheel, Path(tmp)):
             print(f"[repin {VLLM_VERSION}] {what}: {' '.join(cmd[1:])}", flush=True)
             if dry_run:
                 continue
-            if cmd[2] == "autograder.vllm_names" and not any(Path(tmp).iterdir()):
-                zipfile.ZipFile(wheel).extractall(tmp)
             if subprocess.run(cmd, cwd=REPO).returncode:
                 print(f"[repin] failed at: {what}", file=sys.stderr)
                 return 1
