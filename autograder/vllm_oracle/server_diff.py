@@ -112,8 +112,6 @@ def running_server(side: str, log_path: Path | None = None, profile: str = "defa
 async def _send(client: httpx.AsyncClient, case: dict) -> dict:
     headers = {"Authorization": f"Bearer {API_KEY}"} | case.get("headers", {})
     headers = {k: v for k, v in headers.items() if v}
-    if case.get("serial"):  # a fresh connection each: uvicorn closes one after a 500 that an exception raised, and
-        headers["Connection"] = "close"  # the next request, sent at once, would race that close (ReadError)
     kw: dict = {"headers": headers}
     if "raw" in case:
         kw["content"] = case["raw"].encode("utf-8", "surrogatepass")
@@ -130,7 +128,10 @@ async def _send(client: httpx.AsyncClient, case: dict) -> dict:
 
 async def _send_all(url: str, cases: list[dict], concurrency: int) -> list[dict]:
     sem = asyncio.Semaphore(concurrency)
-    async with httpx.AsyncClient(base_url=url, timeout=REQUEST_TIMEOUT) as client:
+    # A fresh connection per request: uvicorn closes a connection after a 500 that an exception raised, and a
+    # request sent next on it would race that close (ReadError), whichever case came before.
+    async with httpx.AsyncClient(base_url=url, timeout=REQUEST_TIMEOUT,
+                                 limits=httpx.Limits(max_keepalive_connections=0)) as client:
         async def one(case):
             async with sem:
                 return await _send(client, case)
