@@ -199,18 +199,31 @@ def lesson01_class(once):
     return got
 
 
-# pytest-xdist (`make test`: --dist loadfile) hands each worker whole test files, in collection order, so a file's
-# module fixtures (a graded class, a served engine) are built once. The longest files come first (minutes each on
-# 2 cores, from the per-file table below), so the many short ones fill the end and the workers finish together.
+# pytest-xdist (`make test`: --dist loadfile) hands each worker whole test files, so a file's module fixtures (a
+# graded class, a served engine) are built once; in collection order only with its reordering off (below: by default
+# it sorts files by their number of tests, which put the 5-test, 6-minute test_grading_cluster last, one worker busy
+# alone at the end). The longest files come first, each to the worker that frees first, from `make test`'s per-file
+# table (seconds on 2 loaded cores, 2026-12): mutants 652, autograder 455, grading_cluster 373, grading_limits 249,
+# llm_vs_hf 202, tensor_parallel 155, llm_api 149, release 149, grading_determinism 112, lessons 109, feedback_page
+# 104, vllm_server_oracle 101, vllm_oracle 94, dev_routes 91, grading_isolation ~70 (with bubblewrap), fault_inputs
+# 71; the many short ones fill the end, so the workers finish together.
 # (--dist loadgroup would also keep files that share a session fixture together, but pytest-xdist 3.8.0 cannot
 # group under pytest 9: it renames `item._nodeid`, which pytest 9 no longer reads.)
-# A file that builds a result others read (`once`) starts early and its readers come last, so no worker sits
-# waiting on the lock while another builds it: test_feedback_page builds lesson01_class (~200 s on 2 loaded
-# cores), test_grading_canary and test_lesson01_grading read it; test_autograder runs every executed_solution
-# the lessons' grading tests read.
-LONGEST_FIRST = ["test_autograder.py", "test_mutants.py", "test_feedback_page.py", "test_grading_limits.py",
-                 "test_grading_isolation.py", "test_grading_cluster.py"]
+# A file that builds a result others read (`once`) starts before its readers, so no worker sits waiting on the lock
+# while another builds it: test_autograder runs every executed_solution test_lessons reads; test_feedback_page builds
+# lesson01_class (~100 s on 2 loaded cores), test_grading_canary and test_lesson01_grading read it, last.
+LONGEST_FIRST = ["test_mutants.py", "test_autograder.py", "test_grading_cluster.py", "test_grading_limits.py",
+                 "test_llm_vs_hf.py", "test_tensor_parallel.py", "test_llm_api.py", "test_release.py",
+                 "test_grading_determinism.py", "test_lessons.py", "test_feedback_page.py",
+                 "test_vllm_server_oracle.py", "test_vllm_oracle.py", "test_dev_routes.py", "test_grading_isolation.py",
+                 "test_fault_inputs.py"]
 READERS_LAST = ["test_grading_canary.py", "test_lesson01_grading.py"]
+
+
+def pytest_configure(config):
+    """Keep LONGEST_FIRST's order: pytest-xdist's loadfile would otherwise sort the files by their number of tests."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(items):
