@@ -1,11 +1,12 @@
 """Grading on Dask's distributed scheduler (autograder/cluster.py, #57), against the local path.
 
-One class — lesson 1 with a right, a wrong, a blank, a looping and a tampering student, and one student of a second
+One class — lesson 1 with a right, a wrong, a blank, a hanging and a tampering student, and one student of a second
 lesson — graded by `grade -j 1` (a module fixture) and by a LocalCluster of 2 worker processes: the gradebook (every
 student's grades and comments), nbgrader's CSV, the per-part CSV and the printed tables are equal, timestamps aside.
 A worker killed mid-task is replaced and the task retried, the result written once and the same; a worker started
-from another grader tree is refused, naming it and the file that differs. The cell limit is 25 s (the looping
-student costs one limit per run), as in tests/test_grading_limits.py.
+from another grader tree is refused, naming it and the file that differs. The cell limit is 25 s, as in
+tests/test_grading_limits.py: the hanging student costs one limit per run, asleep (busy loops are that file's), so
+the other test worker has the CPU meanwhile.
 """
 import contextlib
 import csv
@@ -48,7 +49,7 @@ def subs(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("cluster") / "subs"
     blank = json.loads((REPO / f"notebooks/{LESSON}/{LESSON}.ipynb").read_text(encoding="utf-8"))
     students = {(LESSON, "right"): filled_notebook(LESSON), (LESSON, "wrong"): filled_notebook(LESSON, {STEP: WRONG}),
-                (LESSON, "blank"): blank, (LESSON, "looping"): filled_notebook(LESSON, {STEP: body(BROKEN["loops"])}),
+                (LESSON, "blank"): blank, (LESSON, "hanging"): filled_notebook(LESSON, {STEP: body(BROKEN["sleeps"])}),
                 (LESSON, "tampering"): filled_notebook(LESSON, {STEP: WRONG + "\n" + PATCH_CHECKS}),
                 (OTHER, "other_wrong"): mutant_notebook(OTHER, sorted(mutants(OTHER))[0])}
     for (lesson, name), nb in students.items():
@@ -132,10 +133,10 @@ def test_a_local_cluster_grades_the_class_as_the_local_path_does(subs, local_run
     for _, lesson, student, _, part, _, final, *_ in (r for r in got["gradebook"] if r[0] == "grade"):
         if lesson == LESSON and not part.startswith("l01_q"):
             code[student] = code.get(student, 0) + final
-    assert (code["right"], code["wrong"], code["blank"], code["looping"]) == (4, 1, 0, 1), code
+    assert (code["right"], code["wrong"], code["blank"], code["hanging"]) == (4, 1, 0, 1), code
     assert code["tampering"] <= 1, code
     assert sum(ran.values()) == 6 and len(ran) == 2, ran  # both workers graded
-    assert any("looping: nbgrader" in n for n in got["notes"]), got["notes"]  # the timeout, for that student only
+    assert any("hanging: nbgrader" in n for n in got["notes"]), got["notes"]  # the timeout, for that student only
 
 
 @pytest.mark.slow
