@@ -21,9 +21,10 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
 def cmd_generate(args: argparse.Namespace) -> int:
     from minivllm.entrypoints.llm import LLM
     from minivllm.sampling_params import SamplingParams
-    llm = LLM(**engine_kwargs(args))
+    # Sampling arguments first: a bad one is reported before the model loads.
     params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
                             top_k=args.top_k, seed=args.sample_seed)
+    llm = LLM(**engine_kwargs(args))
     prompts = args.prompt or ["ROMEO:"]
     t0 = time.perf_counter()
     outputs = llm.generate(prompts, params, use_tqdm=False)
