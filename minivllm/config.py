@@ -265,6 +265,9 @@ class VllmConfig:
         self.compilation_config.set_cudagraph_sizes(self.scheduler_config.max_num_seqs)
         spec, sc = self.speculative_config, self.scheduler_config
         if spec is not None:
+            if sc.async_scheduling:  # checked with the config, as vLLM does, before any process or weight loads
+                raise ValueError("async_scheduling with speculative_config is not supported in minivllm yet "
+                                 "(vLLM combines them); turn one off")
             n = spec.num_speculative_tokens
             if n >= sc.max_model_len:
                 raise ValueError(f"speculative_config.num_speculative_tokens={n} must be smaller than "

@@ -71,9 +71,6 @@ class EngineCore:
         async_scheduling = vllm_config.scheduler_config.async_scheduling
         scheduler_cls = AsyncScheduler if async_scheduling else Scheduler
         spec = vllm_config.speculative_config
-        if async_scheduling and spec is not None:
-            raise ValueError("async_scheduling with speculative_config is not supported in minivllm yet "
-                             "(vLLM combines them); turn one off")
         self.structured_output_manager = StructuredOutputManager(vllm_config)
         self.scheduler = scheduler_cls(vllm_config.scheduler_config, vllm_config.cache_config, num_gpu_blocks,
                                        log_stats, spec.num_speculative_tokens if spec else 0,
