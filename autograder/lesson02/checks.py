@@ -6,12 +6,8 @@ allocate, preempt) -> (scheduled, preempted)`: the token-budget loop at the hear
 `policy_schedule` wraps it into a real minivllm `schedule()`: it hands over the Scheduler's own running list
 and waiting deque, lets `allocate` call KVCacheManager.allocate_slots, and builds the real SchedulerOutput.
 
-Grade cells and `python -m autograder check lesson02 ...` call the same functions here:
-    check_main_path(schedule_step)    seed scenarios on minivllm's Scheduler (3 x 800, threshold, decodes), then
-                                      every step equal to the pinned vLLM's own Scheduler (recorded, vllm_oracle)
-    check_real_engine(schedule_step)  the policy inside EngineCore on the default model, per-step outputs
-    check_boundary(schedule_step)     KV pool runs out: preempt the newest by recompute, admit nobody; == vLLM
-    check_source_map(SOURCE_MAP)      names in the shown excerpts that the lesson text does not print
+Grade cells and `python -m autograder check lesson02 ...` call the check_* functions here (each docstring says
+what it covers); main path and boundary end with every step equal to the pinned vLLM's own Scheduler.
 
 Input space (each dimension, and the graded part that covers it):
     prefix caching        on (a hit: only the rest is computed): main_path, real_engine W1; off: boundary, W2
@@ -172,8 +168,10 @@ def policy_schedule(sched, schedule_step):
 
 
 def plug(sched, schedule_step) -> None:
-    """Replace this Scheduler instance's schedule() with the student's loop (the class is untouched)."""
-    sched.schedule = functools.partial(policy_schedule, sched, schedule_step)
+    """Replace this Scheduler instance's schedule() with the student's loop (the class is untouched); None keeps
+    minivllm's own (the reference)."""
+    if schedule_step is not None:
+        sched.schedule = functools.partial(policy_schedule, sched, schedule_step)
 
 
 # ---------------------------------------------------------------------------- recording steps
@@ -215,18 +213,15 @@ def record(sched, log: list) -> None:
 
 
 # ---------------------------------------------------------------------------- scheduler-only scenarios
-def make_scheduler(max_num_batched_tokens=1024, long_prefill_token_threshold=0, max_num_seqs=16,
-                   num_blocks=10000, block_size=16, max_model_len=None, enable_prefix_caching=True,
-                   enable_chunked_prefill=True, scheduler_reserve_full_isl=True):
-    """A bare minivllm Scheduler, as vLLM's tests/v1/core/utils.py create_scheduler builds one."""
+def make_scheduler(max_num_batched_tokens=1024, max_num_seqs=16, num_blocks=10000, block_size=16, max_model_len=None,
+                   enable_prefix_caching=True, **scheduler_config):
+    """A bare minivllm Scheduler, as vLLM's tests/v1/core/utils.py create_scheduler builds one; the other
+    SchedulerConfig fields (long_prefill_token_threshold, enable_chunked_prefill, ...) keep their defaults."""
     from minivllm.config import CacheConfig, SchedulerConfig
     from minivllm.core.sched.scheduler import Scheduler
 
     cfg = SchedulerConfig(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                          max_model_len=max_model_len or max_num_batched_tokens,
-                          long_prefill_token_threshold=long_prefill_token_threshold,
-                          enable_chunked_prefill=enable_chunked_prefill,
-                          scheduler_reserve_full_isl=scheduler_reserve_full_isl)
+                          max_model_len=max_model_len or max_num_batched_tokens, **scheduler_config)
     return Scheduler(cfg, CacheConfig(block_size=block_size, enable_prefix_caching=enable_prefix_caching),
                      num_gpu_blocks=num_blocks)
 
@@ -249,8 +244,7 @@ def run_scenario(schedule_step=None, prompt_lens=(800, 800, 800), num_steps=3, a
     from minivllm.worker.outputs import ModelRunnerOutput
 
     sched = make_scheduler(**scheduler_kwargs)
-    if schedule_step is not None:
-        plug(sched, schedule_step)
+    plug(sched, schedule_step)
     log = [] if log is None else log
     record(sched, log)
     counter = iter(range(10_000))
@@ -336,17 +330,6 @@ def _compare_scenario(schedule_step, index: int, boundary: bool) -> None:
 
 
 # ---------------------------------------------------------------------------- against the pinned vLLM
-def harness_scheduler(cfg: dict, schedule_step=None):
-    """minivllm's Scheduler for one autograder/lesson02/vllm_view.py workload (the oracle's one factory), the
-    student's loop plugged in."""
-    from autograder.vllm_oracle.minivllm_side import MinivllmSchedulerBackend
-
-    sched = MinivllmSchedulerBackend.make_scheduler(cfg)
-    if schedule_step is not None:
-        plug(sched, schedule_step)
-    return sched
-
-
 def run_vllm_view(name: str, schedule_step=None) -> dict:
     """The workload SCENARIOS[name] through the same harness loop vLLM's answer was recorded with, on
     minivllm's Scheduler (its own loop, or the student's)."""
@@ -355,8 +338,10 @@ def run_vllm_view(name: str, schedule_step=None) -> dict:
 
     class Backend(MinivllmSchedulerBackend):
         @staticmethod
-        def make_scheduler(cfg):
-            return harness_scheduler(cfg, schedule_step)
+        def make_scheduler(cfg):  # the oracle's one factory, the student's loop plugged in
+            sched = MinivllmSchedulerBackend.make_scheduler(cfg)
+            plug(sched, schedule_step)
+            return sched
 
     got = scheduler_harness.run(Backend(), vllm_oracle.scenarios("lesson02")[name])
     if got.get("error") == "CheckFailed":
@@ -483,20 +468,12 @@ ENGINE_DEFAULTS = dict(device="cpu", attention_backend="torch", block_size=16)
 
 @dataclass
 class EngineRun:
-    """One run of minivllm's EngineCore on the default model: per-step records, tokens, latencies."""
+    """One run of minivllm's EngineCore on the default model: per-step records (with wall times) and tokens."""
 
     steps: list  # StepRecord per schedule()
     tokens: dict  # request_id -> generated token ids
-    arrival: dict  # request_id -> wall time it was added
-    token_times: dict  # request_id -> wall time of each step end that delivered a token
     engine_args: dict = field(default_factory=dict)
     num_preemptions: int = 0
-
-    def ttft(self, rid: str) -> float:
-        return self.token_times[rid][0] - self.arrival[rid]
-
-    def itl(self, rids) -> list[float]:
-        return [b - a for r in rids for a, b in zip(self.token_times[r], self.token_times[r][1:], strict=False)]
 
 
 def _prompt(seed: int, n: int) -> list[int]:
@@ -564,12 +541,11 @@ def run_engine(schedule_step=None, workload=CHECK_WORKLOADS[0][0], max_steps=400
     else:
         fresh_scheduler(core, **engine_args)
     sched = core.scheduler
-    if schedule_step is not None:
-        plug(sched, schedule_step)
+    plug(sched, schedule_step)
     log = [] if log is None else log
     record(sched, log)
     pending = sorted(workload, key=lambda w: w[0])
-    tokens, arrival, token_times = {}, {}, {}
+    tokens = {}
     try:
         step = 0
         while pending or sched.has_requests():
@@ -580,21 +556,19 @@ def run_engine(schedule_step=None, workload=CHECK_WORKLOADS[0][0], max_steps=400
                                                    sampling_params=SamplingParams(max_tokens=max_tokens,
                                                                                   temperature=0.0,
                                                                                   ignore_eos=True)))
-                arrival[rid], tokens[rid], token_times[rid] = time.perf_counter(), [], []
+                tokens[rid] = []
             n_before = len(log)
             t0 = time.perf_counter()
             out, _ = core.step()
-            t1 = time.perf_counter()
             if len(log) > n_before:
-                log[-1].seconds = t1 - t0
+                log[-1].seconds = time.perf_counter() - t0
             for o in out.outputs:
                 tokens[o.request_id].extend(o.new_token_ids)
-                token_times[o.request_id].extend([t1] * len(o.new_token_ids))
             step += 1
     finally:
         if own:
             core.shutdown()
-    return EngineRun(log, tokens, arrival, token_times, dict(engine_args), sched.num_preemptions)
+    return EngineRun(log, tokens, dict(engine_args), sched.num_preemptions)
 
 
 @functools.lru_cache(maxsize=1)

@@ -23,20 +23,8 @@ Input space (each dimension, and the graded part that covers it):
     batch shapes          8 requests sharing a prefix at once, arrivals under eviction pressure: real_engine
     async scheduling      off; it does not change which blocks are hashed or hit
 
-Grade cells and `python -m autograder check lesson03 ...` call the same functions here:
-    check_main_path(*funcs)    vLLM's test_prefill / test_evict / hash scenarios on a KVCacheManager, then
-                               every operation equal to the pinned vLLM's own (recorded, autograder/vllm_oracle)
-    check_real_engine(*funcs)  the four pieces plugged into minivllm's EngineCore: a shared-prefix batch,
-                               the eviction-order scenario and a workload under eviction pressure, judged
-                               by the engine's prefix-cache stats and by outputs equal to caching off
-    check_boundary(*funcs)     the n-1 cap, partial blocks, same tokens at two positions, extra keys; == vLLM
-    check_source_map(SOURCE_MAP)
-
-How the pieces plug into the engine (no edit to minivllm): `plugged(core, funcs)` patches
-minivllm.core.kv_cache_utils.hash_block_tokens for its duration, sets the scheduler's block_hasher (which
-Scheduler.add_request hands to every Request), and binds get_computed_blocks / get_new_blocks on the
-engine's KVCacheManager / BlockPool instances (types.MethodType). Prefix-cache stats are recorded by the
-Scheduler at admission from what the student's get_computed_blocks returned (record_prefix_cache_stats).
+Grade cells and `python -m autograder check lesson03 ...` call the check_* functions here (each docstring says
+what it covers); main path and boundary end with every operation equal to the pinned vLLM's own.
 """
 from __future__ import annotations
 
@@ -467,7 +455,10 @@ def make_core(enable_prefix_caching: bool = True, num_gpu_blocks: int = 128, max
 
 @contextlib.contextmanager
 def plugged(core, hash_block_tokens, request_block_hasher, get_computed_blocks, get_new_blocks):
-    """The student's four pieces inside a real EngineCore, for the duration of the block."""
+    """The student's four pieces inside a real EngineCore, for the duration of the block (no edit to minivllm):
+    kv_cache_utils.hash_block_tokens patched, the scheduler's block_hasher set (Scheduler.add_request hands it to
+    every Request), get_computed_blocks / get_new_blocks bound on the engine's KVCacheManager / BlockPool. The
+    Scheduler records prefix-cache stats at admission from what get_computed_blocks returned."""
     from minivllm.core import kv_cache_utils
     from minivllm.core.kv_cache_manager import KVCacheBlocks
 
@@ -545,6 +536,27 @@ def _finish(core, run: EngineRun) -> EngineRun:
     return run
 
 
+@contextlib.contextmanager
+def engine_run(funcs, enable_prefix_caching: bool = True, num_gpu_blocks: int = 128, new_blocks: bool = False):
+    """A fresh EngineCore and an empty EngineRun, the four pieces plugged (funcs=None: minivllm's own) for the
+    block; with new_blocks, BlockPool.get_new_blocks (the student's, when plugged) also records each allocation's
+    block ids. Yields (core, run); the prefix-cache stats are read after the block (_finish)."""
+    core, run = make_core(enable_prefix_caching, num_gpu_blocks), EngineRun()
+    with plugged(core, *funcs) if funcs else contextlib.nullcontext(), contextlib.ExitStack() as stack:
+        pool = core.scheduler.kv_cache_manager.block_pool
+        inner = pool.get_new_blocks
+
+        def recording_get_new_blocks(num_blocks):
+            blocks = inner(num_blocks)
+            run.new_block_ids.append([b.block_id for b in blocks])
+            return blocks
+
+        if new_blocks:
+            stack.enter_context(mock.patch.object(pool, "get_new_blocks", recording_get_new_blocks))
+        yield core, run
+    _finish(core, run)
+
+
 def _tokens(rng: random.Random, n: int) -> list[int]:
     return [rng.randrange(4, 4000) for _ in range(n)]
 
@@ -562,14 +574,11 @@ def shared_prefix_prompts(num_requests: int = 8, seed: int = 3) -> list[list[int
 def run_batch(funcs=None, enable_prefix_caching: bool = True, prompts=None, max_tokens: int = 4,
               num_gpu_blocks: int = 128) -> EngineRun:
     """All prompts at once (one schedule admits them all); funcs=None runs minivllm's own pieces."""
-    prompts = prompts or shared_prefix_prompts()
-    core = make_core(enable_prefix_caching, num_gpu_blocks)
-    run = EngineRun()
-    with plugged(core, *funcs) if funcs else contextlib.nullcontext():
-        for i, p in enumerate(prompts):
+    with engine_run(funcs, enable_prefix_caching, num_gpu_blocks) as (core, run):
+        for i, p in enumerate(prompts or shared_prefix_prompts()):
             _add(core, f"r{i}", p, max_tokens)
         _drive(core, run, max_steps=8 * max_tokens + 8)
-    return _finish(core, run)
+    return run
 
 
 def pressure_prompts(seed: int = 5) -> list:
@@ -587,11 +596,8 @@ def run_sequential(funcs=None, enable_prefix_caching: bool = True, prompts=None,
                    num_gpu_blocks: int = 10, measure_ttft: bool = False) -> EngineRun:
     """One request at a time, each finished before the next arrives; stats recorded after each. A prompt may be
     (prompt, max_tokens), and a prompt may be a function of the run so far (a chat turn that quotes an answer)."""
-    prompts = prompts or pressure_prompts()
-    core = make_core(enable_prefix_caching, num_gpu_blocks)
-    run = EngineRun()
-    with plugged(core, *funcs) if funcs else contextlib.nullcontext():
-        for i, item in enumerate(prompts):
+    with engine_run(funcs, enable_prefix_caching, num_gpu_blocks) as (core, run):
+        for i, item in enumerate(prompts or pressure_prompts()):
             prompt, n_out = item if isinstance(item, tuple) else (item, max_tokens)
             prompt = prompt(run) if callable(prompt) else prompt
             rid = f"r{i}"
@@ -602,38 +608,20 @@ def run_sequential(funcs=None, enable_prefix_caching: bool = True, prompts=None,
             _drive(core, run, max_steps=4 * n_out + 8)
             stats = core.get_stats()
             run.after_step.append((stats.prefix_cache_queries, stats.prefix_cache_hits))
-    return _finish(core, run)
-
-
-@contextlib.contextmanager
-def recording_new_blocks(pool, run: EngineRun):
-    """BlockPool.get_new_blocks (the student's, when plugged) wrapped to record each allocation's block ids."""
-    inner = pool.get_new_blocks
-
-    def recording_get_new_blocks(num_blocks):
-        blocks = inner(num_blocks)
-        run.new_block_ids.append([b.block_id for b in blocks])
-        return blocks
-
-    with mock.patch.object(pool, "get_new_blocks", recording_get_new_blocks):
-        yield
+    return run
 
 
 def run_eviction_order(funcs=None) -> EngineRun:
     """vLLM test_evict on the engine: req0 (87 tokens) and req1 (48) in one step, both finish and are freed
     tail-first (req0's unhashed partial block to the head); then req2 (35 tokens, 2 blocks shared with req0) takes one new block from the LRU head."""
-    core = make_core(True, num_gpu_blocks=11)
-    run = EngineRun()
-    with plugged(core, *funcs) if funcs else contextlib.nullcontext(), contextlib.ExitStack() as stack:
-        pool = core.scheduler.kv_cache_manager.block_pool
-        stack.enter_context(recording_new_blocks(pool, run))
+    with engine_run(funcs, num_gpu_blocks=11, new_blocks=True) as (core, run):
         _add(core, "r0", list(range(87)), 1)
         _add(core, "r1", list(range(87, 87 + 48)), 1)
         _drive(core, run, max_steps=6)
-        run.free_order = [b.block_id for b in pool.free_block_queue.get_all_free_blocks()]
+        run.free_order = free_ids(core.scheduler.kv_cache_manager)
         _add(core, "r2", list(range(35)), 1)
         _drive(core, run, max_steps=6)
-    return _finish(core, run)
+    return run
 
 
 def run_failed_step(funcs=None) -> EngineRun:
@@ -643,12 +631,8 @@ def run_failed_step(funcs=None) -> EngineRun:
     LRU head ([9, 8]: block 8's hash is evicted), so r3 (r0's prompt again) hits 7 blocks (112 tokens), not 8."""
     import logging
 
-    core = make_core(True, num_gpu_blocks=11)
-    run = EngineRun()
     core_logger = logging.getLogger("minivllm.engine.core")
-    with plugged(core, *funcs) if funcs else contextlib.nullcontext(), contextlib.ExitStack() as stack:
-        pool = core.scheduler.kv_cache_manager.block_pool
-        stack.enter_context(recording_new_blocks(pool, run))
+    with engine_run(funcs, num_gpu_blocks=11, new_blocks=True) as (core, run):
         prompt = list(range(9 * BLOCK))
         _add(core, "r0", prompt, 1)
         _drive(core, run, max_steps=4)
@@ -664,12 +648,12 @@ def run_failed_step(funcs=None) -> EngineRun:
             run.tokens.update({o.request_id: list(o.new_token_ids) for o in out.outputs})
         finally:
             core_logger.disabled = was_disabled
-        run.free_order = [b.block_id for b in pool.free_block_queue.get_all_free_blocks()]
+        run.free_order = free_ids(core.scheduler.kv_cache_manager)
         _add(core, "r2", list(range(2000, 2000 + BLOCK + 1)), 1)
         _drive(core, run, max_steps=4)
         _add(core, "r3", prompt, 1)
         _drive(core, run, max_steps=4)
-    return _finish(core, run)
+    return run
 
 
 @functools.cache

@@ -4,18 +4,8 @@ The student writes `prepare_inputs(scheduler_output, input_batch, block_size)` -
 query_start_loc, seq_lens, slot_mapping, logits_indices), numpy arrays: the non-speculative part of vLLM's
 GPUModelRunner._prepare_inputs, vectorised.
 
-Grade cells and `python -m autograder check lesson05 ...` call the same functions here:
-    check_main_path(fn)    every step of a recorded engine run (new prefills, chunked prefills, decodes,
-                           prefix-cache hits, rows moved by condense), then of a run with n-gram drafts
-                           scheduled: fn's arrays equal the engine's own
-    check_real_engine(fn)  fn as GPUModelRunner._prepare_inputs: greedy text equals the engine's own run, which
-                           tests/test_lesson05_grading.py proves equal to HF transformers' greedy; the step
-                           trace has a prepare_inputs span every step; on a 16k-token batch fn runs a bounded
-                           number of Python lines (no per-token loop; a count, never a clock)
-    check_boundary(fn)     crafted batches: a chunk that ends mid-prompt, one token short of the end, at the end,
-                           a prefix hit ending mid-block, scattered blocks, batches reordered by swaps, a row
-                           with speculative drafts past its known tokens
-    check_source_map(SOURCE_MAP)
+Grade cells and `python -m autograder check lesson05 ...` call the check_* functions here (each docstring says
+what it covers).
 
 Input space (each dimension, and the graded part that covers it):
     prefix caching        on in the engine run (prompt 2 hits prompt 0's blocks): main_path, real_engine; a
@@ -41,9 +31,8 @@ InputBatch (it reads only input_batch, block_size and device from the runner).
 from __future__ import annotations
 
 import contextlib
-import statistics
+import functools
 import sys
-import time
 import types
 from dataclasses import dataclass, field
 from unittest import mock
@@ -116,11 +105,8 @@ def engine_inputs(so, batch, block_size=BLOCK_SIZE) -> dict:
     input_ids, positions, md, emit, logits_indices, _ = ENGINE_PREPARE_INPUTS(runner, so)
     if so.scheduled_spec_decode_tokens:  # the exercise's rows: each sampling request's last (bonus) row
         logits_indices = md.query_start_loc_cpu[torch.from_numpy(emit + 1)] - 1
-    return {"input_ids": input_ids.numpy().astype(np.int64), "positions": positions.numpy().astype(np.int64),
-            "query_start_loc": md.query_start_loc_cpu.numpy().astype(np.int64),
-            "seq_lens": md.seq_lens_cpu.numpy().astype(np.int64),
-            "slot_mapping": md.slot_mapping.numpy().astype(np.int64),
-            "logits_indices": logits_indices.numpy().astype(np.int64)}
+    arrays = (input_ids, positions, md.query_start_loc_cpu, md.seq_lens_cpu, md.slot_mapping, logits_indices)
+    return {name: a.numpy().astype(np.int64) for name, a in zip(NAMES, arrays, strict=True)}
 
 
 def first_difference(got: dict, want: dict) -> str | None:
@@ -142,17 +128,8 @@ def snapshot(batch):
     from minivllm.worker.gpu_input_batch import InputBatch
 
     snap = object.__new__(InputBatch)
-    for k, v in vars(batch).items():
-        if isinstance(v, np.ndarray):
-            setattr(snap, k, v.copy())
-        elif k in ("req_ids", "num_logprobs"):
-            setattr(snap, k, list(v))
-        elif k == "req_id_to_index":
-            setattr(snap, k, dict(v))
-        elif k in ("generators", "min_tokens"):
-            setattr(snap, k, {})
-        else:
-            setattr(snap, k, v)
+    for k, v in vars(batch).items():  # sampling state (generators, min_tokens) is not read: left out
+        setattr(snap, k, {} if k in ("generators", "min_tokens") else v.copy() if hasattr(v, "copy") else v)
     return snap
 
 
@@ -331,24 +308,22 @@ def run_engine(fn=None, record: bool = False, max_tokens=None, arrivals=ARRIVALS
     return EngineRun([done.get(str(i), []) for i in range(len(PROMPTS))], steps, trace, prompt_ids)
 
 
+@functools.cache
 def reference_run() -> EngineRun:
     """The engine's own run, recorded once per process (it does not depend on the student). Its greedy tokens
     equal HF transformers' (tests/test_lesson05_grading.py), so a plugged run is held to them without loading
     the HF model in every grading process."""
-    if "ref" not in _CACHE:
-        _CACHE["ref"] = run_engine(record=True)
-    return _CACHE["ref"]
+    return run_engine(record=True)
 
 
 def recorded_steps() -> list:
     return reference_run().steps
 
 
+@functools.cache
 def spec_reference_run() -> EngineRun:
     """The speculative engine's own run (n-gram drafts scheduled), recorded once per process."""
-    if "spec_ref" not in _CACHE:
-        _CACHE["spec_ref"] = run_engine(record=True, spec=True)
-    return _CACHE["spec_ref"]
+    return run_engine(record=True, spec=True)
 
 
 def hf_greedy(prompt_ids: list, max_tokens: int) -> list:
@@ -454,22 +429,6 @@ def count_lines(fn, *args) -> int:
     return n
 
 
-def timing_ratio(fn, so, batch, repeats: int = 5) -> tuple[float, float, float]:
-    """Median seconds of fn and of the engine on the same batch, interleaved after a warm-up, and their ratio."""
-    mine, theirs = [], []
-    call(fn, so, batch, batch.block_table.shape[1] and 16)
-    engine_inputs(so, batch, 16)
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn(so, batch, 16)
-        mine.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        engine_inputs(so, batch, 16)
-        theirs.append(time.perf_counter() - t)
-    a, b = statistics.median(mine), statistics.median(theirs)
-    return a, b, a / b
-
-
 def check_vectorised(fn) -> int:
     """Right arrays on a 16k-token batch within LINE_BUDGET Python lines: a count, not a clock (deterministic)."""
     so, batch = big_batch()
@@ -489,20 +448,17 @@ def check_real_engine(fn) -> EngineRun:
     line count on 8 x 2k tokens, block_size 16)."""
     recorded = recorded_steps()
     call(fn, recorded[0].so, snapshot(recorded[0].batch))     # blanks first, before the slow parts
-    try:
-        run = run_engine(fn)
-    except (CheckFailed, BlankNotFilled):
-        raise
-    except Exception as e:
-        raise CheckFailed(f"接入引擎后生成出错：{type(e).__name__}: {e}") from None
-    _same_tokens(run.tokens, reference_run().tokens, "llm", "")
-    try:
-        spec = run_engine(fn, spec=True)
-    except (CheckFailed, BlankNotFilled):
-        raise
-    except Exception as e:
-        raise CheckFailed(f"接入投机解码（n-gram 草稿）的引擎后生成出错：{type(e).__name__}: {e}") from None
-    _same_tokens(spec.tokens, spec_reference_run().tokens, "spec_llm", "在投机解码（n-gram 草稿）的引擎里，")
+    runs = []
+    for spec, ref, key, engine in ((False, reference_run, "llm", ""),
+                                   (True, spec_reference_run, "spec_llm", "投机解码（n-gram 草稿）的")):
+        try:
+            runs.append(run_engine(fn, spec=spec))
+        except (CheckFailed, BlankNotFilled):
+            raise
+        except Exception as e:
+            raise CheckFailed(f"接入{engine}引擎后生成出错：{type(e).__name__}: {e}") from None
+        _same_tokens(runs[-1].tokens, ref().tokens, key, f"在{engine}引擎里，" if spec else "")
+    run = runs[0]
     prepare_steps = {ev.step for ev in run.trace if ev.phase == "prepare_inputs"}
     forward_steps = {ev.step for ev in run.trace if ev.phase == "forward"}
     expect(forward_steps and forward_steps <= prepare_steps,

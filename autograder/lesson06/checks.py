@@ -1,12 +1,8 @@
 """Lesson 6 — PagedAttention：Triton decode kernel: the launcher around the student's kernel, the checks behind
 the grade cells, the engine plug, the live demo and the figures.
 
-Grade cells and `python -m autograder check lesson06 ...` call the same functions here:
-    check_main_path(kernel)    scattered blocks, lengths across block boundaries, GQA ratios, a non-contiguous
-                               cache (K and V interleaved block by block) vs the torch oracle
-    check_real_engine(kernel)  the kernel as the Triton backend's decode kernel: same greedy tokens as ours
-    check_boundary(kernel)     empty row, one token, exactly one block, NaN in unwritten slots, huge logits
-    check_source_map(SOURCE_MAP) each blank (but acc) named by its variable in vLLM's kernel_paged_attention_2d
+Grade cells and `python -m autograder check lesson06 ...` call the check_* functions here (each docstring says
+what it covers).
 
 Input space (each dimension, and the graded part that covers it):
     seq_len               0 (padded row), 1, < a block, exactly 1 block, 1 past it, several blocks: main_path, boundary
@@ -36,6 +32,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import inspect
 import os
 import shutil
@@ -95,6 +92,8 @@ def bounds_checked(tensors, counter: OpCounter | None = None):
     import numpy as np
     from triton.runtime.interpreter import InterpreterBuilder
 
+    counter = OpCounter() if counter is None else counter  # counted either way; read only when asked
+
     ranges = []   # each tensor's own extent (k_cache and v_cache are views of one kv_cache: keep them apart)
     for name, t in tensors.items():
         last = sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True)) if t.numel() else -1
@@ -116,26 +115,26 @@ def bounds_checked(tensors, counter: OpCounter | None = None):
 
     def load(self, ptrs, mask, other, *args):
         name, live = owner(ptrs.data, None if mask is None else mask.data)
-        if counter is not None and name is not None:
-            counter.add_load(name, live.size, ptrs.get_element_ty().primitive_bitwidth // 8)
+        if name is not None:
+            counter.loads[name] = counter.loads.get(name, 0) + live.size
+            counter.load_bytes[name] = counter.load_bytes.get(name, 0) + live.size * (
+                ptrs.get_element_ty().primitive_bitwidth // 8)
         return orig_load(self, ptrs, mask, other, *args)
 
     def store(self, ptrs, value, mask, *args):
         name, live = owner(ptrs.data, None if mask is None else mask.data)
-        if counter is not None and name is not None:
+        if name is not None:
             counter.stores[name] = counter.stores.get(name, 0) + live.size
         return orig_store(self, ptrs, value, mask, *args)
 
     def dot(self, a, b, d, *args):
-        if counter is not None:
-            m, k = a.data.shape[-2:]
-            counter.dot_flops += 2 * m * k * b.data.shape[-1]
-            counter.dots += 1
+        m, k = a.data.shape[-2:]
+        counter.dot_flops += 2 * m * k * b.data.shape[-1]
+        counter.dots += 1
         return orig_dot(self, a, b, d, *args)
 
     def exp(self, arg):
-        if counter is not None:
-            counter.exps += int(np.asarray(arg.data).size)
+        counter.exps += int(np.asarray(arg.data).size)
         return orig_exp(self, arg)
 
     with mock.patch.multiple(InterpreterBuilder, create_masked_load=load, create_masked_store=store, create_dot=dot,
@@ -156,16 +155,15 @@ class OpCounter:
     programs: int = 0
     iterations: int = 0                              # block-loop iterations over all programs
 
-    def add_load(self, name: str, n: int, elt: int) -> None:
-        self.loads[name] = self.loads.get(name, 0) + n
-        self.load_bytes[name] = self.load_bytes.get(name, 0) + n * elt
-
 
 # ---------------------------------------------------------------------------- launcher
-def _is_blank(kernel) -> bool:
-    fn = getattr(kernel, "fn", kernel)
-    code = getattr(fn, "__code__", None)
-    return code is not None and "______" in code.co_names
+KERNEL_BLANK = "还有空 ______ 没有填写：把内核里每个 ______ 换成正确的表达式后再运行。"
+
+
+def _require_filled(kernel) -> None:
+    """A kernel whose code still names `______` fails before it is compiled or launched."""
+    if "______" in getattr(getattr(getattr(kernel, "fn", kernel), "__code__", None), "co_names", ()):
+        raise BlankNotFilled(KERNEL_BLANK)
 
 
 def _is_compute_cast(node) -> bool:
@@ -216,8 +214,7 @@ def launch(kernel, out, query, k_cache, v_cache, block_table, seq_lens, scale, n
 
     from minivllm.attention.ops.triton_decode_attention import check_kv_cache, dot_config, head_dim_pad
 
-    if _is_blank(kernel):
-        raise BlankNotFilled("还有空 ______ 没有填写：把内核里每个 ______ 换成正确的表达式后再运行。")
+    _require_filled(kernel)
     expect(hasattr(kernel, "fn") and hasattr(kernel, "__getitem__"),
            f"paged_decode_kernel 应是 @triton.jit 内核，实际是 {type(kernel).__name__}。")
     problems = gpu_portability_problems(kernel)
@@ -250,7 +247,7 @@ def launch(kernel, out, query, k_cache, v_cache, block_table, seq_lens, scale, n
         if isinstance(cause, OutOfBounds):
             raise CheckFailed(f"内核访问越界：{cause}。检查 physical_block：读的是块表的哪一行、哪一列？") from None
         if "_Blank" in repr(cause) or isinstance(cause, BlankNotFilled):
-            raise BlankNotFilled("还有空 ______ 没有填写：把内核里每个 ______ 换成正确的表达式后再运行。") from None
+            raise BlankNotFilled(KERNEL_BLANK) from None
         raise CheckFailed(f"内核运行出错：{type(cause).__name__}: {cause}") from None
     return out
 
@@ -319,7 +316,6 @@ def reference(case: DecodeCase) -> torch.Tensor:
     from minivllm.attention.backend import AttentionMetadata
     from minivllm.attention.backends.torch_attn import paged_attention_ref
 
-    n = case.query.shape[0]
     lens = case.seq_lens.cpu()
     live = lens > 0
     out = torch.zeros_like(case.query)
@@ -333,7 +329,6 @@ def reference(case: DecodeCase) -> torch.Tensor:
                            num_decode_tokens=int(live.sum()), query_start_loc_cpu=qsl, seq_lens_cpu=lens[live])
     kv = torch.nan_to_num(case.kv_cache.float(), nan=0.0)   # the oracle masks by length; NaN*0 would still be NaN
     out[idx] = paged_attention_ref(case.query[idx].float(), kv, md, case.scale).to(out.dtype)
-    assert n == out.shape[0]
     return out
 
 
@@ -493,15 +488,10 @@ def run_engine(kernel=None, prompts=None, max_tokens: int = MAX_TOKENS, keep_las
                      time.perf_counter() - t, [o.prompt for o in outs])
 
 
-_REFERENCE_RUN: EngineRun | None = None
-
-
+@functools.cache
 def reference_run() -> EngineRun:
     """minivllm's own decode kernel on PROMPTS (computed once per process; the last call keeps its inputs)."""
-    global _REFERENCE_RUN
-    if _REFERENCE_RUN is None:
-        _REFERENCE_RUN = run_engine(None, keep_last=True)
-    return _REFERENCE_RUN
+    return run_engine(None, keep_last=True)
 
 
 def judge_engine_run(run: EngineRun, ref: EngineRun) -> None:
@@ -520,8 +510,7 @@ def check_real_engine(kernel) -> EngineRun:
     """The student's kernel as the Triton backend's decode kernel: every call matches the oracle, and greedy
     generation on the default model equals the reference kernel's. Covers: the engine's block_size 16, two
     sequences decoding in one batch across a block edge, K/V bytes read once (interpreter counts)."""
-    if _is_blank(kernel):
-        raise BlankNotFilled("还有空 ______ 没有填写：把内核里每个 ______ 换成正确的表达式后再运行。")
+    _require_filled(kernel)
     ref = reference_run()
     run = run_engine(kernel)
     judge_engine_run(run, ref)
