@@ -9,13 +9,8 @@ The exercise pads a decode batch to a capture size, in three small functions (th
 plug() puts them into minivllm's GPUModelRunner in place of CudagraphDispatcher.dispatch and
 _pad_for_cudagraph. On CPU the engine's enforce_eager=False path "replays" eagerly from the same static
 buffers, so every check here runs on CPU; on a GPU the same plug feeds real CUDA graphs.
-    check_main_path(...)   the size chosen is the smallest that fits; a batch padded in fresh buffers; real rows kept;
-                           then every batch size against the pinned vLLM's own dispatcher (recorded, six settings)
-    check_real_engine(...) greedy tokens through the plugged engine equal the unpadded eager run
-    check_boundary(...)    a full batch, a batch above every size, stale buffers, padded rows never write KV
-    check_source_map(SOURCE_MAP)  three padding concepts -> the pinned vLLM's method names (hashed); the lesson's text
-                           does not print them (its show_vllm cells may show one, from the fetched source)
-Every check is @graded: bounded by the cell limit, one short line on failure.
+Grade cells and `python -m autograder check lesson11 ...` call the same check_* functions here (each docstring
+says what it covers; every one is @graded).
 
 Input space (each dimension -> the part that covers it):
     num_reqs        1, between sizes (3, 5, 17, 20, 25, 33), exactly a size (8, 24, 40), above every size (9, 41)
