@@ -661,9 +661,8 @@ def run_real_engine(sample) -> None:
 
 
 # ---------------------------------------------------------------------------- source map
-# Accepted names, as sha256 prefixes of the lower-cased last dotted component, checked against the pinned vLLM
-# (vllm/v1/sample/sampler.py, ops/topk_topp_sampler.py, ops/logprobs.py, logits_processor/interface.py).
-# Names the lesson does not print; the plain names live only in the solution, which the release leaves out.
+# Names the lesson does not print, checked against the pinned vLLM (vllm/v1/sample/sampler.py,
+# ops/topk_topp_sampler.py, ops/logprobs.py, logits_processor/interface.py); SourceMap says how they are stored.
 SOURCE = SourceMap(["greedy_pick", "no_seed_fast_path", "argmax_safe", "processed_mode", "sampled_rank", "fp64_noise"], {
     "greedy_pick": {"ca3f81a61a8c102e"},
     "no_seed_fast_path": {"be32b68aa4c3178a"},

@@ -443,9 +443,8 @@ def check_real_engine(choice_bitmask) -> EngineRun:
 
 
 # ---------------------------------------------------------------------------- source mapping
-# sha256 prefixes of the lower-cased last dotted name (see name_hash), so the answer is not one import away:
-# names in the pinned vLLM's v1/structured_output/ (utils.py, __init__.py, backend_types.py, request.py) that the
-# lesson does not print; the plain names live only in the solution, which the release leaves out.
+# Names in the pinned vLLM's v1/structured_output/ (utils.py, __init__.py, backend_types.py, request.py) that the
+# lesson does not print; SourceMap says how they are stored.
 SOURCE = SourceMap(["escape", "parallel_fill", "terminated", "ready"], {
     "escape": {"1949ed5622e14050"},
     "parallel_fill": {"c7cca724a0d1f1fa"},

@@ -150,7 +150,7 @@ def check_crafted(fn) -> None:
                  [2, 2], [False, False], [0.9, 0.1], [[1, P], [0, 2]], [0, 1], torch.Generator().manual_seed(0))
 
 
-# ---------------------------------------------------------------------------- the distribution test (lesson 7's chi-square)
+# ---------------------------------------------------------------------------- the distribution test
 TARGET = [0.30, 0.25, 0.20, 0.15, 0.07, 0.03]
 DRAFT_Q = [0.05, 0.10, 0.40, 0.05, 0.30, 0.10]
 
@@ -314,7 +314,8 @@ class StudentRejectionSampler:
         uniform = generate_uniform_probs(md.num_draft_tokens, sampling_metadata.generators, device)
         greedy = ([True] * batch if sampling_metadata.all_greedy
                   else (sampling_metadata.temperature < 1e-5).tolist())
-        out, num_accepted = call(self.fn, drafts_of(md), target_probs.cpu(), draft_probs, bonus.cpu(), greedy, uniform.cpu())
+        out, num_accepted = call(self.fn, drafts_of(md), target_probs.cpu(), draft_probs, bonus.cpu(), greedy,
+                                 uniform.cpu())
         self.log.append((list(md.num_draft_tokens), list(num_accepted)))
         result = torch.full((batch, md.max_spec_len + 1), P, dtype=torch.int64)
         for i, n in enumerate(num_accepted):
@@ -414,9 +415,9 @@ def check_real_engine(fn) -> None:
 
 
 # ---------------------------------------------------------------------------- source map
-# Accepted names, as sha256 prefixes of the lower-cased last dotted component, checked against the pinned vLLM
-# (vllm/v1/sample/rejection_sampler.py, v1/spec_decode/*.py), names the lesson's own text does not print (the
-# first two are in the vLLM excerpts its show_vllm cell prints from the fetched source). The plain names live only in the solution (solutions/lesson09/lesson09.py), which the student release leaves out.
+# Names the lesson's own text does not print, checked against the pinned vLLM (vllm/v1/sample/rejection_sampler.py,
+# v1/spec_decode/*.py); the first two are in the vLLM excerpts its show_vllm cell prints from the fetched source.
+# SourceMap says how they are stored.
 SOURCE = SourceMap(["cumulative_drafts", "no_q_flag", "per_request_to_per_token", "parse", "parallel_ngram"], {
     "cumulative_drafts": {"01c06631cf4b54db"},
     "no_q_flag": {"1632b9584efd92cc"},

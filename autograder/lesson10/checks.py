@@ -445,8 +445,7 @@ def check_boundary(column_cls, row_cls) -> None:
 # ---------------------------------------------------------------------------------------------- source map
 # Names the lesson does not print, checked in the pinned vLLM (model_executor/layers/linear.py, distributed/utils.py,
 # distributed/communication_op.py, distributed/parallel_state.py, v1/executor/multiproc_executor.py), stored as
-# sha256 prefixes of the lower-cased last dotted name; the plain names live only in the solution, which the release
-# leaves out. gather_outputs takes two names: the function the column layer calls and the GroupCoordinator
+# SourceMap says. gather_outputs takes two names: the function the column layer calls and the GroupCoordinator
 # method it calls in turn (both gather, both vLLM's). output_rank takes the one method vLLM has: the same name
 # without its leading underscore is not a vLLM name and is refused (tests/test_lesson10_grading.py).
 SOURCE = SourceMap(["no_split", "shard_widths", "divisible", "split_input", "gather_outputs", "output_rank"], {

@@ -319,10 +319,10 @@ def kv_guard(llm) -> list[int]:
 
 # ---------------------------------------------------------------------------- source map
 FUNCTIONS = ["choose_capture_size", "fill_static_buffers", "real_rows"]
-# Checked in the pinned vLLM (v1/cudagraph_dispatcher.py, config/compilation.py, v1/worker/gpu_model_runner.py), stored
-# hashed; the plain names live only in the solution, which the release leaves out. The lesson's text does not print
-# them; its show_vllm cells print the fetched source, where padded_descriptor's answer is a call in dispatch (L303):
-# a pointed look, which is the point. sorted_sizes and uniform_check: one look at the line the item names (the call).
+# Checked in the pinned vLLM (v1/cudagraph_dispatcher.py, config/compilation.py, v1/worker/gpu_model_runner.py),
+# stored as SourceMap says. The lesson's text does not print them; its show_vllm cells print the fetched source,
+# where padded_descriptor's answer is a call in dispatch (L303): a pointed look, which is the point. sorted_sizes
+# and uniform_check: one look at the line the item names (the call).
 SOURCE = SourceMap(["padded_descriptor", "sorted_sizes", "uniform_check"], {
     "padded_descriptor": {"10bb46f1dea3d9e8"},
     "sorted_sizes": {"a37fa3f3bae89541"},
