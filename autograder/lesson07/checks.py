@@ -7,15 +7,8 @@ ops/topk_topp_sampler.py:
     random_sample(probs, generators)      the exponential race argmax(probs / q), seeded rows on their own generator
     sample(logits, md)                    raw logprobs, temperature, min-p, top-k/top-p, softmax, race, greedy rows
 
-Grade cells and `python -m autograder check lesson07 ...` call the same functions here:
-    check_main_path(...)   exact masks against a per-row float64 reference on crafted logits, and a chi-square
-                           test of a few thousand seeded draws against the exact truncated distribution
-    check_real_engine(...) `sample` as the runner's sampler: seeded outputs equal across batch compositions
-                           and chunked prefill, temperature -> 0 equals greedy, logprobs equal HF's
-                           log_softmax of the raw logits, and the profiler sees aten::sort only with top-p
-    check_boundary(...)    ties at the k-th value, top_p = 1, top_k = vocab, k = 0, min_p = 0, all rows mixed,
-                           and no aten::sort when no row uses top-p
-    check_source_map(SOURCE_MAP)          names the lesson does not print (the pinned vLLM's sampler)
+Grade cells and `python -m autograder check lesson07 ...` call the same check_* functions here (each docstring
+says what it covers); check_source_map grades the names the lesson does not print (the pinned vLLM's sampler).
 
 Input space (each dimension -> the part that covers it):
     temperature          0 (greedy), below SAMPLING_EPS but non-zero (1e-6: greedy), 1e-4 (random, = greedy),
@@ -45,6 +38,7 @@ Input space (each dimension -> the part that covers it):
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 from unittest import mock
 
@@ -143,14 +137,14 @@ def check_masks(fn_top, fn_min) -> None:
     k = torch.tensor([0, 2, 5, 10, 3, 1, 0, 7])
     p = torch.tensor([0.5, 1.0, 0.8, 0.35, 1.0, 0.9, 0.95, 0.6])
     mp = torch.tensor([0.0, 0.0, 0.1, 0.0, 0.3, 0.0, 0.05, 0.2])
-    expect_masks(fn_top, fn_min, "只有 top-k", x, k=k)
-    expect_masks(fn_top, fn_min, "只有 top-p", x, p=p)
-    expect_masks(fn_top, fn_min, "top-k 与 top-p", x, k=k, p=p)
-    expect_masks(fn_top, fn_min, "min-p、top-k 与 top-p", x, k=k, p=p, min_p=mp)
+    masks = functools.partial(expect_masks, fn_top, fn_min)
+    masks("只有 top-k", x, k=k)
+    masks("只有 top-p", x, p=p)
+    masks("top-k 与 top-p", x, k=k, p=p)
+    masks("min-p、top-k 与 top-p", x, k=k, p=p, min_p=mp)
     # top-p must be taken over the top-k survivors, renormalised: here the two orders disagree
     y = torch.tensor([[2.0, 1.9, 1.8, 0.0, -0.1, -0.2, -0.3, -0.4]])
-    expect_masks(fn_top, fn_min, "先 top-k 再在剩下的 token 上重新归一化做 top-p", y, k=torch.tensor([3]),
-                 p=torch.tensor([0.6]))
+    masks("先 top-k 再在剩下的 token 上重新归一化做 top-p", y, k=torch.tensor([3]), p=torch.tensor([0.6]))
 
 
 # ---------------------------------------------------------------------------- sampling metadata
@@ -230,16 +224,20 @@ def check_distribution(sample_fn) -> None:
                f"精确的截断分布 {np.round(probs * 3000).astype(int).tolist()} 不一致（卡方 p = {pv:.2g}，固定种子）。")
 
 
+def seeded_draws(sample_fn, logits, seeds, steps: int = 12) -> list[list[int]]:
+    """`steps` draws at temperature 1 of the first len(seeds) rows of logits; row i on its own generator seeded
+    seeds[i] (None: unseeded, the global RNG)."""
+    gens = {i: torch.Generator().manual_seed(s) for i, s in enumerate(seeds) if s is not None}
+    md = make_md([1.0] * len(seeds), generators=gens)
+    return [call_sample(sample_fn, logits[:len(seeds)], md)[0].tolist() for _ in range(steps)]
+
+
 def check_seeded_rows(sample_fn) -> None:
     """A seeded row draws the same whatever else is in the batch, and two rows with equal seeds agree."""
     logits = DIST_LOGITS.repeat(4, 1)
-    def draws(rows, seeds, steps=12):
-        gens = {i: torch.Generator().manual_seed(s) for i, s in zip(rows, seeds, strict=True) if s is not None}
-        md = make_md([1.0] * len(seeds), generators=gens)
-        return [call_sample(sample_fn, logits[:len(seeds)], md)[0].tolist() for _ in range(steps)]
-    alone = [d[0] for d in draws([0], [5])]
-    both = draws([0, 1], [5, 5])
-    mixed = draws([0, 1, 2], [None, 9, 5])
+    alone = [d[0] for d in seeded_draws(sample_fn, logits, [5])]
+    both = seeded_draws(sample_fn, logits, [5, 5])
+    mixed = seeded_draws(sample_fn, logits, [None, 9, 5])
     expect([d[0] for d in both] == alone and [d[1] for d in both] == alone,
            f"两个种子相同的请求在同一批里应抽出同样的序列 {alone}，实际 {[d[0] for d in both]} 与 {[d[1] for d in both]}"
            "（每个带种子的请求要用自己的 generator）。")
@@ -301,14 +299,10 @@ def check_seed_zero(sample_fn) -> None:
     """seed=0 is a seed (vLLM tests `seed is not None`): the row of a request seeded 0 draws the same alone and
     beside an unseeded and another seeded row, whatever the global RNG holds."""
     logits = DIST_LOGITS.repeat(3, 1)
-
-    def draws(seeds, global_seed, row, steps=12):
-        torch.manual_seed(global_seed)
-        gens = {i: torch.Generator().manual_seed(s) for i, s in enumerate(seeds) if s is not None}
-        md = make_md([1.0] * len(seeds), generators=gens)
-        return [int(call_sample(sample_fn, logits[:len(seeds)], md)[0][row]) for _ in range(steps)]
-    alone = draws([0], 1, 0)
-    mixed = draws([None, 3, 0], 2, 2)
+    torch.manual_seed(1)
+    alone = [d[0] for d in seeded_draws(sample_fn, logits, [0])]
+    torch.manual_seed(2)
+    mixed = [d[2] for d in seeded_draws(sample_fn, logits, [None, 3, 0])]
     expect(alone == mixed, f"seed=0 的请求（它的 generator 以 0 为种子）单独运行抽出 {alone}，与无种子、另一种子的请求同批时"
                            f"抽出 {mixed}：应相同（0 也是种子，不是“没有种子”）。")
 
@@ -342,23 +336,21 @@ def check_large_gap(sample_fn) -> None:
 def check_seeded_distribution(sample_fn) -> None:
     """Seeded rows are reproducible AND distributed as p: every row seeded (distinct seeds, the path without the
     batch-wide draw), and one generator per request over many steps (its draws must not repeat step after step)."""
-    case = (1.0, 6, 0.9, 0.0)
-    temp, k, p, _ = case
+    temp, k, p, _ = case = (1.0, 6, 0.9, 0.0)
     probs = exact_probs(*case)
+
+    def counts_and_p(rows: int, steps: int, first_seed: int):
+        gens = {i: torch.Generator().manual_seed(first_seed + i) for i in range(rows)}
+        md = make_md([temp] * rows, [k] * rows, [p] * rows, None, gens)
+        seq = [call_sample(sample_fn, DIST_LOGITS.repeat(rows, 1), md)[0] for _ in range(steps)]
+        counts = np.bincount(torch.stack(seq).flatten().numpy(), minlength=DIST_LOGITS.numel())
+        return counts, chi_square_p_value(counts, probs)
     n = 2400
-    gens = {i: torch.Generator().manual_seed(1000 + i) for i in range(n)}
-    md = make_md([temp] * n, [k] * n, [p] * n, None, gens)
-    sampled, _ = call_sample(sample_fn, DIST_LOGITS.repeat(n, 1), md)
-    counts = np.bincount(sampled.numpy(), minlength=DIST_LOGITS.numel())
-    pv = chi_square_p_value(counts, probs)
+    counts, pv = counts_and_p(n, 1, 1000)
     expect(pv > CHI_P_MIN, f"每一行都带种子（{n} 个不同的 seed）时，频数 {counts.tolist()} 应服从截断分布 "
            f"{np.round(probs * n).astype(int).tolist()}（卡方 p = {pv:.2g}）：带种子的行也要按 probs 抽样。")
     rows, steps = 4, 500
-    gens = {i: torch.Generator().manual_seed(77 + i) for i in range(rows)}
-    md = make_md([temp] * rows, [k] * rows, [p] * rows, None, gens)
-    seq = [call_sample(sample_fn, DIST_LOGITS.repeat(rows, 1), md)[0] for _ in range(steps)]
-    counts = np.bincount(torch.stack(seq).flatten().numpy(), minlength=DIST_LOGITS.numel())
-    pv = chi_square_p_value(counts, probs)
+    counts, pv = counts_and_p(rows, steps, 77)
     expect(pv > CHI_P_MIN, f"同一批 {rows} 个带种子的请求连续 {steps} 步，抽到的 token 频数 {counts.tolist()} 应服从截断分布 "
            f"{np.round(probs * rows * steps).astype(int).tolist()}（卡方 p = {pv:.2g}）：每步应从请求自己的 generator "
            "继续取新的噪声，而不是每步重新从 seed 开始。")
@@ -466,35 +458,30 @@ def check_boundary(apply_min_p, apply_top_k_top_p) -> None:
     (the k-th value's probability underflows), the no-sort top-k path."""
     x = crafted_logits()
     n, vocab = x.shape
-    expect_masks(apply_top_k_top_p, apply_min_p, "top_p = 1（全部保留）", x, p=torch.ones(n))
-    expect_masks(apply_top_k_top_p, apply_min_p, "top_k = vocab（全部保留）", x, k=torch.full((n,), vocab))
-    expect_masks(apply_top_k_top_p, apply_min_p, "top_k = 0（关闭）与 top_k = 1 混在一批", x,
-                 k=torch.tensor([0, 1] * (n // 2)))
-    expect_masks(apply_top_k_top_p, apply_min_p, "min_p = 0（关闭）与 min_p = 1（只留最大）混在一批", x,
-                 min_p=torch.tensor([0.0, 1.0] * (n // 2)))
-    expect_masks(apply_top_k_top_p, apply_min_p, "很小的 top_p：只留概率最大的 token", x, p=torch.full((n,), 1e-4))
-    expect_masks(apply_top_k_top_p, apply_min_p, "k 恰好落在并列值上（并列的都保留）", x,
-                 k=torch.tensor([1, 2, 3, 2, 2, 2, 3, 9]), p=torch.tensor([1.0, 1.0, 1.0, 1.0, 0.99, 1.0, 1.0, 1.0]))
+    t = torch.tensor
+    masks = functools.partial(expect_masks, apply_top_k_top_p, apply_min_p)
+    masks("top_p = 1（全部保留）", x, p=torch.ones(n))
+    masks("top_k = vocab（全部保留）", x, k=torch.full((n,), vocab))
+    masks("top_k = 0（关闭）与 top_k = 1 混在一批", x, k=t([0, 1] * (n // 2)))
+    masks("min_p = 0（关闭）与 min_p = 1（只留最大）混在一批", x, min_p=t([0.0, 1.0] * (n // 2)))
+    masks("很小的 top_p：只留概率最大的 token", x, p=torch.full((n,), 1e-4))
+    masks("k 恰好落在并列值上（并列的都保留）", x, k=t([1, 2, 3, 2, 2, 2, 3, 9]), p=t([1.0, 1, 1, 1, 0.99, 1, 1, 1]))
     flat = torch.zeros(4, 8)                              # 8 tied tokens: probabilities 1/8, cumsums exact
-    expect_masks(apply_top_k_top_p, apply_min_p, "top_p 恰好等于累积概率（并列值；vLLM 用 cumsum <= 1 - p 丢弃）", flat,
-                 k=torch.tensor([0, 4, 0, 8]), p=torch.tensor([0.5, 0.5, 0.25, 0.75]))
-    expect_masks(apply_top_k_top_p, apply_min_p, "最大值并列时 min_p = 1（并列的最大值都保留）", x[[1, 5]],
-                 min_p=torch.tensor([1.0, 1.0]), k=torch.tensor([0, 0]), p=torch.tensor([1.0, 1.0]))
-    expect_masks(apply_top_k_top_p, apply_min_p, "每一行都是 top_k = 0（关闭）且没有 top-p", x,
-                 k=torch.zeros(n, dtype=torch.int64))
+    masks("top_p 恰好等于累积概率（并列值；vLLM 用 cumsum <= 1 - p 丢弃）", flat, k=t([0, 4, 0, 8]),
+          p=t([0.5, 0.5, 0.25, 0.75]))
+    masks("最大值并列时 min_p = 1（并列的最大值都保留）", x[[1, 5]], min_p=t([1.0, 1.0]), k=t([0, 0]), p=t([1.0, 1.0]))
+    masks("每一行都是 top_k = 0（关闭）且没有 top-p", x, k=torch.zeros(n, dtype=torch.int64))
     g = GAP_LOGITS                                        # > 100 nats apart (past ~104, float32 underflows to 0)
-    expect_masks(apply_top_k_top_p, apply_min_p, "相差 100 nats 以上的 logits，只有 top-k（第 k 大的值概率下溢为 0）", g,
-                 k=torch.tensor([4, 5]))
-    expect_masks(apply_top_k_top_p, apply_min_p, "相差 100 nats 以上的 logits，top-k 与 top-p", g,
-                 k=torch.tensor([5, 4]), p=torch.tensor([0.9, 0.99]))
-    expect_masks(apply_top_k_top_p, apply_min_p, "相差 100 nats 以上的 logits，min-p", g, min_p=torch.tensor([0.2, 0.3]))
+    masks("相差 100 nats 以上的 logits，只有 top-k（第 k 大的值概率下溢为 0）", g, k=t([4, 5]))
+    masks("相差 100 nats 以上的 logits，top-k 与 top-p", g, k=t([5, 4]), p=t([0.9, 0.99]))
+    masks("相差 100 nats 以上的 logits，min-p", g, min_p=t([0.2, 0.3]))
     none = call(apply_top_k_top_p, x.clone(), None, None, name="apply_top_k_top_p")
     expect(torch.equal(none, x), "k 和 p 都是 None 时 logits 应原样返回。")
     big = torch.randn(8, 512, generator=torch.Generator().manual_seed(11))
     k = torch.tensor([5, 0, 20, 1, 3, 0, 8, 2])
     expect(not sorts(lambda: apply_top_k_top_p(big.clone(), k, None)),
            "没有任何一行用 top-p 时不应排序整个词表（profiler 里出现了 aten::sort）：只有 top-k 时用 topk 取第 k 大的值。")
-    expect_masks(apply_top_k_top_p, apply_min_p, "只有 top-k 的快速路径", big, k=k)
+    masks("只有 top-k 的快速路径", big, k=k)
 
 
 # ---------------------------------------------------------------------------- the real engine
@@ -554,6 +541,16 @@ def tokens_of(outputs) -> list[list[int]]:
     return [list(o.outputs[0].token_ids) for o in outputs]
 
 
+def params(**kw):
+    """SamplingParams that run to max_tokens (ignore_eos), as every request of these checks does."""
+    from minivllm.sampling_params import SamplingParams
+    return SamplingParams(ignore_eos=True, **kw)
+
+
+def generate(llm, prompts, sp) -> list[list[int]]:
+    return tokens_of(llm.generate(prompts, sp, use_tqdm=False))
+
+
 def engine_prompts(llm) -> list[list[int]]:
     tok = llm.get_tokenizer()
     return [tok.encode(t) for t in ENGINE_PROMPTS]
@@ -562,40 +559,35 @@ def engine_prompts(llm) -> list[list[int]]:
 def seeded_runs(llm, small, max_tokens: int = 12) -> dict:
     """A seeded request alone, in a batch of mixed requests (greedy, unseeded, another seed), under chunked
     prefill (`small`: a 4-token budget), and the same request twice without a seed."""
-    from minivllm.sampling_params import SamplingParams
-
-    def params(**kw):
-        return SamplingParams(max_tokens=max_tokens, ignore_eos=True, **kw)
-
-    seeded = params(temperature=1.0, top_k=20, top_p=0.9, seed=1234)
-    zero = params(temperature=1.0, seed=0)  # seed 0 is a seed, not "no seed"
-    others = [params(temperature=0.0), params(temperature=0.8), params(temperature=1.2, min_p=0.05, seed=7)]
+    sp = functools.partial(params, max_tokens=max_tokens)
+    seeded = sp(temperature=1.0, top_k=20, top_p=0.9, seed=1234)
+    zero = sp(temperature=1.0, seed=0)  # seed 0 is a seed, not "no seed"
+    others = [sp(temperature=0.0), sp(temperature=0.8), sp(temperature=1.2, min_p=0.05, seed=7)]
     prompts = engine_prompts(llm)
     return {
-        "alone": tokens_of(llm.generate([prompts[0]], seeded, use_tqdm=False))[0],
-        "batch": tokens_of(llm.generate(prompts[1:] + [prompts[0]], others + [seeded], use_tqdm=False))[-1],
-        "chunked": tokens_of(small.generate([prompts[2], prompts[0]], [others[1], seeded], use_tqdm=False))[-1],
-        "unseeded": [tokens_of(llm.generate([prompts[0]], params(temperature=1.0, top_k=20, top_p=0.9),
-                                            use_tqdm=False))[0] for _ in range(2)],
-        "zero_alone": tokens_of(llm.generate([prompts[1]], zero, use_tqdm=False))[0],
-        "zero_batch": tokens_of(llm.generate([prompts[0], prompts[1]], [others[1], zero], use_tqdm=False))[-1],
+        "alone": generate(llm, [prompts[0]], seeded)[0],
+        "batch": generate(llm, prompts[1:] + [prompts[0]], others + [seeded])[-1],
+        "chunked": generate(small, [prompts[2], prompts[0]], [others[1], seeded])[-1],
+        "unseeded": [generate(llm, [prompts[0]], sp(temperature=1.0, top_k=20, top_p=0.9))[0] for _ in range(2)],
+        "zero_alone": generate(llm, [prompts[1]], zero)[0],
+        "zero_batch": generate(llm, [prompts[0], prompts[1]], [others[1], zero])[-1],
     }
 
 
-_HF: dict = {}                           # the HF model, loaded once per process (it does not depend on the answer)
+@functools.cache
+def hf_model():
+    """The HF model, loaded once per process (it does not depend on the answer)."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    return AutoModelForCausalLM.from_pretrained(DEFAULT_MODEL, dtype=torch.float32)
 
 
 def hf_raw_logprobs(prompt: list[int], generated: list[int]) -> torch.Tensor:
     """HF transformers' log_softmax of the raw logits at each generated position: [len(generated), V]."""
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
-
-    if "model" not in _HF:
-        hf_logging.disable_progress_bar()
-        _HF["model"] = AutoModelForCausalLM.from_pretrained(DEFAULT_MODEL, dtype=torch.float32)
-    model = _HF["model"]
     with torch.no_grad():
-        logits = model(torch.tensor([prompt + generated])).logits[0].float()
+        logits = hf_model()(torch.tensor([prompt + generated])).logits[0].float()
     return logits[len(prompt) - 1:-1].log_softmax(-1)
 
 
@@ -625,8 +617,6 @@ def check_real_engine(sample) -> None:
 
 
 def run_real_engine(sample) -> None:
-    from minivllm.sampling_params import SamplingParams
-
     log: list = []
     with plugged(sample, log):
         llm = make_llm()
@@ -640,25 +630,20 @@ def run_real_engine(sample) -> None:
         expect(runs["zero_alone"] == runs["zero_batch"], "seed=0 的请求单独运行与和一个无种子的请求同批时应生成相同的 token"
                f"（0 也是种子）：单独 {runs['zero_alone']}，同批 {runs['zero_batch']}。")
         prompts = engine_prompts(llm)
-        greedy = tokens_of(llm.generate(prompts, SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True),
-                                        use_tqdm=False))
-        cold = tokens_of(llm.generate(prompts, SamplingParams(max_tokens=10, temperature=1e-4, ignore_eos=True),
-                                      use_tqdm=False))
+        greedy, cold = (generate(llm, prompts, params(max_tokens=10, temperature=t)) for t in (0.0, 1e-4))
         expect(cold == greedy, f"temperature → 0（1e-4）应与贪心相同：{cold[0]} vs {greedy[0]}。")
-        plain = SamplingParams(max_tokens=3, temperature=0.8, ignore_eos=True)
-        for params in (SamplingParams(max_tokens=3, temperature=1.0, top_k=5, ignore_eos=True),
-                       SamplingParams(max_tokens=3, temperature=1.0, top_p=0.9, ignore_eos=True)):
-            llm.generate(prompts[:2], [params, plain], use_tqdm=False)
+        plain = params(max_tokens=3, temperature=0.8)
+        for sp in (params(max_tokens=3, temperature=1.0, top_k=5), params(max_tokens=3, temperature=1.0, top_p=0.9)):
+            llm.generate(prompts[:2], [sp, plain], use_tqdm=False)
         steps = log[-6:]                                # 3 steps with top-k only, then 3 with top-p
         expect(all(s[0] and not s[1] and s[2] == 0 for s in steps[:3]),
                "没有请求用 top-p 时不应排序词表：profiler 记录的 (top_k, top_p, aten::sort 次数, aten::topk 次数) = "
                f"{steps[:3]}。")
         expect(all(s[1] and s[2] > 0 for s in steps[3:]),
                f"有请求用 top-p 时应排序（累积概率需要排好序的概率）：profiler 记录 {steps[3:]}。")
-        lp_out = llm.generate([prompts[1]], SamplingParams(max_tokens=6, temperature=0.7, top_k=10, logprobs=3,
-                                                            seed=3, ignore_eos=True), use_tqdm=False)[0].outputs[0]
-        lp0_out = llm.generate([prompts[2]], SamplingParams(max_tokens=3, temperature=0.7, logprobs=0, seed=5,
-                                                            ignore_eos=True), use_tqdm=False)[0].outputs[0]
+        lp_out, lp0_out = (llm.generate([prompts[i]], sp, use_tqdm=False)[0].outputs[0] for i, sp in (
+            (1, params(max_tokens=6, temperature=0.7, top_k=10, logprobs=3, seed=3)),
+            (2, params(max_tokens=3, temperature=0.7, logprobs=0, seed=5))))
     finally:
         shutdown(llm)
         shutdown(small)
@@ -676,9 +661,8 @@ def run_real_engine(sample) -> None:
 
 
 # ---------------------------------------------------------------------------- source map
-# Accepted names, as sha256 prefixes of the lower-cased last dotted component, checked against the pinned vLLM
-# (vllm/v1/sample/sampler.py, ops/topk_topp_sampler.py, ops/logprobs.py, logits_processor/interface.py).
-# Names the lesson does not print; the plain names live only in the solution, which the release leaves out.
+# Names the lesson does not print, checked against the pinned vLLM (vllm/v1/sample/sampler.py,
+# ops/topk_topp_sampler.py, ops/logprobs.py, logits_processor/interface.py); SourceMap says how they are stored.
 SOURCE = SourceMap(["greedy_pick", "no_seed_fast_path", "argmax_safe", "processed_mode", "sampled_rank", "fp64_noise"], {
     "greedy_pick": {"ca3f81a61a8c102e"},
     "no_seed_fast_path": {"be32b68aa4c3178a"},

@@ -356,7 +356,7 @@ PROMPTS = ["ROMEO:", "JULIET:", "KING HENRY:", "HAMLET:\nTo be", "First Citizen:
 
 
 def run_engine(choice_bitmask=None) -> EngineRun:
-    """Covers the engine dimensions. Free requests alone, then a mixed batch with choice requests (greedy and seeded), on the plugged engine."""
+    """Free requests alone, then a mixed batch with choice requests (greedy and seeded), on the plugged engine."""
     from minivllm.config import EngineArgs
     from minivllm.engine import EngineCoreRequest
     from minivllm.engine.core import EngineCore
@@ -369,12 +369,13 @@ def run_engine(choice_bitmask=None) -> EngineRun:
         core.structured_output_manager.shutdown()
         core.structured_output_manager = core.scheduler.structured_output_manager = manager
 
-    def drain() -> dict[str, list]:
+    def drain() -> tuple[dict[str, list], dict[str, list[int]]]:
+        """Every request's outputs, and its tokens."""
         got: dict[str, list] = {}
         while core.scheduler.has_requests():
             for o in core.step()[0].outputs:
                 got.setdefault(o.request_id, []).append(o)
-        return got
+        return got, {r: [t for o in outs for t in o.new_token_ids] for r, outs in got.items()}
 
     def add(req_id, prompt, sp):
         core.add_request(EngineCoreRequest(req_id, vocab.encode(prompt), sp, vocab.eos_token_id))
@@ -382,7 +383,7 @@ def run_engine(choice_bitmask=None) -> EngineRun:
         free = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
         for i, p in enumerate(PROMPTS):
             add(f"free{i}", p, free)
-        alone = {r: [t for o in outs for t in o.new_token_ids] for r, outs in drain().items()}
+        alone = drain()[1]
         core.tracer.clear()
         choices = {}
         for i, p in enumerate(PROMPTS):
@@ -399,10 +400,9 @@ def run_engine(choice_bitmask=None) -> EngineRun:
                      if r.structured_output_request is not None]
         while not all(so.is_grammar_ready for so in compiling):
             time.sleep(0.002)
-        got = drain()
+        got, toks = drain()
     finally:
         core.shutdown()
-    toks = {r: [t for o in outs for t in o.new_token_ids] for r, outs in got.items()}
     tb = vocab.token_bytes
     texts = {r: b"".join(tb[t] for t in toks[r]).decode("utf-8", "replace") for r in choices}
     finish = {r: str(got[r][-1].finish_reason) for r in choices}
@@ -443,9 +443,8 @@ def check_real_engine(choice_bitmask) -> EngineRun:
 
 
 # ---------------------------------------------------------------------------- source mapping
-# sha256 prefixes of the lower-cased last dotted name (see name_hash), so the answer is not one import away:
-# names in the pinned vLLM's v1/structured_output/ (utils.py, __init__.py, backend_types.py, request.py) that the
-# lesson does not print; the plain names live only in the solution, which the release leaves out.
+# Names in the pinned vLLM's v1/structured_output/ (utils.py, __init__.py, backend_types.py, request.py) that the
+# lesson does not print; SourceMap says how they are stored.
 SOURCE = SourceMap(["escape", "parallel_fill", "terminated", "ready"], {
     "escape": {"1949ed5622e14050"},
     "parallel_fill": {"c7cca724a0d1f1fa"},

@@ -35,30 +35,23 @@ Input space (each dimension -> the part that covers it):
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 from dataclasses import dataclass, field
 from unittest import mock
 
 import numpy as np
 import torch
 
-from autograder.common import (
-    REPO,
-    BlankNotFilled,
-    CheckFailed,
-    Lesson,
-    SourceMap,
-    expect,
-    graded,
-)
+from autograder.common import BlankNotFilled, CheckFailed, Lesson, SourceMap, expect, graded
+from autograder.lesson07.checks import CHI_P_MIN, chi_square_p_value, make_llm, shutdown
 from autograder.pin import VLLM_VERSION
 
 P = -1                                   # PLACEHOLDER_TOKEN_ID
-DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
 SPEC = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
 # Prompts on which the tiny model falls into loops (stage directions, a repeated line): n-grams repeat.
 ENGINE_PROMPTS = ["OTHELLO:", "PORTIA:\nThe quality of mercy", "HAMLET:"]
 ENGINE_MAX_TOKENS = 40
-CHI_P_MIN = 1e-3                         # fixed seeds: the solution's p-values are far above this
 
 
 # ---------------------------------------------------------------------------- calling the student's function
@@ -158,16 +151,6 @@ def check_crafted(fn) -> None:
 
 
 # ---------------------------------------------------------------------------- the distribution test
-def chi_square_p_value(counts: np.ndarray, probs: np.ndarray) -> float:
-    """Pearson's chi-square; p-value = chi2(df) survival = regularized upper gamma Q(df/2, x/2) (no scipy)."""
-    keep = probs > 0
-    expected = probs[keep] * counts.sum()
-    stat = float(((counts[keep] - expected) ** 2 / expected).sum()) + (float("inf") if counts[~keep].sum() else 0.0)
-    df = int(keep.sum()) - 1
-    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64),
-                                         torch.tensor(stat / 2, dtype=torch.float64)))
-
-
 TARGET = [0.30, 0.25, 0.20, 0.15, 0.07, 0.03]
 DRAFT_Q = [0.05, 0.10, 0.40, 0.05, 0.30, 0.10]
 
@@ -300,6 +283,12 @@ class EngineRun:
     trace: list = field(default_factory=list)   # engine's own sampler: per step, (drafts, emitted) per request
 
 
+def drafts_of(md) -> list[list[int]]:
+    """Each request's draft tokens, from the flat draft_token_ids and num_draft_tokens of SpecDecodeMetadata."""
+    flat, ends = md.draft_token_ids.tolist(), list(itertools.accumulate(md.num_draft_tokens))
+    return [flat[end - k:end] for k, end in zip(md.num_draft_tokens, ends, strict=True)]
+
+
 class StudentRejectionSampler:
     """Stands where minivllm's RejectionSampler stands in the runner, and verifies with the student's fn."""
 
@@ -325,12 +314,8 @@ class StudentRejectionSampler:
         uniform = generate_uniform_probs(md.num_draft_tokens, sampling_metadata.generators, device)
         greedy = ([True] * batch if sampling_metadata.all_greedy
                   else (sampling_metadata.temperature < 1e-5).tolist())
-        flat = md.draft_token_ids.tolist()
-        drafts, start = [], 0
-        for k in md.num_draft_tokens:
-            drafts.append(flat[start:start + k])
-            start += k
-        out, num_accepted = call(self.fn, drafts, target_probs.cpu(), draft_probs, bonus.cpu(), greedy, uniform.cpu())
+        out, num_accepted = call(self.fn, drafts_of(md), target_probs.cpu(), draft_probs, bonus.cpu(), greedy,
+                                 uniform.cpu())
         self.log.append((list(md.num_draft_tokens), list(num_accepted)))
         result = torch.full((batch, md.max_spec_len + 1), P, dtype=torch.int64)
         for i, n in enumerate(num_accepted):
@@ -351,11 +336,7 @@ def recording(log: list):
     class Recording(RejectionSampler):
         def __call__(self, md, draft_probs, logits, sampling_metadata):
             out = super().__call__(md, draft_probs, logits, sampling_metadata)
-            flat, start, drafts = md.draft_token_ids.tolist(), 0, []
-            for k in md.num_draft_tokens:
-                drafts.append(flat[start:start + k])
-                start += k
-            log.append([(d, [t for t in row if t != P]) for d, row in zip(drafts, out.tolist(), strict=True)])
+            log.append(list(zip(drafts_of(md), emitted(out), strict=True)))
             return out
 
     with mock.patch.object(runner, "RejectionSampler", Recording):
@@ -371,21 +352,6 @@ def plugged(fn, log: list):
         yield
 
 
-def make_llm(spec: dict | None = None, **kw):
-    import logging
-    import os
-
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    logging.disable(logging.WARNING)
-    from minivllm.entrypoints.llm import LLM
-    return LLM(DEFAULT_MODEL, multiprocess=False, speculative_config=spec, **kw)
-
-
-def engine_prompts(llm) -> list[list[int]]:
-    tok = llm.get_tokenizer()
-    return [tok.encode(t) for t in ENGINE_PROMPTS]
-
-
 def run_engine(fn=None, spec: dict | None = SPEC, max_tokens: int = ENGINE_MAX_TOKENS, prompts=None,
                **kw) -> EngineRun:
     """Greedy generation of the engine prompts (each alone after the others: batch of 3); fn plugged if given."""
@@ -393,9 +359,9 @@ def run_engine(fn=None, spec: dict | None = SPEC, max_tokens: int = ENGINE_MAX_T
 
     log: list = []
     with plugged(fn, log) if fn is not None else recording(log) if spec else contextlib.nullcontext():
-        llm = make_llm(spec, **kw)
+        llm = make_llm(speculative_config=spec, **kw)
     try:
-        prompts = prompts if prompts is not None else engine_prompts(llm)
+        prompts = prompts if prompts is not None else [llm.get_tokenizer().encode(t) for t in ENGINE_PROMPTS]
         params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
         engine = llm.llm_engine
         for i, p in enumerate(prompts):
@@ -406,10 +372,9 @@ def run_engine(fn=None, spec: dict | None = SPEC, max_tokens: int = ENGINE_MAX_T
                 if o.finished:
                     done[o.request_id] = o.outputs[0].token_ids
             steps += 1
-        core = engine.engine_core
-        stats = core.get_stats().spec_decoding_stats
+        stats = engine.engine_core.get_stats().spec_decoding_stats
     finally:
-        llm.llm_engine.engine_core.shutdown()
+        shutdown(llm)
     tokens = [list(done[str(i)]) for i in range(len(prompts))]
     if fn is None:
         return EngineRun(tokens, stats, [([len(d) for d, _ in st], [len(o) - 1 for _, o in st]) for st in log], steps,
@@ -417,20 +382,14 @@ def run_engine(fn=None, spec: dict | None = SPEC, max_tokens: int = ENGINE_MAX_T
     return EngineRun(tokens, stats, log, steps)
 
 
-_REFERENCE: dict = {}
-
-
+@functools.cache
 def reference_runs() -> dict:
     """The non-speculative run and the engine's own speculative run (cached: they do not depend on the student)."""
-    if not _REFERENCE:
-        _REFERENCE["plain"] = run_engine(spec=None)
-        _REFERENCE["spec"] = run_engine()
-    return _REFERENCE
+    return {"plain": run_engine(spec=None), "spec": run_engine()}
 
 
-def stats_tuple(s) -> tuple:
-    return (s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens, list(s.num_accepted_tokens_per_pos),
-            list(s.num_draft_tokens_per_pos))
+STATS_FIELDS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos",
+                "num_draft_tokens_per_pos")
 
 
 @graded
@@ -450,17 +409,15 @@ def check_real_engine(fn) -> None:
             j = next((j for j, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
             raise CheckFailed(f"贪心 + 投机解码的输出应与不投机时逐 token 相同：prompt {i} 在第 {j} 个输出 token 处不同"
                               f"（投机 {a[j:j + 4]}，不投机 {b[j:j + 4]}；长度 {len(a)} vs {len(b)}）。")
-    mine, theirs = stats_tuple(got.stats), stats_tuple(ref["spec"].stats)
-    names = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos",
-             "num_draft_tokens_per_pos")
-    diff = [f"{n}: {a} vs {b}" for n, a, b in zip(names, mine, theirs, strict=True) if a != b]
+    diff = [f"{n}: {a} vs {b}" for n in STATS_FIELDS
+            if (a := getattr(got.stats, n)) != (b := getattr(ref["spec"].stats, n))]
     expect(not diff, "接受统计（SpecDecodingStats）应与引擎自带 RejectionSampler 的相同：" + "；".join(diff) + "。")
 
 
 # ---------------------------------------------------------------------------- source map
-# Accepted names, as sha256 prefixes of the lower-cased last dotted component, checked against the pinned vLLM
-# (vllm/v1/sample/rejection_sampler.py, v1/spec_decode/*.py), names the lesson's own text does not print (the
-# first two are in the vLLM excerpts its show_vllm cell prints from the fetched source). The plain names live only in the solution (solutions/lesson09/lesson09.py), which the student release leaves out.
+# Names the lesson's own text does not print, checked against the pinned vLLM (vllm/v1/sample/rejection_sampler.py,
+# v1/spec_decode/*.py); the first two are in the vLLM excerpts its show_vllm cell prints from the fetched source.
+# SourceMap says how they are stored.
 SOURCE = SourceMap(["cumulative_drafts", "no_q_flag", "per_request_to_per_token", "parse", "parallel_ngram"], {
     "cumulative_drafts": {"01c06631cf4b54db"},
     "no_q_flag": {"1632b9584efd92cc"},

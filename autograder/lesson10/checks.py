@@ -5,17 +5,8 @@ The student writes the MLP's two parallel layers with minivllm's constructor and
     row_cls(input_size, output_size, bias=False)       down_proj; param.weight_loader(param, w); forward
 Both read self.tp_rank / self.tp_size and call minivllm.distributed.tensor_model_parallel_all_reduce.
 
-Grade cells and `python -m autograder check lesson10 ...` call the same functions here:
-    check_mlp(column_cls, row_cls)          two gloo ranks (fresh processes; classes sent by value): the shards
-                                            each rank holds, and the MLP equals the unsharded one
-    check_real_engine(column_cls, row_cls)  the classes patched into minivllm's Llama in a fresh helper,
-                                            TP=2 in workers it forks: greedy equals TP=1; the profiler counts
-                                            2 all-reduces per layer per step (+1 for the vocab-parallel
-                                            embedding)
-    check_boundary(column_cls, row_cls)     TP=1 in this process (the layers are plain linears); two ranks
-                                            with biases, unequal fused projections and a single token; at
-                                            TP=2, sizes that do not split evenly are refused
-    check_source_map(SOURCE_MAP)
+Grade cells and `python -m autograder check lesson10 ...` call the same check_* functions here (each docstring
+says what it covers).
 
 Input space (each dimension -> the part that covers it):
     tp_size          1 (no group: all-reduce is the identity, every rank holds all) and 2 (gloo ranks)
@@ -48,19 +39,13 @@ from unittest import mock
 import torch
 import torch.nn.functional as F
 
-from autograder.common import (
-    BlankNotFilled,
-    CheckFailed,
-    Lesson,
-    SourceMap,
-    ______,
-    expect,
-    graded,
-)
+from autograder.common import BlankNotFilled, CheckFailed, Lesson, SourceMap, ______, expect, graded
+from autograder.lesson07.checks import quiet_stderr_fd as quiet_workers  # fd 2 -> /dev/null within
 
 TP = 2
 HIDDEN, INTER = 48, 40  # INTER per rank = 20: gate and up halves of 20 rows each
 TOL = dict(rtol=1e-4, atol=1e-4)  # float32; sums of <= 48 terms split in two partial sums by the all-reduce
+ENGINE = dict(device="cpu", attention_backend="torch", multiprocess=False, max_num_seqs=4)
 PROMPTS = ["ROMEO:", "JULIET: O Romeo, Romeo", "First Citizen:\nBefore we proceed"]
 
 
@@ -131,6 +116,11 @@ def _weights() -> dict[str, torch.Tensor]:
             "down_bias": r(HIDDEN)}
 
 
+def shards(t: torch.Tensor, sizes, rank: int, dim: int = -1) -> torch.Tensor:
+    """Projections of `sizes` fused along dim: each one's rank-th part of TP, concatenated (what rank holds)."""
+    return torch.cat([p.chunk(TP, dim)[rank] for p in t.split(list(sizes), dim)], dim)
+
+
 def reference_mlp(w: dict[str, torch.Tensor], bias: bool = False) -> torch.Tensor:
     """down(silu(gate x) * up x) (+ b), unsharded, in one process."""
     return F.linear(F.silu(F.linear(w["x"], w["gate"])) * F.linear(w["x"], w["up"]), w["down"],
@@ -197,8 +187,9 @@ def run_spawned(calls: list[tuple], timeout_s: float, names: list[str]) -> list:
     multiprocessing's forkserver, a single-threaded interpreter started once per caller with torch and these
     checks imported, so a rank costs a fork, not a torch import (lesson 10's five processes per grading: -2.3 s
     of a solution's 10.5 s). The student's classes travel by value with cloudpickle (they live in the
-    notebook's __main__, which the server does not have). The children's fd 2 is /dev/null (see quiet_workers);
-    their errors come back on the pipes."""
+    notebook's __main__, which the server does not have). The children's fd 2 is /dev/null (quiet_workers):
+    torch.profiler's C++ side prints start/stop lines there, and a grade cell that writes to stderr scores 0 in
+    nbgrader; their errors come back on the pipes."""
     import cloudpickle
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["torch", "cloudpickle", __name__])
@@ -261,18 +252,16 @@ def check_mlp(column_cls, row_cls) -> None:
         expect(tuple(gu.shape) == (2 * n, HIDDEN),
                f"rank {rank} 的 gate_up_proj.weight 形状应是 {(2 * n, HIDDEN)}（输出维切分：gate 和 up 各 "
                f"{n} 行），实际 {tuple(gu.shape)}。")
-        want = torch.cat([w["gate"][rank * n:(rank + 1) * n], w["up"][rank * n:(rank + 1) * n]])
-        expect(torch.equal(gu, want),
+        expect(torch.equal(gu, shards(torch.cat([w["gate"], w["up"]]), (INTER, INTER), rank, 0)),
                f"rank {rank} 的 gate_up_proj.weight 应是 [gate 的第 {rank} 段; up 的第 {rank} 段]：gate 和 up "
                "要各自切分，而不是把 [gate; up] 整块切开（否则 SiluAndMul 会把不同 rank 的 gate/up 配错）。")
         dw = out["down_weight"]
         expect(tuple(dw.shape) == (HIDDEN, n),
                f"rank {rank} 的 down_proj.weight 形状应是 {(HIDDEN, n)}（输入维切分），实际 {tuple(dw.shape)}。")
-        expect(torch.equal(dw, w["down"][:, rank * n:(rank + 1) * n]),
+        expect(torch.equal(dw, shards(w["down"], (INTER,), rank)),
                f"rank {rank} 的 down_proj.weight 应是 down 的第 {rank} 段列（与本 rank 的中间维对应）。")
-        full_h = torch.cat([F.linear(w["x"], w["gate"]), F.linear(w["x"], w["up"])], -1)
-        h_rank = torch.cat([full_h[:, rank * n:(rank + 1) * n], full_h[:, INTER + rank * n:INTER + (rank + 1) * n]], -1)
-        expect(torch.allclose(out["h"], h_rank, **TOL),
+        h = shards(torch.cat([F.linear(w["x"], w["gate"]), F.linear(w["x"], w["up"])], -1), (INTER, INTER), rank)
+        expect(torch.allclose(out["h"], h, **TOL),
                f"rank {rank} 的 gate_up_proj 输出应只是本 rank 的那一段（列并行层之后不需要通信）。")
     ref = reference_mlp(w)
     for rank, out in enumerate(outs):
@@ -283,9 +272,6 @@ def check_mlp(column_cls, row_cls) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- the engine
-_TP1_TOKENS: dict[str, list[list[int]]] = {}
-
-
 @contextlib.contextmanager
 def _patched_llama(column_cls, row_cls):
     """minivllm's Llama builds its MLP (and o_proj) from the student's classes; TP workers fork to see it."""
@@ -295,66 +281,52 @@ def _patched_llama(column_cls, row_cls):
         yield
 
 
-@contextlib.contextmanager
-def quiet_workers():
-    """Processes started inside this block get /dev/null as fd 2: torch.profiler's C++ side prints start/stop
-    lines there, and a grade cell that writes to stderr scores 0 in nbgrader. Their errors still reach the
-    parent through its pipes; this process's fd 2 is restored as the block ends."""
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-
-
 def count_all_reduces(trace_path: str) -> tuple[int, int]:
     """(execute_model steps, c10d all-reduce calls) in a rank's Chrome trace."""
     events = [e for e in json.load(open(trace_path))["traceEvents"] if e.get("ph") == "X"]
     return (sum(e["name"] == "execute_model" for e in events), sum(e["name"] == "c10d::allreduce_" for e in events))
 
 
-def _engine_kwargs() -> dict:
-    return dict(device="cpu", attention_backend="torch", multiprocess=False, max_num_seqs=4)
-
-
 def _tp2_run(column_cls, row_cls, max_tokens: int) -> dict:
     """In a fresh helper (run_spawned): the Llama patched with the student's classes at TP=2 (its workers fork
     from this single-purpose process, so they see the patch); the greedy tokens and rank 0's all-reduce count."""
     from minivllm.entrypoints.llm import LLM
-    from minivllm.sampling_params import SamplingParams
-    sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     with _patched_llama(column_cls, row_cls):
-        llm = LLM(tensor_parallel_size=TP, **_engine_kwargs())
+        llm = LLM(tensor_parallel_size=TP, **ENGINE)
     try:
         path = os.path.join(tempfile.mkdtemp(prefix="lesson10-"), "tp2.json")
         llm.start_profile(path)
-        tokens = [o.outputs[0].token_ids for o in llm.generate(PROMPTS, sp, use_tqdm=False)]
+        tokens = greedy_tokens(llm, max_tokens)
         steps, calls = count_all_reduces(llm.stop_profile())
         return {"tokens": tokens, "steps": steps, "calls": calls, "num_layers": _num_layers(llm)}
     finally:
         llm.llm_engine.shutdown()
 
 
+def greedy_tokens(llm, max_tokens: int) -> list[list[int]]:
+    from minivllm.sampling_params import SamplingParams
+    sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    return [o.outputs[0].token_ids for o in llm.generate(PROMPTS, sp, use_tqdm=False)]
+
+
+@functools.cache
+def tp1_tokens(max_tokens: int) -> list[list[int]]:
+    """The unpatched Llama at TP=1 (cached: it does not depend on the answer)."""
+    from minivllm.entrypoints.llm import LLM
+    llm = LLM(**ENGINE)
+    tokens = greedy_tokens(llm, max_tokens)
+    llm.llm_engine.shutdown()
+    return tokens
+
+
 @graded
 @once
 def check_real_engine(column_cls, row_cls, max_tokens: int = 8) -> None:
     """TP=2 with the student's layers equals TP=1 token for token; 2 all-reduces per layer per step."""
-    from minivllm.entrypoints.llm import LLM
-    from minivllm.sampling_params import SamplingParams
-    key = f"default:{max_tokens}"
-    if key not in _TP1_TOKENS:
-        llm1 = LLM(**_engine_kwargs())
-        sp = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
-        _TP1_TOKENS[key] = [o.outputs[0].token_ids for o in llm1.generate(PROMPTS, sp, use_tqdm=False)]
-        llm1.llm_engine.shutdown()
+    want = tp1_tokens(max_tokens)
     (run,) = run_spawned([(_tp2_run, column_cls, row_cls, max_tokens)], 100.0, ["TP=2 引擎"])
     got = run["tokens"]
-    expect(got == _TP1_TOKENS[key], f"TP=2 的贪心输出与 TP=1 不同：第一条提示词 TP=1 {_TP1_TOKENS[key][0]}，"
-                                    f"TP=2 {got[0]}。")
+    expect(got == want, f"TP=2 的贪心输出与 TP=1 不同：第一条提示词 TP=1 {want[0]}，TP=2 {got[0]}。")
     steps, calls, num_layers = run["steps"], run["calls"], run["num_layers"]
     per_step = calls / max(steps, 1)
     expect(calls == steps * (2 * num_layers + 1),
@@ -437,7 +409,6 @@ def check_boundary(column_cls, row_cls) -> None:
     projections [16, 8] and one token: each rank's column slice, and the row output with the bias once; at
     TP=2 a fused layer of [5, 7] and a row layer of input 7 are refused (vLLM refuses them too)."""
     w = _boundary_weights()
-    a, b = B_SIZES
     col_ref = torch.cat([F.linear(w["x"], w["wa"], w["ba"]), F.linear(w["x"], w["wb"], w["bb"])], -1)
     row_ref = F.linear(w["row_x"], w["row_w"], w["row_b"])
     with torch.inference_mode():
@@ -446,15 +417,13 @@ def check_boundary(column_cls, row_cls) -> None:
            "TP=1 时列并行层应等于不切分的 [gate; up] 线性层（每个 rank 持有全部行，带 bias）。")
     expect(tuple(one["row"].shape) == tuple(row_ref.shape) and torch.allclose(one["row"], row_ref, **TOL),
            "TP=1 时行并行层应等于不切分的线性层（bias 加一次）。")
-    parts3 = [F.linear(w["x"], wi) for wi in w["w3"]]
-    _expect_three(one["col3"], torch.cat(parts3, -1), "TP=1")
+    col3_ref = torch.cat([F.linear(w["x"], wi) for wi in w["w3"]], -1)
+    _expect_three(one["col3"], col3_ref, "TP=1")
     outs = run_two_ranks(_rank_boundary, column_cls, row_cls)
     for rank, out in enumerate(outs):
-        _expect_three(out["col3"], torch.cat([p[:, rank * n // TP:(rank + 1) * n // TP]
-                                              for p, n in zip(parts3, B_SIZES3, strict=True)], -1), f"rank {rank}")
+        _expect_three(out["col3"], shards(col3_ref, B_SIZES3, rank), f"rank {rank}")
     for rank, out in enumerate(outs):
-        want = torch.cat([col_ref[:, rank * a // TP:(rank + 1) * a // TP],
-                          col_ref[:, a + rank * b // TP:a + (rank + 1) * b // TP]], -1)
+        want = shards(col_ref, B_SIZES, rank)
         expect(tuple(out["col"].shape) == tuple(want.shape) and torch.allclose(out["col"], want, **TOL),
                f"两个 rank、大小不等的两段投影 {list(B_SIZES)}（带 bias）：rank {rank} 的列并行输出应是 "
                f"[第一段的第 {rank} 份; 第二段的第 {rank} 份]，形状 {tuple(want.shape)}；实际形状 "
@@ -476,8 +445,7 @@ def check_boundary(column_cls, row_cls) -> None:
 # ---------------------------------------------------------------------------------------------- source map
 # Names the lesson does not print, checked in the pinned vLLM (model_executor/layers/linear.py, distributed/utils.py,
 # distributed/communication_op.py, distributed/parallel_state.py, v1/executor/multiproc_executor.py), stored as
-# sha256 prefixes of the lower-cased last dotted name; the plain names live only in the solution, which the release
-# leaves out. gather_outputs takes two names: the function the column layer calls and the GroupCoordinator
+# SourceMap says. gather_outputs takes two names: the function the column layer calls and the GroupCoordinator
 # method it calls in turn (both gather, both vLLM's). output_rank takes the one method vLLM has: the same name
 # without its leading underscore is not a vLLM name and is refused (tests/test_lesson10_grading.py).
 SOURCE = SourceMap(["no_split", "shard_widths", "divisible", "split_input", "gather_outputs", "output_rank"], {

@@ -9,13 +9,8 @@ The exercise pads a decode batch to a capture size, in three small functions (th
 plug() puts them into minivllm's GPUModelRunner in place of CudagraphDispatcher.dispatch and
 _pad_for_cudagraph. On CPU the engine's enforce_eager=False path "replays" eagerly from the same static
 buffers, so every check here runs on CPU; on a GPU the same plug feeds real CUDA graphs.
-    check_main_path(...)   the size chosen is the smallest that fits; a batch padded in fresh buffers; real rows kept;
-                           then every batch size against the pinned vLLM's own dispatcher (recorded, six settings)
-    check_real_engine(...) greedy tokens through the plugged engine equal the unpadded eager run
-    check_boundary(...)    a full batch, a batch above every size, stale buffers, padded rows never write KV
-    check_source_map(SOURCE_MAP)  three padding concepts -> the pinned vLLM's method names (hashed); the lesson's text
-                           does not print them (its show_vllm cells may show one, from the fetched source)
-Every check is @graded: bounded by the cell limit, one short line on failure.
+Grade cells and `python -m autograder check lesson11 ...` call the same check_* functions here (each docstring
+says what it covers; every one is @graded).
 
 Input space (each dimension -> the part that covers it):
     num_reqs        1, between sizes (3, 5, 17, 20, 25, 33), exactly a size (8, 24, 40), above every size (9, 41)
@@ -324,10 +319,10 @@ def kv_guard(llm) -> list[int]:
 
 # ---------------------------------------------------------------------------- source map
 FUNCTIONS = ["choose_capture_size", "fill_static_buffers", "real_rows"]
-# Checked in the pinned vLLM (v1/cudagraph_dispatcher.py, config/compilation.py, v1/worker/gpu_model_runner.py), stored
-# hashed; the plain names live only in the solution, which the release leaves out. The lesson's text does not print
-# them; its show_vllm cells print the fetched source, where padded_descriptor's answer is a call in dispatch (L303):
-# a pointed look, which is the point. sorted_sizes and uniform_check: one look at the line the item names (the call).
+# Checked in the pinned vLLM (v1/cudagraph_dispatcher.py, config/compilation.py, v1/worker/gpu_model_runner.py),
+# stored as SourceMap says. The lesson's text does not print them; its show_vllm cells print the fetched source,
+# where padded_descriptor's answer is a call in dispatch (L303): a pointed look, which is the point. sorted_sizes
+# and uniform_check: one look at the line the item names (the call).
 SOURCE = SourceMap(["padded_descriptor", "sorted_sizes", "uniform_check"], {
     "padded_descriptor": {"10bb46f1dea3d9e8"},
     "sorted_sizes": {"a37fa3f3bae89541"},

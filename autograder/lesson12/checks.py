@@ -33,18 +33,8 @@ Input space of the exercise (what changes what the answer must do) and the part 
 | min_tokens | not part of the exercise: 0 in every check (minivllm's and vLLM's detokenizers have it) | - |
 
 Every stream is compared increment by increment with the engine's own IncrementalDetokenizer (vLLM's rules) fed
-the same groups through the same OutputProcessor; whole texts come from the string itself.
-
-    check_main_path(cls, abort)   the real OutputProcessor with cls: both decoders, stop strings across steps,
-                                  several stops, include_stop_str_in_output, multi-byte text, cumulative outputs;
-                                  then cls against the pinned vLLM's IncrementalDetokenizer (recorded) on 18 streams
-    check_real_server(cls, abort) a real server (uvicorn on loopback in a thread, its EngineCore in its own
-                                  process) with cls plugged in, driven by the openai client
-    check_boundary(cls, abort)    first-token stop, output shorter than the hold-back window, one-step outputs,
-                                  EOS / stop tokens / special tokens, and a client that disconnects mid-stream:
-                                  the EngineCore's own stats show the request gone, and the core never sent it
-                                  a finishing output (no time window: see check_disconnect)
-    check_source_map(SOURCE_MAP)
+the same groups through the same OutputProcessor; whole texts come from the string itself. Grade cells and
+`python -m autograder check lesson12 ...` call the same check_* functions here (each docstring says what it covers).
 
 `plugged(cls, abort)` replaces the name IncrementalDetokenizer in minivllm.engine.output_processor and
 AsyncLLM._abort for its duration; the server (shared by the checks of one process) is started lazily.
@@ -54,10 +44,12 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import random
 import re
 import threading
 import time
+from unittest import mock
 
 import httpx
 
@@ -89,7 +81,6 @@ def plugged(cls, abort_fn, on_abort=None):
     called after the student's abort_stream returned (or raised) for a request."""
     import minivllm.engine.output_processor as op
     from minivllm.engine.async_llm import AsyncLLM
-    old_cls, old_abort = op.IncrementalDetokenizer, AsyncLLM._abort
 
     def _abort(self, request_id):
         for rid in [request_id] if isinstance(request_id, str) else list(request_id):
@@ -99,11 +90,8 @@ def plugged(cls, abort_fn, on_abort=None):
                 if on_abort is not None:
                     on_abort(rid)
 
-    op.IncrementalDetokenizer, AsyncLLM._abort = cls, _abort
-    try:
+    with mock.patch.object(op, "IncrementalDetokenizer", cls), mock.patch.object(AsyncLLM, "_abort", _abort):
         yield
-    finally:
-        op.IncrementalDetokenizer, AsyncLLM._abort = old_cls, old_abort
 
 
 def _call(fn, *args):
@@ -117,31 +105,25 @@ def _call(fn, *args):
         raise
 
 
-_TOKENIZERS: dict = {}
-
-
+@functools.cache
 def tokenizer():
     """The course model's tokenizer: byte-level BPE."""
-    if "bpe" not in _TOKENIZERS:
-        from minivllm.tokenizer import get_tokenizer
-        _TOKENIZERS["bpe"] = get_tokenizer(DEFAULT_MODEL)
-    return _TOKENIZERS["bpe"]
+    from minivllm.tokenizer import get_tokenizer
+    return get_tokenizer(DEFAULT_MODEL)
 
 
+@functools.cache
 def metaspace_tokenizer():
     """A SentencePiece-like tokenizer built here (nothing downloads): a word-level model over TEXT's words with a
     Metaspace pre-tokenizer and decoder, whose "▁word" decodes to " word" except at the start of a sequence."""
-    if "metaspace" not in _TOKENIZERS:
-        from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-        from transformers import PreTrainedTokenizerFast
-        words = sorted({"▁" + w for w in TEXT.split(" ")})
-        vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{w: i + 3 for i, w in enumerate(words)}}
-        rust = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-        rust.pre_tokenizer = pre_tokenizers.Metaspace()
-        rust.decoder = decoders.Metaspace()
-        _TOKENIZERS["metaspace"] = PreTrainedTokenizerFast(tokenizer_object=rust, unk_token="<unk>",
-                                                           bos_token="<s>", eos_token="</s>")
-    return _TOKENIZERS["metaspace"]
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    words = sorted({"▁" + w for w in TEXT.split(" ")})
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{w: i + 3 for i, w in enumerate(words)}}
+    rust = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    rust.pre_tokenizer = pre_tokenizers.Metaspace()
+    rust.decoder = decoders.Metaspace()
+    return PreTrainedTokenizerFast(tokenizer_object=rust, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
 
 
 # ---------------------------------------------------------------------------- unit level: the real OutputProcessor
@@ -240,9 +222,8 @@ def expect_split_prompt(cls, abort_fn, cut: int, label: str) -> None:
     prompt_ids, out_ids = ids[:cut], ids[cut:]
     prompt_text = tok.decode(prompt_ids)
     expect(prompt_text.endswith(REPLACEMENT), "检查本身出了问题：prompt 应以半个字符结尾。")
-    params = stop_params()
-    want = stream_ids(None, None, out_ids, params, [1] * 400, None, True, tok, prompt_ids)[0]
-    got = stream_ids(cls, abort_fn, out_ids, params, [1] * 400, None, True, tok, prompt_ids)[0]
+    args = (out_ids, stop_params(), [1] * 400, None, True, tok, prompt_ids)
+    want, got = (stream_ids(c, a, *args)[0] for c, a in ((None, None), (cls, abort_fn)))
     bad = next((k for k, c in enumerate(got) if REPLACEMENT in c), None)
     expect(bad is None, f"{label}：第 {bad + 1 if bad is not None else 0} 个增量 {_clip(got[bad] if bad is not None else '')}"
            f" 含替换字符 U+FFFD：补全这个字符的字节有一部分在 prompt 里，解码流没有看到它们。")
@@ -260,26 +241,23 @@ def expect_split_prompt(cls, abort_fn, cut: int, label: str) -> None:
 def check_main_path(cls, abort_fn) -> None:
     """Byte-level and Metaspace decoders, primed prompt; stops across steps, several stops of different lengths,
     include_stop_str_in_output, multi-byte text, delta and cumulative outputs; 1–5 tokens per step."""
-    expect_stream(cls, abort_fn, TEXT, None, uneven_groups(0), "没有停止串")
-    expect_stream(cls, abort_fn, TEXT, ["Juliet is"], uneven_groups(1), "停止串跨 token")
+    stream = functools.partial(expect_stream, cls, abort_fn)
+    stream(TEXT, None, uneven_groups(0), "没有停止串")
+    stream(TEXT, ["Juliet is"], uneven_groups(1), "停止串跨 token")
     # " break" + "s": after " break" the whole stop but its last character is pending, leading space included
-    expect_stream(cls, abort_fn, TEXT, [" breaks"], [1] * 400, "以空格开头的停止串 \" breaks\" 跨 token（逐 token）")
-    expect_stream(cls, abort_fn, TEXT, ["wherefore", "yonder win"], [1] * 400, "两个停止串、逐 token")
-    expect_stream(cls, abort_fn, TEXT, ["zebra", "Juliet is the sun", "qq"], [1] * 400,
-                  "三个长短不同的停止串（最长的在中间）")
-    expect_stream(cls, abort_fn, TEXT, ["Juliet is"], uneven_groups(4), "include_stop_str_in_output=True", include=True)
-    expect_stream(cls, abort_fn, TEXT, ["qq", "yonder window"], uneven_groups(5), "非流式（cumulative）输出",
-                  delta=False)
-    chunks = expect_stream(cls, abort_fn, MULTIBYTE, None, [1] * 400, "多字节字符、逐 token")
+    stream(TEXT, [" breaks"], [1] * 400, "以空格开头的停止串 \" breaks\" 跨 token（逐 token）")
+    stream(TEXT, ["wherefore", "yonder win"], [1] * 400, "两个停止串、逐 token")
+    stream(TEXT, ["zebra", "Juliet is the sun", "qq"], [1] * 400, "三个长短不同的停止串（最长的在中间）")
+    stream(TEXT, ["Juliet is"], uneven_groups(4), "include_stop_str_in_output=True", include=True)
+    stream(TEXT, ["qq", "yonder window"], uneven_groups(5), "非流式（cumulative）输出", delta=False)
+    chunks = stream(MULTIBYTE, None, [1] * 400, "多字节字符、逐 token")
     expect(len([c for c in chunks if c]) > 3, "多字节文本应在多个增量里逐步流出，而不是攒到最后一次性给出。")
-    expect_stream(cls, abort_fn, MULTIBYTE + "。停下", ["停下"], uneven_groups(2), "多字节停止串")
+    stream(MULTIBYTE + "。停下", ["停下"], uneven_groups(2), "多字节停止串")
     expect_split_prompt(cls, abort_fn, 5, "prompt 以“好”字的前两个字节结尾")
     expect_split_prompt(cls, abort_fn, 21, "prompt 以 emoji 的前三个字节结尾")
     ms = metaspace_tokenizer()
-    expect_stream(cls, abort_fn, TEXT[16:], None, [1] * 400, "SentencePiece（Metaspace）分词器、带 prompt",
-                  tok=ms, prompt=TEXT[:16])
-    expect_stream(cls, abort_fn, TEXT[16:], ["Juliet is"], uneven_groups(6), "Metaspace 分词器与停止串",
-                  tok=ms, prompt=TEXT[:16])
+    stream(TEXT[16:], None, [1] * 400, "SentencePiece（Metaspace）分词器、带 prompt", tok=ms, prompt=TEXT[:16])
+    stream(TEXT[16:], ["Juliet is"], uneven_groups(6), "Metaspace 分词器与停止串", tok=ms, prompt=TEXT[:16])
     check_against_vllm(cls)
 
 
@@ -323,35 +301,35 @@ def check_boundary(cls, abort_fn) -> None:
     in its middle, a repeated stop, include_stop_str_in_output); a stop's last character alone in a step;
     EOS / stop tokens / special tokens with skip_special_tokens on and off; an empty output; the disconnect."""
     from minivllm.engine import FinishReason
-    expect_stream(cls, abort_fn, TEXT, ["ROMEO"], [3, 1, 1] * 100, "停止串在第一个 token 里")
-    expect_stream(cls, abort_fn, TEXT, ["Romeo?!"], uneven_groups(3), "停止串的前缀在结尾但没有完成（结束时要全部送出）")
-    expect_stream(cls, abort_fn, TEXT, ["ROMEO:\nBut soft"], [1] * 400, "很长的停止串就在输出开头")
-    expect_stream(cls, abort_fn, TEXT[:9], ["ROMEO:\nBut soft, what"], [1] * 400, "输出比 hold-back 窗口还短")
-    expect_stream(cls, abort_fn, TEXT, ["window breaks?"], [1] * 400, "停止串的最后一个字符单独在一步里")
+    stream = functools.partial(expect_stream, cls, abort_fn)
+    stream(TEXT, ["ROMEO"], [3, 1, 1] * 100, "停止串在第一个 token 里")
+    stream(TEXT, ["Romeo?!"], uneven_groups(3), "停止串的前缀在结尾但没有完成（结束时要全部送出）")
+    stream(TEXT, ["ROMEO:\nBut soft"], [1] * 400, "很长的停止串就在输出开头")
+    stream(TEXT[:9], ["ROMEO:\nBut soft, what"], [1] * 400, "输出比 hold-back 窗口还短")
+    stream(TEXT, ["window breaks?"], [1] * 400, "停止串的最后一个字符单独在一步里")
     whole = [len(TEXT)]
-    expect_stream(cls, abort_fn, TEXT, ["xyzzy-never"], whole, "一步给出全部 token")
-    expect_stream(cls, abort_fn, TEXT, ["Juliet is"], whole, "一步给出全部 token，停止串在中间")
-    expect_stream(cls, abort_fn, TEXT, ["Romeo"], whole, "一步给出全部 token，停止串出现两次")
-    expect_stream(cls, abort_fn, TEXT, ["the sun", "the east"], whole, "一步里两个停止串，先完成的那个生效",
-                  include=True)
-    expect_stream(cls, abort_fn, TEXT, ["Juliet is"], [7, 30, 40], "include_stop_str_in_output=True，停止串后还有文本",
-                  include=True)
+    stream(TEXT, ["xyzzy-never"], whole, "一步给出全部 token")
+    stream(TEXT, ["Juliet is"], whole, "一步给出全部 token，停止串在中间")
+    stream(TEXT, ["Romeo"], whole, "一步给出全部 token，停止串出现两次")
+    stream(TEXT, ["the sun", "the east"], whole, "一步里两个停止串，先完成的那个生效", include=True)
+    stream(TEXT, ["Juliet is"], [7, 30, 40], "include_stop_str_in_output=True，停止串后还有文本", include=True)
     eos = tokenizer().eos_token_id
     text_ids = tokenizer().encode(TEXT, add_special_tokens=False)
+
+    def same_as_engine(label, ids, finish, **params) -> None:
+        """One token a step, the stream equals the engine's own, increment by increment."""
+        ref, got = (stream_ids(c, a, ids, stop_params(**params), [1] * 400, finish)[0]
+                    for c, a in ((None, None), (cls, abort_fn)))
+        diff = first_difference(got, ref, [])
+        expect(not diff, f"{label}：{diff}。")
     for include in (False, True):
         for skip in (True, False):
-            ref = stream_ids(None, None, text_ids + [eos], stop_params(include_stop_str_in_output=include,
-                             skip_special_tokens=skip), [1] * 400, FinishReason.STOP)[0]
-            got = stream_ids(cls, abort_fn, text_ids + [eos], stop_params(include_stop_str_in_output=include,
-                             skip_special_tokens=skip), [1] * 400, FinishReason.STOP)[0]
-            diff = first_difference(got, ref, [])
-            expect(not diff, f"以 EOS 结束（include_stop_str_in_output={include}, skip_special_tokens={skip}）：{diff}。")
+            same_as_engine(f"以 EOS 结束（include_stop_str_in_output={include}, skip_special_tokens={skip}）",
+                           text_ids + [eos], FinishReason.STOP, include_stop_str_in_output=include,
+                           skip_special_tokens=skip)
     mid = text_ids[:10] + [eos] + text_ids[10:20]  # ignore_eos: a special token inside the output
     for skip in (True, False):
-        ref = stream_ids(None, None, mid, stop_params(skip_special_tokens=skip), [1] * 400)[0]
-        got = stream_ids(cls, abort_fn, mid, stop_params(skip_special_tokens=skip), [1] * 400)[0]
-        diff = first_difference(got, ref, [])
-        expect(not diff, f"输出中间有特殊 token（skip_special_tokens={skip}）：{diff}。")
+        same_as_engine(f"输出中间有特殊 token（skip_special_tokens={skip}）", mid, None, skip_special_tokens=skip)
     stop_tok = text_ids[6]  # " what" as a stop token id: its text only with include_stop_str_in_output
     for include in (False, True):
         params = stop_params(stop_token_ids=[stop_tok], include_stop_str_in_output=include)
@@ -377,8 +355,7 @@ class _Server:
 
         self.port = get_open_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        app = build_app(EngineArgs(model=DEFAULT_MODEL, **ENGINE), NAME)
-        self.app = app
+        self.app = app = build_app(EngineArgs(model=DEFAULT_MODEL, **ENGINE), NAME)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="critical"))
 
@@ -449,12 +426,17 @@ def complete(srv, stream: bool, max_tokens: int = 48, stop=None, prompt: str = S
     return "".join(chunks), chunks, reason
 
 
+def token_ends(text: str) -> list[int]:
+    """The character offsets in text where its tokens end."""
+    ids = tokenizer().encode(text, add_special_tokens=False)
+    return sorted({len(tokenizer().decode(ids[:i + 1])) for i in range(len(ids))})
+
+
 def pick_spaced_stop(text: str) -> str:
     """A piece of the text that starts with a space and ends one character into the next token (so after that
     token the whole stop but its last character is pending, the space included), first occurring in the
     text's middle; a next token that does not start with whitespace is preferred."""
-    ids = tokenizer().encode(text, add_special_tokens=False)
-    ends = sorted({len(tokenizer().decode(ids[:i + 1])) for i in range(len(ids))})
+    ends = token_ends(text)
     found = []
     for start in range(len(text) // 3, len(text) - 2):
         if text[start] != " " or not text[start + 1].strip():
@@ -471,8 +453,7 @@ def pick_spaced_stop(text: str) -> str:
 
 def pick_stop(text: str, length: int = 7) -> str:
     """A piece of the text, first occurring in its middle, that spans a token boundary."""
-    ids = tokenizer().encode(text, add_special_tokens=False)
-    ends = {len(tokenizer().decode(ids[:i + 1])) for i in range(len(ids))}
+    ends = token_ends(text)
     for start in range(len(text) // 3, len(text) - length):
         s = text[start:start + length]
         if text.find(s) == start and any(start < e < start + length for e in ends) and s.strip() == s and s.strip():
