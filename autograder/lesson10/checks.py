@@ -162,10 +162,19 @@ def _spawned_main(payload: bytes, conn) -> None:
         elif _collective_broken(e):  # gloo's own text ("Connection closed by peer ... GLHF") says nothing useful
             conn.send(("collective", ""))
         else:
-            conn.send(("error", f"{type(e).__name__}: {str(e)[:300]}"))
+            conn.send(("error", f"{type(e).__name__}: {_without_traceback(str(e))[:300]}"))
     finally:
         conn.close()
         os._exit(0)
+
+
+def _without_traceback(text: str) -> str:
+    """A TP worker's error (EngineDeadError) carries the worker's traceback: keep its first line and the exception
+    it ends with, so the verdict names the student's error and not this checkout's paths."""
+    if "Traceback (most recent call last)" not in text:
+        return text
+    lines = [line for line in text.splitlines() if line.strip()]
+    return f"{lines[0]} {lines[-1].strip()}"
 
 
 COLLECTIVE_TIMEOUT_S = 20  # a rank waiting in an all-reduce its peer skipped gives up well inside the cell limit
