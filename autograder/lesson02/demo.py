@@ -119,9 +119,7 @@ def fig_concurrent_partial(schedule_step=None):
             ax.text(k + 1, bottom + 15, "\n".join(small) + "\n(decode)", ha="center", va="bottom", fontsize=8)
     ax.axhline(1024, color="red", linestyle="--", linewidth=1, label="token budget 1024")
     ax.set_xticks(range(1, len(steps) + 1))
-    ax.set_xlabel("engine step")
-    ax.set_ylabel("tokens scheduled")
-    ax.set_ylim(0, 1250)
+    ax.set(xlabel="engine step", ylabel="tokens scheduled", ylim=(0, 1250))
     ax.legend(fontsize=8, loc="upper right")
     ax.set_title("Figure 2-1  3 x 800-token prompts, budget 1024, long_prefill_token_threshold 400", fontsize=9,
                  loc="left")
@@ -132,7 +130,7 @@ def fig_prefill_decode(runs: dict[str, EngineRun], labels=("off", "128")):
     """Figure 2-2: per-step prefill vs decode tokens (stacked) and the step's wall time, per configuration."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(labels), 1, figsize=(10, 2.6 * len(labels)), sharex=True)
+    fig, axes = plt.subplots(len(labels), 1, figsize=(10, 2.6 * len(labels)), sharex=True, layout="tight")
     top = max(r.seconds for label in labels for r in runs[label].steps) * 1e3 * 1.1
     for ax, label in zip(axes, labels, strict=True):
         run = runs[label]
@@ -146,8 +144,7 @@ def fig_prefill_decode(runs: dict[str, EngineRun], labels=("off", "128")):
         ax2 = ax.twinx()
         ax2.plot(x, [r.seconds * 1e3 for r in run.steps], color="black", marker=".", linewidth=0.8,
                  label="step wall time")
-        ax2.set_ylabel("ms / step")
-        ax2.set_ylim(0, top)
+        ax2.set(ylabel="ms / step", ylim=(0, top))
         name = "chunked prefill off" if label == "off" else f"chunked prefill, long_prefill_token_threshold={label}"
         ax.set_title(f"{name} (budget {run.steps[0].budget})", fontsize=9, loc="left")
         h1, l1 = ax.get_legend_handles_labels()
@@ -156,7 +153,6 @@ def fig_prefill_decode(runs: dict[str, EngineRun], labels=("off", "128")):
     axes[-1].set_xlabel("engine step")
     fig.suptitle("Figure 2-2  Prefill vs decode tokens per step (minivllm, default model, CPU)", fontsize=9, x=0.01,
                  ha="left")
-    fig.tight_layout()
     return fig
 
 
@@ -166,7 +162,7 @@ def fig_tradeoff(rows: list[dict]):
 
     labels = [r["threshold"] for r in rows]
     x = range(len(rows))
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4.0))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4.0), layout="tight")
     a.bar(x, [r["ttft_ms"] for r in rows], color="#DD8452")
     for i, r in enumerate(rows):  # the deterministic part of the cost: the steps a long prompt takes
         a.text(i, 0, f"{r['prefill_steps']} steps", ha="center", va="bottom", fontsize=8)
@@ -182,7 +178,6 @@ def fig_tradeoff(rows: list[dict]):
         ax.set_xlabel("long_prefill_token_threshold ('off' = no chunked prefill)")
     fig.suptitle("Figure 2-3  What the threshold changes: long-prompt TTFT and decode ITL (measured, CPU)", fontsize=9,
                  x=0.01, ha="left")
-    fig.tight_layout()
     return fig
 
 

@@ -51,7 +51,7 @@ def plot_block_tables(snap: dict):
     import matplotlib.pyplot as plt
 
     rows = list(snap["table"].items())
-    fig, ax = plt.subplots(figsize=(8, 1.1 + 0.7 * len(rows)))
+    fig, ax = plt.subplots(figsize=(8, 1.1 + 0.7 * len(rows)), layout="tight")
     for y, (rid, row) in enumerate(reversed(rows)):
         for x, (bid, ref, hashed) in enumerate(row):
             color = "#DD8452" if ref > 1 else ("#4C72B0" if hashed else "#CCCCCC")
@@ -62,8 +62,7 @@ def plot_block_tables(snap: dict):
         n, hit = snap["lengths"][rid], snap["cached"].get(rid, 0)
         ax.text(-0.15, y + 0.5, f"{rid}: {n} tokens\nhit {hit}", ha="right", va="center", fontsize=8)
     width = max(len(r) for _, r in rows)
-    ax.set_xlim(-1.6, width + 0.2)
-    ax.set_ylim(0, len(rows))
+    ax.set(xlim=(-1.6, width + 0.2), ylim=(0, len(rows)))
     ax.axis("off")
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor=c, edgecolor="black", hatch=h) for c, h in
                (("#DD8452", None), ("#4C72B0", None), ("#CCCCCC", "//"))]
@@ -71,7 +70,6 @@ def plot_block_tables(snap: dict):
               fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, frameon=False)
     ax.set_title(f"Figure 3-1  block tables after step 1 ({snap['system']}-token shared system prompt, "
                  f"block_size={BLOCK})", fontsize=9, loc="left")
-    fig.tight_layout()
     return fig
 
 
@@ -110,7 +108,7 @@ def plot_hit_rate(runs: dict):
     n = list(range(1, len(on) + 1))
     rate = [h / q if q else 0 for q, h in on]
     saved = [h for _, h in on]
-    fig, ax = plt.subplots(figsize=(7, 3.4))
+    fig, ax = plt.subplots(figsize=(7, 3.4), layout="tight")
     ax.plot(n, [r * 100 for r in rate], "o-", color="#4C72B0", label="hit rate (hits / queries)")
     ax.set_xlabel("requests served (same system prompt)")
     ax.set_ylabel("prefix-cache hit rate (%)", color="#4C72B0")
@@ -121,7 +119,6 @@ def plot_hit_rate(runs: dict):
     fig.legend(fontsize=8, loc="lower right", bbox_to_anchor=(0.88, 0.18))
     ax.set_title(f"Figure 3-2  minivllm SchedulerStats: {runs['prompt_tokens']}-token prompts sharing a system "
                  "prompt", fontsize=9, loc="left")
-    fig.tight_layout()
     return fig
 
 
@@ -131,7 +128,7 @@ def plot_ttft(runs: dict):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, LogLocator
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4), layout="tight")
     for on, color in ((False, "#C44E52"), (True, "#55A868")):
         label = f"prefix caching {'on' if on else 'off'}"
         n = computed_tokens(runs, on)
@@ -140,14 +137,11 @@ def plot_ttft(runs: dict):
         x = range(1, len(stats) + 1)
         ax2.plot(x, [m for m, _, _ in stats], "o-", color=color, label=f"{label} (median)")
         ax2.fill_between(x, [lo for _, lo, _ in stats], [hi for _, _, hi in stats], color=color, alpha=0.2)
-    ax1.set_xlabel("request")
-    ax1.set_ylabel("prompt tokens computed")
-    ax1.set_ylim(0, runs["prompt_tokens"] * 1.1)
+    ax1.set(xlabel="request", ylabel="prompt tokens computed", ylim=(0, runs["prompt_tokens"] * 1.1))
     ax1.legend(fontsize=8)
     ax1.set_title("(a) tokens computed per request (engine)", fontsize=9, loc="left")
-    ax2.set_xlabel("request (arrives after the previous one finished)")
-    ax2.set_ylabel("TTFT (ms, wall clock, log scale)")
-    ax2.set_yscale("log")
+    ax2.set(xlabel="request (arrives after the previous one finished)", ylabel="TTFT (ms, wall clock, log scale)",
+            yscale="log")
     ax2.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
     ax2.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax2.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
@@ -155,7 +149,6 @@ def plot_ttft(runs: dict):
     ax2.set_title(f"(b) TTFT: median and range of {len(runs['all'][True])} interleaved runs", fontsize=9, loc="left")
     fig.suptitle(f"Figure 3-3  {runs['prompt_tokens']}-token prompts sharing a system prompt, CPU "
                  "(request 1 includes warm-up)", fontsize=9, x=0.01, ha="left")
-    fig.tight_layout()
     return fig
 
 

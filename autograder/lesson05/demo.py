@@ -162,7 +162,7 @@ def plot_v1_vs_v2(run):
     steps = len(run.batch_log)
     rows = 4
     fig, (a1, a2) = plt.subplots(2, 1, figsize=(max(10, 0.75 * steps + 2), 7.2),
-                                 gridspec_kw={"height_ratios": [rows, rows + 1.6]})
+                                 gridspec_kw={"height_ratios": [rows, rows + 1.6]}, layout="tight")
     for k, b in enumerate(run.batch_log):
         for i, r in enumerate(b.rows):
             a1.add_patch(plt.Rectangle((k, i), 0.92, 0.92, color=color[r]))
@@ -190,13 +190,11 @@ def plot_v1_vs_v2(run):
                  "and idx_mapping[batch row] = slot (below, decodes first)")
     for ax, h, labels in ((a1, rows, [f"row {i}" for i in range(rows)]),
                           (a2, table_rows, [f"slot {i}" for i in range(rows)])):
-        ax.set_xlim(-0.1, steps)
-        ax.set_ylim(h, -0.1)
+        ax.set(xlim=(-0.1, steps), ylim=(h, -0.1))
         ax.set_yticks([i + 0.46 for i in range(rows)], labels)
         ax.set_xticks([k + 0.46 for k in range(steps)], [str(k + 1) for k in range(steps)])
         ax.set_xlabel("engine step")
     a2.text(-0.05, rows + 0.7, "idx_mapping", ha="right", va="top", fontsize=8)
-    fig.tight_layout()
     return fig
 
 
@@ -239,7 +237,7 @@ def plot_mixed_batch(step):
     colors = plt.cm.tab10(np.arange(n) % 10)
     seq_max = int(want["seq_lens"].max())
     fig, axes = plt.subplots(3, 1, figsize=(12, 2.2 + 0.5 * n + 3.2),
-                             gridspec_kw={"height_ratios": [0.6 * n + 0.4, 1.2, 1.6]})
+                             gridspec_kw={"height_ratios": [0.6 * n + 0.4, 1.2, 1.6]}, layout="tight")
     ax = axes[0]
     for i in range(n):
         c = int(b.num_computed_tokens_cpu[i])
@@ -268,8 +266,7 @@ def plot_mixed_batch(step):
         ax.annotate("logits", (li, 1.0), (li, 1.5), ha="center", fontsize=8, arrowprops=dict(arrowstyle="->"))
     ax.set_xticks(qsl, [f"qsl={q}" for q in qsl], fontsize=8)
     ax.set_yticks([])
-    ax.set_ylim(0, 1.9)
-    ax.set_xlim(-0.5, total - 0.5)
+    ax.set(ylim=(0, 1.9), xlim=(-0.5, total - 0.5))
     ax.set_title("Flat varlen batch: one column per token (number = position); query_start_loc marks rows")
     ax = axes[2]
     slots = want["slot_mapping"]
@@ -281,12 +278,10 @@ def plot_mixed_batch(step):
         j = blocks.index(int(sl) // BLOCK_SIZE)
         x = j * (BLOCK_SIZE + 1) + int(sl) % BLOCK_SIZE
         ax.add_patch(plt.Rectangle((x, 0), 1, 1, color=colors[owner[t]]))
-    ax.set_xlim(-1, len(blocks) * (BLOCK_SIZE + 1))
-    ax.set_ylim(-0.7, 1.3)
+    ax.set(xlim=(-1, len(blocks) * (BLOCK_SIZE + 1)), ylim=(-0.7, 1.3))
     ax.axis("off")
     ax.set_title("slot_mapping = block_table[row, pos // block_size] * block_size + pos % block_size: "
                  "where each token's K/V is written (physical blocks, scattered)")
-    fig.tight_layout()
     return fig
 
 
@@ -297,20 +292,18 @@ def plot_step_breakdown(run):
     phases = ("prepare_inputs", "forward", "sample")
     per = step_phases(run)
     steps = sorted(per)
-    fig, ax = plt.subplots(figsize=(10, 3.2))
+    fig, ax = plt.subplots(figsize=(10, 3.2), layout="tight")
     bottom = np.zeros(len(steps))
     for ph, col in zip(phases, ("tab:orange", "tab:blue", "tab:green"), strict=True):
         vals = np.array([per[s][ph] for s in steps])
         ax.bar(range(len(steps)), vals, bottom=bottom, color=col, label=ph)
         bottom += vals
     ax.set_xticks(range(len(steps)), [str(i + 1) for i in range(len(steps))])
-    ax.set_xlabel("engine step")
-    ax.set_ylabel("ms")
+    ax.set(xlabel="engine step", ylabel="ms")
     share = median_share(run)
     ax.set_title(f"Step time by phase (trace). prepare_inputs: median {share:.1%} of a step's prepare+forward+sample "
                  "(step 1 warms up: left out)", fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
     return fig
 
 

@@ -57,13 +57,12 @@ def plot_stages(stages, top: int = 30):
     import matplotlib.pyplot as plt
 
     order = stages["raw"].argsort(descending=True)[:top]
-    fig, axes = plt.subplots(1, len(stages), figsize=(3.2 * len(stages), 2.8), sharey=True)
+    fig, axes = plt.subplots(1, len(stages), figsize=(3.2 * len(stages), 2.8), sharey=True, layout="tight")
     for ax, (name, p) in zip(axes, stages.items(), strict=True):
         ax.bar(range(top), p[order].numpy(), color="tab:blue" if name == "raw" else "tab:orange")
         ax.set_title(f"{name}\n{int((p > 0).sum())} tokens kept", fontsize=9)
         ax.set_xlabel("token rank (raw)")
     axes[0].set_ylabel("probability")
-    fig.tight_layout()
     return fig
 
 
@@ -96,11 +95,10 @@ def plot_seed_demo(runs):
     rows = [runs["alone"], runs["batch"], runs["chunked"], runs["unseeded"][0], runs["unseeded"][1]]
     labels = ["seed, alone", "seed, batch", "seed, chunked", "no seed #1", "no seed #2"]
     same = np.array([[a == b for a, b in zip(r, rows[0], strict=False)] for r in rows], dtype=float)
-    fig, ax = plt.subplots(figsize=(7, 2.4))
+    fig, ax = plt.subplots(figsize=(7, 2.4), layout="tight")
     ax.imshow(same, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
     ax.set_yticks(range(len(rows)), labels)
     ax.set_xlabel("output position (green: same token as 'seed, alone')")
-    fig.tight_layout()
     return fig
 
 

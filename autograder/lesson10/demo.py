@@ -135,12 +135,11 @@ def print_tp_comparison(cmp: dict) -> None:
 def plot_tp_comparison(cmp: dict):
     """Figure 10-1: wall time per run for TP=1 and TP=2 (interleaved), and the all-reduce share of a step."""
     import matplotlib.pyplot as plt
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4), layout="tight")
     for tp, color in ((1, "tab:blue"), (2, "tab:orange")):
         a.plot(range(1, len(cmp["walls"][tp]) + 1), cmp["walls"][tp], "o-", color=color, label=f"TP={tp}")
     a.set_xticks(range(1, len(cmp["walls"][1]) + 1))
-    a.set_xlabel("pair (A B A B order)")
-    a.set_ylabel("generate() wall time (s)")
+    a.set(xlabel="pair (A B A B order)", ylabel="generate() wall time (s)")
     a.set_title(f"this machine only: {len(PROMPTS)} prompts x {cmp['tokens'] // len(PROMPTS)} tokens, greedy,\n"
                 "2 shared CPU cores (the TP=2 / TP=1 ratio follows the load)", fontsize=9)
     a.legend(fontsize=8)
@@ -149,7 +148,6 @@ def plot_tp_comparison(cmp: dict):
     b.set_ylabel("count on rank 0 (every run)")
     b.set_title(f"TP=2: {t['all_reduces'] / max(t['steps'], 1):.0f} all-reduces per step, each T x 256 float32",
                 fontsize=9)
-    fig.tight_layout()
     return fig
 
 

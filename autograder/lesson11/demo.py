@@ -55,7 +55,7 @@ def launch_counts(batch_size: int = 8) -> dict | None:
 def plot_padding(table: list[dict], capture_sizes: list[int]):
     """Figure 11-1: the size each batch runs at, and the share of its rows that are padding."""
     import matplotlib.pyplot as plt
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.4))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.4), layout="tight")
     n = [r["num_reqs"] for r in table]
     sizes = [r["size"] if r["size"] is not None else float("nan") for r in table]
     ax1.step(n, sizes, where="mid", label="capture size it runs at")
@@ -66,7 +66,6 @@ def plot_padding(table: list[dict], capture_sizes: list[int]):
     ax2.bar(n, waste, color="tab:orange")
     ax2.set(xlabel="decode batch size (num_reqs)", ylabel="padded rows / rows computed", ylim=(0, 0.6),
             title=f"padding waste, capture sizes {capture_sizes}")
-    fig.tight_layout()
     return fig
 
 

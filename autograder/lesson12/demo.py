@@ -75,7 +75,7 @@ def print_timeline(tl: dict) -> None:
 def plot_timeline(tl: dict):
     import matplotlib.pyplot as plt
     t0 = tl["t_send"]
-    fig, ax = plt.subplots(figsize=(9, 2.8))
+    fig, ax = plt.subplots(figsize=(9, 2.8), layout="tight")
     lanes = {"EngineCore process\n(step ends)": [s[0] for s in tl["steps"]],
              "API server process\n(outputs received)": [s[1] for s in tl["steps"]],
              "client\n(SSE chunks)": tl["chunks"]}
@@ -85,10 +85,8 @@ def plot_timeline(tl: dict):
         ax.plot([1e3 * (core_t - t0), 1e3 * (recv_t - t0)], [0, 1], color="gray", lw=0.6)
     ax.axvline(0, color="k", ls=":", lw=0.8)
     ax.set_yticks(range(3), list(lanes))
-    ax.set_ylim(-0.5, 2.5)
-    ax.set_xlabel("ms after the client sent the request (0: HTTP POST)")
+    ax.set(ylim=(-0.5, 2.5), xlabel="ms after the client sent the request (0: HTTP POST)")
     ax.set_title("Figure 12-1: one streamed request across the two processes")
-    fig.tight_layout()
     return fig
 
 
@@ -146,16 +144,14 @@ def print_bench(rows: list[dict]) -> None:
 def plot_bench(rows: list[dict]):
     import matplotlib.pyplot as plt
     labels = [str(m["request_rate"]) for m in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2), layout="tight")
     for ax, key, title in zip(axes, ("ttft", "tpot", "itl"), ("TTFT", "TPOT", "ITL"), strict=True):
         ax.plot(labels, [m[f"median_{key}_ms"] for m in rows], "o-", label="p50")
         ax.plot(labels, [m[f"p99_{key}_ms"] for m in rows], "s--", label="p99")
-        ax.set_xlabel("request rate (req/s)")
-        ax.set_ylabel("ms")
+        ax.set(xlabel="request rate (req/s)", ylabel="ms")
         ax.set_title(title)
         ax.legend()
     fig.suptitle("Figure 12-2: latency vs request rate (minivllm bench serve, 2-core CPU)")
-    fig.tight_layout()
     return fig
 
 
