@@ -1,6 +1,7 @@
 """Lesson 2 — 统一调度器与 KVCacheManager: what the notebook shows (live demos, tables, figures); no check calls these."""
 from __future__ import annotations
 
+from autograder.figures import vllm_answers
 from autograder.lesson02.checks import EngineRun, _prompt, make_core, run_engine, run_scenario
 
 
@@ -188,8 +189,7 @@ def vllm_side_by_side(names=("demo_3x800", "demo_preemption")) -> None:
     from autograder import vllm_oracle
     from autograder.lesson02.checks import plan, run_vllm_view
 
-    answers, line = vllm_oracle.answers("lesson02", list(names))
-    print(line)
+    answers = vllm_answers("lesson02", names)
     for name in names:
         v, m = answers[name], run_vllm_view(name)
         free_v = [e["free_blocks"] for e in v["events"] if e["k"] == "s"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import random
 
+from autograder.figures import vllm_answers
 from autograder.lesson03.checks import (
     BLOCK,
     COMMON,
@@ -192,11 +193,9 @@ def full_hit_demo(request_block_hasher=None, get_computed_blocks=None, get_new_b
 def vllm_side_by_side(names=("demo_prefill", "demo_evict")) -> None:
     """The pinned vLLM's KVCacheManager and BlockPool and minivllm's on the same operations: block hashes (numbered
     by first appearance), hits, new blocks and the free queue; the last column says whether they are equal."""
-    from autograder import vllm_oracle
     from autograder.lesson03.checks import run_vllm_view
 
-    answers, line = vllm_oracle.answers("lesson03", list(names))
-    print(line)
+    answers = vllm_answers("lesson03", names)
     for name in names:
         print(f"\n{name}")
         print(f"{'操作':<12}{'vLLM ' + VLLM_VERSION:<40}{'minivllm':<40}同")

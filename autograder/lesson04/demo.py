@@ -1,6 +1,7 @@
 """Lesson 4's demo: the figures and tables the notebook shows, all from real EngineCore runs (never graded)."""
 from __future__ import annotations
 
+from autograder.figures import vllm_answers
 from autograder.lesson04.checks import ABORTS, WORKLOAD, run_engine
 
 STATES = ["WAITING", "RUNNING", "PREEMPTED", "FINISHED_LENGTH_CAPPED", "FINISHED_ABORTED"]
@@ -170,8 +171,7 @@ def vllm_side_by_side(name: str = "demo_lifecycle") -> None:
     from autograder import vllm_oracle
     from autograder.lesson04.checks import run_vllm_view, vllm_difference
 
-    answers, line = vllm_oracle.answers("lesson04", [name])
-    print(line)
+    answers = vllm_answers("lesson04", [name])
     payload = vllm_oracle.scenarios("lesson04")[name]
     v, m = answers[name], run_vllm_view(name)
     lv, lm = lanes(v, payload), lanes(m, payload)

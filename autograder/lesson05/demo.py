@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autograder.common import width as display_width
+from autograder.figures import vllm_answers
 from autograder.lesson05.checks import (
     BLOCK_SIZE,
     NAMES,
@@ -415,8 +416,7 @@ def vllm_side_by_side() -> list:
     which requests' last token goes to the LM head (logits_indices)."""
     from autograder import vllm_oracle
 
-    answers, line = vllm_oracle.answers("lesson05", ["lesson"])
-    print(line)
+    answers = vllm_answers("lesson05", ["lesson"])
     v = answers["lesson"]
     case = vllm_oracle.scenarios("lesson05")["lesson"]
     m = minivllm_steps(case)

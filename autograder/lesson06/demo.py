@@ -9,6 +9,7 @@ if shutil.which("nvidia-smi") is None and not os.path.exists("/dev/nvidia0"):
 
 import torch  # noqa: E402
 
+from autograder.figures import vllm_answers
 from autograder.lesson06.checks import (
     DecodeCall,
     DecodeCase,
@@ -273,8 +274,7 @@ def vllm_side_by_side(kernel) -> dict:
     from autograder import vllm_oracle
     from autograder.lesson06.checks import make_case, reference, run_decode
 
-    answers, line = vllm_oracle.answers("lesson06")
-    print(line)
+    answers = vllm_answers("lesson06")
     print(f"{'batch':<10}{'seq_lens':<20}{'H/KVH/D':<10}{'isa':<7}{'|vLLM-ref|':>11}{'|yours-ref|':>12}{'|yours-vLLM|':>13}")
     shown = {}
     for name, spec in vllm_oracle.scenarios("lesson06").items():

@@ -6,6 +6,7 @@ import time
 import numpy as np
 import torch
 
+from autograder.figures import vllm_answers
 from autograder.lesson07.checks import engine_prompts, make_llm, plugged, profiled_ops, seeded_runs, shutdown
 
 
@@ -151,8 +152,7 @@ def vllm_side_by_side(row, apply_min_p, apply_top_k_top_p, sample) -> dict:
     from autograder import vllm_oracle
     from autograder.lesson07.checks import masked, vllm_batch
 
-    answers, line = vllm_oracle.answers("lesson07", ["lesson", "grade_mixed"])
-    print(line)
+    answers = vllm_answers("lesson07", ["lesson", "grade_mixed"])
     v = answers["lesson"]
     top = v["top_ids"]
     same_row = row.argsort(descending=True)[: len(top)].tolist() == top

@@ -5,6 +5,7 @@ import time
 
 import numpy as np
 
+from autograder.figures import vllm_answers
 from autograder.lesson09.checks import (
     DRAFT_Q,
     SPEC,
@@ -166,12 +167,10 @@ def vllm_side_by_side(fn) -> dict:
     next to fn; then vLLM's and fn's first emitted token over the distribution batch, against n * p."""
     import torch
 
-    from autograder import vllm_oracle
     from autograder.lesson09.checks import P, call, vllm_case_inputs
     from autograder.lesson09.vllm_view import SCENARIOS
 
-    got, line = vllm_oracle.answers("lesson09")
-    print(line)
+    got = vllm_answers("lesson09")
     print(f"{'batch':<22}{'drafts':<28}{'vLLM rejection_sample':<38}{'your rejection_sample':<38}same")
     for name, payload in SCENARIOS.items():
         if name == "distribution":

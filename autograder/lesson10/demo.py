@@ -10,6 +10,7 @@ import time
 import torch
 
 from autograder.common import REPO
+from autograder.figures import vllm_answers
 from autograder.lesson10.checks import PROMPTS, TP, quiet_workers, run_two_ranks
 
 DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
@@ -182,10 +183,8 @@ def misplaced_all_reduce(column_cls, row_cls) -> dict[str, float]:
 def vllm_side_by_side(shards: dict) -> dict:
     """The pinned vLLM's own layers loading the same checkpoint per rank (live or recorded): each shard's shape and
     the checkpoint rows/columns it holds, next to minivllm's shapes from rank_shards()."""
-    from autograder import vllm_oracle
 
-    got, line = vllm_oracle.answers("lesson10")
-    print(line)
+    got = vllm_answers("lesson10")
     a = got["layer0_and_embedding"]
     two = shards["tp2"]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from autograder.figures import vllm_answers
 from autograder.lesson11.checks import DEFAULT_MODEL, runner_of
 from minivllm.compilation.cuda_graph import BatchDescriptor, CudagraphDispatcher
 
@@ -84,12 +85,10 @@ def vllm_side_by_side(choose_capture_size, show: str = "default_20_seqs") -> dic
     """The pinned vLLM's capture lists for the lesson's settings next to minivllm's (CompilationConfig.
     set_cudagraph_sizes), then, for one setting, each decode batch's rows in minivllm, in vLLM and by your
     choose_capture_size given vLLM's decode graphs."""
-    from autograder import vllm_oracle
     from autograder.lesson11.vllm_view import SCENARIOS
     from minivllm.config import CompilationConfig
 
-    got, line = vllm_oracle.answers("lesson11")
-    print(line)
+    got = vllm_answers("lesson11")
     mini = {}
     for name, s in SCENARIOS.items():
         if s["performance_mode"] is not None:       # minivllm has no performance_mode

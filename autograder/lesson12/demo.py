@@ -20,6 +20,7 @@ import time
 
 import httpx
 
+from autograder.figures import vllm_answers
 from autograder.lesson12.checks import DEFAULT_MODEL, ENGINE, NAME, SERVER_PROMPT, server
 
 
@@ -197,12 +198,10 @@ def print_split(split: dict) -> None:
 def vllm_side_by_side(cls, detail: str = "stop_across_steps") -> dict:
     """The pinned vLLM's IncrementalDetokenizer on the lesson's stop-string streams next to cls (live or recorded):
     one line per stream, then one stream step by step, then a prompt ending inside a character."""
-    from autograder import vllm_oracle
     from autograder.lesson12.checks import vllm_events
     from autograder.lesson12.vllm_view import SCENARIOS
 
-    got, line = vllm_oracle.answers("lesson12")
-    print(line)
+    got = vllm_answers("lesson12")
     mine = {name: vllm_events(cls, case) for name, case in SCENARIOS.items()}
     print(f"{'stream':<32}{'stop':<30}{'steps':>6}  {'vLLM text ends':<26}same")
     for name, case in SCENARIOS.items():
