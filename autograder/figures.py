@@ -36,3 +36,18 @@ def vllm_answers(lesson: str, names=None) -> dict:
     answers, line = vllm_oracle.answers(lesson, list(names) if names else None)
     print(line)
     return answers
+
+
+def interleaved(sides: dict, rounds: int, warmup: int = 1) -> dict:
+    """Wall seconds of each side's call per round, the sides called in turn (A B A B ...) so that a busy machine
+    slows them alike; the first `warmup` rounds are run and left out."""
+    import time
+
+    seconds: dict = {name: [] for name in sides}
+    for r in range(warmup + rounds):
+        for name, fn in sides.items():
+            t = time.perf_counter()
+            fn()
+            if r >= warmup:
+                seconds[name].append(time.perf_counter() - t)
+    return seconds

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autograder.common import width as display_width
-from autograder.figures import vllm_answers
+from autograder.figures import interleaved, vllm_answers
 from autograder.lesson05.checks import (
     BLOCK_SIZE,
     NAMES,
@@ -34,48 +34,41 @@ class BatchStep:
 def batch_log(log: list):
     """Within: every _update_states of minivllm's runner appends a BatchStep (the class methods are wrapped
     and restored on exit; the engine's behaviour is unchanged)."""
+    from unittest import mock
+
     from minivllm.worker.gpu_input_batch import InputBatch
     from minivllm.worker.gpu_model_runner import GPUModelRunner
 
-    orig = (GPUModelRunner._update_states, GPUModelRunner._may_reorder_batch, InputBatch.condense,
-            InputBatch.swap_states)
+    update, swap = GPUModelRunner._update_states, InputBatch.swap_states
     phase: list = [None]
 
     def _update_states(self, so):
         log.append(BatchStep(so))
-        orig[0](self, so)
+        update(self, so)
         log[-1].rows = list(self.input_batch.req_ids[:self.input_batch.num_reqs])
 
-    def _may_reorder_batch(self, scheduler_output):
-        phase[0] = "swap"
-        try:
-            return orig[1](self, scheduler_output)
-        finally:
-            phase[0] = None
-
-    def condense(self):
-        if log:
-            log[-1].before = list(self.req_ids)
-        phase[0] = "condense"
-        try:
-            return orig[2](self)
-        finally:
-            phase[0] = None
+    def in_phase(name, method):  # the swaps `method` makes are condense's or the reorder's
+        def wrapped(self, *args):
+            if log and name == "condense":
+                log[-1].before = list(self.req_ids)
+            phase[0] = name
+            try:
+                return method(self, *args)
+            finally:
+                phase[0] = None
+        return wrapped
 
     def swap_states(self, i, j):
         if log and phase[0] == "condense":
             log[-1].condensed.append((j, i))        # condense swaps (hole, last): the last row moves up
         elif log and phase[0] == "swap":
             log[-1].swapped.append((i, j))
-        return orig[3](self, i, j)
+        return swap(self, i, j)
 
-    GPUModelRunner._update_states, GPUModelRunner._may_reorder_batch = _update_states, _may_reorder_batch
-    InputBatch.condense, InputBatch.swap_states = condense, swap_states
-    try:
+    with mock.patch.multiple(GPUModelRunner, _update_states=_update_states,
+                             _may_reorder_batch=in_phase("swap", GPUModelRunner._may_reorder_batch)), \
+            mock.patch.multiple(InputBatch, condense=in_phase("condense", InputBatch.condense), swap_states=swap_states):
         yield
-    finally:
-        GPUModelRunner._update_states, GPUModelRunner._may_reorder_batch = orig[0], orig[1]
-        InputBatch.condense, InputBatch.swap_states = orig[2], orig[3]
 
 
 def engine_run():
@@ -350,19 +343,11 @@ def vectorised_vs_loop(fn, rounds: int = 9) -> dict:
     loop, one round of the three interleaved per repetition after a warm-up round; every ratio is to the engine's
     median of the same rounds, so the table's "/ engine" column is its own milliseconds divided."""
     import statistics
-    import time
 
     so, batch = big_batch()
     sides = {"your prepare_inputs": lambda: fn(so, batch, 16), "engine _prepare_inputs": lambda: engine_inputs(so, batch, 16),
              "per-token loop": lambda: per_token_loop(so, batch, 16)}
-    times: dict = {k: [] for k in sides}
-    for r in range(rounds + 1):
-        for name, f in sides.items():
-            t = time.perf_counter()
-            f()
-            if r:  # round 0 warms up
-                times[name].append(time.perf_counter() - t)
-    med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    med = {k: statistics.median(v) * 1e3 for k, v in interleaved(sides, rounds).items()}
     lines = {"your prepare_inputs": count_lines(fn, so, batch, 16), "engine _prepare_inputs": None,
              "per-token loop": count_lines(per_token_loop, so, batch, 16)}
     print(f"batch: {batch.num_reqs} requests, {so.total_num_scheduled_tokens} tokens, block_size 16; time: median of "

@@ -1,12 +1,10 @@
 """Lesson 7 — 采样器: what the notebook shows (live runs, tables, figures); no check calls these."""
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import torch
 
-from autograder.figures import vllm_answers
+from autograder.figures import interleaved, vllm_answers
 from autograder.lesson07.checks import engine_prompts, make_llm, plugged, profiled_ops, seeded_runs, shutdown
 
 
@@ -115,15 +113,10 @@ def sort_cost(apply_top_k_top_p, batch: int = 8, vocab: int = 32000, k: int = 50
     for name, fn in sides.items():
         seen = profiled_ops(fn)[1]
         ops[name] = {o: seen.count(o) for o in sorted(set(seen))}
-    times: dict = {name: [] for name in sides}
-    for _ in range(pairs + 1):
-        for name, fn in sides.items():
-            t = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t)
-    ratios = sorted(a / b for a, b in zip(times["top_p"][1:], times["top_k only"][1:], strict=True))
+    times = interleaved(sides, pairs)
+    ratios = sorted(a / b for a, b in zip(times["top_p"], times["top_k only"], strict=True))
     return {"ops": ops, "batch": batch, "vocab": vocab, "k": k, "pairs": pairs,
-            "ms": {name: float(np.median(ts[1:])) * 1e3 for name, ts in times.items()},
+            "ms": {name: float(np.median(ts)) * 1e3 for name, ts in times.items()},
             "ratio": float(np.median(ratios)), "ratio_p10_p90": (float(np.quantile(ratios, 0.1)),
                                                                  float(np.quantile(ratios, 0.9)))}
 

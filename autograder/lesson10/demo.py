@@ -1,16 +1,16 @@
 """Lesson 10 — 张量并行: what the notebook shows (live runs, tables, figures); no check calls these."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
 import tempfile
-import time
 
 import torch
 
 from autograder.common import REPO
-from autograder.figures import vllm_answers
+from autograder.figures import interleaved, vllm_answers
 from autograder.lesson10.checks import PROMPTS, TP, quiet_workers, run_two_ranks
 
 DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
@@ -91,13 +91,9 @@ def tp_comparison(max_tokens: int = 16, pairs: int = 3) -> dict:
     try:
         out = {tp: [o.outputs[0].token_ids for o in llm.generate(PROMPTS, sp, use_tqdm=False)]
                for tp, llm in llms.items()}
-        walls = {1: [], 2: []}
         print(f"[2/3] 交替计时 {pairs} 对（TP=1、TP=2）……", flush=True)
-        for _ in range(pairs):
-            for tp, llm in llms.items():
-                t0 = time.perf_counter()
-                llm.generate(PROMPTS, sp, use_tqdm=False)
-                walls[tp].append(time.perf_counter() - t0)
+        walls = interleaved({tp: functools.partial(llm.generate, PROMPTS, sp, use_tqdm=False)
+                             for tp, llm in llms.items()}, pairs, warmup=0)  # the run above warmed both up
         print("[3/3] TP=2 再跑一次，rank 0 上开 profiler 数 all-reduce……", flush=True)
         path = os.path.join(tempfile.mkdtemp(prefix="lesson10-demo-"), "tp2.json")
         llms[2].start_profile(path)

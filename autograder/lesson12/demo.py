@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import statistics
 import threading
 import time
 
 import httpx
 
-from autograder.figures import vllm_answers
+from autograder.figures import interleaved, vllm_answers
 from autograder.lesson12.checks import DEFAULT_MODEL, ENGINE, NAME, SERVER_PROMPT, server
 
 
@@ -161,25 +162,20 @@ def process_split(rounds: int = 3, num_prompts: int = 8, max_tokens: int = 16) -
     (SyncMPClient), interleaved A B A B after one warm-up round; medians and the ratio."""
     from minivllm.entrypoints.llm import LLM
     from minivllm.sampling_params import SamplingParams
-    kw = {k: v for k, v in ENGINE.items()}
     print(f"启动两个引擎，再交替跑 1 轮热身 + {rounds} 轮（负载下的 2 核机器上 10～20 秒）……", flush=True)
-    llms = {"in-process": LLM(DEFAULT_MODEL, multiprocess=False, **kw),
-            "multiprocess": LLM(DEFAULT_MODEL, multiprocess=True, **kw)}
+    llms = {"in-process": LLM(DEFAULT_MODEL, multiprocess=False, **ENGINE),
+            "multiprocess": LLM(DEFAULT_MODEL, multiprocess=True, **ENGINE)}
     prompts = [f"{name}:" for name in ("ROMEO", "JULIET", "HAMLET", "OTHELLO", "PORTIA", "LEAR", "IAGO", "PUCK")]
     prompts = (prompts * (num_prompts // len(prompts) + 1))[:num_prompts]
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
-    rates: dict[str, list[float]] = {k: [] for k in llms}
     try:
-        for r in range(rounds + 1):
-            for name, llm in llms.items():
-                t = time.perf_counter()
-                outs = llm.generate(prompts, params, use_tqdm=False)
-                dt = time.perf_counter() - t
-                if r:
-                    rates[name].append(sum(len(o.outputs[0].token_ids) for o in outs) / dt)
+        seconds = interleaved({name: functools.partial(llm.generate, prompts, params, use_tqdm=False)
+                               for name, llm in llms.items()}, rounds)
     finally:
         for llm in llms.values():
             llm.llm_engine.shutdown()
+    tokens = len(prompts) * max_tokens  # ignore_eos: every request runs to max_tokens
+    rates = {name: [tokens / s for s in v] for name, v in seconds.items()}
     med = {k: statistics.median(v) for k, v in rates.items()}
     return {"tok_per_s": med, "ratio_mp_over_inproc": med["multiprocess"] / med["in-process"], "runs": rates}
 
