@@ -175,8 +175,7 @@ def fig_tradeoff(rows: list[dict]):
     b.set_title("inter-token latency of the decoding requests (ms)", fontsize=9, loc="left")
     b.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=3, frameon=False)  # under the axes
     for ax in (a, b):
-        ax.set_xticks(list(x), labels)
-        ax.set_xlabel("long_prefill_token_threshold ('off' = no chunked prefill)")
+        ax.set(xticks=list(x), xticklabels=labels, xlabel="long_prefill_token_threshold ('off' = no chunked prefill)")
     fig.suptitle("Figure 2-3  What the threshold changes: long-prompt TTFT and decode ITL (measured, CPU)", fontsize=9,
                  x=0.01, ha="left")
     return fig

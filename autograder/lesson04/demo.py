@@ -40,8 +40,7 @@ def fig_swimlane(runs, titles=("to the end", "with aborts")):
                 ax.plot(run.life.aborted_in[rid][0] - 0.5, lane, "kx", ms=8)
         ax.set_yticks(range(len(rids)), rids)
         ax.invert_yaxis()
-        ax.set_xlabel("engine step")
-        ax.set_title(f"request states ({title}, {run.num_preemptions} preemptions)")
+        ax.set(xlabel="engine step", title=f"request states ({title}, {run.num_preemptions} preemptions)")
     handles = [Patch(color=COLORS[s], label=s) for s in STATES]
     axes[0][-1].legend(handles=handles, fontsize=8, loc="lower right")
     return fig

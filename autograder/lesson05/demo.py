@@ -184,10 +184,9 @@ def plot_v1_vs_v2(run):
                  "and idx_mapping[batch row] = slot (below, decodes first)")
     for ax, h, labels in ((a1, rows, [f"row {i}" for i in range(rows)]),
                           (a2, table_rows, [f"slot {i}" for i in range(rows)])):
-        ax.set(xlim=(-0.1, steps), ylim=(h, -0.1))
-        ax.set_yticks([i + 0.46 for i in range(rows)], labels)
-        ax.set_xticks([k + 0.46 for k in range(steps)], [str(k + 1) for k in range(steps)])
-        ax.set_xlabel("engine step")
+        ax.set(xlim=(-0.1, steps), ylim=(h, -0.1), yticks=[i + 0.46 for i in range(rows)], yticklabels=labels,
+               xticks=[k + 0.46 for k in range(steps)], xticklabels=[str(k + 1) for k in range(steps)],
+               xlabel="engine step")
     a2.text(-0.05, rows + 0.7, "idx_mapping", ha="right", va="top", fontsize=8)
     return fig
 

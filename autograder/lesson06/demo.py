@@ -56,8 +56,8 @@ def plot_block_tables(run: EngineRun):
         y += 0.4
     ax.set_yticks([i + 0.4 * (i // len(steps[0].seq_lens)) for i in range(len(labels))], labels, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xticks(range(max(-(n // -bs) for c in steps for n in c.seq_lens) + 1))
-    ax.set_xlabel("logical block (16 tokens each); hatched = slots past seq_len, must be masked")
+    ax.set(xticks=range(max(-(n // -bs) for c in steps for n in c.seq_lens) + 1),
+           xlabel="logical block (16 tokens each); hatched = slots past seq_len, must be masked")
     ax.set_title("Figure 6-1  Block tables seen by the decode kernel in the real engine", fontsize=9, loc="left")
     return fig
 
@@ -203,8 +203,7 @@ def plot_op_counts(grouped: OpCounter, per_head: OpCounter, minimum: int):
     ax.bar([i - 0.2 for i in x], [grouped.load_bytes.get(n, 0) for n in names], 0.4, label="grouped: one program per kv head")
     ax.bar([i + 0.2 for i in x], [per_head.load_bytes.get(n, 0) for n in names], 0.4, label="one program per query head")
     ax.axhline(minimum / 2, color="gray", linestyle="--", label="K (or V) bytes if read once")
-    ax.set_xticks(list(x), names)
-    ax.set_ylabel("bytes loaded (interpreter count)")
+    ax.set(xticks=list(x), xticklabels=names, ylabel="bytes loaded (interpreter count)")
     ax.legend(fontsize=8)
     ax.set_title("Figure 6-4  What one decode launch reads (CPU: counted by the interpreter)", fontsize=9, loc="left")
     return fig

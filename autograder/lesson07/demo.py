@@ -96,8 +96,7 @@ def plot_seed_demo(runs):
     same = np.array([[a == b for a, b in zip(r, rows[0], strict=False)] for r in rows], dtype=float)
     fig, ax = plt.subplots(figsize=(7, 2.4), layout="tight")
     ax.imshow(same, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
-    ax.set_yticks(range(len(rows)), labels)
-    ax.set_xlabel("output position (green: same token as 'seed, alone')")
+    ax.set(yticks=range(len(rows)), yticklabels=labels, xlabel="output position (green: same token as 'seed, alone')")
     return fig
 
 

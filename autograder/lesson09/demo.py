@@ -95,8 +95,7 @@ def plot_sweep(sweep: dict):
     axes[2].set_ylabel("output tokens per engine step (batch 3)")
     axes[2].legend(fontsize=8)
     for ax in axes:
-        ax.set_xlabel("k = num_speculative_tokens")
-        ax.set_xticks(ks)
+        ax.set(xlabel="k = num_speculative_tokens", xticks=ks)
     fig.suptitle("Figure 9-1  n-gram speculation on the default model, greedy, 3 prompts x 40 tokens",
                  fontsize=9, x=0.01, ha="left")
     return fig
