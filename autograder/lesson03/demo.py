@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+from statistics import median_high
 
 from autograder.figures import vllm_answers
 from autograder.lesson03.checks import (
@@ -99,7 +100,7 @@ def computed_tokens(runs: dict, on: bool) -> list[int]:
 def _ttft_stats(runs: dict, on: bool) -> list[tuple[float, float, float]]:
     """Per request: (median, min, max) TTFT over the interleaved repeats."""
     per_req = list(zip(*(list(r.ttft_ms.values()) for r in runs["all"][on]), strict=True))
-    return [(sorted(ts)[len(ts) // 2], min(ts), max(ts)) for ts in per_req]
+    return [(median_high(ts), min(ts), max(ts)) for ts in per_req]
 
 def plot_hit_rate(runs: dict):
     """Figure 3-2: cumulative hit rate and prefill tokens saved vs number of requests (engine stats)."""
@@ -158,13 +159,12 @@ def ttft_caption(runs: dict) -> str:
     more than the student's machine measured)."""
     off_n, on_n = computed_tokens(runs, False), computed_tokens(runs, True)
     off, on = _ttft_stats(runs, False)[1:], _ttft_stats(runs, True)[1:]
-    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
-    m_off, m_on = med([m for m, _, _ in off]), med([m for m, _, _ in on])
+    m_off, m_on = median_high([m for m, _, _ in off]), median_high([m for m, _, _ in on])
     ratio = m_off / m_on
     apart = sum(a[2] < b[1] for a, b in zip(on, off, strict=True))  # requests whose cached range lies wholly below the uncached
     verdict = (f"开启缓存的 TTFT 中位数是关闭时的 1/{ratio:.1f}" if ratio > 1 else "开启缓存后 TTFT 没有变短")
-    return (f"本次运行：关闭缓存时每个请求计算 {med(off_n[1:])} 个 prompt token，开启后从第 2 个请求起只算 "
-            f"{med(on_n[1:])} 个（图 a，引擎统计，与机器无关）。TTFT（图 b，第 2～{len(off) + 1} 个请求，"
+    return (f"本次运行：关闭缓存时每个请求计算 {median_high(off_n[1:])} 个 prompt token，开启后从第 2 个请求起只算 "
+            f"{median_high(on_n[1:])} 个（图 a，引擎统计，与机器无关）。TTFT（图 b，第 2～{len(off) + 1} 个请求，"
             f"{len(runs['all'][True])} 次交替运行的中位数）：关闭 {m_off:.1f} ms"
             f"（范围 {min(lo for _, lo, _ in off):.1f}–{max(hi for _, _, hi in off):.1f}），开启 {m_on:.1f} ms"
             f"（范围 {min(lo for _, lo, _ in on):.1f}–{max(hi for _, _, hi in on):.1f}）；{verdict}"

@@ -1,9 +1,5 @@
 """Lesson 11 — what the notebook shows (never called by a check): padding waste and launch counts.
 
-    padding_table(capture_sizes, max_num_reqs)   each batch size -> the size it runs at and the rows wasted
-    launch_counts(batch_size)                     CUDA runtime calls of one decode forward, eager vs graph (GPU)
-    plot_padding / print_launch_counts            the notebook's figure and table
-
 No CPU timing of padded vs unpadded forwards: on a shared 2-core CPU the tiny model's forward is dominated by
 dispatch overhead and the ratio swung from 0.13 to 3.60 between runs (41 interleaved pairs still gave a
 10th-90th percentile spread of 0.2-6); the lesson reasons about padding's cost from figure 11-1 and the GPU.

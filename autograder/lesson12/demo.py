@@ -1,14 +1,7 @@
-"""Lesson 12 — what the notebook shows (never called by a check), all on the checks' real server:
-
-    request_timeline()              one streamed request: client send/chunks, frontend receipts, core steps
-    print_timeline(tl)              its table, then this run's TTFT, step time and core -> frontend latency
-    plot_timeline(tl)               figure 12-1: the request across the two processes
-    leaked_increment(chunks, text)  the first streamed increment that goes past the non-streamed text
-    bench_rates(rates)              `minivllm bench serve` (its benchmark()) at each request rate
-    print_bench(rows), plot_bench(rows)   the TTFT/TPOT/ITL percentiles and figure 12-2
-    process_split(rounds), print_split(split)   LLM throughput, EngineCore in this process vs its own (A B A B)
-
-The numbers the lesson's prose discusses are printed by these functions from the student's own run.
+"""Lesson 12 — what the notebook shows (never called by a check), all on the checks' real server: one streamed
+request's timeline across the two processes, `minivllm bench serve` at several request rates, and LLM throughput
+with the EngineCore in this process vs its own. The numbers the lesson's prose discusses are printed by these
+functions from the student's own run.
 """
 from __future__ import annotations
 
