@@ -1,5 +1,5 @@
-"""What the lessons' demos (autograder/lessonNN/demo.py) share: the engine-trace Gantt chart and the header of every
-"side by side with the pinned vLLM" section. Never called by a check."""
+"""What the lessons' demos (autograder/lessonNN/demo.py) share: the engine-trace Gantt chart, the header of every
+"side by side with the pinned vLLM" section, and interleaved timing. Never called by a check."""
 from __future__ import annotations
 
 # One colour per EngineCore.step / worker phase in every trace figure (lessons 1 and 8).
