@@ -1,6 +1,7 @@
 """Lesson 1 — vLLM V1 源码地图: what the notebook shows (live demos, tables, figures); no check calls these."""
 from __future__ import annotations
 
+from autograder.figures import PHASE_COLORS, trace_gantt, vllm_answers
 from autograder.lesson01.checks import TRACE, EngineRun, engine_phases, run_engine
 from autograder.pin import VLLM_VERSION
 
@@ -58,37 +59,17 @@ def engine_core_threads() -> list[str]:
 
 
 # ---------------------------------------------------------------------------- figures
-PHASE_COLORS = {"schedule": "#4C72B0", "execute": "#55A868", "grammar": "#C44E52", "wait": "#8172B2",
-                "aborts": "#CCB974", "update": "#64B5CD", "forward": "#DD8452"}
-
-
 def plot_timeline(run: EngineRun, steps: list[int] | None = None):
     """Gantt chart of the trace: the EngineCore thread's phases above the worker's forward passes, and below
     it the abort step's engine-thread phases in order, with when the abort arrived."""
     import matplotlib.pyplot as plt
 
     steps = steps or [s for s in (run.abort_step - 1, run.abort_step, run.abort_step + 1) if s in run.outputs]
-    evs = [e for e in run.events if e.step in steps]
-    t0 = min(e.start for e in evs)
-    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(11, 4.4), gridspec_kw={"height_ratios": [3, 1.3]})
-    engine_thread = next(e.thread for e in evs if e.phase == "schedule")
-    extra = iter(["#937860", "#DA8BC3", "#8C8C8C", "#17BECF", "#BCBD22"])
-    colors = dict(PHASE_COLORS)
-    for e in evs:
-        if e.phase not in colors:  # worker phases the engine may add (input preparation, sampling, ...)
-            colors[e.phase] = next(extra, "#BBBBBB")
-        y = 1 if e.thread == engine_thread else 0
-        width = max((e.end - e.start) * 1e3, 0.08)  # sub-0.1 ms phases stay visible
-        ax.barh(y, width, left=(e.start - t0) * 1e3, color=colors[e.phase], height=0.6,
-                edgecolor="black", linewidth=0.3)
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(11, 4.4), gridspec_kw={"height_ratios": [3, 1.3]}, layout="tight")
+    t0 = trace_gantt(ax, [e for e in run.events if e.step in steps], min_ms=0.08, top=2.4)
     x = (run.abort_time - t0) * 1e3
     ax.axvline(x, color="red", linestyle="--")
     ax.text(x, 1.45, f" abort(r0) arrives (step {run.abort_step})", color="red", fontsize=8)
-    ax.set_yticks([0, 1], ["worker thread", "EngineCore thread"])
-    ax.set_ylim(-0.6, 2.4)
-    ax.set_xlabel("time (ms)")
-    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()],
-              labels=list(colors), ncol=5, fontsize=8, loc="upper right")
     ax.set_title(f"minivllm trace, steps {steps[0]}-{steps[-1]}", fontsize=9, loc="left")
     phases = sorted((e for e in run.events if e.step == run.abort_step and e.phase in TRACE), key=lambda e: e.start)
     for i, e in enumerate(phases):
@@ -102,7 +83,6 @@ def plot_timeline(run: EngineRun, steps: list[int] | None = None):
     ax2.axis("off")
     ax2.set_title(f"step {run.abort_step} on the EngineCore thread, in order (red: abort arrives)", fontsize=8,
                   loc="left")
-    fig.tight_layout()
     return fig
 
 
@@ -113,31 +93,30 @@ def fig_arithmetic_intensity(d_model: int = 4096, ridge: float = 295.0):
 
     n = np.logspace(0, 4.5, 200)
     ai = 2 * n * d_model**2 / (2 * d_model**2 + 4 * n * d_model)  # FLOPs / bytes (weights + in/out activations)
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = plt.subplots(figsize=(7, 3.6), layout="tight")
     ax.loglog(n, ai, color="black", label=f"linear layer, d={d_model}, FP16")
     ax.axhline(ridge, color="gray", linestyle="--", label=f"H100 SXM ridge ~{ridge:.0f} FLOP/B (989 TFLOPS / 3.35 TB/s)")
     knee = float(np.interp(ridge, ai, n))  # where the curve crosses the ridge: the two regimes meet there
     ax.axvspan(1, knee, color="#8172B2", alpha=0.15, label=f"memory-bound (< {knee:.0f} tokens): decode, tokens = B")
     ax.axvspan(knee, n[-1], color="#DD8452", alpha=0.15, label="compute-bound: prefill, tokens = B*S")
-    ax.set_xlabel("tokens per forward (decode: B; prefill: B*S)")
-    ax.set_ylabel("FLOP / byte")
+    ax.set(xlabel="tokens per forward (decode: B; prefill: B*S)", ylabel="FLOP / byte")
     ax.legend(fontsize=8, loc="upper left")
     ax.set_title("Figure 1-1  Prefill vs decode arithmetic intensity", fontsize=9, loc="left")
-    fig.tight_layout()
     return fig
 
 
 def _boxes(ax, boxes, arrows):
+    from matplotlib.patches import FancyBboxPatch
+
     for text, (x, y, w, h), color in boxes:
-        ax.add_patch(__import__("matplotlib.patches", fromlist=["x"]).FancyBboxPatch(
-            (x, y), w, h, boxstyle="round,pad=0.02", facecolor=color, edgecolor="black", linewidth=0.8))
+        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.02", facecolor=color, edgecolor="black",
+                                    linewidth=0.8))
         ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=8)
     for (x0, y0), (x1, y1), label in arrows:
         ax.annotate("", xy=(x1, y1), xytext=(x0, y0), arrowprops=dict(arrowstyle="->", lw=1.2))
         if label:
             ax.text(max(x0, x1) + 0.01, (y0 + y1) / 2, label, fontsize=8, color="dimgray", va="center")
-    ax.set_xlim(-0.01, 1.01)
-    ax.set_ylim(0, 1)
+    ax.set(xlim=(-0.01, 1.01), ylim=(0, 1))
     ax.axis("off")
 
 
@@ -170,6 +149,8 @@ def fig_architecture():
 
 def fig_request_flow():
     """Figure 1-3: one request from HTTP to streamed tokens, boxed by the process each stage runs in."""
+    import itertools
+
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyBboxPatch, Rectangle
 
@@ -181,11 +162,9 @@ def fig_request_flow():
     w, gap, x0 = 0.118, 0.022, 0.01
     xs = [x0 + i * (w + gap) for i in range(len(stages))]
     i = 0
-    while i < len(stages):  # one dashed band per run of stages in the same process
-        j = i
-        while j + 1 < len(stages) and stages[j + 1][1] == stages[i][1]:
-            j += 1
-        name, color = procs[stages[i][1]]
+    for proc, run in itertools.groupby(p for _, p in stages):  # one dashed band per run of stages in one process
+        j = i + len(list(run)) - 1
+        name, color = procs[proc]
         ax.add_patch(Rectangle((xs[i] - gap / 2.5, 0.08), xs[j] + w - xs[i] + 2 * gap / 2.5, 0.8, facecolor=color,
                                edgecolor="gray", linestyle="--", linewidth=0.8))
         ax.text((xs[i] + xs[j] + w) / 2, 0.81, name, ha="center", va="center", fontsize=8, color="dimgray")
@@ -196,8 +175,7 @@ def fig_request_flow():
         ax.text(x + w / 2, 0.44, text, ha="center", va="center", fontsize=8)
     for x in xs[:-1]:
         ax.annotate("", xy=(x + w + gap, 0.44), xytext=(x + w, 0.44), arrowprops=dict(arrowstyle="->", lw=1.0))
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1)
+    ax.set(xlim=(0, 1), ylim=(0, 1))
     ax.axis("off")
     ax.set_title("Figure 1-3  Request flow, stage by stage, in the process each runs in", fontsize=9, loc="left")
     return fig
@@ -228,8 +206,7 @@ def vllm_side_by_side(run: EngineRun) -> None:
     from autograder.vllm_oracle import scheduler_harness
     from autograder.vllm_oracle.minivllm_side import MinivllmSchedulerBackend
 
-    answers, line = vllm_oracle.answers("lesson01")
-    print(line)
+    answers = vllm_answers("lesson01")
     site = vllm_oracle.vllm_site_packages()
     print(f"vLLM {VLLM_VERSION} 的源码：", f"{site}/vllm/" if site else "本机未安装（`make vllm` 之后在 .venv-vllm 的 site-packages/vllm/）")
     v = answers["demo_step_phases"]

@@ -1,6 +1,7 @@
 """Lesson 2 — 统一调度器与 KVCacheManager: what the notebook shows (live demos, tables, figures); no check calls these."""
 from __future__ import annotations
 
+from autograder.figures import vllm_answers
 from autograder.lesson02.checks import EngineRun, _prompt, make_core, run_engine, run_scenario
 
 
@@ -119,9 +120,7 @@ def fig_concurrent_partial(schedule_step=None):
             ax.text(k + 1, bottom + 15, "\n".join(small) + "\n(decode)", ha="center", va="bottom", fontsize=8)
     ax.axhline(1024, color="red", linestyle="--", linewidth=1, label="token budget 1024")
     ax.set_xticks(range(1, len(steps) + 1))
-    ax.set_xlabel("engine step")
-    ax.set_ylabel("tokens scheduled")
-    ax.set_ylim(0, 1250)
+    ax.set(xlabel="engine step", ylabel="tokens scheduled", ylim=(0, 1250))
     ax.legend(fontsize=8, loc="upper right")
     ax.set_title("Figure 2-1  3 x 800-token prompts, budget 1024, long_prefill_token_threshold 400", fontsize=9,
                  loc="left")
@@ -132,7 +131,7 @@ def fig_prefill_decode(runs: dict[str, EngineRun], labels=("off", "128")):
     """Figure 2-2: per-step prefill vs decode tokens (stacked) and the step's wall time, per configuration."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(labels), 1, figsize=(10, 2.6 * len(labels)), sharex=True)
+    fig, axes = plt.subplots(len(labels), 1, figsize=(10, 2.6 * len(labels)), sharex=True, layout="tight")
     top = max(r.seconds for label in labels for r in runs[label].steps) * 1e3 * 1.1
     for ax, label in zip(axes, labels, strict=True):
         run = runs[label]
@@ -146,8 +145,7 @@ def fig_prefill_decode(runs: dict[str, EngineRun], labels=("off", "128")):
         ax2 = ax.twinx()
         ax2.plot(x, [r.seconds * 1e3 for r in run.steps], color="black", marker=".", linewidth=0.8,
                  label="step wall time")
-        ax2.set_ylabel("ms / step")
-        ax2.set_ylim(0, top)
+        ax2.set(ylabel="ms / step", ylim=(0, top))
         name = "chunked prefill off" if label == "off" else f"chunked prefill, long_prefill_token_threshold={label}"
         ax.set_title(f"{name} (budget {run.steps[0].budget})", fontsize=9, loc="left")
         h1, l1 = ax.get_legend_handles_labels()
@@ -156,7 +154,6 @@ def fig_prefill_decode(runs: dict[str, EngineRun], labels=("off", "128")):
     axes[-1].set_xlabel("engine step")
     fig.suptitle("Figure 2-2  Prefill vs decode tokens per step (minivllm, default model, CPU)", fontsize=9, x=0.01,
                  ha="left")
-    fig.tight_layout()
     return fig
 
 
@@ -166,7 +163,7 @@ def fig_tradeoff(rows: list[dict]):
 
     labels = [r["threshold"] for r in rows]
     x = range(len(rows))
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4.0))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4.0), layout="tight")
     a.bar(x, [r["ttft_ms"] for r in rows], color="#DD8452")
     for i, r in enumerate(rows):  # the deterministic part of the cost: the steps a long prompt takes
         a.text(i, 0, f"{r['prefill_steps']} steps", ha="center", va="bottom", fontsize=8)
@@ -178,11 +175,9 @@ def fig_tradeoff(rows: list[dict]):
     b.set_title("inter-token latency of the decoding requests (ms)", fontsize=9, loc="left")
     b.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=3, frameon=False)  # under the axes
     for ax in (a, b):
-        ax.set_xticks(list(x), labels)
-        ax.set_xlabel("long_prefill_token_threshold ('off' = no chunked prefill)")
+        ax.set(xticks=list(x), xticklabels=labels, xlabel="long_prefill_token_threshold ('off' = no chunked prefill)")
     fig.suptitle("Figure 2-3  What the threshold changes: long-prompt TTFT and decode ITL (measured, CPU)", fontsize=9,
                  x=0.01, ha="left")
-    fig.tight_layout()
     return fig
 
 
@@ -193,8 +188,7 @@ def vllm_side_by_side(names=("demo_3x800", "demo_preemption")) -> None:
     from autograder import vllm_oracle
     from autograder.lesson02.checks import plan, run_vllm_view
 
-    answers, line = vllm_oracle.answers("lesson02", list(names))
-    print(line)
+    answers = vllm_answers("lesson02", names)
     for name in names:
         v, m = answers[name], run_vllm_view(name)
         free_v = [e["free_blocks"] for e in v["events"] if e["k"] == "s"]

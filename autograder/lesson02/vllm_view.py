@@ -9,6 +9,7 @@ Runs under .venv-vllm only (imports vllm, never minivllm).
 from __future__ import annotations
 
 from autograder.vllm_oracle.scheduler_harness import request, workload
+from autograder.vllm_oracle.vllm_side import scheduler_answer as vllm_answer  # noqa: F401  (its Scheduler, per step)
 
 SAMPLED = 7  # every sampled token: not EOS, not a stop id
 
@@ -55,10 +56,3 @@ SCENARIOS = {
                                    num_blocks=15, enable_prefix_caching=False, max_model_len=256,
                                    scheduler_reserve_full_isl=False),
 }
-
-
-def vllm_answer(name: str, payload: dict) -> dict:
-    """vLLM's Scheduler through the harness: per step what it scheduled, preempted, and the free blocks."""
-    from autograder.vllm_oracle.vllm_side import scheduler_answer
-
-    return scheduler_answer(name, payload)

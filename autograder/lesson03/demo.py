@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import random
+from statistics import median_high
 
+from autograder.figures import vllm_answers
 from autograder.lesson03.checks import (
     BLOCK,
     COMMON,
@@ -51,7 +53,7 @@ def plot_block_tables(snap: dict):
     import matplotlib.pyplot as plt
 
     rows = list(snap["table"].items())
-    fig, ax = plt.subplots(figsize=(8, 1.1 + 0.7 * len(rows)))
+    fig, ax = plt.subplots(figsize=(8, 1.1 + 0.7 * len(rows)), layout="tight")
     for y, (rid, row) in enumerate(reversed(rows)):
         for x, (bid, ref, hashed) in enumerate(row):
             color = "#DD8452" if ref > 1 else ("#4C72B0" if hashed else "#CCCCCC")
@@ -62,8 +64,7 @@ def plot_block_tables(snap: dict):
         n, hit = snap["lengths"][rid], snap["cached"].get(rid, 0)
         ax.text(-0.15, y + 0.5, f"{rid}: {n} tokens\nhit {hit}", ha="right", va="center", fontsize=8)
     width = max(len(r) for _, r in rows)
-    ax.set_xlim(-1.6, width + 0.2)
-    ax.set_ylim(0, len(rows))
+    ax.set(xlim=(-1.6, width + 0.2), ylim=(0, len(rows)))
     ax.axis("off")
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor=c, edgecolor="black", hatch=h) for c, h in
                (("#DD8452", None), ("#4C72B0", None), ("#CCCCCC", "//"))]
@@ -71,7 +72,6 @@ def plot_block_tables(snap: dict):
               fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, frameon=False)
     ax.set_title(f"Figure 3-1  block tables after step 1 ({snap['system']}-token shared system prompt, "
                  f"block_size={BLOCK})", fontsize=9, loc="left")
-    fig.tight_layout()
     return fig
 
 
@@ -100,7 +100,7 @@ def computed_tokens(runs: dict, on: bool) -> list[int]:
 def _ttft_stats(runs: dict, on: bool) -> list[tuple[float, float, float]]:
     """Per request: (median, min, max) TTFT over the interleaved repeats."""
     per_req = list(zip(*(list(r.ttft_ms.values()) for r in runs["all"][on]), strict=True))
-    return [(sorted(ts)[len(ts) // 2], min(ts), max(ts)) for ts in per_req]
+    return [(median_high(ts), min(ts), max(ts)) for ts in per_req]
 
 def plot_hit_rate(runs: dict):
     """Figure 3-2: cumulative hit rate and prefill tokens saved vs number of requests (engine stats)."""
@@ -110,7 +110,7 @@ def plot_hit_rate(runs: dict):
     n = list(range(1, len(on) + 1))
     rate = [h / q if q else 0 for q, h in on]
     saved = [h for _, h in on]
-    fig, ax = plt.subplots(figsize=(7, 3.4))
+    fig, ax = plt.subplots(figsize=(7, 3.4), layout="tight")
     ax.plot(n, [r * 100 for r in rate], "o-", color="#4C72B0", label="hit rate (hits / queries)")
     ax.set_xlabel("requests served (same system prompt)")
     ax.set_ylabel("prefix-cache hit rate (%)", color="#4C72B0")
@@ -121,7 +121,6 @@ def plot_hit_rate(runs: dict):
     fig.legend(fontsize=8, loc="lower right", bbox_to_anchor=(0.88, 0.18))
     ax.set_title(f"Figure 3-2  minivllm SchedulerStats: {runs['prompt_tokens']}-token prompts sharing a system "
                  "prompt", fontsize=9, loc="left")
-    fig.tight_layout()
     return fig
 
 
@@ -131,7 +130,7 @@ def plot_ttft(runs: dict):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, LogLocator
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4), layout="tight")
     for on, color in ((False, "#C44E52"), (True, "#55A868")):
         label = f"prefix caching {'on' if on else 'off'}"
         n = computed_tokens(runs, on)
@@ -140,14 +139,11 @@ def plot_ttft(runs: dict):
         x = range(1, len(stats) + 1)
         ax2.plot(x, [m for m, _, _ in stats], "o-", color=color, label=f"{label} (median)")
         ax2.fill_between(x, [lo for _, lo, _ in stats], [hi for _, _, hi in stats], color=color, alpha=0.2)
-    ax1.set_xlabel("request")
-    ax1.set_ylabel("prompt tokens computed")
-    ax1.set_ylim(0, runs["prompt_tokens"] * 1.1)
+    ax1.set(xlabel="request", ylabel="prompt tokens computed", ylim=(0, runs["prompt_tokens"] * 1.1))
     ax1.legend(fontsize=8)
     ax1.set_title("(a) tokens computed per request (engine)", fontsize=9, loc="left")
-    ax2.set_xlabel("request (arrives after the previous one finished)")
-    ax2.set_ylabel("TTFT (ms, wall clock, log scale)")
-    ax2.set_yscale("log")
+    ax2.set(xlabel="request (arrives after the previous one finished)", ylabel="TTFT (ms, wall clock, log scale)",
+            yscale="log")
     ax2.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
     ax2.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax2.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
@@ -155,7 +151,6 @@ def plot_ttft(runs: dict):
     ax2.set_title(f"(b) TTFT: median and range of {len(runs['all'][True])} interleaved runs", fontsize=9, loc="left")
     fig.suptitle(f"Figure 3-3  {runs['prompt_tokens']}-token prompts sharing a system prompt, CPU "
                  "(request 1 includes warm-up)", fontsize=9, x=0.01, ha="left")
-    fig.tight_layout()
     return fig
 
 
@@ -164,13 +159,12 @@ def ttft_caption(runs: dict) -> str:
     more than the student's machine measured)."""
     off_n, on_n = computed_tokens(runs, False), computed_tokens(runs, True)
     off, on = _ttft_stats(runs, False)[1:], _ttft_stats(runs, True)[1:]
-    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
-    m_off, m_on = med([m for m, _, _ in off]), med([m for m, _, _ in on])
+    m_off, m_on = median_high([m for m, _, _ in off]), median_high([m for m, _, _ in on])
     ratio = m_off / m_on
     apart = sum(a[2] < b[1] for a, b in zip(on, off, strict=True))  # requests whose cached range lies wholly below the uncached
     verdict = (f"开启缓存的 TTFT 中位数是关闭时的 1/{ratio:.1f}" if ratio > 1 else "开启缓存后 TTFT 没有变短")
-    return (f"本次运行：关闭缓存时每个请求计算 {med(off_n[1:])} 个 prompt token，开启后从第 2 个请求起只算 "
-            f"{med(on_n[1:])} 个（图 a，引擎统计，与机器无关）。TTFT（图 b，第 2～{len(off) + 1} 个请求，"
+    return (f"本次运行：关闭缓存时每个请求计算 {median_high(off_n[1:])} 个 prompt token，开启后从第 2 个请求起只算 "
+            f"{median_high(on_n[1:])} 个（图 a，引擎统计，与机器无关）。TTFT（图 b，第 2～{len(off) + 1} 个请求，"
             f"{len(runs['all'][True])} 次交替运行的中位数）：关闭 {m_off:.1f} ms"
             f"（范围 {min(lo for _, lo, _ in off):.1f}–{max(hi for _, _, hi in off):.1f}），开启 {m_on:.1f} ms"
             f"（范围 {min(lo for _, lo, _ in on):.1f}–{max(hi for _, _, hi in on):.1f}）；{verdict}"
@@ -199,11 +193,9 @@ def full_hit_demo(request_block_hasher=None, get_computed_blocks=None, get_new_b
 def vllm_side_by_side(names=("demo_prefill", "demo_evict")) -> None:
     """The pinned vLLM's KVCacheManager and BlockPool and minivllm's on the same operations: block hashes (numbered
     by first appearance), hits, new blocks and the free queue; the last column says whether they are equal."""
-    from autograder import vllm_oracle
     from autograder.lesson03.checks import run_vllm_view
 
-    answers, line = vllm_oracle.answers("lesson03", list(names))
-    print(line)
+    answers = vllm_answers("lesson03", names)
     for name in names:
         print(f"\n{name}")
         print(f"{'操作':<12}{'vLLM ' + VLLM_VERSION:<40}{'minivllm':<40}同")

@@ -1,6 +1,7 @@
 """Lesson 4's demo: the figures and tables the notebook shows, all from real EngineCore runs (never graded)."""
 from __future__ import annotations
 
+from autograder.figures import vllm_answers
 from autograder.lesson04.checks import ABORTS, WORKLOAD, run_engine
 
 STATES = ["WAITING", "RUNNING", "PREEMPTED", "FINISHED_LENGTH_CAPPED", "FINISHED_ABORTED"]
@@ -25,7 +26,7 @@ def fig_swimlane(runs, titles=("to the end", "with aborts")):
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    fig, axes = plt.subplots(1, len(runs), figsize=(6.5 * len(runs), 3.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(runs), figsize=(6.5 * len(runs), 3.2), squeeze=False, layout="tight")
     rids = [w[1] for w in WORKLOAD]
     for ax, run, title in zip(axes[0], runs, titles, strict=True):
         for lane, rid in enumerate(rids):
@@ -39,11 +40,9 @@ def fig_swimlane(runs, titles=("to the end", "with aborts")):
                 ax.plot(run.life.aborted_in[rid][0] - 0.5, lane, "kx", ms=8)
         ax.set_yticks(range(len(rids)), rids)
         ax.invert_yaxis()
-        ax.set_xlabel("engine step")
-        ax.set_title(f"request states ({title}, {run.num_preemptions} preemptions)")
+        ax.set(xlabel="engine step", title=f"request states ({title}, {run.num_preemptions} preemptions)")
     handles = [Patch(color=COLORS[s], label=s) for s in STATES]
     axes[0][-1].legend(handles=handles, fontsize=8, loc="lower right")
-    fig.tight_layout()
     return fig
 
 
@@ -87,17 +86,15 @@ def fig_blocks(run):
 
     used = [b["used"] for b in run.life.blocks]
     total = run.life.blocks[0]["total"]
-    fig, ax = plt.subplots(figsize=(8, 3))
+    fig, ax = plt.subplots(figsize=(8, 3), layout="tight")
     ax.step(range(1, len(used) + 1), used, where="mid", label="blocks in use")
     ax.axhline(total, color="gray", ls="--", lw=1, label=f"pool ({total} usable blocks)")
     pre = [(i + 1, used[i]) for i, p in enumerate(run.life.preempted) if p]
     if pre:
         ax.plot(*zip(*pre, strict=True), "rv", label="preemption (blocks freed)")
-    ax.set_xlabel("engine step")
-    ax.set_ylabel("KV blocks")
+    ax.set(xlabel="engine step", ylabel="KV blocks")
     ax.legend(fontsize=8)
     ax.set_title("KV blocks in use per step")
-    fig.tight_layout()
     return fig
 
 
@@ -173,8 +170,7 @@ def vllm_side_by_side(name: str = "demo_lifecycle") -> None:
     from autograder import vllm_oracle
     from autograder.lesson04.checks import run_vllm_view, vllm_difference
 
-    answers, line = vllm_oracle.answers("lesson04", [name])
-    print(line)
+    answers = vllm_answers("lesson04", [name])
     payload = vllm_oracle.scenarios("lesson04")[name]
     v, m = answers[name], run_vllm_view(name)
     lv, lm = lanes(v, payload), lanes(m, payload)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autograder.common import width as display_width
+from autograder.figures import interleaved, vllm_answers
 from autograder.lesson05.checks import (
     BLOCK_SIZE,
     NAMES,
@@ -33,48 +34,41 @@ class BatchStep:
 def batch_log(log: list):
     """Within: every _update_states of minivllm's runner appends a BatchStep (the class methods are wrapped
     and restored on exit; the engine's behaviour is unchanged)."""
+    from unittest import mock
+
     from minivllm.worker.gpu_input_batch import InputBatch
     from minivllm.worker.gpu_model_runner import GPUModelRunner
 
-    orig = (GPUModelRunner._update_states, GPUModelRunner._may_reorder_batch, InputBatch.condense,
-            InputBatch.swap_states)
+    update, swap = GPUModelRunner._update_states, InputBatch.swap_states
     phase: list = [None]
 
     def _update_states(self, so):
         log.append(BatchStep(so))
-        orig[0](self, so)
+        update(self, so)
         log[-1].rows = list(self.input_batch.req_ids[:self.input_batch.num_reqs])
 
-    def _may_reorder_batch(self, scheduler_output):
-        phase[0] = "swap"
-        try:
-            return orig[1](self, scheduler_output)
-        finally:
-            phase[0] = None
-
-    def condense(self):
-        if log:
-            log[-1].before = list(self.req_ids)
-        phase[0] = "condense"
-        try:
-            return orig[2](self)
-        finally:
-            phase[0] = None
+    def in_phase(name, method):  # the swaps `method` makes are condense's or the reorder's
+        def wrapped(self, *args):
+            if log and name == "condense":
+                log[-1].before = list(self.req_ids)
+            phase[0] = name
+            try:
+                return method(self, *args)
+            finally:
+                phase[0] = None
+        return wrapped
 
     def swap_states(self, i, j):
         if log and phase[0] == "condense":
             log[-1].condensed.append((j, i))        # condense swaps (hole, last): the last row moves up
         elif log and phase[0] == "swap":
             log[-1].swapped.append((i, j))
-        return orig[3](self, i, j)
+        return swap(self, i, j)
 
-    GPUModelRunner._update_states, GPUModelRunner._may_reorder_batch = _update_states, _may_reorder_batch
-    InputBatch.condense, InputBatch.swap_states = condense, swap_states
-    try:
+    with mock.patch.multiple(GPUModelRunner, _update_states=_update_states,
+                             _may_reorder_batch=in_phase("swap", GPUModelRunner._may_reorder_batch)), \
+            mock.patch.multiple(InputBatch, condense=in_phase("condense", InputBatch.condense), swap_states=swap_states):
         yield
-    finally:
-        GPUModelRunner._update_states, GPUModelRunner._may_reorder_batch = orig[0], orig[1]
-        InputBatch.condense, InputBatch.swap_states = orig[2], orig[3]
 
 
 def engine_run():
@@ -162,7 +156,7 @@ def plot_v1_vs_v2(run):
     steps = len(run.batch_log)
     rows = 4
     fig, (a1, a2) = plt.subplots(2, 1, figsize=(max(10, 0.75 * steps + 2), 7.2),
-                                 gridspec_kw={"height_ratios": [rows, rows + 1.6]})
+                                 gridspec_kw={"height_ratios": [rows, rows + 1.6]}, layout="tight")
     for k, b in enumerate(run.batch_log):
         for i, r in enumerate(b.rows):
             a1.add_patch(plt.Rectangle((k, i), 0.92, 0.92, color=color[r]))
@@ -190,13 +184,10 @@ def plot_v1_vs_v2(run):
                  "and idx_mapping[batch row] = slot (below, decodes first)")
     for ax, h, labels in ((a1, rows, [f"row {i}" for i in range(rows)]),
                           (a2, table_rows, [f"slot {i}" for i in range(rows)])):
-        ax.set_xlim(-0.1, steps)
-        ax.set_ylim(h, -0.1)
-        ax.set_yticks([i + 0.46 for i in range(rows)], labels)
-        ax.set_xticks([k + 0.46 for k in range(steps)], [str(k + 1) for k in range(steps)])
-        ax.set_xlabel("engine step")
+        ax.set(xlim=(-0.1, steps), ylim=(h, -0.1), yticks=[i + 0.46 for i in range(rows)], yticklabels=labels,
+               xticks=[k + 0.46 for k in range(steps)], xticklabels=[str(k + 1) for k in range(steps)],
+               xlabel="engine step")
     a2.text(-0.05, rows + 0.7, "idx_mapping", ha="right", va="top", fontsize=8)
-    fig.tight_layout()
     return fig
 
 
@@ -239,7 +230,7 @@ def plot_mixed_batch(step):
     colors = plt.cm.tab10(np.arange(n) % 10)
     seq_max = int(want["seq_lens"].max())
     fig, axes = plt.subplots(3, 1, figsize=(12, 2.2 + 0.5 * n + 3.2),
-                             gridspec_kw={"height_ratios": [0.6 * n + 0.4, 1.2, 1.6]})
+                             gridspec_kw={"height_ratios": [0.6 * n + 0.4, 1.2, 1.6]}, layout="tight")
     ax = axes[0]
     for i in range(n):
         c = int(b.num_computed_tokens_cpu[i])
@@ -268,8 +259,7 @@ def plot_mixed_batch(step):
         ax.annotate("logits", (li, 1.0), (li, 1.5), ha="center", fontsize=8, arrowprops=dict(arrowstyle="->"))
     ax.set_xticks(qsl, [f"qsl={q}" for q in qsl], fontsize=8)
     ax.set_yticks([])
-    ax.set_ylim(0, 1.9)
-    ax.set_xlim(-0.5, total - 0.5)
+    ax.set(ylim=(0, 1.9), xlim=(-0.5, total - 0.5))
     ax.set_title("Flat varlen batch: one column per token (number = position); query_start_loc marks rows")
     ax = axes[2]
     slots = want["slot_mapping"]
@@ -281,12 +271,10 @@ def plot_mixed_batch(step):
         j = blocks.index(int(sl) // BLOCK_SIZE)
         x = j * (BLOCK_SIZE + 1) + int(sl) % BLOCK_SIZE
         ax.add_patch(plt.Rectangle((x, 0), 1, 1, color=colors[owner[t]]))
-    ax.set_xlim(-1, len(blocks) * (BLOCK_SIZE + 1))
-    ax.set_ylim(-0.7, 1.3)
+    ax.set(xlim=(-1, len(blocks) * (BLOCK_SIZE + 1)), ylim=(-0.7, 1.3))
     ax.axis("off")
     ax.set_title("slot_mapping = block_table[row, pos // block_size] * block_size + pos % block_size: "
                  "where each token's K/V is written (physical blocks, scattered)")
-    fig.tight_layout()
     return fig
 
 
@@ -297,20 +285,18 @@ def plot_step_breakdown(run):
     phases = ("prepare_inputs", "forward", "sample")
     per = step_phases(run)
     steps = sorted(per)
-    fig, ax = plt.subplots(figsize=(10, 3.2))
+    fig, ax = plt.subplots(figsize=(10, 3.2), layout="tight")
     bottom = np.zeros(len(steps))
     for ph, col in zip(phases, ("tab:orange", "tab:blue", "tab:green"), strict=True):
         vals = np.array([per[s][ph] for s in steps])
         ax.bar(range(len(steps)), vals, bottom=bottom, color=col, label=ph)
         bottom += vals
     ax.set_xticks(range(len(steps)), [str(i + 1) for i in range(len(steps))])
-    ax.set_xlabel("engine step")
-    ax.set_ylabel("ms")
+    ax.set(xlabel="engine step", ylabel="ms")
     share = median_share(run)
     ax.set_title(f"Step time by phase (trace). prepare_inputs: median {share:.1%} of a step's prepare+forward+sample "
                  "(step 1 warms up: left out)", fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
     return fig
 
 
@@ -356,19 +342,11 @@ def vectorised_vs_loop(fn, rounds: int = 9) -> dict:
     loop, one round of the three interleaved per repetition after a warm-up round; every ratio is to the engine's
     median of the same rounds, so the table's "/ engine" column is its own milliseconds divided."""
     import statistics
-    import time
 
     so, batch = big_batch()
     sides = {"your prepare_inputs": lambda: fn(so, batch, 16), "engine _prepare_inputs": lambda: engine_inputs(so, batch, 16),
              "per-token loop": lambda: per_token_loop(so, batch, 16)}
-    times: dict = {k: [] for k in sides}
-    for r in range(rounds + 1):
-        for name, f in sides.items():
-            t = time.perf_counter()
-            f()
-            if r:  # round 0 warms up
-                times[name].append(time.perf_counter() - t)
-    med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    med = {k: statistics.median(v) * 1e3 for k, v in interleaved(sides, rounds).items()}
     lines = {"your prepare_inputs": count_lines(fn, so, batch, 16), "engine _prepare_inputs": None,
              "per-token loop": count_lines(per_token_loop, so, batch, 16)}
     print(f"batch: {batch.num_reqs} requests, {so.total_num_scheduled_tokens} tokens, block_size 16; time: median of "
@@ -422,8 +400,7 @@ def vllm_side_by_side() -> list:
     which requests' last token goes to the LM head (logits_indices)."""
     from autograder import vllm_oracle
 
-    answers, line = vllm_oracle.answers("lesson05", ["lesson"])
-    print(line)
+    answers = vllm_answers("lesson05", ["lesson"])
     v = answers["lesson"]
     case = vllm_oracle.scenarios("lesson05")["lesson"]
     m = minivllm_steps(case)

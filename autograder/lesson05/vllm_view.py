@@ -30,7 +30,7 @@ NAMES = ("input_ids", "positions", "query_start_loc", "seq_lens", "slot_mapping"
 SCENARIOS = {"lesson": LESSON}
 
 
-def run(case: dict) -> dict:
+def vllm_answer(name: str, case: dict) -> dict:
     import os
 
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -78,7 +78,3 @@ def run(case: dict) -> dict:
     return {"runner": f"{type(runner).__module__}.{type(runner).__name__}",
             "bases": [c.__name__ for c in type(runner).__mro__[1:3]], "prompt_ids": ids, "steps": steps,
             "tokens": [done.get(str(i), []) for i in range(len(ids))]}
-
-
-def vllm_answer(name: str, payload: dict):
-    return run(payload)

@@ -9,6 +9,7 @@ if shutil.which("nvidia-smi") is None and not os.path.exists("/dev/nvidia0"):
 
 import torch  # noqa: E402
 
+from autograder.figures import vllm_answers
 from autograder.lesson06.checks import (
     DecodeCall,
     DecodeCase,
@@ -38,7 +39,7 @@ def plot_block_tables(run: EngineRun):
     import matplotlib.pyplot as plt
 
     steps = run.calls[::4]                        # one call per step (layer 0)
-    fig, ax = plt.subplots(figsize=(10, 0.5 + 0.55 * len(steps) * len(steps[0].seq_lens)))
+    fig, ax = plt.subplots(figsize=(10, 0.5 + 0.55 * len(steps) * len(steps[0].seq_lens)), layout="tight")
     y, labels = 0, []
     bs = 16
     for s, call in enumerate(steps):
@@ -55,10 +56,9 @@ def plot_block_tables(run: EngineRun):
         y += 0.4
     ax.set_yticks([i + 0.4 * (i // len(steps[0].seq_lens)) for i in range(len(labels))], labels, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xticks(range(max(-(n // -bs) for c in steps for n in c.seq_lens) + 1))
-    ax.set_xlabel("logical block (16 tokens each); hatched = slots past seq_len, must be masked")
+    ax.set(xticks=range(max(-(n // -bs) for c in steps for n in c.seq_lens) + 1),
+           xlabel="logical block (16 tokens each); hatched = slots past seq_len, must be masked")
     ax.set_title("Figure 6-1  Block tables seen by the decode kernel in the real engine", fontsize=9, loc="left")
-    fig.tight_layout()
     return fig
 
 
@@ -109,7 +109,7 @@ def plot_online_softmax(call: DecodeCall, seq: int = 0, head: int | None = None)
     head = pick_head(call, seq) if head is None else head
     rows, scores, err = online_softmax_trace(call, seq, head)
     bs = call.k_cache.shape[1]
-    fig, ax = plt.subplots(figsize=(9, 3.2))
+    fig, ax = plt.subplots(figsize=(9, 3.2), layout="tight")
     colors = ["#4C72B0", "#DD8452", "#55A868", "#C44E52"]
     for r in rows:
         x = range(r["block"] * bs, r["block"] * bs + r["tokens"])
@@ -121,13 +121,11 @@ def plot_online_softmax(call: DecodeCall, seq: int = 0, head: int | None = None)
                     (r["block"] * bs + (r["tokens"] - 1 if last else 0), r["running_max"]), xytext=(0, 4),
                     textcoords="offset points", fontsize=8, ha="right" if last else "left")
     lo, hi = float(scores.min()), float(scores.max())
-    ax.set_ylim(lo - 0.1 * (hi - lo), hi + 0.35 * (hi - lo))
-    ax.set_xlabel("token position in the sequence")
-    ax.set_ylabel("score q.k * scale")
+    ax.set(ylim=(lo - 0.1 * (hi - lo), hi + 0.35 * (hi - lo)), xlabel="token position in the sequence",
+           ylabel="score q.k * scale")
     ax.legend(fontsize=8, loc="lower right")
     ax.set_title(f"Figure 6-2  Online softmax over blocks (engine call, seq {seq}, head {head}); "
                  f"|online - full softmax| = {err:.1e}", fontsize=9, loc="left")
-    fig.tight_layout()
     return fig, head, rows
 
 
@@ -143,7 +141,7 @@ def plot_roofline(points=None, peak_tflops: float = 989.0, bw_tbs: float = 3.35,
     import numpy as np
 
     ai = np.logspace(-1, 4, 200)
-    fig, ax = plt.subplots(figsize=(7, 3.8))
+    fig, ax = plt.subplots(figsize=(7, 3.8), layout="tight")
     ax.loglog(ai, np.minimum(peak_tflops, ai * bw_tbs), color="black",
               label=f"roofline {device_name}: {peak_tflops:.0f} TFLOP/s, {bw_tbs:.2f} TB/s")
     ax.axvline(peak_tflops / bw_tbs, color="gray", linestyle="--", label=f"ridge ~{peak_tflops / bw_tbs:.0f} FLOP/B")
@@ -155,12 +153,10 @@ def plot_roofline(points=None, peak_tflops: float = 989.0, bw_tbs: float = 3.35,
     for label, x, y in points or []:
         ax.scatter([x], [y], color="#C44E52", zorder=4)
         ax.annotate(label, (x, y), fontsize=8, xytext=(5, 4), textcoords="offset points", color="#C44E52")
-    ax.set_xlabel("arithmetic intensity (FLOP / byte)")
-    ax.set_ylabel("TFLOP/s")
+    ax.set(xlabel="arithmetic intensity (FLOP / byte)", ylabel="TFLOP/s")
     ax.legend(fontsize=8, loc="upper left")
     title = "measured points in red" if points else "no GPU: the measured points need one"
     ax.set_title(f"Figure 6-3  Decode attention on the roofline ({title})", fontsize=9, loc="left")
-    fig.tight_layout()
     return fig
 
 
@@ -202,16 +198,14 @@ def plot_op_counts(grouped: OpCounter, per_head: OpCounter, minimum: int):
     import matplotlib.pyplot as plt
 
     names = ["k_cache", "v_cache", "query", "block_table"]
-    fig, ax = plt.subplots(figsize=(7, 3))
+    fig, ax = plt.subplots(figsize=(7, 3), layout="tight")
     x = range(len(names))
     ax.bar([i - 0.2 for i in x], [grouped.load_bytes.get(n, 0) for n in names], 0.4, label="grouped: one program per kv head")
     ax.bar([i + 0.2 for i in x], [per_head.load_bytes.get(n, 0) for n in names], 0.4, label="one program per query head")
     ax.axhline(minimum / 2, color="gray", linestyle="--", label="K (or V) bytes if read once")
-    ax.set_xticks(list(x), names)
-    ax.set_ylabel("bytes loaded (interpreter count)")
+    ax.set(xticks=list(x), xticklabels=names, ylabel="bytes loaded (interpreter count)")
     ax.legend(fontsize=8)
     ax.set_title("Figure 6-4  What one decode launch reads (CPU: counted by the interpreter)", fontsize=9, loc="left")
-    fig.tight_layout()
     return fig
 
 
@@ -279,8 +273,7 @@ def vllm_side_by_side(kernel) -> dict:
     from autograder import vllm_oracle
     from autograder.lesson06.checks import make_case, reference, run_decode
 
-    answers, line = vllm_oracle.answers("lesson06")
-    print(line)
+    answers = vllm_answers("lesson06")
     print(f"{'batch':<10}{'seq_lens':<20}{'H/KVH/D':<10}{'isa':<7}{'|vLLM-ref|':>11}{'|yours-ref|':>12}{'|yours-vLLM|':>13}")
     shown = {}
     for name, spec in vllm_oracle.scenarios("lesson06").items():

@@ -43,7 +43,7 @@ def case_tensors(spec: dict, garbage: float = 0.0):
     return query, kv, table, torch.tensor(lens, dtype=torch.int32)
 
 
-def cpu_attention(spec: dict) -> dict:
+def vllm_answer(name: str, spec: dict) -> dict:
     import torch
     from vllm import _custom_ops as ops
     from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
@@ -76,7 +76,3 @@ def cpu_attention(spec: dict) -> dict:
         seq_lens=seq_lens, scale=d ** -0.5, causal=True, alibi_slopes=None, sliding_window=-1, block_table=table,
         softcap=0.0, scheduler_metadata=metadata, s_aux=None)
     return {"isa": isa, "output": [[round(float(x), 6) for x in row] for row in out]}
-
-
-def vllm_answer(name: str, payload: dict):
-    return cpu_attention(payload)

@@ -1,11 +1,10 @@
 """Lesson 7 — 采样器: what the notebook shows (live runs, tables, figures); no check calls these."""
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import torch
 
+from autograder.figures import interleaved, vllm_answers
 from autograder.lesson07.checks import engine_prompts, make_llm, plugged, profiled_ops, seeded_runs, shutdown
 
 
@@ -57,13 +56,12 @@ def plot_stages(stages, top: int = 30):
     import matplotlib.pyplot as plt
 
     order = stages["raw"].argsort(descending=True)[:top]
-    fig, axes = plt.subplots(1, len(stages), figsize=(3.2 * len(stages), 2.8), sharey=True)
+    fig, axes = plt.subplots(1, len(stages), figsize=(3.2 * len(stages), 2.8), sharey=True, layout="tight")
     for ax, (name, p) in zip(axes, stages.items(), strict=True):
         ax.bar(range(top), p[order].numpy(), color="tab:blue" if name == "raw" else "tab:orange")
         ax.set_title(f"{name}\n{int((p > 0).sum())} tokens kept", fontsize=9)
         ax.set_xlabel("token rank (raw)")
     axes[0].set_ylabel("probability")
-    fig.tight_layout()
     return fig
 
 
@@ -96,11 +94,9 @@ def plot_seed_demo(runs):
     rows = [runs["alone"], runs["batch"], runs["chunked"], runs["unseeded"][0], runs["unseeded"][1]]
     labels = ["seed, alone", "seed, batch", "seed, chunked", "no seed #1", "no seed #2"]
     same = np.array([[a == b for a, b in zip(r, rows[0], strict=False)] for r in rows], dtype=float)
-    fig, ax = plt.subplots(figsize=(7, 2.4))
+    fig, ax = plt.subplots(figsize=(7, 2.4), layout="tight")
     ax.imshow(same, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
-    ax.set_yticks(range(len(rows)), labels)
-    ax.set_xlabel("output position (green: same token as 'seed, alone')")
-    fig.tight_layout()
+    ax.set(yticks=range(len(rows)), yticklabels=labels, xlabel="output position (green: same token as 'seed, alone')")
     return fig
 
 
@@ -116,15 +112,10 @@ def sort_cost(apply_top_k_top_p, batch: int = 8, vocab: int = 32000, k: int = 50
     for name, fn in sides.items():
         seen = profiled_ops(fn)[1]
         ops[name] = {o: seen.count(o) for o in sorted(set(seen))}
-    times: dict = {name: [] for name in sides}
-    for _ in range(pairs + 1):
-        for name, fn in sides.items():
-            t = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t)
-    ratios = sorted(a / b for a, b in zip(times["top_p"][1:], times["top_k only"][1:], strict=True))
+    times = interleaved(sides, pairs)
+    ratios = sorted(a / b for a, b in zip(times["top_p"], times["top_k only"], strict=True))
     return {"ops": ops, "batch": batch, "vocab": vocab, "k": k, "pairs": pairs,
-            "ms": {name: float(np.median(ts[1:])) * 1e3 for name, ts in times.items()},
+            "ms": {name: float(np.median(ts)) * 1e3 for name, ts in times.items()},
             "ratio": float(np.median(ratios)), "ratio_p10_p90": (float(np.quantile(ratios, 0.1)),
                                                                  float(np.quantile(ratios, 0.9)))}
 
@@ -153,8 +144,7 @@ def vllm_side_by_side(row, apply_min_p, apply_top_k_top_p, sample) -> dict:
     from autograder import vllm_oracle
     from autograder.lesson07.checks import masked, vllm_batch
 
-    answers, line = vllm_oracle.answers("lesson07", ["lesson", "grade_mixed"])
-    print(line)
+    answers = vllm_answers("lesson07", ["lesson", "grade_mixed"])
     v = answers["lesson"]
     top = v["top_ids"]
     same_row = row.argsort(descending=True)[: len(top)].tolist() == top

@@ -6,25 +6,27 @@ from __future__ import annotations
 
 import torch
 
+from autograder.figures import trace_gantt, vllm_answers
 from autograder.lesson08.checks import default_vocab, run_engine, unpack, xgrammar_choice_bitmask
 
-COLORS = {"schedule": "#4C72B0", "execute": "#55A868", "grammar": "#C44E52", "wait": "#8172B2", "aborts": "#CCB974",
-          "update": "#64B5CD", "forward": "#DD8452", "prepare_inputs": "#937860", "sample": "#DA8BC3"}
+
+def _choice_row(generated: str, choices: list[str]):
+    """xgrammar's bitmask for one choice request after `generated`: (vocab, packed [1, words], unpacked row)."""
+    vocab = default_vocab()
+    bitmask = xgrammar_choice_bitmask(["r"], {"r": generated.encode()}, {"r": [c.encode() for c in choices]}, vocab)
+    return vocab, bitmask, unpack(bitmask, vocab.vocab_size)[0]
 
 
 def allowed_next(generated: str, choices: list[str]) -> list[str]:
     """The tokens xgrammar allows after `generated` for a choice constraint, as text (EOS as <eos>)."""
-    vocab = default_vocab()
-    bitmask = xgrammar_choice_bitmask(["r"], {"r": generated.encode()}, {"r": [c.encode() for c in choices]}, vocab)
-    ids = unpack(bitmask, vocab.vocab_size)[0].nonzero().flatten().tolist()
-    return ["<eos>" if t == vocab.eos_token_id else vocab.token_bytes[t].decode("utf-8", "replace") for t in ids]
+    vocab, _, row = _choice_row(generated, choices)
+    return ["<eos>" if t == vocab.eos_token_id else vocab.token_bytes[t].decode("utf-8", "replace")
+            for t in row.nonzero().flatten().tolist()]
 
 
 def show_words(generated: str, choices: list[str], words: int = 4) -> None:
     """Print the first int32 words of one bitmask row in binary (bit 0 on the right), with their tokens."""
-    vocab = default_vocab()
-    bitmask = xgrammar_choice_bitmask(["r"], {"r": generated.encode()}, {"r": [c.encode() for c in choices]}, vocab)
-    row = unpack(bitmask, vocab.vocab_size)[0]
+    vocab, bitmask, row = _choice_row(generated, choices)
     nonzero = [w for w in range(bitmask.shape[1]) if row[32 * w:32 * w + 32].any()][:words]
     for w in nonzero:
         value = int(bitmask[0, w])
@@ -36,23 +38,6 @@ def show_words(generated: str, choices: list[str], words: int = 4) -> None:
 def run_demo():
     """The real engine, its own xgrammar bitmask: choice requests among free ones."""
     return run_engine()
-
-
-def overlap_share(events) -> tuple[float, float, int]:
-    """Over steps whose sampling waited for a bitmask: the share of grammar time spent before the step's forward
-    ended (it delayed nothing), and the stricter share inside the forward span itself."""
-    span = {(e.step, e.phase): e for e in events}
-    total = hidden = inside = 0.0
-    steps = 0
-    for (s, p), g in span.items():
-        f = span.get((s, "forward"))
-        if p != "grammar" or f is None or (s, "sample") not in span:
-            continue
-        steps += 1
-        total += g.end - g.start
-        hidden += (g.end - g.start) - max(0.0, g.end - max(g.start, f.end))
-        inside += max(0.0, min(g.end, f.end) - max(g.start, f.start))
-    return (hidden / total if total else 0.0), (inside / total if total else 0.0), steps
 
 
 def grammar_steps(events) -> dict:
@@ -74,22 +59,10 @@ def plot_overlap(events, num_steps: int = 4):
     import matplotlib.pyplot as plt
     span = {(e.step, e.phase): e for e in events}
     steps = sorted(s for (s, p) in span if p == "grammar" and (s, "sample") in span)[:num_steps]
-    evs = [e for e in events if e.step in steps]
-    t0 = min(e.start for e in evs)
-    engine_thread = next(e.thread for e in evs if e.phase == "schedule")
-    fig, ax = plt.subplots(figsize=(11, 2.6))
-    for e in evs:
-        y = 1 if e.thread == engine_thread else 0
-        ax.barh(y, max((e.end - e.start) * 1e3, 0.05), left=(e.start - t0) * 1e3, height=0.6,
-                color=COLORS.get(e.phase, "#BBBBBB"), edgecolor="black", linewidth=0.3)
-    ax.set_yticks([0, 1], ["worker thread", "EngineCore thread"])
-    ax.set_xlabel("time (ms)")
-    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()], labels=list(COLORS),
-              ncol=5, fontsize=8, loc="upper right")
-    ax.set_ylim(-0.6, 2.3)
+    fig, ax = plt.subplots(figsize=(11, 2.6), layout="tight")
+    trace_gantt(ax, [e for e in events if e.step in steps], min_ms=0.05, top=2.3)
     ax.set_title(f"minivllm trace, steps {steps[0]}-{steps[-1]}: the grammar bitmask (red) runs while the "
                  "worker's forward (orange) does; sample waits for both", fontsize=9, loc="left")
-    fig.tight_layout()
     return fig
 
 
@@ -109,11 +82,13 @@ def masked_logits_example():
 
 
 # ---------------------------------------------------------------------------- the same rows on the pinned vLLM
+def _token(vocab, t: int) -> str:
+    return "EOS" if t == vocab.eos_token_id else repr(vocab.token_bytes[t].decode("utf-8", "replace"))
+
+
 def _tokens(vocab, allowed_row, top: int = 4) -> str:
     ids = allowed_row.nonzero().flatten().tolist()
-    shown = ["EOS" if t == vocab.eos_token_id else repr(vocab.token_bytes[t].decode("utf-8", "replace"))
-             for t in ids[:top]]
-    return f"{len(ids):>3} " + " ".join(shown) + (" …" if len(ids) > top else "")
+    return f"{len(ids):>3} " + " ".join(_token(vocab, t) for t in ids[:top]) + (" …" if len(ids) > top else "")
 
 
 def vllm_side_by_side(choice_bitmask, batch: str = "batch_batch_order", walk: str = "walk_perchance") -> None:
@@ -123,8 +98,7 @@ def vllm_side_by_side(choice_bitmask, batch: str = "batch_batch_order", walk: st
     from autograder.lesson08.checks import Scenario, vllm_rows_in_batch_order, vllm_walk_steps
 
     vocab = default_vocab()
-    answers, line = vllm_oracle.answers("lesson08", [batch, walk])
-    print(line)
+    answers = vllm_answers("lesson08", [batch, walk])
     case, want = vllm_oracle.scenarios("lesson08")[batch], answers[batch]
     sc = Scenario(batch, list(case["batch"]), {r: bytes(case["generated"][r]) for r in case["scheduled"]},
                   {r: [c.encode() for c in case["choices"][r]] for r in case["scheduled"]})
@@ -142,12 +116,10 @@ def vllm_side_by_side(choice_bitmask, batch: str = "batch_batch_order", walk: st
     print(f"\n选项 {[c.decode() for c in choices]}，vLLM 一步步从允许集合里随机取一个 token 并 accept_tokens：")
     print(f"{'step':>4}  {'已生成':<14}{'vLLM 允许':<30}{'你的允许':<30}取   同")
     for k, done, row in vllm_walk_steps(answers[walk], choices, vocab):
-        sc = Scenario(walk, ["r"], {"r": done}, {"r": list(choices)})
         m = unpack(choice_bitmask(["r"], {"r": done}, {"r": list(choices)}, vocab.trie, vocab.eos_token_id,
                                   vocab.vocab_size), vocab.vocab_size)[0]
         w = unpack(row, vocab.vocab_size)[0]
-        token = answers[walk]["steps"][k]["token"]
-        pick = "EOS" if token == vocab.eos_token_id else repr(vocab.token_bytes[token].decode("utf-8", "replace"))
+        pick = _token(vocab, answers[walk]["steps"][k]["token"])
         print(f"{k:>4}  {done.decode('utf-8', 'replace')!r:<14}{_tokens(vocab, w, 3):<30}{_tokens(vocab, m, 3):<30}"
               f"{pick:<5}{'✓' if torch.equal(w, m) else '✗'}")
     last = answers[walk]["steps"][-1]

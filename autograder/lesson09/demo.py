@@ -5,6 +5,7 @@ import time
 
 import numpy as np
 
+from autograder.figures import vllm_answers
 from autograder.lesson09.checks import (
     DRAFT_Q,
     SPEC,
@@ -82,10 +83,9 @@ def plot_sweep(sweep: dict):
     import matplotlib.pyplot as plt
 
     ks = [r["k"] for r in sweep["rows"]]
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2), layout="tight")
     axes[0].plot(ks, [r["acceptance"] for r in sweep["rows"]], "o-", color="#4C72B0")
-    axes[0].set_ylabel("acceptance rate (accepted / drafted)")
-    axes[0].set_ylim(0, 1)
+    axes[0].set(ylabel="acceptance rate (accepted / drafted)", ylim=(0, 1))
     axes[1].plot(ks, [r["mean_len"] for r in sweep["rows"]], "o-", color="#DD8452", label="measured")
     axes[1].plot(ks, [k + 1 for k in ks], ":", color="gray", label="upper bound k + 1")
     axes[1].set_ylabel("mean tokens per verified draft")
@@ -95,11 +95,9 @@ def plot_sweep(sweep: dict):
     axes[2].set_ylabel("output tokens per engine step (batch 3)")
     axes[2].legend(fontsize=8)
     for ax in axes:
-        ax.set_xlabel("k = num_speculative_tokens")
-        ax.set_xticks(ks)
+        ax.set(xlabel="k = num_speculative_tokens", xticks=ks)
     fig.suptitle("Figure 9-1  n-gram speculation on the default model, greedy, 3 prompts x 40 tokens",
                  fontsize=9, x=0.01, ha="left")
-    fig.tight_layout()
     return fig
 
 
@@ -108,20 +106,18 @@ def plot_per_position(sweep: dict):
     SpecDecodingLogging and the Grafana panel compute it); right: accepted at j / drafts that had a position j."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3), sharey=True, layout="tight")
     for key, ax, title in (("per_pos", axes[0], "vLLM: num_accepted_tokens_per_pos[j] / num_drafts"),
                            ("per_pos_drafted", axes[1], "num_accepted_tokens_per_pos[j] / num_draft_tokens_per_pos[j]")):
         for r in sweep["rows"]:
             ax.plot(range(1, r["k"] + 1), r[key], "o-", label=f"k={r['k']}")
         ax.set_xticks(range(1, max(r["k"] for r in sweep["rows"]) + 1))
-        ax.set_xlabel("draft position j")
-        ax.set_ylim(0, 1)
+        ax.set(xlabel="draft position j", ylim=(0, 1))
         ax.set_title(title, fontsize=8, loc="left")
     axes[0].set_ylabel("acceptance at position j")
     axes[0].legend(fontsize=8)
     fig.suptitle("Figure 9-2  Per-position acceptance, two denominators (real engine runs)", fontsize=9, x=0.01,
                  ha="left")
-    fig.tight_layout()
     return fig
 
 
@@ -130,7 +126,7 @@ def plot_distribution(fn, n: int = 1500):
     import matplotlib.pyplot as plt
 
     run = distribution_run(fn, n)
-    fig, ax = plt.subplots(figsize=(7, 3))
+    fig, ax = plt.subplots(figsize=(7, 3), layout="tight")
     x = np.arange(len(TARGET))
     for off, (label, key) in zip((-0.3, -0.1), (("emitted, draft_probs=q", "draft_probs=q"),
                                                ("emitted, n-gram (q one-hot)", "draft_probs=None")), strict=True):
@@ -138,12 +134,10 @@ def plot_distribution(fn, n: int = 1500):
         ax.bar(x + off, c / c.sum(), 0.2, label=f"{label}: chi-square p = {run.p_values[(key, 'pos0')]:.2f}")
     ax.bar(x + 0.1, TARGET, 0.2, color="black", label="target p")
     ax.bar(x + 0.3, DRAFT_Q, 0.2, color="#CCCCCC", label="draft q")
-    ax.set_xlabel("token id")
-    ax.set_ylabel("frequency / probability")
+    ax.set(xlabel="token id", ylabel="frequency / probability")
     ax.legend(fontsize=8)
     ax.set_title(f"Figure 9-3  Rejection sampling keeps the target distribution ({n} requests each)", fontsize=9,
                  loc="left")
-    fig.tight_layout()
     return fig, run
 
 
@@ -172,12 +166,10 @@ def vllm_side_by_side(fn) -> dict:
     next to fn; then vLLM's and fn's first emitted token over the distribution batch, against n * p."""
     import torch
 
-    from autograder import vllm_oracle
     from autograder.lesson09.checks import P, call, vllm_case_inputs
     from autograder.lesson09.vllm_view import SCENARIOS
 
-    got, line = vllm_oracle.answers("lesson09")
-    print(line)
+    got = vllm_answers("lesson09")
     print(f"{'batch':<22}{'drafts':<28}{'vLLM rejection_sample':<38}{'your rejection_sample':<38}same")
     for name, payload in SCENARIOS.items():
         if name == "distribution":

@@ -1,15 +1,16 @@
 """Lesson 10 — 张量并行: what the notebook shows (live runs, tables, figures); no check calls these."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
 import tempfile
-import time
 
 import torch
 
 from autograder.common import REPO
+from autograder.figures import interleaved, vllm_answers
 from autograder.lesson10.checks import PROMPTS, TP, quiet_workers, run_two_ranks
 
 DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
@@ -90,13 +91,9 @@ def tp_comparison(max_tokens: int = 16, pairs: int = 3) -> dict:
     try:
         out = {tp: [o.outputs[0].token_ids for o in llm.generate(PROMPTS, sp, use_tqdm=False)]
                for tp, llm in llms.items()}
-        walls = {1: [], 2: []}
         print(f"[2/3] 交替计时 {pairs} 对（TP=1、TP=2）……", flush=True)
-        for _ in range(pairs):
-            for tp, llm in llms.items():
-                t0 = time.perf_counter()
-                llm.generate(PROMPTS, sp, use_tqdm=False)
-                walls[tp].append(time.perf_counter() - t0)
+        walls = interleaved({tp: functools.partial(llm.generate, PROMPTS, sp, use_tqdm=False)
+                             for tp, llm in llms.items()}, pairs, warmup=0)  # the run above warmed both up
         print("[3/3] TP=2 再跑一次，rank 0 上开 profiler 数 all-reduce……", flush=True)
         path = os.path.join(tempfile.mkdtemp(prefix="lesson10-demo-"), "tp2.json")
         llms[2].start_profile(path)
@@ -135,12 +132,11 @@ def print_tp_comparison(cmp: dict) -> None:
 def plot_tp_comparison(cmp: dict):
     """Figure 10-1: wall time per run for TP=1 and TP=2 (interleaved), and the all-reduce share of a step."""
     import matplotlib.pyplot as plt
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4), layout="tight")
     for tp, color in ((1, "tab:blue"), (2, "tab:orange")):
         a.plot(range(1, len(cmp["walls"][tp]) + 1), cmp["walls"][tp], "o-", color=color, label=f"TP={tp}")
     a.set_xticks(range(1, len(cmp["walls"][1]) + 1))
-    a.set_xlabel("pair (A B A B order)")
-    a.set_ylabel("generate() wall time (s)")
+    a.set(xlabel="pair (A B A B order)", ylabel="generate() wall time (s)")
     a.set_title(f"this machine only: {len(PROMPTS)} prompts x {cmp['tokens'] // len(PROMPTS)} tokens, greedy,\n"
                 "2 shared CPU cores (the TP=2 / TP=1 ratio follows the load)", fontsize=9)
     a.legend(fontsize=8)
@@ -149,7 +145,6 @@ def plot_tp_comparison(cmp: dict):
     b.set_ylabel("count on rank 0 (every run)")
     b.set_title(f"TP=2: {t['all_reduces'] / max(t['steps'], 1):.0f} all-reduces per step, each T x 256 float32",
                 fontsize=9)
-    fig.tight_layout()
     return fig
 
 
@@ -184,10 +179,8 @@ def misplaced_all_reduce(column_cls, row_cls) -> dict[str, float]:
 def vllm_side_by_side(shards: dict) -> dict:
     """The pinned vLLM's own layers loading the same checkpoint per rank (live or recorded): each shard's shape and
     the checkpoint rows/columns it holds, next to minivllm's shapes from rank_shards()."""
-    from autograder import vllm_oracle
 
-    got, line = vllm_oracle.answers("lesson10")
-    print(line)
+    got = vllm_answers("lesson10")
     a = got["layer0_and_embedding"]
     two = shards["tp2"]
 

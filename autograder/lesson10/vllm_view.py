@@ -11,6 +11,7 @@ shape and which rows (dim 0) or columns (dim 1) of which checkpoint tensor it ho
 """
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -42,16 +43,7 @@ def _source(shard, sources: dict, dim: int) -> list:
             where.setdefault(row.numpy().tobytes(), (name, i))
     rows = shard if dim == 0 else shard.t()
     seq = [where.get(r.contiguous().numpy().tobytes(), (None, -1)) for r in rows.to(torch.float32)]
-    out, cur, idx = [], None, []
-    for name, i in seq:
-        if name != cur and idx:
-            out.append([cur, _ranges(idx)])
-            idx = []
-        cur = name
-        idx.append(i)
-    if idx:
-        out.append([cur, _ranges(idx)])
-    return out
+    return [[name, _ranges([i for _, i in run])] for name, run in itertools.groupby(seq, key=lambda x: x[0])]
 
 
 def vllm_answer(name: str, payload: dict) -> dict:

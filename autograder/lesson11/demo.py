@@ -1,9 +1,5 @@
 """Lesson 11 — what the notebook shows (never called by a check): padding waste and launch counts.
 
-    padding_table(capture_sizes, max_num_reqs)   each batch size -> the size it runs at and the rows wasted
-    launch_counts(batch_size)                     CUDA runtime calls of one decode forward, eager vs graph (GPU)
-    plot_padding / print_launch_counts            the notebook's figure and table
-
 No CPU timing of padded vs unpadded forwards: on a shared 2-core CPU the tiny model's forward is dominated by
 dispatch overhead and the ratio swung from 0.13 to 3.60 between runs (41 interleaved pairs still gave a
 10th-90th percentile spread of 0.2-6); the lesson reasons about padding's cost from figure 11-1 and the GPU.
@@ -12,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from autograder.figures import vllm_answers
 from autograder.lesson11.checks import DEFAULT_MODEL, runner_of
 from minivllm.compilation.cuda_graph import BatchDescriptor, CudagraphDispatcher
 
@@ -55,7 +52,7 @@ def launch_counts(batch_size: int = 8) -> dict | None:
 def plot_padding(table: list[dict], capture_sizes: list[int]):
     """Figure 11-1: the size each batch runs at, and the share of its rows that are padding."""
     import matplotlib.pyplot as plt
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.4))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.4), layout="tight")
     n = [r["num_reqs"] for r in table]
     sizes = [r["size"] if r["size"] is not None else float("nan") for r in table]
     ax1.step(n, sizes, where="mid", label="capture size it runs at")
@@ -66,7 +63,6 @@ def plot_padding(table: list[dict], capture_sizes: list[int]):
     ax2.bar(n, waste, color="tab:orange")
     ax2.set(xlabel="decode batch size (num_reqs)", ylabel="padded rows / rows computed", ylim=(0, 0.6),
             title=f"padding waste, capture sizes {capture_sizes}")
-    fig.tight_layout()
     return fig
 
 
@@ -85,12 +81,10 @@ def vllm_side_by_side(choose_capture_size, show: str = "default_20_seqs") -> dic
     """The pinned vLLM's capture lists for the lesson's settings next to minivllm's (CompilationConfig.
     set_cudagraph_sizes), then, for one setting, each decode batch's rows in minivllm, in vLLM and by your
     choose_capture_size given vLLM's decode graphs."""
-    from autograder import vllm_oracle
     from autograder.lesson11.vllm_view import SCENARIOS
     from minivllm.config import CompilationConfig
 
-    got, line = vllm_oracle.answers("lesson11")
-    print(line)
+    got = vllm_answers("lesson11")
     mini = {}
     for name, s in SCENARIOS.items():
         if s["performance_mode"] is not None:       # minivllm has no performance_mode

@@ -1,25 +1,20 @@
-"""Lesson 12 — what the notebook shows (never called by a check), all on the checks' real server:
-
-    request_timeline()              one streamed request: client send/chunks, frontend receipts, core steps
-    print_timeline(tl)              its table, then this run's TTFT, step time and core -> frontend latency
-    plot_timeline(tl)               figure 12-1: the request across the two processes
-    leaked_increment(chunks, text)  the first streamed increment that goes past the non-streamed text
-    bench_rates(rates)              `minivllm bench serve` (its benchmark()) at each request rate
-    print_bench(rows), plot_bench(rows)   the TTFT/TPOT/ITL percentiles and figure 12-2
-    process_split(rounds), print_split(split)   LLM throughput, EngineCore in this process vs its own (A B A B)
-
-The numbers the lesson's prose discusses are printed by these functions from the student's own run.
+"""Lesson 12 — what the notebook shows (never called by a check), all on the checks' real server: one streamed
+request's timeline across the two processes, `minivllm bench serve` at several request rates, and LLM throughput
+with the EngineCore in this process vs its own. The numbers the lesson's prose discusses are printed by these
+functions from the student's own run.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import statistics
 import threading
 import time
 
 import httpx
 
+from autograder.figures import interleaved, vllm_answers
 from autograder.lesson12.checks import DEFAULT_MODEL, ENGINE, NAME, SERVER_PROMPT, server
 
 
@@ -75,7 +70,7 @@ def print_timeline(tl: dict) -> None:
 def plot_timeline(tl: dict):
     import matplotlib.pyplot as plt
     t0 = tl["t_send"]
-    fig, ax = plt.subplots(figsize=(9, 2.8))
+    fig, ax = plt.subplots(figsize=(9, 2.8), layout="tight")
     lanes = {"EngineCore process\n(step ends)": [s[0] for s in tl["steps"]],
              "API server process\n(outputs received)": [s[1] for s in tl["steps"]],
              "client\n(SSE chunks)": tl["chunks"]}
@@ -85,10 +80,8 @@ def plot_timeline(tl: dict):
         ax.plot([1e3 * (core_t - t0), 1e3 * (recv_t - t0)], [0, 1], color="gray", lw=0.6)
     ax.axvline(0, color="k", ls=":", lw=0.8)
     ax.set_yticks(range(3), list(lanes))
-    ax.set_ylim(-0.5, 2.5)
-    ax.set_xlabel("ms after the client sent the request (0: HTTP POST)")
+    ax.set(ylim=(-0.5, 2.5), xlabel="ms after the client sent the request (0: HTTP POST)")
     ax.set_title("Figure 12-1: one streamed request across the two processes")
-    fig.tight_layout()
     return fig
 
 
@@ -146,16 +139,14 @@ def print_bench(rows: list[dict]) -> None:
 def plot_bench(rows: list[dict]):
     import matplotlib.pyplot as plt
     labels = [str(m["request_rate"]) for m in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2), layout="tight")
     for ax, key, title in zip(axes, ("ttft", "tpot", "itl"), ("TTFT", "TPOT", "ITL"), strict=True):
         ax.plot(labels, [m[f"median_{key}_ms"] for m in rows], "o-", label="p50")
         ax.plot(labels, [m[f"p99_{key}_ms"] for m in rows], "s--", label="p99")
-        ax.set_xlabel("request rate (req/s)")
-        ax.set_ylabel("ms")
+        ax.set(xlabel="request rate (req/s)", ylabel="ms")
         ax.set_title(title)
         ax.legend()
     fig.suptitle("Figure 12-2: latency vs request rate (minivllm bench serve, 2-core CPU)")
-    fig.tight_layout()
     return fig
 
 
@@ -164,25 +155,20 @@ def process_split(rounds: int = 3, num_prompts: int = 8, max_tokens: int = 16) -
     (SyncMPClient), interleaved A B A B after one warm-up round; medians and the ratio."""
     from minivllm.entrypoints.llm import LLM
     from minivllm.sampling_params import SamplingParams
-    kw = {k: v for k, v in ENGINE.items()}
     print(f"启动两个引擎，再交替跑 1 轮热身 + {rounds} 轮（负载下的 2 核机器上 10～20 秒）……", flush=True)
-    llms = {"in-process": LLM(DEFAULT_MODEL, multiprocess=False, **kw),
-            "multiprocess": LLM(DEFAULT_MODEL, multiprocess=True, **kw)}
+    llms = {"in-process": LLM(DEFAULT_MODEL, multiprocess=False, **ENGINE),
+            "multiprocess": LLM(DEFAULT_MODEL, multiprocess=True, **ENGINE)}
     prompts = [f"{name}:" for name in ("ROMEO", "JULIET", "HAMLET", "OTHELLO", "PORTIA", "LEAR", "IAGO", "PUCK")]
     prompts = (prompts * (num_prompts // len(prompts) + 1))[:num_prompts]
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
-    rates: dict[str, list[float]] = {k: [] for k in llms}
     try:
-        for r in range(rounds + 1):
-            for name, llm in llms.items():
-                t = time.perf_counter()
-                outs = llm.generate(prompts, params, use_tqdm=False)
-                dt = time.perf_counter() - t
-                if r:
-                    rates[name].append(sum(len(o.outputs[0].token_ids) for o in outs) / dt)
+        seconds = interleaved({name: functools.partial(llm.generate, prompts, params, use_tqdm=False)
+                               for name, llm in llms.items()}, rounds)
     finally:
         for llm in llms.values():
             llm.llm_engine.shutdown()
+    tokens = len(prompts) * max_tokens  # ignore_eos: every request runs to max_tokens
+    rates = {name: [tokens / s for s in v] for name, v in seconds.items()}
     med = {k: statistics.median(v) for k, v in rates.items()}
     return {"tok_per_s": med, "ratio_mp_over_inproc": med["multiprocess"] / med["in-process"], "runs": rates}
 
@@ -201,12 +187,10 @@ def print_split(split: dict) -> None:
 def vllm_side_by_side(cls, detail: str = "stop_across_steps") -> dict:
     """The pinned vLLM's IncrementalDetokenizer on the lesson's stop-string streams next to cls (live or recorded):
     one line per stream, then one stream step by step, then a prompt ending inside a character."""
-    from autograder import vllm_oracle
     from autograder.lesson12.checks import vllm_events
     from autograder.lesson12.vllm_view import SCENARIOS
 
-    got, line = vllm_oracle.answers("lesson12")
-    print(line)
+    got = vllm_answers("lesson12")
     mine = {name: vllm_events(cls, case) for name, case in SCENARIOS.items()}
     print(f"{'stream':<32}{'stop':<30}{'steps':>6}  {'vLLM text ends':<26}same")
     for name, case in SCENARIOS.items():

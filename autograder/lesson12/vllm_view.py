@@ -42,7 +42,8 @@ def _steps(ids: list[int], sizes: list[int]) -> list[list[int]]:
 
 
 def _case(name, text, stop, sizes, include=False, skip=True, eos=False, prompt=(BOS,)):
-    ids = _encode(text) + ([EOS] if eos else [])
+    """`text` as the course model's token ids (or the ids themselves), cut into steps of `sizes` after `prompt`."""
+    ids = (_encode(text) if isinstance(text, str) else list(text)) + ([EOS] if eos else [])
     return {"seed": name, "tokenizer": "shipped", "prompt": list(prompt), "steps": _steps(ids, sizes),
             "stop_terminated": eos, "params": {"stop": stop, "include_stop_str_in_output": include,
                                                "skip_special_tokens": skip, "min_tokens": 0}}
@@ -72,10 +73,7 @@ def _scenarios() -> dict:
     ]
     ids = _encode(MULTIBYTE)
     # Not graded: the prompt ends inside "好" (2 of its 3 bytes); vLLM's primed stream repeats the prompt's text.
-    split = {"seed": "prompt_ends_inside_a_character", "tokenizer": "shipped", "prompt": ids[:5],
-             "steps": _steps(ids[5:], [1]), "stop_terminated": False,
-             "params": {"stop": None, "include_stop_str_in_output": False, "skip_special_tokens": True,
-                        "min_tokens": 0}}
+    split = _case("prompt_ends_inside_a_character", ids[5:], None, [1], prompt=ids[:5])
     return {c["seed"]: c for c in cases + [split]}
 
 
