@@ -413,6 +413,15 @@ class PartResult:
     message: str = ""
 
 
+def cell_source(cell: dict) -> str:
+    """A notebook cell's text: nbformat writes it as one string or as a list of lines."""
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def nbgrader_meta(cell: dict) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
 def read_notebook(path: Path):
     """A notebook as nbformat reads it (as written: no version conversion). Not for the student's kernel, where
     _grade_cells reads the JSON itself: nbformat's import costs every kernel setup half a second (#33)."""
@@ -581,13 +590,12 @@ def student_namespace(nb_path: Path) -> tuple[dict, list[str]]:
 
 def _exec_cells(nb: dict, ns: dict, errors: list[str]) -> None:
     for i, cell in enumerate(nb["cells"]):
-        meta = cell.get("metadata", {}).get("nbgrader", {})
+        meta = nbgrader_meta(cell)
         setup = str(meta.get("grade_id", "")).endswith("_setup")
         if cell["cell_type"] != "code" or not (meta.get("solution") or setup):
             continue
-        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
         try:
-            exec_source(_to_python(src), ns, f"<cell {meta.get('grade_id', i)}>")
+            exec_source(_to_python(cell_source(cell)), ns, f"<cell {meta.get('grade_id', i)}>")
         except Exception as e:
             errors.append(f"单元格 {meta.get('grade_id', i)} 运行出错：{type(e).__name__}: {e}")
 
@@ -787,8 +795,8 @@ def _grade_cells(lesson_id: str) -> dict[str, str]:
     if not path.is_file():
         return {}
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-    src = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id"): "".join(c["source"]).strip()
-           for c in cells if c.get("metadata", {}).get("nbgrader", {}).get("grade") and c["cell_type"] == "code"}
+    src = {nbgrader_meta(c).get("grade_id"): "".join(c["source"]).strip()
+           for c in cells if nbgrader_meta(c).get("grade") and c["cell_type"] == "code"}
     return {k: v for k, v in src.items() if k and v}
 
 

@@ -21,7 +21,6 @@ import csv
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,7 @@ from pathlib import Path
 
 from autograder import isolation
 from autograder.build import dumps, nbgrader, nbgrader_env, new_course, solution_notebook
-from autograder.common import discover_lessons, load_lesson, read_notebook
+from autograder.common import cell_source, discover_lessons, load_lesson, nbgrader_meta, read_notebook
 from autograder.diagnosis import label
 from autograder.limits import cell_timeout
 
@@ -239,12 +238,6 @@ def _nbgrader_autograde(work: Path, lesson_id: str, student: str, log) -> subpro
                             start_new_session=True)
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
 def unreadable(nb_path: Path) -> str:
     """Why a submission is no notebook the grader can read (not UTF-8 JSON, no list of cells with sources), or ""."""
     import json
@@ -280,9 +273,9 @@ def no_answers(lesson_id: str, nb_path: Path, verdict: list) -> list:
     """The verdict with each manual part whose answer cell is left as released (or missing) scored 0, NO_ANSWER,
     read from the submission itself: the same whether nbgrader's run reached the end or was stopped."""
     from autograder.common import PartResult
-    from autograder.sandbox import _src, release_cells, submitted_sources
+    from autograder.sandbox import release_cells, submitted_sources
 
-    release = {c["id"]: _src(c).strip() for c in release_cells(lesson_id)}
+    release = {c["id"]: cell_source(c).strip() for c in release_cells(lesson_id)}
     manual = [r.part.grade_id for r in verdict if r.part.manual and r.score is None and r.part.grade_id in release]
     written = submitted_sources(nb_path, manual, cell_type=None)
     blank = {gid for gid in manual if written.get(gid, "").strip() in ("", release[gid])}
@@ -323,17 +316,17 @@ def autograde_one(course: Path, lesson_id: str, student: str) -> tuple[Path, lis
         try:
             verdict = no_answers(lesson_id, submitted, grade_file(lesson_id, submitted)[0])
         except BaseException:  # GraderBroken (the grader, not this student) or an interrupt: the run stops here
-            _stop(proc)
+            isolation.kill(proc)
             raise
         PHASES.append(("sandbox re-grade", time.perf_counter() - started))
         if proc.poll() is None and any(r.message.startswith("超时") for r in verdict):
-            _stop(proc)
+            isolation.kill(proc)
             note = "nbgrader 的运行已停止：答案在沙箱中已超时（同一答案只计一次时限），代码部分按沙箱成绩计"
         else:
             try:
                 proc.wait(timeout=NOTEBOOK_TIMEOUT_FACTOR * cell_timeout())
             except subprocess.TimeoutExpired:
-                _stop(proc)
+                isolation.kill(proc)
                 note = f"nbgrader 运行整本笔记本超过 {NOTEBOOK_TIMEOUT_FACTOR * cell_timeout():g} s，已停止"
         if proc.returncode != 0 and not note:
             log.seek(0)
@@ -361,7 +354,7 @@ def answer_cells(lesson_id: str) -> dict[str, str]:
 
     out, last = {}, None
     for c in release_cells(lesson_id):
-        meta = c.get("metadata", {}).get("nbgrader", {})
+        meta = nbgrader_meta(c)
         if meta.get("solution"):
             last = c["id"] if c["cell_type"] == "code" else last
         if meta.get("grade"):
@@ -385,7 +378,7 @@ def show_mark_schemes(course: Path, lesson_id: str, student: str, gb) -> None:
     except Exception:  # noqa: BLE001  (written by the student's run: a page it broke is left as it is)
         return
     for cell in nb.cells:
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        gid = nbgrader_meta(cell).get("grade_id")
         if cell.get("cell_type") == "markdown" and gid in text:
             cell.source = text[gid]
     nbformat.write(nb, path)

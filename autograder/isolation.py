@@ -191,6 +191,13 @@ def limit_run() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
 
+def kill(proc: subprocess.Popen) -> None:
+    """A run started in a session of its own, killed with every process of its group, then reaped."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
 def wrap(argv: list[str], scratch: Path, cwd: Path | None = None, binds: tuple[Path, ...] = ()) -> list[str]:
     """argv run inside the isolated world; `scratch` is its only writable folder (HOME is inside it), `binds`
     extra read-only paths. Without isolation argv comes back as is."""

@@ -28,7 +28,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder import isolation
-from autograder.common import REPO, SKIPPED_AFTER_TIMEOUT, Lesson, PartResult, load_lesson, timed_out
+from autograder.common import (
+    REPO,
+    SKIPPED_AFTER_TIMEOUT,
+    Lesson,
+    PartResult,
+    cell_source,
+    load_lesson,
+    nbgrader_meta,
+    timed_out,
+)
 from autograder.limits import cell_timeout, memory_limit_mb, memory_message, timeout_message
 
 ALLOWED_IMPORTS = {"math", "collections", "heapq", "itertools", "functools", "hashlib", "dataclasses", "typing",
@@ -132,18 +141,14 @@ def _cells(nb_path: Path) -> list[dict]:
     return json.loads(Path(nb_path).read_text(encoding="utf-8"))["cells"]
 
 
-def _src(cell: dict) -> str:
-    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-
-
 def release_cells(lesson_id: str) -> list[dict]:
     return _cells(REPO / "notebooks" / lesson_id / f"{lesson_id}.ipynb")
 
 
 def setup_source(lesson_id: str) -> str:
     """The locked setup cell as released, whatever the student's copy says."""
-    return next(_src(c) for c in release_cells(lesson_id)
-                if str(c.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")).endswith("_setup"))
+    return next(cell_source(c) for c in release_cells(lesson_id)
+                if str(nbgrader_meta(c).get("grade_id", "")).endswith("_setup"))
 
 
 def submitted_sources(nb_path: Path, wanted: list[str], cell_type: str | None = "code") -> dict[str, str]:
@@ -153,17 +158,17 @@ def submitted_sources(nb_path: Path, wanted: list[str], cell_type: str | None = 
     for c in _cells(nb_path):
         if cell_type is not None and c.get("cell_type") != cell_type:
             continue
-        for key in (c.get("id"), c.get("metadata", {}).get("nbgrader", {}).get("grade_id")):
+        for key in (c.get("id"), nbgrader_meta(c).get("grade_id")):
             if key in wanted and key not in by_id:
-                by_id[key] = _src(c)
+                by_id[key] = cell_source(c)
     return by_id
 
 
 def extract_answers(lesson_id: str, nb_path: Path) -> Answers:
     """The exercise cells are the release's solution cells, found in the submission by cell id (metadata may be
     stripped) and else by nbgrader grade_id."""
-    wanted = [c["id"] for c in release_cells(lesson_id) if c.get("metadata", {}).get("nbgrader", {}).get("solution")
-              and c["cell_type"] == "code"]
+    wanted = [c["id"] for c in release_cells(lesson_id)
+              if nbgrader_meta(c).get("solution") and c["cell_type"] == "code"]
     by_id = submitted_sources(nb_path, wanted)
     cells, dropped, refused = [], [], []
     for cid in wanted:
@@ -175,14 +180,6 @@ def extract_answers(lesson_id: str, nb_path: Path) -> Answers:
         dropped += d
         refused += r
     return Answers(cells, dropped, refused)
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, 9)
-    except ProcessLookupError:
-        pass
-    proc.wait()
 
 
 def _run_child(lesson_id: str, grade_ids: list[str], answers: Answers, timeout: float,
@@ -222,7 +219,7 @@ def _read_verdicts(proc: subprocess.Popen, rfd: int, token: str, grade_ids: list
         while len(got) < len(grade_ids):
             left = deadline - time.monotonic()
             if left <= 0:
-                _kill(proc)
+                isolation.kill(proc)
                 return got, "timeout" if set_up else f"broken:评分进程的准备阶段超过 {STARTUP_S + timeout:g} s 仍未完成"
             ready, _, _ = select.select([reader], [], [], min(left, 1.0))
             if not ready:
@@ -241,7 +238,7 @@ def _read_verdicts(proc: subprocess.Popen, rfd: int, token: str, grade_ids: list
                 if msg.get("token") != token:
                     continue
                 if msg.get("setup") is False:
-                    _kill(proc)
+                    isolation.kill(proc)
                     return got, "broken:" + str(msg.get("error", ""))[:300]
                 set_up = set_up or bool(msg.get("setup"))
                 if msg.get("ready") or msg.get("part") in grade_ids:
@@ -252,11 +249,11 @@ def _read_verdicts(proc: subprocess.Popen, rfd: int, token: str, grade_ids: list
                         on_verdict(msg["part"], msg["message"])
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
-        _kill(proc)
+        isolation.kill(proc)
     finally:
         reader.close()
         if proc.poll() is None:
-            _kill(proc)
+            isolation.kill(proc)
     return got, None
 
 
