@@ -72,8 +72,7 @@ COMMON_VALID = [
     ("presence_penalty", {"presence_penalty": 1.5}), ("presence_penalty_neg", {"presence_penalty": -1.0}),
     ("frequency_penalty", {"frequency_penalty": 1.2}), ("frequency_penalty_neg", {"frequency_penalty": -0.5}),
     ("repetition_penalty", {"repetition_penalty": 1.3}), ("repetition_penalty_lt1", {"repetition_penalty": 0.8}),
-    ("all_penalties", {"presence_penalty": 0.3, "frequency_penalty": 0.4, "repetition_penalty": 1.1,
-                       "max_tokens": 16}),
+    ("all_penalties", {"presence_penalty": 0.3, "frequency_penalty": 0.4, "repetition_penalty": 1.1, "max_tokens": 16}),
     ("penalties_seeded", {"presence_penalty": 0.5, "frequency_penalty": 0.5, "seed": 3, "temperature": 1.0}),
     ("n2_seeded", {"n": 2, "seed": 11, "temperature": 1.0}), ("n3_greedy", {"n": 3}),
     ("n2_unseeded", {"n": 2, "temperature": 1.0}),
@@ -86,8 +85,7 @@ COMMON_VALID = [
                                                       {"return_tokens_as_token_ids": True}),
     ("prompt_logprobs_0", {"prompt_logprobs": 0}), ("prompt_logprobs_2", {"prompt_logprobs": 2}),
     ("cache_salt", {"cache_salt": "salty"}), ("length_penalty", {"length_penalty": 1.0}),
-    ("use_beam_search_false", {"use_beam_search": False}), ("add_special_tokens_false",
-                                                          {"add_special_tokens": False}),
+    ("use_beam_search_false", {"use_beam_search": False}), ("add_special_tokens_false", {"add_special_tokens": False}),
     ("unknown_field", {"not_a_field": 1}), ("model_null", {"model": None}),
     ("max_tokens_1", {"max_tokens": 1}), ("max_tokens_null", {"max_tokens": None}),
     ("stream_false", {"stream": False}), ("vllm_xargs", {"vllm_xargs": {"a": 1}}),
@@ -389,8 +387,7 @@ def auth_cases() -> list[dict]:
         _case("auth/no_key", "auth", "/v1/completions", body, headers=none),
         _case("auth/wrong_key", "auth", "/v1/completions", body, headers={"Authorization": "Bearer wrong"}),
         _case("auth/no_bearer", "auth", "/v1/completions", body, headers={"Authorization": API_KEY}),
-        _case("auth/lowercase_bearer", "auth", "/v1/completions", body,
-              headers={"Authorization": f"bearer {API_KEY}"}),
+        _case("auth/lowercase_bearer", "auth", "/v1/completions", body, headers={"Authorization": f"bearer {API_KEY}"}),
         _case("auth/chat_no_key", "auth", "/v1/chat/completions", chat(max_tokens=2), headers=none),
         _case("auth/models_no_key", "auth", "/v1/models", method="GET", headers=none),
         _case("auth/models_wrong_key", "auth", "/v1/models", method="GET", headers={"Authorization": "Bearer x"}),
@@ -616,8 +613,7 @@ def route2_cases() -> list[dict]:
         _case("route/chat_batch_empty", "routes", b, {"model": MODEL, "messages": [], "max_tokens": 3}),
         _case("route/chat_batch_get", "routes", b, method="GET"),
         _case("route/cors_preflight", "routes", "/v1/chat/completions", method="OPTIONS", headers=preflight),
-        _case("route/cors_preflight_completions", "routes", "/v1/completions", method="OPTIONS",
-              headers=preflight),
+        _case("route/cors_preflight_completions", "routes", "/v1/completions", method="OPTIONS", headers=preflight),
         _case("route/cors_preflight_no_key", "routes", "/v1/models", method="OPTIONS",
               headers=preflight | {"Authorization": ""}),
         _case("route/cors_simple_get", "routes", "/load", method="GET", headers=origin),
@@ -654,133 +650,119 @@ def route3_cases() -> list[dict]:
     valid, a boundary and an invalid value."""
     rc, rch, gen, msg, cnt = ("/v1/completions/render", "/v1/chat/completions/render", "/inference/v1/generate",
                               "/v1/messages", "/v1/messages/count_tokens")
+    dc, dch, gs = "/v1/completions/derender", "/v1/chat/completions/derender", "/generative_scoring"
     ids = [1, 413, 308, 530, 327]
     greedy = {"max_tokens": 4, "temperature": 0}
     convo = [{"role": "user", "content": "Speak, friend."}]
     am = {"model": MODEL, "max_tokens": 6, "temperature": 0, "messages": convo}
     weather_tool = {"name": "get_weather", "description": "Weather in a city",
                     "input_schema": WEATHER["function"]["parameters"]}
+
+    def r3(name, path, body=None, **kw):
+        return _case(f"route3/{name}", "routes", path, body, **kw)
+
     return [
         # render: the engine's input, nothing generated
-        _case("route3/render_cmpl", "routes", rc, {"model": MODEL, "prompt": "ROMEO:"}),
-        _case("route3/render_cmpl_params", "routes", rc, cmpl(prompt=["To be", "or not"], seed=3, stop=["x"],
-                                                              top_k=5, presence_penalty=0.5, stream=True)),
-        _case("route3/render_cmpl_ids", "routes", rc, {"model": MODEL, "prompt": ids, "max_tokens": 250}),
-        _case("route3/render_cmpl_too_long", "routes", rc, {"model": MODEL, "prompt": ids, "max_tokens": 252}),
-        _case("route3/render_cmpl_max_over", "routes", rc, {"model": MODEL, "prompt": "x", "max_tokens": 1000}),
-        _case("route3/render_cmpl_bad_model", "routes", rc, {"model": "nope", "prompt": "x"}),
-        _case("route3/render_cmpl_no_prompt", "routes", rc, {"model": MODEL}),
-        _case("route3/render_chat", "routes", rch, {"model": MODEL, "messages": convo}),
-        _case("route3/render_chat_params", "routes", rch, chat(max_completion_tokens=7, top_p=0.5, n=2, stop=["x"],
-                                                               logprobs=True, top_logprobs=2)),
-        _case("route3/render_chat_continue", "routes", rch, {"model": MODEL, "messages": convo + [
-            {"role": "assistant", "content": "Well"}], "continue_final_message": True,
-            "add_generation_prompt": False}),
-        _case("route3/render_chat_empty", "routes", rch, {"model": MODEL, "messages": []}),
-        _case("route3/render_chat_bad_role_type", "routes", rch, {"model": MODEL, "messages": [
-            {"role": 5, "content": "Hi"}]}),
+        r3("render_cmpl", rc, {"model": MODEL, "prompt": "ROMEO:"}),
+        r3("render_cmpl_params", rc, cmpl(prompt=["To be", "or not"], seed=3, stop=["x"],
+                                          top_k=5, presence_penalty=0.5, stream=True)),
+        r3("render_cmpl_ids", rc, {"model": MODEL, "prompt": ids, "max_tokens": 250}),
+        r3("render_cmpl_too_long", rc, {"model": MODEL, "prompt": ids, "max_tokens": 252}),
+        r3("render_cmpl_max_over", rc, {"model": MODEL, "prompt": "x", "max_tokens": 1000}),
+        r3("render_cmpl_bad_model", rc, {"model": "nope", "prompt": "x"}),
+        r3("render_cmpl_no_prompt", rc, {"model": MODEL}),
+        r3("render_chat", rch, {"model": MODEL, "messages": convo}),
+        r3("render_chat_params", rch, chat(max_completion_tokens=7, top_p=0.5, n=2, stop=["x"],
+                                           logprobs=True, top_logprobs=2)),
+        r3("render_chat_continue", rch, {"model": MODEL, "messages": convo + [{"role": "assistant", "content": "Well"}],
+                                         "continue_final_message": True, "add_generation_prompt": False}),
+        r3("render_chat_empty", rch, {"model": MODEL, "messages": []}),
+        r3("render_chat_bad_role_type", rch, {"model": MODEL, "messages": [{"role": 5, "content": "Hi"}]}),
         # tokens in, tokens out
-        _case("route3/generate", "routes", gen, {"token_ids": ids, "sampling_params": greedy}),
-        _case("route3/generate_model", "routes", gen, {"model": MODEL, "token_ids": ids, "sampling_params": greedy}),
-        _case("route3/generate_request_id", "routes", gen, {"request_id": "abc", "token_ids": ids,
-                                                            "sampling_params": greedy}),
-        _case("route3/generate_logprobs", "routes", gen, {"token_ids": ids, "sampling_params": greedy | {
-            "logprobs": 2}}),
-        _case("route3/generate_prompt_logprobs", "routes", gen, {"token_ids": ids, "sampling_params": greedy | {
-            "prompt_logprobs": 1}}),
-        _case("route3/generate_seeded", "routes", gen, {"token_ids": ids, "sampling_params": {
+        r3("generate", gen, {"token_ids": ids, "sampling_params": greedy}),
+        r3("generate_model", gen, {"model": MODEL, "token_ids": ids, "sampling_params": greedy}),
+        r3("generate_request_id", gen, {"request_id": "abc", "token_ids": ids, "sampling_params": greedy}),
+        r3("generate_logprobs", gen, {"token_ids": ids, "sampling_params": greedy | {"logprobs": 2}}),
+        r3("generate_prompt_logprobs", gen, {"token_ids": ids, "sampling_params": greedy | {"prompt_logprobs": 1}}),
+        r3("generate_seeded", gen, {"token_ids": ids, "sampling_params": {
             "max_tokens": 5, "temperature": 1.0, "seed": 11, "top_k": 20}}),
-        _case("route3/generate_n2_seeded", "routes", gen, {"token_ids": ids, "sampling_params": {
+        r3("generate_n2_seeded", gen, {"token_ids": ids, "sampling_params": {
             "max_tokens": 3, "temperature": 1.0, "seed": 5, "n": 2}}),
-        _case("route3/generate_stop", "routes", gen, {"token_ids": ids, "sampling_params": greedy | {
+        r3("generate_stop", gen, {"token_ids": ids, "sampling_params": greedy | {
             "max_tokens": 30, "stop_token_ids": [202]}}),
-        _case("route3/generate_vllm_only_fields", "routes", gen, {"token_ids": ids, "sampling_params": greedy | {
+        r3("generate_vllm_only_fields", gen, {"token_ids": ids, "sampling_params": greedy | {
             "detokenize": False, "skip_clone": True, "unknown_field": 1}}),
-        _case("route3/generate_to_context_end", "routes", gen, {"token_ids": [1] + [413] * 250,
-                                                                "sampling_params": {"temperature": 0}}),
-        _case("route3/generate_max_over", "routes", gen, {"token_ids": [1] + [413] * 250,
-                                                          "sampling_params": {"temperature": 0, "max_tokens": 300}}),
-        _case("route3/generate_stream", "routes", gen, {"token_ids": ids, "sampling_params": greedy,
-                                                        "stream": True}),
-        _case("route3/generate_stream_usage", "routes", gen, {"token_ids": ids, "sampling_params": greedy,
-                                                              "stream": True, "stream_options": {
-                                                                  "include_usage": True,
-                                                                  "continuous_usage_stats": True}}),
-        _case("route3/generate_stream_logprobs", "routes", gen, {"token_ids": ids, "sampling_params": greedy | {
+        r3("generate_to_context_end", gen, {"token_ids": [1] + [413] * 250, "sampling_params": {"temperature": 0}}),
+        r3("generate_max_over", gen, {"token_ids": [1] + [413] * 250,
+                                      "sampling_params": {"temperature": 0, "max_tokens": 300}}),
+        r3("generate_stream", gen, {"token_ids": ids, "sampling_params": greedy, "stream": True}),
+        r3("generate_stream_usage", gen, {"token_ids": ids, "sampling_params": greedy, "stream": True,
+                                          "stream_options": {"include_usage": True, "continuous_usage_stats": True}}),
+        r3("generate_stream_logprobs", gen, {"token_ids": ids, "sampling_params": greedy | {
             "logprobs": 1}, "stream": True}),
-        _case("route3/generate_empty_ids", "routes", gen, {"token_ids": [], "sampling_params": greedy}),
-        _case("route3/generate_negative_id", "routes", gen, {"token_ids": [1, -1], "sampling_params": greedy}),
-        _case("route3/generate_oov_id", "routes", gen, {"token_ids": [1, 99999], "sampling_params": greedy}),
-        _case("route3/generate_no_params", "routes", gen, {"token_ids": ids}),
-        _case("route3/generate_bad_temperature", "routes", gen, {"token_ids": ids, "sampling_params": {
-            "temperature": -1}}),
-        _case("route3/generate_max_tokens_0", "routes", gen, {"token_ids": ids, "sampling_params": {
-            "max_tokens": 0}}),
-        _case("route3/generate_bad_model", "routes", gen, {"model": "nope", "token_ids": ids,
-                                                           "sampling_params": greedy}),
-        _case("route3/generate_prompt_too_long", "routes", gen, {"token_ids": [1] * 300, "sampling_params": greedy}),
+        r3("generate_empty_ids", gen, {"token_ids": [], "sampling_params": greedy}),
+        r3("generate_negative_id", gen, {"token_ids": [1, -1], "sampling_params": greedy}),
+        r3("generate_oov_id", gen, {"token_ids": [1, 99999], "sampling_params": greedy}),
+        r3("generate_no_params", gen, {"token_ids": ids}),
+        r3("generate_bad_temperature", gen, {"token_ids": ids, "sampling_params": {"temperature": -1}}),
+        r3("generate_max_tokens_0", gen, {"token_ids": ids, "sampling_params": {"max_tokens": 0}}),
+        r3("generate_bad_model", gen, {"model": "nope", "token_ids": ids, "sampling_params": greedy}),
+        r3("generate_prompt_too_long", gen, {"token_ids": [1] * 300, "sampling_params": greedy}),
         # Anthropic's Messages API
-        _case("route3/messages", "routes", msg, am),
-        _case("route3/messages_system_blocks", "routes", msg, am | {
+        r3("messages", msg, am),
+        r3("messages_system_blocks", msg, am | {
             "system": [{"type": "text", "text": "x-anthropic-billing-header: 1"}, {"type": "text", "text": "Be brief."}],
             "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}]}),
-        _case("route3/messages_stop_sequence", "routes", msg, am | {"stop_sequences": ["\n"], "max_tokens": 20}),
-        _case("route3/messages_top_k_top_p", "routes", msg, am | {"temperature": 0.8, "top_k": 1, "top_p": 0.9}),
-        _case("route3/messages_multi_turn", "routes", msg, am | {"messages": convo + [
+        r3("messages_stop_sequence", msg, am | {"stop_sequences": ["\n"], "max_tokens": 20}),
+        r3("messages_top_k_top_p", msg, am | {"temperature": 0.8, "top_k": 1, "top_p": 0.9}),
+        r3("messages_multi_turn", msg, am | {"messages": convo + [
             {"role": "assistant", "content": "Well met."}, {"role": "user", "content": "Again."}]}),
-        _case("route3/messages_metadata", "routes", msg, am | {"metadata": {"user_id": "u1"}}),
-        _case("route3/messages_stream", "routes", msg, am | {"stream": True}),
-        _case("route3/messages_stream_stop", "routes", msg, am | {"stream": True, "stop_sequences": ["\n"],
-                                                                  "max_tokens": 20}),
-        _case("route3/messages_tool_named", "routes", msg, am | {"max_tokens": 40, "tools": [weather_tool],
-                                                                 "tool_choice": {"type": "tool",
-                                                                                 "name": "get_weather"}},
-              server="tools"),
-        _case("route3/messages_tool_none", "routes", msg, am | {"tools": [weather_tool], "tool_choice": {
-            "type": "none"}}, server="tools"),
-        _case("route3/messages_tools_default_profile", "routes", msg, am | {"tools": [weather_tool]}),
-        _case("route3/messages_no_max_tokens", "routes", msg, {"model": MODEL, "messages": convo}),
-        _case("route3/messages_bad_role", "routes", msg, am | {"messages": [{"role": "bot", "content": "Hi"}]}),
-        _case("route3/messages_bad_block", "routes", msg, am | {"messages": [{"role": "user", "content": [
-            {"type": "video"}]}]}),
-        _case("route3/messages_bad_model", "routes", msg, am | {"model": "nope"}),
-        _case("route3/messages_max_tokens_over", "routes", msg, am | {"max_tokens": 1000}),
-        _case("route3/messages_empty", "routes", msg, am | {"messages": []}),
+        r3("messages_metadata", msg, am | {"metadata": {"user_id": "u1"}}),
+        r3("messages_stream", msg, am | {"stream": True}),
+        r3("messages_stream_stop", msg, am | {"stream": True, "stop_sequences": ["\n"], "max_tokens": 20}),
+        r3("messages_tool_named", msg, am | {"max_tokens": 40, "tools": [weather_tool], "tool_choice": {
+            "type": "tool", "name": "get_weather"}}, server="tools"),
+        r3("messages_tool_none", msg, am | {"tools": [weather_tool], "tool_choice": {"type": "none"}}, server="tools"),
+        r3("messages_tools_default_profile", msg, am | {"tools": [weather_tool]}),
+        r3("messages_no_max_tokens", msg, {"model": MODEL, "messages": convo}),
+        r3("messages_bad_role", msg, am | {"messages": [{"role": "bot", "content": "Hi"}]}),
+        r3("messages_bad_block", msg, am | {"messages": [{"role": "user", "content": [{"type": "video"}]}]}),
+        r3("messages_bad_model", msg, am | {"model": "nope"}),
+        r3("messages_max_tokens_over", msg, am | {"max_tokens": 1000}),
+        r3("messages_empty", msg, am | {"messages": []}),
         _case("route3/messages_no_key", "auth", msg, am, headers={"Authorization": ""}),
-        _case("route3/count_tokens", "routes", cnt, {"model": MODEL, "messages": convo}),
-        _case("route3/count_tokens_system", "routes", cnt, {"model": MODEL, "system": "Be brief.", "messages": convo}),
-        _case("route3/count_tokens_no_messages", "routes", cnt, {"model": MODEL}),
-        _case("route3/count_tokens_bad_model", "routes", cnt, {"model": "nope", "messages": convo}),
+        r3("count_tokens", cnt, {"model": MODEL, "messages": convo}),
+        r3("count_tokens_system", cnt, {"model": MODEL, "system": "Be brief.", "messages": convo}),
+        r3("count_tokens_no_messages", cnt, {"model": MODEL}),
+        r3("count_tokens_bad_model", cnt, {"model": "nope", "messages": convo}),
         # derender (generated ids back into an OpenAI answer) and generative scoring
-        _case("route3/derender_cmpl", "routes", "/v1/completions/derender", {"model": MODEL, "generate_responses": [
+        r3("derender_cmpl", dc, {"model": MODEL, "generate_responses": [
             {"request_id": "r", "choices": [{"index": 0, "finish_reason": "length", "token_ids": [413, 308]}]}]}),
-        _case("route3/derender_cmpl_missing", "routes", "/v1/completions/derender", {"model": MODEL}),
-        _case("route3/derender_chat", "routes", "/v1/chat/completions/derender", {"model": MODEL, "generate_response": {
+        r3("derender_cmpl_missing", dc, {"model": MODEL}),
+        r3("derender_chat", dch, {"model": MODEL, "generate_response": {
             "request_id": "r", "choices": [{"index": 0, "finish_reason": "stop", "token_ids": [413, 308]}]}}),
-        _case("route3/derender_chat_missing", "routes", "/v1/chat/completions/derender", {"model": MODEL}),
-        _case("route3/derender_cmpl_two_logprobs", "routes", "/v1/completions/derender", {
-            "model": MODEL, "prompt_tokens": [3, 4], "generate_responses": [
-                {"request_id": "r", "choices": [{"index": 0, "finish_reason": "length", "token_ids": [413, 308],
-                                                 "logprobs": {"content": [
-                                                     {"token": "token_id:413", "logprob": -1.5, "top_logprobs": [
-                                                         {"token": "token_id:413", "logprob": -1.5}]},
-                                                     {"token": "token_id:308", "logprob": -0.5,
-                                                      "top_logprobs": []}]}}]},
-                {"request_id": "r2", "choices": [{"index": 0, "finish_reason": "stop", "token_ids": [530, 2]}]}]}),
-        _case("route3/derender_cmpl_prompt_tokens_mismatch", "routes", "/v1/completions/derender", {
+        r3("derender_chat_missing", dch, {"model": MODEL}),
+        r3("derender_cmpl_two_logprobs", dc, {"model": MODEL, "prompt_tokens": [3, 4], "generate_responses": [
+            {"request_id": "r", "choices": [{"index": 0, "finish_reason": "length", "token_ids": [413, 308],
+                                             "logprobs": {"content": [
+                                                 {"token": "token_id:413", "logprob": -1.5,
+                                                  "top_logprobs": [{"token": "token_id:413", "logprob": -1.5}]},
+                                                 {"token": "token_id:308", "logprob": -0.5, "top_logprobs": []}]}}]},
+            {"request_id": "r2", "choices": [{"index": 0, "finish_reason": "stop", "token_ids": [530, 2]}]}]}),
+        r3("derender_cmpl_prompt_tokens_mismatch", dc, {
             "model": MODEL, "prompt_tokens": [1, 2], "generate_responses": [
                 {"request_id": "r", "choices": [{"index": 0, "token_ids": [413]}]}]}),
-        _case("route3/derender_cmpl_empty_ids", "routes", "/v1/completions/derender", {
+        r3("derender_cmpl_empty_ids", dc, {
             "model": MODEL, "generate_responses": [{"request_id": "r", "choices": [{"index": 0, "token_ids": []}]}]}),
-        _case("route3/derender_chat_special_tokens", "routes", "/v1/chat/completions/derender", {
+        r3("derender_chat_special_tokens", dch, {
             "model": MODEL, "generate_response": {"request_id": "r", "choices": [
                 {"index": 0, "finish_reason": "stop", "token_ids": [413, 308, 2]}]},
             "chat_request": {"model": MODEL, "messages": [{"role": "user", "content": "x"}],
                              "skip_special_tokens": False}}),
-        _case("route3/derender_cmpl_stream", "routes", "/v1/completions/derender", {
+        r3("derender_cmpl_stream", dc, {
             "model": MODEL, "stream": True, "generate_chunk": {"request_id": "r", "choices": [
                 {"index": 0, "token_ids": [413]}]}}),
-        _case("route3/derender_chat_stream", "routes", "/v1/chat/completions/derender", {
+        r3("derender_chat_stream", dch, {
             "model": MODEL, "stream": True, "generate_chunk": {"request_id": "r", "choices": [
                 {"index": 0, "token_ids": [413]}]}}),
         # streamed derender: one generate chunk per call, the detokenizer's window carried by the client
@@ -813,48 +795,42 @@ def route3_cases() -> list[dict]:
               ("no_chunk", {}),
               ("bad_model", {"model": "nope", "generate_chunk": {"request_id": "r", "choices": []}}),
           )],
-        _case("route3/derender_cmpl_stream_special_kept", "routes", "/v1/completions/derender", {
+        r3("derender_cmpl_stream_special_kept", dc, {
             "model": MODEL, "stream": True, "completion_request": {"model": MODEL, "prompt": "x",
                                                                   "skip_special_tokens": False},
             "generate_chunk": {"request_id": "r", "choices": [{"index": 0, "token_ids": [413, 2],
                                                                "finish_reason": "stop"}]}}),
-        _case("route3/derender_chat_stream_with_parser", "tools", "/v1/chat/completions/derender", {
+        _case("route3/derender_chat_stream_with_parser", "tools", dch, {
             "model": MODEL, "stream": True, "generate_chunk": {"request_id": "r", "choices": [
                 {"index": 0, "token_ids": [413]}]}}, server="tools"),
-        _case("route3/generative_scoring", "routes", "/generative_scoring", {"model": MODEL, "query": "To be",
-                                                                            "items": ["yes", "no"],
-                                                                            "label_token_ids": [413, 308]}),
-        _case("route3/generative_scoring_missing", "routes", "/generative_scoring", {"model": MODEL, "query": "x"}),
-        _case("route3/generative_scoring_no_softmax", "routes", "/generative_scoring", {
-            "model": MODEL, "query": "To be", "items": ["yes"], "label_token_ids": [413, 308, 202],
-            "apply_softmax": False}),
-        _case("route3/generative_scoring_ids_item_first", "routes", "/generative_scoring", {
+        r3("generative_scoring", gs, {"model": MODEL, "query": "To be", "items": ["yes", "no"],
+                                      "label_token_ids": [413, 308]}),
+        r3("generative_scoring_missing", gs, {"model": MODEL, "query": "x"}),
+        r3("generative_scoring_no_softmax", gs, {"model": MODEL, "query": "To be", "items": ["yes"],
+                                                 "label_token_ids": [413, 308, 202], "apply_softmax": False}),
+        r3("generative_scoring_ids_item_first", gs, {
             "query": [1, 413], "items": [[308], [530]], "label_token_ids": [327], "item_first": True}),
-        _case("route3/generative_scoring_no_items", "routes", "/generative_scoring", {
-            "model": MODEL, "query": "x", "items": [], "label_token_ids": [1]}),
-        _case("route3/generative_scoring_no_labels", "routes", "/generative_scoring", {
-            "model": MODEL, "query": "x", "items": ["a"], "label_token_ids": []}),
-        _case("route3/generative_scoring_oov_label", "routes", "/generative_scoring", {
+        r3("generative_scoring_no_items", gs, {"model": MODEL, "query": "x", "items": [], "label_token_ids": [1]}),
+        r3("generative_scoring_no_labels", gs, {"model": MODEL, "query": "x", "items": ["a"], "label_token_ids": []}),
+        r3("generative_scoring_oov_label", gs, {
             "model": MODEL, "query": "x", "items": ["a"], "label_token_ids": [99999]}),
-        _case("route3/generative_scoring_bad_model", "routes", "/generative_scoring", {
-            "model": "nope", "query": "x", "items": ["a"], "label_token_ids": [1]}),
+        r3("generative_scoring_bad_model", gs, {"model": "nope", "query": "x", "items": ["a"], "label_token_ids": [1]}),
         # stored responses (nothing is stored unless VLLM_ENABLE_RESPONSES_API_STORE=1)
-        _case("route3/responses_get", "routes", "/v1/responses/resp_123", method="GET"),
-        _case("route3/responses_get_stream", "routes", "/v1/responses/resp_123?stream=true", method="GET"),
-        _case("route3/responses_cancel", "routes", "/v1/responses/resp_123/cancel", {}),
-        _case("route3/responses_cancel_get", "routes", "/v1/responses/resp_123/cancel", method="GET"),
+        r3("responses_get", "/v1/responses/resp_123", method="GET"),
+        r3("responses_get_stream", "/v1/responses/resp_123?stream=true", method="GET"),
+        r3("responses_cancel", "/v1/responses/resp_123/cancel", {}),
+        r3("responses_cancel_get", "/v1/responses/resp_123/cancel", method="GET"),
         # elastic expert parallelism (this server cannot scale)
-        _case("route3/scale_elastic_ep", "routes", "/scale_elastic_ep", {"new_data_parallel_size": 2}),
-        _case("route3/scale_elastic_ep_missing", "routes", "/scale_elastic_ep", {}),
-        _case("route3/scale_elastic_ep_zero", "routes", "/scale_elastic_ep", {"new_data_parallel_size": 0}),
-        _case("route3/scale_elastic_ep_drain", "routes", "/scale_elastic_ep", {"new_data_parallel_size": 2,
-                                                                               "drain_timeout": "soon"}),
-        _case("route3/is_scaling_elastic_ep", "routes", "/is_scaling_elastic_ep", {}),
-        _case("route3/is_scaling_elastic_ep_get", "routes", "/is_scaling_elastic_ep", method="GET"),
+        r3("scale_elastic_ep", "/scale_elastic_ep", {"new_data_parallel_size": 2}),
+        r3("scale_elastic_ep_missing", "/scale_elastic_ep", {}),
+        r3("scale_elastic_ep_zero", "/scale_elastic_ep", {"new_data_parallel_size": 0}),
+        r3("scale_elastic_ep_drain", "/scale_elastic_ep", {"new_data_parallel_size": 2, "drain_timeout": "soon"}),
+        r3("is_scaling_elastic_ep", "/is_scaling_elastic_ep", {}),
+        r3("is_scaling_elastic_ep_get", "/is_scaling_elastic_ep", method="GET"),
         # the OpenAPI description and its pages
-        _case("route3/openapi", "routes", "/openapi.json", method="GET"),
-        _case("route3/docs", "routes", "/docs", method="GET"),
-        _case("route3/redoc", "routes", "/redoc", method="GET"),
+        r3("openapi", "/openapi.json", method="GET"),
+        r3("docs", "/docs", method="GET"),
+        r3("redoc", "/redoc", method="GET"),
     ]
 
 
@@ -1010,8 +986,7 @@ def responses_cases() -> list[dict]:
         rc("structured_outputs_choice", "structured", {"structured_outputs": {"choice": ["yes", "no"]}}),
         rc("bad/text_format_and_structured_outputs", "bad_input", {"text": {"format": {"type": "json_object"}},
                                                                    "structured_outputs": {"choice": ["a"]}}),
-        rc("bad/text_format_schema_missing", "bad_input", {"text": {"format": {"type": "json_schema",
-                                                                               "name": "x"}}}),
+        rc("bad/text_format_schema_missing", "bad_input", {"text": {"format": {"type": "json_schema", "name": "x"}}}),
         rc("bad/text_format_type", "bad_input", {"text": {"format": {"type": "yaml"}}}),
         # streaming
         rc("stream", "streamed", {"stream": True}),
@@ -1056,8 +1031,7 @@ def responses_cases() -> list[dict]:
         tc("auto_pythonic", {"tools": RESP_TOOLS, "max_output_tokens": 30} | PYTHONIC_ONE),
         tc("auto_pythonic_cut", {"tools": RESP_TOOLS, "max_output_tokens": 20} | PYTHONIC_ONE),
         tc("auto_pythonic_stream", {"tools": RESP_TOOLS, "max_output_tokens": 30, "stream": True} | PYTHONIC_ONE),
-        tc("auto_pythonic_cut_stream", {"tools": RESP_TOOLS, "max_output_tokens": 20, "stream": True}
-           | PYTHONIC_ONE),
+        tc("auto_pythonic_cut_stream", {"tools": RESP_TOOLS, "max_output_tokens": 20, "stream": True} | PYTHONIC_ONE),
         tc("auto_pythonic_two_stream_parallel_false", {"tools": RESP_TOOLS, "max_output_tokens": 40, "stream": True,
                                                        "parallel_tool_calls": False} | PYTHONIC_TWO),
         tc("json_schema", {"text": {"format": {"type": "json_schema", "name": "person", "schema": SCHEMA}},
@@ -1069,15 +1043,13 @@ def responses_cases() -> list[dict]:
         tc("named_logprobs_stream", {"tools": RESP_TOOLS, "tool_choice": RESP_NAMED, "max_output_tokens": 30,
                                      "stream": True, "include": ["message.output_text.logprobs"]}),
         tc("auto_pythonic_two", {"tools": RESP_TOOLS, "max_output_tokens": 40} | PYTHONIC_TWO),
-        tc("auto_pythonic_two_stream", {"tools": RESP_TOOLS, "max_output_tokens": 40, "stream": True}
-           | PYTHONIC_TWO),
+        tc("auto_pythonic_two_stream", {"tools": RESP_TOOLS, "max_output_tokens": 40, "stream": True} | PYTHONIC_TWO),
         tc("auto_pythonic_two_parallel_false", {"tools": RESP_TOOLS, "max_output_tokens": 40,
                                                 "parallel_tool_calls": False} | PYTHONIC_TWO),
         tc("none", {"tools": RESP_TOOLS, "tool_choice": "none"}),
         tc("none_pythonic", {"tools": RESP_TOOLS, "tool_choice": "none", "max_output_tokens": 20} | PYTHONIC_ONE),
         tc("named", {"tools": RESP_TOOLS, "tool_choice": RESP_NAMED, "max_output_tokens": 30}),
-        tc("named_stream", {"tools": RESP_TOOLS, "tool_choice": RESP_NAMED, "max_output_tokens": 30,
-                            "stream": True}),
+        tc("named_stream", {"tools": RESP_TOOLS, "tool_choice": RESP_NAMED, "max_output_tokens": 30, "stream": True}),
         tc("required", {"tools": RESP_TOOLS, "tool_choice": "required", "max_output_tokens": 60}),
         tc("required_stream", {"tools": RESP_TOOLS, "tool_choice": "required", "max_output_tokens": 60,
                                "stream": True}),
@@ -1298,8 +1270,7 @@ def field_cases() -> list[dict]:
         ("cache_salt", "valid", {"cache_salt": "salty"}),
         *each("chat_template", boundary="", boundary_null=None, invalid=5),
         ("chat_template_kwargs", "boundary", {"chat_template_kwargs": {}}),
-        ("chat_template_kwargs", "valid_generation_prompt", {"chat_template_kwargs": {"add_generation_prompt":
-                                                                                      False}}),
+        ("chat_template_kwargs", "valid_generation_prompt", {"chat_template_kwargs": {"add_generation_prompt": False}}),
         *each("chat_template_kwargs", invalid="x", invalid_template={"chat_template": "{{ 1 }}"}),
         *each("documents", boundary=[], invalid=[{"title": 5}]),
         *each("include_reasoning", valid=True, invalid="maybe"),
@@ -1453,8 +1424,7 @@ def field_cases() -> list[dict]:
         *each("max_tokens", boundary=1, invalid=-1),
         ("echo", "valid", {"echo": True}),
         ("return_token_ids", "valid", {"return_token_ids": True}),
-        ("include_stop_str_in_output", "valid", {"stop": ["e"], "include_stop_str_in_output": True,
-                                                 "max_tokens": 12}),
+        ("include_stop_str_in_output", "valid", {"stop": ["e"], "include_stop_str_in_output": True, "max_tokens": 12}),
         *each("tool_choice", boundary="none", invalid="auto"),
         ("structured_outputs", "valid", {"structured_outputs": {"choice": ["yes", "no"]}}),
         ("response_format", "valid", {"response_format": {"type": "json_object"}, "max_tokens": 8}),
