@@ -32,6 +32,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from unittest import mock
 
 from autograder import grading, isolation
 from autograder.common import PartResult, load_lesson
@@ -77,18 +78,10 @@ _canaries: dict[tuple[str, str], str] = {}  # (lesson, tree tag) -> "" (passed) 
 @contextlib.contextmanager
 def _limits(values: dict[str, str]):
     """The client's limits in this worker process while its one task runs (one task at a time per worker)."""
-    saved = {k: os.environ.get(k) for k in LIMIT_VARS}
-    for k in LIMIT_VARS:
-        os.environ.pop(k, None)
-    os.environ.update(values)
-    try:
+    with mock.patch.dict(os.environ, values):
+        for k in set(LIMIT_VARS) - set(values):
+            os.environ.pop(k, None)
         yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _worker_course(parent: str, files: dict[str, bytes], lesson_id: str, student: str) -> Path:
@@ -405,16 +398,12 @@ def connect(target: str, wait_s: float = 120.0) -> DaskGrading:
     """`local:N` (a LocalCluster started here) or a scheduler's address (tcp://HOST:8786)."""
     from distributed import Client
 
-    if target.startswith("local:"):
-        cluster = local_cluster(int(target.split(":", 1)[1]))
-        try:
-            return DaskGrading(Client(cluster), cluster, wait_s)
-        except BaseException:
-            cluster.close()
-            raise
-    client = Client(target, timeout=wait_s)
+    cluster = local_cluster(int(target.split(":", 1)[1])) if target.startswith("local:") else None
+    client = Client(cluster) if cluster is not None else Client(target, timeout=wait_s)
     try:
-        return DaskGrading(client, None, wait_s)
+        return DaskGrading(client, cluster, wait_s)
     except BaseException:
         client.close()
+        if cluster is not None:
+            cluster.close()
         raise
