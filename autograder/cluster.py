@@ -40,8 +40,6 @@ from autograder.limits import cell_timeout
 from autograder.sandbox import STARTUP_S, GraderBroken
 
 TOPIC = "minivllm-grading"  # workers' task-start events (Dask's structured events): retries and time limits
-# the limits a task runs under are the client's, whatever the worker's environment says
-LIMIT_VARS = ("MINIVLLM_CELL_TIMEOUT", "MINIVLLM_MEMORY_LIMIT_MB", "MINIVLLM_PROCESS_LIMIT", "MINIVLLM_DISK_LIMIT_MB")
 POLL_S = 1.0
 
 
@@ -77,9 +75,10 @@ _canaries: dict[tuple[str, str], str] = {}  # (lesson, tree tag) -> "" (passed) 
 
 @contextlib.contextmanager
 def _limits(values: dict[str, str]):
-    """The client's limits in this worker process while its one task runs (one task at a time per worker)."""
+    """The client's limits (grading.LIMIT_SETTINGS) in this worker process while its one task runs (one task at a
+    time per worker), whatever the worker's environment says."""
     with mock.patch.dict(os.environ, values):
-        for k in set(LIMIT_VARS) - set(values):
+        for k in set(grading.LIMIT_SETTINGS) - set(values):
             os.environ.pop(k, None)
         yield
 
@@ -148,9 +147,7 @@ def grade_task(lesson_id: str, student: str, files: dict[str, bytes], digest: di
 
 def _worker_tree() -> dict:
     """What the client checks before it sends a task: this worker's grader tree and isolation (via Client.run)."""
-    m = isolation.mode()
-    return {"digest": isolation.grader_digest(),
-            "isolation": f"bubblewrap, {m.kind}" if m.isolated else f"OFF ({m.reason})"}
+    return {"digest": isolation.grader_digest(), "isolation": str(isolation.mode())}
 
 
 def _refused(message: str) -> None:
@@ -167,9 +164,8 @@ def start_worker(scheduler: str, name: str | None = None) -> None:
 
     digest = isolation.grader_digest()
     tag = tree_tag(digest)
-    m = isolation.mode()
     print(f"autograder worker for {scheduler}: grader tree {tag} ({len(digest)} files); isolation: "
-          + (f"bubblewrap, {m.kind}" if m.isolated else f"OFF — {m.reason}"), flush=True)
+          f"{isolation.mode()}", flush=True)
 
     async def run() -> None:
         # memory_limit=0: each graded run has its own caps (autograder/limits.py); the Nanny's would count the worker
@@ -264,7 +260,7 @@ class DaskGrading:
         # the released gradebook, as prepare_course left it (the students' runs need nothing merged since)
         released = self._released.setdefault(course, grading.gradebook_db(course).read_bytes())
         base = {"nbgrader_config.py": (course / "nbgrader_config.py").read_bytes(), "gradebook.db": released}
-        limits = {k: os.environ[k] for k in LIMIT_VARS if k in os.environ}
+        limits = {k: os.environ[k] for k in grading.LIMIT_SETTINGS if k in os.environ}
         sub = course / "submitted"
         futures = {self.client.submit(grade_task, lesson_id, s,
                                       dict(base, submission=(sub / s / lesson_id / f"{lesson_id}.ipynb").read_bytes()),

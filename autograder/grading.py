@@ -589,7 +589,7 @@ def grade(submissions: Path, course: Path, csv_path: Path, lessons: list[str] | 
     if not lessons:
         raise SystemExit(f"no submissions found in {submissions} (expected <student>/<lessonNN>/<lessonNN>.ipynb)")
     m = isolation.mode()
-    print(f"isolation: {'bubblewrap, ' + m.kind if m.isolated else 'OFF — ' + m.reason}"
+    print(f"isolation: {m}"
           + ("" if m.isolated else "; submissions run with your rights (the grader's files are still verified)"))
     digest = isolation.grader_digest()
     results, messages = {}, {}

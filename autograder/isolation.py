@@ -147,6 +147,9 @@ class Mode:
     def isolated(self) -> bool:
         return self.kind != "none"
 
+    def __str__(self) -> str:
+        return f"bubblewrap, {self.kind}" if self.isolated else f"OFF — {self.reason}"
+
 
 def _bwrap_base(kind: str) -> list[str]:
     base = ["bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
