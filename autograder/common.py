@@ -939,18 +939,15 @@ def short_errors(lesson_id: str, shell=None) -> None:
         use_cjk_font()
     lesson, cells = load_lesson(lesson_id), _grade_cells(lesson_id)
 
-    def part_of(tb) -> Part | None:
-        frame = next((f for f, _ in traceback.walk_tb(tb) if _in_cell(f.f_code.co_filename)), None)
-        src = "".join(linecache.getlines(frame.f_code.co_filename)).strip() if frame else ""
-        ids = [gid for gid, visible in cells.items() if src.startswith(visible)]
-        gid = max(ids, key=lambda g: len(cells[g]), default=None)
-        return next((p for p in lesson.parts if p.grade_id == gid), None)
-
     def grade_part(raw_cell: str) -> Part | None:
         src = (raw_cell or "").strip()
         ids = [gid for gid, visible in cells.items() if src.startswith(visible)]
         gid = max(ids, key=lambda g: len(cells[g]), default=None)
         return next((p for p in lesson.parts if p.grade_id == gid), None)
+
+    def part_of(tb) -> Part | None:
+        frame = next((f for f, _ in traceback.walk_tb(tb) if _in_cell(f.f_code.co_filename)), None)
+        return grade_part("".join(linecache.getlines(frame.f_code.co_filename)) if frame else "")
 
     state: dict = {}
 
