@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.limits import LimitExceeded, cell_timeout, memory_message, time_limit
+from autograder.limits import LimitExceeded, cell_timeout, memory_message, start_alarm, stop_alarm, time_limit
 from autograder.pin import REPO  # noqa: E402
 
 SOLUTIONS = REPO / "solutions"
@@ -748,38 +748,6 @@ class SkippedHung(LimitExceeded):
 def stop_hung(message: str) -> None:
     __tracebackhide__ = True
     raise SkippedHung(message)
-
-
-def start_alarm(seconds: float):
-    """The cell time limit around a whole grade cell (IPython hook): SIGALRM in the main thread, and the checks'
-    own time_limit inside it keeps this outer deadline. Returns what stop_alarm needs, or None."""
-    import signal
-    import threading
-
-    from autograder import limits
-
-    if seconds <= 0 or threading.current_thread() is not threading.main_thread() or getattr(limits._depth, "n", 0):
-        return None
-
-    def on_alarm(signum, frame):
-        raise LimitExceeded(limits.timeout_message(seconds))
-
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    limits._depth.n = 1
-    return old
-
-
-def stop_alarm(old) -> None:
-    import signal
-
-    from autograder import limits
-
-    if old is None:
-        return
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    signal.signal(signal.SIGALRM, old)
-    limits._depth.n = 0
 
 
 FULL_TRACEBACK_ENV = "MINIVLLM_TRACEBACK"  # "full": grade cells show IPython's usual traceback
