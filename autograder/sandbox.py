@@ -324,8 +324,8 @@ def _child() -> None:
     token = job.pop("token")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-    def report(part: str, score, message: str) -> None:
-        out.write(json.dumps({"token": token, "part": part, "score": score, "message": message}) + "\n")
+    def send(**msg) -> None:  # one line on the private pipe, with the token that marks it the child's
+        out.write(json.dumps({"token": token, **msg}) + "\n")
         out.flush()
 
     import contextlib
@@ -343,16 +343,14 @@ def _child() -> None:
             exec_source(job["setup"], ns, "<cell setup>")
             import minivllm  # noqa: F401  (the engine every check plugs into; setups import it lazily)
     except BaseException as e:  # noqa: BLE001  (the release's own setup: the grader cannot run here)
-        out.write(json.dumps({"token": token, "setup": False, "error": f"{type(e).__name__}: {e}"}) + "\n")
-        out.flush()
+        send(setup=False, error=f"{type(e).__name__}: {e}")
         os._exit(0)
     try:  # torch and the engine, imported before any part's clock starts: a verdict must not depend on how fast
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             import minivllm.entrypoints.llm  # noqa: F401  (torch imports in seconds on a loaded machine)
     except Exception:  # noqa: BLE001  (not importable here: a check that needs it says so, with its error)
         pass
-    out.write(json.dumps({"token": token, "setup": True}) + "\n")
-    out.flush()
+    send(setup=True)
     null = os.open(os.devnull, os.O_WRONLY)  # from here on the answers run: nothing more reaches the parent's log
     os.dup2(null, 2)
     os.close(null)
@@ -369,29 +367,28 @@ def _child() -> None:
         except BaseException as e:  # noqa: BLE001  (a SystemExit in an answer is an error too)
             errors.append(f"单元格 {cid} 运行出错：{student_error(e)}")
     changed = _changed(before)
-    out.write(json.dumps({"token": token, "ready": True}) + "\n")
-    out.flush()
+    send(ready=True)
     hung = Hung()  # one hang per answer is enough: a looping answer costs one time limit, not one per part
     for gid in job["parts"]:
         part = lesson.part(gid)
         stuck = hung.stuck(part, ns)
         if stuck:
-            report(gid, 0, stuck)
+            send(part=gid, score=0, message=stuck)
             continue
         if changed:
-            report(gid, 0, f"答案在定义时修改了评分器或引擎（{changed[0]}）")
+            send(part=gid, score=0, message=f"答案在定义时修改了评分器或引擎（{changed[0]}）")
             continue
         missing = [n for n in part.needs if n not in ns]
         if missing and errors:
-            report(gid, 0, errors[0])
+            send(part=gid, score=0, message=errors[0])
             continue
         r = run_part(part, ns)
         hung.note(part, ns, r)
         changed = _changed(before)
         if changed:
-            report(gid, 0, f"答案在评分时修改了评分器或引擎（{changed[0]}）")
+            send(part=gid, score=0, message=f"答案在评分时修改了评分器或引擎（{changed[0]}）")
             continue
-        report(gid, r.score, r.message)
+        send(part=gid, score=r.score, message=r.message)
     out.close()
     os._exit(0)  # no interpreter teardown: engine threads and atexit hooks of the student's run are not waited on
 
