@@ -14,7 +14,9 @@ import io
 import json
 import linecache
 import logging
+import os
 import re
+import sys
 import traceback
 import warnings
 from collections.abc import Callable
@@ -669,8 +671,6 @@ def format_report(lesson: Lesson, results: list[PartResult]) -> tuple[str, bool]
 def report(lesson_id: str, namespace: dict) -> None:
     """Every code part of the lesson, one line each, without raising: the cell right after an exercise.
     Parts whose answers are not defined yet (a later exercise cell) say so instead of failing."""
-    import os
-
     if os.environ.get("MINIVLLM_GRADING"):  # set by `grade` for nbgrader: the grade cells and sandbox do this work
         print("（评分时跳过逐项报告：成绩见各评分单元格）")
         return
@@ -708,8 +708,6 @@ def self_check(lesson_id: str, namespace: dict | None = None, notebook: str | Pa
     file (the sandbox: only the answer definitions run, in a separate bounded process). Under `grade`
     (MINIVLLM_GRADING) the notebook's own self-check cell only says so: the grade cells and the sandbox score
     every part, and re-running every check in the kernel would cost each submission that time again."""
-    import os
-
     if namespace is not None and os.environ.get("MINIVLLM_GRADING"):
         print("（评分时跳过自检：成绩见各评分单元格）")
         return False
@@ -771,8 +769,6 @@ def _grade_cells(lesson_id: str) -> dict[str, str]:
 def _first_false(test, frame) -> str:
     """For a failed `assert`, the operand that is false and the values in it, e.g. `trace 实际是 ['schedule']`.
     Only call-free expressions are evaluated (evaluating a call would run the student's code again)."""
-    import ast
-
     def value(node):
         if any(isinstance(n, (ast.Call, ast.NamedExpr, ast.Await, ast.Yield)) for n in ast.walk(node)):
             raise LookupError
@@ -798,8 +794,6 @@ def _first_false(test, frame) -> str:
 def failure_lines(part: Part, etype, value, tb, diagnosis: str = "") -> list[str]:
     """A failed grade cell in three lines: the part (and the misconception it behaves like); what is wrong; the
     first divergence or where it happened."""
-    import ast
-
     frames = [(f, n) for f, n in traceback.walk_tb(tb) if _in_cell(f.f_code.co_filename)]
     cell_frame, cell_line = frames[0] if frames else (None, 0)
     cell_src = linecache.getlines(cell_frame.f_code.co_filename) if cell_frame else []
@@ -873,9 +867,6 @@ def quiet_progress_bars() -> None:
     """No "Loading weights: 100%" bar (transformers' tqdm.auto: a widget in a notebook, stderr elsewhere) in a
     check's output when it loads the HF model as its oracle: the checks and the report capture stdout and stderr,
     not a widget, and a grade cell must not write to stderr."""
-    import os
-    import sys
-
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read when huggingface_hub / transformers import
     if "transformers" in sys.modules:
         with contextlib.suppress(Exception):
@@ -890,9 +881,6 @@ def short_errors(lesson_id: str, shell=None) -> None:
     in JupyterLab, Colab and nbgrader's run (hence its feedback). Other cells keep IPython's traceback.
     The full traceback stays one step away: `%tb` in a new cell, or MINIVLLM_TRACEBACK=full.
     Called by each lesson's locked setup cell; does nothing outside IPython."""
-    import os
-    import sys
-
     if shell is None:
         try:
             from IPython import get_ipython
