@@ -18,13 +18,17 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import warnings
 from pathlib import Path
 
 from autograder import isolation
@@ -52,8 +56,6 @@ def gradebook_db(course: Path) -> Path:
 
 def _copy_db(src: Path, dest: Path) -> None:
     """A consistent copy of a SQLite file, even while formgrader has it open (SQLite's online backup)."""
-    import sqlite3
-
     with contextlib.closing(sqlite3.connect(src)) as a, contextlib.closing(sqlite3.connect(dest)) as b:
         a.backup(b)
 
@@ -107,9 +109,6 @@ def kernel_gradebook(course: Path, lesson_id: str) -> Path:
     sandbox, out of the student's reach, and the lower score counts. A copy of the course gradebook (its schema and
     alembic stamp) with the rest deleted and then VACUUMed, so no deleted text stays in SQLite's free pages;
     replaced atomically, so workers may share it."""
-    import sqlite3
-    import threading
-
     from nbformat import NotebookNode
     from nbgrader.api import Gradebook
     from nbgrader.preprocessors import ClearHiddenTests, ClearMarkScheme
@@ -240,8 +239,6 @@ def _nbgrader_autograde(work: Path, lesson_id: str, student: str, log) -> subpro
 
 def unreadable(nb_path: Path) -> str:
     """Why a submission is no notebook the grader can read (not UTF-8 JSON, no list of cells with sources), or ""."""
-    import json
-
     try:
         nb = json.loads(Path(nb_path).read_text(encoding="utf-8"))
         cells = nb["cells"]
@@ -393,8 +390,6 @@ def merge(course: Path, lesson_id: str, student: str, db: Path, verdict: list, n
     manual score. A written answer left as released (the verdict's 0, NO_ANSWER) scores 0 unless an instructor
     graded it; one the student wrote is pending until graded. Returns the message of each code part short of
     full marks."""
-    import warnings
-
     from nbgrader.api import Gradebook, MissingEntry
 
     # nbgrader's own update_or_create_submission trips SQLAlchemy autoflush warnings; the rows are written.
