@@ -137,8 +137,6 @@ def setup_guard(nb: nbformat.NotebookNode, lesson_id: str) -> None:
     one line that names the setup cell when it has not run: such a cell run first, e.g. after a kernel restart,
     would otherwise show `NameError: name 'report' is not defined` (nothing of the course is loaded yet to say
     better). The alias is the one the setup cell imports the lesson's checks as."""
-    import re
-
     setup = next((c for c in nb.cells if c.cell_type == "code"
                   and str(c.metadata.get("nbgrader", {}).get("grade_id", "")).endswith("_setup")), None)
     found = re.search(rf"^from autograder import {lesson_id} as (\w+)", setup.source if setup else "", re.M)

@@ -32,6 +32,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from unittest import mock
 
 from autograder import grading, isolation
 from autograder.common import PartResult, load_lesson
@@ -39,8 +40,6 @@ from autograder.limits import cell_timeout
 from autograder.sandbox import STARTUP_S, GraderBroken
 
 TOPIC = "minivllm-grading"  # workers' task-start events (Dask's structured events): retries and time limits
-# the limits a task runs under are the client's, whatever the worker's environment says
-LIMIT_VARS = ("MINIVLLM_CELL_TIMEOUT", "MINIVLLM_MEMORY_LIMIT_MB", "MINIVLLM_PROCESS_LIMIT", "MINIVLLM_DISK_LIMIT_MB")
 POLL_S = 1.0
 
 
@@ -76,19 +75,12 @@ _canaries: dict[tuple[str, str], str] = {}  # (lesson, tree tag) -> "" (passed) 
 
 @contextlib.contextmanager
 def _limits(values: dict[str, str]):
-    """The client's limits in this worker process while its one task runs (one task at a time per worker)."""
-    saved = {k: os.environ.get(k) for k in LIMIT_VARS}
-    for k in LIMIT_VARS:
-        os.environ.pop(k, None)
-    os.environ.update(values)
-    try:
+    """The client's limits (grading.LIMIT_SETTINGS) in this worker process while its one task runs (one task at a
+    time per worker), whatever the worker's environment says."""
+    with mock.patch.dict(os.environ, values):
+        for k in set(grading.LIMIT_SETTINGS) - set(values):
+            os.environ.pop(k, None)
         yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _worker_course(parent: str, files: dict[str, bytes], lesson_id: str, student: str) -> Path:
@@ -155,9 +147,7 @@ def grade_task(lesson_id: str, student: str, files: dict[str, bytes], digest: di
 
 def _worker_tree() -> dict:
     """What the client checks before it sends a task: this worker's grader tree and isolation (via Client.run)."""
-    m = isolation.mode()
-    return {"digest": isolation.grader_digest(),
-            "isolation": f"bubblewrap, {m.kind}" if m.isolated else f"OFF ({m.reason})"}
+    return {"digest": isolation.grader_digest(), "isolation": str(isolation.mode())}
 
 
 def _refused(message: str) -> None:
@@ -174,9 +164,8 @@ def start_worker(scheduler: str, name: str | None = None) -> None:
 
     digest = isolation.grader_digest()
     tag = tree_tag(digest)
-    m = isolation.mode()
     print(f"autograder worker for {scheduler}: grader tree {tag} ({len(digest)} files); isolation: "
-          + (f"bubblewrap, {m.kind}" if m.isolated else f"OFF — {m.reason}"), flush=True)
+          f"{isolation.mode()}", flush=True)
 
     async def run() -> None:
         # memory_limit=0: each graded run has its own caps (autograder/limits.py); the Nanny's would count the worker
@@ -271,7 +260,7 @@ class DaskGrading:
         # the released gradebook, as prepare_course left it (the students' runs need nothing merged since)
         released = self._released.setdefault(course, grading.gradebook_db(course).read_bytes())
         base = {"nbgrader_config.py": (course / "nbgrader_config.py").read_bytes(), "gradebook.db": released}
-        limits = {k: os.environ[k] for k in LIMIT_VARS if k in os.environ}
+        limits = {k: os.environ[k] for k in grading.LIMIT_SETTINGS if k in os.environ}
         sub = course / "submitted"
         futures = {self.client.submit(grade_task, lesson_id, s,
                                       dict(base, submission=(sub / s / lesson_id / f"{lesson_id}.ipynb").read_bytes()),
@@ -405,16 +394,12 @@ def connect(target: str, wait_s: float = 120.0) -> DaskGrading:
     """`local:N` (a LocalCluster started here) or a scheduler's address (tcp://HOST:8786)."""
     from distributed import Client
 
-    if target.startswith("local:"):
-        cluster = local_cluster(int(target.split(":", 1)[1]))
-        try:
-            return DaskGrading(Client(cluster), cluster, wait_s)
-        except BaseException:
-            cluster.close()
-            raise
-    client = Client(target, timeout=wait_s)
+    cluster = local_cluster(int(target.split(":", 1)[1])) if target.startswith("local:") else None
+    client = Client(cluster) if cluster is not None else Client(target, timeout=wait_s)
     try:
-        return DaskGrading(client, None, wait_s)
+        return DaskGrading(client, cluster, wait_s)
     except BaseException:
         client.close()
+        if cluster is not None:
+            cluster.close()
         raise

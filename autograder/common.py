@@ -14,14 +14,16 @@ import io
 import json
 import linecache
 import logging
+import os
 import re
+import sys
 import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.limits import LimitExceeded, cell_timeout, memory_message, time_limit
+from autograder.limits import LimitExceeded, cell_timeout, memory_message, start_alarm, stop_alarm, time_limit
 from autograder.pin import REPO  # noqa: E402
 
 SOLUTIONS = REPO / "solutions"
@@ -413,6 +415,15 @@ class PartResult:
     message: str = ""
 
 
+def cell_source(cell: dict) -> str:
+    """A notebook cell's text: nbformat writes it as one string or as a list of lines."""
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def nbgrader_meta(cell: dict) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
 def read_notebook(path: Path):
     """A notebook as nbformat reads it (as written: no version conversion). Not for the student's kernel, where
     _grade_cells reads the JSON itself: nbformat's import costs every kernel setup half a second (#33)."""
@@ -581,13 +592,12 @@ def student_namespace(nb_path: Path) -> tuple[dict, list[str]]:
 
 def _exec_cells(nb: dict, ns: dict, errors: list[str]) -> None:
     for i, cell in enumerate(nb["cells"]):
-        meta = cell.get("metadata", {}).get("nbgrader", {})
+        meta = nbgrader_meta(cell)
         setup = str(meta.get("grade_id", "")).endswith("_setup")
         if cell["cell_type"] != "code" or not (meta.get("solution") or setup):
             continue
-        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
         try:
-            exec_source(_to_python(src), ns, f"<cell {meta.get('grade_id', i)}>")
+            exec_source(_to_python(cell_source(cell)), ns, f"<cell {meta.get('grade_id', i)}>")
         except Exception as e:
             errors.append(f"单元格 {meta.get('grade_id', i)} 运行出错：{type(e).__name__}: {e}")
 
@@ -661,8 +671,6 @@ def format_report(lesson: Lesson, results: list[PartResult]) -> tuple[str, bool]
 def report(lesson_id: str, namespace: dict) -> None:
     """Every code part of the lesson, one line each, without raising: the cell right after an exercise.
     Parts whose answers are not defined yet (a later exercise cell) say so instead of failing."""
-    import os
-
     if os.environ.get("MINIVLLM_GRADING"):  # set by `grade` for nbgrader: the grade cells and sandbox do this work
         print("（评分时跳过逐项报告：成绩见各评分单元格）")
         return
@@ -700,8 +708,6 @@ def self_check(lesson_id: str, namespace: dict | None = None, notebook: str | Pa
     file (the sandbox: only the answer definitions run, in a separate bounded process). Under `grade`
     (MINIVLLM_GRADING) the notebook's own self-check cell only says so: the grade cells and the sandbox score
     every part, and re-running every check in the kernel would cost each submission that time again."""
-    import os
-
     if namespace is not None and os.environ.get("MINIVLLM_GRADING"):
         print("（评分时跳过自检：成绩见各评分单元格）")
         return False
@@ -742,38 +748,6 @@ def stop_hung(message: str) -> None:
     raise SkippedHung(message)
 
 
-def start_alarm(seconds: float):
-    """The cell time limit around a whole grade cell (IPython hook): SIGALRM in the main thread, and the checks'
-    own time_limit inside it keeps this outer deadline. Returns what stop_alarm needs, or None."""
-    import signal
-    import threading
-
-    from autograder import limits
-
-    if seconds <= 0 or threading.current_thread() is not threading.main_thread() or getattr(limits._depth, "n", 0):
-        return None
-
-    def on_alarm(signum, frame):
-        raise LimitExceeded(limits.timeout_message(seconds))
-
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    limits._depth.n = 1
-    return old
-
-
-def stop_alarm(old) -> None:
-    import signal
-
-    from autograder import limits
-
-    if old is None:
-        return
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    signal.signal(signal.SIGALRM, old)
-    limits._depth.n = 0
-
-
 FULL_TRACEBACK_ENV = "MINIVLLM_TRACEBACK"  # "full": grade cells show IPython's usual traceback
 _RED, _RESET = "\x1b[1;31m", "\x1b[0m"
 MORE = "（完整 traceback：在新单元格运行 %tb，或设环境变量 {env}=full）"
@@ -787,16 +761,14 @@ def _grade_cells(lesson_id: str) -> dict[str, str]:
     if not path.is_file():
         return {}
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-    src = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id"): "".join(c["source"]).strip()
-           for c in cells if c.get("metadata", {}).get("nbgrader", {}).get("grade") and c["cell_type"] == "code"}
+    src = {nbgrader_meta(c).get("grade_id"): "".join(c["source"]).strip()
+           for c in cells if nbgrader_meta(c).get("grade") and c["cell_type"] == "code"}
     return {k: v for k, v in src.items() if k and v}
 
 
 def _first_false(test, frame) -> str:
     """For a failed `assert`, the operand that is false and the values in it, e.g. `trace 实际是 ['schedule']`.
     Only call-free expressions are evaluated (evaluating a call would run the student's code again)."""
-    import ast
-
     def value(node):
         if any(isinstance(n, (ast.Call, ast.NamedExpr, ast.Await, ast.Yield)) for n in ast.walk(node)):
             raise LookupError
@@ -822,8 +794,6 @@ def _first_false(test, frame) -> str:
 def failure_lines(part: Part, etype, value, tb, diagnosis: str = "") -> list[str]:
     """A failed grade cell in three lines: the part (and the misconception it behaves like); what is wrong; the
     first divergence or where it happened."""
-    import ast
-
     frames = [(f, n) for f, n in traceback.walk_tb(tb) if _in_cell(f.f_code.co_filename)]
     cell_frame, cell_line = frames[0] if frames else (None, 0)
     cell_src = linecache.getlines(cell_frame.f_code.co_filename) if cell_frame else []
@@ -897,9 +867,6 @@ def quiet_progress_bars() -> None:
     """No "Loading weights: 100%" bar (transformers' tqdm.auto: a widget in a notebook, stderr elsewhere) in a
     check's output when it loads the HF model as its oracle: the checks and the report capture stdout and stderr,
     not a widget, and a grade cell must not write to stderr."""
-    import os
-    import sys
-
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read when huggingface_hub / transformers import
     if "transformers" in sys.modules:
         with contextlib.suppress(Exception):
@@ -914,9 +881,6 @@ def short_errors(lesson_id: str, shell=None) -> None:
     in JupyterLab, Colab and nbgrader's run (hence its feedback). Other cells keep IPython's traceback.
     The full traceback stays one step away: `%tb` in a new cell, or MINIVLLM_TRACEBACK=full.
     Called by each lesson's locked setup cell; does nothing outside IPython."""
-    import os
-    import sys
-
     if shell is None:
         try:
             from IPython import get_ipython
@@ -931,18 +895,15 @@ def short_errors(lesson_id: str, shell=None) -> None:
         use_cjk_font()
     lesson, cells = load_lesson(lesson_id), _grade_cells(lesson_id)
 
-    def part_of(tb) -> Part | None:
-        frame = next((f for f, _ in traceback.walk_tb(tb) if _in_cell(f.f_code.co_filename)), None)
-        src = "".join(linecache.getlines(frame.f_code.co_filename)).strip() if frame else ""
-        ids = [gid for gid, visible in cells.items() if src.startswith(visible)]
-        gid = max(ids, key=lambda g: len(cells[g]), default=None)
-        return next((p for p in lesson.parts if p.grade_id == gid), None)
-
     def grade_part(raw_cell: str) -> Part | None:
         src = (raw_cell or "").strip()
         ids = [gid for gid, visible in cells.items() if src.startswith(visible)]
         gid = max(ids, key=lambda g: len(cells[g]), default=None)
         return next((p for p in lesson.parts if p.grade_id == gid), None)
+
+    def part_of(tb) -> Part | None:
+        frame = next((f for f, _ in traceback.walk_tb(tb) if _in_cell(f.f_code.co_filename)), None)
+        return grade_part("".join(linecache.getlines(frame.f_code.co_filename)) if frame else "")
 
     state: dict = {}
 

@@ -18,19 +18,22 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import os
 import re
 import shutil
-import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import warnings
 from pathlib import Path
 
 from autograder import isolation
 from autograder.build import dumps, nbgrader, nbgrader_env, new_course, solution_notebook
-from autograder.common import discover_lessons, load_lesson, read_notebook
+from autograder.common import cell_source, discover_lessons, load_lesson, nbgrader_meta, read_notebook
 from autograder.diagnosis import label
 from autograder.limits import cell_timeout
 
@@ -53,8 +56,6 @@ def gradebook_db(course: Path) -> Path:
 
 def _copy_db(src: Path, dest: Path) -> None:
     """A consistent copy of a SQLite file, even while formgrader has it open (SQLite's online backup)."""
-    import sqlite3
-
     with contextlib.closing(sqlite3.connect(src)) as a, contextlib.closing(sqlite3.connect(dest)) as b:
         a.backup(b)
 
@@ -108,9 +109,6 @@ def kernel_gradebook(course: Path, lesson_id: str) -> Path:
     sandbox, out of the student's reach, and the lower score counts. A copy of the course gradebook (its schema and
     alembic stamp) with the rest deleted and then VACUUMed, so no deleted text stays in SQLite's free pages;
     replaced atomically, so workers may share it."""
-    import sqlite3
-    import threading
-
     from nbformat import NotebookNode
     from nbgrader.api import Gradebook
     from nbgrader.preprocessors import ClearHiddenTests, ClearMarkScheme
@@ -239,16 +237,8 @@ def _nbgrader_autograde(work: Path, lesson_id: str, student: str, log) -> subpro
                             start_new_session=True)
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
 def unreadable(nb_path: Path) -> str:
     """Why a submission is no notebook the grader can read (not UTF-8 JSON, no list of cells with sources), or ""."""
-    import json
-
     try:
         nb = json.loads(Path(nb_path).read_text(encoding="utf-8"))
         cells = nb["cells"]
@@ -280,9 +270,9 @@ def no_answers(lesson_id: str, nb_path: Path, verdict: list) -> list:
     """The verdict with each manual part whose answer cell is left as released (or missing) scored 0, NO_ANSWER,
     read from the submission itself: the same whether nbgrader's run reached the end or was stopped."""
     from autograder.common import PartResult
-    from autograder.sandbox import _src, release_cells, submitted_sources
+    from autograder.sandbox import release_cells, submitted_sources
 
-    release = {c["id"]: _src(c).strip() for c in release_cells(lesson_id)}
+    release = {c["id"]: cell_source(c).strip() for c in release_cells(lesson_id)}
     manual = [r.part.grade_id for r in verdict if r.part.manual and r.score is None and r.part.grade_id in release]
     written = submitted_sources(nb_path, manual, cell_type=None)
     blank = {gid for gid in manual if written.get(gid, "").strip() in ("", release[gid])}
@@ -323,17 +313,17 @@ def autograde_one(course: Path, lesson_id: str, student: str) -> tuple[Path, lis
         try:
             verdict = no_answers(lesson_id, submitted, grade_file(lesson_id, submitted)[0])
         except BaseException:  # GraderBroken (the grader, not this student) or an interrupt: the run stops here
-            _stop(proc)
+            isolation.kill(proc)
             raise
         PHASES.append(("sandbox re-grade", time.perf_counter() - started))
         if proc.poll() is None and any(r.message.startswith("超时") for r in verdict):
-            _stop(proc)
+            isolation.kill(proc)
             note = "nbgrader 的运行已停止：答案在沙箱中已超时（同一答案只计一次时限），代码部分按沙箱成绩计"
         else:
             try:
                 proc.wait(timeout=NOTEBOOK_TIMEOUT_FACTOR * cell_timeout())
             except subprocess.TimeoutExpired:
-                _stop(proc)
+                isolation.kill(proc)
                 note = f"nbgrader 运行整本笔记本超过 {NOTEBOOK_TIMEOUT_FACTOR * cell_timeout():g} s，已停止"
         if proc.returncode != 0 and not note:
             log.seek(0)
@@ -361,7 +351,7 @@ def answer_cells(lesson_id: str) -> dict[str, str]:
 
     out, last = {}, None
     for c in release_cells(lesson_id):
-        meta = c.get("metadata", {}).get("nbgrader", {})
+        meta = nbgrader_meta(c)
         if meta.get("solution"):
             last = c["id"] if c["cell_type"] == "code" else last
         if meta.get("grade"):
@@ -385,7 +375,7 @@ def show_mark_schemes(course: Path, lesson_id: str, student: str, gb) -> None:
     except Exception:  # noqa: BLE001  (written by the student's run: a page it broke is left as it is)
         return
     for cell in nb.cells:
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        gid = nbgrader_meta(cell).get("grade_id")
         if cell.get("cell_type") == "markdown" and gid in text:
             cell.source = text[gid]
     nbformat.write(nb, path)
@@ -400,8 +390,6 @@ def merge(course: Path, lesson_id: str, student: str, db: Path, verdict: list, n
     manual score. A written answer left as released (the verdict's 0, NO_ANSWER) scores 0 unless an instructor
     graded it; one the student wrote is pending until graded. Returns the message of each code part short of
     full marks."""
-    import warnings
-
     from nbgrader.api import Gradebook, MissingEntry
 
     # nbgrader's own update_or_create_submission trips SQLAlchemy autoflush warnings; the rows are written.
@@ -596,7 +584,7 @@ def grade(submissions: Path, course: Path, csv_path: Path, lessons: list[str] | 
     if not lessons:
         raise SystemExit(f"no submissions found in {submissions} (expected <student>/<lessonNN>/<lessonNN>.ipynb)")
     m = isolation.mode()
-    print(f"isolation: {'bubblewrap, ' + m.kind if m.isolated else 'OFF — ' + m.reason}"
+    print(f"isolation: {m}"
           + ("" if m.isolated else "; submissions run with your rights (the grader's files are still verified)"))
     digest = isolation.grader_digest()
     results, messages = {}, {}

@@ -147,6 +147,9 @@ class Mode:
     def isolated(self) -> bool:
         return self.kind != "none"
 
+    def __str__(self) -> str:
+        return f"bubblewrap, {self.kind}" if self.isolated else f"OFF — {self.reason}"
+
 
 def _bwrap_base(kind: str) -> list[str]:
     base = ["bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
@@ -189,6 +192,13 @@ def limit_run() -> None:
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
     fsize = disk_limit_mb() * 2**20
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+
+
+def kill(proc: subprocess.Popen) -> None:
+    """A run started in a session of its own, killed with every process of its group, then reaped."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def wrap(argv: list[str], scratch: Path, cwd: Path | None = None, binds: tuple[Path, ...] = ()) -> list[str]:

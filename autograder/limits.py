@@ -67,17 +67,12 @@ class LimitExceeded(AssertionError):
 _depth = threading.local()
 
 
-@contextlib.contextmanager
-def time_limit(seconds: float | None = None):
-    """Raise TimeLimitExceeded in the main thread after `seconds` (default: the cell timeout).
-
-    Nested uses keep the outer deadline. Off the main thread (no SIGALRM there) it does nothing: nbgrader's
-    own cell timeout and the sandbox's kill deadline still apply.
-    """
-    seconds = cell_timeout() if seconds is None else seconds
+def start_alarm(seconds: float) -> tuple | None:
+    """SIGALRM raising LimitExceeded after `seconds`, in the main thread only (no SIGALRM elsewhere) and not inside
+    another limit (the outer deadline stands). Returns what stop_alarm needs: (the handler it replaced,), or None
+    when it set nothing. Apart from time_limit for IPython's hooks around a whole grade cell (common.short_errors)."""
     if threading.current_thread() is not threading.main_thread() or getattr(_depth, "n", 0) or seconds <= 0:
-        yield
-        return
+        return None
 
     def on_alarm(signum, frame):
         raise LimitExceeded(timeout_message(seconds))
@@ -85,9 +80,26 @@ def time_limit(seconds: float | None = None):
     old = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     _depth.n = 1
+    return (old,)
+
+
+def stop_alarm(started: tuple | None) -> None:
+    if started is None:
+        return
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, started[0])
+    _depth.n = 0
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None = None):
+    """Raise LimitExceeded in the main thread after `seconds` (default: the cell timeout).
+
+    Nested uses keep the outer deadline. Off the main thread (no SIGALRM there) it does nothing: nbgrader's
+    own cell timeout and the sandbox's kill deadline still apply.
+    """
+    started = start_alarm(cell_timeout() if seconds is None else seconds)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-        _depth.n = 0
+        stop_alarm(started)

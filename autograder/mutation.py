@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from autograder.common import REPO, ______, exec_source, read_notebook
+from autograder.common import REPO, ______, cell_source, exec_source, nbgrader_meta, read_notebook
 
 
 @dataclass(frozen=True)
@@ -26,20 +26,12 @@ def mutants(lesson_id: str) -> dict[str, Mutant]:
     return importlib.import_module(f"autograder.{lesson_id}.mutants").MUTANTS
 
 
-def _cells(path) -> list[dict]:
-    return read_notebook(path).cells
-
-
-def _src(cell: dict) -> str:
-    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-
-
 def solution_cells(lesson_id: str) -> dict[str, str]:
     """Code answer cells of the instructor's notebook (grade_id -> source), ``### BLANK`` markers removed (the
     written answers of Q1–Q3 are answer cells too, left as released)."""
-    nb = _cells(REPO / "solutions" / lesson_id / f"{lesson_id}.ipynb")
-    return {c["id"]: _src(c).replace("  ### BLANK", "") for c in nb
-            if c.get("metadata", {}).get("nbgrader", {}).get("solution") and c["cell_type"] == "code"}
+    nb = read_notebook(REPO / "solutions" / lesson_id / f"{lesson_id}.ipynb")
+    return {c["id"]: cell_source(c).replace("  ### BLANK", "") for c in nb.cells
+            if nbgrader_meta(c).get("solution") and c["cell_type"] == "code"}
 
 
 def apply(source: str, mutant: Mutant) -> str:

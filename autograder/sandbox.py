@@ -28,7 +28,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder import isolation
-from autograder.common import REPO, SKIPPED_AFTER_TIMEOUT, Lesson, PartResult, load_lesson, timed_out
+from autograder.common import (
+    REPO,
+    SKIPPED_AFTER_TIMEOUT,
+    Lesson,
+    PartResult,
+    cell_source,
+    load_lesson,
+    nbgrader_meta,
+    timed_out,
+)
 from autograder.limits import cell_timeout, memory_limit_mb, memory_message, timeout_message
 
 ALLOWED_IMPORTS = {"math", "collections", "heapq", "itertools", "functools", "hashlib", "dataclasses", "typing",
@@ -132,18 +141,14 @@ def _cells(nb_path: Path) -> list[dict]:
     return json.loads(Path(nb_path).read_text(encoding="utf-8"))["cells"]
 
 
-def _src(cell: dict) -> str:
-    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-
-
 def release_cells(lesson_id: str) -> list[dict]:
     return _cells(REPO / "notebooks" / lesson_id / f"{lesson_id}.ipynb")
 
 
 def setup_source(lesson_id: str) -> str:
     """The locked setup cell as released, whatever the student's copy says."""
-    return next(_src(c) for c in release_cells(lesson_id)
-                if str(c.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")).endswith("_setup"))
+    return next(cell_source(c) for c in release_cells(lesson_id)
+                if str(nbgrader_meta(c).get("grade_id", "")).endswith("_setup"))
 
 
 def submitted_sources(nb_path: Path, wanted: list[str], cell_type: str | None = "code") -> dict[str, str]:
@@ -153,17 +158,17 @@ def submitted_sources(nb_path: Path, wanted: list[str], cell_type: str | None = 
     for c in _cells(nb_path):
         if cell_type is not None and c.get("cell_type") != cell_type:
             continue
-        for key in (c.get("id"), c.get("metadata", {}).get("nbgrader", {}).get("grade_id")):
+        for key in (c.get("id"), nbgrader_meta(c).get("grade_id")):
             if key in wanted and key not in by_id:
-                by_id[key] = _src(c)
+                by_id[key] = cell_source(c)
     return by_id
 
 
 def extract_answers(lesson_id: str, nb_path: Path) -> Answers:
     """The exercise cells are the release's solution cells, found in the submission by cell id (metadata may be
     stripped) and else by nbgrader grade_id."""
-    wanted = [c["id"] for c in release_cells(lesson_id) if c.get("metadata", {}).get("nbgrader", {}).get("solution")
-              and c["cell_type"] == "code"]
+    wanted = [c["id"] for c in release_cells(lesson_id)
+              if nbgrader_meta(c).get("solution") and c["cell_type"] == "code"]
     by_id = submitted_sources(nb_path, wanted)
     cells, dropped, refused = [], [], []
     for cid in wanted:
@@ -175,14 +180,6 @@ def extract_answers(lesson_id: str, nb_path: Path) -> Answers:
         dropped += d
         refused += r
     return Answers(cells, dropped, refused)
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, 9)
-    except ProcessLookupError:
-        pass
-    proc.wait()
 
 
 def _run_child(lesson_id: str, grade_ids: list[str], answers: Answers, timeout: float,
@@ -222,7 +219,7 @@ def _read_verdicts(proc: subprocess.Popen, rfd: int, token: str, grade_ids: list
         while len(got) < len(grade_ids):
             left = deadline - time.monotonic()
             if left <= 0:
-                _kill(proc)
+                isolation.kill(proc)
                 return got, "timeout" if set_up else f"broken:评分进程的准备阶段超过 {STARTUP_S + timeout:g} s 仍未完成"
             ready, _, _ = select.select([reader], [], [], min(left, 1.0))
             if not ready:
@@ -241,7 +238,7 @@ def _read_verdicts(proc: subprocess.Popen, rfd: int, token: str, grade_ids: list
                 if msg.get("token") != token:
                     continue
                 if msg.get("setup") is False:
-                    _kill(proc)
+                    isolation.kill(proc)
                     return got, "broken:" + str(msg.get("error", ""))[:300]
                 set_up = set_up or bool(msg.get("setup"))
                 if msg.get("ready") or msg.get("part") in grade_ids:
@@ -252,11 +249,11 @@ def _read_verdicts(proc: subprocess.Popen, rfd: int, token: str, grade_ids: list
                         on_verdict(msg["part"], msg["message"])
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
-        _kill(proc)
+        isolation.kill(proc)
     finally:
         reader.close()
         if proc.poll() is None:
-            _kill(proc)
+            isolation.kill(proc)
     return got, None
 
 
@@ -327,8 +324,8 @@ def _child() -> None:
     token = job.pop("token")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-    def report(part: str, score, message: str) -> None:
-        out.write(json.dumps({"token": token, "part": part, "score": score, "message": message}) + "\n")
+    def send(**msg) -> None:  # one line on the private pipe, with the token that marks it the child's
+        out.write(json.dumps({"token": token, **msg}) + "\n")
         out.flush()
 
     import contextlib
@@ -346,16 +343,14 @@ def _child() -> None:
             exec_source(job["setup"], ns, "<cell setup>")
             import minivllm  # noqa: F401  (the engine every check plugs into; setups import it lazily)
     except BaseException as e:  # noqa: BLE001  (the release's own setup: the grader cannot run here)
-        out.write(json.dumps({"token": token, "setup": False, "error": f"{type(e).__name__}: {e}"}) + "\n")
-        out.flush()
+        send(setup=False, error=f"{type(e).__name__}: {e}")
         os._exit(0)
     try:  # torch and the engine, imported before any part's clock starts: a verdict must not depend on how fast
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             import minivllm.entrypoints.llm  # noqa: F401  (torch imports in seconds on a loaded machine)
     except Exception:  # noqa: BLE001  (not importable here: a check that needs it says so, with its error)
         pass
-    out.write(json.dumps({"token": token, "setup": True}) + "\n")
-    out.flush()
+    send(setup=True)
     null = os.open(os.devnull, os.O_WRONLY)  # from here on the answers run: nothing more reaches the parent's log
     os.dup2(null, 2)
     os.close(null)
@@ -372,29 +367,28 @@ def _child() -> None:
         except BaseException as e:  # noqa: BLE001  (a SystemExit in an answer is an error too)
             errors.append(f"单元格 {cid} 运行出错：{student_error(e)}")
     changed = _changed(before)
-    out.write(json.dumps({"token": token, "ready": True}) + "\n")
-    out.flush()
+    send(ready=True)
     hung = Hung()  # one hang per answer is enough: a looping answer costs one time limit, not one per part
     for gid in job["parts"]:
         part = lesson.part(gid)
         stuck = hung.stuck(part, ns)
         if stuck:
-            report(gid, 0, stuck)
+            send(part=gid, score=0, message=stuck)
             continue
         if changed:
-            report(gid, 0, f"答案在定义时修改了评分器或引擎（{changed[0]}）")
+            send(part=gid, score=0, message=f"答案在定义时修改了评分器或引擎（{changed[0]}）")
             continue
         missing = [n for n in part.needs if n not in ns]
         if missing and errors:
-            report(gid, 0, errors[0])
+            send(part=gid, score=0, message=errors[0])
             continue
         r = run_part(part, ns)
         hung.note(part, ns, r)
         changed = _changed(before)
         if changed:
-            report(gid, 0, f"答案在评分时修改了评分器或引擎（{changed[0]}）")
+            send(part=gid, score=0, message=f"答案在评分时修改了评分器或引擎（{changed[0]}）")
             continue
-        report(gid, r.score, r.message)
+        send(part=gid, score=r.score, message=r.message)
     out.close()
     os._exit(0)  # no interpreter teardown: engine threads and atexit hooks of the student's run are not waited on
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import ast
 import base64
+import functools
 import hashlib
 import json
 import os
@@ -140,7 +141,7 @@ def extract(wheel: Path, dest: Path) -> dict:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
-    _verified.clear()
+    verified_root.cache_clear()
     return record
 
 
@@ -156,17 +157,10 @@ def venv_site_packages() -> Path | None:
     return vllm_site_packages()
 
 
-_verified: dict[str, Path | None] = {}
-
-
+@functools.cache
 def verified_root() -> Path | None:
-    """The folder holding a verified vllm/ (the cache, else .venv-vllm's site-packages), or None. Once a process."""
-    if "root" not in _verified:
-        _verified["root"] = _find_verified()
-    return _verified["root"]
-
-
-def _find_verified() -> Path | None:
+    """The folder holding a verified vllm/ (the cache, else .venv-vllm's site-packages), or None. Once a process
+    (`extract` clears it)."""
     cache = cache_dir()
     try:
         record = json.loads((cache / MARKER).read_text())

@@ -59,9 +59,9 @@ def fake(tmp_path, monkeypatch):
     monkeypatch.setattr(vs, "HASH_LIST", hashes)
     monkeypatch.setenv("MINIVLLM_VLLM_SOURCE", str(tmp_path / "cache"))
     monkeypatch.setattr(vs, "venv_site_packages", lambda: None)
-    vs._verified.clear()
+    vs.verified_root.cache_clear()
     yield tmp_path
-    vs._verified.clear()
+    vs.verified_root.cache_clear()
 
 
 def shown(*args, **kw) -> str:
@@ -126,7 +126,7 @@ def test_a_file_changed_after_verification_is_refused_when_shown(fake):
 def test_a_stale_cache_record_is_not_trusted(fake):
     root = vs.fetch(wheel=make_wheel(fake / "w.whl", FILES))
     vs.HASH_LIST.write_text(vs.HASH_LIST.read_text() + "# another list\n")
-    vs._verified.clear()
+    vs.verified_root.cache_clear()
     assert vs.verified_root() is None and root.exists()
 
 
@@ -241,7 +241,7 @@ def test_each_reading_table_row_has_a_show_call_on_a_name_of_that_file(lesson):
 def real_root() -> Path:
     """The verified source: the cache `make vllm-source` fills, else this checkout's .venv-vllm (`make test`
     points MINIVLLM_VLLM_PYTHON away from it, so it is looked up here) when every vllm/*.py checks out."""
-    vs._verified.clear()
+    vs.verified_root.cache_clear()
     root = vs.verified_root()
     if root is None:
         root = next((site for site in sorted(REPO.glob(".venv-vllm/lib/python3*/site-packages"))

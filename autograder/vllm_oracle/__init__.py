@@ -115,26 +115,28 @@ class Comparison:
     first_divergence: Callable[[dict, dict], str | None]
 
 
+def _minivllm(runner: str) -> Callable[[list], list]:
+    """minivllm's answers: minivllm_side.<runner>, imported only when called (it imports the engine)."""
+    def run(cases):
+        from autograder.vllm_oracle import minivllm_side
+        return getattr(minivllm_side, runner)(cases)
+
+    return run
+
+
 def _scheduler() -> Comparison:
     from autograder.vllm_oracle import scheduler_harness
     from autograder.vllm_oracle.workloads import scheduler_workload
 
-    def minivllm(cases):
-        from autograder.vllm_oracle.minivllm_side import run_scheduler
-        return run_scheduler(cases)
-
-    return Comparison(lambda: [scheduler_workload(seed) for seed in range(1200)], minivllm,
+    return Comparison(lambda: [scheduler_workload(seed) for seed in range(1200)], _minivllm("run_scheduler"),
                       scheduler_harness.first_divergence)
 
 
 def _sampler() -> Comparison:
     from autograder.vllm_oracle.workloads import first_sampler_divergence, sampler_case
 
-    def minivllm(cases):
-        from autograder.vllm_oracle.minivllm_side import run_sampler
-        return run_sampler(cases)
-
-    return Comparison(lambda: [sampler_case(seed) for seed in range(400)], minivllm, first_sampler_divergence)
+    return Comparison(lambda: [sampler_case(seed) for seed in range(400)], _minivllm("run_sampler"),
+                      first_sampler_divergence)
 
 
 def _on_checkpoints(model_names: tuple[str, ...], make_cases: Callable[[], list], runner: str,
@@ -148,11 +150,7 @@ def _on_checkpoints(model_names: tuple[str, ...], make_cases: Callable[[], list]
             models.ensure(name)
         return make_cases()
 
-    def minivllm(cases):
-        from autograder.vllm_oracle import minivllm_side
-        return getattr(minivllm_side, runner)(cases)
-
-    return Comparison(cases, minivllm, first_divergence)
+    return Comparison(cases, _minivllm(runner), first_divergence)
 
 
 def _engine() -> Comparison:
@@ -179,21 +177,13 @@ def _detokenizer() -> Comparison:
         return ([detokenizer_case(seed, shipped) for seed in range(400)]
                 + [detokenizer_case(seed, metaspace, "metaspace") for seed in range(400, 600)])
 
-    def minivllm(cases):
-        from autograder.vllm_oracle.minivllm_side import run_detokenizer
-        return run_detokenizer(cases)
-
-    return Comparison(cases, minivllm, first_detokenizer_divergence)
+    return Comparison(cases, _minivllm("run_detokenizer"), first_detokenizer_divergence)
 
 
 def _structured_output() -> Comparison:
     from autograder.vllm_oracle.workloads import first_structured_output_divergence, structured_output_case
 
-    def minivllm(cases):
-        from autograder.vllm_oracle.minivllm_side import run_structured_output
-        return run_structured_output(cases)
-
-    return Comparison(lambda: [structured_output_case(seed) for seed in range(48)], minivllm,
+    return Comparison(lambda: [structured_output_case(seed) for seed in range(48)], _minivllm("run_structured_output"),
                       first_structured_output_divergence)
 
 

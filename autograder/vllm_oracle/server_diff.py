@@ -22,11 +22,12 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import httpx
 
+from autograder import isolation
 from autograder.vllm_oracle import REPO, SERVER, record, recorded, vllm_python
 from autograder.vllm_oracle.server_corpus import (
     API_KEY,
@@ -96,15 +97,12 @@ def running_server(side: str, log_path: Path | None = None, profile: str = "defa
         wait_for_health(url, proc, START_TIMEOUT, log_path)
         yield url
     finally:
-        try:
+        with suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
+        try:
             proc.wait(timeout=15)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            isolation.kill(proc)
         log.close()
 
 

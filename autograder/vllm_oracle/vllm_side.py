@@ -323,13 +323,13 @@ def _structured_output(cases: list[dict]) -> list[dict]:
     return [structured_output_walk(make, case) for case in cases]
 
 
-KINDS = {"structured_output": lambda cases: _structured_output(cases), "detokenizer": lambda cases: _detokenizer(cases), "scheduler": lambda cases: _scheduler(cases), "sampler": lambda cases: _sampler(cases),
-         "engine": lambda cases: _engine(cases), "generate": lambda cases: _generate(cases)}
-
-
 def _scheduler(cases: list[dict]) -> list[dict]:
     backend = VllmSchedulerBackend()
     return [scheduler_harness.run(backend, w) for w in cases]
+
+
+KINDS = {"structured_output": _structured_output, "detokenizer": _detokenizer, "scheduler": _scheduler,
+         "sampler": _sampler, "engine": _engine, "generate": _generate}
 
 
 def scheduler_answer(name: str, payload: dict) -> dict:
