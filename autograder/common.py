@@ -27,6 +27,7 @@ from autograder.limits import LimitExceeded, cell_timeout, memory_message, start
 from autograder.pin import REPO  # noqa: E402
 
 SOLUTIONS = REPO / "solutions"
+DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")  # the checks' engine model, shipped in data/
 NOTEBOOKS = REPO / "notebooks"
 LESSON_RE = re.compile(r"^lesson\d\d$")
 
@@ -986,3 +987,46 @@ def short_errors(lesson_id: str, shell=None) -> None:
         return stb
 
     shell.set_custom_exc((Exception,), handler)
+
+
+# ---------------------------------------------------------------------------- what several lessons' checks share
+def make_llm(**kw):
+    """An in-process LLM on DEFAULT_MODEL; logging below ERROR is off, for a grade cell's stderr scores 0 in nbgrader."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    logging.disable(logging.WARNING)
+    from minivllm.entrypoints.llm import LLM
+    return LLM(DEFAULT_MODEL, multiprocess=False, **kw)
+
+
+def shutdown(llm) -> None:
+    llm.llm_engine.engine_core.shutdown()
+
+
+@contextlib.contextmanager
+def quiet_stderr_fd():
+    """torch's profiler and TP workers write to file descriptor 2 from C++ or other processes; a grade cell must not."""
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
+CHI_P_MIN = 1e-3  # fixed seeds: the solutions' p-values are far above this
+
+
+def chi_square_p_value(counts, probs) -> float:
+    """Pearson's chi-square; p-value = regularized upper gamma Q(df/2, x/2) (no scipy). A count on a
+    zero-probability token is infinitely unlikely."""
+    import torch
+
+    keep = probs > 0
+    expected = probs[keep] * counts.sum()
+    stat = float(((counts[keep] - expected) ** 2 / expected).sum()) + (float("inf") if counts[~keep].sum() else 0.0)
+    df = max(int(keep.sum()) - 1, 1)
+    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64),
+                                         torch.tensor(stat / 2, dtype=torch.float64)))

@@ -41,19 +41,19 @@ import numpy as np
 import torch
 
 from autograder.common import (
-    REPO,
+    DEFAULT_MODEL,
     BlankNotFilled,
     CheckFailed,
     Lesson,
     SourceMap,
     expect,
     graded,
+    make_llm,
 )
 from minivllm.worker.gpu_model_runner import GPUModelRunner
 
 ENGINE_PREPARE_INPUTS = GPUModelRunner._prepare_inputs   # the reference, kept before any plug replaces it
 
-DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
 NAMES = ("input_ids", "positions", "query_start_loc", "seq_lens", "slot_mapping", "logits_indices")
 BLOCK_SIZE = 8
 # Engine run of check_main_path: a token budget of 24 and a long-prefill threshold of 16 chunk the prompts,
@@ -227,16 +227,6 @@ def plugged(fn):
 
     with mock.patch.object(GPUModelRunner, "_prepare_inputs", _prepare_inputs):
         yield
-
-
-def make_llm(**kw):
-    import logging
-    import os
-
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    logging.disable(logging.WARNING)
-    from minivllm.entrypoints.llm import LLM
-    return LLM(DEFAULT_MODEL, multiprocess=False, **kw)
 
 
 _CACHE: dict = {}

@@ -47,7 +47,7 @@ if shutil.which("nvidia-smi") is None and not os.path.exists("/dev/nvidia0"):
 import torch  # noqa: E402
 
 from autograder.common import (  # noqa: E402
-    REPO,
+    DEFAULT_MODEL,
     BlankNotFilled,
     CheckFailed,
     Lesson,
@@ -56,7 +56,6 @@ from autograder.common import (  # noqa: E402
     graded,
 )
 
-DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
 # The engine check: two prompts cut to 14 and 6 tokens (BOS included) and 6 greedy tokens, so r0 decodes at
 # seq_len 15..19 (a full block at 16, then a second, partial one) while r1 decodes beside it in the same batch.
 PROMPTS = ["ROMEO:\nBut soft, what light through yonder window breaks?", "JULIET:\nO Romeo, Romeo!"]

@@ -46,18 +46,21 @@ import numpy as np
 import torch
 
 from autograder.common import (
-    REPO,
+    CHI_P_MIN,
+    DEFAULT_MODEL,
     BlankNotFilled,
     CheckFailed,
     Lesson,
     SourceMap,
+    chi_square_p_value,
     expect,
+    make_llm,
+    quiet_stderr_fd,
+    shutdown,
 )
 from autograder.pin import VLLM_VERSION
 
-DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
 ENGINE_PROMPTS = ["ROMEO:", "JULIET:\nO Romeo", "KING LEAR:\nBlow, winds", "HAMLET:"]
-CHI_P_MIN = 1e-3                          # fixed seeds: the solution's p-values are far above this
 NEG = float("-inf")
 
 
@@ -173,15 +176,6 @@ def call_sample(fn, logits, md):
 
 
 # ---------------------------------------------------------------------------- the distribution test
-def chi_square_p_value(counts: np.ndarray, probs: np.ndarray) -> float:
-    """Pearson's chi-square; p-value = regularized upper gamma Q(df/2, x/2) (no scipy). A count on a
-    zero-probability token is infinitely unlikely."""
-    keep = probs > 0
-    expected = probs[keep] * counts.sum()
-    stat = float(((counts[keep] - expected) ** 2 / expected).sum()) + (float("inf") if counts[~keep].sum() else 0.0)
-    df = max(int(keep.sum()) - 1, 1)
-    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64),
-                                         torch.tensor(stat / 2, dtype=torch.float64)))
 
 
 DIST_LOGITS = torch.tensor([2.2, 1.9, 1.5, 1.4, 0.9, 0.3, -0.2, -1.0, -2.0, -3.0])
@@ -421,23 +415,6 @@ def check_main_path(apply_min_p, apply_top_k_top_p, random_sample, sample) -> No
 
 
 # ---------------------------------------------------------------------------- boundary
-@contextlib.contextmanager
-def quiet_stderr_fd():
-    """torch's profiler writes start/stop lines to file descriptor 2 from C++; a grade cell must not."""
-    import os
-    import sys
-
-    sys.stderr.flush()
-    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(null)
-
-
 def profiled_ops(fn) -> tuple[object, list[str]]:
     """fn's result and the names of the aten ops it ran, in order (torch.profiler on CPU)."""
     from torch.profiler import ProfilerActivity, profile
@@ -521,20 +498,6 @@ def plugged(fn, log: list | None = None):
 
     with mock.patch.object(runner, "Sampler", lambda: StudentSampler(fn, log)):
         yield
-
-
-def make_llm(**kw):
-    import logging
-    import os
-
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    logging.disable(logging.WARNING)
-    from minivllm.entrypoints.llm import LLM
-    return LLM(DEFAULT_MODEL, multiprocess=False, **kw)
-
-
-def shutdown(llm) -> None:
-    llm.llm_engine.engine_core.shutdown()
 
 
 def tokens_of(outputs) -> list[list[int]]:

@@ -43,8 +43,18 @@ from unittest import mock
 import numpy as np
 import torch
 
-from autograder.common import BlankNotFilled, CheckFailed, Lesson, SourceMap, expect, graded
-from autograder.lesson07.checks import CHI_P_MIN, chi_square_p_value, make_llm, shutdown
+from autograder.common import (
+    CHI_P_MIN,
+    BlankNotFilled,
+    CheckFailed,
+    Lesson,
+    SourceMap,
+    chi_square_p_value,
+    expect,
+    graded,
+    make_llm,
+    shutdown,
+)
 from autograder.pin import VLLM_VERSION
 
 P = -1                                   # PLACEHOLDER_TOKEN_ID

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from autograder.common import BlankNotFilled, CheckFailed, Lesson, SourceMap, ______, expect, graded
-from autograder.lesson07.checks import quiet_stderr_fd as quiet_workers  # fd 2 -> /dev/null within
+from autograder.common import quiet_stderr_fd as quiet_workers  # fd 2 -> /dev/null within
 
 TP = 2
 HIDDEN, INTER = 48, 40  # INTER per rank = 20: gate and up halves of 20 rows each

@@ -9,11 +9,9 @@ import tempfile
 
 import torch
 
-from autograder.common import REPO
+from autograder.common import DEFAULT_MODEL
 from autograder.figures import interleaved, vllm_answers
 from autograder.lesson10.checks import PROMPTS, TP, quiet_workers, run_two_ranks
-
-DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
 
 
 # ---------------------------------------------------------------------------- what each rank holds

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from autograder.common import (
-    REPO,
+    DEFAULT_MODEL,
     CheckFailed,
     Lesson,
     SourceMap,
@@ -49,7 +49,6 @@ from autograder.common import (
 from autograder.pin import VLLM_VERSION
 from minivllm.compilation.cuda_graph import PAD_SLOT_ID, BatchDescriptor
 
-DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
 CAPTURE_SIZES = [1, 2, 4, 8]
 VLLM_HEAD = [1, 2, 4, 8, 16, 24, 32, 40]  # vLLM's default list begins so: [1, 2, 4] + range(8, 256, 8) + ...
 ODD_SIZES = [1, 3, 6]                     # the engine run of check_boundary: no size a power of two above 2

@@ -54,7 +54,7 @@ from unittest import mock
 import httpx
 
 from autograder.common import (
-    REPO,
+    DEFAULT_MODEL,
     BlankNotFilled,
     CheckFailed,
     Lesson,
@@ -63,7 +63,6 @@ from autograder.common import (
 )
 from autograder.pin import VLLM_VERSION
 
-DEFAULT_MODEL = str(REPO / "data" / "models" / "shakespeare-llama")
 NAME = "shakespeare"
 REPLACEMENT = "\ufffd"
 TEXT = ("ROMEO:\nBut soft, what light through yonder window breaks?\nIt is the east, and Juliet is the sun.\n"
