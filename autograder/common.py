@@ -762,7 +762,7 @@ def _grade_cells(lesson_id: str) -> dict[str, str]:
     if not path.is_file():
         return {}
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-    src = {nbgrader_meta(c).get("grade_id"): "".join(c["source"]).strip()
+    src = {nbgrader_meta(c).get("grade_id"): cell_source(c).strip()
            for c in cells if nbgrader_meta(c).get("grade") and c["cell_type"] == "code"}
     return {k: v for k, v in src.items() if k and v}
 
